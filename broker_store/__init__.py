@@ -1,0 +1,1 @@
+"""RocketMQ-compatible brokers, name server and client in Python."""

@@ -1,0 +1,161 @@
+"""Remoting client: one multiplexed connection per address, requests matched to responses by opaque.
+
+Used by ``broker_store.client`` (producers, consumers, admin) and by brokers talking to the name
+server. All methods run on one asyncio loop; the sync facade in ``broker_store.client`` owns that loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+
+from broker_store.net.framing import FrameReader
+from broker_store.protocol.codes import ResponseCode
+from broker_store.protocol.errors import ProtocolError, RequestTimeoutError, TransportError
+from broker_store.protocol.frame import FLAG_ONEWAY, RemotingCommand, encode_frame
+
+log = logging.getLogger(__name__)
+
+PushHandler = Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]
+_opaques = itertools.count(1)
+
+
+def _split_addr(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise TransportError(f"address {addr!r} is not host:port")
+    return host, int(port)
+
+
+class _ClientConnection(asyncio.Protocol):
+    def __init__(self, addr: str, push_handler: PushHandler | None) -> None:
+        self.addr = addr
+        self._reader = FrameReader()
+        self._push_handler = push_handler
+        self.transport: asyncio.Transport | None = None
+        self.pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self.closed = False
+        self._drained = asyncio.Event()
+        self._drained.set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._drained.set()
+        error = TransportError(f"connection to {self.addr} closed" + (f": {exc}" if exc else ""))
+        for fut in self.pending.values():
+            if not fut.done():
+                fut.set_exception(error)
+        self.pending.clear()
+
+    def pause_writing(self) -> None:
+        self._drained.clear()
+
+    def resume_writing(self) -> None:
+        self._drained.set()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            commands = self._reader.feed(data)
+        except ProtocolError as exc:
+            log.warning("closing connection to %s: %s", self.addr, exc)
+            if self.transport is not None:
+                self.transport.close()
+            return
+        for cmd in commands:
+            if cmd.is_response:
+                fut = self.pending.pop(cmd.opaque, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(cmd)
+            else:
+                asyncio.get_running_loop().create_task(self._serve_push(cmd))
+
+    async def _serve_push(self, cmd: RemotingCommand) -> None:
+        response = None
+        if self._push_handler is not None:
+            response = await self._push_handler(cmd)
+        elif not cmd.is_oneway:
+            response = cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {cmd.code} not supported")
+        if response is not None and not cmd.is_oneway and self.transport is not None and not self.closed:
+            self.transport.write(encode_frame(response))
+
+    async def write(self, frame: bytes) -> None:
+        if self.closed or self.transport is None:
+            raise TransportError(f"connection to {self.addr} is closed")
+        self.transport.write(frame)
+        if not self._drained.is_set():
+            await self._drained.wait()
+
+
+class RemotingClient:
+    """Async request/response over pooled connections. ``timeout`` is per request, in seconds."""
+
+    def __init__(self, *, connect_timeout: float = 3.0, push_handler: PushHandler | None = None) -> None:
+        self.connect_timeout = connect_timeout
+        self._push_handler = push_handler
+        self._conns: dict[str, _ClientConnection] = {}
+        self._connecting: dict[str, asyncio.Future[_ClientConnection]] = {}
+
+    async def _connection(self, addr: str) -> _ClientConnection:
+        conn = self._conns.get(addr)
+        if conn is not None and not conn.closed:
+            return conn
+        pending = self._connecting.get(addr)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[_ClientConnection] = loop.create_future()
+        self._connecting[addr] = fut
+        try:
+            host, port = _split_addr(addr)
+            try:
+                _, conn = await asyncio.wait_for(
+                    loop.create_connection(lambda: _ClientConnection(addr, self._push_handler), host, port),
+                    self.connect_timeout)
+            except TimeoutError as exc:
+                raise TransportError(f"connect to {addr} timed out after {self.connect_timeout}s") from exc
+            except OSError as exc:
+                raise TransportError(f"cannot connect to {addr}: {exc.strerror or exc}") from exc
+            self._conns[addr] = conn
+            fut.set_result(conn)
+            return conn
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # mark retrieved: waiters re-raise it themselves
+            raise
+        finally:
+            del self._connecting[addr]
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send a request and wait for its response; TransportError / RequestTimeoutError on failure."""
+        conn = await self._connection(addr)
+        cmd.opaque = next(_opaques) & 0x7FFFFFFF
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        conn.pending[cmd.opaque] = fut
+        try:
+            await conn.write(encode_frame(cmd))
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError as exc:
+            raise RequestTimeoutError(f"request code {cmd.code} to {addr} timed out after {timeout}s") from exc
+        finally:
+            conn.pending.pop(cmd.opaque, None)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        conn = await self._connection(addr)
+        cmd.opaque = next(_opaques) & 0x7FFFFFFF
+        cmd.flag |= FLAG_ONEWAY
+        await conn.write(encode_frame(cmd))
+
+    def close_connection(self, addr: str) -> None:
+        conn = self._conns.pop(addr, None)
+        if conn is not None and conn.transport is not None:
+            conn.transport.close()
+
+    async def close(self) -> None:
+        for addr in list(self._conns):
+            self.close_connection(addr)
+        await asyncio.sleep(0)

@@ -1,0 +1,125 @@
+"""Remoting server: accepts connections, decodes frames, runs the handler per request concurrently.
+
+Called by the broker and the name server. A peer that sends garbage or an oversized frame loses
+only its own connection; a handler that raises gets a SYSTEM_ERROR response naming the error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from broker_store.net.framing import FrameReader
+from broker_store.protocol.codes import ResponseCode
+from broker_store.protocol.errors import ProtocolError, RocketMQError
+from broker_store.protocol.frame import RemotingCommand, encode_frame
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | None]]
+
+
+class Connection(asyncio.Protocol):
+    """One accepted client connection."""
+
+    def __init__(self, server: RemotingServer) -> None:
+        self._server = server
+        self._reader = FrameReader()
+        self._transport: asyncio.Transport | None = None
+        self.remote_addr = "?"
+        self.closed = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.remote_addr = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self._server._connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._server._connections.discard(self)
+        for listener in self._server.disconnect_listeners:
+            listener(self)
+
+    def pause_writing(self) -> None:
+        # The peer is not reading its responses: stop reading its requests until it catches up.
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._transport is not None and not self.closed:
+            self._transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            commands = self._reader.feed(data)
+        except ProtocolError as exc:
+            log.warning("closing connection from %s: %s", self.remote_addr, exc)
+            self.close()
+            return
+        for cmd in commands:
+            if cmd.is_response:
+                continue  # we never send requests on accepted connections
+            task = asyncio.get_running_loop().create_task(self._serve(cmd))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, cmd: RemotingCommand) -> None:
+        try:
+            response = await self._server.handler(cmd, self)
+        except RocketMQError as exc:
+            response = cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - one bad request must not take the server down
+            log.exception("handler failed for request code %s from %s", cmd.code, self.remote_addr)
+            response = cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        if response is not None and not cmd.is_oneway:
+            self.send(response)
+
+    def send(self, cmd: RemotingCommand) -> None:
+        if self._transport is None or self.closed:
+            return
+        try:
+            self._transport.write(encode_frame(cmd))
+        except ProtocolError as exc:
+            log.error("cannot send response to %s: %s", self.remote_addr, exc)
+            self._transport.write(encode_frame(RemotingCommand(
+                code=ResponseCode.SYSTEM_ERROR, opaque=cmd.opaque, flag=cmd.flag, remark=str(exc),
+                serialize_type=cmd.serialize_type)))
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+
+class RemotingServer:
+    """TCP server for remoting frames bound to ``host:port`` (port 0 picks a free one)."""
+
+    def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.handler = handler
+        self.host = host
+        self._port = port
+        self._server: asyncio.Server | None = None
+        self._connections: set[Connection] = set()
+        self.disconnect_listeners: list[Callable[[Connection], None]] = []
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            return self._port
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: Connection(self), self.host, self._port,
+                                                reuse_address=True, backlog=1024)
+
+    async def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        for conn in list(self._connections):
+            conn.close()
+        await self._server.wait_closed()
+        self._server = None

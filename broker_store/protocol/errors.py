@@ -1,0 +1,149 @@
+"""The one exception hierarchy of broker_store.
+
+Everything the protocol, transport, store and client raise derives from ``RocketMQError``.
+Each class carries behaviour flags the caller acts on instead of matching types::
+
+    RocketMQError                       retriable  invalid_route
+    +-- ProtocolError                   (bad frame, header or body: peer sent garbage)
+    |   +-- FrameTooLargeError
+    +-- TransportError                  yes        yes   (connection refused/reset/closed)
+    |   +-- RequestTimeoutError         yes        yes
+    +-- StoreError                      (store-level failures, corruption, I/O)
+    |   +-- CorruptRecordError
+    +-- ConfigError                     (invalid configuration; names file, field, reason)
+    +-- BrokerResponseError             by code    by code (non-success response; .code, .remark)
+        +-- SystemBusyError             yes
+        +-- ServiceNotAvailableError    yes        yes
+        +-- TopicNotExistError                     yes
+        +-- MessageIllegalError
+        +-- NoPermissionError                      yes
+        +-- FlushDiskTimeoutError       yes
+        +-- FlushSlaveTimeoutError      yes
+        +-- SlaveNotAvailableError      yes
+        +-- PullOffsetMovedError
+
+``error_for_response(code, remark)`` maps a response code to its class (registry below).
+Lower-level exceptions (OSError, struct.error, ValueError) are translated at module boundaries with
+``raise X(...) from exc`` and never leak.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from broker_store.protocol.codes import ResponseCode
+
+
+class RocketMQError(Exception):
+    retriable: ClassVar[bool] = False
+    """Sending the same request again (possibly elsewhere) may succeed."""
+    invalid_route: ClassVar[bool] = False
+    """The cached route that led here is probably stale; refresh it before retrying."""
+
+
+class ProtocolError(RocketMQError):
+    """The peer sent bytes that do not decode as RocketMQ remoting frames or bodies."""
+
+
+class FrameTooLargeError(ProtocolError):
+    pass
+
+
+class TransportError(RocketMQError):
+    retriable = True
+    invalid_route = True
+
+
+class RequestTimeoutError(TransportError):
+    pass
+
+
+class StoreError(RocketMQError):
+    pass
+
+
+class CorruptRecordError(StoreError):
+    pass
+
+
+class ConfigError(RocketMQError):
+    pass
+
+
+class BrokerResponseError(RocketMQError):
+    """A well-formed response whose code is not SUCCESS."""
+
+    code: int
+
+    def __init__(self, code: int, remark: str | None = None, *, addr: str | None = None) -> None:
+        self.code = code
+        self.remark = remark or ""
+        self.addr = addr
+        try:
+            name = ResponseCode(code).name
+        except ValueError:
+            name = str(code)
+        where = f" from {addr}" if addr else ""
+        super().__init__(f"{name}{where}: {self.remark}" if self.remark else f"{name}{where}")
+
+
+class SystemBusyError(BrokerResponseError):
+    retriable = True
+
+
+class ServiceNotAvailableError(BrokerResponseError):
+    retriable = True
+    invalid_route = True
+
+
+class TopicNotExistError(BrokerResponseError):
+    invalid_route = True
+
+
+class MessageIllegalError(BrokerResponseError):
+    pass
+
+
+class NoPermissionError(BrokerResponseError):
+    invalid_route = True
+
+
+class FlushDiskTimeoutError(BrokerResponseError):
+    retriable = True
+
+
+class FlushSlaveTimeoutError(BrokerResponseError):
+    retriable = True
+
+
+class SlaveNotAvailableError(BrokerResponseError):
+    retriable = True
+
+
+class PullOffsetMovedError(BrokerResponseError):
+    pass
+
+
+class RetriableSystemError(BrokerResponseError):
+    """SYSTEM_ERROR: RocketMQ clients retry these on another broker."""
+
+    retriable = True
+
+
+_REGISTRY: dict[int, type[BrokerResponseError]] = {
+    ResponseCode.SYSTEM_ERROR: RetriableSystemError,
+    ResponseCode.SYSTEM_BUSY: SystemBusyError,
+    ResponseCode.SERVICE_NOT_AVAILABLE: ServiceNotAvailableError,
+    ResponseCode.TOPIC_NOT_EXIST: TopicNotExistError,
+    ResponseCode.MESSAGE_ILLEGAL: MessageIllegalError,
+    ResponseCode.NO_PERMISSION: NoPermissionError,
+    ResponseCode.FLUSH_DISK_TIMEOUT: FlushDiskTimeoutError,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: FlushSlaveTimeoutError,
+    ResponseCode.SLAVE_NOT_AVAILABLE: SlaveNotAvailableError,
+    ResponseCode.PULL_OFFSET_MOVED: PullOffsetMovedError,
+}
+
+
+def error_for_response(code: int, remark: str | None = None, *, addr: str | None = None) -> BrokerResponseError:
+    """The exception instance for a non-success response code."""
+    return _REGISTRY.get(code, BrokerResponseError)(code, remark, addr=addr)

@@ -1,0 +1,345 @@
+"""Message records and their byte layouts: properties, stored messages (V1), batch bodies, ids.
+
+The stored layout is both the CommitLog record (``broker_store.store``) and the pull-response body
+(``broker_store.client``), so it is defined once, here.
+
+Stored message, V1 (big-endian; STORED_HEADER is everything up to and including BODYLEN)::
+
+    offset size field
+       0    4  TOTALSIZE            whole record, this field included
+       4    4  MAGICCODE            MAGIC_V1 = -626843481 (BLANK_MAGIC marks a segment's tail)
+       8    4  BODYCRC              crc32(body) & 0x7FFFFFFF
+      12    4  QUEUEID
+      16    4  FLAG                 user flag
+      20    8  QUEUEOFFSET          index in the ConsumeQueue
+      28    8  PHYSICALOFFSET       CommitLog offset of this record
+      36    4  SYSFLAG              MSG_FLAG_* bits (compressed, multi-tags, transaction, v6 hosts)
+      40    8  BORNTIMESTAMP        ms
+      48    8  BORNHOST             IPv4 4 + port 4
+      56    8  STORETIMESTAMP       ms
+      64    8  STOREHOST            IPv4 4 + port 4
+      72    4  RECONSUMETIMES
+      76    8  PREPARED_TX_OFFSET
+      84    4  BODYLEN, then body
+              1  TOPICLEN, then topic (UTF-8, <= 127 bytes)
+              2  PROPERTIESLEN, then properties
+
+Batch message body (SEND_BATCH_MESSAGE), one entry per message::
+
+    TOTALSIZE 4 | MAGICCODE 4 (0) | BODYCRC 4 (0) | FLAG 4 | BODYLEN 4 | body | PROPLEN 2 | properties
+
+Properties: ``name \\x01 value \\x02`` repeated, UTF-8.
+msgId (offset message id): store IPv4 4 + port 4 + commit-log offset 8, as 32 upper-case hex chars.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import socket
+import struct
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from broker_store.protocol.codes import MSG_FLAG_BORNHOST_V6, MSG_FLAG_COMPRESSED, MSG_FLAG_STOREHOST_V6
+from broker_store.protocol.errors import ProtocolError
+
+MAGIC_V1 = -626843481
+BLANK_MAGIC = -875286124
+STORED_HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")
+STORED_HEADER_SIZE = STORED_HEADER.size  # 88
+BATCH_HEADER = struct.Struct(">iiiii")
+MAX_TOPIC_LENGTH = 127
+MAX_PROPERTIES_LENGTH = 32767
+TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+# Standard property keys (MessageConst.java) and the replicator's own.
+PROPERTY_TAGS = "TAGS"
+PROPERTY_KEYS = "KEYS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_WAIT = "WAIT"
+PROPERTY_DELAY = "DELAY"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_MSG_REGION = "MSG_REGION"
+PROPERTY_TRACE_SWITCH = "TRACE_ON"
+PROPERTY_CLUSTER = "CLUSTER"
+PROPERTY_REPLICATOR_SOURCE = "ROCKETMQ_REPLICATOR_SOURCE"
+KEY_SEPARATOR = " "
+
+
+def encode_properties(properties: Mapping[str, str]) -> bytes:
+    """Serialise properties; names and values must not contain the two separator characters."""
+    parts = []
+    for name, value in properties.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise ProtocolError(f"property {name!r} must map a string to a string, got {type(value).__name__}")
+        for text in (name, value):
+            if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
+                raise ProtocolError(f"property {name!r} contains a reserved separator character (\\x01 or \\x02)")
+        if not name:
+            raise ProtocolError("property name must not be empty")
+        parts.append(f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}")
+    return "".join(parts).encode()
+
+
+def decode_properties(raw: bytes | memoryview | str) -> dict[str, str]:
+    """Parse properties. Tolerant as RocketMQ's own decoder: entries without a separator are skipped."""
+    if not raw:
+        return {}
+    if isinstance(raw, str):
+        text = raw
+    else:
+        try:
+            text = bytes(raw).decode()
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(f"message properties are not valid UTF-8: {exc}") from exc
+    result: dict[str, str] = {}
+    for item in text.split(PROPERTY_SEPARATOR):
+        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if sep and name:
+            result[name] = value
+    return result
+
+
+@functools.lru_cache(maxsize=4096)
+def tags_hash_code(tags: str) -> int:
+    """Java's String.hashCode of the tag, the value ConsumeQueue entries index for tag filtering."""
+    h = 0
+    data = tags.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def body_crc(body: bytes | memoryview) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def validate_topic(topic: str) -> None:
+    """Raise ProtocolError naming what is wrong with a topic name (RocketMQ's rules)."""
+    if not topic:
+        raise ProtocolError("topic name is empty")
+    if len(topic.encode()) > MAX_TOPIC_LENGTH:
+        raise ProtocolError(f"topic name {topic[:40]!r}... is longer than {MAX_TOPIC_LENGTH} bytes")
+    if not TOPIC_PATTERN.match(topic):
+        raise ProtocolError(f"topic name {topic!r} contains characters outside [%|a-zA-Z0-9_-]")
+
+
+def host_to_bytes(host: str) -> tuple[bytes, int]:
+    """'1.2.3.4:5' -> (b'\\x01\\x02\\x03\\x04', 5)."""
+    ip, _, port = host.rpartition(":")
+    try:
+        return socket.inet_aton(ip), int(port)
+    except (OSError, ValueError) as exc:
+        raise ProtocolError(f"{host!r} is not an IPv4 host:port") from exc
+
+
+def host_from_bytes(ip: bytes, port: int) -> str:
+    return f"{socket.inet_ntoa(ip)}:{port}"
+
+
+def make_msg_id(store_ip: bytes, store_port: int, commit_log_offset: int) -> str:
+    return (store_ip + struct.pack(">iq", store_port, commit_log_offset)).hex().upper()
+
+
+def parse_msg_id(msg_id: str) -> tuple[str, int]:
+    """Offset message id -> (store host 'ip:port', commit-log offset)."""
+    try:
+        raw = bytes.fromhex(msg_id)
+        if len(raw) != 16:
+            raise ValueError("length")
+        port, offset = struct.unpack(">iq", raw[4:])
+    except ValueError as exc:
+        raise ProtocolError(f"{msg_id!r} is not a 32-hex-digit offset message id") from exc
+    return host_from_bytes(raw[:4], port), offset
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A message as a producer sends it."""
+
+    topic: str
+    body: bytes
+    properties: Mapping[str, str] = field(default_factory=dict)
+    """User and system properties (TAGS, KEYS, UNIQ_KEY, ...)."""
+    flag: int = 0
+    """User flag, stored and returned untouched."""
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(PROPERTY_KEYS)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message as the broker stored it (RocketMQ's MessageExt)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    """Position in its ConsumeQueue."""
+    commit_log_offset: int
+    """Physical offset of the record in the CommitLog."""
+    body: bytes
+    """Body bytes exactly as produced (decompressed if the producer compressed them)."""
+    properties: Mapping[str, str]
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: str
+    store_timestamp: int
+    store_host: str
+    reconsume_times: int
+    prepared_tx_offset: int
+    body_crc: int
+    store_size: int
+
+    @property
+    def msg_id(self) -> str:
+        """The client-side unique id (UNIQ_KEY) if set, else the offset message id."""
+        return self.properties.get(PROPERTY_UNIQ_KEY) or self.offset_msg_id
+
+    @property
+    def offset_msg_id(self) -> str:
+        ip, port = host_to_bytes(self.store_host)
+        return make_msg_id(ip, port, self.commit_log_offset)
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(PROPERTY_KEYS)
+
+
+def encode_stored_message(*, topic: bytes, queue_id: int, queue_offset: int, physical_offset: int, body: bytes,
+                          properties: bytes, flag: int = 0, sys_flag: int = 0, born_timestamp: int = 0,
+                          born_ip: bytes = b"\0\0\0\0", born_port: int = 0, store_timestamp: int = 0,
+                          store_ip: bytes = b"\0\0\0\0", store_port: int = 0, reconsume_times: int = 0,
+                          prepared_tx_offset: int = 0, crc: int | None = None) -> bytes:
+    """Serialise one stored record. Lengths must already be validated (topic <= 127, props <= 32767)."""
+    total = STORED_HEADER_SIZE + len(body) + 1 + len(topic) + 2 + len(properties)
+    head = STORED_HEADER.pack(total, MAGIC_V1, body_crc(body) if crc is None else crc, queue_id, flag,
+                              queue_offset, physical_offset, sys_flag, born_timestamp, born_ip, born_port,
+                              store_timestamp, store_ip, store_port, reconsume_times, prepared_tx_offset,
+                              len(body))
+    return b"".join((head, body, bytes((len(topic),)), topic, len(properties).to_bytes(2, "big"), properties))
+
+
+def stored_message_size(body_len: int, topic_len: int, properties_len: int) -> int:
+    return STORED_HEADER_SIZE + body_len + 1 + topic_len + 2 + properties_len
+
+
+def decode_stored_message(buf: bytes | memoryview, pos: int = 0, *, decompress: bool = True) -> StoredMessage:
+    """Decode the record starting at ``pos``; raises ProtocolError on any inconsistency."""
+    try:
+        (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_ip, born_port, store_ts,
+         store_ip, store_port, reconsume, prepared, body_len) = STORED_HEADER.unpack_from(buf, pos)
+    except struct.error as exc:
+        raise ProtocolError(f"truncated stored message at byte {pos}") from exc
+    if magic != MAGIC_V1:
+        raise ProtocolError(f"stored message at byte {pos} has magic {magic}, expected {MAGIC_V1}")
+    if sys_flag & (MSG_FLAG_BORNHOST_V6 | MSG_FLAG_STOREHOST_V6):
+        raise ProtocolError(f"stored message at byte {pos} uses IPv6 hosts, which this codec does not read")
+    end = pos + total
+    if total < STORED_HEADER_SIZE + 3 or end > len(buf):
+        raise ProtocolError(f"stored message at byte {pos} claims {total} bytes, {len(buf) - pos} available")
+    p = pos + STORED_HEADER_SIZE
+    if body_len < 0 or p + body_len + 3 > end:
+        raise ProtocolError(f"stored message at byte {pos} has body length {body_len} beyond its record")
+    body = bytes(buf[p:p + body_len])
+    p += body_len
+    topic_len = buf[p]
+    p += 1
+    topic_raw = bytes(buf[p:p + topic_len])
+    p += topic_len
+    props_len = int.from_bytes(buf[p:p + 2], "big")
+    p += 2
+    if p + props_len != end:
+        raise ProtocolError(f"stored message at byte {pos}: field lengths do not add up to TOTALSIZE {total}")
+    properties = decode_properties(buf[p:p + props_len])
+    if decompress and sys_flag & MSG_FLAG_COMPRESSED:
+        try:
+            body = zlib.decompress(body)
+        except zlib.error as exc:
+            raise ProtocolError(f"stored message at byte {pos} is flagged compressed but does not inflate") from exc
+    try:
+        topic = topic_raw.decode()
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"stored message at byte {pos} has a non-UTF-8 topic") from exc
+    return StoredMessage(topic=topic, queue_id=queue_id, queue_offset=queue_offset, commit_log_offset=phys,
+                         body=body, properties=MappingProxyType(properties), flag=flag, sys_flag=sys_flag,
+                         born_timestamp=born_ts, born_host=host_from_bytes(born_ip, born_port),
+                         store_timestamp=store_ts, store_host=host_from_bytes(store_ip, store_port),
+                         reconsume_times=reconsume, prepared_tx_offset=prepared, body_crc=crc, store_size=total)
+
+
+def decode_stored_messages(buf: bytes | memoryview, *, decompress: bool = True) -> list[StoredMessage]:
+    """Decode a pull-response body: stored records back to back."""
+    out = []
+    pos = 0
+    n = len(buf)
+    while pos < n:
+        msg = decode_stored_message(buf, pos, decompress=decompress)
+        out.append(msg)
+        pos += msg.store_size
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class BatchEntry:
+    """One message inside a SEND_BATCH_MESSAGE body."""
+
+    body: bytes
+    properties: bytes
+    """Raw property bytes, kept undecoded for the store's hot path."""
+    flag: int
+
+
+def encode_batch(messages: list[tuple[bytes, bytes, int]]) -> bytes:
+    """(body, encoded properties, flag) per message -> SEND_BATCH_MESSAGE body."""
+    parts = []
+    for body, props, flag in messages:
+        if len(props) > MAX_PROPERTIES_LENGTH:
+            raise ProtocolError(f"properties of {len(props)} bytes exceed {MAX_PROPERTIES_LENGTH}")
+        total = BATCH_HEADER.size + len(body) + 2 + len(props)
+        parts.append(BATCH_HEADER.pack(total, 0, 0, flag, len(body)))
+        parts.append(body)
+        parts.append(len(props).to_bytes(2, "big"))
+        parts.append(props)
+    return b"".join(parts)
+
+
+def iter_batch(buf: bytes) -> Iterator[BatchEntry]:
+    """Decode a SEND_BATCH_MESSAGE body; raises ProtocolError if any entry is malformed."""
+    pos, n = 0, len(buf)
+    view = memoryview(buf)
+    while pos < n:
+        if pos + BATCH_HEADER.size > n:
+            raise ProtocolError(f"batch body truncated at byte {pos}")
+        total, _magic, _crc, flag, body_len = BATCH_HEADER.unpack_from(buf, pos)
+        end = pos + total
+        p = pos + BATCH_HEADER.size
+        if total < BATCH_HEADER.size + 2 or end > n or body_len < 0 or p + body_len + 2 > end:
+            raise ProtocolError(f"batch entry at byte {pos} has inconsistent lengths (total {total}, body {body_len})")
+        body = bytes(view[p:p + body_len])
+        p += body_len
+        props_len = int.from_bytes(view[p:p + 2], "big")
+        p += 2
+        if p + props_len != end:
+            raise ProtocolError(f"batch entry at byte {pos}: properties length {props_len} does not match TOTALSIZE")
+        yield BatchEntry(body=body, properties=bytes(view[p:end]), flag=flag)
+        pos = end
