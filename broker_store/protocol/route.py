@@ -31,7 +31,10 @@ _BARE_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,]\s*)(-?\d+)(\s*:)')
 
 def loads_rocketmq(raw: bytes | str) -> Any:
     """Parse JSON that may contain RocketMQ's bare numeric object keys."""
-    text = raw.decode() if isinstance(raw, bytes | bytearray) else raw
+    try:
+        text = raw.decode() if isinstance(raw, bytes | bytearray) else raw
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"body is not UTF-8: {exc}") from exc
     quoted = _BARE_KEY.sub(lambda m: m.group(1) or f'{m.group(2)}"{m.group(3)}"{m.group(4)}', text)
     try:
         return orjson.loads(quoted)
@@ -126,6 +129,8 @@ class TopicRouteData:
     @classmethod
     def decode(cls, raw: bytes) -> TopicRouteData:
         d = loads_rocketmq(raw)
+        if not isinstance(d, dict):
+            raise ProtocolError("topic route data is not a JSON object")
         try:
             return cls(queue_datas=tuple(QueueData.from_json(q) for q in d.get("queueDatas") or []),
                        broker_datas=tuple(BrokerData.from_json(b) for b in d.get("brokerDatas") or []),
@@ -153,6 +158,8 @@ class ClusterInfo:
     @classmethod
     def decode(cls, raw: bytes) -> ClusterInfo:
         d = loads_rocketmq(raw)
+        if not isinstance(d, dict):
+            raise ProtocolError("cluster info is not a JSON object")
         try:
             return cls(broker_addr_table={n: BrokerData.from_json(b) for n, b in (d.get("brokerAddrTable") or {}).items()},
                        cluster_addr_table={c: tuple(v) for c, v in (d.get("clusterAddrTable") or {}).items()})

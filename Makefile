@@ -1,0 +1,35 @@
+# Set-up is implicit: every target that runs code first builds .venv if it is missing or stale.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: test demo bench lint unit integration clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit
+
+integration: $(STAMP)
+	$(PY) -m pytest -q tests/integration
+
+demo: $(STAMP)
+	$(PY) -m jobs.demo --config conf/cluster-local.yaml
+
+bench: $(STAMP)
+	$(PY) benchmarks/broker.py
+
+lint: $(STAMP)
+	$(PY) -m ruff check broker_store connectors jobs tests benchmarks
+	$(PY) -m mypy
+
+clean:
+	rm -rf $(VENV) run data .pytest_cache
