@@ -271,3 +271,18 @@ class BrokerHeartbeatRequestHeader(Header):
     max_offset: int | None = None
     confirm_offset: int | None = None
     heartbeat_timeout_mills: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueryDataVersionRequestHeader(Header):
+    """QUERY_DATA_VERSION request; the body is the broker's DataVersion JSON."""
+
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    broker_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueryDataVersionResponseHeader(Header):
+    changed: bool

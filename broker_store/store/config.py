@@ -51,7 +51,8 @@ class StoreConfig:
             if isinstance(self.store_dir, str):
                 object.__setattr__(self, "store_dir", Path(self.store_dir))
             else:
-                raise ConfigError(f"StoreConfig.store_dir: expected a path, got {type(self.store_dir).__name__}")
+                raise ConfigError(f"StoreConfig.store_dir: expected a path, "
+                                  f"got {type(self.store_dir).__name__}")
         if not isinstance(self.flush_mode, FlushMode):
             raise ConfigError(f"StoreConfig.flush_mode: {self.flush_mode!r} is not one of "
                               f"{[m.name for m in FlushMode]}")
@@ -76,7 +77,8 @@ class StoreConfig:
             raise ConfigError(f"StoreConfig.max_commit_log_bytes: must be > 0 or None, "
                               f"got {self.max_commit_log_bytes}")
         if self.retention_interval_ms < 0:
-            raise ConfigError(f"StoreConfig.retention_interval_ms: must be >= 0, got {self.retention_interval_ms}")
+            raise ConfigError(f"StoreConfig.retention_interval_ms: must be >= 0, "
+                              f"got {self.retention_interval_ms}")
 
 
 class PutStatus(enum.Enum):

@@ -1,0 +1,3 @@
+from broker_store.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""Topic administration and metadata: UPDATE_AND_CREATE_TOPIC, GET_ALL_TOPIC_CONFIG.
+
+Called by ``BrokerController``. A topic change is persisted by ``TopicConfigManager`` and triggers an
+immediate re-registration with the name servers (the controller listens for changes).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from broker_store.protocol.codes import PERM_INHERIT, PERM_PRIORITY, PERM_READ, PERM_WRITE, ResponseCode
+from broker_store.protocol.errors import ProtocolError
+from broker_store.protocol.frame import RemotingCommand
+from broker_store.protocol.headers import CreateTopicRequestHeader
+from broker_store.protocol.message import validate_topic
+from broker_store.protocol.topic import DEFAULT_TOPIC, TopicConfig
+
+if TYPE_CHECKING:
+    from broker_store.broker.controller import BrokerController
+    from broker_store.net.server import Connection
+
+MAX_QUEUE_NUMS = 1024
+_ALL_PERMS = PERM_PRIORITY | PERM_READ | PERM_WRITE | PERM_INHERIT
+
+
+def parse_attributes(raw: str | None) -> dict[str, str]:
+    """RocketMQ's ``+key=value,+key2=value2`` attribute string (``-key`` deletes: ignored on create)."""
+    out: dict[str, str] = {}
+    if not raw:
+        return out
+    for item in raw.split(","):
+        item = item.strip()
+        if not item or item.startswith("-"):
+            continue
+        key, sep, value = item.lstrip("+").partition("=")
+        if not sep or not key:
+            raise ProtocolError(f"attribute {item!r} is not +key=value")
+        out[key] = value
+    return out
+
+
+class AdminProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    async def update_and_create_topic(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        h = CreateTopicRequestHeader.from_ext(cmd.ext_fields)
+        try:
+            validate_topic(h.topic)
+        except ProtocolError as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        if h.topic == self.broker.config.cluster_name:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                f"the topic[{h.topic}] is conflict with system reserved words.")
+        if h.topic == DEFAULT_TOPIC and not self.broker.config.auto_create_topic_enable:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"the topic[{h.topic}] is conflict with system topic; "
+                                                           "it exists only with auto_create_topic_enable")
+        for name, value in (("readQueueNums", h.read_queue_nums), ("writeQueueNums", h.write_queue_nums)):
+            if not 0 <= value <= MAX_QUEUE_NUMS:
+                return cmd.response(ResponseCode.INVALID_PARAMETER,
+                                    f"{name} {value} is out of the allowed range 0..{MAX_QUEUE_NUMS}")
+        if h.perm & ~_ALL_PERMS:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, f"perm {h.perm} has bits outside {_ALL_PERMS}")
+        try:
+            attributes = parse_attributes(h.attributes)
+        except ProtocolError as exc:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, str(exc))
+        tc = TopicConfig(h.topic, read_queue_nums=h.read_queue_nums, write_queue_nums=h.write_queue_nums,
+                         perm=h.perm, topic_filter_type=h.topic_filter_type or "SINGLE_TAG",
+                         topic_sys_flag=h.topic_sys_flag or 0, order=bool(h.order), attributes=attributes)
+        self.broker.topic_configs.update(tc)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    async def get_all_topic_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        return cmd.response(ResponseCode.SUCCESS, body=self.broker.topic_configs.table().encode())

@@ -1,0 +1,65 @@
+"""Versioned JSON files for broker metadata (topics, consumer offsets), replaced atomically.
+
+Used by ``TopicConfigManager`` and ``ConsumerOffsetManager``. File layout::
+
+    {"version": 1,            # FORMAT_VERSION of the writer; newer versions are refused
+     ...payload keys...}
+
+A write goes to ``<name>.tmp`` in the same directory, is fsynced, renamed over ``<name>`` and the
+directory is fsynced, so a crash leaves either the old or the new file, never a torn one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from broker_store.protocol.errors import StoreError
+
+FORMAT_VERSION = 1
+
+
+def write_metadata_file(path: Path, payload: dict[str, Any]) -> None:
+    """Atomically replace ``path`` with ``{"version": FORMAT_VERSION, **payload}``."""
+    data = orjson.dumps({"version": FORMAT_VERSION, **payload}, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS |
+                        orjson.OPT_NON_STR_KEYS)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def read_metadata_file(path: Path) -> dict[str, Any] | None:
+    """The payload of ``path``, or None if it does not exist. StoreError if unreadable or corrupt."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise StoreError(f"{path} is not valid JSON ({exc}); fix or remove it") from exc
+    if not isinstance(data, dict):
+        raise StoreError(f"{path} does not hold a JSON object")
+    version = data.get("version")
+    if version != FORMAT_VERSION:
+        raise StoreError(f"{path} has format version {version!r}; this broker reads version {FORMAT_VERSION}")
+    return data

@@ -1,0 +1,160 @@
+"""The broker's side of the name-server protocol (RocketMQ's BrokerOuterAPI + registration timers).
+
+Owned by ``BrokerController``: a full REGISTER_BROKER with the whole topic table to every name
+server at start, every ``register_interval_seconds`` and promptly after a topic change; a lite
+BROKER_HEARTBEAT every ``heartbeat_interval_seconds``; UNREGISTER_BROKER on clean shutdown.
+A name server that is down is logged and retried on the next tick; it never blocks the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker_store.net.client import RemotingClient
+from broker_store.protocol.codes import RequestCode, ResponseCode
+from broker_store.protocol.errors import RocketMQError
+from broker_store.protocol.frame import RemotingCommand
+from broker_store.protocol.headers import (
+    BrokerHeartbeatRequestHeader,
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+    UnregisterBrokerRequestHeader,
+)
+from broker_store.protocol.topic import TopicConfigTable, encode_register_broker_body
+
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerIdentity:
+    """How this broker names itself to name servers."""
+
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    broker_addr: str
+    """Advertised ``ip:port``."""
+    ha_server_addr: str = ""
+
+
+class NamesrvRegistration:
+    """Registration with a fixed list of name servers.
+
+    ``topic_table`` is called for each full registration (a snapshot of the topic table);
+    ``broker_id`` is read on every call so a role change re-registers under the new id.
+    """
+
+    def __init__(self, client: RemotingClient, namesrv_addrs: list[str], identity: Callable[[], BrokerIdentity],
+                 topic_table: Callable[[], TopicConfigTable], *, register_interval: float,
+                 heartbeat_interval: float) -> None:
+        self._client = client
+        self.namesrv_addrs = list(namesrv_addrs)
+        self._identity = identity
+        self._topic_table = topic_table
+        self.register_interval = register_interval
+        self.heartbeat_interval = heartbeat_interval
+        self._register_requested = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.master_addr: str | None = None
+        """Primary address reported by the last registration (replicas)."""
+
+    async def register_all(self) -> bool:
+        """One full registration with every name server, concurrently; True if all accepted."""
+        if not self.namesrv_addrs:
+            return True
+        ident = self._identity()
+        body = encode_register_broker_body(self._topic_table())
+        header = RegisterBrokerRequestHeader(
+            broker_name=ident.broker_name, broker_addr=ident.broker_addr, cluster_name=ident.cluster_name,
+            ha_server_addr=ident.ha_server_addr, broker_id=ident.broker_id, compressed=False,
+            body_crc32=zlib.crc32(body) & 0x7FFFFFFF)
+        results = await asyncio.gather(*(self._register_one(addr, header, body) for addr in self.namesrv_addrs))
+        return all(results)
+
+    async def _register_one(self, addr: str, header: RegisterBrokerRequestHeader, body: bytes) -> bool:
+        cmd = RemotingCommand(code=RequestCode.REGISTER_BROKER, ext_fields=header.to_ext(), body=body)
+        try:
+            resp = await self._client.invoke(addr, cmd, REQUEST_TIMEOUT)
+        except RocketMQError as exc:
+            log.warning("register broker %s with name server %s failed: %s", header.broker_name, addr, exc)
+            return False
+        if resp.code != ResponseCode.SUCCESS:
+            log.warning("name server %s refused registration of %s: code %s %s", addr, header.broker_name,
+                        resp.code, resp.remark)
+            return False
+        try:
+            rh = RegisterBrokerResponseHeader.from_ext(resp.ext_fields)
+        except RocketMQError as exc:
+            log.warning("name server %s sent an unreadable registration response: %s", addr, exc)
+            return True
+        if rh.master_addr:
+            self.master_addr = rh.master_addr
+        return True
+
+    async def heartbeat_all(self) -> None:
+        """Lite heartbeat (oneway) to every name server."""
+        ident = self._identity()
+        ext = BrokerHeartbeatRequestHeader(cluster_name=ident.cluster_name, broker_addr=ident.broker_addr,
+                                           broker_name=ident.broker_name, broker_id=ident.broker_id).to_ext()
+        for addr in self.namesrv_addrs:
+            try:
+                await self._client.invoke_oneway(addr, RemotingCommand(code=RequestCode.BROKER_HEARTBEAT,
+                                                                       ext_fields=dict(ext)))
+            except RocketMQError as exc:
+                log.debug("heartbeat to name server %s failed: %s", addr, exc)
+
+    async def unregister_all(self) -> None:
+        ident = self._identity()
+        ext = UnregisterBrokerRequestHeader(broker_name=ident.broker_name, broker_addr=ident.broker_addr,
+                                            cluster_name=ident.cluster_name, broker_id=ident.broker_id).to_ext()
+
+        async def one(addr: str) -> None:
+            try:
+                resp = await self._client.invoke(addr, RemotingCommand(code=RequestCode.UNREGISTER_BROKER,
+                                                                       ext_fields=dict(ext)), REQUEST_TIMEOUT)
+                if resp.code != ResponseCode.SUCCESS:
+                    log.warning("name server %s refused unregistration: %s", addr, resp.remark)
+            except RocketMQError as exc:
+                log.warning("unregister from name server %s failed: %s", addr, exc)
+
+        await asyncio.gather(*(one(a) for a in self.namesrv_addrs))
+
+    def request_register(self) -> None:
+        """Ask for a full registration soon (coalesces bursts of topic changes)."""
+        self._register_requested.set()
+
+    def start(self) -> None:
+        if not self.namesrv_addrs:
+            return
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._register_loop()), loop.create_task(self._heartbeat_loop())]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        self._tasks = []
+
+    async def _register_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._register_requested.wait(), self.register_interval)
+            except TimeoutError:
+                pass
+            self._register_requested.clear()
+            await self.register_all()
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            await self.heartbeat_all()

@@ -1,0 +1,152 @@
+"""PULL_MESSAGE with long polling, tag filtering and offset commit (RocketMQ's PullMessageProcessor).
+
+Called by ``BrokerController``. A pull that finds nothing new and carries FLAG_SUSPEND is held (up to
+``suspendTimeoutMillis`` with long polling, ``short_polling_time_ms`` without) and re-run when the
+store reports an arrival on its queue; the held request answers PULL_NOT_FOUND at the deadline.
+
+Store status -> response code (as RocketMQ)::
+
+    FOUND                                     SUCCESS (body = the stored records, byte for byte)
+    NO_MATCHED_MESSAGE, MESSAGE_WAS_REMOVING  PULL_RETRY_IMMEDIATELY
+    OFFSET_TOO_SMALL, OFFSET_OVERFLOW_BADLY   PULL_OFFSET_MOVED (replica: PULL_RETRY_IMMEDIATELY, suggest 0)
+    OFFSET_OVERFLOW_ONE, OFFSET_FOUND_NULL    PULL_NOT_FOUND
+    NO_MATCHED_LOGIC_QUEUE, NO_MESSAGE_IN_QUEUE  PULL_OFFSET_MOVED if offset != 0 else PULL_NOT_FOUND
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from broker_store.broker.subscription import EXPRESSION_TYPE_TAG, SubscriptionParseError, build_subscription
+from broker_store.protocol.codes import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND, ResponseCode
+from broker_store.protocol.frame import RemotingCommand
+from broker_store.protocol.headers import PullMessageRequestHeader
+from broker_store.protocol.route import MASTER_ID
+from broker_store.protocol.topic import is_readable
+from broker_store.store import GetResult, GetStatus
+
+if TYPE_CHECKING:
+    from broker_store.broker.controller import BrokerController
+    from broker_store.net.server import Connection
+
+_STATUS_CODE = {
+    GetStatus.FOUND: ResponseCode.SUCCESS,
+    GetStatus.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetStatus.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+    GetStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+    GetStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    GetStatus.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
+}
+
+
+def pull_response_code(status: GetStatus, requested_offset: int) -> ResponseCode:
+    """RocketMQ's mapping of a GetMessageStatus to the pull response code."""
+    if status is GetStatus.NO_MATCHED_LOGIC_QUEUE or status is GetStatus.NO_MESSAGE_IN_QUEUE:
+        return ResponseCode.PULL_OFFSET_MOVED if requested_offset != 0 else ResponseCode.PULL_NOT_FOUND
+    return _STATUS_CODE[status]
+
+
+class PullProcessor:
+    """Serves PULL_MESSAGE. One instance per broker."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    async def pull_message(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
+        broker = self.broker
+        tc = broker.topic_configs.select(h.topic)
+        if tc is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
+        if not is_readable(tc.perm):
+            return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
+        if h.queue_id < 0 or h.queue_id >= tc.read_queue_nums:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
+                                f"[{tc.read_queue_nums}] consumer:[{conn.remote_addr}]")
+        if h.sys_flag & PULL_FLAG_SUBSCRIPTION:
+            try:
+                sub = build_subscription(h.topic, h.subscription, h.expression_type, h.sub_version)
+            except SubscriptionParseError as exc:
+                return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        else:
+            group = broker.clients.consumer_group(h.consumer_group)
+            if group is None:
+                return cmd.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                    f"the consumer's group info not exist, group: {h.consumer_group}")
+            registered = group.subscriptions.get(h.topic)
+            if registered is None:
+                return cmd.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                    f"the consumer's subscription not exist, group: {h.consumer_group} "
+                                    f"topic: {h.topic}")
+            if registered.sub_version < h.sub_version:
+                return cmd.response(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
+            if registered.expression_type != EXPRESSION_TYPE_TAG:
+                return cmd.response(ResponseCode.SYSTEM_ERROR, "The broker does not support consumer to filter "
+                                                               f"message by {registered.expression_type}")
+            sub = registered
+        tags_codes = sub.tags_codes
+        max_nums = min(h.max_msg_nums, broker.config.max_pull_msg_nums)
+        max_bytes = h.max_msg_bytes if h.max_msg_bytes and h.max_msg_bytes > 0 else None
+
+        result = self._get(h, max_nums, tags_codes, max_bytes)
+        code = pull_response_code(result.status, h.queue_offset)
+
+        if h.sys_flag & PULL_FLAG_COMMIT_OFFSET and broker.is_primary:
+            broker.consumer_offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+
+        if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & PULL_FLAG_SUSPEND:
+            result, code = await self._hold(h, max_nums, tags_codes, max_bytes, result, code)
+        return self._respond(cmd, h, result, code)
+
+    def _get(self, h: PullMessageRequestHeader, max_nums: int, tags_codes: frozenset[int] | None,
+             max_bytes: int | None) -> GetResult:
+        store = self.broker.store
+        if max_bytes is None:
+            return store.get_messages(h.topic, h.queue_id, h.queue_offset, max_nums, tags_codes=tags_codes)
+        return store.get_messages(h.topic, h.queue_id, h.queue_offset, max_nums, tags_codes=tags_codes,
+                                  max_bytes=max_bytes)
+
+    async def _hold(self, h: PullMessageRequestHeader, max_nums: int, tags_codes: frozenset[int] | None,
+                    max_bytes: int | None, result: GetResult, code: ResponseCode) -> tuple[GetResult, ResponseCode]:
+        cfg = self.broker.config
+        if not cfg.long_polling_enable:
+            await asyncio.sleep(cfg.short_polling_time_ms / 1000)
+            result = self._get(h, max_nums, tags_codes, max_bytes)
+            return result, pull_response_code(result.status, h.queue_offset)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(h.suspend_timeout_millis, 0) / 1000
+        waiters = self.broker.pull_waiters
+        store = self.broker.store
+        while code == ResponseCode.PULL_NOT_FOUND and not self.broker.stopping:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            fut = waiters.add(h.topic, h.queue_id, h.queue_offset)
+            try:
+                # Re-read after registering: an arrival between the first read and now is not lost.
+                if store.get_max_offset(h.topic, h.queue_id) <= h.queue_offset:
+                    try:
+                        await asyncio.wait_for(fut, remaining)
+                    except TimeoutError:
+                        pass
+            finally:
+                waiters.discard(h.topic, h.queue_id, fut)
+            result = self._get(h, max_nums, tags_codes, max_bytes)
+            code = pull_response_code(result.status, h.queue_offset)
+        return result, code
+
+    def _respond(self, cmd: RemotingCommand, h: PullMessageRequestHeader, result: GetResult,
+                 code: ResponseCode) -> RemotingCommand:
+        suggest = MASTER_ID
+        if code == ResponseCode.PULL_OFFSET_MOVED and not self.broker.is_primary:
+            # A replica does not judge offsets (offsetCheckInSlave=false): retry against the primary.
+            code = ResponseCode.PULL_RETRY_IMMEDIATELY
+        ext = {"suggestWhichBrokerId": str(suggest), "nextBeginOffset": str(result.next_begin_offset),
+               "minOffset": str(result.min_offset), "maxOffset": str(result.max_offset)}
+        if code == ResponseCode.SUCCESS:
+            return cmd.response(code, None, ext, result.body)
+        return cmd.response(code, result.status.name, ext)
+

@@ -1,0 +1,345 @@
+"""SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE and CONSUMER_SEND_MSG_BACK.
+
+Called by ``BrokerController`` for those request codes. Order of checks and the remarks follow
+RocketMQ's SendMessageProcessor / AbstractSendMessageProcessor.msgCheck so clients see familiar
+answers: role -> topic name -> forbidden system topic -> topic config (auto-create from TBW102) ->
+queue id -> sizes -> store. The put path is the broker's hottest: the header is parsed by hand
+(falling back to the typed header only to name a bad field), properties stay bytes, and the only
+per-message property edit is appending CLUSTER.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from broker_store.protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
+from broker_store.protocol.errors import ProtocolError
+from broker_store.protocol.frame import RemotingCommand
+from broker_store.protocol.headers import SEND_V2_NAMES, ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
+from broker_store.protocol.message import (
+    MAX_PROPERTIES_LENGTH,
+    PROPERTY_CLUSTER,
+    PROPERTY_MSG_REGION,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TRACE_SWITCH,
+    PROPERTY_WAIT,
+    decode_properties,
+    decode_stored_message,
+    encode_properties,
+    iter_batch,
+    tags_hash_code,
+    validate_topic,
+)
+from broker_store.protocol.topic import (
+    RETRY_GROUP_TOPIC_PREFIX,
+    TopicConfig,
+    dlq_topic,
+    is_writeable,
+    retry_topic,
+)
+from broker_store.store import FlushMode, PutResult, PutStatus, tags_code_of_properties
+
+if TYPE_CHECKING:
+    from broker_store.broker.controller import BrokerController
+    from broker_store.net.server import Connection
+
+log = logging.getLogger(__name__)
+
+# TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET: broker-internal topics producers may not write.
+NOT_ALLOWED_SEND_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+                                     "TRANS_CHECK_MAX_TIME_TOPIC"})
+RETRY_QUEUE_NUMS = 1
+"""SubscriptionGroupConfig.retryQueueNums default."""
+DLQ_QUEUE_NUMS = 1
+"""MixAll.DLQ_QUEUE_NUMS_PER_GROUP."""
+SERVICE_NOT_AVAILABLE_REMARK = (
+    "service not available now. It may be caused by one of the following reasons: the broker's disk is full, "
+    "messages are put to the slave, message store has been shut down, etc.")
+_WAIT_FALSE = f"{PROPERTY_WAIT}\x01false\x02".encode()
+_CLUSTER_KEY = f"{PROPERTY_CLUSTER}\x01".encode()
+
+
+@dataclass(slots=True)
+class SendRequest:
+    """The fields of SendMessageRequestHeader the put path needs (parsed without the generic codec)."""
+
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: int
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str
+    reconsume_times: int
+    max_reconsume_times: int | None
+
+
+def parse_send_header(ext: dict[str, str], short_names: bool) -> SendRequest:
+    """Fast path of SendMessageRequestHeader.from_ext; on any problem the typed header names it."""
+    g = ext.get
+    try:
+        if short_names:
+            req = SendRequest(g("a"), g("b"), g("c"), int(g("d")), int(g("e")), int(g("f")),  # type: ignore
+                              int(g("g")), int(g("h")), g("i") or "", int(g("j") or 0),  # type: ignore
+                              int(g("l")) if g("l") else None)
+        else:
+            req = SendRequest(g("producerGroup"), g("topic"), g("defaultTopic"),  # type: ignore[arg-type]
+                              int(g("defaultTopicQueueNums")), int(g("queueId")),  # type: ignore[arg-type]
+                              int(g("sysFlag")), int(g("bornTimestamp")), int(g("flag")),  # type: ignore[arg-type]
+                              g("properties") or "", int(g("reconsumeTimes") or 0),
+                              int(g("maxReconsumeTimes")) if g("maxReconsumeTimes") else None)
+        if req.producer_group is None or req.topic is None or req.default_topic is None:
+            raise ValueError("missing field")
+        return req
+    except (TypeError, ValueError):
+        h = SendMessageRequestHeader.from_ext(ext, SEND_V2_NAMES if short_names else None)  # raises, naming it
+        return SendRequest(h.producer_group, h.topic, h.default_topic, h.default_topic_queue_nums, h.queue_id,
+                           h.sys_flag, h.born_timestamp, h.flag, h.properties or "", h.reconsume_times or 0,
+                           h.max_reconsume_times)
+
+
+def _find_property(props: bytes, key: bytes) -> int:
+    """Start of ``key`` (``NAME\\x01``) as a whole property name in ``props``, or -1."""
+    pos = props.find(key)
+    while pos > 0 and props[pos - 1] != 2:
+        pos = props.find(key, pos + 1)
+    return pos
+
+
+def put_property(props: bytes, name: str, value: str) -> bytes:
+    """``props`` with ``name`` set to ``value``; appends when absent (the cheap, common case)."""
+    key = f"{name}\x01".encode()
+    if _find_property(props, key) >= 0:
+        decoded = decode_properties(props)
+        decoded[name] = value
+        return encode_properties(decoded)
+    if props and props[-1] != 2:
+        props += b"\x02"
+    return props + key + value.encode() + b"\x02"
+
+
+def born_host_of(remote_addr: str) -> str:
+    """IPv4 ``ip:port`` for the BORNHOST field (IPv6 peers are recorded as 127.0.0.1)."""
+    host, _, port = remote_addr.rpartition(":")
+    if host.startswith("::ffff:"):
+        host = host[7:]
+    if host.count(".") != 3:
+        host = "127.0.0.1"
+    return f"{host}:{port if port.isdigit() else 0}"
+
+
+class SendProcessor:
+    """Writes producers' messages into the store. One instance per broker."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        cfg = broker.config
+        self._cluster_suffix = f"{PROPERTY_CLUSTER}\x01{cfg.cluster_name}\x02".encode()
+        self._cluster_name = cfg.cluster_name
+        self._region = cfg.region_id
+        self._trace_on = "true" if cfg.trace_on else "false"
+        self._sync_flush = broker.store_config.flush_mode == FlushMode.SYNC_FLUSH
+        self._max_message_size = cfg.max_message_size
+        self._born_hosts: dict[str, str] = {}
+
+    # -- shared checks ----------------------------------------------------------------------------
+
+    def _born_host(self, conn: Connection) -> str:
+        host = self._born_hosts.get(conn.remote_addr)
+        if host is None:
+            if len(self._born_hosts) > 4096:
+                self._born_hosts.clear()
+            host = self._born_hosts[conn.remote_addr] = born_host_of(conn.remote_addr)
+        return host
+
+    def _with_cluster(self, props: bytes) -> bytes:
+        if _find_property(props, _CLUSTER_KEY) >= 0:
+            return put_property(props, PROPERTY_CLUSTER, self._cluster_name)
+        if props and props[-1] != 2:
+            return props + b"\x02" + self._cluster_suffix
+        return props + self._cluster_suffix
+
+    def _check(self, cmd: RemotingCommand, req: SendRequest, conn: Connection) -> RemotingCommand | TopicConfig:
+        """msgCheck: the topic config to write to, or the error response."""
+        if not self.broker.is_primary:
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, SERVICE_NOT_AVAILABLE_REMARK)
+        topics = self.broker.topic_configs
+        tc = topics.select(req.topic)
+        if tc is None:
+            try:
+                validate_topic(req.topic)
+            except ProtocolError as exc:
+                return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"the message is illegal: {exc}")
+            if req.topic in NOT_ALLOWED_SEND_TOPICS:
+                return cmd.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{req.topic}] is forbidden.")
+            tc = topics.create_in_send(req.topic, req.default_topic, req.default_topic_queue_nums)
+            if tc is None and req.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                tc = topics.create_in_send_back(req.topic, RETRY_QUEUE_NUMS, PERM_READ | PERM_WRITE)
+            if tc is None:
+                return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
+                                    f"topic[{req.topic}] not exist, apply first please! (auto_create_topic_enable is "
+                                    f"{'on' if topics.auto_create_topic_enable else 'off'} on broker "
+                                    f"{self.broker.config.broker_name}; create the topic with UPDATE_AND_CREATE_TOPIC)")
+        if not is_writeable(tc.perm):
+            return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{req.topic}] sending message is forbidden")
+        valid = max(tc.write_queue_nums, tc.read_queue_nums)
+        if req.queue_id >= valid:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                f"request queueId[{req.queue_id}] is illegal, {tc} Producer: {conn.remote_addr}")
+        if req.queue_id < 0:
+            req.queue_id = random.randrange(max(tc.write_queue_nums, 1))
+        return tc
+
+    def _illegal_size(self, cmd: RemotingCommand, size: int) -> RemotingCommand:
+        return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
+                            f"the message is illegal: body size {size} exceeds the limit of "
+                            f"{self._max_message_size} bytes (max_message_size)")
+
+    def _illegal_props(self, cmd: RemotingCommand, size: int) -> RemotingCommand:
+        return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
+                            f"the message is illegal: properties length {size} exceed the limit of "
+                            f"{MAX_PROPERTIES_LENGTH} bytes")
+
+    async def _answer(self, cmd: RemotingCommand, result: PutResult, queue_id: int, wait: bool) -> RemotingCommand:
+        status = result.status
+        if status is PutStatus.PUT_OK:
+            code = ResponseCode.SUCCESS
+            if self._sync_flush and wait:
+                flushed = await asyncio.wrap_future(self.broker.store.wait_for_flush(result.end_offset))
+                if not flushed:
+                    code = ResponseCode.FLUSH_DISK_TIMEOUT
+            ext = {"msgId": ",".join(result.msg_ids), "queueId": str(queue_id),
+                   "queueOffset": str(result.queue_offset), PROPERTY_MSG_REGION: self._region,
+                   PROPERTY_TRACE_SWITCH: self._trace_on}
+            return cmd.response(code, None, ext)
+        if status is PutStatus.MESSAGE_ILLEGAL or status is PutStatus.PROPERTIES_SIZE_EXCEEDED:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"the message is illegal: {result.remark}")
+        if status is PutStatus.SERVICE_NOT_AVAILABLE:
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
+                                f"{SERVICE_NOT_AVAILABLE_REMARK} ({result.remark})" if result.remark
+                                else SERVICE_NOT_AVAILABLE_REMARK)
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"{status.name}: {result.remark}")
+
+    # -- SEND_MESSAGE / SEND_MESSAGE_V2 -----------------------------------------------------------
+
+    async def send_message(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        short = cmd.code != RequestCode.SEND_MESSAGE and "b" in cmd.ext_fields
+        req = parse_send_header(cmd.ext_fields, short)
+        checked = self._check(cmd, req, conn)
+        if isinstance(checked, RemotingCommand):
+            return checked
+        body = cmd.body
+        if len(body) > self._max_message_size:
+            return self._illegal_size(cmd, len(body))
+        props = req.properties.encode()
+        topic = req.topic
+        queue_id = req.queue_id
+        reconsume_times = req.reconsume_times
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            max_times = req.max_reconsume_times if req.max_reconsume_times is not None \
+                else self.broker.config.max_reconsume_times
+            if reconsume_times >= max_times:
+                # handleRetryAndDLQ: a retry that exhausted its attempts goes to the group's DLQ.
+                topic = dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
+                self.broker.topic_configs.create_in_send_back(topic, DLQ_QUEUE_NUMS, PERM_READ | PERM_WRITE)
+                queue_id = 0
+        props = self._with_cluster(props)
+        if len(props) > MAX_PROPERTIES_LENGTH:
+            return self._illegal_props(cmd, len(props))
+        tags_code = tags_code_of_properties(props, tags_hash_code)
+        result = self.broker.store.put_message(topic, queue_id, body, props, tags_code=tags_code, flag=req.flag,
+                                               sys_flag=req.sys_flag, born_timestamp=req.born_timestamp,
+                                               born_host=self._born_host(conn), reconsume_times=reconsume_times)
+        wait = not self._sync_flush or _find_property(props, _WAIT_FALSE) < 0
+        return await self._answer(cmd, result, queue_id, wait)
+
+    # -- SEND_BATCH_MESSAGE -----------------------------------------------------------------------
+
+    async def send_batch_message(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        req = parse_send_header(cmd.ext_fields, "b" in cmd.ext_fields)
+        if len(req.topic.encode()) > 127:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "message topic length too long "
+                                f"{len(req.topic.encode())} (limit 127 bytes)")
+        if req.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
+                                f"batch request does not support retry group {req.topic}")
+        checked = self._check(cmd, req, conn)
+        if isinstance(checked, RemotingCommand):
+            return checked
+        if len(cmd.body) > self._max_message_size:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
+                                f"the message is illegal: batch body size {len(cmd.body)} exceeds the limit of "
+                                f"{self._max_message_size} bytes (max_message_size)")
+        try:
+            batch = list(iter_batch(cmd.body))
+        except ProtocolError as exc:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"the message is illegal: {exc}")
+        if not batch:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "the message is illegal: the batch is empty")
+        entries = []
+        with_cluster = self._with_cluster
+        wait = True
+        for m in batch:
+            props = with_cluster(m.properties)
+            if len(props) > MAX_PROPERTIES_LENGTH:
+                return self._illegal_props(cmd, len(props))
+            if self._sync_flush and _find_property(props, _WAIT_FALSE) >= 0:
+                wait = False
+            entries.append((m.body, props, m.flag, tags_code_of_properties(props, tags_hash_code)))
+        result = self.broker.store.put_messages(req.topic, req.queue_id, entries, sys_flag=req.sys_flag,
+                                                born_timestamp=req.born_timestamp, born_host=self._born_host(conn))
+        return await self._answer(cmd, result, req.queue_id, wait)
+
+    # -- CONSUMER_SEND_MSG_BACK -------------------------------------------------------------------
+
+    async def consumer_send_msg_back(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """Re-put a consumed message to %RETRY%<group>, or %DLQ%<group> once it exhausted its retries.
+
+        Delay levels are not honoured: the retry message is stored for immediate redelivery (this
+        broker has no schedule topic), so no DELAY property is written.
+        """
+        h = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
+        if not self.broker.is_primary:
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, SERVICE_NOT_AVAILABLE_REMARK)
+        topics = self.broker.topic_configs
+        new_topic = retry_topic(h.group)
+        tc = topics.create_in_send_back(new_topic, RETRY_QUEUE_NUMS, PERM_READ | PERM_WRITE)
+        if not is_writeable(tc.perm):
+            return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden")
+        record = self.broker.store.read_record(h.offset)
+        if record is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}")
+        try:
+            msg = decode_stored_message(record, decompress=False)
+        except ProtocolError as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}: {exc}")
+        props = dict(msg.properties)
+        props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
+        props[PROPERTY_WAIT] = "false"
+        max_times = h.max_reconsume_times if h.max_reconsume_times is not None \
+            else self.broker.config.max_reconsume_times
+        queue_id = random.randrange(tc.write_queue_nums) if tc.write_queue_nums > 0 else 0
+        if msg.reconsume_times >= max_times or h.delay_level < 0:
+            new_topic = dlq_topic(h.group)
+            tc = topics.create_in_send_back(new_topic, DLQ_QUEUE_NUMS, PERM_READ | PERM_WRITE)
+            queue_id = 0
+        if not props.get(PROPERTY_ORIGIN_MESSAGE_ID):
+            props[PROPERTY_ORIGIN_MESSAGE_ID] = msg.offset_msg_id
+        raw_props = encode_properties(props)
+        if len(raw_props) > MAX_PROPERTIES_LENGTH:
+            return self._illegal_props(cmd, len(raw_props))
+        result = self.broker.store.put_message(
+            new_topic, queue_id, msg.body, raw_props, tags_code=tags_code_of_properties(raw_props, tags_hash_code),
+            flag=msg.flag, sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, born_host=msg.born_host,
+            reconsume_times=msg.reconsume_times + 1)
+        if result.status is PutStatus.PUT_OK:
+            return cmd.response(ResponseCode.SUCCESS)
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"{result.status.name}: {result.remark}")
+

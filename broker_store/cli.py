@@ -1,0 +1,242 @@
+"""`python -m broker_store ...`: run name servers and brokers, a whole local cluster, and small
+mqadmin-style commands (cluster, topics, create-topic, produce, consume, offsets).
+
+Server commands print `READY <address>` on stdout once serving (the launcher and tests wait for it);
+logs go to stderr. Exit codes: 0 ok, 1 runtime failure, 2 bad configuration or arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+from broker_store.protocol.errors import ConfigError, RocketMQError
+
+
+def _event_loop_run(main: Coroutine[Any, Any, None]) -> None:
+    try:
+        import uvloop
+    except ImportError:  # uvloop is optional (not on Windows)
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
+
+
+def _print_ready(addr: str) -> None:
+    print(f"READY {addr}", flush=True)
+
+
+def _serve(kind: str, config: Path) -> int:
+    from broker_store.config import BrokerConfig, NamesrvConfig, load_yaml
+
+    if kind == "namesrv":
+        from broker_store.namesrv.server import run_namesrv
+
+        _event_loop_run(run_namesrv(load_yaml(config, NamesrvConfig), _print_ready))
+    else:
+        from broker_store.broker.controller import run_broker
+
+        _event_loop_run(run_broker(load_yaml(config, BrokerConfig), _print_ready))
+    return 0
+
+
+def _queues(admin: Any, topic: str) -> list[Any]:
+    from broker_store.client import MessageQueue
+
+    route = admin.topic_route(topic)
+    return sorted(MessageQueue(topic, q.broker_name, i) for q in route.queue_datas for i in range(q.read_queue_nums))
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from broker_store.client import Admin
+
+    with Admin(args.namesrv) as admin:
+        info = admin.cluster_info()
+    for cluster, names in sorted(info.cluster_addr_table.items()):
+        for name in sorted(names):
+            broker = info.broker_addr_table.get(name)
+            addrs = ", ".join(f"{bid}={addr}" for bid, addr in sorted((broker.broker_addrs if broker else {}).items()))
+            print(f"{cluster}\t{name}\t{addrs}")
+    return 0
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    from broker_store.client import Admin
+
+    with Admin(args.namesrv) as admin:
+        for topic in sorted(admin.topic_list()):
+            print(topic)
+    return 0
+
+
+def cmd_create_topic(args: argparse.Namespace) -> int:
+    from broker_store.client import Admin
+
+    with Admin(args.namesrv) as admin:
+        created = admin.create_topic(args.topic, args.queues, cluster=args.cluster)
+        admin.wait_for_route(args.topic, timeout=10)
+    print(f"created {args.topic} with {args.queues} queues on {', '.join(created)}")
+    return 0
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from broker_store.client import Producer, new_message
+
+    body = args.body.encode() if args.body is not None else os.urandom(args.size)
+    started = time.monotonic()
+    sent = 0
+    with Producer(args.namesrv, args.group) as producer:
+        while sent < args.count:
+            n = min(args.batch, args.count - sent)
+            msgs = [new_message(args.topic, body, tags=args.tag, keys=args.keys) for _ in range(n)]
+            if n == 1:
+                result = producer.send(msgs[0])
+            else:
+                result = producer.send_batch(msgs)
+            if args.verbose:
+                print(f"{result.status.value} {result.message_queue} offset={result.queue_offset} msgId={result.msg_id}")
+            sent += n
+    elapsed = time.monotonic() - started
+    print(f"sent {sent} messages of {len(body)} bytes to {args.topic} in {elapsed:.2f}s "
+          f"({sent / max(elapsed, 1e-9):.0f} msg/s)")
+    return 0
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    from broker_store.client import Admin, PullConsumer, PullStatus
+
+    received = 0
+    with Admin(args.namesrv) as admin, PullConsumer(args.namesrv, args.group) as consumer:
+        queues = _queues(admin, args.topic)
+        positions = {}
+        for mq in queues:
+            if args.start == "earliest":
+                positions[mq] = admin.min_offset(mq)
+            elif args.start == "latest":
+                positions[mq] = admin.max_offset(mq)
+            else:
+                committed = consumer.query_consumer_offset(mq)
+                positions[mq] = committed if committed is not None else admin.min_offset(mq)
+        deadline = time.monotonic() + args.timeout
+        while received < args.count and time.monotonic() < deadline:
+            progressed = False
+            for mq in queues:
+                result = consumer.pull(mq, positions[mq], min(32, args.count - received), expression=args.tags)
+                if result.status is PullStatus.OFFSET_ILLEGAL or result.status is PullStatus.NO_MATCHED_MSG:
+                    positions[mq] = result.next_begin_offset
+                    continue
+                if result.status is not PullStatus.FOUND:
+                    continue
+                for msg in result.messages[: args.count - received]:
+                    body = msg.body.decode(errors="replace") if args.show_body else f"{len(msg.body)} bytes"
+                    print(f"{mq} offset={msg.queue_offset} msgId={msg.msg_id} tags={msg.tags} keys={msg.keys} {body}")
+                    received += 1
+                positions[mq] = result.next_begin_offset
+                progressed = True
+                if args.commit:
+                    consumer.update_consumer_offset(mq, positions[mq])
+                if received >= args.count:
+                    break
+            if not progressed:
+                time.sleep(0.1)
+    print(f"received {received} messages from {args.topic}", file=sys.stderr)
+    return 0
+
+
+def cmd_offsets(args: argparse.Namespace) -> int:
+    from broker_store.client import Admin
+
+    with Admin(args.namesrv) as admin:
+        print("queue\tmin\tmax" + ("\tconsumer\tlag" if args.group else ""))
+        for mq in _queues(admin, args.topic):
+            lo, hi = admin.min_offset(mq), admin.max_offset(mq)
+            line = f"{mq}\t{lo}\t{hi}"
+            if args.group:
+                committed = admin.consumer_offset(args.group, mq)
+                line += f"\t{committed if committed is not None else '-'}\t{hi - (committed or lo)}"
+            print(line)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m broker_store", description="RocketMQ-compatible name server, broker and admin commands.")
+    parser.add_argument("--log-level", default=os.environ.get("BROKER_STORE_LOG_LEVEL", "INFO"))
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    for kind in ("namesrv", "broker"):
+        p = sub.add_parser(kind, help=f"run one {kind}")
+        p.add_argument("--config", type=Path, required=True)
+        p.set_defaults(func=lambda a, k=kind: _serve(k, a.config))
+
+    p = sub.add_parser("up", help="run every process of the local clusters in a YAML file")
+    p.add_argument("--config", type=Path, required=True)
+    p.add_argument("--run-dir", type=Path, help="where generated per-process configs go (default run/up-<pid>)")
+    p.add_argument("--data-dir", type=Path, help="put every broker's store under this directory")
+    p.add_argument("--start-timeout", type=float, default=60.0)
+
+    def run_up(a: argparse.Namespace) -> int:
+        from broker_store.launcher import run_up as up
+
+        return up(a.config, a.run_dir, a.data_dir, a.start_timeout)
+
+    p.set_defaults(func=run_up)
+
+    def admin_parser(name: str, func: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
+        ap = sub.add_parser(name, help=help_text)
+        ap.add_argument("-n", "--namesrv", default=os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"),
+                        help="name server address(es), ';'-separated (env NAMESRV_ADDR)")
+        ap.set_defaults(func=func)
+        return ap
+
+    admin_parser("cluster", cmd_cluster, "list clusters, broker groups and addresses")
+    admin_parser("topics", cmd_topics, "list topics known to the name server")
+    p = admin_parser("create-topic", cmd_create_topic, "create or update a topic on every primary of a cluster")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("--queues", type=int, default=8)
+    p.add_argument("-c", "--cluster", help="cluster name (default: every cluster)")
+    p = admin_parser("produce", cmd_produce, "send messages")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("--count", type=int, default=1)
+    p.add_argument("--size", type=int, default=128, help="random body size when --body is not given")
+    p.add_argument("--body")
+    p.add_argument("--tag")
+    p.add_argument("--keys")
+    p.add_argument("--batch", type=int, default=1, help="messages per SEND_BATCH_MESSAGE request")
+    p.add_argument("--group", default="CLI_PRODUCER_GROUP")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p = admin_parser("consume", cmd_consume, "pull messages and print them")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("--group", default="CLI_CONSUMER_GROUP")
+    p.add_argument("--from", dest="start", choices=("earliest", "latest", "committed"), default="committed")
+    p.add_argument("--count", type=int, default=10)
+    p.add_argument("--tags", default="*", help="tag expression, e.g. 'TagA || TagB'")
+    p.add_argument("--timeout", type=float, default=10.0)
+    p.add_argument("--commit", action="store_true", help="commit the consumer offset after each pull")
+    p.add_argument("--show-body", action="store_true")
+    p = admin_parser("offsets", cmd_offsets, "min/max offsets per queue and a group's committed offset")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("--group")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except RocketMQError as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

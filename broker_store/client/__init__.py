@@ -1,0 +1,39 @@
+"""Python client for RocketMQ-compatible clusters (ours and Apache RocketMQ 4.x/5.x).
+
+``Producer``, ``PullConsumer`` and ``Admin`` are synchronous and thread-safe: they run on a
+shared background event loop (see ``runtime``) and are what Spark connectors use on executors.
+``AsyncProducer``, ``AsyncPullConsumer`` and ``AsyncAdmin`` are the same clients for asyncio code.
+Errors are the classes of ``broker_store.protocol.errors``.
+"""
+
+from broker_store.client.admin import Admin, AsyncAdmin, TopicConfig
+from broker_store.client.consumer import AsyncPullConsumer, PullConsumer, Subscription
+from broker_store.client.producer import AsyncProducer, Producer, QueueSelector, new_message
+from broker_store.client.records import MessageQueue, PullResult, PullStatus, SendResult, SendStatus
+from broker_store.client.route_cache import DEFAULT_TOPIC, RouteCache
+from broker_store.client.unique_id import UniqueIdGenerator, create_unique_id
+from broker_store.protocol.message import Message, StoredMessage
+
+__all__ = [
+    "DEFAULT_TOPIC",
+    "Admin",
+    "AsyncAdmin",
+    "AsyncProducer",
+    "AsyncPullConsumer",
+    "Message",
+    "MessageQueue",
+    "Producer",
+    "PullConsumer",
+    "PullResult",
+    "PullStatus",
+    "QueueSelector",
+    "RouteCache",
+    "SendResult",
+    "SendStatus",
+    "StoredMessage",
+    "Subscription",
+    "TopicConfig",
+    "UniqueIdGenerator",
+    "create_unique_id",
+    "new_message",
+]

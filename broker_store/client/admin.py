@@ -1,0 +1,316 @@
+"""Admin: cluster and topic metadata, topic creation, queue offsets, consumer group offsets.
+
+Used on the Spark driver (planning partitions, config sync, checkpoints), by the CLI and tests.
+Reads go to the name servers or to each broker group's primary; nothing here is cached except
+topic routes (through the session's RouteCache, refreshed after any ``invalid_route`` error).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from broker_store.client.consumer import query_consumer_offset
+from broker_store.client.records import MessageQueue
+from broker_store.client.route_cache import DEFAULT_TOPIC, RouteCache, publish_queues, subscribe_queues
+from broker_store.client.runtime import SyncClient
+from broker_store.client.session import ClientSession
+from broker_store.net.client import RemotingClient
+from broker_store.protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
+from broker_store.protocol.errors import (
+    ConfigError,
+    ProtocolError,
+    RequestTimeoutError,
+    RocketMQError,
+    TopicNotExistError,
+    error_for_response,
+)
+from broker_store.protocol.headers import (
+    CreateTopicRequestHeader,
+    GetConsumerListByGroupRequestHeader,
+    OffsetResponseHeader,
+    QueueRequestHeader,
+    SearchOffsetRequestHeader,
+)
+from broker_store.protocol.message import validate_topic
+from broker_store.protocol.route import ClusterInfo, TopicRouteData, loads_rocketmq
+
+TOPIC_FILTER_SINGLE_TAG = "SINGLE_TAG"
+DEFAULT_PERM = PERM_READ | PERM_WRITE
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """A broker's configuration of one topic (GET_ALL_TOPIC_CONFIG entry)."""
+
+    topic_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_filter_type: str = TOPIC_FILTER_SINGLE_TAG
+    topic_sys_flag: int = 0
+    order: bool = False
+    attributes: Mapping[str, str] | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TopicConfig:
+        return cls(topic_name=d["topicName"], read_queue_nums=int(d["readQueueNums"]),
+                   write_queue_nums=int(d["writeQueueNums"]), perm=int(d["perm"]),
+                   topic_filter_type=d.get("topicFilterType") or TOPIC_FILTER_SINGLE_TAG,
+                   topic_sys_flag=int(d.get("topicSysFlag") or 0), order=bool(d.get("order", False)),
+                   attributes=dict(d["attributes"]) if d.get("attributes") else None)
+
+
+class AsyncAdmin:
+    """Asyncio admin client. Methods must run on one event loop."""
+
+    def __init__(self, namesrv_addr: str | Sequence[str], *, request_timeout: float = 3.0,
+                 route_ttl: float = 30.0, remoting: RemotingClient | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._session = ClientSession(namesrv_addr, remoting=remoting, request_timeout=request_timeout,
+                                      route_ttl=route_ttl, clock=clock)
+        self._clock = clock
+
+    @property
+    def routes(self) -> RouteCache:
+        return self._session.routes
+
+    async def start(self) -> None:
+        """Nothing to connect up front. Kept for symmetry."""
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    async def __aenter__(self) -> AsyncAdmin:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- name server ----------------------------------------------------------------------------
+
+    async def cluster_info(self) -> ClusterInfo:
+        resp = await self._session.routes.invoke_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)
+        return ClusterInfo.decode(resp.body)
+
+    async def topic_route(self, topic: str) -> TopicRouteData:
+        """The route straight from a name server (TopicNotExistError if it has none)."""
+        return await self._session.routes.fetch(topic)
+
+    async def topic_list(self) -> list[str]:
+        resp = await self._session.routes.invoke_namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        body = loads_rocketmq(resp.body) if resp.body else {}
+        topics = body.get("topicList") if isinstance(body, dict) else None
+        if not isinstance(topics, list):
+            raise ProtocolError("GET_ALL_TOPIC_LIST_FROM_NAMESERVER body has no topicList array")
+        return sorted(str(t) for t in topics)
+
+    async def wait_for_route(self, topic: str, timeout: float = 10.0, *, writable: bool = True,
+                             poll_interval: float = 0.1) -> TopicRouteData:
+        """Poll the name servers until the topic has a writable (or, with ``writable=False``,
+        readable) queue; RequestTimeoutError naming the last reason after ``timeout`` seconds."""
+        deadline = self._clock() + timeout
+        reason = "no route yet"
+        while True:
+            try:
+                route = await self._session.routes.fetch(topic)
+                queues = publish_queues(topic, route) if writable else subscribe_queues(topic, route)
+                if queues:
+                    self._session.routes.invalidate(topic)
+                    return route
+                reason = f"route has no {'writable' if writable else 'readable'} queue"
+            except RocketMQError as exc:
+                if not (exc.retriable or exc.invalid_route):
+                    raise
+                reason = str(exc)
+            if self._clock() >= deadline:
+                raise RequestTimeoutError(f"topic {topic} has no usable route after {timeout}s: {reason}")
+            await asyncio.sleep(poll_interval)
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    async def create_topic(self, topic: str, queue_nums: int = 8, perm: int = DEFAULT_PERM,
+                           cluster: str | Sequence[str] | None = None, *,
+                           broker_names: Sequence[str] | None = None, order: bool = False,
+                           read_queue_nums: int | None = None,
+                           write_queue_nums: int | None = None) -> list[str]:
+        """UPDATE_AND_CREATE_TOPIC on the primary of every broker group of ``cluster`` (a name or
+        names; None = every cluster), or of exactly ``broker_names``. Returns the primaries' addresses.
+        Also updates an existing topic's queue counts and permission."""
+        try:
+            validate_topic(topic)
+        except ProtocolError as exc:
+            raise ConfigError(f"topic: {exc}") from exc
+        if queue_nums <= 0:
+            raise ConfigError(f"queue_nums: must be > 0, got {queue_nums}")
+        info = await self.cluster_info()
+        names = _target_brokers(info, cluster, broker_names)
+        addrs = []
+        for name in names:
+            broker = info.broker_addr_table.get(name)
+            if broker is None or broker.master_addr is None:
+                raise error_for_response(ResponseCode.SERVICE_NOT_AVAILABLE,
+                                         f"broker group {name} has no primary registered")
+            addrs.append(broker.master_addr)
+        header = CreateTopicRequestHeader(
+            topic=topic, default_topic=DEFAULT_TOPIC, read_queue_nums=read_queue_nums or queue_nums,
+            write_queue_nums=write_queue_nums or queue_nums, perm=perm,
+            topic_filter_type=TOPIC_FILTER_SINGLE_TAG, topic_sys_flag=0, order=order)
+        for addr in addrs:
+            await self._session.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header)
+        self._session.routes.invalidate(topic)
+        return addrs
+
+    async def all_topic_config(self, broker_addr: str) -> dict[str, TopicConfig]:
+        resp = await self._session.invoke(broker_addr, RequestCode.GET_ALL_TOPIC_CONFIG)
+        body = loads_rocketmq(resp.body) if resp.body else {}
+        table = body.get("topicConfigTable") if isinstance(body, dict) else None
+        if not isinstance(table, dict):
+            raise ProtocolError(f"GET_ALL_TOPIC_CONFIG body from {broker_addr} has no topicConfigTable")
+        try:
+            return {name: TopicConfig.from_json(cfg) for name, cfg in table.items()}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"malformed topic config from {broker_addr}: {exc!r}") from exc
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    async def _queue_offset(self, code: int, mq: MessageQueue, header: Any) -> int:
+        routes = self._session.routes
+        await routes.get(mq.topic)
+        addr, _ = await routes.require_read_addr(mq.topic, mq.broker_name)
+        try:
+            resp = await self._session.invoke(addr, code, header)
+        except RocketMQError as exc:
+            if exc.invalid_route:
+                routes.invalidate(mq.topic)
+            raise
+        try:
+            return OffsetResponseHeader.from_ext(resp.ext_fields).offset
+        except ProtocolError as exc:
+            raise ProtocolError(f"offset response from {addr}: {exc}") from exc
+
+    async def min_offset(self, mq: MessageQueue) -> int:
+        return await self._queue_offset(RequestCode.GET_MIN_OFFSET, mq,
+                                        QueueRequestHeader(topic=mq.topic, queue_id=mq.queue_id))
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        """One past the last message's queue offset (the next offset to be written)."""
+        return await self._queue_offset(RequestCode.GET_MAX_OFFSET, mq,
+                                        QueueRequestHeader(topic=mq.topic, queue_id=mq.queue_id))
+
+    async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The first queue offset whose message was stored at or after ``timestamp_ms``."""
+        return await self._queue_offset(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq,
+                                        SearchOffsetRequestHeader(topic=mq.topic, queue_id=mq.queue_id,
+                                                                  timestamp=timestamp_ms))
+
+    async def consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
+        """The group's committed offset on ``mq``; None if it never committed one."""
+        return await query_consumer_offset(self._session, group, mq)
+
+    async def consumer_list(self, group: str, topic: str) -> list[str]:
+        """Client ids of the group's live consumers, as the brokers of ``topic`` know them."""
+        routes = self._session.routes
+        route = await routes.get(topic)
+        ids: set[str] = set()
+        header = GetConsumerListByGroupRequestHeader(consumer_group=group)
+        for broker in route.broker_datas:
+            addr = broker.select_addr()
+            if addr is None:
+                continue
+            try:
+                resp = await self._session.invoke(addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, header)
+            except RocketMQError as exc:
+                # RocketMQ answers SYSTEM_ERROR "no consumer for this group" when there is none.
+                if getattr(exc, "code", None) == ResponseCode.SYSTEM_ERROR and "no consumer" in str(exc):
+                    continue
+                raise
+            body = loads_rocketmq(resp.body) if resp.body else {}
+            if isinstance(body, dict):
+                ids.update(str(i) for i in body.get("consumerIdList") or [])
+        return sorted(ids)
+
+
+def _target_brokers(info: ClusterInfo, cluster: str | Sequence[str] | None,
+                    broker_names: Sequence[str] | None) -> list[str]:
+    if broker_names is not None:
+        if cluster is not None:
+            raise ConfigError("create_topic: give cluster or broker_names, not both")
+        names = list(broker_names)
+    elif cluster is None:
+        names = sorted(info.broker_addr_table)
+    else:
+        clusters = [cluster] if isinstance(cluster, str) else list(cluster)
+        names = []
+        for c in clusters:
+            if c not in info.cluster_addr_table:
+                known = sorted(info.cluster_addr_table)
+                raise TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST,
+                                         f"cluster {c!r} is not registered (known: {known})")
+            names.extend(info.cluster_addr_table[c])
+        names = sorted(set(names))
+    if not names:
+        raise error_for_response(ResponseCode.SERVICE_NOT_AVAILABLE, "no broker group to create the topic on")
+    return names
+
+
+class Admin(SyncClient[AsyncAdmin]):
+    """Thread-safe synchronous admin client over a shared background event loop."""
+
+    def __init__(self, namesrv_addr: str | Sequence[str], *, shared_runtime: bool = True,
+                 **options: Any) -> None:
+        super().__init__(shared_runtime=shared_runtime)
+        if "remoting" in options:
+            raise ConfigError("remoting: the sync Admin uses its runtime's RemotingClient")
+        self._init_kwargs = {"namesrv_addr": namesrv_addr, **options}
+        self.request_timeout: float = AsyncAdmin(**self._init_kwargs)._session.request_timeout
+
+    def _make_core(self, remoting: RemotingClient) -> AsyncAdmin:
+        return AsyncAdmin(**self._init_kwargs, remoting=remoting)
+
+    async def _close_core(self, core: AsyncAdmin) -> None:
+        await core.close()
+
+    def _t(self, n: int = 3) -> float:
+        return self.request_timeout * n
+
+    def cluster_info(self) -> ClusterInfo:
+        return self._call(lambda a: a.cluster_info(), self._t())
+
+    def topic_route(self, topic: str) -> TopicRouteData:
+        return self._call(lambda a: a.topic_route(topic), self._t())
+
+    def topic_list(self) -> list[str]:
+        return self._call(lambda a: a.topic_list(), self._t())
+
+    def wait_for_route(self, topic: str, timeout: float = 10.0, *, writable: bool = True) -> TopicRouteData:
+        return self._call(lambda a: a.wait_for_route(topic, timeout, writable=writable), timeout + self._t())
+
+    def create_topic(self, topic: str, queue_nums: int = 8, perm: int = DEFAULT_PERM,
+                     cluster: str | Sequence[str] | None = None, *, broker_names: Sequence[str] | None = None,
+                     order: bool = False, read_queue_nums: int | None = None,
+                     write_queue_nums: int | None = None) -> list[str]:
+        return self._call(lambda a: a.create_topic(
+            topic, queue_nums, perm, cluster, broker_names=broker_names, order=order,
+            read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums), self._t(10))
+
+    def all_topic_config(self, broker_addr: str) -> dict[str, TopicConfig]:
+        return self._call(lambda a: a.all_topic_config(broker_addr), self._t())
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        return self._call(lambda a: a.min_offset(mq), self._t())
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        return self._call(lambda a: a.max_offset(mq), self._t())
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return self._call(lambda a: a.search_offset(mq, timestamp_ms), self._t())
+
+    def consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
+        return self._call(lambda a: a.consumer_offset(group, mq), self._t())
+
+    def consumer_list(self, group: str, topic: str) -> list[str]:
+        return self._call(lambda a: a.consumer_list(group, topic), self._t(10))

@@ -1,0 +1,266 @@
+"""Typed configuration of name servers, brokers and the local multi-cluster layout.
+
+Loaded by ``broker_store.cli`` (``load_yaml(path, Model)``) and built directly by tests. Every model
+forbids unknown keys; every problem surfaces as one ``ConfigError`` naming the file, the field path
+and the reason (pydantic's message lists the allowed values for enumerations). Nothing is silently
+replaced by a default.
+
+``conf/cluster-local.yaml``::
+
+    clusters:
+      - name: source
+        namesrv: {listen: "127.0.0.1:9876"}
+        brokers:
+          - {broker_name: broker-a, listen: "127.0.0.1:10911", store_dir: /tmp/rmq/source/broker-a}
+      - name: target
+        ...
+
+Brokers listed under a cluster inherit ``cluster_name`` and ``namesrv_addrs`` from it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal, TypeVar
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from broker_store.protocol.errors import ConfigError
+
+if TYPE_CHECKING:
+    from broker_store.store import StoreConfig
+
+MiB = 1024 * 1024
+
+
+def _check_host_port(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"{value!r} is not host:port")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"port of {value!r} must be an integer in 0..65535")
+    return value
+
+
+HostPort = Annotated[str, AfterValidator(_check_host_port)]
+"""``host:port``; port 0 asks the OS for a free port (tests)."""
+
+
+def _check_ipv4(value: str) -> str:
+    try:
+        ipaddress.IPv4Address(value)
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not an IPv4 address (stored messages hold IPv4 hosts)") from exc
+    return value
+
+
+def split_host_port(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host, int(port)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NamesrvConfig(_Model):
+    """One name server."""
+
+    listen: HostPort = "127.0.0.1:9876"
+    """Address the name server binds and brokers/clients dial."""
+    broker_expiry_seconds: float = Field(5.0, gt=0)
+    """A broker without a heartbeat for this long is removed from routes (RocketMQ 5 lite heartbeat)."""
+    scan_interval_seconds: float = Field(1.0, gt=0)
+    """Period of the expiry scan."""
+
+
+class BrokerSettings(_Model):
+    """Everything about one broker except what its cluster implies (name, name servers)."""
+
+    broker_name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    """Broker group name; primary and replicas of one group share it."""
+    broker_id: int = Field(0, ge=0)
+    """0 = primary, > 0 = replica (runtime role may change later with controller mode)."""
+    listen: HostPort = "127.0.0.1:10911"
+    """Address the broker binds."""
+    broker_ip: Annotated[str, AfterValidator(_check_ipv4)] | None = None
+    """IPv4 address advertised to name servers and written as STOREHOST; default: the listen host
+    (or 127.0.0.1 when listening on 0.0.0.0)."""
+    store_dir: Path
+    """Directory for the CommitLog, ConsumeQueues and metadata (topics.json, consumer_offsets.json)."""
+    commit_log_segment_size: int = Field(128 * MiB, ge=64 * 1024)
+    flush_mode: Literal["ASYNC_FLUSH", "SYNC_FLUSH"] = "ASYNC_FLUSH"
+    flush_interval_ms: int = Field(500, gt=0)
+    flush_timeout_ms: int = Field(5000, gt=0)
+    """SYNC_FLUSH: a send not flushed within this is answered FLUSH_DISK_TIMEOUT."""
+    max_message_size: int = Field(4 * MiB, gt=0)
+    """Largest accepted message body, bytes."""
+    file_reserved_hours: float = Field(72.0, gt=0)
+    max_commit_log_bytes: int | None = Field(None, gt=0)
+    """Optional cap on CommitLog disk use; oldest segments are deleted beyond it."""
+    auto_create_topic_enable: bool = True
+    """Register TBW102 (perm READ|WRITE|INHERIT) so sends to unknown topics create them."""
+    default_topic_queue_nums: int = Field(8, ge=1, le=1024)
+    """Queue count of TBW102, the cap on auto-created topics' queue counts."""
+    register_interval_seconds: float = Field(30.0, gt=0)
+    """Period of the full REGISTER_BROKER with the whole topic table."""
+    heartbeat_interval_seconds: float = Field(1.0, gt=0)
+    """Period of the lite BROKER_HEARTBEAT."""
+    long_polling_enable: bool = True
+    short_polling_time_ms: int = Field(1000, ge=0)
+    """Hold time of a suspended pull when long polling is off."""
+    max_pull_msg_nums: int = Field(1024, ge=1)
+    """Cap on messages returned by one PULL_MESSAGE."""
+    region_id: str = "DefaultRegion"
+    """Returned as MSG_REGION in send responses."""
+    trace_on: bool = True
+    """Returned as TRACE_ON in send responses."""
+    max_reconsume_times: int = Field(16, ge=0)
+    """Redeliveries before CONSUMER_SEND_MSG_BACK moves a message to %DLQ%<group>."""
+    offset_persist_interval_seconds: float = Field(5.0, gt=0)
+    """Period of consumer-offset persistence (also persisted on shutdown)."""
+    client_channel_expiry_seconds: float = Field(120.0, gt=0)
+    """A producer/consumer without HEART_BEAT for this long is dropped from the registry."""
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> BrokerSettings:
+        if self.max_message_size + 4096 > self.commit_log_segment_size:
+            raise ValueError(f"max_message_size ({self.max_message_size}) must leave room in a CommitLog "
+                             f"segment (commit_log_segment_size {self.commit_log_segment_size})")
+        return self
+
+    @property
+    def advertised_ip(self) -> str:
+        if self.broker_ip:
+            return self.broker_ip
+        host, _ = split_host_port(self.listen)
+        if host in ("0.0.0.0", "", "localhost"):
+            return "127.0.0.1"
+        return host
+
+
+class BrokerConfig(BrokerSettings):
+    """One broker process."""
+
+    cluster_name: str = Field("DefaultCluster", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    namesrv_addrs: list[HostPort] = Field(default_factory=list)
+    """Name servers to register with; empty = standalone (tests)."""
+
+    @model_validator(mode="after")
+    def _unique_namesrvs(self) -> BrokerConfig:
+        dupes = [a for a, n in Counter(self.namesrv_addrs).items() if n > 1]
+        if dupes:
+            raise ValueError(f"namesrv_addrs lists {dupes} more than once")
+        return self
+
+    def to_store_config(self) -> StoreConfig:
+        """The MessageStore configuration this broker runs with."""
+        from broker_store.store import FlushMode, StoreConfig
+
+        return StoreConfig(store_dir=Path(self.store_dir), commit_log_segment_size=self.commit_log_segment_size,
+                           flush_mode=FlushMode[self.flush_mode], flush_interval_ms=self.flush_interval_ms,
+                           flush_timeout_ms=self.flush_timeout_ms, max_message_size=self.max_message_size,
+                           file_reserved_hours=self.file_reserved_hours,
+                           max_commit_log_bytes=self.max_commit_log_bytes)
+
+
+class ClusterConfig(_Model):
+    """One local cluster: a name server and its brokers."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    namesrv: NamesrvConfig = Field(default_factory=NamesrvConfig)
+    brokers: list[BrokerSettings] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_brokers(self) -> ClusterConfig:
+        keys = Counter((b.broker_name, b.broker_id) for b in self.brokers)
+        dupes = [f"{n}/{i}" for (n, i), c in keys.items() if c > 1]
+        if dupes:
+            raise ValueError(f"cluster {self.name!r}: broker name/id {dupes} declared more than once")
+        return self
+
+    def broker_configs(self) -> list[BrokerConfig]:
+        """Brokers with cluster_name and namesrv_addrs filled in from this cluster."""
+        return [BrokerConfig(**b.model_dump(), cluster_name=self.name, namesrv_addrs=[self.namesrv.listen])
+                for b in self.brokers]
+
+
+def _duplicates(values: Iterable[str]) -> list[str]:
+    return sorted(v for v, n in Counter(values).items() if n > 1)
+
+
+class LocalClustersConfig(_Model):
+    """``conf/cluster-local.yaml``: every process of the local clusters."""
+
+    clusters: list[ClusterConfig] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_across_file(self) -> LocalClustersConfig:
+        names = _duplicates(c.name for c in self.clusters)
+        if names:
+            raise ValueError(f"cluster names {names} declared more than once")
+        listens = [c.namesrv.listen for c in self.clusters] + [b.listen for c in self.clusters for b in c.brokers]
+        ports = _duplicates(a for a in listens if not a.endswith(":0"))
+        if ports:
+            raise ValueError(f"listen addresses {ports} used by more than one process")
+        dirs = _duplicates(str(Path(b.store_dir).resolve()) for c in self.clusters for b in c.brokers)
+        if dirs:
+            raise ValueError(f"store_dir {dirs} shared by more than one broker")
+        return self
+
+    def cluster(self, name: str) -> ClusterConfig:
+        for c in self.clusters:
+            if c.name == name:
+                return c
+        raise ConfigError(f"no cluster named {name!r}; known: {[c.name for c in self.clusters]}")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<root>"
+
+
+def describe_validation_error(source: str, exc: ValidationError) -> str:
+    """One line per problem: ``file: field.path: reason (got value)``."""
+    lines = []
+    for err in exc.errors():
+        reason = err["msg"]
+        got = err.get("input")
+        shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
+        lines.append(f"{source}: {_loc(err['loc'])}: {reason}{shown}")
+    return "\n".join(lines)
+
+
+def load_yaml(path: str | Path, model: type[M]) -> M:
+    """Read and validate a YAML file; raises ConfigError naming the file, field path and reason."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read configuration file: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: configuration file is not UTF-8: {exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{p}: invalid YAML{where}: {problem}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: <root>: expected a mapping of settings, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(str(p), exc)) from exc

@@ -1,0 +1,222 @@
+"""`python -m broker_store up`: run every process of the local clusters as supervised children.
+
+Each child is `python -m broker_store namesrv|broker --config <generated file>` and prints
+`READY <addr>` on stdout once it serves. When every child is ready and each name server knows all
+of its brokers, the launcher prints one line `READY <namesrv addr> [<namesrv addr> ...]` (cluster
+order) and then waits; SIGINT/SIGTERM stop the children (SIGTERM, then SIGKILL after a grace period).
+A child that dies before it is ready aborts the start; one that dies later is reported and left down.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from broker_store.config import BrokerConfig, LocalClustersConfig, NamesrvConfig, load_yaml
+from broker_store.protocol.errors import ConfigError
+
+
+@dataclass
+class Child:
+    name: str
+    config_file: Path
+    kind: str
+    proc: subprocess.Popen[bytes] | None = None
+    ready_addr: str | None = None
+    reported_exit: bool = False
+    buffer: bytearray = field(default_factory=bytearray)
+
+
+def _write_config(run_dir: Path, name: str, model: NamesrvConfig | BrokerConfig) -> Path:
+    path = run_dir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(model.model_dump(mode="json"), sort_keys=False))
+    return path
+
+
+def plan_children(config: LocalClustersConfig, run_dir: Path, data_dir: Path | None = None) -> list[Child]:
+    """One namesrv then the brokers of each cluster, with generated per-process config files."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    children = []
+    for cluster in config.clusters:
+        children.append(Child(f"{cluster.name}-namesrv", _write_config(run_dir, f"{cluster.name}-namesrv",
+                                                                       cluster.namesrv), "namesrv"))
+        for broker in cluster.broker_configs():
+            if data_dir is not None:
+                broker = broker.model_copy(update={"store_dir": data_dir / broker.broker_name})
+            else:
+                broker = broker.model_copy(update={"store_dir": Path(broker.store_dir).resolve()})
+            children.append(Child(broker.broker_name, _write_config(run_dir, broker.broker_name, broker), "broker"))
+    return children
+
+
+def _spawn(child: Child) -> None:
+    child.proc = subprocess.Popen(
+        [sys.executable, "-m", "broker_store", child.kind, "--config", str(child.config_file)],
+        stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+
+
+def _stop_all(children: list[Child], grace: float = 10.0) -> None:
+    live = [c.proc for c in children if c.proc is not None and c.proc.poll() is None]
+    for proc in live:
+        proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in live:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _cluster_complete(config: LocalClustersConfig) -> bool:
+    from broker_store.client import Admin  # noqa: PLC0415 - the client is only needed once children run
+
+    for cluster in config.clusters:
+        with Admin(cluster.namesrv.listen) as admin:
+            try:
+                info = admin.cluster_info()
+            except Exception:  # noqa: BLE001 - not up yet; the caller polls until its deadline
+                return False
+            names = set(info.cluster_addr_table.get(cluster.name, ()))
+            if names != {b.broker_name for b in cluster.brokers}:
+                return False
+    return True
+
+
+def run_up(config_path: Path, run_dir: Path | None = None, data_dir: Path | None = None,
+           start_timeout: float = 60.0) -> int:
+    config = load_yaml(config_path, LocalClustersConfig)
+    run_dir = run_dir or Path("run") / f"up-{os.getpid()}"
+    children = plan_children(config, run_dir, data_dir)
+    stopping = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    selector = selectors.DefaultSelector()
+    try:
+        for child in children:
+            _spawn(child)
+            assert child.proc is not None and child.proc.stdout is not None
+            os.set_blocking(child.proc.stdout.fileno(), False)
+            selector.register(child.proc.stdout, selectors.EVENT_READ, child)
+        deadline = time.monotonic() + start_timeout
+        announced = False
+        while not stopping:
+            for key, _ in selector.select(timeout=0.2):
+                child = key.data
+                chunk = key.fileobj.read()  # type: ignore[union-attr]
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                child.buffer += chunk
+                while b"\n" in child.buffer:
+                    line, _, rest = bytes(child.buffer).partition(b"\n")
+                    child.buffer = bytearray(rest)
+                    text = line.decode(errors="replace").strip()
+                    if text.startswith("READY ") and child.ready_addr is None:
+                        child.ready_addr = text.split()[1]
+                        print(f"{child.name} ready at {child.ready_addr}", file=sys.stderr, flush=True)
+                    elif text:
+                        print(f"[{child.name}] {text}", file=sys.stderr, flush=True)
+            for child in children:
+                assert child.proc is not None
+                code = child.proc.poll()
+                if code is not None and not child.reported_exit:
+                    child.reported_exit = True
+                    print(f"{child.name} exited with code {code}", file=sys.stderr, flush=True)
+                    if not announced:
+                        print(f"error: {child.name} died during start-up; stopping the cluster", file=sys.stderr)
+                        return 1
+            if not announced and all(c.ready_addr for c in children):
+                if _cluster_complete(config):
+                    print("READY " + " ".join(c.namesrv.listen for c in config.clusters), flush=True)
+                    announced = True
+            if not announced and time.monotonic() > deadline:
+                waiting = [c.name for c in children if not c.ready_addr] or ["broker registration"]
+                print(f"error: not ready after {start_timeout}s, waiting for {', '.join(waiting)}", file=sys.stderr)
+                return 1
+        return 0
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        _stop_all(children)
+        selector.close()
+
+
+class ManagedProcess:
+    """One namesrv/broker child started from a config model; used by tests and benchmarks.
+
+    ``start()`` blocks until the child prints READY; ``kill()`` sends SIGKILL (crash), ``stop()``
+    SIGTERM (clean shutdown); ``start()`` again restarts it from the same config file.
+    """
+
+    def __init__(self, kind: str, config: NamesrvConfig | BrokerConfig, run_dir: Path, name: str) -> None:
+        self.kind = kind
+        self.config = config
+        self.name = name
+        self.config_file = _write_config(run_dir, name, config)
+        self.log_file = run_dir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.addr: str | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 30.0) -> str:
+        log = self.log_file.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "broker_store", self.kind, "--config", str(self.config_file)],
+            stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
+        log.close()
+        assert self.proc.stdout is not None
+        selector = selectors.DefaultSelector()
+        selector.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                if selector.select(timeout=0.2):
+                    line = self.proc.stdout.readline().decode(errors="replace").strip()
+                    if line.startswith("READY "):
+                        self.addr = line.split()[1]
+                        return self.addr
+                    if not line and self.proc.poll() is not None:
+                        break
+            self.kill()
+            raise RuntimeError(f"{self.name} did not become ready in {timeout}s; see {self.log_file}:\n"
+                               + self.log_file.read_text(errors="replace")[-3000:])
+        finally:
+            selector.close()
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.running():
+            assert self.proc is not None
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self, grace: float = 10.0) -> None:
+        if self.running():
+            assert self.proc is not None
+            self.proc.terminate()
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()

@@ -1,0 +1,26 @@
+"""The message store: CommitLog segments, ConsumeQueues, flush, recovery and retention.
+
+Used by the broker's request processors and by replication; everything they need is exported here.
+"""
+
+from broker_store.store.commit_log import tags_code_of_properties
+from broker_store.store.config import (
+    FlushMode,
+    GetResult,
+    GetStatus,
+    PutResult,
+    PutStatus,
+    StoreConfig,
+)
+from broker_store.store.message_store import MessageStore
+
+__all__ = [
+    "FlushMode",
+    "GetResult",
+    "GetStatus",
+    "MessageStore",
+    "PutResult",
+    "PutStatus",
+    "StoreConfig",
+    "tags_code_of_properties",
+]

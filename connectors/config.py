@@ -1,0 +1,547 @@
+"""Typed replicator configuration: clusters, replication links and their topic mappings.
+
+Loaded once on the driver by the ``jobs/`` entry points with ``load_replicator_config(path)``; the
+link objects (frozen, picklable) are then handed to the Spark source and sink options and to
+``TopicMapper`` / ``LinkTables`` / ``FailurePolicyRunner``. Every check happens at load time and fails
+with ``ConfigError("<file>: <field.path>: <reason>")``; only credentials are resolved later, at use
+time, from the environment (``ClusterConfig.credentials``).
+
+File layout (``conf/replicator.yaml`` is the commented example)::
+
+    version: 1                                  # optional; the only version is 1
+    clusters:
+      - name: source                            # [A-Za-z0-9][A-Za-z0-9_.-]*, unique
+        namesrv: [127.0.0.1:9876]               # list, or one "a:9876;b:9876" string
+        access_key_env: RMQ_SRC_AK              # optional, both or neither; NAMES of env variables
+        secret_key_env: RMQ_SRC_SK
+    links:
+      - name: source-to-target                  # [A-Za-z0-9][A-Za-z0-9_-]*, unique; a directory name
+        source: source                          # defined clusters, source != target
+        target: target
+        topics:
+          explicit: [{source: Orders}, {source: Pay, target: PayDR}, {source: [EU, US], target: All}]
+          include: ["Metrics_.*", {pattern: "Audit_.*", target: "DR_{topic}"}]
+          exclude: [".*_debug"]
+          all_topics: false                     # every non-system topic of the source cluster
+        checkpoint_location: run/checkpoints/source-to-target
+        delta_location: run/delta               # tables live in <delta_location>/<link name>/
+        ...                                     # optional knobs with defaults: see LinkConfig
+
+Relative paths are kept as written and resolve against the job's working directory, like
+``store_dir`` in ``conf/cluster-local.yaml``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from broker_store.protocol.errors import ProtocolError
+from broker_store.protocol.message import validate_topic
+from connectors.errors import ConfigError, CredentialError
+from connectors.loop_guard import CHAIN_PROPERTY, CHAIN_SEPARATOR, CLUSTER_NAME_PATTERN
+
+LINK_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+"""Link names become directory names and part of the default consumer group, hence no dots."""
+ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+HOST_PORT_PATTERN = re.compile(r"[A-Za-z0-9_.-]+:(\d{1,5})")
+DEFAULT_CONSUMER_GROUP_PREFIX = "CID_RMQ_SYS_REPLICATOR_"
+HOOK_PATTERN = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+"""``package.module:function`` (the attribute part may be dotted: ``module:Class.method``)."""
+TOPIC_PLACEHOLDER = "topic"
+"""The only field a pattern rule's target template may use: ``"DR_{topic}"``."""
+
+INLINE_SECRET_KEYS = frozenset({
+    "access_key", "secret_key", "accessKey", "secretKey", "password", "secret", "token",
+    "security_token", "securityToken",
+})
+"""Keys that would hold a credential inline; rejected with a pointer to ``*_env``."""
+
+_TRIGGER_UNITS = {
+    "ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001,
+    "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
+    "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
+    "h": 3600.0, "hour": 3600.0, "hours": 3600.0,
+}
+_TRIGGER_PATTERN = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)?\s*")
+
+
+def _field_error(field_path: str, reason: str) -> PydanticCustomError:
+    """A validation error that ``load_replicator_config`` reports at ``<model path>.<field_path>``."""
+    return PydanticCustomError("replicator_field", "{reason}", {"field": field_path, "reason": reason})
+
+
+def _check_topic(value: str) -> str:
+    try:
+        validate_topic(value)
+    except ProtocolError as exc:
+        raise ValueError(str(exc)) from exc
+    return value
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """An ACL access key / secret key pair, resolved from the environment at use time."""
+
+    access_key: str
+    secret_key: str = field(repr=False)
+    """Never printed (``repr=False``); never written to config, logs or Spark options by us."""
+
+
+class ClusterConfig(_Model):
+    """One RocketMQ cluster, reached through its name servers."""
+
+    name: str
+    """Cluster name; used in the loop-guard chain, so it must match ``CLUSTER_NAME_PATTERN``."""
+    namesrv: tuple[str, ...]
+    """Name-server addresses ``host:port``; a single ``"a:9876;b:9876"`` string is split on ``;``."""
+    access_key_env: str | None = None
+    """Name of the environment variable holding the access key (ACL); ``None`` = no ACL."""
+    secret_key_env: str | None = None
+    """Name of the environment variable holding the secret key; set iff ``access_key_env`` is."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_inline_secrets(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            for key in sorted(INLINE_SECRET_KEYS.intersection(data)):
+                raise _field_error(key, "inline credentials are not allowed; put the value in an environment "
+                                        "variable and name it with access_key_env / secret_key_env")
+        return data
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if CHAIN_SEPARATOR in value:
+            raise ValueError(f"cluster name {value!r} contains {CHAIN_SEPARATOR!r}, the separator of the "
+                             f"{CHAIN_PROPERTY} chain")
+        if not CLUSTER_NAME_PATTERN.fullmatch(value):
+            raise ValueError(f"cluster name {value!r} must match {CLUSTER_NAME_PATTERN.pattern}")
+        return value
+
+    @field_validator("namesrv", mode="before")
+    @classmethod
+    def _split_namesrv(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(";") if part.strip())
+        return value
+
+    @field_validator("namesrv")
+    @classmethod
+    def _check_namesrv(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("at least one name-server address is required")
+        for addr in value:
+            match = HOST_PORT_PATTERN.fullmatch(addr)
+            if not match or not 0 < int(match.group(1)) < 65536:
+                raise ValueError(f"{addr!r} is not host:port with a port in 1..65535")
+        return value
+
+    @field_validator("access_key_env", "secret_key_env")
+    @classmethod
+    def _check_env_name(cls, value: str | None) -> str | None:
+        if value is not None and not ENV_NAME_PATTERN.fullmatch(value):
+            raise ValueError(f"must be the NAME of an environment variable (e.g. RMQ_SRC_SK), matching "
+                             f"{ENV_NAME_PATTERN.pattern}; the value given looks like an inline secret")
+        return value
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> ClusterConfig:
+        if (self.access_key_env is None) != (self.secret_key_env is None):
+            missing = "secret_key_env" if self.secret_key_env is None else "access_key_env"
+            raise _field_error(missing, "access_key_env and secret_key_env must be set together")
+        return self
+
+    def credentials(self, environ: Mapping[str, str] | None = None) -> Credentials | None:
+        """The cluster's credentials read from ``environ`` (default ``os.environ``); ``None`` without ACL.
+
+        Raises ``CredentialError`` naming the variable when it is unset or empty.
+        """
+        if self.access_key_env is None or self.secret_key_env is None:
+            return None
+        env = os.environ if environ is None else environ
+        values = []
+        for attr, var in (("access_key_env", self.access_key_env), ("secret_key_env", self.secret_key_env)):
+            value = env.get(var)
+            if not value:
+                raise CredentialError(f"environment variable {var} is not set (or empty)",
+                                      field=f"clusters[{self.name}].{attr}")
+            values.append(value)
+        return Credentials(access_key=values[0], secret_key=values[1])
+
+
+class ExplicitTopic(_Model):
+    """Named source topic(s) copied to one target topic."""
+
+    source: tuple[str, ...]
+    """One topic or a list; several sources with one ``target`` merge into that target topic."""
+    target: str | None = None
+    """Target topic name; ``None`` = same name as the (single) source topic."""
+
+    @field_validator("source", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return (value,) if isinstance(value, str) else value
+
+    @field_validator("source")
+    @classmethod
+    def _check_sources(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("at least one source topic is required")
+        for topic in value:
+            _check_topic(topic)
+        return value
+
+    @field_validator("target")
+    @classmethod
+    def _check_target(cls, value: str | None) -> str | None:
+        return None if value is None else _check_topic(value)
+
+    @model_validator(mode="after")
+    def _target_for_many(self) -> ExplicitTopic:
+        if self.target is None and len(self.source) > 1:
+            raise _field_error("target", "several source topics need one explicit target topic")
+        return self
+
+
+class TopicPattern(_Model):
+    """A regex rule: every source topic the pattern fully matches (and no exclude matches) is copied."""
+
+    pattern: str
+    """Python regex, matched against the whole topic name (``re.fullmatch``)."""
+    target: str = "{topic}"
+    """Target name template; ``{topic}`` is the source topic, a template without it merges all matches."""
+
+    @field_validator("pattern")
+    @classmethod
+    def _check_pattern(cls, value: str) -> str:
+        _compile(value)
+        return value
+
+    @field_validator("target")
+    @classmethod
+    def _check_template(cls, value: str) -> str:
+        try:
+            fields = [name for _, name, spec, conv in string.Formatter().parse(value) if name is not None]
+        except ValueError as exc:
+            raise ValueError(f"bad target template {value!r}: {exc}") from exc
+        unknown = sorted(set(fields) - {TOPIC_PLACEHOLDER})
+        if unknown:
+            raise ValueError(f"target template {value!r} may only use {{{TOPIC_PLACEHOLDER}}}, not {unknown}")
+        _check_topic(value.replace("{topic}", "t"))
+        return value
+
+
+class TopicMappingConfig(_Model):
+    """Which source topics a link copies, and their target names (see ``connectors.topic_mapping``)."""
+
+    explicit: tuple[ExplicitTopic, ...] = ()
+    """Named topics; they win over regex rules and may name system topics (e.g. the heartbeat topic)."""
+    include: tuple[TopicPattern, ...] = ()
+    """Regex rules, first match wins; topics created later are picked up on the next topic refresh."""
+    exclude: tuple[str, ...] = ()
+    """Regexes (full match); a topic matching any is never selected by ``include`` / ``all_topics``."""
+    all_topics: bool = False
+    """Copy every non-system topic of the source cluster under its own name (after ``exclude``)."""
+
+    @field_validator("include", mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            return tuple({"pattern": item} if isinstance(item, str) else item for item in value)
+        return value
+
+    @field_validator("exclude")
+    @classmethod
+    def _check_excludes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for index, pattern in enumerate(value):
+            try:
+                _compile(pattern)
+            except ValueError as exc:
+                raise _field_error(f"[{index}]", str(exc)) from exc
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TopicMappingConfig:
+        if not (self.explicit or self.include or self.all_topics):
+            raise _field_error("explicit", "the mapping selects no topic: give explicit topics, include "
+                                           "patterns or all_topics: true")
+        seen: dict[str, str] = {}
+        excludes = [re.compile(p) for p in self.exclude]
+        for index, entry in enumerate(self.explicit):
+            for topic in entry.source:
+                target = entry.target or topic
+                if topic in seen and seen[topic] != target:
+                    raise _field_error(f"explicit[{index}].source",
+                                       f"topic {topic!r} is mapped twice ({seen[topic]!r} and {target!r})")
+                seen[topic] = target
+                hit = next((p.pattern for p in excludes if p.fullmatch(topic)), None)
+                if hit is not None:
+                    raise _field_error(f"explicit[{index}].source",
+                                       f"topic {topic!r} is listed explicitly but matches exclude {hit!r}; "
+                                       f"remove one of the two")
+        return self
+
+
+class FailurePolicy(str, Enum):
+    """What happens to a message that still fails after ``max_retries``."""
+
+    DISMISS = "dismiss"
+    """Record it in the failures table and move on (the batch commits)."""
+    CUSTOM = "custom"
+    """Hand the batch's failures to ``failure_hook``; it returns True (dismiss) or False (fail the batch)."""
+
+
+def _parse_trigger(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("expected seconds as a number or a string like '5 seconds'")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        match = _TRIGGER_PATTERN.fullmatch(value)
+        unit = (match.group(2) or "seconds").lower() if match else ""
+        if not match or unit not in _TRIGGER_UNITS:
+            raise ValueError(f"{value!r} is not a duration like '5 seconds', '500 milliseconds' or "
+                             f"'1 minute' (units: {sorted(set(_TRIGGER_UNITS))})")
+        seconds = float(match.group(1)) * _TRIGGER_UNITS[unit]
+    else:
+        raise ValueError("expected seconds as a number or a string like '5 seconds'")
+    if seconds <= 0:
+        raise ValueError(f"must be > 0, got {value!r}")
+    return seconds
+
+
+class LinkConfig(_Model):
+    """One replication link: a source cluster, a target cluster and how topics map between them."""
+
+    name: str
+    """Unique; names the per-link Delta directory and the default consumer group."""
+    source: str
+    """Name of the cluster messages are read from."""
+    target: str
+    """Name of the cluster messages are written to; differs from ``source``."""
+    topics: TopicMappingConfig
+    tag_filter: str = "*"
+    """RocketMQ tag expression: ``*`` (every message) or ``TagA || TagB``."""
+    preserve_queues: bool = True
+    """Write to the same queue id as the source when the target topic has as many queues."""
+    trigger_interval: float = 5.0
+    """Seconds between micro-batches; YAML takes a number or ``"5 seconds"`` / ``"500 milliseconds"``."""
+    max_messages_per_trigger: int = Field(default=10_000, gt=0)
+    """Upper bound on messages per micro-batch, across all queues of the link."""
+    checkpoint_location: str
+    """Spark checkpoint directory of this link's query; unique across links."""
+    delta_location: str
+    """Root of the Delta tables; this link's tables are under ``<delta_location>/<name>/``."""
+    failure_policy: FailurePolicy = FailurePolicy.DISMISS
+    failure_hook: str | None = None
+    """``"package.module:function"``; required iff ``failure_policy`` is ``custom``."""
+    max_retries: int = Field(default=3, ge=0)
+    """Retries of a failed send (after the first attempt) before the failure policy applies."""
+    retry_backoff_ms: int = Field(default=1000, ge=0)
+    """Wait before the first retry; doubled on each further retry."""
+    max_in_flight: int = Field(default=4, gt=0)
+    """Concurrent batch sends per Spark task."""
+    consumer_group: str | None = None
+    """Source consumer group; ``None`` means ``CID_RMQ_SYS_REPLICATOR_<name>`` (see ``group``)."""
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not LINK_NAME_PATTERN.fullmatch(value):
+            raise ValueError(f"link name {value!r} must match {LINK_NAME_PATTERN.pattern}")
+        return value
+
+    @field_validator("tag_filter")
+    @classmethod
+    def _check_tags(cls, value: str) -> str:
+        if value.strip() == "*":
+            return "*"
+        tags = [tag.strip() for tag in value.split("||")]
+        if not tags or any(not tag or "*" in tag for tag in tags):
+            raise ValueError(f"{value!r} is not a tag expression: '*' or 'TagA || TagB'")
+        return " || ".join(tags)
+
+    @field_validator("trigger_interval", mode="before")
+    @classmethod
+    def _check_trigger(cls, value: Any) -> float:
+        return _parse_trigger(value)
+
+    @field_validator("checkpoint_location", "delta_location")
+    @classmethod
+    def _non_empty(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must be a non-empty path")
+        return value
+
+    @field_validator("consumer_group")
+    @classmethod
+    def _check_group(cls, value: str | None) -> str | None:
+        return None if value is None else _check_topic(value)
+
+    @model_validator(mode="after")
+    def _check_policy(self) -> LinkConfig:
+        if self.source == self.target:
+            raise _field_error("target", f"source and target are both {self.source!r}")
+        if self.failure_policy is FailurePolicy.CUSTOM and not self.failure_hook:
+            raise _field_error("failure_hook", "required when failure_policy is custom "
+                                               "(\"package.module:function\")")
+        if self.failure_policy is FailurePolicy.DISMISS and self.failure_hook:
+            raise _field_error("failure_hook", "only used with failure_policy: custom; remove it or "
+                                               "set failure_policy: custom")
+        if self.failure_hook is not None and not HOOK_PATTERN.fullmatch(self.failure_hook):
+            raise _field_error("failure_hook", f"{self.failure_hook!r} is not \"package.module:function\"")
+        return self
+
+    @property
+    def group(self) -> str:
+        """The consumer group actually used: ``consumer_group`` or ``CID_RMQ_SYS_REPLICATOR_<name>``."""
+        return self.consumer_group or f"{DEFAULT_CONSUMER_GROUP_PREFIX}{self.name}"
+
+    @property
+    def tables_location(self) -> Path:
+        """``<delta_location>/<name>``: the directory of this link's four Delta tables."""
+        return Path(self.delta_location) / self.name
+
+    @property
+    def spark_trigger(self) -> str:
+        """``trigger_interval`` as Spark's ``processingTime`` string (milliseconds, exact)."""
+        return f"{round(self.trigger_interval * 1000)} milliseconds"
+
+    @property
+    def tags(self) -> frozenset[str] | None:
+        """The tag filter as a set; ``None`` means every message (``*``)."""
+        if self.tag_filter == "*":
+            return None
+        return frozenset(tag.strip() for tag in self.tag_filter.split("||"))
+
+
+class ReplicatorConfig(_Model):
+    """The whole ``replicator.yaml``: clusters and the links between them."""
+
+    version: Literal[1] = 1
+    """Format version of this file."""
+    clusters: tuple[ClusterConfig, ...]
+    links: tuple[LinkConfig, ...]
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> ReplicatorConfig:
+        names = [c.name for c in self.clusters]
+        for index, cluster in enumerate(self.clusters):
+            if names.index(cluster.name) != index:
+                raise _field_error(f"clusters[{index}].name", f"cluster {cluster.name!r} is defined twice")
+        if not self.links:
+            raise _field_error("links", "at least one link is required")
+        link_names: set[str] = set()
+        checkpoints: dict[str, str] = {}
+        groups: dict[tuple[str, str], str] = {}
+        for index, link in enumerate(self.links):
+            where = f"links[{index}]"
+            if link.name in link_names:
+                raise _field_error(f"{where}.name", f"link {link.name!r} is defined twice")
+            link_names.add(link.name)
+            for end in ("source", "target"):
+                cluster = getattr(link, end)
+                if cluster not in names:
+                    raise _field_error(f"{where}.{end}", f"cluster {cluster!r} is not defined; "
+                                                         f"defined clusters: {names}")
+            checkpoint = os.path.normpath(link.checkpoint_location)
+            if checkpoint in checkpoints:
+                raise _field_error(f"{where}.checkpoint_location",
+                                   f"already used by link {checkpoints[checkpoint]!r}; each query needs "
+                                   f"its own checkpoint")
+            checkpoints[checkpoint] = link.name
+            key = (link.source, link.group)
+            if key in groups:
+                raise _field_error(f"{where}.consumer_group",
+                                   f"group {link.group!r} on cluster {link.source!r} is already used by "
+                                   f"link {groups[key]!r}")
+            groups[key] = link.name
+        return self
+
+    def cluster(self, name: str) -> ClusterConfig:
+        """The cluster called ``name``; ``ConfigError`` listing the defined names otherwise."""
+        for cluster in self.clusters:
+            if cluster.name == name:
+                return cluster
+        raise ConfigError(f"no cluster {name!r}; defined: {[c.name for c in self.clusters]}", field="clusters")
+
+    def link(self, name: str) -> LinkConfig:
+        """The link called ``name``; ``ConfigError`` listing the defined names otherwise."""
+        for link in self.links:
+            if link.name == name:
+                return link
+        raise ConfigError(f"no link {name!r}; defined: {[link.name for link in self.links]}", field="links")
+
+
+def _render_location(loc: tuple[int | str, ...], extra: str | None) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    if extra:
+        path += extra if extra.startswith("[") else (f".{extra}" if path else extra)
+    return path or "<root>"
+
+
+def config_error_from_validation(exc: ValidationError, *, file: str | None) -> ConfigError:
+    """Translate pydantic's errors into one ``ConfigError`` (first field named; every error listed)."""
+    entries: list[tuple[str, str]] = []
+    for error in exc.errors():
+        ctx = error.get("ctx") or {}
+        extra = ctx.get("field") if error["type"] == "replicator_field" else None
+        loc = tuple(part for part in error["loc"] if not (isinstance(part, str) and part.startswith("function-")))
+        reason = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            reason = "unknown key (not allowed here; check the spelling)"
+        elif error["type"] == "enum":
+            reason = f"{reason} (got {error.get('input')!r})"
+        entries.append((_render_location(loc, extra), reason))
+    (first_field, first_reason), others = entries[0], entries[1:]
+    if others:
+        first_reason += "; also " + "; ".join(f"{f}: {r}" for f, r in others)
+    return ConfigError(first_reason, file=file, field=first_field)
+
+
+def parse_replicator_config(data: Any, *, file: str | None = None) -> ReplicatorConfig:
+    """Validate an already-parsed YAML document; ``file`` only labels errors."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"expected a mapping with 'clusters' and 'links', got {type(data).__name__}",
+                          file=file)
+    try:
+        return ReplicatorConfig.model_validate(data)
+    except ValidationError as exc:
+        raise config_error_from_validation(exc, file=file) from exc
+
+
+def load_replicator_config(path: str | os.PathLike[str]) -> ReplicatorConfig:
+    """Read and validate a replicator YAML file; every problem raises ``ConfigError`` naming the file."""
+    file = os.fspath(path)
+    try:
+        with open(file, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", file=file) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML: {exc}", file=file) from exc
+    return parse_replicator_config(data, file=file)

@@ -1,0 +1,79 @@
+"""The one exception hierarchy of ``connectors``.
+
+Everything the replicator's connector layer raises derives from ``ReplicatorError``. Callers act on
+the behaviour flag instead of matching types::
+
+    ReplicatorError                 retriable
+    +-- ConfigError                 (bad replicator config; names file, field path, reason)
+    |   +-- CredentialError         (a credential's environment variable is unset at use time)
+    |   +-- FailureHookError        (failure_hook "module:function" is not importable / callable)
+    +-- TopicMappingError           (a mapping rule produced an invalid target topic name)
+    +-- OffsetFormatError           (source-offset JSON that does not parse; names the bad key)
+    +-- BatchFailedError            (the failure policy decided to fail the batch; .failed)
+    +-- TableError                  yes   (a Delta table could not be read or committed)
+
+This is a separate root from ``broker_store``'s ``RocketMQError``: the client's errors are
+translated at the sink/source boundary (into failed-message records or ``raise X from exc``) so a
+Spark job sees one hierarchy per layer. Lower-level exceptions (``OSError``, ``yaml.YAMLError``,
+``json.JSONDecodeError``, ``deltalake`` errors, ``ImportError``) never leak; they are chained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+
+class ReplicatorError(Exception):
+    retriable: ClassVar[bool] = False
+    """Running the same operation again (e.g. re-running the batch) may succeed."""
+
+
+class ConfigError(ReplicatorError):
+    """Invalid replicator configuration.
+
+    ``str(err)`` reads ``<file>: <field.path>: <reason>``; the parts are kept as attributes so tools
+    can point at the field.
+    """
+
+    def __init__(self, reason: str, *, file: str | None = None, field: str | None = None) -> None:
+        self.file = file
+        self.field = field
+        self.reason = reason
+        parts = [p for p in (file, field) if p]
+        super().__init__(": ".join([*parts, reason]))
+
+
+class CredentialError(ConfigError):
+    """A cluster's credentials name an environment variable that is unset or empty."""
+
+
+class FailureHookError(ConfigError):
+    """``failure_hook`` does not resolve to a callable (import error, missing attribute, not callable)."""
+
+
+class TopicMappingError(ReplicatorError):
+    """A mapping rule turned a source topic into a target name that is not a valid topic."""
+
+
+class OffsetFormatError(ReplicatorError):
+    """A source-offset document (Spark checkpoint JSON) is not in the canonical format."""
+
+
+class BatchFailedError(ReplicatorError):
+    """The link's failure policy failed the batch; the query must stop so offsets do not advance.
+
+    Spark re-runs the batch after a restart, so nothing is lost; the successful sends of the batch
+    are repeated (at-least-once).
+    """
+
+    def __init__(self, message: str, *, failed: Sequence[str] = ()) -> None:
+        self.failed = tuple(failed)
+        """``topic/broker/queueId@offset`` of every failed message of the batch."""
+        super().__init__(message)
+
+
+class TableError(ReplicatorError):
+    """A Delta table of a link could not be read or committed (I/O, concurrent writer, bad schema)."""
+
+    retriable = True

@@ -1,0 +1,138 @@
+"""Immutable records the sink's executors hand to the driver, and the driver to the Delta tables.
+
+Executors build ``FailedMessage`` and ``OffsetMapping`` while sending and put them in the commit
+message of their partition (records are plain frozen dataclasses: picklable, no handles); the
+driver's commit applies the failure policy (``connectors.failure_policy``) and writes everything with
+``LinkTables.commit_batch`` together with one ``BatchMetrics``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import NamedTuple
+
+from connectors.offsets import QueueKey
+
+
+class FailureOutcome(str, Enum):
+    """What the failure policy decided for a failed message (stored in the failures table)."""
+
+    DISMISSED = "DISMISSED"
+    """Recorded in the failures table; the batch commits and the source offset moves past it."""
+    FAILED_BATCH = "FAILED_BATCH"
+    """The batch fails; offsets do not advance and Spark re-runs the batch after a restart."""
+
+
+@dataclass(frozen=True)
+class FailedMessage:
+    """A source message that could not be written to the target after all retries: the whole message,
+    so it can be replayed from the failures table alone."""
+
+    topic: str
+    """Source topic."""
+    broker_name: str
+    """Source broker group."""
+    queue_id: int
+    """Source queue id."""
+    queue_offset: int
+    """Offset of the message in its source queue."""
+    msg_id: str
+    """Source offset message id (store host + commit-log offset)."""
+    target_topic: str
+    """Target topic the mapping chose when the send failed."""
+    body: bytes
+    properties: Mapping[str, str]
+    """Source properties as read (loop-guard chain not yet stamped); copied, never mutated."""
+    error: str
+    """Last send error, as text (exception class and message)."""
+    attempts: int
+    """Send attempts made (1 + retries)."""
+    tags: str | None = None
+    keys: str | None = None
+    born_timestamp: int = 0
+    """Producer's born time, ms since the epoch."""
+    store_timestamp: int = 0
+    """Source broker's store time, ms since the epoch."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "properties", dict(self.properties))
+
+    @property
+    def queue(self) -> QueueKey:
+        return QueueKey(self.topic, self.broker_name, self.queue_id)
+
+
+@dataclass(frozen=True)
+class RecordedFailure:
+    """A failed message with the policy applied to it: one row of the failures table."""
+
+    message: FailedMessage
+    policy: str
+    """The link's ``failure_policy`` value (``dismiss`` / ``custom``)."""
+    outcome: FailureOutcome
+
+
+@dataclass(frozen=True)
+class OffsetMapping:
+    """Source queue offsets ``source_first..source_last`` landed at target ``target_first..target_last``.
+
+    One row per contiguous run of messages from one source queue sent to one target queue. The n-th
+    delivered message of the source range is the n-th of the target range; ``messages`` can be smaller
+    than the source span when messages in between were skipped (loop guard) or failed.
+    """
+
+    source_topic: str
+    source_broker: str
+    source_queue_id: int
+    source_first_offset: int
+    source_last_offset: int
+    target_topic: str
+    target_broker: str
+    target_queue_id: int
+    target_first_offset: int
+    target_last_offset: int
+    messages: int
+    """Messages delivered in this run (= target span)."""
+
+
+class LatencySummary(NamedTuple):
+    """Nearest-rank percentiles of a batch's replication latencies, ms; ``None`` for an empty batch."""
+
+    p50_ms: int | None
+    p99_ms: int | None
+    max_ms: int | None
+
+
+def summarise_latencies(samples_ms: Iterable[int]) -> LatencySummary:
+    """p50 / p99 / max of per-message latencies (target store time - source born time)."""
+    ordered = sorted(samples_ms)
+    if not ordered:
+        return LatencySummary(None, None, None)
+
+    def rank(p: float) -> int:
+        return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
+
+    return LatencySummary(rank(0.50), rank(0.99), ordered[-1])
+
+
+@dataclass(frozen=True)
+class BatchMetrics:
+    """One micro-batch of a link, summed over its partitions: one row of the metrics table."""
+
+    messages: int
+    """Messages written to the target."""
+    bytes: int
+    """Body bytes written to the target."""
+    skipped_loop: int = 0
+    """Messages not written because the target was already in their loop-guard chain."""
+    failed: int = 0
+    """Messages that failed after retries (all of them are in the failures table)."""
+    latency: LatencySummary = field(default_factory=lambda: LatencySummary(None, None, None))
+    """Replication latency: target store time - source born time."""
+    record_age_ms: int | None = None
+    """Age of the oldest message of the batch at commit (commit time - its source store time)."""
+    wall_time_ms: int = 0
+    """Wall time of the batch, from planning to the driver's commit."""
