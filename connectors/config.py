@@ -38,7 +38,7 @@ import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -243,12 +243,14 @@ class TopicPattern(_Model):
     @classmethod
     def _check_template(cls, value: str) -> str:
         try:
-            fields = [name for _, name, spec, conv in string.Formatter().parse(value) if name is not None]
+            fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(value)
+                      if name is not None]
         except ValueError as exc:
             raise ValueError(f"bad target template {value!r}: {exc}") from exc
-        unknown = sorted(set(fields) - {TOPIC_PLACEHOLDER})
-        if unknown:
-            raise ValueError(f"target template {value!r} may only use {{{TOPIC_PLACEHOLDER}}}, not {unknown}")
+        for name, spec, conv in fields:
+            if name != TOPIC_PLACEHOLDER or spec or conv:
+                raise ValueError(f"target template {value!r} may only use {{{TOPIC_PLACEHOLDER}}}, "
+                                 f"not {{{name}{'!' + conv if conv else ''}{':' + spec if spec else ''}}}")
         _check_topic(value.replace("{topic}", "t"))
         return value
 
@@ -304,7 +306,7 @@ class TopicMappingConfig(_Model):
         return self
 
 
-class FailurePolicy(str, Enum):
+class FailurePolicy(StrEnum):
     """What happens to a message that still fails after ``max_retries``."""
 
     DISMISS = "dismiss"
@@ -485,7 +487,8 @@ class ReplicatorConfig(_Model):
         for cluster in self.clusters:
             if cluster.name == name:
                 return cluster
-        raise ConfigError(f"no cluster {name!r}; defined: {[c.name for c in self.clusters]}", field="clusters")
+        defined = [c.name for c in self.clusters]
+        raise ConfigError(f"no cluster {name!r}; defined: {defined}", field="clusters")
 
     def link(self, name: str) -> LinkConfig:
         """The link called ``name``; ``ConfigError`` listing the defined names otherwise."""
@@ -510,7 +513,8 @@ def config_error_from_validation(exc: ValidationError, *, file: str | None) -> C
     for error in exc.errors():
         ctx = error.get("ctx") or {}
         extra = ctx.get("field") if error["type"] == "replicator_field" else None
-        loc = tuple(part for part in error["loc"] if not (isinstance(part, str) and part.startswith("function-")))
+        # drop the pseudo-locations pydantic adds for before/after validators
+        loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         reason = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             reason = "unknown key (not allowed here; check the spelling)"

@@ -107,8 +107,10 @@ def apply_failure_policy(policy: FailurePolicy, failures: Sequence[FailedMessage
                               reason=f"failure hook raised {type(exc).__name__}: {exc}", cause=exc)
     if verdict is True:
         return PolicyDecision(policy, batch, (FailureOutcome.DISMISSED,) * len(batch))
-    reason = ("failure hook returned False" if verdict is False
-              else f"failure hook returned {verdict!r}; it must return True (dismiss) or False (fail the batch)")
+    if verdict is False:
+        reason = "failure hook returned False"
+    else:
+        reason = f"failure hook returned {verdict!r}; it must return True (dismiss) or False (fail the batch)"
     return PolicyDecision(policy, batch, (FailureOutcome.FAILED_BATCH,) * len(batch), reason=reason)
 
 

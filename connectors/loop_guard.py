@@ -50,7 +50,8 @@ def chain_of(properties: Mapping[str, str]) -> tuple[str, ...]:
     return parse_chain(properties.get(CHAIN_PROPERTY))
 
 
-def should_skip(properties: Mapping[str, str], target_cluster: str, source_cluster: str | None = None) -> bool:
+def should_skip(properties: Mapping[str, str], target_cluster: str,
+                source_cluster: str | None = None) -> bool:
     """True when writing the message to ``target_cluster`` would close a loop.
 
     The message has been on every cluster in its chain, and (when given) on ``source_cluster``,

@@ -121,7 +121,8 @@ class SourceOffset:
                                     f"{OFFSET_FORMAT_VERSION}")
         queues = document.get("queues")
         if not isinstance(queues, Mapping):
-            raise OffsetFormatError(f"offset document 'queues' must be an object, got {type(queues).__name__}")
+            raise OffsetFormatError(f"offset document 'queues' must be an object, "
+                                    f"got {type(queues).__name__}")
         parsed: dict[QueueKey, int] = {}
         for key, offset in queues.items():
             queue = QueueKey.from_key(key)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import NamedTuple
 
 from connectors.offsets import QueueKey
 
 
-class FailureOutcome(str, Enum):
+class FailureOutcome(StrEnum):
     """What the failure policy decided for a failed message (stored in the failures table)."""
 
     DISMISSED = "DISMISSED"

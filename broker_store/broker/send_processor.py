@@ -19,7 +19,11 @@ from typing import TYPE_CHECKING
 from broker_store.protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.frame import RemotingCommand
-from broker_store.protocol.headers import SEND_V2_NAMES, ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
+from broker_store.protocol.headers import (
+    SEND_V2_NAMES,
+    ConsumerSendMsgBackRequestHeader,
+    SendMessageRequestHeader,
+)
 from broker_store.protocol.message import (
     MAX_PROPERTIES_LENGTH,
     PROPERTY_CLUSTER,

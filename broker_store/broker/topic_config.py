@@ -21,7 +21,13 @@ from pathlib import Path
 from broker_store.broker.metadata_file import read_metadata_file, write_metadata_file
 from broker_store.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
 from broker_store.protocol.errors import ProtocolError, StoreError
-from broker_store.protocol.topic import DEFAULT_TOPIC, DataVersion, TopicConfig, TopicConfigTable, is_inherited
+from broker_store.protocol.topic import (
+    DEFAULT_TOPIC,
+    DataVersion,
+    TopicConfig,
+    TopicConfigTable,
+    is_inherited,
+)
 
 log = logging.getLogger(__name__)
 

@@ -260,12 +260,12 @@ def _target_brokers(info: ClusterInfo, cluster: str | Sequence[str] | None,
 class Admin(SyncClient[AsyncAdmin]):
     """Thread-safe synchronous admin client over a shared background event loop."""
 
-    def __init__(self, namesrv_addr: str | Sequence[str], *, shared_runtime: bool = True,
-                 **options: Any) -> None:
+    def __init__(self, namesrv_addr: str | Sequence[str], *, request_timeout: float = 3.0,
+                 route_ttl: float = 30.0, clock: Callable[[], float] = time.monotonic,
+                 shared_runtime: bool = True) -> None:
         super().__init__(shared_runtime=shared_runtime)
-        if "remoting" in options:
-            raise ConfigError("remoting: the sync Admin uses its runtime's RemotingClient")
-        self._init_kwargs = {"namesrv_addr": namesrv_addr, **options}
+        self._init_kwargs = dict(namesrv_addr=namesrv_addr, request_timeout=request_timeout,
+                                 route_ttl=route_ttl, clock=clock)
         self.request_timeout: float = AsyncAdmin(**self._init_kwargs)._session.request_timeout
 
     def _make_core(self, remoting: RemotingClient) -> AsyncAdmin:

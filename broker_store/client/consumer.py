@@ -353,12 +353,14 @@ class PullConsumer(SyncClient[AsyncPullConsumer]):
     ``AsyncPullConsumer`` except ``remoting``.
     """
 
-    def __init__(self, namesrv_addr: str | Sequence[str], group: str, *, shared_runtime: bool = True,
-                 **options: Any) -> None:
+    def __init__(self, namesrv_addr: str | Sequence[str], group: str, *, pull_timeout: float = 10.0,
+                 request_timeout: float = 3.0, route_ttl: float = 30.0,
+                 heartbeat_interval: float | None = 30.0, client_id: str | None = None,
+                 clock: Callable[[], float] = time.monotonic, shared_runtime: bool = True) -> None:
         super().__init__(shared_runtime=shared_runtime)
-        if "remoting" in options:
-            raise ConfigError("remoting: the sync PullConsumer uses its runtime's RemotingClient")
-        self._init_kwargs = {"namesrv_addr": namesrv_addr, "group": group, **options}
+        self._init_kwargs = dict(
+            namesrv_addr=namesrv_addr, group=group, pull_timeout=pull_timeout,
+            request_timeout=request_timeout, route_ttl=route_ttl, heartbeat_interval=heartbeat_interval, client_id=client_id, clock=clock)
         probe = AsyncPullConsumer(**self._init_kwargs)  # validates options on the caller's thread
         self.pull_timeout = probe.pull_timeout
         self.request_timeout = probe._session.request_timeout

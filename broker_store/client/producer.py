@@ -393,15 +393,27 @@ class Producer(SyncClient[AsyncProducer]):
 
     Construct anywhere (driver or executor); pickling keeps only the constructor arguments. The
     first call (or ``start()``) attaches to the process-wide client runtime; ``close()`` (or the
-    context manager) releases it. Arguments are those of ``AsyncProducer`` except ``remoting``.
+    context manager) releases it. Arguments are those of ``AsyncProducer`` except ``remoting``;
+    ``shared_runtime=False`` gives this producer its own loop thread. A queue selector runs on the
+    loop thread: keep it quick and never call a sync client from it.
     """
 
     def __init__(self, namesrv_addr: str | Sequence[str], group: str = DEFAULT_PRODUCER_GROUP, *,
-                 shared_runtime: bool = True, **options: Any) -> None:
+                 send_timeout: float = 3.0, retry_times_when_send_failed: int = 2,
+                 compress_over: int | None = None, compress_level: int = 5,
+                 max_message_size: int = MAX_MESSAGE_SIZE, auto_create_topic: bool = True,
+                 default_topic: str = DEFAULT_TOPIC, default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
+                 route_ttl: float = 30.0, fault_isolation: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic, id_generator: UniqueIdGenerator | None = None,
+                 shared_runtime: bool = True) -> None:
         super().__init__(shared_runtime=shared_runtime)
-        if "remoting" in options:
-            raise ConfigError("remoting: the sync Producer uses its runtime's RemotingClient")
-        self._init_kwargs = {"namesrv_addr": namesrv_addr, "group": group, **options}
+        self._init_kwargs = dict(
+            namesrv_addr=namesrv_addr, group=group, send_timeout=send_timeout,
+            retry_times_when_send_failed=retry_times_when_send_failed, compress_over=compress_over,
+            compress_level=compress_level, max_message_size=max_message_size,
+            auto_create_topic=auto_create_topic, default_topic=default_topic,
+            default_topic_queue_nums=default_topic_queue_nums, route_ttl=route_ttl,
+            fault_isolation=fault_isolation, clock=clock, id_generator=id_generator)
         # Validate the options now, on the caller's thread; the real core is built on start().
         self.send_timeout: float = AsyncProducer(**self._init_kwargs).send_timeout
 

@@ -113,16 +113,16 @@ class RemotingClient:
         try:
             host, port = _split_addr(addr)
             try:
-                _, conn = await asyncio.wait_for(
+                _, new_conn = await asyncio.wait_for(
                     loop.create_connection(lambda: _ClientConnection(addr, self._push_handler), host, port),
                     self.connect_timeout)
             except TimeoutError as exc:
                 raise TransportError(f"connect to {addr} timed out after {self.connect_timeout}s") from exc
             except OSError as exc:
                 raise TransportError(f"cannot connect to {addr}: {exc.strerror or exc}") from exc
-            self._conns[addr] = conn
-            fut.set_result(conn)
-            return conn
+            self._conns[addr] = new_conn
+            fut.set_result(new_conn)
+            return new_conn
         except BaseException as exc:
             fut.set_exception(exc)
             fut.exception()  # mark retrieved: waiters re-raise it themselves

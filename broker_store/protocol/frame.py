@@ -217,4 +217,4 @@ def read_frame_length(prefix: bytes) -> int:
     (total,) = _I32.unpack(prefix)
     if total < 4 or total > MAX_FRAME_SIZE:
         raise FrameTooLargeError(f"frame length {total} outside [4, {MAX_FRAME_SIZE}]")
-    return total
+    return int(total)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import pickle
 import re
 import struct
@@ -32,6 +33,7 @@ from broker_store.client import (
     new_message,
 )
 from broker_store.client.route_cache import RouteCache, publish_queues, route_from_default, subscribe_queues
+from broker_store.net.client import RemotingClient
 from broker_store.net.server import Connection, RemotingServer
 from broker_store.protocol.codes import (
     MSG_FLAG_COMPRESSED,
@@ -63,6 +65,7 @@ from broker_store.protocol.headers import (
 from broker_store.protocol.message import (
     Message,
     decode_properties,
+    decode_stored_message,
     encode_stored_message,
     host_to_bytes,
     iter_batch,
@@ -102,7 +105,8 @@ Hook = Callable[[RemotingCommand], RemotingCommand | None]
 
 
 class FakeBroker:
-    def __init__(self, name: str, broker_id: int = 0, store: dict[tuple[str, int], QueueLog] | None = None) -> None:
+    def __init__(self, name: str, broker_id: int = 0,
+                 store: dict[tuple[str, int], QueueLog] | None = None) -> None:
         self.name = name
         self.broker_id = broker_id
         self.store = store if store is not None else {}
@@ -121,7 +125,11 @@ class FakeBroker:
     def count(self, code: int) -> int:
         return sum(1 for r in self.requests if r.code == code)
 
-    def _append(self, topic: str, queue_id: int, body: bytes, props: bytes, flag: int, sys_flag: int) -> tuple[str, int]:
+    def first(self, code: int) -> RemotingCommand:
+        return next(r for r in self.requests if r.code == code)
+
+    def _append(self, topic: str, queue_id: int, body: bytes, props: bytes, flag: int,
+                sys_flag: int) -> tuple[str, int]:
         qlog = self.store.setdefault((topic, queue_id), QueueLog())
         ip, port = host_to_bytes(self.addr)
         offset = len(qlog.records)
@@ -143,15 +151,16 @@ class FakeBroker:
         ext = cmd.ext_fields
         if cmd.code == RequestCode.SEND_MESSAGE_V2:
             h = SendMessageRequestHeader.from_ext(ext, SEND_V2_NAMES)
-            msg_id, offset = self._append(h.topic, h.queue_id, cmd.body, (h.properties or "").encode(), h.flag,
-                                          h.sys_flag)
+            msg_id, offset = self._append(h.topic, h.queue_id, cmd.body, (h.properties or "").encode(),
+                                          h.flag, h.sys_flag)
             return cmd.response(ResponseCode.SUCCESS, ext_fields={
                 "msgId": msg_id, "queueId": str(h.queue_id), "queueOffset": str(offset)})
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE:
             h = SendMessageRequestHeader.from_ext(ext, SEND_V2_NAMES)
             ids, first = [], None
             for entry in iter_batch(cmd.body):
-                msg_id, offset = self._append(h.topic, h.queue_id, entry.body, entry.properties, entry.flag, 0)
+                msg_id, offset = self._append(h.topic, h.queue_id, entry.body, entry.properties,
+                                              entry.flag, 0)
                 ids.append(msg_id)
                 first = offset if first is None else first
             return cmd.response(ResponseCode.SUCCESS, ext_fields={
@@ -162,7 +171,8 @@ class FakeBroker:
             max_offset = len(qlog.records)
             rh = {"suggestWhichBrokerId": str(self.suggest), "minOffset": "0", "maxOffset": str(max_offset)}
             if p.queue_offset >= max_offset:
-                return cmd.response(ResponseCode.PULL_NOT_FOUND, ext_fields={**rh, "nextBeginOffset": str(max_offset)})
+                return cmd.response(ResponseCode.PULL_NOT_FOUND,
+                                    ext_fields={**rh, "nextBeginOffset": str(max_offset)})
             wanted = None
             if p.subscription and p.subscription != "*":
                 # Like the real broker: filter by tag hash code only (here: the low bits collide on purpose).
@@ -187,8 +197,8 @@ class FakeBroker:
         if cmd.code in (RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET):
             q2 = QueueRequestHeader.from_ext(ext)
             n = len(self.store.get((q2.topic, q2.queue_id), QueueLog()).records)
-            return cmd.response(ResponseCode.SUCCESS,
-                                ext_fields={"offset": str(n if cmd.code == RequestCode.GET_MAX_OFFSET else 0)})
+            offset = n if cmd.code == RequestCode.GET_MAX_OFFSET else 0
+            return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
         if cmd.code == RequestCode.UPDATE_AND_CREATE_TOPIC:
             self.created_topics.append(CreateTopicRequestHeader.from_ext(ext))
             return cmd.response(ResponseCode.SUCCESS)
@@ -201,7 +211,8 @@ class FakeBroker:
         if cmd.code in (RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT):
             return cmd.response(ResponseCode.SUCCESS)
         if cmd.code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:
-            ids = sorted({orjson.loads(r.body)["clientID"] for r in self.requests if r.code == RequestCode.HEART_BEAT})
+            ids = sorted({orjson.loads(r.body)["clientID"]
+                          for r in self.requests if r.code == RequestCode.HEART_BEAT})
             if not ids:
                 return cmd.response(ResponseCode.SYSTEM_ERROR, "no consumer for this group, g")
             return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps({"consumerIdList": ids}))
@@ -229,7 +240,7 @@ class FakeNamesrv:
             topic = TopicRequestHeader.from_ext(cmd.ext_fields).topic
             route = self.routes.get(topic)
             if route is None:
-                return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}")
+                return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"No topic route info for {topic}")
             return cmd.response(ResponseCode.SUCCESS, body=route.encode())
         if cmd.code == RequestCode.GET_BROKER_CLUSTER_INFO:
             assert self.cluster is not None
@@ -237,6 +248,15 @@ class FakeNamesrv:
         if cmd.code == RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER:
             return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps({"topicList": sorted(self.routes)}))
         return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "fake namesrv")
+
+
+def fail_sends(code: int, remark: str) -> Hook:
+    """A broker hook answering every send with ``code``."""
+    def hook(cmd: RemotingCommand) -> RemotingCommand | None:
+        if cmd.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+            return cmd.response(code, remark)
+        return None
+    return hook
 
 
 def make_route(brokers: list[FakeBroker], queues: int = 4, perm: int = 6) -> TopicRouteData:
@@ -305,7 +325,8 @@ def test_route_json_with_bare_numeric_keys_decodes() -> None:
 
 
 def test_default_route_is_capped_like_java() -> None:
-    route = TopicRouteData(queue_datas=(QueueData("a", 8, 8, 7),), broker_datas=(BrokerData("c", "a", {0: "x:1"}),))
+    route = TopicRouteData(queue_datas=(QueueData("a", 8, 8, 7),),
+                           broker_datas=(BrokerData("c", "a", {0: "x:1"}),))
     derived = route_from_default(route, 4)
     assert (derived.queue_datas[0].read_queue_nums, derived.queue_datas[0].write_queue_nums) == (4, 4)
 
@@ -314,9 +335,9 @@ def test_route_cache_ttl_and_invalidate(cluster: Cluster) -> None:
     now = [0.0]
 
     async def scenario() -> None:
-        from broker_store.net.client import RemotingClient
         remoting = RemotingClient()
-        cache = RouteCache(["127.0.0.1:1", cluster.namesrv.addr], remoting=remoting, ttl=30, clock=lambda: now[0])
+        cache = RouteCache(["127.0.0.1:1", cluster.namesrv.addr], remoting=remoting, ttl=30,
+                           clock=lambda: now[0])
         try:
             await cache.get("t")
             await cache.get("t")
@@ -370,7 +391,8 @@ def test_uniq_key_layout() -> None:
         assert raw[4:6] == b"\x23\x45"  # low 16 bits of the pid
         assert struct.unpack(">I", raw[10:14])[0] == 123_456
     assert first[:20] == second[:20]
-    assert struct.unpack(">H", bytes.fromhex(second)[14:])[0] == struct.unpack(">H", bytes.fromhex(first)[14:])[0] + 1
+    counters = [struct.unpack(">H", bytes.fromhex(uid)[14:])[0] for uid in (first, second)]
+    assert counters[1] == counters[0] + 1
     # Crossing into the next month restarts the span.
     now[0] = int(time.mktime(time.strptime("2024-04-01", "%Y-%m-%d")) * 1000) + 5
     assert struct.unpack(">I", bytes.fromhex(gen.create())[10:14])[0] == 5
@@ -385,8 +407,7 @@ def test_existing_uniq_key_and_wait_are_kept(cluster: Cluster) -> None:
 
 
 def test_retriable_error_retries_on_another_broker_group(cluster: Cluster) -> None:
-    cluster.a.hook = lambda cmd: (cmd.response(ResponseCode.SYSTEM_ERROR, "IN_SYNC_REPLICAS_NOT_ENOUGH")
-                                  if cmd.code == RequestCode.SEND_MESSAGE_V2 else None)
+    cluster.a.hook = fail_sends(ResponseCode.SYSTEM_ERROR, "IN_SYNC_REPLICAS_NOT_ENOUGH")
     with Producer(cluster.namesrv.addr) as producer:
         results = [producer.send(new_message("t", b"m%d" % i)) for i in range(6)]
     assert all(r.message_queue.broker_name == "broker-b" for r in results)
@@ -397,7 +418,7 @@ def test_retriable_error_retries_on_another_broker_group(cluster: Cluster) -> No
 
 def test_non_retriable_error_is_raised_at_once(cluster: Cluster) -> None:
     for b in (cluster.a, cluster.b):
-        b.hook = lambda cmd: cmd.response(ResponseCode.MESSAGE_ILLEGAL, "bad") if cmd.code == RequestCode.SEND_MESSAGE_V2 else None
+        b.hook = fail_sends(ResponseCode.MESSAGE_ILLEGAL, "bad")
     with Producer(cluster.namesrv.addr) as producer, pytest.raises(MessageIllegalError):
         producer.send(new_message("t", b"x"))
     assert cluster.a.count(RequestCode.SEND_MESSAGE_V2) + cluster.b.count(RequestCode.SEND_MESSAGE_V2) == 1
@@ -405,7 +426,7 @@ def test_non_retriable_error_is_raised_at_once(cluster: Cluster) -> None:
 
 def test_all_attempts_fail_raises_last_error(cluster: Cluster) -> None:
     for b in (cluster.a, cluster.b):
-        b.hook = lambda cmd: cmd.response(ResponseCode.SYSTEM_ERROR, "down") if cmd.code == RequestCode.SEND_MESSAGE_V2 else None
+        b.hook = fail_sends(ResponseCode.SYSTEM_ERROR, "down")
     with Producer(cluster.namesrv.addr, retry_times_when_send_failed=3) as producer, \
             pytest.raises(RetriableSystemError):
         producer.send(new_message("t", b"x"))
@@ -465,8 +486,9 @@ def test_auto_create_uses_tbw102_route(cluster: Cluster) -> None:
         result = producer.send(new_message("brand-new", b"x"))
     assert len(queues) == 8  # 4 per broker group (defaultTopicQueueNums), not TBW102's 8
     assert result.message_queue.queue_id < 4
-    with Producer(cluster.namesrv.addr, auto_create_topic=False) as producer, pytest.raises(TopicNotExistError):
-        producer.send(new_message("brand-new", b"x"))
+    with Producer(cluster.namesrv.addr, auto_create_topic=False) as producer:
+        with pytest.raises(TopicNotExistError):
+            producer.send(new_message("brand-new", b"x"))
 
 
 def test_client_side_validation(cluster: Cluster) -> None:
@@ -502,7 +524,7 @@ def test_compression_over_threshold(cluster: Cluster) -> None:
 
 
 def test_send_batch_encoding_and_result(cluster: Cluster) -> None:
-    msgs = [new_message("t", b"body-%d" % i, tags="T%d" % i) for i in range(3)]
+    msgs = [new_message("t", f"body-{i}".encode(), tags=f"T{i}") for i in range(3)]
     mq = MessageQueue("t", "broker-b", 3)
     with Producer(cluster.namesrv.addr, "pg") as producer:
         result = producer.send_batch(msgs, mq)
@@ -541,7 +563,7 @@ def test_sync_facade_is_thread_safe(cluster: Cluster) -> None:
     assert not errors
     assert len(results) == len(set(results)) == 200
     assert cluster.namesrv.route_requests("t") == 1  # concurrent first sends shared one route fetch
-    stored = sum(len(q.records) for q in cluster.a.store.values()) + sum(len(q.records) for q in cluster.b.store.values())
+    stored = sum(len(q.records) for b in (cluster.a, cluster.b) for q in b.store.values())
     assert stored == 200
 
 
@@ -643,7 +665,7 @@ def test_long_poll_and_commit_flags(cluster: Cluster) -> None:
         consumer.pull(mq, 0, suspend_timeout_ms=1000, commit_offset=0)
         with pytest.raises(ValueError, match="exceed"):
             consumer.pull(mq, 0, suspend_timeout_ms=2000, timeout=1.0)
-    h = PullMessageRequestHeader.from_ext(next(r for r in cluster.b.requests if r.code == RequestCode.PULL_MESSAGE).ext_fields)
+    h = PullMessageRequestHeader.from_ext(cluster.b.first(RequestCode.PULL_MESSAGE).ext_fields)
     assert h.sys_flag == PULL_FLAG_SUBSCRIPTION | PULL_FLAG_SUSPEND | PULL_FLAG_COMMIT_OFFSET
     assert h.suspend_timeout_millis == 1000
 
@@ -677,7 +699,7 @@ def test_follows_suggest_which_broker_id(cluster: Cluster) -> None:
         assert [m.body for m in r.messages] == [b"m1"]
         assert cluster.a1.count(RequestCode.PULL_MESSAGE) == 1
         # A replica never gets the commit-offset flag (Java clears it for slaves).
-        h = PullMessageRequestHeader.from_ext(next(q for q in cluster.a1.requests if q.code == RequestCode.PULL_MESSAGE).ext_fields)
+        h = PullMessageRequestHeader.from_ext(cluster.a1.first(RequestCode.PULL_MESSAGE).ext_fields)
         assert not h.sys_flag & PULL_FLAG_COMMIT_OFFSET
         # The replica suggests the primary again (suggest = 0) ...
         assert consumer.pull_from_broker_id(mq) == 0
@@ -743,7 +765,8 @@ def test_admin_metadata_and_offsets(cluster: Cluster) -> None:
         addrs = admin.create_topic("newtopic", queue_nums=2, cluster="c1")
         assert sorted(addrs) == sorted([cluster.a.addr, cluster.b.addr])
         created = cluster.a.created_topics[0]
-        assert (created.topic, created.read_queue_nums, created.write_queue_nums, created.perm) == ("newtopic", 2, 2, 6)
+        assert (created.topic, created.read_queue_nums, created.write_queue_nums) == ("newtopic", 2, 2)
+        assert created.perm == 6
         assert created.default_topic == "TBW102" and created.topic_filter_type == "SINGLE_TAG"
         assert admin.create_topic("only-b", broker_names=["broker-b"]) == [cluster.b.addr]
         with pytest.raises(TopicNotExistError, match="cluster"):
@@ -759,3 +782,24 @@ def test_namesrv_failover(cluster: Cluster) -> None:
         assert "t" in admin.topic_list()
     with Admin("127.0.0.1:1;127.0.0.1:2") as admin, pytest.raises(TransportError):
         admin.topic_list()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_started_client_survives_fork(cluster: Cluster) -> None:
+    """Spark forks Python workers: a client started in the parent restarts itself in the child."""
+    with Producer(cluster.namesrv.addr) as producer:
+        producer.send(new_message("t", b"parent"))
+        pid = os.fork()
+        if pid == 0:  # child: must leave through os._exit whatever happens
+            code = 1
+            try:
+                code = 0 if producer.send(new_message("t", b"child")).ok else 2
+                producer.close()
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert producer.send(new_message("t", b"parent-again")).ok
+    bodies = sorted(decode_stored_message(rec).body for b in (cluster.a, cluster.b)
+                    for q in b.store.values() for rec, _ in q.records)
+    assert bodies == [b"child", b"parent", b"parent-again"]

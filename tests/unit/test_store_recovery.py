@@ -116,9 +116,13 @@ def test_longest_valid_prefix_survives_and_queues_are_rebuilt(seed: int, cut: fl
             os.truncate(last, point - last_start)
             valid_end = point
         elif mode == "garbage":
+            original = last.read_bytes()[point - last_start:point - last_start + 1]
             os.truncate(last, point - last_start)
+            garbage = bytearray(rng.randbytes(rng.randrange(1, 3000)))
+            if original and garbage[0] == original[0]:
+                garbage[0] ^= 0xFF  # do not rebuild the byte that was cut off
             with open(last, "ab") as f:
-                f.write(rng.randbytes(rng.randrange(1, 3000)))
+                f.write(garbage)
             valid_end = point
         elif mode == "zeros":  # page cache never written back: zero-filled tail
             with open(last, "r+b") as f:

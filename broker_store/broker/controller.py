@@ -1,0 +1,244 @@
+"""BrokerController: one broker process's lifecycle and request dispatch.
+
+Started by ``broker_store.cli`` through ``run_broker`` and by tests directly
+(``await BrokerController(cfg).start()`` ... ``await stop()``; listen on port 0 and read ``addr``).
+It owns the MessageStore, the topic table, consumer offsets, the client registry, the pull waiters
+and the name-server registration, and routes each request code to its processor module.
+
+Role is runtime state (``role``): a REPLICA refuses writes with SERVICE_NOT_AVAILABLE and answers
+PULL_OFFSET_MOVED as PULL_RETRY_IMMEDIATELY, so primary/replica replication can switch it later.
+
+Start order: bind the port (so the advertised address and STOREHOST carry the real port), load
+metadata, recover the store, install processors, register with the name servers. Until processors
+are installed every request gets SERVICE_NOT_AVAILABLE. Stop order is the reverse; a clean stop
+unregisters, persists offsets and flushes the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from broker_store.broker.admin_processor import AdminProcessor
+from broker_store.broker.client_processor import ClientProcessor
+from broker_store.broker.client_registry import ClientRegistry
+from broker_store.broker.consumer_offset import FILE_NAME as OFFSETS_FILE
+from broker_store.broker.consumer_offset import ConsumerOffsetManager
+from broker_store.broker.long_polling import PullWaiters
+from broker_store.broker.namesrv_registration import BrokerIdentity, NamesrvRegistration
+from broker_store.broker.offset_processor import OffsetProcessor
+from broker_store.broker.pull_processor import PullProcessor
+from broker_store.broker.send_processor import SendProcessor
+from broker_store.broker.topic_config import FILE_NAME as TOPICS_FILE
+from broker_store.broker.topic_config import TopicConfigManager
+from broker_store.config import BrokerConfig, split_host_port
+from broker_store.net.client import RemotingClient
+from broker_store.net.server import Connection, RemotingServer
+from broker_store.net.signals import wait_for_termination
+from broker_store.protocol.codes import RequestCode, ResponseCode
+from broker_store.protocol.errors import RocketMQError
+from broker_store.protocol.frame import RemotingCommand
+from broker_store.protocol.route import MASTER_ID
+from broker_store.store import MessageStore
+
+log = logging.getLogger(__name__)
+
+Processor = Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand | None]]
+METADATA_DIR = "config"
+"""Subdirectory of store_dir holding topics.json and consumer_offsets.json."""
+CLIENT_SCAN_INTERVAL = 10.0
+
+
+class BrokerRole(enum.Enum):
+    PRIMARY = "PRIMARY"
+    REPLICA = "REPLICA"
+
+
+class BrokerController:
+    """One broker. ``clock`` (seconds since the epoch) stamps stored messages and data versions;
+    ``monotonic`` drives client expiry."""
+
+    def __init__(self, config: BrokerConfig, *, clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.store_config = config.to_store_config()
+        self._clock = clock
+        self.role = BrokerRole.PRIMARY if config.broker_id == MASTER_ID else BrokerRole.REPLICA
+        meta = Path(config.store_dir) / METADATA_DIR
+        clock_ms = lambda: int(clock() * 1000)  # noqa: E731
+        self.topic_configs = TopicConfigManager(meta / TOPICS_FILE,
+                                                auto_create_topic_enable=config.auto_create_topic_enable,
+                                                default_topic_queue_nums=config.default_topic_queue_nums,
+                                                clock_ms=clock_ms)
+        self.consumer_offsets = ConsumerOffsetManager(meta / OFFSETS_FILE, clock_ms=clock_ms)
+        self.clients = ClientRegistry(clock=monotonic)
+        host, port = split_host_port(config.listen)
+        self._server = RemotingServer(self._handle, host, port)
+        self._server.disconnect_listeners.append(self.clients.connection_closed)
+        self._processors: dict[int, Processor] = {}
+        self._store: MessageStore | None = None
+        self._pull_waiters: PullWaiters | None = None
+        self._client: RemotingClient | None = None
+        self.registration: NamesrvRegistration | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.stopping = False
+        self.addr = ""
+        """Advertised ``ip:port`` (valid after start)."""
+
+    # -- accessors used by processors -----------------------------------------------------------
+
+    @property
+    def store(self) -> MessageStore:
+        if self._store is None:
+            raise RuntimeError("broker not started")
+        return self._store
+
+    @property
+    def pull_waiters(self) -> PullWaiters:
+        if self._pull_waiters is None:
+            raise RuntimeError("broker not started")
+        return self._pull_waiters
+
+    @property
+    def is_primary(self) -> bool:
+        return self.role is BrokerRole.PRIMARY
+
+    @property
+    def broker_id(self) -> int:
+        return MASTER_ID if self.is_primary else max(self.config.broker_id, 1)
+
+    def identity(self) -> BrokerIdentity:
+        return BrokerIdentity(cluster_name=self.config.cluster_name, broker_name=self.config.broker_name,
+                              broker_id=self.broker_id, broker_addr=self.addr)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Bind, recover, serve, register. Raises StoreError/TransportError if the broker cannot run."""
+        await self._server.start()
+        try:
+            self.addr = f"{self.config.advertised_ip}:{self._server.port}"
+            self.topic_configs.load()
+            self.consumer_offsets.load()
+            store = MessageStore(self.store_config, store_host=self.addr, clock=self._clock)
+            await asyncio.to_thread(store.start)
+            self._store = store
+            self._pull_waiters = PullWaiters(asyncio.get_running_loop())
+            store.add_arrival_listener(self._pull_waiters.notify)
+            self._client = RemotingClient()
+            self.registration = NamesrvRegistration(
+                self._client, list(self.config.namesrv_addrs), self.identity, self.topic_configs.table,
+                register_interval=self.config.register_interval_seconds,
+                heartbeat_interval=self.config.heartbeat_interval_seconds)
+            self.topic_configs.change_listeners.append(lambda _tc: self._on_topic_change())
+            self._install_processors()
+            await self.registration.register_all()
+            self.registration.start()
+            loop = asyncio.get_running_loop()
+            self._tasks = [loop.create_task(self._persist_offsets_loop()), loop.create_task(self._client_scan_loop())]
+        except BaseException:
+            await self.stop(unregister=False)
+            raise
+        log.info("broker %s/%s (%s) serving on %s, store %s", self.config.cluster_name, self.config.broker_name,
+                 self.role.value, self.addr, self.config.store_dir)
+
+    def _on_topic_change(self) -> None:
+        if self.registration is not None:
+            self.registration.request_register()
+
+    def _install_processors(self) -> None:
+        send, pull = SendProcessor(self), PullProcessor(self)
+        offsets, admin, clients = OffsetProcessor(self), AdminProcessor(self), ClientProcessor(self)
+        self._processors = {
+            RequestCode.SEND_MESSAGE: send.send_message,
+            RequestCode.SEND_MESSAGE_V2: send.send_message,
+            RequestCode.SEND_BATCH_MESSAGE: send.send_batch_message,
+            RequestCode.CONSUMER_SEND_MSG_BACK: send.consumer_send_msg_back,
+            RequestCode.PULL_MESSAGE: pull.pull_message,
+            RequestCode.QUERY_CONSUMER_OFFSET: offsets.query_consumer_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,
+            RequestCode.GET_MAX_OFFSET: offsets.get_max_offset,
+            RequestCode.GET_MIN_OFFSET: offsets.get_min_offset,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: offsets.search_offset_by_timestamp,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: offsets.get_all_consumer_offset,
+            RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
+            RequestCode.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
+            RequestCode.HEART_BEAT: clients.heart_beat,
+            RequestCode.UNREGISTER_CLIENT: clients.unregister_client,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: clients.get_consumer_list_by_group,
+        }
+
+    async def stop(self, *, unregister: bool = True) -> None:
+        """Stop serving; ``unregister=False`` skips UNREGISTER_BROKER (tests simulate a vanished broker).
+        Idempotent."""
+        if self.stopping:
+            return
+        self.stopping = True
+        if self._pull_waiters is not None:
+            self._pull_waiters.wake_all()
+            await asyncio.sleep(0)  # let released pulls answer while the store is still open
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        self._tasks = []
+        if self.registration is not None:
+            await self.registration.stop()
+            if unregister:
+                await self.registration.unregister_all()
+        self._processors = {}
+        await self._server.stop()
+        try:
+            self.consumer_offsets.persist()
+        except RocketMQError:
+            log.exception("could not persist consumer offsets of %s at shutdown", self.config.broker_name)
+        if self._store is not None:
+            await asyncio.to_thread(self._store.shutdown)
+        if self._client is not None:
+            await self._client.close()
+
+    async def _persist_offsets_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.offset_persist_interval_seconds)
+            try:
+                self.consumer_offsets.persist()
+            except RocketMQError:
+                log.exception("periodic persistence of consumer offsets failed; retrying next period")
+
+    async def _client_scan_loop(self) -> None:
+        timeout = self.config.client_channel_expiry_seconds
+        while True:
+            await asyncio.sleep(min(CLIENT_SCAN_INTERVAL, timeout))
+            for group, client_id in self.clients.scan_expired(timeout):
+                log.info("client %s of group %s expired (no heartbeat for %.0fs)", client_id, group, timeout)
+
+    # -- dispatch -------------------------------------------------------------------------------
+
+    async def _handle(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand | None:
+        processor = self._processors.get(cmd.code)
+        if processor is None:
+            if self._store is None or self.stopping:
+                return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
+                                    f"broker {self.config.broker_name} is {'stopping' if self.stopping else 'starting'}")
+            return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+        return await processor(cmd, conn)
+
+
+async def run_broker(cfg: BrokerConfig, ready: Callable[[str], None] | None = None) -> None:
+    """Serve one broker until cancelled or SIGTERM, then stop cleanly (unregister, persist offsets,
+    flush the store). ``ready(addr)`` is called once it serves and made its first registration."""
+    broker = BrokerController(cfg)
+    await broker.start()
+    try:
+        if ready is not None:
+            ready(broker.addr)
+        await wait_for_termination()
+    finally:
+        await broker.stop()

@@ -1,0 +1,577 @@
+"""A real name server and broker in-process on ephemeral loopback ports, driven with RemotingClient.
+
+Each test runs its own asyncio loop (``run``) with a fresh store directory and tears everything
+down, so tests are independent. Requests are built from the typed headers, the way any RocketMQ
+client would send them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker_store.broker import BrokerController, run_broker
+from broker_store.config import BrokerConfig, NamesrvConfig
+from broker_store.namesrv import NamesrvServer, run_namesrv
+from broker_store.net import RemotingClient
+from broker_store.protocol.codes import (
+    PULL_FLAG_COMMIT_OFFSET,
+    PULL_FLAG_SUBSCRIPTION,
+    PULL_FLAG_SUSPEND,
+    RequestCode,
+    ResponseCode,
+)
+from broker_store.protocol.frame import RemotingCommand
+from broker_store.protocol.headers import (
+    SEND_V2_NAMES,
+    ConsumerSendMsgBackRequestHeader,
+    CreateTopicRequestHeader,
+    GetConsumerListByGroupRequestHeader,
+    OffsetResponseHeader,
+    PullMessageRequestHeader,
+    QueryConsumerOffsetRequestHeader,
+    QueueRequestHeader,
+    RegisterBrokerRequestHeader,
+    SearchOffsetRequestHeader,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+    TopicRequestHeader,
+    UnregisterClientRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+)
+from broker_store.protocol.message import (
+    StoredMessage,
+    decode_stored_messages,
+    encode_batch,
+    encode_properties,
+)
+from broker_store.protocol.route import TopicRouteData, loads_rocketmq
+from broker_store.protocol.topic import DataVersion, TopicConfig, TopicConfigTable, encode_register_broker_body
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT = 5.0
+
+
+@dataclass
+class Env:
+    namesrv: NamesrvServer
+    broker: BrokerController
+    client: RemotingClient
+    tmp: Path
+
+    async def call(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"", *,
+                   addr: str | None = None, timeout: float = TIMEOUT) -> RemotingCommand:
+        cmd = RemotingCommand(code=code, ext_fields=ext or {}, body=body)
+        return await self.client.invoke(addr or self.broker.addr, cmd, timeout)
+
+    async def send(self, topic: str, body: bytes, props: dict[str, str] | None = None, *, queue_id: int = 0,
+                   code: int = RequestCode.SEND_MESSAGE_V2, default_queue_nums: int = 4, flag: int = 0,
+                   reconsume_times: int | None = None, max_reconsume_times: int | None = None) -> RemotingCommand:
+        h = SendMessageRequestHeader(producer_group="pg", topic=topic, default_topic="TBW102",
+                                     default_topic_queue_nums=default_queue_nums, queue_id=queue_id, sys_flag=0,
+                                     born_timestamp=int(time.time() * 1000), flag=flag,
+                                     properties=encode_properties(props or {}).decode(),
+                                     reconsume_times=reconsume_times, max_reconsume_times=max_reconsume_times)
+        names = SEND_V2_NAMES if code != RequestCode.SEND_MESSAGE else None
+        return await self.call(code, h.to_ext(names), body)
+
+    async def pull(self, topic: str, offset: int = 0, *, queue_id: int = 0, expr: str | None = "*",
+                   suspend_ms: int = 0, commit_offset: int = 0, group: str = "cg", max_nums: int = 32,
+                   timeout: float = TIMEOUT) -> tuple[RemotingCommand, list[StoredMessage]]:
+        flag = PULL_FLAG_SUBSCRIPTION if expr is not None else 0
+        if suspend_ms:
+            flag |= PULL_FLAG_SUSPEND
+        if commit_offset:
+            flag |= PULL_FLAG_COMMIT_OFFSET
+        h = PullMessageRequestHeader(consumer_group=group, topic=topic, queue_id=queue_id, queue_offset=offset,
+                                     max_msg_nums=max_nums, sys_flag=flag, commit_offset=commit_offset,
+                                     suspend_timeout_millis=suspend_ms, sub_version=0, subscription=expr)
+        resp = await self.call(RequestCode.PULL_MESSAGE, h.to_ext(), timeout=timeout)
+        return resp, decode_stored_messages(resp.body) if resp.code == ResponseCode.SUCCESS else []
+
+    async def route(self, topic: str) -> RemotingCommand:
+        return await self.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, TopicRequestHeader(topic=topic).to_ext(),
+                               addr=self.namesrv.addr)
+
+    async def topic_table(self) -> TopicConfigTable:
+        resp = await self.call(RequestCode.GET_ALL_TOPIC_CONFIG)
+        assert resp.code == ResponseCode.SUCCESS
+        return TopicConfigTable.decode(resp.body)
+
+
+def broker_config(tmp: Path, namesrv_addr: str, **overrides: Any) -> BrokerConfig:
+    settings: dict[str, Any] = {
+        "cluster_name": "c1", "broker_name": "broker-a", "listen": "127.0.0.1:0", "store_dir": tmp / "broker-a",
+        "namesrv_addrs": [namesrv_addr], "commit_log_segment_size": 4 * 1024 * 1024,
+        "max_message_size": 64 * 1024, "heartbeat_interval_seconds": 0.1, "flush_interval_ms": 50,
+    }
+    settings.update(overrides)
+    return BrokerConfig(**settings)
+
+
+def run(tmp: Path, body: Callable[[Env], Awaitable[None]], *, namesrv: dict[str, Any] | None = None,
+        **broker_overrides: Any) -> None:
+    """Start name server + broker, run ``body``, tear everything down (also on failure)."""
+
+    async def main() -> None:
+        ns = NamesrvServer(NamesrvConfig(listen="127.0.0.1:0", **(namesrv or {})))
+        await ns.start()
+        broker = BrokerController(broker_config(tmp, ns.addr, **broker_overrides))
+        client = RemotingClient()
+        try:
+            await broker.start()
+            await asyncio.wait_for(body(Env(ns, broker, client, tmp)), 30)
+        finally:
+            await client.close()
+            await broker.stop()
+            await ns.stop()
+
+    asyncio.run(main())
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
+
+
+def _ok(resp: RemotingCommand) -> RemotingCommand:
+    assert resp.code == ResponseCode.SUCCESS, (resp.code, resp.remark)
+    return resp
+
+
+# -- send / pull ------------------------------------------------------------------------------------
+
+def test_send_v1_v2_and_pull_byte_exact(tmp_path: Path) -> None:
+    async def body(env: Env) -> None:
+        props = {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "0A0B0C0D0000000000000001"}
+        r1 = _ok(await env.send("Orders", b"first", props, code=RequestCode.SEND_MESSAGE, flag=3))
+        r2 = _ok(await env.send("Orders", b"second" * 100, {"TAGS": "TagB"}))
+        h1 = SendMessageResponseHeader.from_ext(r1.ext_fields)
+        h2 = SendMessageResponseHeader.from_ext(r2.ext_fields)
+        assert (h1.queue_id, h1.queue_offset, h2.queue_offset) == (0, 0, 1)
+        assert r1.ext_fields["MSG_REGION"] == "DefaultRegion" and r1.ext_fields["TRACE_ON"] == "true"
+
+        resp, msgs = await env.pull("Orders")
+        _ok(resp)
+        assert resp.ext_fields == {"suggestWhichBrokerId": "0", "nextBeginOffset": "2", "minOffset": "0",
+                                   "maxOffset": "2"}
+        assert [m.body for m in msgs] == [b"first", b"second" * 100]
+        assert dict(msgs[0].properties) == {**props, "CLUSTER": "c1"}
+        assert msgs[0].flag == 3 and msgs[0].queue_offset == 0 and msgs[1].queue_offset == 1
+        assert [m.offset_msg_id for m in msgs] == [h1.msg_id, h2.msg_id]
+        assert msgs[0].store_host == env.broker.addr
+        # The pull body is the stored records, byte for byte.
+        records = [env.broker.store.read_record(m.commit_log_offset) for m in msgs]
+        assert resp.body == b"".join(r for r in records if r is not None)
+
+        resp, msgs = await env.pull("Orders", 2)
+        assert resp.code == ResponseCode.PULL_NOT_FOUND and msgs == []
+        resp, _ = await env.pull("Orders", 7)
+        assert resp.code == ResponseCode.PULL_OFFSET_MOVED and resp.ext_fields["nextBeginOffset"] == "0"  # min offset 0
+        resp, _ = await env.pull("Orders", 0, queue_id=3)  # existing queue, never written
+        assert resp.code == ResponseCode.PULL_NOT_FOUND
+        resp, _ = await env.pull("Orders", 5, queue_id=3)
+        assert resp.code == ResponseCode.PULL_OFFSET_MOVED
+
+    run(tmp_path, body)
+
+
+def test_batch_send_and_tag_filtering(tmp_path: Path) -> None:
+    async def body(env: Env) -> None:
+        _ok(await env.send("Batch", b"warm-up"))
+        entries = [(f"m{i}".encode() * 10, encode_properties({"TAGS": "ABC"[i % 3], "KEYS": str(i)}), i)
+                   for i in range(100)]
+        h = SendMessageRequestHeader(producer_group="pg", topic="Batch", default_topic="TBW102",
+                                     default_topic_queue_nums=4, queue_id=1, sys_flag=0, born_timestamp=1, flag=0,
+                                     batch=True)
+        resp = _ok(await env.call(RequestCode.SEND_BATCH_MESSAGE, h.to_ext(SEND_V2_NAMES), encode_batch(entries)))
+        ids = resp.ext_fields["msgId"].split(",")
+        assert len(ids) == 100 and resp.ext_fields["queueOffset"] == "0" and resp.ext_fields["queueId"] == "1"
+
+        resp, msgs = await env.pull("Batch", queue_id=1, max_nums=200)
+        assert [m.body for m in msgs] == [e[0] for e in entries]
+        assert [m.flag for m in msgs] == list(range(100))
+        assert [m.offset_msg_id for m in msgs] == ids
+        assert [m.queue_offset for m in msgs] == list(range(100))
+        assert all(m.properties["CLUSTER"] == "c1" for m in msgs)
+
+        resp, msgs = await env.pull("Batch", queue_id=1, expr="A || C", max_nums=200)
+        assert [int(m.properties["KEYS"]) for m in msgs] == [i for i in range(100) if i % 3 != 1]
+        resp, msgs = await env.pull("Batch", queue_id=1, expr="Z", max_nums=200)
+        assert resp.code == ResponseCode.PULL_RETRY_IMMEDIATELY and msgs == []
+
+        # V1 header names are accepted for batches too.
+        resp = _ok(await env.call(RequestCode.SEND_BATCH_MESSAGE, h.to_ext(), encode_batch(entries[:2])))
+        assert resp.ext_fields["queueOffset"] == "100"
+
+    run(tmp_path, body)
+
+
+def test_long_polling_wakes_on_arrival_and_times_out(tmp_path: Path) -> None:
+    async def body(env: Env) -> None:
+        _ok(await env.send("Poll", b"0"))
+        started = time.monotonic()
+        held = asyncio.ensure_future(env.pull("Poll", 1, suspend_ms=10_000, timeout=15))
+        await asyncio.sleep(0.3)
+        assert not held.done()
+        _ok(await env.send("Poll", b"1"))
+        resp, msgs = await asyncio.wait_for(held, 3)
+        assert resp.code == ResponseCode.SUCCESS and [m.body for m in msgs] == [b"1"]
+        assert time.monotonic() - started < 3
+
+        started = time.monotonic()
+        resp, _ = await env.pull("Poll", 2, suspend_ms=300)
+        elapsed = time.monotonic() - started
+        assert resp.code == ResponseCode.PULL_NOT_FOUND and 0.25 < elapsed < 2.5
+
+        # A filtered arrival does not end the hold: the pull answers when nothing matched.
+        held = asyncio.ensure_future(env.pull("Poll", 2, expr="Wanted", suspend_ms=10_000, timeout=15))
+        await asyncio.sleep(0.1)
+        _ok(await env.send("Poll", b"2", {"TAGS": "Other"}))
+        resp, msgs = await asyncio.wait_for(held, 3)
+        assert resp.code == ResponseCode.PULL_RETRY_IMMEDIATELY and msgs == []
+
+    run(tmp_path, body)
+
+
+def test_short_polling_when_long_polling_disabled(tmp_path: Path) -> None:
+    async def body(env: Env) -> None:
+        _ok(await env.send("Poll", b"0"))
+        started = time.monotonic()
+        resp, _ = await env.pull("Poll", 1, suspend_ms=10_000)
+        assert resp.code == ResponseCode.PULL_NOT_FOUND and time.monotonic() - started < 2
+
+    run(tmp_path, body, long_polling_enable=False, short_polling_time_ms=200)
+
+
+# -- topics -----------------------------------------------------------------------------------------
+
+def test_auto_create_via_tbw102_registers_route(tmp_path: Path) -> None:
+    async def body(env: Env) -> None:
+        assert (await env.route("Fresh")).code == ResponseCode.TOPIC_NOT_EXIST
+        tbw = (await env.topic_table()).topic_configs["TBW102"]
+        assert tbw.perm == 7 and tbw.write_queue_nums == 8
+        _ok(await env.send("Fresh", b"x", default_queue_nums=3))
+        created = (await env.topic_table()).topic_configs["Fresh"]
+        assert (created.read_queue_nums, created.write_queue_nums, created.perm) == (3, 3, 6)
+        _ok(await env.send("Wide", b"x", default_queue_nums=64))
+        assert (await env.topic_table()).topic_configs["Wide"].write_queue_nums == 8
+
+        async def routed() -> bool:
+            return (await env.route("Fresh")).code == ResponseCode.SUCCESS
+        await eventually(routed)
+        route = TopicRouteData.decode((await env.route("Fresh")).body)
+        assert route.queue_datas[0].write_queue_nums == 3
+        assert dict(route.broker_datas[0].broker_addrs) == {0: env.broker.addr}
+        assert b'"brokerAddrs":{0:"' in (await env.route("Fresh")).body
+
+    run(tmp_path, body)
+
+
+def test_auto_create_off_and_explicit_create(tmp_path: Path) -> None:
+    async def body(env: Env) -> None:
+        assert "TBW102" not in (await env.topic_table()).topic_configs
+        resp = await env.send("Nope", b"x")
+        assert resp.code == ResponseCode.TOPIC_NOT_EXIST
+        assert "topic[Nope] not exist" in (resp.remark or "") and "auto_create_topic_enable is off" in resp.remark
+        h = CreateTopicRequestHeader(topic="Made", default_topic="TBW102", read_queue_nums=2, write_queue_nums=2,
+                                     perm=6, topic_filter_type="SINGLE_TAG")
+        _ok(await env.call(RequestCode.UPDATE_AND_CREATE_TOPIC, h.to_ext()))
+
+        async def routed() -> bool:
+            return (await env.route("Made")).code == ResponseCode.SUCCESS
+        await eventually(routed, timeout=2.0)  # immediate re-registration, not the 30 s period
+        _ok(await env.send("Made", b"x", queue_id=1))
+        resp = await env.send("Made", b"x", queue_id=2)
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "request queueId[2] is illegal" in (resp.remark or "")
+        bad = CreateTopicRequestHeader(topic="bad topic", default_topic="TBW102", read_queue_nums=2,
+                                       write_queue_nums=2, perm=6, topic_filter_type="SINGLE_TAG")
+        assert (await env.call(RequestCode.UPDATE_AND_CREATE_TOPIC, bad.to_ext())).code == ResponseCode.SYSTEM_ERROR
+
+    run(tmp_path, body, auto_create_topic_enable=False)
+
+
+# -- validation and robustness ----------------------------------------------------------------------
+
+def test_message_illegal_cases(tmp_path: Path) -> None:
+    async def body(env: Env) -> None:
+        resp = await env.send("bad topic!", b"x")
+        assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "bad topic!" in (resp.remark or "")
+        resp = await env.send("T" * 128, b"x")
+        assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "127" in (resp.remark or "")
+        resp = await env.send("Big", b"x" * (64 * 1024 + 1))
+        assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "65536" in (resp.remark or "")
+        _ok(await env.send("Big", b"x" * (64 * 1024)))
+        resp = await env.send("Big", b"x", {"P": "v" * 33_000})
+        assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "properties" in (resp.remark or "")
+        assert "exceed" in (resp.remark or "")
+        resp = await env.send("Big", b"x", queue_id=99)
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "request queueId[99] is illegal" in (resp.remark or "")
+        resp = await env.send("SCHEDULE_TOPIC_XXXX", b"x")
+        assert resp.code == ResponseCode.NO_PERMISSION
+        # A header that does not decode: SYSTEM_ERROR naming the field, as RocketMQ does.
+        resp = await env.call(RequestCode.SEND_MESSAGE, {"producerGroup": "pg"}, b"x")
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "'topic'" in (resp.remark or "")
+        resp = await env.call(RequestCode.PULL_MESSAGE, {"topic": "Big", "queueId": "zero"})
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "consumerGroup" in (resp.remark or "")
+        resp, _ = await env.pull("Missing")
+        assert resp.code == ResponseCode.TOPIC_NOT_EXIST
+
+    run(tmp_path, body)
+
+
+def test_request_code_not_supported(tmp_path: Path) -> None:
+    async def body(env: Env) -> None:
+        resp = await env.call(9999)
+        assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and "9999" in (resp.remark or "")
+        resp = await env.call(9999, addr=env.namesrv.addr)
+        assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and "9999" in (resp.remark or "")
+
+    run(tmp_path, body)
+
+
+def test_garbage_closes_only_that_connection(tmp_path: Path) -> None:
+    async def body(env: Env) -> None:
+        host, port = env.broker.addr.rsplit(":", 1)
+        for garbage in (struct.pack(">i", 2**30) + b"junk", struct.pack(">ii", 12, 0x00000008) + b"{{{{{{{{"):
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(garbage)
+            await writer.drain()
+            assert await asyncio.wait_for(reader.read(), 3) == b""  # closed by the broker
+            writer.close()
+        _ok(await env.send("StillUp", b"ok"))
+        resp, msgs = await env.pull("StillUp")
+        assert [m.body for m in msgs] == [b"ok"]
+
+    run(tmp_path, body)
+
+
+def test_replica_role_refuses_writes(tmp_path: Path) -> None:
+    async def body(env: Env) -> None:
+        resp = await env.send("T", b"x")
+        assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE and "slave" in (resp.remark or "")
+
+    run(tmp_path, body, broker_id=1)
+
+
+def test_sync_flush_send(tmp_path: Path) -> None:
+    async def body(env: Env) -> None:
+        for i in range(5):
+            _ok(await env.send("Durable", str(i).encode()))
+        assert env.broker.store.flushed_physical_offset >= env.broker.store.max_physical_offset
+
+    run(tmp_path, body, flush_mode="SYNC_FLUSH", flush_interval_ms=10)
+
+
+# -- offsets ----------------------------------------------------------------------------------------
+
+def test_consumer_offsets_query_update_commit_and_persist(tmp_path: Path) -> None:
+    async def query(env: Env, qid: int = 0, set_zero: bool | None = None) -> RemotingCommand:
+        h = QueryConsumerOffsetRequestHeader(consumer_group="cg", topic="Off", queue_id=qid,
+                                             set_zero_if_not_found=set_zero)
+        return await env.call(RequestCode.QUERY_CONSUMER_OFFSET, h.to_ext())
+
+    async def first(env: Env) -> None:
+        for i in range(5):
+            _ok(await env.send("Off", str(i).encode()))
+        assert OffsetResponseHeader.from_ext(_ok(await query(env)).ext_fields).offset == 0  # queue starts at 0
+        resp = await query(env, set_zero=False)
+        assert resp.code == ResponseCode.QUERY_NOT_FOUND
+        h = UpdateConsumerOffsetRequestHeader(consumer_group="cg", topic="Off", queue_id=0, commit_offset=3)
+        _ok(await env.call(RequestCode.UPDATE_CONSUMER_OFFSET, h.to_ext()))
+        assert OffsetResponseHeader.from_ext(_ok(await query(env)).ext_fields).offset == 3
+        bad = UpdateConsumerOffsetRequestHeader(consumer_group="cg", topic="NoSuch", queue_id=0, commit_offset=3)
+        assert (await env.call(RequestCode.UPDATE_CONSUMER_OFFSET, bad.to_ext())).code == \
+            ResponseCode.TOPIC_NOT_EXIST
+        await env.pull("Off", 4, commit_offset=4)
+        assert OffsetResponseHeader.from_ext(_ok(await query(env)).ext_fields).offset == 4
+
+        q = QueueRequestHeader(topic="Off", queue_id=0).to_ext()
+        assert OffsetResponseHeader.from_ext(_ok(await env.call(RequestCode.GET_MAX_OFFSET, q)).ext_fields).offset == 5
+        assert OffsetResponseHeader.from_ext(_ok(await env.call(RequestCode.GET_MIN_OFFSET, q)).ext_fields).offset == 0
+        s = SearchOffsetRequestHeader(topic="Off", queue_id=0, timestamp=int(time.time() * 1000) + 60_000)
+        resp = _ok(await env.call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, s.to_ext()))
+        assert OffsetResponseHeader.from_ext(resp.ext_fields).offset == 5
+        s = SearchOffsetRequestHeader(topic="Off", queue_id=0, timestamp=0)
+        resp = _ok(await env.call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, s.to_ext()))
+        assert OffsetResponseHeader.from_ext(resp.ext_fields).offset == 0
+        resp = _ok(await env.call(RequestCode.GET_ALL_CONSUMER_OFFSET))
+        assert b'"Off@cg":{0:4}' in resp.body
+
+    run(tmp_path, first)
+
+    async def after_restart(env: Env) -> None:
+        assert OffsetResponseHeader.from_ext(_ok(await query(env)).ext_fields).offset == 4
+        resp, msgs = await env.pull("Off", 4)
+        assert [m.body for m in msgs] == [b"4"]
+
+    run(tmp_path, after_restart)
+
+
+# -- clients, retry ---------------------------------------------------------------------------------
+
+def test_heartbeat_registered_subscription_and_consumer_list(tmp_path: Path) -> None:
+    heartbeat = json.dumps({"clientID": "10.0.0.1@77", "consumerDataSet": [{
+        "groupName": "cg", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+        "subscriptionDataSet": [{"topic": "Sub", "subString": "Keep", "subVersion": 5, "expressionType": "TAG"}]}],
+        "producerDataSet": []}).encode()
+
+    async def body(env: Env) -> None:
+        _ok(await env.send("Sub", b"drop", {"TAGS": "Drop"}))
+        _ok(await env.send("Sub", b"keep", {"TAGS": "Keep"}))
+        resp, _ = await env.pull("Sub", expr=None)
+        assert resp.code == ResponseCode.SUBSCRIPTION_NOT_EXIST
+        _ok(await env.call(RequestCode.HEART_BEAT, body=heartbeat))
+        assert "%RETRY%cg" in (await env.topic_table()).topic_configs
+        resp, msgs = await env.pull("Sub", expr=None)
+        assert [m.body for m in msgs] == [b"keep"]
+        ask = GetConsumerListByGroupRequestHeader(consumer_group="cg").to_ext()
+        resp = _ok(await env.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, ask))
+        assert json.loads(resp.body) == {"consumerIdList": ["10.0.0.1@77"]}
+        bye = UnregisterClientRequestHeader(client_id="10.0.0.1@77", consumer_group="cg").to_ext()
+        _ok(await env.call(RequestCode.UNREGISTER_CLIENT, bye))
+        resp = await env.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, ask)
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "no consumer for this group, cg" == resp.remark
+        assert (await env.call(RequestCode.HEART_BEAT, body=b"{}")).code == ResponseCode.SYSTEM_ERROR
+
+    run(tmp_path, body)
+
+
+def test_consumer_send_msg_back_to_retry_then_dlq(tmp_path: Path) -> None:
+    async def body(env: Env) -> None:
+        _ok(await env.send("Work", b"payload", {"TAGS": "T1", "KEYS": "k"}))
+        _, (orig,) = await env.pull("Work")
+        back = ConsumerSendMsgBackRequestHeader(offset=orig.commit_log_offset, group="cg", delay_level=0,
+                                                origin_msg_id=orig.msg_id, origin_topic="Work",
+                                                max_reconsume_times=2)
+        _ok(await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, back.to_ext()))
+        resp, (retry,) = await env.pull("%RETRY%cg")
+        assert retry.body == b"payload" and retry.reconsume_times == 1 and retry.tags == "T1"
+        assert retry.properties["RETRY_TOPIC"] == "Work"
+        assert retry.properties["ORIGIN_MESSAGE_ID"] == orig.offset_msg_id
+        assert retry.born_timestamp == orig.born_timestamp
+
+        again = ConsumerSendMsgBackRequestHeader(offset=retry.commit_log_offset, group="cg", delay_level=0,
+                                                 max_reconsume_times=2)
+        _ok(await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, again.to_ext()))
+        _, msgs = await env.pull("%RETRY%cg", 1)
+        assert msgs[0].reconsume_times == 2
+        third = ConsumerSendMsgBackRequestHeader(offset=msgs[0].commit_log_offset, group="cg", delay_level=0,
+                                                 max_reconsume_times=2)
+        _ok(await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, third.to_ext()))
+        _, (dead,) = await env.pull("%DLQ%cg")
+        assert dead.body == b"payload" and dead.reconsume_times == 3
+        assert dead.properties["ORIGIN_MESSAGE_ID"] == orig.offset_msg_id
+        assert dead.properties["RETRY_TOPIC"] == "Work"
+
+        lost = ConsumerSendMsgBackRequestHeader(offset=10**9, group="cg", delay_level=0)
+        resp = await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, lost.to_ext())
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "look message by offset failed" in (resp.remark or "")
+
+        # A producer resending to a retry topic past its max reconsume times lands in the DLQ.
+        _ok(await env.send("%RETRY%cg", b"late", reconsume_times=5, max_reconsume_times=5))
+        _, msgs = await env.pull("%DLQ%cg", 1)
+        assert [m.body for m in msgs] == [b"late"]
+
+    run(tmp_path, body)
+
+
+# -- name server ------------------------------------------------------------------------------------
+
+def test_namesrv_route_cluster_info_and_topic_list(tmp_path: Path) -> None:
+    async def body(env: Env) -> None:
+        resp = await env.route("Unknown")
+        assert resp.code == ResponseCode.TOPIC_NOT_EXIST
+        assert resp.remark == "No topic route info in name server for the topic: Unknown"
+        route = TopicRouteData.decode(_ok(await env.route("TBW102")).body)
+        assert route.broker_datas[0].cluster == "c1" and route.queue_datas[0].perm == 7
+        info = loads_rocketmq(_ok(await env.call(RequestCode.GET_BROKER_CLUSTER_INFO, addr=env.namesrv.addr)).body)
+        assert info["clusterAddrTable"] == {"c1": ["broker-a"]}
+        assert info["brokerAddrTable"]["broker-a"]["brokerAddrs"] == {"0": env.broker.addr}
+        topics = loads_rocketmq(_ok(await env.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+                                                   addr=env.namesrv.addr)).body)
+        assert "TBW102" in topics["topicList"]
+
+        # Clean shutdown unregisters at once.
+        await env.broker.stop()
+        assert (await env.route("TBW102")).code == ResponseCode.TOPIC_NOT_EXIST
+
+    run(tmp_path, body)
+
+
+def test_broker_expiry_removes_route_while_heartbeating_broker_stays(tmp_path: Path) -> None:
+    async def body(env: Env) -> None:
+        table = TopicConfigTable({"Ghost": TopicConfig("Ghost", 2, 2, 6)}, DataVersion(1, 1))
+        reg = RegisterBrokerRequestHeader(broker_name="ghost", broker_addr="127.0.0.9:10911", cluster_name="c1",
+                                          ha_server_addr="", broker_id=0)
+        _ok(await env.call(RequestCode.REGISTER_BROKER, reg.to_ext(), encode_register_broker_body(table),
+                           addr=env.namesrv.addr))
+        _ok(await env.route("Ghost"))
+        await asyncio.sleep(0.9)  # > broker_expiry_seconds without a heartbeat from "ghost"
+        assert (await env.route("Ghost")).code == ResponseCode.TOPIC_NOT_EXIST
+        _ok(await env.route("TBW102"))  # the real broker heartbeats every 0.1 s
+
+    run(tmp_path, body, namesrv={"broker_expiry_seconds": 0.5, "scan_interval_seconds": 0.1})
+
+
+def test_register_broker_body_checks(tmp_path: Path) -> None:
+    async def body(env: Env) -> None:
+        base = {"broker_name": "x", "broker_addr": "127.0.0.9:1", "cluster_name": "c1", "ha_server_addr": "",
+                "broker_id": 0}
+        body_bytes = encode_register_broker_body(TopicConfigTable({}, DataVersion()))
+        resp = await env.call(RequestCode.REGISTER_BROKER,
+                              RegisterBrokerRequestHeader(**base, compressed=True).to_ext(), body_bytes,
+                              addr=env.namesrv.addr)
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "compressed" in (resp.remark or "")
+        resp = await env.call(RequestCode.REGISTER_BROKER,
+                              RegisterBrokerRequestHeader(**base, body_crc32=12345).to_ext(), body_bytes,
+                              addr=env.namesrv.addr)
+        assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark == "crc32 not match"
+        resp = await env.call(RequestCode.REGISTER_BROKER, RegisterBrokerRequestHeader(**base).to_ext(), b"{[",
+                              addr=env.namesrv.addr)
+        assert resp.code == ResponseCode.SYSTEM_ERROR
+
+    run(tmp_path, body)
+
+
+def test_run_entry_points_serve_until_cancelled(tmp_path: Path) -> None:
+    async def main() -> None:
+        addrs: dict[str, str] = {}
+        ns_task = asyncio.ensure_future(run_namesrv(NamesrvConfig(listen="127.0.0.1:0"),
+                                                    lambda a: addrs.__setitem__("ns", a)))
+        await eventually(lambda: asyncio.sleep(0, "ns" in addrs))
+        broker_task = asyncio.ensure_future(run_broker(broker_config(tmp_path, addrs["ns"]),
+                                                       lambda a: addrs.__setitem__("broker", a)))
+        await eventually(lambda: asyncio.sleep(0, "broker" in addrs))
+        client = RemotingClient()
+        try:
+            resp = await client.invoke(addrs["ns"], RemotingCommand(
+                code=RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": "TBW102"}), TIMEOUT)
+            assert resp.code == ResponseCode.SUCCESS
+        finally:
+            await client.close()
+        broker_task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await broker_task
+        ns_task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await ns_task
+        # The listening port is released.
+        port = int(addrs["broker"].rsplit(":", 1)[1])
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0
+
+    asyncio.run(main())

@@ -1,0 +1,97 @@
+"""Typed configuration: loading YAML, errors naming file/field/reason, inheritance and cross checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker_store.config import BrokerConfig, LocalClustersConfig, NamesrvConfig, load_yaml
+from broker_store.protocol.errors import ConfigError
+
+LOCAL = """
+clusters:
+  - name: source
+    namesrv: {listen: "127.0.0.1:9876"}
+    brokers:
+      - {broker_name: broker-a, listen: "127.0.0.1:10911", store_dir: /tmp/x/source/a}
+      - {broker_name: broker-b, listen: "127.0.0.1:10921", store_dir: /tmp/x/source/b, flush_mode: SYNC_FLUSH}
+  - name: target
+    namesrv: {listen: "127.0.0.1:9877"}
+    brokers:
+      - {broker_name: broker-a, listen: "127.0.0.1:11911", store_dir: /tmp/x/target/a, auto_create_topic_enable: false}
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "conf.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_local_clusters_brokers_inherit_cluster_and_namesrv(tmp_path: Path) -> None:
+    cfg = load_yaml(_write(tmp_path, LOCAL), LocalClustersConfig)
+    source = cfg.cluster("source").broker_configs()
+    assert [(b.cluster_name, b.broker_name, b.namesrv_addrs) for b in source] == [
+        ("source", "broker-a", ["127.0.0.1:9876"]), ("source", "broker-b", ["127.0.0.1:9876"])]
+    assert source[1].flush_mode == "SYNC_FLUSH"
+    target = cfg.cluster("target").broker_configs()[0]
+    assert not target.auto_create_topic_enable and target.namesrv_addrs == ["127.0.0.1:9877"]
+    assert target.heartbeat_interval_seconds == 1.0 and target.register_interval_seconds == 30.0
+
+
+def test_unknown_key_names_file_and_field(tmp_path: Path) -> None:
+    path = _write(tmp_path, LOCAL.replace("flush_mode: SYNC_FLUSH", "flush_mod: SYNC_FLUSH"))
+    with pytest.raises(ConfigError) as info:
+        load_yaml(path, LocalClustersConfig)
+    msg = str(info.value)
+    assert str(path) in msg and "clusters[0].brokers[1].flush_mod" in msg and "Extra inputs" in msg
+
+
+def test_bad_enum_lists_allowed_values(tmp_path: Path) -> None:
+    path = _write(tmp_path, LOCAL.replace("SYNC_FLUSH", "SOMETIMES"))
+    with pytest.raises(ConfigError, match=r"flush_mode: Input should be 'ASYNC_FLUSH' or 'SYNC_FLUSH'"):
+        load_yaml(path, LocalClustersConfig)
+
+
+def test_duplicate_ports_and_store_dirs_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="127.0.0.1:10911.*more than one process"):
+        load_yaml(_write(tmp_path, LOCAL.replace("11911", "10911")), LocalClustersConfig)
+    with pytest.raises(ConfigError, match="store_dir"):
+        load_yaml(_write(tmp_path, LOCAL.replace("/tmp/x/target/a", "/tmp/x/source/a")), LocalClustersConfig)
+    with pytest.raises(ConfigError, match="broker-a/0.*more than once"):
+        load_yaml(_write(tmp_path, LOCAL.replace("broker-b", "broker-a")), LocalClustersConfig)
+
+
+def test_yaml_syntax_error_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"conf.yaml: invalid YAML at line \d+"):
+        load_yaml(_write(tmp_path, "clusters: [\n  {name: x"), LocalClustersConfig)
+    with pytest.raises(ConfigError, match="nope.yaml: cannot read"):
+        load_yaml(tmp_path / "nope.yaml", NamesrvConfig)
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_yaml(_write(tmp_path, "- 1\n- 2\n"), NamesrvConfig)
+
+
+def test_broker_field_validation(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="listen: Value error, port of '127.0.0.1:99999'"):
+        load_yaml(_write(tmp_path, "broker_name: a\nstore_dir: /tmp/a\nlisten: 127.0.0.1:99999\n"), BrokerConfig)
+    with pytest.raises(ConfigError, match="store_dir: Field required"):
+        load_yaml(_write(tmp_path, "broker_name: a\n"), BrokerConfig)
+    with pytest.raises(ConfigError, match="max_message_size"):
+        load_yaml(_write(tmp_path, "broker_name: a\nstore_dir: /tmp/a\ncommit_log_segment_size: 1048576\n"
+                                   "max_message_size: 1048576\n"), BrokerConfig)
+
+
+def test_namesrv_defaults() -> None:
+    cfg = NamesrvConfig()
+    assert (cfg.listen, cfg.broker_expiry_seconds, cfg.scan_interval_seconds) == ("127.0.0.1:9876", 5.0, 1.0)
+
+
+def test_to_store_config(tmp_path: Path) -> None:
+    from broker_store.store import FlushMode
+
+    cfg = BrokerConfig(broker_name="a", store_dir=tmp_path, flush_mode="SYNC_FLUSH", flush_timeout_ms=1234,
+                       max_commit_log_bytes=10 * 1024 * 1024)
+    sc = cfg.to_store_config()
+    assert sc.store_dir == tmp_path and sc.flush_mode is FlushMode.SYNC_FLUSH and sc.flush_timeout_ms == 1234
+    assert sc.max_commit_log_bytes == 10 * 1024 * 1024 and sc.max_message_size == cfg.max_message_size
