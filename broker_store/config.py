@@ -129,8 +129,10 @@ class BrokerSettings(_Model):
     @model_validator(mode="after")
     def _cross_checks(self) -> BrokerSettings:
         if self.max_message_size + 4096 > self.commit_log_segment_size:
-            raise ValueError(f"max_message_size ({self.max_message_size}) must leave room in a CommitLog "
-                             f"segment (commit_log_segment_size {self.commit_log_segment_size})")
+            raise ValueError(
+                f"max_message_size ({self.max_message_size}) must leave room in a CommitLog "
+                f"segment (commit_log_segment_size {self.commit_log_segment_size})"
+            )
         return self
 
     @property
@@ -161,18 +163,23 @@ class BrokerConfig(BrokerSettings):
         """The MessageStore configuration this broker runs with."""
         from broker_store.store import FlushMode, StoreConfig
 
-        return StoreConfig(store_dir=Path(self.store_dir), commit_log_segment_size=self.commit_log_segment_size,
-                           flush_mode=FlushMode[self.flush_mode], flush_interval_ms=self.flush_interval_ms,
-                           flush_timeout_ms=self.flush_timeout_ms, max_message_size=self.max_message_size,
-                           file_reserved_hours=self.file_reserved_hours,
-                           max_commit_log_bytes=self.max_commit_log_bytes)
+        return StoreConfig(
+            store_dir=Path(self.store_dir),
+            commit_log_segment_size=self.commit_log_segment_size,
+            flush_mode=FlushMode[self.flush_mode],
+            flush_interval_ms=self.flush_interval_ms,
+            flush_timeout_ms=self.flush_timeout_ms,
+            max_message_size=self.max_message_size,
+            file_reserved_hours=self.file_reserved_hours,
+            max_commit_log_bytes=self.max_commit_log_bytes,
+        )
 
 
 class ClusterConfig(_Model):
     """One local cluster: a name server and its brokers."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    namesrv: NamesrvConfig = Field(default_factory=NamesrvConfig)
+    namesrv: NamesrvConfig = Field(default_factory=lambda: NamesrvConfig())
     brokers: list[BrokerSettings] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -185,8 +192,10 @@ class ClusterConfig(_Model):
 
     def broker_configs(self) -> list[BrokerConfig]:
         """Brokers with cluster_name and namesrv_addrs filled in from this cluster."""
-        return [BrokerConfig(**b.model_dump(), cluster_name=self.name, namesrv_addrs=[self.namesrv.listen])
-                for b in self.brokers]
+        return [
+            BrokerConfig(**b.model_dump(), cluster_name=self.name, namesrv_addrs=[self.namesrv.listen])
+            for b in self.brokers
+        ]
 
 
 def _duplicates(values: Iterable[str]) -> list[str]:
@@ -203,7 +212,9 @@ class LocalClustersConfig(_Model):
         names = _duplicates(c.name for c in self.clusters)
         if names:
             raise ValueError(f"cluster names {names} declared more than once")
-        listens = [c.namesrv.listen for c in self.clusters] + [b.listen for c in self.clusters for b in c.brokers]
+        listens = [c.namesrv.listen for c in self.clusters] + [
+            b.listen for c in self.clusters for b in c.brokers
+        ]
         ports = _duplicates(a for a in listens if not a.endswith(":0"))
         if ports:
             raise ValueError(f"listen addresses {ports} used by more than one process")

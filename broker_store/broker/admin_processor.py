@@ -50,24 +50,39 @@ class AdminProcessor:
         except ProtocolError as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
         if h.topic == self.broker.config.cluster_name:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                f"the topic[{h.topic}] is conflict with system reserved words.")
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR, f"the topic[{h.topic}] is conflict with system reserved words."
+            )
         if h.topic == DEFAULT_TOPIC and not self.broker.config.auto_create_topic_enable:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"the topic[{h.topic}] is conflict with system topic; "
-                                                           "it exists only with auto_create_topic_enable")
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"the topic[{h.topic}] is conflict with system topic; "
+                "it exists only with auto_create_topic_enable",
+            )
         for name, value in (("readQueueNums", h.read_queue_nums), ("writeQueueNums", h.write_queue_nums)):
             if not 0 <= value <= MAX_QUEUE_NUMS:
-                return cmd.response(ResponseCode.INVALID_PARAMETER,
-                                    f"{name} {value} is out of the allowed range 0..{MAX_QUEUE_NUMS}")
+                return cmd.response(
+                    ResponseCode.INVALID_PARAMETER,
+                    f"{name} {value} is out of the allowed range 0..{MAX_QUEUE_NUMS}",
+                )
         if h.perm & ~_ALL_PERMS:
-            return cmd.response(ResponseCode.INVALID_PARAMETER, f"perm {h.perm} has bits outside {_ALL_PERMS}")
+            return cmd.response(
+                ResponseCode.INVALID_PARAMETER, f"perm {h.perm} has bits outside {_ALL_PERMS}"
+            )
         try:
             attributes = parse_attributes(h.attributes)
         except ProtocolError as exc:
             return cmd.response(ResponseCode.INVALID_PARAMETER, str(exc))
-        tc = TopicConfig(h.topic, read_queue_nums=h.read_queue_nums, write_queue_nums=h.write_queue_nums,
-                         perm=h.perm, topic_filter_type=h.topic_filter_type or "SINGLE_TAG",
-                         topic_sys_flag=h.topic_sys_flag or 0, order=bool(h.order), attributes=attributes)
+        tc = TopicConfig(
+            h.topic,
+            read_queue_nums=h.read_queue_nums,
+            write_queue_nums=h.write_queue_nums,
+            perm=h.perm,
+            topic_filter_type=h.topic_filter_type or "SINGLE_TAG",
+            topic_sys_flag=h.topic_sys_flag or 0,
+            order=bool(h.order),
+            attributes=attributes,
+        )
         self.broker.topic_configs.update(tc)
         return cmd.response(ResponseCode.SUCCESS)
 

@@ -35,18 +35,23 @@ class ClientProcessor:
         self.broker.clients.heartbeat(hb, conn)
         if self.broker.is_primary:
             for consumer in hb.consumers:
-                self.broker.topic_configs.create_in_send_back(retry_topic(consumer.group_name), RETRY_QUEUE_NUMS,
-                                                              PERM_READ | PERM_WRITE)
+                self.broker.topic_configs.create_in_send_back(
+                    retry_topic(consumer.group_name), RETRY_QUEUE_NUMS, PERM_READ | PERM_WRITE
+                )
         return cmd.response(ResponseCode.SUCCESS)
 
     async def unregister_client(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = UnregisterClientRequestHeader.from_ext(cmd.ext_fields)
-        self.broker.clients.unregister(h.client_id, producer_group=h.producer_group, consumer_group=h.consumer_group)
+        self.broker.clients.unregister(
+            h.client_id, producer_group=h.producer_group, consumer_group=h.consumer_group
+        )
         return cmd.response(ResponseCode.SUCCESS)
 
     async def get_consumer_list_by_group(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = GetConsumerListByGroupRequestHeader.from_ext(cmd.ext_fields)
         info = self.broker.clients.consumer_group(h.consumer_group)
         if info is not None and info.channels:
-            return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps({"consumerIdList": info.client_ids()}))
+            return cmd.response(
+                ResponseCode.SUCCESS, body=orjson.dumps({"consumerIdList": info.client_ids()})
+            )
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {h.consumer_group}")

@@ -57,11 +57,17 @@ def decode_heartbeat(raw: bytes) -> HeartbeatData:
     consumers = []
     try:
         for c in d.get("consumerDataSet") or []:
-            consumers.append(ConsumerData(
-                group_name=str(c["groupName"]), consume_type=str(c.get("consumeType") or "CONSUME_PASSIVELY"),
-                message_model=str(c.get("messageModel") or "CLUSTERING"),
-                consume_from_where=str(c.get("consumeFromWhere") or "CONSUME_FROM_LAST_OFFSET"),
-                subscriptions=tuple(subscription_from_json(s) for s in c.get("subscriptionDataSet") or [])))
+            consumers.append(
+                ConsumerData(
+                    group_name=str(c["groupName"]),
+                    consume_type=str(c.get("consumeType") or "CONSUME_PASSIVELY"),
+                    message_model=str(c.get("messageModel") or "CLUSTERING"),
+                    consume_from_where=str(c.get("consumeFromWhere") or "CONSUME_FROM_LAST_OFFSET"),
+                    subscriptions=tuple(
+                        subscription_from_json(s) for s in c.get("subscriptionDataSet") or []
+                    ),
+                )
+            )
         producers = tuple(str(p["groupName"]) for p in d.get("producerDataSet") or [])
     except (KeyError, TypeError, AttributeError) as exc:
         raise ProtocolError(f"malformed HeartbeatData: missing or invalid {exc}") from exc
@@ -107,7 +113,8 @@ class ClientRegistry:
             info = self._consumers.get(c.group_name)
             if info is None:
                 info = self._consumers[c.group_name] = ConsumerGroupInfo(
-                    c.group_name, c.consume_type, c.message_model, c.consume_from_where)
+                    c.group_name, c.consume_type, c.message_model, c.consume_from_where
+                )
                 new_groups.append(c.group_name)
             info.consume_type, info.message_model = c.consume_type, c.message_model
             info.consume_from_where = c.consume_from_where
@@ -118,8 +125,9 @@ class ClientRegistry:
             self._producers.setdefault(group, {})[hb.client_id] = ClientChannel(hb.client_id, connection, now)
         return new_groups
 
-    def unregister(self, client_id: str, *, producer_group: str | None = None,
-                   consumer_group: str | None = None) -> None:
+    def unregister(
+        self, client_id: str, *, producer_group: str | None = None, consumer_group: str | None = None
+    ) -> None:
         if producer_group:
             self._drop_producer(producer_group, client_id)
         if consumer_group:
@@ -177,5 +185,7 @@ class ClientRegistry:
 
     def snapshot(self) -> dict[str, Any]:
         """For diagnostics: group -> client ids."""
-        return {"consumers": {g: i.client_ids() for g, i in self._consumers.items()},
-                "producers": {g: sorted(c) for g, c in self._producers.items()}}
+        return {
+            "consumers": {g: i.client_ids() for g, i in self._consumers.items()},
+            "producers": {g: sorted(c) for g, c in self._producers.items()},
+        }

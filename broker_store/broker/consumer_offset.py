@@ -44,8 +44,10 @@ class ConsumerOffsetManager:
         if data is None:
             return
         try:
-            table = {str(key): {int(q): int(o) for q, o in queues.items()}
-                     for key, queues in (data.get("offsetTable") or {}).items()}
+            table = {
+                str(key): {int(q): int(o) for q, o in queues.items()}
+                for key, queues in (data.get("offsetTable") or {}).items()
+            }
             self.data_version = DataVersion.from_json(data.get("dataVersion"))
         except (AttributeError, TypeError, ValueError, ProtocolError) as exc:
             raise StoreError(f"{self.path}: malformed offset table: {exc}") from exc
@@ -71,7 +73,7 @@ class ConsumerOffsetManager:
 
     def groups_of(self, topic: str) -> list[str]:
         prefix = topic + TOPIC_GROUP_SEPARATOR
-        return sorted(k[len(prefix):] for k in self._table if k.startswith(prefix))
+        return sorted(k[len(prefix) :] for k in self._table if k.startswith(prefix))
 
     def remove_group(self, group: str, topic: str) -> None:
         if self._table.pop(offset_key(topic, group), None) is not None:
@@ -86,15 +88,24 @@ class ConsumerOffsetManager:
         if not self._dirty and not force:
             return False
         self.data_version = self.data_version.next(self._clock_ms())
-        write_metadata_file(self.path, {
-            "dataVersion": self.data_version.to_json(),
-            "offsetTable": {key: {str(q): o for q, o in sorted(queues.items())}
-                            for key, queues in sorted(self._table.items())},
-        })
+        write_metadata_file(
+            self.path,
+            {
+                "dataVersion": self.data_version.to_json(),
+                "offsetTable": {
+                    key: {str(q): o for q, o in sorted(queues.items())}
+                    for key, queues in sorted(self._table.items())
+                },
+            },
+        )
         self._dirty = False
         return True
 
     def encode_wrapper(self) -> bytes:
         """ConsumerOffsetSerializeWrapper JSON for GET_ALL_CONSUMER_OFFSET (numeric queue-id keys)."""
-        return dumps_rocketmq({"dataVersion": self.data_version.to_json(),
-                               "offsetTable": {k: dict(v) for k, v in self._table.items()}})
+        return dumps_rocketmq(
+            {
+                "dataVersion": self.data_version.to_json(),
+                "offsetTable": {k: dict(v) for k, v in self._table.items()},
+            }
+        )

@@ -62,18 +62,25 @@ class BrokerController:
     """One broker. ``clock`` (seconds since the epoch) stamps stored messages and data versions;
     ``monotonic`` drives client expiry."""
 
-    def __init__(self, config: BrokerConfig, *, clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.config = config
         self.store_config = config.to_store_config()
         self._clock = clock
         self.role = BrokerRole.PRIMARY if config.broker_id == MASTER_ID else BrokerRole.REPLICA
         meta = Path(config.store_dir) / METADATA_DIR
         clock_ms = lambda: int(clock() * 1000)  # noqa: E731
-        self.topic_configs = TopicConfigManager(meta / TOPICS_FILE,
-                                                auto_create_topic_enable=config.auto_create_topic_enable,
-                                                default_topic_queue_nums=config.default_topic_queue_nums,
-                                                clock_ms=clock_ms)
+        self.topic_configs = TopicConfigManager(
+            meta / TOPICS_FILE,
+            auto_create_topic_enable=config.auto_create_topic_enable,
+            default_topic_queue_nums=config.default_topic_queue_nums,
+            clock_ms=clock_ms,
+        )
         self.consumer_offsets = ConsumerOffsetManager(meta / OFFSETS_FILE, clock_ms=clock_ms)
         self.clients = ClientRegistry(clock=monotonic)
         host, port = split_host_port(config.listen)
@@ -112,8 +119,12 @@ class BrokerController:
         return MASTER_ID if self.is_primary else max(self.config.broker_id, 1)
 
     def identity(self) -> BrokerIdentity:
-        return BrokerIdentity(cluster_name=self.config.cluster_name, broker_name=self.config.broker_name,
-                              broker_id=self.broker_id, broker_addr=self.addr)
+        return BrokerIdentity(
+            cluster_name=self.config.cluster_name,
+            broker_name=self.config.broker_name,
+            broker_id=self.broker_id,
+            broker_addr=self.addr,
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -131,20 +142,33 @@ class BrokerController:
             store.add_arrival_listener(self._pull_waiters.notify)
             self._client = RemotingClient()
             self.registration = NamesrvRegistration(
-                self._client, list(self.config.namesrv_addrs), self.identity, self.topic_configs.table,
+                self._client,
+                list(self.config.namesrv_addrs),
+                self.identity,
+                self.topic_configs.table,
                 register_interval=self.config.register_interval_seconds,
-                heartbeat_interval=self.config.heartbeat_interval_seconds)
+                heartbeat_interval=self.config.heartbeat_interval_seconds,
+            )
             self.topic_configs.change_listeners.append(lambda _tc: self._on_topic_change())
             self._install_processors()
             await self.registration.register_all()
             self.registration.start()
             loop = asyncio.get_running_loop()
-            self._tasks = [loop.create_task(self._persist_offsets_loop()), loop.create_task(self._client_scan_loop())]
+            self._tasks = [
+                loop.create_task(self._persist_offsets_loop()),
+                loop.create_task(self._client_scan_loop()),
+            ]
         except BaseException:
             await self.stop(unregister=False)
             raise
-        log.info("broker %s/%s (%s) serving on %s, store %s", self.config.cluster_name, self.config.broker_name,
-                 self.role.value, self.addr, self.config.store_dir)
+        log.info(
+            "broker %s/%s (%s) serving on %s, store %s",
+            self.config.cluster_name,
+            self.config.broker_name,
+            self.role.value,
+            self.addr,
+            self.config.store_dir,
+        )
 
     def _on_topic_change(self) -> None:
         if self.registration is not None:
@@ -225,9 +249,13 @@ class BrokerController:
         processor = self._processors.get(cmd.code)
         if processor is None:
             if self._store is None or self.stopping:
-                return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
-                                    f"broker {self.config.broker_name} is {'stopping' if self.stopping else 'starting'}")
-            return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+                return cmd.response(
+                    ResponseCode.SERVICE_NOT_AVAILABLE,
+                    f"broker {self.config.broker_name} is {'stopping' if self.stopping else 'starting'}",
+                )
+            return cmd.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
+            )
         return await processor(cmd, conn)
 
 

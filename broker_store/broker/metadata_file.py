@@ -24,8 +24,10 @@ FORMAT_VERSION = 1
 
 def write_metadata_file(path: Path, payload: dict[str, Any]) -> None:
     """Atomically replace ``path`` with ``{"version": FORMAT_VERSION, **payload}``."""
-    data = orjson.dumps({"version": FORMAT_VERSION, **payload}, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS |
-                        orjson.OPT_NON_STR_KEYS)
+    data = orjson.dumps(
+        {"version": FORMAT_VERSION, **payload},
+        option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
+    )
     tmp = path.with_name(path.name + ".tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -50,9 +50,16 @@ class NamesrvRegistration:
     ``broker_id`` is read on every call so a role change re-registers under the new id.
     """
 
-    def __init__(self, client: RemotingClient, namesrv_addrs: list[str], identity: Callable[[], BrokerIdentity],
-                 topic_table: Callable[[], TopicConfigTable], *, register_interval: float,
-                 heartbeat_interval: float) -> None:
+    def __init__(
+        self,
+        client: RemotingClient,
+        namesrv_addrs: list[str],
+        identity: Callable[[], BrokerIdentity],
+        topic_table: Callable[[], TopicConfigTable],
+        *,
+        register_interval: float,
+        heartbeat_interval: float,
+    ) -> None:
         self._client = client
         self.namesrv_addrs = list(namesrv_addrs)
         self._identity = identity
@@ -71,10 +78,17 @@ class NamesrvRegistration:
         ident = self._identity()
         body = encode_register_broker_body(self._topic_table())
         header = RegisterBrokerRequestHeader(
-            broker_name=ident.broker_name, broker_addr=ident.broker_addr, cluster_name=ident.cluster_name,
-            ha_server_addr=ident.ha_server_addr, broker_id=ident.broker_id, compressed=False,
-            body_crc32=zlib.crc32(body) & 0x7FFFFFFF)
-        results = await asyncio.gather(*(self._register_one(addr, header, body) for addr in self.namesrv_addrs))
+            broker_name=ident.broker_name,
+            broker_addr=ident.broker_addr,
+            cluster_name=ident.cluster_name,
+            ha_server_addr=ident.ha_server_addr,
+            broker_id=ident.broker_id,
+            compressed=False,
+            body_crc32=zlib.crc32(body) & 0x7FFFFFFF,
+        )
+        results = await asyncio.gather(
+            *(self._register_one(addr, header, body) for addr in self.namesrv_addrs)
+        )
         return all(results)
 
     async def _register_one(self, addr: str, header: RegisterBrokerRequestHeader, body: bytes) -> bool:
@@ -85,8 +99,13 @@ class NamesrvRegistration:
             log.warning("register broker %s with name server %s failed: %s", header.broker_name, addr, exc)
             return False
         if resp.code != ResponseCode.SUCCESS:
-            log.warning("name server %s refused registration of %s: code %s %s", addr, header.broker_name,
-                        resp.code, resp.remark)
+            log.warning(
+                "name server %s refused registration of %s: code %s %s",
+                addr,
+                header.broker_name,
+                resp.code,
+                resp.remark,
+            )
             return False
         try:
             rh = RegisterBrokerResponseHeader.from_ext(resp.ext_fields)
@@ -100,24 +119,36 @@ class NamesrvRegistration:
     async def heartbeat_all(self) -> None:
         """Lite heartbeat (oneway) to every name server."""
         ident = self._identity()
-        ext = BrokerHeartbeatRequestHeader(cluster_name=ident.cluster_name, broker_addr=ident.broker_addr,
-                                           broker_name=ident.broker_name, broker_id=ident.broker_id).to_ext()
+        ext = BrokerHeartbeatRequestHeader(
+            cluster_name=ident.cluster_name,
+            broker_addr=ident.broker_addr,
+            broker_name=ident.broker_name,
+            broker_id=ident.broker_id,
+        ).to_ext()
         for addr in self.namesrv_addrs:
             try:
-                await self._client.invoke_oneway(addr, RemotingCommand(code=RequestCode.BROKER_HEARTBEAT,
-                                                                       ext_fields=dict(ext)))
+                await self._client.invoke_oneway(
+                    addr, RemotingCommand(code=RequestCode.BROKER_HEARTBEAT, ext_fields=dict(ext))
+                )
             except RocketMQError as exc:
                 log.debug("heartbeat to name server %s failed: %s", addr, exc)
 
     async def unregister_all(self) -> None:
         ident = self._identity()
-        ext = UnregisterBrokerRequestHeader(broker_name=ident.broker_name, broker_addr=ident.broker_addr,
-                                            cluster_name=ident.cluster_name, broker_id=ident.broker_id).to_ext()
+        ext = UnregisterBrokerRequestHeader(
+            broker_name=ident.broker_name,
+            broker_addr=ident.broker_addr,
+            cluster_name=ident.cluster_name,
+            broker_id=ident.broker_id,
+        ).to_ext()
 
         async def one(addr: str) -> None:
             try:
-                resp = await self._client.invoke(addr, RemotingCommand(code=RequestCode.UNREGISTER_BROKER,
-                                                                       ext_fields=dict(ext)), REQUEST_TIMEOUT)
+                resp = await self._client.invoke(
+                    addr,
+                    RemotingCommand(code=RequestCode.UNREGISTER_BROKER, ext_fields=dict(ext)),
+                    REQUEST_TIMEOUT,
+                )
                 if resp.code != ResponseCode.SUCCESS:
                     log.warning("name server %s refused unregistration: %s", addr, resp.remark)
             except RocketMQError as exc:

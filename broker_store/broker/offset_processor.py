@@ -40,11 +40,14 @@ class OffsetProcessor:
         if offset >= 0:
             return _offset(cmd, offset)
         if h.set_zero_if_not_found is False:
-            return cmd.response(ResponseCode.QUERY_NOT_FOUND,
-                                "Not found, do not set to zero, maybe this group boot first")
+            return cmd.response(
+                ResponseCode.QUERY_NOT_FOUND, "Not found, do not set to zero, maybe this group boot first"
+            )
         if self.broker.store.get_min_offset(h.topic, h.queue_id) <= 0:
             return _offset(cmd, 0)
-        return cmd.response(ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+        return cmd.response(
+            ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
+        )
 
     async def update_consumer_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = UpdateConsumerOffsetRequestHeader.from_ext(cmd.ext_fields)

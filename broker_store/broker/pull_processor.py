@@ -64,13 +64,19 @@ class PullProcessor:
         broker = self.broker
         tc = broker.topic_configs.select(h.topic)
         if tc is None:
-            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
+            return cmd.response(
+                ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!"
+            )
         if not is_readable(tc.perm):
-            return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
+            return cmd.response(
+                ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden"
+            )
         if h.queue_id < 0 or h.queue_id >= tc.read_queue_nums:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
-                                f"[{tc.read_queue_nums}] consumer:[{conn.remote_addr}]")
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
+                f"[{tc.read_queue_nums}] consumer:[{conn.remote_addr}]",
+            )
         if h.sys_flag & PULL_FLAG_SUBSCRIPTION:
             try:
                 sub = build_subscription(h.topic, h.subscription, h.expression_type, h.sub_version)
@@ -79,18 +85,25 @@ class PullProcessor:
         else:
             group = broker.clients.consumer_group(h.consumer_group)
             if group is None:
-                return cmd.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                                    f"the consumer's group info not exist, group: {h.consumer_group}")
+                return cmd.response(
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                    f"the consumer's group info not exist, group: {h.consumer_group}",
+                )
             registered = group.subscriptions.get(h.topic)
             if registered is None:
-                return cmd.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                                    f"the consumer's subscription not exist, group: {h.consumer_group} "
-                                    f"topic: {h.topic}")
+                return cmd.response(
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                    f"the consumer's subscription not exist, group: {h.consumer_group} topic: {h.topic}",
+                )
             if registered.sub_version < h.sub_version:
-                return cmd.response(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
+                return cmd.response(
+                    ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest"
+                )
             if registered.expression_type != EXPRESSION_TYPE_TAG:
-                return cmd.response(ResponseCode.SYSTEM_ERROR, "The broker does not support consumer to filter "
-                                                               f"message by {registered.expression_type}")
+                return cmd.response(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"The broker does not support consumer to filter message by {registered.expression_type}",
+                )
             sub = registered
         tags_codes = sub.tags_codes
         max_nums = min(h.max_msg_nums, broker.config.max_pull_msg_nums)
@@ -106,16 +119,29 @@ class PullProcessor:
             result, code = await self._hold(h, max_nums, tags_codes, max_bytes, result, code)
         return self._respond(cmd, h, result, code)
 
-    def _get(self, h: PullMessageRequestHeader, max_nums: int, tags_codes: frozenset[int] | None,
-             max_bytes: int | None) -> GetResult:
+    def _get(
+        self,
+        h: PullMessageRequestHeader,
+        max_nums: int,
+        tags_codes: frozenset[int] | None,
+        max_bytes: int | None,
+    ) -> GetResult:
         store = self.broker.store
         if max_bytes is None:
             return store.get_messages(h.topic, h.queue_id, h.queue_offset, max_nums, tags_codes=tags_codes)
-        return store.get_messages(h.topic, h.queue_id, h.queue_offset, max_nums, tags_codes=tags_codes,
-                                  max_bytes=max_bytes)
+        return store.get_messages(
+            h.topic, h.queue_id, h.queue_offset, max_nums, tags_codes=tags_codes, max_bytes=max_bytes
+        )
 
-    async def _hold(self, h: PullMessageRequestHeader, max_nums: int, tags_codes: frozenset[int] | None,
-                    max_bytes: int | None, result: GetResult, code: ResponseCode) -> tuple[GetResult, ResponseCode]:
+    async def _hold(
+        self,
+        h: PullMessageRequestHeader,
+        max_nums: int,
+        tags_codes: frozenset[int] | None,
+        max_bytes: int | None,
+        result: GetResult,
+        code: ResponseCode,
+    ) -> tuple[GetResult, ResponseCode]:
         cfg = self.broker.config
         if not cfg.long_polling_enable:
             await asyncio.sleep(cfg.short_polling_time_ms / 1000)
@@ -143,15 +169,19 @@ class PullProcessor:
             code = pull_response_code(result.status, h.queue_offset)
         return result, code
 
-    def _respond(self, cmd: RemotingCommand, h: PullMessageRequestHeader, result: GetResult,
-                 code: ResponseCode) -> RemotingCommand:
+    def _respond(
+        self, cmd: RemotingCommand, h: PullMessageRequestHeader, result: GetResult, code: ResponseCode
+    ) -> RemotingCommand:
         suggest = MASTER_ID
         if code == ResponseCode.PULL_OFFSET_MOVED and not self.broker.is_primary:
             # A replica does not judge offsets (offsetCheckInSlave=false): retry against the primary.
             code = ResponseCode.PULL_RETRY_IMMEDIATELY
-        ext = {"suggestWhichBrokerId": str(suggest), "nextBeginOffset": str(result.next_begin_offset),
-               "minOffset": str(result.min_offset), "maxOffset": str(result.max_offset)}
+        ext = {
+            "suggestWhichBrokerId": str(suggest),
+            "nextBeginOffset": str(result.next_begin_offset),
+            "minOffset": str(result.min_offset),
+            "maxOffset": str(result.max_offset),
+        }
         if code == ResponseCode.SUCCESS:
             return cmd.response(code, None, ext, result.body)
         return cmd.response(code, result.status.name, ext)
-

@@ -55,15 +55,22 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET: broker-internal topics producers may not write.
-NOT_ALLOWED_SEND_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-                                     "TRANS_CHECK_MAX_TIME_TOPIC"})
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        "SCHEDULE_TOPIC_XXXX",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+    }
+)
 RETRY_QUEUE_NUMS = 1
 """SubscriptionGroupConfig.retryQueueNums default."""
 DLQ_QUEUE_NUMS = 1
 """MixAll.DLQ_QUEUE_NUMS_PER_GROUP."""
 SERVICE_NOT_AVAILABLE_REMARK = (
     "service not available now. It may be caused by one of the following reasons: the broker's disk is full, "
-    "messages are put to the slave, message store has been shut down, etc.")
+    "messages are put to the slave, message store has been shut down, etc."
+)
 _WAIT_FALSE = f"{PROPERTY_WAIT}\x01false\x02".encode()
 _CLUSTER_KEY = f"{PROPERTY_CLUSTER}\x01".encode()
 
@@ -90,23 +97,51 @@ def parse_send_header(ext: dict[str, str], short_names: bool) -> SendRequest:
     g = ext.get
     try:
         if short_names:
-            req = SendRequest(g("a"), g("b"), g("c"), int(g("d")), int(g("e")), int(g("f")),  # type: ignore
-                              int(g("g")), int(g("h")), g("i") or "", int(g("j") or 0),  # type: ignore
-                              int(g("l")) if g("l") else None)
-        else:
-            req = SendRequest(g("producerGroup"), g("topic"), g("defaultTopic"),  # type: ignore[arg-type]
-                              int(g("defaultTopicQueueNums")), int(g("queueId")),  # type: ignore[arg-type]
-                              int(g("sysFlag")), int(g("bornTimestamp")), int(g("flag")),  # type: ignore[arg-type]
-                              g("properties") or "", int(g("reconsumeTimes") or 0),
-                              int(g("maxReconsumeTimes")) if g("maxReconsumeTimes") else None)
-        if req.producer_group is None or req.topic is None or req.default_topic is None:
-            raise ValueError("missing field")
-        return req
-    except (TypeError, ValueError):
-        h = SendMessageRequestHeader.from_ext(ext, SEND_V2_NAMES if short_names else None)  # raises, naming it
-        return SendRequest(h.producer_group, h.topic, h.default_topic, h.default_topic_queue_nums, h.queue_id,
-                           h.sys_flag, h.born_timestamp, h.flag, h.properties or "", h.reconsume_times or 0,
-                           h.max_reconsume_times)
+            most = g("l")
+            return SendRequest(
+                ext["a"],
+                ext["b"],
+                ext["c"],
+                int(ext["d"]),
+                int(ext["e"]),
+                int(ext["f"]),
+                int(ext["g"]),
+                int(ext["h"]),
+                g("i") or "",
+                int(g("j") or 0),
+                int(most) if most else None,
+            )
+        most = g("maxReconsumeTimes")
+        return SendRequest(
+            ext["producerGroup"],
+            ext["topic"],
+            ext["defaultTopic"],
+            int(ext["defaultTopicQueueNums"]),
+            int(ext["queueId"]),
+            int(ext["sysFlag"]),
+            int(ext["bornTimestamp"]),
+            int(ext["flag"]),
+            g("properties") or "",
+            int(g("reconsumeTimes") or 0),
+            int(most) if most else None,
+        )
+    except (KeyError, ValueError):
+        h = SendMessageRequestHeader.from_ext(
+            ext, SEND_V2_NAMES if short_names else None
+        )  # raises, naming it
+        return SendRequest(
+            h.producer_group,
+            h.topic,
+            h.default_topic,
+            h.default_topic_queue_nums,
+            h.queue_id,
+            h.sys_flag,
+            h.born_timestamp,
+            h.flag,
+            h.properties or "",
+            h.reconsume_times or 0,
+            h.max_reconsume_times,
+        )
 
 
 def _find_property(props: bytes, key: bytes) -> int:
@@ -170,7 +205,9 @@ class SendProcessor:
             return props + b"\x02" + self._cluster_suffix
         return props + self._cluster_suffix
 
-    def _check(self, cmd: RemotingCommand, req: SendRequest, conn: Connection) -> RemotingCommand | TopicConfig:
+    def _check(
+        self, cmd: RemotingCommand, req: SendRequest, conn: Connection
+    ) -> RemotingCommand | TopicConfig:
         """msgCheck: the topic config to write to, or the error response."""
         if not self.broker.is_primary:
             return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, SERVICE_NOT_AVAILABLE_REMARK)
@@ -182,36 +219,50 @@ class SendProcessor:
             except ProtocolError as exc:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"the message is illegal: {exc}")
             if req.topic in NOT_ALLOWED_SEND_TOPICS:
-                return cmd.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{req.topic}] is forbidden.")
+                return cmd.response(
+                    ResponseCode.NO_PERMISSION, f"Sending message to topic[{req.topic}] is forbidden."
+                )
             tc = topics.create_in_send(req.topic, req.default_topic, req.default_topic_queue_nums)
             if tc is None and req.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 tc = topics.create_in_send_back(req.topic, RETRY_QUEUE_NUMS, PERM_READ | PERM_WRITE)
             if tc is None:
-                return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
-                                    f"topic[{req.topic}] not exist, apply first please! (auto_create_topic_enable is "
-                                    f"{'on' if topics.auto_create_topic_enable else 'off'} on broker "
-                                    f"{self.broker.config.broker_name}; create the topic with UPDATE_AND_CREATE_TOPIC)")
+                return cmd.response(
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    f"topic[{req.topic}] not exist, apply first please! (auto_create_topic_enable is "
+                    f"{'on' if topics.auto_create_topic_enable else 'off'} on broker "
+                    f"{self.broker.config.broker_name}; create the topic with UPDATE_AND_CREATE_TOPIC)",
+                )
         if not is_writeable(tc.perm):
-            return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{req.topic}] sending message is forbidden")
+            return cmd.response(
+                ResponseCode.NO_PERMISSION, f"the topic[{req.topic}] sending message is forbidden"
+            )
         valid = max(tc.write_queue_nums, tc.read_queue_nums)
         if req.queue_id >= valid:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                f"request queueId[{req.queue_id}] is illegal, {tc} Producer: {conn.remote_addr}")
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{req.queue_id}] is illegal, {tc} Producer: {conn.remote_addr}",
+            )
         if req.queue_id < 0:
             req.queue_id = random.randrange(max(tc.write_queue_nums, 1))
         return tc
 
     def _illegal_size(self, cmd: RemotingCommand, size: int) -> RemotingCommand:
-        return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
-                            f"the message is illegal: body size {size} exceeds the limit of "
-                            f"{self._max_message_size} bytes (max_message_size)")
+        return cmd.response(
+            ResponseCode.MESSAGE_ILLEGAL,
+            f"the message is illegal: body size {size} exceeds the limit of "
+            f"{self._max_message_size} bytes (max_message_size)",
+        )
 
     def _illegal_props(self, cmd: RemotingCommand, size: int) -> RemotingCommand:
-        return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
-                            f"the message is illegal: properties length {size} exceed the limit of "
-                            f"{MAX_PROPERTIES_LENGTH} bytes")
+        return cmd.response(
+            ResponseCode.MESSAGE_ILLEGAL,
+            f"the message is illegal: properties length {size} exceed the limit of "
+            f"{MAX_PROPERTIES_LENGTH} bytes",
+        )
 
-    async def _answer(self, cmd: RemotingCommand, result: PutResult, queue_id: int, wait: bool) -> RemotingCommand:
+    async def _answer(
+        self, cmd: RemotingCommand, result: PutResult, queue_id: int, wait: bool
+    ) -> RemotingCommand:
         status = result.status
         if status is PutStatus.PUT_OK:
             code = ResponseCode.SUCCESS
@@ -219,16 +270,23 @@ class SendProcessor:
                 flushed = await asyncio.wrap_future(self.broker.store.wait_for_flush(result.end_offset))
                 if not flushed:
                     code = ResponseCode.FLUSH_DISK_TIMEOUT
-            ext = {"msgId": ",".join(result.msg_ids), "queueId": str(queue_id),
-                   "queueOffset": str(result.queue_offset), PROPERTY_MSG_REGION: self._region,
-                   PROPERTY_TRACE_SWITCH: self._trace_on}
+            ext = {
+                "msgId": ",".join(result.msg_ids),
+                "queueId": str(queue_id),
+                "queueOffset": str(result.queue_offset),
+                PROPERTY_MSG_REGION: self._region,
+                PROPERTY_TRACE_SWITCH: self._trace_on,
+            }
             return cmd.response(code, None, ext)
         if status is PutStatus.MESSAGE_ILLEGAL or status is PutStatus.PROPERTIES_SIZE_EXCEEDED:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"the message is illegal: {result.remark}")
         if status is PutStatus.SERVICE_NOT_AVAILABLE:
-            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
-                                f"{SERVICE_NOT_AVAILABLE_REMARK} ({result.remark})" if result.remark
-                                else SERVICE_NOT_AVAILABLE_REMARK)
+            return cmd.response(
+                ResponseCode.SERVICE_NOT_AVAILABLE,
+                f"{SERVICE_NOT_AVAILABLE_REMARK} ({result.remark})"
+                if result.remark
+                else SERVICE_NOT_AVAILABLE_REMARK,
+            )
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"{status.name}: {result.remark}")
 
     # -- SEND_MESSAGE / SEND_MESSAGE_V2 -----------------------------------------------------------
@@ -247,20 +305,32 @@ class SendProcessor:
         queue_id = req.queue_id
         reconsume_times = req.reconsume_times
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            max_times = req.max_reconsume_times if req.max_reconsume_times is not None \
+            max_times = (
+                req.max_reconsume_times
+                if req.max_reconsume_times is not None
                 else self.broker.config.max_reconsume_times
+            )
             if reconsume_times >= max_times:
                 # handleRetryAndDLQ: a retry that exhausted its attempts goes to the group's DLQ.
-                topic = dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
+                topic = dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX) :])
                 self.broker.topic_configs.create_in_send_back(topic, DLQ_QUEUE_NUMS, PERM_READ | PERM_WRITE)
                 queue_id = 0
         props = self._with_cluster(props)
         if len(props) > MAX_PROPERTIES_LENGTH:
             return self._illegal_props(cmd, len(props))
         tags_code = tags_code_of_properties(props, tags_hash_code)
-        result = self.broker.store.put_message(topic, queue_id, body, props, tags_code=tags_code, flag=req.flag,
-                                               sys_flag=req.sys_flag, born_timestamp=req.born_timestamp,
-                                               born_host=self._born_host(conn), reconsume_times=reconsume_times)
+        result = self.broker.store.put_message(
+            topic,
+            queue_id,
+            body,
+            props,
+            tags_code=tags_code,
+            flag=req.flag,
+            sys_flag=req.sys_flag,
+            born_timestamp=req.born_timestamp,
+            born_host=self._born_host(conn),
+            reconsume_times=reconsume_times,
+        )
         wait = not self._sync_flush or _find_property(props, _WAIT_FALSE) < 0
         return await self._answer(cmd, result, queue_id, wait)
 
@@ -269,18 +339,23 @@ class SendProcessor:
     async def send_batch_message(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         req = parse_send_header(cmd.ext_fields, "b" in cmd.ext_fields)
         if len(req.topic.encode()) > 127:
-            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "message topic length too long "
-                                f"{len(req.topic.encode())} (limit 127 bytes)")
+            return cmd.response(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"message topic length too long {len(req.topic.encode())} (limit 127 bytes)",
+            )
         if req.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
-                                f"batch request does not support retry group {req.topic}")
+            return cmd.response(
+                ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {req.topic}"
+            )
         checked = self._check(cmd, req, conn)
         if isinstance(checked, RemotingCommand):
             return checked
         if len(cmd.body) > self._max_message_size:
-            return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
-                                f"the message is illegal: batch body size {len(cmd.body)} exceeds the limit of "
-                                f"{self._max_message_size} bytes (max_message_size)")
+            return cmd.response(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message is illegal: batch body size {len(cmd.body)} exceeds the limit of "
+                f"{self._max_message_size} bytes (max_message_size)",
+            )
         try:
             batch = list(iter_batch(cmd.body))
         except ProtocolError as exc:
@@ -288,17 +363,30 @@ class SendProcessor:
         if not batch:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "the message is illegal: the batch is empty")
         entries = []
-        with_cluster = self._with_cluster
+        suffix = self._cluster_suffix
+        sync_flush = self._sync_flush
         wait = True
-        for m in batch:
-            props = with_cluster(m.properties)
+        for body, props, flag in batch:
+            # _with_cluster inlined: this loop runs once per message at batch rates.
+            if _CLUSTER_KEY in props:
+                props = self._with_cluster(props)
+            elif props and props[-1] != 2:
+                props = props + b"\x02" + suffix
+            else:
+                props = props + suffix
             if len(props) > MAX_PROPERTIES_LENGTH:
                 return self._illegal_props(cmd, len(props))
-            if self._sync_flush and _find_property(props, _WAIT_FALSE) >= 0:
+            if sync_flush and _WAIT_FALSE in props and _find_property(props, _WAIT_FALSE) >= 0:
                 wait = False
-            entries.append((m.body, props, m.flag, tags_code_of_properties(props, tags_hash_code)))
-        result = self.broker.store.put_messages(req.topic, req.queue_id, entries, sys_flag=req.sys_flag,
-                                                born_timestamp=req.born_timestamp, born_host=self._born_host(conn))
+            entries.append((body, props, flag, tags_code_of_properties(props, tags_hash_code)))
+        result = self.broker.store.put_messages(
+            req.topic,
+            req.queue_id,
+            entries,
+            sys_flag=req.sys_flag,
+            born_timestamp=req.born_timestamp,
+            born_host=self._born_host(conn),
+        )
         return await self._answer(cmd, result, req.queue_id, wait)
 
     # -- CONSUMER_SEND_MSG_BACK -------------------------------------------------------------------
@@ -316,19 +404,26 @@ class SendProcessor:
         new_topic = retry_topic(h.group)
         tc = topics.create_in_send_back(new_topic, RETRY_QUEUE_NUMS, PERM_READ | PERM_WRITE)
         if not is_writeable(tc.perm):
-            return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden")
+            return cmd.response(
+                ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden"
+            )
         record = self.broker.store.read_record(h.offset)
         if record is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}")
         try:
             msg = decode_stored_message(record, decompress=False)
         except ProtocolError as exc:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}: {exc}")
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}: {exc}"
+            )
         props = dict(msg.properties)
         props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
         props[PROPERTY_WAIT] = "false"
-        max_times = h.max_reconsume_times if h.max_reconsume_times is not None \
+        max_times = (
+            h.max_reconsume_times
+            if h.max_reconsume_times is not None
             else self.broker.config.max_reconsume_times
+        )
         queue_id = random.randrange(tc.write_queue_nums) if tc.write_queue_nums > 0 else 0
         if msg.reconsume_times >= max_times or h.delay_level < 0:
             new_topic = dlq_topic(h.group)
@@ -340,10 +435,17 @@ class SendProcessor:
         if len(raw_props) > MAX_PROPERTIES_LENGTH:
             return self._illegal_props(cmd, len(raw_props))
         result = self.broker.store.put_message(
-            new_topic, queue_id, msg.body, raw_props, tags_code=tags_code_of_properties(raw_props, tags_hash_code),
-            flag=msg.flag, sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, born_host=msg.born_host,
-            reconsume_times=msg.reconsume_times + 1)
+            new_topic,
+            queue_id,
+            msg.body,
+            raw_props,
+            tags_code=tags_code_of_properties(raw_props, tags_hash_code),
+            flag=msg.flag,
+            sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host,
+            reconsume_times=msg.reconsume_times + 1,
+        )
         if result.status is PutStatus.PUT_OK:
             return cmd.response(ResponseCode.SUCCESS)
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"{result.status.name}: {result.remark}")
-

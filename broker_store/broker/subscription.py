@@ -54,8 +54,9 @@ def _parse_tags(expression: str) -> tuple[tuple[str, ...], frozenset[int]]:
     return tags, frozenset(tags_hash_code(t) for t in tags)
 
 
-def build_subscription(topic: str, expression: str | None, expression_type: str | None = None,
-                       sub_version: int = 0) -> SubscriptionData:
+def build_subscription(
+    topic: str, expression: str | None, expression_type: str | None = None, sub_version: int = 0
+) -> SubscriptionData:
     """FilterAPI.buildSubscriptionData: blank or ``*`` subscribes to everything."""
     etype = (expression_type or EXPRESSION_TYPE_TAG).upper()
     if etype != EXPRESSION_TYPE_TAG:
@@ -80,6 +81,10 @@ def subscription_from_json(d: Mapping[str, Any]) -> SubscriptionData:
         raise ProtocolError(f"malformed subscription data: {exc!r}") from exc
     if etype and str(etype).upper() != EXPRESSION_TYPE_TAG:
         # Kept as registered; pulls relying on it are refused with the reason (no SQL92 filtering here).
-        return SubscriptionData(topic=topic, sub_string=str(sub_string or ""), sub_version=sub_version,
-                                expression_type=str(etype).upper())
+        return SubscriptionData(
+            topic=topic,
+            sub_string=str(sub_string or ""),
+            sub_version=sub_version,
+            expression_type=str(etype).upper(),
+        )
     return build_subscription(topic, sub_string, etype, sub_version)

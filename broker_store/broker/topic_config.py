@@ -41,8 +41,14 @@ class TopicConfigManager:
     READ|WRITE|INHERIT, ``default_topic_queue_nums`` queues) is present.
     """
 
-    def __init__(self, path: Path, *, auto_create_topic_enable: bool, default_topic_queue_nums: int,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        auto_create_topic_enable: bool,
+        default_topic_queue_nums: int,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
         self.path = path
         self.auto_create_topic_enable = auto_create_topic_enable
         self.default_topic_queue_nums = default_topic_queue_nums
@@ -66,8 +72,12 @@ class TopicConfigManager:
         if self.auto_create_topic_enable:
             if DEFAULT_TOPIC not in self._table:
                 n = self.default_topic_queue_nums
-                self._table[DEFAULT_TOPIC] = TopicConfig(DEFAULT_TOPIC, read_queue_nums=n, write_queue_nums=n,
-                                                         perm=PERM_READ | PERM_WRITE | PERM_INHERIT)
+                self._table[DEFAULT_TOPIC] = TopicConfig(
+                    DEFAULT_TOPIC,
+                    read_queue_nums=n,
+                    write_queue_nums=n,
+                    perm=PERM_READ | PERM_WRITE | PERM_INHERIT,
+                )
                 changed = True
         elif DEFAULT_TOPIC in self._table:
             # The template must not outlive the option that asked for it.
@@ -108,8 +118,9 @@ class TopicConfigManager:
         for listener in self.change_listeners:
             listener(tc)
 
-    def create_in_send(self, topic: str, default_topic: str, client_default_queue_nums: int,
-                       topic_sys_flag: int = 0) -> TopicConfig | None:
+    def create_in_send(
+        self, topic: str, default_topic: str, client_default_queue_nums: int, topic_sys_flag: int = 0
+    ) -> TopicConfig | None:
         """RocketMQ's createTopicInSendMessageMethod: a topic inherits from ``default_topic`` when that
         topic carries PERM_INHERIT; queues = min(client's defaultTopicQueueNums, template's write
         queues); perm = template's without INHERIT. None when nothing may be created."""
@@ -121,24 +132,40 @@ class TopicConfigManager:
             log.warning("send to unknown topic %s: default topic %s does not exist", topic, default_topic)
             return None
         if not is_inherited(template.perm):
-            log.warning("send to unknown topic %s: default topic %s has no INHERIT permission (%d)",
-                        topic, default_topic, template.perm)
+            log.warning(
+                "send to unknown topic %s: default topic %s has no INHERIT permission (%d)",
+                topic,
+                default_topic,
+                template.perm,
+            )
             return None
         queues = max(min(client_default_queue_nums, template.write_queue_nums), 0)
-        tc = TopicConfig(topic, read_queue_nums=queues, write_queue_nums=queues,
-                         perm=template.perm & ~PERM_INHERIT, topic_filter_type=template.topic_filter_type,
-                         topic_sys_flag=topic_sys_flag)
+        tc = TopicConfig(
+            topic,
+            read_queue_nums=queues,
+            write_queue_nums=queues,
+            perm=template.perm & ~PERM_INHERIT,
+            topic_filter_type=template.topic_filter_type,
+            topic_sys_flag=topic_sys_flag,
+        )
         log.info("auto-created topic %s from %s: %s", topic, default_topic, tc)
         self.update(tc)
         return tc
 
-    def create_in_send_back(self, topic: str, queue_nums: int, perm: int, topic_sys_flag: int = 0) -> TopicConfig:
+    def create_in_send_back(
+        self, topic: str, queue_nums: int, perm: int, topic_sys_flag: int = 0
+    ) -> TopicConfig:
         """RocketMQ's createTopicInSendMessageBackMethod: retry / DLQ topics are created on demand."""
         existing = self._table.get(topic)
         if existing is not None:
             return existing
-        tc = TopicConfig(topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums, perm=perm,
-                         topic_sys_flag=topic_sys_flag)
+        tc = TopicConfig(
+            topic,
+            read_queue_nums=queue_nums,
+            write_queue_nums=queue_nums,
+            perm=perm,
+            topic_sys_flag=topic_sys_flag,
+        )
         log.info("created topic %s: %s", topic, tc)
         self.update(tc)
         return tc

@@ -360,7 +360,8 @@ class PullConsumer(SyncClient[AsyncPullConsumer]):
         super().__init__(shared_runtime=shared_runtime)
         self._init_kwargs = dict(
             namesrv_addr=namesrv_addr, group=group, pull_timeout=pull_timeout,
-            request_timeout=request_timeout, route_ttl=route_ttl, heartbeat_interval=heartbeat_interval, client_id=client_id, clock=clock)
+            request_timeout=request_timeout, route_ttl=route_ttl, heartbeat_interval=heartbeat_interval,
+            client_id=client_id, clock=clock)
         probe = AsyncPullConsumer(**self._init_kwargs)  # validates options on the caller's thread
         self.pull_timeout = probe.pull_timeout
         self.request_timeout = probe._session.request_timeout

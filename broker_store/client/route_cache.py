@@ -114,7 +114,7 @@ class RouteCache:
         self.default_topic_queue_nums = default_topic_queue_nums
         self._clock = clock
         self._entries: dict[str, _Entry] = {}
-        self._inflight: dict[tuple[str, bool], asyncio.Future[_Entry]] = {}
+        self._inflight: dict[tuple[str, bool], asyncio.Task[_Entry]] = {}
         self._broker_addrs: dict[str, dict[int, str]] = {}
         self._preferred_namesrv = 0
 
@@ -164,22 +164,20 @@ class RouteCache:
             if age < (self.default_route_ttl if entry.from_default else self.ttl):
                 return entry.route
         key = (topic, allow_default)
-        fut = self._inflight.get(key)
-        if fut is None:
-            fut = asyncio.get_running_loop().create_future()
-            self._inflight[key] = fut
-            try:
-                fresh = await self._refresh(topic, allow_default, entry)
-            except BaseException as exc:
-                fut.set_exception(exc)
-                fut.exception()  # retrieved: waiters re-raise it themselves
-                raise
-            else:
-                fut.set_result(fresh)
-            finally:
-                del self._inflight[key]
-            return fresh.route
-        return (await asyncio.shield(fut)).route
+        task = self._inflight.get(key)
+        if task is None:
+            # One fetch per topic at a time, in its own task: a caller that is cancelled (a sync
+            # caller's wait ran out) does not cancel the fetch other callers are waiting on.
+            task = asyncio.get_running_loop().create_task(self._refresh(topic, allow_default, entry))
+            self._inflight[key] = task
+            task.add_done_callback(lambda t: self._fetch_done(key, t))
+        return (await asyncio.shield(task)).route
+
+    def _fetch_done(self, key: tuple[str, bool], task: asyncio.Task[_Entry]) -> None:
+        if self._inflight.get(key) is task:
+            del self._inflight[key]
+        if not task.cancelled():
+            task.exception()  # retrieved here: every waiter re-raises it itself
 
     async def _refresh(self, topic: str, allow_default: bool, old: _Entry | None) -> _Entry:
         try:

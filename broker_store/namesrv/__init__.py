@@ -7,4 +7,11 @@ transport; ``run_namesrv`` is the CLI entry point.
 from broker_store.namesrv.route_info import BrokerKey, BrokerLiveInfo, RegisterResult, RouteInfoManager
 from broker_store.namesrv.server import NamesrvServer, run_namesrv
 
-__all__ = ["BrokerKey", "BrokerLiveInfo", "NamesrvServer", "RegisterResult", "RouteInfoManager", "run_namesrv"]
+__all__ = [
+    "BrokerKey",
+    "BrokerLiveInfo",
+    "NamesrvServer",
+    "RegisterResult",
+    "RouteInfoManager",
+    "run_namesrv",
+]

@@ -77,10 +77,18 @@ class RouteInfoManager:
 
     # -- registration ---------------------------------------------------------------------------
 
-    def register_broker(self, *, cluster: str, broker_addr: str, broker_name: str, broker_id: int,
-                        ha_server_addr: str = "", topic_configs: Mapping[str, TopicConfig] | None = None,
-                        data_version: DataVersion | None = None,
-                        heartbeat_timeout: float | None = None) -> RegisterResult:
+    def register_broker(
+        self,
+        *,
+        cluster: str,
+        broker_addr: str,
+        broker_name: str,
+        broker_id: int,
+        ha_server_addr: str = "",
+        topic_configs: Mapping[str, TopicConfig] | None = None,
+        data_version: DataVersion | None = None,
+        heartbeat_timeout: float | None = None,
+    ) -> RegisterResult:
         """Add or refresh a broker. Topic configs of a primary (id 0) update queue data when its
         data version changed or this is its first registration; a replica's are ignored."""
         now = self._clock()
@@ -110,20 +118,30 @@ class RouteInfoManager:
                 for tc in topic_configs.values():
                     self._update_queue_data(broker_name, tc)
         self._broker_live_table[key] = BrokerLiveInfo(
-            broker_name=broker_name, broker_id=broker_id, last_update=now,
+            broker_name=broker_name,
+            broker_id=broker_id,
+            last_update=now,
             timeout=heartbeat_timeout if heartbeat_timeout else self.default_timeout,
-            data_version=version, ha_server_addr=ha_server_addr)
+            data_version=version,
+            ha_server_addr=ha_server_addr,
+        )
 
         if broker_id == MASTER_ID:
             return RegisterResult(master_addr=None, ha_server_addr=None)
         master_addr = group.addrs.get(MASTER_ID)
         master_live = self._broker_live_table.get(BrokerKey(cluster, master_addr)) if master_addr else None
-        return RegisterResult(master_addr=master_addr,
-                              ha_server_addr=master_live.ha_server_addr if master_live else None)
+        return RegisterResult(
+            master_addr=master_addr, ha_server_addr=master_live.ha_server_addr if master_live else None
+        )
 
     def _update_queue_data(self, broker_name: str, tc: TopicConfig) -> None:
-        qd = QueueData(broker_name=broker_name, read_queue_nums=tc.read_queue_nums,
-                       write_queue_nums=tc.write_queue_nums, perm=tc.perm, topic_sys_flag=tc.topic_sys_flag)
+        qd = QueueData(
+            broker_name=broker_name,
+            read_queue_nums=tc.read_queue_nums,
+            write_queue_nums=tc.write_queue_nums,
+            perm=tc.perm,
+            topic_sys_flag=tc.topic_sys_flag,
+        )
         self._topic_queue_table.setdefault(tc.topic_name, {})[broker_name] = qd
 
     def update_topic(self, broker_name: str, tc: TopicConfig) -> None:
@@ -165,8 +183,9 @@ class RouteInfoManager:
         live.last_update = self._clock()
         return True
 
-    def query_data_version(self, *, cluster: str, broker_addr: str,
-                           data_version: DataVersion) -> tuple[bool, DataVersion | None]:
+    def query_data_version(
+        self, *, cluster: str, broker_addr: str, data_version: DataVersion
+    ) -> tuple[bool, DataVersion | None]:
         """(changed, version held here). Refreshes liveness like a heartbeat, as RocketMQ does."""
         live = self._broker_live_table.get(BrokerKey(cluster, broker_addr))
         if live is None:
@@ -180,8 +199,12 @@ class RouteInfoManager:
         expired = [k for k, live in self._broker_live_table.items() if now - live.last_update > live.timeout]
         for key in expired:
             live = self._broker_live_table[key]
-            self.unregister_broker(cluster=key.cluster, broker_addr=key.addr, broker_name=live.broker_name,
-                                   broker_id=live.broker_id)
+            self.unregister_broker(
+                cluster=key.cluster,
+                broker_addr=key.addr,
+                broker_name=live.broker_name,
+                broker_id=live.broker_id,
+            )
         return expired
 
     def live_brokers(self) -> dict[BrokerKey, BrokerLiveInfo]:
@@ -202,18 +225,23 @@ class RouteInfoManager:
         for broker_name in sorted(queues):
             group = self._broker_addr_table.get(broker_name)
             if group is not None:
-                broker_datas.append(BrokerData(cluster=group.cluster, broker_name=broker_name,
-                                               broker_addrs=dict(group.addrs)))
+                broker_datas.append(
+                    BrokerData(cluster=group.cluster, broker_name=broker_name, broker_addrs=dict(group.addrs))
+                )
         if not broker_datas:
             return None
-        return TopicRouteData(queue_datas=tuple(queues[n] for n in sorted(queues)),
-                              broker_datas=tuple(broker_datas))
+        return TopicRouteData(
+            queue_datas=tuple(queues[n] for n in sorted(queues)), broker_datas=tuple(broker_datas)
+        )
 
     def cluster_info(self) -> ClusterInfo:
         return ClusterInfo(
-            broker_addr_table={n: BrokerData(cluster=g.cluster, broker_name=n, broker_addrs=dict(g.addrs))
-                               for n, g in self._broker_addr_table.items()},
-            cluster_addr_table={c: tuple(sorted(names)) for c, names in self._cluster_addr_table.items()})
+            broker_addr_table={
+                n: BrokerData(cluster=g.cluster, broker_name=n, broker_addrs=dict(g.addrs))
+                for n, g in self._broker_addr_table.items()
+            },
+            cluster_addr_table={c: tuple(sorted(names)) for c, names in self._cluster_addr_table.items()},
+        )
 
     def all_topics(self) -> list[str]:
         return sorted(self._topic_queue_table)

@@ -85,29 +85,41 @@ class NamesrvServer:
         while True:
             await asyncio.sleep(self.config.scan_interval_seconds)
             for key in self.routes.scan_not_active_brokers():
-                log.warning("broker %s of cluster %s expired: no heartbeat for %.1fs", key.addr, key.cluster,
-                            self.config.broker_expiry_seconds)
+                log.warning(
+                    "broker %s of cluster %s expired: no heartbeat for %.1fs",
+                    key.addr,
+                    key.cluster,
+                    self.config.broker_expiry_seconds,
+                )
 
     def _on_disconnect(self, conn: Connection) -> None:
         for key in self._conn_brokers.pop(conn, ()):
             for live_key, live in self.routes.brokers_at(key.addr):
                 if live_key == key:
                     log.info("broker %s (%s) disconnected; removing it", key.addr, live.broker_name)
-                    self.routes.unregister_broker(cluster=key.cluster, broker_addr=key.addr,
-                                                  broker_name=live.broker_name, broker_id=live.broker_id)
+                    self.routes.unregister_broker(
+                        cluster=key.cluster,
+                        broker_addr=key.addr,
+                        broker_name=live.broker_name,
+                        broker_id=live.broker_id,
+                    )
 
     async def _handle(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         processor = self._processors.get(cmd.code)
         if processor is None:
-            return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+            return cmd.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
+            )
         return await processor(cmd, conn)
 
     async def _register_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = RegisterBrokerRequestHeader.from_ext(cmd.ext_fields)
         if h.compressed:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                "compressed RegisterBrokerBody is not supported by this name server; "
-                                "register with compressed=false (brokerConfig compressedRegister=false)")
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR,
+                "compressed RegisterBrokerBody is not supported by this name server; "
+                "register with compressed=false (brokerConfig compressedRegister=false)",
+            )
         if h.body_crc32 and (zlib.crc32(cmd.body) & 0x7FFFFFFF) != h.body_crc32:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
         try:
@@ -116,17 +128,29 @@ class NamesrvServer:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"malformed RegisterBrokerBody: {exc}")
         timeout = h.heartbeat_timeout_millis / 1000 if h.heartbeat_timeout_millis else None
         result = self.routes.register_broker(
-            cluster=h.cluster_name, broker_addr=h.broker_addr, broker_name=h.broker_name, broker_id=h.broker_id,
-            ha_server_addr=h.ha_server_addr, topic_configs=table.topic_configs, data_version=table.data_version,
-            heartbeat_timeout=timeout)
+            cluster=h.cluster_name,
+            broker_addr=h.broker_addr,
+            broker_name=h.broker_name,
+            broker_id=h.broker_id,
+            ha_server_addr=h.ha_server_addr,
+            topic_configs=table.topic_configs,
+            data_version=table.data_version,
+            heartbeat_timeout=timeout,
+        )
         self._conn_brokers.setdefault(conn, set()).add(BrokerKey(h.cluster_name, h.broker_addr))
-        header = RegisterBrokerResponseHeader(ha_server_addr=result.ha_server_addr, master_addr=result.master_addr)
+        header = RegisterBrokerResponseHeader(
+            ha_server_addr=result.ha_server_addr, master_addr=result.master_addr
+        )
         return cmd.response(ResponseCode.SUCCESS, None, header.to_ext(), _EMPTY_KV_TABLE)
 
     async def _unregister_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = UnregisterBrokerRequestHeader.from_ext(cmd.ext_fields)
-        self.routes.unregister_broker(cluster=h.cluster_name, broker_addr=h.broker_addr,
-                                      broker_name=h.broker_name, broker_id=h.broker_id)
+        self.routes.unregister_broker(
+            cluster=h.cluster_name,
+            broker_addr=h.broker_addr,
+            broker_name=h.broker_name,
+            broker_id=h.broker_id,
+        )
         keys = self._conn_brokers.get(conn)
         if keys is not None:
             keys.discard(BrokerKey(h.cluster_name, h.broker_addr))
@@ -140,24 +164,32 @@ class NamesrvServer:
     async def _query_data_version(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = QueryDataVersionRequestHeader.from_ext(cmd.ext_fields)
         version = DataVersion.decode(cmd.body) if cmd.body else DataVersion()
-        changed, held = self.routes.query_data_version(cluster=h.cluster_name, broker_addr=h.broker_addr,
-                                                       data_version=version)
-        return cmd.response(ResponseCode.SUCCESS, None, QueryDataVersionResponseHeader(changed=changed).to_ext(),
-                            held.encode() if held is not None else b"")
+        changed, held = self.routes.query_data_version(
+            cluster=h.cluster_name, broker_addr=h.broker_addr, data_version=version
+        )
+        return cmd.response(
+            ResponseCode.SUCCESS,
+            None,
+            QueryDataVersionResponseHeader(changed=changed).to_ext(),
+            held.encode() if held is not None else b"",
+        )
 
     async def _get_route(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = TopicRequestHeader.from_ext(cmd.ext_fields)
         route = self.routes.pickup_topic_route(h.topic)
         if route is None:
-            return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
-                                f"No topic route info in name server for the topic: {h.topic}")
+            return cmd.response(
+                ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {h.topic}"
+            )
         return cmd.response(ResponseCode.SUCCESS, body=route.encode())
 
     async def _get_cluster_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         return cmd.response(ResponseCode.SUCCESS, body=self.routes.cluster_info().encode())
 
     async def _get_all_topics(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        return cmd.response(ResponseCode.SUCCESS, body=dumps_rocketmq({"topicList": self.routes.all_topics()}))
+        return cmd.response(
+            ResponseCode.SUCCESS, body=dumps_rocketmq({"topicList": self.routes.all_topics()})
+        )
 
 
 async def run_namesrv(cfg: NamesrvConfig, ready: Callable[[str], None] | None = None) -> None:

@@ -39,6 +39,9 @@ class _ClientConnection(asyncio.Protocol):
         self.closed = False
         self._drained = asyncio.Event()
         self._drained.set()
+        # Requests issued in one loop iteration leave in one write (one syscall, not one each).
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -86,9 +89,18 @@ class _ClientConnection(asyncio.Protocol):
     async def write(self, frame: bytes) -> None:
         if self.closed or self.transport is None:
             raise TransportError(f"connection to {self.addr} is closed")
-        self.transport.write(frame)
+        self._out.append(frame)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
         if not self._drained.is_set():
             await self._drained.wait()
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        if self.transport is not None and not self.closed and out:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
 
 class RemotingClient:
@@ -153,6 +165,7 @@ class RemotingClient:
     def close_connection(self, addr: str) -> None:
         conn = self._conns.pop(addr, None)
         if conn is not None and conn.transport is not None:
+            conn._flush()  # requests already issued (oneway ones included) still leave
             conn.transport.close()
 
     async def close(self) -> None:

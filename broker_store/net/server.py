@@ -30,6 +30,9 @@ class Connection(asyncio.Protocol):
         self.remote_addr = "?"
         self.closed = False
         self._tasks: set[asyncio.Task[None]] = set()
+        # Responses produced in one loop iteration leave in one write (one syscall, not one each).
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -78,18 +81,30 @@ class Connection(asyncio.Protocol):
             self.send(response)
 
     def send(self, cmd: RemotingCommand) -> None:
+        """Queue a frame; frames queued in the same loop iteration are written together."""
         if self._transport is None or self.closed:
             return
         try:
-            self._transport.write(encode_frame(cmd))
+            frame = encode_frame(cmd)
         except ProtocolError as exc:
             log.error("cannot send response to %s: %s", self.remote_addr, exc)
-            self._transport.write(encode_frame(RemotingCommand(
+            frame = encode_frame(RemotingCommand(
                 code=ResponseCode.SYSTEM_ERROR, opaque=cmd.opaque, flag=cmd.flag, remark=str(exc),
-                serialize_type=cmd.serialize_type)))
+                serialize_type=cmd.serialize_type))
+        self._out.append(frame)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        if self._transport is not None and not self.closed and out:
+            self._transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def close(self) -> None:
         if self._transport is not None:
+            self._flush()
             self._transport.close()
 
 

@@ -154,7 +154,11 @@ def _decode_json_header(raw: bytes | memoryview) -> RemotingCommand:
     ext_raw = header.get("extFields") or {}
     if not isinstance(ext_raw, dict):
         raise ProtocolError("header field 'extFields' must be an object")
-    ext_fields = {k: _ext_str(v) for k, v in ext_raw.items() if v is not None}
+    ext_fields = ext_raw
+    for value in ext_raw.values():
+        if value.__class__ is not str:  # Java clients send strings; convert only when someone did not
+            ext_fields = {k: _ext_str(v) for k, v in ext_raw.items() if v is not None}
+            break
     return RemotingCommand(code=code, ext_fields=ext_fields, opaque=ints["opaque"], flag=ints["flag"],
                            remark=remark, language=language, version=ints["version"])
 

@@ -51,8 +51,11 @@ def is_inherited(perm: int) -> bool:
 
 def perm_to_string(perm: int) -> str:
     """RocketMQ's PermName.perm2String, e.g. 6 -> "RW-"."""
-    return ("R" if perm & PERM_READ else "-") + ("W" if perm & PERM_WRITE else "-") + \
-        ("X" if perm & PERM_INHERIT else "-")
+    return (
+        ("R" if perm & PERM_READ else "-")
+        + ("W" if perm & PERM_WRITE else "-")
+        + ("X" if perm & PERM_INHERIT else "-")
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,24 +75,32 @@ class TopicConfig:
     attributes: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"attributes": dict(self.attributes), "order": self.order, "perm": self.perm,
-                "readQueueNums": self.read_queue_nums, "topicFilterType": self.topic_filter_type,
-                "topicName": self.topic_name, "topicSysFlag": self.topic_sys_flag,
-                "writeQueueNums": self.write_queue_nums}
+        return {
+            "attributes": dict(self.attributes),
+            "order": self.order,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicFilterType": self.topic_filter_type,
+            "topicName": self.topic_name,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], name: str | None = None) -> TopicConfig:
         """Parse one entry; ``name`` is the table key, used when the entry omits topicName."""
         try:
             attrs = d.get("attributes") or {}
-            return cls(topic_name=str(d.get("topicName") or name or ""),
-                       read_queue_nums=int(d.get("readQueueNums", 16)),
-                       write_queue_nums=int(d.get("writeQueueNums", 16)),
-                       perm=int(d.get("perm", PERM_READ | PERM_WRITE)),
-                       topic_filter_type=str(d.get("topicFilterType") or "SINGLE_TAG"),
-                       topic_sys_flag=int(d.get("topicSysFlag") or 0),
-                       order=bool(d.get("order", False)),
-                       attributes={str(k): str(v) for k, v in attrs.items()})
+            return cls(
+                topic_name=str(d.get("topicName") or name or ""),
+                read_queue_nums=int(d.get("readQueueNums", 16)),
+                write_queue_nums=int(d.get("writeQueueNums", 16)),
+                perm=int(d.get("perm", PERM_READ | PERM_WRITE)),
+                topic_filter_type=str(d.get("topicFilterType") or "SINGLE_TAG"),
+                topic_sys_flag=int(d.get("topicSysFlag") or 0),
+                order=bool(d.get("order", False)),
+                attributes={str(k): str(v) for k, v in attrs.items()},
+            )
         except (TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"malformed topic config {name or ''}: {exc}") from exc
 
@@ -98,10 +109,12 @@ class TopicConfig:
 
     def __str__(self) -> str:
         # The shape RocketMQ's TopicConfig.toString has; it appears in error remarks.
-        return (f"TopicConfig [topicName={self.topic_name}, readQueueNums={self.read_queue_nums}, "
-                f"writeQueueNums={self.write_queue_nums}, perm={perm_to_string(self.perm)}, "
-                f"topicFilterType={self.topic_filter_type}, topicSysFlag={self.topic_sys_flag}, "
-                f"order={str(self.order).lower()}]")
+        return (
+            f"TopicConfig [topicName={self.topic_name}, readQueueNums={self.read_queue_nums}, "
+            f"writeQueueNums={self.write_queue_nums}, perm={perm_to_string(self.perm)}, "
+            f"topicFilterType={self.topic_filter_type}, topicSysFlag={self.topic_sys_flag}, "
+            f"order={str(self.order).lower()}]"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +138,11 @@ class DataVersion:
         if not d:
             return cls()
         try:
-            return cls(timestamp=int(d.get("timestamp", 0)), counter=int(d.get("counter", 0)),
-                       state_version=int(d.get("stateVersion", 0)))
+            return cls(
+                timestamp=int(d.get("timestamp", 0)),
+                counter=int(d.get("counter", 0)),
+                state_version=int(d.get("stateVersion", 0)),
+            )
         except (TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"malformed dataVersion: {exc}") from exc
 
@@ -149,8 +165,10 @@ class TopicConfigTable:
     data_version: DataVersion
 
     def to_json(self) -> dict[str, Any]:
-        return {"dataVersion": self.data_version.to_json(),
-                "topicConfigTable": {name: tc.to_json() for name, tc in self.topic_configs.items()}}
+        return {
+            "dataVersion": self.data_version.to_json(),
+            "topicConfigTable": {name: tc.to_json() for name, tc in self.topic_configs.items()},
+        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> TopicConfigTable:

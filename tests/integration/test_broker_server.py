@@ -55,7 +55,12 @@ from broker_store.protocol.message import (
     encode_properties,
 )
 from broker_store.protocol.route import TopicRouteData, loads_rocketmq
-from broker_store.protocol.topic import DataVersion, TopicConfig, TopicConfigTable, encode_register_broker_body
+from broker_store.protocol.topic import (
+    DataVersion,
+    TopicConfig,
+    TopicConfigTable,
+    encode_register_broker_body,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -69,39 +74,86 @@ class Env:
     client: RemotingClient
     tmp: Path
 
-    async def call(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"", *,
-                   addr: str | None = None, timeout: float = TIMEOUT) -> RemotingCommand:
+    async def call(
+        self,
+        code: int,
+        ext: dict[str, str] | None = None,
+        body: bytes = b"",
+        *,
+        addr: str | None = None,
+        timeout: float = TIMEOUT,
+    ) -> RemotingCommand:
         cmd = RemotingCommand(code=code, ext_fields=ext or {}, body=body)
         return await self.client.invoke(addr or self.broker.addr, cmd, timeout)
 
-    async def send(self, topic: str, body: bytes, props: dict[str, str] | None = None, *, queue_id: int = 0,
-                   code: int = RequestCode.SEND_MESSAGE_V2, default_queue_nums: int = 4, flag: int = 0,
-                   reconsume_times: int | None = None, max_reconsume_times: int | None = None) -> RemotingCommand:
-        h = SendMessageRequestHeader(producer_group="pg", topic=topic, default_topic="TBW102",
-                                     default_topic_queue_nums=default_queue_nums, queue_id=queue_id, sys_flag=0,
-                                     born_timestamp=int(time.time() * 1000), flag=flag,
-                                     properties=encode_properties(props or {}).decode(),
-                                     reconsume_times=reconsume_times, max_reconsume_times=max_reconsume_times)
+    async def send(
+        self,
+        topic: str,
+        body: bytes,
+        props: dict[str, str] | None = None,
+        *,
+        queue_id: int = 0,
+        code: int = RequestCode.SEND_MESSAGE_V2,
+        default_queue_nums: int = 4,
+        flag: int = 0,
+        reconsume_times: int | None = None,
+        max_reconsume_times: int | None = None,
+    ) -> RemotingCommand:
+        h = SendMessageRequestHeader(
+            producer_group="pg",
+            topic=topic,
+            default_topic="TBW102",
+            default_topic_queue_nums=default_queue_nums,
+            queue_id=queue_id,
+            sys_flag=0,
+            born_timestamp=int(time.time() * 1000),
+            flag=flag,
+            properties=encode_properties(props or {}).decode(),
+            reconsume_times=reconsume_times,
+            max_reconsume_times=max_reconsume_times,
+        )
         names = SEND_V2_NAMES if code != RequestCode.SEND_MESSAGE else None
         return await self.call(code, h.to_ext(names), body)
 
-    async def pull(self, topic: str, offset: int = 0, *, queue_id: int = 0, expr: str | None = "*",
-                   suspend_ms: int = 0, commit_offset: int = 0, group: str = "cg", max_nums: int = 32,
-                   timeout: float = TIMEOUT) -> tuple[RemotingCommand, list[StoredMessage]]:
+    async def pull(
+        self,
+        topic: str,
+        offset: int = 0,
+        *,
+        queue_id: int = 0,
+        expr: str | None = "*",
+        suspend_ms: int = 0,
+        commit_offset: int = 0,
+        group: str = "cg",
+        max_nums: int = 32,
+        timeout: float = TIMEOUT,
+    ) -> tuple[RemotingCommand, list[StoredMessage]]:
         flag = PULL_FLAG_SUBSCRIPTION if expr is not None else 0
         if suspend_ms:
             flag |= PULL_FLAG_SUSPEND
         if commit_offset:
             flag |= PULL_FLAG_COMMIT_OFFSET
-        h = PullMessageRequestHeader(consumer_group=group, topic=topic, queue_id=queue_id, queue_offset=offset,
-                                     max_msg_nums=max_nums, sys_flag=flag, commit_offset=commit_offset,
-                                     suspend_timeout_millis=suspend_ms, sub_version=0, subscription=expr)
+        h = PullMessageRequestHeader(
+            consumer_group=group,
+            topic=topic,
+            queue_id=queue_id,
+            queue_offset=offset,
+            max_msg_nums=max_nums,
+            sys_flag=flag,
+            commit_offset=commit_offset,
+            suspend_timeout_millis=suspend_ms,
+            sub_version=0,
+            subscription=expr,
+        )
         resp = await self.call(RequestCode.PULL_MESSAGE, h.to_ext(), timeout=timeout)
         return resp, decode_stored_messages(resp.body) if resp.code == ResponseCode.SUCCESS else []
 
     async def route(self, topic: str) -> RemotingCommand:
-        return await self.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, TopicRequestHeader(topic=topic).to_ext(),
-                               addr=self.namesrv.addr)
+        return await self.call(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC,
+            TopicRequestHeader(topic=topic).to_ext(),
+            addr=self.namesrv.addr,
+        )
 
     async def topic_table(self) -> TopicConfigTable:
         resp = await self.call(RequestCode.GET_ALL_TOPIC_CONFIG)
@@ -111,16 +163,27 @@ class Env:
 
 def broker_config(tmp: Path, namesrv_addr: str, **overrides: Any) -> BrokerConfig:
     settings: dict[str, Any] = {
-        "cluster_name": "c1", "broker_name": "broker-a", "listen": "127.0.0.1:0", "store_dir": tmp / "broker-a",
-        "namesrv_addrs": [namesrv_addr], "commit_log_segment_size": 4 * 1024 * 1024,
-        "max_message_size": 64 * 1024, "heartbeat_interval_seconds": 0.1, "flush_interval_ms": 50,
+        "cluster_name": "c1",
+        "broker_name": "broker-a",
+        "listen": "127.0.0.1:0",
+        "store_dir": tmp / "broker-a",
+        "namesrv_addrs": [namesrv_addr],
+        "commit_log_segment_size": 4 * 1024 * 1024,
+        "max_message_size": 64 * 1024,
+        "heartbeat_interval_seconds": 0.1,
+        "flush_interval_ms": 50,
     }
     settings.update(overrides)
     return BrokerConfig(**settings)
 
 
-def run(tmp: Path, body: Callable[[Env], Awaitable[None]], *, namesrv: dict[str, Any] | None = None,
-        **broker_overrides: Any) -> None:
+def run(
+    tmp: Path,
+    body: Callable[[Env], Awaitable[None]],
+    *,
+    namesrv: dict[str, Any] | None = None,
+    **broker_overrides: Any,
+) -> None:
     """Start name server + broker, run ``body``, tear everything down (also on failure)."""
 
     async def main() -> None:
@@ -153,6 +216,7 @@ def _ok(resp: RemotingCommand) -> RemotingCommand:
 
 # -- send / pull ------------------------------------------------------------------------------------
 
+
 def test_send_v1_v2_and_pull_byte_exact(tmp_path: Path) -> None:
     async def body(env: Env) -> None:
         props = {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "0A0B0C0D0000000000000001"}
@@ -165,8 +229,12 @@ def test_send_v1_v2_and_pull_byte_exact(tmp_path: Path) -> None:
 
         resp, msgs = await env.pull("Orders")
         _ok(resp)
-        assert resp.ext_fields == {"suggestWhichBrokerId": "0", "nextBeginOffset": "2", "minOffset": "0",
-                                   "maxOffset": "2"}
+        assert resp.ext_fields == {
+            "suggestWhichBrokerId": "0",
+            "nextBeginOffset": "2",
+            "minOffset": "0",
+            "maxOffset": "2",
+        }
         assert [m.body for m in msgs] == [b"first", b"second" * 100]
         assert dict(msgs[0].properties) == {**props, "CLUSTER": "c1"}
         assert msgs[0].flag == 3 and msgs[0].queue_offset == 0 and msgs[1].queue_offset == 1
@@ -179,7 +247,9 @@ def test_send_v1_v2_and_pull_byte_exact(tmp_path: Path) -> None:
         resp, msgs = await env.pull("Orders", 2)
         assert resp.code == ResponseCode.PULL_NOT_FOUND and msgs == []
         resp, _ = await env.pull("Orders", 7)
-        assert resp.code == ResponseCode.PULL_OFFSET_MOVED and resp.ext_fields["nextBeginOffset"] == "0"  # min offset 0
+        assert (
+            resp.code == ResponseCode.PULL_OFFSET_MOVED and resp.ext_fields["nextBeginOffset"] == "0"
+        )  # min offset 0
         resp, _ = await env.pull("Orders", 0, queue_id=3)  # existing queue, never written
         assert resp.code == ResponseCode.PULL_NOT_FOUND
         resp, _ = await env.pull("Orders", 5, queue_id=3)
@@ -191,12 +261,24 @@ def test_send_v1_v2_and_pull_byte_exact(tmp_path: Path) -> None:
 def test_batch_send_and_tag_filtering(tmp_path: Path) -> None:
     async def body(env: Env) -> None:
         _ok(await env.send("Batch", b"warm-up"))
-        entries = [(f"m{i}".encode() * 10, encode_properties({"TAGS": "ABC"[i % 3], "KEYS": str(i)}), i)
-                   for i in range(100)]
-        h = SendMessageRequestHeader(producer_group="pg", topic="Batch", default_topic="TBW102",
-                                     default_topic_queue_nums=4, queue_id=1, sys_flag=0, born_timestamp=1, flag=0,
-                                     batch=True)
-        resp = _ok(await env.call(RequestCode.SEND_BATCH_MESSAGE, h.to_ext(SEND_V2_NAMES), encode_batch(entries)))
+        entries = [
+            (f"m{i}".encode() * 10, encode_properties({"TAGS": "ABC"[i % 3], "KEYS": str(i)}), i)
+            for i in range(100)
+        ]
+        h = SendMessageRequestHeader(
+            producer_group="pg",
+            topic="Batch",
+            default_topic="TBW102",
+            default_topic_queue_nums=4,
+            queue_id=1,
+            sys_flag=0,
+            born_timestamp=1,
+            flag=0,
+            batch=True,
+        )
+        resp = _ok(
+            await env.call(RequestCode.SEND_BATCH_MESSAGE, h.to_ext(SEND_V2_NAMES), encode_batch(entries))
+        )
         ids = resp.ext_fields["msgId"].split(",")
         assert len(ids) == 100 and resp.ext_fields["queueOffset"] == "0" and resp.ext_fields["queueId"] == "1"
 
@@ -258,6 +340,7 @@ def test_short_polling_when_long_polling_disabled(tmp_path: Path) -> None:
 
 # -- topics -----------------------------------------------------------------------------------------
 
+
 def test_auto_create_via_tbw102_registers_route(tmp_path: Path) -> None:
     async def body(env: Env) -> None:
         assert (await env.route("Fresh")).code == ResponseCode.TOPIC_NOT_EXIST
@@ -271,6 +354,7 @@ def test_auto_create_via_tbw102_registers_route(tmp_path: Path) -> None:
 
         async def routed() -> bool:
             return (await env.route("Fresh")).code == ResponseCode.SUCCESS
+
         await eventually(routed)
         route = TopicRouteData.decode((await env.route("Fresh")).body)
         assert route.queue_datas[0].write_queue_nums == 3
@@ -285,25 +369,46 @@ def test_auto_create_off_and_explicit_create(tmp_path: Path) -> None:
         assert "TBW102" not in (await env.topic_table()).topic_configs
         resp = await env.send("Nope", b"x")
         assert resp.code == ResponseCode.TOPIC_NOT_EXIST
-        assert "topic[Nope] not exist" in (resp.remark or "") and "auto_create_topic_enable is off" in resp.remark
-        h = CreateTopicRequestHeader(topic="Made", default_topic="TBW102", read_queue_nums=2, write_queue_nums=2,
-                                     perm=6, topic_filter_type="SINGLE_TAG")
+        assert (
+            "topic[Nope] not exist" in (resp.remark or "")
+            and "auto_create_topic_enable is off" in resp.remark
+        )
+        h = CreateTopicRequestHeader(
+            topic="Made",
+            default_topic="TBW102",
+            read_queue_nums=2,
+            write_queue_nums=2,
+            perm=6,
+            topic_filter_type="SINGLE_TAG",
+        )
         _ok(await env.call(RequestCode.UPDATE_AND_CREATE_TOPIC, h.to_ext()))
 
         async def routed() -> bool:
             return (await env.route("Made")).code == ResponseCode.SUCCESS
+
         await eventually(routed, timeout=2.0)  # immediate re-registration, not the 30 s period
         _ok(await env.send("Made", b"x", queue_id=1))
         resp = await env.send("Made", b"x", queue_id=2)
-        assert resp.code == ResponseCode.SYSTEM_ERROR and "request queueId[2] is illegal" in (resp.remark or "")
-        bad = CreateTopicRequestHeader(topic="bad topic", default_topic="TBW102", read_queue_nums=2,
-                                       write_queue_nums=2, perm=6, topic_filter_type="SINGLE_TAG")
-        assert (await env.call(RequestCode.UPDATE_AND_CREATE_TOPIC, bad.to_ext())).code == ResponseCode.SYSTEM_ERROR
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "request queueId[2] is illegal" in (
+            resp.remark or ""
+        )
+        bad = CreateTopicRequestHeader(
+            topic="bad topic",
+            default_topic="TBW102",
+            read_queue_nums=2,
+            write_queue_nums=2,
+            perm=6,
+            topic_filter_type="SINGLE_TAG",
+        )
+        assert (
+            await env.call(RequestCode.UPDATE_AND_CREATE_TOPIC, bad.to_ext())
+        ).code == ResponseCode.SYSTEM_ERROR
 
     run(tmp_path, body, auto_create_topic_enable=False)
 
 
 # -- validation and robustness ----------------------------------------------------------------------
+
 
 def test_message_illegal_cases(tmp_path: Path) -> None:
     async def body(env: Env) -> None:
@@ -318,7 +423,9 @@ def test_message_illegal_cases(tmp_path: Path) -> None:
         assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "properties" in (resp.remark or "")
         assert "exceed" in (resp.remark or "")
         resp = await env.send("Big", b"x", queue_id=99)
-        assert resp.code == ResponseCode.SYSTEM_ERROR and "request queueId[99] is illegal" in (resp.remark or "")
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "request queueId[99] is illegal" in (
+            resp.remark or ""
+        )
         resp = await env.send("SCHEDULE_TOPIC_XXXX", b"x")
         assert resp.code == ResponseCode.NO_PERMISSION
         # A header that does not decode: SYSTEM_ERROR naming the field, as RocketMQ does.
@@ -377,30 +484,47 @@ def test_sync_flush_send(tmp_path: Path) -> None:
 
 # -- offsets ----------------------------------------------------------------------------------------
 
+
 def test_consumer_offsets_query_update_commit_and_persist(tmp_path: Path) -> None:
     async def query(env: Env, qid: int = 0, set_zero: bool | None = None) -> RemotingCommand:
-        h = QueryConsumerOffsetRequestHeader(consumer_group="cg", topic="Off", queue_id=qid,
-                                             set_zero_if_not_found=set_zero)
+        h = QueryConsumerOffsetRequestHeader(
+            consumer_group="cg", topic="Off", queue_id=qid, set_zero_if_not_found=set_zero
+        )
         return await env.call(RequestCode.QUERY_CONSUMER_OFFSET, h.to_ext())
 
     async def first(env: Env) -> None:
         for i in range(5):
             _ok(await env.send("Off", str(i).encode()))
-        assert OffsetResponseHeader.from_ext(_ok(await query(env)).ext_fields).offset == 0  # queue starts at 0
+        assert (
+            OffsetResponseHeader.from_ext(_ok(await query(env)).ext_fields).offset == 0
+        )  # queue starts at 0
         resp = await query(env, set_zero=False)
         assert resp.code == ResponseCode.QUERY_NOT_FOUND
         h = UpdateConsumerOffsetRequestHeader(consumer_group="cg", topic="Off", queue_id=0, commit_offset=3)
         _ok(await env.call(RequestCode.UPDATE_CONSUMER_OFFSET, h.to_ext()))
         assert OffsetResponseHeader.from_ext(_ok(await query(env)).ext_fields).offset == 3
-        bad = UpdateConsumerOffsetRequestHeader(consumer_group="cg", topic="NoSuch", queue_id=0, commit_offset=3)
-        assert (await env.call(RequestCode.UPDATE_CONSUMER_OFFSET, bad.to_ext())).code == \
-            ResponseCode.TOPIC_NOT_EXIST
+        bad = UpdateConsumerOffsetRequestHeader(
+            consumer_group="cg", topic="NoSuch", queue_id=0, commit_offset=3
+        )
+        assert (
+            await env.call(RequestCode.UPDATE_CONSUMER_OFFSET, bad.to_ext())
+        ).code == ResponseCode.TOPIC_NOT_EXIST
         await env.pull("Off", 4, commit_offset=4)
         assert OffsetResponseHeader.from_ext(_ok(await query(env)).ext_fields).offset == 4
 
         q = QueueRequestHeader(topic="Off", queue_id=0).to_ext()
-        assert OffsetResponseHeader.from_ext(_ok(await env.call(RequestCode.GET_MAX_OFFSET, q)).ext_fields).offset == 5
-        assert OffsetResponseHeader.from_ext(_ok(await env.call(RequestCode.GET_MIN_OFFSET, q)).ext_fields).offset == 0
+        assert (
+            OffsetResponseHeader.from_ext(
+                _ok(await env.call(RequestCode.GET_MAX_OFFSET, q)).ext_fields
+            ).offset
+            == 5
+        )
+        assert (
+            OffsetResponseHeader.from_ext(
+                _ok(await env.call(RequestCode.GET_MIN_OFFSET, q)).ext_fields
+            ).offset
+            == 0
+        )
         s = SearchOffsetRequestHeader(topic="Off", queue_id=0, timestamp=int(time.time() * 1000) + 60_000)
         resp = _ok(await env.call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, s.to_ext()))
         assert OffsetResponseHeader.from_ext(resp.ext_fields).offset == 5
@@ -422,12 +546,25 @@ def test_consumer_offsets_query_update_commit_and_persist(tmp_path: Path) -> Non
 
 # -- clients, retry ---------------------------------------------------------------------------------
 
+
 def test_heartbeat_registered_subscription_and_consumer_list(tmp_path: Path) -> None:
-    heartbeat = json.dumps({"clientID": "10.0.0.1@77", "consumerDataSet": [{
-        "groupName": "cg", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
-        "subscriptionDataSet": [{"topic": "Sub", "subString": "Keep", "subVersion": 5, "expressionType": "TAG"}]}],
-        "producerDataSet": []}).encode()
+    heartbeat = json.dumps(
+        {
+            "clientID": "10.0.0.1@77",
+            "consumerDataSet": [
+                {
+                    "groupName": "cg",
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+                    "subscriptionDataSet": [
+                        {"topic": "Sub", "subString": "Keep", "subVersion": 5, "expressionType": "TAG"}
+                    ],
+                }
+            ],
+            "producerDataSet": [],
+        }
+    ).encode()
 
     async def body(env: Env) -> None:
         _ok(await env.send("Sub", b"drop", {"TAGS": "Drop"}))
@@ -454,9 +591,14 @@ def test_consumer_send_msg_back_to_retry_then_dlq(tmp_path: Path) -> None:
     async def body(env: Env) -> None:
         _ok(await env.send("Work", b"payload", {"TAGS": "T1", "KEYS": "k"}))
         _, (orig,) = await env.pull("Work")
-        back = ConsumerSendMsgBackRequestHeader(offset=orig.commit_log_offset, group="cg", delay_level=0,
-                                                origin_msg_id=orig.msg_id, origin_topic="Work",
-                                                max_reconsume_times=2)
+        back = ConsumerSendMsgBackRequestHeader(
+            offset=orig.commit_log_offset,
+            group="cg",
+            delay_level=0,
+            origin_msg_id=orig.msg_id,
+            origin_topic="Work",
+            max_reconsume_times=2,
+        )
         _ok(await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, back.to_ext()))
         resp, (retry,) = await env.pull("%RETRY%cg")
         assert retry.body == b"payload" and retry.reconsume_times == 1 and retry.tags == "T1"
@@ -464,13 +606,15 @@ def test_consumer_send_msg_back_to_retry_then_dlq(tmp_path: Path) -> None:
         assert retry.properties["ORIGIN_MESSAGE_ID"] == orig.offset_msg_id
         assert retry.born_timestamp == orig.born_timestamp
 
-        again = ConsumerSendMsgBackRequestHeader(offset=retry.commit_log_offset, group="cg", delay_level=0,
-                                                 max_reconsume_times=2)
+        again = ConsumerSendMsgBackRequestHeader(
+            offset=retry.commit_log_offset, group="cg", delay_level=0, max_reconsume_times=2
+        )
         _ok(await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, again.to_ext()))
         _, msgs = await env.pull("%RETRY%cg", 1)
         assert msgs[0].reconsume_times == 2
-        third = ConsumerSendMsgBackRequestHeader(offset=msgs[0].commit_log_offset, group="cg", delay_level=0,
-                                                 max_reconsume_times=2)
+        third = ConsumerSendMsgBackRequestHeader(
+            offset=msgs[0].commit_log_offset, group="cg", delay_level=0, max_reconsume_times=2
+        )
         _ok(await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, third.to_ext()))
         _, (dead,) = await env.pull("%DLQ%cg")
         assert dead.body == b"payload" and dead.reconsume_times == 3
@@ -479,7 +623,9 @@ def test_consumer_send_msg_back_to_retry_then_dlq(tmp_path: Path) -> None:
 
         lost = ConsumerSendMsgBackRequestHeader(offset=10**9, group="cg", delay_level=0)
         resp = await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, lost.to_ext())
-        assert resp.code == ResponseCode.SYSTEM_ERROR and "look message by offset failed" in (resp.remark or "")
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "look message by offset failed" in (
+            resp.remark or ""
+        )
 
         # A producer resending to a retry topic past its max reconsume times lands in the DLQ.
         _ok(await env.send("%RETRY%cg", b"late", reconsume_times=5, max_reconsume_times=5))
@@ -491,6 +637,7 @@ def test_consumer_send_msg_back_to_retry_then_dlq(tmp_path: Path) -> None:
 
 # -- name server ------------------------------------------------------------------------------------
 
+
 def test_namesrv_route_cluster_info_and_topic_list(tmp_path: Path) -> None:
     async def body(env: Env) -> None:
         resp = await env.route("Unknown")
@@ -498,11 +645,14 @@ def test_namesrv_route_cluster_info_and_topic_list(tmp_path: Path) -> None:
         assert resp.remark == "No topic route info in name server for the topic: Unknown"
         route = TopicRouteData.decode(_ok(await env.route("TBW102")).body)
         assert route.broker_datas[0].cluster == "c1" and route.queue_datas[0].perm == 7
-        info = loads_rocketmq(_ok(await env.call(RequestCode.GET_BROKER_CLUSTER_INFO, addr=env.namesrv.addr)).body)
+        info = loads_rocketmq(
+            _ok(await env.call(RequestCode.GET_BROKER_CLUSTER_INFO, addr=env.namesrv.addr)).body
+        )
         assert info["clusterAddrTable"] == {"c1": ["broker-a"]}
         assert info["brokerAddrTable"]["broker-a"]["brokerAddrs"] == {"0": env.broker.addr}
-        topics = loads_rocketmq(_ok(await env.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
-                                                   addr=env.namesrv.addr)).body)
+        topics = loads_rocketmq(
+            _ok(await env.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, addr=env.namesrv.addr)).body
+        )
         assert "TBW102" in topics["topicList"]
 
         # Clean shutdown unregisters at once.
@@ -515,10 +665,21 @@ def test_namesrv_route_cluster_info_and_topic_list(tmp_path: Path) -> None:
 def test_broker_expiry_removes_route_while_heartbeating_broker_stays(tmp_path: Path) -> None:
     async def body(env: Env) -> None:
         table = TopicConfigTable({"Ghost": TopicConfig("Ghost", 2, 2, 6)}, DataVersion(1, 1))
-        reg = RegisterBrokerRequestHeader(broker_name="ghost", broker_addr="127.0.0.9:10911", cluster_name="c1",
-                                          ha_server_addr="", broker_id=0)
-        _ok(await env.call(RequestCode.REGISTER_BROKER, reg.to_ext(), encode_register_broker_body(table),
-                           addr=env.namesrv.addr))
+        reg = RegisterBrokerRequestHeader(
+            broker_name="ghost",
+            broker_addr="127.0.0.9:10911",
+            cluster_name="c1",
+            ha_server_addr="",
+            broker_id=0,
+        )
+        _ok(
+            await env.call(
+                RequestCode.REGISTER_BROKER,
+                reg.to_ext(),
+                encode_register_broker_body(table),
+                addr=env.namesrv.addr,
+            )
+        )
         _ok(await env.route("Ghost"))
         await asyncio.sleep(0.9)  # > broker_expiry_seconds without a heartbeat from "ghost"
         assert (await env.route("Ghost")).code == ResponseCode.TOPIC_NOT_EXIST
@@ -529,19 +690,34 @@ def test_broker_expiry_removes_route_while_heartbeating_broker_stays(tmp_path: P
 
 def test_register_broker_body_checks(tmp_path: Path) -> None:
     async def body(env: Env) -> None:
-        base = {"broker_name": "x", "broker_addr": "127.0.0.9:1", "cluster_name": "c1", "ha_server_addr": "",
-                "broker_id": 0}
+        base = {
+            "broker_name": "x",
+            "broker_addr": "127.0.0.9:1",
+            "cluster_name": "c1",
+            "ha_server_addr": "",
+            "broker_id": 0,
+        }
         body_bytes = encode_register_broker_body(TopicConfigTable({}, DataVersion()))
-        resp = await env.call(RequestCode.REGISTER_BROKER,
-                              RegisterBrokerRequestHeader(**base, compressed=True).to_ext(), body_bytes,
-                              addr=env.namesrv.addr)
+        resp = await env.call(
+            RequestCode.REGISTER_BROKER,
+            RegisterBrokerRequestHeader(**base, compressed=True).to_ext(),
+            body_bytes,
+            addr=env.namesrv.addr,
+        )
         assert resp.code == ResponseCode.SYSTEM_ERROR and "compressed" in (resp.remark or "")
-        resp = await env.call(RequestCode.REGISTER_BROKER,
-                              RegisterBrokerRequestHeader(**base, body_crc32=12345).to_ext(), body_bytes,
-                              addr=env.namesrv.addr)
+        resp = await env.call(
+            RequestCode.REGISTER_BROKER,
+            RegisterBrokerRequestHeader(**base, body_crc32=12345).to_ext(),
+            body_bytes,
+            addr=env.namesrv.addr,
+        )
         assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark == "crc32 not match"
-        resp = await env.call(RequestCode.REGISTER_BROKER, RegisterBrokerRequestHeader(**base).to_ext(), b"{[",
-                              addr=env.namesrv.addr)
+        resp = await env.call(
+            RequestCode.REGISTER_BROKER,
+            RegisterBrokerRequestHeader(**base).to_ext(),
+            b"{[",
+            addr=env.namesrv.addr,
+        )
         assert resp.code == ResponseCode.SYSTEM_ERROR
 
     run(tmp_path, body)
@@ -550,16 +726,21 @@ def test_register_broker_body_checks(tmp_path: Path) -> None:
 def test_run_entry_points_serve_until_cancelled(tmp_path: Path) -> None:
     async def main() -> None:
         addrs: dict[str, str] = {}
-        ns_task = asyncio.ensure_future(run_namesrv(NamesrvConfig(listen="127.0.0.1:0"),
-                                                    lambda a: addrs.__setitem__("ns", a)))
+        ns_task = asyncio.ensure_future(
+            run_namesrv(NamesrvConfig(listen="127.0.0.1:0"), lambda a: addrs.__setitem__("ns", a))
+        )
         await eventually(lambda: asyncio.sleep(0, "ns" in addrs))
-        broker_task = asyncio.ensure_future(run_broker(broker_config(tmp_path, addrs["ns"]),
-                                                       lambda a: addrs.__setitem__("broker", a)))
+        broker_task = asyncio.ensure_future(
+            run_broker(broker_config(tmp_path, addrs["ns"]), lambda a: addrs.__setitem__("broker", a))
+        )
         await eventually(lambda: asyncio.sleep(0, "broker" in addrs))
         client = RemotingClient()
         try:
-            resp = await client.invoke(addrs["ns"], RemotingCommand(
-                code=RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": "TBW102"}), TIMEOUT)
+            resp = await client.invoke(
+                addrs["ns"],
+                RemotingCommand(code=RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": "TBW102"}),
+                TIMEOUT,
+            )
             assert resp.code == ResponseCode.SUCCESS
         finally:
             await client.close()

@@ -19,7 +19,8 @@ clusters:
   - name: target
     namesrv: {listen: "127.0.0.1:9877"}
     brokers:
-      - {broker_name: broker-a, listen: "127.0.0.1:11911", store_dir: /tmp/x/target/a, auto_create_topic_enable: false}
+      - {broker_name: broker-a, listen: "127.0.0.1:11911", store_dir: /tmp/x/target/a,
+         auto_create_topic_enable: false}
 """
 
 
@@ -33,7 +34,9 @@ def test_local_clusters_brokers_inherit_cluster_and_namesrv(tmp_path: Path) -> N
     cfg = load_yaml(_write(tmp_path, LOCAL), LocalClustersConfig)
     source = cfg.cluster("source").broker_configs()
     assert [(b.cluster_name, b.broker_name, b.namesrv_addrs) for b in source] == [
-        ("source", "broker-a", ["127.0.0.1:9876"]), ("source", "broker-b", ["127.0.0.1:9876"])]
+        ("source", "broker-a", ["127.0.0.1:9876"]),
+        ("source", "broker-b", ["127.0.0.1:9876"]),
+    ]
     assert source[1].flush_mode == "SYNC_FLUSH"
     target = cfg.cluster("target").broker_configs()[0]
     assert not target.auto_create_topic_enable and target.namesrv_addrs == ["127.0.0.1:9877"]
@@ -74,12 +77,20 @@ def test_yaml_syntax_error_and_missing_file(tmp_path: Path) -> None:
 
 def test_broker_field_validation(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="listen: Value error, port of '127.0.0.1:99999'"):
-        load_yaml(_write(tmp_path, "broker_name: a\nstore_dir: /tmp/a\nlisten: 127.0.0.1:99999\n"), BrokerConfig)
+        load_yaml(
+            _write(tmp_path, "broker_name: a\nstore_dir: /tmp/a\nlisten: 127.0.0.1:99999\n"), BrokerConfig
+        )
     with pytest.raises(ConfigError, match="store_dir: Field required"):
         load_yaml(_write(tmp_path, "broker_name: a\n"), BrokerConfig)
     with pytest.raises(ConfigError, match="max_message_size"):
-        load_yaml(_write(tmp_path, "broker_name: a\nstore_dir: /tmp/a\ncommit_log_segment_size: 1048576\n"
-                                   "max_message_size: 1048576\n"), BrokerConfig)
+        load_yaml(
+            _write(
+                tmp_path,
+                "broker_name: a\nstore_dir: /tmp/a\ncommit_log_segment_size: 1048576\n"
+                "max_message_size: 1048576\n",
+            ),
+            BrokerConfig,
+        )
 
 
 def test_namesrv_defaults() -> None:
@@ -90,8 +101,13 @@ def test_namesrv_defaults() -> None:
 def test_to_store_config(tmp_path: Path) -> None:
     from broker_store.store import FlushMode
 
-    cfg = BrokerConfig(broker_name="a", store_dir=tmp_path, flush_mode="SYNC_FLUSH", flush_timeout_ms=1234,
-                       max_commit_log_bytes=10 * 1024 * 1024)
+    cfg = BrokerConfig(
+        broker_name="a",
+        store_dir=tmp_path,
+        flush_mode="SYNC_FLUSH",
+        flush_timeout_ms=1234,
+        max_commit_log_bytes=10 * 1024 * 1024,
+    )
     sc = cfg.to_store_config()
     assert sc.store_dir == tmp_path and sc.flush_mode is FlushMode.SYNC_FLUSH and sc.flush_timeout_ms == 1234
     assert sc.max_commit_log_bytes == 10 * 1024 * 1024 and sc.max_message_size == cfg.max_message_size

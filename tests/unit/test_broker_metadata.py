@@ -24,11 +24,13 @@ from broker_store.protocol.topic import DEFAULT_TOPIC, DataVersion, TopicConfig,
 
 def _topics(path: Path, *, auto: bool = True, now: list[int] | None = None) -> TopicConfigManager:
     ticks = now if now is not None else [1_000]
-    return TopicConfigManager(path, auto_create_topic_enable=auto, default_topic_queue_nums=8,
-                              clock_ms=lambda: ticks[0])
+    return TopicConfigManager(
+        path, auto_create_topic_enable=auto, default_topic_queue_nums=8, clock_ms=lambda: ticks[0]
+    )
 
 
 # -- topics -----------------------------------------------------------------------------------------
+
 
 def test_topic_table_persists_atomically_with_version(tmp_path: Path) -> None:
     path = tmp_path / "config" / "topics.json"
@@ -91,11 +93,14 @@ def test_corrupt_topic_file_is_an_error_naming_it(tmp_path: Path) -> None:
 def test_topic_table_wire_json_roundtrip() -> None:
     table = TopicConfigTable({"T": TopicConfig("T", 2, 2, 6)}, data_version=DataVersion(5, 1))
     raw = table.encode()
-    assert raw.startswith(b'{"dataVersion":{"counter":1,"stateVersion":0,"timestamp":5},"topicConfigTable":{"T":')
+    assert raw.startswith(
+        b'{"dataVersion":{"counter":1,"stateVersion":0,"timestamp":5},"topicConfigTable":{"T":'
+    )
     assert TopicConfigTable.decode(raw) == table
 
 
 # -- offsets ----------------------------------------------------------------------------------------
+
 
 def test_consumer_offsets_persist_only_when_dirty(tmp_path: Path) -> None:
     path = tmp_path / "consumer_offsets.json"
@@ -119,6 +124,7 @@ def test_consumer_offsets_persist_only_when_dirty(tmp_path: Path) -> None:
 
 # -- subscriptions ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("expr", [None, "", "*", "  *  "])
 def test_subscribe_all(expr: str | None) -> None:
     sub = build_subscription("T", expr)
@@ -139,12 +145,25 @@ def test_sql92_is_refused() -> None:
 
 # -- client registry --------------------------------------------------------------------------------
 
+
 def _heartbeat(client_id: str, group: str, expr: str) -> bytes:
-    return json.dumps({"clientID": client_id, "consumerDataSet": [{
-        "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
-        "subscriptionDataSet": [{"topic": "T", "subString": expr, "subVersion": 3, "expressionType": "TAG"}]}],
-        "producerDataSet": [{"groupName": "p"}]}).encode()
+    return json.dumps(
+        {
+            "clientID": client_id,
+            "consumerDataSet": [
+                {
+                    "groupName": group,
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+                    "subscriptionDataSet": [
+                        {"topic": "T", "subString": expr, "subVersion": 3, "expressionType": "TAG"}
+                    ],
+                }
+            ],
+            "producerDataSet": [{"groupName": "p"}],
+        }
+    ).encode()
 
 
 def test_client_registry_heartbeat_close_and_expiry() -> None:
@@ -171,14 +190,32 @@ def test_heartbeat_without_client_id_is_rejected() -> None:
 
 # -- put-path helpers -------------------------------------------------------------------------------
 
+
 def test_parse_send_header_fast_path_matches_typed_header() -> None:
-    h = SendMessageRequestHeader(producer_group="p", topic="T", default_topic="TBW102", default_topic_queue_nums=4,
-                                 queue_id=2, sys_flag=0, born_timestamp=123, flag=7, properties="TAGS\x01a\x02",
-                                 reconsume_times=1, max_reconsume_times=3)
+    h = SendMessageRequestHeader(
+        producer_group="p",
+        topic="T",
+        default_topic="TBW102",
+        default_topic_queue_nums=4,
+        queue_id=2,
+        sys_flag=0,
+        born_timestamp=123,
+        flag=7,
+        properties="TAGS\x01a\x02",
+        reconsume_times=1,
+        max_reconsume_times=3,
+    )
     for short, ext in ((True, h.to_ext(SEND_V2_NAMES)), (False, h.to_ext())):
         req = parse_send_header(ext, short)
-        assert (req.topic, req.queue_id, req.flag, req.born_timestamp, req.properties, req.reconsume_times,
-                req.max_reconsume_times) == ("T", 2, 7, 123, "TAGS\x01a\x02", 1, 3)
+        assert (
+            req.topic,
+            req.queue_id,
+            req.flag,
+            req.born_timestamp,
+            req.properties,
+            req.reconsume_times,
+            req.max_reconsume_times,
+        ) == ("T", 2, 7, 123, "TAGS\x01a\x02", 1, 3)
     bad = h.to_ext(SEND_V2_NAMES)
     del bad["b"]
     with pytest.raises(ProtocolError, match="'topic'"):
@@ -191,8 +228,11 @@ def test_parse_send_header_fast_path_matches_typed_header() -> None:
 
 def test_put_property_appends_or_replaces() -> None:
     props = encode_properties({"TAGS": "a", "XCLUSTER": "keep"})
-    assert decode_properties(put_property(props, "CLUSTER", "c1")) == {"TAGS": "a", "XCLUSTER": "keep",
-                                                                       "CLUSTER": "c1"}
+    assert decode_properties(put_property(props, "CLUSTER", "c1")) == {
+        "TAGS": "a",
+        "XCLUSTER": "keep",
+        "CLUSTER": "c1",
+    }
     replaced = put_property(encode_properties({"CLUSTER": "old", "K": "v"}), "CLUSTER", "new")
     assert decode_properties(replaced) == {"CLUSTER": "new", "K": "v"}
     assert put_property(b"", "A", "1") == b"A\x011\x02"

@@ -26,17 +26,29 @@ def _manager(timeout: float = 5.0) -> tuple[RouteInfoManager, FakeClock]:
 
 def test_route_json_golden_bytes_with_numeric_broker_id_keys() -> None:
     routes, _ = _manager()
-    routes.register_broker(cluster="source", broker_addr="127.0.0.1:10911", broker_name="broker-a", broker_id=0,
-                           topic_configs=_topics(("Orders", 4)), data_version=DataVersion(1, 1))
-    routes.register_broker(cluster="source", broker_addr="127.0.0.1:10921", broker_name="broker-a", broker_id=1,
-                           topic_configs=_topics(("Orders", 4), ("OnlyOnReplica", 2)),
-                           data_version=DataVersion(1, 1))
+    routes.register_broker(
+        cluster="source",
+        broker_addr="127.0.0.1:10911",
+        broker_name="broker-a",
+        broker_id=0,
+        topic_configs=_topics(("Orders", 4)),
+        data_version=DataVersion(1, 1),
+    )
+    routes.register_broker(
+        cluster="source",
+        broker_addr="127.0.0.1:10921",
+        broker_name="broker-a",
+        broker_id=1,
+        topic_configs=_topics(("Orders", 4), ("OnlyOnReplica", 2)),
+        data_version=DataVersion(1, 1),
+    )
     route = routes.pickup_topic_route("Orders")
     assert route is not None
     assert route.encode() == (
         b'{"brokerDatas":[{"brokerAddrs":{0:"127.0.0.1:10911",1:"127.0.0.1:10921"},'
         b'"brokerName":"broker-a","cluster":"source"}],"filterServerTable":{},'
-        b'"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSysFlag":0,"writeQueueNums":4}]}')
+        b'"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSysFlag":0,"writeQueueNums":4}]}'
+    )
     assert TopicRouteData.decode(route.encode()) == route
     # Queue data comes from the primary only.
     assert routes.pickup_topic_route("OnlyOnReplica") is None
@@ -44,11 +56,18 @@ def test_route_json_golden_bytes_with_numeric_broker_id_keys() -> None:
 
 def test_replica_registration_reports_primary() -> None:
     routes, _ = _manager()
-    primary = routes.register_broker(cluster="c", broker_addr="10.0.0.1:10911", broker_name="b", broker_id=0,
-                                     ha_server_addr="10.0.0.1:10912", topic_configs={})
+    primary = routes.register_broker(
+        cluster="c",
+        broker_addr="10.0.0.1:10911",
+        broker_name="b",
+        broker_id=0,
+        ha_server_addr="10.0.0.1:10912",
+        topic_configs={},
+    )
     assert primary.master_addr is None
-    replica = routes.register_broker(cluster="c", broker_addr="10.0.0.2:10911", broker_name="b", broker_id=1,
-                                     topic_configs={})
+    replica = routes.register_broker(
+        cluster="c", broker_addr="10.0.0.2:10911", broker_name="b", broker_id=1, topic_configs={}
+    )
     assert replica.master_addr == "10.0.0.1:10911"
     assert replica.ha_server_addr == "10.0.0.1:10912"
 
@@ -67,10 +86,20 @@ def test_queue_data_updates_only_when_data_version_changes() -> None:
 
 def test_expiry_removes_broker_without_heartbeat() -> None:
     routes, clock = _manager(timeout=5.0)
-    routes.register_broker(cluster="c", broker_addr="10.0.0.1:10911", broker_name="a", broker_id=0,
-                           topic_configs=_topics(("T", 4)))
-    routes.register_broker(cluster="c", broker_addr="10.0.0.2:10911", broker_name="b", broker_id=0,
-                           topic_configs=_topics(("T", 2)))
+    routes.register_broker(
+        cluster="c",
+        broker_addr="10.0.0.1:10911",
+        broker_name="a",
+        broker_id=0,
+        topic_configs=_topics(("T", 4)),
+    )
+    routes.register_broker(
+        cluster="c",
+        broker_addr="10.0.0.2:10911",
+        broker_name="b",
+        broker_id=0,
+        topic_configs=_topics(("T", 2)),
+    )
     clock.now += 4.0
     assert routes.heartbeat(cluster="c", broker_addr="10.0.0.2:10911")
     assert routes.scan_not_active_brokers() == []
@@ -89,15 +118,18 @@ def test_expiry_removes_broker_without_heartbeat() -> None:
 
 def test_registration_heartbeat_timeout_overrides_default() -> None:
     routes, clock = _manager(timeout=5.0)
-    routes.register_broker(cluster="c", broker_addr="h:1", broker_name="a", broker_id=0, topic_configs={},
-                           heartbeat_timeout=30.0)
+    routes.register_broker(
+        cluster="c", broker_addr="h:1", broker_name="a", broker_id=0, topic_configs={}, heartbeat_timeout=30.0
+    )
     clock.now += 10
     assert routes.scan_not_active_brokers() == []
 
 
 def test_unregister_keeps_group_while_replica_remains() -> None:
     routes, _ = _manager()
-    routes.register_broker(cluster="c", broker_addr="h:1", broker_name="a", broker_id=0, topic_configs=_topics(("T", 1)))
+    routes.register_broker(
+        cluster="c", broker_addr="h:1", broker_name="a", broker_id=0, topic_configs=_topics(("T", 1))
+    )
     routes.register_broker(cluster="c", broker_addr="h:2", broker_name="a", broker_id=1, topic_configs={})
     assert routes.unregister_broker(cluster="c", broker_addr="h:1", broker_name="a", broker_id=0)
     route = routes.pickup_topic_route("T")
@@ -116,16 +148,27 @@ def test_address_changing_role_keeps_one_id() -> None:
 
 def test_cluster_info_and_query_data_version() -> None:
     routes, clock = _manager()
-    routes.register_broker(cluster="c1", broker_addr="h:1", broker_name="a", broker_id=0, topic_configs={},
-                           data_version=DataVersion(5, 3))
+    routes.register_broker(
+        cluster="c1",
+        broker_addr="h:1",
+        broker_name="a",
+        broker_id=0,
+        topic_configs={},
+        data_version=DataVersion(5, 3),
+    )
     routes.register_broker(cluster="c2", broker_addr="h:2", broker_name="b", broker_id=0, topic_configs={})
     info = loads_rocketmq(routes.cluster_info().encode())
     assert info["clusterAddrTable"] == {"c1": ["a"], "c2": ["b"]}
     assert info["brokerAddrTable"]["a"]["brokerAddrs"] == {"0": "h:1"}
-    assert routes.query_data_version(cluster="c1", broker_addr="h:1", data_version=DataVersion(5, 3)) == \
-        (False, DataVersion(5, 3))
+    assert routes.query_data_version(cluster="c1", broker_addr="h:1", data_version=DataVersion(5, 3)) == (
+        False,
+        DataVersion(5, 3),
+    )
     assert routes.query_data_version(cluster="c1", broker_addr="h:1", data_version=DataVersion(6, 4))[0]
-    assert routes.query_data_version(cluster="c1", broker_addr="h:9", data_version=DataVersion()) == (True, None)
+    assert routes.query_data_version(cluster="c1", broker_addr="h:9", data_version=DataVersion()) == (
+        True,
+        None,
+    )
     # QUERY_DATA_VERSION refreshes liveness like a heartbeat.
     clock.now += 4
     routes.query_data_version(cluster="c1", broker_addr="h:1", data_version=DataVersion(5, 3))
