@@ -64,7 +64,7 @@ def split_host_port(addr: str) -> tuple[str, int]:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class NamesrvConfig(_Model):
@@ -72,9 +72,9 @@ class NamesrvConfig(_Model):
 
     listen: HostPort = "127.0.0.1:9876"
     """Address the name server binds and brokers/clients dial."""
-    broker_expiry_seconds: float = Field(5.0, gt=0)
+    broker_expiry_seconds: float = Field(default=5.0, gt=0)
     """A broker without a heartbeat for this long is removed from routes (RocketMQ 5 lite heartbeat)."""
-    scan_interval_seconds: float = Field(1.0, gt=0)
+    scan_interval_seconds: float = Field(default=1.0, gt=0)
     """Period of the expiry scan."""
 
 
@@ -83,7 +83,7 @@ class BrokerSettings(_Model):
 
     broker_name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     """Broker group name; primary and replicas of one group share it."""
-    broker_id: int = Field(0, ge=0)
+    broker_id: int = Field(default=0, ge=0)
     """0 = primary, > 0 = replica (runtime role may change later with controller mode)."""
     listen: HostPort = "127.0.0.1:10911"
     """Address the broker binds."""
@@ -92,38 +92,38 @@ class BrokerSettings(_Model):
     (or 127.0.0.1 when listening on 0.0.0.0)."""
     store_dir: Path
     """Directory for the CommitLog, ConsumeQueues and metadata (topics.json, consumer_offsets.json)."""
-    commit_log_segment_size: int = Field(128 * MiB, ge=64 * 1024)
+    commit_log_segment_size: int = Field(default=128 * MiB, ge=64 * 1024)
     flush_mode: Literal["ASYNC_FLUSH", "SYNC_FLUSH"] = "ASYNC_FLUSH"
-    flush_interval_ms: int = Field(500, gt=0)
-    flush_timeout_ms: int = Field(5000, gt=0)
+    flush_interval_ms: int = Field(default=500, gt=0)
+    flush_timeout_ms: int = Field(default=5000, gt=0)
     """SYNC_FLUSH: a send not flushed within this is answered FLUSH_DISK_TIMEOUT."""
-    max_message_size: int = Field(4 * MiB, gt=0)
+    max_message_size: int = Field(default=4 * MiB, gt=0)
     """Largest accepted message body, bytes."""
-    file_reserved_hours: float = Field(72.0, gt=0)
-    max_commit_log_bytes: int | None = Field(None, gt=0)
+    file_reserved_hours: float = Field(default=72.0, gt=0)
+    max_commit_log_bytes: int | None = Field(default=None, gt=0)
     """Optional cap on CommitLog disk use; oldest segments are deleted beyond it."""
     auto_create_topic_enable: bool = True
     """Register TBW102 (perm READ|WRITE|INHERIT) so sends to unknown topics create them."""
-    default_topic_queue_nums: int = Field(8, ge=1, le=1024)
+    default_topic_queue_nums: int = Field(default=8, ge=1, le=1024)
     """Queue count of TBW102, the cap on auto-created topics' queue counts."""
-    register_interval_seconds: float = Field(30.0, gt=0)
+    register_interval_seconds: float = Field(default=30.0, gt=0)
     """Period of the full REGISTER_BROKER with the whole topic table."""
-    heartbeat_interval_seconds: float = Field(1.0, gt=0)
+    heartbeat_interval_seconds: float = Field(default=1.0, gt=0)
     """Period of the lite BROKER_HEARTBEAT."""
     long_polling_enable: bool = True
-    short_polling_time_ms: int = Field(1000, ge=0)
+    short_polling_time_ms: int = Field(default=1000, ge=0)
     """Hold time of a suspended pull when long polling is off."""
-    max_pull_msg_nums: int = Field(1024, ge=1)
+    max_pull_msg_nums: int = Field(default=1024, ge=1)
     """Cap on messages returned by one PULL_MESSAGE."""
     region_id: str = "DefaultRegion"
     """Returned as MSG_REGION in send responses."""
     trace_on: bool = True
     """Returned as TRACE_ON in send responses."""
-    max_reconsume_times: int = Field(16, ge=0)
+    max_reconsume_times: int = Field(default=16, ge=0)
     """Redeliveries before CONSUMER_SEND_MSG_BACK moves a message to %DLQ%<group>."""
-    offset_persist_interval_seconds: float = Field(5.0, gt=0)
+    offset_persist_interval_seconds: float = Field(default=5.0, gt=0)
     """Period of consumer-offset persistence (also persisted on shutdown)."""
-    client_channel_expiry_seconds: float = Field(120.0, gt=0)
+    client_channel_expiry_seconds: float = Field(default=120.0, gt=0)
     """A producer/consumer without HEART_BEAT for this long is dropped from the registry."""
 
     @model_validator(mode="after")
@@ -148,7 +148,7 @@ class BrokerSettings(_Model):
 class BrokerConfig(BrokerSettings):
     """One broker process."""
 
-    cluster_name: str = Field("DefaultCluster", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    cluster_name: str = Field(default="DefaultCluster", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     namesrv_addrs: list[HostPort] = Field(default_factory=list)
     """Name servers to register with; empty = standalone (tests)."""
 

@@ -10,6 +10,7 @@ the behaviour flag instead of matching types::
     +-- TopicMappingError           (a mapping rule produced an invalid target topic name)
     +-- OffsetFormatError           (source-offset JSON that does not parse; names the bad key)
     +-- BatchFailedError            (the failure policy decided to fail the batch; .failed)
+    +-- DataLossError               (a source queue no longer holds offsets the query must read)
     +-- TableError                  yes   (a Delta table could not be read or committed)
 
 This is a separate root from ``broker_store``'s ``RocketMQError``: the client's errors are
@@ -71,6 +72,12 @@ class BatchFailedError(ReplicatorError):
         self.failed = tuple(failed)
         """``topic/broker/queueId@offset`` of every failed message of the batch."""
         super().__init__(message)
+
+
+class DataLossError(ReplicatorError):
+    """Offsets the query still has to read are gone from a source queue (retention deleted them, or
+    the queue was truncated / re-created). Raised only with ``failOnDataLoss=true``; with ``false``
+    the source logs the lost range and skips to the queue's min offset."""
 
 
 class TableError(ReplicatorError):

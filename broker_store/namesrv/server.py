@@ -48,9 +48,10 @@ class NamesrvServer:
         self._server = RemotingServer(self._handle, host, port)
         self._server.disconnect_listeners.append(self._on_disconnect)
         self._scan_task: asyncio.Task[None] | None = None
-        # Which connection registered which broker: a broker whose connection closes is removed at
-        # once (RocketMQ's BrokerHousekeepingService), without waiting for the expiry scan.
-        self._conn_brokers: dict[Connection, set[BrokerKey]] = {}
+        # The connection each broker last registered on: a broker whose connection closes is removed
+        # at once (RocketMQ's BrokerHousekeepingService), without waiting for the expiry scan. Only
+        # the latest connection counts, so a stale close after a reconnect removes nothing.
+        self._broker_conns: dict[BrokerKey, Connection] = {}
         self._processors: dict[int, _Processor] = {
             RequestCode.REGISTER_BROKER: self._register_broker,
             RequestCode.UNREGISTER_BROKER: self._unregister_broker,
@@ -85,6 +86,7 @@ class NamesrvServer:
         while True:
             await asyncio.sleep(self.config.scan_interval_seconds)
             for key in self.routes.scan_not_active_brokers():
+                self._broker_conns.pop(key, None)
                 log.warning(
                     "broker %s of cluster %s expired: no heartbeat for %.1fs",
                     key.addr,
@@ -93,7 +95,8 @@ class NamesrvServer:
                 )
 
     def _on_disconnect(self, conn: Connection) -> None:
-        for key in self._conn_brokers.pop(conn, ()):
+        for key in [k for k, c in self._broker_conns.items() if c is conn]:
+            del self._broker_conns[key]
             for live_key, live in self.routes.brokers_at(key.addr):
                 if live_key == key:
                     log.info("broker %s (%s) disconnected; removing it", key.addr, live.broker_name)
@@ -137,7 +140,7 @@ class NamesrvServer:
             data_version=table.data_version,
             heartbeat_timeout=timeout,
         )
-        self._conn_brokers.setdefault(conn, set()).add(BrokerKey(h.cluster_name, h.broker_addr))
+        self._broker_conns[BrokerKey(h.cluster_name, h.broker_addr)] = conn
         header = RegisterBrokerResponseHeader(
             ha_server_addr=result.ha_server_addr, master_addr=result.master_addr
         )
@@ -151,9 +154,7 @@ class NamesrvServer:
             broker_name=h.broker_name,
             broker_id=h.broker_id,
         )
-        keys = self._conn_brokers.get(conn)
-        if keys is not None:
-            keys.discard(BrokerKey(h.cluster_name, h.broker_addr))
+        self._broker_conns.pop(BrokerKey(h.cluster_name, h.broker_addr), None)
         return cmd.response(ResponseCode.SUCCESS)
 
     async def _broker_heartbeat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:

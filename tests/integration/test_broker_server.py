@@ -688,6 +688,32 @@ def test_broker_expiry_removes_route_while_heartbeating_broker_stays(tmp_path: P
     run(tmp_path, body, namesrv={"broker_expiry_seconds": 0.5, "scan_interval_seconds": 0.1})
 
 
+def test_broker_connection_close_removes_it_at_once(tmp_path: Path) -> None:
+    async def body(env: Env) -> None:
+        table = TopicConfigTable({"Gone": TopicConfig("Gone", 1, 1, 6)}, DataVersion(1, 1))
+        reg = RegisterBrokerRequestHeader(
+            broker_name="gone",
+            broker_addr="127.0.0.9:10911",
+            cluster_name="c1",
+            ha_server_addr="",
+            broker_id=0,
+        )
+        other = RemotingClient()
+        cmd = RemotingCommand(
+            code=RequestCode.REGISTER_BROKER, ext_fields=reg.to_ext(), body=encode_register_broker_body(table)
+        )
+        _ok(await other.invoke(env.namesrv.addr, cmd, TIMEOUT))
+        _ok(await env.route("Gone"))
+        await other.close()
+
+        async def removed() -> bool:
+            return (await env.route("Gone")).code == ResponseCode.TOPIC_NOT_EXIST
+
+        await eventually(removed, timeout=1.0)  # far below the 5 s expiry
+
+    run(tmp_path, body)
+
+
 def test_register_broker_body_checks(tmp_path: Path) -> None:
     async def body(env: Env) -> None:
         base = {
