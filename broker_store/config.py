@@ -87,6 +87,9 @@ class BrokerSettings(_Model):
     """0 = primary, > 0 = replica (runtime role may change later with controller mode)."""
     listen: HostPort = "127.0.0.1:10911"
     """Address the broker binds."""
+    fast_listen_enable: bool = True
+    """Also serve on listen port - 2, RocketMQ's "VIP channel" that Java clients with
+    vipChannelEnabled=true send to (skipped when listen port is 0)."""
     broker_ip: Annotated[str, AfterValidator(_check_ipv4)] | None = None
     """IPv4 address advertised to name servers and written as STOREHOST; default: the listen host
     (or 127.0.0.1 when listening on 0.0.0.0)."""

@@ -86,6 +86,11 @@ class BrokerController:
         host, port = split_host_port(config.listen)
         self._server = RemotingServer(self._handle, host, port)
         self._server.disconnect_listeners.append(self.clients.connection_closed)
+        # RocketMQ's fast remoting server ("VIP channel") on listen port - 2: same processors.
+        self._fast_server: RemotingServer | None = None
+        if config.fast_listen_enable and port > 2:
+            self._fast_server = RemotingServer(self._handle, host, port - 2)
+            self._fast_server.disconnect_listeners.append(self.clients.connection_closed)
         self._processors: dict[int, Processor] = {}
         self._store: MessageStore | None = None
         self._pull_waiters: PullWaiters | None = None
@@ -131,6 +136,8 @@ class BrokerController:
     async def start(self) -> None:
         """Bind, recover, serve, register. Raises StoreError/TransportError if the broker cannot run."""
         await self._server.start()
+        if self._fast_server is not None:
+            await self._fast_server.start()
         try:
             self.addr = f"{self.config.advertised_ip}:{self._server.port}"
             self.topic_configs.load()
@@ -219,6 +226,8 @@ class BrokerController:
                 await self.registration.unregister_all()
         self._processors = {}
         await self._server.stop()
+        if self._fast_server is not None:
+            await self._fast_server.stop()
         try:
             self.consumer_offsets.persist()
         except RocketMQError:

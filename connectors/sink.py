@@ -1,0 +1,744 @@
+"""The ``rocketmq`` stream writer: batch-sends the source rows to the target cluster, then commits the
+batch to the link's Delta tables.
+
+Created by ``RocketMQDataSource.streamWriter`` (``writeStream.format("rocketmq")``). What runs where:
+
+* driver, at query start: ``RocketMQStreamWriter.__init__`` validates the options and the input
+  schema and loads the failure hook once (a bad hook fails the query before any data moves).
+* executors, one call per partition and batch: ``write(batches)`` places each row on a target queue,
+  sends consecutive rows of one target queue as SEND_BATCH_MESSAGE (bounded count and bytes), keeps at
+  most ``maxInFlight`` sends outstanding, retries retriable errors with exponential backoff, and
+  returns a ``ReplicationCommitMessage`` (plain picklable data). It never raises for a message the
+  target refuses: the message becomes a ``FailedMessage`` (the whole message) in the commit message.
+* driver, once per batch: ``commit(messages, batchId)`` applies the failure policy
+  (``connectors.failure_policy``); a failed batch raises ``BatchFailedError`` so Spark does not commit
+  it (the query stops; a restart re-runs the batch: at-least-once). Otherwise it writes the offsets,
+  offset map, failures and metrics with ``LinkTables.commit_batch``, idempotent per (query id, batch id).
+
+At-least-once: a row reaches ``commit`` only after the target acknowledged it (SendResult: stored) or
+it was recorded as failed; Spark advances the checkpoint's source offsets only after ``commit``
+returned; the reader's ``commit(end)`` (consumer group on the source) comes later still.
+
+End offsets of a batch. The Delta offsets table needs every source queue's *next* offset after the
+batch, including queues whose rows were all filtered (tags) or skipped, which no row can carry. The
+driver commit therefore reads the batch's end offset from Spark's own write-ahead offset log,
+``<checkpointLocation>/offsets/<batchId>`` (written before the batch ran; its source line is the
+reader's ``SourceOffset`` JSON), and records the queues whose offset changed since ``offsets/<batchId-1>``.
+Rows carry a cross-check: each task reports max(queueOffset)+1 per source queue it saw
+(``source_next``); an offset log entry below that is an inconsistency and fails the commit. When the
+offset log cannot be read (a non-local checkpoint, or a source other than ``rocketmq``), the row-derived
+offsets are used, so only queues with rows advance in the table (resuming from it re-reads the rest:
+duplicates, never loss).
+
+Options (case-insensitive; ``config`` + ``link`` fill every one from replicator.yaml, explicit
+options win)::
+
+    namesrv            target name servers              targetCluster    target cluster name (loop guard)
+    sourceCluster      default: each row's sourceCluster  sourceNamesrv   source name servers (queue counts)
+    topic              one fixed target topic; else a non-null ``targetTopic`` column; else the link's
+                       TopicMapper (config+link); else ``topicMapping`` JSON {"src": "dst"}; else same name
+    preserveQueues     true: the n-th queue (by broker name, queue id) of the source topic goes to the n-th
+                       queue of the target topic when both have as many queues; otherwise, and without
+                       sourceNamesrv, a stable hash of (source broker, queue id) picks the target queue, so
+                       one source queue always lands in one target queue (order kept)
+    maxInFlight        outstanding batch sends per task (default 4; 1 keeps strict order under retries)
+    maxRetries         retries after the first attempt (default 3)     retryBackoffMs  first wait (1000)
+    sendTimeoutMs      per attempt (default 3000)
+    batchMaxMessages   messages per SEND_BATCH_MESSAGE (default 256)   batchMaxBytes  body bytes (1 MiB)
+    failurePolicy      dismiss | custom                                failureHook    "module:function"
+    deltaLocation, link   the link's tables (<deltaLocation>/<link>)  checkpointLocation  (writeStream's)
+    producerGroup      default PID_RMQ_SYS_REPLICATOR_<link>           autoCreateTopic  default true
+
+Property handling (``target_properties``): every user and system property is copied, except those a
+broker or client generates for the cluster it is on, or that would make the target act on the message
+again (``DROPPED_PROPERTIES``). UNIQ_KEY is kept, so the client msgId survives (a message without one
+gets its source msgId as UNIQ_KEY, so re-sends of the same source message carry the same id), and
+ROCKETMQ_REPLICATOR_SOURCE gets the source cluster appended (``connectors.loop_guard.stamp``). Body
+bytes and the user flag are sent unchanged. Born timestamp and born host are the replicator's (the
+target broker stamps them); the source values stay in the source and in the failures table.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+import zlib
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from broker_store.client import Admin, Message, MessageQueue, Producer, SendResult
+from broker_store.client.route_cache import subscribe_queues
+from broker_store.protocol.errors import RequestTimeoutError, RocketMQError
+from broker_store.protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from connectors import loop_guard
+from connectors.config import FailurePolicy, TopicMappingConfig, load_replicator_config
+from connectors.errors import ConfigError, OffsetFormatError, ReplicatorError
+from connectors.failure_policy import apply_failure_policy, load_failure_hook
+from connectors.offsets import QueueKey, SourceOffset
+from connectors.records import (
+    BatchMetrics,
+    FailedMessage,
+    LatencySummary,
+    OffsetMapping,
+    summarise_latencies,
+)
+from connectors.source import (
+    COL_BODY,
+    COL_BORN_TS,
+    COL_BROKER,
+    COL_FLAG,
+    COL_KEYS,
+    COL_OFFSET_MSG_ID,
+    COL_MSG_ID,
+    COL_PROPERTIES,
+    COL_QUEUE_ID,
+    COL_QUEUE_OFFSET,
+    COL_SOURCE_CLUSTER,
+    COL_STORE_TS,
+    COL_TAGS,
+    COL_TARGET_TOPIC,
+    COL_TOPIC,
+    parse_bool,
+    parse_int,
+)
+from connectors.tables import LinkTables, query_id_from_checkpoint
+from connectors.topic_mapping import TopicMapper
+
+log = logging.getLogger(__name__)
+
+REQUIRED_COLUMNS = (COL_TOPIC, COL_BROKER, COL_QUEUE_ID, COL_QUEUE_OFFSET, COL_BODY)
+"""Columns the sink cannot work without; ``properties`` (or at least tags/keys) should be there too."""
+
+DROPPED_PROPERTIES = frozenset({
+    "CLUSTER",                      # the target broker stamps its own cluster name when it stores
+    "MSG_REGION", "TRACE_ON",       # broker region / trace switch of the cluster the message is on
+    "MIN_OFFSET", "MAX_OFFSET",     # pull-time annotations of Java consumers, never meant to be stored
+    "CONSUME_START_TIME",           # consumer-side bookkeeping
+    "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "__STARTDELIVERTIME",
+                                    # the delay was served on the source; keeping it delays the copy again
+    "REAL_TOPIC", "REAL_QID",       # the source's schedule / transaction bookkeeping (source topology)
+    "TRAN_MSG", "PGROUP", "TRAN_PREPARED_QUEUE_OFFSET",
+                                    # would make the target store a transaction half message
+})
+"""Properties not copied to the target (see the module docstring)."""
+
+DEFAULT_BATCH_MAX_MESSAGES = 256
+DEFAULT_BATCH_MAX_BYTES = 1024 * 1024
+DEFAULT_SEND_TIMEOUT_MS = 3000
+CLIENT_MAX_MESSAGE_SIZE = 1 << 30
+"""The producer's own size check is disabled (the target broker's max_message_size decides and its
+MESSAGE_ILLEGAL answer becomes a recorded failure)."""
+LATENCY_SAMPLES_PER_TASK = 2048
+DEFAULT_PRODUCER_GROUP_PREFIX = "PID_RMQ_SYS_REPLICATOR_"
+
+
+def target_properties(source_properties: Mapping[str, str], source_cluster: str | None,
+                      msg_id: str | None = None) -> dict[str, str]:
+    """The properties a replicated message is sent with (see ``DROPPED_PROPERTIES``); input untouched.
+
+    ``source_cluster`` None (rows without a cluster name) copies the chain unchanged."""
+    props = {k: v for k, v in source_properties.items() if k not in DROPPED_PROPERTIES}
+    if msg_id and not props.get(PROPERTY_UNIQ_KEY):
+        props[PROPERTY_UNIQ_KEY] = msg_id
+    return loop_guard.stamp(props, source_cluster) if source_cluster else props
+
+
+def _checkpoint_dir(location: str) -> Path | None:
+    """A local checkpoint path (``file:`` URIs accepted); None for other file systems."""
+    if location.startswith("file://"):
+        return Path(location[len("file://"):])
+    if location.startswith("file:"):
+        return Path(location[len("file:"):])
+    if "://" in location:
+        return None
+    return Path(location)
+
+
+def read_offset_log(checkpoint_location: str, batch_id: int) -> SourceOffset | None:
+    """The ``rocketmq`` source's end offset of ``batch_id`` from Spark's offset log, or None.
+
+    ``<checkpoint>/offsets/<batchId>`` is ``v1``, a metadata JSON line, then one line per source; the
+    first source line that parses as a ``SourceOffset`` is ours.
+    """
+    root = _checkpoint_dir(checkpoint_location)
+    if root is None or batch_id < 0:
+        return None
+    try:
+        lines = (root / "offsets" / str(batch_id)).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines[2:]:
+        try:
+            return SourceOffset.from_json(line)
+        except OffsetFormatError:
+            continue
+    return None
+
+
+# -- options ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """The writer's options, validated on the driver; pickled to executors with the writer."""
+
+    namesrv: str
+    target_cluster: str
+    source_cluster: str | None = None
+    source_namesrv: str | None = None
+    topic: str | None = None
+    mapping: TopicMappingConfig | None = None
+    topic_map: Mapping[str, str] | None = None
+    preserve_queues: bool = True
+    max_in_flight: int = 4
+    max_retries: int = 3
+    retry_backoff_ms: int = 1000
+    send_timeout_ms: int = DEFAULT_SEND_TIMEOUT_MS
+    batch_max_messages: int = DEFAULT_BATCH_MAX_MESSAGES
+    batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES
+    failure_policy: FailurePolicy = FailurePolicy.DISMISS
+    failure_hook: str | None = None
+    delta_location: str | None = None
+    link: str | None = None
+    checkpoint_location: str | None = None
+    producer_group: str = f"{DEFAULT_PRODUCER_GROUP_PREFIX}spark"
+    auto_create_topic: bool = True
+
+    @property
+    def label(self) -> str:
+        return self.link or "rocketmq-sink"
+
+    @classmethod
+    def from_options(cls, raw: Mapping[str, str]) -> SinkOptions:
+        opts = {str(k).lower(): str(v) for k, v in raw.items() if v is not None}
+        values: dict[str, Any] = {}
+        link_name = opts.get("link")
+        if "config" in opts:
+            if not link_name:
+                raise ConfigError("option 'config' needs option 'link'", field="link")
+            replicator = load_replicator_config(opts["config"])
+            link = replicator.link(link_name)
+            values.update(
+                namesrv=";".join(replicator.cluster(link.target).namesrv), target_cluster=link.target,
+                source_cluster=link.source, source_namesrv=";".join(replicator.cluster(link.source).namesrv),
+                mapping=link.topics, preserve_queues=link.preserve_queues, max_in_flight=link.max_in_flight,
+                max_retries=link.max_retries, retry_backoff_ms=link.retry_backoff_ms,
+                failure_policy=link.failure_policy, failure_hook=link.failure_hook,
+                delta_location=link.delta_location, checkpoint_location=link.checkpoint_location)
+        for key, name in (("namesrv", "namesrv"), ("targetcluster", "target_cluster"),
+                          ("sourcecluster", "source_cluster"), ("sourcenamesrv", "source_namesrv"),
+                          ("topic", "topic"), ("deltalocation", "delta_location"),
+                          ("checkpointlocation", "checkpoint_location"), ("failurehook", "failure_hook")):
+            if opts.get(key):
+                values[name] = opts[key]
+        if "topicmapping" in opts:
+            try:
+                mapping = json.loads(opts["topicmapping"])
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"not JSON: {exc}", field="topicMapping") from exc
+            if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                        for k, v in mapping.items()):
+                raise ConfigError('must be a JSON object {"source topic": "target topic"}', field="topicMapping")
+            values["topic_map"] = mapping
+        if "failurepolicy" in opts:
+            try:
+                values["failure_policy"] = FailurePolicy(opts["failurepolicy"].strip().lower())
+            except ValueError as exc:
+                raise ConfigError(f"{opts['failurepolicy']!r} is not one of {[p.value for p in FailurePolicy]}",
+                                  field="failurePolicy") from exc
+        for key, name, minimum in (("maxInFlight", "max_in_flight", 1), ("maxRetries", "max_retries", 0),
+                                   ("retryBackoffMs", "retry_backoff_ms", 0),
+                                   ("sendTimeoutMs", "send_timeout_ms", 1),
+                                   ("batchMaxMessages", "batch_max_messages", 1),
+                                   ("batchMaxBytes", "batch_max_bytes", 1)):
+            parsed = parse_int(opts, key, None, minimum=minimum)
+            if parsed is not None:
+                values[name] = parsed
+        values["preserve_queues"] = parse_bool(opts, "preserveQueues", values.get("preserve_queues", True))
+        values["auto_create_topic"] = parse_bool(opts, "autoCreateTopic", True)
+        if link_name:
+            values["link"] = link_name
+        values["producer_group"] = opts.get("producergroup") or (
+            f"{DEFAULT_PRODUCER_GROUP_PREFIX}{link_name or 'spark'}")
+        for required, option in (("namesrv", "namesrv"), ("target_cluster", "targetCluster")):
+            if not values.get(required):
+                raise ConfigError("required (or give config + link)", field=option)
+        if values.get("failure_policy") is FailurePolicy.CUSTOM and not values.get("failure_hook"):
+            raise ConfigError("failurePolicy custom needs failureHook \"module:function\"", field="failureHook")
+        if values.get("delta_location") and not link_name:
+            raise ConfigError("deltaLocation needs link (tables live in <deltaLocation>/<link>)", field="link")
+        if values.get("delta_location") and not values.get("source_cluster"):
+            raise ConfigError("deltaLocation needs sourceCluster (the offsets table is per source cluster)",
+                              field="sourceCluster")
+        if values.get("delta_location") and not values.get("checkpoint_location"):
+            raise ConfigError("deltaLocation needs the query's checkpointLocation (the Delta commits are "
+                              "idempotent per Spark query id, read from the checkpoint)", field="checkpointLocation")
+        return cls(**values)
+
+
+# -- executor side ---------------------------------------------------------------------------------
+
+_client_lock = threading.Lock()
+_producers: dict[tuple[Any, ...], Producer] = {}
+_admins: dict[str, Admin] = {}
+
+
+def _executor_producer(o: SinkOptions) -> Producer:
+    """The executor process's Producer for these target settings (kept across tasks). Its own retries
+    are off: the sink retries with its backoff policy and pins the queue."""
+    key = (o.namesrv, o.producer_group, o.send_timeout_ms, o.auto_create_topic)
+    with _client_lock:
+        producer = _producers.get(key)
+        if producer is None:
+            producer = Producer(o.namesrv, o.producer_group, send_timeout=o.send_timeout_ms / 1000,
+                                retry_times_when_send_failed=0, max_message_size=CLIENT_MAX_MESSAGE_SIZE,
+                                auto_create_topic=o.auto_create_topic)
+            _producers[key] = producer
+        return producer
+
+
+def _executor_admin(namesrv: str) -> Admin:
+    with _client_lock:
+        admin = _admins.get(namesrv)
+        if admin is None:
+            admin = _admins[namesrv] = Admin(namesrv)
+        return admin
+
+
+@dataclass(frozen=True)
+class ReplicationCommitMessage(WriterCommitMessage):
+    """What one write task reports to the driver's commit. Plain data; picklable."""
+
+    delivered: int
+    """Messages the target stored."""
+    bytes: int
+    """Body bytes the target stored."""
+    skipped_loop: int
+    """Messages not sent because the target cluster was already in their chain."""
+    failures: tuple[FailedMessage, ...]
+    """Messages still refused after retries (whole messages, source properties)."""
+    offset_map: tuple[OffsetMapping, ...]
+    """Source offset runs -> target offset runs, from the SendResults."""
+    source_next: Mapping[QueueKey, int]
+    """max(queueOffset) + 1 per source queue seen by this task (cross-check of the end offsets)."""
+    latency_samples_ms: tuple[int, ...]
+    """Up to LATENCY_SAMPLES_PER_TASK samples of (ack time - source born time)."""
+    latency: LatencySummary
+    """Exact p50 / p99 / max over all of this task's messages."""
+    oldest_store_ms: int | None
+    started_ms: int
+    finished_ms: int
+
+
+@dataclass
+class _Item:
+    source: QueueKey
+    queue_offset: int
+    body: bytes
+    message: Message | None
+    """What is sent; None until the target topic is known."""
+    born_ms: int
+    store_ms: int
+    offset_msg_id: str
+    source_properties: Mapping[str, str]
+    tags: str | None
+    keys: str | None
+
+
+@dataclass
+class _Batch:
+    topic: str
+    queue: MessageQueue | None
+    """None: the target topic's queues could not be listed; the send fails and is retried / recorded."""
+    items: list[_Item] = field(default_factory=list)
+    size: int = 0
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _retriable(exc: RocketMQError) -> bool:
+    return bool(exc.retriable or exc.invalid_route)
+
+
+class _QueuePlacement:
+    """Source queue -> target queue for one task (see ``preserveQueues``); queue lists cached per task."""
+
+    def __init__(self, options: SinkOptions, producer: Producer) -> None:
+        self.options = options
+        self.producer = producer
+        self._target: dict[str, list[MessageQueue] | None] = {}
+        self._source: dict[str, list[MessageQueue] | None] = {}
+
+    def _target_queues(self, topic: str) -> list[MessageQueue] | None:
+        if topic not in self._target:
+            try:
+                self._target[topic] = sorted(self.producer.writable_queues(topic))
+            except RocketMQError as exc:
+                log.warning("no writable queue for target topic %s: %s", topic, exc)
+                self._target[topic] = None
+        return self._target[topic]
+
+    def _source_queues(self, topic: str) -> list[MessageQueue] | None:
+        namesrv = self.options.source_namesrv
+        if namesrv is None:
+            return None
+        if topic not in self._source:
+            try:
+                self._source[topic] = subscribe_queues(topic, _executor_admin(namesrv).topic_route(topic))
+            except RocketMQError as exc:
+                log.warning("cannot list source queues of %s (placement falls back to hashing): %s", topic, exc)
+                self._source[topic] = None
+        return self._source[topic]
+
+    def place(self, target_topic: str, source: QueueKey) -> MessageQueue | None:
+        targets = self._target_queues(target_topic)
+        if not targets:
+            return None
+        if self.options.preserve_queues:
+            sources = self._source_queues(source.topic)
+            if sources is not None and len(sources) == len(targets):
+                mq = MessageQueue(source.topic, source.broker_name, source.queue_id)
+                try:
+                    return targets[sources.index(mq)]
+                except ValueError:
+                    pass
+        return targets[zlib.crc32(f"{source.broker_name}/{source.queue_id}".encode()) % len(targets)]
+
+
+class _PartitionWriter:
+    """Sends one task's rows; see ``RocketMQStreamWriter.write``. Executor only, one thread."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.o = options
+        self.producer = _executor_producer(options)
+        self.placement = _QueuePlacement(options, self.producer)
+        self.mapper = TopicMapper(options.mapping) if options.mapping is not None else None
+        self.in_flight: deque[tuple[Future[SendResult], _Batch]] = deque()
+        self.current: _Batch | None = None
+        self.delivered = 0
+        self.bytes = 0
+        self.skipped = 0
+        self.failures: list[FailedMessage] = []
+        self.mappings: list[OffsetMapping] = []
+        self.source_next: dict[QueueKey, int] = {}
+        self.latencies: list[int] = []
+        self.oldest_store_ms: int | None = None
+        self.started_ms = _now_ms()
+
+    # -- rows -------------------------------------------------------------------------------------
+
+    def target_topic(self, topic: str, column_value: str | None) -> str | None:
+        if self.o.topic:
+            return self.o.topic
+        if column_value:
+            return column_value
+        if self.mapper is not None:
+            return self.mapper.target_for(topic)
+        if self.o.topic_map is not None:
+            return self.o.topic_map.get(topic, topic)
+        return topic
+
+    def add_record_batch(self, rb: pa.RecordBatch) -> None:
+        names = rb.schema.names
+
+        def col(name: str) -> list[Any] | None:
+            if name not in names:
+                return None
+            column = rb.column(names.index(name))
+            if pa.types.is_timestamp(column.type):
+                column = pc.divide(pc.cast(column, pa.int64()), 1000)
+            return column.to_pylist()
+
+        n = rb.num_rows
+        none = [None] * n
+        topics, brokers, qids, offsets, bodies = (col(c) for c in REQUIRED_COLUMNS)
+        assert topics is not None and brokers is not None and qids is not None and offsets is not None
+        assert bodies is not None
+        props_col = col(COL_PROPERTIES) or none
+        flags = col(COL_FLAG) or [0] * n
+        born = col(COL_BORN_TS) or none
+        stored = col(COL_STORE_TS) or none
+        msg_ids = col(COL_MSG_ID) or none
+        offset_ids = col(COL_OFFSET_MSG_ID) or msg_ids
+        clusters = col(COL_SOURCE_CLUSTER) or none
+        targets = col(COL_TARGET_TOPIC) or none
+        tags_col = col(COL_TAGS) or none
+        keys_col = col(COL_KEYS) or none
+        for i in range(n):
+            source = QueueKey(topics[i], brokers[i], qids[i])
+            offset = offsets[i]
+            if offset + 1 > self.source_next.get(source, 0):
+                self.source_next[source] = offset + 1
+            raw_props = props_col[i]
+            props: dict[str, str] = dict(raw_props) if raw_props is not None else {}
+            if raw_props is None:  # no properties column: rebuild what the row has
+                if tags_col[i]:
+                    props[PROPERTY_TAGS] = tags_col[i]
+                if keys_col[i]:
+                    props[PROPERTY_KEYS] = keys_col[i]
+            store_ms = stored[i] or 0
+            if store_ms and (self.oldest_store_ms is None or store_ms < self.oldest_store_ms):
+                self.oldest_store_ms = store_ms
+            source_cluster = self.o.source_cluster or clusters[i]
+            if loop_guard.should_skip(props, self.o.target_cluster, source_cluster):
+                self.skipped += 1
+                continue
+            body = bodies[i]
+            item = _Item(source=source, queue_offset=offset, body=body, message=None,
+                         born_ms=born[i] or 0, store_ms=store_ms, offset_msg_id=offset_ids[i] or "",
+                         source_properties=props, tags=props.get(PROPERTY_TAGS), keys=props.get(PROPERTY_KEYS))
+            try:
+                target = self.target_topic(source.topic, targets[i])
+            except ReplicatorError as exc:
+                self._fail([item], topic_hint=source.topic, error=f"{type(exc).__name__}: {exc}", attempts=0)
+                continue
+            if target is None:
+                self._fail([item], topic_hint="", error=f"link {self.o.label!r} does not map source topic "
+                                                        f"{source.topic!r}", attempts=0)
+                continue
+            out_props = target_properties(props, source_cluster, msg_ids[i])
+            item.message = Message(topic=target, body=body, properties=out_props, flag=flags[i] or 0)
+            self._append(target, self.placement.place(target, source), item)
+
+    # -- batching and sending ---------------------------------------------------------------------
+
+    def _append(self, topic: str, queue: MessageQueue | None, item: _Item) -> None:
+        size = len(item.body)
+        batch = self.current
+        if batch is not None and (batch.topic != topic or batch.queue != queue
+                                  or len(batch.items) >= self.o.batch_max_messages
+                                  or batch.size + size > self.o.batch_max_bytes):
+            self._submit(batch)
+            batch = None
+        if batch is None:
+            batch = self.current = _Batch(topic, queue)
+        batch.items.append(item)
+        batch.size += size
+
+    def _send_async(self, batch: _Batch) -> Future[SendResult]:
+        timeout = self.o.send_timeout_ms / 1000
+        messages = [i.message for i in batch.items if i.message is not None]
+        if len(messages) == 1:
+            return self.producer.send_async(messages[0], batch.queue, timeout=timeout)
+        return self.producer.send_batch_async(messages, batch.queue, timeout=timeout)
+
+    def _submit(self, batch: _Batch) -> None:
+        while len(self.in_flight) >= self.o.max_in_flight:
+            self._complete(*self.in_flight.popleft())
+        try:
+            future = self._send_async(batch)
+        except RocketMQError as exc:  # validation before anything went out
+            future = Future()
+            future.set_exception(exc)
+        self.in_flight.append((future, batch))
+
+    def _wait(self, future: Future[SendResult]) -> SendResult:
+        try:
+            return future.result(timeout=self.o.send_timeout_ms / 1000 + 10)
+        except TimeoutError as exc:
+            raise RequestTimeoutError("send did not complete in time") from exc
+
+    def _complete(self, future: Future[SendResult], batch: _Batch) -> None:
+        try:
+            result = self._wait(future)
+        except RocketMQError as exc:
+            self._retry(batch, exc)
+            return
+        self._delivered(batch, result)
+
+    def _retry(self, batch: _Batch, error: RocketMQError, attempts: int = 1) -> None:
+        """Retry a failed send (blocking, exponential backoff); split a refused batch into single
+        sends so one bad message does not fail its neighbours; record what still fails."""
+        while _retriable(error) and attempts <= self.o.max_retries:
+            time.sleep(self.o.retry_backoff_ms * (2 ** (attempts - 1)) / 1000)
+            attempts += 1
+            try:
+                self._delivered(batch, self._wait(self._send_async(batch)))
+                return
+            except RocketMQError as exc:
+                error = exc
+        if len(batch.items) > 1 and not _retriable(error):
+            log.info("batch of %d to %s refused (%s); sending its messages one by one", len(batch.items),
+                     batch.queue or batch.topic, error)
+            for item in batch.items:
+                single = _Batch(batch.topic, batch.queue, [item], len(item.body))
+                try:
+                    self._delivered(single, self._wait(self._send_async(single)))
+                except RocketMQError as exc:
+                    self._retry(single, exc, 1)
+            return
+        self._fail(batch.items, topic_hint=batch.topic, error=f"{type(error).__name__}: {error}", attempts=attempts)
+
+    def _fail(self, items: Sequence[_Item], *, topic_hint: str, error: str, attempts: int) -> None:
+        for item in items:
+            self.failures.append(FailedMessage(
+                topic=item.source.topic, broker_name=item.source.broker_name, queue_id=item.source.queue_id,
+                queue_offset=item.queue_offset, msg_id=item.offset_msg_id,
+                target_topic=item.message.topic if item.message is not None else topic_hint,
+                body=item.body,
+                properties=item.source_properties, error=error, attempts=attempts, tags=item.tags,
+                keys=item.keys, born_timestamp=item.born_ms, store_timestamp=item.store_ms))
+
+    def _delivered(self, batch: _Batch, result: SendResult) -> None:
+        now = _now_ms()
+        mq = result.message_queue
+        first_target = result.queue_offset
+        run_start = 0
+        items = batch.items
+        for i in range(1, len(items) + 1):
+            if i == len(items) or items[i].source != items[run_start].source:
+                run = items[run_start:i]
+                self._map(run, mq, first_target + run_start)
+                run_start = i
+        for item in items:
+            self.bytes += len(item.body)
+            if item.born_ms:
+                self.latencies.append(now - item.born_ms)
+        self.delivered += len(items)
+
+    def _map(self, run: Sequence[_Item], mq: MessageQueue, target_first: int) -> None:
+        src = run[0].source
+        target_last = target_first + len(run) - 1
+        last = self.mappings[-1] if self.mappings else None
+        if (last is not None and last.source_topic == src.topic and last.source_broker == src.broker_name
+                and last.source_queue_id == src.queue_id and last.target_topic == mq.topic
+                and last.target_broker == mq.broker_name and last.target_queue_id == mq.queue_id
+                and last.target_last_offset + 1 == target_first
+                and last.source_last_offset < run[0].queue_offset):
+            self.mappings[-1] = OffsetMapping(
+                last.source_topic, last.source_broker, last.source_queue_id, last.source_first_offset,
+                run[-1].queue_offset, last.target_topic, last.target_broker, last.target_queue_id,
+                last.target_first_offset, target_last, last.messages + len(run))
+            return
+        self.mappings.append(OffsetMapping(
+            src.topic, src.broker_name, src.queue_id, run[0].queue_offset, run[-1].queue_offset,
+            mq.topic, mq.broker_name, mq.queue_id, target_first, target_last, len(run)))
+
+    def finish(self) -> ReplicationCommitMessage:
+        if self.current is not None and self.current.items:
+            self._submit(self.current)
+        self.current = None
+        while self.in_flight:
+            self._complete(*self.in_flight.popleft())
+        samples = self.latencies
+        if len(samples) > LATENCY_SAMPLES_PER_TASK:
+            samples = random.sample(samples, LATENCY_SAMPLES_PER_TASK)
+        return ReplicationCommitMessage(
+            delivered=self.delivered, bytes=self.bytes, skipped_loop=self.skipped,
+            failures=tuple(self.failures), offset_map=tuple(self.mappings), source_next=dict(self.source_next),
+            latency_samples_ms=tuple(samples), latency=summarise_latencies(self.latencies),
+            oldest_store_ms=self.oldest_store_ms, started_ms=self.started_ms, finished_ms=_now_ms())
+
+
+# -- the writer ------------------------------------------------------------------------------------
+
+class RocketMQStreamWriter(DataSourceStreamArrowWriter):
+    """Stream writer of ``format("rocketmq")``; see the module docstring for what runs where.
+
+    Contract: ``write`` returns only after every row of its partition was either stored by the target
+    or recorded as a ``FailedMessage`` (never dropped); ``commit`` raises when the failure policy fails
+    the batch (the batch is then not committed and is re-run after a restart).
+    """
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.options = SinkOptions.from_options(options)
+        missing = [c for c in REQUIRED_COLUMNS if c not in schema.fieldNames()]
+        if missing:
+            raise ConfigError(f"the rows lack column(s) {missing}; write the rocketmq source's rows "
+                              f"(columns {list(REQUIRED_COLUMNS)} at least)", field="schema")
+        if self.options.failure_hook:
+            load_failure_hook(self.options.failure_hook)  # fail the query now, not at the first failure
+
+    # -- executors -------------------------------------------------------------------------------
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> ReplicationCommitMessage:
+        """Executor: send this partition's rows; see ``_PartitionWriter``."""
+        writer = _PartitionWriter(self.options)
+        for rb in iterator:
+            writer.add_record_batch(rb)
+        return writer.finish()
+
+    # -- driver ----------------------------------------------------------------------------------
+
+    def _end_offsets(self, batch_id: int, messages: Sequence[ReplicationCommitMessage]) -> dict[QueueKey, int]:
+        row_next: dict[QueueKey, int] = {}
+        for m in messages:
+            for q, n in m.source_next.items():
+                row_next[q] = max(n, row_next.get(q, 0))
+        checkpoint = self.options.checkpoint_location
+        end = read_offset_log(checkpoint, batch_id) if checkpoint else None
+        if end is None:
+            log.warning("link %s batch %d: no rocketmq offset in the checkpoint's offset log; recording "
+                        "offsets only for queues with rows", self.options.label, batch_id)
+            return row_next
+        behind = {q.to_key(): (n, end.get(q)) for q, n in row_next.items()
+                  if end.get(q) is not None and n > (end.get(q) or 0)}
+        if behind:
+            raise ReplicatorError(f"link {self.options.label} batch {batch_id}: rows past the batch's end offset "
+                                  f"(queue: (row next, log end)) {behind}")
+        previous = read_offset_log(checkpoint, batch_id - 1) if checkpoint else None
+        return {q: n for q, n in end.queues.items() if previous is None or previous.get(q) != n}
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        """Driver: failure policy, then the Delta tables (idempotent per query id and batch id)."""
+        o = self.options
+        if any(not isinstance(m, ReplicationCommitMessage) for m in messages):
+            raise ReplicatorError(f"link {o.label} batch {batchId}: a write task returned no commit message")
+        results = [m for m in messages if isinstance(m, ReplicationCommitMessage)]
+        failures = [f for m in results for f in m.failures]
+        hook = load_failure_hook(o.failure_hook) if (failures and o.failure_hook) else None
+        decision = apply_failure_policy(o.failure_policy, failures, hook)
+        if decision.batch_failed:
+            log.error("link %s batch %d: failure policy %s failed the batch (%d failed message(s)); not "
+                      "committing", o.label, batchId, o.failure_policy.value, len(failures))
+        decision.raise_if_failed(link=o.label, batch_id=batchId)
+        now = _now_ms()
+        samples = [s for m in results for s in m.latency_samples_ms]
+        summary = summarise_latencies(samples)
+        maxima = [m.latency.max_ms for m in results if m.latency.max_ms is not None]
+        if maxima:
+            summary = LatencySummary(summary.p50_ms, summary.p99_ms, max(maxima))
+        oldest = [m.oldest_store_ms for m in results if m.oldest_store_ms is not None]
+        metrics = BatchMetrics(
+            messages=sum(m.delivered for m in results), bytes=sum(m.bytes for m in results),
+            skipped_loop=sum(m.skipped_loop for m in results), failed=len(failures), latency=summary,
+            record_age_ms=now - min(oldest) if oldest else None,
+            wall_time_ms=now - min((m.started_ms for m in results), default=now))
+        end_offsets = self._end_offsets(batchId, results)
+        committed = "no Delta tables (deltaLocation not set)"
+        if o.delta_location and o.link and o.checkpoint_location:
+            tables = LinkTables(Path(o.delta_location) / o.link, source_cluster=o.source_cluster or "")
+            query_id = query_id_from_checkpoint(_checkpoint_dir(o.checkpoint_location) or Path(o.checkpoint_location))
+            result = tables.commit_batch(query_id, batchId, end_offsets,
+                                         [mp for m in results for mp in m.offset_map], decision.recorded(),
+                                         metrics)
+            committed = "already committed (replayed batch)" if result.duplicate else "committed to Delta"
+        else:
+            for f in failures:
+                log.warning("link %s batch %d: dismissed failed message %s/%s/%d@%d (%s) - not recorded: no "
+                            "deltaLocation", o.label, batchId, f.topic, f.broker_name, f.queue_id,
+                            f.queue_offset, f.error)
+        log.info("link %s batch %d: %d delivered, %d bytes, %d skipped (loop), %d failed (dismissed), "
+                 "%d queue offset(s) advanced, latency p50/p99/max %s/%s/%s ms; %s", o.label, batchId,
+                 metrics.messages, metrics.bytes, metrics.skipped_loop, metrics.failed, len(end_offsets),
+                 summary.p50_ms, summary.p99_ms, summary.max_ms, committed)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        """Driver: a write task failed. Messages already sent stay on the target (they are re-sent when
+        the batch re-runs: at-least-once); nothing is recorded for this batch."""
+        sent = sum(m.delivered for m in messages if isinstance(m, ReplicationCommitMessage))
+        log.warning("link %s batch %d aborted; %d message(s) already on the target will be sent again when "
+                    "the batch re-runs", self.options.label, batchId, sent)

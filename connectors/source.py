@@ -1,0 +1,707 @@
+"""The ``rocketmq`` Spark data source: a micro-batch stream reader over RocketMQ queues (and the sink).
+
+Registered by ``jobs/replicate.py`` (``spark.dataSource.register(RocketMQDataSource)``) and by tests;
+``spark.readStream.format("rocketmq")`` reads, ``writeStream.format("rocketmq")`` writes through
+``connectors.sink``. Pure helpers (option parsing, limit distribution, range splitting) are module
+functions so they are testable without Spark or a broker.
+
+Where code runs (Spark's Python Data Source contract):
+
+* driver, one long-lived Python process per query: ``RocketMQStreamReader`` ``initialOffset``,
+  ``latestOffset``, ``partitions``, ``commit``, ``prepareForTriggerAvailableNow``,
+  ``reportLatestOffset``, ``stop``. It owns an ``Admin`` (route, min/max offsets, timestamp search)
+  and a ``PullConsumer`` used only to commit the consumer group's offsets on the source.
+* executors: ``RocketMQStreamReader.read(partition)``, stateless per call; the ``PullConsumer`` is
+  shared per executor Python process through ``_executor_consumer`` (keyed by name servers and group).
+
+Offsets are ``connectors.offsets.SourceOffset`` documents (``{"queues": {"<topic>/<broker>/<qid>": n},
+"version": 1}``, n = next offset to read), which is what Spark writes into ``<checkpoint>/offsets/<batch>``.
+A queue absent from ``start`` but present in ``end`` is a queue discovered while running: it is read
+from its earliest offset (``QueueRange.from_earliest``), never reported as data loss.
+
+Options (case-insensitive)::
+
+    namesrv               source name servers "host:port[;host:port]"   (or from config+link)
+    topics                "A,B,C" fixed topics                     } exactly one of these three,
+    topicPattern          regex, full match; + topicExclude regex  } or config+link (the link's
+    config, link          replicator.yaml path + link name         } TopicMapper, re-listed each trigger)
+    cluster               source cluster name written to every row (sourceCluster) and the Delta rows
+    tags                  "*" | "TagA || TagB"   (broker hash filter + exact client re-filter)
+    startingOffsets       earliest | latest | timestamp:<ms> | offset JSON  (default latest; a queue
+                          missing from the JSON starts at earliest)
+    maxMessagesPerTrigger admission control (ReadMaxRows), split by backlog; default: no limit
+    failOnDataLoss        true (default): DataLossError when a start offset fell below the queue's min
+                          offset; false: log the lost range and skip to the min offset
+    pullBatchSize         messages per PULL_MESSAGE (default 256)
+    minPartitions         split queue ranges until at least this many partitions (default: one per queue)
+    reportLatestOffset    true (default): report the queues' max offsets in the query progress
+    group                 consumer group committed on the source in commit(end)
+                          (default CID_RMQ_SYS_REPLICATOR_<link>, or ..._<hash of the topic selection>)
+    commitOffsetsToSource true (default): UPDATE_CONSUMER_OFFSET for ``group`` on every commit(end)
+    deltaLocation, link   resume point from ``LinkTables.latest_offsets()`` when the checkpoint is new
+    pullTimeoutMs         per-pull timeout (default 10000)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourceStreamWriter, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from broker_store.client import Admin, MessageQueue, PullConsumer, PullStatus, StoredMessage
+from broker_store.client.route_cache import subscribe_queues
+from broker_store.protocol.errors import RocketMQError, TopicNotExistError
+from connectors.config import DEFAULT_CONSUMER_GROUP_PREFIX, TopicMappingConfig, load_replicator_config
+from connectors.errors import ConfigError, DataLossError, OffsetFormatError, ReplicatorError
+from connectors.offsets import QueueKey, SourceOffset
+from connectors.tables import LinkTables
+from connectors.topic_mapping import TopicMapper, is_system_topic
+
+log = logging.getLogger(__name__)
+
+DATA_SOURCE_NAME = "rocketmq"
+
+# Column names, shared with connectors.sink.
+COL_TOPIC = "topic"
+COL_BROKER = "brokerName"
+COL_QUEUE_ID = "queueId"
+COL_QUEUE_OFFSET = "queueOffset"
+COL_MSG_ID = "msgId"
+COL_OFFSET_MSG_ID = "offsetMsgId"
+COL_BODY = "body"
+COL_TAGS = "tags"
+COL_KEYS = "keys"
+COL_PROPERTIES = "properties"
+COL_FLAG = "flag"
+COL_BORN_TS = "bornTimestamp"
+COL_STORE_TS = "storeTimestamp"
+COL_BORN_HOST = "bornHost"
+COL_RECONSUME = "reconsumeTimes"
+COL_SOURCE_CLUSTER = "sourceCluster"
+COL_TARGET_TOPIC = "targetTopic"
+"""Optional column the sink honours: the target topic of each row."""
+
+SOURCE_SCHEMA_DDL = (
+    f"{COL_TOPIC} string, {COL_BROKER} string, {COL_QUEUE_ID} int, {COL_QUEUE_OFFSET} long, "
+    f"{COL_MSG_ID} string, {COL_OFFSET_MSG_ID} string, {COL_BODY} binary, {COL_TAGS} string, "
+    f"{COL_KEYS} string, {COL_PROPERTIES} map<string,string>, {COL_FLAG} int, "
+    f"{COL_BORN_TS} timestamp, {COL_STORE_TS} timestamp, {COL_BORN_HOST} string, "
+    f"{COL_RECONSUME} int, {COL_SOURCE_CLUSTER} string"
+)
+"""Row schema. Timestamps are Spark ``timestamp`` (UTC instants, exact: RocketMQ's ms * 1000 us);
+``msgId`` is the client id (UNIQ_KEY, Java's ``MessageClientExt.getMsgId``) or, without one, the
+offset id; ``offsetMsgId`` is always the store host + commit-log offset id; ``flag`` is the user flag;
+``properties`` holds every property exactly as stored (user and system, TAGS/KEYS/UNIQ_KEY included)."""
+
+ARROW_SCHEMA = pa.schema([
+    (COL_TOPIC, pa.string()), (COL_BROKER, pa.string()), (COL_QUEUE_ID, pa.int32()),
+    (COL_QUEUE_OFFSET, pa.int64()), (COL_MSG_ID, pa.string()), (COL_OFFSET_MSG_ID, pa.string()),
+    (COL_BODY, pa.binary()), (COL_TAGS, pa.string()), (COL_KEYS, pa.string()),
+    (COL_PROPERTIES, pa.map_(pa.string(), pa.string())), (COL_FLAG, pa.int32()),
+    (COL_BORN_TS, pa.timestamp("us", tz="UTC")), (COL_STORE_TS, pa.timestamp("us", tz="UTC")),
+    (COL_BORN_HOST, pa.string()), (COL_RECONSUME, pa.int32()), (COL_SOURCE_CLUSTER, pa.string()),
+])
+
+DEFAULT_PULL_BATCH_SIZE = 256
+DEFAULT_PULL_TIMEOUT_MS = 10_000
+_DRIVER_PARALLELISM = 16
+"""Concurrent admin calls (min/max offsets, offset commits) the driver makes per trigger."""
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+# -- options ---------------------------------------------------------------------------------------
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    """Read a boolean option ("true"/"false", any case); ConfigError naming the option otherwise."""
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"must be true or false, got {raw!r}", field=name)
+    return value == "true"
+
+
+def parse_int(options: Mapping[str, str], name: str, default: int | None, *, minimum: int = 0) -> int | None:
+    """Read an integer option >= ``minimum``; ConfigError naming the option otherwise."""
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError as exc:
+        raise ConfigError(f"must be an integer, got {raw!r}", field=name) from exc
+    if value < minimum:
+        raise ConfigError(f"must be >= {minimum}, got {value}", field=name)
+    return value
+
+
+@dataclass(frozen=True)
+class TopicSelection:
+    """How the reader picks source topics; re-evaluated on every trigger (driver only)."""
+
+    topics: tuple[str, ...] = ()
+    """Fixed topic names (``topics`` option)."""
+    pattern: str | None = None
+    """``topicPattern``: full-match regex over the source's non-system topics."""
+    exclude: str | None = None
+    """``topicExclude``: full-match regex removed from the pattern's matches."""
+    mapping: TopicMappingConfig | None = None
+    """A link's topic mapping (``config`` + ``link``); ``TopicMapper.select`` decides."""
+
+    def describe(self) -> str:
+        if self.topics:
+            return "topics=" + ",".join(self.topics)
+        if self.pattern is not None:
+            return f"topicPattern={self.pattern} topicExclude={self.exclude}"
+        return "link mapping"
+
+    def select(self, all_topics: Callable[[], Sequence[str]], reserved: Callable[[], Iterable[str]]) -> list[str]:
+        """The topics to read now. ``all_topics`` / ``reserved`` are only called when needed."""
+        if self.topics:
+            return list(self.topics)
+        listed = all_topics()
+        names = frozenset(reserved())
+        if self.mapping is not None:
+            # the cluster's and brokers' own topics are system topics, known only at run time
+            return sorted(TopicMapper(self.mapping, reserved_names=names).select(listed))
+        assert self.pattern is not None
+        include = re.compile(self.pattern)
+        exclude = re.compile(self.exclude) if self.exclude else None
+        return sorted(t for t in listed if include.fullmatch(t) and not is_system_topic(t, names)
+                      and not (exclude and exclude.fullmatch(t)))
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The reader's options, validated once on the driver (``from_options``)."""
+
+    namesrv: str
+    selection: TopicSelection
+    cluster: str
+    tags: str = "*"
+    starting_offsets: str = "latest"
+    max_messages_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    pull_batch_size: int = DEFAULT_PULL_BATCH_SIZE
+    min_partitions: int | None = None
+    report_latest_offset: bool = True
+    group: str = ""
+    commit_offsets_to_source: bool = True
+    delta_location: str | None = None
+    """Root of the link tables; the link's tables are ``<deltaLocation>/<link>``."""
+    link: str | None = None
+    pull_timeout_ms: int = DEFAULT_PULL_TIMEOUT_MS
+
+    @classmethod
+    def from_options(cls, raw: Mapping[str, str]) -> SourceOptions:
+        opts = _lower(raw)
+        link_cfg = None
+        config_path = opts.get("config")
+        link_name = opts.get("link")
+        if config_path is not None:
+            if not link_name:
+                raise ConfigError("option 'config' needs option 'link' (which link of the file to read)",
+                                  field="link")
+            replicator = load_replicator_config(config_path)
+            link_cfg = replicator.link(link_name)
+            cluster_cfg = replicator.cluster(link_cfg.source)
+        topics = tuple(t.strip() for t in opts.get("topics", "").split(",") if t.strip())
+        pattern = opts.get("topicpattern")
+        given = [name for name, value in (("topics", topics), ("topicPattern", pattern),
+                                          ("config", link_cfg)) if value]
+        if len(given) != 1:
+            raise ConfigError(f"give exactly one of topics, topicPattern or config+link (got {given or 'none'})",
+                              field="topics")
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+                if opts.get("topicexclude"):
+                    re.compile(opts["topicexclude"])
+            except re.error as exc:
+                raise ConfigError(f"invalid regular expression: {exc}", field="topicPattern") from exc
+        selection = TopicSelection(
+            topics=topics, pattern=pattern, exclude=opts.get("topicexclude"),
+            mapping=link_cfg.topics if link_cfg is not None else None)
+        namesrv = opts.get("namesrv") or (";".join(cluster_cfg.namesrv) if link_cfg is not None else None)
+        if not namesrv:
+            raise ConfigError("the source name servers are required ('host:port[;host:port]')", field="namesrv")
+        cluster = opts.get("cluster") or (link_cfg.source if link_cfg is not None else None)
+        if not cluster:
+            raise ConfigError("the source cluster name is required (it is written to every row)", field="cluster")
+        tags = opts.get("tags") or (link_cfg.tag_filter if link_cfg is not None else "*")
+        default_max = link_cfg.max_messages_per_trigger if link_cfg is not None else None
+        group = opts.get("group")
+        if not group:
+            if link_cfg is not None:
+                group = link_cfg.group
+            elif link_name:
+                group = f"{DEFAULT_CONSUMER_GROUP_PREFIX}{link_name}"
+            else:
+                digest = hashlib.sha1(selection.describe().encode()).hexdigest()[:12]
+                group = f"{DEFAULT_CONSUMER_GROUP_PREFIX}{digest}"
+        delta = opts.get("deltalocation") or (link_cfg.delta_location if link_cfg is not None else None)
+        if delta is not None and not link_name:
+            raise ConfigError("option 'deltaLocation' needs option 'link' (tables live in "
+                              "<deltaLocation>/<link>)", field="link")
+        starting = opts.get("startingoffsets", "latest").strip()
+        _check_starting_offsets(starting)
+        return cls(
+            namesrv=namesrv, selection=selection, cluster=cluster, tags=tags, starting_offsets=starting,
+            max_messages_per_trigger=parse_int(opts, "maxMessagesPerTrigger", default_max, minimum=1),
+            fail_on_data_loss=parse_bool(opts, "failOnDataLoss", True),
+            pull_batch_size=parse_int(opts, "pullBatchSize", DEFAULT_PULL_BATCH_SIZE, minimum=1) or 1,
+            min_partitions=parse_int(opts, "minPartitions", None, minimum=1),
+            report_latest_offset=parse_bool(opts, "reportLatestOffset", True),
+            group=group, commit_offsets_to_source=parse_bool(opts, "commitOffsetsToSource", True),
+            delta_location=delta, link=link_name,
+            pull_timeout_ms=parse_int(opts, "pullTimeoutMs", DEFAULT_PULL_TIMEOUT_MS, minimum=1)
+            or DEFAULT_PULL_TIMEOUT_MS,
+        )
+
+
+def _check_starting_offsets(value: str) -> None:
+    lowered = value.lower()
+    if lowered in ("earliest", "latest"):
+        return
+    if lowered.startswith("timestamp:"):
+        if not value.split(":", 1)[1].strip().isdigit():
+            raise ConfigError(f"{value!r}: expected timestamp:<ms since the epoch>", field="startingOffsets")
+        return
+    try:
+        SourceOffset.from_json(value)
+    except OffsetFormatError as exc:
+        raise ConfigError(f"not earliest, latest, timestamp:<ms> or an offset document: {exc}",
+                          field="startingOffsets") from exc
+
+
+# -- pure planning helpers -------------------------------------------------------------------------
+
+def distribute_limit(backlog: Mapping[QueueKey, int], max_rows: int) -> dict[QueueKey, int]:
+    """Split ``max_rows`` over queues in proportion to their backlog, never exceeding either.
+
+    Largest-remainder apportionment: each queue gets floor(max_rows * backlog / total), then the
+    leftover rows go one each to the largest fractional parts (ties: larger backlog, then queue key),
+    capped at the queue's backlog. The sum is min(max_rows, total backlog) exactly.
+    """
+    if max_rows < 0:
+        raise ValueError(f"max_rows must be >= 0, got {max_rows}")
+    positive = {q: n for q, n in backlog.items() if n > 0}
+    total = sum(positive.values())
+    if total <= max_rows:
+        return dict(positive)
+    shares = {q: divmod(max_rows * n, total) for q, n in positive.items()}
+    alloc = {q: whole for q, (whole, _) in shares.items()}
+    left = max_rows - sum(alloc.values())
+    order = sorted(positive, key=lambda q: (-shares[q][1], -positive[q], q.to_key()))
+    for q in order:
+        if left == 0:
+            break
+        if alloc[q] < positive[q]:
+            alloc[q] += 1
+            left -= 1
+    return {q: n for q, n in alloc.items() if n > 0}
+
+
+@dataclass(frozen=True)
+class QueueRange(InputPartition):
+    """One Spark input partition: source queue offsets ``[start, end)``. Plain picklable data.
+
+    ``from_earliest``: the queue was discovered while running (absent from the batch's start
+    offset), so offsets below its min offset were never promised and are skipped silently.
+    """
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    start: int
+    end: int
+    from_earliest: bool = False
+
+    @property
+    def queue(self) -> QueueKey:
+        return QueueKey(self.topic, self.broker_name, self.queue_id)
+
+    @property
+    def size(self) -> int:
+        return max(0, self.end - self.start)
+
+
+def plan_ranges(start: SourceOffset, end: SourceOffset, min_partitions: int | None = None) -> list[QueueRange]:
+    """The batch's partitions: one range per queue that moved, split into more when fewer than
+    ``min_partitions`` (largest ranges split first, in proportion to their size). Deterministic."""
+    ranges: list[QueueRange] = []
+    for queue, end_offset in end.queues.items():
+        begin = start.get(queue)
+        new = begin is None
+        begin = 0 if begin is None else begin
+        if end_offset > begin:
+            ranges.append(QueueRange(queue.topic, queue.broker_name, queue.queue_id, begin, end_offset, new))
+    if not min_partitions or len(ranges) >= min_partitions:
+        return ranges
+    total = sum(r.size for r in ranges)
+    split: list[QueueRange] = []
+    for r in ranges:
+        pieces = max(1, min(r.size, math.ceil(min_partitions * r.size / total)))
+        step = r.size / pieces
+        bounds = [r.start + round(step * i) for i in range(pieces)] + [r.end]
+        for lo, hi in zip(bounds, bounds[1:], strict=False):
+            if hi > lo:
+                split.append(QueueRange(r.topic, r.broker_name, r.queue_id, lo, hi, r.from_earliest))
+    return split
+
+
+# -- executor side ---------------------------------------------------------------------------------
+
+_consumer_lock = threading.Lock()
+_consumers: dict[tuple[str, str, int], PullConsumer] = {}
+
+
+def _executor_consumer(namesrv: str, group: str, pull_timeout_ms: int) -> PullConsumer:
+    """The executor process's PullConsumer for (name servers, group); created on first use, kept for
+    the life of the Python worker (Spark reuses workers across tasks). No heartbeats: executors only
+    pull by offset, they are not group members."""
+    key = (namesrv, group, pull_timeout_ms)
+    with _consumer_lock:
+        consumer = _consumers.get(key)
+        if consumer is None:
+            consumer = PullConsumer(namesrv, group, pull_timeout=pull_timeout_ms / 1000, heartbeat_interval=None)
+            _consumers[key] = consumer
+        return consumer
+
+
+@dataclass(frozen=True)
+class PullSettings:
+    """What ``read`` needs besides the partition; travels to executors with the reader."""
+
+    namesrv: str
+    group: str
+    cluster: str
+    tags: str
+    pull_batch_size: int
+    fail_on_data_loss: bool
+    pull_timeout_ms: int
+
+
+def _lost(settings: PullSettings, partition: QueueRange, reason: str) -> None:
+    message = (f"data loss on {partition.queue.to_key()} while reading [{partition.start}, {partition.end}): "
+               f"{reason}")
+    if settings.fail_on_data_loss:
+        raise DataLossError(message + " (set failOnDataLoss=false to skip the lost range and continue)")
+    log.warning("%s; failOnDataLoss=false: skipping", message)
+
+
+def pull_range(settings: PullSettings, partition: QueueRange,
+               consumer: PullConsumer | None = None) -> Iterator[list[StoredMessage]]:
+    """Pull ``[start, end)`` of one queue, in offset order, as lists of messages (one per pull).
+
+    Stops exactly at ``end`` (messages at or past it are dropped). PULL_OFFSET_MOVED below the min
+    offset is data loss (``failOnDataLoss``) unless the range is ``from_earliest``; a queue whose max
+    offset is below ``end`` (truncated) is data loss too. Executor only.
+    """
+    consumer = consumer or _executor_consumer(settings.namesrv, settings.group, settings.pull_timeout_ms)
+    mq = MessageQueue(partition.topic, partition.broker_name, partition.queue_id)
+    offset = partition.start
+    while offset < partition.end:
+        want = min(settings.pull_batch_size, partition.end - offset)
+        result = consumer.pull(mq, offset, want, expression=settings.tags)
+        status = result.status
+        if status is PullStatus.FOUND or status is PullStatus.NO_MATCHED_MSG:
+            messages = [m for m in result.messages if offset <= m.queue_offset < partition.end]
+            if messages:
+                yield messages
+            if result.next_begin_offset <= offset:
+                raise ReplicatorError(f"{mq}: pull at {offset} did not advance (nextBeginOffset "
+                                    f"{result.next_begin_offset}); refusing to loop")
+            offset = result.next_begin_offset
+        elif status is PullStatus.OFFSET_ILLEGAL and offset < result.min_offset:
+            if not partition.from_earliest:
+                _lost(settings, partition, f"offsets [{offset}, {result.min_offset}) were deleted "
+                                           f"(queue min offset is {result.min_offset})")
+            offset = result.min_offset
+        else:  # NO_NEW_MSG, or OFFSET_ILLEGAL above the max offset: the queue lost its tail
+            _lost(settings, partition, f"the queue ends at {result.max_offset}, before the planned end "
+                                       f"{partition.end} (truncated or re-created)")
+            return
+
+
+def _ms_to_us(values: list[int]) -> pa.Array:
+    return pa.array([v * 1000 for v in values], type=pa.timestamp("us", tz="UTC"))
+
+
+def messages_to_arrow(messages: Sequence[StoredMessage], broker_name: str, cluster: str) -> pa.RecordBatch:
+    """One RecordBatch in ``ARROW_SCHEMA`` for messages of one queue (executor)."""
+    n = len(messages)
+    props = [m.properties for m in messages]
+    columns = [
+        pa.array([m.topic for m in messages], pa.string()),
+        pa.array([broker_name] * n, pa.string()),
+        pa.array([m.queue_id for m in messages], pa.int32()),
+        pa.array([m.queue_offset for m in messages], pa.int64()),
+        pa.array([m.msg_id for m in messages], pa.string()),
+        pa.array([m.offset_msg_id for m in messages], pa.string()),
+        pa.array([m.body for m in messages], pa.binary()),
+        pa.array([p.get("TAGS") for p in props], pa.string()),
+        pa.array([p.get("KEYS") for p in props], pa.string()),
+        pa.array([list(p.items()) for p in props], pa.map_(pa.string(), pa.string())),
+        pa.array([m.flag for m in messages], pa.int32()),
+        _ms_to_us([m.born_timestamp for m in messages]),
+        _ms_to_us([m.store_timestamp for m in messages]),
+        pa.array([m.born_host for m in messages], pa.string()),
+        pa.array([m.reconsume_times for m in messages], pa.int32()),
+        pa.array([cluster] * n, pa.string()),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+# -- driver side -----------------------------------------------------------------------------------
+
+def _parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    if len(items) <= 1:
+        return [fn(i) for i in items]
+    with ThreadPoolExecutor(max_workers=min(_DRIVER_PARALLELISM, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def _mq(queue: QueueKey) -> MessageQueue:
+    return MessageQueue(queue.topic, queue.broker_name, queue.queue_id)
+
+
+@dataclass
+class _DriverState:
+    """Mutable driver-only state of a reader; never shipped to executors (``__getstate__`` drops it)."""
+
+    admin: Admin | None = None
+    committer: PullConsumer | None = None
+    latest: SourceOffset | None = None
+    """Max offsets seen by the last ``latestOffset`` (what ``reportLatestOffset`` reports)."""
+    available_now_target: SourceOffset | None = None
+    committed: dict[QueueKey, int] = field(default_factory=dict)
+
+
+class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader; see the module docstring for options and for what runs where.
+
+    Contract kept with Spark: ``latestOffset(start, limit)`` never returns less than ``start`` for any
+    queue and never more than ``limit`` rows in total; with Trigger.AvailableNow it never passes the
+    offsets recorded by ``prepareForTriggerAvailableNow`` and eventually returns ``start`` unchanged.
+    ``read`` is stateless; partitions are ``QueueRange`` (plain data).
+    """
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.options = SourceOptions.from_options(options)
+        o = self.options
+        self.settings = PullSettings(namesrv=o.namesrv, group=o.group, cluster=o.cluster, tags=o.tags,
+                                     pull_batch_size=o.pull_batch_size, fail_on_data_loss=o.fail_on_data_loss,
+                                     pull_timeout_ms=o.pull_timeout_ms)
+        self._state = _DriverState()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options, "settings": self.settings}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.options = state["options"]
+        self.settings = state["settings"]
+        self._state = _DriverState()
+
+    # -- driver helpers ------------------------------------------------------------------------
+
+    @property
+    def _admin(self) -> Admin:
+        if self._state.admin is None:
+            self._state.admin = Admin(self.options.namesrv)
+        return self._state.admin
+
+    def _reserved_names(self) -> list[str]:
+        info = self._admin.cluster_info()
+        return [*info.cluster_addr_table, *info.broker_addr_table]
+
+    def discover_queues(self) -> list[QueueKey]:
+        """Readable queues of the selected topics, now (driver). Missing topics are skipped."""
+        topics = self.options.selection.select(self._admin.topic_list, self._reserved_names)
+        queues: list[QueueKey] = []
+        for topic in topics:
+            try:
+                route = self._admin.topic_route(topic)
+            except TopicNotExistError:
+                log.info("source topic %s has no route on %s (yet); skipped", topic, self.options.namesrv)
+                continue
+            queues.extend(QueueKey(mq.topic, mq.broker_name, mq.queue_id) for mq in subscribe_queues(topic, route))
+        return queues
+
+    def _offsets(self, fn: Callable[[MessageQueue], int], queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
+        return dict(zip(queues, _parallel(lambda q: fn(_mq(q)), list(queues)), strict=True))
+
+    def _starting(self, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
+        spec = self.options.starting_offsets
+        lowered = spec.lower()
+        if lowered == "earliest":
+            return self._offsets(self._admin.min_offset, queues)
+        if lowered == "latest":
+            return self._offsets(self._admin.max_offset, queues)
+        if lowered.startswith("timestamp:"):
+            ts = int(spec.split(":", 1)[1])
+            return self._offsets(lambda mq: self._admin.search_offset(mq, ts), queues)
+        given = SourceOffset.from_json(spec).queues
+        missing = [q for q in queues if q not in given]
+        return {**given, **self._offsets(self._admin.min_offset, missing)}
+
+    # -- Spark API (driver) --------------------------------------------------------------------
+
+    def initialOffset(self) -> dict[str, Any]:
+        """Offsets of a new checkpoint: the link's Delta resume point if it has one (queues not in the
+        table start at earliest: at-least-once), else ``startingOffsets``."""
+        queues = self.discover_queues()
+        o = self.options
+        if o.delta_location is not None and o.link:
+            tables = LinkTables(Path(o.delta_location) / o.link, source_cluster=o.cluster)
+            resume = tables.latest_offsets()
+            if resume:
+                missing = [q for q in queues if q not in resume]
+                offsets = {**self._offsets(self._admin.min_offset, missing), **resume}
+                log.info("resuming %d queue(s) from the Delta offsets table of link %s (%d new queue(s) "
+                         "from earliest)", len(resume), o.link, len(missing))
+                return SourceOffset.of(offsets).to_dict()
+        return SourceOffset.of(self._starting(queues)).to_dict()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_messages_per_trigger is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.options.max_messages_per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Record every selected queue's max offset now; later batches never read past them."""
+        queues = self.discover_queues()
+        self._state.available_now_target = SourceOffset.of(self._offsets(self._admin.max_offset, queues))
+        log.info("Trigger.AvailableNow: reading up to the max offsets of %d queue(s)", len(queues))
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = dict(SourceOffset.from_dict(start).queues)
+        queues = self.discover_queues()
+        target = self._state.available_now_target
+        if target is not None:
+            queues = [q for q in queues if q in target.queues]
+        new = [q for q in queues if q not in begin]
+        first = self._offsets(self._admin.min_offset, new)
+        maxes = self._offsets(self._admin.max_offset, queues)
+        self._state.latest = SourceOffset.of({**begin, **maxes})
+        if target is not None:
+            maxes = {q: min(m, target.queues[q]) for q, m in maxes.items()}
+        reading = {**begin, **first}
+        backlog = {q: max(0, maxes[q] - reading[q]) for q in queues}
+        if isinstance(limit, ReadMaxRows):
+            take = distribute_limit(backlog, limit.max_rows)
+        elif isinstance(limit, ReadMinRows) and sum(backlog.values()) < limit.min_rows and target is None:
+            take = {}
+        else:
+            if not isinstance(limit, ReadAllAvailable | ReadMinRows):
+                log.warning("read limit %r is not supported by the rocketmq source; reading all available",
+                            limit)
+            take = {q: n for q, n in backlog.items() if n > 0}
+        end = dict(begin)
+        for q, n in take.items():
+            end[q] = reading[q] + n  # a new queue joins the offset only once it has rows to read
+        return SourceOffset.of(end).to_dict()
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        if not self.options.report_latest_offset or self._state.latest is None:
+            return None
+        return self._state.latest.to_dict()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        return plan_ranges(SourceOffset.from_dict(start), SourceOffset.from_dict(end), self.options.min_partitions)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark processed everything below ``end``: mirror it as the consumer group's offsets on the
+        source (UPDATE_CONSUMER_OFFSET) so mqadmin-style tools show progress and lag. Advisory only:
+        the checkpoint and the Delta offsets table are what the query resumes from, so an error here
+        is logged, not raised. Spark calls this lazily (when planning the next batch), so the group
+        trails the query by one batch and the last batch of an AvailableNow run is not mirrored."""
+        if not self.options.commit_offsets_to_source:
+            return
+        offsets = SourceOffset.from_dict(end).queues
+        changed = [(q, n) for q, n in offsets.items() if self._state.committed.get(q) != n]
+        if not changed:
+            return
+        if self._state.committer is None:
+            self._state.committer = PullConsumer(self.options.namesrv, self.options.group, heartbeat_interval=None)
+        committer = self._state.committer
+
+        def update(item: tuple[QueueKey, int]) -> tuple[QueueKey, int, RocketMQError | None]:
+            queue, offset = item
+            try:
+                committer.update_consumer_offset(_mq(queue), offset)
+            except RocketMQError as exc:
+                return queue, offset, exc
+            return queue, offset, None
+
+        failed = 0
+        for queue, offset, error in _parallel(update, changed):
+            if error is None:
+                self._state.committed[queue] = offset
+            else:
+                failed += 1
+                log.warning("could not commit offset %d of %s for group %s: %s", offset, queue.to_key(),
+                            self.options.group, error)
+        log.debug("committed %d queue offset(s) for group %s (%d failed)", len(changed) - failed,
+                  self.options.group, failed)
+
+    def stop(self) -> None:
+        for client in (self._state.admin, self._state.committer):
+            if client is not None:
+                client.close()
+        self._state.admin = self._state.committer = None
+
+    # -- Spark API (executors) -----------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Executor: pull the partition's range and yield Arrow record batches (one per pull)."""
+        assert isinstance(partition, QueueRange)
+        for messages in pull_range(self.settings, partition):
+            yield messages_to_arrow(messages, partition.broker_name, self.settings.cluster)
+
+
+class RocketMQDataSource(DataSource):
+    """``format("rocketmq")``: stream reader (this module) and stream writer (``connectors.sink``).
+
+    Instances are pickled to Spark's Python workers; they hold only the options.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return DATA_SOURCE_NAME
+
+    def schema(self) -> str:
+        return SOURCE_SCHEMA_DDL
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return RocketMQStreamReader(self.options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from connectors.sink import RocketMQStreamWriter  # noqa: PLC0415 - sink imports this module
+
+        return RocketMQStreamWriter(self.options, schema)

@@ -1,0 +1,1 @@
+"""Helpers shared by tests that start real name server and broker processes on loopback."""
