@@ -64,16 +64,18 @@ def _spawn(child: Child) -> None:
 
 
 def _stop_all(children: list[Child], grace: float = 10.0) -> None:
-    live = [c.proc for c in children if c.proc is not None and c.proc.poll() is None]
-    for proc in live:
-        proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for proc in live:
-        try:
-            proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    """Brokers first (they unregister from the name servers), then the name servers."""
+    for kind in ("broker", "namesrv"):
+        live = [c.proc for c in children if c.kind == kind and c.proc is not None and c.proc.poll() is None]
+        for proc in live:
+            proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in live:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def _cluster_complete(config: LocalClustersConfig) -> bool:
@@ -106,11 +108,17 @@ def run_up(config_path: Path, run_dir: Path | None = None, data_dir: Path | None
     signal.signal(signal.SIGTERM, on_signal)
     selector = selectors.DefaultSelector()
     try:
-        for child in children:
-            _spawn(child)
-            assert child.proc is not None and child.proc.stdout is not None
-            os.set_blocking(child.proc.stdout.fileno(), False)
-            selector.register(child.proc.stdout, selectors.EVENT_READ, child)
+        def spawn(kind: str) -> None:
+            for child in children:
+                if child.kind == kind:
+                    _spawn(child)
+                    assert child.proc is not None and child.proc.stdout is not None
+                    os.set_blocking(child.proc.stdout.fileno(), False)
+                    selector.register(child.proc.stdout, selectors.EVENT_READ, child)
+
+        # Name servers first, so brokers register on their first attempt.
+        spawn("namesrv")
+        brokers_spawned = False
         deadline = time.monotonic() + start_timeout
         announced = False
         while not stopping:
@@ -130,8 +138,12 @@ def run_up(config_path: Path, run_dir: Path | None = None, data_dir: Path | None
                         print(f"{child.name} ready at {child.ready_addr}", file=sys.stderr, flush=True)
                     elif text:
                         print(f"[{child.name}] {text}", file=sys.stderr, flush=True)
+            if not brokers_spawned and all(c.ready_addr for c in children if c.kind == "namesrv"):
+                spawn("broker")
+                brokers_spawned = True
             for child in children:
-                assert child.proc is not None
+                if child.proc is None:
+                    continue
                 code = child.proc.poll()
                 if code is not None and not child.reported_exit:
                     child.reported_exit = True

@@ -1,0 +1,138 @@
+"""Spark end-to-end fixtures: ONE SparkSession (local[2]) and ONE pair of real clusters per session.
+
+The clusters are real name-server and broker processes (``broker_store.launcher.ManagedProcess``,
+ports from the OS): ``src`` and ``dst``, two broker groups each. The target brokers accept smaller
+messages than the source ones (``DST_MAX_MESSAGE_SIZE``) so "message too big for the target" can be
+provoked. Tests isolate themselves by topic name and per-test checkpoint / Delta directories.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, StoredMessage
+from broker_store.config import BrokerConfig, NamesrvConfig
+from broker_store.launcher import ManagedProcess
+
+DST_MAX_MESSAGE_SIZE = 2 * 1024 * 1024
+SRC_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Cluster:
+    name: str
+    namesrv: str
+    processes: list[ManagedProcess]
+    admin: Admin
+    producer: Producer
+    broker_names: list[str] = field(default_factory=list)
+
+    def create_topic(self, topic: str, queues: int = 4, perm: int = 6) -> None:
+        self.admin.create_topic(topic, queues, perm, cluster=self.name)
+        self.admin.wait_for_route(topic, timeout=15, writable=bool(perm & 2))
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        route = self.admin.topic_route(topic)
+        return sorted(MessageQueue(topic, q.broker_name, i) for q in route.queue_datas
+                      for i in range(q.read_queue_nums))
+
+    def read_all(self, topic: str) -> dict[MessageQueue, list[StoredMessage]]:
+        """Every message of every queue of ``topic``, in queue order."""
+        out: dict[MessageQueue, list[StoredMessage]] = {}
+        with PullConsumer(self.namesrv, f"CID_TEST_{uuid.uuid4().hex[:8]}", heartbeat_interval=None) as c:
+            for mq in self.queues(topic):
+                offset = self.admin.min_offset(mq)
+                end = self.admin.max_offset(mq)
+                msgs: list[StoredMessage] = []
+                while offset < end:
+                    r = c.pull(mq, offset, 256)
+                    if r.status is PullStatus.FOUND:
+                        msgs.extend(r.messages)
+                    elif r.status is not PullStatus.NO_MATCHED_MSG:
+                        raise AssertionError(f"{mq}: unexpected {r.status} at {offset}")
+                    offset = r.next_begin_offset
+                out[mq] = msgs
+        return out
+
+    def count(self, topic: str) -> int:
+        return sum(self.admin.max_offset(mq) - self.admin.min_offset(mq) for mq in self.queues(topic))
+
+
+def _start_cluster(name: str, run_dir: Path, max_message_size: int) -> Cluster:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    namesrv = ManagedProcess("namesrv", NamesrvConfig(listen="127.0.0.1:0"), run_dir, f"{name}-namesrv")
+    addr = namesrv.start()
+    processes = [namesrv]
+    brokers = [f"{name}-a", f"{name}-b"]
+    for broker in brokers:
+        cfg = BrokerConfig(broker_name=broker, listen="127.0.0.1:0", store_dir=run_dir / broker, cluster_name=name,
+                           namesrv_addrs=[addr], commit_log_segment_size=64 * 1024 * 1024,
+                           max_message_size=max_message_size)
+        proc = ManagedProcess("broker", cfg, run_dir, broker)
+        processes.append(proc)
+        proc.start()
+    admin = Admin(addr)
+    import time
+
+    deadline = time.monotonic() + 30
+    while set(admin.cluster_info().cluster_addr_table.get(name, ())) != set(brokers):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"brokers of {name} did not register")
+        time.sleep(0.1)
+    return Cluster(name, addr, processes, admin, Producer(addr, max_message_size=64 * 1024 * 1024), brokers)
+
+
+@pytest.fixture(scope="session")
+def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Cluster]]:
+    root = tmp_path_factory.mktemp("spark-clusters")
+    started: list[Cluster] = []
+    try:
+        started.append(_start_cluster("src", root / "src", SRC_MAX_MESSAGE_SIZE))
+        started.append(_start_cluster("dst", root / "dst", DST_MAX_MESSAGE_SIZE))
+        yield started[0], started[1]
+    finally:
+        for cluster in started:
+            cluster.producer.close()
+            cluster.admin.close()
+            for proc in reversed(cluster.processes):
+                proc.stop()
+
+
+@pytest.fixture(scope="session")
+def hook_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """File the failure hooks of tests/spark/hooks.py append to (set before Spark starts its workers)."""
+    return tmp_path_factory.mktemp("hooks") / "hook.log"
+
+
+@pytest.fixture(scope="session")
+def spark(hook_log: Path) -> Iterator[object]:
+    os.environ["RMQ_TEST_HOOK_LOG"] = str(hook_log)
+    # Spark's Python workers must run this interpreter (pyspark, the project) and find the tests
+    # package (failure hooks live in tests/spark/hooks.py).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    paths = [str(PROJECT_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    from pyspark.sql import SparkSession
+
+    from connectors.source import RocketMQDataSource
+
+    session = (SparkSession.builder.master("local[2]").appName("rocketmq-replicator-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.streaming.stopTimeout", "20s")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.sql.execution.pyspark.udf.faulthandler.enabled", "true")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("WARN")
+    session.dataSource.register(RocketMQDataSource)
+    yield session
+    session.stop()

@@ -1,0 +1,59 @@
+"""Shared helpers of the Spark end-to-end tests: producing test traffic and running one link."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+from broker_store.client import MessageQueue, Producer, SendResult, new_message
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+def produce_random(producer: Producer, topic: str, queues: list[MessageQueue], count: int, *,
+                   seed: int = 7, max_body: int = 2048, batch: int = 32) -> list[SendResult]:
+    """``count`` messages with random binary bodies, tags, keys and user properties, spread over
+    ``queues`` in batches (so every queue gets consecutive runs)."""
+    rng = random.Random(seed)
+    results = []
+    sent = 0
+    while sent < count:
+        n = min(batch, count - sent)
+        mq = rng.choice(queues)
+        msgs = []
+        for _ in range(n):
+            body = rng.randbytes(rng.randint(1, max_body))
+            props = {f"p{j}": f"v{rng.randint(0, 10**6)}" for j in range(rng.randint(0, 4))}
+            msgs.append(new_message(topic, body, tags=rng.choice(["TagA", "TagB", "TagC", None]),
+                                    keys=[f"k{rng.randint(0, 9999)}", f"o{sent}"], properties=props))
+        results.append(producer.send_batch(msgs, mq))
+        sent += n
+    return results
+
+
+def run_link(spark: Any, *, source_namesrv: str, source_cluster: str, target_namesrv: str, target_cluster: str,
+             topics: str, work: Path, link: str, reader: dict[str, str] | None = None,
+             writer: dict[str, str] | None = None, available_now: bool = True, timeout: float = 120) -> Any:
+    """Run src -> dst for ``topics`` as one streaming query; AvailableNow by default. Returns the query."""
+    read = (spark.readStream.format("rocketmq").option("namesrv", source_namesrv).option("topics", topics)
+            .option("cluster", source_cluster).option("startingOffsets", "earliest").option("link", link)
+            .option("deltaLocation", str(work / "delta")))
+    for k, v in (reader or {}).items():
+        read = read.option(k, v)
+    write = (read.load().writeStream.format("rocketmq").option("namesrv", target_namesrv)
+             .option("targetCluster", target_cluster).option("sourceCluster", source_cluster)
+             .option("sourceNamesrv", source_namesrv).option("link", link)
+             .option("deltaLocation", str(work / "delta")).option("retryBackoffMs", "50")
+             .option("checkpointLocation", str(work / "checkpoints" / link)).queryName(link))
+    for k, v in (writer or {}).items():
+        write = write.option(k, v)
+    if available_now:
+        write = write.trigger(availableNow=True)
+    query = write.start()
+    if available_now:
+        query.awaitTermination(timeout)
+    return query

@@ -1,0 +1,29 @@
+"""Failure hooks for the custom-policy tests; imported by the sink's commit on the driver's Python
+worker, so they must be importable there (the conftest puts the project root on PYTHONPATH).
+State goes through files because the hook runs in another process than the test."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from connectors.records import FailedMessage
+
+
+def _record(failures: list[FailedMessage]) -> None:
+    path = os.environ.get("RMQ_TEST_HOOK_LOG")
+    if path:
+        with Path(path).open("a", encoding="utf-8") as fh:
+            for f in failures:
+                fh.write(json.dumps({"topic": f.topic, "offset": f.queue_offset, "error": f.error}) + "\n")
+
+
+def dismiss_all(failures: list[FailedMessage]) -> bool:
+    _record(failures)
+    return True
+
+
+def fail_batch(failures: list[FailedMessage]) -> bool:
+    _record(failures)
+    return False
