@@ -96,13 +96,17 @@ class BrokerSettings(_Model):
     store_dir: Path
     """Directory for the CommitLog, ConsumeQueues and metadata (topics.json, consumer_offsets.json)."""
     commit_log_segment_size: int = Field(default=128 * MiB, ge=64 * 1024)
+    """Size of each CommitLog segment file, bytes (small in tests)."""
     flush_mode: Literal["ASYNC_FLUSH", "SYNC_FLUSH"] = "ASYNC_FLUSH"
+    """SYNC_FLUSH acknowledges a send after fsync (group commit); ASYNC_FLUSH fsyncs in the background."""
     flush_interval_ms: int = Field(default=500, gt=0)
+    """ASYNC_FLUSH: longest time between background fsyncs."""
     flush_timeout_ms: int = Field(default=5000, gt=0)
     """SYNC_FLUSH: a send not flushed within this is answered FLUSH_DISK_TIMEOUT."""
     max_message_size: int = Field(default=4 * MiB, gt=0)
     """Largest accepted message body, bytes."""
     file_reserved_hours: float = Field(default=72.0, gt=0)
+    """Retention by age: CommitLog segments older than this are deleted (min offsets move forward)."""
     max_commit_log_bytes: int | None = Field(default=None, gt=0)
     """Optional cap on CommitLog disk use; oldest segments are deleted beyond it."""
     auto_create_topic_enable: bool = True
@@ -114,6 +118,7 @@ class BrokerSettings(_Model):
     heartbeat_interval_seconds: float = Field(default=1.0, gt=0)
     """Period of the lite BROKER_HEARTBEAT."""
     long_polling_enable: bool = True
+    """Hold pulls that find nothing until a message arrives or suspendTimeoutMillis passes."""
     short_polling_time_ms: int = Field(default=1000, ge=0)
     """Hold time of a suspended pull when long polling is off."""
     max_pull_msg_nums: int = Field(default=1024, ge=1)

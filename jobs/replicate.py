@@ -1,0 +1,158 @@
+"""Run the replication links of a replicator config as Spark Structured Streaming queries.
+
+    spark-submit jobs/replicate.py --config conf/replicator.yaml [--link NAME ...] [--available-now]
+    python jobs/replicate.py --config conf/replicator.yaml          (local[*] when no master is set)
+
+One Spark application, one streaming query per link (queryName = link name, checkpoint = the link's
+``checkpoint_location``, trigger = its ``trigger_interval``). The source and sink read everything else
+from the config through their ``config`` + ``link`` options: topic selection by the link's
+TopicMapper (regex / whole-cluster links re-list the source topics on every trigger), tag filter,
+admission control, failure policy and the link's Delta tables. A StreamingQueryListener logs every
+batch's progress; SIGTERM / SIGINT stop the queries gracefully (the running batch finishes or is
+re-run from the checkpoint on the next start: at-least-once). Exit code: 0 after a clean stop or when
+every AvailableNow query finished, 1 when a query failed, 2 on a configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # `spark-submit jobs/replicate.py` / `python jobs/replicate.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from connectors.config import ReplicatorConfig, load_replicator_config  # noqa: E402
+from connectors.errors import ReplicatorError  # noqa: E402
+from connectors.failure_policy import FailurePolicyRunner  # noqa: E402
+
+log = logging.getLogger("jobs.replicate")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="replicate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="replicator YAML (conf/replicator.yaml)")
+    parser.add_argument("--link", action="append", default=[],
+                        help="run only this link (repeatable); default: every link")
+    parser.add_argument("--available-now", action="store_true",
+                        help="Trigger.AvailableNow: replicate what is there now, then stop")
+    parser.add_argument("--log-level", default="INFO")
+    return parser.parse_args(argv)
+
+
+def make_progress_listener() -> Any:
+    """A StreamingQueryListener that logs one line per batch (and query start / end)."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class ProgressLogger(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
+            log.info("query %s started (id %s, run %s)", event.name, event.id, event.runId)
+
+        def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+            p = event.progress
+            source = p.sources[0] if p.sources else None
+            log.info("query %s batch %d: %d rows, %.1f rows/s in, %.1f rows/s processed, durations %s%s",
+                     p.name, p.batchId, p.numInputRows, p.inputRowsPerSecond or 0.0,
+                     p.processedRowsPerSecond or 0.0, dict(p.durationMs),
+                     f", latest {source.latestOffset}" if source is not None and source.latestOffset else "")
+
+        def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+            if event.exception:
+                log.error("query %s terminated with an error: %s", event.id, event.exception)
+            else:
+                log.info("query %s terminated", event.id)
+
+    return ProgressLogger()
+
+
+def build_spark(app_name: str = "rocketmq-replicator") -> Any:
+    """The SparkSession; ``local[*]`` unless spark-submit / SPARK_MASTER / spark.master chose one."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if not SparkConf().contains("spark.master") and not os.environ.get("SPARK_MASTER"):
+        builder = builder.master("local[*]")
+    spark = builder.getOrCreate()
+    from connectors.source import RocketMQDataSource
+
+    spark.dataSource.register(RocketMQDataSource)
+    return spark
+
+
+def start_link(spark: Any, config_path: str, config: ReplicatorConfig, name: str, *,
+               available_now: bool = False) -> Any:
+    """Start one link's query; the reader and writer resolve the link from ``config_path``."""
+    link = config.link(name)
+    FailurePolicyRunner(link)  # a failure hook that does not import fails now, before any data moves
+    path = str(Path(config_path).resolve())
+    frame = (spark.readStream.format("rocketmq").option("config", path).option("link", name)
+             .option("startingOffsets", "earliest").load())
+    writer = (frame.writeStream.format("rocketmq").option("config", path).option("link", name)
+              .option("checkpointLocation", link.checkpoint_location).queryName(name))
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
+        processingTime=link.spark_trigger)
+    query = writer.start()
+    log.info("link %s: %s -> %s, checkpoint %s, tables %s, trigger %s", name, link.source, link.target,
+             link.checkpoint_location, link.tables_location, "AvailableNow" if available_now else link.spark_trigger)
+    return query
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_replicator_config(args.config)
+        names = args.link or [link.name for link in config.links]
+        for name in names:
+            config.link(name)
+    except ReplicatorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal %d: stopping the queries", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    spark = build_spark()
+    spark.streams.addListener(make_progress_listener())
+    failed = False
+    try:
+        queries = [start_link(spark, args.config, config, name, available_now=args.available_now)
+                   for name in names]
+        while not stop.is_set() and any(q.isActive for q in queries):
+            spark.streams.awaitAnyTermination(1)
+            spark.streams.resetTerminated()
+            for q in queries:
+                if not q.isActive and q.exception() is not None:
+                    log.error("link %s failed: %s", q.name, q.exception())
+                    failed = True
+                    stop.set()
+        for q in queries:
+            if q.isActive:
+                q.stop()
+            if q.exception() is not None:
+                failed = True
+    except ReplicatorError as exc:
+        log.error("%s", exc)
+        return 2
+    finally:
+        spark.stop()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())
