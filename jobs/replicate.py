@@ -95,10 +95,13 @@ def start_link(spark: Any, config_path: str, config: ReplicatorConfig, name: str
     link = config.link(name)
     FailurePolicyRunner(link)  # a failure hook that does not import fails now, before any data moves
     path = str(Path(config_path).resolve())
+    # Relative paths of the config resolve against this process's directory, not the Python workers'.
+    delta = str(Path(link.delta_location).resolve())
+    checkpoint = str(Path(link.checkpoint_location).resolve())
     frame = (spark.readStream.format("rocketmq").option("config", path).option("link", name)
-             .option("startingOffsets", "earliest").load())
+             .option("deltaLocation", delta).option("startingOffsets", "earliest").load())
     writer = (frame.writeStream.format("rocketmq").option("config", path).option("link", name)
-              .option("checkpointLocation", link.checkpoint_location).queryName(name))
+              .option("deltaLocation", delta).option("checkpointLocation", checkpoint).queryName(name))
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
         processingTime=link.spark_trigger)
     query = writer.start()

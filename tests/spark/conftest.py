@@ -127,6 +127,7 @@ def spark(hook_log: Path) -> Iterator[object]:
 
     session = (SparkSession.builder.master("local[2]").appName("rocketmq-replicator-tests")
                .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.streaming.stopTimeout", "20s")
                .config("spark.driver.bindAddress", "127.0.0.1")

@@ -37,7 +37,8 @@ def produce_random(producer: Producer, topic: str, queues: list[MessageQueue], c
 
 def run_link(spark: Any, *, source_namesrv: str, source_cluster: str, target_namesrv: str, target_cluster: str,
              topics: str, work: Path, link: str, reader: dict[str, str] | None = None,
-             writer: dict[str, str] | None = None, available_now: bool = True, timeout: float = 120) -> Any:
+             writer: dict[str, str] | None = None, available_now: bool = True, wait: bool = True,
+             timeout: float = 120) -> Any:
     """Run src -> dst for ``topics`` as one streaming query; AvailableNow by default. Returns the query."""
     read = (spark.readStream.format("rocketmq").option("namesrv", source_namesrv).option("topics", topics)
             .option("cluster", source_cluster).option("startingOffsets", "earliest").option("link", link)
@@ -54,6 +55,6 @@ def run_link(spark: Any, *, source_namesrv: str, source_cluster: str, target_nam
     if available_now:
         write = write.trigger(availableNow=True)
     query = write.start()
-    if available_now:
+    if available_now and wait:
         query.awaitTermination(timeout)
     return query

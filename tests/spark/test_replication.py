@@ -3,6 +3,7 @@ clusters; the Delta tables and the target's queues are checked message by messag
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -69,3 +70,97 @@ def test_byte_exact_queue_preserving(spark, clusters: tuple[Cluster, Cluster], t
     assert sum(m["messages"] for m in metrics) == 3000
     assert all(m["messages"] <= 1000 for m in metrics)
     print(f"3000 messages replicated in {elapsed:.1f}s over {len(metrics)} batches")
+
+
+def _write_config(path: Path, src: Cluster, dst: Cluster, topic: str, work: Path, **extra: str) -> Path:
+    import yaml
+
+    def link(name: str, source: str, target: str) -> dict[str, object]:
+        return {"name": name, "source": source, "target": target, "topics": {"include": [f"{topic}.*"]},
+                "checkpoint_location": str(work / "checkpoints" / name), "delta_location": str(work / "delta"),
+                "retry_backoff_ms": 50, "trigger_interval": "500 milliseconds", **extra}
+
+    path.write_text(yaml.safe_dump({
+        "clusters": [{"name": "src", "namesrv": [src.namesrv]}, {"name": "dst", "namesrv": [dst.namesrv]}],
+        "links": [link("a-to-b", "src", "dst"), link("b-to-a", "dst", "src")],
+    }))
+    return path
+
+
+def test_loop_prevention_between_two_links(spark, clusters: tuple[Cluster, Cluster], tmp_path: Path) -> None:
+    """A->B and B->A on the same topics (regex links, started through jobs.replicate): every message
+    ends up once on each side, and messages that came from the other side are skipped, not echoed."""
+    from jobs.replicate import start_link
+    from connectors.config import load_replicator_config
+
+    src, dst = clusters
+    topic = unique("Loop")
+    for c in (src, dst):
+        c.create_topic(topic, 2)
+    produce_random(src.producer, topic, src.queues(topic), 200, seed=1)
+    produce_random(dst.producer, topic, dst.queues(topic), 120, seed=2)
+    config_path = _write_config(tmp_path / "replicator.yaml", src, dst, topic, tmp_path)
+    config = load_replicator_config(config_path)
+    for name in ("a-to-b", "b-to-a", "a-to-b"):
+        query = start_link(spark, str(config_path), config, name, available_now=True)
+        query.awaitTermination(120)
+        assert query.exception() is None
+    assert src.count(topic) == 320
+    assert dst.count(topic) == 320
+    chains = {m.properties.get(CHAIN_PROPERTY) for msgs in dst.read_all(topic).values() for m in msgs}
+    assert chains == {None, "src"}
+    metrics_b = LinkTables(tmp_path / "delta" / "b-to-a", source_cluster="dst").read("metrics").to_pylist()
+    assert sum(m["messages"] for m in metrics_b) == 120
+    assert sum(m["skipped_loop"] for m in metrics_b) == 200
+    metrics_a = LinkTables(tmp_path / "delta" / "a-to-b", source_cluster="src").read("metrics").to_pylist()
+    assert sum(m["messages"] for m in metrics_a) == 200
+    assert sum(m["skipped_loop"] for m in metrics_a) == 120
+
+
+def test_resume_from_delta_when_checkpoint_is_deleted(spark, clusters: tuple[Cluster, Cluster],
+                                                      tmp_path: Path) -> None:
+    import shutil
+
+    src, dst = clusters
+    topic = unique("Resume")
+    src.create_topic(topic, 2)
+    dst.create_topic(topic, 2)
+    queues = src.queues(topic)
+    produce_random(src.producer, topic, queues, 300, seed=3)
+    kwargs = dict(source_namesrv=src.namesrv, source_cluster="src", target_namesrv=dst.namesrv,
+                  target_cluster="dst", topics=topic, work=tmp_path, link="resume")
+    assert run_link(spark, **kwargs).exception() is None
+    assert dst.count(topic) == 300
+    shutil.rmtree(tmp_path / "checkpoints")
+    produce_random(src.producer, topic, queues, 100, seed=4)
+    # startingOffsets=earliest would copy all 400 again; the Delta offsets table says where to go on.
+    assert run_link(spark, **kwargs).exception() is None
+    assert dst.count(topic) == 400
+    source = src.read_all(topic)
+    target = dst.read_all(topic)
+    for smq, tmq in zip(sorted(source), sorted(target), strict=True):
+        assert [m.body for m in source[smq]] == [m.body for m in target[tmq]]
+
+
+def test_available_now_stops_at_the_end_and_limit_bounds_batches(spark, clusters: tuple[Cluster, Cluster],
+                                                                  tmp_path: Path) -> None:
+    """maxMessagesPerTrigger=150 over 1000 messages: every batch <= 150; messages produced after the
+    query started (after its first batch) are not read by this AvailableNow run."""
+    src, dst = clusters
+    topic = unique("Avail")
+    src.create_topic(topic, 4)
+    dst.create_topic(topic, 4)
+    queues = src.queues(topic)
+    produce_random(src.producer, topic, queues, 1000, seed=5, max_body=256)
+    query = run_link(spark, source_namesrv=src.namesrv, source_cluster="src", target_namesrv=dst.namesrv,
+                     target_cluster="dst", topics=topic, work=tmp_path, link="avail",
+                     reader={"maxMessagesPerTrigger": "150"}, wait=False)
+    deadline = time.monotonic() + 60
+    while not query.recentProgress and time.monotonic() < deadline:
+        time.sleep(0.05)
+    produce_random(src.producer, topic, queues, 500, seed=6, max_body=256)
+    query.awaitTermination(120)
+    assert query.exception() is None
+    sizes = [p["numInputRows"] for p in (json.loads(p.json) for p in query.recentProgress)]
+    assert sum(sizes) == 1000 and max(sizes) <= 150, sizes
+    assert dst.count(topic) == 1000
