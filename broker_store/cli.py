@@ -101,7 +101,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
             else:
                 result = producer.send_batch(msgs)
             if args.verbose:
-                print(f"{result.status.value} {result.message_queue} offset={result.queue_offset} msgId={result.msg_id}")
+                print(f"{result.status.value} {result.message_queue} offset={result.queue_offset} "
+                      f"msgId={result.msg_id}")
             sent += n
     elapsed = time.monotonic() - started
     print(f"sent {sent} messages of {len(body)} bytes to {args.topic} in {elapsed:.2f}s "
@@ -166,7 +167,8 @@ def cmd_offsets(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m broker_store", description="RocketMQ-compatible name server, broker and admin commands.")
+    parser = argparse.ArgumentParser(prog="python -m broker_store",
+                                     description="RocketMQ-compatible name server, broker and admin commands.")
     parser.add_argument("--log-level", default=os.environ.get("BROKER_STORE_LOG_LEVEL", "INFO"))
     sub = parser.add_subparsers(dest="command", required=True)
 

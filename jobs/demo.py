@@ -83,10 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=10_000)
     args = parser.parse_args(argv)
     clusters = load_yaml(args.config, LocalClustersConfig)
-    with tempfile.TemporaryDirectory(prefix="rmq-demo-", dir=Path.cwd() / "run" if Path("run").is_dir() else None) as tmp:
+    with tempfile.TemporaryDirectory(prefix="rmq-demo-") as tmp:
         proc, namesrvs = start_clusters(args.config, Path(tmp))
         try:
-            print(f"local clusters up: " + ", ".join(f"{c.name}={addr}" for c, addr in zip(clusters.clusters, namesrvs,
+            print("local clusters up: " + ", ".join(f"{c.name}={addr}" for c, addr in zip(clusters.clusters, namesrvs,
                                                                                           strict=True)))
             source = namesrvs[0]
             with Admin(source) as admin:

@@ -161,7 +161,8 @@ class ClusterInfo:
         if not isinstance(d, dict):
             raise ProtocolError("cluster info is not a JSON object")
         try:
-            return cls(broker_addr_table={n: BrokerData.from_json(b) for n, b in (d.get("brokerAddrTable") or {}).items()},
+            brokers = d.get("brokerAddrTable") or {}
+            return cls(broker_addr_table={n: BrokerData.from_json(b) for n, b in brokers.items()},
                        cluster_addr_table={c: tuple(v) for c, v in (d.get("clusterAddrTable") or {}).items()})
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"malformed cluster info: {exc!r}") from exc

@@ -146,7 +146,8 @@ def test_async_flush_restart_after_kill_keeps_a_clean_prefix(tmp_path: Path) -> 
         cluster.brokers[0].kill()
         cluster.brokers[0].start()
         with PullConsumer(cluster.namesrv_addr, "g") as consumer:
-            msgs = pull_all(consumer, [MessageQueue("AsyncTopic", "async-a", 0)])[MessageQueue("AsyncTopic", "async-a", 0)]
+            q0 = MessageQueue("AsyncTopic", "async-a", 0)
+            msgs = pull_all(consumer, [q0])[q0]
         bodies = [m.body for m in msgs]
         # Whatever survived is a prefix of what was sent to queue 0, never a corrupted record.
         sent_q0 = [f"m{i}".encode() for i in range(1, 500)]

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from broker_store.client import MessageQueue
 from connectors.loop_guard import CHAIN_PROPERTY
 from connectors.offsets import QueueKey
 from connectors.tables import LinkTables
@@ -90,8 +89,8 @@ def _write_config(path: Path, src: Cluster, dst: Cluster, topic: str, work: Path
 def test_loop_prevention_between_two_links(spark, clusters: tuple[Cluster, Cluster], tmp_path: Path) -> None:
     """A->B and B->A on the same topics (regex links, started through jobs.replicate): every message
     ends up once on each side, and messages that came from the other side are skipped, not echoed."""
-    from jobs.replicate import start_link
     from connectors.config import load_replicator_config
+    from jobs.replicate import start_link
 
     src, dst = clusters
     topic = unique("Loop")
