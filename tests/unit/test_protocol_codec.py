@@ -302,8 +302,9 @@ def test_corrupted_stored_message_never_escapes(body: bytes, where: int, value: 
 # --- route data -------------------------------------------------------------------------------
 
 def test_route_json_uses_bare_numeric_broker_ids() -> None:
+    addrs = {0: "127.0.0.1:10911", 1: "127.0.0.1:10921"}
     route = TopicRouteData(queue_datas=(QueueData("broker-a", 4, 4, 6),),
-                           broker_datas=(BrokerData("source", "broker-a", {0: "127.0.0.1:10911", 1: "127.0.0.1:10921"}),))
+                           broker_datas=(BrokerData("source", "broker-a", addrs),))
     assert route.encode() == (
         b'{"brokerDatas":[{"brokerAddrs":{0:"127.0.0.1:10911",1:"127.0.0.1:10921"},"brokerName":"broker-a",'
         b'"cluster":"source"}],"filterServerTable":{},"queueDatas":[{"brokerName":"broker-a","perm":6,'
