@@ -145,18 +145,18 @@ class RssSampler(threading.Thread):
         super().__init__(daemon=True, name="rss-sampler")
         self.pid, self.interval = pid, interval
         self.peak = 0
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 self.peak = max(self.peak, _rss_bytes(self.pid))
             except OSError:
                 return
-            self._stop.wait(self.interval)
+            self._halt.wait(self.interval)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join()
 
 
@@ -199,6 +199,7 @@ async def _client_main(spec: Spec, barrier: Any) -> dict[str, Any]:
                 await admin.create_topic(topic, QUEUES)
             for topic in spec.topics:
                 await admin.wait_for_route(topic, timeout=20)
+        barrier.wait()
         return {}
 
     remoting = RemotingClient()
@@ -312,7 +313,11 @@ def run_clients(spec: Spec, procs: int, broker_pid: int, store: Path, timeout: f
         proc.start()
         children.append(proc)
     try:
-        barrier.wait(timeout=120)
+        try:
+            barrier.wait(timeout=120)
+        except threading.BrokenBarrierError:
+            early = [results.get(timeout=5) for _ in children if not results.empty()]
+            raise RuntimeError(f"{spec.kind} clients did not start: {early or 'no report'}") from None
         if spec.kind in ("single", "batch"):
             time.sleep(spec.warmup)
         cpu0, cl0, w0 = _cpu_seconds(broker_pid), _commit_log_bytes(store), time.perf_counter()
@@ -332,6 +337,8 @@ def run_clients(spec: Spec, procs: int, broker_pid: int, store: Path, timeout: f
     errors = [o["error"] for o in outs if "error" in o]
     if errors:
         raise RuntimeError(f"{spec.kind} client failed: {errors[0]}")
+    if spec.kind == "setup":
+        return {}
     wall = w1 - w0
     elapsed = max(o["elapsed"] for o in outs)
     lat = sorted(x for o in outs for x in o.get("latencies", ()))
@@ -368,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--producers", type=int, default=16)
     ap.add_argument("--client-procs", type=int, default=1, help="client processes sharing the producers")
     ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--pull-batch", type=int, default=32, help="max messages per PULL_MESSAGE")
+    ap.add_argument("--pull-batch", type=int, default=256,
+                    help="max messages per PULL_MESSAGE (256, the Spark source default)")
     ap.add_argument("--disk-mib", type=int, help="disk reference file size (1024; quick 256)")
     ap.add_argument("--rss-gib", type=float, help="GiB of bodies written in the RSS phase (10; quick 1)")
     ap.add_argument("--skip", default="", help="comma-separated phases to skip: single,batch,pull,rss")

@@ -365,6 +365,17 @@ class _Batch:
     size: int = 0
 
 
+def _driver_logging() -> None:
+    """Spark runs ``commit`` in a fresh Python worker without logging configuration; give the
+    ``connectors`` loggers a stderr handler there so the per-batch line reaches the driver's log."""
+    package = logging.getLogger("connectors")
+    if not package.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        package.addHandler(handler)
+        package.setLevel(logging.INFO)
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -694,6 +705,7 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Driver: failure policy, then the Delta tables (idempotent per query id and batch id)."""
+        _driver_logging()
         o = self.options
         if any(not isinstance(m, ReplicationCommitMessage) for m in messages):
             raise ReplicatorError(f"link {o.label} batch {batchId}: a write task returned no commit message")
@@ -739,6 +751,7 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Driver: a write task failed. Messages already sent stay on the target (they are re-sent when
         the batch re-runs: at-least-once); nothing is recorded for this batch."""
+        _driver_logging()
         sent = sum(m.delivered for m in messages if isinstance(m, ReplicationCommitMessage))
         log.warning("link %s batch %d aborted; %d message(s) already on the target will be sent again when "
                     "the batch re-runs", self.options.label, batchId, sent)

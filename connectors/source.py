@@ -40,6 +40,7 @@ Options (case-insensitive)::
     commitOffsetsToSource true (default): UPDATE_CONSUMER_OFFSET for ``group`` on every commit(end)
     deltaLocation, link   resume point from ``LinkTables.latest_offsets()`` when the checkpoint is new
     pullTimeoutMs         per-pull timeout (default 10000)
+    rowFormat             arrow (default) | tuples: how read() hands rows to Spark (see ``read``)
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -216,6 +218,7 @@ class SourceOptions:
     """Root of the link tables; the link's tables are ``<deltaLocation>/<link>``."""
     link: str | None = None
     pull_timeout_ms: int = DEFAULT_PULL_TIMEOUT_MS
+    row_format: str = "arrow"
 
     @classmethod
     def from_options(cls, raw: Mapping[str, str]) -> SourceOptions:
@@ -268,6 +271,9 @@ class SourceOptions:
         if delta is not None and not link_name:
             raise ConfigError("option 'deltaLocation' needs option 'link' (tables live in "
                               "<deltaLocation>/<link>)", field="link")
+        row_format = opts.get("rowformat", "arrow").strip().lower()
+        if row_format not in ("arrow", "tuples"):
+            raise ConfigError(f"must be arrow or tuples, got {row_format!r}", field="rowFormat")
         starting = opts.get("startingoffsets", "latest").strip()
         _check_starting_offsets(starting)
         return cls(
@@ -281,6 +287,7 @@ class SourceOptions:
             delta_location=delta, link=link_name,
             pull_timeout_ms=parse_int(opts, "pullTimeoutMs", DEFAULT_PULL_TIMEOUT_MS, minimum=1)
             or DEFAULT_PULL_TIMEOUT_MS,
+            row_format=row_format,
         )
 
 
@@ -405,6 +412,7 @@ class PullSettings:
     pull_batch_size: int
     fail_on_data_loss: bool
     pull_timeout_ms: int
+    row_format: str = "arrow"
 
 
 def _lost(settings: PullSettings, partition: QueueRange, reason: str) -> None:
@@ -517,7 +525,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         o = self.options
         self.settings = PullSettings(namesrv=o.namesrv, group=o.group, cluster=o.cluster, tags=o.tags,
                                      pull_batch_size=o.pull_batch_size, fail_on_data_loss=o.fail_on_data_loss,
-                                     pull_timeout_ms=o.pull_timeout_ms)
+                                     pull_timeout_ms=o.pull_timeout_ms, row_format=o.row_format)
         self._state = _DriverState()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -678,11 +686,25 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- Spark API (executors) -----------------------------------------------------------------
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Executor: pull the partition's range and yield Arrow record batches (one per pull)."""
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:
+        """Executor: pull the partition's range and yield one Arrow record batch per pull (default), or
+        one tuple per message with ``rowFormat=tuples`` (slower: see the report in README / benchmarks)."""
         assert isinstance(partition, QueueRange)
+        if self.settings.row_format == "tuples":
+            return self._read_tuples(partition)
+        return (messages_to_arrow(messages, partition.broker_name, self.settings.cluster)
+                for messages in pull_range(self.settings, partition))
+
+    def _read_tuples(self, partition: QueueRange) -> Iterator[tuple[Any, ...]]:
+        cluster = self.settings.cluster
         for messages in pull_range(self.settings, partition):
-            yield messages_to_arrow(messages, partition.broker_name, self.settings.cluster)
+            for m in messages:
+                props = m.properties
+                yield (m.topic, partition.broker_name, m.queue_id, m.queue_offset, m.msg_id, m.offset_msg_id,
+                       m.body, props.get("TAGS"), props.get("KEYS"), dict(props), m.flag,
+                       datetime.fromtimestamp(m.born_timestamp / 1000, UTC),
+                       datetime.fromtimestamp(m.store_timestamp / 1000, UTC), m.born_host, m.reconsume_times,
+                       cluster)
 
 
 class RocketMQDataSource(DataSource):

@@ -79,7 +79,7 @@ def build_spark(app_name: str = "rocketmq-replicator") -> Any:
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName(app_name)
+    builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
     if not SparkConf().contains("spark.master") and not os.environ.get("SPARK_MASTER"):
         builder = builder.master("local[*]")
     spark = builder.getOrCreate()
@@ -114,6 +114,7 @@ def run(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         config = load_replicator_config(args.config)
         names = args.link or [link.name for link in config.links]

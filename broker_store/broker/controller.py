@@ -20,7 +20,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 from broker_store.broker.admin_processor import AdminProcessor
@@ -37,7 +37,7 @@ from broker_store.broker.topic_config import FILE_NAME as TOPICS_FILE
 from broker_store.broker.topic_config import TopicConfigManager
 from broker_store.config import BrokerConfig, split_host_port
 from broker_store.net.client import RemotingClient
-from broker_store.net.server import Connection, RemotingServer
+from broker_store.net.server import Connection, HandlerResult, RemotingServer
 from broker_store.net.signals import wait_for_termination
 from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.errors import RocketMQError
@@ -47,7 +47,8 @@ from broker_store.store import MessageStore
 
 log = logging.getLogger(__name__)
 
-Processor = Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand | None]]
+Processor = Callable[[RemotingCommand, Connection], HandlerResult]
+"""Returns the response, or an awaitable of it when the request must wait (see ``net.server``)."""
 METADATA_DIR = "config"
 """Subdirectory of store_dir holding topics.json and consumer_offsets.json."""
 CLIENT_SCAN_INTERVAL = 10.0
@@ -254,7 +255,7 @@ class BrokerController:
 
     # -- dispatch -------------------------------------------------------------------------------
 
-    async def _handle(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand | None:
+    def _handle(self, cmd: RemotingCommand, conn: Connection) -> HandlerResult:
         processor = self._processors.get(cmd.code)
         if processor is None:
             if self._store is None or self.stopping:
@@ -265,7 +266,7 @@ class BrokerController:
             return cmd.response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
             )
-        return await processor(cmd, conn)
+        return processor(cmd, conn)
 
 
 async def run_broker(cfg: BrokerConfig, ready: Callable[[str], None] | None = None) -> None:

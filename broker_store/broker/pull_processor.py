@@ -16,6 +16,7 @@ Store status -> response code (as RocketMQ)::
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from broker_store.broker.subscription import EXPRESSION_TYPE_TAG, SubscriptionParseError, build_subscription
@@ -59,7 +60,10 @@ class PullProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    async def pull_message(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def pull_message(
+        self, cmd: RemotingCommand, conn: Connection
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """The response, or an awaitable of it when the pull is held (long polling)."""
         h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
         broker = self.broker
         tc = broker.topic_configs.select(h.topic)
@@ -116,7 +120,20 @@ class PullProcessor:
             broker.consumer_offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
 
         if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & PULL_FLAG_SUSPEND:
-            result, code = await self._hold(h, max_nums, tags_codes, max_bytes, result, code)
+            return self._hold_and_respond(cmd, h, max_nums, tags_codes, max_bytes, result, code)
+        return self._respond(cmd, h, result, code)
+
+    async def _hold_and_respond(
+        self,
+        cmd: RemotingCommand,
+        h: PullMessageRequestHeader,
+        max_nums: int,
+        tags_codes: frozenset[int] | None,
+        max_bytes: int | None,
+        result: GetResult,
+        code: ResponseCode,
+    ) -> RemotingCommand:
+        result, code = await self._hold(h, max_nums, tags_codes, max_bytes, result, code)
         return self._respond(cmd, h, result, code)
 
     def _get(

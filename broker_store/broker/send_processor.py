@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -260,16 +261,12 @@ class SendProcessor:
             f"{MAX_PROPERTIES_LENGTH} bytes",
         )
 
-    async def _answer(
+    def _answer(
         self, cmd: RemotingCommand, result: PutResult, queue_id: int, wait: bool
-    ) -> RemotingCommand:
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """The send response; with SYNC_FLUSH (and WAIT) an awaitable resolved once flushed."""
         status = result.status
         if status is PutStatus.PUT_OK:
-            code = ResponseCode.SUCCESS
-            if self._sync_flush and wait:
-                flushed = await asyncio.wrap_future(self.broker.store.wait_for_flush(result.end_offset))
-                if not flushed:
-                    code = ResponseCode.FLUSH_DISK_TIMEOUT
             ext = {
                 "msgId": ",".join(result.msg_ids),
                 "queueId": str(queue_id),
@@ -277,7 +274,9 @@ class SendProcessor:
                 PROPERTY_MSG_REGION: self._region,
                 PROPERTY_TRACE_SWITCH: self._trace_on,
             }
-            return cmd.response(code, None, ext)
+            if self._sync_flush and wait:
+                return self._answer_when_flushed(cmd, result, ext)
+            return cmd.response(ResponseCode.SUCCESS, None, ext)
         if status is PutStatus.MESSAGE_ILLEGAL or status is PutStatus.PROPERTIES_SIZE_EXCEEDED:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"the message is illegal: {result.remark}")
         if status is PutStatus.SERVICE_NOT_AVAILABLE:
@@ -289,9 +288,17 @@ class SendProcessor:
             )
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"{status.name}: {result.remark}")
 
+    async def _answer_when_flushed(
+        self, cmd: RemotingCommand, result: PutResult, ext: dict[str, str]
+    ) -> RemotingCommand:
+        flushed = await asyncio.wrap_future(self.broker.store.wait_for_flush(result.end_offset))
+        return cmd.response(ResponseCode.SUCCESS if flushed else ResponseCode.FLUSH_DISK_TIMEOUT, None, ext)
+
     # -- SEND_MESSAGE / SEND_MESSAGE_V2 -----------------------------------------------------------
 
-    async def send_message(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def send_message(
+        self, cmd: RemotingCommand, conn: Connection
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
         short = cmd.code != RequestCode.SEND_MESSAGE and "b" in cmd.ext_fields
         req = parse_send_header(cmd.ext_fields, short)
         checked = self._check(cmd, req, conn)
@@ -332,11 +339,13 @@ class SendProcessor:
             reconsume_times=reconsume_times,
         )
         wait = not self._sync_flush or _find_property(props, _WAIT_FALSE) < 0
-        return await self._answer(cmd, result, queue_id, wait)
+        return self._answer(cmd, result, queue_id, wait)
 
     # -- SEND_BATCH_MESSAGE -----------------------------------------------------------------------
 
-    async def send_batch_message(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def send_batch_message(
+        self, cmd: RemotingCommand, conn: Connection
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
         req = parse_send_header(cmd.ext_fields, "b" in cmd.ext_fields)
         if len(req.topic.encode()) > 127:
             return cmd.response(
@@ -387,11 +396,11 @@ class SendProcessor:
             born_timestamp=req.born_timestamp,
             born_host=self._born_host(conn),
         )
-        return await self._answer(cmd, result, req.queue_id, wait)
+        return self._answer(cmd, result, req.queue_id, wait)
 
     # -- CONSUMER_SEND_MSG_BACK -------------------------------------------------------------------
 
-    async def consumer_send_msg_back(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def consumer_send_msg_back(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """Re-put a consumed message to %RETRY%<group>, or %DLQ%<group> once it exhausted its retries.
 
         Delay levels are not honoured: the retry message is stored for immediate redelivery (this

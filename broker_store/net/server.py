@@ -2,12 +2,19 @@
 
 Called by the broker and the name server. A peer that sends garbage or an oversized frame loses
 only its own connection; a handler that raises gets a SYSTEM_ERROR response naming the error.
+
+Handler contract: ``handler(cmd, conn)`` runs on the loop as soon as the request is decoded and
+returns the response (or None), or an awaitable of it when it must wait (a SYNC_FLUSH ack, a held
+pull). Only awaitables get a task: creating one per request costs more than a whole in-memory send
+(an ``async def`` handler therefore always takes the task path; the broker's hot processors answer
+synchronously).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import inspect
 from collections.abc import Awaitable, Callable
 
 from broker_store.net.framing import FrameReader
@@ -17,7 +24,8 @@ from broker_store.protocol.frame import RemotingCommand, encode_frame
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | None]]
+HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
+Handler = Callable[[RemotingCommand, "Connection"], HandlerResult]
 
 
 class Connection(asyncio.Protocol):
@@ -62,21 +70,39 @@ class Connection(asyncio.Protocol):
             log.warning("closing connection from %s: %s", self.remote_addr, exc)
             self.close()
             return
+        handler = self._server.handler
         for cmd in commands:
             if cmd.is_response:
                 continue  # we never send requests on accepted connections
-            task = asyncio.get_running_loop().create_task(self._serve(cmd))
+            try:
+                result = handler(cmd, self)
+            except Exception as exc:  # noqa: BLE001 - one bad request must not take the server down
+                result = self._error_response(cmd, exc)
+            if result is None or isinstance(result, RemotingCommand):
+                if result is not None and not cmd.is_oneway:
+                    self.send(result)
+                continue
+            if not inspect.isawaitable(result):
+                result = self._error_response(cmd, TypeError(
+                    f"handler returned {type(result).__name__}, not a response or an awaitable"))
+                if not cmd.is_oneway:
+                    self.send(result)
+                continue
+            task = asyncio.get_running_loop().create_task(self._serve(cmd, result))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _serve(self, cmd: RemotingCommand) -> None:
+    def _error_response(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
+        if not isinstance(exc, RocketMQError):
+            log.error("handler failed for request code %s from %s", cmd.code, self.remote_addr,
+                      exc_info=exc)
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+    async def _serve(self, cmd: RemotingCommand, pending: Awaitable[RemotingCommand | None]) -> None:
         try:
-            response = await self._server.handler(cmd, self)
-        except RocketMQError as exc:
-            response = cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+            response = await pending
         except Exception as exc:  # noqa: BLE001 - one bad request must not take the server down
-            log.exception("handler failed for request code %s from %s", cmd.code, self.remote_addr)
-            response = cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+            response = self._error_response(cmd, exc)
         if response is not None and not cmd.is_oneway:
             self.send(response)
 

@@ -131,6 +131,7 @@ def spark(hook_log: Path) -> Iterator[object]:
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.streaming.stopTimeout", "20s")
                .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.driver.host", "127.0.0.1")
                .config("spark.sql.execution.pyspark.udf.faulthandler.enabled", "true")
                .getOrCreate())
     session.sparkContext.setLogLevel("WARN")

@@ -1,0 +1,94 @@
+"""Pure parts of the rocketmq Spark source and sink: admission control, partition planning, options,
+property rules and the offset-log reader (no Spark session, no broker)."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from connectors.errors import ConfigError
+from connectors.loop_guard import CHAIN_PROPERTY
+from connectors.offsets import QueueKey, SourceOffset
+from connectors.sink import DROPPED_PROPERTIES, SinkOptions, read_offset_log, target_properties
+from connectors.source import QueueRange, SourceOptions, distribute_limit, plan_ranges
+
+Q = [QueueKey("T", f"b{i % 2}", i) for i in range(6)]
+
+
+@given(st.lists(st.integers(0, 10_000), min_size=1, max_size=6), st.integers(0, 20_000))
+def test_distribute_limit_never_exceeds(backlogs: list[int], limit: int) -> None:
+    backlog = dict(zip(Q, backlogs, strict=False))
+    alloc = distribute_limit(backlog, limit)
+    assert sum(alloc.values()) == min(limit, sum(backlog.values()))
+    assert all(0 < n <= backlog[q] for q, n in alloc.items())
+
+
+def test_distribute_limit_is_proportional() -> None:
+    alloc = distribute_limit({Q[0]: 900, Q[1]: 100, Q[2]: 0}, 100)
+    assert alloc == {Q[0]: 90, Q[1]: 10}
+
+
+def test_plan_ranges_one_per_moved_queue_and_new_queues_from_earliest() -> None:
+    start = SourceOffset.of({Q[0]: 5, Q[1]: 7})
+    end = SourceOffset.of({Q[0]: 10, Q[1]: 7, Q[2]: 3})
+    ranges = plan_ranges(start, end)
+    assert ranges == [QueueRange("T", "b0", 0, 5, 10, False), QueueRange("T", "b0", 2, 0, 3, True)]
+    assert pickle.loads(pickle.dumps(ranges)) == ranges
+
+
+def test_plan_ranges_min_partitions_splits_contiguously() -> None:
+    start = SourceOffset.of({Q[0]: 0, Q[1]: 0})
+    end = SourceOffset.of({Q[0]: 100, Q[1]: 10})
+    ranges = plan_ranges(start, end, min_partitions=6)
+    assert len(ranges) >= 6
+    for queue in (Q[0], Q[1]):
+        mine = [r for r in ranges if r.queue == queue]
+        assert mine[0].start == 0 and mine[-1].end == end.queues[queue]
+        assert all(a.end == b.start for a, b in zip(mine, mine[1:], strict=False))
+
+
+def test_source_options_validation() -> None:
+    base = {"namesrv": "127.0.0.1:9876", "cluster": "c"}
+    with pytest.raises(ConfigError, match="exactly one"):
+        SourceOptions.from_options(base)
+    with pytest.raises(ConfigError, match="maxMessagesPerTrigger"):
+        SourceOptions.from_options({**base, "topics": "A", "maxMessagesPerTrigger": "0"})
+    with pytest.raises(ConfigError, match="startingOffsets"):
+        SourceOptions.from_options({**base, "topics": "A", "startingOffsets": "yesterday"})
+    opts = SourceOptions.from_options({**base, "TOPICS": "A, B", "maxmessagespertrigger": "10"})
+    assert opts.selection.topics == ("A", "B") and opts.max_messages_per_trigger == 10
+    assert opts.group.startswith("CID_RMQ_SYS_REPLICATOR_")
+
+
+def test_sink_options_need_target_and_checkpoint_for_tables() -> None:
+    with pytest.raises(ConfigError, match="namesrv"):
+        SinkOptions.from_options({"targetCluster": "t"})
+    with pytest.raises(ConfigError, match="checkpointLocation"):
+        SinkOptions.from_options({"namesrv": "h:1", "targetCluster": "t", "sourceCluster": "s",
+                                  "deltaLocation": "/x", "link": "l"})
+    with pytest.raises(ConfigError, match="failureHook"):
+        SinkOptions.from_options({"namesrv": "h:1", "targetCluster": "t", "failurePolicy": "custom"})
+
+
+def test_target_properties_keep_ids_drop_generated_and_stamp() -> None:
+    source = {"TAGS": "a", "KEYS": "k", "UNIQ_KEY": "U1", "user": "v", "CLUSTER": "src", "DELAY": "3",
+              CHAIN_PROPERTY: "x"}
+    out = target_properties(source, "src")
+    assert out == {"TAGS": "a", "KEYS": "k", "UNIQ_KEY": "U1", "user": "v", CHAIN_PROPERTY: "x,src"}
+    assert "CLUSTER" in source  # input untouched
+    assert target_properties({}, "src", "OFFSETID")["UNIQ_KEY"] == "OFFSETID"
+    assert not DROPPED_PROPERTIES & {"TAGS", "KEYS", "UNIQ_KEY", "WAIT"}
+
+
+def test_read_offset_log(tmp_path: Path) -> None:
+    offsets = SourceOffset.of({Q[0]: 4})
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "3").write_text('v1\n{"batchWatermarkMs":0}\n' + offsets.to_json())
+    assert read_offset_log(str(tmp_path), 3) == offsets
+    assert read_offset_log(f"file:{tmp_path}", 3) == offsets
+    assert read_offset_log(str(tmp_path), 4) is None
+    assert read_offset_log("hdfs://nn/x", 3) is None
