@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Spark (tests, demo) binds to loopback only: this machine's other interfaces are not ours to use.
+export SPARK_LOCAL_IP ?= 127.0.0.1
 
 .PHONY: test demo bench lint unit integration clean
 

@@ -1,10 +1,13 @@
-"""`make demo`: start the local clusters from conf/, put a sample load through them, print what happened,
-and stop everything.
+"""`make demo`: start the local clusters from conf/, put a sample load through them, replicate it with
+the Spark job, print what happened, and stop everything.
 
-Runs `python -m broker_store up` as a child (stores under a fresh temporary directory), creates a topic
-on the source cluster, produces messages with tags, keys and user properties, consumes them back
-byte-exact and prints per-queue offsets. When the replication job is available it is run over the
-same data (see jobs/replicate.py) and the target cluster's copy is verified.
+1. `python -m broker_store up --config conf/cluster-local.yaml` as a child (stores in a temporary dir).
+2. Create `Orders` with the same queue layout on both clusters; produce messages with tags, keys and
+   user properties to `source` and consume them back byte-exact.
+3. Run the main job, `jobs/replicate.py`, for the `source-to-target` link of conf/replicator.yaml
+   (checkpoint and Delta tables moved into the temporary dir) with Trigger.AvailableNow.
+4. Verify the copy on `target` (bodies, queue ids, the replicator chain property) and print the link's
+   Delta metrics.
 """
 
 from __future__ import annotations
@@ -18,10 +21,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, new_message
 from broker_store.config import LocalClustersConfig, load_yaml
+from broker_store.protocol.message import PROPERTY_REPLICATOR_SOURCE
 
-TOPIC = "DemoOrders"
+TOPIC = "Orders"
+LINK = "source-to-target"
 
 
 def start_clusters(config: Path, data_dir: Path) -> tuple[subprocess.Popen[str], list[str]]:
@@ -57,8 +64,9 @@ def produce(namesrv: str, count: int) -> dict[str, bytes]:
     return sent
 
 
-def consume(namesrv: str, expected: dict[str, bytes]) -> None:
-    received = 0
+def consume(namesrv: str, expected: dict[str, bytes], *, chain: str | None = None) -> dict[str, int]:
+    """Pull every queue of TOPIC, check bodies (and the replicator chain); msgId -> queue id."""
+    placed: dict[str, int] = {}
     with Admin(namesrv) as admin, PullConsumer(namesrv, "DEMO_CONSUMER") as consumer:
         for mq in queues_of(admin, TOPIC):
             offset = 0
@@ -69,12 +77,41 @@ def consume(namesrv: str, expected: dict[str, bytes]) -> None:
                 for msg in result.messages:
                     if expected.get(msg.msg_id) != msg.body:
                         raise SystemExit(f"message {msg.msg_id} at {mq} offset {msg.queue_offset} does not match")
-                    received += 1
+                    if chain is not None and msg.properties.get(PROPERTY_REPLICATOR_SOURCE) != chain:
+                        raise SystemExit(f"message {msg.msg_id} on {namesrv} lacks {PROPERTY_REPLICATOR_SOURCE}")
+                    placed[msg.msg_id] = mq.queue_id
                 offset = result.next_begin_offset
             print(f"  {mq}: offsets [{admin.min_offset(mq)}, {admin.max_offset(mq)})")
-    print(f"consumed {received} messages back from {namesrv}, every body byte-identical")
-    if received != len(expected):
-        raise SystemExit(f"expected {len(expected)} messages, consumed {received}")
+    print(f"consumed {len(placed)} messages back from {namesrv}, every body byte-identical")
+    if len(placed) != len(expected):
+        raise SystemExit(f"expected {len(expected)} messages on {namesrv}, found {len(placed)}")
+    return placed
+
+
+def replicate(workdir: Path) -> Path:
+    """Run jobs/replicate.py for LINK with AvailableNow; returns the link's Delta directory."""
+    config = yaml.safe_load(Path("conf/replicator.yaml").read_text())
+    for link in config["links"]:
+        link["checkpoint_location"] = str(workdir / "checkpoints" / link["name"])
+        link["delta_location"] = str(workdir / "delta")
+    path = workdir / "replicator.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    started = time.monotonic()
+    print(f"running: python jobs/replicate.py --config {path} --link {LINK} --available-now", flush=True)
+    result = subprocess.run([sys.executable, "jobs/replicate.py", "--config", str(path), "--link", LINK,
+                             "--available-now", "--log-level", "WARNING"], check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"the replication job failed (exit {result.returncode})")
+    print(f"replication job finished in {time.monotonic() - started:.1f}s (including Spark start-up)")
+    return workdir / "delta" / LINK
+
+
+def print_metrics(tables: Path) -> None:
+    from deltalake import DeltaTable
+
+    metrics = DeltaTable(str(tables / "metrics")).to_pyarrow_table().to_pylist()
+    total = sum(int(m.get("messages") or 0) for m in metrics)
+    print(f"Delta tables in {tables}: {len(metrics)} batch(es), {total} messages recorded in metrics")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,11 +125,19 @@ def main(argv: list[str] | None = None) -> int:
         try:
             print("local clusters up: " + ", ".join(f"{c.name}={addr}" for c, addr in zip(clusters.clusters, namesrvs,
                                                                                           strict=True)))
-            source = namesrvs[0]
-            with Admin(source) as admin:
-                admin.create_topic(TOPIC, 4)
+            source, target = namesrvs[0], namesrvs[1]
+            for namesrv in (source, target):
+                with Admin(namesrv) as admin:
+                    admin.create_topic(TOPIC, 4)
+                    admin.wait_for_route(TOPIC)
             sent = produce(source, args.messages)
-            consume(source, sent)
+            on_source = consume(source, sent)
+            tables = replicate(Path(tmp))
+            on_target = consume(target, sent, chain="source")
+            same_queue = sum(on_source[k] == on_target[k] for k in on_source)
+            print(f"replicated {len(on_target)} of {len(sent)} messages to {target}; {same_queue} kept their "
+                  f"queue id; each carries {PROPERTY_REPLICATOR_SOURCE}=source")
+            print_metrics(tables)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)

@@ -73,15 +73,26 @@ def make_progress_listener() -> Any:
     return ProgressLogger()
 
 
-def build_spark(app_name: str = "rocketmq-replicator") -> Any:
-    """The SparkSession; ``local[*]`` unless spark-submit / SPARK_MASTER / spark.master chose one."""
+def build_spark(app_name: str = "rocketmq-replicator", master: str | None = None) -> Any:
+    """The SparkSession; ``master`` if given, else ``local[*]`` unless spark-submit / SPARK_MASTER /
+    spark.master chose one."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
-    if not SparkConf().contains("spark.master") and not os.environ.get("SPARK_MASTER"):
+    conf = SparkConf()
+    if master is not None:
+        builder = builder.master(master)
+    elif not conf.contains("spark.master") and not os.environ.get("SPARK_MASTER"):
         builder = builder.master("local[*]")
+    chosen = master or conf.get("spark.master", os.environ.get("SPARK_MASTER", "local[*]"))
+    if chosen.startswith("local") or "127.0.0.1" in chosen:
+        # A local (or loopback standalone) run stays on loopback: otherwise Spark binds the driver to
+        # the host's first non-loopback interface. Real cluster deployments choose their own addresses.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        if not conf.contains("spark.driver.host"):
+            builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
     spark = builder.getOrCreate()
     from connectors.source import RocketMQDataSource
 

@@ -46,7 +46,7 @@ from broker_store.protocol.errors import (
     error_for_response,
 )
 from broker_store.protocol.frame import RemotingCommand
-from broker_store.protocol.headers import SEND_V2_NAMES, SendMessageRequestHeader, SendMessageResponseHeader
+from broker_store.protocol.headers import SendMessageResponseHeader
 from broker_store.protocol.message import (
     MAX_PROPERTIES_LENGTH,
     PROPERTY_DELAY,
@@ -59,6 +59,7 @@ from broker_store.protocol.message import (
     encode_properties,
     validate_topic,
 )
+from broker_store.protocol.route import TopicRouteData
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +159,10 @@ class AsyncProducer:
         self._faults = BrokerFaultTable(fault_isolation, clock)
         self._next_index: dict[str, int] = {}
         self._new_id = id_generator.create if id_generator is not None else create_unique_id
+        # publish_queues() of the route object last seen per topic (routes are immutable records,
+        # replaced on refresh), so a send does not rebuild the queue list.
+        self._queues_of: dict[str, tuple[TopicRouteData, list[MessageQueue]]] = {}
+        self._valid_topics: set[str] = set()
 
     @property
     def routes(self) -> RouteCache:
@@ -182,7 +187,13 @@ class AsyncProducer:
     async def writable_queues(self, topic: str) -> list[MessageQueue]:
         """The topic's writable queues (from TBW102's route for a new topic when auto-creating)."""
         route = await self._session.routes.get(topic, allow_default=self.auto_create_topic)
+        cached = self._queues_of.get(topic)
+        if cached is not None and cached[0] is route:
+            return cached[1]
         queues = publish_queues(topic, route)
+        if len(self._queues_of) > 4096:
+            self._queues_of.clear()
+        self._queues_of[topic] = (route, queues)
         if not queues:
             raise error_for_response(ResponseCode.TOPIC_NOT_EXIST,
                                      f"no writable queue in the route of topic {topic}")
@@ -194,24 +205,30 @@ class AsyncProducer:
         if start is None:
             start = random.randrange(n)
         self._next_index[topic] = (start + 1) % (1 << 30)
-        ordered = [queues[(start + i) % n] for i in range(n)]
-        for q in ordered:
-            if q.broker_name != last_failed and self._faults.available(q.broker_name):
+        available = self._faults.available
+        for i in range(n):
+            q = queues[(start + i) % n]
+            if q.broker_name != last_failed and available(q.broker_name):
                 return q
-        for q in ordered:
+        for i in range(n):
+            q = queues[(start + i) % n]
             if q.broker_name != last_failed:
                 return q
-        return ordered[0]
+        return queues[start % n]
 
     # -- message preparation --------------------------------------------------------------------
 
     def _check_topic(self, topic: str) -> None:
+        if topic in self._valid_topics:
+            return
         try:
             validate_topic(topic)
         except ProtocolError as exc:
             raise _illegal(str(exc)) from exc
         if topic == self.default_topic:
             raise _illegal(f"topic {topic} is the auto-create template topic; it cannot be sent to")
+        if len(self._valid_topics) < 4096:
+            self._valid_topics.add(topic)
 
     def _prepare_properties(self, message: Message) -> dict[str, str]:
         props = dict(message.properties)
@@ -251,12 +268,13 @@ class AsyncProducer:
 
     def _header(self, topic: str, mq: MessageQueue, properties: str, sys_flag: int, flag: int,
                 batch: bool) -> dict[str, str]:
-        header = SendMessageRequestHeader(
-            producer_group=self.group, topic=topic, default_topic=self.default_topic,
-            default_topic_queue_nums=self.default_topic_queue_nums, queue_id=mq.queue_id, sys_flag=sys_flag,
-            born_timestamp=time.time_ns() // 1_000_000, flag=flag, properties=properties, reconsume_times=0,
-            unit_mode=False, batch=batch, broker_name=mq.broker_name)
-        return header.to_ext(SEND_V2_NAMES)
+        """SendMessageRequestHeader.to_ext(SEND_V2_NAMES), written out: this runs once per send."""
+        return {
+            "a": self.group, "b": topic, "c": self.default_topic, "d": str(self.default_topic_queue_nums),
+            "e": str(mq.queue_id), "f": str(sys_flag), "g": str(time.time_ns() // 1_000_000),
+            "h": str(flag), "i": properties, "j": "0", "k": "false", "m": "true" if batch else "false",
+            "n": mq.broker_name,
+        }
 
     # -- sending --------------------------------------------------------------------------------
 
@@ -378,14 +396,20 @@ class AsyncProducer:
     @staticmethod
     def _result(topic: str, mq: MessageQueue, resp: RemotingCommand, status: Any, uniqs: tuple[str, ...],
                 addr: str) -> SendResult:
+        ext = resp.ext_fields
         try:
-            header = SendMessageResponseHeader.from_ext(resp.ext_fields)
-        except ProtocolError as exc:
-            raise ProtocolError(f"send response from {addr}: {exc}") from exc
-        offset_ids = tuple(header.msg_id.split(",")) if header.msg_id else ()
-        return SendResult(status=status, msg_id=",".join(uniqs), offset_msg_id=header.msg_id,
-                          message_queue=MessageQueue(topic, mq.broker_name, header.queue_id),
-                          queue_offset=header.queue_offset, msg_ids=uniqs, offset_msg_ids=offset_ids)
+            msg_id, queue_id, queue_offset = ext["msgId"], int(ext["queueId"]), int(ext["queueOffset"])
+        except (KeyError, ValueError):
+            try:  # the typed header names what is wrong
+                header = SendMessageResponseHeader.from_ext(ext)
+            except ProtocolError as exc:
+                raise ProtocolError(f"send response from {addr}: {exc}") from exc
+            msg_id, queue_id, queue_offset = header.msg_id, header.queue_id, header.queue_offset
+        offset_ids = tuple(msg_id.split(",")) if msg_id else ()
+        queue = mq if queue_id == mq.queue_id and mq.topic == topic else MessageQueue(topic, mq.broker_name,
+                                                                                        queue_id)
+        return SendResult(status=status, msg_id=",".join(uniqs), offset_msg_id=msg_id, message_queue=queue,
+                          queue_offset=queue_offset, msg_ids=uniqs, offset_msg_ids=offset_ids)
 
 
 class Producer(SyncClient[AsyncProducer]):

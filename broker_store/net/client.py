@@ -29,6 +29,11 @@ def _split_addr(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _expire(fut: asyncio.Future[RemotingCommand], code: int, addr: str, timeout: float) -> None:
+    if not fut.done():
+        fut.set_exception(RequestTimeoutError(f"request code {code} to {addr} timed out after {timeout}s"))
+
+
 class _ClientConnection(asyncio.Protocol):
     def __init__(self, addr: str, push_handler: PushHandler | None) -> None:
         self.addr = addr
@@ -143,18 +148,25 @@ class RemotingClient:
             del self._connecting[addr]
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
-        """Send a request and wait for its response; TransportError / RequestTimeoutError on failure."""
-        conn = await self._connection(addr)
-        cmd.opaque = next(_opaques) & 0x7FFFFFFF
-        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
-        conn.pending[cmd.opaque] = fut
+        """Send a request and wait for its response; TransportError / RequestTimeoutError on failure.
+
+        ``timeout`` counts from the call (a write held back by a full socket buffer included).
+        """
+        conn = self._conns.get(addr)
+        if conn is None or conn.closed:
+            conn = await self._connection(addr)
+        cmd.opaque = opaque = next(_opaques) & 0x7FFFFFFF
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        conn.pending[opaque] = fut
+        # A timer that fails the future is much cheaper than asyncio.wait_for's waiter and task hops.
+        timer = loop.call_later(timeout, _expire, fut, cmd.code, addr, timeout)
         try:
             await conn.write(encode_frame(cmd))
-            return await asyncio.wait_for(fut, timeout)
-        except TimeoutError as exc:
-            raise RequestTimeoutError(f"request code {cmd.code} to {addr} timed out after {timeout}s") from exc
+            return await fut
         finally:
-            conn.pending.pop(cmd.opaque, None)
+            timer.cancel()
+            conn.pending.pop(opaque, None)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         conn = await self._connection(addr)

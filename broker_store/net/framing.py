@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker_store.protocol.frame import RemotingCommand, decode_frame, read_frame_length
+from broker_store.protocol.frame import RemotingCommand, decode_frame_at, read_frame_length
 
 
 class FrameReader:
@@ -14,17 +14,28 @@ class FrameReader:
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> list[RemotingCommand]:
+        # Whole frames are decoded straight from ``data`` when nothing is buffered (the common case):
+        # only a trailing partial frame is copied into the buffer.
         buf = self._buf
-        buf += data
+        src: bytes | bytearray
+        if buf:
+            buf += data
+            src = buf
+        else:
+            src = data
         out = []
         pos = 0
-        n = len(buf)
+        n = len(src)
         while n - pos >= 4:
-            total = read_frame_length(bytes(buf[pos:pos + 4]))
-            if n - pos - 4 < total:
+            total = read_frame_length(src, pos)
+            end = pos + 4 + total
+            if end > n:
                 break
-            out.append(decode_frame(bytes(buf[pos + 4:pos + 4 + total])))
-            pos += 4 + total
-        if pos:
-            del buf[:pos]
+            out.append(decode_frame_at(src, pos + 4, end))
+            pos = end
+        if src is buf:
+            if pos:
+                del buf[:pos]
+        elif pos < n:
+            buf += memoryview(data)[pos:]
         return out

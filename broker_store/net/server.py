@@ -13,8 +13,8 @@ synchronously).
 from __future__ import annotations
 
 import asyncio
-import logging
 import inspect
+import logging
 from collections.abc import Awaitable, Callable
 
 from broker_store.net.framing import FrameReader

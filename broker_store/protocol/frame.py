@@ -125,15 +125,22 @@ def encode_frame(cmd: RemotingCommand) -> bytes:
     return b"".join((_PREFIX.pack(total, (int(cmd.serialize_type) << 24) | len(header)), header, cmd.body))
 
 
-def _decode_json_header(raw: bytes | memoryview) -> RemotingCommand:
+def _int32_field(header: dict[str, Any], name: str) -> int:
+    value = header.get(name, 0)
+    if value.__class__ is not int or not -(2**31) <= value < 2**31:
+        raise ProtocolError(f"header field {name!r} must be a 32-bit integer, got {value!r}")
+    return int(value)
+
+
+def _decode_json_header(raw: bytes | bytearray | memoryview) -> RemotingCommand:
     try:
         header = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise ProtocolError(f"header is not valid JSON: {exc}") from exc
-    if not isinstance(header, dict):
+    if header.__class__ is not dict:
         raise ProtocolError("header JSON is not an object")
     code = header.get("code")
-    if not isinstance(code, int) or isinstance(code, bool):
+    if code.__class__ is not int:  # excludes bool, a subclass of int
         raise ProtocolError(f"header field 'code' must be an integer, got {code!r}")
     lang_raw = header.get("language", "JAVA")
     if isinstance(lang_raw, str):
@@ -142,25 +149,21 @@ def _decode_json_header(raw: bytes | memoryview) -> RemotingCommand:
         language = LanguageCode(lang_raw)
     else:
         language = LanguageCode.OTHER
-    ints = {}
-    for name in ("version", "opaque", "flag"):
-        value = header.get(name, 0)
-        if not isinstance(value, int) or isinstance(value, bool) or not -(2**31) <= value < 2**31:
-            raise ProtocolError(f"header field {name!r} must be a 32-bit integer, got {value!r}")
-        ints[name] = value
+    version = _int32_field(header, "version")
+    opaque = _int32_field(header, "opaque")
+    flag = _int32_field(header, "flag")
     remark = header.get("remark")
-    if remark is not None and not isinstance(remark, str):
+    if remark is not None and remark.__class__ is not str:
         raise ProtocolError("header field 'remark' must be a string")
     ext_raw = header.get("extFields") or {}
-    if not isinstance(ext_raw, dict):
+    if ext_raw.__class__ is not dict:
         raise ProtocolError("header field 'extFields' must be an object")
     ext_fields = ext_raw
     for value in ext_raw.values():
         if value.__class__ is not str:  # Java clients send strings; convert only when someone did not
             ext_fields = {k: _ext_str(v) for k, v in ext_raw.items() if v is not None}
             break
-    return RemotingCommand(code=code, ext_fields=ext_fields, opaque=ints["opaque"], flag=ints["flag"],
-                           remark=remark, language=language, version=ints["version"])
+    return RemotingCommand(code, ext_fields, b"", opaque, flag, remark, language, version)
 
 
 def _decode_binary_header(raw: bytes) -> RemotingCommand:
@@ -199,26 +202,37 @@ def _decode_binary_header(raw: bytes) -> RemotingCommand:
 
 def decode_frame(payload: bytes) -> RemotingCommand:
     """Decode one frame given everything after its 4-byte total-length prefix."""
-    if len(payload) < 4:
-        raise ProtocolError(f"frame of {len(payload)} bytes is shorter than its header-length field")
-    (mark,) = _I32.unpack_from(payload, 0)
+    return decode_frame_at(payload, 0, len(payload))
+
+
+def decode_frame_at(buf: bytes | bytearray, start: int, end: int) -> RemotingCommand:
+    """Decode the frame whose payload (after the length prefix) is ``buf[start:end]``.
+
+    Reads the header in place and copies only the body, once (the stream reader's hot path).
+    """
+    size = end - start
+    if size < 4:
+        raise ProtocolError(f"frame of {size} bytes is shorter than its header-length field")
+    (mark,) = _I32.unpack_from(buf, start)
     serialize, header_len = (mark >> 24) & 0xFF, mark & 0xFFFFFF
-    if 4 + header_len > len(payload):
-        raise ProtocolError(f"header length {header_len} exceeds the frame ({len(payload)} bytes)")
-    header = payload[4:4 + header_len]
+    if 4 + header_len > size:
+        raise ProtocolError(f"header length {header_len} exceeds the frame ({size} bytes)")
+    h0 = start + 4
+    h1 = h0 + header_len
     if serialize == SerializeType.JSON:
-        cmd = _decode_json_header(header)
+        cmd = _decode_json_header(memoryview(buf)[h0:h1] if buf.__class__ is bytearray else buf[h0:h1])
     elif serialize == SerializeType.ROCKETMQ:
-        cmd = _decode_binary_header(bytes(header))
+        cmd = _decode_binary_header(bytes(buf[h0:h1]))
     else:
         raise ProtocolError(f"unknown header serialisation type {serialize}")
-    cmd.body = bytes(payload[4 + header_len:])
+    if h1 < end:
+        cmd.body = buf[h1:end] if buf.__class__ is bytes else bytes(memoryview(buf)[h1:end])
     return cmd
 
 
-def read_frame_length(prefix: bytes) -> int:
-    """Validate a 4-byte total-length prefix and return the payload length that follows it."""
-    (total,) = _I32.unpack(prefix)
+def read_frame_length(prefix: bytes | bytearray, pos: int = 0) -> int:
+    """Validate the 4-byte total-length prefix at ``pos`` and return the payload length after it."""
+    (total,) = _I32.unpack_from(prefix, pos)
     if total < 4 or total > MAX_FRAME_SIZE:
         raise FrameTooLargeError(f"frame length {total} outside [4, {MAX_FRAME_SIZE}]")
     return int(total)

@@ -1,0 +1,559 @@
+"""Replicator benchmark: raw pull rate, the Spark job's end-to-end throughput and its latency, in one run.
+
+    .venv/bin/python benchmarks/replicator.py            # 200k x 1 KiB messages, ~3 minutes
+    .venv/bin/python benchmarks/replicator.py --quick    # 20k messages, ~1.5 minutes
+
+What one run does, in order (everything on this machine: brokers, Spark JVM and Python workers share
+its cores, so the numbers are for the whole pipeline on one box):
+
+1. Starts two single-broker clusters, ``bsrc`` and ``bdst`` (one name server + one broker each, real
+   processes via ``broker_store.launcher.ManagedProcess``, free loopback ports). Brokers run with their
+   defaults: ASYNC_FLUSH (the CommitLog is fsynced every 500 ms in the background; a send is acked once
+   in the page cache, as RocketMQ's published numbers use), 128 MiB CommitLog segments. Data lives in a
+   temp dir on a real disk (``/tmp`` unless it is tmpfs, then ``./run``), removed at exit.
+2. Preloads the source with ``--messages`` (200k; quick 20k) messages of ``--body`` (1024) bytes over
+   ``--queues`` (8) queues, SEND_BATCH_MESSAGE of 128, from a child process (not measured).
+3. (a) Raw pull: one process (a child) pulls the whole topic with ``AsyncPullConsumer``, every queue
+   concurrently, ``--pull-batch`` (1024) messages per PULL_MESSAGE, decoding every message into a
+   ``StoredMessage``. msg/s and MB/s of body bytes.
+4. Spark on ``local[2]`` through ``jobs.replicate.build_spark`` / ``start_link`` (the readStream /
+   writeStream path of ``jobs/replicate.py``, a generated replicator.yaml, Delta tables on). Warm-up:
+   a separate link replicates ``--warmup`` messages with Trigger.AvailableNow; the JVM start and the
+   warm-up are timed and reported, not counted.
+5. (b) Throughput: the main link replicates the preloaded backlog with Trigger.AvailableNow
+   (``max_messages_per_trigger`` = ``--per-trigger``). Time = from ``writeStream.start()`` until the
+   target's queues hold all N messages (polled every 50 ms); the query's own end (last Delta commit) is
+   reported beside it. CPU seconds of each process (brokers, Spark JVM, its Python workers) over the
+   window are printed: where the time went.
+6. (c) Latency: a child process produces at 0.5 x (b)'s rate (batches of 16, paced) into a fresh topic
+   for ``--latency-seconds`` while a third link runs with a processing-time trigger of
+   ``--trigger`` (1 s). Per message: target store timestamp - source born timestamp, joined on the
+   UNIQ_KEY the sink preserves. p50 / p99 / max.
+
+Targets: (b)/(a) >= 0.5, (b) >= 30 MB/s (1 MB = 10^6 bytes of message body), (c) p99 <= trigger + 1 s.
+Exit status 0 whether or not targets are met; 1 on a failed run. Every process and file is removed at
+exit (also on Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PROJECT = Path(__file__).resolve().parent.parent
+if str(PROJECT) not in sys.path:
+    sys.path.insert(0, str(PROJECT))
+
+from broker_store.client import Admin, MessageQueue  # noqa: E402
+from broker_store.config import BrokerConfig, NamesrvConfig  # noqa: E402
+from broker_store.launcher import ManagedProcess  # noqa: E402
+
+MB = 1_000_000
+TOPIC_MAIN, TOPIC_WARM, TOPIC_LAT = "BenchRepl", "BenchWarm", "BenchLat"
+TARGET_RATIO, TARGET_MBPS, LATENCY_SLACK_S = 0.5, 30.0, 1.0
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# -- processes and data -------------------------------------------------------------------------
+
+def choose_data_root() -> Path:
+    tmp = Path(tempfile.gettempdir())
+    fstype = "?"
+    with open("/proc/mounts") as f:
+        best = ""
+        for line in f:
+            _, mnt, fs, *_ = line.split()
+            if (str(tmp.resolve()) + "/").startswith(mnt.rstrip("/") + "/") and len(mnt) >= len(best):
+                best, fstype = mnt, fs
+    if fstype in ("tmpfs", "ramfs"):
+        root = PROJECT / "run" / f"bench-repl-{os.getpid()}"
+        root.mkdir(parents=True, exist_ok=True)
+        return root
+    return Path(tempfile.mkdtemp(prefix="rmq-bench-repl-"))
+
+
+@dataclass
+class Cluster:
+    name: str
+    namesrv: ManagedProcess
+    broker: ManagedProcess
+    addr: str = ""
+
+
+def start_cluster(name: str, root: Path) -> Cluster:
+    run = root / name
+    run.mkdir(parents=True)
+    ns = ManagedProcess("namesrv", NamesrvConfig(listen="127.0.0.1:0"), run, f"{name}-namesrv")
+    cluster = Cluster(name, ns, None)  # type: ignore[arg-type]
+    addr = ns.start()
+    cfg = BrokerConfig(broker_name=f"{name}-a", cluster_name=name, listen="127.0.0.1:0", store_dir=run / "store",
+                       namesrv_addrs=[addr])
+    cluster.broker = ManagedProcess("broker", cfg, run, f"{name}-a")
+    cluster.broker.start()
+    cluster.addr = addr
+    with Admin(addr) as admin:
+        deadline = time.monotonic() + 30
+        while f"{name}-a" not in admin.cluster_info().cluster_addr_table.get(name, ()):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"broker of {name} did not register")
+            time.sleep(0.1)
+    return cluster
+
+
+def stop_cluster(cluster: Cluster) -> None:
+    for proc in (cluster.broker, cluster.namesrv):
+        if proc is not None:
+            proc.stop()
+
+
+def create_topic(namesrv: str, cluster: str, topic: str, queues: int) -> list[MessageQueue]:
+    with Admin(namesrv) as admin:
+        admin.create_topic(topic, queues, cluster=cluster)
+        admin.wait_for_route(topic, timeout=15)
+        route = admin.topic_route(topic)
+    return sorted(MessageQueue(topic, q.broker_name, i) for q in route.queue_datas for i in range(q.read_queue_nums))
+
+
+def total_messages(admin: Admin, queues: list[MessageQueue]) -> int:
+    return sum(admin.max_offset(mq) for mq in queues)
+
+
+# -- CPU accounting (/proc) ---------------------------------------------------------------------
+
+def _proc_stat(pid: int) -> tuple[int, str, float]:
+    """(ppid, comm, cpu seconds) of a live process."""
+    with open(f"/proc/{pid}/stat") as f:
+        raw = f.read()
+    comm = raw[raw.index("(") + 1:raw.rindex(")")]
+    fields = raw.rpartition(")")[2].split()
+    return int(fields[1]), comm, (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def cpu_snapshot(labels: dict[int, str]) -> dict[str, float]:
+    """CPU seconds per role: the given pids, this process, and every descendant of this process
+    (the Spark JVM and its Python workers), grouped by what they are. Dead processes drop out."""
+    stats: dict[int, tuple[int, str, float]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stats[int(entry)] = _proc_stat(int(entry))
+            except (OSError, ValueError):
+                continue
+    me = os.getpid()
+    out: dict[str, float] = {}
+
+    def add(role: str, secs: float) -> None:
+        out[role] = out.get(role, 0.0) + secs
+
+    def descends(pid: int) -> bool:
+        seen = 0
+        while pid > 1 and seen < 64:
+            if pid == me:
+                return True
+            pid = stats.get(pid, (0, "", 0.0))[0]
+            seen += 1
+        return False
+
+    for pid, (_, comm, secs) in stats.items():
+        if pid in labels:
+            add(labels[pid], secs)
+        elif pid == me:
+            add("bench driver (py4j client)", secs)
+        elif descends(pid):
+            cmd = _cmdline(pid)
+            if comm == "java":
+                add("spark JVM", secs)
+            elif "pyspark.daemon" in cmd or "pyspark/daemon" in cmd or "worker" in cmd:
+                add("python workers", secs)
+            else:
+                add(f"other ({comm})", secs)
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+
+
+# -- child processes: preload, raw pull, paced producer -------------------------------------------
+
+def _child(kind: str, args: dict[str, Any], results: Any) -> None:
+    import uvloop
+
+    try:
+        results.put(uvloop.run(_CHILDREN[kind](**args)))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the run
+        results.put({"error": f"{type(exc).__name__}: {exc}"})
+        raise
+
+
+def run_child(kind: str, **args: Any) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(kind, args, results), daemon=True)
+    proc.start()
+    try:
+        out = results.get()
+    finally:
+        proc.join(30)
+        if proc.is_alive():
+            proc.kill()
+    if "error" in out:
+        raise RuntimeError(f"{kind} child failed: {out['error']}")
+    return out
+
+
+def _body(size: int, seq: int) -> bytes:
+    head = seq.to_bytes(8, "big")
+    return head + bytes((seq + i) & 0xFF for i in range(size - 8)) if size > 8 else head[:size]
+
+
+async def _preload(namesrv: str, topic: str, queues: list[tuple[str, int]], count: int, body: int,
+                   batch: int = 128, concurrency: int = 8) -> dict[str, Any]:
+    from broker_store.client import AsyncProducer, Message, MessageQueue
+
+    payload = _body(body, 0)
+    start = time.perf_counter()
+    async with AsyncProducer(namesrv, "PID_BENCH_PRELOAD") as producer:
+        next_seq = 0
+
+        async def worker(mq: MessageQueue) -> None:
+            nonlocal next_seq
+            while next_seq < count:
+                n = min(batch, count - next_seq)
+                next_seq += n
+                msgs = [Message(topic, payload, {"TAGS": "bench", "KEYS": f"k{next_seq - n + i}"})
+                        for i in range(n)]
+                await producer.send_batch(msgs, mq)
+
+        mqs = [MessageQueue(topic, b, q) for b, q in queues]
+        await asyncio.gather(*(worker(mqs[i % len(mqs)]) for i in range(concurrency)))
+    return {"seconds": time.perf_counter() - start}
+
+
+async def _raw_pull(namesrv: str, topic: str, queues: list[tuple[str, int]], ends: list[int],
+                    pull_batch: int) -> dict[str, Any]:
+    from broker_store.client import AsyncPullConsumer, MessageQueue, PullStatus
+
+    async with AsyncPullConsumer(namesrv, "CID_BENCH_RAW", heartbeat_interval=None) as consumer:
+        # one pull per queue first: connections and routes are not part of the measurement
+        for b, q in queues:
+            await consumer.pull(MessageQueue(topic, b, q), 0, 1)
+        count = 0
+        body_bytes = 0
+
+        async def drain(mq: MessageQueue, end: int) -> None:
+            nonlocal count, body_bytes
+            offset = 0
+            while offset < end:
+                r = await consumer.pull(mq, offset, min(pull_batch, end - offset))
+                if r.status is not PullStatus.FOUND:
+                    raise RuntimeError(f"{mq}: {r.status} at {offset}")
+                count += len(r.messages)
+                body_bytes += sum(len(m.body) for m in r.messages)
+                offset = r.next_begin_offset
+
+        start = time.perf_counter()
+        await asyncio.gather(*(drain(MessageQueue(topic, b, q), e) for (b, q), e in zip(queues, ends, strict=True)))
+        elapsed = time.perf_counter() - start
+    return {"messages": count, "bytes": body_bytes, "seconds": elapsed}
+
+
+async def _paced(namesrv: str, topic: str, queues: list[tuple[str, int]], rate: float, seconds: float,
+                 body: int, batch: int = 16) -> dict[str, Any]:
+    from broker_store.client import AsyncProducer, Message, MessageQueue
+
+    payload = _body(body, 1)
+    mqs = [MessageQueue(topic, b, q) for b, q in queues]
+    sent = 0
+    late = 0.0
+    async with AsyncProducer(namesrv, "PID_BENCH_PACED") as producer:
+        await producer.send(Message(topic, payload), mqs[0])  # connect + route, not paced
+        sent = 1
+        start = time.perf_counter()
+        i = 0
+        pending: set[asyncio.Task[Any]] = set()
+        while True:
+            due = start + i * batch / rate
+            now = time.perf_counter()
+            if due - start >= seconds:
+                break
+            if due > now:
+                await asyncio.sleep(due - now)
+            else:
+                late = max(late, now - due)
+            msgs = [Message(topic, payload) for _ in range(batch)]
+            task = asyncio.ensure_future(producer.send_batch(msgs, mqs[i % len(mqs)]))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+            sent += batch
+            i += 1
+        if pending:
+            await asyncio.gather(*pending)
+        elapsed = time.perf_counter() - start
+    return {"messages": sent, "seconds": elapsed, "max_late_s": late}
+
+
+_CHILDREN = {"preload": _preload, "raw_pull": _raw_pull, "paced": _paced}
+
+
+# -- the Spark part -----------------------------------------------------------------------------
+
+def write_config(path: Path, work: Path, src: Cluster, dst: Cluster, per_trigger: int, trigger: float) -> None:
+    links = []
+    for name, topic, interval in (("bench-warm", TOPIC_WARM, 1.0), ("bench-main", TOPIC_MAIN, 1.0),
+                                  ("bench-lat", TOPIC_LAT, trigger)):
+        links.append(f"""  - name: {name}
+    source: {src.name}
+    target: {dst.name}
+    topics:
+      explicit: [{{source: {topic}}}]
+    trigger_interval: {interval}
+    max_messages_per_trigger: {per_trigger}
+    checkpoint_location: {work / 'checkpoints' / name}
+    delta_location: {work / 'delta'}
+    retry_backoff_ms: 100
+""")
+    path.write_text(f"""version: 1
+clusters:
+  - name: {src.name}
+    namesrv: [{src.addr}]
+  - name: {dst.name}
+    namesrv: [{dst.addr}]
+links:
+{''.join(links)}""")
+
+
+def wait_for(admin: Admin, queues: list[MessageQueue], want: int, timeout: float, query: Any) -> float:
+    """Poll the target until it holds ``want`` messages; the monotonic time it first did."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if total_messages(admin, queues) >= want:
+            return time.monotonic()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"target has {total_messages(admin, queues)} of {want} after {timeout}s")
+        if query is not None and not query.isActive and query.exception() is not None:
+            raise RuntimeError(f"query failed: {query.exception()}")
+        time.sleep(0.05)
+
+
+def read_timestamps(namesrv: str, queues: list[MessageQueue], field: str) -> dict[str, int]:
+    """UNIQ_KEY -> born/store timestamp of every message of ``queues``."""
+    from broker_store.client import PullConsumer, PullStatus
+
+    out: dict[str, int] = {}
+    with PullConsumer(namesrv, "CID_BENCH_READBACK", heartbeat_interval=None) as consumer, Admin(namesrv) as admin:
+        for mq in queues:
+            offset, end = admin.min_offset(mq), admin.max_offset(mq)
+            while offset < end:
+                r = consumer.pull(mq, offset, 1024)
+                if r.status is PullStatus.FOUND:
+                    for m in r.messages:
+                        out[m.msg_id] = getattr(m, field)
+                offset = r.next_begin_offset
+    return out
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
+
+
+def print_cpu(window: float, usage: dict[str, float]) -> None:
+    total = sum(usage.values())
+    print(f"    CPU over {window:.1f} s (cores busy; the machine has {os.cpu_count()}): "
+          f"total {total / window:.2f}")
+    for role, secs in sorted(usage.items(), key=lambda kv: -kv[1]):
+        if secs > 0.05:
+            print(f"      {role:<28} {secs:7.1f} s  {secs / window:5.2f} cores")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="20k messages, shorter latency phase")
+    p.add_argument("--messages", type=int, default=None)
+    p.add_argument("--body", type=int, default=1024)
+    p.add_argument("--queues", type=int, default=8)
+    p.add_argument("--pull-batch", type=int, default=1024)
+    p.add_argument("--per-trigger", type=int, default=None,
+                   help="the links' max_messages_per_trigger (default: 100000; quick 20000)")
+    p.add_argument("--warmup", type=int, default=None, help="messages of the warm-up link (default 20000; quick 5000)")
+    p.add_argument("--trigger", type=float, default=1.0, help="latency link's trigger interval, seconds")
+    p.add_argument("--latency-seconds", type=float, default=None, help="default 30; quick 15")
+    p.add_argument("--master", default="local[2]")
+    args = p.parse_args(argv)
+    n = args.messages or (20_000 if args.quick else 200_000)
+    per_trigger = args.per_trigger or (20_000 if args.quick else 100_000)
+    warm_n = args.warmup or (5_000 if args.quick else 20_000)
+    lat_seconds = args.latency_seconds or (15.0 if args.quick else 30.0)
+
+    root = choose_data_root()
+    clusters: list[Cluster] = []
+    spark = None
+    queries: list[Any] = []
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        print(f"data dir {root}; {n} x {args.body} B messages over {args.queues} queues; "
+              f"brokers: defaults (ASYNC_FLUSH, flush every 500 ms)", flush=True)
+        src = start_cluster("bsrc", root)
+        clusters.append(src)
+        dst = start_cluster("bdst", root)
+        clusters.append(dst)
+        qs: dict[str, tuple[list[MessageQueue], list[MessageQueue]]] = {}
+        for topic in (TOPIC_MAIN, TOPIC_WARM, TOPIC_LAT):
+            qs[topic] = (create_topic(src.addr, src.name, topic, args.queues),
+                         create_topic(dst.addr, dst.name, topic, args.queues))
+        wire = {t: [(mq.broker_name, mq.queue_id) for mq in v[0]] for t, v in qs.items()}
+        pre = run_child("preload", namesrv=src.addr, topic=TOPIC_MAIN, queues=wire[TOPIC_MAIN], count=n,
+                        body=args.body)
+        run_child("preload", namesrv=src.addr, topic=TOPIC_WARM, queues=wire[TOPIC_WARM], count=warm_n,
+                  body=args.body)
+        admin_src, admin_dst = Admin(src.addr), Admin(dst.addr)
+        ends = [admin_src.max_offset(mq) for mq in qs[TOPIC_MAIN][0]]
+        assert sum(ends) == n, (sum(ends), n)
+        print(f"preloaded {n} messages in {pre['seconds']:.1f} s ({n / pre['seconds']:,.0f} msg/s)", flush=True)
+
+        # (a) raw pull
+        raw = run_child("raw_pull", namesrv=src.addr, topic=TOPIC_MAIN, queues=wire[TOPIC_MAIN], ends=ends,
+                        pull_batch=args.pull_batch)
+        a_rate = raw["messages"] / raw["seconds"]
+        a_mbps = raw["bytes"] / raw["seconds"] / MB
+        print(f"(a) raw pull, 1 process, {args.queues} queues concurrently, {args.pull_batch}/pull: "
+              f"{raw['messages']} msgs in {raw['seconds']:.2f} s = {a_rate:,.0f} msg/s, {a_mbps:.1f} MB/s", flush=True)
+
+        # Spark
+        work = root / "spark"
+        work.mkdir()
+        config_path = work / "replicator.yaml"
+        write_config(config_path, work, src, dst, per_trigger, args.trigger)
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            dict.fromkeys([str(PROJECT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        from connectors.config import load_replicator_config
+        from jobs.replicate import build_spark, start_link
+
+        config = load_replicator_config(config_path)
+        t0 = time.monotonic()
+        spark = build_spark("replicator-bench", master=args.master)
+        spark.sparkContext.setLogLevel("WARN")
+        jvm_s = time.monotonic() - t0
+        conf = spark.sparkContext.getConf()
+        interesting = sorted((k, v) for k, v in conf.getAll()
+                             if any(s in k for s in ("arrow", "python", "master", "datasource", "shuffle")))
+        print(f"spark {spark.version} {args.master} up in {jvm_s:.1f} s; settings: "
+              + ", ".join(f"{k}={v}" for k, v in interesting), flush=True)
+
+        t0 = time.monotonic()
+        q = start_link(spark, str(config_path), config, "bench-warm", available_now=True)
+        queries.append(q)
+        wait_for(admin_dst, qs[TOPIC_WARM][1], warm_n, 300, q)
+        q.awaitTermination(300)
+        print(f"warm-up: {warm_n} messages (first query: Python workers start, imports) in "
+              f"{time.monotonic() - t0:.1f} s", flush=True)
+
+        # (b) throughput
+        labels = {src.broker.pid: "source broker", dst.broker.pid: "target broker",
+                  src.namesrv.pid: "name servers", dst.namesrv.pid: "name servers"}
+        cpu0 = cpu_snapshot(labels)
+        t0 = time.monotonic()
+        q = start_link(spark, str(config_path), config, "bench-main", available_now=True)
+        queries.append(q)
+        t_done = wait_for(admin_dst, qs[TOPIC_MAIN][1], n, 1800, q)
+        cpu1 = cpu_snapshot(labels)
+        q.awaitTermination(600)
+        t_end = time.monotonic()
+        if q.exception() is not None:
+            raise RuntimeError(f"main query failed: {q.exception()}")
+        b_s = t_done - t0
+        b_rate = n / b_s
+        b_mbps = n * args.body / b_s / MB
+        batches = [pr for pr in q.recentProgress if pr.numInputRows]
+        print(f"(b) replication, AvailableNow, max {per_trigger}/trigger: {n} msgs on the target "
+              f"{b_s:.2f} s after start = {b_rate:,.0f} msg/s, {b_mbps:.1f} MB/s; query ended after "
+              f"{t_end - t0:.2f} s; {len(batches)} batches", flush=True)
+        for pr in batches[:6]:
+            d = dict(pr.durationMs)
+            print(f"    batch {pr.batchId}: {pr.numInputRows} rows, {pr.processedRowsPerSecond:,.0f} rows/s, "
+                  f"addBatch {d.get('addBatch')} ms, latestOffset {d.get('latestOffset')} ms, "
+                  f"queryPlanning {d.get('queryPlanning')} ms, walCommit {d.get('walCommit')} ms, "
+                  f"commitOffsets {d.get('commitOffsets')} ms, triggerExecution {d.get('triggerExecution')} ms")
+        print_cpu(b_s, cpu_delta(cpu0, cpu1))
+
+        # (c) latency at half of (b)'s rate
+        rate = 0.5 * b_rate
+        q = start_link(spark, str(config_path), config, "bench-lat", available_now=False)
+        queries.append(q)
+        time.sleep(max(3.0, 2 * args.trigger))  # let the first (empty) batches pass
+        cpu0 = cpu_snapshot(labels)
+        t0 = time.monotonic()
+        paced = run_child("paced", namesrv=src.addr, topic=TOPIC_LAT, queues=wire[TOPIC_LAT], rate=rate,
+                          seconds=lat_seconds, body=args.body)
+        cpu1 = cpu_snapshot(labels)
+        window = time.monotonic() - t0
+        wait_for(admin_dst, qs[TOPIC_LAT][1], paced["messages"], 300, q)
+        q.stop()
+        born = read_timestamps(src.addr, qs[TOPIC_LAT][0], "born_timestamp")
+        stored = read_timestamps(dst.addr, qs[TOPIC_LAT][1], "store_timestamp")
+        lat = [stored[k] - born[k] for k in born if k in stored]
+        missing = len(born) - len(lat)
+        trig_batches = [pr for pr in q.recentProgress if pr.numInputRows]
+        print(f"(c) latency at {rate:,.0f} msg/s (0.5 x b; achieved {paced['messages'] / paced['seconds']:,.0f}, "
+              f"producer max lateness {paced['max_late_s'] * 1000:.0f} ms) for {lat_seconds:.0f} s, processing-time "
+              f"trigger {args.trigger:g} s: {len(lat)} msgs, p50 {statistics.median(lat):.0f} ms, "
+              f"p99 {pct(lat, 99):.0f} ms, max {max(lat)} ms; {missing} not found on the target; "
+              f"{len(trig_batches)} non-empty batches, mean {statistics.mean(b.numInputRows for b in trig_batches):,.0f} "
+              f"rows", flush=True)
+        print_cpu(window, cpu_delta(cpu0, cpu1))
+
+        ratio = b_rate / a_rate
+        p99 = pct(lat, 99)
+        print("\nsummary")
+        print(f"  (a) raw pull            {a_rate:>10,.0f} msg/s  {a_mbps:6.1f} MB/s")
+        print(f"  (b) replication         {b_rate:>10,.0f} msg/s  {b_mbps:6.1f} MB/s   target >= {TARGET_MBPS:.0f} MB/s: "
+              f"{'MET' if b_mbps >= TARGET_MBPS else 'NOT MET'}")
+        print(f"  (b)/(a)                 {ratio:>10.2f}                  target >= {TARGET_RATIO}: "
+              f"{'MET' if ratio >= TARGET_RATIO else 'NOT MET'}")
+        print(f"  (c) latency p50 / p99   {statistics.median(lat):>7.0f} / {p99:.0f} ms          target p99 <= "
+              f"{(args.trigger + LATENCY_SLACK_S) * 1000:.0f} ms: "
+              f"{'MET' if p99 <= (args.trigger + LATENCY_SLACK_S) * 1000 else 'NOT MET'}")
+        print(f"  warm-up (excluded)      JVM {jvm_s:.1f} s, first query {warm_n} msgs")
+        admin_src.close()
+        admin_dst.close()
+        return 0
+    except KeyboardInterrupt:
+        print("interrupted; cleaning up", file=sys.stderr)
+        return 1
+    finally:
+        for q in queries:
+            try:
+                if q.isActive:
+                    q.stop()
+            except Exception as exc:  # noqa: BLE001 - clean-up goes on
+                print(f"stopping query: {exc}", file=sys.stderr)
+        if spark is not None:
+            spark.stop()
+        for c in clusters:
+            stop_cluster(c)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
