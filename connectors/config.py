@@ -363,6 +363,13 @@ class LinkConfig(_Model):
     """Retries of a failed send (after the first attempt) before the failure policy applies."""
     retry_backoff_ms: int = Field(default=1000, ge=0)
     """Wait before the first retry; doubled on each further retry."""
+    retry_timeout_ms: int = Field(default=600_000, ge=0)
+    """How long a send keeps retrying while the *target* is unavailable (connection refused or lost,
+    timeouts, busy / not-available answers, no broker registered): the batch blocks and retries with
+    backoff, ``max_retries`` does not apply and nothing is recorded as failed. Past this budget the
+    write task fails (``TargetUnavailableError``) and the batch is re-run on restart."""
+    retry_backoff_max_ms: int = Field(default=10_000, ge=0)
+    """Cap on the doubling backoff while the target is unavailable."""
     max_in_flight: int = Field(default=4, gt=0)
     """Concurrent batch sends per Spark task."""
     consumer_group: str | None = None

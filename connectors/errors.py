@@ -11,6 +11,7 @@ the behaviour flag instead of matching types::
     +-- OffsetFormatError           (source-offset JSON that does not parse; names the bad key)
     +-- BatchFailedError            (the failure policy decided to fail the batch; .failed)
     +-- DataLossError               (a source queue no longer holds offsets the query must read)
+    +-- TargetUnavailableError      yes   (the target cluster took no writes for retry_timeout_ms)
     +-- TableError                  yes   (a Delta table could not be read or committed)
 
 This is a separate root from ``broker_store``'s ``RocketMQError``: the client's errors are
@@ -78,6 +79,14 @@ class DataLossError(ReplicatorError):
     """Offsets the query still has to read are gone from a source queue (retention deleted them, or
     the queue was truncated / re-created). Raised only with ``failOnDataLoss=true``; with ``false``
     the source logs the lost range and skips to the queue's min offset."""
+
+
+class TargetUnavailableError(ReplicatorError):
+    """The target cluster stayed unreachable (or without a broker able to take writes) for the link's
+    whole ``retry_timeout_ms``. Raised by a sink write task, so the batch is not committed and nothing
+    is recorded as failed: a restart re-runs the batch (at-least-once)."""
+
+    retriable = True
 
 
 class TableError(ReplicatorError):

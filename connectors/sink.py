@@ -7,9 +7,18 @@ Created by ``RocketMQDataSource.streamWriter`` (``writeStream.format("rocketmq")
   schema and loads the failure hook once (a bad hook fails the query before any data moves).
 * executors, one call per partition and batch: ``write(batches)`` places each row on a target queue,
   sends consecutive rows of one target queue as SEND_BATCH_MESSAGE (bounded count and bytes), keeps at
-  most ``maxInFlight`` sends outstanding, retries retriable errors with exponential backoff, and
-  returns a ``ReplicationCommitMessage`` (plain picklable data). It never raises for a message the
-  target refuses: the message becomes a ``FailedMessage`` (the whole message) in the commit message.
+  most ``maxInFlight`` sends outstanding, retries with exponential backoff, and returns a
+  ``ReplicationCommitMessage`` (plain picklable data). It never raises for a message the target
+  refuses: the message becomes a ``FailedMessage`` (the whole message) in the commit message.
+
+Target unavailable vs. message refused. The failure policy is about messages the target *refuses*
+(too big, no permission, topic missing while the cluster is up): those get ``maxRetries`` and are then
+recorded. A target that is *down* (connection refused / lost, timeouts, SYSTEM_BUSY,
+SERVICE_NOT_AVAILABLE, SYSTEM_ERROR, flush timeouts, or name servers that are unreachable or list no
+broker) refuses nothing: the task blocks and retries with doubling backoff capped at
+``retryBackoffMaxMs`` for up to ``retryTimeoutMs`` (default 10 minutes), as Kafka Connect / MirrorMaker 2
+sinks do. If the outage outlasts that budget the task raises ``TargetUnavailableError``: the batch is
+not committed, nothing is recorded as failed, and a restart re-runs it (at-least-once).
 * driver, once per batch: ``commit(messages, batchId)`` applies the failure policy
   (``connectors.failure_policy``); a failed batch raises ``BatchFailedError`` so Spark does not commit
   it (the query stops; a restart re-runs the batch: at-least-once). Otherwise it writes the offsets,
@@ -42,7 +51,9 @@ options win)::
                        sourceNamesrv, a stable hash of (source broker, queue id) picks the target queue, so
                        one source queue always lands in one target queue (order kept)
     maxInFlight        outstanding batch sends per task (default 4; 1 keeps strict order under retries)
-    maxRetries         retries after the first attempt (default 3)     retryBackoffMs  first wait (1000)
+    maxRetries         retries of a refused message (default 3)        retryBackoffMs  first wait (1000)
+    retryTimeoutMs     how long to keep retrying while the target is unavailable (default 600000)
+    retryBackoffMaxMs  cap of the doubling backoff during an outage (default 10000)
     sendTimeoutMs      per attempt (default 3000)
     batchMaxMessages   messages per SEND_BATCH_MESSAGE (default 256)   batchMaxBytes  body bytes (1 MiB)
     failurePolicy      dismiss | custom                                failureHook    "module:function"
@@ -84,7 +95,7 @@ from broker_store.protocol.errors import RequestTimeoutError, RocketMQError
 from broker_store.protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from connectors import loop_guard
 from connectors.config import FailurePolicy, TopicMappingConfig, load_replicator_config
-from connectors.errors import ConfigError, OffsetFormatError, ReplicatorError
+from connectors.errors import ConfigError, OffsetFormatError, ReplicatorError, TargetUnavailableError
 from connectors.failure_policy import apply_failure_policy, load_failure_hook
 from connectors.offsets import QueueKey, SourceOffset
 from connectors.records import (
@@ -204,6 +215,8 @@ class SinkOptions:
     max_in_flight: int = 4
     max_retries: int = 3
     retry_backoff_ms: int = 1000
+    retry_timeout_ms: int = 600_000
+    retry_backoff_max_ms: int = 10_000
     send_timeout_ms: int = DEFAULT_SEND_TIMEOUT_MS
     batch_max_messages: int = DEFAULT_BATCH_MAX_MESSAGES
     batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES
@@ -234,6 +247,7 @@ class SinkOptions:
                 source_cluster=link.source, source_namesrv=";".join(replicator.cluster(link.source).namesrv),
                 mapping=link.topics, preserve_queues=link.preserve_queues, max_in_flight=link.max_in_flight,
                 max_retries=link.max_retries, retry_backoff_ms=link.retry_backoff_ms,
+                retry_timeout_ms=link.retry_timeout_ms, retry_backoff_max_ms=link.retry_backoff_max_ms,
                 failure_policy=link.failure_policy, failure_hook=link.failure_hook,
                 delta_location=link.delta_location, checkpoint_location=link.checkpoint_location)
         for key, name in (("namesrv", "namesrv"), ("targetcluster", "target_cluster"),
@@ -259,6 +273,8 @@ class SinkOptions:
                                   field="failurePolicy") from exc
         for key, name, minimum in (("maxInFlight", "max_in_flight", 1), ("maxRetries", "max_retries", 0),
                                    ("retryBackoffMs", "retry_backoff_ms", 0),
+                                   ("retryTimeoutMs", "retry_timeout_ms", 0),
+                                   ("retryBackoffMaxMs", "retry_backoff_max_ms", 0),
                                    ("sendTimeoutMs", "send_timeout_ms", 1),
                                    ("batchMaxMessages", "batch_max_messages", 1),
                                    ("batchMaxBytes", "batch_max_bytes", 1)):
@@ -339,6 +355,8 @@ class ReplicationCommitMessage(WriterCommitMessage):
     oldest_store_ms: int | None
     started_ms: int
     finished_ms: int
+    target_unavailable_retries: int = 0
+    """Attempts this task repeated because the target was unavailable (logged by the driver commit)."""
 
 
 @dataclass
@@ -351,7 +369,8 @@ class _Item:
     born_ms: int
     store_ms: int
     offset_msg_id: str
-    source_properties: Mapping[str, str]
+    source_properties: Mapping[str, str] | Sequence[tuple[str, str]]
+    """Every source property (as the row carried them: a mapping or the Arrow map's pairs)."""
     tags: str | None
     keys: str | None
 
@@ -363,6 +382,11 @@ class _Batch:
     """None: the target topic's queues could not be listed; the send fails and is retried / recorded."""
     items: list[_Item] = field(default_factory=list)
     size: int = 0
+
+
+_SKIP = object()
+"""``_PartitionWriter._chain``: the message would close a replication loop."""
+_UNKNOWN = object()
 
 
 def _driver_logging() -> None:
@@ -384,22 +408,108 @@ def _retriable(exc: RocketMQError) -> bool:
     return bool(exc.retriable or exc.invalid_route)
 
 
+_sleep = time.sleep
+_monotonic = time.monotonic
+"""Module-level so unit tests can drive the outage retries without waiting."""
+_MIN_OUTAGE_BACKOFF_MS = 10
+"""Floor of the outage backoff, so retryBackoffMs=0 does not spin on a refused connection."""
+
+
+class _TargetOutage:
+    """Blocking retries while the target cluster is unavailable (see the module docstring); one per
+    task, shared by queue placement and sends. Executor only."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.o = options
+        self.retries = 0
+        """Attempts (sends and route look-ups) repeated because the target was unavailable."""
+
+    def unavailable(self, error: RocketMQError) -> bool:
+        """True when ``error`` says the target cannot take writes now, as opposed to refusing this
+        message. Retriable errors always do; a missing route / permission only when the target's name
+        servers are unreachable or list no broker at all (every broker down and expired)."""
+        if error.retriable:
+            return True
+        if not error.invalid_route:
+            return False
+        try:
+            info = _executor_admin(self.o.namesrv).cluster_info()
+        except RocketMQError:
+            return True
+        return not info.broker_addr_table
+
+    def wait(self, error: RocketMQError, what: str, started: float, waits: int) -> None:
+        """Sleep before retry number ``waits`` of an outage that began at ``started`` (monotonic), or
+        raise ``TargetUnavailableError`` when ``retryTimeoutMs`` is spent."""
+        o = self.o
+        elapsed = _monotonic() - started
+        budget = o.retry_timeout_ms / 1000
+        if elapsed >= budget:
+            raise TargetUnavailableError(
+                f"link {o.label}: target {o.namesrv} unavailable for {elapsed:.1f}s while sending to {what} "
+                f"(retryTimeoutMs {o.retry_timeout_ms}); last error {type(error).__name__}: {error}") from error
+        delay_ms = min(o.retry_backoff_max_ms,
+                       max(o.retry_backoff_ms, _MIN_OUTAGE_BACKOFF_MS) * (2 ** min(waits, 30)))
+        delay = min(max(delay_ms, _MIN_OUTAGE_BACKOFF_MS) / 1000, budget - elapsed)
+        if waits % 10 == 0:
+            log.warning("link %s: target unavailable (%s: %s) while sending to %s; retrying in %.2fs "
+                        "(%.1fs of %.0fs retryTimeoutMs spent)", o.label, type(error).__name__, error, what,
+                        delay, elapsed, budget)
+        self.retries += 1
+        _sleep(delay)
+
+
+_seen_target_queues: dict[tuple[str, str], list[MessageQueue]] = {}
+
+
+def _stable_queue_list(namesrv: str, topic: str, queues: list[MessageQueue]) -> list[MessageQueue]:
+    """``queues`` (a target topic's writable queues now), unless they are a strict subset of the list this
+    executor process saw before: then a broker group is down or not re-registered yet (the name servers
+    drop it from the route), and placing on the shrunken list would move source queues to other target
+    queues (preserveQueues sees a count mismatch and hashes). The earlier list is kept instead; sends to
+    the missing queues wait for their broker like any outage. A process that never saw the full list
+    (a fresh executor during a partial outage) cannot tell, and places on what the route says."""
+    key = (namesrv, topic)
+    with _client_lock:
+        seen = _seen_target_queues.get(key)
+        if seen is not None and set(queues) < set(seen):
+            log.warning("target topic %s: the route lists %d of the %d queues seen before (a broker group is "
+                        "down?); keeping the full list so queue placement does not change", topic, len(queues),
+                        len(seen))
+            return seen
+        _seen_target_queues[key] = queues
+        return queues
+
+
 class _QueuePlacement:
     """Source queue -> target queue for one task (see ``preserveQueues``); queue lists cached per task."""
 
-    def __init__(self, options: SinkOptions, producer: Producer) -> None:
+    def __init__(self, options: SinkOptions, producer: Producer, outage: _TargetOutage | None = None) -> None:
         self.options = options
         self.producer = producer
+        self.outage = outage or _TargetOutage(options)
         self._target: dict[str, list[MessageQueue] | None] = {}
         self._source: dict[str, list[MessageQueue] | None] = {}
+        self._placed: dict[tuple[str, QueueKey], MessageQueue] = {}
 
     def _target_queues(self, topic: str) -> list[MessageQueue] | None:
-        if topic not in self._target:
+        """The target topic's writable queues. While the target is unavailable this waits (an unpinned
+        send would break queue preservation); a topic the live target has no writable queue for is
+        cached as None and its messages fail under the failure policy."""
+        started: float | None = None
+        waits = 0
+        while topic not in self._target:
             try:
-                self._target[topic] = sorted(self.producer.writable_queues(topic))
+                self._target[topic] = _stable_queue_list(self.options.namesrv, topic,
+                                                         sorted(self.producer.writable_queues(topic)))
             except RocketMQError as exc:
-                log.warning("no writable queue for target topic %s: %s", topic, exc)
-                self._target[topic] = None
+                if not self.outage.unavailable(exc):
+                    log.warning("no writable queue for target topic %s: %s", topic, exc)
+                    self._target[topic] = None
+                    break
+                started = _monotonic() if started is None else started
+                self.outage.wait(exc, f"topic {topic} (route)", started, waits)
+                waits += 1
         return self._target[topic]
 
     def _source_queues(self, topic: str) -> list[MessageQueue] | None:
@@ -415,6 +525,14 @@ class _QueuePlacement:
         return self._source[topic]
 
     def place(self, target_topic: str, source: QueueKey) -> MessageQueue | None:
+        placed = self._placed.get((target_topic, source))
+        if placed is None:
+            placed = self._place(target_topic, source)
+            if placed is not None:  # None is retried per row (the topic's queues may show up)
+                self._placed[(target_topic, source)] = placed
+        return placed
+
+    def _place(self, target_topic: str, source: QueueKey) -> MessageQueue | None:
         targets = self._target_queues(target_topic)
         if not targets:
             return None
@@ -435,7 +553,8 @@ class _PartitionWriter:
     def __init__(self, options: SinkOptions) -> None:
         self.o = options
         self.producer = _executor_producer(options)
-        self.placement = _QueuePlacement(options, self.producer)
+        self.outage = _TargetOutage(options)
+        self.placement = _QueuePlacement(options, self.producer, self.outage)
         self.mapper = TopicMapper(options.mapping) if options.mapping is not None else None
         self.in_flight: deque[tuple[Future[SendResult], _Batch]] = deque()
         self.current: _Batch | None = None
@@ -448,6 +567,10 @@ class _PartitionWriter:
         self.latencies: list[int] = []
         self.oldest_store_ms: int | None = None
         self.started_ms = _now_ms()
+        self._source_keys: dict[tuple[str, str, int], QueueKey] = {}
+        self._targets: dict[str, str] = {}
+        """Source topic -> target topic, for rows without a targetTopic value."""
+        self._chains: dict[tuple[str | None, str | None], str | None | object] = {}
 
     # -- rows -------------------------------------------------------------------------------------
 
@@ -463,6 +586,10 @@ class _PartitionWriter:
         return topic
 
     def add_record_batch(self, rb: pa.RecordBatch) -> None:
+        """Turn one Arrow batch of source rows into sends. The per-row loop is the sink's hot path: the
+        loop-guard decision and the stamped chain are memoised per (chain, source cluster), queue keys,
+        target topics and placements per source queue, and the outgoing properties are built in one
+        dict (the source's, minus ``DROPPED_PROPERTIES``); see ``target_properties`` for the rules."""
         names = rb.schema.names
 
         def col(name: str) -> list[Any] | None:
@@ -478,51 +605,91 @@ class _PartitionWriter:
         topics, brokers, qids, offsets, bodies = (col(c) for c in REQUIRED_COLUMNS)
         assert topics is not None and brokers is not None and qids is not None and offsets is not None
         assert bodies is not None
-        props_col = col(COL_PROPERTIES) or none
+        props_col = col(COL_PROPERTIES)
+        tags_col = keys_col = none
+        if props_col is None:  # no properties column: rebuild what the rows have
+            props_col = none
+            tags_col = col(COL_TAGS) or none
+            keys_col = col(COL_KEYS) or none
         flags = col(COL_FLAG) or [0] * n
         born = col(COL_BORN_TS) or none
         stored = col(COL_STORE_TS) or none
         msg_ids = col(COL_MSG_ID) or none
         offset_ids = col(COL_OFFSET_MSG_ID) or msg_ids
-        clusters = col(COL_SOURCE_CLUSTER) or none
+        clusters = none if self.o.source_cluster else (col(COL_SOURCE_CLUSTER) or none)
         targets = col(COL_TARGET_TOPIC) or none
-        tags_col = col(COL_TAGS) or none
-        keys_col = col(COL_KEYS) or none
+        fixed_cluster = self.o.source_cluster
+        source_keys = self._source_keys
+        source_next = self.source_next
+        oldest = self.oldest_store_ms
         for i in range(n):
-            source = QueueKey(topics[i], brokers[i], qids[i])
+            where = (topics[i], brokers[i], qids[i])
+            source = source_keys.get(where)
+            if source is None:
+                source = source_keys[where] = QueueKey(*where)
             offset = offsets[i]
-            if offset + 1 > self.source_next.get(source, 0):
-                self.source_next[source] = offset + 1
+            if offset >= source_next.get(source, 0):
+                source_next[source] = offset + 1
             raw_props = props_col[i]
-            props: dict[str, str] = dict(raw_props) if raw_props is not None else {}
-            if raw_props is None:  # no properties column: rebuild what the row has
+            if raw_props is not None:
+                props = {k: v for k, v in raw_props if k not in DROPPED_PROPERTIES}
+            else:
+                props = {}
                 if tags_col[i]:
                     props[PROPERTY_TAGS] = tags_col[i]
                 if keys_col[i]:
                     props[PROPERTY_KEYS] = keys_col[i]
+                raw_props = dict(props)
             store_ms = stored[i] or 0
-            if store_ms and (self.oldest_store_ms is None or store_ms < self.oldest_store_ms):
-                self.oldest_store_ms = store_ms
-            source_cluster = self.o.source_cluster or clusters[i]
-            if loop_guard.should_skip(props, self.o.target_cluster, source_cluster):
+            if store_ms and (oldest is None or store_ms < oldest):
+                oldest = store_ms
+            source_cluster = fixed_cluster or clusters[i]
+            chain = self._chain(props.get(loop_guard.CHAIN_PROPERTY), source_cluster)
+            if chain is _SKIP:
                 self.skipped += 1
                 continue
             body = bodies[i]
             item = _Item(source=source, queue_offset=offset, body=body, message=None,
                          born_ms=born[i] or 0, store_ms=store_ms, offset_msg_id=offset_ids[i] or "",
-                         source_properties=props, tags=props.get(PROPERTY_TAGS), keys=props.get(PROPERTY_KEYS))
-            try:
-                target = self.target_topic(source.topic, targets[i])
-            except ReplicatorError as exc:
-                self._fail([item], topic_hint=source.topic, error=f"{type(exc).__name__}: {exc}", attempts=0)
-                continue
+                         source_properties=raw_props, tags=props.get(PROPERTY_TAGS), keys=props.get(PROPERTY_KEYS))
+            column_target = targets[i]
+            target = self._targets.get(source.topic) if column_target is None else None
             if target is None:
-                self._fail([item], topic_hint="", error=f"link {self.o.label!r} does not map source topic "
-                                                        f"{source.topic!r}", attempts=0)
-                continue
-            out_props = target_properties(props, source_cluster, msg_ids[i])
-            item.message = Message(topic=target, body=body, properties=out_props, flag=flags[i] or 0)
+                try:
+                    target = self.target_topic(source.topic, column_target)
+                except ReplicatorError as exc:
+                    self._fail([item], topic_hint=source.topic, error=f"{type(exc).__name__}: {exc}", attempts=0)
+                    continue
+                if target is None:
+                    self._fail([item], topic_hint="", error=f"link {self.o.label!r} does not map source topic "
+                                                            f"{source.topic!r}", attempts=0)
+                    continue
+                if column_target is None:
+                    self._targets[source.topic] = target
+            msg_id = msg_ids[i]
+            if msg_id and not props.get(PROPERTY_UNIQ_KEY):
+                props[PROPERTY_UNIQ_KEY] = msg_id
+            if chain is not None:
+                props[loop_guard.CHAIN_PROPERTY] = chain
+            item.message = Message(topic=target, body=body, properties=props, flag=flags[i] or 0)
             self._append(target, self.placement.place(target, source), item)
+        self.oldest_store_ms = oldest
+
+    def _chain(self, chain: str | None, source_cluster: str | None) -> str | None | object:
+        """The loop-guard chain a message with ``chain`` from ``source_cluster`` is sent with, or
+        ``_SKIP`` when sending it would close a loop (``connectors.loop_guard``); memoised."""
+        key = (chain, source_cluster)
+        stamped = self._chains.get(key, _UNKNOWN)
+        if stamped is _UNKNOWN:
+            props = {loop_guard.CHAIN_PROPERTY: chain} if chain is not None else {}
+            if loop_guard.should_skip(props, self.o.target_cluster, source_cluster):
+                stamped = _SKIP
+            elif source_cluster:
+                stamped = loop_guard.stamp(props, source_cluster)[loop_guard.CHAIN_PROPERTY]
+            else:
+                stamped = chain
+            self._chains[key] = stamped
+        return stamped
 
     # -- batching and sending ---------------------------------------------------------------------
 
@@ -571,11 +738,23 @@ class _PartitionWriter:
         self._delivered(batch, result)
 
     def _retry(self, batch: _Batch, error: RocketMQError, attempts: int = 1) -> None:
-        """Retry a failed send (blocking, exponential backoff); split a refused batch into single
-        sends so one bad message does not fail its neighbours; record what still fails."""
-        while _retriable(error) and attempts <= self.o.max_retries:
-            time.sleep(self.o.retry_backoff_ms * (2 ** (attempts - 1)) / 1000)
-            attempts += 1
+        """Retry a failed send (blocking, exponential backoff): without limit but ``retryTimeoutMs`` while
+        the target is unavailable, ``maxRetries`` times when it refuses the message; split a refused
+        batch into single sends so one bad message does not fail its neighbours; record what still
+        fails. Raises ``TargetUnavailableError`` when an outage outlasts ``retryTimeoutMs``."""
+        outage_started: float | None = None
+        waits = 0
+        while True:
+            if self.outage.unavailable(error):
+                outage_started = _monotonic() if outage_started is None else outage_started
+                self.outage.wait(error, str(batch.queue or batch.topic), outage_started, waits)
+                waits += 1
+            elif _retriable(error) and attempts <= self.o.max_retries:
+                outage_started, waits = None, 0
+                _sleep(self.o.retry_backoff_ms * (2 ** (attempts - 1)) / 1000)
+                attempts += 1
+            else:
+                break
             try:
                 self._delivered(batch, self._wait(self._send_async(batch)))
                 return
@@ -600,7 +779,7 @@ class _PartitionWriter:
                 queue_offset=item.queue_offset, msg_id=item.offset_msg_id,
                 target_topic=item.message.topic if item.message is not None else topic_hint,
                 body=item.body,
-                properties=item.source_properties, error=error, attempts=attempts, tags=item.tags,
+                properties=dict(item.source_properties), error=error, attempts=attempts, tags=item.tags,
                 keys=item.keys, born_timestamp=item.born_ms, store_timestamp=item.store_ms))
 
     def _delivered(self, batch: _Batch, result: SendResult) -> None:
@@ -651,7 +830,8 @@ class _PartitionWriter:
             delivered=self.delivered, bytes=self.bytes, skipped_loop=self.skipped,
             failures=tuple(self.failures), offset_map=tuple(self.mappings), source_next=dict(self.source_next),
             latency_samples_ms=tuple(samples), latency=summarise_latencies(self.latencies),
-            oldest_store_ms=self.oldest_store_ms, started_ms=self.started_ms, finished_ms=_now_ms())
+            oldest_store_ms=self.oldest_store_ms, started_ms=self.started_ms, finished_ms=_now_ms(),
+            target_unavailable_retries=self.outage.retries)
 
 
 # -- the writer ------------------------------------------------------------------------------------
@@ -744,9 +924,10 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
                             "deltaLocation", o.label, batchId, f.topic, f.broker_name, f.queue_id,
                             f.queue_offset, f.error)
         log.info("link %s batch %d: %d delivered, %d bytes, %d skipped (loop), %d failed (dismissed), "
-                 "%d queue offset(s) advanced, latency p50/p99/max %s/%s/%s ms; %s", o.label, batchId,
-                 metrics.messages, metrics.bytes, metrics.skipped_loop, metrics.failed, len(end_offsets),
-                 summary.p50_ms, summary.p99_ms, summary.max_ms, committed)
+                 "%d queue offset(s) advanced, latency p50/p99/max %s/%s/%s ms, %d retries while the target "
+                 "was unavailable; %s", o.label, batchId, metrics.messages, metrics.bytes, metrics.skipped_loop,
+                 metrics.failed, len(end_offsets), summary.p50_ms, summary.p99_ms, summary.max_ms,
+                 sum(m.target_unavailable_retries for m in results), committed)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Driver: a write task failed. Messages already sent stay on the target (they are re-sent when

@@ -36,7 +36,7 @@ from broker_store.protocol.message import (
     decode_properties,
     decode_stored_message,
     encode_properties,
-    iter_batch,
+    split_batch,
     tags_hash_code,
     validate_topic,
 )
@@ -366,12 +366,12 @@ class SendProcessor:
                 f"{self._max_message_size} bytes (max_message_size)",
             )
         try:
-            batch = list(iter_batch(cmd.body))
+            batch = split_batch(cmd.body)
         except ProtocolError as exc:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"the message is illegal: {exc}")
         if not batch:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "the message is illegal: the batch is empty")
-        entries = []
+        entries: list[tuple[bytes | memoryview, bytes, int, int]] = []
         suffix = self._cluster_suffix
         sync_flush = self._sync_flush
         wait = True

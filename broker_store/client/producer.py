@@ -189,12 +189,13 @@ class AsyncProducer:
         route = await self._session.routes.get(topic, allow_default=self.auto_create_topic)
         cached = self._queues_of.get(topic)
         if cached is not None and cached[0] is route:
-            return cached[1]
-        queues = publish_queues(topic, route)
-        if len(self._queues_of) > 4096:
-            self._queues_of.clear()
-        self._queues_of[topic] = (route, queues)
-        if not queues:
+            queues = cached[1]
+        else:
+            queues = publish_queues(topic, route)
+            if len(self._queues_of) > 4096:
+                self._queues_of.clear()
+            self._queues_of[topic] = (route, queues)
+        if not queues:  # checked on every call: a cached empty list must not reach queue selection
             raise error_for_response(ResponseCode.TOPIC_NOT_EXIST,
                                      f"no writable queue in the route of topic {topic}")
         return queues

@@ -34,14 +34,15 @@ msgId (offset message id): store IPv4 4 + port 4 + commit-log offset 8, as 32 up
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import socket
 import struct
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from broker_store.protocol.codes import MSG_FLAG_BORNHOST_V6, MSG_FLAG_COMPRESSED, MSG_FLAG_STOREHOST_V6
 from broker_store.protocol.errors import ProtocolError
@@ -77,6 +78,21 @@ KEY_SEPARATOR = " "
 
 def encode_properties(properties: Mapping[str, str]) -> bytes:
     """Serialise properties; names and values must not contain the two separator characters."""
+    parts = []
+    for name, value in properties.items():
+        if name.__class__ is not str or value.__class__ is not str or not name:
+            return _encode_properties_checked(properties)
+        parts.append(f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}")
+    text = "".join(parts)
+    # Every entry adds exactly one of each separator: more means a name or value holds one.
+    n = len(parts)
+    if text.count(NAME_VALUE_SEPARATOR) != n or text.count(PROPERTY_SEPARATOR) != n:
+        return _encode_properties_checked(properties)
+    return text.encode()
+
+
+def _encode_properties_checked(properties: Mapping[str, str]) -> bytes:
+    """``encode_properties`` checking every entry, naming the first bad one."""
     parts = []
     for name, value in properties.items():
         if not isinstance(name, str) or not isinstance(value, str):
@@ -226,6 +242,25 @@ class StoredMessage:
         return self.properties.get(PROPERTY_KEYS)
 
 
+def _stored_message_maker() -> Callable[..., StoredMessage]:
+    """A positional constructor of StoredMessage that fills the slots directly.
+
+    A frozen dataclass's ``__init__`` goes through ``object.__setattr__`` once per field, which costs
+    more than decoding the record itself; pull responses build one StoredMessage per message. The
+    result is indistinguishable from ``StoredMessage(...)`` (the class has no ``__post_init__``).
+    """
+    names = [f.name for f in dataclasses.fields(StoredMessage)]
+    env: dict[str, Any] = {"_new": object.__new__, "_cls": StoredMessage}
+    env.update({f"_set_{n}": getattr(StoredMessage, n).__set__ for n in names})
+    body = "\n".join(f"    _set_{n}(m, {n})" for n in names)
+    exec(f"def make({', '.join(names)}):\n    m = _new(_cls)\n{body}\n    return m", env)  # noqa: S102
+    maker: Callable[..., StoredMessage] = env["make"]
+    return maker
+
+
+_make_stored_message = _stored_message_maker()
+
+
 def encode_stored_message(*, topic: bytes, queue_id: int, queue_offset: int, physical_offset: int, body: bytes,
                           properties: bytes, flag: int = 0, sys_flag: int = 0, born_timestamp: int = 0,
                           born_ip: bytes = b"\0\0\0\0", born_port: int = 0, store_timestamp: int = 0,
@@ -289,14 +324,73 @@ def decode_stored_message(buf: bytes | memoryview, pos: int = 0, *, decompress: 
 
 
 def decode_stored_messages(buf: bytes | memoryview, *, decompress: bool = True) -> list[StoredMessage]:
-    """Decode a pull-response body: stored records back to back."""
-    out = []
+    """Decode a pull-response body: stored records back to back.
+
+    The consumer's hot path: the well-formed case is inlined here (hosts and topics decoded once per
+    body); any inconsistency is handed to ``decode_stored_message``, which raises the precise error.
+    """
+    if buf.__class__ is not bytes:
+        buf = bytes(buf)
+    out: list[StoredMessage] = []
+    append = out.append
+    make = _make_stored_message
+    unpack = STORED_HEADER.unpack_from
+    hosts: dict[tuple[bytes, int], str] = {}
+    topics: dict[bytes, str] = {}
+    v6 = MSG_FLAG_BORNHOST_V6 | MSG_FLAG_STOREHOST_V6
+    min_total = STORED_HEADER_SIZE + 3
     pos = 0
     n = len(buf)
     while pos < n:
-        msg = decode_stored_message(buf, pos, decompress=decompress)
-        out.append(msg)
-        pos += msg.store_size
+        if n - pos < STORED_HEADER_SIZE:
+            decode_stored_message(buf, pos, decompress=decompress)  # raises
+        (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_ip, born_port, store_ts,
+         store_ip, store_port, reconsume, prepared, body_len) = unpack(buf, pos)
+        end = pos + total
+        p = pos + STORED_HEADER_SIZE
+        t = p + body_len
+        if (magic != MAGIC_V1 or sys_flag & v6 or total < min_total or end > n or body_len < 0
+                or t + 3 > end):
+            append(decode_stored_message(buf, pos, decompress=decompress))  # raises on the problem
+            pos = end
+            continue
+        tl = buf[t]
+        q = t + 1 + tl
+        if q + 2 > end or q + 2 + ((buf[q] << 8) | buf[q + 1]) != end:
+            decode_stored_message(buf, pos, decompress=decompress)  # raises
+        topic_raw = buf[t + 1:q]
+        topic = topics.get(topic_raw)
+        if topic is None:
+            try:
+                topic = topics[topic_raw] = topic_raw.decode()
+            except UnicodeDecodeError as exc:
+                raise ProtocolError(f"stored message at byte {pos} has a non-UTF-8 topic") from exc
+        properties: dict[str, str] = {}
+        if q + 2 < end:
+            try:
+                text = buf[q + 2:end].decode()
+            except UnicodeDecodeError as exc:
+                raise ProtocolError(f"message properties are not valid UTF-8: {exc}") from exc
+            for item in text.split(PROPERTY_SEPARATOR):
+                name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+                if sep and name:
+                    properties[name] = value
+        body = buf[p:t]
+        if decompress and sys_flag & MSG_FLAG_COMPRESSED:
+            try:
+                body = zlib.decompress(body)
+            except zlib.error as exc:
+                raise ProtocolError(f"stored message at byte {pos} is flagged compressed but does not "
+                                    f"inflate") from exc
+        born = hosts.get((born_ip, born_port))
+        if born is None:
+            born = hosts[(born_ip, born_port)] = host_from_bytes(born_ip, born_port)
+        store = hosts.get((store_ip, store_port))
+        if store is None:
+            store = hosts[(store_ip, store_port)] = host_from_bytes(store_ip, store_port)
+        append(make(topic, queue_id, queue_offset, phys, body, properties, flag, sys_flag, born_ts, born,
+                    store_ts, store, reconsume, prepared, crc, total))
+        pos = end
     return out
 
 
@@ -322,6 +416,35 @@ def encode_batch(messages: list[tuple[bytes, bytes, int]]) -> bytes:
         parts.append(len(props).to_bytes(2, "big"))
         parts.append(props)
     return b"".join(parts)
+
+
+def split_batch(buf: bytes) -> list[tuple[memoryview, bytes, int]]:
+    """``iter_batch`` for the broker's put path: (body view, properties, flag) per message, as a list.
+
+    Bodies are views into ``buf`` (no copy; valid while ``buf`` lives). Raises ProtocolError as
+    ``iter_batch`` does.
+    """
+    out: list[tuple[memoryview, bytes, int]] = []
+    append = out.append
+    unpack = BATCH_HEADER.unpack_from
+    head = BATCH_HEADER.size
+    pos, n = 0, len(buf)
+    view = memoryview(buf)
+    while pos < n:
+        if pos + head > n:
+            raise ProtocolError(f"batch body truncated at byte {pos}")
+        total, _magic, _crc, flag, body_len = unpack(buf, pos)
+        end = pos + total
+        p = pos + head
+        t = p + body_len
+        if total < head + 2 or end > n or body_len < 0 or t + 2 > end:
+            raise ProtocolError(f"batch entry at byte {pos} has inconsistent lengths (total {total}, body {body_len})")
+        if t + 2 + ((buf[t] << 8) | buf[t + 1]) != end:
+            raise ProtocolError(f"batch entry at byte {pos}: properties length "
+                                f"{(buf[t] << 8) | buf[t + 1]} does not match TOTALSIZE")
+        append((view[p:t], buf[t + 2:end], flag))
+        pos = end
+    return out
 
 
 def iter_batch(buf: bytes) -> Iterator[BatchEntry]:

@@ -14,6 +14,12 @@ Entry (big-endian, 20 bytes)::
 Segment files hold ``consume_queue_segment_entries`` entries and are named by the byte offset of their
 first entry (entry index * 20), zero-padded to 20 digits. Only the last segment may be partial. An
 all-zero entry (SIZE 0) is a hole left by a dispatch gap and is never served.
+
+Entries appended by the put path (``append``) first collect in an in-memory tail, served by ``read``
+like the files, and reach the files in one pwrite when the store flushes (``write_tail``) or the tail
+passes ``TAIL_LIMIT_BYTES``: one syscall per put saved. Entries are derived data: recovery rebuilds
+whatever a crash lost from the CommitLog, starting at the checkpoint, which never claims entries the
+store has not written and fsynced.
 """
 
 from __future__ import annotations
@@ -28,13 +34,15 @@ from broker_store.store.files import FdPool, list_segments, segment_name
 CQ_ENTRY = struct.Struct(">qiq")
 CQ_ENTRY_SIZE = CQ_ENTRY.size  # 20
 _BACKWARD_SCAN_ENTRIES = 4096
+TAIL_LIMIT_BYTES = 64 * 1024
+"""An in-memory tail this large is written out at once (bounds memory per queue)."""
 
 
 class ConsumeQueue:
     """The index of one topic/queue; offsets here are entry indexes (queue offsets)."""
 
     __slots__ = ("topic", "queue_id", "directory", "seg_entries", "max_index", "min_index", "flushed_index",
-                 "first_seg", "_pool", "_dir_made", "_cached_seg", "_cached_path")
+                 "first_seg", "_pool", "_dir_made", "_cached_seg", "_cached_path", "_tail", "_tail_start")
 
     def __init__(self, topic: str, queue_id: int, directory: Path, seg_entries: int, pool: FdPool) -> None:
         self.topic = topic
@@ -53,6 +61,9 @@ class ConsumeQueue:
         self._dir_made = False
         self._cached_seg = -1
         self._cached_path = ""
+        self._tail = bytearray()
+        """Entries [_tail_start, max_index) not yet in the files (empty when all are)."""
+        self._tail_start = 0
 
     # -- files ---------------------------------------------------------------------------------------
 
@@ -89,8 +100,41 @@ class ConsumeQueue:
         self.min_index = segs[0]
         self.flushed_index = self.max_index
 
+    def append(self, index: int, data: bytes | bytearray) -> None:
+        """Add whole entries at ``index``; kept in the in-memory tail when ``index`` is the max index."""
+        if index != self.max_index:
+            self.write(index, data)  # not a plain append: write() handles gaps
+            return
+        tail = self._tail
+        if not tail:
+            self._tail_start = index
+        tail += data
+        self.max_index = index + len(data) // CQ_ENTRY_SIZE
+        if len(tail) >= TAIL_LIMIT_BYTES:
+            self.write_tail()
+
+    def write_tail(self) -> None:
+        """Write the in-memory tail to the segment files (the store's flush does this first)."""
+        if self._tail:
+            self._write_files(self._tail_start, self._tail)  # on OSError the tail stays for a retry
+            self._tail = bytearray()
+
     def write(self, index: int, data: bytes | bytearray) -> None:
         """Write whole entries starting at entry ``index`` (may cross into the next segment)."""
+        if self._tail:
+            self.write_tail()
+        self._write_files(index, data)
+        n = len(data) // CQ_ENTRY_SIZE
+        end = index + n
+        if index > self.max_index == self.first_seg:
+            # an empty queue whose first entry is not at its max offset (rebuilt after retention deleted
+            # its older records): it starts where its first record says
+            self.first_seg = index - index % self.seg_entries
+            self.min_index = index
+        if end > self.max_index:
+            self.max_index = end
+
+    def _write_files(self, index: int, data: bytes | bytearray) -> None:
         if not self._dir_made:
             os.makedirs(self.directory, exist_ok=True)
             self._dir_made = True
@@ -110,13 +154,6 @@ class ConsumeQueue:
                 os.pwrite(self._pool.get(self.path(seg), create=True), view[lo:lo + k * CQ_ENTRY_SIZE],
                           (i - seg) * CQ_ENTRY_SIZE)
                 i += k
-        if index > self.max_index == self.first_seg:
-            # an empty queue whose first entry is not at its max offset (rebuilt after retention deleted
-            # its older records): it starts where its first record says
-            self.first_seg = index - index % seg_entries
-            self.min_index = index
-        if end > self.max_index:
-            self.max_index = end
 
     def read(self, index: int, count: int) -> bytes:
         """Entries [index, index+count) clipped to the segment end and max index; b"" if absent."""
@@ -124,13 +161,20 @@ class ConsumeQueue:
         count = min(count, seg + self.seg_entries - index, self.max_index - index)
         if count <= 0:
             return b""
+        tail_start = self._tail_start if self._tail else self.max_index
+        if index >= tail_start:
+            lo = (index - tail_start) * CQ_ENTRY_SIZE
+            return bytes(self._tail[lo:lo + count * CQ_ENTRY_SIZE])
+        in_files = min(count, tail_start - index)
         try:
             fd = self._pool.get(self.path(seg))
         except FileNotFoundError:
             return b""
-        data = os.pread(fd, count * CQ_ENTRY_SIZE, (index - seg) * CQ_ENTRY_SIZE)
+        data = os.pread(fd, in_files * CQ_ENTRY_SIZE, (index - seg) * CQ_ENTRY_SIZE)
         if len(data) % CQ_ENTRY_SIZE:
             data = data[:len(data) - len(data) % CQ_ENTRY_SIZE]
+        elif in_files < count and len(data) == in_files * CQ_ENTRY_SIZE:
+            data += self._tail[:(count - in_files) * CQ_ENTRY_SIZE]
         return data
 
     def entry(self, index: int) -> tuple[int, int, int] | None:
@@ -161,6 +205,7 @@ class ConsumeQueue:
         """Drop entries >= index; keeps the segment that holds ``index`` so max offset survives restarts."""
         if index >= self.max_index:
             return
+        self.write_tail()
         index = max(index, 0)
         keep = index - index % self.seg_entries
         for seg in self.segment_starts():
@@ -209,6 +254,7 @@ class ConsumeQueue:
         recomputes ``min_index``.
         """
         freed = 0
+        self.write_tail()
         segs = self.segment_starts()
         for seg in segs[:-1]:
             last = self.entry(seg + self.seg_entries - 1)

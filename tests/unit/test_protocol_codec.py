@@ -32,6 +32,7 @@ from broker_store.protocol.message import (
     iter_batch,
     make_msg_id,
     parse_msg_id,
+    split_batch,
     tags_hash_code,
     validate_topic,
 )
@@ -275,6 +276,7 @@ def test_stored_and_batch_round_trip(entries: list[tuple[bytes, dict[str, str], 
                                                   strict=True)]
     batch = encode_batch([(b, encode_properties(p), f) for b, p, f in entries])
     assert [(e.body, decode_properties(e.properties), e.flag) for e in iter_batch(batch)] == entries
+    assert [(bytes(b), decode_properties(p), f) for b, p, f in split_batch(batch)] == entries
 
 
 @settings(max_examples=300)
@@ -285,6 +287,13 @@ def test_stored_and_batch_decoders_fuzz(data: bytes) -> None:
             decode(data)
         except ProtocolError:
             pass
+    try:
+        expected = [(bytes(e.body), e.properties, e.flag) for e in iter_batch(data)]
+    except ProtocolError:
+        with pytest.raises(ProtocolError):
+            split_batch(data)
+    else:
+        assert [(bytes(b), p, f) for b, p, f in split_batch(data)] == expected
 
 
 @settings(max_examples=200)

@@ -248,6 +248,53 @@ def test_get_crosses_consume_queue_segment_in_two_pulls(store: MessageStore) -> 
     assert [m.queue_offset for m in decode_stored_messages(g.body)] == list(range(64, 96))
 
 
+def test_consume_queue_tail_is_served_from_memory_then_written_by_the_flush(tmp_path: Path) -> None:
+    store = make_store(tmp_path, flush_interval_ms=60_000)  # no periodic flush during the test
+    try:
+        for i in range(100):  # crosses a 64-entry ConsumeQueue segment
+            put(store, "TL", 0, str(i).encode())
+        cq = store._queues[("TL", 0)]
+        cq_dir = tmp_path / "consumequeue" / "TL" / "0"
+        assert not cq_dir.exists() or sum(f.stat().st_size for f in cq_dir.iterdir()) == 0, \
+            "entries of plain appends stay in memory until the flush"
+        msgs = decode_stored_messages(pull_all(store, "TL", 0, batch=7))
+        assert [int(m.body) for m in msgs] == list(range(100))
+        store._flush_queues_and_checkpoint()
+        assert sum(f.stat().st_size for f in cq_dir.iterdir()) == 100 * 20
+        for i in range(100, 110):  # part in the files, part in memory: one read spans both
+            put(store, "TL", 0, str(i).encode())
+        g = store.get_messages("TL", 0, 96, 32)
+        assert [int(m.body) for m in decode_stored_messages(g.body)] == list(range(96, 110))
+        store.truncate_commit_log(store._queues[("TL", 0)].entry(105)[0])  # type: ignore[index]
+        assert cq.max_index == 105
+        assert [int(m.body) for m in decode_stored_messages(pull_all(store, "TL", 0, start=90))] == \
+            list(range(90, 105))
+    finally:
+        store.shutdown()
+    reopened = make_store(tmp_path)
+    try:
+        msgs = decode_stored_messages(pull_all(reopened, "TL", 0))
+        assert [int(m.body) for m in msgs] == list(range(105))
+    finally:
+        reopened.shutdown()
+
+
+def test_crash_loses_only_the_in_memory_tail_and_recovery_rebuilds_it(tmp_path: Path) -> None:
+    store = make_store(tmp_path, flush_interval_ms=60_000)
+    for i in range(50):
+        put(store, "CR", 1, str(i).encode())
+    store._flush_queues_and_checkpoint()
+    for i in range(50, 80):
+        put(store, "CR", 1, str(i).encode())
+    store._crash()  # the 30 newest entries were only in memory; their records are in the CommitLog
+    reopened = make_store(tmp_path)
+    try:
+        msgs = decode_stored_messages(pull_all(reopened, "CR", 1))
+        assert [int(m.body) for m in msgs] == list(range(80))
+    finally:
+        reopened.shutdown()
+
+
 def test_interleaved_queues_read_back_in_order(store: MessageStore) -> None:
     for i in range(200):
         put(store, "IL", i % 5, f"{i}".encode())

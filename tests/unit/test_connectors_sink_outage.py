@@ -1,0 +1,162 @@
+"""The sink's retry rules without a broker: a target that is down blocks and retries (no failure
+recorded, ``maxRetries`` not applied) until ``retryTimeoutMs``; a message the live target refuses gets
+``maxRetries`` and is then recorded. The real-process counterpart (every target broker killed for
+30 s under a running job) is tests/spark/test_fault_tolerance.py::test_target_outage_blocks_and_retries.
+
+The producer and admin are fakes and the clock is driven by the fake sleep, so nothing waits."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from types import SimpleNamespace
+
+import pytest
+
+import connectors.sink as sink
+from broker_store.client import Message, MessageQueue, SendResult
+from broker_store.client.records import SendStatus
+from broker_store.protocol.codes import ResponseCode
+from broker_store.protocol.errors import (
+    MessageIllegalError,
+    RocketMQError,
+    TopicNotExistError,
+    TransportError,
+)
+from connectors.errors import TargetUnavailableError
+from connectors.offsets import QueueKey
+
+TOPIC = "T"
+QUEUE = MessageQueue(TOPIC, "dst-a", 0)
+SOURCE = QueueKey(TOPIC, "src-a", 0)
+
+
+class FakeProducer:
+    """Answers each send with the next outcome of ``script`` (an exception or None = stored)."""
+
+    def __init__(self, script: Callable[[int], RocketMQError | None]) -> None:
+        self.script = script
+        self.calls = 0
+        self.offset = 0
+
+    def writable_queues(self, topic: str) -> list[MessageQueue]:
+        return [QUEUE]
+
+    def _answer(self, messages: Sequence[Message], queue: MessageQueue) -> Future[SendResult]:
+        future: Future[SendResult] = Future()
+        error = self.script(self.calls)
+        self.calls += 1
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(SendResult(SendStatus.SEND_OK, "", "", queue, self.offset))
+            self.offset += len(messages)
+        return future
+
+    def send_async(self, message: Message, queue: MessageQueue, *, timeout: float) -> Future[SendResult]:
+        return self._answer([message], queue)
+
+    def send_batch_async(self, messages: Sequence[Message], queue: MessageQueue, *,
+                         timeout: float) -> Future[SendResult]:
+        return self._answer(messages, queue)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(sink, "_sleep", fake.sleep)
+    monkeypatch.setattr(sink, "_monotonic", lambda: fake.now)
+    return fake
+
+
+def _writer(monkeypatch: pytest.MonkeyPatch, producer: FakeProducer, *, brokers_registered: bool = True,
+            **options: object) -> sink._PartitionWriter:
+    table = {"dst-a": object()} if brokers_registered else {}
+    admin = SimpleNamespace(cluster_info=lambda: SimpleNamespace(broker_addr_table=table))
+    monkeypatch.setattr(sink, "_executor_producer", lambda _o: producer)
+    monkeypatch.setattr(sink, "_executor_admin", lambda _n: admin)
+    base = dict(namesrv="127.0.0.1:1", target_cluster="dst", source_cluster="src", max_retries=2,
+                retry_backoff_ms=100, retry_timeout_ms=60_000, retry_backoff_max_ms=2_000)
+    return sink._PartitionWriter(sink.SinkOptions(**{**base, **options}))  # type: ignore[arg-type]
+
+
+def _send(writer: sink._PartitionWriter, count: int = 3) -> sink.ReplicationCommitMessage:
+    for offset in range(count):
+        body = f"m{offset}".encode()
+        item = sink._Item(source=SOURCE, queue_offset=offset, body=body, message=Message(TOPIC, body),
+                          born_ms=0, store_ms=0, offset_msg_id=f"id{offset}", source_properties={},
+                          tags=None, keys=None)
+        writer._append(TOPIC, writer.placement.place(TOPIC, SOURCE), item)
+    return writer.finish()
+
+
+def _down(attempt: int) -> RocketMQError:
+    return TransportError(f"connection refused (attempt {attempt})")
+
+
+def test_target_down_blocks_past_max_retries_then_delivers(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> None:
+    producer = FakeProducer(lambda n: _down(n) if n < 12 else None)  # 12 failures >> maxRetries=2
+    result = _send(_writer(monkeypatch, producer))
+    assert result.failures == () and result.delivered == 3
+    assert result.target_unavailable_retries == 12
+    assert result.offset_map[0].target_first_offset == 0 and result.offset_map[0].messages == 3
+    # doubling backoff from retryBackoffMs, capped at retryBackoffMaxMs
+    assert clock.sleeps[:6] == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0] and max(clock.sleeps) == 2.0
+
+
+def test_no_broker_registered_counts_as_unavailable(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> None:
+    """Every target broker down and expired from the name servers: the route look-up says
+    TOPIC_NOT_EXIST; that is an outage, not a refused message."""
+    gone = TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST, "no route")
+    producer = FakeProducer(lambda n: gone if n < 6 else None)
+    result = _send(_writer(monkeypatch, producer, brokers_registered=False))
+    assert result.failures == () and result.delivered == 3 and result.target_unavailable_retries == 6
+
+
+def test_refused_by_a_live_target_gets_max_retries_then_is_recorded(monkeypatch: pytest.MonkeyPatch,
+                                                                    clock: FakeClock) -> None:
+    missing = TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST, "no route")
+    producer = FakeProducer(lambda n: missing)
+    result = _send(_writer(monkeypatch, producer, brokers_registered=True))
+    assert result.delivered == 0 and result.target_unavailable_retries == 0
+    assert [f.queue_offset for f in result.failures] == [0, 1, 2]
+    assert {f.attempts for f in result.failures} == {3}  # first attempt + maxRetries=2
+    illegal = FakeProducer(lambda n: MessageIllegalError(ResponseCode.MESSAGE_ILLEGAL, "too big"))
+    result = _send(_writer(monkeypatch, illegal))
+    assert len(result.failures) == 3 and all("MessageIllegal" in f.error for f in result.failures)
+
+
+def test_outage_longer_than_retry_timeout_fails_the_task(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> None:
+    producer = FakeProducer(_down)
+    writer = _writer(monkeypatch, producer, retry_timeout_ms=30_000)
+    with pytest.raises(TargetUnavailableError, match="retryTimeoutMs 30000") as raised:
+        _send(writer)
+    assert isinstance(raised.value.__cause__, TransportError)
+    assert 29.9 <= sum(clock.sleeps) <= 30.0 + 1e-6  # the last wait is cut to the budget
+
+
+def test_placement_survives_a_broker_group_missing_from_the_route(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While one target broker group is down (or restarted before the other), the route lists only part
+    of the topic's queues; a task starting then must not move source queues to other target queues."""
+    monkeypatch.setattr(sink, "_seen_target_queues", {})
+    full = [MessageQueue(TOPIC, broker, q) for broker in ("dst-a", "dst-b") for q in range(4)]
+    producer = FakeProducer(lambda n: None)
+    monkeypatch.setattr(producer, "writable_queues", lambda topic: full)
+    sources = [QueueKey(TOPIC, broker, q) for broker in ("src-a", "src-b") for q in range(4)]
+    before = [_writer(monkeypatch, producer).placement.place(TOPIC, s) for s in sources]
+    monkeypatch.setattr(producer, "writable_queues", lambda topic: full[:4])  # dst-b not registered
+    during = [_writer(monkeypatch, producer).placement.place(TOPIC, s) for s in sources]
+    assert during == before and {q.broker_name for q in during} == {"dst-a", "dst-b"}
+    grown = [*full, MessageQueue(TOPIC, "dst-c", 0)]  # a real change of the topic is taken as is
+    monkeypatch.setattr(producer, "writable_queues", lambda topic: grown)
+    assert _writer(monkeypatch, producer).placement._target_queues(TOPIC) == sorted(grown)
