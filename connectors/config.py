@@ -37,7 +37,6 @@ import os
 import re
 import string
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
@@ -46,6 +45,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.message import validate_topic
 from connectors.errors import ConfigError, CredentialError
@@ -100,13 +100,26 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-@dataclass(frozen=True)
-class Credentials:
-    """An ACL access key / secret key pair, resolved from the environment at use time."""
-
-    access_key: str
-    secret_key: str = field(repr=False)
-    """Never printed (``repr=False``); never written to config, logs or Spark options by us."""
+def resolve_credentials(access_key_env: str | None, secret_key_env: str | None, *, fields: tuple[str, str],
+                        environ: Mapping[str, str] | None = None) -> SessionCredentials | None:
+    """ACL credentials from the environment variables NAMED by the two arguments (both or neither);
+    ``None`` without ACL. Raises ``CredentialError`` naming the field (``fields``: the names of the
+    two settings as the user wrote them) and the variable when one is missing, unset or empty.
+    The resolved secret is never written to config, logs or Spark options: it travels to executors
+    only inside the pickled reader / writer (``SessionCredentials`` masks it in ``repr``)."""
+    if access_key_env is None and secret_key_env is None:
+        return None
+    if access_key_env is None or secret_key_env is None:
+        missing = fields[1] if secret_key_env is None else fields[0]
+        raise CredentialError(f"{fields[0]} and {fields[1]} must be set together", field=missing)
+    env = os.environ if environ is None else environ
+    values = []
+    for name, var in zip(fields, (access_key_env, secret_key_env), strict=True):
+        value = env.get(var)
+        if not value:
+            raise CredentialError(f"environment variable {var} is not set (or empty)", field=name)
+        values.append(value)
+    return SessionCredentials(access_key=values[0], secret_key=values[1])
 
 
 class ClusterConfig(_Model):
@@ -173,22 +186,15 @@ class ClusterConfig(_Model):
             raise _field_error(missing, "access_key_env and secret_key_env must be set together")
         return self
 
-    def credentials(self, environ: Mapping[str, str] | None = None) -> Credentials | None:
+    def credentials(self, environ: Mapping[str, str] | None = None) -> SessionCredentials | None:
         """The cluster's credentials read from ``environ`` (default ``os.environ``); ``None`` without ACL.
+        Every client the jobs open on this cluster signs its requests with them (``protocol.acl``).
 
         Raises ``CredentialError`` naming the variable when it is unset or empty.
         """
-        if self.access_key_env is None or self.secret_key_env is None:
-            return None
-        env = os.environ if environ is None else environ
-        values = []
-        for attr, var in (("access_key_env", self.access_key_env), ("secret_key_env", self.secret_key_env)):
-            value = env.get(var)
-            if not value:
-                raise CredentialError(f"environment variable {var} is not set (or empty)",
-                                      field=f"clusters[{self.name}].{attr}")
-            values.append(value)
-        return Credentials(access_key=values[0], secret_key=values[1])
+        where = f"clusters[{self.name}]."
+        return resolve_credentials(self.access_key_env, self.secret_key_env, environ=environ,
+                                   fields=(where + "access_key_env", where + "secret_key_env"))
 
 
 class ExplicitTopic(_Model):

@@ -59,6 +59,10 @@ options win)::
     failurePolicy      dismiss | custom                                failureHook    "module:function"
     deltaLocation, link   the link's tables (<deltaLocation>/<link>)  checkpointLocation  (writeStream's)
     producerGroup      default PID_RMQ_SYS_REPLICATOR_<link>           autoCreateTopic  default true
+    accessKeyEnv, secretKeyEnv              NAMES of environment variables with the target's ACL keys
+    sourceAccessKeyEnv, sourceSecretKeyEnv  the same for sourceNamesrv (default with config+link: the
+                       clusters' access_key_env / secret_key_env). Read on the driver; the keys reach
+                       executors inside the pickled writer, never as Spark options
 
 Property handling (``target_properties``): every user and system property is copied, except those a
 broker or client generates for the cluster it is on, or that would make the target act on the message
@@ -91,10 +95,11 @@ from pyspark.sql.types import StructType
 
 from broker_store.client import Admin, Message, MessageQueue, Producer, SendResult
 from broker_store.client.route_cache import subscribe_queues
+from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import RequestTimeoutError, RocketMQError
 from broker_store.protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from connectors import loop_guard
-from connectors.config import FailurePolicy, TopicMappingConfig, load_replicator_config
+from connectors.config import FailurePolicy, TopicMappingConfig, load_replicator_config, resolve_credentials
 from connectors.errors import ConfigError, OffsetFormatError, ReplicatorError, TargetUnavailableError
 from connectors.failure_policy import apply_failure_policy, load_failure_hook
 from connectors.offsets import QueueKey, SourceOffset
@@ -227,6 +232,10 @@ class SinkOptions:
     checkpoint_location: str | None = None
     producer_group: str = f"{DEFAULT_PRODUCER_GROUP_PREFIX}spark"
     auto_create_topic: bool = True
+    credentials: SessionCredentials | None = None
+    """ACL identity for the target cluster; None = no ACL."""
+    source_credentials: SessionCredentials | None = None
+    """ACL identity for ``source_namesrv`` (queue-count look-ups); None = no ACL."""
 
     @property
     def label(self) -> str:
@@ -249,7 +258,9 @@ class SinkOptions:
                 max_retries=link.max_retries, retry_backoff_ms=link.retry_backoff_ms,
                 retry_timeout_ms=link.retry_timeout_ms, retry_backoff_max_ms=link.retry_backoff_max_ms,
                 failure_policy=link.failure_policy, failure_hook=link.failure_hook,
-                delta_location=link.delta_location, checkpoint_location=link.checkpoint_location)
+                delta_location=link.delta_location, checkpoint_location=link.checkpoint_location,
+                credentials=replicator.cluster(link.target).credentials(),
+                source_credentials=replicator.cluster(link.source).credentials())
         for key, name in (("namesrv", "namesrv"), ("targetcluster", "target_cluster"),
                           ("sourcecluster", "source_cluster"), ("sourcenamesrv", "source_namesrv"),
                           ("topic", "topic"), ("deltalocation", "delta_location"),
@@ -281,6 +292,11 @@ class SinkOptions:
             parsed = parse_int(opts, key, None, minimum=minimum)
             if parsed is not None:
                 values[name] = parsed
+        for ak_option, sk_option, name in (("accessKeyEnv", "secretKeyEnv", "credentials"),
+                                           ("sourceAccessKeyEnv", "sourceSecretKeyEnv", "source_credentials")):
+            ak, sk = opts.get(ak_option.lower()), opts.get(sk_option.lower())
+            if ak is not None or sk is not None:
+                values[name] = resolve_credentials(ak, sk, fields=(ak_option, sk_option))
         values["preserve_queues"] = parse_bool(opts, "preserveQueues", values.get("preserve_queues", True))
         values["auto_create_topic"] = parse_bool(opts, "autoCreateTopic", True)
         if link_name:
@@ -307,28 +323,28 @@ class SinkOptions:
 
 _client_lock = threading.Lock()
 _producers: dict[tuple[Any, ...], Producer] = {}
-_admins: dict[str, Admin] = {}
+_admins: dict[tuple[str, SessionCredentials | None], Admin] = {}
 
 
 def _executor_producer(o: SinkOptions) -> Producer:
     """The executor process's Producer for these target settings (kept across tasks). Its own retries
     are off: the sink retries with its backoff policy and pins the queue."""
-    key = (o.namesrv, o.producer_group, o.send_timeout_ms, o.auto_create_topic)
+    key = (o.namesrv, o.producer_group, o.send_timeout_ms, o.auto_create_topic, o.credentials)
     with _client_lock:
         producer = _producers.get(key)
         if producer is None:
             producer = Producer(o.namesrv, o.producer_group, send_timeout=o.send_timeout_ms / 1000,
                                 retry_times_when_send_failed=0, max_message_size=CLIENT_MAX_MESSAGE_SIZE,
-                                auto_create_topic=o.auto_create_topic)
+                                auto_create_topic=o.auto_create_topic, credentials=o.credentials)
             _producers[key] = producer
         return producer
 
 
-def _executor_admin(namesrv: str) -> Admin:
+def _executor_admin(namesrv: str, credentials: SessionCredentials | None) -> Admin:
     with _client_lock:
-        admin = _admins.get(namesrv)
+        admin = _admins.get((namesrv, credentials))
         if admin is None:
-            admin = _admins[namesrv] = Admin(namesrv)
+            admin = _admins[(namesrv, credentials)] = Admin(namesrv, credentials=credentials)
         return admin
 
 
@@ -433,7 +449,7 @@ class _TargetOutage:
         if not error.invalid_route:
             return False
         try:
-            info = _executor_admin(self.o.namesrv).cluster_info()
+            info = _executor_admin(self.o.namesrv, self.o.credentials).cluster_info()
         except RocketMQError:
             return True
         return not info.broker_addr_table
@@ -518,7 +534,8 @@ class _QueuePlacement:
             return None
         if topic not in self._source:
             try:
-                self._source[topic] = subscribe_queues(topic, _executor_admin(namesrv).topic_route(topic))
+                admin = _executor_admin(namesrv, self.options.source_credentials)
+                self._source[topic] = subscribe_queues(topic, admin.topic_route(topic))
             except RocketMQError as exc:
                 log.warning("cannot list source queues of %s (placement falls back to hashing): %s", topic, exc)
                 self._source[topic] = None

@@ -41,6 +41,9 @@ Options (case-insensitive)::
     deltaLocation, link   resume point from ``LinkTables.latest_offsets()`` when the checkpoint is new
     pullTimeoutMs         per-pull timeout (default 10000)
     rowFormat             arrow (default) | tuples: how read() hands rows to Spark (see ``read``)
+    accessKeyEnv, secretKeyEnv  NAMES of environment variables holding the source cluster's ACL keys
+                          (default with config+link: the cluster's access_key_env / secret_key_env).
+                          Read on the driver; every request is signed (``broker_store.protocol.acl``)
 """
 
 from __future__ import annotations
@@ -72,9 +75,15 @@ from pyspark.sql.types import StructType
 
 from broker_store.client import Admin, MessageQueue, PullConsumer, PullResult, PullStatus, StoredMessage
 from broker_store.client.route_cache import subscribe_queues
+from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import RocketMQError, TopicNotExistError
 from broker_store.protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, host_to_bytes
-from connectors.config import DEFAULT_CONSUMER_GROUP_PREFIX, TopicMappingConfig, load_replicator_config
+from connectors.config import (
+    DEFAULT_CONSUMER_GROUP_PREFIX,
+    TopicMappingConfig,
+    load_replicator_config,
+    resolve_credentials,
+)
 from connectors.errors import ConfigError, DataLossError, OffsetFormatError, ReplicatorError
 from connectors.offsets import QueueKey, SourceOffset
 from connectors.tables import LinkTables
@@ -225,6 +234,9 @@ class SourceOptions:
     link: str | None = None
     pull_timeout_ms: int = DEFAULT_PULL_TIMEOUT_MS
     row_format: str = "arrow"
+    credentials: SessionCredentials | None = None
+    """ACL identity for the source cluster (from the link's cluster or accessKeyEnv / secretKeyEnv),
+    resolved on the driver; reaches executors inside the pickled reader, never as a Spark option."""
 
     @classmethod
     def from_options(cls, raw: Mapping[str, str]) -> SourceOptions:
@@ -282,6 +294,11 @@ class SourceOptions:
             raise ConfigError(f"must be arrow or tuples, got {row_format!r}", field="rowFormat")
         starting = opts.get("startingoffsets", "latest").strip()
         _check_starting_offsets(starting)
+        if "accesskeyenv" in opts or "secretkeyenv" in opts:
+            credentials = resolve_credentials(opts.get("accesskeyenv"), opts.get("secretkeyenv"),
+                                              fields=("accessKeyEnv", "secretKeyEnv"))
+        else:
+            credentials = cluster_cfg.credentials() if link_cfg is not None else None
         return cls(
             namesrv=namesrv, selection=selection, cluster=cluster, tags=tags, starting_offsets=starting,
             max_messages_per_trigger=parse_int(opts, "maxMessagesPerTrigger", default_max, minimum=1),
@@ -293,7 +310,7 @@ class SourceOptions:
             delta_location=delta, link=link_name,
             pull_timeout_ms=parse_int(opts, "pullTimeoutMs", DEFAULT_PULL_TIMEOUT_MS, minimum=1)
             or DEFAULT_PULL_TIMEOUT_MS,
-            row_format=row_format,
+            row_format=row_format, credentials=credentials,
         )
 
 
@@ -391,18 +408,20 @@ def plan_ranges(start: SourceOffset, end: SourceOffset, min_partitions: int | No
 # -- executor side ---------------------------------------------------------------------------------
 
 _consumer_lock = threading.Lock()
-_consumers: dict[tuple[str, str, int], PullConsumer] = {}
+_consumers: dict[tuple[str, str, int, SessionCredentials | None], PullConsumer] = {}
 
 
-def _executor_consumer(namesrv: str, group: str, pull_timeout_ms: int) -> PullConsumer:
-    """The executor process's PullConsumer for (name servers, group); created on first use, kept for
-    the life of the Python worker (Spark reuses workers across tasks). No heartbeats: executors only
-    pull by offset, they are not group members."""
-    key = (namesrv, group, pull_timeout_ms)
+def _executor_consumer(namesrv: str, group: str, pull_timeout_ms: int,
+                       credentials: SessionCredentials | None = None) -> PullConsumer:
+    """The executor process's PullConsumer for (name servers, group, credentials); created on first use,
+    kept for the life of the Python worker (Spark reuses workers across tasks). No heartbeats: executors
+    only pull by offset, they are not group members."""
+    key = (namesrv, group, pull_timeout_ms, credentials)
     with _consumer_lock:
         consumer = _consumers.get(key)
         if consumer is None:
-            consumer = PullConsumer(namesrv, group, pull_timeout=pull_timeout_ms / 1000, heartbeat_interval=None)
+            consumer = PullConsumer(namesrv, group, pull_timeout=pull_timeout_ms / 1000, heartbeat_interval=None,
+                                    credentials=credentials)
             _consumers[key] = consumer
         return consumer
 
@@ -419,6 +438,7 @@ class PullSettings:
     fail_on_data_loss: bool
     pull_timeout_ms: int
     row_format: str = "arrow"
+    credentials: SessionCredentials | None = None
 
 
 def _lost(settings: PullSettings, partition: QueueRange, reason: str) -> None:
@@ -441,7 +461,8 @@ def pull_range(settings: PullSettings, partition: QueueRange,
     says where it starts, before the caller converts the messages just returned, so the broker's and
     the network's time overlaps the caller's Arrow work instead of adding to it.
     """
-    consumer = consumer or _executor_consumer(settings.namesrv, settings.group, settings.pull_timeout_ms)
+    consumer = consumer or _executor_consumer(settings.namesrv, settings.group, settings.pull_timeout_ms,
+                                              settings.credentials)
     mq = MessageQueue(partition.topic, partition.broker_name, partition.queue_id)
 
     def pull(at: int) -> PullResult:
@@ -602,7 +623,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         o = self.options
         self.settings = PullSettings(namesrv=o.namesrv, group=o.group, cluster=o.cluster, tags=o.tags,
                                      pull_batch_size=o.pull_batch_size, fail_on_data_loss=o.fail_on_data_loss,
-                                     pull_timeout_ms=o.pull_timeout_ms, row_format=o.row_format)
+                                     pull_timeout_ms=o.pull_timeout_ms, row_format=o.row_format,
+                                     credentials=o.credentials)
         self._state = _DriverState()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -618,7 +640,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def _admin(self) -> Admin:
         if self._state.admin is None:
-            self._state.admin = Admin(self.options.namesrv)
+            self._state.admin = Admin(self.options.namesrv, credentials=self.options.credentials)
         return self._state.admin
 
     def _reserved_names(self) -> list[str]:
@@ -733,7 +755,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not changed:
             return
         if self._state.committer is None:
-            self._state.committer = PullConsumer(self.options.namesrv, self.options.group, heartbeat_interval=None)
+            self._state.committer = PullConsumer(self.options.namesrv, self.options.group, heartbeat_interval=None,
+                                                 credentials=self.options.credentials)
         committer = self._state.committer
 
         def update(item: tuple[QueueKey, int]) -> tuple[QueueKey, int, RocketMQError | None]:

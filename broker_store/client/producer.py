@@ -34,6 +34,7 @@ from broker_store.client.runtime import SyncClient
 from broker_store.client.session import ClientSession, require_positive
 from broker_store.client.unique_id import UniqueIdGenerator, create_unique_id
 from broker_store.net.client import RemotingClient
+from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.codes import MSG_FLAG_COMPRESSED, RequestCode, ResponseCode
 from broker_store.protocol.errors import (
     BrokerResponseError,
@@ -126,7 +127,7 @@ class AsyncProducer:
                  default_topic: str = DEFAULT_TOPIC, default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
                  route_ttl: float = 30.0, fault_isolation: float = 10.0,
                  remoting: RemotingClient | None = None, clock: Callable[[], float] = time.monotonic,
-                 id_generator: UniqueIdGenerator | None = None) -> None:
+                 id_generator: UniqueIdGenerator | None = None, credentials: SessionCredentials | None = None) -> None:
         try:
             validate_topic(group)
         except ProtocolError as exc:
@@ -154,7 +155,7 @@ class AsyncProducer:
         self.default_topic_queue_nums = default_topic_queue_nums
         self._session = ClientSession(namesrv_addr, remoting=remoting, request_timeout=send_timeout,
                                       route_ttl=route_ttl, clock=clock, default_topic=default_topic,
-                                      default_topic_queue_nums=default_topic_queue_nums)
+                                      default_topic_queue_nums=default_topic_queue_nums, credentials=credentials)
         self._clock = clock
         self._faults = BrokerFaultTable(fault_isolation, clock)
         self._next_index: dict[str, int] = {}
@@ -343,7 +344,7 @@ class AsyncProducer:
                                                               allow_default=self.auto_create_topic)
         ext = self._header(message.topic, mq, properties, sys_flag, message.flag, batch=False)
         await self._session.remoting.invoke_oneway(
-            addr, RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=ext, body=body))
+            addr, self._session.sign(RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=ext, body=body)))
 
     def _choose(self, message: Message, queues: list[MessageQueue], queue: QueueChoice,
                 last_failed: str | None) -> MessageQueue:
@@ -375,7 +376,7 @@ class AsyncProducer:
             try:
                 addr = await routes.require_master_addr(topic, mq.broker_name,
                                                         allow_default=self.auto_create_topic)
-                resp = await self._session.remoting.invoke(addr, build(mq), remaining)
+                resp = await self._session.remoting.invoke(addr, self._session.sign(build(mq)), remaining)
                 status = SEND_STATUS_BY_CODE.get(resp.code)
                 if status is None:
                     raise error_for_response(resp.code, resp.remark, addr=addr)
@@ -430,7 +431,7 @@ class Producer(SyncClient[AsyncProducer]):
                  default_topic: str = DEFAULT_TOPIC, default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
                  route_ttl: float = 30.0, fault_isolation: float = 10.0,
                  clock: Callable[[], float] = time.monotonic, id_generator: UniqueIdGenerator | None = None,
-                 shared_runtime: bool = True) -> None:
+                 credentials: SessionCredentials | None = None, shared_runtime: bool = True) -> None:
         super().__init__(shared_runtime=shared_runtime)
         self._init_kwargs = dict(
             namesrv_addr=namesrv_addr, group=group, send_timeout=send_timeout,
@@ -438,7 +439,7 @@ class Producer(SyncClient[AsyncProducer]):
             compress_level=compress_level, max_message_size=max_message_size,
             auto_create_topic=auto_create_topic, default_topic=default_topic,
             default_topic_queue_nums=default_topic_queue_nums, route_ttl=route_ttl,
-            fault_isolation=fault_isolation, clock=clock, id_generator=id_generator)
+            fault_isolation=fault_isolation, clock=clock, id_generator=id_generator, credentials=credentials)
         # Validate the options now, on the caller's thread; the real core is built on start().
         self.send_timeout: float = AsyncProducer(**self._init_kwargs).send_timeout
 

@@ -103,9 +103,12 @@ class RouteCache:
     def __init__(self, namesrv_addrs: Sequence[str], *, remoting: RemotingClient | None = None,
                  ttl: float = 30.0, default_route_ttl: float = 5.0, request_timeout: float = 3.0,
                  default_topic: str = DEFAULT_TOPIC, default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 sign: Callable[[RemotingCommand], RemotingCommand] | None = None) -> None:
         self.namesrv_addrs = tuple(namesrv_addrs)
         self.remoting = remoting
+        self._sign = sign
+        """Adds ACL fields to each name-server request (the session's credentials), or None."""
         self.ttl = ttl
         self.default_route_ttl = default_route_ttl
         """A route borrowed from TBW102 is re-asked sooner: the broker registers the real one."""
@@ -132,6 +135,8 @@ class RouteCache:
             idx = (self._preferred_namesrv + i) % n
             addr = self.namesrv_addrs[idx]
             cmd = RemotingCommand(code=code, ext_fields=header.to_ext() if header else {}, body=body)
+            if self._sign is not None:
+                cmd = self._sign(cmd)
             try:
                 resp = await self.remoting.invoke(addr, cmd, timeout or self.request_timeout)
             except TransportError as exc:

@@ -17,6 +17,8 @@ from broker_store.client.route_cache import (
     parse_namesrv_addrs,
 )
 from broker_store.net.client import RemotingClient
+from broker_store.protocol.acl import SessionCredentials
+from broker_store.protocol.acl import sign as acl_sign
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import ConfigError, error_for_response
 from broker_store.protocol.frame import RemotingCommand
@@ -36,8 +38,11 @@ class ClientSession:
     def __init__(self, namesrv_addr: str | Sequence[str], *, remoting: RemotingClient | None = None,
                  request_timeout: float = 3.0, route_ttl: float = 30.0,
                  clock: Callable[[], float] = time.monotonic, default_topic: str = DEFAULT_TOPIC,
-                 default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS) -> None:
+                 default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
+                 credentials: SessionCredentials | None = None) -> None:
         require_positive("request_timeout", request_timeout)
+        self.credentials = credentials
+        """ACL identity every request of this client is signed with (``protocol.acl``); None = no ACL."""
         require_positive("route_ttl", route_ttl)
         self.namesrv_addrs = parse_namesrv_addrs(namesrv_addr)
         self.request_timeout = request_timeout
@@ -46,14 +51,22 @@ class ClientSession:
         self.remoting = remoting if remoting is not None else RemotingClient()
         self.routes = RouteCache(self.namesrv_addrs, remoting=self.remoting, ttl=route_ttl,
                                  request_timeout=request_timeout, clock=clock, default_topic=default_topic,
-                                 default_topic_queue_nums=default_topic_queue_nums)
+                                 default_topic_queue_nums=default_topic_queue_nums,
+                                 sign=self.sign if credentials is not None else None)
+
+    def sign(self, cmd: RemotingCommand) -> RemotingCommand:
+        """``cmd`` with this client's ACL fields (unchanged without credentials). Every request a client
+        sends goes through here, the name server's included, as Java's RPCHook sees them all."""
+        if self.credentials is not None:
+            acl_sign(cmd, self.credentials)
+        return cmd
 
     async def invoke(self, addr: str, code: int, header: Header | None = None, body: bytes = b"", *,
                      timeout: float | None = None, names: dict[str, str] | None = None,
                      accept: Collection[int] = _SUCCESS_ONLY) -> RemotingCommand:
         """Request/response to a broker; codes outside ``accept`` raise ``error_for_response``."""
         cmd = RemotingCommand(code=code, ext_fields=header.to_ext(names) if header else {}, body=body)
-        resp = await self.remoting.invoke(addr, cmd, self.request_timeout if timeout is None else timeout)
+        resp = await self.remoting.invoke(addr, self.sign(cmd), self.request_timeout if timeout is None else timeout)
         if resp.code not in accept:
             raise error_for_response(resp.code, resp.remark, addr=addr)
         return resp
@@ -61,7 +74,7 @@ class ClientSession:
     async def invoke_oneway(self, addr: str, code: int, header: Header | None = None, body: bytes = b"", *,
                             names: dict[str, str] | None = None) -> None:
         cmd = RemotingCommand(code=code, ext_fields=header.to_ext(names) if header else {}, body=body)
-        await self.remoting.invoke_oneway(addr, cmd)
+        await self.remoting.invoke_oneway(addr, self.sign(cmd))
 
     async def close(self) -> None:
         if self._owns_remoting:

@@ -118,3 +118,57 @@ def test_our_client_produces_and_cpp_client_consumes(tmp_path: Path) -> None:
         for m in pulled:
             body, keys, prop = sent[m["id"]]
             assert (bytes.fromhex(m["body"]), m["tags"], m["keys"], m["prop"]) == (body, "TagPy", keys, prop)
+
+
+CPP_SIGNED_SEND = textwrap.dedent("""
+    import sys
+    from rocketmq.client import Producer, Message
+    p = Producer("PID_CPP_ACL")
+    p.set_namesrv_addr(sys.argv[1])
+    p.set_session_credentials("cpp-access", "cpp-secret", "LOCAL")
+    p.start()
+    try:
+        m = Message("AclTopic")
+        m.set_body(b"x")
+        p.send_sync(m)
+    except Exception:
+        pass  # the recording name server knows no route; only the signed requests matter
+    p.shutdown()
+    print("[]")
+""")
+
+
+def test_acl_signatures_agree_with_the_cpp_client(tmp_path: Path) -> None:
+    """librocketmq signs its requests (AclClientRPCHook's scheme); our verifier accepts them with the
+    right secret only, so the client signer, which shares ``signature_input``, matches real clients."""
+    import asyncio
+    import threading
+
+    from broker_store.net.server import RemotingServer
+    from broker_store.protocol.acl import verify
+    from broker_store.protocol.codes import ResponseCode
+    from broker_store.protocol.frame import RemotingCommand
+
+    seen: list[RemotingCommand] = []
+
+    async def record(cmd: RemotingCommand, _conn: object) -> RemotingCommand:
+        seen.append(cmd)
+        return cmd.response(ResponseCode.TOPIC_NOT_EXIST, "no route (recording name server)")
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    server = RemotingServer(record)
+    try:
+        asyncio.run_coroutine_threadsafe(server.start(), loop).result(10)
+        run_cpp(CPP_SIGNED_SEND, f"127.0.0.1:{server.port}", cwd=tmp_path)
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+    assert seen, "the C++ client sent nothing"
+    for cmd in seen:
+        assert cmd.ext_fields["AccessKey"] == "cpp-access"
+        assert verify(cmd, "cpp-secret"), cmd.ext_fields
+        assert not verify(cmd, "wrong-secret")

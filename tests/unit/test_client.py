@@ -831,3 +831,30 @@ def test_read_only_topic_refuses_every_send_with_topic_not_exist(cluster: Cluste
                 producer.send(new_message("ro", b"x"))
             with pytest.raises(TopicNotExistError, match="no writable queue"):
                 producer.send_batch([new_message("ro", b"x"), new_message("ro", b"y")])
+
+
+def test_credentials_sign_every_request_to_name_server_and_brokers(cluster: Cluster) -> None:
+    from broker_store.protocol.acl import SessionCredentials, verify
+
+    creds = SessionCredentials("replicator", "s3cret")
+    with Producer(cluster.namesrv.addr, credentials=creds) as producer:
+        producer.send(new_message("t", b"x"))
+        producer.send_batch([new_message("t", b"y"), new_message("t", b"z")], MessageQueue("t", "broker-a", 1))
+        clone = pickle.loads(pickle.dumps(producer))  # executors get the credentials with the client
+    with clone:
+        clone.send(new_message("t", b"w"))
+    with PullConsumer(cluster.namesrv.addr, "g", credentials=creds) as consumer:
+        consumer.pull(MessageQueue("t", "broker-a", 1), 0, 8)
+        consumer.update_consumer_offset(MessageQueue("t", "broker-a", 1), 2)
+    with Admin(cluster.namesrv.addr, credentials=creds) as admin:
+        admin.max_offset(MessageQueue("t", "broker-b", 0))
+    requests = [*cluster.namesrv.requests, *cluster.a.requests, *cluster.b.requests]
+    codes = {r.code for r in requests}
+    assert {RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
+            RequestCode.PULL_MESSAGE, RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.GET_MAX_OFFSET} <= codes
+    for r in requests:
+        assert r.ext_fields.get("AccessKey") == "replicator", r
+        assert verify(r, "s3cret"), r
+    with Producer(cluster.namesrv.addr) as plain:  # no credentials: no ACL fields at all
+        plain.send(new_message("t", b"x"))
+    assert "Signature" not in cluster.namesrv.requests[-1].ext_fields

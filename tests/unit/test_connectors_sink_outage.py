@@ -84,7 +84,7 @@ def _writer(monkeypatch: pytest.MonkeyPatch, producer: FakeProducer, *, brokers_
     table = {"dst-a": object()} if brokers_registered else {}
     admin = SimpleNamespace(cluster_info=lambda: SimpleNamespace(broker_addr_table=table))
     monkeypatch.setattr(sink, "_executor_producer", lambda _o: producer)
-    monkeypatch.setattr(sink, "_executor_admin", lambda _n: admin)
+    monkeypatch.setattr(sink, "_executor_admin", lambda _n, _c: admin)
     base = dict(namesrv="127.0.0.1:1", target_cluster="dst", source_cluster="src", max_retries=2,
                 retry_backoff_ms=100, retry_timeout_ms=60_000, retry_backoff_max_ms=2_000)
     return sink._PartitionWriter(sink.SinkOptions(**{**base, **options}))  # type: ignore[arg-type]

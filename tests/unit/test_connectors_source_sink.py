@@ -92,3 +92,42 @@ def test_read_offset_log(tmp_path: Path) -> None:
     assert read_offset_log(f"file:{tmp_path}", 3) == offsets
     assert read_offset_log(str(tmp_path), 4) is None
     assert read_offset_log("hdfs://nn/x", 3) is None
+
+
+def test_acl_credentials_come_from_the_named_environment_variables(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import yaml
+
+    from broker_store.protocol.acl import SessionCredentials
+    from connectors.errors import CredentialError
+
+    config = tmp_path / "replicator.yaml"
+    config.write_text(yaml.safe_dump({
+        "clusters": [{"name": "A", "namesrv": "127.0.0.1:9876", "access_key_env": "T_SRC_AK",
+                      "secret_key_env": "T_SRC_SK"},
+                     {"name": "B", "namesrv": "127.0.0.1:9886", "access_key_env": "T_DST_AK",
+                      "secret_key_env": "T_DST_SK"}],
+        "links": [{"name": "ab", "source": "A", "target": "B", "topics": {"explicit": [{"source": "T"}]},
+                   "checkpoint_location": str(tmp_path / "cp"), "delta_location": str(tmp_path / "d")}]}))
+    opts = {"config": str(config), "link": "ab"}
+    with pytest.raises(CredentialError, match="T_SRC_AK is not set") as err:
+        SourceOptions.from_options(opts)
+    assert err.value.field == "clusters[A].access_key_env"
+    for var, value in (("T_SRC_AK", "src-ak"), ("T_SRC_SK", "src-secret"), ("T_DST_AK", "dst-ak"),
+                       ("T_DST_SK", "dst-secret")):
+        monkeypatch.setenv(var, value)
+    source = SourceOptions.from_options(opts)
+    sink = SinkOptions.from_options(opts)
+    assert source.credentials == SessionCredentials("src-ak", "src-secret")
+    assert (sink.credentials, sink.source_credentials) == (SessionCredentials("dst-ak", "dst-secret"),
+                                                           SessionCredentials("src-ak", "src-secret"))
+    # resolved on the driver, they travel pickled with the reader/writer and never show in a repr
+    assert pickle.loads(pickle.dumps(sink)).credentials == sink.credentials
+    assert "secret" not in repr(source).replace("secret_key", "") + repr(sink).replace("secret_key", "")
+    # plain options name the variables too; a missing one is named
+    direct = SourceOptions.from_options({"namesrv": "h:1", "topics": "T", "cluster": "A",
+                                         "accessKeyEnv": "T_DST_AK", "secretKeyEnv": "T_DST_SK"})
+    assert direct.credentials == SessionCredentials("dst-ak", "dst-secret")
+    with pytest.raises(CredentialError, match="must be set together") as err:
+        SinkOptions.from_options({"namesrv": "h:1", "targetCluster": "B", "sourceAccessKeyEnv": "T_SRC_AK"})
+    assert err.value.field == "sourceSecretKeyEnv"
