@@ -39,21 +39,38 @@ it is the number compared with the disk's. Targets: single >= 20k msg/s, batched
 pull >= 200k msg/s, RSS <= 300 MB after 10 GiB. Processes and data are always removed at exit
 (also on Ctrl-C). Exit status 0 whether or not targets are met; 1 on a failed run.
 
-Summary (2-vCPU VM, Python 3.11 + uvloop, client and broker sharing the two cores, otherwise idle):
+Results. These machines are shared VMs: the same code measured 30-40 % apart between runs of one
+day, so compare numbers taken side by side in one session only. 2026-11-23, 2 vCPUs, Python 3.11.7 +
+uvloop, client and broker sharing the cores (``make bench``, full run)::
 
     measure                                   result          target
-    produce 1 KiB single, 16 producers        ~14k msg/s      >= 20k   (p50 1.0 ms, p99 2.3 ms)
-    produce 1 KiB batched x128                ~120k msg/s     >= 100k
-    pull 1 KiB, 256 per pull, 8 queues        ~195k msg/s     >= 200k
-    broker RSS after 10 GiB written           ~46 MB          <= 300 MB
-    disk, sequential write + fsync            ~300 MB/s       (the broker appends 5-45 % of it)
+    produce 1 KiB single, 16 producers        9.0k msg/s      >= 20k   (p50 1.4 ms, p99 5.3 ms)  MISSED
+    produce 1 KiB batched x128                79k msg/s       >= 100k  (103k in a --quick run)  MISSED
+    pull 1 KiB, 256 per pull, 8 queues        112k msg/s      >= 200k  (162k in a --quick run)  MISSED
+    broker RSS after 10 GiB written           45 MB           <= 300 MB                         OK
+    disk, sequential write + fsync            248 MB/s        (batched sends append 38 % of it)
 
-* Single sends are CPU-bound, split about evenly between the Python client and the broker: the
-  broker's capacity is ~21k msg/s per core (~35 us of CPU per send in process), so 20k msg/s needs
-  a core for the broker and more for the clients than this machine has.
-* Batched sends cost the broker ~5.5 us per message (capacity ~175k msg/s per core).
-* Pull is bound by the client decoding StoredMessages (~4 us each); the broker serves ~470k msg/s
-  per core.
+An earlier session measured 14k / 120k / 195k msg/s on a quieter machine. Before/after the store and
+codec hot-path work (consume-queue tail in memory, batch split without copies, inlined pull decoding),
+interleaved in one session, ``--quick --skip rss --seconds 6``, old = 388d092, new = 16d905c:
+single 8.0k, 10.3k -> 9.6k, 9.4k (no change beyond noise); batched 69k, 83k -> 87k, 103k (+25 %);
+pull 87k, 83k -> 118k, 162k (+40-90 %).
+
+Where the time goes (CPU columns of the run above and a py-spy profile):
+
+* Single sends are not CPU-bound here: broker 61 %, clients 65 % of a core, the machine 1.5 of 2 cores
+  busy. 16 sends in flight at 1.4 ms each is the ceiling (16 / 1.4 ms = 11k/s): each round trip pays
+  two cross-process wake-ups on a 2-vCPU VM with four busy processes. py-spy on the broker during this
+  phase (``py-spy record --pid <broker> -r 200 -d 6``, 963 samples): 42 % in ``transport.write`` of
+  the responses (the loopback TCP send syscall, which also wakes the client), 27 % handling requests
+  (send processor 16 %, CommitLog/ConsumeQueue put 11 %), 8 % frame and JSON-header decoding, ~15 %
+  waiting in epoll. So the broker's ~68 us per send is mostly kernel work per response; 20k msg/s
+  with 16 producers needs fewer syscalls per message (larger batches of responses) or faster wake-ups,
+  not a leaner Python path.
+* Batched sends cost the broker ~9 us per message (capacity ~110k msg/s per core); the two client
+  processes (85 % CPU) encoding 128-message batches are the other half.
+* Pull is bound by the client building a StoredMessage per message (~8 us with the Python decoder,
+  120-150 % CPU across the two client cores); the broker serves ~240-490k msg/s per core.
 * RSS stays flat because the store uses pread/pwrite, never mmap: the page cache is not charged to
   the broker.
 """

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, StoredMessage
+from broker_store.client import Admin, MessageQueue, Producer, StoredMessage
 from broker_store.config import BrokerConfig, NamesrvConfig
 from broker_store.launcher import ManagedProcess
+from tests.spark.spark_processes import read_topic
 
 DST_MAX_MESSAGE_SIZE = 2 * 1024 * 1024
 SRC_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
@@ -46,21 +46,7 @@ class Cluster:
 
     def read_all(self, topic: str) -> dict[MessageQueue, list[StoredMessage]]:
         """Every message of every queue of ``topic``, in queue order."""
-        out: dict[MessageQueue, list[StoredMessage]] = {}
-        with PullConsumer(self.namesrv, f"CID_TEST_{uuid.uuid4().hex[:8]}", heartbeat_interval=None) as c:
-            for mq in self.queues(topic):
-                offset = self.admin.min_offset(mq)
-                end = self.admin.max_offset(mq)
-                msgs: list[StoredMessage] = []
-                while offset < end:
-                    r = c.pull(mq, offset, 256)
-                    if r.status is PullStatus.FOUND:
-                        msgs.extend(r.messages)
-                    elif r.status is not PullStatus.NO_MATCHED_MSG:
-                        raise AssertionError(f"{mq}: unexpected {r.status} at {offset}")
-                    offset = r.next_begin_offset
-                out[mq] = msgs
-        return out
+        return read_topic(self.namesrv, self.queues(topic))
 
     def count(self, topic: str) -> int:
         return sum(self.admin.max_offset(mq) - self.admin.min_offset(mq) for mq in self.queues(topic))
