@@ -448,6 +448,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-latency", action="store_true", help="skip (c)")
     p.add_argument("--max-in-flight", type=int, default=4, help="the links' max_in_flight (default 4, as a link)")
     p.add_argument("--master", default="local[2]")
+    p.add_argument("--row-format", default="raw", choices=("raw", "arrow", "tuples"),
+                   help="the source's rowFormat (the job uses raw)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
     p.add_argument("--py-spy", metavar="FILE", default=None,
                    help="record the Spark JVM's Python processes with py-spy (raw collapsed stacks) during (b)")
@@ -519,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
               + ", ".join(f"{k}={v}" for k, v in interesting), flush=True)
 
         t0 = time.monotonic()
-        q = start_link(spark, str(config_path), config, "bench-warm", available_now=True)
+        q = start_link(spark, str(config_path), config, "bench-warm", available_now=True,
+                       row_format=args.row_format)
         queries.append(q)
         wait_for(admin_dst, qs[TOPIC_WARM][1], warm_n, 300, q)
         q.awaitTermination(300)
@@ -532,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
         spy = start_py_spy(args.py_spy) if args.py_spy else None
         cpu0 = cpu_snapshot(labels)
         t0 = time.monotonic()
-        q = start_link(spark, str(config_path), config, "bench-main", available_now=True)
+        q = start_link(spark, str(config_path), config, "bench-main", available_now=True,
+                       row_format=args.row_format)
         queries.append(q)
         t_done = wait_for(admin_dst, qs[TOPIC_MAIN][1], n, 1800, q)
         cpu1 = cpu_snapshot(labels)
@@ -564,7 +568,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         # (c) latency at half of (b)'s rate
         rate = 0.5 * b_rate
-        q = start_link(spark, str(config_path), config, "bench-lat", available_now=False)
+        q = start_link(spark, str(config_path), config, "bench-lat", available_now=False,
+                       row_format=args.row_format)
         queries.append(q)
         time.sleep(max(3.0, 2 * args.trigger))  # let the first (empty) batches pass
         cpu0 = cpu_snapshot(labels)

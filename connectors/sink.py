@@ -96,8 +96,8 @@ from pyspark.sql.types import StructType
 from broker_store.client import Admin, Message, MessageQueue, Producer, SendResult
 from broker_store.client.route_cache import subscribe_queues
 from broker_store.protocol.acl import SessionCredentials
-from broker_store.protocol.errors import RequestTimeoutError, RocketMQError
-from broker_store.protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from broker_store.protocol.errors import ProtocolError, RequestTimeoutError, RocketMQError
+from broker_store.protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, decode_stored_messages
 from connectors import loop_guard
 from connectors.config import FailurePolicy, TopicMappingConfig, load_replicator_config, resolve_credentials
 from connectors.errors import ConfigError, OffsetFormatError, ReplicatorError, TargetUnavailableError
@@ -121,11 +121,14 @@ from connectors.source import (
     COL_PROPERTIES,
     COL_QUEUE_ID,
     COL_QUEUE_OFFSET,
+    COL_RECORDS,
     COL_SOURCE_CLUSTER,
     COL_STORE_TS,
     COL_TAGS,
     COL_TARGET_TOPIC,
     COL_TOPIC,
+    _offset_msg_id_prefix,
+    freeze_worker_heap,
     parse_bool,
     parse_int,
 )
@@ -136,6 +139,8 @@ log = logging.getLogger(__name__)
 
 REQUIRED_COLUMNS = (COL_TOPIC, COL_BROKER, COL_QUEUE_ID, COL_QUEUE_OFFSET, COL_BODY)
 """Columns the sink cannot work without; ``properties`` (or at least tags/keys) should be there too."""
+RAW_REQUIRED_COLUMNS = (COL_TOPIC, COL_BROKER, COL_QUEUE_ID, COL_RECORDS)
+"""The same for the source's ``rowFormat=raw`` rows (records decoded by the sink)."""
 
 DROPPED_PROPERTIES = frozenset({
     "CLUSTER",                      # the target broker stamps its own cluster name when it stores
@@ -635,6 +640,47 @@ class _PartitionWriter:
         offset_ids = col(COL_OFFSET_MSG_ID) or msg_ids
         clusters = none if self.o.source_cluster else (col(COL_SOURCE_CLUSTER) or none)
         targets = col(COL_TARGET_TOPIC) or none
+        self._add_rows(n, topics, brokers, qids, offsets, bodies, props_col, tags_col, keys_col, flags, born, stored,
+                       msg_ids, offset_ids, clusters, targets)
+
+    def add_raw_batch(self, rb: pa.RecordBatch) -> None:
+        """Turn one Arrow batch of raw rows (``rowFormat=raw``: a pull's stored records per row) into
+        sends: each row's records are decoded here and go through the same per-message path."""
+        names = rb.schema.names
+
+        def col(name: str) -> list[Any] | None:
+            return rb.column(names.index(name)).to_pylist() if name in names else None
+
+        brokers, records = col(COL_BROKER), col(COL_RECORDS)
+        assert brokers is not None and records is not None
+        clusters = col(COL_SOURCE_CLUSTER) or [None] * rb.num_rows
+        row_targets = col(COL_TARGET_TOPIC) or [None] * rb.num_rows
+        for row, data in enumerate(records):
+            try:
+                messages = decode_stored_messages(data) if data else []
+            except ProtocolError as exc:
+                raise ReplicatorError(f"link {self.o.label}: undecodable records from {brokers[row]}: {exc}") from exc
+            n = len(messages)
+            if not n:
+                continue
+            offset_ids = [f"{_offset_msg_id_prefix(m.store_host)}{m.commit_log_offset:016X}" for m in messages]
+            msg_ids = [m.properties.get(PROPERTY_UNIQ_KEY) or oid for m, oid in zip(messages, offset_ids, strict=True)]
+            none = [None] * n
+            self._add_rows(n, [m.topic for m in messages], [brokers[row]] * n, [m.queue_id for m in messages],
+                           [m.queue_offset for m in messages], [m.body for m in messages],
+                           [m.properties.items() for m in messages], none, none, [m.flag for m in messages],
+                           [m.born_timestamp for m in messages], [m.store_timestamp for m in messages],
+                           msg_ids, offset_ids, none if self.o.source_cluster else [clusters[row]] * n,
+                           [row_targets[row]] * n)
+
+    def _add_rows(self, n: int, topics: Sequence[str], brokers: Sequence[str], qids: Sequence[int],
+                  offsets: Sequence[int], bodies: Sequence[bytes], props_col: Sequence[Any],
+                  tags_col: Sequence[str | None], keys_col: Sequence[str | None], flags: Sequence[int | None],
+                  born: Sequence[int | None], stored: Sequence[int | None], msg_ids: Sequence[str | None],
+                  offset_ids: Sequence[str | None], clusters: Sequence[str | None],
+                  targets: Sequence[str | None]) -> None:
+        """The per-message path shared by both row formats; columns as plain lists, times in ms,
+        ``props_col`` items as (name, value) pairs (None: rebuild from ``tags_col`` / ``keys_col``)."""
         fixed_cluster = self.o.source_cluster
         source_keys = self._source_keys
         source_next = self.source_next
@@ -863,10 +909,12 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.options = SinkOptions.from_options(options)
-        missing = [c for c in REQUIRED_COLUMNS if c not in schema.fieldNames()]
+        required = RAW_REQUIRED_COLUMNS if COL_RECORDS in schema.fieldNames() else REQUIRED_COLUMNS
+        missing = [c for c in required if c not in schema.fieldNames()]
         if missing:
             raise ConfigError(f"the rows lack column(s) {missing}; write the rocketmq source's rows "
-                              f"(columns {list(REQUIRED_COLUMNS)} at least)", field="schema")
+                              f"(columns {list(REQUIRED_COLUMNS)} at least, or {list(RAW_REQUIRED_COLUMNS)} "
+                              f"with rowFormat=raw)", field="schema")
         if self.options.failure_hook:
             load_failure_hook(self.options.failure_hook)  # fail the query now, not at the first failure
 
@@ -874,9 +922,13 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ReplicationCommitMessage:
         """Executor: send this partition's rows; see ``_PartitionWriter``."""
+        freeze_worker_heap()
         writer = _PartitionWriter(self.options)
         for rb in iterator:
-            writer.add_record_batch(rb)
+            if COL_RECORDS in rb.schema.names:
+                writer.add_raw_batch(rb)
+            else:
+                writer.add_record_batch(rb)
         return writer.finish()
 
     # -- driver ----------------------------------------------------------------------------------

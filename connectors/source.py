@@ -40,7 +40,9 @@ Options (case-insensitive)::
     commitOffsetsToSource true (default): UPDATE_CONSUMER_OFFSET for ``group`` on every commit(end)
     deltaLocation, link   resume point from ``LinkTables.latest_offsets()`` when the checkpoint is new
     pullTimeoutMs         per-pull timeout (default 10000)
-    rowFormat             arrow (default) | tuples: how read() hands rows to Spark (see ``read``)
+    rowFormat             arrow (default) | tuples: one row per message in the schema above, handed to
+                          Spark as Arrow batches or as tuples (slower); raw: one row per pull with the
+                          records undecoded (``RAW_SCHEMA_DDL``), for the rocketmq sink
     accessKeyEnv, secretKeyEnv  NAMES of environment variables holding the source cluster's ACL keys
                           (default with config+link: the cluster's access_key_env / secret_key_env).
                           Read on the driver; every request is signed (``broker_store.protocol.acl``)
@@ -49,6 +51,7 @@ Options (case-insensitive)::
 from __future__ import annotations
 
 import functools
+import gc
 import hashlib
 import logging
 import math
@@ -59,7 +62,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -77,7 +80,13 @@ from broker_store.client import Admin, MessageQueue, PullConsumer, PullResult, P
 from broker_store.client.route_cache import subscribe_queues
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import RocketMQError, TopicNotExistError
-from broker_store.protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, host_to_bytes
+from broker_store.protocol.message import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    host_to_bytes,
+    stored_record_spans,
+)
 from connectors.config import (
     DEFAULT_CONSUMER_GROUP_PREFIX,
     TopicMappingConfig,
@@ -133,6 +142,29 @@ ARROW_SCHEMA = pa.schema([
     (COL_BORN_TS, pa.timestamp("us", tz="UTC")), (COL_STORE_TS, pa.timestamp("us", tz="UTC")),
     (COL_BORN_HOST, pa.string()), (COL_RECONSUME, pa.int32()), (COL_SOURCE_CLUSTER, pa.string()),
 ])
+
+COL_FIRST_OFFSET = "firstOffset"
+COL_LAST_OFFSET = "lastOffset"
+COL_MESSAGE_COUNT = "messageCount"
+COL_RECORDS = "records"
+
+RAW_SCHEMA_DDL = (
+    f"{COL_TOPIC} string, {COL_BROKER} string, {COL_QUEUE_ID} int, {COL_FIRST_OFFSET} long, "
+    f"{COL_LAST_OFFSET} long, {COL_MESSAGE_COUNT} int, {COL_RECORDS} binary, {COL_SOURCE_CLUSTER} string"
+)
+"""Row schema of ``rowFormat=raw``: one row per pull, the stored records undecoded (V1 layout, back to
+back, as the broker returned them, trimmed to the partition's range and tag-filtered): queue offsets
+``firstOffset..lastOffset`` (``messageCount`` records; gaps only where a tag filter dropped records).
+Meant for ``writeStream.format("rocketmq")``, which decodes the records itself; used by the replicate
+job because it skips two conversions per message (see benchmarks/replicator.py)."""
+
+RAW_ARROW_SCHEMA = pa.schema([
+    (COL_TOPIC, pa.string()), (COL_BROKER, pa.string()), (COL_QUEUE_ID, pa.int32()),
+    (COL_FIRST_OFFSET, pa.int64()), (COL_LAST_OFFSET, pa.int64()), (COL_MESSAGE_COUNT, pa.int32()),
+    (COL_RECORDS, pa.binary()), (COL_SOURCE_CLUSTER, pa.string()),
+])
+
+ROW_FORMATS = ("arrow", "tuples", "raw")
 
 DEFAULT_PULL_BATCH_SIZE = 256
 """Messages per PULL_MESSAGE (the broker caps one pull at max_pull_msg_nums = 1024 and 4 MiB). Each pull
@@ -290,8 +322,8 @@ class SourceOptions:
             raise ConfigError("option 'deltaLocation' needs option 'link' (tables live in "
                               "<deltaLocation>/<link>)", field="link")
         row_format = opts.get("rowformat", "arrow").strip().lower()
-        if row_format not in ("arrow", "tuples"):
-            raise ConfigError(f"must be arrow or tuples, got {row_format!r}", field="rowFormat")
+        if row_format not in ROW_FORMATS:
+            raise ConfigError(f"must be one of {', '.join(ROW_FORMATS)}, got {row_format!r}", field="rowFormat")
         starting = opts.get("startingoffsets", "latest").strip()
         _check_starting_offsets(starting)
         if "accesskeyenv" in opts or "secretkeyenv" in opts:
@@ -407,6 +439,24 @@ def plan_ranges(start: SourceOffset, end: SourceOffset, min_partitions: int | No
 
 # -- executor side ---------------------------------------------------------------------------------
 
+_heap_frozen = False
+
+
+def freeze_worker_heap() -> None:
+    """Leave the objects alive now (pyspark, pyarrow, this package, the clients) out of every later
+    cyclic garbage collection of this process. Executor only, called at the start of each task.
+
+    pyspark's daemon runs ``gc.collect()`` after every task of a reused Python worker; with those
+    modules loaded a full collection scans ~60k objects, ~25 ms per task (and per trigger with
+    several partitions). ``gc.freeze()`` moves them to the permanent generation: they are still freed
+    by reference counting, only cycles among them are never collected, which long-lived module state
+    does not form."""
+    global _heap_frozen
+    if not _heap_frozen:
+        _heap_frozen = True
+        gc.freeze()
+
+
 _consumer_lock = threading.Lock()
 _consumers: dict[tuple[str, str, int, SessionCredentials | None], PullConsumer] = {}
 
@@ -456,17 +506,58 @@ def pull_range(settings: PullSettings, partition: QueueRange,
     Stops exactly at ``end`` (messages at or past it are dropped). PULL_OFFSET_MOVED below the min
     offset is data loss (``failOnDataLoss``) unless the range is ``from_earliest``; a queue whose max
     offset is below ``end`` (truncated) is data loss too. Executor only.
+    """
+    for begin, result in _pulls(settings, partition, consumer, decode=True):
+        messages = result.messages
+        if messages and not (messages[0].queue_offset >= begin and messages[-1].queue_offset < partition.end):
+            messages = [m for m in messages if begin <= m.queue_offset < partition.end]
+        if messages:
+            yield messages
+
+
+class RawRecords(NamedTuple):
+    """Undecoded stored records of one pull (``pull_range_raw``)."""
+
+    records: bytes
+    """Records back to back, V1 layout."""
+    first_offset: int
+    last_offset: int
+    count: int
+
+
+def pull_range_raw(settings: PullSettings, partition: QueueRange,
+                   consumer: PullConsumer | None = None) -> Iterator[RawRecords]:
+    """``pull_range`` without decoding: the records of each pull as bytes, trimmed to ``[start, end)``
+    by walking their length fields only (``stored_record_spans``). Executor only."""
+    for begin, result in _pulls(settings, partition, consumer, decode=False):
+        raw = result.raw
+        if not raw:
+            continue
+        spans = stored_record_spans(raw)
+        if not (spans[0][0] >= begin and spans[-1][0] < partition.end):
+            spans = [s for s in spans if begin <= s[0] < partition.end]
+            if not spans:
+                continue
+            raw = raw[spans[0][1]:spans[-1][2]]  # offsets increase: the kept records are contiguous
+        yield RawRecords(raw, spans[0][0], spans[-1][0], len(spans))
+
+
+def _pulls(settings: PullSettings, partition: QueueRange, consumer: PullConsumer | None,
+           *, decode: bool) -> Iterator[tuple[int, PullResult]]:
+    """The pulls covering ``[start, end)`` of one queue: (offset pulled at, result) for each pull that
+    found messages, in order; handles offset moves, data loss and truncation (see ``pull_range``).
 
     One pull is always in flight ahead of the caller: the next request goes out as soon as a response
     says where it starts, before the caller converts the messages just returned, so the broker's and
-    the network's time overlaps the caller's Arrow work instead of adding to it.
+    the network's time overlaps the caller's work instead of adding to it.
     """
     consumer = consumer or _executor_consumer(settings.namesrv, settings.group, settings.pull_timeout_ms,
                                               settings.credentials)
     mq = MessageQueue(partition.topic, partition.broker_name, partition.queue_id)
 
     def pull(at: int) -> PullResult:
-        return consumer.pull(mq, at, min(settings.pull_batch_size, partition.end - at), expression=settings.tags)
+        return consumer.pull(mq, at, min(settings.pull_batch_size, partition.end - at), expression=settings.tags,
+                             decode=decode)
 
     offset = partition.start
     if offset >= partition.end:
@@ -485,11 +576,7 @@ def pull_range(settings: PullSettings, partition: QueueRange,
                 begin, offset = offset, result.next_begin_offset
                 if offset < partition.end:
                     pending = prefetch.submit(pull, offset)
-                messages = result.messages
-                if messages and not (messages[0].queue_offset >= begin and messages[-1].queue_offset < partition.end):
-                    messages = [m for m in messages if begin <= m.queue_offset < partition.end]
-                if messages:
-                    yield messages
+                yield begin, result
             elif status is PullStatus.OFFSET_ILLEGAL and offset < result.min_offset:
                 if not partition.from_earliest:
                     _lost(settings, partition, f"offsets [{offset}, {result.min_offset}) were deleted "
@@ -790,10 +877,24 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Executor: pull the partition's range and yield one Arrow record batch per pull (default), or
         one tuple per message with ``rowFormat=tuples`` (slower: see the report in README / benchmarks)."""
         assert isinstance(partition, QueueRange)
+        freeze_worker_heap()
         if self.settings.row_format == "tuples":
             return self._read_tuples(partition)
+        if self.settings.row_format == "raw":
+            return self._read_raw(partition)
         return (messages_to_arrow(messages, partition.broker_name, self.settings.cluster)
                 for messages in pull_range(self.settings, partition))
+
+    def _read_raw(self, partition: QueueRange) -> Iterator[pa.RecordBatch]:
+        topic = pa.array([partition.topic], pa.string())
+        broker = pa.array([partition.broker_name], pa.string())
+        queue_id = pa.array([partition.queue_id], pa.int32())
+        cluster = pa.array([self.settings.cluster], pa.string())
+        for raw in pull_range_raw(self.settings, partition):
+            yield pa.RecordBatch.from_arrays(
+                [topic, broker, queue_id, pa.array([raw.first_offset], pa.int64()),
+                 pa.array([raw.last_offset], pa.int64()), pa.array([raw.count], pa.int32()),
+                 pa.array([raw.records], pa.binary()), cluster], schema=RAW_ARROW_SCHEMA)
 
     def _read_tuples(self, partition: QueueRange) -> Iterator[tuple[Any, ...]]:
         cluster = self.settings.cluster
@@ -818,7 +919,8 @@ class RocketMQDataSource(DataSource):
         return DATA_SOURCE_NAME
 
     def schema(self) -> str:
-        return SOURCE_SCHEMA_DDL
+        fmt = next((str(v) for k, v in self.options.items() if str(k).lower() == "rowformat"), "")
+        return RAW_SCHEMA_DDL if fmt.strip().lower() == "raw" else SOURCE_SCHEMA_DDL
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return RocketMQStreamReader(self.options)

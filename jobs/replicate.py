@@ -74,11 +74,12 @@ def make_progress_listener() -> Any:
 
 
 TUNED_SETTINGS = {
-    # Rows per Arrow batch between the JVM and the sink's Python worker. The default (10000) makes the
-    # sink wait until its reader task has pulled 10000 rows (usually the whole partition), so reading and
-    # sending never overlap; 256 (the source's pull size) pipelines them: 2x end to end on local[2]
-    # (benchmarks/replicator.py). Only Arrow transfers are affected; the replicator runs no other.
-    "spark.sql.execution.arrow.maxRecordsPerBatch": "256",
+    # Rows per Arrow batch between the JVM and the sink's Python worker. The sink waits for a whole
+    # batch before sending, so a large one (the default is 10000 rows) serialises reading and sending.
+    # The job reads rowFormat=raw, one row per pull of up to 256 messages: 1 row per batch lets the sink
+    # send each pull while the next is read (256 rows: 15.1k msg/s, 1 row: 18.1k msg/s on local[2],
+    # benchmarks/replicator.py). Only Arrow transfers are affected; the replicator runs no other.
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "1",
 }
 """Spark settings ``build_spark`` applies unless spark-submit / spark-defaults already set them."""
 
@@ -124,16 +125,21 @@ def build_spark(app_name: str = "rocketmq-replicator", master: str | None = None
 
 
 def start_link(spark: Any, config_path: str, config: ReplicatorConfig, name: str, *,
-               available_now: bool = False) -> Any:
-    """Start one link's query; the reader and writer resolve the link from ``config_path``."""
+               available_now: bool = False, row_format: str = "raw") -> Any:
+    """Start one link's query; the reader and writer resolve the link from ``config_path``.
+    ``row_format`` is the source's rowFormat (``raw`` unless a benchmark compares)."""
     link = config.link(name)
     FailurePolicyRunner(link)  # a failure hook that does not import fails now, before any data moves
     path = str(Path(config_path).resolve())
     # Relative paths of the config resolve against this process's directory, not the Python workers'.
     delta = str(Path(link.delta_location).resolve())
     checkpoint = str(Path(link.checkpoint_location).resolve())
+    # rowFormat=raw: the job transforms nothing between source and sink, so each pull crosses Spark as
+    # one row of undecoded records that the sink decodes (about 2x the per-message rows' throughput:
+    # benchmarks/replicator.py).
     frame = (spark.readStream.format("rocketmq").option("config", path).option("link", name)
-             .option("deltaLocation", delta).option("startingOffsets", "earliest").load())
+             .option("deltaLocation", delta).option("startingOffsets", "earliest").option("rowFormat", row_format)
+             .load())
     writer = (frame.writeStream.format("rocketmq").option("config", path).option("link", name)
               .option("deltaLocation", delta).option("checkpointLocation", checkpoint).queryName(name))
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(

@@ -175,13 +175,16 @@ class AsyncPullConsumer:
 
     async def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, *, expression: str = SUB_ALL,
                    suspend_timeout_ms: int = 0, timeout: float | None = None,
-                   commit_offset: int | None = None) -> PullResult:
+                   commit_offset: int | None = None, decode: bool = True) -> PullResult:
         """Pull up to ``max_nums`` messages of ``mq`` starting at ``offset``.
 
         ``suspend_timeout_ms`` > 0 long-polls: the broker holds the request until messages arrive
         or that many ms pass (then NO_NEW_MSG). ``timeout`` (seconds) must exceed the suspension;
         by default it is ``pull_timeout``, or suspension + LONG_POLL_MARGIN when long polling.
         ``commit_offset`` piggy-backs an offset commit for the group (primary only, as Java).
+        ``decode=False`` returns the records undecoded in ``PullResult.raw`` (forwarding them costs
+        no per-message work); with a tag expression they are still decoded to apply the exact
+        re-filter, and only the matching records' bytes are returned.
         """
         if offset < 0:
             raise ValueError(f"offset must be >= 0, got {offset}")
@@ -220,15 +223,29 @@ class AsyncPullConsumer:
         try:
             rh = PullMessageResponseHeader.from_ext(resp.ext_fields)
             status = PULL_STATUS_BY_CODE[ResponseCode(resp.code)]
-            messages = decode_stored_messages(resp.body) if status is PullStatus.FOUND and resp.body else []
+            found = status is PullStatus.FOUND and bool(resp.body)
+            raw = b""
+            if decode or sub.tags:
+                messages = decode_stored_messages(resp.body) if found else []
+            else:
+                messages, raw = [], resp.body if found else b""
         except ProtocolError as exc:
             raise ProtocolError(f"pull response from {addr} for {mq}: {exc}") from exc
         self._pull_from[mq] = rh.suggest_which_broker_id
         if sub.tags:
-            messages = [m for m in messages if sub.matches(m.tags)]
+            matching = [sub.matches(m.tags) for m in messages]
+            if not decode:
+                body, pos, kept = resp.body, 0, []
+                for m, keep in zip(messages, matching, strict=True):
+                    if keep:
+                        kept.append(body[pos:pos + m.store_size])
+                    pos += m.store_size
+                messages, raw = [], b"".join(kept)
+            else:
+                messages = [m for m, keep in zip(messages, matching, strict=True) if keep]
         return PullResult(status=status, next_begin_offset=rh.next_begin_offset, min_offset=rh.min_offset,
                           max_offset=rh.max_offset, messages=messages,
-                          suggest_which_broker_id=rh.suggest_which_broker_id)
+                          suggest_which_broker_id=rh.suggest_which_broker_id, raw=raw)
 
     def _on_error(self, mq: MessageQueue, exc: RocketMQError) -> None:
         # A failing replica (or a stale route) sends the next pull back to the primary.
@@ -387,12 +404,13 @@ class PullConsumer(SyncClient[AsyncPullConsumer]):
 
     def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, *, expression: str = SUB_ALL,
              suspend_timeout_ms: int = 0, timeout: float | None = None,
-             commit_offset: int | None = None) -> PullResult:
+             commit_offset: int | None = None, decode: bool = True) -> PullResult:
         wait = timeout if timeout is not None else max(self.pull_timeout,
                                                        suspend_timeout_ms / 1000 + LONG_POLL_MARGIN)
         return self._call(lambda c: c.pull(mq, offset, max_nums, expression=expression,
                                            suspend_timeout_ms=suspend_timeout_ms, timeout=timeout,
-                                           commit_offset=commit_offset), wait + self.request_timeout * 2)
+                                           commit_offset=commit_offset, decode=decode),
+                          wait + self.request_timeout * 2)
 
     def update_consumer_offset(self, mq: MessageQueue, offset: int) -> None:
         self._call(lambda c: c.update_consumer_offset(mq, offset), self.request_timeout * 3)

@@ -90,7 +90,8 @@ PULL_STATUS_BY_CODE: dict[int, PullStatus] = {
 @dataclass(frozen=True, slots=True)
 class PullResult:
     """One pull from one queue. ``messages`` is empty unless ``status`` is FOUND (and may be then,
-    when every message failed the client-side tag re-filter)."""
+    when every message failed the client-side tag re-filter). A pull with ``decode=False`` leaves
+    ``messages`` empty and returns the stored records undecoded in ``raw``."""
 
     status: PullStatus
     next_begin_offset: int
@@ -100,3 +101,5 @@ class PullResult:
     messages: list[StoredMessage]
     suggest_which_broker_id: int
     """Broker id the broker suggests for the next pull of this queue (0 = primary)."""
+    raw: bytes = b""
+    """``decode=False`` only: the stored records (V1 layout, back to back) that passed the tag filter."""

@@ -323,6 +323,34 @@ def decode_stored_message(buf: bytes | memoryview, pos: int = 0, *, decompress: 
                          reconsume_times=reconsume, prepared_tx_offset=prepared, body_crc=crc, store_size=total)
 
 
+_SPAN_HEADER = struct.Struct(">ii12xq")
+"""TOTALSIZE, MAGICCODE and QUEUEOFFSET of a stored record (BODYCRC, QUEUEID and FLAG skipped)."""
+
+
+def stored_record_spans(buf: bytes | memoryview) -> list[tuple[int, int, int]]:
+    """(queue offset, start, end) of each stored record in a pull-response body, without decoding.
+
+    Checks only what framing needs (length and magic): a reader that forwards records undecoded
+    (the Spark source's raw rows) uses this to count and trim them; the consumer of the bytes decodes
+    and validates them fully with ``decode_stored_messages``. Raises ProtocolError when a record's
+    length does not fit the buffer.
+    """
+    spans: list[tuple[int, int, int]] = []
+    unpack = _SPAN_HEADER.unpack_from
+    pos, n = 0, len(buf)
+    while pos < n:
+        if n - pos < STORED_HEADER_SIZE:
+            raise ProtocolError(f"truncated stored message at byte {pos}")
+        total, magic, queue_offset = unpack(buf, pos)
+        if magic != MAGIC_V1:
+            raise ProtocolError(f"stored message at byte {pos} has magic {magic}, expected {MAGIC_V1}")
+        if total < STORED_HEADER_SIZE + 3 or pos + total > n:
+            raise ProtocolError(f"stored message at byte {pos} claims {total} bytes, {n - pos} available")
+        spans.append((queue_offset, pos, pos + total))
+        pos += total
+    return spans
+
+
 def decode_stored_messages(buf: bytes | memoryview, *, decompress: bool = True) -> list[StoredMessage]:
     """Decode a pull-response body: stored records back to back.
 

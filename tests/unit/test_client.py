@@ -66,6 +66,7 @@ from broker_store.protocol.message import (
     Message,
     decode_properties,
     decode_stored_message,
+    decode_stored_messages,
     encode_stored_message,
     host_to_bytes,
     iter_batch,
@@ -688,6 +689,12 @@ def test_tag_refilter_on_hash_collisions(cluster: Cluster) -> None:
         assert len(r.messages) == 5
         r = consumer.pull(mq, 1, max_nums=1, expression="Nope")
         assert r.status in (PullStatus.NO_MATCHED_MSG, PullStatus.FOUND) and r.messages == []
+        # undecoded pulls: the same records as bytes, re-filtered the same way
+        for expression, bodies in (("*", [b"m0", b"m1", b"m2", b"m3", b"m4"]), ("TagA", [b"m0", b"m4"]),
+                                   ("TagB || TagA", [b"m0", b"m3", b"m4"])):
+            r = consumer.pull(mq, 0, expression=expression, decode=False)
+            assert r.messages == [] and r.next_begin_offset == 5
+            assert [m.body for m in decode_stored_messages(r.raw)] == bodies
 
 
 def test_follows_suggest_which_broker_id(cluster: Cluster) -> None:

@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from datetime import UTC, datetime
+from typing import Any
 
-from broker_store.protocol.message import StoredMessage
-from connectors.source import ARROW_SCHEMA, messages_to_arrow
+import pyarrow as pa
+import pytest
+
+import connectors.sink as sink
+from broker_store.client import Message, MessageQueue, SendResult
+from broker_store.client.records import SendStatus
+from broker_store.protocol.message import (
+    StoredMessage,
+    decode_stored_messages,
+    encode_properties,
+    encode_stored_message,
+)
+from connectors.offsets import QueueKey
+from connectors.source import ARROW_SCHEMA, RAW_ARROW_SCHEMA, messages_to_arrow
 
 
 def _stored(i: int, props: dict[str, str]) -> StoredMessage:
@@ -39,3 +53,54 @@ def test_messages_to_arrow_matches_accessors() -> None:
 
 def test_messages_to_arrow_empty() -> None:
     assert messages_to_arrow([], "b", "c").num_rows == 0
+
+
+def test_raw_rows_send_exactly_what_per_message_rows_send(monkeypatch: pytest.MonkeyPatch) -> None:
+    """rowFormat=raw (records decoded by the sink) and the per-message Arrow rows must produce the same
+    sends, offset bookkeeping and loop-guard decisions; trimming keeps whole records only."""
+    props = [{}, {"TAGS": "a", "KEYS": "k1 k2", "UNIQ_KEY": "ABC", "p": "v", "CLUSTER": "src"},
+             {"ROCKETMQ_REPLICATOR_SOURCE": "dst"}, {"TAGS": "b", "x": ""}, {"MSG_REGION": "r", "q": "1"}]
+    records = [encode_stored_message(topic=b"T", queue_id=3, queue_offset=100 + i, physical_offset=4096 * i,
+                                     body=bytes([i]) * (i + 5), properties=encode_properties(p), flag=i,
+                                     born_timestamp=1_700_000_000_000 + i, store_timestamp=1_700_000_000_500 + i,
+                                     store_ip=b"\xc0\xa8\x01\x14", store_port=10911)
+               for i, p in enumerate(props)]
+    raw = b"".join(records)
+    messages = decode_stored_messages(raw)
+    raw_rb = pa.RecordBatch.from_arrays(
+        [pa.array(["T"]), pa.array(["src-a"]), pa.array([3], pa.int32()), pa.array([100], pa.int64()),
+         pa.array([104], pa.int64()), pa.array([5], pa.int32()), pa.array([raw], pa.binary()),
+         pa.array(["src"])], schema=RAW_ARROW_SCHEMA)
+
+    sent: list[list[tuple[str, bytes, dict[str, str], int]]] = []
+
+    class Capture:
+        def writable_queues(self, topic: str) -> list[MessageQueue]:
+            return [MessageQueue(topic, "dst-a", q) for q in range(4)]
+
+        def send_batch_async(self, msgs: list[Message], queue: MessageQueue, *, timeout: float) -> Future[Any]:
+            sent[-1].extend((m.topic, bytes(m.body), dict(m.properties), m.flag) for m in msgs)
+            future: Future[Any] = Future()
+            future.set_result(SendResult(SendStatus.SEND_OK, "", "", queue, 0))
+            return future
+
+        def send_async(self, msg: Message, queue: MessageQueue, *, timeout: float) -> Future[Any]:
+            return self.send_batch_async([msg], queue, timeout=timeout)
+
+    monkeypatch.setattr(sink, "_executor_producer", lambda _o: Capture())
+    options = sink.SinkOptions(namesrv="127.0.0.1:1", target_cluster="dst", preserve_queues=False)
+    results = []
+    for feed in (lambda w: w.add_record_batch(messages_to_arrow(messages, "src-a", "src")),
+                 lambda w: w.add_raw_batch(raw_rb)):
+        sent.append([])
+        writer = sink._PartitionWriter(options)
+        feed(writer)
+        results.append(writer.finish())
+    assert sent[0] == sent[1] and len(sent[0]) == 4  # the message whose chain holds dst is skipped
+    arrow, raw_result = results
+    assert (arrow.delivered, arrow.skipped_loop, arrow.source_next) == \
+           (raw_result.delivered, raw_result.skipped_loop, raw_result.source_next) == (4, 1, {
+               QueueKey("T", "src-a", 3): 105})
+    assert all("CLUSTER" not in p and "MSG_REGION" not in p for _, _, p, _ in sent[1])
+    assert sent[1][0][2]["ROCKETMQ_REPLICATOR_SOURCE"] == "src"
+    assert sent[1][1][2]["UNIQ_KEY"] == "ABC"

@@ -131,3 +131,33 @@ def test_acl_credentials_come_from_the_named_environment_variables(tmp_path: Pat
     with pytest.raises(CredentialError, match="must be set together") as err:
         SinkOptions.from_options({"namesrv": "h:1", "targetCluster": "B", "sourceAccessKeyEnv": "T_SRC_AK"})
     assert err.value.field == "sourceSecretKeyEnv"
+
+
+def test_pull_range_raw_trims_to_whole_records_inside_the_range() -> None:
+    from broker_store.client import PullResult, PullStatus
+    from broker_store.protocol.message import decode_stored_messages, encode_stored_message
+    from connectors.source import PullSettings, pull_range_raw
+
+    def record(offset: int) -> bytes:
+        return encode_stored_message(topic=b"T", queue_id=0, queue_offset=offset, physical_offset=offset * 200,
+                                     body=b"m%d" % offset, properties=b"")
+
+    class Stub:
+        def __init__(self) -> None:
+            self.asked: list[int] = []
+
+        def pull(self, mq: object, at: int, n: int, *, expression: str, decode: bool) -> PullResult:
+            assert decode is False
+            self.asked.append(at)
+            # the broker answers from an earlier offset than asked and past the range end, in 4s
+            first = at - 1 if at > 10 else at
+            raw = b"".join(record(o) for o in range(first, first + 4))
+            return PullResult(PullStatus.FOUND, first + 4, 0, 100, [], 0, raw=raw)
+
+    settings = PullSettings(namesrv="h:1", group="g", cluster="c", tags="*", pull_batch_size=4,
+                            fail_on_data_loss=True, pull_timeout_ms=1000, row_format="raw")
+    stub = Stub()
+    got = list(pull_range_raw(settings, QueueRange("T", "b", 0, 10, 17), stub))  # type: ignore[arg-type]
+    assert [(r.first_offset, r.last_offset, r.count) for r in got] == [(10, 13, 4), (14, 16, 3)]
+    assert [m.queue_offset for r in got for m in decode_stored_messages(r.records)] == list(range(10, 17))
+    assert stub.asked == [10, 14]

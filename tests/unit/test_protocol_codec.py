@@ -33,6 +33,7 @@ from broker_store.protocol.message import (
     make_msg_id,
     parse_msg_id,
     split_batch,
+    stored_record_spans,
     tags_hash_code,
     validate_topic,
 )
@@ -271,6 +272,10 @@ def test_stored_and_batch_round_trip(entries: list[tuple[bytes, dict[str, str], 
         records.append(rec)
         pos += len(rec)
     decoded = decode_stored_messages(b"".join(records))
+    starts = [sum(map(len, records[:k])) for k in range(len(records))]
+    assert stored_record_spans(b"".join(records)) == [(i, start, start + len(rec))
+                                                      for i, (start, rec) in enumerate(zip(starts, records,
+                                                                                           strict=True))]
     assert [(m.body, dict(m.properties), m.flag, m.commit_log_offset) for m in decoded] == [
         (b, p, f, off) for (b, p, f), off in zip(entries, [sum(map(len, records[:k])) for k in range(len(records))],
                                                   strict=True)]
@@ -282,7 +287,7 @@ def test_stored_and_batch_round_trip(entries: list[tuple[bytes, dict[str, str], 
 @settings(max_examples=300)
 @given(st.binary(max_size=400))
 def test_stored_and_batch_decoders_fuzz(data: bytes) -> None:
-    for decode in (decode_stored_messages, lambda b: list(iter_batch(b))):
+    for decode in (decode_stored_messages, lambda b: list(iter_batch(b)), stored_record_spans):
         try:
             decode(data)
         except ProtocolError:
