@@ -345,6 +345,20 @@ def _executor_producer(o: SinkOptions) -> Producer:
         return producer
 
 
+_tables_lock = threading.Lock()
+_tables: dict[tuple[str, str], LinkTables] = {}
+
+
+def _link_tables(location: str, source_cluster: str) -> LinkTables:
+    """The process's ``LinkTables`` for a link (driver). Spark reuses the Python worker that runs
+    ``commit`` across batches, so the open Delta tables are kept and only caught up each batch."""
+    with _tables_lock:
+        tables = _tables.get((location, source_cluster))
+        if tables is None:
+            tables = _tables[(location, source_cluster)] = LinkTables(location, source_cluster=source_cluster)
+        return tables
+
+
 def _executor_admin(namesrv: str, credentials: SessionCredentials | None) -> Admin:
     with _client_lock:
         admin = _admins.get((namesrv, credentials))
@@ -981,7 +995,7 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
         end_offsets = self._end_offsets(batchId, results)
         committed = "no Delta tables (deltaLocation not set)"
         if o.delta_location and o.link and o.checkpoint_location:
-            tables = LinkTables(Path(o.delta_location) / o.link, source_cluster=o.source_cluster or "")
+            tables = _link_tables(str(Path(o.delta_location) / o.link), o.source_cluster or "")
             query_id = query_id_from_checkpoint(_checkpoint_dir(o.checkpoint_location) or Path(o.checkpoint_location))
             result = tables.commit_batch(query_id, batchId, end_offsets,
                                          [mp for m in results for mp in m.offset_map], decision.recorded(),

@@ -202,3 +202,26 @@ def test_concurrent_commit_of_the_same_batch_is_detected(tmp_path: Path,
     assert result.duplicate and result.already_committed == {METRICS, OFFSETS}
     monkeypatch.undo()
     assert len(rows(t, OFFSETS)) == 2 and len(rows(t, METRICS)) == 2
+
+
+def test_periodic_compaction_keeps_data_txns_and_idempotency(tmp_path: Path) -> None:
+    t = LinkTables(tmp_path / "a-to-b", source_cluster="A", clock_ms=Clock(), compact_every=5)
+    for batch in range(12):
+        t.commit_batch("q1", batch, {Q0: 10 * (batch + 1)}, [], [], metrics(batch))
+    offsets = DeltaTable(t.path(OFFSETS))
+    assert len(offsets.file_uris()) <= 3  # compacted at batches 5 and 10: 12 appends, few files
+    assert offsets.transaction_version("q1") == 11
+    assert t.latest_offsets() == {Q0: 120} and len(rows(t, OFFSETS)) == 12 and len(rows(t, METRICS)) == 12
+    assert t.commit_batch("q1", 4, {Q0: 999}, [], [], metrics(1)).duplicate  # still recorded once
+    # another writer's commit is seen by the cached handle, and a deleted table is re-opened
+    other = LinkTables(t.location, source_cluster="A")
+    other.commit_batch("q2", 0, {Q1: 3}, [], [], metrics(1))
+    assert t.latest_offsets() == {Q0: 120, Q1: 3}
+    import shutil
+
+    shutil.rmtree(t.path(METRICS))
+    assert t.open(METRICS) is None
+    t.commit_batch("q3", 0, {}, [], [], metrics(1))
+    assert len(rows(t, METRICS)) == 1
+    with pytest.raises(ValueError, match="compact_every"):
+        LinkTables(tmp_path / "x", source_cluster="A", compact_every=-1)
