@@ -358,6 +358,9 @@ class LinkConfig(_Model):
     """Seconds between micro-batches; YAML takes a number or ``"5 seconds"`` / ``"500 milliseconds"``."""
     max_messages_per_trigger: int = Field(default=10_000, gt=0)
     """Upper bound on messages per micro-batch, across all queues of the link."""
+    max_partitions: int | None = Field(default=None, gt=0)
+    """Spark partitions per micro-batch at most (queues grouped into them); ``None`` = the Spark
+    application's default parallelism (its cores), which keeps per-task overhead off many small queues."""
     checkpoint_location: str
     """Spark checkpoint directory of this link's query; unique across links."""
     delta_location: str

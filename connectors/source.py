@@ -34,6 +34,10 @@ Options (case-insensitive)::
                           offset; false: log the lost range and skip to the min offset
     pullBatchSize         messages per PULL_MESSAGE (default 256; the broker caps it at 1024)
     minPartitions         split queue ranges until at least this many partitions (default: one per queue)
+    maxPartitions         group queue ranges into at most this many partitions, each reading its queues one
+                          after the other (default: one per queue). Every task has a fixed cost (~50 ms for
+                          its Python workers), so many small queues per trigger are cheaper grouped: the
+                          replicate job sets it to the application's default parallelism
     reportLatestOffset    true (default): report the queues' max offsets in the query progress
     group                 consumer group committed on the source in commit(end)
                           (default CID_RMQ_SYS_REPLICATOR_<link>, or ..._<hash of the topic selection>)
@@ -53,6 +57,7 @@ from __future__ import annotations
 import functools
 import gc
 import hashlib
+import itertools
 import logging
 import math
 import re
@@ -258,6 +263,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     pull_batch_size: int = DEFAULT_PULL_BATCH_SIZE
     min_partitions: int | None = None
+    max_partitions: int | None = None
     report_latest_offset: bool = True
     group: str = ""
     commit_offsets_to_source: bool = True
@@ -326,6 +332,12 @@ class SourceOptions:
             raise ConfigError(f"must be one of {', '.join(ROW_FORMATS)}, got {row_format!r}", field="rowFormat")
         starting = opts.get("startingoffsets", "latest").strip()
         _check_starting_offsets(starting)
+        min_partitions = parse_int(opts, "minPartitions", None, minimum=1)
+        max_partitions = parse_int(opts, "maxPartitions", link_cfg.max_partitions if link_cfg is not None else None,
+                                   minimum=1)
+        if min_partitions and max_partitions and min_partitions > max_partitions:
+            raise ConfigError(f"minPartitions {min_partitions} exceeds maxPartitions {max_partitions}",
+                              field="maxPartitions")
         if "accesskeyenv" in opts or "secretkeyenv" in opts:
             credentials = resolve_credentials(opts.get("accesskeyenv"), opts.get("secretkeyenv"),
                                               fields=("accessKeyEnv", "secretKeyEnv"))
@@ -336,7 +348,7 @@ class SourceOptions:
             max_messages_per_trigger=parse_int(opts, "maxMessagesPerTrigger", default_max, minimum=1),
             fail_on_data_loss=parse_bool(opts, "failOnDataLoss", True),
             pull_batch_size=parse_int(opts, "pullBatchSize", DEFAULT_PULL_BATCH_SIZE, minimum=1) or 1,
-            min_partitions=parse_int(opts, "minPartitions", None, minimum=1),
+            min_partitions=min_partitions, max_partitions=max_partitions,
             report_latest_offset=parse_bool(opts, "reportLatestOffset", True),
             group=group, commit_offsets_to_source=parse_bool(opts, "commitOffsetsToSource", True),
             delta_location=delta, link=link_name,
@@ -435,6 +447,34 @@ def plan_ranges(start: SourceOffset, end: SourceOffset, min_partitions: int | No
             if hi > lo:
                 split.append(QueueRange(r.topic, r.broker_name, r.queue_id, lo, hi, r.from_earliest))
     return split
+
+
+@dataclass(frozen=True)
+class QueueRangeGroup(InputPartition):
+    """One Spark input partition covering several queue ranges, read one after the other (each in
+    offset order). Built by ``group_ranges`` for ``maxPartitions``. Plain picklable data."""
+
+    ranges: tuple[QueueRange, ...]
+
+
+def group_ranges(ranges: Sequence[QueueRange], max_partitions: int | None) -> list[QueueRange | QueueRangeGroup]:
+    """``ranges`` as at most ``max_partitions`` partitions: unchanged when they are few enough, else
+    packed largest first into the least loaded group (so groups carry similar message counts). A
+    queue's ranges all land in one group, in offset order, so the group reads it in order.
+    Deterministic."""
+    if not max_partitions or len(ranges) <= max_partitions:
+        return list(ranges)
+    by_queue: dict[QueueKey, list[QueueRange]] = {}
+    for r in ranges:
+        by_queue.setdefault(r.queue, []).append(r)
+    queues = sorted(by_queue.items(), key=lambda kv: (-sum(r.size for r in kv[1]), kv[0].to_key()))
+    groups: list[list[QueueRange]] = [[] for _ in range(min(max_partitions, len(queues)))]
+    loads = [0] * len(groups)
+    for _queue, queue_ranges in queues:
+        i = loads.index(min(loads))
+        groups[i].extend(sorted(queue_ranges, key=lambda r: r.start))
+        loads[i] += sum(r.size for r in queue_ranges)
+    return [QueueRangeGroup(tuple(g)) if len(g) > 1 else g[0] for g in groups if g]
 
 
 # -- executor side ---------------------------------------------------------------------------------
@@ -827,7 +867,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._state.latest.to_dict()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        return plan_ranges(SourceOffset.from_dict(start), SourceOffset.from_dict(end), self.options.min_partitions)
+        ranges = plan_ranges(SourceOffset.from_dict(start), SourceOffset.from_dict(end), self.options.min_partitions)
+        return group_ranges(ranges, self.options.max_partitions)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark processed everything below ``end``: mirror it as the consumer group's offsets on the
@@ -876,8 +917,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:
         """Executor: pull the partition's range and yield one Arrow record batch per pull (default), or
         one tuple per message with ``rowFormat=tuples`` (slower: see the report in README / benchmarks)."""
-        assert isinstance(partition, QueueRange)
         freeze_worker_heap()
+        if isinstance(partition, QueueRangeGroup):
+            return itertools.chain.from_iterable(self._read_range(r) for r in partition.ranges)
+        assert isinstance(partition, QueueRange)
+        return self._read_range(partition)
+
+    def _read_range(self, partition: QueueRange) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:
         if self.settings.row_format == "tuples":
             return self._read_tuples(partition)
         if self.settings.row_format == "raw":

@@ -139,7 +139,7 @@ def start_link(spark: Any, config_path: str, config: ReplicatorConfig, name: str
     # benchmarks/replicator.py).
     frame = (spark.readStream.format("rocketmq").option("config", path).option("link", name)
              .option("deltaLocation", delta).option("startingOffsets", "earliest").option("rowFormat", row_format)
-             .load())
+             .option("maxPartitions", str(link.max_partitions or spark.sparkContext.defaultParallelism)).load())
     writer = (frame.writeStream.format("rocketmq").option("config", path).option("link", name)
               .option("deltaLocation", delta).option("checkpointLocation", checkpoint).queryName(name))
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(

@@ -161,3 +161,40 @@ def test_pull_range_raw_trims_to_whole_records_inside_the_range() -> None:
     assert [(r.first_offset, r.last_offset, r.count) for r in got] == [(10, 13, 4), (14, 16, 3)]
     assert [m.queue_offset for r in got for m in decode_stored_messages(r.records)] == list(range(10, 17))
     assert stub.asked == [10, 14]
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 500)), min_size=1, max_size=12),
+       st.integers(1, 6), st.integers(1, 8))
+def test_group_ranges_keeps_each_queue_whole_and_in_order(sizes: list[tuple[int, int]], min_parts: int,
+                                                          max_parts: int) -> None:
+    from connectors.source import QueueRangeGroup, group_ranges
+
+    queues = {QueueKey("T", f"b{q % 2}", q): n for q, n in sizes}
+    ranges = plan_ranges(SourceOffset.of(dict.fromkeys(queues, 0)), SourceOffset.of(queues), min_partitions=min_parts)
+    grouped = group_ranges(ranges, max_parts)
+    assert pickle.loads(pickle.dumps(grouped)) == grouped
+    if len(ranges) <= max_parts:  # few enough: unchanged (minPartitions may have split a queue)
+        assert grouped == ranges
+        return
+    assert len(grouped) <= max_parts
+    flat = [r for p in grouped for r in (p.ranges if isinstance(p, QueueRangeGroup) else (p,))]
+    assert sorted(flat, key=lambda r: (r.queue.to_key(), r.start)) == sorted(ranges, key=lambda r: (r.queue.to_key(),
+                                                                                                    r.start))
+    for p in grouped:
+        members = p.ranges if isinstance(p, QueueRangeGroup) else (p,)
+        for queue in {r.queue for r in members}:
+            mine = [r for r in members if r.queue == queue]
+            assert [r for r in flat if r.queue == queue] == mine  # one group per queue, offsets ascending
+            assert all(a.end == b.start for a, b in zip(mine, mine[1:], strict=False))
+
+
+def test_group_ranges_balances_by_size() -> None:
+    from connectors.source import group_ranges
+
+    sizes = {QueueKey("T", "b", q): n for q, n in enumerate([900, 100, 500, 500, 10])}
+    grouped = group_ranges(plan_ranges(SourceOffset.of(dict.fromkeys(sizes, 0)), SourceOffset.of(sizes)), 2)
+    loads = sorted(sum(r.size for r in getattr(p, "ranges", (p,))) for p in grouped)
+    assert loads == [1000, 1010]
+    with pytest.raises(ConfigError, match="minPartitions 4 exceeds maxPartitions 2"):
+        SourceOptions.from_options({"namesrv": "h:1", "topics": "T", "cluster": "A", "minPartitions": "4",
+                                    "maxPartitions": "2"})
