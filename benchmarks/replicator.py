@@ -36,22 +36,32 @@ exit (also on Ctrl-C).
 
 Results, 2026-11-23, 2 vCPUs, default settings (``.venv/bin/python benchmarks/replicator.py``)::
 
-    (a) raw pull               100,501 msg/s   102.9 MB/s
-    (b) replication             15,077 msg/s    15.4 MB/s   target >= 30 MB/s   NOT MET
-    (b)/(a)                       0.15                      target >= 0.5       NOT MET
-    (c) latency p50 / p99      1726 / 3496 ms               target p99 <= 2000 ms  NOT MET
+    (a) raw pull                97,510 msg/s    99.9 MB/s
+    (b) replication             20,999 msg/s    21.5 MB/s   target >= 30 MB/s      NOT MET
+    (b)/(a)                       0.22                      target >= 0.5          NOT MET
+    (c) latency p50 / p99      1165 / 2059 ms               target p99 <= 2000 ms  NOT MET (by 3 %)
 
-Where the time goes in (b): the machine is saturated (1.80 of 2 cores): the Python workers (source
-read + sink write) 0.84 cores, the Spark JVM 0.55, the target broker 0.19. That is ~120 us of CPU per
-1 KiB message against ~10 us for the raw pull. Each message is decoded in the reader's Python worker,
-handed to the JVM as Arrow, converted to Spark rows (a map<string,string> per row for the properties),
-back to Arrow, and rebuilt into a send batch in the writer's Python worker. py-spy over the workers
-(``--py-spy FILE``) spreads the Python half over the sink's per-row loop (~30 % of samples: property
-dict, placement, Message objects), the producer's batch encoding (~10 %), the reader's decoding and
-Arrow building (~10 %), Arrow (de)serialisation in pyspark (~7 %) and the client runtime's
-thread hand-offs (~10 %). (c) misses because at 0.5 x (b) each 1 s trigger takes 1.5-2.2 s (the same
-per-message cost), so batches fall behind and latency grows to the batch duration.
-Closing the gap needs fewer crossings per message, not a faster loop: see the issue notes.
+How (b) got there, each step measured with this script in one session (the machine varies by up to
+~20 % between runs, so steps were run alternately where it mattered):
+
+    per-message Arrow rows, 8 partitions                       12.5-15.4 MB/s   p99 (c) 3.5 s
+    rowFormat=raw (one row per pull, the sink decodes)         16.2-19.2 MB/s   (A/B: raw 16.9/16.2,
+                                                                                  arrow 12.8/13.1)
+    + worker heap frozen (pyspark's per-task gc.collect)       17.0-19.2 MB/s
+    + Delta tables kept open, caught up incrementally          17.6 MB/s        p99 (c) 2.3 s
+    + queues grouped into maxPartitions = cores (2)            21.5 MB/s        p99 (c) 2.1 s
+
+Where the time goes in (b) now: the machine is saturated (~1.8 of 2 cores). Per 1 KiB message, the
+Python workers spend ~45 us (py-spy: the sink's per-message loop with property dicts and Message
+objects ~30 %, the client runtime's thread hand-offs and socket I/O ~20 %, decoding the pulled
+records ~10 %, producer batch encoding ~10 %, pyspark's Arrow (de)serialisation ~8 %), the Spark JVM
+~25 us (moving the bytes between the Python workers), the target broker ~12 us; the raw pull (a)
+needs ~10 us in one process. Query start-up is in the window too: the streaming source runner
+imports pyspark from its zip (~1.5 s of CPU). (c) misses because at 0.5 x (b) a 1 s batch takes
+~1.1 s (~0.3 s of it fixed: WAL and commit logs, Delta commits, task launch), so batches run back to
+back and a message waits up to one batch plus its own. The remaining 1.4x for (b) would need the
+per-message Python work halved (a compiled codec for stored records and batches) or fewer processes
+per task; see the issue notes.
 """
 
 from __future__ import annotations

@@ -191,3 +191,38 @@ def test_available_now_stops_at_the_end_and_limit_bounds_batches(spark, clusters
     sizes = [p["numInputRows"] for p in (json.loads(p.json) for p in query.recentProgress)]
     assert sum(sizes) == 1000 and max(sizes) <= 150, sizes
     assert dst.count(topic) == 1000
+
+
+def test_progress_is_mirrored_to_the_source_consumer_group(spark, clusters: tuple[Cluster, Cluster],
+                                                           tmp_path: Path) -> None:
+    """commit(end) writes the query's offsets as CID_RMQ_SYS_REPLICATOR_<link> on the source, so
+    mqadmin-style tools see the replicator's progress and lag (one batch behind: Spark commits a
+    batch's offsets when it plans the next one)."""
+    from broker_store.client import PullConsumer
+
+    src, dst = clusters
+    topic = unique("Group")
+    src.create_topic(topic, 2)
+    dst.create_topic(topic, 2)
+    queues = src.queues(topic)
+    produce_random(src.producer, topic, queues, 200, seed=5)
+    first_round = {mq: src.admin.max_offset(mq) for mq in queues}
+    query = run_link(spark, source_namesrv=src.namesrv, source_cluster="src", target_namesrv=dst.namesrv,
+                     target_cluster="dst", topics=topic, work=tmp_path, link="group-lag", available_now=False,
+                     reader={"rowFormat": "raw"})
+    try:
+        deadline = time.monotonic() + 60
+        while dst.count(topic) < 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        produce_random(src.producer, topic, queues, 50, seed=6)  # a next batch, so the first is committed
+        with PullConsumer(src.namesrv, "CID_RMQ_SYS_REPLICATOR_group-lag", heartbeat_interval=None) as group:
+            while time.monotonic() < deadline:
+                committed = {mq: group.query_consumer_offset(mq) for mq in queues}
+                if all((committed[mq] or 0) >= first_round[mq] for mq in queues):
+                    break
+                time.sleep(0.2)
+        assert all((committed[mq] or 0) >= first_round[mq] for mq in queues), (committed, first_round)
+        assert all((committed[mq] or 0) <= src.admin.max_offset(mq) for mq in queues)
+    finally:
+        query.stop()
+    assert query.exception() is None
