@@ -22,10 +22,10 @@ txn for the same app id ("Concurrent transaction failed"); ``commit_batch`` then
 and treats the batch as done if the other writer committed it. Spark keeps the query id across
 restarts from the same checkpoint, so a re-run batch finds its txn and writes nothing twice.
 
-The four tables are separate Delta tables, so a batch commit is four commits, made in this order:
-failures, offset_map, metrics, offsets. A crash in between leaves a prefix; the re-run of the batch
-completes it (each table checks its own txn). Offsets go last so a resume point never moves past a
-failure that is not recorded.
+The four tables are separate Delta tables, so a batch commit is four commits: failures, offset_map
+and metrics concurrently, then offsets once all three succeeded. A crash in between leaves some of the
+first three; the re-run of the batch completes them (each table checks its own txn). Offsets go last
+so a resume point never moves past a failure that is not recorded.
 
 Maintenance. Each batch appends one small file per table, so a query that runs for days would leave
 tens of thousands of files and a snapshot that grows with them. Every ``compact_every`` batches (500
@@ -44,6 +44,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -366,13 +367,16 @@ class LinkTables:
             OFFSETS: lambda dt: self._offset_rows(query_id, batch_id, offsets_rows, now_ms,
                                                   0 if dt is None else dt.version() + 1),
         }
-        written: dict[str, bool] = {}
-        already: set[str] = set()
-        for table in COMMIT_ORDER:
-            outcome = self._append_once(table, query_id, batch_id, builders[table], now_ms)
-            written[table] = outcome is True
-            if outcome is None:
-                already.add(table)
+        # The tables before offsets are independent: committed concurrently (delta-rs writes without
+        # holding the GIL); offsets only once they all succeeded (see the module docstring).
+        *first, last = COMMIT_ORDER
+        with ThreadPoolExecutor(max_workers=len(first), thread_name_prefix="delta-commit") as pool:
+            futures = {table: pool.submit(self._append_once, table, query_id, batch_id, builders[table], now_ms)
+                       for table in first}
+        outcomes = {table: future.result() for table, future in futures.items()}  # raises the first error
+        outcomes[last] = self._append_once(last, query_id, batch_id, builders[last], now_ms)
+        written = {table: outcome is True for table, outcome in outcomes.items()}
+        already = {table for table, outcome in outcomes.items() if outcome is None}
         if self.compact_every and batch_id and batch_id % self.compact_every == 0 and any(written.values()):
             self.compact()
         return CommitResult(written, frozenset(already))

@@ -225,3 +225,24 @@ def test_periodic_compaction_keeps_data_txns_and_idempotency(tmp_path: Path) -> 
     assert len(rows(t, METRICS)) == 1
     with pytest.raises(ValueError, match="compact_every"):
         LinkTables(tmp_path / "x", source_cluster="A", compact_every=-1)
+
+
+def test_offsets_are_not_committed_when_another_table_fails(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    t = tables(tmp_path)
+    real = LinkTables._append_once
+
+    def metrics_fails(self: LinkTables, table: str, *args: object) -> bool | None:
+        if table == METRICS:
+            raise TableError("disk full (simulated)")
+        return real(self, table, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LinkTables, "_append_once", metrics_fails)
+    with pytest.raises(TableError, match="simulated"):
+        t.commit_batch("q", 0, {Q0: 5}, [mapping(0, 4)], [dismissed(1)], metrics(5))
+    assert t.latest_offsets() == {}  # the resume point did not move
+    monkeypatch.undo()
+    rerun = t.commit_batch("q", 0, {Q0: 5}, [mapping(0, 4)], [dismissed(1)], metrics(5))
+    assert rerun.written[METRICS] and rerun.written[OFFSETS]
+    assert rerun.already_committed == {FAILURES, OFFSET_MAP}
+    assert len(rows(t, FAILURES)) == 1 and t.latest_offsets() == {Q0: 5}
