@@ -53,17 +53,17 @@ How (b) got there, each step measured with this script in one session (the machi
     + queues grouped into maxPartitions = cores (2)            21.5 MB/s        p99 (c) 2.1 s
     + Delta tables committed concurrently, UNIQ_KEY fix        21.8-24.5 MB/s   p99 (c) 1.7 s
 
-Where the time goes in (b) now: the machine is saturated (~1.8 of 2 cores). Per 1 KiB message, the
-Python workers spend ~45 us (py-spy: the sink's per-message loop with property dicts and Message
-objects ~30 %, the client runtime's thread hand-offs and socket I/O ~20 %, decoding the pulled
-records ~10 %, producer batch encoding ~10 %, pyspark's Arrow (de)serialisation ~8 %), the Spark JVM
-~25 us (moving the bytes between the Python workers), the target broker ~12 us; the raw pull (a)
-needs ~10 us in one process. Query start-up is in the window too: the streaming source runner
-imports pyspark from its zip (~1.5 s of CPU). (c) misses because at 0.5 x (b) a 1 s batch takes
-~1.1 s (~0.3 s of it fixed: WAL and commit logs, Delta commits, task launch), so batches run back to
-back and a message waits up to one batch plus its own. The remaining 1.4x for (b) would need the
-per-message Python work halved (a compiled codec for stored records and batches) or fewer processes
-per task; see the issue notes.
+Where the time goes in (b) now (last run: 200k messages in 9.4 s; CPU seconds over that window):
+Python workers 8.2 s (~41 us per 1 KiB message), Spark JVM 3.4 s (~17 us, moving the bytes between
+the Python workers), target broker 2.1 s (~10 us), the streaming source runner's start-up (it imports
+pyspark from its zip, ~1.5 s) and ~0.3 idle core (the two tasks' read -> JVM -> write pipelines
+stall on each other). The raw pull (a) needs ~9 us per message in one process. In the workers
+(py-spy, earlier run): the sink's per-message loop (property dicts, Message objects) ~30 %, the
+client runtime's thread hand-offs and socket I/O ~20 %, decoding the pulled records ~10 %, producer
+batch encoding ~10 %, pyspark's Arrow (de)serialisation ~8 %. The remaining 1.2-1.4x for (b), and far
+more for (b)/(a) >= 0.5, would need the per-message Python work roughly halved (a compiled codec for
+stored records and send batches) or fewer processes per task; see the issue notes. (c): at 0.5 x (b)
+a 1 s batch takes ~0.9 s, ~0.3 s of it fixed (WAL and commit logs, Delta commits, task launch).
 """
 
 from __future__ import annotations
