@@ -51,6 +51,9 @@ How (b) got there, each step measured with this script in one session (the machi
     + worker heap frozen (pyspark's per-task gc.collect)       17.0-19.2 MB/s
     + Delta tables kept open, caught up incrementally          17.6 MB/s        p99 (c) 2.3 s
     + queues grouped into maxPartitions = cores (2)            21.5 MB/s        p99 (c) 2.1 s
+      (a later A/B, --max-partitions 2 / 4 / 8: (b) 19.2-21.2 / 20.5-22.7 / 19.8-20.0 MB/s, the same
+      within noise; (c) 2 vs 8: addBatch 598 vs 736 ms per batch, p99 1.58 vs 1.77 s: it is the
+      latency that grouping buys)
     + Delta tables committed concurrently, UNIQ_KEY fix        21.8-24.5 MB/s   p99 (c) 1.7 s
 
 Where the time goes in (b) now (last run: 200k messages in 9.4 s; CPU seconds over that window):
@@ -375,8 +378,9 @@ _CHILDREN = {"preload": _preload, "raw_pull": _raw_pull, "paced": _paced}
 # -- the Spark part -----------------------------------------------------------------------------
 
 def write_config(path: Path, work: Path, src: Cluster, dst: Cluster, per_trigger: int, trigger: float,
-                 max_in_flight: int) -> None:
+                 max_in_flight: int, max_partitions: int | None = None) -> None:
     links = []
+    extra = f"    max_partitions: {max_partitions}\n" if max_partitions else ""
     for name, topic, interval in (("bench-warm", TOPIC_WARM, 1.0), ("bench-main", TOPIC_MAIN, 1.0),
                                   ("bench-lat", TOPIC_LAT, trigger)):
         links.append(f"""  - name: {name}
@@ -390,7 +394,7 @@ def write_config(path: Path, work: Path, src: Cluster, dst: Cluster, per_trigger
     delta_location: {work / 'delta'}
     retry_backoff_ms: 100
     max_in_flight: {max_in_flight}
-""")
+{extra}""")
     path.write_text(f"""version: 1
 clusters:
   - name: {src.name}
@@ -459,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency-seconds", type=float, default=None, help="default 30; quick 15")
     p.add_argument("--no-latency", action="store_true", help="skip (c)")
     p.add_argument("--max-in-flight", type=int, default=4, help="the links' max_in_flight (default 4, as a link)")
+    p.add_argument("--max-partitions", type=int, default=None,
+                   help="the links' max_partitions (default: unset, i.e. the application's cores)")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--row-format", default="raw", choices=("raw", "arrow", "tuples"),
                    help="the source's rowFormat (the job uses raw)")
@@ -512,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
         work = root / "spark"
         work.mkdir()
         config_path = work / "replicator.yaml"
-        write_config(config_path, work, src, dst, per_trigger, args.trigger, args.max_in_flight)
+        write_config(config_path, work, src, dst, per_trigger, args.trigger, args.max_in_flight, args.max_partitions)
         os.environ["PYTHONPATH"] = os.pathsep.join(
             dict.fromkeys([str(PROJECT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
