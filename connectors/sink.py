@@ -127,8 +127,8 @@ from connectors.source import (
     COL_TAGS,
     COL_TARGET_TOPIC,
     COL_TOPIC,
-    _offset_msg_id_prefix,
     freeze_worker_heap,
+    offset_msg_id,
     parse_bool,
     parse_int,
 )
@@ -677,7 +677,7 @@ class _PartitionWriter:
             n = len(messages)
             if not n:
                 continue
-            offset_ids = [f"{_offset_msg_id_prefix(m.store_host)}{m.commit_log_offset:016X}" for m in messages]
+            offset_ids = [offset_msg_id(m) for m in messages]
             msg_ids = [m.properties.get(PROPERTY_UNIQ_KEY) or oid for m, oid in zip(messages, offset_ids, strict=True)]
             none = [None] * n
             self._add_rows(n, [m.topic for m in messages], [brokers[row]] * n, [m.queue_id for m in messages],

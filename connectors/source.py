@@ -649,6 +649,11 @@ def _offset_msg_id_prefix(store_host: str) -> str:
     return (ip + port.to_bytes(4, "big", signed=True)).hex().upper()
 
 
+def offset_msg_id(m: StoredMessage) -> str:
+    """``m.offset_msg_id`` (store host + commit-log offset, 32 hex digits) with the host part cached."""
+    return f"{_offset_msg_id_prefix(m.store_host)}{m.commit_log_offset:016X}"
+
+
 def messages_to_arrow(messages: Sequence[StoredMessage], broker_name: str, cluster: str) -> pa.RecordBatch:
     """One RecordBatch in ``ARROW_SCHEMA`` for messages of one queue (executor).
 
@@ -674,7 +679,7 @@ def messages_to_arrow(messages: Sequence[StoredMessage], broker_name: str, clust
     reconsume: list[int] = []
     for m in messages:
         props = m.properties
-        offset_id = f"{_offset_msg_id_prefix(m.store_host)}{m.commit_log_offset:016X}"
+        offset_id = offset_msg_id(m)
         topics.append(m.topic)
         queue_ids.append(m.queue_id)
         queue_offsets.append(m.queue_offset)
