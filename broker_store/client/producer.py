@@ -344,8 +344,8 @@ class AsyncProducer:
         addr = await self._session.routes.require_master_addr(message.topic, mq.broker_name,
                                                               allow_default=self.auto_create_topic)
         ext = self._header(message.topic, mq, properties, sys_flag, message.flag, batch=False)
-        await self._session.remoting.invoke_oneway(
-            addr, self._session.sign(RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=ext, body=body)))
+        await self._session.send_oneway(
+            addr, RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=ext, body=body))
 
     def _choose(self, message: Message, queues: list[MessageQueue], queue: QueueChoice,
                 last_failed: str | None) -> MessageQueue:
@@ -377,7 +377,7 @@ class AsyncProducer:
             try:
                 addr = await routes.require_master_addr(topic, mq.broker_name,
                                                         allow_default=self.auto_create_topic)
-                resp = await self._session.remoting.invoke(addr, self._session.sign(build(mq)), remaining)
+                resp = await self._session.send(addr, build(mq), remaining)
                 status = SEND_STATUS_BY_CODE.get(resp.code)
                 if status is None:
                     raise error_for_response(resp.code, resp.remark, addr=addr)

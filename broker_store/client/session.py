@@ -56,17 +56,26 @@ class ClientSession:
 
     def sign(self, cmd: RemotingCommand) -> RemotingCommand:
         """``cmd`` with this client's ACL fields (unchanged without credentials). Every request a client
-        sends goes through here, the name server's included, as Java's RPCHook sees them all."""
+        sends goes through here, the name server's included, as Java's RPCHook sees them all: brokers
+        through ``send`` / ``send_oneway``, name servers through the route cache."""
         if self.credentials is not None:
             acl_sign(cmd, self.credentials)
         return cmd
+
+    async def send(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """A prepared request, signed, and its response whatever its code (the caller interprets it)."""
+        return await self.remoting.invoke(addr, self.sign(cmd), timeout)
+
+    async def send_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        """A prepared request, signed, without waiting for (or getting) a response."""
+        await self.remoting.invoke_oneway(addr, self.sign(cmd))
 
     async def invoke(self, addr: str, code: int, header: Header | None = None, body: bytes = b"", *,
                      timeout: float | None = None, names: dict[str, str] | None = None,
                      accept: Collection[int] = _SUCCESS_ONLY) -> RemotingCommand:
         """Request/response to a broker; codes outside ``accept`` raise ``error_for_response``."""
         cmd = RemotingCommand(code=code, ext_fields=header.to_ext(names) if header else {}, body=body)
-        resp = await self.remoting.invoke(addr, self.sign(cmd), self.request_timeout if timeout is None else timeout)
+        resp = await self.send(addr, cmd, self.request_timeout if timeout is None else timeout)
         if resp.code not in accept:
             raise error_for_response(resp.code, resp.remark, addr=addr)
         return resp
@@ -74,7 +83,7 @@ class ClientSession:
     async def invoke_oneway(self, addr: str, code: int, header: Header | None = None, body: bytes = b"", *,
                             names: dict[str, str] | None = None) -> None:
         cmd = RemotingCommand(code=code, ext_fields=header.to_ext(names) if header else {}, body=body)
-        await self.remoting.invoke_oneway(addr, self.sign(cmd))
+        await self.send_oneway(addr, cmd)
 
     async def close(self) -> None:
         if self._owns_remoting:
