@@ -259,6 +259,16 @@ def _assert_byte_exact(source: Mapping[MessageQueue, list[StoredMessage]],
     return total
 
 
+def _assert_replicated(src: Cluster, dst: Cluster, topic: str, tables: LinkTables, expected: int) -> None:
+    """After a finished run: ``expected`` messages byte-exact in the same queue positions, the offsets
+    table at the source's max offsets, and an offset map covering every message."""
+    source, target = src.read_all(topic), dst.read_all(topic)
+    assert _assert_byte_exact(source, target) == expected
+    with Admin(src.namesrv) as admin:
+        assert _caught_up(tables, admin, src.queues(topic))
+    assert _assert_offset_map(tables, _by_source(source), target) == expected
+
+
 def _by_source(source: Mapping[MessageQueue, list[StoredMessage]]) -> dict[tuple[str, int, int], str]:
     return {(mq.broker_name, mq.queue_id, m.queue_offset): m.msg_id for mq, msgs in source.items() for m in msgs}
 
@@ -301,13 +311,7 @@ def test_standalone_cluster_executors_in_their_own_processes(clusters: tuple[Clu
         spark.stop()
     assert not spark.pids() and (job is None or not job.pids())
     assert listening and not non_loopback(listening), f"non-loopback listeners: {non_loopback(listening)}"
-    source = src.read_all(topic)
-    target = dst.read_all(topic)
-    assert _assert_byte_exact(source, target) == 4000
-    tables = LinkTables(tmp_path / "delta" / "standalone", source_cluster="src")
-    with Admin(src.namesrv) as admin:
-        assert _caught_up(tables, admin, src.queues(topic))
-    assert _assert_offset_map(tables, _by_source(source), target) == 4000
+    _assert_replicated(src, dst, topic, LinkTables(tmp_path / "delta" / "standalone", source_cluster="src"), 4000)
     print(f"standalone test: 4000 messages, listeners {sorted(listening)}, {time.monotonic() - started:.1f}s")
 
 
@@ -325,13 +329,8 @@ def test_100k_messages_byte_exact_queue_preserving(spark, clusters: tuple[Cluste
                      reader={"maxMessagesPerTrigger": "25000"}, timeout=600)
     replicated = time.monotonic()
     assert query.exception() is None and not query.isActive
-    source = src.read_all(topic)
-    target = dst.read_all(topic)
-    assert _assert_byte_exact(source, target) == 100_000
     tables = LinkTables(tmp_path / "delta" / "large", source_cluster="src")
-    with Admin(src.namesrv) as admin:
-        assert _caught_up(tables, admin, src.queues(topic))
-    assert _assert_offset_map(tables, _by_source(source), target) == 100_000
+    _assert_replicated(src, dst, topic, tables, 100_000)
     assert tables.unreplayed_failures() == []
     print(f"100k test: produced in {produced - started:.1f}s, replicated in {replicated - produced:.1f}s, "
           f"checked in {time.monotonic() - replicated:.1f}s")
