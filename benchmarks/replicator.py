@@ -466,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-partitions", type=int, default=None,
                    help="the links' max_partitions (default: unset, i.e. the application's cores)")
     p.add_argument("--master", default="local[2]")
-    p.add_argument("--row-format", default="raw", choices=("raw", "arrow", "tuples"),
+    p.add_argument("--row-format", default="ranges", choices=("ranges", "raw", "arrow", "tuples"),
                    help="the source's rowFormat (the job uses raw)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
     p.add_argument("--py-spy", metavar="FILE", default=None,

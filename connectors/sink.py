@@ -75,6 +75,7 @@ target broker stamps them); the source values stay in the source and in the fail
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import random
@@ -93,15 +94,23 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from broker_store.client import Admin, Message, MessageQueue, Producer, SendResult
+from broker_store.client import Admin, MessageQueue, Producer, SendResult
 from broker_store.client.route_cache import subscribe_queues
 from broker_store.protocol.acl import SessionCredentials
-from broker_store.protocol.errors import ProtocolError, RequestTimeoutError, RocketMQError
-from broker_store.protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, decode_stored_messages
+from broker_store.protocol.codes import ResponseCode
+from broker_store.protocol.errors import ProtocolError, RequestTimeoutError, RocketMQError, TopicNotExistError
+from broker_store.protocol.message import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    decode_stored_message,
+    encode_properties,
+)
 from connectors import loop_guard
 from connectors.config import FailurePolicy, TopicMappingConfig, load_replicator_config, resolve_credentials
 from connectors.errors import ConfigError, OffsetFormatError, ReplicatorError, TargetUnavailableError
 from connectors.failure_policy import apply_failure_policy, load_failure_hook
+from connectors.forwarding import SKIP, ForwardedPull, RecordForwarder, encode_entry, entry_body_length
 from connectors.offsets import QueueKey, SourceOffset
 from connectors.records import (
     BatchMetrics,
@@ -114,23 +123,35 @@ from connectors.source import (
     COL_BODY,
     COL_BORN_TS,
     COL_BROKER,
+    COL_CONSUMER_GROUP,
+    COL_END_OFFSET,
+    COL_FAIL_ON_DATA_LOSS,
     COL_FLAG,
+    COL_FROM_EARLIEST,
     COL_KEYS,
     COL_MSG_ID,
     COL_OFFSET_MSG_ID,
     COL_PROPERTIES,
+    COL_PULL_BATCH_SIZE,
+    COL_PULL_TIMEOUT_MS,
     COL_QUEUE_ID,
     COL_QUEUE_OFFSET,
     COL_RECORDS,
     COL_SOURCE_CLUSTER,
+    COL_SOURCE_NAMESRV,
+    COL_START_OFFSET,
     COL_STORE_TS,
+    COL_TAG_FILTER,
     COL_TAGS,
     COL_TARGET_TOPIC,
     COL_TOPIC,
+    PullSettings,
+    QueueRange,
     freeze_worker_heap,
     offset_msg_id,
     parse_bool,
     parse_int,
+    pull_range_raw,
 )
 from connectors.tables import LinkTables, query_id_from_checkpoint
 from connectors.topic_mapping import TopicMapper
@@ -141,6 +162,10 @@ REQUIRED_COLUMNS = (COL_TOPIC, COL_BROKER, COL_QUEUE_ID, COL_QUEUE_OFFSET, COL_B
 """Columns the sink cannot work without; ``properties`` (or at least tags/keys) should be there too."""
 RAW_REQUIRED_COLUMNS = (COL_TOPIC, COL_BROKER, COL_QUEUE_ID, COL_RECORDS)
 """The same for the source's ``rowFormat=raw`` rows (records decoded by the sink)."""
+RANGES_REQUIRED_COLUMNS = (COL_TOPIC, COL_BROKER, COL_QUEUE_ID, COL_START_OFFSET, COL_END_OFFSET, COL_FROM_EARLIEST,
+                           COL_SOURCE_CLUSTER, COL_SOURCE_NAMESRV, COL_CONSUMER_GROUP, COL_TAG_FILTER,
+                           COL_PULL_BATCH_SIZE, COL_PULL_TIMEOUT_MS, COL_FAIL_ON_DATA_LOSS)
+"""The same for the source's ``rowFormat=ranges`` rows (every column: the sink pulls the ranges itself)."""
 
 DROPPED_PROPERTIES = frozenset({
     "CLUSTER",                      # the target broker stamps its own cluster name when it stores
@@ -396,11 +421,11 @@ class ReplicationCommitMessage(WriterCommitMessage):
 
 @dataclass
 class _Item:
+    """A message of the per-message row formats (arrow / tuples): what a failure record is rebuilt from."""
+
     source: QueueKey
     queue_offset: int
     body: bytes
-    message: Message | None
-    """What is sent; None until the target topic is known."""
     born_ms: int
     store_ms: int
     offset_msg_id: str
@@ -410,18 +435,61 @@ class _Item:
     keys: str | None
 
 
+@dataclass(frozen=True)
+class _StoredOrigin:
+    """Where a raw-input message came from: its record in a pull's buffer (decoded only on failure)."""
+
+    buffer: bytes
+    broker_name: str
+
+
 @dataclass
 class _Batch:
+    """Consecutive messages for one target queue, sent as one SEND_BATCH_MESSAGE. Per-entry data is
+    kept in parallel lists (the sink's hot path appends whole pulls with list slices)."""
+
     topic: str
     queue: MessageQueue | None
     """None: the target topic's queues could not be listed; the send fails and is retried / recorded."""
-    items: list[_Item] = field(default_factory=list)
+    entries: list[bytes] = field(default_factory=list)
+    """Encoded batch entries (``connectors.forwarding``), in send order."""
+    offsets: list[int] = field(default_factory=list)
+    """Source queue offset of each entry."""
+    borns: list[int] = field(default_factory=list)
+    """Source born timestamp (ms, 0 unknown) of each entry."""
+    origins: list[Any] = field(default_factory=list)
+    """Per entry: its ``_Item``, or (``_StoredOrigin``, record start) for raw input."""
+    runs: list[tuple[QueueKey, int]] = field(default_factory=list)
+    """(source queue, index of its first entry); a new run starts whenever the source queue changes."""
     size: int = 0
+    """Body bytes."""
+
+    def source_of(self, index: int) -> QueueKey:
+        source = self.runs[0][0]
+        for queue, first in self.runs:
+            if first > index:
+                break
+            source = queue
+        return source
+
+    def single(self, index: int) -> _Batch:
+        """Entry ``index`` alone (a refused batch is retried message by message)."""
+        return _Batch(self.topic, self.queue, [self.entries[index]], [self.offsets[index]], [self.borns[index]],
+                      [self.origins[index]], [(self.source_of(index), 0)], entry_body_length(self.entries[index]))
 
 
-_SKIP = object()
+_SKIP = SKIP
 """``_PartitionWriter._chain``: the message would close a replication loop."""
 _UNKNOWN = object()
+
+
+@dataclass(frozen=True)
+class _Unmapped:
+    """``_PartitionWriter._target_for``: no target topic for a source topic; its messages fail."""
+
+    hint: str
+    """Target topic recorded with the failures ("" when the link maps none)."""
+    error: str
 
 
 def _driver_logging() -> None:
@@ -560,6 +628,11 @@ class _QueuePlacement:
                 self._source[topic] = None
         return self._source[topic]
 
+    def forget(self, target_topic: str) -> None:
+        """Drop a topic's cached "no writable queue" answer so the next ``place`` looks again."""
+        if self._target.get(target_topic, ()) is None:
+            del self._target[target_topic]
+
     def place(self, target_topic: str, source: QueueKey) -> MessageQueue | None:
         placed = self._placed.get((target_topic, source))
         if placed is None:
@@ -607,6 +680,7 @@ class _PartitionWriter:
         self._targets: dict[str, str] = {}
         """Source topic -> target topic, for rows without a targetTopic value."""
         self._chains: dict[tuple[str | None, str | None], str | None | object] = {}
+        self._forwarders: dict[str | None, RecordForwarder] = {}
 
     # -- rows -------------------------------------------------------------------------------------
 
@@ -659,33 +733,92 @@ class _PartitionWriter:
 
     def add_raw_batch(self, rb: pa.RecordBatch) -> None:
         """Turn one Arrow batch of raw rows (``rowFormat=raw``: a pull's stored records per row) into
-        sends: each row's records are decoded here and go through the same per-message path."""
+        sends, record by record through ``connectors.forwarding`` (no per-message decoding)."""
         names = rb.schema.names
 
         def col(name: str) -> list[Any] | None:
             return rb.column(names.index(name)).to_pylist() if name in names else None
 
-        brokers, records = col(COL_BROKER), col(COL_RECORDS)
-        assert brokers is not None and records is not None
+        topics, brokers, qids, records = col(COL_TOPIC), col(COL_BROKER), col(COL_QUEUE_ID), col(COL_RECORDS)
+        assert topics is not None and brokers is not None and qids is not None and records is not None
         clusters = col(COL_SOURCE_CLUSTER) or [None] * rb.num_rows
         row_targets = col(COL_TARGET_TOPIC) or [None] * rb.num_rows
         for row, data in enumerate(records):
-            try:
-                messages = decode_stored_messages(data) if data else []
-            except ProtocolError as exc:
-                raise ReplicatorError(f"link {self.o.label}: undecodable records from {brokers[row]}: {exc}") from exc
-            n = len(messages)
-            if not n:
-                continue
-            offset_ids = [offset_msg_id(m) for m in messages]
-            msg_ids = [m.properties.get(PROPERTY_UNIQ_KEY) or oid for m, oid in zip(messages, offset_ids, strict=True)]
-            none = [None] * n
-            self._add_rows(n, [m.topic for m in messages], [brokers[row]] * n, [m.queue_id for m in messages],
-                           [m.queue_offset for m in messages], [m.body for m in messages],
-                           [m.properties.items() for m in messages], none, none, [m.flag for m in messages],
-                           [m.born_timestamp for m in messages], [m.store_timestamp for m in messages],
-                           msg_ids, offset_ids, none if self.o.source_cluster else [clusters[row]] * n,
-                           [row_targets[row]] * n)
+            if data:
+                self.add_pull(data, topics[row], brokers[row], qids[row], clusters[row], row_targets[row])
+
+    def add_ranges(self, rb: pa.RecordBatch) -> None:
+        """Pull and send the queue ranges of one Arrow batch of ``rowFormat=ranges`` rows, each range in
+        offset order and stopping exactly at its end (``connectors.source.pull_range_raw``: data loss,
+        offset moves and truncation are handled as the source's reader does)."""
+        for row in rb.to_pylist():
+            settings = PullSettings(
+                namesrv=row[COL_SOURCE_NAMESRV], group=row[COL_CONSUMER_GROUP], cluster=row[COL_SOURCE_CLUSTER],
+                tags=row[COL_TAG_FILTER], pull_batch_size=row[COL_PULL_BATCH_SIZE],
+                fail_on_data_loss=row[COL_FAIL_ON_DATA_LOSS], pull_timeout_ms=row[COL_PULL_TIMEOUT_MS],
+                row_format="raw", credentials=self.o.source_credentials)
+            queue = QueueRange(row[COL_TOPIC], row[COL_BROKER], row[COL_QUEUE_ID], row[COL_START_OFFSET],
+                               row[COL_END_OFFSET], row[COL_FROM_EARLIEST])
+            for pulled in pull_range_raw(settings, queue):
+                self.add_pull(pulled.records, queue.topic, queue.broker_name, queue.queue_id, settings.cluster,
+                              row.get(COL_TARGET_TOPIC))
+
+    def _source_key(self, topic: str, broker: str, queue_id: int) -> QueueKey:
+        where = (topic, broker, queue_id)
+        source = self._source_keys.get(where)
+        if source is None:
+            source = self._source_keys[where] = QueueKey(*where)
+        return source
+
+    def _forwarder(self, source_cluster: str | None) -> RecordForwarder:
+        forwarder = self._forwarders.get(source_cluster)
+        if forwarder is None:
+            forwarder = self._forwarders[source_cluster] = RecordForwarder(
+                DROPPED_PROPERTIES, lambda chain: self._chain(chain, source_cluster))
+        return forwarder
+
+    def add_pull(self, records: bytes, topic: str, broker: str, queue_id: int, cluster: str | None,
+                 column_target: str | None = None) -> None:
+        """Send the stored records of one pull of source queue (topic, broker, queue_id)."""
+        source = self._source_key(topic, broker, queue_id)
+        try:
+            pulled = self._forwarder(self.o.source_cluster or cluster).forward(records, topic, queue_id)
+        except ProtocolError as exc:
+            raise ReplicatorError(f"link {self.o.label}: undecodable records from {broker} "
+                                  f"{topic}/{queue_id}: {exc}") from exc
+        self.skipped += pulled.skipped
+        if pulled.next_offset > self.source_next.get(source, 0):
+            self.source_next[source] = pulled.next_offset
+        if pulled.oldest_store_ms is not None and (self.oldest_store_ms is None
+                                                   or pulled.oldest_store_ms < self.oldest_store_ms):
+            self.oldest_store_ms = pulled.oldest_store_ms
+        if not pulled.entries and not pulled.refused:
+            return
+        origin = _StoredOrigin(records, broker)
+        target = self._target_for(source, column_target)
+        if isinstance(target, _Unmapped):
+            self._fail_origins([(origin, start) for start in pulled.starts], target=target.hint, error=target.error,
+                               attempts=0)
+            target = target.hint
+        else:
+            self._append_pull(target, self.placement.place(target, source), source, pulled, origin)
+        for start, reason in pulled.refused:
+            self._fail_origins([(origin, start)], target=target, error=f"MessageIllegalError: {reason}", attempts=0)
+
+    def _target_for(self, source: QueueKey, column_target: str | None) -> str | _Unmapped:
+        """The target topic of a source queue's messages (cached per source topic unless a column names it)."""
+        target = self._targets.get(source.topic) if column_target is None else None
+        if target is not None:
+            return target
+        try:
+            target = self.target_topic(source.topic, column_target)
+        except ReplicatorError as exc:
+            return _Unmapped(source.topic, f"{type(exc).__name__}: {exc}")
+        if target is None:
+            return _Unmapped("", f"link {self.o.label!r} does not map source topic {source.topic!r}")
+        if column_target is None:
+            self._targets[source.topic] = target
+        return target
 
     def _add_rows(self, n: int, topics: Sequence[str], brokers: Sequence[str], qids: Sequence[int],
                   offsets: Sequence[int], bodies: Sequence[bytes], props_col: Sequence[Any],
@@ -693,17 +826,13 @@ class _PartitionWriter:
                   born: Sequence[int | None], stored: Sequence[int | None], msg_ids: Sequence[str | None],
                   offset_ids: Sequence[str | None], clusters: Sequence[str | None],
                   targets: Sequence[str | None]) -> None:
-        """The per-message path shared by both row formats; columns as plain lists, times in ms,
-        ``props_col`` items as (name, value) pairs (None: rebuild from ``tags_col`` / ``keys_col``)."""
+        """The per-message path of the row formats; columns as plain lists, times in ms, ``props_col``
+        items as (name, value) pairs (None: rebuild from ``tags_col`` / ``keys_col``)."""
         fixed_cluster = self.o.source_cluster
-        source_keys = self._source_keys
         source_next = self.source_next
         oldest = self.oldest_store_ms
         for i in range(n):
-            where = (topics[i], brokers[i], qids[i])
-            source = source_keys.get(where)
-            if source is None:
-                source = source_keys[where] = QueueKey(*where)
+            source = self._source_key(topics[i], brokers[i], qids[i])
             offset = offsets[i]
             if offset >= source_next.get(source, 0):
                 source_next[source] = offset + 1
@@ -726,30 +855,29 @@ class _PartitionWriter:
                 self.skipped += 1
                 continue
             body = bodies[i]
-            item = _Item(source=source, queue_offset=offset, body=body, message=None,
-                         born_ms=born[i] or 0, store_ms=store_ms, offset_msg_id=offset_ids[i] or "",
-                         source_properties=raw_props, tags=props.get(PROPERTY_TAGS), keys=props.get(PROPERTY_KEYS))
-            column_target = targets[i]
-            target = self._targets.get(source.topic) if column_target is None else None
-            if target is None:
-                try:
-                    target = self.target_topic(source.topic, column_target)
-                except ReplicatorError as exc:
-                    self._fail([item], topic_hint=source.topic, error=f"{type(exc).__name__}: {exc}", attempts=0)
-                    continue
-                if target is None:
-                    self._fail([item], topic_hint="", error=f"link {self.o.label!r} does not map source topic "
-                                                            f"{source.topic!r}", attempts=0)
-                    continue
-                if column_target is None:
-                    self._targets[source.topic] = target
+            item = _Item(source=source, queue_offset=offset, body=body, born_ms=born[i] or 0, store_ms=store_ms,
+                         offset_msg_id=offset_ids[i] or "", source_properties=raw_props,
+                         tags=props.get(PROPERTY_TAGS), keys=props.get(PROPERTY_KEYS))
+            target = self._target_for(source, targets[i])
+            if isinstance(target, _Unmapped):
+                self._fail_origins([item], target=target.hint, error=target.error, attempts=0)
+                continue
             msg_id = msg_ids[i]
             if msg_id and not props.get(PROPERTY_UNIQ_KEY):
                 props[PROPERTY_UNIQ_KEY] = msg_id
             if chain is not None:
                 props[loop_guard.CHAIN_PROPERTY] = chain
-            item.message = Message(topic=target, body=body, properties=props, flag=flags[i] or 0)
-            self._append(target, self.placement.place(target, source), item)
+            if not body:
+                self._fail_origins([item], target=target, error="MessageIllegalError: message body is empty",
+                                   attempts=0)
+                continue
+            try:
+                entry = encode_entry(bytes(body), encode_properties(props), flags[i] or 0)
+            except ProtocolError as exc:
+                self._fail_origins([item], target=target, error=f"MessageIllegalError: {exc}", attempts=0)
+                continue
+            self._append(target, self.placement.place(target, source), source, entry, len(body), offset,
+                         item.born_ms, item)
         self.oldest_store_ms = oldest
 
     def _chain(self, chain: str | None, source_cluster: str | None) -> str | None | object:
@@ -770,25 +898,70 @@ class _PartitionWriter:
 
     # -- batching and sending ---------------------------------------------------------------------
 
-    def _append(self, topic: str, queue: MessageQueue | None, item: _Item) -> None:
-        size = len(item.body)
+    def _batch_for(self, topic: str, queue: MessageQueue | None) -> _Batch:
         batch = self.current
-        if batch is not None and (batch.topic != topic or batch.queue != queue
-                                  or len(batch.items) >= self.o.batch_max_messages
-                                  or batch.size + size > self.o.batch_max_bytes):
+        if batch is not None and (batch.topic != topic or batch.queue != queue):
             self._submit(batch)
             batch = None
         if batch is None:
             batch = self.current = _Batch(topic, queue)
-        batch.items.append(item)
+        return batch
+
+    def _append(self, topic: str, queue: MessageQueue | None, source: QueueKey, entry: bytes, size: int,
+                offset: int, born_ms: int, origin: Any) -> None:
+        batch = self._batch_for(topic, queue)
+        if batch.entries and (len(batch.entries) >= self.o.batch_max_messages
+                              or batch.size + size > self.o.batch_max_bytes):
+            self._submit(batch)
+            batch = self.current = _Batch(topic, queue)
+        if not batch.runs or batch.runs[-1][0] != source:
+            batch.runs.append((source, len(batch.entries)))
+        batch.entries.append(entry)
+        batch.offsets.append(offset)
+        batch.borns.append(born_ms)
+        batch.origins.append(origin)
         batch.size += size
 
+    def _append_pull(self, topic: str, queue: MessageQueue | None, source: QueueKey, pulled: ForwardedPull,
+                     origin: _StoredOrigin) -> None:
+        """``_append`` for a whole pull: fills batches up to the count and byte limits with list slices."""
+        sizes = pulled.sizes
+        i, n = 0, len(sizes)
+        max_messages, max_bytes = self.o.batch_max_messages, self.o.batch_max_bytes
+        while i < n:
+            batch = self._batch_for(topic, queue)
+            room = max_messages - len(batch.entries)
+            size = batch.size
+            j = i
+            while j < n and j - i < room and (size + sizes[j] <= max_bytes or (j == i and not batch.entries)):
+                size += sizes[j]
+                j += 1
+            if j == i:  # the current batch is full
+                self._submit(batch)
+                self.current = None
+                continue
+            if not batch.runs or batch.runs[-1][0] != source:
+                batch.runs.append((source, len(batch.entries)))
+            batch.entries.extend(pulled.entries[i:j])
+            batch.offsets.extend(pulled.offsets[i:j])
+            batch.borns.extend(pulled.borns[i:j])
+            batch.origins.extend(zip(itertools.repeat(origin), pulled.starts[i:j]))
+            batch.size = size
+            i = j
+
     def _send_async(self, batch: _Batch) -> Future[SendResult]:
-        timeout = self.o.send_timeout_ms / 1000
-        messages = [i.message for i in batch.items if i.message is not None]
-        if len(messages) == 1:
-            return self.producer.send_async(messages[0], batch.queue, timeout=timeout)
-        return self.producer.send_batch_async(messages, batch.queue, timeout=timeout)
+        if batch.queue is None:
+            # The topic's queues could not be listed when the batch was placed: look again (the topic may
+            # exist now), else fail this attempt like a send to a missing topic.
+            self.placement.forget(batch.topic)
+            batch.queue = self.placement.place(batch.topic, batch.runs[0][0])
+        if batch.queue is None:
+            failed: Future[SendResult] = Future()
+            failed.set_exception(TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST,
+                                                    f"no writable queue for target topic {batch.topic}"))
+            return failed
+        return self.producer.send_encoded_batch_async(batch.topic, b"".join(batch.entries), batch.queue,
+                                                      timeout=self.o.send_timeout_ms / 1000)
 
     def _submit(self, batch: _Batch) -> None:
         while len(self.in_flight) >= self.o.max_in_flight:
@@ -805,6 +978,9 @@ class _PartitionWriter:
             return future.result(timeout=self.o.send_timeout_ms / 1000 + 10)
         except TimeoutError as exc:
             raise RequestTimeoutError("send did not complete in time") from exc
+
+    def _send_now(self, batch: _Batch) -> SendResult:
+        return self._wait(self._send_async(batch))
 
     def _complete(self, future: Future[SendResult], batch: _Batch) -> None:
         try:
@@ -833,69 +1009,75 @@ class _PartitionWriter:
             else:
                 break
             try:
-                self._delivered(batch, self._wait(self._send_async(batch)))
+                self._delivered(batch, self._send_now(batch))
                 return
             except RocketMQError as exc:
                 error = exc
-        if len(batch.items) > 1 and not _retriable(error):
-            log.info("batch of %d to %s refused (%s); sending its messages one by one", len(batch.items),
+        if len(batch.entries) > 1 and not _retriable(error):
+            log.info("batch of %d to %s refused (%s); sending its messages one by one", len(batch.entries),
                      batch.queue or batch.topic, error)
-            for item in batch.items:
-                single = _Batch(batch.topic, batch.queue, [item], len(item.body))
+            for i in range(len(batch.entries)):
+                single = batch.single(i)
                 try:
-                    self._delivered(single, self._wait(self._send_async(single)))
+                    self._delivered(single, self._send_now(single))
                 except RocketMQError as exc:
                     self._retry(single, exc, 1)
             return
-        self._fail(batch.items, topic_hint=batch.topic, error=f"{type(error).__name__}: {error}", attempts=attempts)
+        self._fail_origins(batch.origins, target=batch.topic, error=f"{type(error).__name__}: {error}",
+                           attempts=attempts)
 
-    def _fail(self, items: Sequence[_Item], *, topic_hint: str, error: str, attempts: int) -> None:
-        for item in items:
+    def _fail_origins(self, origins: Sequence[Any], *, target: str, error: str, attempts: int) -> None:
+        """Record messages as failed, each rebuilt whole from its origin (``_Batch.origins``)."""
+        for origin in origins:
+            if isinstance(origin, _Item):
+                self.failures.append(FailedMessage(
+                    topic=origin.source.topic, broker_name=origin.source.broker_name,
+                    queue_id=origin.source.queue_id, queue_offset=origin.queue_offset, msg_id=origin.offset_msg_id,
+                    target_topic=target, body=origin.body, properties=dict(origin.source_properties), error=error,
+                    attempts=attempts, tags=origin.tags, keys=origin.keys, born_timestamp=origin.born_ms,
+                    store_timestamp=origin.store_ms))
+                continue
+            stored, start = origin
+            m = decode_stored_message(stored.buffer, start)
             self.failures.append(FailedMessage(
-                topic=item.source.topic, broker_name=item.source.broker_name, queue_id=item.source.queue_id,
-                queue_offset=item.queue_offset, msg_id=item.offset_msg_id,
-                target_topic=item.message.topic if item.message is not None else topic_hint,
-                body=item.body,
-                properties=dict(item.source_properties), error=error, attempts=attempts, tags=item.tags,
-                keys=item.keys, born_timestamp=item.born_ms, store_timestamp=item.store_ms))
+                topic=m.topic, broker_name=stored.broker_name, queue_id=m.queue_id, queue_offset=m.queue_offset,
+                msg_id=offset_msg_id(m), target_topic=target, body=m.body, properties=dict(m.properties),
+                error=error, attempts=attempts, tags=m.properties.get(PROPERTY_TAGS),
+                keys=m.properties.get(PROPERTY_KEYS), born_timestamp=m.born_timestamp,
+                store_timestamp=m.store_timestamp))
 
     def _delivered(self, batch: _Batch, result: SendResult) -> None:
         now = _now_ms()
         mq = result.message_queue
         first_target = result.queue_offset
-        run_start = 0
-        items = batch.items
-        for i in range(1, len(items) + 1):
-            if i == len(items) or items[i].source != items[run_start].source:
-                run = items[run_start:i]
-                self._map(run, mq, first_target + run_start)
-                run_start = i
-        for item in items:
-            self.bytes += len(item.body)
-            if item.born_ms:
-                self.latencies.append(now - item.born_ms)
-        self.delivered += len(items)
+        runs, offsets, n = batch.runs, batch.offsets, len(batch.entries)
+        for k, (source, first) in enumerate(runs):
+            end = runs[k + 1][1] if k + 1 < len(runs) else n
+            self._map(source, offsets[first], offsets[end - 1], end - first, mq, first_target + first)
+        self.bytes += batch.size
+        self.latencies.extend([now - born for born in batch.borns if born])
+        self.delivered += n
 
-    def _map(self, run: Sequence[_Item], mq: MessageQueue, target_first: int) -> None:
-        src = run[0].source
-        target_last = target_first + len(run) - 1
+    def _map(self, src: QueueKey, source_first: int, source_last: int, count: int, mq: MessageQueue,
+             target_first: int) -> None:
+        target_last = target_first + count - 1
         last = self.mappings[-1] if self.mappings else None
         if (last is not None and last.source_topic == src.topic and last.source_broker == src.broker_name
                 and last.source_queue_id == src.queue_id and last.target_topic == mq.topic
                 and last.target_broker == mq.broker_name and last.target_queue_id == mq.queue_id
                 and last.target_last_offset + 1 == target_first
-                and last.source_last_offset < run[0].queue_offset):
+                and last.source_last_offset < source_first):
             self.mappings[-1] = OffsetMapping(
                 last.source_topic, last.source_broker, last.source_queue_id, last.source_first_offset,
-                run[-1].queue_offset, last.target_topic, last.target_broker, last.target_queue_id,
-                last.target_first_offset, target_last, last.messages + len(run))
+                source_last, last.target_topic, last.target_broker, last.target_queue_id,
+                last.target_first_offset, target_last, last.messages + count)
             return
         self.mappings.append(OffsetMapping(
-            src.topic, src.broker_name, src.queue_id, run[0].queue_offset, run[-1].queue_offset,
-            mq.topic, mq.broker_name, mq.queue_id, target_first, target_last, len(run)))
+            src.topic, src.broker_name, src.queue_id, source_first, source_last,
+            mq.topic, mq.broker_name, mq.queue_id, target_first, target_last, count))
 
     def finish(self) -> ReplicationCommitMessage:
-        if self.current is not None and self.current.items:
+        if self.current is not None and self.current.entries:
             self._submit(self.current)
         self.current = None
         while self.in_flight:
@@ -923,12 +1105,15 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.options = SinkOptions.from_options(options)
-        required = RAW_REQUIRED_COLUMNS if COL_RECORDS in schema.fieldNames() else REQUIRED_COLUMNS
-        missing = [c for c in required if c not in schema.fieldNames()]
+        names = schema.fieldNames()
+        required = (RANGES_REQUIRED_COLUMNS if COL_START_OFFSET in names
+                    else RAW_REQUIRED_COLUMNS if COL_RECORDS in names else REQUIRED_COLUMNS)
+        missing = [c for c in required if c not in names]
         if missing:
             raise ConfigError(f"the rows lack column(s) {missing}; write the rocketmq source's rows "
-                              f"(columns {list(REQUIRED_COLUMNS)} at least, or {list(RAW_REQUIRED_COLUMNS)} "
-                              f"with rowFormat=raw)", field="schema")
+                              f"(columns {list(REQUIRED_COLUMNS)} at least, {list(RAW_REQUIRED_COLUMNS)} with "
+                              f"rowFormat=raw, or the {list(RANGES_REQUIRED_COLUMNS)} of rowFormat=ranges)",
+                              field="schema")
         if self.options.failure_hook:
             load_failure_hook(self.options.failure_hook)  # fail the query now, not at the first failure
 
@@ -939,7 +1124,10 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
         freeze_worker_heap()
         writer = _PartitionWriter(self.options)
         for rb in iterator:
-            if COL_RECORDS in rb.schema.names:
+            names = rb.schema.names
+            if COL_START_OFFSET in names:
+                writer.add_ranges(rb)
+            elif COL_RECORDS in names:
                 writer.add_raw_batch(rb)
             else:
                 writer.add_record_batch(rb)

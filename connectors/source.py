@@ -171,7 +171,37 @@ RAW_ARROW_SCHEMA = pa.schema([
     (COL_RECORDS, pa.binary()), (COL_SOURCE_CLUSTER, pa.string()),
 ])
 
-ROW_FORMATS = ("arrow", "tuples", "raw")
+COL_START_OFFSET = "startOffset"
+COL_END_OFFSET = "endOffset"
+COL_FROM_EARLIEST = "fromEarliest"
+COL_SOURCE_NAMESRV = "sourceNamesrv"
+COL_CONSUMER_GROUP = "consumerGroup"
+COL_TAG_FILTER = "tagFilter"
+COL_PULL_BATCH_SIZE = "pullBatchSize"
+COL_PULL_TIMEOUT_MS = "pullTimeoutMs"
+COL_FAIL_ON_DATA_LOSS = "failOnDataLoss"
+
+RANGES_SCHEMA_DDL = (
+    f"{COL_TOPIC} string, {COL_BROKER} string, {COL_QUEUE_ID} int, {COL_START_OFFSET} long, "
+    f"{COL_END_OFFSET} long, {COL_FROM_EARLIEST} boolean, {COL_SOURCE_CLUSTER} string, "
+    f"{COL_SOURCE_NAMESRV} string, {COL_CONSUMER_GROUP} string, {COL_TAG_FILTER} string, "
+    f"{COL_PULL_BATCH_SIZE} int, {COL_PULL_TIMEOUT_MS} int, {COL_FAIL_ON_DATA_LOSS} boolean"
+)
+"""Row schema of ``rowFormat=ranges``: one row per planned queue range ``[startOffset, endOffset)`` and no
+message data, with what pulling it takes (name servers, group, tag filter, pull size and timeout,
+failOnDataLoss; ``fromEarliest`` as in ``QueueRange``). For ``writeStream.format("rocketmq")``, which pulls
+each range itself and sends as it pulls, so the messages never pass through Spark: the replicate job's
+format (see the module docstring)."""
+
+RANGES_ARROW_SCHEMA = pa.schema([
+    (COL_TOPIC, pa.string()), (COL_BROKER, pa.string()), (COL_QUEUE_ID, pa.int32()),
+    (COL_START_OFFSET, pa.int64()), (COL_END_OFFSET, pa.int64()), (COL_FROM_EARLIEST, pa.bool_()),
+    (COL_SOURCE_CLUSTER, pa.string()), (COL_SOURCE_NAMESRV, pa.string()), (COL_CONSUMER_GROUP, pa.string()),
+    (COL_TAG_FILTER, pa.string()), (COL_PULL_BATCH_SIZE, pa.int32()), (COL_PULL_TIMEOUT_MS, pa.int32()),
+    (COL_FAIL_ON_DATA_LOSS, pa.bool_()),
+])
+
+ROW_FORMATS = ("arrow", "tuples", "raw", "ranges")
 
 DEFAULT_PULL_BATCH_SIZE = 256
 """Messages per PULL_MESSAGE (the broker caps one pull at max_pull_msg_nums = 1024 and 4 MiB). Each pull
@@ -925,6 +955,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Executor: pull the partition's range and yield one Arrow record batch per pull (default), or
         one tuple per message with ``rowFormat=tuples`` (slower: see the report in README / benchmarks)."""
         freeze_worker_heap()
+        if self.settings.row_format == "ranges":
+            return self._read_ranges(partition.ranges if isinstance(partition, QueueRangeGroup) else [partition])
         if isinstance(partition, QueueRangeGroup):
             return itertools.chain.from_iterable(self._read_range(r) for r in partition.ranges)
         assert isinstance(partition, QueueRange)
@@ -935,6 +967,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._read_tuples(partition)
         if self.settings.row_format == "raw":
             return self._read_raw(partition)
+        if self.settings.row_format == "ranges":
+            return self._read_ranges([partition])
         return (messages_to_arrow(messages, partition.broker_name, self.settings.cluster)
                 for messages in pull_range(self.settings, partition))
 
@@ -948,6 +982,20 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 [topic, broker, queue_id, pa.array([raw.first_offset], pa.int64()),
                  pa.array([raw.last_offset], pa.int64()), pa.array([raw.count], pa.int32()),
                  pa.array([raw.records], pa.binary()), cluster], schema=RAW_ARROW_SCHEMA)
+
+    def _read_ranges(self, ranges: Sequence[QueueRange]) -> Iterator[pa.RecordBatch]:
+        """One row per range, pulled by the sink (``rowFormat=ranges``); nothing is read here."""
+        s = self.settings
+        n = len(ranges)
+        yield pa.RecordBatch.from_pydict({
+            COL_TOPIC: [r.topic for r in ranges], COL_BROKER: [r.broker_name for r in ranges],
+            COL_QUEUE_ID: [r.queue_id for r in ranges], COL_START_OFFSET: [r.start for r in ranges],
+            COL_END_OFFSET: [r.end for r in ranges], COL_FROM_EARLIEST: [r.from_earliest for r in ranges],
+            COL_SOURCE_CLUSTER: [s.cluster] * n, COL_SOURCE_NAMESRV: [s.namesrv] * n,
+            COL_CONSUMER_GROUP: [s.group] * n, COL_TAG_FILTER: [s.tags] * n,
+            COL_PULL_BATCH_SIZE: [s.pull_batch_size] * n, COL_PULL_TIMEOUT_MS: [s.pull_timeout_ms] * n,
+            COL_FAIL_ON_DATA_LOSS: [s.fail_on_data_loss] * n,
+        }, schema=RANGES_ARROW_SCHEMA)
 
     def _read_tuples(self, partition: QueueRange) -> Iterator[tuple[Any, ...]]:
         cluster = self.settings.cluster
@@ -972,8 +1020,8 @@ class RocketMQDataSource(DataSource):
         return DATA_SOURCE_NAME
 
     def schema(self) -> str:
-        fmt = next((str(v) for k, v in self.options.items() if str(k).lower() == "rowformat"), "")
-        return RAW_SCHEMA_DDL if fmt.strip().lower() == "raw" else SOURCE_SCHEMA_DDL
+        fmt = next((str(v) for k, v in self.options.items() if str(k).lower() == "rowformat"), "").strip().lower()
+        return {"raw": RAW_SCHEMA_DDL, "ranges": RANGES_SCHEMA_DDL}.get(fmt, SOURCE_SCHEMA_DDL)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return RocketMQStreamReader(self.options)

@@ -125,18 +125,18 @@ def build_spark(app_name: str = "rocketmq-replicator", master: str | None = None
 
 
 def start_link(spark: Any, config_path: str, config: ReplicatorConfig, name: str, *,
-               available_now: bool = False, row_format: str = "raw") -> Any:
+               available_now: bool = False, row_format: str = "ranges") -> Any:
     """Start one link's query; the reader and writer resolve the link from ``config_path``.
-    ``row_format`` is the source's rowFormat (``raw`` unless a benchmark compares)."""
+    ``row_format`` is the source's rowFormat (``ranges`` unless a benchmark compares)."""
     link = config.link(name)
     FailurePolicyRunner(link)  # a failure hook that does not import fails now, before any data moves
     path = str(Path(config_path).resolve())
     # Relative paths of the config resolve against this process's directory, not the Python workers'.
     delta = str(Path(link.delta_location).resolve())
     checkpoint = str(Path(link.checkpoint_location).resolve())
-    # rowFormat=raw: the job transforms nothing between source and sink, so each pull crosses Spark as
-    # one row of undecoded records that the sink decodes (about 2x the per-message rows' throughput:
-    # benchmarks/replicator.py).
+    # rowFormat=ranges: the job transforms nothing between source and sink, so the messages need not
+    # cross Spark at all: the source plans each batch's queue ranges, the sink's tasks pull them and send
+    # as they pull (benchmarks/replicator.py has the numbers against raw pulls and per-message rows).
     frame = (spark.readStream.format("rocketmq").option("config", path).option("link", name)
              .option("deltaLocation", delta).option("startingOffsets", "earliest").option("rowFormat", row_format)
              .option("maxPartitions", str(link.max_partitions or spark.sparkContext.defaultParallelism)).load())

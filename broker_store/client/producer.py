@@ -336,31 +336,57 @@ class AsyncProducer:
 
         return await self._send_with_retries(topic, messages[0], queue, build, tuple(uniqs), timeout)
 
+    async def send_encoded_batch(self, topic: str, body: bytes, queue: MessageQueue, *,
+                                 timeout: float | None = None) -> SendResult:
+        """Send an already encoded SEND_BATCH_MESSAGE body (``encode_batch`` layout, entries complete
+        with their properties) into ``queue``. For forwarders that build entries straight from stored
+        records (the replicator's sink): no per-message ``Message`` and nothing added to the entries'
+        properties, so each entry must carry its own UNIQ_KEY. The result's ``msg_ids`` is empty (the
+        ids are inside the entries); ``offset_msg_ids`` lists the broker's ids as usual."""
+        if not body:
+            raise _illegal("batch is empty")
+        if not isinstance(queue, MessageQueue):
+            raise TypeError(f"a pre-encoded batch goes to one MessageQueue, got {type(queue).__name__}")
+        self._check_topic(topic)
+        if topic.startswith(RETRY_TOPIC_PREFIX):
+            raise _illegal(f"retry topic {topic} cannot take batches")
+        if len(body) > self.max_message_size:
+            raise _illegal(f"encoded batch of {len(body)} bytes exceeds max_message_size {self.max_message_size}")
+        batch_props = self._encode_properties({PROPERTY_WAIT: "true", PROPERTY_UNIQ_KEY: self._new_id()}).decode()
+
+        def build(mq: MessageQueue) -> RemotingCommand:
+            ext = self._header(topic, mq, batch_props, 0, 0, batch=True)
+            return RemotingCommand(code=RequestCode.SEND_BATCH_MESSAGE, ext_fields=ext, body=body)
+
+        return await self._send_with_retries(topic, None, queue, build, (), timeout)
+
     async def send_oneway(self, message: Message, queue: QueueChoice = None) -> None:
         """Fire and forget: one attempt, no response, no result (delivery not guaranteed)."""
         properties, body, sys_flag, _uniq = self._single_request(message)
         queues = await self.writable_queues(message.topic)
-        mq = self._choose(message, queues, queue, None)
+        mq = self._choose(message.topic, message, queues, queue, None)
         addr = await self._session.routes.require_master_addr(message.topic, mq.broker_name,
                                                               allow_default=self.auto_create_topic)
         ext = self._header(message.topic, mq, properties, sys_flag, message.flag, batch=False)
         await self._session.send_oneway(
             addr, RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=ext, body=body))
 
-    def _choose(self, message: Message, queues: list[MessageQueue], queue: QueueChoice,
+    def _choose(self, topic: str, message: Message | None, queues: list[MessageQueue], queue: QueueChoice,
                 last_failed: str | None) -> MessageQueue:
         if queue is None:
-            return self._select(message.topic, queues, last_failed)
+            return self._select(topic, queues, last_failed)
         if isinstance(queue, MessageQueue):
-            if queue.topic != message.topic:
-                raise _illegal(f"queue {queue} belongs to another topic than {message.topic}")
+            if queue.topic != topic:
+                raise _illegal(f"queue {queue} belongs to another topic than {topic}")
             return queue
+        if message is None:
+            raise TypeError("a queue selector needs the message; pre-encoded batches take a MessageQueue")
         chosen = queue(queues, message)
         if not isinstance(chosen, MessageQueue):
             raise TypeError(f"queue selector returned {type(chosen).__name__}, not a MessageQueue")
         return chosen
 
-    async def _send_with_retries(self, topic: str, message: Message, queue: QueueChoice,
+    async def _send_with_retries(self, topic: str, message: Message | None, queue: QueueChoice,
                                  build: Callable[[MessageQueue], RemotingCommand], uniqs: tuple[str, ...],
                                  timeout: float | None) -> SendResult:
         routes = self._session.routes
@@ -373,7 +399,7 @@ class AsyncProducer:
             if remaining <= 0:
                 break
             queues = await self.writable_queues(topic)
-            mq = self._choose(message, queues, queue, last_failed)
+            mq = self._choose(topic, message, queues, queue, last_failed)
             try:
                 addr = await routes.require_master_addr(topic, mq.broker_name,
                                                         allow_default=self.auto_create_topic)
@@ -469,6 +495,11 @@ class Producer(SyncClient[AsyncProducer]):
     def send_batch_async(self, messages: Sequence[Message], queue: QueueChoice = None, *,
                          timeout: float | None = None) -> concurrent.futures.Future[SendResult]:
         return self._submit(lambda p: p.send_batch(messages, queue, timeout=timeout))
+
+    def send_encoded_batch_async(self, topic: str, body: bytes, queue: MessageQueue, *,
+                                 timeout: float | None = None) -> concurrent.futures.Future[SendResult]:
+        """``AsyncProducer.send_encoded_batch``, started at once; the future resolves to the result."""
+        return self._submit(lambda p: p.send_encoded_batch(topic, body, queue, timeout=timeout))
 
     def send_oneway(self, message: Message, queue: QueueChoice = None) -> None:
         self._call(lambda p: p.send_oneway(message, queue), self.send_timeout)

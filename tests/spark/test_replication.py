@@ -20,11 +20,11 @@ pytestmark = pytest.mark.integration
 IGNORED = {"CLUSTER", CHAIN_PROPERTY}
 
 
-@pytest.mark.parametrize("row_format", ["arrow", "raw"])
+@pytest.mark.parametrize("row_format", ["arrow", "raw", "ranges"])
 def test_byte_exact_queue_preserving(spark, clusters: tuple[Cluster, Cluster], tmp_path: Path,
                                      row_format: str) -> None:
-    """Per-message rows (arrow) and raw pulls decoded by the sink, queues grouped into fewer partitions
-    (raw, as the replicate job runs)."""
+    """Per-message rows (arrow), raw pulls forwarded by the sink, and queue ranges the sink pulls itself
+    (ranges, as the replicate job runs), queues grouped into fewer partitions for raw and ranges."""
     src, dst = clusters
     topic = unique("Exact")
     src.create_topic(topic, 4)
@@ -36,8 +36,8 @@ def test_byte_exact_queue_preserving(spark, clusters: tuple[Cluster, Cluster], t
     query = run_link(spark, source_namesrv=src.namesrv, source_cluster="src", target_namesrv=dst.namesrv,
                      target_cluster="dst", topics=topic, work=tmp_path, link="exact",
                      reader={"maxMessagesPerTrigger": "1000", "rowFormat": row_format,
-                             # raw as the job runs it: 8 queues grouped into 3 partitions
-                             **({"maxPartitions": "3"} if row_format == "raw" else {})})
+                             # as the job runs it: 8 queues grouped into 3 partitions
+                             **({"maxPartitions": "3"} if row_format != "arrow" else {})})
     elapsed = time.monotonic() - started
     assert query.exception() is None
     source = src.read_all(topic)
@@ -77,8 +77,9 @@ def test_byte_exact_queue_preserving(spark, clusters: tuple[Cluster, Cluster], t
     print(f"3000 messages replicated in {elapsed:.1f}s over {len(metrics)} batches")
 
 
-def test_raw_rows_apply_the_tag_filter_and_advance_past_filtered_messages(
-        spark, clusters: tuple[Cluster, Cluster], tmp_path: Path) -> None:
+@pytest.mark.parametrize("row_format", ["raw", "ranges"])
+def test_pulls_by_the_sink_apply_the_tag_filter_and_advance_past_filtered_messages(
+        spark, clusters: tuple[Cluster, Cluster], tmp_path: Path, row_format: str) -> None:
     src, dst = clusters
     topic = unique("RawTags")
     src.create_topic(topic, 2)
@@ -87,7 +88,7 @@ def test_raw_rows_apply_the_tag_filter_and_advance_past_filtered_messages(
     produce_random(src.producer, topic, queues, 600, seed=3, max_body=512)
     query = run_link(spark, source_namesrv=src.namesrv, source_cluster="src", target_namesrv=dst.namesrv,
                      target_cluster="dst", topics=topic, work=tmp_path, link="rawtags",
-                     reader={"rowFormat": "raw", "tags": "TagA || TagB", "pullBatchSize": "64"})
+                     reader={"rowFormat": row_format, "tags": "TagA || TagB", "pullBatchSize": "64"})
     assert query.exception() is None
     source, target = src.read_all(topic), dst.read_all(topic)
     for smq, tmq in zip(sorted(source), sorted(target), strict=True):
@@ -209,7 +210,7 @@ def test_progress_is_mirrored_to_the_source_consumer_group(spark, clusters: tupl
     first_round = {mq: src.admin.max_offset(mq) for mq in queues}
     query = run_link(spark, source_namesrv=src.namesrv, source_cluster="src", target_namesrv=dst.namesrv,
                      target_cluster="dst", topics=topic, work=tmp_path, link="group-lag", available_now=False,
-                     reader={"rowFormat": "raw"})
+                     reader={"rowFormat": "ranges"})
     try:
         deadline = time.monotonic() + 60
         while dst.count(topic) < 200 and time.monotonic() < deadline:

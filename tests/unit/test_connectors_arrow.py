@@ -10,13 +10,15 @@ import pyarrow as pa
 import pytest
 
 import connectors.sink as sink
-from broker_store.client import Message, MessageQueue, SendResult
+from broker_store.client import MessageQueue, SendResult
 from broker_store.client.records import SendStatus
 from broker_store.protocol.message import (
     StoredMessage,
+    decode_properties,
     decode_stored_messages,
     encode_properties,
     encode_stored_message,
+    iter_batch,
 )
 from connectors.offsets import QueueKey
 from connectors.source import ARROW_SCHEMA, RAW_ARROW_SCHEMA, messages_to_arrow
@@ -78,14 +80,12 @@ def test_raw_rows_send_exactly_what_per_message_rows_send(monkeypatch: pytest.Mo
         def writable_queues(self, topic: str) -> list[MessageQueue]:
             return [MessageQueue(topic, "dst-a", q) for q in range(4)]
 
-        def send_batch_async(self, msgs: list[Message], queue: MessageQueue, *, timeout: float) -> Future[Any]:
-            sent[-1].extend((m.topic, bytes(m.body), dict(m.properties), m.flag) for m in msgs)
+        def send_encoded_batch_async(self, topic: str, body: bytes, queue: MessageQueue, *,
+                                     timeout: float) -> Future[Any]:
+            sent[-1].extend((topic, e.body, decode_properties(e.properties), e.flag) for e in iter_batch(body))
             future: Future[Any] = Future()
             future.set_result(SendResult(SendStatus.SEND_OK, "", "", queue, 0))
             return future
-
-        def send_async(self, msg: Message, queue: MessageQueue, *, timeout: float) -> Future[Any]:
-            return self.send_batch_async([msg], queue, timeout=timeout)
 
     monkeypatch.setattr(sink, "_executor_producer", lambda _o: Capture())
     options = sink.SinkOptions(namesrv="127.0.0.1:1", target_cluster="dst", preserve_queues=False)

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 import connectors.sink as sink
-from broker_store.client import Message, MessageQueue, SendResult
+from broker_store.client import MessageQueue, SendResult
 from broker_store.client.records import SendStatus
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import (
@@ -23,7 +23,9 @@ from broker_store.protocol.errors import (
     TopicNotExistError,
     TransportError,
 )
+from broker_store.protocol.message import encode_properties, iter_batch
 from connectors.errors import TargetUnavailableError
+from connectors.forwarding import encode_entry
 from connectors.offsets import QueueKey
 
 TOPIC = "T"
@@ -42,7 +44,7 @@ class FakeProducer:
     def writable_queues(self, topic: str) -> list[MessageQueue]:
         return [QUEUE]
 
-    def _answer(self, messages: Sequence[Message], queue: MessageQueue) -> Future[SendResult]:
+    def _answer(self, messages: Sequence[object], queue: MessageQueue) -> Future[SendResult]:
         future: Future[SendResult] = Future()
         error = self.script(self.calls)
         self.calls += 1
@@ -53,12 +55,9 @@ class FakeProducer:
             self.offset += len(messages)
         return future
 
-    def send_async(self, message: Message, queue: MessageQueue, *, timeout: float) -> Future[SendResult]:
-        return self._answer([message], queue)
-
-    def send_batch_async(self, messages: Sequence[Message], queue: MessageQueue, *,
-                         timeout: float) -> Future[SendResult]:
-        return self._answer(messages, queue)
+    def send_encoded_batch_async(self, topic: str, body: bytes, queue: MessageQueue, *,
+                                 timeout: float) -> Future[SendResult]:
+        return self._answer(list(iter_batch(body)), queue)
 
 
 class FakeClock:
@@ -93,10 +92,11 @@ def _writer(monkeypatch: pytest.MonkeyPatch, producer: FakeProducer, *, brokers_
 def _send(writer: sink._PartitionWriter, count: int = 3) -> sink.ReplicationCommitMessage:
     for offset in range(count):
         body = f"m{offset}".encode()
-        item = sink._Item(source=SOURCE, queue_offset=offset, body=body, message=Message(TOPIC, body),
-                          born_ms=0, store_ms=0, offset_msg_id=f"id{offset}", source_properties={},
-                          tags=None, keys=None)
-        writer._append(TOPIC, writer.placement.place(TOPIC, SOURCE), item)
+        item = sink._Item(source=SOURCE, queue_offset=offset, body=body, born_ms=0, store_ms=0,
+                          offset_msg_id=f"id{offset}", source_properties={}, tags=None, keys=None)
+        writer._append(TOPIC, writer.placement.place(TOPIC, SOURCE), SOURCE,
+                       encode_entry(body, encode_properties({"UNIQ_KEY": f"id{offset}"}), 0), len(body), offset,
+                       0, item)
     return writer.finish()
 
 

@@ -1,0 +1,235 @@
+"""Stored records -> SEND_BATCH_MESSAGE entries: the sink's per-message hot path for raw pulls.
+
+Called on executors by ``connectors.sink._PartitionWriter`` for the records of one pull (the source's
+``rowFormat=raw`` rows and the ranges the sink pulls itself). It turns each stored record (V1 layout,
+``broker_store.protocol.message``) into the batch entry the target is sent, without building a message
+object or a property dict: the body is sliced out, the properties stay bytes and are edited in place
+by the rules of ``connectors.sink.target_properties``:
+
+* entries named in ``DROPPED_PROPERTIES`` are cut out (one regex pass; in practice the CLUSTER entry
+  every broker appends);
+* a record without UNIQ_KEY gets its source offset message id as UNIQ_KEY, so re-sends of one source
+  message carry one id;
+* ``ROCKETMQ_REPLICATOR_SOURCE`` gets the source cluster appended (``connectors.loop_guard``), or the
+  record is skipped when the target is already in its chain.
+
+A record that already carries a chain, or whose body is compressed, takes the exact path instead
+(properties decoded to a dict, body inflated): equivalent output, slower, and rare outside two-way
+links. Output entries are byte-exact in body and flag; their properties equal ``target_properties`` of
+the source properties as a mapping (order and duplicates as the source stored them).
+
+Batch entry layout (``encode_batch``): TOTALSIZE 4 | MAGICCODE 4 (0) | BODYCRC 4 (0, the target computes
+it) | FLAG 4 | BODYLEN 4 | body | PROPLEN 2 | properties.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Callable, Collection
+from typing import NamedTuple
+
+from broker_store.protocol.codes import MSG_FLAG_BORNHOST_V6, MSG_FLAG_COMPRESSED, MSG_FLAG_STOREHOST_V6
+from broker_store.protocol.errors import ProtocolError
+from broker_store.protocol.message import (
+    BATCH_HEADER,
+    MAGIC_V1,
+    MAX_PROPERTIES_LENGTH,
+    PROPERTY_REPLICATOR_SOURCE,
+    PROPERTY_UNIQ_KEY,
+    STORED_HEADER_SIZE,
+    decode_stored_message,
+    encode_properties,
+)
+
+_HEADER = struct.Struct(">ii4xiiqqiq8xq4si12xi")
+"""The stored-record fields forwarding needs: TOTALSIZE, MAGICCODE, QUEUEID, FLAG, QUEUEOFFSET,
+PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP, STORETIMESTAMP, STOREHOST ip, STOREHOST port, BODYLEN (BODYCRC,
+BORNHOST, RECONSUMETIMES and PREPARED_TX_OFFSET skipped)."""
+assert _HEADER.size == STORED_HEADER_SIZE
+_ENTRY_HEADER = BATCH_HEADER.pack
+_ENTRY_OVERHEAD = BATCH_HEADER.size + 2
+_UNUSUAL_FLAGS = MSG_FLAG_COMPRESSED | MSG_FLAG_BORNHOST_V6 | MSG_FLAG_STOREHOST_V6
+_CHAIN_KEY = f"{PROPERTY_REPLICATOR_SOURCE}\x01".encode()
+_UNIQ_FIRST = f"{PROPERTY_UNIQ_KEY}\x01".encode()
+_UNIQ_LATER = f"\x02{PROPERTY_UNIQ_KEY}\x01".encode()
+
+SKIP = object()
+"""What a ``Stamp`` returns for a chain that must not be written to the target (a loop)."""
+
+Stamp = Callable[[str | None], "str | None | object"]
+"""The chain value a message with chain ``c`` (None: none) is sent with, or ``SKIP``."""
+
+
+def dropped_entries_pattern(names: Collection[str]) -> re.Pattern[bytes]:
+    """Matches ``\\x02 name \\x01 value`` for every name in ``names``: applied to the properties with a
+    ``\\x02`` put in front, it removes whole entries and leaves the separators of the others (a leading
+    literal lets the regex engine jump between separators: ~2x faster than a look-behind)."""
+    alternatives = b"|".join(re.escape(n.encode()) for n in sorted(names, key=len, reverse=True))
+    return re.compile(rb"\x02(?:" + alternatives + rb")\x01[^\x02]*")
+
+
+class ForwardedPull(NamedTuple):
+    """The batch entries made from one pull's records, in queue-offset order."""
+
+    entries: list[bytes]
+    """One encoded SEND_BATCH_MESSAGE entry per forwarded record."""
+    offsets: list[int]
+    """Source queue offset of each entry."""
+    sizes: list[int]
+    """Body bytes of each entry (what the sink's batch limits and byte counts use)."""
+    borns: list[int]
+    """Source born timestamp (ms) of each entry."""
+    starts: list[int]
+    """Where each entry's source record starts in the pull's buffer (failure records decode it)."""
+    refused: list[tuple[int, str]]
+    """(start, reason) of records no target could take as they are (properties too long once stamped)."""
+    skipped: int
+    """Records not forwarded because the target cluster is in their chain (loop guard)."""
+    next_offset: int
+    """Highest queue offset seen + 1 (skipped and refused records included); -1 for an empty pull."""
+    oldest_store_ms: int | None
+    """Earliest source store timestamp among the records."""
+
+
+class RecordForwarder:
+    """Turns pulls of one source queue into batch entries; one per sink task (executor, one thread).
+
+    ``dropped``: property names never copied; ``stamp``: the loop-guard decision per existing chain
+    (memoised by the caller's ``_chain``).
+    """
+
+    def __init__(self, dropped: Collection[str], stamp: Stamp) -> None:
+        self._dropped = frozenset(dropped)
+        self._drop = dropped_entries_pattern(dropped).sub
+        self._stamp = stamp
+        self._plain_suffix: dict[str | None, bytes | None] = {}
+        self._host_ids: dict[tuple[bytes, int], str] = {}
+
+    def _suffix_for_unchained(self) -> bytes | None:
+        """Properties appended to a record without a chain (None: such records are skipped)."""
+        try:
+            return self._plain_suffix[None]
+        except KeyError:
+            stamped = self._stamp(None)
+            suffix = None if stamped is SKIP else (
+                b"" if stamped is None else _CHAIN_KEY + str(stamped).encode() + b"\x02")
+            self._plain_suffix[None] = suffix
+            return suffix
+
+    def offset_msg_id(self, store_ip: bytes, store_port: int, commit_log_offset: int) -> str:
+        """Store host + commit-log offset as 32 upper-case hex digits (host part cached)."""
+        prefix = self._host_ids.get((store_ip, store_port))
+        if prefix is None:
+            prefix = self._host_ids[(store_ip, store_port)] = (
+                store_ip + store_port.to_bytes(4, "big", signed=True)).hex().upper()
+        return f"{prefix}{commit_log_offset:016X}"
+
+    def forward(self, buf: bytes, topic: str, queue_id: int) -> ForwardedPull:
+        """The entries for ``buf``: stored records of queue ``queue_id`` of ``topic``, back to back.
+
+        Raises ProtocolError when a record is malformed (the exact decoder names the problem) or belongs
+        to another queue than the pull's.
+        """
+        entries: list[bytes] = []
+        offsets: list[int] = []
+        sizes: list[int] = []
+        borns: list[int] = []
+        starts: list[int] = []
+        refused: list[tuple[int, str]] = []
+        skipped = 0
+        next_offset = -1
+        oldest: int | None = None
+        unpack = _HEADER.unpack_from
+        drop = self._drop
+        plain_suffix = self._suffix_for_unchained()
+        topic_raw = topic.encode()
+        topic_len = len(topic_raw)
+        min_total = STORED_HEADER_SIZE + 3 + topic_len
+        pos, n = 0, len(buf)
+        while pos < n:
+            if n - pos < STORED_HEADER_SIZE:
+                decode_stored_message(buf, pos)  # raises: truncated
+            (total, magic, qid, flag, offset, phys, sys_flag, born_ms, store_ms, store_ip, store_port,
+             body_len) = unpack(buf, pos)
+            end = pos + total
+            p = pos + STORED_HEADER_SIZE
+            t = p + body_len
+            q = t + 1 + topic_len
+            if (magic != MAGIC_V1 or total < min_total or end > n or body_len < 0 or q + 2 > end
+                    or buf[t] != topic_len or q + 2 + ((buf[q] << 8) | buf[q + 1]) != end):
+                decode_stored_message(buf, pos)  # raises on the problem
+                raise ProtocolError(f"stored message at byte {pos} is not a record of topic {topic}")
+            if qid != queue_id or buf[t + 1:q] != topic_raw:
+                raise ProtocolError(f"stored message at byte {pos} belongs to {buf[t + 1:q]!r} queue {qid}, "
+                                    f"not to the pulled {topic} queue {queue_id}")
+            if offset >= next_offset:
+                next_offset = offset + 1
+            if oldest is None or store_ms < oldest:
+                oldest = store_ms
+            props = buf[q + 2:end]
+            if sys_flag & _UNUSUAL_FLAGS or _CHAIN_KEY in props or plain_suffix is None:
+                exact = self._exact(buf, pos)
+                if exact is None or exact.__class__ is str:
+                    if exact is None:
+                        skipped += 1
+                    else:
+                        refused.append((pos, exact))
+                    pos = end
+                    continue
+                entry = exact
+                body_len = entry_body_length(entry)
+            else:
+                props = drop(b"", b"\x02" + props)[1:]
+                if not (props.startswith(_UNIQ_FIRST) or _UNIQ_LATER in props):
+                    props += (b"\x02" if props and props[-1] != 2 else b"") + _UNIQ_FIRST + \
+                        self.offset_msg_id(store_ip, store_port, phys).encode() + b"\x02"
+                if plain_suffix:
+                    props = (props + b"\x02" + plain_suffix) if props and props[-1] != 2 else props + plain_suffix
+                plen = len(props)
+                if plen > MAX_PROPERTIES_LENGTH:
+                    refused.append((pos, f"properties of {plen} bytes exceed {MAX_PROPERTIES_LENGTH} once the "
+                                         f"replicator's entries are added"))
+                    pos = end
+                    continue
+                entry = b"".join((_ENTRY_HEADER(_ENTRY_OVERHEAD + body_len + plen, 0, 0, flag, body_len),
+                                  buf[p:t], plen.to_bytes(2, "big"), props))
+            entries.append(entry)
+            offsets.append(offset)
+            sizes.append(body_len)
+            borns.append(born_ms)
+            starts.append(pos)
+            pos = end
+        return ForwardedPull(entries, offsets, sizes, borns, starts, refused, skipped, next_offset, oldest)
+
+    def _exact(self, buf: bytes, pos: int) -> bytes | str | None:
+        """The entry for one record through decoded properties (records with a chain, compressed
+        bodies, or all records when unchained ones are skipped): None when the loop guard skips it, a
+        reason when no target could take it. Raises ProtocolError for what the codec refuses."""
+        message = decode_stored_message(buf, pos, decompress=True)
+        source = message.properties
+        stamped = self._stamp(source.get(PROPERTY_REPLICATOR_SOURCE))
+        if stamped is SKIP:
+            return None
+        props = {k: v for k, v in source.items() if k not in self._dropped}
+        if not props.get(PROPERTY_UNIQ_KEY):
+            props[PROPERTY_UNIQ_KEY] = message.offset_msg_id
+        if stamped is not None:
+            props[PROPERTY_REPLICATOR_SOURCE] = str(stamped)
+        try:
+            return encode_entry(message.body, encode_properties(props), message.flag)
+        except ProtocolError as exc:
+            return str(exc)
+
+
+def encode_entry(body: bytes, properties: bytes, flag: int) -> bytes:
+    """One SEND_BATCH_MESSAGE entry; raises ProtocolError when the properties are too long."""
+    if len(properties) > MAX_PROPERTIES_LENGTH:
+        raise ProtocolError(f"properties of {len(properties)} bytes exceed {MAX_PROPERTIES_LENGTH}")
+    return b"".join((_ENTRY_HEADER(_ENTRY_OVERHEAD + len(body) + len(properties), 0, 0, flag, len(body)),
+                     body, len(properties).to_bytes(2, "big"), properties))
+
+
+def entry_body_length(entry: bytes) -> int:
+    """BODYLEN of an encoded batch entry."""
+    return int.from_bytes(entry[16:20], "big")
