@@ -125,8 +125,9 @@ class RecordForwarder:
                 store_ip + store_port.to_bytes(4, "big", signed=True)).hex().upper()
         return f"{prefix}{commit_log_offset:016X}"
 
-    def forward(self, buf: bytes, topic: str, queue_id: int) -> ForwardedPull:
+    def forward(self, buf: bytes, topic: str, queue_id: int, first: int = 0, stop: int = 1 << 63) -> ForwardedPull:
         """The entries for ``buf``: stored records of queue ``queue_id`` of ``topic``, back to back.
+        Records outside queue offsets ``[first, stop)`` are left out (a pull trimmed to its range).
 
         Raises ProtocolError when a record is malformed (the exact decoder names the problem) or belongs
         to another queue than the pull's.
@@ -160,9 +161,12 @@ class RecordForwarder:
                     or buf[t] != topic_len or q + 2 + ((buf[q] << 8) | buf[q + 1]) != end):
                 decode_stored_message(buf, pos)  # raises on the problem
                 raise ProtocolError(f"stored message at byte {pos} is not a record of topic {topic}")
-            if qid != queue_id or buf[t + 1:q] != topic_raw:
+            if qid != queue_id or not buf.startswith(topic_raw, t + 1):
                 raise ProtocolError(f"stored message at byte {pos} belongs to {buf[t + 1:q]!r} queue {qid}, "
                                     f"not to the pulled {topic} queue {queue_id}")
+            if not first <= offset < stop:
+                pos = end
+                continue
             if offset >= next_offset:
                 next_offset = offset + 1
             if oldest is None or store_ms < oldest:

@@ -94,7 +94,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from broker_store.client import Admin, MessageQueue, Producer, SendResult
+from broker_store.client import Admin, MessageQueue, Producer, PullResult, SendResult
 from broker_store.client.route_cache import subscribe_queues
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.codes import ResponseCode
@@ -151,7 +151,7 @@ from connectors.source import (
     offset_msg_id,
     parse_bool,
     parse_int,
-    pull_range_raw,
+    pull_results,
 )
 from connectors.tables import LinkTables, query_id_from_checkpoint
 from connectors.topic_mapping import TopicMapper
@@ -666,7 +666,9 @@ class _PartitionWriter:
         self.placement = _QueuePlacement(options, self.producer, self.outage)
         self.mapper = TopicMapper(options.mapping) if options.mapping is not None else None
         self.in_flight: deque[tuple[Future[SendResult], _Batch]] = deque()
-        self.current: _Batch | None = None
+        self.open: dict[tuple[str, MessageQueue | None], _Batch] = {}
+        """The batch being filled per target queue (a task's source queues are pulled concurrently, so
+        messages for several target queues arrive interleaved)."""
         self.delivered = 0
         self.bytes = 0
         self.skipped = 0
@@ -749,8 +751,11 @@ class _PartitionWriter:
 
     def add_ranges(self, rb: pa.RecordBatch) -> None:
         """Pull and send the queue ranges of one Arrow batch of ``rowFormat=ranges`` rows, each range in
-        offset order and stopping exactly at its end (``connectors.source.pull_range_raw``: data loss,
-        offset moves and truncation are handled as the source's reader does)."""
+        offset order and stopping exactly at its end (``connectors.source.pull_results``: data loss,
+        offset moves and truncation are handled as the source's reader does). The ranges are pulled
+        concurrently, one pull in flight per range, and handled round-robin, so this thread always has
+        a response to forward while the next ones travel."""
+        active: deque[tuple[QueueRange, str, str | None, Iterator[tuple[int, PullResult]]]] = deque()
         for row in rb.to_pylist():
             settings = PullSettings(
                 namesrv=row[COL_SOURCE_NAMESRV], group=row[COL_CONSUMER_GROUP], cluster=row[COL_SOURCE_CLUSTER],
@@ -759,9 +764,18 @@ class _PartitionWriter:
                 row_format="raw", credentials=self.o.source_credentials)
             queue = QueueRange(row[COL_TOPIC], row[COL_BROKER], row[COL_QUEUE_ID], row[COL_START_OFFSET],
                                row[COL_END_OFFSET], row[COL_FROM_EARLIEST])
-            for pulled in pull_range_raw(settings, queue):
-                self.add_pull(pulled.records, queue.topic, queue.broker_name, queue.queue_id, settings.cluster,
-                              row.get(COL_TARGET_TOPIC))
+            active.append((queue, settings.cluster, row.get(COL_TARGET_TOPIC),
+                           pull_results(settings, queue, decode=False)))
+        while active:
+            queue, cluster, target, pulls = active.popleft()
+            pulled = next(pulls, None)
+            if pulled is None:
+                continue
+            begin, result = pulled
+            if result.raw:
+                self.add_pull(result.raw, queue.topic, queue.broker_name, queue.queue_id, cluster, target, begin,
+                              queue.end)
+            active.append((queue, cluster, target, pulls))
 
     def _source_key(self, topic: str, broker: str, queue_id: int) -> QueueKey:
         where = (topic, broker, queue_id)
@@ -778,11 +792,12 @@ class _PartitionWriter:
         return forwarder
 
     def add_pull(self, records: bytes, topic: str, broker: str, queue_id: int, cluster: str | None,
-                 column_target: str | None = None) -> None:
-        """Send the stored records of one pull of source queue (topic, broker, queue_id)."""
+                 column_target: str | None = None, first: int = 0, stop: int = 1 << 63) -> None:
+        """Send the stored records of one pull of source queue (topic, broker, queue_id) whose queue
+        offsets fall in ``[first, stop)``."""
         source = self._source_key(topic, broker, queue_id)
         try:
-            pulled = self._forwarder(self.o.source_cluster or cluster).forward(records, topic, queue_id)
+            pulled = self._forwarder(self.o.source_cluster or cluster).forward(records, topic, queue_id, first, stop)
         except ProtocolError as exc:
             raise ReplicatorError(f"link {self.o.label}: undecodable records from {broker} "
                                   f"{topic}/{queue_id}: {exc}") from exc
@@ -899,21 +914,22 @@ class _PartitionWriter:
     # -- batching and sending ---------------------------------------------------------------------
 
     def _batch_for(self, topic: str, queue: MessageQueue | None) -> _Batch:
-        batch = self.current
-        if batch is not None and (batch.topic != topic or batch.queue != queue):
-            self._submit(batch)
-            batch = None
+        batch = self.open.get((topic, queue))
         if batch is None:
-            batch = self.current = _Batch(topic, queue)
+            batch = self.open[(topic, queue)] = _Batch(topic, queue)
         return batch
+
+    def _submit_open(self, batch: _Batch) -> None:
+        del self.open[(batch.topic, batch.queue)]
+        self._submit(batch)
 
     def _append(self, topic: str, queue: MessageQueue | None, source: QueueKey, entry: bytes, size: int,
                 offset: int, born_ms: int, origin: Any) -> None:
         batch = self._batch_for(topic, queue)
         if batch.entries and (len(batch.entries) >= self.o.batch_max_messages
                               or batch.size + size > self.o.batch_max_bytes):
-            self._submit(batch)
-            batch = self.current = _Batch(topic, queue)
+            self._submit_open(batch)
+            batch = self._batch_for(topic, queue)
         if not batch.runs or batch.runs[-1][0] != source:
             batch.runs.append((source, len(batch.entries)))
         batch.entries.append(entry)
@@ -924,7 +940,8 @@ class _PartitionWriter:
 
     def _append_pull(self, topic: str, queue: MessageQueue | None, source: QueueKey, pulled: ForwardedPull,
                      origin: _StoredOrigin) -> None:
-        """``_append`` for a whole pull: fills batches up to the count and byte limits with list slices."""
+        """``_append`` for a whole pull: fills batches up to the count and byte limits with list slices;
+        a batch that is full is sent at once."""
         sizes = pulled.sizes
         i, n = 0, len(sizes)
         max_messages, max_bytes = self.o.batch_max_messages, self.o.batch_max_bytes
@@ -936,18 +953,17 @@ class _PartitionWriter:
             while j < n and j - i < room and (size + sizes[j] <= max_bytes or (j == i and not batch.entries)):
                 size += sizes[j]
                 j += 1
-            if j == i:  # the current batch is full
-                self._submit(batch)
-                self.current = None
-                continue
-            if not batch.runs or batch.runs[-1][0] != source:
-                batch.runs.append((source, len(batch.entries)))
-            batch.entries.extend(pulled.entries[i:j])
-            batch.offsets.extend(pulled.offsets[i:j])
-            batch.borns.extend(pulled.borns[i:j])
-            batch.origins.extend(zip(itertools.repeat(origin), pulled.starts[i:j]))
-            batch.size = size
-            i = j
+            if j > i:
+                if not batch.runs or batch.runs[-1][0] != source:
+                    batch.runs.append((source, len(batch.entries)))
+                batch.entries.extend(pulled.entries[i:j])
+                batch.offsets.extend(pulled.offsets[i:j])
+                batch.borns.extend(pulled.borns[i:j])
+                batch.origins.extend(zip(itertools.repeat(origin), pulled.starts[i:j]))
+                batch.size = size
+                i = j
+            if len(batch.entries) >= max_messages or j < n:  # full (by count or bytes)
+                self._submit_open(batch)
 
     def _send_async(self, batch: _Batch) -> Future[SendResult]:
         if batch.queue is None:
@@ -1077,9 +1093,8 @@ class _PartitionWriter:
             mq.topic, mq.broker_name, mq.queue_id, target_first, target_last, count))
 
     def finish(self) -> ReplicationCommitMessage:
-        if self.current is not None and self.current.entries:
-            self._submit(self.current)
-        self.current = None
+        for batch in list(self.open.values()):
+            self._submit_open(batch)
         while self.in_flight:
             self._complete(*self.in_flight.popleft())
         samples = self.latencies

@@ -66,6 +66,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -86,7 +87,7 @@ from pyspark.sql.types import StructType
 from broker_store.client import Admin, MessageQueue, PullConsumer, PullResult, PullStatus, StoredMessage
 from broker_store.client.route_cache import subscribe_queues
 from broker_store.protocol.acl import SessionCredentials
-from broker_store.protocol.errors import RocketMQError, TopicNotExistError
+from broker_store.protocol.errors import RequestTimeoutError, RocketMQError, TopicNotExistError
 from broker_store.protocol.message import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -579,7 +580,7 @@ def pull_range(settings: PullSettings, partition: QueueRange,
     offset is data loss (``failOnDataLoss``) unless the range is ``from_earliest``; a queue whose max
     offset is below ``end`` (truncated) is data loss too. Executor only.
     """
-    for begin, result in _pulls(settings, partition, consumer, decode=True):
+    for begin, result in pull_results(settings, partition, consumer, decode=True):
         messages = result.messages
         if messages and not (messages[0].queue_offset >= begin and messages[-1].queue_offset < partition.end):
             messages = [m for m in messages if begin <= m.queue_offset < partition.end]
@@ -601,7 +602,7 @@ def pull_range_raw(settings: PullSettings, partition: QueueRange,
                    consumer: PullConsumer | None = None) -> Iterator[RawRecords]:
     """``pull_range`` without decoding: the records of each pull as bytes, trimmed to ``[start, end)``
     by walking their length fields only (``stored_record_spans``). Executor only."""
-    for begin, result in _pulls(settings, partition, consumer, decode=False):
+    for begin, result in pull_results(settings, partition, consumer, decode=False):
         raw = result.raw
         if not raw:
             continue
@@ -614,31 +615,47 @@ def pull_range_raw(settings: PullSettings, partition: QueueRange,
         yield RawRecords(raw, spans[0][0], spans[-1][0], len(spans))
 
 
-def _pulls(settings: PullSettings, partition: QueueRange, consumer: PullConsumer | None,
-           *, decode: bool) -> Iterator[tuple[int, PullResult]]:
+def pull_results(settings: PullSettings, partition: QueueRange, consumer: PullConsumer | None = None,
+                 *, decode: bool) -> Iterator[tuple[int, PullResult]]:
     """The pulls covering ``[start, end)`` of one queue: (offset pulled at, result) for each pull that
     found messages, in order; handles offset moves, data loss and truncation (see ``pull_range``).
 
-    One pull is always in flight ahead of the caller: the next request goes out as soon as a response
+    One pull is always in flight ahead of the caller: the first request goes out when this is called
+    (so a caller may start several queues' pulls before consuming any), the next as soon as a response
     says where it starts, before the caller converts the messages just returned, so the broker's and
     the network's time overlaps the caller's work instead of adding to it.
     """
     consumer = consumer or _executor_consumer(settings.namesrv, settings.group, settings.pull_timeout_ms,
                                               settings.credentials)
     mq = MessageQueue(partition.topic, partition.broker_name, partition.queue_id)
+    budget = consumer.pull_wait_budget()
 
-    def pull(at: int) -> PullResult:
-        return consumer.pull(mq, at, min(settings.pull_batch_size, partition.end - at), expression=settings.tags,
-                             decode=decode)
+    def pull(at: int) -> Future[PullResult]:
+        return consumer.pull_async(mq, at, min(settings.pull_batch_size, partition.end - at), expression=settings.tags,
+                                   decode=decode)
 
+    def wait(future: Future[PullResult]) -> PullResult:
+        try:
+            return future.result(budget)
+        except FutureTimeoutError as exc:
+            future.cancel()
+            raise RequestTimeoutError(f"pull of {mq} did not finish within {budget:.0f}s") from exc
+
+    if partition.start >= partition.end:
+        return iter(())
+    return _follow_pulls(settings, partition, pull, wait, pull(partition.start))
+
+
+def _follow_pulls(settings: PullSettings, partition: QueueRange, pull: Callable[[int], Future[PullResult]],
+                  wait: Callable[[Future[PullResult]], PullResult],
+                  first: Future[PullResult]) -> Iterator[tuple[int, PullResult]]:
+    """``pull_results`` from its first pull on."""
+    mq = f"{partition.topic}/{partition.broker_name}/{partition.queue_id}"
     offset = partition.start
-    if offset >= partition.end:
-        return
-    prefetch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rocketmq-pull")
+    pending: Future[PullResult] | None = first
     try:
-        pending: Future[PullResult] | None = prefetch.submit(pull, offset)
         while pending is not None:
-            result = pending.result()
+            result = wait(pending)
             pending = None
             status = result.status
             if status is PullStatus.FOUND or status is PullStatus.NO_MATCHED_MSG:
@@ -647,7 +664,7 @@ def _pulls(settings: PullSettings, partition: QueueRange, consumer: PullConsumer
                                           f"{result.next_begin_offset}); refusing to loop")
                 begin, offset = offset, result.next_begin_offset
                 if offset < partition.end:
-                    pending = prefetch.submit(pull, offset)
+                    pending = pull(offset)
                 yield begin, result
             elif status is PullStatus.OFFSET_ILLEGAL and offset < result.min_offset:
                 if not partition.from_earliest:
@@ -655,13 +672,14 @@ def _pulls(settings: PullSettings, partition: QueueRange, consumer: PullConsumer
                                                f"(queue min offset is {result.min_offset})")
                 offset = result.min_offset
                 if offset < partition.end:
-                    pending = prefetch.submit(pull, offset)
+                    pending = pull(offset)
             else:  # NO_NEW_MSG, or OFFSET_ILLEGAL above the max offset: the queue lost its tail
                 _lost(settings, partition, f"the queue ends at {result.max_offset}, before the planned end "
                                            f"{partition.end} (truncated or re-created)")
                 return
     finally:
-        prefetch.shutdown(wait=False, cancel_futures=True)
+        if pending is not None:
+            pending.cancel()
 
 
 _TIMESTAMP_US = pa.timestamp("us", tz="UTC")

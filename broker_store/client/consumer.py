@@ -13,6 +13,7 @@ message only if its TAGS is one of the expression's tags ("*" keeps everything).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
 import logging
@@ -411,6 +412,18 @@ class PullConsumer(SyncClient[AsyncPullConsumer]):
                                            suspend_timeout_ms=suspend_timeout_ms, timeout=timeout,
                                            commit_offset=commit_offset, decode=decode),
                           wait + self.request_timeout * 2)
+
+    def pull_async(self, mq: MessageQueue, offset: int, max_nums: int = 32, *, expression: str = SUB_ALL,
+                   timeout: float | None = None, decode: bool = True) -> concurrent.futures.Future[PullResult]:
+        """``pull`` (no long polling) started at once; the future resolves to the PullResult or the
+        error. The pull's own ``timeout`` (default ``pull_timeout``) bounds it; ``pull_wait_budget``
+        is how long a caller should wait for the future at most."""
+        return self._submit(lambda c: c.pull(mq, offset, max_nums, expression=expression, timeout=timeout,
+                                             decode=decode))
+
+    def pull_wait_budget(self, timeout: float | None = None) -> float:
+        """Seconds to wait for a ``pull_async`` future before giving up on the client itself."""
+        return (timeout if timeout is not None else self.pull_timeout) + self.request_timeout * 2 + 5.0
 
     def update_consumer_offset(self, mq: MessageQueue, offset: int) -> None:
         self._call(lambda c: c.update_consumer_offset(mq, offset), self.request_timeout * 3)

@@ -4,6 +4,7 @@ property rules and the offset-log reader (no Spark session, no broker)."""
 from __future__ import annotations
 
 import pickle
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -146,13 +147,18 @@ def test_pull_range_raw_trims_to_whole_records_inside_the_range() -> None:
         def __init__(self) -> None:
             self.asked: list[int] = []
 
-        def pull(self, mq: object, at: int, n: int, *, expression: str, decode: bool) -> PullResult:
+        def pull_wait_budget(self) -> float:
+            return 1.0
+
+        def pull_async(self, mq: object, at: int, n: int, *, expression: str, decode: bool) -> Future[PullResult]:
             assert decode is False
             self.asked.append(at)
             # the broker answers from an earlier offset than asked and past the range end, in 4s
             first = at - 1 if at > 10 else at
             raw = b"".join(record(o) for o in range(first, first + 4))
-            return PullResult(PullStatus.FOUND, first + 4, 0, 100, [], 0, raw=raw)
+            future: Future[PullResult] = Future()
+            future.set_result(PullResult(PullStatus.FOUND, first + 4, 0, 100, [], 0, raw=raw))
+            return future
 
     settings = PullSettings(namesrv="h:1", group="g", cluster="c", tags="*", pull_batch_size=4,
                             fail_on_data_loss=True, pull_timeout_ms=1000, row_format="raw")
