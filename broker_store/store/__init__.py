@@ -3,7 +3,7 @@
 Used by the broker's request processors and by replication; everything they need is exported here.
 """
 
-from broker_store.store.commit_log import tags_code_of_properties
+from broker_store.store.commit_log import tags_code_of_properties, tags_codes_of_properties
 from broker_store.store.config import (
     FlushMode,
     GetResult,
@@ -12,15 +12,17 @@ from broker_store.store.config import (
     PutStatus,
     StoreConfig,
 )
-from broker_store.store.message_store import MessageStore
+from broker_store.store.message_store import MessageStore, PutEntry
 
 __all__ = [
     "FlushMode",
     "GetResult",
     "GetStatus",
     "MessageStore",
+    "PutEntry",
     "PutResult",
     "PutStatus",
     "StoreConfig",
     "tags_code_of_properties",
+    "tags_codes_of_properties",
 ]

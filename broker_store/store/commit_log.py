@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +76,29 @@ def tags_code_of_properties(properties: bytes | memoryview, hash_tags: Callable[
         return hash_tags(value.decode())
     except UnicodeDecodeError:
         return 0
+
+
+def tags_codes_of_properties(properties_list: Sequence[bytes], hash_tags: Callable[[str], int]) -> list[int]:
+    """``tags_code_of_properties`` of each, for a batch: a tag value seen before is not decoded and hashed
+    again (messages of one batch mostly share their tags)."""
+    codes: list[int] = []
+    add = codes.append
+    seen: dict[bytes, int] = {}
+    for raw in properties_list:
+        pos = raw.find(_TAGS_KEY)
+        if pos < 0:
+            add(0)
+        elif pos and raw[pos - 1] != 2:  # the first match ends another property's value: the general rule
+            add(tags_code_of_properties(raw, hash_tags))
+        else:
+            start = pos + len(_TAGS_KEY)
+            end = raw.find(b"\x02", start)
+            value = raw[start:] if end < 0 else raw[start:end]
+            code = seen.get(value)
+            if code is None:
+                code = seen[value] = tags_code_of_properties(raw, hash_tags)
+            add(code)
+    return codes
 
 
 class CommitLog:

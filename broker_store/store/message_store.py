@@ -24,6 +24,8 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
+from itertools import accumulate, chain, count, repeat
+from operator import add, and_
 from zlib import crc32
 
 from broker_store.protocol.errors import ConfigError, ProtocolError, StoreError
@@ -61,6 +63,13 @@ _MAX_QUEUE_ID = (1 << 31) - 1
 ArrivalListener = Callable[[str, int, int], None]
 PutEntry = tuple[bytes | memoryview, bytes, int, int]
 """(body, properties, flag, tags_code) of one message to put."""
+
+# STORED_HEADER split for the batch put: the fields every record of one put shares (SYSFLAG at byte 36
+# through PREPARED_TX_OFFSET, 48 bytes) are packed once per put and passed as one "48s" field.
+_RECORD_MIDDLE = struct.Struct(">iq4siq4siiq")
+_RECORD_HEAD = struct.Struct(f">iiiiiqq{_RECORD_MIDDLE.size}si")
+assert _RECORD_HEAD.size == STORED_HEADER_SIZE and _RECORD_MIDDLE.size == 48
+_PROPS_LEN = struct.Struct(">H")  # PROPERTIESLEN
 
 
 class MessageStore:
@@ -311,18 +320,14 @@ class MessageStore:
             self._hosts[born_host] = born
         if not entries:
             return self._illegal(PutStatus.MESSAGE_ILLEGAL, "no messages to put")
-        fixed = STORED_HEADER_SIZE + 2 + len(topic_tail)
+        bodies, props_list, flags, tags_codes = zip(*entries, strict=True)
+        body_lens = list(map(len, bodies))
+        props_lens = list(map(len, props_list))
         max_body = self.config.max_message_size
-        total = 0
-        for body, props, _, _ in entries:
-            if len(body) > max_body:
-                return self._illegal(PutStatus.MESSAGE_ILLEGAL,
-                                     f"message body size {len(body)} exceeds the limit {max_body}")
-            if len(props) > MAX_PROPERTIES_LENGTH:
-                return self._illegal(PutStatus.PROPERTIES_SIZE_EXCEEDED,
-                                     f"message properties size {len(props)} exceeds the limit "
-                                     f"{MAX_PROPERTIES_LENGTH}")
-            total += fixed + len(body) + len(props)
+        if max(body_lens) > max_body or max(props_lens) > MAX_PROPERTIES_LENGTH:
+            return self._first_illegal_entry(entries, max_body)
+        fixed = STORED_HEADER_SIZE + 2 + len(topic_tail)
+        total = fixed * len(entries) + sum(body_lens) + sum(props_lens)
         seg_size = self.config.commit_log_segment_size
         if total > seg_size:
             return self._illegal(PutStatus.MESSAGE_ILLEGAL,
@@ -331,7 +336,6 @@ class MessageStore:
         store_ts = int(self._clock() * 1000)
         born_ip, born_port = born
         store_ip, store_port = self._store_ip, self._store_port
-        pack_record = STORED_HEADER.pack
 
         with self._lock:
             if not self._running or not self._writable:
@@ -348,16 +352,20 @@ class MessageStore:
                     body, props, flag, tags_code = entries[0]
                     body_len = len(body)
                     cl.write(wrote, b"".join((
-                        pack_record(total, MAGIC_V1, crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
-                                    wrote, sys_flag, born_timestamp, born_ip, born_port, store_ts, store_ip,
-                                    store_port, reconsume_times, 0, body_len),
+                        STORED_HEADER.pack(total, MAGIC_V1, crc32(body) & 0x7FFFFFFF, queue_id, flag,
+                                           queue_offset, wrote, sys_flag, born_timestamp, born_ip, born_port,
+                                           store_ts, store_ip, store_port, reconsume_times, 0, body_len),
                         body, topic_tail, len(props).to_bytes(2, "big"), props)))
                     cq.append(queue_offset, CQ_ENTRY.pack(wrote, total, tags_code))
                     offsets: Sequence[int] = (wrote,)
                 else:
-                    offsets = self._write_records(cl, cq, entries, wrote, queue_offset, queue_id, fixed,
-                                                  topic_tail, sys_flag, born_timestamp, born, store_ts,
-                                                  reconsume_times)
+                    middle = _RECORD_MIDDLE.pack(sys_flag, born_timestamp, born_ip, born_port, store_ts,
+                                                 store_ip, store_port, reconsume_times, 0)
+                    records, offsets, cq_entries = _encode_records(
+                        bodies, props_list, flags, tags_codes, body_lens, props_lens, fixed, topic_tail,
+                        middle, queue_id, queue_offset, wrote)
+                    cl.write(wrote, records)
+                    cq.append(queue_offset, cq_entries)
             except OSError as exc:
                 self._writable = False
                 log.exception("write to %s failed; the store is now read-only", self.config.store_dir)
@@ -367,49 +375,24 @@ class MessageStore:
             new_max = cq.max_index
         if self._listeners:
             self._notify([(topic, queue_id, new_max)])
+        # every id is the STOREHOST prefix + the offset in hex: all offsets hexed by one call
         prefix = self._msg_id_prefix
-        return PutResult(PutStatus.PUT_OK, msg_ids=tuple([f"{prefix}{o:016X}" for o in offsets]),
+        ids = struct.pack(f">{len(offsets)}q", *offsets).hex(",", 8).upper().replace(",", "," + prefix)
+        return PutResult(PutStatus.PUT_OK, msg_ids=tuple((prefix + ids).split(",")),
                          queue_offset=queue_offset, count=len(entries), wrote_offset=wrote,
                          end_offset=wrote + total)
 
-    def _write_records(self, cl: CommitLog, cq: ConsumeQueue, entries: Sequence[PutEntry],
-                       wrote: int, queue_offset: int, queue_id: int, fixed: int, topic_tail: bytes,
-                       sys_flag: int, born_timestamp: int, born: tuple[bytes, int], store_ts: int,
-                       reconsume_times: int) -> list[int]:
-        """Encode several records back to back at ``wrote``; one CommitLog write, one ConsumeQueue append."""
-        born_ip, born_port = born
-        store_ip, store_port = self._store_ip, self._store_port
-        pack_record = STORED_HEADER.pack
-        pack_entry = CQ_ENTRY.pack_into
-        parts: list[bytes | memoryview] = []
-        add = parts.append
-        cq_buf = bytearray(CQ_ENTRY_SIZE * len(entries))
-        offsets = []
-        pos = 0
-        qo = queue_offset
-        e = 0
-        for body, props, flag, tags_code in entries:
-            body_len = len(body)
-            props_len = len(props)
-            size = fixed + body_len + props_len
-            phys = wrote + pos
-            # one join of the pieces beats slice-assigning into a bytearray (measured ~1.7x)
-            add(pack_record(size, MAGIC_V1, crc32(body) & 0x7FFFFFFF, queue_id, flag, qo, phys,
-                            sys_flag, born_timestamp, born_ip, born_port, store_ts, store_ip,
-                            store_port, reconsume_times, 0, body_len))
-            add(body)
-            add(topic_tail)
-            add(props_len.to_bytes(2, "big"))
-            add(props)
-            pack_entry(cq_buf, e, phys, size, tags_code)
-            offsets.append(phys)
-            e += CQ_ENTRY_SIZE
-            pos += size
-            qo += 1
-        buf = b"".join(parts)
-        cl.write(wrote, buf)
-        cq.append(queue_offset, cq_buf)
-        return offsets
+    def _first_illegal_entry(self, entries: Sequence[PutEntry], max_body: int) -> PutResult:
+        """The error for the first entry whose body or properties are too long (in entry order)."""
+        for body, props, _, _ in entries:
+            if len(body) > max_body:
+                return self._illegal(PutStatus.MESSAGE_ILLEGAL,
+                                     f"message body size {len(body)} exceeds the limit {max_body}")
+            if len(props) > MAX_PROPERTIES_LENGTH:
+                return self._illegal(PutStatus.PROPERTIES_SIZE_EXCEEDED,
+                                     f"message properties size {len(props)} exceeds the limit "
+                                     f"{MAX_PROPERTIES_LENGTH}")
+        raise AssertionError("no entry exceeds a limit")
 
     def _notify(self, arrived: list[tuple[str, int, int]]) -> None:
         for topic, queue_id, max_offset in arrived:
@@ -874,6 +857,27 @@ class MessageStore:
         except OSError as exc:
             raise StoreError(f"retention in {self.config.store_dir} failed: {exc}") from exc
         return freed
+
+
+def _encode_records(bodies: Sequence[bytes | memoryview], props_list: Sequence[bytes], flags: Sequence[int],
+                    tags_codes: Sequence[int], body_lens: list[int], props_lens: list[int], fixed: int,
+                    topic_tail: bytes, middle: bytes, queue_id: int, queue_offset: int,
+                    wrote: int) -> tuple[bytes, list[int], bytes]:
+    """(records, their CommitLog offsets, ConsumeQueue entries) of a batch stored back to back at ``wrote``.
+
+    Column-wise on purpose: every step is a map/zip over whole columns, so the per-message work (CRC,
+    struct packing, the join) is driven from C, not by a bytecode loop; the header fields a batch shares
+    are packed once (``middle``). Records are byte-identical to ``encode_stored_message``'s.
+    """
+    sizes = list(map(add, map(add, body_lens, props_lens), repeat(fixed)))
+    offsets = list(accumulate(sizes, initial=wrote))
+    offsets.pop()  # the end of the last record
+    heads = map(_RECORD_HEAD.pack, sizes, repeat(MAGIC_V1), map(and_, map(crc32, bodies), repeat(0x7FFFFFFF)),
+                repeat(queue_id), flags, count(queue_offset), offsets, repeat(middle), body_lens)
+    props_len_fields = map(_PROPS_LEN.pack, props_lens)
+    # one join of the pieces beats slice-assigning into a bytearray (measured ~1.7x)
+    records = b"".join(chain.from_iterable(zip(heads, bodies, repeat(topic_tail), props_len_fields, props_list)))
+    return records, offsets, b"".join(map(CQ_ENTRY.pack, offsets, sizes, tags_codes))
 
 
 def _fsync_all(handles: Sequence[int | str]) -> None:

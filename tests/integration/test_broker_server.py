@@ -50,6 +50,7 @@ from broker_store.protocol.headers import (
 )
 from broker_store.protocol.message import (
     StoredMessage,
+    decode_properties,
     decode_stored_messages,
     encode_batch,
     encode_properties,
@@ -297,6 +298,38 @@ def test_batch_send_and_tag_filtering(tmp_path: Path) -> None:
         # V1 header names are accepted for batches too.
         resp = _ok(await env.call(RequestCode.SEND_BATCH_MESSAGE, h.to_ext(), encode_batch(entries[:2])))
         assert resp.ext_fields["queueOffset"] == "100"
+
+    run(tmp_path, body)
+
+
+def test_batch_properties_cluster_and_limits(tmp_path: Path) -> None:
+    """The batch path's CLUSTER stamping for every shape of properties, and its properties limit."""
+
+    async def body(env: Env) -> None:
+        h = SendMessageRequestHeader(
+            producer_group="pg", topic="BatchProps", default_topic="TBW102", default_topic_queue_nums=4,
+            queue_id=0, sys_flag=0, born_timestamp=1, flag=0, batch=True,
+        )
+        ext = h.to_ext(SEND_V2_NAMES)
+        shapes = [b"", b"K\x01v\x02", b"K\x01v", b"TAGS\x01T1\x02", b"XCLUSTER\x01x\x02"]
+        _ok(await env.call(RequestCode.SEND_BATCH_MESSAGE, ext, encode_batch([(b"a", p, 0) for p in shapes])))
+        # one message naming a cluster already: it gets this broker's name like the others
+        named = [*shapes, b"CLUSTER\x01other\x02TAGS\x01T2\x02"]
+        _ok(await env.call(RequestCode.SEND_BATCH_MESSAGE, ext, encode_batch([(b"b", p, 0) for p in named])))
+        _, msgs = await env.pull("BatchProps", max_nums=100)
+        assert [dict(m.properties) for m in msgs] == [
+            {**decode_properties(p), "CLUSTER": "c1"} for p in shapes + named
+        ]
+        _, tagged = await env.pull("BatchProps", expr="T1 || T2", max_nums=100)
+        assert [m.properties["TAGS"] for m in tagged] == ["T1", "T1", "T2"]
+
+        # CLUSTER\x01c1\x02 (11 bytes) takes properties of 32757 bytes past the limit of 32767
+        too_long = b"P\x01" + b"v" * 32754 + b"\x02"
+        resp = await env.call(
+            RequestCode.SEND_BATCH_MESSAGE, ext, encode_batch([(b"c", b"", 0), (b"d", too_long, 0)])
+        )
+        assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "properties length 32768" in (resp.remark or "")
+        assert env.broker.store.get_max_offset("BatchProps", 0) == len(shapes) + len(named)
 
     run(tmp_path, body)
 

@@ -1,0 +1,187 @@
+"""Unit tests of the SEND_BATCH_MESSAGE put path's column-wise code against one-message-at-a-time references.
+
+The store's batch encoder must write exactly the records ``encode_stored_message`` writes, and the send
+processor's batch preparation must give exactly what its per-message loop gave (the loop is kept below as
+the reference). ``tests/integration/test_broker_server.py`` drives the same path through a real broker.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from broker_store.broker.send_processor import SendProcessor, _find_property
+from broker_store.protocol.message import (
+    MAX_PROPERTIES_LENGTH,
+    encode_batch,
+    encode_stored_message,
+    host_to_bytes,
+    make_msg_id,
+    split_batch,
+    tags_hash_code,
+)
+from broker_store.store import (
+    FlushMode,
+    MessageStore,
+    PutEntry,
+    PutStatus,
+    StoreConfig,
+    tags_code_of_properties,
+    tags_codes_of_properties,
+)
+from broker_store.store.consume_queue import CQ_ENTRY
+
+STORE_HOST = "10.1.2.3:10911"
+BORN_HOST = "192.168.0.7:50000"
+NOW = 1_700_000_000.25
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[MessageStore]:
+    s = MessageStore(StoreConfig(store_dir=tmp_path, commit_log_segment_size=1 << 20, retention_interval_ms=0,
+                                 max_message_size=8192),
+                     store_host=STORE_HOST, clock=lambda: NOW)
+    s.start()
+    yield s
+    s.shutdown()
+
+
+def _expected_records(topic: str, queue_id: int, entries: list[PutEntry], wrote: int, queue_offset: int,
+                      sys_flag: int, born_timestamp: int) -> tuple[bytes, bytes, list[str]]:
+    """CommitLog bytes, ConsumeQueue entries and msg ids, one message at a time."""
+    born_ip, born_port = host_to_bytes(BORN_HOST)
+    store_ip, store_port = host_to_bytes(STORE_HOST)
+    records, cq, ids = [], [], []
+    pos = wrote
+    for i, (body, props, flag, tags_code) in enumerate(entries):
+        rec = encode_stored_message(topic=topic.encode(), queue_id=queue_id, queue_offset=queue_offset + i,
+                                    physical_offset=pos, body=bytes(body), properties=props, flag=flag,
+                                    sys_flag=sys_flag, born_timestamp=born_timestamp, born_ip=born_ip,
+                                    born_port=born_port, store_timestamp=int(NOW * 1000), store_ip=store_ip,
+                                    store_port=store_port)
+        records.append(rec)
+        cq.append(CQ_ENTRY.pack(pos, len(rec), tags_code))
+        ids.append(make_msg_id(store_ip, store_port, pos))
+        pos += len(rec)
+    return b"".join(records), b"".join(cq), ids
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.binary(max_size=300), st.binary(max_size=80), st.integers(-(2**31), 2**31 - 1),
+                          st.integers(-(2**31), 2**31 - 1), st.booleans()),
+                min_size=1, max_size=40),
+       st.integers(0, 7), st.integers(0, 255), st.integers(0, 2**41))
+def test_batch_records_match_encode_stored_message(store: MessageStore, messages: list[Any], queue_id: int,
+                                                   sys_flag: int, born_timestamp: int) -> None:
+    entries: list[PutEntry] = [(memoryview(b) if as_view else b, p, f, t) for b, p, f, t, as_view in messages]
+    wrote, queue_offset = store.max_physical_offset, store.get_max_offset("Batch", queue_id)
+    r = store.put_messages("Batch", queue_id, entries, sys_flag=sys_flag, born_timestamp=born_timestamp,
+                           born_host=BORN_HOST)
+    assert r.status is PutStatus.PUT_OK and r.wrote_offset == wrote and r.queue_offset == queue_offset
+    records, cq_entries, ids = _expected_records("Batch", queue_id, entries, wrote, queue_offset, sys_flag,
+                                                 born_timestamp)
+    assert store.read_commit_log(wrote, len(records)) == records
+    assert r.end_offset == wrote + len(records) == store.max_physical_offset
+    assert list(r.msg_ids) == ids and r.count == len(entries)
+    cq = store._queues[("Batch", queue_id)]
+    assert cq.read(queue_offset, len(entries)) == cq_entries
+
+
+def test_single_put_matches_encode_stored_message(store: MessageStore) -> None:
+    entry: PutEntry = (b"body", b"K\x01v\x02", 7, 99)
+    r = store.put_message("One", 2, entry[0], entry[1], tags_code=99, flag=7, sys_flag=1, born_timestamp=5,
+                          born_host=BORN_HOST, reconsume_times=0)
+    records, _, ids = _expected_records("One", 2, [entry], 0, 0, 1, 5)
+    assert store.read_commit_log(0, len(records)) == records and list(r.msg_ids) == ids
+
+
+def test_batch_limits_name_the_first_offending_entry(store: MessageStore) -> None:
+    big_props = b"p" * (MAX_PROPERTIES_LENGTH + 1)
+    big_body = b"b" * 8193
+    ok: PutEntry = (b"x", b"", 0, 0)
+    r = store.put_messages("Lim", 0, [ok, (b"x", big_props, 0, 0), (big_body, b"", 0, 0)], born_timestamp=0,
+                           born_host=BORN_HOST)
+    assert r.status is PutStatus.PROPERTIES_SIZE_EXCEEDED and str(MAX_PROPERTIES_LENGTH + 1) in r.remark
+    r = store.put_messages("Lim", 0, [ok, (big_body, big_props, 0, 0)], born_timestamp=0, born_host=BORN_HOST)
+    assert r.status is PutStatus.MESSAGE_ILLEGAL and "8193" in r.remark
+    assert store.max_physical_offset == 0  # all or nothing
+
+
+# -- the send processor's batch preparation ----------------------------------------------------------
+
+
+def _processor(sync_flush: bool) -> SendProcessor:
+    broker = SimpleNamespace(
+        config=SimpleNamespace(cluster_name="c1", region_id="r", trace_on=False, max_message_size=1 << 20),
+        store_config=SimpleNamespace(flush_mode=FlushMode.SYNC_FLUSH if sync_flush else FlushMode.ASYNC_FLUSH),
+    )
+    return SendProcessor(broker)  # type: ignore[arg-type]
+
+
+def _reference_entries(sp: SendProcessor, batch: list[tuple[memoryview, bytes, int]],
+                       sync_flush: bool) -> tuple[list[PutEntry], bool] | int:
+    """The per-message loop the batch path ran before it went column-wise."""
+    entries: list[PutEntry] = []
+    wait = True
+    for body, raw, flag in batch:
+        props = sp._with_cluster(raw)
+        if len(props) > MAX_PROPERTIES_LENGTH:
+            return len(props)
+        if sync_flush and b"WAIT\x01false\x02" in props and _find_property(props, b"WAIT\x01false\x02") >= 0:
+            wait = False
+        entries.append((body, props, flag, tags_code_of_properties(props, tags_hash_code)))
+    return entries, wait
+
+
+_PROPERTY_PIECES = st.sampled_from([
+    b"", b"\x02", b"TAGS\x01", b"TAGS\x01a\x02", b"XTAGS\x01b\x02", b"CLUSTER\x01old\x02", b"XCLUSTER\x01k\x02",
+    b"WAIT\x01false", b"WAIT\x01false\x02", b"XWAIT\x01false\x02", b"WAIT\x01true\x02", b"UNIQ_KEY\x01AB01\x02",
+    b"K\x01v",
+    b"\xff", b"\0",
+])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.lists(_PROPERTY_PIECES, max_size=4).map(b"".join),
+                          st.one_of(st.just(0), st.integers(MAX_PROPERTIES_LENGTH - 20, MAX_PROPERTIES_LENGTH))),
+                min_size=1, max_size=8),
+       st.booleans())
+def test_batch_entries_match_the_per_message_loop(messages: list[tuple[bytes, int]], sync_flush: bool) -> None:
+    """``padded_to``: properties filled up to that length, around the limit once CLUSTER is added."""
+    props = [raw + b"P\x01" + b"v" * (padded_to - len(raw) - 2) if padded_to else raw
+             for raw, padded_to in messages]
+    sp = _processor(sync_flush)
+    batch = split_batch(encode_batch([(os.urandom(3), p, i) for i, p in enumerate(props)]))
+    try:
+        expected: Any = _reference_entries(sp, batch, sync_flush)
+    except Exception as exc:  # noqa: BLE001 - the same exception must come out of both
+        with pytest.raises(type(exc)):
+            sp._batch_entries(batch)
+        return
+    got = sp._batch_entries(batch)
+    if isinstance(expected, int):
+        assert got == expected
+    else:
+        assert isinstance(got, tuple)
+        assert [(bytes(b), p, f, t) for b, p, f, t in got[0]] == [(bytes(b), p, f, t) for b, p, f, t in expected[0]]
+        assert got[1] == expected[1]
+
+
+_TAG_PIECES = st.sampled_from([b"TAGS\x01z\x02", b"TAGS\x01zz", b"TAGS\x01z", b"a\x02TAGS\x01\xff", b"a\x02TAGS\x01z"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.one_of(_PROPERTY_PIECES, _TAG_PIECES, st.binary(max_size=6)), max_size=5).map(b"".join),
+                max_size=12))
+def test_tags_codes_of_properties_match_one_at_a_time(props: list[bytes]) -> None:
+    """Values are cached per batch: two different values must never share a code by mistake."""
+    for batch in (props, [b"TAGS\x01zz", b"TAGS\x01z", b"K\x01TAGS\x01y\x02TAGS\x01z", b"TAGS\x01z\x02"]):
+        assert tags_codes_of_properties(batch, tags_hash_code) == [tags_code_of_properties(p, tags_hash_code)
+                                                                    for p in batch]
