@@ -13,7 +13,7 @@ by the rules of ``connectors.sink.target_properties``:
 * ``ROCKETMQ_REPLICATOR_SOURCE`` gets the source cluster appended (``connectors.loop_guard``), or the
   record is skipped when the target is already in its chain.
 
-A record that already carries a chain, or whose body is compressed, takes the exact path instead
+A record that already carries a chain, an empty UNIQ_KEY, or a compressed body takes the exact path instead
 (properties decoded to a dict, body inflated): equivalent output, slower, and rare outside two-way
 links. Output entries are byte-exact in body and flag; their properties equal ``target_properties`` of
 the source properties as a mapping (order and duplicates as the source stored them).
@@ -53,6 +53,7 @@ _UNUSUAL_FLAGS = MSG_FLAG_COMPRESSED | MSG_FLAG_BORNHOST_V6 | MSG_FLAG_STOREHOST
 _CHAIN_KEY = f"{PROPERTY_REPLICATOR_SOURCE}\x01".encode()
 _UNIQ_FIRST = f"{PROPERTY_UNIQ_KEY}\x01".encode()
 _UNIQ_LATER = f"\x02{PROPERTY_UNIQ_KEY}\x01".encode()
+_UNIQ_FIRST_LEN, _UNIQ_LATER_LEN = len(_UNIQ_FIRST), len(_UNIQ_LATER)
 
 SKIP = object()
 """What a ``Stamp`` returns for a chain that must not be written to the target (a loop)."""
@@ -172,7 +173,10 @@ class RecordForwarder:
             if oldest is None or store_ms < oldest:
                 oldest = store_ms
             props = buf[q + 2:end]
-            if sys_flag & _UNUSUAL_FLAGS or _CHAIN_KEY in props or plain_suffix is None:
+            uniq = props.rfind(_UNIQ_LATER)  # the last UNIQ_KEY entry counts, as when decoding
+            uniq = uniq + _UNIQ_LATER_LEN if uniq >= 0 else _UNIQ_FIRST_LEN if props.startswith(_UNIQ_FIRST) else -1
+            if (sys_flag & _UNUSUAL_FLAGS or _CHAIN_KEY in props or plain_suffix is None
+                    or (uniq >= 0 and (uniq == len(props) or props[uniq] == 2))):  # an empty UNIQ_KEY
                 exact = self._exact(buf, pos)
                 if exact is None or exact.__class__ is str:
                     if exact is None:
@@ -185,7 +189,7 @@ class RecordForwarder:
                 body_len = entry_body_length(entry)
             else:
                 props = drop(b"", b"\x02" + props)[1:]
-                if not (props.startswith(_UNIQ_FIRST) or _UNIQ_LATER in props):
+                if uniq < 0:
                     props += (b"\x02" if props and props[-1] != 2 else b"") + _UNIQ_FIRST + \
                         self.offset_msg_id(store_ip, store_port, phys).encode() + b"\x02"
                 if plain_suffix:

@@ -5,11 +5,16 @@ Created by ``RocketMQDataSource.streamWriter`` (``writeStream.format("rocketmq")
 
 * driver, at query start: ``RocketMQStreamWriter.__init__`` validates the options and the input
   schema and loads the failure hook once (a bad hook fails the query before any data moves).
-* executors, one call per partition and batch: ``write(batches)`` places each row on a target queue,
-  sends consecutive rows of one target queue as SEND_BATCH_MESSAGE (bounded count and bytes), keeps at
-  most ``maxInFlight`` sends outstanding, retries with exponential backoff, and returns a
+* executors, one call per partition and batch: ``write(batches)`` places each message on a target queue,
+  sends consecutive messages of one target queue as SEND_BATCH_MESSAGE (bounded count and bytes), keeps
+  at most ``maxInFlight`` sends outstanding, retries with exponential backoff, and returns a
   ``ReplicationCommitMessage`` (plain picklable data). It never raises for a message the target
   refuses: the message becomes a ``FailedMessage`` (the whole message) in the commit message.
+  Input rows: the source's per-message rows (arrow / tuples, or any query's rows with those columns);
+  ``rowFormat=raw`` rows (a pull's stored records, forwarded record by record by
+  ``connectors.forwarding`` without decoding them); or ``rowFormat=ranges`` rows, where the task pulls
+  each queue range itself (concurrently, one pull in flight per range; the rows carry what pulling
+  takes, ``sourceAccessKeyEnv`` / ``sourceSecretKeyEnv`` sign the pulls) and sends as it pulls.
 
 Target unavailable vs. message refused. The failure policy is about messages the target *refuses*
 (too big, no permission, topic missing while the cluster is up): those get ``maxRetries`` and are then

@@ -1,0 +1,168 @@
+"""Stored records -> batch entries (connectors.forwarding) against the exact rules of
+``connectors.sink.target_properties`` applied to the decoded messages."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker_store.protocol.codes import MSG_FLAG_COMPRESSED
+from broker_store.protocol.errors import ProtocolError
+from broker_store.protocol.message import (
+    MAX_PROPERTIES_LENGTH,
+    decode_properties,
+    decode_stored_messages,
+    encode_properties,
+    encode_stored_message,
+    iter_batch,
+)
+from connectors import loop_guard
+from connectors.forwarding import SKIP, RecordForwarder, dropped_entries_pattern
+from connectors.sink import DROPPED_PROPERTIES, target_properties
+
+STORE_IP, STORE_PORT = b"\x0a\x00\x00\x07", 10911
+
+
+def record(offset: int, props: bytes, body: bytes = b"body", *, topic: bytes = b"T", queue_id: int = 3,
+           sys_flag: int = 0, flag: int = 0) -> bytes:
+    return encode_stored_message(topic=topic, queue_id=queue_id, queue_offset=offset, physical_offset=1000 * offset,
+                                 body=body, properties=props, flag=flag, sys_flag=sys_flag,
+                                 born_timestamp=1_700_000_000_000 + offset, store_timestamp=1_700_000_001_000 + offset,
+                                 store_ip=STORE_IP, store_port=STORE_PORT)
+
+
+def stamp_for(source: str | None, target: str = "dst"):  # noqa: ANN201 - the Stamp callable
+    def stamp(chain: str | None) -> object:
+        props = {loop_guard.CHAIN_PROPERTY: chain} if chain is not None else {}
+        if loop_guard.should_skip(props, target, source):
+            return SKIP
+        return loop_guard.stamp(props, source)[loop_guard.CHAIN_PROPERTY] if source else chain
+    return stamp
+
+
+def expected(buf: bytes, source: str | None = "src", target: str = "dst") -> list[tuple[bytes, dict[str, str], int]]:
+    """What the decoding path sends for ``buf``: (body, properties, flag) per message, loops skipped."""
+    out = []
+    for m in decode_stored_messages(buf):
+        chain = {loop_guard.CHAIN_PROPERTY: m.properties[loop_guard.CHAIN_PROPERTY]} \
+            if loop_guard.CHAIN_PROPERTY in m.properties else {}
+        if loop_guard.should_skip(chain, target, source):
+            continue
+        out.append((m.body, target_properties(m.properties, source, m.offset_msg_id), m.flag))
+    return out
+
+
+def sent(entries: list[bytes]) -> list[tuple[bytes, dict[str, str], int]]:
+    return [(e.body, decode_properties(e.properties), e.flag) for e in iter_batch(b"".join(entries))]
+
+
+def test_common_records_match_the_decoding_path_and_keep_offsets_times_and_positions() -> None:
+    props = [{"TAGS": "a", "KEYS": "k1 k2", "UNIQ_KEY": "U1", "user": "v", "CLUSTER": "src"},
+             {"CLUSTER": "src", "UNIQ_KEY": "U2", "MSG_REGION": "r", "TRACE_ON": "true", "x": ""},
+             {"UNIQ_KEY": "U3"}, {}]
+    recs = [record(100 + i, encode_properties(p), bytes([i]) * (i + 1), flag=i) for i, p in enumerate(props)]
+    buf = b"".join(recs)
+    out = RecordForwarder(DROPPED_PROPERTIES, stamp_for("src")).forward(buf, "T", 3)
+    assert sent(out.entries) == expected(buf)
+    assert out.offsets == [100, 101, 102, 103]
+    assert out.sizes == [1, 2, 3, 4]
+    assert out.borns == [1_700_000_000_100 + i for i in range(4)]
+    assert out.starts == [sum(len(r) for r in recs[:i]) for i in range(4)]
+    assert (out.skipped, out.next_offset, out.oldest_store_ms, out.refused) == (0, 104, 1_700_000_001_100, [])
+    # no UNIQ_KEY: the source offset message id, as the decoding path gives it
+    assert decode_properties(next(iter_batch(out.entries[3])).properties)["UNIQ_KEY"] == \
+        decode_stored_messages(recs[3])[0].offset_msg_id
+
+
+def test_records_with_a_chain_are_stamped_or_skipped() -> None:
+    chain = loop_guard.CHAIN_PROPERTY
+    recs = [record(1, encode_properties({chain: "a", "UNIQ_KEY": "U"})),      # a -> src -> dst: stamped
+            record(2, encode_properties({chain: "dst,src", "UNIQ_KEY": "V"})),  # been on dst: skipped
+            record(3, encode_properties({chain: "src", "UNIQ_KEY": "W"}))]     # stamped once, not twice
+    buf = b"".join(recs)
+    out = RecordForwarder(DROPPED_PROPERTIES, stamp_for("src")).forward(buf, "T", 3)
+    assert sent(out.entries) == expected(buf)
+    assert [p[chain] for _, p, _ in sent(out.entries)] == ["a,src", "src"]
+    assert (out.skipped, out.offsets, out.next_offset) == (1, [1, 3], 4)
+
+
+def test_every_record_is_skipped_when_source_and_target_are_one_cluster() -> None:
+    buf = record(1, encode_properties({"UNIQ_KEY": "U"})) + record(2, b"")
+    out = RecordForwarder(DROPPED_PROPERTIES, stamp_for("dst")).forward(buf, "T", 3)
+    assert (out.entries, out.skipped, out.next_offset) == ([], 2, 3)
+
+
+def test_compressed_bodies_are_inflated() -> None:
+    body = b"x" * 5000
+    buf = record(7, encode_properties({"UNIQ_KEY": "U"}), zlib.compress(body), sys_flag=MSG_FLAG_COMPRESSED)
+    out = RecordForwarder(DROPPED_PROPERTIES, stamp_for("src")).forward(buf, "T", 3)
+    assert sent(out.entries) == expected(buf) and sent(out.entries)[0][0] == body
+    assert out.sizes == [5000]
+
+
+def test_no_source_cluster_copies_the_chain_unchanged() -> None:
+    chain = loop_guard.CHAIN_PROPERTY
+    buf = record(1, encode_properties({chain: "a", "UNIQ_KEY": "U"})) + record(2, encode_properties({"UNIQ_KEY": "V"}))
+    out = RecordForwarder(DROPPED_PROPERTIES, stamp_for(None)).forward(buf, "T", 3)
+    assert sent(out.entries) == expected(buf, source=None)
+    assert chain not in sent(out.entries)[1][1]
+
+
+def test_bounds_leave_out_records_outside_the_range() -> None:
+    buf = b"".join(record(o, b"UNIQ_KEY\x01u\x02") for o in range(10, 16))
+    out = RecordForwarder(DROPPED_PROPERTIES, stamp_for("src")).forward(buf, "T", 3, 11, 14)
+    assert out.offsets == [11, 12, 13] and out.next_offset == 14
+
+
+def test_properties_too_long_once_stamped_are_refused_not_sent() -> None:
+    long_value = "v" * (MAX_PROPERTIES_LENGTH - 40)
+    ok = record(1, encode_properties({"UNIQ_KEY": "U"}))
+    long_rec = record(2, encode_properties({"UNIQ_KEY": "U", "p": long_value}))
+    out = RecordForwarder(DROPPED_PROPERTIES, stamp_for("src")).forward(ok + long_rec, "T", 3)
+    assert out.offsets == [1] and len(out.refused) == 1
+    start, reason = out.refused[0]
+    assert start == len(ok) and "exceed" in reason and out.next_offset == 3
+
+
+def test_malformed_or_foreign_records_raise() -> None:
+    good = record(1, b"")
+    forwarder = RecordForwarder(DROPPED_PROPERTIES, stamp_for("src"))
+    with pytest.raises(ProtocolError):
+        forwarder.forward(good[:-1], "T", 3)
+    with pytest.raises(ProtocolError, match="queue"):
+        forwarder.forward(good, "T", 4)
+    with pytest.raises(ProtocolError):
+        forwarder.forward(record(1, b"", topic=b"U"), "T", 3)
+    broken = bytearray(good)
+    broken[4:8] = b"\0\0\0\0"  # magic
+    with pytest.raises(ProtocolError, match="magic"):
+        forwarder.forward(bytes(broken), "T", 3)
+
+
+def test_dropped_entries_pattern_removes_whole_entries_only() -> None:
+    drop = dropped_entries_pattern({"CLUSTER", "DELAY"})
+
+    def apply(props: bytes) -> bytes:
+        return drop.sub(b"", b"\x02" + props)[1:]
+
+    assert apply(b"CLUSTER\x01a\x02X\x01b\x02") == b"X\x01b\x02"
+    assert apply(b"X\x01b\x02CLUSTER\x01a") == b"X\x01b"
+    assert apply(b"XCLUSTER\x01a\x02CLUSTERX\x01b\x02") == b"XCLUSTER\x01a\x02CLUSTERX\x01b\x02"
+    assert apply(b"DELAY\x013\x02CLUSTER\x01a\x02") == b""
+
+
+names = st.text(alphabet="ABCKLMNOPQRSTUVWXYZ_", min_size=1, max_size=12)
+values = st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.dictionaries(st.one_of(names, st.sampled_from(sorted(DROPPED_PROPERTIES | {"UNIQ_KEY"}))),
+                                values, max_size=6), min_size=1, max_size=5),
+       st.sampled_from(["src", None]))
+def test_any_properties_match_the_decoding_path(props: list[dict[str, str]], source: str | None) -> None:
+    buf = b"".join(record(i, encode_properties(p)) for i, p in enumerate(props))
+    out = RecordForwarder(DROPPED_PROPERTIES, stamp_for(source)).forward(buf, "T", 3)
+    assert sent(out.entries) == expected(buf, source=source)
