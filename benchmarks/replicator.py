@@ -216,8 +216,10 @@ def cpu_snapshot(labels: dict[int, str]) -> dict[str, float]:
             cmd = _cmdline(pid)
             if comm == "java":
                 add("spark JVM", secs)
+            elif "pyspark.daemon" in cmd and "pyspark.sql.worker." in cmd:  # planner / commit runners
+                add("python " + cmd.split("pyspark.sql.worker.", 1)[1].split()[0], secs)
             elif "pyspark.daemon" in cmd:
-                add("python workers (read/write)", secs)
+                add("python workers (tasks)", secs)
             elif "pyspark" in cmd:
                 add("python " + cmd.split("pyspark.", 1)[-1].split()[0], secs)
             elif "multiprocessing" in cmd:
@@ -338,7 +340,7 @@ async def _raw_pull(namesrv: str, topic: str, queues: list[tuple[str, int]], end
 
 
 async def _paced(namesrv: str, topic: str, queues: list[tuple[str, int]], rate: float, seconds: float,
-                 body: int, batch: int = 16) -> dict[str, Any]:
+                 body: int, batch: int) -> dict[str, Any]:
     from broker_store.client import AsyncProducer, Message, MessageQueue
 
     payload = _body(body, 1)
@@ -369,7 +371,7 @@ async def _paced(namesrv: str, topic: str, queues: list[tuple[str, int]], rate: 
         if pending:
             await asyncio.gather(*pending)
         elapsed = time.perf_counter() - start
-    return {"messages": sent, "seconds": elapsed, "max_late_s": late}
+    return {"messages": sent, "seconds": elapsed, "max_late_s": late, "cpu_s": time.process_time()}
 
 
 _CHILDREN = {"preload": _preload, "raw_pull": _raw_pull, "paced": _paced}
@@ -481,6 +483,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trigger", type=float, default=1.0, help="latency link's trigger interval, seconds")
     p.add_argument("--latency-seconds", type=float, default=None, help="default 30; quick 15")
     p.add_argument("--no-latency", action="store_true", help="skip (c)")
+    p.add_argument("--latency-batch", type=int, default=64,
+                   help="messages per send of (c)'s paced producer (default 64; see the docstring)")
+    p.add_argument("--latency-rate", type=float, default=None,
+                   help="skip (a) and (b): run only (c), at this many msg/s")
     p.add_argument("--max-in-flight", type=int, default=4, help="the links' max_in_flight (default 4, as a link)")
     p.add_argument("--max-partitions", type=int, default=None,
                    help="the links' max_partitions (default: unset, i.e. the application's cores)")
@@ -491,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--py-spy", metavar="FILE", default=None,
                    help="record the Spark JVM's Python processes with py-spy (raw collapsed stacks) during (b)")
     args = p.parse_args(argv)
-    n = args.messages or (40_000 if args.quick else 400_000)
+    n = 0 if args.latency_rate else args.messages or (40_000 if args.quick else 400_000)
     per_trigger = args.per_trigger or (20_000 if args.quick else 100_000)
     warm_n = args.warmup or (5_000 if args.quick else 20_000)
     lat_seconds = args.latency_seconds or (15.0 if args.quick else 30.0)
@@ -514,24 +520,24 @@ def main(argv: list[str] | None = None) -> int:
                          create_topic(dst.addr, dst.name, topic, args.queues))
         wire = {t: [(mq.broker_name, mq.queue_id) for mq in v[0]] for t, v in qs.items()}
         pre = run_child("preload", namesrv=src.addr, topic=TOPIC_MAIN, queues=wire[TOPIC_MAIN], count=n,
-                        body=args.body)
+                        body=args.body) if n else {"seconds": 0.0}
         run_child("preload", namesrv=src.addr, topic=TOPIC_WARM, queues=wire[TOPIC_WARM], count=warm_n,
                   body=args.body)
         admin_src, admin_dst = Admin(src.addr), Admin(dst.addr)
         ends = [admin_src.max_offset(mq) for mq in qs[TOPIC_MAIN][0]]
         assert sum(ends) == n, (sum(ends), n)
-        print(f"preloaded {n} messages in {pre['seconds']:.1f} s ({n / pre['seconds']:,.0f} msg/s)", flush=True)
-
-        # (a) raw pull
-        # twice, the better run counts: the first may overlap the broker's background flush of the preload
-        runs = [run_child("raw_pull", namesrv=src.addr, topic=TOPIC_MAIN, queues=wire[TOPIC_MAIN], ends=ends,
-                          pull_batch=args.pull_batch) for _ in range(2)]
-        raw = min(runs, key=lambda r: r["seconds"])
-        a_rate = raw["messages"] / raw["seconds"]
-        a_mbps = raw["bytes"] / raw["seconds"] / MB
-        print(f"(a) raw pull, 1 process, {args.queues} queues concurrently, {args.pull_batch}/pull: "
-              f"{raw['messages']} msgs in {raw['seconds']:.2f} s = {a_rate:,.0f} msg/s, {a_mbps:.1f} MB/s (runs: "
-              + ", ".join(f"{r['seconds']:.2f} s" for r in runs) + ")", flush=True)
+        a_rate = a_mbps = 0.0
+        if n:
+            print(f"preloaded {n} messages in {pre['seconds']:.1f} s ({n / pre['seconds']:,.0f} msg/s)", flush=True)
+            # (a) raw pull, twice, the better run counts: the first may overlap the broker's background flush
+            runs = [run_child("raw_pull", namesrv=src.addr, topic=TOPIC_MAIN, queues=wire[TOPIC_MAIN], ends=ends,
+                              pull_batch=args.pull_batch) for _ in range(2)]
+            raw = min(runs, key=lambda r: r["seconds"])
+            a_rate = raw["messages"] / raw["seconds"]
+            a_mbps = raw["bytes"] / raw["seconds"] / MB
+            print(f"(a) raw pull, 1 process, {args.queues} queues concurrently, {args.pull_batch}/pull: "
+                  f"{raw['messages']} msgs in {raw['seconds']:.2f} s = {a_rate:,.0f} msg/s, {a_mbps:.1f} MB/s (runs: "
+                  + ", ".join(f"{r['seconds']:.2f} s" for r in runs) + ")", flush=True)
 
         # Spark
         work = root / "spark"
@@ -547,7 +553,8 @@ def main(argv: list[str] | None = None) -> int:
         config = load_replicator_config(config_path)
         t0 = time.monotonic()
         spark = build_spark("replicator-bench", master=args.master,
-                            settings=dict(kv.split("=", 1) for kv in args.conf))
+                            settings=dict(kv.split("=", 1) for kv in args.conf),
+                            checkpoint_locations=[str(work / "checkpoints")])
         spark.sparkContext.setLogLevel("WARN")
         jvm_s = time.monotonic() - t0
         conf = spark.sparkContext.getConf()
@@ -566,48 +573,52 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warm-up: {warm_n} messages (first query: Python workers start, imports) in "
               f"{time.monotonic() - t0:.1f} s", flush=True)
 
-        # (b) throughput
         labels = {src.broker.pid: "source broker", dst.broker.pid: "target broker",
                   src.namesrv.pid: "name servers", dst.namesrv.pid: "name servers"}
-        spy = start_py_spy(args.py_spy) if args.py_spy else None
-        cpu0 = cpu_snapshot(labels)
-        t0 = time.monotonic()
-        wall0 = time.time()
-        q = start_link(spark, str(config_path), config, "bench-main", available_now=True,
-                       row_format=args.row_format)
-        queries.append(q)
-        t_done = wait_for(admin_dst, qs[TOPIC_MAIN][1], n, 1800, q)
-        wall_done = wall0 + (t_done - t0)
-        cpu1 = cpu_snapshot(labels)
-        if spy is not None:
-            spy.send_signal(signal.SIGINT)
-            spy.wait(60)
-        q.awaitTermination(600)
-        t_end = time.monotonic()
-        if q.exception() is not None:
-            raise RuntimeError(f"main query failed: {q.exception()}")
-        total_s = t_done - t0
-        batches = [pr for pr in q.recentProgress if pr.numInputRows]
-        # Throughput is the sustained rate: from the end of the query's first batch, which also carries
-        # the query's one-time start-up (Spark starts the source's driver-side Python runner, the sink's
-        # planner and commit workers, clients connect), until the target holds every message.
-        first_msgs = batch_messages(batches[0])
-        first_end = progress_time(batches[0]) + dict(batches[0].durationMs)["triggerExecution"] / 1000
-        b_s = wall_done - first_end
-        b_rate = (n - first_msgs) / b_s
-        b_mbps = (n - first_msgs) * args.body / b_s / MB
-        print(f"(b) replication, AvailableNow, max {per_trigger}/trigger, {len(batches)} batches: {n - first_msgs} "
-              f"msgs after the first batch in {b_s:.2f} s = {b_rate:,.0f} msg/s, {b_mbps:.1f} MB/s "
-              f"(sustained). Including the query's start-up: {n} msgs on the target {total_s:.2f} s after "
-              f"writeStream.start() = {n / total_s:,.0f} msg/s; first batch ended {first_end - wall0:.2f} s "
-              f"after start; query ended after {t_end - t0:.2f} s", flush=True)
-        for pr in batches[:6]:
-            d = dict(pr.durationMs)
-            print(f"    batch {pr.batchId}: {batch_messages(pr)} msgs in {pr.numInputRows} rows, "
-                  f"addBatch {d.get('addBatch')} ms, latestOffset {d.get('latestOffset')} ms, "
-                  f"queryPlanning {d.get('queryPlanning')} ms, walCommit {d.get('walCommit')} ms, "
-                  f"commitOffsets {d.get('commitOffsets')} ms, triggerExecution {d.get('triggerExecution')} ms")
-        print_cpu(total_s, cpu_delta(cpu0, cpu1))
+        b_rate = b_mbps = 0.0
+        if not n:
+            b_rate = 2 * (args.latency_rate or 0.0)  # (c) runs at half of (b)
+        else:
+            # (b) throughput
+            spy = start_py_spy(args.py_spy) if args.py_spy else None
+            cpu0 = cpu_snapshot(labels)
+            t0 = time.monotonic()
+            wall0 = time.time()
+            q = start_link(spark, str(config_path), config, "bench-main", available_now=True,
+                           row_format=args.row_format)
+            queries.append(q)
+            t_done = wait_for(admin_dst, qs[TOPIC_MAIN][1], n, 1800, q)
+            wall_done = wall0 + (t_done - t0)
+            cpu1 = cpu_snapshot(labels)
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(60)
+            q.awaitTermination(600)
+            t_end = time.monotonic()
+            if q.exception() is not None:
+                raise RuntimeError(f"main query failed: {q.exception()}")
+            total_s = t_done - t0
+            batches = [pr for pr in q.recentProgress if pr.numInputRows]
+            # Throughput is the sustained rate: from the end of the query's first batch, which also carries
+            # the query's one-time start-up (Spark starts the source's driver-side Python runner, the sink's
+            # planner and commit workers, clients connect), until the target holds every message.
+            first_msgs = batch_messages(batches[0])
+            first_end = progress_time(batches[0]) + dict(batches[0].durationMs)["triggerExecution"] / 1000
+            b_s = wall_done - first_end
+            b_rate = (n - first_msgs) / b_s
+            b_mbps = (n - first_msgs) * args.body / b_s / MB
+            print(f"(b) replication, AvailableNow, max {per_trigger}/trigger, {len(batches)} batches: {n - first_msgs} "
+                  f"msgs after the first batch in {b_s:.2f} s = {b_rate:,.0f} msg/s, {b_mbps:.1f} MB/s "
+                  f"(sustained). Including the query's start-up: {n} msgs on the target {total_s:.2f} s after "
+                  f"writeStream.start() = {n / total_s:,.0f} msg/s; first batch ended {first_end - wall0:.2f} s "
+                  f"after start; query ended after {t_end - t0:.2f} s", flush=True)
+            for pr in batches[:6]:
+                d = dict(pr.durationMs)
+                print(f"    batch {pr.batchId}: {batch_messages(pr)} msgs in {pr.numInputRows} rows, "
+                      f"addBatch {d.get('addBatch')} ms, latestOffset {d.get('latestOffset')} ms, "
+                      f"queryPlanning {d.get('queryPlanning')} ms, walCommit {d.get('walCommit')} ms, "
+                      f"commitOffsets {d.get('commitOffsets')} ms, triggerExecution {d.get('triggerExecution')} ms")
+            print_cpu(total_s, cpu_delta(cpu0, cpu1))
 
         if args.no_latency:
             print(f"\nsummary: (a) {a_rate:,.0f} msg/s; (b) {b_rate:,.0f} msg/s {b_mbps:.1f} MB/s; "
@@ -622,6 +633,7 @@ def main(argv: list[str] | None = None) -> int:
         cpu0 = cpu_snapshot(labels)
         t0 = time.monotonic()
         paced = run_child("paced", namesrv=src.addr, topic=TOPIC_LAT, queues=wire[TOPIC_LAT], rate=rate,
+                          batch=args.latency_batch,
                           seconds=lat_seconds, body=args.body)
         cpu1 = cpu_snapshot(labels)
         window = time.monotonic() - t0
@@ -638,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
               f"p99 {pct(lat, 99):.0f} ms, max {max(lat)} ms; {missing} not found on the target; "
               f"{len(trig_batches)} non-empty batches, mean "
               f"{statistics.mean(b.numInputRows for b in trig_batches):,.0f} rows", flush=True)
-        print_cpu(window, cpu_delta(cpu0, cpu1))
+        print_cpu(window, {**cpu_delta(cpu0, cpu1), "bench child (paced producer)": paced["cpu_s"]})
         durations = [dict(b.durationMs) for b in trig_batches]
         if durations:
             print("    mean per non-empty batch: " + ", ".join(
@@ -646,7 +658,7 @@ def main(argv: list[str] | None = None) -> int:
                 for k in ("triggerExecution", "addBatch", "latestOffset", "queryPlanning", "walCommit",
                           "commitOffsets")))
 
-        ratio = b_rate / a_rate
+        ratio = b_rate / a_rate if a_rate else 0.0
         p99 = pct(lat, 99)
         print("\nsummary")
         print(f"  (a) raw pull            {a_rate:>10,.0f} msg/s  {a_mbps:6.1f} MB/s")

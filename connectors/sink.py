@@ -1205,19 +1205,22 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
         if o.delta_location and o.link and o.checkpoint_location:
             tables = _link_tables(str(Path(o.delta_location) / o.link), o.source_cluster or "")
             query_id = query_id_from_checkpoint(_checkpoint_dir(o.checkpoint_location) or Path(o.checkpoint_location))
+            commit_started = time.monotonic()
             result = tables.commit_batch(query_id, batchId, end_offsets,
                                          [mp for m in results for mp in m.offset_map], decision.recorded(),
                                          metrics)
-            committed = "already committed (replayed batch)" if result.duplicate else "committed to Delta"
+            committed = ("already committed (replayed batch)" if result.duplicate else
+                         f"committed to Delta in {(time.monotonic() - commit_started) * 1000:.0f} ms")
         else:
             for f in failures:
                 log.warning("link %s batch %d: dismissed failed message %s/%s/%d@%d (%s) - not recorded: no "
                             "deltaLocation", o.label, batchId, f.topic, f.broker_name, f.queue_id,
                             f.queue_offset, f.error)
         log.info("link %s batch %d: %d delivered, %d bytes, %d skipped (loop), %d failed (dismissed), "
-                 "%d queue offset(s) advanced, latency p50/p99/max %s/%s/%s ms, %d retries while the target "
-                 "was unavailable; %s", o.label, batchId, metrics.messages, metrics.bytes, metrics.skipped_loop,
-                 metrics.failed, len(end_offsets), summary.p50_ms, summary.p99_ms, summary.max_ms,
+                 "%d queue offset(s) advanced, latency p50/p99/max %s/%s/%s ms, slowest task %d ms, %d retries "
+                 "while the target was unavailable; %s", o.label, batchId, metrics.messages, metrics.bytes,
+                 metrics.skipped_loop, metrics.failed, len(end_offsets), summary.p50_ms, summary.p99_ms, summary.max_ms,
+                 max((m.finished_ms - m.started_ms for m in results), default=0),
                  sum(m.target_unavailable_retries for m in results), committed)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803

@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,14 +81,38 @@ TUNED_SETTINGS = {
     # send each pull while the next is read (256 rows: 15.1k msg/s, 1 row: 18.1k msg/s on local[2],
     # benchmarks/replicator.py). Only Arrow transfers are affected; the replicator runs no other.
     "spark.sql.execution.arrow.maxRecordsPerBatch": "1",
+    # The driver JVM only orchestrates: with rowFormat=ranges no message passes through it. The C2 JIT
+    # kept ~0.3 of a core busy compiling for minutes into a run (every micro-batch plans and generates
+    # code anew), C1 alone settles within seconds: in benchmarks/replicator.py (c) the JVM used ~0.13
+    # instead of ~0.4 cores. Takes effect when this process launches the JVM (python jobs/replicate.py);
+    # under spark-submit pass --driver-java-options.
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
 }
 """Spark settings ``build_spark`` applies unless spark-submit / spark-defaults already set them."""
 
+LOCAL_CHECKPOINT_SETTINGS = {
+    # Hadoop's local file system without its native library forks `readlink` and `chmod` for every
+    # checkpoint file Spark writes through FileContext (~5 process spawns per micro-batch, measured with
+    # strace); the FileSystem-based manager does without the readlink ones: walCommit + commitOffsets went
+    # from ~175 to ~115 ms per batch. Its rename is as atomic as FileContext's on a local disk (and on
+    # HDFS), which is why it is chosen only when every checkpoint is local.
+    "spark.sql.streaming.checkpointFileManagerClass":
+        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+}
+"""Added to ``TUNED_SETTINGS`` when every checkpoint location is on the local file system."""
+
+
+def is_local_path(location: str) -> bool:
+    """True for a plain path or a ``file:`` URI."""
+    return location.startswith("file:") or "://" not in location
+
 
 def build_spark(app_name: str = "rocketmq-replicator", master: str | None = None,
-                settings: dict[str, str] | None = None) -> Any:
+                settings: dict[str, str] | None = None, checkpoint_locations: Sequence[str] = ()) -> Any:
     """The SparkSession; ``master`` if given, else ``local[*]`` unless spark-submit / SPARK_MASTER /
-    spark.master chose one. ``settings`` are Spark settings applied last (they win over the defaults here)."""
+    spark.master chose one. ``settings`` are Spark settings applied last (they win over the defaults here);
+    ``checkpoint_locations``, the queries' checkpoints, choose ``LOCAL_CHECKPOINT_SETTINGS`` when all are
+    local."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
@@ -112,7 +137,10 @@ def build_spark(app_name: str = "rocketmq-replicator", master: str | None = None
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         if not conf.contains("spark.driver.host"):
             builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-    for key, value in TUNED_SETTINGS.items():
+    tuned = dict(TUNED_SETTINGS)
+    if checkpoint_locations and all(is_local_path(c) for c in checkpoint_locations):
+        tuned.update(LOCAL_CHECKPOINT_SETTINGS)
+    for key, value in tuned.items():
         if not conf.contains(key):
             builder = builder.config(key, value)
     for key, value in (settings or {}).items():
@@ -171,7 +199,7 @@ def run(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    spark = build_spark()
+    spark = build_spark(checkpoint_locations=[config.link(name).checkpoint_location for name in names])
     spark.streams.addListener(make_progress_listener())
     failed = False
     try:
