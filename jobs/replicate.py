@@ -77,14 +77,15 @@ def make_progress_listener() -> Any:
 TUNED_SETTINGS = {
     # Rows per Arrow batch between the JVM and the sink's Python worker. The sink waits for a whole
     # batch before sending, so a large one (the default is 10000 rows) serialises reading and sending.
-    # The job reads rowFormat=raw, one row per pull of up to 256 messages: 1 row per batch lets the sink
-    # send each pull while the next is read (256 rows: 15.1k msg/s, 1 row: 18.1k msg/s on local[2],
-    # benchmarks/replicator.py). Only Arrow transfers are affected; the replicator runs no other.
+    # With rowFormat=raw (one row per pull of up to 256 messages) 1 row per batch lets the sink send each
+    # pull while the next is read (256 rows: 15.1k msg/s, 1 row: 18.1k msg/s on local[2],
+    # benchmarks/replicator.py --row-format raw); the job's rowFormat=ranges sends a handful of rows per
+    # batch, which this does not slow. Only Arrow transfers are affected; the replicator runs no other.
     "spark.sql.execution.arrow.maxRecordsPerBatch": "1",
     # The driver JVM only orchestrates: with rowFormat=ranges no message passes through it. The C2 JIT
     # kept ~0.3 of a core busy compiling for minutes into a run (every micro-batch plans and generates
-    # code anew), C1 alone settles within seconds: in benchmarks/replicator.py (c) the JVM used ~0.13
-    # instead of ~0.4 cores. Takes effect when this process launches the JVM (python jobs/replicate.py);
+    # code anew), C1 alone settles within seconds: during benchmarks/replicator.py (c) the JVM's threads
+    # used ~0.13 instead of ~0.42 cores (/proc/<pid>/task/*/stat over 15 s). Takes effect when this process launches the JVM (python jobs/replicate.py);
     # under spark-submit pass --driver-java-options.
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
 }
