@@ -85,8 +85,8 @@ TUNED_SETTINGS = {
     # The driver JVM only orchestrates: with rowFormat=ranges no message passes through it. The C2 JIT
     # kept ~0.3 of a core busy compiling for minutes into a run (every micro-batch plans and generates
     # code anew), C1 alone settles within seconds: during benchmarks/replicator.py (c) the JVM's threads
-    # used ~0.13 instead of ~0.42 cores (/proc/<pid>/task/*/stat over 15 s). Takes effect when this process launches the JVM (python jobs/replicate.py);
-    # under spark-submit pass --driver-java-options.
+    # used ~0.13 instead of ~0.42 cores (/proc/<pid>/task/*/stat over 15 s). Takes effect when this
+    # process launches the JVM (python jobs/replicate.py); under spark-submit pass --driver-java-options.
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
 }
 """Spark settings ``build_spark`` applies unless spark-submit / spark-defaults already set them."""
