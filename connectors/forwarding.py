@@ -40,6 +40,7 @@ from broker_store.protocol.message import (
     STORED_HEADER_SIZE,
     decode_stored_message,
     encode_properties,
+    make_msg_id,
 )
 
 _HEADER = struct.Struct(">ii4xiiqqiq8xq4si12xi")
@@ -105,7 +106,6 @@ class RecordForwarder:
         self._drop = dropped_entries_pattern(dropped).sub
         self._stamp = stamp
         self._plain_suffix: dict[str | None, bytes | None] = {}
-        self._host_ids: dict[tuple[bytes, int], str] = {}
 
     def _suffix_for_unchained(self) -> bytes | None:
         """Properties appended to a record without a chain (None: such records are skipped)."""
@@ -117,14 +117,6 @@ class RecordForwarder:
                 b"" if stamped is None else _CHAIN_KEY + str(stamped).encode() + b"\x02")
             self._plain_suffix[None] = suffix
             return suffix
-
-    def offset_msg_id(self, store_ip: bytes, store_port: int, commit_log_offset: int) -> str:
-        """Store host + commit-log offset as 32 upper-case hex digits (host part cached)."""
-        prefix = self._host_ids.get((store_ip, store_port))
-        if prefix is None:
-            prefix = self._host_ids[(store_ip, store_port)] = (
-                store_ip + store_port.to_bytes(4, "big", signed=True)).hex().upper()
-        return f"{prefix}{commit_log_offset:016X}"
 
     def forward(self, buf: bytes, topic: str, queue_id: int, first: int = 0, stop: int = 1 << 63) -> ForwardedPull:
         """The entries for ``buf``: stored records of queue ``queue_id`` of ``topic``, back to back.
@@ -191,7 +183,7 @@ class RecordForwarder:
                 props = drop(b"", b"\x02" + props)[1:]
                 if uniq < 0:
                     props += (b"\x02" if props and props[-1] != 2 else b"") + _UNIQ_FIRST + \
-                        self.offset_msg_id(store_ip, store_port, phys).encode() + b"\x02"
+                        make_msg_id(store_ip, store_port, phys).encode() + b"\x02"
                 if plain_suffix:
                     props = (props + b"\x02" + plain_suffix) if props and props[-1] != 2 else props + plain_suffix
                 plen = len(props)
