@@ -754,14 +754,14 @@ class _PartitionWriter:
             if data:
                 self.add_pull(data, topics[row], brokers[row], qids[row], clusters[row], row_targets[row])
 
-    def add_ranges(self, rb: pa.RecordBatch) -> None:
-        """Pull and send the queue ranges of one Arrow batch of ``rowFormat=ranges`` rows, each range in
+    def add_ranges(self, batches: Sequence[pa.RecordBatch]) -> None:
+        """Pull and send the queue ranges of the task's ``rowFormat=ranges`` rows, each range in
         offset order and stopping exactly at its end (``connectors.source.pull_results``: data loss,
         offset moves and truncation are handled as the source's reader does). The ranges are pulled
         concurrently, one pull in flight per range, and handled round-robin, so this thread always has
         a response to forward while the next ones travel."""
         active: deque[tuple[QueueRange, str, str | None, Iterator[tuple[int, PullResult]]]] = deque()
-        for row in rb.to_pylist():
+        for row in itertools.chain.from_iterable(rb.to_pylist() for rb in batches):
             settings = PullSettings(
                 namesrv=row[COL_SOURCE_NAMESRV], group=row[COL_CONSUMER_GROUP], cluster=row[COL_SOURCE_CLUSTER],
                 tags=row[COL_TAG_FILTER], pull_batch_size=row[COL_PULL_BATCH_SIZE],
@@ -1143,14 +1143,20 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
         """Executor: send this partition's rows; see ``_PartitionWriter``."""
         freeze_worker_heap()
         writer = _PartitionWriter(self.options)
+        ranges: list[pa.RecordBatch] = []
         for rb in iterator:
             names = rb.schema.names
             if COL_START_OFFSET in names:
-                writer.add_ranges(rb)
+                # Range rows are a few dozen bytes of plan each, and Spark may hand them over one per Arrow
+                # batch (the job sets spark.sql.execution.arrow.maxRecordsPerBatch to 1 for the raw format):
+                # the task's ranges are gathered first so that add_ranges pulls them all concurrently.
+                ranges.append(rb)
             elif COL_RECORDS in names:
                 writer.add_raw_batch(rb)
             else:
                 writer.add_record_batch(rb)
+        if ranges:
+            writer.add_ranges(ranges)
         return writer.finish()
 
     # -- driver ----------------------------------------------------------------------------------

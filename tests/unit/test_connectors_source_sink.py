@@ -204,3 +204,41 @@ def test_group_ranges_balances_by_size() -> None:
     with pytest.raises(ConfigError, match="minPartitions 4 exceeds maxPartitions 2"):
         SourceOptions.from_options({"namesrv": "h:1", "topics": "T", "cluster": "A", "minPartitions": "4",
                                     "maxPartitions": "2"})
+
+
+def test_sink_pulls_every_range_of_a_task_concurrently(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark may hand the ranges rows over one per Arrow batch: the writer still starts every range's pulls
+    before it takes any result, and takes the results round-robin (not one range after the other)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    import connectors.sink as sink
+    from broker_store.client import PullResult, PullStatus
+    from connectors.source import RANGES_ARROW_SCHEMA
+
+    events: list[tuple[str, int]] = []
+
+    def fake_pull_results(settings: object, queue: QueueRange, *, decode: bool) -> object:
+        events.append(("start", queue.queue_id))
+
+        def pulls() -> object:
+            for at in range(queue.start, queue.end):
+                events.append(("result", queue.queue_id))
+                yield at, PullResult(PullStatus.FOUND, next_begin_offset=at + 1, min_offset=0, max_offset=queue.end,
+                                     messages=[], suggest_which_broker_id=0)
+        return pulls()
+
+    monkeypatch.setattr(sink, "pull_results", fake_pull_results)
+    monkeypatch.setattr(sink, "_executor_producer", lambda options: object())
+    monkeypatch.setattr(sink, "freeze_worker_heap", lambda: None)
+    writer = sink.RocketMQStreamWriter({"namesrv": "127.0.0.1:1", "targetCluster": "dst"},
+                                       from_arrow_schema(RANGES_ARROW_SCHEMA))
+    rows = [pa.RecordBatch.from_pylist([{
+        "topic": "T", "brokerName": "b0", "queueId": qid, "startOffset": 0, "endOffset": 2, "fromEarliest": False,
+        "sourceCluster": "src", "sourceNamesrv": "127.0.0.1:1", "consumerGroup": "G", "tagFilter": None,
+        "pullBatchSize": 1024, "pullTimeoutMs": 1000, "failOnDataLoss": True}], schema=RANGES_ARROW_SCHEMA)
+        for qid in range(3)]
+    message = writer.write(iter(rows))
+    assert events[:3] == [("start", 0), ("start", 1), ("start", 2)]
+    assert [q for kind, q in events[3:]] == [0, 1, 2, 0, 1, 2]
+    assert message.delivered == 0 and not message.failures
