@@ -28,8 +28,8 @@ its cores, so the numbers are for the whole pipeline on one box):
    workers, ~1.5-2.5 s of CPU); the rate including it, from ``writeStream.start()``, is printed beside.
    CPU seconds of each process (brokers, Spark JVM, task workers, Spark's Python runners) over the whole
    window are printed: where the time went.
-6. (c) Latency: a child process produces at 0.5 x (b)'s rate (batches of ``--latency-batch`` = 64, paced,
-   its CPU printed with the others; ``--latency-rate R`` runs only this phase, at R) into a fresh topic
+6. (c) Latency: a child process produces at 0.5 x (b)'s rate (pre-encoded batches of ``--latency-batch`` =
+   64, paced, its CPU printed with the others; ``--latency-rate R`` runs only this phase, at R) into a fresh topic
    for ``--latency-seconds`` while a third link runs with a processing-time trigger of
    ``--trigger`` (1 s). Per message: target store timestamp - source born timestamp, joined on the
    UNIQ_KEY the sink preserves. p50 / p99 / max.
@@ -38,15 +38,28 @@ Targets: (b)/(a) >= 0.5, (b) >= 30 MB/s (1 MB = 10^6 bytes of message body), (c)
 Exit status 0 whether or not targets are met; 1 on a failed run. Every process and file is removed at
 exit (also on Ctrl-C).
 
-Results, 2026-11-23, 2 vCPUs, default settings (``.venv/bin/python benchmarks/replicator.py``), the
-last three runs (the machine is shared: (a) alone varied 80-126k msg/s over the day)::
+Results, 2026-11-23 (second session), 2 vCPUs, default settings (``.venv/bin/python benchmarks/replicator.py``),
+three consecutive runs::
 
-    (a) raw pull               80,709 / 110,471 /  96,328 msg/s
-    (b) replication, sustained 76,962 /  71,283 /  78,563 msg/s   78.8 / 73.0 / 80.4 MB/s   target >= 30  MET
-        including start-up     56,247 /  52,676 /  57,426 msg/s
-    (b)/(a)                      0.95 /    0.65 /    0.82 (with start-up 0.70 / 0.48 / 0.60)  target >= 0.5 MET
-    (c) at 0.5 x (b) = 36-39k msg/s: p99 9.0 / 7.3 / 4.0 s                           target <= 2 s  NOT MET
-    (c) at 21-27k msg/s (--latency-rate, runs during tuning): p99 1.51, 1.88, 1.81, 2.11, 2.29 s
+    (a) raw pull               184,655 / 191,601 / 209,218 msg/s
+    (b) replication, sustained 101,396 / 125,912 / 130,369 msg/s  103.8 / 128.9 / 133.5 MB/s  target >= 30  MET
+        including start-up      82,705 /  92,627 /  97,054 msg/s
+    (b)/(a)                       0.55 /    0.66 /    0.62                                  target >= 0.5 MET
+    (c) at 0.5 x (b) = 50.7k / 63.0k / 65.2k msg/s: p50 891 / 950 / 953 ms,
+        p99 1190 / 1198 / 1206 ms, max 1275 / 1282 / 1285 ms                             target <= 2 s  MET
+
+The machine of the first session's runs was slower and busier ((a) 80-126k msg/s; (b) 71-79k msg/s; (c) at
+0.5 x (b) = 36-39k msg/s had p99 4.0-9.0 s there, with the paced producer then costing 0.41 cores). Earlier
+today on this machine, before the last two changes below, (c) had p99 1.39-1.63 s and (b)/(a) was 0.49-0.65.
+
+Page cache on this VM: the first run after the machine has been idle pays more. Memory the kernel frees is
+handed back to the hypervisor (virtio free-page reporting), so every page the CommitLog's page cache grows
+into is faulted in by the host on its first write: ``pwrite`` costs ~2.6 s of CPU per GiB instead of
+~0.26 s for a recently freed page (measured by writing 4 GiB into a new file in 64 KiB ``pwrite``s and
+timing each GiB; ``perf record`` on the brokers shows 30-50 % of their time in the kernel's
+``copy_folio_from_iter_atomic``). The target broker then needs 2.2-2.5 instead of 1.3-1.4 CPU seconds for
+(b)'s 400k messages, and (b) is ~100k instead of ~125k msg/s: the first run above. A bare-metal broker, or
+one whose page cache is already full, does not pay this; it is left in the numbers.
 
 How (b) got there (each step measured with this script; 200k messages and (b) from writeStream.start()
 until the step marked *):
@@ -63,20 +76,28 @@ until the step marked *):
       ranges pulled concurrently per task, async pulls         32.9-43.4 MB/s   (a busy machine)
     + broker batch put path column-wise (7.6 vs 9.3 us/msg)    43.4-60.3 MB/s
     + driver JVM C1 only, FileSystem checkpoint manager        73.0-80.4 MB/s
+    (second session, a faster and quieter machine)             101-133 MB/s     with the change below;
+    + a task's ranges gathered before pulling (concurrent)     99-111 -> 101-130k msg/s, same machine
 
-Where the time goes in (b) now (last run, CPU seconds over 7.0 s for 400k messages): task workers 4.0 s
-(~10 us per message: ~4-5 forwarding records in ``connectors.forwarding``, ~3.5 the client's I/O thread,
-the rest batching, futures and the GIL hand-offs between the two), target broker 2.4 s (~6 us), the
-source's driver-side Python runner 1.6 s (start-up only), JVM 1.1 s, source broker 0.8 s (~2 us).
+Where the time goes in (b) now (CPU seconds over the ~4.2 s from writeStream.start() for 400k messages):
+task workers ~2 s (~5 us per message: ~3 on the task
+thread, ~2.5 of it forwarding records in ``connectors.forwarding``, ~2 in the client's I/O thread, mostly in
+uvloop and the kernel's loopback copies), target broker 1.3-2.5 s (3-6 us, see page cache above), the
+source's driver-side Python runner ~0.9 s (start-up only), JVM ~1 s (C1 compiles, GC, the Python runners'
+JVM side), source broker ~0.5 s. During the sustained batches the machine's 2 cores are 1.55-1.85 busy
+(/proc/stat every 250 ms): (b) is CPU-bound; each batch also spends ~100 ms in Spark's own per-batch work
+(planning, the write planner process, Delta commit ~20 ms, checkpoint files ~25 ms).
 
-(c): the producer of this harness and the source broker storing its messages are on the same 2 cores. At
-0.5 x (b) = 39k msg/s they take ~0.9 of a core (producer 0.41, source broker 0.49, most of it the puts),
-the replicator ~0.9 (tasks 0.39, target broker 0.33, JVM 0.10, commit workers 0.07): the machine is
-saturated, a batch takes 1.4-1.9 s and any disturbance makes the query fall behind (batches then grow to
-``max_messages_per_trigger``). At 21-27k msg/s a batch of ~25k messages takes ~0.8-1.0 s (slowest task
-~450-650 ms, Delta commit ~40 ms, Spark's own per-batch work ~150 ms) and p99 is 1.5-2.3 s. Before this
-session (c) at 10k msg/s had p99 1.7-3.1 s. C2 JIT compilation (~0.3 core, continuous) and Hadoop
-forking readlink/chmod for each checkpoint file (walCommit + commitOffsets ~175 ms per batch, now ~45 ms)
+(c): the producer of this harness and the source broker storing its messages are on the same 2 cores: at
+50-65k msg/s they take ~0.6-0.7 of a core (producer 0.17-0.19 since it sends pre-encoded batches, source
+broker 0.42-0.48, most of it the puts); the replicator takes tasks ~0.3, target broker ~0.3, JVM ~0.14,
+commit workers ~0.08. A trigger's batch (~50-65k messages) takes ~0.6-0.75 s, so every batch starts on its
+trigger and p99 is ~1 s of trigger wait + the batch. Two fixes of this session made the difference from
+p99 1.4-1.6 s: a sink task received its ranges rows one Arrow batch at a time (the job's
+``maxRecordsPerBatch`` = 1) and so pulled its queues one after the other instead of concurrently (p99
+1.44-1.63 -> 1.19-1.21 s; (b) 99-111k -> 101-130k msg/s); the harness's producer builds each batch's bytes
+itself (0.28 -> 0.16 cores at 50k msg/s). Earlier, C2 JIT compilation (~0.3 core, continuous) and Hadoop
+forking readlink/chmod for each checkpoint file (walCommit + commitOffsets ~175 ms per batch, now ~25 ms)
 were the per-batch costs removed; see ``jobs/replicate.py``.
 """
 
