@@ -598,7 +598,14 @@ class _QueuePlacement:
         self.outage = outage or _TargetOutage(options)
         self._target: dict[str, list[MessageQueue] | None] = {}
         self._source: dict[str, list[MessageQueue] | None] = {}
+        self._source_namesrv: dict[str, str] = {}
         self._placed: dict[tuple[str, QueueKey], MessageQueue] = {}
+
+    def pulled_from(self, source_topic: str, namesrv: str | None) -> None:
+        """Where the rows say a source topic is pulled from (``rowFormat=ranges``): its queues are counted
+        there, before the sink's ``sourceNamesrv`` option (which only a job with config + link sets)."""
+        if namesrv:
+            self._source_namesrv.setdefault(source_topic, namesrv)
 
     def _target_queues(self, topic: str) -> list[MessageQueue] | None:
         """The target topic's writable queues. While the target is unavailable this waits (an unpinned
@@ -621,7 +628,7 @@ class _QueuePlacement:
         return self._target[topic]
 
     def _source_queues(self, topic: str) -> list[MessageQueue] | None:
-        namesrv = self.options.source_namesrv
+        namesrv = self._source_namesrv.get(topic) or self.options.source_namesrv
         if namesrv is None:
             return None
         if topic not in self._source:
@@ -769,6 +776,7 @@ class _PartitionWriter:
                 row_format="raw", credentials=self.o.source_credentials)
             queue = QueueRange(row[COL_TOPIC], row[COL_BROKER], row[COL_QUEUE_ID], row[COL_START_OFFSET],
                                row[COL_END_OFFSET], row[COL_FROM_EARLIEST])
+            self.placement.pulled_from(queue.topic, settings.namesrv)
             active.append((queue, settings.cluster, row.get(COL_TARGET_TOPIC),
                            pull_results(settings, queue, decode=False)))
         while active:

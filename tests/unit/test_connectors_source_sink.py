@@ -242,3 +242,37 @@ def test_sink_pulls_every_range_of_a_task_concurrently(monkeypatch: pytest.Monke
     assert events[:3] == [("start", 0), ("start", 1), ("start", 2)]
     assert [q for kind, q in events[3:]] == [0, 1, 2, 0, 1, 2]
     assert message.delivered == 0 and not message.failures
+
+
+def test_queue_placement_counts_source_queues_where_the_rows_pull_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    """preserveQueues without the sink's sourceNamesrv option (a query not built from config + link): the
+    source topic's queues are listed on the name server the ranges rows name, and each source queue keeps
+    its position on the target."""
+    import connectors.sink as sink
+    from broker_store.client import MessageQueue
+
+    asked: list[str] = []
+    sources = [MessageQueue("S", "b1", 1), MessageQueue("S", "b1", 0), MessageQueue("S", "b0", 1),
+               MessageQueue("S", "b0", 0)]
+
+    class FakeAdmin:
+        def topic_route(self, topic: str) -> str:
+            return topic
+
+    def fake_admin(namesrv: str, credentials: object) -> FakeAdmin:
+        asked.append(namesrv)
+        return FakeAdmin()
+
+    class FakeProducer:
+        def writable_queues(self, topic: str) -> list[MessageQueue]:
+            return [MessageQueue(topic, "t0", q) for q in range(4)]
+
+    monkeypatch.setattr(sink, "_executor_admin", fake_admin)
+    monkeypatch.setattr(sink, "subscribe_queues", lambda topic, route: sorted(sources))
+    options = sink.SinkOptions(namesrv="127.0.0.1:2", target_cluster="dst")
+    assert options.source_namesrv is None and options.preserve_queues
+    placement = sink._QueuePlacement(options, FakeProducer())  # type: ignore[arg-type]
+    placement.pulled_from("S", "127.0.0.1:9876")
+    placed = [placement.place("T", QueueKey("S", mq.broker_name, mq.queue_id)) for mq in sorted(sources)]
+    assert asked == ["127.0.0.1:9876"]
+    assert placed == [MessageQueue("T", "t0", q) for q in range(4)]
