@@ -4,7 +4,7 @@ Called on executors by ``connectors.sink._PartitionWriter`` for the records of o
 ``rowFormat=raw`` rows and the ranges the sink pulls itself). It turns each stored record (V1 layout,
 ``broker_store.protocol.message``) into the batch entry the target is sent, without building a message
 object or a property dict: the body is sliced out, the properties stay bytes and are edited in place
-by the rules of ``connectors.sink.target_properties``:
+by the rules of ``forwarded_properties``:
 
 * entries named in ``DROPPED_PROPERTIES`` are cut out (one regex pass; in practice the CLUSTER entry
   every broker appends);
@@ -15,7 +15,7 @@ by the rules of ``connectors.sink.target_properties``:
 
 A record that already carries a chain, an empty UNIQ_KEY, or a compressed body takes the exact path instead
 (properties decoded to a dict, body inflated): equivalent output, slower, and rare outside two-way
-links. Output entries are byte-exact in body and flag; their properties equal ``target_properties`` of
+links. Output entries are byte-exact in body and flag; their properties equal ``forwarded_properties`` of
 the source properties as a mapping (order and duplicates as the source stored them).
 
 Batch entry layout (``encode_batch``): TOTALSIZE 4 | MAGICCODE 4 (0) | BODYCRC 4 (0, the target computes
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from typing import NamedTuple
 
 from broker_store.protocol.codes import MSG_FLAG_BORNHOST_V6, MSG_FLAG_COMPRESSED, MSG_FLAG_STOREHOST_V6
@@ -56,8 +56,36 @@ _UNIQ_FIRST = f"{PROPERTY_UNIQ_KEY}\x01".encode()
 _UNIQ_LATER = f"\x02{PROPERTY_UNIQ_KEY}\x01".encode()
 _UNIQ_FIRST_LEN, _UNIQ_LATER_LEN = len(_UNIQ_FIRST), len(_UNIQ_LATER)
 
+DROPPED_PROPERTIES = frozenset({
+    "CLUSTER",                      # the target broker stamps its own cluster name when it stores
+    "MSG_REGION", "TRACE_ON",       # broker region / trace switch of the cluster the message is on
+    "MIN_OFFSET", "MAX_OFFSET",     # pull-time annotations of Java consumers, never meant to be stored
+    "CONSUME_START_TIME",           # consumer-side bookkeeping
+    "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "__STARTDELIVERTIME",
+                                    # the delay was served on the source; keeping it delays the copy again
+    "REAL_TOPIC", "REAL_QID",       # the source's schedule / transaction bookkeeping (source topology)
+    "TRAN_MSG", "PGROUP", "TRAN_PREPARED_QUEUE_OFFSET",
+                                    # would make the target store a transaction half message
+})
+"""Properties not copied to the target (see ``connectors.sink``'s module docstring)."""
+
 SKIP = object()
 """What a ``Stamp`` returns for a chain that must not be written to the target (a loop)."""
+
+
+def forwarded_properties(source: Iterable[tuple[str, str]], msg_id: str | None, chain: str | None,
+                         dropped: Collection[str] = DROPPED_PROPERTIES) -> dict[str, str]:
+    """The properties a replicated message is sent with, from the source's (name, value) pairs: all but
+    ``dropped``; UNIQ_KEY set to ``msg_id`` when it is missing or empty (re-sends of one source message
+    carry one id); the loop-guard chain set to ``chain``, the already stamped value (None: left as is).
+    The one statement of these rules: ``connectors.sink.target_properties``, the sink's row path and
+    ``RecordForwarder``'s exact path all call it, and its byte-level fast path is tested against it."""
+    props = {k: v for k, v in source if k not in dropped}
+    if msg_id and not props.get(PROPERTY_UNIQ_KEY):
+        props[PROPERTY_UNIQ_KEY] = msg_id
+    if chain is not None:
+        props[PROPERTY_REPLICATOR_SOURCE] = chain
+    return props
 
 Stamp = Callable[[str | None], "str | None | object"]
 """The chain value a message with chain ``c`` (None: none) is sent with, or ``SKIP``."""
@@ -211,11 +239,8 @@ class RecordForwarder:
         stamped = self._stamp(source.get(PROPERTY_REPLICATOR_SOURCE))
         if stamped is SKIP:
             return None
-        props = {k: v for k, v in source.items() if k not in self._dropped}
-        if not props.get(PROPERTY_UNIQ_KEY):
-            props[PROPERTY_UNIQ_KEY] = message.offset_msg_id
-        if stamped is not None:
-            props[PROPERTY_REPLICATOR_SOURCE] = str(stamped)
+        props = forwarded_properties(source.items(), message.offset_msg_id,
+                                     None if stamped is None else str(stamped), self._dropped)
         try:
             return encode_entry(message.body, encode_properties(props), message.flag)
         except ProtocolError as exc:

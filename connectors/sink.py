@@ -107,7 +107,6 @@ from broker_store.protocol.errors import ProtocolError, RequestTimeoutError, Roc
 from broker_store.protocol.message import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
     decode_stored_message,
     encode_properties,
 )
@@ -115,7 +114,15 @@ from connectors import loop_guard
 from connectors.config import FailurePolicy, TopicMappingConfig, load_replicator_config, resolve_credentials
 from connectors.errors import ConfigError, OffsetFormatError, ReplicatorError, TargetUnavailableError
 from connectors.failure_policy import apply_failure_policy, load_failure_hook
-from connectors.forwarding import SKIP, ForwardedPull, RecordForwarder, encode_entry, entry_body_length
+from connectors.forwarding import (
+    DROPPED_PROPERTIES,
+    SKIP,
+    ForwardedPull,
+    RecordForwarder,
+    encode_entry,
+    entry_body_length,
+    forwarded_properties,
+)
 from connectors.offsets import QueueKey, SourceOffset
 from connectors.records import (
     BatchMetrics,
@@ -172,19 +179,6 @@ RANGES_REQUIRED_COLUMNS = (COL_TOPIC, COL_BROKER, COL_QUEUE_ID, COL_START_OFFSET
                            COL_PULL_BATCH_SIZE, COL_PULL_TIMEOUT_MS, COL_FAIL_ON_DATA_LOSS)
 """The same for the source's ``rowFormat=ranges`` rows (every column: the sink pulls the ranges itself)."""
 
-DROPPED_PROPERTIES = frozenset({
-    "CLUSTER",                      # the target broker stamps its own cluster name when it stores
-    "MSG_REGION", "TRACE_ON",       # broker region / trace switch of the cluster the message is on
-    "MIN_OFFSET", "MAX_OFFSET",     # pull-time annotations of Java consumers, never meant to be stored
-    "CONSUME_START_TIME",           # consumer-side bookkeeping
-    "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "__STARTDELIVERTIME",
-                                    # the delay was served on the source; keeping it delays the copy again
-    "REAL_TOPIC", "REAL_QID",       # the source's schedule / transaction bookkeeping (source topology)
-    "TRAN_MSG", "PGROUP", "TRAN_PREPARED_QUEUE_OFFSET",
-                                    # would make the target store a transaction half message
-})
-"""Properties not copied to the target (see the module docstring)."""
-
 DEFAULT_BATCH_MAX_MESSAGES = 256
 DEFAULT_BATCH_MAX_BYTES = 1024 * 1024
 DEFAULT_SEND_TIMEOUT_MS = 3000
@@ -200,9 +194,7 @@ def target_properties(source_properties: Mapping[str, str], source_cluster: str 
     """The properties a replicated message is sent with (see ``DROPPED_PROPERTIES``); input untouched.
 
     ``source_cluster`` None (rows without a cluster name) copies the chain unchanged."""
-    props = {k: v for k, v in source_properties.items() if k not in DROPPED_PROPERTIES}
-    if msg_id and not props.get(PROPERTY_UNIQ_KEY):
-        props[PROPERTY_UNIQ_KEY] = msg_id
+    props = forwarded_properties(source_properties.items(), msg_id, None)
     return loop_guard.stamp(props, source_cluster) if source_cluster else props
 
 
@@ -865,36 +857,30 @@ class _PartitionWriter:
             if offset >= source_next.get(source, 0):
                 source_next[source] = offset + 1
             raw_props = props_col[i]
-            if raw_props is not None:
-                props = {k: v for k, v in raw_props if k not in DROPPED_PROPERTIES}
-            else:
-                props = {}
+            if raw_props is None:
+                raw_props = []
                 if tags_col[i]:
-                    props[PROPERTY_TAGS] = tags_col[i]
+                    raw_props.append((PROPERTY_TAGS, tags_col[i]))
                 if keys_col[i]:
-                    props[PROPERTY_KEYS] = keys_col[i]
-                raw_props = dict(props)
+                    raw_props.append((PROPERTY_KEYS, keys_col[i]))
+            source_props = dict(raw_props)
             store_ms = stored[i] or 0
             if store_ms and (oldest is None or store_ms < oldest):
                 oldest = store_ms
             source_cluster = fixed_cluster or clusters[i]
-            chain = self._chain(props.get(loop_guard.CHAIN_PROPERTY), source_cluster)
+            chain = self._chain(source_props.get(loop_guard.CHAIN_PROPERTY), source_cluster)
             if chain is _SKIP:
                 self.skipped += 1
                 continue
             body = bodies[i]
             item = _Item(source=source, queue_offset=offset, body=body, born_ms=born[i] or 0, store_ms=store_ms,
                          offset_msg_id=offset_ids[i] or "", source_properties=raw_props,
-                         tags=props.get(PROPERTY_TAGS), keys=props.get(PROPERTY_KEYS))
+                         tags=source_props.get(PROPERTY_TAGS), keys=source_props.get(PROPERTY_KEYS))
             target = self._target_for(source, targets[i])
             if isinstance(target, _Unmapped):
                 self._fail_origins([item], target=target.hint, error=target.error, attempts=0)
                 continue
-            msg_id = msg_ids[i]
-            if msg_id and not props.get(PROPERTY_UNIQ_KEY):
-                props[PROPERTY_UNIQ_KEY] = msg_id
-            if chain is not None:
-                props[loop_guard.CHAIN_PROPERTY] = chain
+            props = forwarded_properties(source_props.items(), msg_ids[i], chain)
             if not body:
                 self._fail_origins([item], target=target, error="MessageIllegalError: message body is empty",
                                    attempts=0)
