@@ -6,13 +6,18 @@ thread-safe). Records use the V1 layout of ``broker_store.protocol.message`` unc
 Directory ``<store_dir>/commitlog/``, one file per segment, named by its 20-digit start offset::
 
     00000000000000000000   00000000000000065536   00000000000000131072 (active)
-    +------+------+-----+  +------+-----+------+  +------+------+......
-    | rec  | rec  |blank|  | rec  | rec |blank |  | rec  | rec  |  (grows by pwrite, no prealloc)
-    +------+------+-----+  +------+-----+------+  +------+------+......
+    +------+------+-----+  +------+-----+------+  +------+------+..........+
+    | rec  | rec  |blank|  | rec  | rec |blank |  | rec  | rec  |  zeros   |
+    +------+------+-----+  +------+-----+------+  +------+------+..........+
+
+Every segment file is ``segment_size`` bytes from the moment it is created (extended with ftruncate, so
+the unwritten tail is a hole that reads as zeros and takes no disk): the valid records end at the first
+position that does not hold a valid record (recovery's scan), never at the file's end. Pre-sizing lets
+``MessageStore``'s warmer populate the page cache ahead of the writer, as RocketMQ pre-allocates and warms
+its mapped files. ``truncate`` cuts the bytes and zero-extends again.
 
 A record (or a batch) never crosses a segment end. When the next write does not fit, the writer puts
-a blank record at the tail if at least 8 bytes remain and moves to the next segment; the tail is then
-zero-extended with ftruncate so every closed segment is exactly ``segment_size`` bytes::
+a blank record at the tail if at least 8 bytes remain and moves to the next segment::
 
     blank record:  TOTALSIZE 4 (= bytes left in the segment) | MAGICCODE 4 (BLANK_MAGIC) | zeros
 
@@ -144,7 +149,14 @@ class CommitLog:
             self.close_active()
             path = self.path(start)
             self._pool.close(path)
-            self._active_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                if os.fstat(fd).st_size < self.segment_size:
+                    os.ftruncate(fd, self.segment_size)  # full size from the start (a hole; see above)
+            except OSError:
+                os.close(fd)
+                raise
+            self._active_fd = fd
             self._active_start = start
             if not self.segments or self.segments[-1] < start:
                 self.segments.append(start)
@@ -275,7 +287,9 @@ class CommitLog:
             if start > keep:
                 self.delete_segment(start)
         if keep in self.segments:
-            os.ftruncate(self._activate(keep), offset - keep)
+            fd = self._activate(keep)
+            os.ftruncate(fd, offset - keep)  # the bytes past offset are gone ...
+            os.ftruncate(fd, self.segment_size)  # ... and read as zeros; the segment keeps its size
         self.max_offset = offset
 
     def delete_segment(self, start: int) -> int:

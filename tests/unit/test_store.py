@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import mmap
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -522,3 +524,58 @@ def test_log_shipping_to_replica_and_truncation(tmp_path: Path) -> None:
         assert pull_all(replica, "Ship", q) == pull_all(primary, "Ship", q)
     replica.shutdown()
     primary.shutdown()
+
+
+def resident_pages(path: Path, length: int) -> int:
+    """Pages of the first ``length`` bytes of ``path`` that are in the page cache (mincore(2))."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pages = (length + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    vec = (ctypes.c_ubyte * pages)()
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), length, access=mmap.ACCESS_COPY) as m:
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+        try:
+            if libc.mincore(ctypes.c_void_p(addr), ctypes.c_size_t(length), vec) != 0:
+                raise OSError(ctypes.get_errno(), "mincore")
+        finally:
+            del addr
+    return sum(v & 1 for v in vec)
+
+
+def test_segments_are_full_size_and_the_warmer_runs_ahead_of_the_writer(tmp_path: Path) -> None:
+    """A segment file has its full size from its first record (the tail a hole of zeros) and the warmer
+    brings the pages past the write position into the page cache; a restart finds the records' end, not
+    the file's, and truncation zeroes what it cuts."""
+    seg_file = tmp_path / "commitlog" / f"{0:020d}"
+    store = make_store(tmp_path, commit_log_warm_ahead=SEG // 2)
+    first = store.put_message("Warm", 0, b"a" * 100, props(), tags_code=0, born_timestamp=1, born_host=BORN_HOST)
+    second = store.put_message("Warm", 0, b"b" * 100, props(), tags_code=0, born_timestamp=1, born_host=BORN_HOST)
+    assert first.status is PutStatus.PUT_OK and second.status is PutStatus.PUT_OK
+    assert seg_file.stat().st_size == SEG
+    end = store.max_physical_offset
+    deadline = time.monotonic() + 10
+    while resident_pages(seg_file, end + SEG // 2) * mmap.PAGESIZE < end + SEG // 2:
+        assert time.monotonic() < deadline, "the warmer did not populate the page cache ahead of the writer"
+        time.sleep(0.02)
+    store.shutdown()
+
+    store = make_store(tmp_path)
+    assert store.max_physical_offset == end and store.get_max_offset("Warm", 0) == 2
+    store.truncate_commit_log(second.wrote_offset)
+    assert seg_file.stat().st_size == SEG
+    assert seg_file.read_bytes()[second.wrote_offset:] == bytes(SEG - second.wrote_offset)
+    assert store.get_max_offset("Warm", 0) == 1
+    store.shutdown()
+
+
+def test_without_the_warmer_the_hole_stays_out_of_the_page_cache(tmp_path: Path) -> None:
+    store = make_store(tmp_path, commit_log_warm_ahead=0)
+    assert store.put_message("Cold", 0, b"c" * 100, props(), tags_code=0, born_timestamp=1,
+                             born_host=BORN_HOST).status is PutStatus.PUT_OK
+    time.sleep(0.2)
+    seg_file = tmp_path / "commitlog" / f"{0:020d}"
+    assert seg_file.stat().st_size == SEG
+    assert resident_pages(seg_file, SEG) * mmap.PAGESIZE < SEG // 2
+    store.shutdown()
