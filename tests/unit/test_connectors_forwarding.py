@@ -166,3 +166,48 @@ def test_any_properties_match_the_decoding_path(props: list[dict[str, str]], sou
     buf = b"".join(record(i, encode_properties(p)) for i, p in enumerate(props))
     out = RecordForwarder(DROPPED_PROPERTIES, stamp_for(source)).forward(buf, "T", 3)
     assert sent(out.entries) == expected(buf, source=source)
+
+
+uniq_values = st.text(alphabet="0123456789ABCDEF", min_size=1, max_size=32)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.dictionaries(st.one_of(names, st.sampled_from(sorted(DROPPED_PROPERTIES))), values,
+                                          max_size=5),
+                          uniq_values, st.booleans(), st.binary(max_size=40), st.integers(0, 7)),
+                min_size=1, max_size=6),
+       st.sampled_from(["src", None]), st.integers(0, 3), st.integers(3, 9))
+def test_the_column_wise_path_equals_the_record_by_record_path(
+        messages: list[tuple[dict[str, str], str, bool, bytes, int]], source: str | None, first: int,
+        stop: int) -> None:
+    """Pulls of plain records (non-empty UNIQ_KEY first or later, no chain, uncompressed) take the
+    column-wise path when they lie inside the range; its result is the record-by-record path's, field by
+    field; anything else falls back to it."""
+    recs = []
+    for i, (props, uniq, uniq_first, body, flag) in enumerate(messages):
+        ordered = {"UNIQ_KEY": uniq, **props} if uniq_first else {**props, "UNIQ_KEY": uniq}
+        recs.append(record(i, encode_properties(ordered), body, flag=flag))
+    buf = b"".join(recs)
+    forwarder = RecordForwarder(DROPPED_PROPERTIES, stamp_for(source))
+    plain = forwarder._forward_plain(buf, "T", 3, first, stop)  # noqa: SLF001
+    each = forwarder.forward_each(buf, "T", 3, first, stop)
+    inside = first <= 0 and len(messages) <= stop
+    assert (plain is not None) == inside
+    if plain is not None:
+        assert plain == each
+    assert forwarder.forward(buf, "T", 3, first, stop) == each
+    if inside:
+        assert sent(each.entries) == expected(buf, source=source)
+
+
+def test_the_column_wise_path_leaves_unusual_pulls_to_the_record_by_record_path() -> None:
+    plain = record(0, encode_properties({"UNIQ_KEY": "U0"}))
+    forwarder = RecordForwarder(DROPPED_PROPERTIES, stamp_for("src"))
+    assert forwarder._forward_plain(plain, "T", 3, 0, 1 << 63) is not None  # noqa: SLF001
+    for unusual in (record(1, encode_properties({"UNIQ_KEY": "U1", loop_guard.CHAIN_PROPERTY: "x"})),
+                    record(1, encode_properties({"UNIQ_KEY": ""})), record(1, encode_properties({"k": "v"})),
+                    record(1, encode_properties({"UNIQ_KEY": "U1"}), topic=b"Other"),
+                    record(1, encode_properties({"UNIQ_KEY": "U1"}), queue_id=4),
+                    record(1, encode_properties({"UNIQ_KEY": "U1"}), sys_flag=MSG_FLAG_COMPRESSED),
+                    plain[:-1]):
+        assert forwarder._forward_plain(plain + unusual, "T", 3, 0, 1 << 63) is None  # noqa: SLF001
