@@ -27,8 +27,6 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable, Collection, Iterable
-from itertools import repeat
-from operator import add, and_, itemgetter, sub
 from typing import NamedTuple
 
 from broker_store.protocol.codes import MSG_FLAG_BORNHOST_V6, MSG_FLAG_COMPRESSED, MSG_FLAG_STOREHOST_V6
@@ -57,9 +55,6 @@ _CHAIN_KEY = f"{PROPERTY_REPLICATOR_SOURCE}\x01".encode()
 _UNIQ_FIRST = f"{PROPERTY_UNIQ_KEY}\x01".encode()
 _UNIQ_LATER = f"\x02{PROPERTY_UNIQ_KEY}\x01".encode()
 _UNIQ_FIRST_LEN, _UNIQ_LATER_LEN = len(_UNIQ_FIRST), len(_UNIQ_LATER)
-_PROPS_LEN = struct.Struct(">H")
-_FIRST = itemgetter(0)
-_NO_VALUE = (b"", b"\x02")
 
 DROPPED_PROPERTIES = frozenset({
     "CLUSTER",                      # the target broker stamps its own cluster name when it stores
@@ -91,7 +86,6 @@ def forwarded_properties(source: Iterable[tuple[str, str]], msg_id: str | None, 
     if chain is not None:
         props[PROPERTY_REPLICATOR_SOURCE] = chain
     return props
-
 
 Stamp = Callable[[str | None], "str | None | object"]
 """The chain value a message with chain ``c`` (None: none) is sent with, or ``SKIP``."""
@@ -159,81 +153,6 @@ class RecordForwarder:
         Raises ProtocolError when a record is malformed (the exact decoder names the problem) or belongs
         to another queue than the pull's.
         """
-        return self._forward_plain(buf, topic, queue_id, first, stop) or self.forward_each(buf, topic, queue_id,
-                                                                                           first, stop)
-
-    def _forward_plain(self, buf: bytes, topic: str, queue_id: int, first: int, stop: int) -> ForwardedPull | None:
-        """``forward`` for the common pull, column-wise: every record well formed, of this queue, inside
-        the range, uncompressed, without a chain and with a non-empty UNIQ_KEY. Only the walk from record
-        to record is a bytecode loop; the checks and the entries are maps over whole columns, driven
-        from C (as the broker's batch put path). None when any record is otherwise: ``forward_each``
-        then handles the pull, record by record, and names what is wrong."""
-        suffix = self._suffix_for_unchained()
-        n = len(buf)
-        if suffix is None or n < STORED_HEADER_SIZE:
-            return None
-        unpack = _HEADER.unpack_from
-        heads = []
-        starts: list[int] = []
-        pos = 0
-        while pos < n - STORED_HEADER_SIZE:  # the walk: each record's TOTALSIZE says where the next starts
-            head = unpack(buf, pos)
-            if head[0] <= STORED_HEADER_SIZE:
-                return None
-            heads.append(head)
-            starts.append(pos)
-            pos += head[0]
-        if pos != n:
-            return None
-        count = len(heads)
-        (totals, magics, qids, flags, offsets, _phys, sys_flags, borns, stores, _ips, _ports,
-         body_lens) = zip(*heads, strict=True)
-        if (magics.count(MAGIC_V1) != count or qids.count(queue_id) != count or min(body_lens) < 0
-                or min(offsets) < first or max(offsets) >= stop or any(map(and_, sys_flags, repeat(_UNUSUAL_FLAGS)))):
-            return None
-        topic_tail = bytes((len(topic.encode()),)) + topic.encode()
-        ends = list(map(add, starts, totals))
-        bodies_at = list(map(add, starts, repeat(STORED_HEADER_SIZE)))
-        tails_at = list(map(add, bodies_at, body_lens))
-        props_len_at = list(map(add, tails_at, repeat(len(topic_tail))))
-        if max(map(sub, map(add, props_len_at, repeat(2)), ends)) > 0:
-            return None
-        if not all(map(buf.startswith, repeat(topic_tail), tails_at)):
-            return None
-        props_at = list(map(add, props_len_at, repeat(2)))
-        if list(map(_FIRST, map(_PROPS_LEN.unpack_from, repeat(buf), props_len_at))) != list(map(sub, ends, props_at)):
-            return None
-        props_list = list(map(buf.__getitem__, map(slice, props_at, ends)))
-        if _CHAIN_KEY in b"\0".join(props_list):
-            return None
-        later = list(map(bytes.rfind, props_list, repeat(_UNIQ_LATER)))
-        values = [at + _UNIQ_LATER_LEN if at >= 0 else _UNIQ_FIRST_LEN if props.startswith(_UNIQ_FIRST) else -1
-                  for at, props in zip(later, props_list, strict=True)]
-        if -1 in values:
-            return None
-        first_bytes = list(map(bytes.__getitem__, props_list, map(slice, values, map(add, values, repeat(1)))))
-        if _NO_VALUE[0] in first_bytes or _NO_VALUE[1] in first_bytes:  # an empty UNIQ_KEY
-            return None
-        dropped = [props[1:] for props in map(self._drop, repeat(b""), map(add, repeat(b"\x02"), props_list))]
-        if suffix:
-            separated = b"\x02" + suffix
-            dropped = [props + suffix if props[-1:] in _NO_VALUE else props + separated for props in dropped]
-        plens = list(map(len, dropped))
-        if max(plens) > MAX_PROPERTIES_LENGTH:
-            return None
-        view = memoryview(buf)
-        entries = list(map(b"".join, zip(
-            map(_ENTRY_HEADER, map(add, map(add, body_lens, plens), repeat(_ENTRY_OVERHEAD)), repeat(0), repeat(0),
-                flags, body_lens),
-            map(view.__getitem__, map(slice, bodies_at, tails_at)),
-            map(_PROPS_LEN.pack, plens),
-            dropped, strict=True)))
-        return ForwardedPull(entries, list(offsets), list(body_lens), list(borns), starts, [], 0, max(offsets) + 1,
-                             min(stores))
-
-    def forward_each(self, buf: bytes, topic: str, queue_id: int, first: int = 0,
-                     stop: int = 1 << 63) -> ForwardedPull:
-        """``forward`` record by record: every case (exact path, range trimming, refusals, errors)."""
         entries: list[bytes] = []
         offsets: list[int] = []
         sizes: list[int] = []
