@@ -59,7 +59,16 @@ into is faulted in by the host on its first write: ``pwrite`` costs ~2.6 s of CP
 timing each GiB; ``perf record`` on the brokers shows 30-50 % of their time in the kernel's
 ``copy_folio_from_iter_atomic``). The target broker then needs 2.2-2.5 instead of 1.3-1.4 CPU seconds for
 (b)'s 400k messages, and (b) is ~100k instead of ~125k msg/s: the first run above. A bare-metal broker, or
-one whose page cache is already full, does not pay this; it is left in the numbers.
+one whose page cache is already full, does not pay this; it is left in the numbers. Since then the store
+creates segments full size and a warmer thread populates the page cache ``commit_log_warm_ahead`` (64 MiB)
+past the write position, as RocketMQ warms its mapped files: the target broker's main thread used 1.36
+instead of 1.85 CPU seconds for (b)'s 400k messages (the warmer 0.31 s beside it; /proc/<pid>/task, one
+run each way), but (b) did not move beyond the noise (110k vs 116k msg/s): the broker's thread was not
+what (b) waits for.
+
+Later runs of this session (all code above), to show the spread on this machine: (a) 220-253k msg/s,
+(b) 101-127k msg/s, (b)/(a) 0.44-0.54, (c) p99 1.20-1.21 s at 0.5 x (b). (a) got faster over the session
+(185k -> 253k) while (b) did not: the ratio is at the target's edge here, see the issue's note.
 
 How (b) got there (each step measured with this script; 200k messages and (b) from writeStream.start()
 until the step marked *):
