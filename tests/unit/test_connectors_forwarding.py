@@ -19,8 +19,8 @@ from broker_store.protocol.message import (
     encode_stored_message,
     iter_batch,
 )
-from connectors import loop_guard
-from connectors.forwarding import SKIP, RecordForwarder, dropped_entries_pattern
+from connectors import forwarding, loop_guard
+from connectors.forwarding import SKIP, ForwardedPull, RecordForwarder, dropped_entries_pattern
 from connectors.sink import DROPPED_PROPERTIES, target_properties
 
 STORE_IP, STORE_PORT = b"\x0a\x00\x00\x07", 10911
@@ -166,3 +166,60 @@ def test_any_properties_match_the_decoding_path(props: list[dict[str, str]], sou
     buf = b"".join(record(i, encode_properties(p)) for i, p in enumerate(props))
     out = RecordForwarder(DROPPED_PROPERTIES, stamp_for(source)).forward(buf, "T", 3)
     assert sent(out.entries) == expected(buf, source=source)
+
+
+uniq_values = st.text(alphabet="0123456789ABCDEF", min_size=1, max_size=32)
+any_props = st.dictionaries(st.one_of(names, st.sampled_from(sorted(DROPPED_PROPERTIES | {"UNIQ_KEY"}))), values,
+                            max_size=5)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(any_props, st.one_of(st.none(), uniq_values), st.booleans(), st.binary(max_size=40),
+                          st.integers(0, 7), st.sampled_from([0, 0, 0, MSG_FLAG_COMPRESSED])),
+                min_size=1, max_size=6),
+       st.sampled_from(["src", None]), st.integers(0, 3), st.integers(3, 9), st.booleans())
+def test_the_c_loop_equals_the_python_loop(messages: list[tuple[dict[str, str], str | None, bool, bytes, int, int]],
+                                           source: str | None, first: int, stop: int, chained: bool) -> None:
+    """``forward`` (the C loop of connectors._forward for plain pulls) returns exactly what ``forward_each``
+    returns, field by field, for any pull; the C loop takes every plain pull and declines the others."""
+    recs = []
+    plain_ones = []  # per record: would the C loop take it
+    for i, (props, uniq, uniq_first, body, flag, sys_flag) in enumerate(messages):
+        if uniq is not None:
+            props = {"UNIQ_KEY": uniq, **props} if uniq_first else {**props, "UNIQ_KEY": uniq}
+        if chained and i == len(messages) - 1:
+            props = {**props, loop_guard.CHAIN_PROPERTY: "x"}
+        if sys_flag:
+            body = zlib.compress(body)
+        recs.append(record(i, encode_properties(props), body, flag=flag, sys_flag=sys_flag))
+        plain_ones.append(not sys_flag and props.get("UNIQ_KEY") != "" and loop_guard.CHAIN_PROPERTY not in props)
+    buf = b"".join(recs)
+    forwarder = RecordForwarder(DROPPED_PROPERTIES, stamp_for(source))
+    each = forwarder.forward_each(buf, "T", 3, first, stop)
+    assert forwarder.forward(buf, "T", 3, first, stop) == each
+    if forwarding._forward_plain is None:  # noqa: SLF001
+        pytest.skip("connectors._forward is not built")
+    plain = forwarding._forward_plain(buf, b"T", 3, first, stop, forwarder._dropped_names,  # noqa: SLF001
+                                      forwarder._suffix_for_unchained(), MAX_PROPERTIES_LENGTH)  # noqa: SLF001
+    if all(plain_ones[first:stop]) and not each.refused:
+        assert plain is not None
+    if plain is not None:
+        assert ForwardedPull(*plain[:5], [], 0, *plain[5:]) == each
+
+
+def test_the_c_loop_declines_foreign_and_broken_records() -> None:
+    if forwarding._forward_plain is None:  # noqa: SLF001
+        pytest.skip("connectors._forward is not built")
+    forwarder = RecordForwarder(DROPPED_PROPERTIES, stamp_for("src"))
+    plain = record(0, encode_properties({"UNIQ_KEY": "U0"}))
+
+    def c_loop(buf: bytes) -> object:
+        return forwarding._forward_plain(buf, b"T", 3, 0, (1 << 63) - 1, forwarder._dropped_names,  # noqa: SLF001
+                                         forwarder._suffix_for_unchained(), MAX_PROPERTIES_LENGTH)  # noqa: SLF001
+
+    assert c_loop(plain) is not None and c_loop(b"") is not None
+    for bad in (record(1, encode_properties({"UNIQ_KEY": "U1"}), topic=b"Other"),
+                record(1, encode_properties({"UNIQ_KEY": "U1"}), topic=b"TT"),
+                record(1, encode_properties({"UNIQ_KEY": "U1"}), queue_id=4),
+                record(1, encode_properties({"UNIQ_KEY": ""})), plain[:-1], plain[:40], b"\0" * 200):
+        assert c_loop(plain + bad) is None
