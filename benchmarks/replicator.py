@@ -39,18 +39,20 @@ Exit status 0 whether or not targets are met; 1 on a failed run. Every process a
 exit (also on Ctrl-C).
 
 Results, 2026-11-23 (second session), 2 vCPUs, default settings (``.venv/bin/python benchmarks/replicator.py``),
-three consecutive runs::
+the last three runs (final code: the C forwarding loop, the page-cache warmer)::
 
-    (a) raw pull               184,655 / 191,601 / 209,218 msg/s
-    (b) replication, sustained 101,396 / 125,912 / 130,369 msg/s  103.8 / 128.9 / 133.5 MB/s  target >= 30  MET
-        including start-up      82,705 /  92,627 /  97,054 msg/s
-    (b)/(a)                       0.55 /    0.66 /    0.62                                  target >= 0.5 MET
-    (c) at 0.5 x (b) = 50.7k / 63.0k / 65.2k msg/s: p50 891 / 950 / 953 ms,
-        p99 1190 / 1198 / 1206 ms, max 1275 / 1282 / 1285 ms                             target <= 2 s  MET
+    (a) raw pull               206,469 / 225,953 / 214,260 msg/s
+    (b) replication, sustained 127,443 / 151,135 / 144,073 msg/s  130.5 / 154.8 / 147.5 MB/s  target >= 30  MET
+    (b)/(a)                       0.62 /    0.67 /    0.67                                  target >= 0.5 MET
+    (c) at 0.5 x (b) = 63.7k / 75.6k / 72.0k msg/s: p50 899 / 957 / 933 ms,
+        p99 1211 / 1222 / 1203 ms, max 1370 / 1310 / 1288 ms                             target <= 2 s  MET
 
-The machine of the first session's runs was slower and busier ((a) 80-126k msg/s; (b) 71-79k msg/s; (c) at
-0.5 x (b) = 36-39k msg/s had p99 4.0-9.0 s there, with the paced producer then costing 0.41 cores). Earlier
-today on this machine, before the last two changes below, (c) had p99 1.39-1.63 s and (b)/(a) was 0.49-0.65.
+Earlier the same day, in order: before this session's changes (c) had p99 1.39-1.63 s and (b)/(a) was
+0.49-0.65; with a task's ranges pulled concurrently and the cheaper harness producer, three runs gave (a)
+185-209k, (b) 101-130k msg/s, (b)/(a) 0.55-0.66, (c) p99 1.19-1.21 s; later runs of that code, while (a)
+measured 220-253k msg/s, gave (b)/(a) 0.44-0.54: the ratio was at the target's edge until the C loop. The
+first session's machine was slower and busier ((a) 80-126k msg/s; (b) 71-79k msg/s; (c) at 0.5 x (b) =
+36-39k msg/s had p99 4.0-9.0 s there).
 
 Page cache on this VM: the first run after the machine has been idle pays more. Memory the kernel frees is
 handed back to the hypervisor (virtio free-page reporting), so every page the CommitLog's page cache grows
@@ -65,10 +67,6 @@ past the write position, as RocketMQ warms its mapped files: the target broker's
 instead of 1.85 CPU seconds for (b)'s 400k messages (the warmer 0.31 s beside it; /proc/<pid>/task, one
 run each way), but (b) did not move beyond the noise (110k vs 116k msg/s): the broker's thread was not
 what (b) waits for.
-
-Later runs of this session (all code above), to show the spread on this machine: (a) 220-253k msg/s,
-(b) 101-127k msg/s, (b)/(a) 0.44-0.54, (c) p99 1.20-1.21 s at 0.5 x (b). (a) got faster over the session
-(185k -> 253k) while (b) did not: the ratio is at the target's edge here, see the issue's note.
 
 How (b) got there (each step measured with this script; 200k messages and (b) from writeStream.start()
 until the step marked *):
@@ -87,15 +85,18 @@ until the step marked *):
     + driver JVM C1 only, FileSystem checkpoint manager        73.0-80.4 MB/s
     (second session, a faster and quieter machine)             101-133 MB/s     with the change below;
     + a task's ranges gathered before pulling (concurrent)     99-111 -> 101-130k msg/s, same machine
+    + connectors/_forward.c, the per-record loop in C          101-127k -> 127-151k msg/s (130-155 MB/s)
 
-Where the time goes in (b) now (CPU seconds over the ~4.2 s from writeStream.start() for 400k messages):
-task workers ~2 s (~5 us per message: ~3 on the task
-thread, ~2.5 of it forwarding records in ``connectors.forwarding``, ~2 in the client's I/O thread, mostly in
-uvloop and the kernel's loopback copies), target broker 1.3-2.5 s (3-6 us, see page cache above), the
-source's driver-side Python runner ~0.9 s (start-up only), JVM ~1 s (C1 compiles, GC, the Python runners'
-JVM side), source broker ~0.5 s. During the sustained batches the machine's 2 cores are 1.55-1.85 busy
-(/proc/stat every 250 ms): (b) is CPU-bound; each batch also spends ~100 ms in Spark's own per-batch work
-(planning, the write planner process, Delta commit ~20 ms, checkpoint files ~25 ms).
+Where the time goes in (b) now (CPU seconds over the ~4 s from writeStream.start() for 400k messages): task
+workers 1.2-1.5 s (~3 us per message: ~1.1 on the task thread, 0.3 of it the C forwarding loop, the rest the
+client's I/O thread, mostly uvloop and the kernel's loopback copies; ``benchmarks/sink_task.py`` measures
+this part alone), target broker 1.4-1.9 s (~3.5 us, its warmer thread included; more when its page cache
+grows into fresh memory, see above), the source's driver-side Python runner ~0.9 s (start-up only), JVM
+~1 s (C1 compiles, GC, the Python runners' JVM side), source broker ~0.5 s. The machine is 1.2-1.5 cores busy
+over the window: a sustained batch of 100k messages takes ~0.8 s, of which the two tasks take ~0.6 s and
+Spark's own per-batch work ~0.2 s (timestamps logged at each step: latestOffset -> partitions ~40 ms, writer
+and task launch ~40-60 ms, after the tasks ~20 ms to the commit, the sink's commit with its Delta writes
+~20-35 ms, then ~55-70 ms of Spark's commit log and progress before the next batch).
 
 (c): the producer of this harness and the source broker storing its messages are on the same 2 cores: at
 50-65k msg/s they take ~0.6-0.7 of a core (producer 0.17-0.19 since it sends pre-encoded batches, source
