@@ -15,8 +15,11 @@ by the rules of ``forwarded_properties``:
 
 A record that already carries a chain, an empty UNIQ_KEY, or a compressed body takes the exact path instead
 (properties decoded to a dict, body inflated): equivalent output, slower, and rare outside two-way
-links. Output entries are byte-exact in body and flag; their properties equal ``forwarded_properties`` of
-the source properties as a mapping (order and duplicates as the source stored them).
+links. Pulls with no such record go through the same loop written in C (``connectors/_forward.c``, built
+by ``pip install -e .`` when a compiler is there); ``RecordForwarder.forward_each`` is the Python loop.
+
+Output entries are byte-exact in body and flag; their properties equal ``forwarded_properties`` of the
+source properties as a mapping (order and duplicates as the source stored them).
 
 Batch entry layout (``encode_batch``): TOTALSIZE 4 | MAGICCODE 4 (0) | BODYCRC 4 (0, the target computes
 it) | FLAG 4 | BODYLEN 4 | body | PROPLEN 2 | properties.
