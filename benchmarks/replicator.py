@@ -101,8 +101,10 @@ and task launch ~40-60 ms, after the tasks ~20 ms to the commit, the sink's comm
 (c): the producer of this harness and the source broker storing its messages are on the same 2 cores: at
 50-65k msg/s they take ~0.6-0.7 of a core (producer 0.17-0.19 since it sends pre-encoded batches, source
 broker 0.42-0.48, most of it the puts); the replicator takes tasks ~0.3, target broker ~0.3, JVM ~0.14,
-commit workers ~0.08. A trigger's batch (~50-65k messages) takes ~0.6-0.75 s, so every batch starts on its
-trigger and p99 is ~1 s of trigger wait + the batch. Two fixes of this session made the difference from
+commit workers ~0.08 (these figures are from before the C forwarding loop; in the final runs, at 64-76k
+msg/s: producer 0.18-0.21, source broker 0.50-0.55, tasks 0.21-0.25, target broker 0.36-0.40 cores). A
+trigger's batch (~50-75k messages) takes ~0.6-0.75 s, so every batch starts on its trigger and p99 is ~1 s
+of trigger wait + the batch. Two fixes of this session made the difference from
 p99 1.4-1.6 s: a sink task received its ranges rows one Arrow batch at a time (the job's
 ``maxRecordsPerBatch`` = 1) and so pulled its queues one after the other instead of concurrently (p99
 1.44-1.63 -> 1.19-1.21 s; (b) 99-111k -> 101-130k msg/s); the harness's producer builds each batch's bytes
