@@ -1,0 +1,139 @@
+"""What a replicator job prints and where its details go: short lines on the console, everything in a log dir.
+
+Used by the spark-submit entry points (``jobs/replicate.py`` and the jobs after it). An operator reads
+the console; a developer reads the log files. So:
+
+* console (stderr): one line per event, ``HH:MM:SS LEVEL message``, never a traceback; a failing link
+  says ``link <name> failed: <reason>`` (``failure_line``), the reason being the error our code raised
+  (which names the cluster and the address), not the Python/JVM stack it travelled through.
+* ``<log dir>/replicator.log``: the job's Python log at the chosen level with every traceback.
+* ``<log dir>/spark.log``: the Spark JVM's log4j output (``spark_java_options`` points log4j at a
+  configuration this module writes into the log dir); only FATAL reaches the console from the JVM, so
+  Spark's own ERROR lines and stacks for a failed or stopped query stay in the file.
+
+Runs on the driver only.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from pathlib import Path
+from typing import TextIO
+
+PYTHON_LOG = "replicator.log"
+SPARK_LOG = "spark.log"
+LOG4J_CONFIG = "log4j2.properties"
+
+# log4j2 properties for the driver JVM; ${sys:replicator.log.dir} is set with -D by spark_java_options.
+# The console appender lets only FATAL through; the file gets Spark's usual INFO with stacks.
+_LOG4J2 = """\
+# Written by jobs/job_logging.py at every job start; edit that module, not this file.
+rootLogger.level = info
+rootLogger.appenderRef.file.ref = file
+rootLogger.appenderRef.console.ref = console
+
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = ${sys:replicator.log.dir}/spark.log
+appender.file.append = true
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{yyyy-MM-dd HH:mm:ss.SSS} %p %c{1}: %m%n%ex
+
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.filter.threshold.type = ThresholdFilter
+appender.console.filter.threshold.level = fatal
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+
+logger.jetty.name = org.sparkproject.jetty
+logger.jetty.level = warn
+logger.parquet.name = org.apache.parquet
+logger.parquet.level = error
+"""
+
+
+class _ConsoleFormatter(logging.Formatter):
+    """``HH:MM:SS LEVEL message``; tracebacks are left to the log file (DEBUG keeps them on the console)."""
+
+    def __init__(self, keep_tracebacks: bool) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+        self.keep_tracebacks = keep_tracebacks
+
+    def format(self, record: logging.LogRecord) -> str:
+        if self.keep_tracebacks:
+            return super().format(record)
+        saved = record.exc_info, record.exc_text, record.stack_info
+        record.exc_info = record.exc_text = record.stack_info = None
+        try:
+            return super().format(record)
+        finally:
+            record.exc_info, record.exc_text, record.stack_info = saved
+
+
+def setup(log_dir: str | Path, level: str = "INFO", console: TextIO | None = None) -> Path:
+    """Route the job's Python logging: concise lines to ``console`` (stderr), everything with tracebacks to
+    ``<log_dir>/replicator.log``; writes the JVM's log4j configuration beside it. Returns the log dir."""
+    directory = Path(log_dir).resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / LOG4J_CONFIG).write_text(_LOG4J2)
+    numeric = logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        raise ValueError(f"--log-level {level!r}: expected DEBUG, INFO, WARNING or ERROR")
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    to_console = logging.StreamHandler(console if console is not None else sys.stderr)
+    to_console.setLevel(numeric)
+    to_console.setFormatter(_ConsoleFormatter(keep_tracebacks=numeric <= logging.DEBUG))
+    to_file = logging.FileHandler(directory / PYTHON_LOG)
+    to_file.setLevel(min(numeric, logging.INFO))
+    to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(to_console)
+    root.addHandler(to_file)
+    root.setLevel(min(numeric, logging.INFO))
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    return directory
+
+
+def spark_java_options(log_dir: Path) -> str:
+    """Driver JVM options that send Spark's log4j output to ``<log_dir>/spark.log`` (see ``setup``)."""
+    return (f"-Dlog4j.configurationFile=file:{log_dir / LOG4J_CONFIG} "
+            f"-Dlog4j2.configurationFile=file:{log_dir / LOG4J_CONFIG} -Dreplicator.log.dir={log_dir}")
+
+
+# "package.module.SomeError: the message" as Python prints the last line of a traceback.
+_RAISED = re.compile(r"^(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception)): (?P<message>.+)$",
+                     re.MULTILINE)
+_OURS = ("connectors.", "broker_store.")
+_NOISE = re.compile(r"\s*SQLSTATE: \w+\s*$")
+
+
+def failure_reason(text: str) -> str:
+    """The reason worth one console line in the text of a failed query (a Spark exception that embeds
+    Python tracebacks). The last error raised by the replicator's own code wins (``connectors.`` first,
+    then ``broker_store.``: the replicator wraps client errors with the link, cluster and address), then
+    the last Python error of any kind, then the text's first line."""
+    raised = [(m.group("type"), _NOISE.sub("", m.group("message")).strip()) for m in _RAISED.finditer(text)]
+    for prefix in _OURS:
+        ours = [(t, msg) for t, msg in raised if t.startswith(prefix)]
+        if ours:
+            kind, message = ours[-1]
+            return f"{message} ({kind.rsplit('.', 1)[-1]})"
+    python = [(t, msg) for t, msg in raised if not t.startswith(("org.", "java.", "scala."))]
+    if python:
+        kind, message = python[-1]
+        return f"{message} ({kind.rsplit('.', 1)[-1]})"
+    first = text.strip().splitlines()[0] if text.strip() else "unknown error"
+    return _NOISE.sub("", first).strip()
+
+
+def failure_line(link: str, error: BaseException | str, log_dir: Path | None = None) -> str:
+    """``link <name> failed: <reason>`` (plus where the details are)."""
+    line = f"link {link} failed: {failure_reason(str(error))}"
+    if log_dir is not None:
+        line += f" (details: {log_dir / PYTHON_LOG}, {log_dir / SPARK_LOG})"
+    return line

@@ -1,0 +1,83 @@
+"""jobs.job_logging: one readable console line per failure, tracebacks only in the log file."""
+
+from __future__ import annotations
+
+import io
+import logging
+from pathlib import Path
+
+from jobs import job_logging
+
+# Shaped like the text of a StreamingQueryException for an unreachable source name server (trimmed).
+SPARK_FAILURE = """\
+org.apache.spark.SparkException: [PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming \
+data source perform prepareForTriggerAvailableNow: Traceback (most recent call last):
+  File "/x/broker_store/net/client.py", line 133, in _connection
+ConnectionRefusedError: [Errno 111] Connection refused
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "/x/broker_store/net/client.py", line 139, in _connection
+    raise TransportError(f"cannot connect to {addr}: {exc.strerror or exc}") from exc
+broker_store.protocol.errors.TransportError: cannot connect to 127.0.0.1:9876: Connection refused
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "/x/connectors/replication/reader.py", line 10, in latestOffset
+connectors.core.errors.SourceUnavailableError: link l1: source cluster source (namesrv 127.0.0.1:9876) \
+unavailable for 30.0s: cannot connect to 127.0.0.1:9876: Connection refused
+ SQLSTATE: 38000
+\tat org.apache.spark.sql.execution.python.streaming.PythonStreamingSourceRunner.x(Foo.scala:1)
+"""
+
+
+def test_reason_prefers_the_replicators_own_error() -> None:
+    assert job_logging.failure_reason(SPARK_FAILURE) == (
+        "link l1: source cluster source (namesrv 127.0.0.1:9876) unavailable for 30.0s: cannot connect to "
+        "127.0.0.1:9876: Connection refused (SourceUnavailableError)")
+
+
+def test_reason_falls_back_to_client_then_python_then_first_line() -> None:
+    client_only = SPARK_FAILURE.split("The above exception was the direct cause")[0:2]
+    text = "The above exception was the direct cause".join(client_only)
+    assert job_logging.failure_reason(text) == "cannot connect to 127.0.0.1:9876: Connection refused (TransportError)"
+    assert job_logging.failure_reason("boom\nValueError: bad value\n") == "bad value (ValueError)"
+    assert job_logging.failure_reason("org.apache.spark.SparkException: stage 3 failed SQLSTATE: 38000\n at x") == (
+        "org.apache.spark.SparkException: stage 3 failed")
+    assert job_logging.failure_reason("") == "unknown error"
+
+
+def test_failure_line_names_the_link_and_the_log_files(tmp_path: Path) -> None:
+    line = job_logging.failure_line("l1", RuntimeError(SPARK_FAILURE), tmp_path)
+    assert line.startswith("link l1 failed: link l1: source cluster source")
+    assert "\n" not in line and str(tmp_path / "replicator.log") in line
+
+
+def test_console_has_no_traceback_the_file_has_it(tmp_path: Path) -> None:
+    console = io.StringIO()
+    root = logging.getLogger()
+    before = list(root.handlers), root.level
+    try:
+        directory = job_logging.setup(tmp_path / "logs", "INFO", console=console)
+        log = logging.getLogger("jobs.test")
+        try:
+            raise RuntimeError("deep cause")
+        except RuntimeError:
+            log.exception("link l1 failed: it broke")
+        for handler in root.handlers:
+            handler.flush()
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+            handler.close()
+        for handler in before[0]:
+            root.addHandler(handler)
+        root.setLevel(before[1])
+    assert console.getvalue().count("\n") == 1 and "link l1 failed: it broke" in console.getvalue()
+    assert "Traceback" not in console.getvalue()
+    logged = (directory / job_logging.PYTHON_LOG).read_text()
+    assert "Traceback" in logged and "deep cause" in logged
+    assert "${sys:replicator.log.dir}/spark.log" in (directory / job_logging.LOG4J_CONFIG).read_text()
+    assert f"-Dreplicator.log.dir={directory}" in job_logging.spark_java_options(directory)
