@@ -1,0 +1,186 @@
+"""Exact consumer-offset translation: a source group's next offset -> the target group's next offset.
+
+Used by the checkpoint connector's writer (driver) with the link's ``offset_map`` runs and its committed
+source offsets. Pure: no I/O, no clock; tested without Spark or brokers.
+
+The rule (issue #10, beating MirrorMaker 2's sparse OffsetSyncStore): a source offset S (the next message
+the group would consume) maps to the target offset of the *first replicated message at or after S*, so a
+consumer failing over to the target neither skips nor repeats a message:
+
+* a run of the offset map says source offsets ``source_first..source_last`` of one source queue landed at
+  ``target_first..target_last`` of one target queue. When the run is contiguous (as many messages as
+  source offsets), S inside it is exact: ``target_first + (S - source_first)``. A run with gaps (messages
+  skipped by the loop guard or tag filter inside it) is translated to its first target offset when S is
+  inside it: correct but conservative (the consumer re-reads part of that run), and marked inexact;
+* S past every replicated message of the queue, while replication has passed S (the link's committed
+  next offset >= S): every message before S is on the target and none after it yet, so the translation is
+  the offset after the last run (the next message of this source queue will land there or later);
+* replication has not reached S yet: pending; the caller waits (a target group never moves past data that
+  is not replicated);
+* no run for the queue at all: unmapped; the caller leaves the queue alone and reports it.
+
+Several source queues may feed one target queue (several topics into one, or more source than target
+queues): the target queue's offset is the minimum over the source queues that feed it and that the group
+has an offset for (``TargetQueueOffsets``), so nothing is skipped; the messages of the other source queues
+above that minimum are read again (at least once). Offsets never move backwards: ``TargetQueueOffsets``
+takes the current target offsets and only raises them.
+
+Re-replicated offsets (a reset of the link's offsets): when a run covers source offsets an earlier run
+covered, the newest run wins; the older run is cut to the part it alone covers when it is contiguous.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from connectors.offsets import QueueKey
+
+
+class TargetQueueKey(NamedTuple):
+    """One queue of a target topic."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+
+class Run(NamedTuple):
+    """Source offsets ``source_first..source_last`` landed at ``target_first..target_last`` of ``target``;
+    ``messages`` of them were delivered (= the target span)."""
+
+    source_first: int
+    source_last: int
+    target: TargetQueueKey
+    target_first: int
+    target_last: int
+    messages: int
+
+    @property
+    def contiguous(self) -> bool:
+        """Every source offset of the run was delivered (no message skipped inside it)."""
+        return self.messages == self.source_last - self.source_first + 1
+
+
+class Outcome(enum.Enum):
+    TRANSLATED = "translated"
+    """``target_offset`` is where the group continues on the target."""
+    PENDING = "pending"
+    """Replication has not reached the source offset yet: try again later."""
+    UNMAPPED = "unmapped"
+    """Nothing of this source queue has been replicated (or it is not in the link): leave it alone."""
+
+
+@dataclass(frozen=True)
+class Translation:
+    """The translation of one source queue's group offset."""
+
+    source: QueueKey
+    source_offset: int
+    outcome: Outcome
+    target: TargetQueueKey | None = None
+    """The target queue (None when unmapped)."""
+    target_offset: int | None = None
+    """Next target offset to consume (TRANSLATED only)."""
+    exact: bool = True
+    """False when S fell inside a run with gaps and the translation is conservative."""
+
+
+class OffsetTranslator:
+    """The offset-map runs of one link, per source queue, and the translation rule of the module docstring."""
+
+    def __init__(self, runs: Iterable[tuple[QueueKey, Run]] = ()) -> None:
+        self._runs: dict[QueueKey, list[Run]] = {}
+        self._firsts: dict[QueueKey, list[int]] = {}
+        for source, run in runs:
+            self.add(source, run)
+
+    def add(self, source: QueueKey, run: Run) -> None:
+        """Add one run, newer than every run added before (offset-map rows in commit order)."""
+        if run.source_last < run.source_first or run.messages <= 0:
+            raise ValueError(f"{source.to_key()}: empty or reversed run {run}")
+        kept: list[Run] = []
+        for old in self._runs.get(source, ()):
+            if old.source_last < run.source_first or old.source_first > run.source_last:
+                kept.append(old)
+                continue
+            # The new run re-replicated part of an old one: keep what only the old one covers.
+            if old.contiguous and old.source_first < run.source_first:
+                n = run.source_first - old.source_first
+                kept.append(old._replace(source_last=run.source_first - 1, target_last=old.target_first + n - 1,
+                                         messages=n))
+            if old.contiguous and old.source_last > run.source_last:
+                skip = run.source_last + 1 - old.source_first
+                kept.append(old._replace(source_first=run.source_last + 1, target_first=old.target_first + skip,
+                                         messages=old.messages - skip))
+        kept.append(run)
+        kept.sort(key=lambda r: r.source_first)
+        self._runs[source] = kept
+        self._firsts[source] = [r.source_first for r in kept]
+
+    def translate(self, source: QueueKey, source_offset: int, replicated_next: int | None) -> Translation:
+        """Where a group whose next source offset is ``source_offset`` continues on the target.
+        ``replicated_next``: the link's committed next source offset for the queue (None: unknown, which
+        counts as not replicated)."""
+        runs = self._runs.get(source)
+        if not runs:
+            return Translation(source, source_offset, Outcome.UNMAPPED)
+        # First run holding a message at or after S: the run starting at or before S if it reaches S,
+        # else the next one.
+        i = bisect.bisect_right(self._firsts[source], source_offset) - 1
+        if i < 0 or runs[i].source_last < source_offset:
+            i += 1
+        if i < len(runs):
+            run = runs[i]
+            if source_offset <= run.source_first:
+                return Translation(source, source_offset, Outcome.TRANSLATED, run.target, run.target_first)
+            if run.contiguous:
+                return Translation(source, source_offset, Outcome.TRANSLATED, run.target,
+                                   run.target_first + (source_offset - run.source_first))
+            return Translation(source, source_offset, Outcome.TRANSLATED, run.target, run.target_first, exact=False)
+        last = runs[-1]
+        if replicated_next is None or replicated_next < source_offset:
+            return Translation(source, source_offset, Outcome.PENDING, last.target)
+        return Translation(source, source_offset, Outcome.TRANSLATED, last.target, last.target_last + 1)
+
+
+@dataclass(frozen=True)
+class TargetQueueOffsets:
+    """The target group's offsets to commit, per target queue, from one snapshot of the source group."""
+
+    commit: Mapping[TargetQueueKey, int]
+    """Target queue -> next offset, only where it moves forward."""
+    pending: tuple[Translation, ...]
+    """Source queues whose offset is not replicated yet; their target queues are not committed."""
+    unmapped: tuple[Translation, ...]
+    """Source queues with no replicated message: left alone and reported."""
+    inexact: tuple[Translation, ...]
+    """Translations that fell inside a run with gaps (conservative)."""
+
+
+def target_offsets(translations: Iterable[Translation], current: Mapping[TargetQueueKey, int]) -> TargetQueueOffsets:
+    """Fold per-source-queue translations into target-queue offsets: the minimum over the source queues
+    feeding a target queue, none for a target queue fed by a pending source queue, and only offsets above
+    ``current`` (the target group's committed offsets; never backwards)."""
+    lowest: dict[TargetQueueKey, int] = {}
+    blocked: set[TargetQueueKey] = set()
+    pending: list[Translation] = []
+    unmapped: list[Translation] = []
+    inexact: list[Translation] = []
+    for t in translations:
+        if t.outcome is Outcome.UNMAPPED:
+            unmapped.append(t)
+        elif t.outcome is Outcome.PENDING:
+            pending.append(t)
+            if t.target is not None:
+                blocked.add(t.target)
+        else:
+            assert t.target is not None and t.target_offset is not None
+            if not t.exact:
+                inexact.append(t)
+            lowest[t.target] = min(lowest.get(t.target, t.target_offset), t.target_offset)
+    commit = {q: off for q, off in lowest.items() if q not in blocked and off > current.get(q, -1)}
+    return TargetQueueOffsets(commit, tuple(pending), tuple(unmapped), tuple(inexact))
