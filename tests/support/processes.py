@@ -221,14 +221,19 @@ class LocalCluster:
         return [self.namesrv, *self.brokers]
 
     def start(self, timeout: float = 30.0) -> LocalCluster:
-        """Name server first, then every broker at once; returns when all are registered."""
+        """Name server first, then every broker at once; returns when all are registered. On failure
+        every process is killed before the error propagates."""
         _registry.clusters.append(self)
         self.closed = False
-        self.namesrv.start(timeout)
-        with ThreadPoolExecutor(len(self.brokers) or 1) as pool:
-            for _ in pool.map(lambda broker: broker.start(timeout), self.brokers):
-                pass
-        self.wait_registered(timeout)
+        try:
+            self.namesrv.start(timeout)
+            with ThreadPoolExecutor(len(self.brokers) or 1) as pool:
+                for _ in pool.map(lambda broker: broker.start(timeout), self.brokers):
+                    pass
+            self.wait_registered(timeout)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def wait_registered(self, timeout: float = 30.0) -> None:
@@ -263,11 +268,7 @@ class LocalCluster:
                          for p in self.processes())
 
     def __enter__(self) -> LocalCluster:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
+        return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
