@@ -24,9 +24,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield started
 
 
-def serves(addr: str) -> bool:
+def serves(addr: str, timeout: float = 3.0) -> bool:
     try:
-        with Admin(addr, request_timeout=1.0) as admin:
+        with Admin(addr, request_timeout=timeout) as admin:
             admin.all_topic_config(addr)
         return True
     except TransportError:
@@ -74,7 +74,7 @@ def test_paused_member_answers_nothing_until_resumed(cluster: LocalCluster) -> N
     broker = cluster.primary("h-b")
     broker.pause()
     try:
-        assert broker.running() and not serves(broker.listen)
+        assert broker.running() and not serves(broker.listen, timeout=0.5)
     finally:
         broker.resume()
     assert serves(broker.listen)

@@ -176,8 +176,8 @@ DEFAULT_BROKER_OPTIONS: Mapping[str, Any] = {
 class LocalCluster:
     """One name server and broker groups as separate processes on 127.0.0.1.
 
-    ``brokers`` is a number of single-member groups ``<name>-a``, ``<name>-b``... (``replicas``
-    members each) or explicit ``GroupSpec``s. Files live in ``root/<name>``: ``<member>.yaml``,
+    ``brokers`` is a number of groups ``<name>-a``, ``<name>-b``... with ``replicas`` members each
+    (1: a primary alone), or explicit ``GroupSpec``s. Files live in ``root/<name>``: ``<member>.yaml``,
     ``<member>.log`` (stderr) and the store dir ``<member>/``, where a member is ``<group>-<id>``.
     """
 
@@ -223,7 +223,8 @@ class LocalCluster:
     def start(self, timeout: float = 30.0) -> LocalCluster:
         """Name server first, then every broker at once; returns when all are registered. On failure
         every process is killed before the error propagates."""
-        _registry.clusters.append(self)
+        if self not in _registry.clusters:
+            _registry.clusters.append(self)
         self.closed = False
         try:
             self.namesrv.start(timeout)
