@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from broker_store.client import Admin
 from broker_store.protocol.errors import TransportError
@@ -18,8 +19,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """Group h-a: primary and one replica; group h-b: a primary alone."""
-    groups = [GroupSpec.replicated("h-a", 2), GroupSpec("h-b")]
+    """Group h-a: primary and one replica; group h-b: a primary alone, with an override of its own."""
+    groups = [GroupSpec.replicated("h-a", 2), GroupSpec("h-b", [{"flush_mode": "SYNC_FLUSH"}])]
     with LocalCluster(tmp_path_factory.mktemp("harness"), "h", groups) as started:
         yield started
 
@@ -54,6 +55,9 @@ def test_replica_group_members_register_under_one_name_and_all_serve(cluster: Lo
         table = admin.cluster_info().broker_addr_table
     assert dict(table["h-a"].broker_addrs) == {0: primary.listen, 1: replica.listen}
     assert dict(table["h-b"].broker_addrs) == {0: cluster.primary("h-b").listen}
+    member_files = {b.name: yaml.safe_load(b.config_file.read_text()) for b in cluster.brokers}
+    assert {name: f["flush_mode"] for name, f in member_files.items()} == {
+        "h-a-0": "ASYNC_FLUSH", "h-a-1": "ASYNC_FLUSH", "h-b-0": "SYNC_FLUSH"}
     assert all(serves(b.listen) for b in cluster.brokers)
 
 
