@@ -86,7 +86,6 @@ import asyncio
 import multiprocessing as mp
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -412,12 +411,6 @@ def run_clients(spec: Spec, procs: int, broker_pid: int, store: Path, timeout: f
 # -- main ---------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _fmt_rate(x: float) -> str:
     return f"{x:,.0f}"
 
@@ -457,11 +450,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"disk: {disk_mib} MiB sequential write + fsync: {disk:,.0f} MB/s", flush=True)
         rows.append(("disk sequential write (4 MiB blocks + fsync)", f"{disk:,.0f} MB/s", "", ""))
 
-        ns_cfg = NamesrvConfig(listen=f"127.0.0.1:{free_port()}")
-        namesrv = ManagedProcess("namesrv", ns_cfg, root, "namesrv")
-        namesrv.start()
-        br_cfg = BrokerConfig(cluster_name="bench", broker_name="bench-a", listen=f"127.0.0.1:{free_port()}",
-                              fast_listen_enable=False, store_dir=store_dir, namesrv_addrs=[ns_cfg.listen],
+        # port 0: each child binds a free loopback port and reports it in its READY line
+        namesrv = ManagedProcess("namesrv", NamesrvConfig(listen="127.0.0.1:0"), root, "namesrv")
+        namesrv_addr = namesrv.start()
+        br_cfg = BrokerConfig(cluster_name="bench", broker_name="bench-a", listen="127.0.0.1:0",
+                              fast_listen_enable=False, store_dir=store_dir, namesrv_addrs=[namesrv_addr],
                               flush_mode="ASYNC_FLUSH")
         broker = ManagedProcess("broker", br_cfg, root, "broker")
         broker.start()
@@ -470,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         rss_start = _rss_bytes(broker.pid)
         print(f"broker pid {broker.pid} at {broker.addr}, RSS at start {rss_start / MB:.0f} MB; "
               f"{args.producers} producers in {args.client_procs} client process(es)", flush=True)
-        base = Spec(kind="setup", namesrv=ns_cfg.listen, tasks=args.producers, seconds=seconds, warmup=warmup,
+        base = Spec(kind="setup", namesrv=namesrv_addr, tasks=args.producers, seconds=seconds, warmup=warmup,
                     batch=args.batch, topics=[TOPIC_SINGLE, TOPIC_BATCH, TOPIC_RSS])
         run_clients(base, 1, broker.pid, store_dir, timeout=60)
         broker_pid = broker.pid

@@ -1,4 +1,4 @@
-"""Client against the real name server and brokers (in-process, loopback, port 0).
+"""Client against the real name server and brokers (processes on loopback, tests/support harness).
 
 The same paths as tests/unit/test_client.py's fakes, end to end: routes registered by real brokers,
 auto-creation through TBW102, sends, batches, long polling, tag filtering, offsets and admin calls.
@@ -6,11 +6,8 @@ auto-creation through TBW102, sends, batches, long polling, tag filtering, offse
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -24,62 +21,21 @@ from broker_store.client import (
     new_message,
 )
 from broker_store.protocol.errors import TopicNotExistError
-
-broker_mod = pytest.importorskip("broker_store.broker.controller")
-namesrv_mod = pytest.importorskip("broker_store.namesrv.server")
-config_mod = pytest.importorskip("broker_store.config")
+from tests.support.processes import GroupSpec, LocalCluster
 
 pytestmark = pytest.mark.integration
 
 
-class ServerLoop:
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="it-servers")
-        self.thread.start()
-
-    def run(self, coro, timeout: float = 30):  # type: ignore[no-untyped-def]
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-        self.loop.close()
-
-
-class LocalCluster:
-    """A name server and two single-broker groups, broker-a and broker-b."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.loop = ServerLoop()
-        self.namesrv = namesrv_mod.NamesrvServer(config_mod.NamesrvConfig(listen="127.0.0.1:0"))
-        self.loop.run(self.namesrv.start())
-        self.brokers = {}
-        for name in ("broker-a", "broker-b"):
-            cfg = config_mod.BrokerConfig(broker_name=name, listen="127.0.0.1:0", store_dir=tmp / name,
-                                          cluster_name="it", namesrv_addrs=[self.namesrv.addr],
-                                          commit_log_segment_size=8 * 1024 * 1024,
-                                          max_message_size=1024 * 1024)
-            broker = broker_mod.BrokerController(cfg)
-            self.loop.run(broker.start())
-            self.brokers[name] = broker
-
-    def stop(self) -> None:
-        for broker in self.brokers.values():
-            self.loop.run(broker.stop())
-        self.loop.run(self.namesrv.stop())
-        self.loop.stop()
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("client-cluster"))
-    yield c
-    c.stop()
+    """A name server and two single-broker groups, broker-a and broker-b."""
+    with LocalCluster(tmp_path_factory.mktemp("client-cluster"), "it",
+                      [GroupSpec("broker-a"), GroupSpec("broker-b")]) as started:
+        yield started
 
 
 def test_create_send_pull_and_offsets(cluster: LocalCluster) -> None:
-    addr = cluster.namesrv.addr
+    addr = cluster.namesrv_addr
     with Admin(addr) as admin, Producer(addr, "it-pg") as producer, \
             PullConsumer(addr, "it-cg", heartbeat_interval=None) as consumer:
         info = admin.cluster_info()
@@ -113,12 +69,12 @@ def test_create_send_pull_and_offsets(cluster: LocalCluster) -> None:
         assert admin.consumer_offset("it-cg", mq) == 3
         assert admin.search_offset(mq, 0) == 0
 
-        configs = admin.all_topic_config(cluster.brokers["broker-a"].addr)
+        configs = admin.all_topic_config(cluster.primary("broker-a").listen)
         assert configs["it-topic"].read_queue_nums == 2
 
 
 def test_batch_and_compression_round_trip(cluster: LocalCluster) -> None:
-    addr = cluster.namesrv.addr
+    addr = cluster.namesrv_addr
     with Admin(addr) as admin, Producer(addr, compress_over=64) as producer, \
             PullConsumer(addr, "it-cg2", heartbeat_interval=None) as consumer:
         admin.create_topic("it-batch", queue_nums=1)
@@ -134,7 +90,7 @@ def test_batch_and_compression_round_trip(cluster: LocalCluster) -> None:
 
 
 def test_auto_create_through_tbw102(cluster: LocalCluster) -> None:
-    addr = cluster.namesrv.addr
+    addr = cluster.namesrv_addr
     with Producer(addr) as producer, Admin(addr) as admin:
         result = producer.send(new_message("it-auto-created", b"x"))
         assert result.ok
@@ -145,7 +101,7 @@ def test_auto_create_through_tbw102(cluster: LocalCluster) -> None:
 
 
 def test_long_poll_wakes_on_arrival(cluster: LocalCluster) -> None:
-    addr = cluster.namesrv.addr
+    addr = cluster.namesrv_addr
     with Admin(addr) as admin, Producer(addr) as producer, \
             PullConsumer(addr, "it-cg3", heartbeat_interval=None) as consumer:
         admin.create_topic("it-lp", queue_nums=1)
@@ -162,7 +118,7 @@ def test_long_poll_wakes_on_arrival(cluster: LocalCluster) -> None:
 
 
 def test_heartbeat_lists_consumer(cluster: LocalCluster) -> None:
-    addr = cluster.namesrv.addr
+    addr = cluster.namesrv_addr
     with Admin(addr) as admin, PullConsumer(addr, "it-hb") as consumer:
         admin.create_topic("it-hb-topic", queue_nums=1)
         admin.wait_for_route("it-hb-topic", timeout=10)

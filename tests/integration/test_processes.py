@@ -158,7 +158,7 @@ def test_broker_keeps_serving_after_garbage_and_oversized_frames(tmp_path: Path)
     import socket
 
     with local_cluster(tmp_path, "garbage", brokers=1) as cluster:
-        host, port = cluster.brokers[0].addr.split(":")  # type: ignore[union-attr]
+        host, port = cluster.brokers[0].listen.split(":")
         for payload in (os.urandom(64), b"\x7f\xff\xff\xff" + b"x" * 16, b"\x00\x00\x00\x08\x00\x00\x00\x04{}]]"):
             with socket.create_connection((host, int(port)), timeout=5) as sock:
                 sock.sendall(payload)

@@ -1,7 +1,7 @@
 """Spark end-to-end fixtures: ONE SparkSession (local[2]) and ONE pair of real clusters per session.
 
-The clusters are real name-server and broker processes (``broker_store.launcher.ManagedProcess``,
-ports from the OS): ``src`` and ``dst``, two broker groups each. The target brokers accept smaller
+The clusters are real name-server and broker processes started by the tests/support harness:
+``src`` and ``dst``, two broker groups each. The target brokers accept smaller
 messages than the source ones (``DST_MAX_MESSAGE_SIZE``) so "message too big for the target" can be
 provoked. Tests isolate themselves by topic name and per-test checkpoint / Delta directories.
 """
@@ -11,15 +11,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from broker_store.client import Admin, MessageQueue, Producer, StoredMessage
-from broker_store.config import BrokerConfig, NamesrvConfig
-from broker_store.launcher import ManagedProcess
 from tests.spark.spark_processes import read_topic
+from tests.support.processes import LocalCluster
 
 DST_MAX_MESSAGE_SIZE = 2 * 1024 * 1024
 SRC_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
@@ -30,10 +29,9 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 class Cluster:
     name: str
     namesrv: str
-    processes: list[ManagedProcess]
+    processes: LocalCluster
     admin: Admin
     producer: Producer
-    broker_names: list[str] = field(default_factory=list)
 
     def create_topic(self, topic: str, queues: int = 4, perm: int = 6) -> None:
         self.admin.create_topic(topic, queues, perm, cluster=self.name)
@@ -52,28 +50,13 @@ class Cluster:
         return sum(self.admin.max_offset(mq) - self.admin.min_offset(mq) for mq in self.queues(topic))
 
 
-def _start_cluster(name: str, run_dir: Path, max_message_size: int) -> Cluster:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    namesrv = ManagedProcess("namesrv", NamesrvConfig(listen="127.0.0.1:0"), run_dir, f"{name}-namesrv")
-    addr = namesrv.start()
-    processes = [namesrv]
-    brokers = [f"{name}-a", f"{name}-b"]
-    for broker in brokers:
-        cfg = BrokerConfig(broker_name=broker, listen="127.0.0.1:0", store_dir=run_dir / broker, cluster_name=name,
-                           namesrv_addrs=[addr], commit_log_segment_size=64 * 1024 * 1024,
-                           max_message_size=max_message_size)
-        proc = ManagedProcess("broker", cfg, run_dir, broker)
-        processes.append(proc)
-        proc.start()
-    admin = Admin(addr)
-    import time
-
-    deadline = time.monotonic() + 30
-    while set(admin.cluster_info().cluster_addr_table.get(name, ())) != set(brokers):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"brokers of {name} did not register")
-        time.sleep(0.1)
-    return Cluster(name, addr, processes, admin, Producer(addr, max_message_size=64 * 1024 * 1024), brokers)
+def _start_cluster(name: str, root: Path, max_message_size: int) -> Cluster:
+    # the name server's own broker expiry (5 s): these brokers are never killed, and a heartbeat
+    # late under Spark's load must not drop them from routes
+    processes = LocalCluster(root, name, brokers=2, namesrv={"broker_expiry_seconds": 5.0},
+                             commit_log_segment_size=64 * 1024 * 1024, max_message_size=max_message_size).start()
+    addr = processes.namesrv_addr
+    return Cluster(name, addr, processes, Admin(addr), Producer(addr, max_message_size=64 * 1024 * 1024))
 
 
 @pytest.fixture(scope="session")
@@ -81,15 +64,14 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster
     root = tmp_path_factory.mktemp("spark-clusters")
     started: list[Cluster] = []
     try:
-        started.append(_start_cluster("src", root / "src", SRC_MAX_MESSAGE_SIZE))
-        started.append(_start_cluster("dst", root / "dst", DST_MAX_MESSAGE_SIZE))
+        started.append(_start_cluster("src", root, SRC_MAX_MESSAGE_SIZE))
+        started.append(_start_cluster("dst", root, DST_MAX_MESSAGE_SIZE))
         yield started[0], started[1]
     finally:
         for cluster in started:
             cluster.producer.close()
             cluster.admin.close()
-            for proc in reversed(cluster.processes):
-                proc.stop()
+            cluster.processes.stop()
 
 
 @pytest.fixture(scope="session")

@@ -28,18 +28,13 @@ import yaml
 from broker_store.client import MessageQueue, Producer, PullConsumer, PullStatus, StoredMessage, new_message
 from connectors.offsets import QueueKey, SourceOffset
 from connectors.sink import read_offset_log
+from tests.support.processes import free_port
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 SPARK_SUBMIT = VENV_BIN / "spark-submit"
 SPARK_CLASS = VENV_BIN / "spark-class"
 TAG_VARIABLE = "RMQ_TEST_PROCESS_TAG"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def tagged_pids(tag: str) -> list[int]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -154,17 +154,11 @@ def test_driver_killed_three_times_mid_stream(clusters: tuple[Cluster, Cluster],
 
 
 @pytest.fixture
-def outage_target(tmp_path: Path) -> LocalCluster:
+def outage_target(tmp_path: Path) -> Iterator[LocalCluster]:
     """A target cluster of its own (fixed ports, so restarted brokers come back at the same address)
     that refuses bodies over 64 KiB."""
-    cluster = LocalCluster(tmp_path, "out", brokers=2, max_message_size=64 * 1024)
-    try:
-        cluster.start()
-        with Admin(cluster.namesrv_addr) as admin:
-            wait_for(lambda: len(admin.cluster_info().broker_addr_table) == 2, 30, "target brokers registered")
+    with LocalCluster(tmp_path, "out", brokers=2, max_message_size=64 * 1024) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def test_target_outage_blocks_and_retries(clusters: tuple[Cluster, Cluster], outage_target: LocalCluster,

@@ -1,71 +1,292 @@
-"""Start real namesrv/broker processes on free loopback ports and always stop them.
+"""The one harness for real name server and broker processes in tests (every tier uses it).
 
-``LocalCluster`` is a context manager: every process it started is killed on exit, whatever the
-test did. Ports come from the OS (bind to port 0, read it back, release) so parallel runs don't
-collide; the VIP-channel port (listen - 2) is off except where a test asks for it.
+``LocalCluster`` starts one name server and broker groups as separate processes on 127.0.0.1 and
+always kills them: on ``__exit__``/``stop()``, and at interpreter exit for any a test left behind.
+A group is several brokers sharing a ``broker_name``: broker_id 0 is the primary, 1.. the replicas,
+each with its own store dir, config and log file under the cluster's directory (the test's tmp dir).
+Every broker gets a listen port P with P + 1 free too: the HA port log shipping will use (RocketMQ's
+listen + 1). Each member can be stopped (SIGTERM), killed (SIGKILL), paused (SIGSTOP) and restarted
+at the same address. tests/conftest.py appends the logs of the clusters a failed test used to its
+report (``failure_logs``).
+
+Process control itself is ``broker_store.launcher.ManagedProcess`` (product code, also used by the
+benchmarks); this module adds what tests need on top.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
+import signal
 import socket
-from collections.abc import Iterator
-from contextlib import contextmanager
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker_store.client import Admin
 from broker_store.config import BrokerConfig, NamesrvConfig
 from broker_store.launcher import ManagedProcess
+from broker_store.protocol.errors import RocketMQError
+
+HOST = "127.0.0.1"
+LOG_TAIL_CHARS = 3000
+
+# Ports this process handed out: a port is chosen before the child binds it, so without this two
+# members configured in a row could be given the same one.
+_handed_out: set[int] = set()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(span: int = 1) -> int:
+    """A loopback port P such that P .. P + span - 1 are all free now and not handed out before."""
+    for _ in range(200):
+        with ExitStack() as held:
+            first = held.enter_context(socket.socket())
+            first.bind((HOST, 0))
+            base = int(first.getsockname()[1])
+            ports = range(base, base + span)
+            if ports[-1] > 65535 or _handed_out.intersection(ports):
+                continue
+            try:
+                for port in ports[1:]:
+                    held.enter_context(socket.socket()).bind((HOST, port))
+            except OSError:  # a neighbour is taken: draw again
+                continue
+            _handed_out.update(ports)
+            return base
+    raise RuntimeError(f"no {span} consecutive free loopback ports after 200 draws")
+
+
+class ClusterProcess(ManagedProcess):
+    """A name server or broker child on a fixed loopback address (a restart keeps it)."""
+
+    def __init__(self, kind: str, config: NamesrvConfig | BrokerConfig, run_dir: Path, name: str) -> None:
+        super().__init__(kind, config, run_dir, name)
+        self.paused = False
+
+    @property
+    def listen(self) -> str:
+        return self.config.listen
+
+    def pause(self) -> None:
+        """SIGSTOP: the process keeps its sockets but answers nothing (a hung or GC-stalled server)."""
+        os.kill(self.pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.paused and self.running():
+            os.kill(self.pid, signal.SIGCONT)
+        self.paused = False
+
+    def kill(self) -> None:
+        super().kill()
+        self.paused = False
+        self._close_pipe()
+
+    def stop(self, grace: float = 10.0) -> None:
+        self.resume()  # a stopped process would sit on SIGTERM until the grace period ends
+        super().stop(grace)
+        self._close_pipe()
+
+    def restart(self, *, hard: bool = False, timeout: float = 30.0) -> str:
+        """Stop (SIGTERM, or SIGKILL when ``hard``) and start again from the same config file."""
+        if hard:
+            self.kill()
+        else:
+            self.stop()
+        return self.start(timeout)
+
+    def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
+        if not self.log_file.exists():
+            return "(no log yet)"
+        return self.log_file.read_text(errors="replace")[-chars:]
+
+    def _close_pipe(self) -> None:
+        # ManagedProcess reads READY from stdout and never again; close it so restarts don't leak it.
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+class Broker(ClusterProcess):
+    """One member of a broker group."""
+
+    config: BrokerConfig
+
+    @property
+    def broker_name(self) -> str:
+        return self.config.broker_name
+
+    @property
+    def broker_id(self) -> int:
+        """0 for the group's primary, 1.. for its replicas."""
+        return self.config.broker_id
+
+    @property
+    def ha_port(self) -> int:
+        """Listen port + 1, free when the broker was configured; reserved for log shipping."""
+        return int(self.listen.rsplit(":", 1)[1]) + 1
+
+    @property
+    def store_dir(self) -> Path:
+        return Path(self.config.store_dir)
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One broker group: its members share ``name``; member i runs as broker_id i (0 = primary)."""
+
+    name: str
+    members: Sequence[Mapping[str, Any]] = ({},)
+    """BrokerConfig overrides per member, applied over the cluster's broker options."""
+
+    @classmethod
+    def replicated(cls, name: str, replicas: int) -> GroupSpec:
+        """A primary and ``replicas - 1`` replicas, all with the cluster's broker options."""
+        return cls(name, tuple({} for _ in range(replicas)))
+
+
+@dataclass
+class _Registry:
+    """Clusters started in this process; closed ones are dropped when the next test starts."""
+
+    clusters: list[LocalCluster] = field(default_factory=list)
+
+    def forget_closed(self) -> None:
+        self.clusters = [c for c in self.clusters if not c.closed]
+
+    def kill_all(self) -> None:
+        for cluster in self.clusters:
+            cluster.stop()
+
+
+_registry = _Registry()
+atexit.register(_registry.kill_all)
+
+DEFAULT_NAMESRV_OPTIONS: Mapping[str, Any] = {"broker_expiry_seconds": 3.0}
+DEFAULT_BROKER_OPTIONS: Mapping[str, Any] = {
+    "fast_listen_enable": False,  # the VIP port (listen - 2) only where a test asks for it
+    "commit_log_segment_size": 8 * 1024 * 1024,
+    "max_message_size": 1024 * 1024,
+}
 
 
 class LocalCluster:
-    """One name server and ``brokers`` broker groups (single replica) as separate processes."""
+    """One name server and broker groups as separate processes on 127.0.0.1.
 
-    def __init__(self, root: Path, name: str = "test", brokers: int = 1, **broker_options: Any) -> None:
+    ``brokers`` is a number of groups ``<name>-a``, ``<name>-b``... with ``replicas`` members each
+    (1: a primary alone), or explicit ``GroupSpec``s. Files live in ``root/<name>``: ``<member>.yaml``,
+    ``<member>.log`` (stderr) and the store dir ``<member>/``, where a member is ``<group>-<id>``.
+    """
+
+    def __init__(self, root: Path, name: str = "test", brokers: int | Sequence[GroupSpec] = 1, *,
+                 replicas: int = 1, namesrv: Mapping[str, Any] | None = None, **broker_options: Any) -> None:
         self.root = root / name
         self.root.mkdir(parents=True, exist_ok=True)
         self.name = name
-        self.namesrv = ManagedProcess(
-            "namesrv", NamesrvConfig(listen=f"127.0.0.1:{free_port()}", broker_expiry_seconds=3.0),
+        self.closed = False
+        self.namesrv = ClusterProcess(
+            "namesrv", NamesrvConfig(listen=f"{HOST}:{free_port()}", **{**DEFAULT_NAMESRV_OPTIONS, **(namesrv or {})}),
             self.root, f"{name}-namesrv")
-        self.namesrv_addr = self.namesrv.config.listen  # type: ignore[union-attr]
-        options = {"fast_listen_enable": False, "commit_log_segment_size": 8 * 1024 * 1024,
-                   "max_message_size": 1024 * 1024, **broker_options}
-        self.brokers = [
-            ManagedProcess("broker", BrokerConfig(
-                cluster_name=name, broker_name=f"{name}-{chr(ord('a') + i)}", listen=f"127.0.0.1:{free_port()}",
-                store_dir=self.root / f"store-{i}", namesrv_addrs=[self.namesrv_addr], **options),
-                self.root, f"{name}-broker-{i}")
-            for i in range(brokers)
-        ]
+        self.namesrv_addr = self.namesrv.listen
+        if isinstance(brokers, int):
+            specs: Sequence[GroupSpec] = [GroupSpec.replicated(f"{name}-{chr(ord('a') + i)}", replicas)
+                                          for i in range(brokers)]
+        else:
+            specs = brokers
+        options = {**DEFAULT_BROKER_OPTIONS, **broker_options}
+        self.groups: dict[str, list[Broker]] = {
+            spec.name: [self._broker(spec.name, broker_id, {**options, **overrides})
+                        for broker_id, overrides in enumerate(spec.members)]
+            for spec in specs
+        }
+        self.brokers = [b for members in self.groups.values() for b in members]
+        """Every member of every group, group by group, primary first."""
 
-    def start(self) -> LocalCluster:
-        self.namesrv.start()
-        for broker in self.brokers:
-            broker.start()
-        return self
+    def _broker(self, group: str, broker_id: int, options: dict[str, Any]) -> Broker:
+        vip = bool(options.get("fast_listen_enable"))
+        base = free_port(4 if vip else 2)  # [listen - 2 (VIP),] listen, listen + 1 (HA)
+        member = f"{group}-{broker_id}"
+        config = BrokerConfig(cluster_name=self.name, broker_name=group, broker_id=broker_id,
+                              listen=f"{HOST}:{base + 2 if vip else base}", store_dir=self.root / member,
+                              namesrv_addrs=[self.namesrv_addr], **options)
+        return Broker("broker", config, self.root, member)
 
-    def stop(self) -> None:
-        for proc in [*self.brokers, self.namesrv]:
-            proc.kill()
+    def primary(self, group: str) -> Broker:
+        return self.groups[group][0]
 
-    def __enter__(self) -> LocalCluster:
+    def processes(self) -> list[ClusterProcess]:
+        return [self.namesrv, *self.brokers]
+
+    def start(self, timeout: float = 30.0) -> LocalCluster:
+        """Name server first, then every broker at once; returns when all are registered. On failure
+        every process is killed before the error propagates."""
+        if self not in _registry.clusters:
+            _registry.clusters.append(self)
+        self.closed = False
         try:
-            return self.start()
+            self.namesrv.start(timeout)
+            with ThreadPoolExecutor(len(self.brokers) or 1) as pool:
+                for _ in pool.map(lambda broker: broker.start(timeout), self.brokers):
+                    pass
+            self.wait_registered(timeout)
         except BaseException:
             self.stop()
             raise
+        return self
+
+    def wait_registered(self, timeout: float = 30.0) -> None:
+        """Until the name server lists every running member of every group at its address."""
+        expected = {group: {b.broker_id: b.listen for b in members if b.running()}
+                    for group, members in self.groups.items()}
+        deadline = time.monotonic() + timeout
+        seen: dict[str, dict[int, str]] = {}
+        with Admin(self.namesrv_addr) as admin:
+            while True:
+                try:
+                    info = admin.cluster_info()
+                    seen = {g: dict(info.broker_addr_table[g].broker_addrs) if g in info.broker_addr_table else {}
+                            for g in expected}
+                except RocketMQError:  # the name server may be the member being waited for
+                    pass
+                if seen == expected:
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{self.name}: brokers not registered after {timeout}s: expected {expected}, "
+                                       f"name server lists {seen}\n{self.failure_logs()}")
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        """SIGKILL every process (brokers first); safe to call twice."""
+        for proc in [*self.brokers, self.namesrv]:
+            proc.kill()
+        self.closed = True
+
+    def failure_logs(self, chars: int = LOG_TAIL_CHARS) -> str:
+        return "\n".join(f"--- {p.name} ({'running' if p.running() else 'down'}), {p.log_file}:\n{p.log_tail(chars)}"
+                         for p in self.processes())
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
 @contextmanager
-def local_cluster(root: Path, name: str = "test", brokers: int = 1, **options: Any) -> Iterator[LocalCluster]:
+def local_cluster(root: Path, name: str = "test", brokers: int | Sequence[GroupSpec] = 1,
+                  **options: Any) -> Iterator[LocalCluster]:
     with LocalCluster(root, name, brokers, **options) as cluster:
         yield cluster
+
+
+def forget_closed_clusters() -> None:
+    """Called as each test starts, so ``failure_logs`` covers what that test used."""
+    _registry.forget_closed()
+
+
+def failure_logs() -> str:
+    """Log tails of every cluster still running or closed during the current test."""
+    return "\n".join(c.failure_logs() for c in _registry.clusters)
