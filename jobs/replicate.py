@@ -28,9 +28,9 @@ from typing import Any
 if __package__ in (None, ""):  # `spark-submit jobs/replicate.py` / `python jobs/replicate.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from connectors.config import ReplicatorConfig, load_replicator_config  # noqa: E402
-from connectors.errors import ReplicatorError  # noqa: E402
-from connectors.failure_policy import FailurePolicyRunner  # noqa: E402
+from connectors.core.config import ReplicatorConfig, load_replicator_config  # noqa: E402
+from connectors.core.errors import ReplicatorError  # noqa: E402
+from connectors.replication.failure_policy import FailurePolicyRunner  # noqa: E402
 
 log = logging.getLogger("jobs.replicate")
 
@@ -147,7 +147,7 @@ def build_spark(app_name: str = "rocketmq-replicator", master: str | None = None
     for key, value in (settings or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    from connectors.source import RocketMQDataSource
+    from connectors.replication.data_source import RocketMQDataSource
 
     spark.dataSource.register(RocketMQDataSource)
     return spark

@@ -47,15 +47,20 @@ from pydantic_core import PydanticCustomError
 
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import ProtocolError
-from broker_store.protocol.message import validate_topic
-from connectors.errors import ConfigError, CredentialError
-from connectors.loop_guard import CHAIN_PROPERTY, CHAIN_SEPARATOR, CLUSTER_NAME_PATTERN
+from broker_store.protocol.message import PROPERTY_REPLICATOR_SOURCE, validate_topic
+from connectors.core.errors import ConfigError, CredentialError
 
+CLUSTER_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+"""Full-match pattern of every cluster name. Names are written into message properties as lists joined
+with ``CLUSTER_NAME_SEPARATOR`` (the replication loop guard's chain, ``connectors.replication.loop_guard``),
+so a name never contains the separator and needs no escaping."""
+CLUSTER_NAME_SEPARATOR = ","
 LINK_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 """Link names become directory names and part of the default consumer group, hence no dots."""
 ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 HOST_PORT_PATTERN = re.compile(r"[A-Za-z0-9_.-]+:(\d{1,5})")
 DEFAULT_CONSUMER_GROUP_PREFIX = "CID_RMQ_SYS_REPLICATOR_"
+DEFAULT_PRODUCER_GROUP_PREFIX = "PID_RMQ_SYS_REPLICATOR_"
 HOOK_PATTERN = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 """``package.module:function`` (the attribute part may be dotted: ``module:Class.method``)."""
 TOPIC_PLACEHOLDER = "topic"
@@ -146,9 +151,9 @@ class ClusterConfig(_Model):
     @field_validator("name")
     @classmethod
     def _check_name(cls, value: str) -> str:
-        if CHAIN_SEPARATOR in value:
-            raise ValueError(f"cluster name {value!r} contains {CHAIN_SEPARATOR!r}, the separator of the "
-                             f"{CHAIN_PROPERTY} chain")
+        if CLUSTER_NAME_SEPARATOR in value:
+            raise ValueError(f"cluster name {value!r} contains {CLUSTER_NAME_SEPARATOR!r}, the separator of the "
+                             f"{PROPERTY_REPLICATOR_SOURCE} chain")
         if not CLUSTER_NAME_PATTERN.fullmatch(value):
             raise ValueError(f"cluster name {value!r} must match {CLUSTER_NAME_PATTERN.pattern}")
         return value
@@ -262,7 +267,7 @@ class TopicPattern(_Model):
 
 
 class TopicMappingConfig(_Model):
-    """Which source topics a link copies, and their target names (see ``connectors.topic_mapping``)."""
+    """Which source topics a link copies, and their target names (see ``connectors.core.topic_mapping``)."""
 
     explicit: tuple[ExplicitTopic, ...] = ()
     """Named topics; they win over regex rules and may name system topics (e.g. the heartbeat topic)."""

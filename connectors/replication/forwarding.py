@@ -10,12 +10,12 @@ by the rules of ``forwarded_properties``:
   every broker appends);
 * a record without UNIQ_KEY gets its source offset message id as UNIQ_KEY, so re-sends of one source
   message carry one id;
-* ``ROCKETMQ_REPLICATOR_SOURCE`` gets the source cluster appended (``connectors.loop_guard``), or the
+* ``ROCKETMQ_REPLICATOR_SOURCE`` gets the source cluster appended (``connectors.replication.loop_guard``), or the
   record is skipped when the target is already in its chain.
 
 A record that already carries a chain, an empty UNIQ_KEY, or a compressed body takes the exact path instead
 (properties decoded to a dict, body inflated): equivalent output, slower, and rare outside two-way
-links. Pulls with no such record go through the same loop written in C (``connectors/_forward.c``, built
+links. Pulls with no such record go through the same loop written in C (``connectors/replication/_forward.c``, built
 by ``pip install -e .`` when a compiler is there); ``RecordForwarder.forward_each`` is the Python loop.
 
 Output entries are byte-exact in body and flag; their properties equal ``forwarded_properties`` of the
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import NamedTuple
 
 from broker_store.protocol.codes import MSG_FLAG_BORNHOST_V6, MSG_FLAG_COMPRESSED, MSG_FLAG_STOREHOST_V6
@@ -45,6 +45,7 @@ from broker_store.protocol.message import (
     encode_properties,
     make_msg_id,
 )
+from connectors.replication import loop_guard
 
 _HEADER = struct.Struct(">ii4xiiqqiq8xq4si12xi")
 """The stored-record fields forwarding needs: TOTALSIZE, MAGICCODE, QUEUEID, FLAG, QUEUEOFFSET,
@@ -60,8 +61,8 @@ _UNIQ_LATER = f"\x02{PROPERTY_UNIQ_KEY}\x01".encode()
 _UNIQ_FIRST_LEN, _UNIQ_LATER_LEN = len(_UNIQ_FIRST), len(_UNIQ_LATER)
 _MAX_STOP = (1 << 63) - 1
 
-try:  # the same loop in C (connectors/_forward.c), built by pip install when a compiler is there
-    from connectors._forward import forward_plain as _forward_plain
+try:  # the same loop in C (connectors/replication/_forward.c), built by pip install when a compiler is there
+    from connectors.replication._forward import forward_plain as _forward_plain
 except ImportError:  # pragma: no cover - depends on the build
     _forward_plain = None
 
@@ -164,7 +165,7 @@ class RecordForwarder:
         to another queue than the pull's.
 
         A pull whose records are all plain (well formed, of this queue, uncompressed, no chain, no empty
-        UNIQ_KEY, properties within the limit) goes through the C loop of ``connectors._forward`` when it
+        UNIQ_KEY, properties within the limit) goes through the C loop of ``connectors.replication._forward`` when it
         is built; any other pull, or every pull without it, through ``forward_each``. Both give the same
         result (tests/unit/test_connectors_forwarding.py holds them equal).
         """
@@ -285,3 +286,13 @@ def encode_entry(body: bytes, properties: bytes, flag: int) -> bytes:
 def entry_body_length(entry: bytes) -> int:
     """BODYLEN of an encoded batch entry."""
     return int.from_bytes(entry[16:20], "big")
+
+
+def target_properties(source_properties: Mapping[str, str], source_cluster: str | None,
+                      msg_id: str | None = None) -> dict[str, str]:
+    """The properties a replicated message is sent with (see ``DROPPED_PROPERTIES``); input untouched.
+    The rule the forwarding loops apply in bulk, for one decoded message.
+
+    ``source_cluster`` None (rows without a cluster name) copies the chain unchanged."""
+    props = forwarded_properties(source_properties.items(), msg_id, None)
+    return loop_guard.stamp(props, source_cluster) if source_cluster else props
