@@ -14,6 +14,8 @@ reader's ``rowFormat`` option:
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import pyarrow as pa
 
 COL_TOPIC = "topic"
@@ -107,7 +109,9 @@ RANGES_ARROW_SCHEMA = pa.schema([
     (COL_FAIL_ON_DATA_LOSS, pa.bool_()),
 ])
 
-ROW_FORMATS = ("arrow", "tuples", "raw", "ranges")
+RowFormat = Literal["arrow", "tuples", "raw", "ranges"]
+"""The reader's ``rowFormat`` values (see the module docstring)."""
+ROW_FORMATS: tuple[str, ...] = get_args(RowFormat)
 
 REQUIRED_COLUMNS = (COL_TOPIC, COL_BROKER, COL_QUEUE_ID, COL_QUEUE_OFFSET, COL_BODY)
 """Columns the sink cannot work without; ``properties`` (or at least tags/keys) should be there too."""

@@ -169,7 +169,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.options = SourceOptions.from_options(options)
         o = self.options
-        self.settings = PullSettings(namesrv=o.namesrv, group=o.group, cluster=o.cluster, tags=o.tags,
+        self.settings = PullSettings(namesrv=o.namesrv, group=o.group, cluster=o.cluster, tags=o.tag_filter,
                                      pull_batch_size=o.pull_batch_size, fail_on_data_loss=o.fail_on_data_loss,
                                      pull_timeout_ms=o.pull_timeout_ms, row_format=o.row_format,
                                      credentials=o.credentials)

@@ -10,18 +10,23 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from broker_store.protocol.acl import SessionCredentials
 from connectors.core.config import (
     DEFAULT_CONSUMER_GROUP_PREFIX,
+    ReadSettings,
     TopicMappingConfig,
+    field_error,
     load_replicator_config,
     resolve_credentials,
 )
 from connectors.core.errors import ConfigError, OffsetFormatError
 from connectors.core.offsets import SourceOffset
-from connectors.core.options import lowered, parse_bool, parse_int
-from connectors.core.rows import ROW_FORMATS
+from connectors.core.options import given_options, lowered, validate_options
+from connectors.core.rows import RowFormat
 from connectors.core.topic_mapping import TopicMapper, is_system_topic
 
 DEFAULT_PULL_BATCH_SIZE = 256
@@ -71,45 +76,90 @@ class TopicSelection:
                       and not (exclude and exclude.fullmatch(t)))
 
 
-@dataclass(frozen=True)
-class SourceOptions:
-    """The reader's options, validated once on the driver (``from_options``)."""
+class SourceOptions(ReadSettings):
+    """The reader's options (the module docstring of ``connectors.replication.reader`` lists them),
+    validated once on the driver (``from_options``). The link's reader settings are ``ReadSettings``
+    fields, so the options and the link YAML share their definitions; the rest are reader-only options."""
 
-    namesrv: str
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    namesrv: str = Field(min_length=1)
+    """Source name servers ``host:port[;host:port]``."""
     selection: TopicSelection
-    cluster: str
-    tags: str = "*"
+    """Derived from topics / topicPattern / topicExclude / config+link."""
+    cluster: str = Field(min_length=1)
+    """Source cluster name, written to every row and the Delta rows."""
     starting_offsets: str = "latest"
-    max_messages_per_trigger: int | None = None
+    """earliest | latest | timestamp:<ms> | offset JSON (a queue missing from the JSON starts at earliest)."""
     fail_on_data_loss: bool = True
-    pull_batch_size: int = DEFAULT_PULL_BATCH_SIZE
-    min_partitions: int | None = None
-    max_partitions: int | None = None
+    pull_batch_size: int = Field(default=DEFAULT_PULL_BATCH_SIZE, gt=0)
+    """``DEFAULT_PULL_BATCH_SIZE``, or ``RANGES_PULL_BATCH_SIZE`` with ``rowFormat=ranges`` when not given."""
+    min_partitions: int | None = Field(default=None, gt=0)
     report_latest_offset: bool = True
     group: str = ""
+    """Consumer group committed on the source (derived when not given)."""
     commit_offsets_to_source: bool = True
     delta_location: str | None = None
     """Root of the link tables; the link's tables are ``<deltaLocation>/<link>``."""
     link: str | None = None
-    pull_timeout_ms: int = DEFAULT_PULL_TIMEOUT_MS
-    row_format: str = "arrow"
+    pull_timeout_ms: int = Field(default=DEFAULT_PULL_TIMEOUT_MS, gt=0)
+    row_format: RowFormat = "arrow"
     credentials: SessionCredentials | None = None
     """ACL identity for the source cluster (from the link's cluster or accessKeyEnv / secretKeyEnv),
     resolved on the driver; reaches executors inside the pickled reader, never as a Spark option."""
 
+    DERIVED: ClassVar[frozenset[str]] = frozenset({"selection", "group", "credentials", "link"})
+    """Fields computed by ``from_options``, not taken from an option of their name."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _row_format_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "pull_batch_size" not in data and data.get("row_format") == "ranges":
+            return {**data, "pull_batch_size": RANGES_PULL_BATCH_SIZE}
+        return data
+
+    @field_validator("starting_offsets")
+    @classmethod
+    def _check_starting_offsets(cls, value: str) -> str:
+        lowered = value.lower()
+        if lowered in ("earliest", "latest"):
+            return value
+        if lowered.startswith("timestamp:"):
+            if not value.split(":", 1)[1].strip().isdigit():
+                raise ValueError(f"{value!r}: expected timestamp:<ms since the epoch>")
+            return value
+        try:
+            SourceOffset.from_json(value)
+        except OffsetFormatError as exc:
+            raise ValueError(f"not earliest, latest, timestamp:<ms> or an offset document: {exc}") from exc
+        return value
+
+    @model_validator(mode="after")
+    def _check_partitions(self) -> SourceOptions:
+        if self.min_partitions and self.max_partitions and self.min_partitions > self.max_partitions:
+            raise field_error("max_partitions",
+                              f"minPartitions {self.min_partitions} exceeds maxPartitions {self.max_partitions}")
+        if self.delta_location is not None and not self.link:
+            raise field_error("link", "option 'deltaLocation' needs option 'link' (tables live in "
+                                      "<deltaLocation>/<link>)")
+        return self
+
     @classmethod
     def from_options(cls, raw: Mapping[str, str]) -> SourceOptions:
         opts = lowered(raw)
+        values: dict[str, Any] = {}
         link_cfg = None
-        config_path = opts.get("config")
         link_name = opts.get("link")
-        if config_path is not None:
+        if opts.get("config") is not None:
             if not link_name:
                 raise ConfigError("option 'config' needs option 'link' (which link of the file to read)",
                                   field="link")
-            replicator = load_replicator_config(config_path)
+            replicator = load_replicator_config(opts["config"])
             link_cfg = replicator.link(link_name)
             cluster_cfg = replicator.cluster(link_cfg.source)
+            values.update({name: getattr(link_cfg, name) for name in ReadSettings.model_fields},
+                          namesrv=";".join(cluster_cfg.namesrv), cluster=link_cfg.source,
+                          delta_location=link_cfg.delta_location)
         topics = tuple(t.strip() for t in opts.get("topics", "").split(",") if t.strip())
         pattern = opts.get("topicpattern")
         given = [name for name, value in (("topics", topics), ("topicPattern", pattern),
@@ -127,14 +177,11 @@ class SourceOptions:
         selection = TopicSelection(
             topics=topics, pattern=pattern, exclude=opts.get("topicexclude"),
             mapping=link_cfg.topics if link_cfg is not None else None)
-        namesrv = opts.get("namesrv") or (";".join(cluster_cfg.namesrv) if link_cfg is not None else None)
-        if not namesrv:
-            raise ConfigError("the source name servers are required ('host:port[;host:port]')", field="namesrv")
-        cluster = opts.get("cluster") or (link_cfg.source if link_cfg is not None else None)
-        if not cluster:
-            raise ConfigError("the source cluster name is required (it is written to every row)", field="cluster")
-        tags = opts.get("tags") or (link_cfg.tag_filter if link_cfg is not None else "*")
-        default_max = link_cfg.max_messages_per_trigger if link_cfg is not None else None
+        values.update(given_options(cls, opts, derived=cls.DERIVED))
+        if "row_format" in values:
+            values["row_format"] = values["row_format"].strip().lower()
+        if "starting_offsets" in values:
+            values["starting_offsets"] = values["starting_offsets"].strip()
         group = opts.get("group")
         if not group:
             if link_cfg is not None:
@@ -144,52 +191,10 @@ class SourceOptions:
             else:
                 digest = hashlib.sha1(selection.describe().encode()).hexdigest()[:12]
                 group = f"{DEFAULT_CONSUMER_GROUP_PREFIX}{digest}"
-        delta = opts.get("deltalocation") or (link_cfg.delta_location if link_cfg is not None else None)
-        if delta is not None and not link_name:
-            raise ConfigError("option 'deltaLocation' needs option 'link' (tables live in "
-                              "<deltaLocation>/<link>)", field="link")
-        row_format = opts.get("rowformat", "arrow").strip().lower()
-        if row_format not in ROW_FORMATS:
-            raise ConfigError(f"must be one of {', '.join(ROW_FORMATS)}, got {row_format!r}", field="rowFormat")
-        starting = opts.get("startingoffsets", "latest").strip()
-        _check_starting_offsets(starting)
-        min_partitions = parse_int(opts, "minPartitions", None, minimum=1)
-        max_partitions = parse_int(opts, "maxPartitions", link_cfg.max_partitions if link_cfg is not None else None,
-                                   minimum=1)
-        if min_partitions and max_partitions and min_partitions > max_partitions:
-            raise ConfigError(f"minPartitions {min_partitions} exceeds maxPartitions {max_partitions}",
-                              field="maxPartitions")
         if "accesskeyenv" in opts or "secretkeyenv" in opts:
             credentials = resolve_credentials(opts.get("accesskeyenv"), opts.get("secretkeyenv"),
                                               fields=("accessKeyEnv", "secretKeyEnv"))
         else:
             credentials = cluster_cfg.credentials() if link_cfg is not None else None
-        return cls(
-            namesrv=namesrv, selection=selection, cluster=cluster, tags=tags, starting_offsets=starting,
-            max_messages_per_trigger=parse_int(opts, "maxMessagesPerTrigger", default_max, minimum=1),
-            fail_on_data_loss=parse_bool(opts, "failOnDataLoss", True),
-            pull_batch_size=parse_int(opts, "pullBatchSize", RANGES_PULL_BATCH_SIZE if row_format == "ranges"
-                                      else DEFAULT_PULL_BATCH_SIZE, minimum=1) or 1,
-            min_partitions=min_partitions, max_partitions=max_partitions,
-            report_latest_offset=parse_bool(opts, "reportLatestOffset", True),
-            group=group, commit_offsets_to_source=parse_bool(opts, "commitOffsetsToSource", True),
-            delta_location=delta, link=link_name,
-            pull_timeout_ms=parse_int(opts, "pullTimeoutMs", DEFAULT_PULL_TIMEOUT_MS, minimum=1)
-            or DEFAULT_PULL_TIMEOUT_MS,
-            row_format=row_format, credentials=credentials,
-        )
-
-
-def _check_starting_offsets(value: str) -> None:
-    lowered = value.lower()
-    if lowered in ("earliest", "latest"):
-        return
-    if lowered.startswith("timestamp:"):
-        if not value.split(":", 1)[1].strip().isdigit():
-            raise ConfigError(f"{value!r}: expected timestamp:<ms since the epoch>", field="startingOffsets")
-        return
-    try:
-        SourceOffset.from_json(value)
-    except OffsetFormatError as exc:
-        raise ConfigError(f"not earliest, latest, timestamp:<ms> or an offset document: {exc}",
-                          field="startingOffsets") from exc
+        return validate_options(cls, {**values, "selection": selection, "group": group, "link": link_name,
+                                      "credentials": credentials})
