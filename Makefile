@@ -14,7 +14,8 @@ $(STAMP): pyproject.toml setup.py connectors/replication/_forward.c
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-test: $(STAMP)
+# ruff and mypy strict first: a lint or type error fails `make test` (and CI) before any test runs.
+test: lint
 	$(PY) -m pytest -q
 
 unit: $(STAMP)

@@ -48,7 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def make_progress_listener() -> Any:
     """A StreamingQueryListener that logs one line per batch (and query start / end)."""
-    from pyspark.sql.streaming import StreamingQueryListener
+    from pyspark.sql.streaming.listener import StreamingQueryListener
 
     class ProgressLogger(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API

@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable, Collection, Iterable, Mapping
+from enum import Enum
 from typing import NamedTuple
 
 from broker_store.protocol.codes import MSG_FLAG_BORNHOST_V6, MSG_FLAG_COMPRESSED, MSG_FLAG_STOREHOST_V6
@@ -62,9 +63,12 @@ _UNIQ_FIRST_LEN, _UNIQ_LATER_LEN = len(_UNIQ_FIRST), len(_UNIQ_LATER)
 _MAX_STOP = (1 << 63) - 1
 
 try:  # the same loop in C (connectors/replication/_forward.c), built by pip install when a compiler is there
-    from connectors.replication._forward import forward_plain as _forward_plain
+    from connectors.replication import _forward
 except ImportError:  # pragma: no cover - depends on the build
-    _forward_plain = None
+    _forward_plain: Callable[..., tuple[list[bytes], list[int], list[int], list[int], list[int], int, int | None]
+                             | None] | None = None
+else:
+    _forward_plain = _forward.forward_plain
 
 DROPPED_PROPERTIES = frozenset({
     "CLUSTER",                      # the target broker stamps its own cluster name when it stores
@@ -77,9 +81,16 @@ DROPPED_PROPERTIES = frozenset({
     "TRAN_MSG", "PGROUP", "TRAN_PREPARED_QUEUE_OFFSET",
                                     # would make the target store a transaction half message
 })
-"""Properties not copied to the target (see ``connectors.sink``'s module docstring)."""
+"""Properties not copied to the target (see ``connectors.replication.writer``'s module docstring)."""
 
-SKIP = object()
+
+class Skip(Enum):
+    """The type of ``SKIP`` (an enum member, so ``stamped is SKIP`` narrows a ``Stamp``'s answer)."""
+
+    SKIP = "skip"
+
+
+SKIP = Skip.SKIP
 """What a ``Stamp`` returns for a chain that must not be written to the target (a loop)."""
 
 
@@ -88,7 +99,7 @@ def forwarded_properties(source: Iterable[tuple[str, str]], msg_id: str | None, 
     """The properties a replicated message is sent with, from the source's (name, value) pairs: all but
     ``dropped``; UNIQ_KEY set to ``msg_id`` when it is missing or empty (re-sends of one source message
     carry one id); the loop-guard chain set to ``chain``, the already stamped value (None: left as is).
-    The one statement of these rules: ``connectors.sink.target_properties``, the sink's row path and
+    The one statement of these rules: ``target_properties``, the writer's row path and
     ``RecordForwarder``'s exact path all call it, and its byte-level fast path is tested against it."""
     props = {k: v for k, v in source if k not in dropped}
     if msg_id and not props.get(PROPERTY_UNIQ_KEY):
@@ -97,7 +108,7 @@ def forwarded_properties(source: Iterable[tuple[str, str]], msg_id: str | None, 
         props[PROPERTY_REPLICATOR_SOURCE] = chain
     return props
 
-Stamp = Callable[[str | None], "str | None | object"]
+Stamp = Callable[[str | None], "str | None | Skip"]
 """The chain value a message with chain ``c`` (None: none) is sent with, or ``SKIP``."""
 
 
@@ -226,7 +237,7 @@ class RecordForwarder:
             if (sys_flag & _UNUSUAL_FLAGS or _CHAIN_KEY in props or plain_suffix is None
                     or (uniq >= 0 and (uniq == len(props) or props[uniq] == 2))):  # an empty UNIQ_KEY
                 exact = self._exact(buf, pos)
-                if exact is None or exact.__class__ is str:
+                if exact is None or isinstance(exact, str):
                     if exact is None:
                         skipped += 1
                     else:

@@ -13,6 +13,7 @@ import itertools
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import pyarrow as pa
@@ -55,6 +56,7 @@ from connectors.replication.forwarding import (
     DROPPED_PROPERTIES,
     SKIP,
     RecordForwarder,
+    Skip,
     encode_entry,
     forwarded_properties,
 )
@@ -63,9 +65,14 @@ from connectors.replication.pulling import PullSettings, pull_results
 from connectors.replication.sending import BatchSender, Item, StoredOrigin
 from connectors.replication.writer_options import SinkOptions
 
-_SKIP = SKIP
-"""``PartitionWriter._chain``: the message would close a replication loop."""
-_UNKNOWN = object()
+
+class _Unknown(Enum):
+    """``PartitionWriter._chain``'s cache miss (an enum member, so ``is`` narrows it away)."""
+
+    UNKNOWN = "unknown"
+
+
+_UNKNOWN = _Unknown.UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,7 @@ class PartitionWriter(BatchSender):
         self._source_keys: dict[tuple[str, str, int], QueueKey] = {}
         self._targets: dict[str, str] = {}
         """Source topic -> target topic, for rows without a targetTopic value."""
-        self._chains: dict[tuple[str | None, str | None], str | None | object] = {}
+        self._chains: dict[tuple[str | None, str | None], str | None | Skip] = {}
         self._forwarders: dict[str | None, RecordForwarder] = {}
 
     def target_topic(self, topic: str, column_value: str | None) -> str | None:
@@ -114,7 +121,8 @@ class PartitionWriter(BatchSender):
             column = rb.column(names.index(name))
             if pa.types.is_timestamp(column.type):
                 column = pc.divide(pc.cast(column, pa.int64()), 1000)
-            return column.to_pylist()
+            values: list[Any] = column.to_pylist()
+            return values
 
         n = rb.num_rows
         none = [None] * n
@@ -269,13 +277,13 @@ class PartitionWriter(BatchSender):
                 oldest = store_ms
             source_cluster = fixed_cluster or clusters[i]
             chain = self._chain(source_props.get(loop_guard.CHAIN_PROPERTY), source_cluster)
-            if chain is _SKIP:
+            if chain is SKIP:
                 self.skipped += 1
                 continue
             body = bodies[i]
             item = Item(source=source, queue_offset=offset, body=body, born_ms=born[i] or 0, store_ms=store_ms,
-                         offset_msg_id=offset_ids[i] or "", source_properties=raw_props,
-                         tags=source_props.get(PROPERTY_TAGS), keys=source_props.get(PROPERTY_KEYS))
+                        offset_msg_id=offset_ids[i] or "", source_properties=raw_props,
+                        tags=source_props.get(PROPERTY_TAGS), keys=source_props.get(PROPERTY_KEYS))
             target = self._target_for(source, targets[i])
             if isinstance(target, _Unmapped):
                 self._fail_origins([item], target=target.hint, error=target.error, attempts=0)
@@ -294,18 +302,20 @@ class PartitionWriter(BatchSender):
                          item.born_ms, item)
         self.oldest_store_ms = oldest
 
-    def _chain(self, chain: str | None, source_cluster: str | None) -> str | None | object:
+    def _chain(self, chain: str | None, source_cluster: str | None) -> str | None | Skip:
         """The loop-guard chain a message with ``chain`` from ``source_cluster`` is sent with, or
-        ``_SKIP`` when sending it would close a loop (``connectors.replication.loop_guard``); memoised."""
+        ``SKIP`` when sending it would close a loop (``connectors.replication.loop_guard``); memoised."""
         key = (chain, source_cluster)
-        stamped = self._chains.get(key, _UNKNOWN)
-        if stamped is _UNKNOWN:
-            props = {loop_guard.CHAIN_PROPERTY: chain} if chain is not None else {}
-            if loop_guard.should_skip(props, self.o.target_cluster, source_cluster):
-                stamped = _SKIP
-            elif source_cluster:
-                stamped = loop_guard.stamp(props, source_cluster)[loop_guard.CHAIN_PROPERTY]
-            else:
-                stamped = chain
-            self._chains[key] = stamped
+        cached = self._chains.get(key, _UNKNOWN)
+        if cached is not _UNKNOWN:
+            return cached
+        props = {loop_guard.CHAIN_PROPERTY: chain} if chain is not None else {}
+        stamped: str | None | Skip
+        if loop_guard.should_skip(props, self.o.target_cluster, source_cluster):
+            stamped = SKIP
+        elif source_cluster:
+            stamped = loop_guard.stamp(props, source_cluster)[loop_guard.CHAIN_PROPERTY]
+        else:
+            stamped = chain
+        self._chains[key] = stamped
         return stamped

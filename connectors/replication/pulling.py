@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from broker_store.client import MessageQueue, PullConsumer, PullResult, PullStatus, StoredMessage
 from broker_store.protocol.acl import SessionCredentials
@@ -65,7 +64,8 @@ def pull_range(settings: PullSettings, partition: QueueRange,
             yield messages
 
 
-class RawRecords(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class RawRecords:
     """Undecoded stored records of one pull (``pull_range_raw``)."""
 
     records: bytes

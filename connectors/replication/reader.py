@@ -151,7 +151,7 @@ class _DriverState:
     available_now_target: SourceOffset | None = None
     committed: dict[QueueKey, int] = field(default_factory=dict)
     """Offsets mirrored to the source's consumer group (owned by the commit thread)."""
-    pending_commit: dict[QueueKey, int] | None = None
+    pending_commit: Mapping[QueueKey, int] | None = None
     """The newest end offsets ``commit`` was given that the commit thread has not taken yet."""
     commit_thread: ThreadPoolExecutor | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -365,11 +365,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Executor: pull the partition's range and yield one Arrow record batch per pull (default), or
         one tuple per message with ``rowFormat=tuples`` (slower: see the report in README / benchmarks)."""
         freeze_worker_heap()
-        if self.settings.row_format == "ranges":
-            return self._read_ranges(partition.ranges if isinstance(partition, QueueRangeGroup) else [partition])
         if isinstance(partition, QueueRangeGroup):
+            if self.settings.row_format == "ranges":
+                return self._read_ranges(partition.ranges)
             return itertools.chain.from_iterable(self._read_range(r) for r in partition.ranges)
-        assert isinstance(partition, QueueRange)
+        if not isinstance(partition, QueueRange):
+            raise TypeError(f"not a partition of this reader: {partition!r}")
         return self._read_range(partition)
 
     def _read_range(self, partition: QueueRange) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:
