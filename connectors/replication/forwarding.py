@@ -1,9 +1,9 @@
 """Stored records -> SEND_BATCH_MESSAGE entries: the sink's per-message hot path for raw pulls.
 
-Called on executors by ``connectors.sink._PartitionWriter`` for the records of one pull (the source's
-``rowFormat=raw`` rows and the ranges the sink pulls itself). It turns each stored record (V1 layout,
-``broker_store.protocol.message``) into the batch entry the target is sent, without building a message
-object or a property dict: the body is sliced out, the properties stay bytes and are edited in place
+Called on executors by ``connectors.replication.partition_writer.PartitionWriter`` for the records of one
+pull (the reader's ``rowFormat=raw`` rows and the ranges the writer pulls itself). It turns each stored
+record (V1 layout, ``broker_store.protocol.message``) into the batch entry the target is sent, without
+building a message object or a property dict: the body is sliced out, the properties stay bytes and are edited in place
 by the rules of ``forwarded_properties``:
 
 * entries named in ``DROPPED_PROPERTIES`` are cut out (one regex pass; in practice the CLUSTER entry
@@ -107,6 +107,7 @@ def forwarded_properties(source: Iterable[tuple[str, str]], msg_id: str | None, 
     if chain is not None:
         props[PROPERTY_REPLICATOR_SOURCE] = chain
     return props
+
 
 Stamp = Callable[[str | None], "str | None | Skip"]
 """The chain value a message with chain ``c`` (None: none) is sent with, or ``SKIP``."""

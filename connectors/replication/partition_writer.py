@@ -84,7 +84,6 @@ class _Unmapped:
     error: str
 
 
-
 class PartitionWriter(BatchSender):
     """Sends one task's rows; see ``RocketMQStreamWriter.write``. Executor only, one thread."""
 
@@ -163,7 +162,7 @@ class PartitionWriter(BatchSender):
 
     def add_ranges(self, batches: Sequence[pa.RecordBatch]) -> None:
         """Pull and send the queue ranges of the task's ``rowFormat=ranges`` rows, each range in
-        offset order and stopping exactly at its end (``connectors.source.pull_results``: data loss,
+        offset order and stopping exactly at its end (``connectors.replication.pulling.pull_results``: data loss,
         offset moves and truncation are handled as the source's reader does). The ranges are pulled
         concurrently, one pull in flight per range, and handled round-robin, so this thread always has
         a response to forward while the next ones travel."""

@@ -134,8 +134,7 @@ class Batch:
     def single(self, index: int) -> Batch:
         """Entry ``index`` alone (a refused batch is retried message by message)."""
         return Batch(self.topic, self.queue, [self.entries[index]], [self.offsets[index]], [self.borns[index]],
-                      [self.origins[index]], [(self.source_of(index), 0)], entry_body_length(self.entries[index]))
-
+                     [self.origins[index]], [(self.source_of(index), 0)], entry_body_length(self.entries[index]))
 
 
 class BatchSender:

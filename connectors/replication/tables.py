@@ -31,7 +31,6 @@ from deltalake.exceptions import DeltaError
 
 from connectors.core.config import LinkConfig
 from connectors.core.delta import (
-    TABLE_FORMAT_VERSION,
     CommitResult,
     DeltaTableSet,
     RowBuilder,
@@ -47,8 +46,6 @@ from connectors.replication.records import (
     OffsetMapping,
     RecordedFailure,
 )
-
-__all__ = ["TABLE_FORMAT_VERSION", "CommitResult", "LinkTables", "StoredFailure", "failure_id"]
 
 OFFSETS = "offsets"
 OFFSET_MAP = "offset_map"

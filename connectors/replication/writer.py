@@ -1,7 +1,10 @@
-"""The ``rocketmq`` stream writer: batch-sends the source rows to the target cluster, then commits the
-batch to the link's Delta tables.
+"""The replication writer: batch-sends the reader's rows to the target cluster, then commits the batch
+to the link's Delta tables (``writeStream.format("rocketmq")``).
 
-Created by ``RocketMQDataSource.streamWriter`` (``writeStream.format("rocketmq")``). What runs where:
+Created by ``connectors.replication.data_source.RocketMQDataSource.streamWriter``. Its moving parts are
+modules of their own: options (``writer_options``), rows -> sends (``partition_writer``), batching and
+retries (``sending``), target queue placement (``placement``), outage waits (``outage``), record
+forwarding (``forwarding``), the loop guard, the failure policy and the link tables. What runs where:
 
 * driver, at query start: ``RocketMQStreamWriter.__init__`` validates the options and the input
   schema and loads the failure hook once (a bad hook fails the query before any data moves).
@@ -11,10 +14,10 @@ Created by ``RocketMQDataSource.streamWriter`` (``writeStream.format("rocketmq")
   ``ReplicationCommitMessage`` (plain picklable data). It never raises for a message the target
   refuses: the message becomes a ``FailedMessage`` (the whole message) in the commit message.
   Input rows: the source's per-message rows (arrow / tuples, or any query's rows with those columns);
-  ``rowFormat=raw`` rows (a pull's stored records, forwarded record by record by
-  ``connectors.replication.forwarding`` without decoding them); or ``rowFormat=ranges`` rows, where the task pulls
-  each queue range itself (concurrently, one pull in flight per range; the rows carry what pulling
-  takes, ``sourceAccessKeyEnv`` / ``sourceSecretKeyEnv`` sign the pulls) and sends as it pulls.
+  ``rowFormat=raw`` rows (a pull's stored records, forwarded record by record by ``forwarding``
+  without decoding them); or ``rowFormat=ranges`` rows, where the task pulls each queue range itself
+  (concurrently, one pull in flight per range; the rows carry what pulling takes, ``sourceAccessKeyEnv``
+  / ``sourceSecretKeyEnv`` sign the pulls) and sends as it pulls.
 
 Target unavailable vs. message refused. The failure policy is about messages the target *refuses*
 (too big, no permission, topic missing while the cluster is up): those get ``maxRetries`` and are then
@@ -25,9 +28,9 @@ broker) refuses nothing: the task blocks and retries with doubling backoff cappe
 sinks do. If the outage outlasts that budget the task raises ``TargetUnavailableError``: the batch is
 not committed, nothing is recorded as failed, and a restart re-runs it (at-least-once).
 * driver, once per batch: ``commit(messages, batchId)`` applies the failure policy
-  (``connectors.replication.failure_policy``); a failed batch raises ``BatchFailedError`` so Spark does not commit
-  it (the query stops; a restart re-runs the batch: at-least-once). Otherwise it writes the offsets,
-  offset map, failures and metrics with ``LinkTables.commit_batch``, idempotent per (query id, batch id).
+  (``failure_policy``); a failed batch raises ``BatchFailedError`` so Spark does not commit it (the
+  query stops; a restart re-runs the batch: at-least-once). Otherwise it writes the offsets, offset map,
+  failures and metrics with ``LinkTables.commit_batch``, idempotent per (query id, batch id).
 
 At-least-once: a row reaches ``commit`` only after the target acknowledged it (SendResult: stored) or
 it was recorded as failed; Spark advances the checkpoint's source offsets only after ``commit``
@@ -73,8 +76,8 @@ Property handling (``target_properties``): every user and system property is cop
 broker or client generates for the cluster it is on, or that would make the target act on the message
 again (``DROPPED_PROPERTIES``). UNIQ_KEY is kept, so the client msgId survives (a message without one
 gets its source msgId as UNIQ_KEY, so re-sends of the same source message carry the same id), and
-ROCKETMQ_REPLICATOR_SOURCE gets the source cluster appended (``connectors.replication.loop_guard.stamp``). Body
-bytes and the user flag are sent unchanged. Born timestamp and born host are the replicator's (the
+ROCKETMQ_REPLICATOR_SOURCE gets the source cluster appended (``loop_guard.stamp``). Body bytes and the
+user flag are sent unchanged. Born timestamp and born host are the replicator's (the
 target broker stamps them); the source values stay in the source and in the failures table.
 """
 
