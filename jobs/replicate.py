@@ -29,6 +29,7 @@ if __package__ in (None, ""):  # `spark-submit jobs/replicate.py` / `python jobs
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from connectors.core.config import ReplicatorConfig, load_replicator_config  # noqa: E402
+from connectors.core.driver_log import LOG_FORMAT  # noqa: E402
 from connectors.core.errors import ReplicatorError  # noqa: E402
 from connectors.replication.failure_policy import FailurePolicyRunner  # noqa: E402
 
@@ -182,7 +183,7 @@ def start_link(spark: Any, config_path: str, config: ReplicatorConfig, name: str
 def run(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                        format=LOG_FORMAT)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         config = load_replicator_config(args.config)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-"""The format of ``jobs/replicate.py``'s own handler, so both halves of the driver log read alike."""
+"""The driver log's line format, also used by the jobs' own handler (``jobs/replicate.py``), so the
+job's lines and its Python workers' lines read alike."""
 
 
 def driver_logging() -> None:
