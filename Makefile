@@ -8,13 +8,14 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 
 .PHONY: test demo bench lint unit integration clean
 
-$(STAMP): pyproject.toml setup.py connectors/_forward.c
+$(STAMP): pyproject.toml setup.py connectors/replication/_forward.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-test: $(STAMP)
+# ruff and mypy strict first: a lint or type error fails `make test` (and CI) before any test runs.
+test: lint
 	$(PY) -m pytest -q
 
 unit: $(STAMP)

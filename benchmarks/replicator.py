@@ -386,7 +386,7 @@ async def _raw_pull(namesrv: str, topic: str, queues: list[tuple[str, int]], end
 async def _paced(namesrv: str, topic: str, queues: list[tuple[str, int]], rate: float, seconds: float,
                  body: int, batch: int) -> dict[str, Any]:
     from broker_store.client import AsyncProducer, Message, MessageQueue
-    from connectors.forwarding import encode_entry
+    from connectors.replication.forwarding import encode_entry
 
     payload = _body(body, 1)
     mqs = [MessageQueue(topic, b, q) for b, q in queues]
@@ -601,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["PYTHONPATH"] = os.pathsep.join(
             dict.fromkeys([str(PROJECT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        from connectors.config import load_replicator_config
+        from connectors.core.config import load_replicator_config
         from jobs.replicate import build_spark, start_link
 
         config = load_replicator_config(config_path)

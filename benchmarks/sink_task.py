@@ -3,12 +3,13 @@
     .venv/bin/python benchmarks/sink_task.py              # 200k x 1 KiB messages, 4 queues, 5 repetitions
     .venv/bin/python benchmarks/sink_task.py --messages 50000 --reps 3
 
-What the Spark job's sink task does with ``rowFormat=ranges`` (``connectors.sink._PartitionWriter.add_ranges``:
-pull every range concurrently, forward the stored records with ``connectors.forwarding``, send batches to
-the target), run in this process against two real single-broker clusters started here
-(``benchmarks/replicator.py``'s helpers). Each repetition replicates the whole preloaded topic again and
-prints this process's CPU per message (the task thread plus the client's I/O thread) and the task thread's
-alone, from ``time.process_time`` / ``time.thread_time``.
+What the Spark job's sink task does with ``rowFormat=ranges``
+(``connectors.replication.partition_writer.PartitionWriter.add_ranges``: pull every range concurrently,
+forward the stored records with ``connectors.replication.forwarding``, send batches to the target), run
+in this process against two real single-broker clusters started here (``benchmarks/replicator.py``'s
+helpers). Each repetition replicates the whole preloaded topic again and prints this process's CPU per
+message (the task thread plus the client's I/O thread) and the task thread's alone, from
+``time.process_time`` / ``time.thread_time``.
 
 Why it exists: ``benchmarks/replicator.py`` measures the whole pipeline on 2 shared cores, where a 5 %
 change in the task's cost is lost in the run-to-run noise (30-40 %). CPU time of one process repeats within
@@ -47,8 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     import pyarrow as pa
 
     from broker_store.client import Admin, MessageQueue
-    from connectors import sink
-    from connectors.source import RANGES_ARROW_SCHEMA
+    from connectors.core.rows import RANGES_ARROW_SCHEMA
+    from connectors.replication.partition_writer import PartitionWriter
+    from connectors.replication.writer_options import SinkOptions
 
     root = bench.choose_data_root()
     clusters = []
@@ -69,16 +71,16 @@ def main(argv: list[str] | None = None) -> int:
                  "consumerGroup": "CID_BENCH_SINK_TASK", "tagFilter": None, "pullBatchSize": args.pull_batch,
                  "pullTimeoutMs": 10_000, "failOnDataLoss": True} for q in range(args.queues)]
         ranges = pa.RecordBatch.from_pylist(rows, schema=RANGES_ARROW_SCHEMA)
-        options = sink.SinkOptions(namesrv=dst.addr, target_cluster="bdst", source_cluster="bsrc")
+        options = SinkOptions(namesrv=dst.addr, target_cluster="bdst", source_cluster="bsrc")
         warm = pa.RecordBatch.from_pylist([{**rows[0], "endOffset": min(ends[0], 2000)}], schema=RANGES_ARROW_SCHEMA)
-        writer = sink._PartitionWriter(options)  # connections, routes, imports: not measured
+        writer = PartitionWriter(options)  # connections, routes, imports: not measured
         writer.add_ranges([warm])
         writer.finish()
         gc.freeze()  # as freeze_worker_heap does in a Spark worker
         print(f"{n} messages of {args.body} B in {args.queues} queues, pulls of {args.pull_batch}", flush=True)
         for rep in range(args.reps):
             cpu0, thread0, wall0 = time.process_time(), time.thread_time(), time.perf_counter()
-            writer = sink._PartitionWriter(options)
+            writer = PartitionWriter(options)
             writer.add_ranges([ranges])
             message = writer.finish()
             cpu, thread, wall = (time.process_time() - cpu0, time.thread_time() - thread0,

@@ -50,7 +50,7 @@ def queues_of(admin: Admin, topic: str) -> list[MessageQueue]:
 
 
 def produce(namesrv: str, count: int) -> dict[str, bytes]:
-    sent = {}
+    sent: dict[str, bytes] = {}
     started = time.monotonic()
     with Producer(namesrv, "DEMO_PRODUCER") as producer:
         for start in range(0, count, 100):

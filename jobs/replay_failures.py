@@ -4,7 +4,7 @@
 
 Reads ``LinkTables.unreplayed_failures()`` (oldest source position first), sends each message with
 the project Producer to its recorded target topic, with the same property rules as the sink
-(``connectors.sink.target_properties``: generated properties dropped, UNIQ_KEY kept, loop-guard chain
+(``connectors.replication.forwarding.target_properties``: generated properties dropped, UNIQ_KEY kept, loop-guard chain
 stamped) and skips (and marks) messages whose chain already holds the target cluster. A failure is
 marked replayed only after the target acknowledged it; failures that fail again stay unreplayed and
 are listed. Runs on one machine, no Spark. Exit code 0 when everything was replayed, 1 otherwise.
@@ -18,11 +18,12 @@ import sys
 
 from broker_store.client import Message, Producer
 from broker_store.protocol.errors import RocketMQError
-from connectors import loop_guard
-from connectors.config import load_replicator_config
-from connectors.errors import ReplicatorError
-from connectors.sink import CLIENT_MAX_MESSAGE_SIZE, DEFAULT_PRODUCER_GROUP_PREFIX, target_properties
-from connectors.tables import LinkTables
+from connectors.core.config import DEFAULT_PRODUCER_GROUP_PREFIX, load_replicator_config
+from connectors.core.errors import ReplicatorError
+from connectors.core.executor import CLIENT_MAX_MESSAGE_SIZE
+from connectors.replication import loop_guard
+from connectors.replication.forwarding import target_properties
+from connectors.replication.tables import LinkTables
 
 log = logging.getLogger("jobs.replay_failures")
 

@@ -28,9 +28,10 @@ from typing import Any
 if __package__ in (None, ""):  # `spark-submit jobs/replicate.py` / `python jobs/replicate.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from connectors.config import ReplicatorConfig, load_replicator_config  # noqa: E402
-from connectors.errors import ReplicatorError  # noqa: E402
-from connectors.failure_policy import FailurePolicyRunner  # noqa: E402
+from connectors.core.config import ReplicatorConfig, load_replicator_config  # noqa: E402
+from connectors.core.driver_log import LOG_FORMAT  # noqa: E402
+from connectors.core.errors import ReplicatorError  # noqa: E402
+from connectors.replication.failure_policy import FailurePolicyRunner  # noqa: E402
 
 log = logging.getLogger("jobs.replicate")
 
@@ -48,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def make_progress_listener() -> Any:
     """A StreamingQueryListener that logs one line per batch (and query start / end)."""
-    from pyspark.sql.streaming import StreamingQueryListener
+    from pyspark.sql.streaming.listener import StreamingQueryListener
 
     class ProgressLogger(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
@@ -147,7 +148,7 @@ def build_spark(app_name: str = "rocketmq-replicator", master: str | None = None
     for key, value in (settings or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    from connectors.source import RocketMQDataSource
+    from connectors.replication.data_source import RocketMQDataSource
 
     spark.dataSource.register(RocketMQDataSource)
     return spark
@@ -182,7 +183,7 @@ def start_link(spark: Any, config_path: str, config: ReplicatorConfig, name: str
 def run(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                        format=LOG_FORMAT)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         config = load_replicator_config(args.config)

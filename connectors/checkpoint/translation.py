@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from connectors.offsets import QueueKey
+from connectors.core.offsets import QueueKey
 
 
 class TargetQueueKey(NamedTuple):

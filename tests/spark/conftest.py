@@ -91,7 +91,7 @@ def spark(hook_log: Path) -> Iterator[object]:
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     from pyspark.sql import SparkSession
 
-    from connectors.source import RocketMQDataSource
+    from connectors.replication.data_source import RocketMQDataSource
 
     session = (SparkSession.builder.master("local[2]").appName("rocketmq-replicator-tests")
                .config("spark.ui.enabled", "false")

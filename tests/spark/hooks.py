@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from connectors.records import FailedMessage
+from connectors.replication.records import FailedMessage
 
 
 def _record(failures: list[FailedMessage]) -> None:

@@ -26,8 +26,8 @@ from typing import Any
 import yaml
 
 from broker_store.client import MessageQueue, Producer, PullConsumer, PullStatus, StoredMessage, new_message
-from connectors.offsets import QueueKey, SourceOffset
-from connectors.sink import read_offset_log
+from connectors.core.offsets import QueueKey, SourceOffset
+from connectors.core.spark_checkpoint import read_offset_log
 from tests.support.processes import free_port
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from broker_store.client import new_message
-from connectors.offsets import QueueKey
-from connectors.tables import LinkTables
+from connectors.core.offsets import QueueKey
+from connectors.replication.tables import LinkTables
 from tests.spark.conftest import DST_MAX_MESSAGE_SIZE, Cluster
 from tests.spark.helpers import produce_random, run_link, unique
 

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from broker_store.client import Admin, MessageQueue, StoredMessage
-from connectors.offsets import QueueKey
-from connectors.tables import LinkTables
+from connectors.core.offsets import QueueKey
+from connectors.replication.tables import LinkTables
 from tests.spark.conftest import Cluster
 from tests.spark.helpers import produce_random, run_link, unique
 from tests.spark.spark_processes import (

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from connectors.loop_guard import CHAIN_PROPERTY
-from connectors.offsets import QueueKey
-from connectors.tables import LinkTables
+from connectors.core.offsets import QueueKey
+from connectors.replication.loop_guard import CHAIN_PROPERTY
+from connectors.replication.tables import LinkTables
 from tests.spark.conftest import Cluster
 from tests.spark.helpers import produce_random, run_link, unique
 
@@ -118,7 +118,7 @@ def _write_config(path: Path, src: Cluster, dst: Cluster, topic: str, work: Path
 def test_loop_prevention_between_two_links(spark, clusters: tuple[Cluster, Cluster], tmp_path: Path) -> None:
     """A->B and B->A on the same topics (regex links, started through jobs.replicate): every message
     ends up once on each side, and messages that came from the other side are skipped, not echoed."""
-    from connectors.config import load_replicator_config
+    from connectors.core.config import load_replicator_config
     from jobs.replicate import start_link
 
     src, dst = clusters

@@ -9,7 +9,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-import connectors.sink as sink
 from broker_store.client import MessageQueue, SendResult
 from broker_store.client.records import SendStatus
 from broker_store.protocol.message import (
@@ -20,8 +19,12 @@ from broker_store.protocol.message import (
     encode_stored_message,
     iter_batch,
 )
-from connectors.offsets import QueueKey
-from connectors.source import ARROW_SCHEMA, RAW_ARROW_SCHEMA, messages_to_arrow
+from connectors.core.offsets import QueueKey
+from connectors.core.rows import ARROW_SCHEMA, RAW_ARROW_SCHEMA
+from connectors.replication import sending
+from connectors.replication.arrow_rows import messages_to_arrow
+from connectors.replication.partition_writer import PartitionWriter
+from connectors.replication.writer_options import SinkOptions
 
 
 def _stored(i: int, props: dict[str, str]) -> StoredMessage:
@@ -87,13 +90,13 @@ def test_raw_rows_send_exactly_what_per_message_rows_send(monkeypatch: pytest.Mo
             future.set_result(SendResult(SendStatus.SEND_OK, "", "", queue, 0))
             return future
 
-    monkeypatch.setattr(sink, "_executor_producer", lambda _o: Capture())
-    options = sink.SinkOptions(namesrv="127.0.0.1:1", target_cluster="dst", preserve_queues=False)
+    monkeypatch.setattr(sending, "target_producer", lambda _o: Capture())
+    options = SinkOptions(namesrv="127.0.0.1:1", target_cluster="dst", preserve_queues=False)
     results = []
     for feed in (lambda w: w.add_record_batch(messages_to_arrow(messages, "src-a", "src")),
                  lambda w: w.add_raw_batch(raw_rb)):
         sent.append([])
-        writer = sink._PartitionWriter(options)
+        writer = PartitionWriter(options)
         feed(writer)
         results.append(writer.finish())
     assert sent[0] == sent[1] and len(sent[0]) == 4  # the message whose chain holds dst is skipped

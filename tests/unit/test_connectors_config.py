@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from connectors.config import FailurePolicy, load_replicator_config, parse_replicator_config
-from connectors.errors import ConfigError, CredentialError
+from connectors.core.config import FailurePolicy, load_replicator_config, parse_replicator_config
+from connectors.core.errors import ConfigError, CredentialError
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.config import FailurePolicy, LinkConfig
-from connectors.errors import BatchFailedError, FailureHookError
-from connectors.failure_policy import FailurePolicyRunner, apply_failure_policy, load_failure_hook
-from connectors.records import FailedMessage, FailureOutcome
+from connectors.core.config import FailurePolicy, LinkConfig
+from connectors.core.errors import BatchFailedError, FailureHookError
+from connectors.replication.failure_policy import FailurePolicyRunner, apply_failure_policy, load_failure_hook
+from connectors.replication.records import FailedMessage, FailureOutcome
 
 SEEN: list[list[FailedMessage]] = []
 NOT_CALLABLE = 42

@@ -1,5 +1,5 @@
-"""Stored records -> batch entries (connectors.forwarding) against the exact rules of
-``connectors.sink.target_properties`` applied to the decoded messages."""
+"""Stored records -> batch entries (connectors.replication.forwarding) against the exact rules of
+``connectors.replication.forwarding.target_properties`` applied to the decoded messages."""
 
 from __future__ import annotations
 
@@ -19,9 +19,15 @@ from broker_store.protocol.message import (
     encode_stored_message,
     iter_batch,
 )
-from connectors import forwarding, loop_guard
-from connectors.forwarding import SKIP, ForwardedPull, RecordForwarder, dropped_entries_pattern
-from connectors.sink import DROPPED_PROPERTIES, target_properties
+from connectors.replication import forwarding, loop_guard
+from connectors.replication.forwarding import (
+    DROPPED_PROPERTIES,
+    SKIP,
+    ForwardedPull,
+    RecordForwarder,
+    dropped_entries_pattern,
+    target_properties,
+)
 
 STORE_IP, STORE_PORT = b"\x0a\x00\x00\x07", 10911
 
@@ -180,7 +186,7 @@ any_props = st.dictionaries(st.one_of(names, st.sampled_from(sorted(DROPPED_PROP
        st.sampled_from(["src", None]), st.integers(0, 3), st.integers(3, 9), st.booleans())
 def test_the_c_loop_equals_the_python_loop(messages: list[tuple[dict[str, str], str | None, bool, bytes, int, int]],
                                            source: str | None, first: int, stop: int, chained: bool) -> None:
-    """``forward`` (the C loop of connectors._forward for plain pulls) returns exactly what ``forward_each``
+    """``forward`` (the C loop of connectors.replication._forward for plain pulls) returns exactly what ``forward_each``
     returns, field by field, for any pull; the C loop takes every plain pull and declines the others."""
     recs = []
     plain_ones = []  # per record: would the C loop take it
@@ -198,7 +204,7 @@ def test_the_c_loop_equals_the_python_loop(messages: list[tuple[dict[str, str], 
     each = forwarder.forward_each(buf, "T", 3, first, stop)
     assert forwarder.forward(buf, "T", 3, first, stop) == each
     if forwarding._forward_plain is None:  # noqa: SLF001
-        pytest.skip("connectors._forward is not built")
+        pytest.skip("connectors.replication._forward is not built")
     plain = forwarding._forward_plain(buf, b"T", 3, first, stop, forwarder._dropped_names,  # noqa: SLF001
                                       forwarder._suffix_for_unchained(), MAX_PROPERTIES_LENGTH)  # noqa: SLF001
     if all(plain_ones[first:stop]) and not each.refused:
@@ -209,7 +215,7 @@ def test_the_c_loop_equals_the_python_loop(messages: list[tuple[dict[str, str], 
 
 def test_the_c_loop_declines_foreign_and_broken_records() -> None:
     if forwarding._forward_plain is None:  # noqa: SLF001
-        pytest.skip("connectors._forward is not built")
+        pytest.skip("connectors.replication._forward is not built")
     forwarder = RecordForwarder(DROPPED_PROPERTIES, stamp_for("src"))
     plain = record(0, encode_properties({"UNIQ_KEY": "U0"}))
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors.loop_guard import CHAIN_PROPERTY, format_chain, parse_chain, should_skip, stamp
+from connectors.replication.loop_guard import CHAIN_PROPERTY, format_chain, parse_chain, should_skip, stamp
 
 
 def replicate(props: dict[str, str], source: str, target: str) -> dict[str, str] | None:

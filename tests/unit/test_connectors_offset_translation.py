@@ -12,7 +12,7 @@ from connectors.checkpoint.translation import (
     TargetQueueKey,
     target_offsets,
 )
-from connectors.offsets import QueueKey
+from connectors.core.offsets import QueueKey
 
 SRC = QueueKey("Orders", "src-a", 0)
 DST = TargetQueueKey("Orders", "dst-a", 0)

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors.errors import OffsetFormatError
-from connectors.offsets import QueueKey, SourceOffset
+from connectors.core.errors import OffsetFormatError
+from connectors.core.offsets import QueueKey, SourceOffset
 
 topics = st.from_regex(r"[%|a-zA-Z0-9_-]{1,20}", fullmatch=True)
 brokers = st.text(min_size=1, max_size=12).filter(lambda s: "\x00" not in s)

@@ -1,4 +1,4 @@
-"""connectors.queue_placement: decisions never move, new queues spread evenly, re-runs decide alike."""
+"""connectors.replication.queue_placement: decisions never move, new queues spread evenly, re-runs decide alike."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.offsets import QueueKey
-from connectors.queue_placement import LEAST_LOADED, PRESERVED, Placement, QueuePlacement, TargetQueue
+from connectors.core.offsets import QueueKey
+from connectors.replication.queue_placement import LEAST_LOADED, PRESERVED, Placement, QueuePlacement, TargetQueue
 
 
 def _sources(topic: str, n: int, broker: str = "src-a") -> list[QueueKey]:

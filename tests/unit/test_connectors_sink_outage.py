@@ -13,7 +13,6 @@ from types import SimpleNamespace
 
 import pytest
 
-import connectors.sink as sink
 from broker_store.client import MessageQueue, SendResult
 from broker_store.client.records import SendStatus
 from broker_store.protocol.codes import ResponseCode
@@ -24,9 +23,13 @@ from broker_store.protocol.errors import (
     TransportError,
 )
 from broker_store.protocol.message import encode_properties, iter_batch
-from connectors.errors import TargetUnavailableError
-from connectors.forwarding import encode_entry
-from connectors.offsets import QueueKey
+from connectors.core.errors import TargetUnavailableError
+from connectors.core.offsets import QueueKey
+from connectors.replication import outage, placement, sending
+from connectors.replication.forwarding import encode_entry
+from connectors.replication.partition_writer import PartitionWriter
+from connectors.replication.sending import Item, ReplicationCommitMessage
+from connectors.replication.writer_options import SinkOptions
 
 TOPIC = "T"
 QUEUE = MessageQueue(TOPIC, "dst-a", 0)
@@ -73,27 +76,27 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
-    monkeypatch.setattr(sink, "_sleep", fake.sleep)
-    monkeypatch.setattr(sink, "_monotonic", lambda: fake.now)
+    monkeypatch.setattr(outage, "sleep", fake.sleep)
+    monkeypatch.setattr(outage, "monotonic", lambda: fake.now)
     return fake
 
 
 def _writer(monkeypatch: pytest.MonkeyPatch, producer: FakeProducer, *, brokers_registered: bool = True,
-            **options: object) -> sink._PartitionWriter:
+            **options: object) -> PartitionWriter:
     table = {"dst-a": object()} if brokers_registered else {}
     admin = SimpleNamespace(cluster_info=lambda: SimpleNamespace(broker_addr_table=table))
-    monkeypatch.setattr(sink, "_executor_producer", lambda _o: producer)
-    monkeypatch.setattr(sink, "_executor_admin", lambda _n, _c: admin)
+    monkeypatch.setattr(sending, "target_producer", lambda _o: producer)
+    monkeypatch.setattr(outage, "executor_admin", lambda _n, _c: admin)
     base = dict(namesrv="127.0.0.1:1", target_cluster="dst", source_cluster="src", max_retries=2,
                 retry_backoff_ms=100, retry_timeout_ms=60_000, retry_backoff_max_ms=2_000)
-    return sink._PartitionWriter(sink.SinkOptions(**{**base, **options}))  # type: ignore[arg-type]
+    return PartitionWriter(SinkOptions(**{**base, **options}))  # type: ignore[arg-type]
 
 
-def _send(writer: sink._PartitionWriter, count: int = 3) -> sink.ReplicationCommitMessage:
+def _send(writer: PartitionWriter, count: int = 3) -> ReplicationCommitMessage:
     for offset in range(count):
         body = f"m{offset}".encode()
-        item = sink._Item(source=SOURCE, queue_offset=offset, body=body, born_ms=0, store_ms=0,
-                          offset_msg_id=f"id{offset}", source_properties={}, tags=None, keys=None)
+        item = Item(source=SOURCE, queue_offset=offset, body=body, born_ms=0, store_ms=0,
+                    offset_msg_id=f"id{offset}", source_properties={}, tags=None, keys=None)
         writer._append(TOPIC, writer.placement.place(TOPIC, SOURCE), SOURCE,
                        encode_entry(body, encode_properties({"UNIQ_KEY": f"id{offset}"}), 0), len(body), offset,
                        0, item)
@@ -148,7 +151,7 @@ def test_outage_longer_than_retry_timeout_fails_the_task(monkeypatch: pytest.Mon
 def test_placement_survives_a_broker_group_missing_from_the_route(monkeypatch: pytest.MonkeyPatch) -> None:
     """While one target broker group is down (or restarted before the other), the route lists only part
     of the topic's queues; a task starting then must not move source queues to other target queues."""
-    monkeypatch.setattr(sink, "_seen_target_queues", {})
+    monkeypatch.setattr(placement, "_seen_target_queues", {})
     full = [MessageQueue(TOPIC, broker, q) for broker in ("dst-a", "dst-b") for q in range(4)]
     producer = FakeProducer(lambda n: None)
     monkeypatch.setattr(producer, "writable_queues", lambda topic: full)

@@ -11,11 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors.errors import ConfigError
-from connectors.loop_guard import CHAIN_PROPERTY
-from connectors.offsets import QueueKey, SourceOffset
-from connectors.sink import DROPPED_PROPERTIES, SinkOptions, read_offset_log, target_properties
-from connectors.source import QueueRange, SourceOptions, distribute_limit, plan_ranges
+from connectors.core.errors import ConfigError
+from connectors.core.offsets import QueueKey, SourceOffset
+from connectors.core.spark_checkpoint import read_offset_log
+from connectors.replication.forwarding import DROPPED_PROPERTIES, target_properties
+from connectors.replication.loop_guard import CHAIN_PROPERTY
+from connectors.replication.planning import QueueRange, distribute_limit, plan_ranges
+from connectors.replication.reader_options import SourceOptions
+from connectors.replication.writer_options import SinkOptions
 
 Q = [QueueKey("T", f"b{i % 2}", i) for i in range(6)]
 
@@ -100,7 +103,7 @@ def test_acl_credentials_come_from_the_named_environment_variables(tmp_path: Pat
     import yaml
 
     from broker_store.protocol.acl import SessionCredentials
-    from connectors.errors import CredentialError
+    from connectors.core.errors import CredentialError
 
     config = tmp_path / "replicator.yaml"
     config.write_text(yaml.safe_dump({
@@ -137,7 +140,7 @@ def test_acl_credentials_come_from_the_named_environment_variables(tmp_path: Pat
 def test_pull_range_raw_trims_to_whole_records_inside_the_range() -> None:
     from broker_store.client import PullResult, PullStatus
     from broker_store.protocol.message import decode_stored_messages, encode_stored_message
-    from connectors.source import PullSettings, pull_range_raw
+    from connectors.replication.pulling import PullSettings, pull_range_raw
 
     def record(offset: int) -> bytes:
         return encode_stored_message(topic=b"T", queue_id=0, queue_offset=offset, physical_offset=offset * 200,
@@ -173,7 +176,7 @@ def test_pull_range_raw_trims_to_whole_records_inside_the_range() -> None:
        st.integers(1, 6), st.integers(1, 8))
 def test_group_ranges_keeps_each_queue_whole_and_in_order(sizes: list[tuple[int, int]], min_parts: int,
                                                           max_parts: int) -> None:
-    from connectors.source import QueueRangeGroup, group_ranges
+    from connectors.replication.planning import QueueRangeGroup, group_ranges
 
     queues = {QueueKey("T", f"b{q % 2}", q): n for q, n in sizes}
     ranges = plan_ranges(SourceOffset.of(dict.fromkeys(queues, 0)), SourceOffset.of(queues), min_partitions=min_parts)
@@ -195,7 +198,7 @@ def test_group_ranges_keeps_each_queue_whole_and_in_order(sizes: list[tuple[int,
 
 
 def test_group_ranges_balances_by_size() -> None:
-    from connectors.source import group_ranges
+    from connectors.replication.planning import group_ranges
 
     sizes = {QueueKey("T", "b", q): n for q, n in enumerate([900, 100, 500, 500, 10])}
     grouped = group_ranges(plan_ranges(SourceOffset.of(dict.fromkeys(sizes, 0)), SourceOffset.of(sizes)), 2)
@@ -212,9 +215,9 @@ def test_sink_pulls_every_range_of_a_task_concurrently(monkeypatch: pytest.Monke
     import pyarrow as pa
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    import connectors.sink as sink
     from broker_store.client import PullResult, PullStatus
-    from connectors.source import RANGES_ARROW_SCHEMA
+    from connectors.core.rows import RANGES_ARROW_SCHEMA
+    from connectors.replication import partition_writer, sending, writer
 
     events: list[tuple[str, int]] = []
 
@@ -228,17 +231,17 @@ def test_sink_pulls_every_range_of_a_task_concurrently(monkeypatch: pytest.Monke
                                      messages=[], suggest_which_broker_id=0)
         return pulls()
 
-    monkeypatch.setattr(sink, "pull_results", fake_pull_results)
-    monkeypatch.setattr(sink, "_executor_producer", lambda options: object())
-    monkeypatch.setattr(sink, "freeze_worker_heap", lambda: None)
-    writer = sink.RocketMQStreamWriter({"namesrv": "127.0.0.1:1", "targetCluster": "dst"},
-                                       from_arrow_schema(RANGES_ARROW_SCHEMA))
+    monkeypatch.setattr(partition_writer, "pull_results", fake_pull_results)
+    monkeypatch.setattr(sending, "target_producer", lambda options: object())
+    monkeypatch.setattr(writer, "freeze_worker_heap", lambda: None)
+    stream_writer = writer.RocketMQStreamWriter({"namesrv": "127.0.0.1:1", "targetCluster": "dst"},
+                                                from_arrow_schema(RANGES_ARROW_SCHEMA))
     rows = [pa.RecordBatch.from_pylist([{
         "topic": "T", "brokerName": "b0", "queueId": qid, "startOffset": 0, "endOffset": 2, "fromEarliest": False,
         "sourceCluster": "src", "sourceNamesrv": "127.0.0.1:1", "consumerGroup": "G", "tagFilter": None,
         "pullBatchSize": 1024, "pullTimeoutMs": 1000, "failOnDataLoss": True}], schema=RANGES_ARROW_SCHEMA)
         for qid in range(3)]
-    message = writer.write(iter(rows))
+    message = stream_writer.write(iter(rows))
     assert events[:3] == [("start", 0), ("start", 1), ("start", 2)]
     assert [q for kind, q in events[3:]] == [0, 1, 2, 0, 1, 2]
     assert message.delivered == 0 and not message.failures
@@ -248,8 +251,9 @@ def test_queue_placement_counts_source_queues_where_the_rows_pull_from(monkeypat
     """preserveQueues without the sink's sourceNamesrv option (a query not built from config + link): the
     source topic's queues are listed on the name server the ranges rows name, and each source queue keeps
     its position on the target."""
-    import connectors.sink as sink
     from broker_store.client import MessageQueue
+    from connectors.replication import placement as placement_module
+    from connectors.replication.placement import QueuePlacement
 
     asked: list[str] = []
     sources = [MessageQueue("S", "b1", 1), MessageQueue("S", "b1", 0), MessageQueue("S", "b0", 1),
@@ -267,11 +271,11 @@ def test_queue_placement_counts_source_queues_where_the_rows_pull_from(monkeypat
         def writable_queues(self, topic: str) -> list[MessageQueue]:
             return [MessageQueue(topic, "t0", q) for q in range(4)]
 
-    monkeypatch.setattr(sink, "_executor_admin", fake_admin)
-    monkeypatch.setattr(sink, "subscribe_queues", lambda topic, route: sorted(sources))
-    options = sink.SinkOptions(namesrv="127.0.0.1:2", target_cluster="dst")
+    monkeypatch.setattr(placement_module, "executor_admin", fake_admin)
+    monkeypatch.setattr(placement_module, "subscribe_queues", lambda topic, route: sorted(sources))
+    options = SinkOptions(namesrv="127.0.0.1:2", target_cluster="dst")
     assert options.source_namesrv is None and options.preserve_queues
-    placement = sink._QueuePlacement(options, FakeProducer())  # type: ignore[arg-type]
+    placement = QueuePlacement(options, FakeProducer())  # type: ignore[arg-type]
     placement.pulled_from("S", "127.0.0.1:9876")
     placed = [placement.place("T", QueueKey("S", mq.broker_name, mq.queue_id)) for mq in sorted(sources)]
     assert asked == ["127.0.0.1:9876"]

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from connectors.errors import TableError
-from connectors.offsets import QueueKey, SourceOffset
-from connectors.records import (
+from connectors.core.errors import TableError
+from connectors.core.offsets import QueueKey, SourceOffset
+from connectors.core.spark_checkpoint import query_id_from_checkpoint
+from connectors.replication.records import (
     BatchMetrics,
     FailedMessage,
     FailureOutcome,
@@ -18,7 +19,7 @@ from connectors.records import (
     RecordedFailure,
     summarise_latencies,
 )
-from connectors.tables import (
+from connectors.replication.tables import (
     FAILURES,
     METRICS,
     OFFSET_MAP,
@@ -26,7 +27,6 @@ from connectors.tables import (
     SCHEMAS,
     LinkTables,
     failure_id,
-    query_id_from_checkpoint,
 )
 
 Q0 = QueueKey("Orders", "src-a", 0)

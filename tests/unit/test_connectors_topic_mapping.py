@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors.config import TopicMappingConfig, parse_replicator_config
-from connectors.errors import TopicMappingError
-from connectors.topic_mapping import SYSTEM_TOPICS, TopicMapper, is_system_topic
+from connectors.core.config import TopicMappingConfig, parse_replicator_config
+from connectors.core.errors import TopicMappingError
+from connectors.core.topic_mapping import SYSTEM_TOPICS, TopicMapper, is_system_topic
 
 
 def mapper(reserved: tuple[str, ...] = (), **mapping: Any) -> TopicMapper:

@@ -24,9 +24,9 @@ import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from connectors.config import HOOK_PATTERN, FailurePolicy, LinkConfig
-from connectors.errors import BatchFailedError, FailureHookError
-from connectors.records import FailedMessage, FailureOutcome, RecordedFailure
+from connectors.core.config import HOOK_PATTERN, FailurePolicy, LinkConfig
+from connectors.core.errors import BatchFailedError, FailureHookError
+from connectors.replication.records import FailedMessage, FailureOutcome, RecordedFailure
 
 FailureHook = Callable[[list[FailedMessage]], object]
 

@@ -1,21 +1,21 @@
 """Stored records -> SEND_BATCH_MESSAGE entries: the sink's per-message hot path for raw pulls.
 
-Called on executors by ``connectors.sink._PartitionWriter`` for the records of one pull (the source's
-``rowFormat=raw`` rows and the ranges the sink pulls itself). It turns each stored record (V1 layout,
-``broker_store.protocol.message``) into the batch entry the target is sent, without building a message
-object or a property dict: the body is sliced out, the properties stay bytes and are edited in place
+Called on executors by ``connectors.replication.partition_writer.PartitionWriter`` for the records of one
+pull (the reader's ``rowFormat=raw`` rows and the ranges the writer pulls itself). It turns each stored
+record (V1 layout, ``broker_store.protocol.message``) into the batch entry the target is sent, without
+building a message object or a property dict: the body is sliced out, the properties stay bytes and are edited in place
 by the rules of ``forwarded_properties``:
 
 * entries named in ``DROPPED_PROPERTIES`` are cut out (one regex pass; in practice the CLUSTER entry
   every broker appends);
 * a record without UNIQ_KEY gets its source offset message id as UNIQ_KEY, so re-sends of one source
   message carry one id;
-* ``ROCKETMQ_REPLICATOR_SOURCE`` gets the source cluster appended (``connectors.loop_guard``), or the
+* ``ROCKETMQ_REPLICATOR_SOURCE`` gets the source cluster appended (``connectors.replication.loop_guard``), or the
   record is skipped when the target is already in its chain.
 
 A record that already carries a chain, an empty UNIQ_KEY, or a compressed body takes the exact path instead
 (properties decoded to a dict, body inflated): equivalent output, slower, and rare outside two-way
-links. Pulls with no such record go through the same loop written in C (``connectors/_forward.c``, built
+links. Pulls with no such record go through the same loop written in C (``connectors/replication/_forward.c``, built
 by ``pip install -e .`` when a compiler is there); ``RecordForwarder.forward_each`` is the Python loop.
 
 Output entries are byte-exact in body and flag; their properties equal ``forwarded_properties`` of the
@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
+from enum import Enum
 from typing import NamedTuple
 
 from broker_store.protocol.codes import MSG_FLAG_BORNHOST_V6, MSG_FLAG_COMPRESSED, MSG_FLAG_STOREHOST_V6
@@ -45,6 +46,7 @@ from broker_store.protocol.message import (
     encode_properties,
     make_msg_id,
 )
+from connectors.replication import loop_guard
 
 _HEADER = struct.Struct(">ii4xiiqqiq8xq4si12xi")
 """The stored-record fields forwarding needs: TOTALSIZE, MAGICCODE, QUEUEID, FLAG, QUEUEOFFSET,
@@ -60,10 +62,13 @@ _UNIQ_LATER = f"\x02{PROPERTY_UNIQ_KEY}\x01".encode()
 _UNIQ_FIRST_LEN, _UNIQ_LATER_LEN = len(_UNIQ_FIRST), len(_UNIQ_LATER)
 _MAX_STOP = (1 << 63) - 1
 
-try:  # the same loop in C (connectors/_forward.c), built by pip install when a compiler is there
-    from connectors._forward import forward_plain as _forward_plain
+try:  # the same loop in C (connectors/replication/_forward.c), built by pip install when a compiler is there
+    from connectors.replication import _forward
 except ImportError:  # pragma: no cover - depends on the build
-    _forward_plain = None
+    _forward_plain: Callable[..., tuple[list[bytes], list[int], list[int], list[int], list[int], int, int | None]
+                             | None] | None = None
+else:
+    _forward_plain = _forward.forward_plain
 
 DROPPED_PROPERTIES = frozenset({
     "CLUSTER",                      # the target broker stamps its own cluster name when it stores
@@ -76,9 +81,16 @@ DROPPED_PROPERTIES = frozenset({
     "TRAN_MSG", "PGROUP", "TRAN_PREPARED_QUEUE_OFFSET",
                                     # would make the target store a transaction half message
 })
-"""Properties not copied to the target (see ``connectors.sink``'s module docstring)."""
+"""Properties not copied to the target (see ``connectors.replication.writer``'s module docstring)."""
 
-SKIP = object()
+
+class Skip(Enum):
+    """The type of ``SKIP`` (an enum member, so ``stamped is SKIP`` narrows a ``Stamp``'s answer)."""
+
+    SKIP = "skip"
+
+
+SKIP = Skip.SKIP
 """What a ``Stamp`` returns for a chain that must not be written to the target (a loop)."""
 
 
@@ -87,7 +99,7 @@ def forwarded_properties(source: Iterable[tuple[str, str]], msg_id: str | None, 
     """The properties a replicated message is sent with, from the source's (name, value) pairs: all but
     ``dropped``; UNIQ_KEY set to ``msg_id`` when it is missing or empty (re-sends of one source message
     carry one id); the loop-guard chain set to ``chain``, the already stamped value (None: left as is).
-    The one statement of these rules: ``connectors.sink.target_properties``, the sink's row path and
+    The one statement of these rules: ``target_properties``, the writer's row path and
     ``RecordForwarder``'s exact path all call it, and its byte-level fast path is tested against it."""
     props = {k: v for k, v in source if k not in dropped}
     if msg_id and not props.get(PROPERTY_UNIQ_KEY):
@@ -96,7 +108,8 @@ def forwarded_properties(source: Iterable[tuple[str, str]], msg_id: str | None, 
         props[PROPERTY_REPLICATOR_SOURCE] = chain
     return props
 
-Stamp = Callable[[str | None], "str | None | object"]
+
+Stamp = Callable[[str | None], "str | None | Skip"]
 """The chain value a message with chain ``c`` (None: none) is sent with, or ``SKIP``."""
 
 
@@ -164,7 +177,7 @@ class RecordForwarder:
         to another queue than the pull's.
 
         A pull whose records are all plain (well formed, of this queue, uncompressed, no chain, no empty
-        UNIQ_KEY, properties within the limit) goes through the C loop of ``connectors._forward`` when it
+        UNIQ_KEY, properties within the limit) goes through the C loop of ``connectors.replication._forward`` when it
         is built; any other pull, or every pull without it, through ``forward_each``. Both give the same
         result (tests/unit/test_connectors_forwarding.py holds them equal).
         """
@@ -225,7 +238,7 @@ class RecordForwarder:
             if (sys_flag & _UNUSUAL_FLAGS or _CHAIN_KEY in props or plain_suffix is None
                     or (uniq >= 0 and (uniq == len(props) or props[uniq] == 2))):  # an empty UNIQ_KEY
                 exact = self._exact(buf, pos)
-                if exact is None or exact.__class__ is str:
+                if exact is None or isinstance(exact, str):
                     if exact is None:
                         skipped += 1
                     else:
@@ -285,3 +298,13 @@ def encode_entry(body: bytes, properties: bytes, flag: int) -> bytes:
 def entry_body_length(entry: bytes) -> int:
     """BODYLEN of an encoded batch entry."""
     return int.from_bytes(entry[16:20], "big")
+
+
+def target_properties(source_properties: Mapping[str, str], source_cluster: str | None,
+                      msg_id: str | None = None) -> dict[str, str]:
+    """The properties a replicated message is sent with (see ``DROPPED_PROPERTIES``); input untouched.
+    The rule the forwarding loops apply in bulk, for one decoded message.
+
+    ``source_cluster`` None (rows without a cluster name) copies the chain unchanged."""
+    props = forwarded_properties(source_properties.items(), msg_id, None)
+    return loop_guard.stamp(props, source_cluster) if source_cluster else props

@@ -1,6 +1,6 @@
 /* The replicator's per-record hot path in C: stored records -> SEND_BATCH_MESSAGE entries.
  *
- * ``forward_plain`` is ``connectors.forwarding.RecordForwarder.forward_each`` for pulls whose records
+ * ``forward_plain`` is ``connectors.replication.forwarding.RecordForwarder.forward_each`` for pulls whose records
  * are all plain: well formed, of the pulled topic and queue, uncompressed, IPv4 hosts, without a
  * loop-guard chain, without an empty UNIQ_KEY, and whose properties stay within the limit once
  * stamped. For any other pull it returns None and the Python code handles it (and names what is wrong):

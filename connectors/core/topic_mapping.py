@@ -24,8 +24,8 @@ from collections.abc import Iterable
 
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.message import validate_topic
-from connectors.config import TopicMappingConfig
-from connectors.errors import TopicMappingError
+from connectors.core.config import TopicMappingConfig
+from connectors.core.errors import TopicMappingError
 
 SYSTEM_TOPIC_PREFIXES: tuple[str, ...] = (
     "rmq_sys_",        # TopicValidator.SYSTEM_TOPIC_PREFIX: revive logs, wheel timer, heartbeats, ...

@@ -18,15 +18,14 @@ a malformed chain must not stop the stream, and ignoring blanks can only make th
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from broker_store.protocol.message import PROPERTY_REPLICATOR_SOURCE
+from connectors.core.config import CLUSTER_NAME_PATTERN, CLUSTER_NAME_SEPARATOR
 
 CHAIN_PROPERTY = PROPERTY_REPLICATOR_SOURCE
-CHAIN_SEPARATOR = ","
-CLUSTER_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-"""Full-match pattern every cluster name in the replicator config must satisfy."""
+CHAIN_SEPARATOR = CLUSTER_NAME_SEPARATOR
+"""Cluster names (``CLUSTER_NAME_PATTERN``, owned by the config) never contain it."""
 
 
 def parse_chain(value: str | None) -> tuple[str, ...]:

@@ -43,19 +43,25 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import ProtocolError
-from broker_store.protocol.message import validate_topic
-from connectors.errors import ConfigError, CredentialError
-from connectors.loop_guard import CHAIN_PROPERTY, CHAIN_SEPARATOR, CLUSTER_NAME_PATTERN
+from broker_store.protocol.message import PROPERTY_REPLICATOR_SOURCE, validate_topic
+from connectors.core.errors import ConfigError, CredentialError
 
+CLUSTER_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+"""Full-match pattern of every cluster name. Names are written into message properties as lists joined
+with ``CLUSTER_NAME_SEPARATOR`` (the replication loop guard's chain, ``connectors.replication.loop_guard``),
+so a name never contains the separator and needs no escaping."""
+CLUSTER_NAME_SEPARATOR = ","
 LINK_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 """Link names become directory names and part of the default consumer group, hence no dots."""
 ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 HOST_PORT_PATTERN = re.compile(r"[A-Za-z0-9_.-]+:(\d{1,5})")
 DEFAULT_CONSUMER_GROUP_PREFIX = "CID_RMQ_SYS_REPLICATOR_"
+DEFAULT_PRODUCER_GROUP_PREFIX = "PID_RMQ_SYS_REPLICATOR_"
 HOOK_PATTERN = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 """``package.module:function`` (the attribute part may be dotted: ``module:Class.method``)."""
 TOPIC_PLACEHOLDER = "topic"
@@ -76,7 +82,7 @@ _TRIGGER_UNITS = {
 _TRIGGER_PATTERN = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)?\s*")
 
 
-def _field_error(field_path: str, reason: str) -> PydanticCustomError:
+def field_error(field_path: str, reason: str) -> PydanticCustomError:
     """A validation error that ``load_replicator_config`` reports at ``<model path>.<field_path>``."""
     return PydanticCustomError("replicator_field", "{reason}", {"field": field_path, "reason": reason})
 
@@ -97,7 +103,10 @@ def _compile(pattern: str) -> re.Pattern[str]:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # YAML keys are the field names; the camelCase aliases are the same settings' Spark option names
+    # (``connectors.core.options``), never accepted from YAML.
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, validate_by_name=True,
+                              validate_by_alias=False)
 
 
 def resolve_credentials(access_key_env: str | None, secret_key_env: str | None, *, fields: tuple[str, str],
@@ -139,16 +148,16 @@ class ClusterConfig(_Model):
     def _reject_inline_secrets(cls, data: Any) -> Any:
         if isinstance(data, Mapping):
             for key in sorted(INLINE_SECRET_KEYS.intersection(data)):
-                raise _field_error(key, "inline credentials are not allowed; put the value in an environment "
+                raise field_error(key, "inline credentials are not allowed; put the value in an environment "
                                         "variable and name it with access_key_env / secret_key_env")
         return data
 
     @field_validator("name")
     @classmethod
     def _check_name(cls, value: str) -> str:
-        if CHAIN_SEPARATOR in value:
-            raise ValueError(f"cluster name {value!r} contains {CHAIN_SEPARATOR!r}, the separator of the "
-                             f"{CHAIN_PROPERTY} chain")
+        if CLUSTER_NAME_SEPARATOR in value:
+            raise ValueError(f"cluster name {value!r} contains {CLUSTER_NAME_SEPARATOR!r}, the separator of the "
+                             f"{PROPERTY_REPLICATOR_SOURCE} chain")
         if not CLUSTER_NAME_PATTERN.fullmatch(value):
             raise ValueError(f"cluster name {value!r} must match {CLUSTER_NAME_PATTERN.pattern}")
         return value
@@ -183,7 +192,7 @@ class ClusterConfig(_Model):
     def _both_or_neither(self) -> ClusterConfig:
         if (self.access_key_env is None) != (self.secret_key_env is None):
             missing = "secret_key_env" if self.secret_key_env is None else "access_key_env"
-            raise _field_error(missing, "access_key_env and secret_key_env must be set together")
+            raise field_error(missing, "access_key_env and secret_key_env must be set together")
         return self
 
     def credentials(self, environ: Mapping[str, str] | None = None) -> SessionCredentials | None:
@@ -227,7 +236,7 @@ class ExplicitTopic(_Model):
     @model_validator(mode="after")
     def _target_for_many(self) -> ExplicitTopic:
         if self.target is None and len(self.source) > 1:
-            raise _field_error("target", "several source topics need one explicit target topic")
+            raise field_error("target", "several source topics need one explicit target topic")
         return self
 
 
@@ -262,7 +271,7 @@ class TopicPattern(_Model):
 
 
 class TopicMappingConfig(_Model):
-    """Which source topics a link copies, and their target names (see ``connectors.topic_mapping``)."""
+    """Which source topics a link copies, and their target names (see ``connectors.core.topic_mapping``)."""
 
     explicit: tuple[ExplicitTopic, ...] = ()
     """Named topics; they win over regex rules and may name system topics (e.g. the heartbeat topic)."""
@@ -287,13 +296,13 @@ class TopicMappingConfig(_Model):
             try:
                 _compile(pattern)
             except ValueError as exc:
-                raise _field_error(f"[{index}]", str(exc)) from exc
+                raise field_error(f"[{index}]", str(exc)) from exc
         return value
 
     @model_validator(mode="after")
     def _consistent(self) -> TopicMappingConfig:
         if not (self.explicit or self.include or self.all_topics):
-            raise _field_error("explicit", "the mapping selects no topic: give explicit topics, include "
+            raise field_error("explicit", "the mapping selects no topic: give explicit topics, include "
                                            "patterns or all_topics: true")
         seen: dict[str, str] = {}
         excludes = [re.compile(p) for p in self.exclude]
@@ -301,12 +310,12 @@ class TopicMappingConfig(_Model):
             for topic in entry.source:
                 target = entry.target or topic
                 if topic in seen and seen[topic] != target:
-                    raise _field_error(f"explicit[{index}].source",
+                    raise field_error(f"explicit[{index}].source",
                                        f"topic {topic!r} is mapped twice ({seen[topic]!r} and {target!r})")
                 seen[topic] = target
                 hit = next((p.pattern for p in excludes if p.fullmatch(topic)), None)
                 if hit is not None:
-                    raise _field_error(f"explicit[{index}].source",
+                    raise field_error(f"explicit[{index}].source",
                                        f"topic {topic!r} is listed explicitly but matches exclude {hit!r}; "
                                        f"remove one of the two")
         return self
@@ -340,31 +349,37 @@ def _parse_trigger(value: Any) -> float:
     return seconds
 
 
-class LinkConfig(_Model):
-    """One replication link: a source cluster, a target cluster and how topics map between them."""
+class ReadSettings(_Model):
+    """A link's settings of the replication reader. One definition per setting: the link YAML takes them
+    by field name, the reader's Spark options by the camelCase alias (``tags`` for ``tag_filter``), both
+    validated here (``connectors.replication.reader_options.SourceOptions`` derives from this model)."""
 
-    name: str
-    """Unique; names the per-link Delta directory and the default consumer group."""
-    source: str
-    """Name of the cluster messages are read from."""
-    target: str
-    """Name of the cluster messages are written to; differs from ``source``."""
-    topics: TopicMappingConfig
-    tag_filter: str = "*"
+    tag_filter: str = Field(default="*", alias="tags")
     """RocketMQ tag expression: ``*`` (every message) or ``TagA || TagB``."""
-    preserve_queues: bool = True
-    """Write to the same queue id as the source when the target topic has as many queues."""
-    trigger_interval: float = 5.0
-    """Seconds between micro-batches; YAML takes a number or ``"5 seconds"`` / ``"500 milliseconds"``."""
-    max_messages_per_trigger: int = Field(default=10_000, gt=0)
-    """Upper bound on messages per micro-batch, across all queues of the link."""
+    max_messages_per_trigger: int | None = Field(default=None, gt=0)
+    """Upper bound on messages per micro-batch, across all queues read; None: no bound (a reader given
+    no link; a link always has one, see ``LinkConfig``)."""
     max_partitions: int | None = Field(default=None, gt=0)
     """Spark partitions per micro-batch at most (queues grouped into them); ``None`` = the Spark
     application's default parallelism (its cores), which keeps per-task overhead off many small queues."""
-    checkpoint_location: str
-    """Spark checkpoint directory of this link's query; unique across links."""
-    delta_location: str
-    """Root of the Delta tables; this link's tables are under ``<delta_location>/<name>/``."""
+
+    @field_validator("tag_filter")
+    @classmethod
+    def _check_tags(cls, value: str) -> str:
+        if value.strip() == "*":
+            return "*"
+        tags = [tag.strip() for tag in value.split("||")]
+        if not tags or any(not tag or "*" in tag for tag in tags):
+            raise ValueError(f"{value!r} is not a tag expression: '*' or 'TagA || TagB'")
+        return " || ".join(tags)
+
+
+class WriteSettings(_Model):
+    """A link's settings of the replication writer; shared with its Spark options as ``ReadSettings`` is
+    with the reader's (``connectors.replication.writer_options.SinkOptions`` derives from this model)."""
+
+    preserve_queues: bool = True
+    """Write to the same queue id as the source when the target topic has as many queues."""
     failure_policy: FailurePolicy = FailurePolicy.DISMISS
     failure_hook: str | None = None
     """``"package.module:function"``; required iff ``failure_policy`` is ``custom``."""
@@ -381,6 +396,27 @@ class LinkConfig(_Model):
     """Cap on the doubling backoff while the target is unavailable."""
     max_in_flight: int = Field(default=4, gt=0)
     """Concurrent batch sends per Spark task."""
+
+
+class LinkConfig(ReadSettings, WriteSettings):
+    """One replication link: a source cluster, a target cluster and how topics map between them, with
+    the reader's and writer's settings (``ReadSettings``, ``WriteSettings``)."""
+
+    name: str
+    """Unique; names the per-link Delta directory and the default consumer group."""
+    source: str
+    """Name of the cluster messages are read from."""
+    target: str
+    """Name of the cluster messages are written to; differs from ``source``."""
+    topics: TopicMappingConfig
+    trigger_interval: float = 5.0
+    """Seconds between micro-batches; YAML takes a number or ``"5 seconds"`` / ``"500 milliseconds"``."""
+    max_messages_per_trigger: int = Field(default=10_000, gt=0)
+    """``ReadSettings.max_messages_per_trigger`` with the link's default: a link is always bounded."""
+    checkpoint_location: str
+    """Spark checkpoint directory of this link's query; unique across links."""
+    delta_location: str
+    """Root of the Delta tables; this link's tables are under ``<delta_location>/<name>/``."""
     consumer_group: str | None = None
     """Source consumer group; ``None`` means ``CID_RMQ_SYS_REPLICATOR_<name>`` (see ``group``)."""
 
@@ -390,16 +426,6 @@ class LinkConfig(_Model):
         if not LINK_NAME_PATTERN.fullmatch(value):
             raise ValueError(f"link name {value!r} must match {LINK_NAME_PATTERN.pattern}")
         return value
-
-    @field_validator("tag_filter")
-    @classmethod
-    def _check_tags(cls, value: str) -> str:
-        if value.strip() == "*":
-            return "*"
-        tags = [tag.strip() for tag in value.split("||")]
-        if not tags or any(not tag or "*" in tag for tag in tags):
-            raise ValueError(f"{value!r} is not a tag expression: '*' or 'TagA || TagB'")
-        return " || ".join(tags)
 
     @field_validator("trigger_interval", mode="before")
     @classmethod
@@ -421,15 +447,15 @@ class LinkConfig(_Model):
     @model_validator(mode="after")
     def _check_policy(self) -> LinkConfig:
         if self.source == self.target:
-            raise _field_error("target", f"source and target are both {self.source!r}")
+            raise field_error("target", f"source and target are both {self.source!r}")
         if self.failure_policy is FailurePolicy.CUSTOM and not self.failure_hook:
-            raise _field_error("failure_hook", "required when failure_policy is custom "
+            raise field_error("failure_hook", "required when failure_policy is custom "
                                                "(\"package.module:function\")")
         if self.failure_policy is FailurePolicy.DISMISS and self.failure_hook:
-            raise _field_error("failure_hook", "only used with failure_policy: custom; remove it or "
+            raise field_error("failure_hook", "only used with failure_policy: custom; remove it or "
                                                "set failure_policy: custom")
         if self.failure_hook is not None and not HOOK_PATTERN.fullmatch(self.failure_hook):
-            raise _field_error("failure_hook", f"{self.failure_hook!r} is not \"package.module:function\"")
+            raise field_error("failure_hook", f"{self.failure_hook!r} is not \"package.module:function\"")
         return self
 
     @property
@@ -468,31 +494,31 @@ class ReplicatorConfig(_Model):
         names = [c.name for c in self.clusters]
         for index, cluster in enumerate(self.clusters):
             if names.index(cluster.name) != index:
-                raise _field_error(f"clusters[{index}].name", f"cluster {cluster.name!r} is defined twice")
+                raise field_error(f"clusters[{index}].name", f"cluster {cluster.name!r} is defined twice")
         if not self.links:
-            raise _field_error("links", "at least one link is required")
+            raise field_error("links", "at least one link is required")
         link_names: set[str] = set()
         checkpoints: dict[str, str] = {}
         groups: dict[tuple[str, str], str] = {}
         for index, link in enumerate(self.links):
             where = f"links[{index}]"
             if link.name in link_names:
-                raise _field_error(f"{where}.name", f"link {link.name!r} is defined twice")
+                raise field_error(f"{where}.name", f"link {link.name!r} is defined twice")
             link_names.add(link.name)
             for end in ("source", "target"):
                 cluster = getattr(link, end)
                 if cluster not in names:
-                    raise _field_error(f"{where}.{end}", f"cluster {cluster!r} is not defined; "
+                    raise field_error(f"{where}.{end}", f"cluster {cluster!r} is not defined; "
                                                          f"defined clusters: {names}")
             checkpoint = os.path.normpath(link.checkpoint_location)
             if checkpoint in checkpoints:
-                raise _field_error(f"{where}.checkpoint_location",
+                raise field_error(f"{where}.checkpoint_location",
                                    f"already used by link {checkpoints[checkpoint]!r}; each query needs "
                                    f"its own checkpoint")
             checkpoints[checkpoint] = link.name
             key = (link.source, link.group)
             if key in groups:
-                raise _field_error(f"{where}.consumer_group",
+                raise field_error(f"{where}.consumer_group",
                                    f"group {link.group!r} on cluster {link.source!r} is already used by "
                                    f"link {groups[key]!r}")
             groups[key] = link.name

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from connectors.errors import OffsetFormatError
+from connectors.core.errors import OffsetFormatError
 
 OFFSET_FORMAT_VERSION = 1
 KEY_SEPARATOR = "/"

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from connectors.offsets import QueueKey
+from connectors.core.offsets import QueueKey
 
 PRESERVED = "preserved"
 """Reason of a decision: same position in equally sized topics."""

@@ -2,7 +2,7 @@
 
 Executors build ``FailedMessage`` and ``OffsetMapping`` while sending and put them in the commit
 message of their partition (records are plain frozen dataclasses: picklable, no handles); the
-driver's commit applies the failure policy (``connectors.failure_policy``) and writes everything with
+driver's commit applies the failure policy (``connectors.replication.failure_policy``) and writes everything with
 ``LinkTables.commit_batch`` together with one ``BatchMetrics``.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
-from connectors.offsets import QueueKey
+from connectors.core.offsets import QueueKey
 
 
 class FailureOutcome(StrEnum):

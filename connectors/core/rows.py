@@ -1,0 +1,128 @@
+"""Row schemas and column names of the ``rocketmq`` data source: what a reader hands Spark and a writer
+takes from it.
+
+Shared by the replication reader (``connectors.replication.reader`` / ``arrow_rows``), which builds these
+rows on executors, and its writer (``connectors.replication.writer``), which reads them back; any Spark
+query may write rows with the per-message columns. Four row formats (``ROW_FORMATS``), chosen with the
+reader's ``rowFormat`` option:
+
+* ``arrow`` / ``tuples``: one row per message, ``SOURCE_SCHEMA_DDL`` (handed to Spark as Arrow batches or
+  as tuples)
+* ``raw``: one row per pull, the stored records undecoded, ``RAW_SCHEMA_DDL``
+* ``ranges``: one row per planned queue range and no message data, ``RANGES_SCHEMA_DDL``
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+import pyarrow as pa
+
+COL_TOPIC = "topic"
+COL_BROKER = "brokerName"
+COL_QUEUE_ID = "queueId"
+COL_QUEUE_OFFSET = "queueOffset"
+COL_MSG_ID = "msgId"
+COL_OFFSET_MSG_ID = "offsetMsgId"
+COL_BODY = "body"
+COL_TAGS = "tags"
+COL_KEYS = "keys"
+COL_PROPERTIES = "properties"
+COL_FLAG = "flag"
+COL_BORN_TS = "bornTimestamp"
+COL_STORE_TS = "storeTimestamp"
+COL_BORN_HOST = "bornHost"
+COL_RECONSUME = "reconsumeTimes"
+COL_SOURCE_CLUSTER = "sourceCluster"
+COL_TARGET_TOPIC = "targetTopic"
+"""Optional column the sink honours: the target topic of each row."""
+
+SOURCE_SCHEMA_DDL = (
+    f"{COL_TOPIC} string, {COL_BROKER} string, {COL_QUEUE_ID} int, {COL_QUEUE_OFFSET} long, "
+    f"{COL_MSG_ID} string, {COL_OFFSET_MSG_ID} string, {COL_BODY} binary, {COL_TAGS} string, "
+    f"{COL_KEYS} string, {COL_PROPERTIES} map<string,string>, {COL_FLAG} int, "
+    f"{COL_BORN_TS} timestamp, {COL_STORE_TS} timestamp, {COL_BORN_HOST} string, "
+    f"{COL_RECONSUME} int, {COL_SOURCE_CLUSTER} string"
+)
+"""Row schema. Timestamps are Spark ``timestamp`` (UTC instants, exact: RocketMQ's ms * 1000 us);
+``msgId`` is the client id (UNIQ_KEY, Java's ``MessageClientExt.getMsgId``) or, without one, the
+offset id; ``offsetMsgId`` is always the store host + commit-log offset id; ``flag`` is the user flag;
+``properties`` holds every property exactly as stored (user and system, TAGS/KEYS/UNIQ_KEY included)."""
+
+ARROW_SCHEMA = pa.schema([
+    (COL_TOPIC, pa.string()), (COL_BROKER, pa.string()), (COL_QUEUE_ID, pa.int32()),
+    (COL_QUEUE_OFFSET, pa.int64()), (COL_MSG_ID, pa.string()), (COL_OFFSET_MSG_ID, pa.string()),
+    (COL_BODY, pa.binary()), (COL_TAGS, pa.string()), (COL_KEYS, pa.string()),
+    (COL_PROPERTIES, pa.map_(pa.string(), pa.string())), (COL_FLAG, pa.int32()),
+    (COL_BORN_TS, pa.timestamp("us", tz="UTC")), (COL_STORE_TS, pa.timestamp("us", tz="UTC")),
+    (COL_BORN_HOST, pa.string()), (COL_RECONSUME, pa.int32()), (COL_SOURCE_CLUSTER, pa.string()),
+])
+
+COL_FIRST_OFFSET = "firstOffset"
+COL_LAST_OFFSET = "lastOffset"
+COL_MESSAGE_COUNT = "messageCount"
+COL_RECORDS = "records"
+
+RAW_SCHEMA_DDL = (
+    f"{COL_TOPIC} string, {COL_BROKER} string, {COL_QUEUE_ID} int, {COL_FIRST_OFFSET} long, "
+    f"{COL_LAST_OFFSET} long, {COL_MESSAGE_COUNT} int, {COL_RECORDS} binary, {COL_SOURCE_CLUSTER} string"
+)
+"""Row schema of ``rowFormat=raw``: one row per pull, the stored records undecoded (V1 layout, back to
+back, as the broker returned them, trimmed to the partition's range and tag-filtered): queue offsets
+``firstOffset..lastOffset`` (``messageCount`` records; gaps only where a tag filter dropped records).
+Meant for ``writeStream.format("rocketmq")``, which decodes the records itself; used by the replicate
+job because it skips two conversions per message (see benchmarks/replicator.py)."""
+
+RAW_ARROW_SCHEMA = pa.schema([
+    (COL_TOPIC, pa.string()), (COL_BROKER, pa.string()), (COL_QUEUE_ID, pa.int32()),
+    (COL_FIRST_OFFSET, pa.int64()), (COL_LAST_OFFSET, pa.int64()), (COL_MESSAGE_COUNT, pa.int32()),
+    (COL_RECORDS, pa.binary()), (COL_SOURCE_CLUSTER, pa.string()),
+])
+
+COL_START_OFFSET = "startOffset"
+COL_END_OFFSET = "endOffset"
+COL_FROM_EARLIEST = "fromEarliest"
+COL_SOURCE_NAMESRV = "sourceNamesrv"
+COL_CONSUMER_GROUP = "consumerGroup"
+COL_TAG_FILTER = "tagFilter"
+COL_PULL_BATCH_SIZE = "pullBatchSize"
+COL_PULL_TIMEOUT_MS = "pullTimeoutMs"
+COL_FAIL_ON_DATA_LOSS = "failOnDataLoss"
+
+RANGES_SCHEMA_DDL = (
+    f"{COL_TOPIC} string, {COL_BROKER} string, {COL_QUEUE_ID} int, {COL_START_OFFSET} long, "
+    f"{COL_END_OFFSET} long, {COL_FROM_EARLIEST} boolean, {COL_SOURCE_CLUSTER} string, "
+    f"{COL_SOURCE_NAMESRV} string, {COL_CONSUMER_GROUP} string, {COL_TAG_FILTER} string, "
+    f"{COL_PULL_BATCH_SIZE} int, {COL_PULL_TIMEOUT_MS} int, {COL_FAIL_ON_DATA_LOSS} boolean"
+)
+"""Row schema of ``rowFormat=ranges``: one row per planned queue range ``[startOffset, endOffset)`` and no
+message data, with what pulling it takes (name servers, group, tag filter, pull size and timeout,
+failOnDataLoss; ``fromEarliest`` as in ``QueueRange``). For ``writeStream.format("rocketmq")``, which pulls
+each range itself and sends as it pulls, so the messages never pass through Spark: the replicate job's
+format (see ``connectors.replication.reader``)."""
+
+RANGES_ARROW_SCHEMA = pa.schema([
+    (COL_TOPIC, pa.string()), (COL_BROKER, pa.string()), (COL_QUEUE_ID, pa.int32()),
+    (COL_START_OFFSET, pa.int64()), (COL_END_OFFSET, pa.int64()), (COL_FROM_EARLIEST, pa.bool_()),
+    (COL_SOURCE_CLUSTER, pa.string()), (COL_SOURCE_NAMESRV, pa.string()), (COL_CONSUMER_GROUP, pa.string()),
+    (COL_TAG_FILTER, pa.string()), (COL_PULL_BATCH_SIZE, pa.int32()), (COL_PULL_TIMEOUT_MS, pa.int32()),
+    (COL_FAIL_ON_DATA_LOSS, pa.bool_()),
+])
+
+RowFormat = Literal["arrow", "tuples", "raw", "ranges"]
+"""The reader's ``rowFormat`` values (see the module docstring)."""
+ROW_FORMATS: tuple[str, ...] = get_args(RowFormat)
+
+REQUIRED_COLUMNS = (COL_TOPIC, COL_BROKER, COL_QUEUE_ID, COL_QUEUE_OFFSET, COL_BODY)
+"""Columns the sink cannot work without; ``properties`` (or at least tags/keys) should be there too."""
+RAW_REQUIRED_COLUMNS = (COL_TOPIC, COL_BROKER, COL_QUEUE_ID, COL_RECORDS)
+"""The same for the source's ``rowFormat=raw`` rows (records decoded by the sink)."""
+RANGES_REQUIRED_COLUMNS = (COL_TOPIC, COL_BROKER, COL_QUEUE_ID, COL_START_OFFSET, COL_END_OFFSET, COL_FROM_EARLIEST,
+                           COL_SOURCE_CLUSTER, COL_SOURCE_NAMESRV, COL_CONSUMER_GROUP, COL_TAG_FILTER,
+                           COL_PULL_BATCH_SIZE, COL_PULL_TIMEOUT_MS, COL_FAIL_ON_DATA_LOSS)
+"""The same for the source's ``rowFormat=ranges`` rows (every column: the sink pulls the ranges itself)."""
+
+
+def schema_ddl(row_format: str) -> str:
+    """The Spark DDL schema of a ``rowFormat`` value (anything else: the per-message schema)."""
+    return {"raw": RAW_SCHEMA_DDL, "ranges": RANGES_SCHEMA_DDL}.get(row_format.strip().lower(), SOURCE_SCHEMA_DDL)

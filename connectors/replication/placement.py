@@ -1,0 +1,124 @@
+"""Which target queue a source queue's messages go to (``preserveQueues``), kept stable while a target
+broker group is missing from the route.
+
+Executor only: one ``QueuePlacement`` per write task (``PartitionWriter``); the last full queue list of
+each target topic is kept per executor process (``_seen_target_queues``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import zlib
+
+from broker_store.client import MessageQueue, Producer
+from broker_store.client.route_cache import subscribe_queues
+from broker_store.protocol.errors import RocketMQError
+from connectors.core.executor import executor_admin
+from connectors.core.offsets import QueueKey
+from connectors.replication import outage as outage_clock
+from connectors.replication.outage import TargetOutage
+from connectors.replication.writer_options import SinkOptions
+
+log = logging.getLogger(__name__)
+
+_seen_lock = threading.Lock()
+_seen_target_queues: dict[tuple[str, str], list[MessageQueue]] = {}
+
+
+def _stable_queue_list(namesrv: str, topic: str, queues: list[MessageQueue]) -> list[MessageQueue]:
+    """``queues`` (a target topic's writable queues now), unless they are a strict subset of the list this
+    executor process saw before: then a broker group is down or not re-registered yet (the name servers
+    drop it from the route), and placing on the shrunken list would move source queues to other target
+    queues (preserveQueues sees a count mismatch and hashes). The earlier list is kept instead; sends to
+    the missing queues wait for their broker like any outage. A process that never saw the full list
+    (a fresh executor during a partial outage) cannot tell, and places on what the route says."""
+    key = (namesrv, topic)
+    with _seen_lock:
+        seen = _seen_target_queues.get(key)
+        if seen is not None and set(queues) < set(seen):
+            log.warning("target topic %s: the route lists %d of the %d queues seen before (a broker group is "
+                        "down?); keeping the full list so queue placement does not change", topic, len(queues),
+                        len(seen))
+            return seen
+        _seen_target_queues[key] = queues
+        return queues
+
+
+class QueuePlacement:
+    """Source queue -> target queue for one task (see ``preserveQueues``); queue lists cached per task."""
+
+    def __init__(self, options: SinkOptions, producer: Producer, outage: TargetOutage | None = None) -> None:
+        self.options = options
+        self.producer = producer
+        self.outage = outage or TargetOutage(options)
+        self._target: dict[str, list[MessageQueue] | None] = {}
+        self._source: dict[str, list[MessageQueue] | None] = {}
+        self._source_namesrv: dict[str, str] = {}
+        self._placed: dict[tuple[str, QueueKey], MessageQueue] = {}
+
+    def pulled_from(self, source_topic: str, namesrv: str | None) -> None:
+        """Where the rows say a source topic is pulled from (``rowFormat=ranges``): its queues are counted
+        there, before the sink's ``sourceNamesrv`` option (which only a job with config + link sets)."""
+        if namesrv:
+            self._source_namesrv.setdefault(source_topic, namesrv)
+
+    def _target_queues(self, topic: str) -> list[MessageQueue] | None:
+        """The target topic's writable queues. While the target is unavailable this waits (an unpinned
+        send would break queue preservation); a topic the live target has no writable queue for is
+        cached as None and its messages fail under the failure policy."""
+        started: float | None = None
+        waits = 0
+        while topic not in self._target:
+            try:
+                self._target[topic] = _stable_queue_list(self.options.namesrv, topic,
+                                                         sorted(self.producer.writable_queues(topic)))
+            except RocketMQError as exc:
+                if not self.outage.unavailable(exc):
+                    log.warning("no writable queue for target topic %s: %s", topic, exc)
+                    self._target[topic] = None
+                    break
+                started = outage_clock.monotonic() if started is None else started
+                self.outage.wait(exc, f"topic {topic} (route)", started, waits)
+                waits += 1
+        return self._target[topic]
+
+    def _source_queues(self, topic: str) -> list[MessageQueue] | None:
+        namesrv = self._source_namesrv.get(topic) or self.options.source_namesrv
+        if namesrv is None:
+            return None
+        if topic not in self._source:
+            try:
+                admin = executor_admin(namesrv, self.options.source_credentials)
+                self._source[topic] = subscribe_queues(topic, admin.topic_route(topic))
+            except RocketMQError as exc:
+                log.warning("cannot list source queues of %s (placement falls back to hashing): %s", topic, exc)
+                self._source[topic] = None
+        return self._source[topic]
+
+    def forget(self, target_topic: str) -> None:
+        """Drop a topic's cached "no writable queue" answer so the next ``place`` looks again."""
+        if self._target.get(target_topic, ()) is None:
+            del self._target[target_topic]
+
+    def place(self, target_topic: str, source: QueueKey) -> MessageQueue | None:
+        placed = self._placed.get((target_topic, source))
+        if placed is None:
+            placed = self._place(target_topic, source)
+            if placed is not None:  # None is retried per row (the topic's queues may show up)
+                self._placed[(target_topic, source)] = placed
+        return placed
+
+    def _place(self, target_topic: str, source: QueueKey) -> MessageQueue | None:
+        targets = self._target_queues(target_topic)
+        if not targets:
+            return None
+        if self.options.preserve_queues:
+            sources = self._source_queues(source.topic)
+            if sources is not None and len(sources) == len(targets):
+                mq = MessageQueue(source.topic, source.broker_name, source.queue_id)
+                try:
+                    return targets[sources.index(mq)]
+                except ValueError:
+                    pass
+        return targets[zlib.crc32(f"{source.broker_name}/{source.queue_id}".encode()) % len(targets)]

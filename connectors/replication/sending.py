@@ -1,0 +1,354 @@
+"""Batching and sending of one write task: consecutive messages of one target queue go out as one
+SEND_BATCH_MESSAGE (bounded count and bytes), at most ``maxInFlight`` sends outstanding, retried with
+backoff; what the target still refuses becomes a ``FailedMessage``; the task's result for the driver is a
+``ReplicationCommitMessage``.
+
+Executor only: ``BatchSender`` is the base of ``connectors.replication.partition_writer.PartitionWriter``,
+which turns rows into the entries appended here. Its counters, batches and in-flight sends belong to one
+task and one thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql.datasource import WriterCommitMessage
+
+from broker_store.client import MessageQueue, Producer, SendResult
+from broker_store.protocol.codes import ResponseCode
+from broker_store.protocol.errors import RequestTimeoutError, RocketMQError, TopicNotExistError
+from broker_store.protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, decode_stored_message
+from connectors.core.executor import executor_producer
+from connectors.core.offsets import QueueKey
+from connectors.replication import outage
+from connectors.replication.arrow_rows import offset_msg_id
+from connectors.replication.forwarding import ForwardedPull, entry_body_length
+from connectors.replication.outage import TargetOutage, retriable
+from connectors.replication.placement import QueuePlacement
+from connectors.replication.records import FailedMessage, LatencySummary, OffsetMapping, summarise_latencies
+from connectors.replication.writer_options import SinkOptions
+
+log = logging.getLogger(__name__)
+
+LATENCY_SAMPLES_PER_TASK = 2048
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def target_producer(options: SinkOptions) -> Producer:
+    """The executor process's Producer for the writer's target settings (``connectors.core.executor``)."""
+    return executor_producer(options.namesrv, options.producer_group, send_timeout_ms=options.send_timeout_ms,
+                             auto_create_topic=options.auto_create_topic, credentials=options.credentials)
+
+
+@dataclass(frozen=True)
+class ReplicationCommitMessage(WriterCommitMessage):
+    """What one write task reports to the driver's commit. Plain data; picklable."""
+
+    delivered: int
+    """Messages the target stored."""
+    bytes: int
+    """Body bytes the target stored."""
+    skipped_loop: int
+    """Messages not sent because the target cluster was already in their chain."""
+    failures: tuple[FailedMessage, ...]
+    """Messages still refused after retries (whole messages, source properties)."""
+    offset_map: tuple[OffsetMapping, ...]
+    """Source offset runs -> target offset runs, from the SendResults."""
+    source_next: Mapping[QueueKey, int]
+    """max(queueOffset) + 1 per source queue seen by this task (cross-check of the end offsets)."""
+    latency_samples_ms: tuple[int, ...]
+    """Up to LATENCY_SAMPLES_PER_TASK samples of (ack time - source born time)."""
+    latency: LatencySummary
+    """Exact p50 / p99 / max over all of this task's messages."""
+    oldest_store_ms: int | None
+    started_ms: int
+    finished_ms: int
+    target_unavailable_retries: int = 0
+    """Attempts this task repeated because the target was unavailable (logged by the driver commit)."""
+
+
+@dataclass
+class Item:
+    """A message of the per-message row formats (arrow / tuples): what a failure record is rebuilt from."""
+
+    source: QueueKey
+    queue_offset: int
+    body: bytes
+    born_ms: int
+    store_ms: int
+    offset_msg_id: str
+    source_properties: Mapping[str, str] | Sequence[tuple[str, str]]
+    """Every source property (as the row carried them: a mapping or the Arrow map's pairs)."""
+    tags: str | None
+    keys: str | None
+
+
+@dataclass(frozen=True)
+class StoredOrigin:
+    """Where a raw-input message came from: its record in a pull's buffer (decoded only on failure)."""
+
+    buffer: bytes
+    broker_name: str
+
+
+@dataclass
+class Batch:
+    """Consecutive messages for one target queue, sent as one SEND_BATCH_MESSAGE. Per-entry data is
+    kept in parallel lists (the sink's hot path appends whole pulls with list slices)."""
+
+    topic: str
+    queue: MessageQueue | None
+    """None: the target topic's queues could not be listed; the send fails and is retried / recorded."""
+    entries: list[bytes] = field(default_factory=list)
+    """Encoded batch entries (``connectors.replication.forwarding``), in send order."""
+    offsets: list[int] = field(default_factory=list)
+    """Source queue offset of each entry."""
+    borns: list[int] = field(default_factory=list)
+    """Source born timestamp (ms, 0 unknown) of each entry."""
+    origins: list[Any] = field(default_factory=list)
+    """Per entry: its ``Item``, or (``StoredOrigin``, record start) for raw input."""
+    runs: list[tuple[QueueKey, int]] = field(default_factory=list)
+    """(source queue, index of its first entry); a new run starts whenever the source queue changes."""
+    size: int = 0
+    """Body bytes."""
+
+    def source_of(self, index: int) -> QueueKey:
+        source = self.runs[0][0]
+        for queue, first in self.runs:
+            if first > index:
+                break
+            source = queue
+        return source
+
+    def single(self, index: int) -> Batch:
+        """Entry ``index`` alone (a refused batch is retried message by message)."""
+        return Batch(self.topic, self.queue, [self.entries[index]], [self.offsets[index]], [self.borns[index]],
+                     [self.origins[index]], [(self.source_of(index), 0)], entry_body_length(self.entries[index]))
+
+
+class BatchSender:
+    """Sends one task's entries; see the module docstring. Executor only, one thread."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.o = options
+        self.producer = target_producer(options)
+        self.outage = TargetOutage(options)
+        self.placement = QueuePlacement(options, self.producer, self.outage)
+        self.in_flight: deque[tuple[Future[SendResult], Batch]] = deque()
+        self.open: dict[tuple[str, MessageQueue | None], Batch] = {}
+        """The batch being filled per target queue (a task's source queues are pulled concurrently, so
+        messages for several target queues arrive interleaved)."""
+        self.delivered = 0
+        self.bytes = 0
+        self.skipped = 0
+        self.failures: list[FailedMessage] = []
+        self.mappings: list[OffsetMapping] = []
+        self.source_next: dict[QueueKey, int] = {}
+        self.latencies: list[int] = []
+        self.oldest_store_ms: int | None = None
+        self.started_ms = now_ms()
+
+    def _batch_for(self, topic: str, queue: MessageQueue | None) -> Batch:
+        batch = self.open.get((topic, queue))
+        if batch is None:
+            batch = self.open[(topic, queue)] = Batch(topic, queue)
+        return batch
+
+    def _submit_open(self, batch: Batch) -> None:
+        del self.open[(batch.topic, batch.queue)]
+        self._submit(batch)
+
+    def _append(self, topic: str, queue: MessageQueue | None, source: QueueKey, entry: bytes, size: int,
+                offset: int, born_ms: int, origin: Any) -> None:
+        batch = self._batch_for(topic, queue)
+        if batch.entries and (len(batch.entries) >= self.o.batch_max_messages
+                              or batch.size + size > self.o.batch_max_bytes):
+            self._submit_open(batch)
+            batch = self._batch_for(topic, queue)
+        if not batch.runs or batch.runs[-1][0] != source:
+            batch.runs.append((source, len(batch.entries)))
+        batch.entries.append(entry)
+        batch.offsets.append(offset)
+        batch.borns.append(born_ms)
+        batch.origins.append(origin)
+        batch.size += size
+
+    def _append_pull(self, topic: str, queue: MessageQueue | None, source: QueueKey, pulled: ForwardedPull,
+                     origin: StoredOrigin) -> None:
+        """``_append`` for a whole pull: fills batches up to the count and byte limits with list slices;
+        a batch that is full is sent at once."""
+        sizes = pulled.sizes
+        i, n = 0, len(sizes)
+        max_messages, max_bytes = self.o.batch_max_messages, self.o.batch_max_bytes
+        while i < n:
+            batch = self._batch_for(topic, queue)
+            room = max_messages - len(batch.entries)
+            size = batch.size
+            j = i
+            while j < n and j - i < room and (size + sizes[j] <= max_bytes or (j == i and not batch.entries)):
+                size += sizes[j]
+                j += 1
+            if j > i:
+                if not batch.runs or batch.runs[-1][0] != source:
+                    batch.runs.append((source, len(batch.entries)))
+                batch.entries.extend(pulled.entries[i:j])
+                batch.offsets.extend(pulled.offsets[i:j])
+                batch.borns.extend(pulled.borns[i:j])
+                batch.origins.extend(zip(itertools.repeat(origin), pulled.starts[i:j]))
+                batch.size = size
+                i = j
+            if len(batch.entries) >= max_messages or j < n:  # full (by count or bytes)
+                self._submit_open(batch)
+
+    def _send_async(self, batch: Batch) -> Future[SendResult]:
+        if batch.queue is None:
+            # The topic's queues could not be listed when the batch was placed: look again (the topic may
+            # exist now), else fail this attempt like a send to a missing topic.
+            self.placement.forget(batch.topic)
+            batch.queue = self.placement.place(batch.topic, batch.runs[0][0])
+        if batch.queue is None:
+            failed: Future[SendResult] = Future()
+            failed.set_exception(TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST,
+                                                    f"no writable queue for target topic {batch.topic}"))
+            return failed
+        return self.producer.send_encoded_batch_async(batch.topic, b"".join(batch.entries), batch.queue,
+                                                      timeout=self.o.send_timeout_ms / 1000)
+
+    def _submit(self, batch: Batch) -> None:
+        while len(self.in_flight) >= self.o.max_in_flight:
+            self._complete(*self.in_flight.popleft())
+        try:
+            future = self._send_async(batch)
+        except RocketMQError as exc:  # validation before anything went out
+            future = Future()
+            future.set_exception(exc)
+        self.in_flight.append((future, batch))
+
+    def _wait(self, future: Future[SendResult]) -> SendResult:
+        try:
+            return future.result(timeout=self.o.send_timeout_ms / 1000 + 10)
+        except TimeoutError as exc:
+            raise RequestTimeoutError("send did not complete in time") from exc
+
+    def _send_now(self, batch: Batch) -> SendResult:
+        return self._wait(self._send_async(batch))
+
+    def _complete(self, future: Future[SendResult], batch: Batch) -> None:
+        try:
+            result = self._wait(future)
+        except RocketMQError as exc:
+            self._retry(batch, exc)
+            return
+        self._delivered(batch, result)
+
+    def _retry(self, batch: Batch, error: RocketMQError, attempts: int = 1) -> None:
+        """Retry a failed send (blocking, exponential backoff): without limit but ``retryTimeoutMs`` while
+        the target is unavailable, ``maxRetries`` times when it refuses the message; split a refused
+        batch into single sends so one bad message does not fail its neighbours; record what still
+        fails. Raises ``TargetUnavailableError`` when an outage outlasts ``retryTimeoutMs``."""
+        outage_started: float | None = None
+        waits = 0
+        while True:
+            if self.outage.unavailable(error):
+                outage_started = outage.monotonic() if outage_started is None else outage_started
+                self.outage.wait(error, str(batch.queue or batch.topic), outage_started, waits)
+                waits += 1
+            elif retriable(error) and attempts <= self.o.max_retries:
+                outage_started, waits = None, 0
+                outage.sleep(self.o.retry_backoff_ms * (2 ** (attempts - 1)) / 1000)
+                attempts += 1
+            else:
+                break
+            try:
+                self._delivered(batch, self._send_now(batch))
+                return
+            except RocketMQError as exc:
+                error = exc
+        if len(batch.entries) > 1 and not retriable(error):
+            log.info("batch of %d to %s refused (%s); sending its messages one by one", len(batch.entries),
+                     batch.queue or batch.topic, error)
+            for i in range(len(batch.entries)):
+                single = batch.single(i)
+                try:
+                    self._delivered(single, self._send_now(single))
+                except RocketMQError as exc:
+                    self._retry(single, exc, 1)
+            return
+        self._fail_origins(batch.origins, target=batch.topic, error=f"{type(error).__name__}: {error}",
+                           attempts=attempts)
+
+    def _fail_origins(self, origins: Sequence[Any], *, target: str, error: str, attempts: int) -> None:
+        """Record messages as failed, each rebuilt whole from its origin (``Batch.origins``)."""
+        for origin in origins:
+            if isinstance(origin, Item):
+                self.failures.append(FailedMessage(
+                    topic=origin.source.topic, broker_name=origin.source.broker_name,
+                    queue_id=origin.source.queue_id, queue_offset=origin.queue_offset, msg_id=origin.offset_msg_id,
+                    target_topic=target, body=origin.body, properties=dict(origin.source_properties), error=error,
+                    attempts=attempts, tags=origin.tags, keys=origin.keys, born_timestamp=origin.born_ms,
+                    store_timestamp=origin.store_ms))
+                continue
+            stored, start = origin
+            m = decode_stored_message(stored.buffer, start)
+            self.failures.append(FailedMessage(
+                topic=m.topic, broker_name=stored.broker_name, queue_id=m.queue_id, queue_offset=m.queue_offset,
+                msg_id=offset_msg_id(m), target_topic=target, body=m.body, properties=dict(m.properties),
+                error=error, attempts=attempts, tags=m.properties.get(PROPERTY_TAGS),
+                keys=m.properties.get(PROPERTY_KEYS), born_timestamp=m.born_timestamp,
+                store_timestamp=m.store_timestamp))
+
+    def _delivered(self, batch: Batch, result: SendResult) -> None:
+        now = now_ms()
+        mq = result.message_queue
+        first_target = result.queue_offset
+        runs, offsets, n = batch.runs, batch.offsets, len(batch.entries)
+        for k, (source, first) in enumerate(runs):
+            end = runs[k + 1][1] if k + 1 < len(runs) else n
+            self._map(source, offsets[first], offsets[end - 1], end - first, mq, first_target + first)
+        self.bytes += batch.size
+        self.latencies.extend([now - born for born in batch.borns if born])
+        self.delivered += n
+
+    def _map(self, src: QueueKey, source_first: int, source_last: int, count: int, mq: MessageQueue,
+             target_first: int) -> None:
+        target_last = target_first + count - 1
+        last = self.mappings[-1] if self.mappings else None
+        if (last is not None and last.source_topic == src.topic and last.source_broker == src.broker_name
+                and last.source_queue_id == src.queue_id and last.target_topic == mq.topic
+                and last.target_broker == mq.broker_name and last.target_queue_id == mq.queue_id
+                and last.target_last_offset + 1 == target_first
+                and last.source_last_offset < source_first):
+            self.mappings[-1] = OffsetMapping(
+                last.source_topic, last.source_broker, last.source_queue_id, last.source_first_offset,
+                source_last, last.target_topic, last.target_broker, last.target_queue_id,
+                last.target_first_offset, target_last, last.messages + count)
+            return
+        self.mappings.append(OffsetMapping(
+            src.topic, src.broker_name, src.queue_id, source_first, source_last,
+            mq.topic, mq.broker_name, mq.queue_id, target_first, target_last, count))
+
+    def finish(self) -> ReplicationCommitMessage:
+        for batch in list(self.open.values()):
+            self._submit_open(batch)
+        while self.in_flight:
+            self._complete(*self.in_flight.popleft())
+        samples = self.latencies
+        if len(samples) > LATENCY_SAMPLES_PER_TASK:
+            samples = random.sample(samples, LATENCY_SAMPLES_PER_TASK)
+        return ReplicationCommitMessage(
+            delivered=self.delivered, bytes=self.bytes, skipped_loop=self.skipped,
+            failures=tuple(self.failures), offset_map=tuple(self.mappings), source_next=dict(self.source_next),
+            latency_samples_ms=tuple(samples), latency=summarise_latencies(self.latencies),
+            oldest_store_ms=self.oldest_store_ms, started_ms=self.started_ms, finished_ms=now_ms(),
+            target_unavailable_retries=self.outage.retries)

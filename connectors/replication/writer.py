@@ -1,0 +1,244 @@
+"""The replication writer: batch-sends the reader's rows to the target cluster, then commits the batch
+to the link's Delta tables (``writeStream.format("rocketmq")``).
+
+Created by ``connectors.replication.data_source.RocketMQDataSource.streamWriter``. Its moving parts are
+modules of their own: options (``writer_options``), rows -> sends (``partition_writer``), batching and
+retries (``sending``), target queue placement (``placement``), outage waits (``outage``), record
+forwarding (``forwarding``), the loop guard, the failure policy and the link tables. What runs where:
+
+* driver, at query start: ``RocketMQStreamWriter.__init__`` validates the options and the input
+  schema and loads the failure hook once (a bad hook fails the query before any data moves).
+* executors, one call per partition and batch: ``write(batches)`` places each message on a target queue,
+  sends consecutive messages of one target queue as SEND_BATCH_MESSAGE (bounded count and bytes), keeps
+  at most ``maxInFlight`` sends outstanding, retries with exponential backoff, and returns a
+  ``ReplicationCommitMessage`` (plain picklable data). It never raises for a message the target
+  refuses: the message becomes a ``FailedMessage`` (the whole message) in the commit message.
+  Input rows: the source's per-message rows (arrow / tuples, or any query's rows with those columns);
+  ``rowFormat=raw`` rows (a pull's stored records, forwarded record by record by ``forwarding``
+  without decoding them); or ``rowFormat=ranges`` rows, where the task pulls each queue range itself
+  (concurrently, one pull in flight per range; the rows carry what pulling takes, ``sourceAccessKeyEnv``
+  / ``sourceSecretKeyEnv`` sign the pulls) and sends as it pulls.
+
+Target unavailable vs. message refused. The failure policy is about messages the target *refuses*
+(too big, no permission, topic missing while the cluster is up): those get ``maxRetries`` and are then
+recorded. A target that is *down* (connection refused / lost, timeouts, SYSTEM_BUSY,
+SERVICE_NOT_AVAILABLE, SYSTEM_ERROR, flush timeouts, or name servers that are unreachable or list no
+broker) refuses nothing: the task blocks and retries with doubling backoff capped at
+``retryBackoffMaxMs`` for up to ``retryTimeoutMs`` (default 10 minutes), as Kafka Connect / MirrorMaker 2
+sinks do. If the outage outlasts that budget the task raises ``TargetUnavailableError``: the batch is
+not committed, nothing is recorded as failed, and a restart re-runs it (at-least-once).
+* driver, once per batch: ``commit(messages, batchId)`` applies the failure policy
+  (``failure_policy``); a failed batch raises ``BatchFailedError`` so Spark does not commit it (the
+  query stops; a restart re-runs the batch: at-least-once). Otherwise it writes the offsets, offset map,
+  failures and metrics with ``LinkTables.commit_batch``, idempotent per (query id, batch id).
+
+At-least-once: a row reaches ``commit`` only after the target acknowledged it (SendResult: stored) or
+it was recorded as failed; Spark advances the checkpoint's source offsets only after ``commit``
+returned; the reader's ``commit(end)`` (consumer group on the source) comes later still.
+
+End offsets of a batch. The Delta offsets table needs every source queue's *next* offset after the
+batch, including queues whose rows were all filtered (tags) or skipped, which no row can carry. The
+driver commit therefore reads the batch's end offset from Spark's own write-ahead offset log,
+``<checkpointLocation>/offsets/<batchId>`` (written before the batch ran; its source line is the
+reader's ``SourceOffset`` JSON), and records the queues whose offset changed since ``offsets/<batchId-1>``.
+Rows carry a cross-check: each task reports max(queueOffset)+1 per source queue it saw
+(``source_next``); an offset log entry below that is an inconsistency and fails the commit. When the
+offset log cannot be read (a non-local checkpoint, or a source other than ``rocketmq``), the row-derived
+offsets are used, so only queues with rows advance in the table (resuming from it re-reads the rest:
+duplicates, never loss).
+
+Options (case-insensitive; ``config`` + ``link`` fill every one from replicator.yaml, explicit
+options win)::
+
+    namesrv            target name servers              targetCluster    target cluster name (loop guard)
+    sourceCluster      default: each row's sourceCluster  sourceNamesrv   source name servers (queue counts)
+    topic              one fixed target topic; else a non-null ``targetTopic`` column; else the link's
+                       TopicMapper (config+link); else ``topicMapping`` JSON {"src": "dst"}; else same name
+    preserveQueues     true: the n-th queue (by broker name, queue id) of the source topic goes to the n-th
+                       queue of the target topic when both have as many queues; otherwise, and without
+                       sourceNamesrv, a stable hash of (source broker, queue id) picks the target queue, so
+                       one source queue always lands in one target queue (order kept)
+    maxInFlight        outstanding batch sends per task (default 4; 1 keeps strict order under retries)
+    maxRetries         retries of a refused message (default 3)        retryBackoffMs  first wait (1000)
+    retryTimeoutMs     how long to keep retrying while the target is unavailable (default 600000)
+    retryBackoffMaxMs  cap of the doubling backoff during an outage (default 10000)
+    sendTimeoutMs      per attempt (default 3000)
+    batchMaxMessages   messages per SEND_BATCH_MESSAGE (default 256)   batchMaxBytes  body bytes (1 MiB)
+    failurePolicy      dismiss | custom                                failureHook    "module:function"
+    deltaLocation, link   the link's tables (<deltaLocation>/<link>)  checkpointLocation  (writeStream's)
+    producerGroup      default PID_RMQ_SYS_REPLICATOR_<link>           autoCreateTopic  default true
+    accessKeyEnv, secretKeyEnv              NAMES of environment variables with the target's ACL keys
+    sourceAccessKeyEnv, sourceSecretKeyEnv  the same for sourceNamesrv (default with config+link: the
+                       clusters' access_key_env / secret_key_env). Read on the driver; the keys reach
+                       executors inside the pickled writer, never as Spark options
+
+Property handling (``target_properties``): every user and system property is copied, except those a
+broker or client generates for the cluster it is on, or that would make the target act on the message
+again (``DROPPED_PROPERTIES``). UNIQ_KEY is kept, so the client msgId survives (a message without one
+gets its source msgId as UNIQ_KEY, so re-sends of the same source message carry the same id), and
+ROCKETMQ_REPLICATOR_SOURCE gets the source cluster appended (``loop_guard.stamp``). Body bytes and the
+user flag are sent unchanged. Born timestamp and born host are the replicator's (the
+target broker stamps them); the source values stay in the source and in the failures table.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from connectors.core.delta import shared_table_set
+from connectors.core.driver_log import driver_logging
+from connectors.core.errors import ConfigError, ReplicatorError
+from connectors.core.executor import freeze_worker_heap
+from connectors.core.offsets import QueueKey
+from connectors.core.rows import (
+    COL_RECORDS,
+    COL_START_OFFSET,
+    RANGES_REQUIRED_COLUMNS,
+    RAW_REQUIRED_COLUMNS,
+    REQUIRED_COLUMNS,
+)
+from connectors.core.spark_checkpoint import checkpoint_dir, query_id_from_checkpoint, read_offset_log
+from connectors.replication.failure_policy import apply_failure_policy, load_failure_hook
+from connectors.replication.partition_writer import PartitionWriter
+from connectors.replication.records import BatchMetrics, LatencySummary, summarise_latencies
+from connectors.replication.sending import ReplicationCommitMessage, now_ms
+from connectors.replication.tables import LinkTables
+from connectors.replication.writer_options import SinkOptions
+
+log = logging.getLogger(__name__)
+
+
+def _link_tables(location: str, source_cluster: str) -> LinkTables:
+    """The driver process's ``LinkTables`` of a link, kept across batches (``shared_table_set``)."""
+    return shared_table_set((location, source_cluster), LinkTables,
+                            lambda: LinkTables(location, source_cluster=source_cluster))
+
+
+class RocketMQStreamWriter(DataSourceStreamArrowWriter):
+    """Stream writer of ``format("rocketmq")``; see the module docstring for what runs where.
+
+    Contract: ``write`` returns only after every row of its partition was either stored by the target
+    or recorded as a ``FailedMessage`` (never dropped); ``commit`` raises when the failure policy fails
+    the batch (the batch is then not committed and is re-run after a restart).
+    """
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.options = SinkOptions.from_options(options)
+        names = schema.fieldNames()
+        required = (RANGES_REQUIRED_COLUMNS if COL_START_OFFSET in names
+                    else RAW_REQUIRED_COLUMNS if COL_RECORDS in names else REQUIRED_COLUMNS)
+        missing = [c for c in required if c not in names]
+        if missing:
+            raise ConfigError(f"the rows lack column(s) {missing}; write the rocketmq source's rows "
+                              f"(columns {list(REQUIRED_COLUMNS)} at least, {list(RAW_REQUIRED_COLUMNS)} with "
+                              f"rowFormat=raw, or the {list(RANGES_REQUIRED_COLUMNS)} of rowFormat=ranges)",
+                              field="schema")
+        if self.options.failure_hook:
+            load_failure_hook(self.options.failure_hook)  # fail the query now, not at the first failure
+
+    # -- executors -------------------------------------------------------------------------------
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> ReplicationCommitMessage:
+        """Executor: send this partition's rows; see ``PartitionWriter``."""
+        freeze_worker_heap()
+        writer = PartitionWriter(self.options)
+        ranges: list[pa.RecordBatch] = []
+        for rb in iterator:
+            names = rb.schema.names
+            if COL_START_OFFSET in names:
+                # Range rows are a few dozen bytes of plan each, and Spark may hand them over one per Arrow
+                # batch (the job sets spark.sql.execution.arrow.maxRecordsPerBatch to 1 for the raw format):
+                # the task's ranges are gathered first so that add_ranges pulls them all concurrently.
+                ranges.append(rb)
+            elif COL_RECORDS in names:
+                writer.add_raw_batch(rb)
+            else:
+                writer.add_record_batch(rb)
+        if ranges:
+            writer.add_ranges(ranges)
+        return writer.finish()
+
+    # -- driver ----------------------------------------------------------------------------------
+
+    def _end_offsets(self, batch_id: int, messages: Sequence[ReplicationCommitMessage]) -> dict[QueueKey, int]:
+        row_next: dict[QueueKey, int] = {}
+        for m in messages:
+            for q, n in m.source_next.items():
+                row_next[q] = max(n, row_next.get(q, 0))
+        checkpoint = self.options.checkpoint_location
+        end = read_offset_log(checkpoint, batch_id) if checkpoint else None
+        if end is None:
+            log.warning("link %s batch %d: no rocketmq offset in the checkpoint's offset log; recording "
+                        "offsets only for queues with rows", self.options.label, batch_id)
+            return row_next
+        behind = {q.to_key(): (n, end.get(q)) for q, n in row_next.items()
+                  if end.get(q) is not None and n > (end.get(q) or 0)}
+        if behind:
+            raise ReplicatorError(f"link {self.options.label} batch {batch_id}: rows past the batch's end offset "
+                                  f"(queue: (row next, log end)) {behind}")
+        previous = read_offset_log(checkpoint, batch_id - 1) if checkpoint else None
+        return {q: n for q, n in end.queues.items() if previous is None or previous.get(q) != n}
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        """Driver: failure policy, then the Delta tables (idempotent per query id and batch id)."""
+        driver_logging()
+        o = self.options
+        if any(not isinstance(m, ReplicationCommitMessage) for m in messages):
+            raise ReplicatorError(f"link {o.label} batch {batchId}: a write task returned no commit message")
+        results = [m for m in messages if isinstance(m, ReplicationCommitMessage)]
+        failures = [f for m in results for f in m.failures]
+        hook = load_failure_hook(o.failure_hook) if (failures and o.failure_hook) else None
+        decision = apply_failure_policy(o.failure_policy, failures, hook)
+        if decision.batch_failed:
+            log.error("link %s batch %d: failure policy %s failed the batch (%d failed message(s)); not "
+                      "committing", o.label, batchId, o.failure_policy.value, len(failures))
+        decision.raise_if_failed(link=o.label, batch_id=batchId)
+        now = now_ms()
+        samples = [s for m in results for s in m.latency_samples_ms]
+        summary = summarise_latencies(samples)
+        maxima = [m.latency.max_ms for m in results if m.latency.max_ms is not None]
+        if maxima:
+            summary = LatencySummary(summary.p50_ms, summary.p99_ms, max(maxima))
+        oldest = [m.oldest_store_ms for m in results if m.oldest_store_ms is not None]
+        metrics = BatchMetrics(
+            messages=sum(m.delivered for m in results), bytes=sum(m.bytes for m in results),
+            skipped_loop=sum(m.skipped_loop for m in results), failed=len(failures), latency=summary,
+            record_age_ms=now - min(oldest) if oldest else None,
+            wall_time_ms=now - min((m.started_ms for m in results), default=now))
+        end_offsets = self._end_offsets(batchId, results)
+        committed = "no Delta tables (deltaLocation not set)"
+        if o.delta_location and o.link and o.checkpoint_location:
+            tables = _link_tables(str(Path(o.delta_location) / o.link), o.source_cluster or "")
+            query_id = query_id_from_checkpoint(checkpoint_dir(o.checkpoint_location) or Path(o.checkpoint_location))
+            commit_started = time.monotonic()
+            result = tables.commit_batch(query_id, batchId, end_offsets,
+                                         [mp for m in results for mp in m.offset_map], decision.recorded(),
+                                         metrics)
+            committed = ("already committed (replayed batch)" if result.duplicate else
+                         f"committed to Delta in {(time.monotonic() - commit_started) * 1000:.0f} ms")
+        else:
+            for f in failures:
+                log.warning("link %s batch %d: dismissed failed message %s/%s/%d@%d (%s) - not recorded: no "
+                            "deltaLocation", o.label, batchId, f.topic, f.broker_name, f.queue_id,
+                            f.queue_offset, f.error)
+        log.info("link %s batch %d: %d delivered, %d bytes, %d skipped (loop), %d failed (dismissed), "
+                 "%d queue offset(s) advanced, latency p50/p99/max %s/%s/%s ms, slowest task %d ms, %d retries "
+                 "while the target was unavailable; %s", o.label, batchId, metrics.messages, metrics.bytes,
+                 metrics.skipped_loop, metrics.failed, len(end_offsets), summary.p50_ms, summary.p99_ms, summary.max_ms,
+                 max((m.finished_ms - m.started_ms for m in results), default=0),
+                 sum(m.target_unavailable_retries for m in results), committed)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        """Driver: a write task failed. Messages already sent stay on the target (they are re-sent when
+        the batch re-runs: at-least-once); nothing is recorded for this batch."""
+        driver_logging()
+        sent = sum(m.delivered for m in messages if isinstance(m, ReplicationCommitMessage))
+        log.warning("link %s batch %d aborted; %d message(s) already on the target will be sent again when "
+                    "the batch re-runs", self.options.label, batchId, sent)

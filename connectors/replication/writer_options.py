@@ -1,0 +1,126 @@
+"""The replication writer's options (``format("rocketmq")`` on ``writeStream``).
+
+Validated once on the driver by ``RocketMQStreamWriter.__init__`` (``SinkOptions.from_options``); the
+result is pickled to executors with the writer. The options are listed in ``connectors.replication.writer``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from pydantic import ConfigDict, Field, model_validator
+
+from broker_store.protocol.acl import SessionCredentials
+from connectors.core.config import (
+    DEFAULT_PRODUCER_GROUP_PREFIX,
+    FailurePolicy,
+    TopicMappingConfig,
+    WriteSettings,
+    field_error,
+    load_replicator_config,
+    resolve_credentials,
+)
+from connectors.core.errors import ConfigError
+from connectors.core.options import given_options, lowered, validate_options
+
+DEFAULT_BATCH_MAX_MESSAGES = 256
+DEFAULT_BATCH_MAX_BYTES = 1024 * 1024
+DEFAULT_SEND_TIMEOUT_MS = 3000
+
+
+class SinkOptions(WriteSettings):
+    """The writer's options (listed in ``connectors.replication.writer``), validated on the driver;
+    pickled to executors with the writer. The link's writer settings are ``WriteSettings`` fields, so
+    the options and the link YAML share their definitions; the rest are writer-only options."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    namesrv: str = Field(min_length=1)
+    """Target name servers."""
+    target_cluster: str = Field(min_length=1)
+    """Target cluster name (loop guard)."""
+    source_cluster: str | None = None
+    source_namesrv: str | None = None
+    topic: str | None = None
+    mapping: TopicMappingConfig | None = None
+    """The link's topic mapping (config + link)."""
+    topic_map: dict[str, str] | None = Field(default=None, alias="topicMapping")
+    """``topicMapping`` JSON {"source topic": "target topic"}."""
+    send_timeout_ms: int = Field(default=DEFAULT_SEND_TIMEOUT_MS, gt=0)
+    batch_max_messages: int = Field(default=DEFAULT_BATCH_MAX_MESSAGES, gt=0)
+    batch_max_bytes: int = Field(default=DEFAULT_BATCH_MAX_BYTES, gt=0)
+    delta_location: str | None = None
+    link: str | None = None
+    checkpoint_location: str | None = None
+    producer_group: str = f"{DEFAULT_PRODUCER_GROUP_PREFIX}spark"
+    auto_create_topic: bool = True
+    credentials: SessionCredentials | None = None
+    """ACL identity for the target cluster; None = no ACL."""
+    source_credentials: SessionCredentials | None = None
+    """ACL identity for ``source_namesrv`` (queue-count look-ups); None = no ACL."""
+
+    DERIVED: ClassVar[frozenset[str]] = frozenset({"mapping", "topic_map", "link", "producer_group", "credentials",
+                                                   "source_credentials"})
+    """Fields computed by ``from_options``, not taken from an option of their name."""
+
+    @property
+    def label(self) -> str:
+        return self.link or "rocketmq-sink"
+
+    @model_validator(mode="after")
+    def _check_requirements(self) -> SinkOptions:
+        if self.failure_policy is FailurePolicy.CUSTOM and not self.failure_hook:
+            raise field_error("failure_hook", "failurePolicy custom needs failureHook \"module:function\"")
+        if self.delta_location and not self.link:
+            raise field_error("link", "deltaLocation needs link (tables live in <deltaLocation>/<link>)")
+        if self.delta_location and not self.source_cluster:
+            raise field_error("source_cluster",
+                              "deltaLocation needs sourceCluster (the offsets table is per source cluster)")
+        if self.delta_location and not self.checkpoint_location:
+            raise field_error("checkpoint_location", "deltaLocation needs the query's checkpointLocation (the Delta "
+                                                     "commits are idempotent per Spark query id, read from the "
+                                                     "checkpoint)")
+        return self
+
+    @classmethod
+    def from_options(cls, raw: Mapping[str, str]) -> SinkOptions:
+        opts = lowered(raw)
+        values: dict[str, Any] = {}
+        link_name = opts.get("link")
+        if "config" in opts:
+            if not link_name:
+                raise ConfigError("option 'config' needs option 'link'", field="link")
+            replicator = load_replicator_config(opts["config"])
+            link = replicator.link(link_name)
+            values.update(
+                {name: getattr(link, name) for name in WriteSettings.model_fields},
+                namesrv=";".join(replicator.cluster(link.target).namesrv), target_cluster=link.target,
+                source_cluster=link.source, source_namesrv=";".join(replicator.cluster(link.source).namesrv),
+                mapping=link.topics, delta_location=link.delta_location,
+                checkpoint_location=link.checkpoint_location,
+                credentials=replicator.cluster(link.target).credentials(),
+                source_credentials=replicator.cluster(link.source).credentials())
+        values.update(given_options(cls, opts, derived=cls.DERIVED))
+        if "topicmapping" in opts:
+            try:
+                mapping = json.loads(opts["topicmapping"])
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"not JSON: {exc}", field="topicMapping") from exc
+            if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                        for k, v in mapping.items()):
+                raise ConfigError('must be a JSON object {"source topic": "target topic"}', field="topicMapping")
+            values["topic_map"] = mapping
+        if "failure_policy" in values:
+            values["failure_policy"] = values["failure_policy"].strip().lower()
+        for ak_option, sk_option, name in (("accessKeyEnv", "secretKeyEnv", "credentials"),
+                                           ("sourceAccessKeyEnv", "sourceSecretKeyEnv", "source_credentials")):
+            ak, sk = opts.get(ak_option.lower()), opts.get(sk_option.lower())
+            if ak is not None or sk is not None:
+                values[name] = resolve_credentials(ak, sk, fields=(ak_option, sk_option))
+        if link_name:
+            values["link"] = link_name
+        values["producer_group"] = opts.get("producergroup") or (
+            f"{DEFAULT_PRODUCER_GROUP_PREFIX}{link_name or 'spark'}")
+        return validate_options(cls, values)
