@@ -99,7 +99,8 @@ def replicate(workdir: Path) -> Path:
     started = time.monotonic()
     print(f"running: python jobs/replicate.py --config {path} --link {LINK} --available-now", flush=True)
     result = subprocess.run([sys.executable, "jobs/replicate.py", "--config", str(path), "--link", LINK,
-                             "--available-now", "--log-level", "WARNING"], check=False)
+                             "--available-now", "--log-level", "WARNING", "--log-dir", str(workdir / "logs")],
+                            check=False)
     if result.returncode != 0:
         raise SystemExit(f"the replication job failed (exit {result.returncode})")
     print(f"replication job finished in {time.monotonic() - started:.1f}s (including Spark start-up)")

@@ -3,10 +3,11 @@
 Used by the spark-submit entry points (``jobs/replicate.py`` and the jobs after it). An operator reads
 the console; a developer reads the log files. So:
 
-* console (stderr): one line per event, ``HH:MM:SS LEVEL message``, never a traceback; a failing link
-  says ``link <name> failed: <reason>`` (``failure_line``), the reason being the error our code raised
-  (which names the cluster and the address), not the Python/JVM stack it travelled through.
-* ``<log dir>/replicator.log``: the job's Python log at the chosen level with every traceback.
+* console (stderr): one line per event, never a traceback (``connectors.core.driver_log`` owns the Python
+  side, for the job and for the Python workers Spark starts); a failing link says
+  ``link <name> failed: <reason>`` (``failure_line``), the reason being the error our code raised (which
+  names the cluster and the address), not the Python/JVM stack it travelled through.
+* ``<log dir>/replicator.log``: the Python log of the job and its workers, with every traceback.
 * ``<log dir>/spark.log``: the Spark JVM's log4j output (``spark_java_options`` points log4j at a
   configuration this module writes into the log dir); only FATAL reaches the console from the JVM, so
   Spark's own ERROR lines and stacks for a failed or stopped query stay in the file.
@@ -16,15 +17,16 @@ Runs on the driver only.
 
 from __future__ import annotations
 
-import logging
 import re
-import sys
 from pathlib import Path
 from typing import TextIO
 
-PYTHON_LOG = "replicator.log"
+from connectors.core import driver_log
+from connectors.core.driver_log import PYTHON_LOG
+
 SPARK_LOG = "spark.log"
 LOG4J_CONFIG = "log4j2.properties"
+__all__ = ["PYTHON_LOG", "SPARK_LOG", "LOG4J_CONFIG", "setup", "spark_java_options", "failure_reason", "failure_line"]
 
 # log4j2 properties for the driver JVM; ${sys:replicator.log.dir} is set with -D by spark_java_options.
 # The console appender lets only FATAL through; the file gets Spark's usual INFO with stacks.
@@ -56,46 +58,13 @@ logger.parquet.level = error
 """
 
 
-class _ConsoleFormatter(logging.Formatter):
-    """``HH:MM:SS LEVEL message``; tracebacks are left to the log file (DEBUG keeps them on the console)."""
-
-    def __init__(self, keep_tracebacks: bool) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
-        self.keep_tracebacks = keep_tracebacks
-
-    def format(self, record: logging.LogRecord) -> str:
-        if self.keep_tracebacks:
-            return super().format(record)
-        saved = record.exc_info, record.exc_text, record.stack_info
-        record.exc_info = record.exc_text = record.stack_info = None
-        try:
-            return super().format(record)
-        finally:
-            record.exc_info, record.exc_text, record.stack_info = saved
-
-
 def setup(log_dir: str | Path, level: str = "INFO", console: TextIO | None = None) -> Path:
-    """Route the job's Python logging: concise lines to ``console`` (stderr), everything with tracebacks to
-    ``<log_dir>/replicator.log``; writes the JVM's log4j configuration beside it. Returns the log dir."""
-    directory = Path(log_dir).resolve()
-    directory.mkdir(parents=True, exist_ok=True)
+    """Route the job's Python logging (``connectors.core.driver_log.configure``: concise console lines,
+    ``<log_dir>/replicator.log`` with tracebacks, inherited by Spark's Python workers) and write the JVM's
+    log4j configuration into the log dir. Returns the log dir. ValueError for an unknown level."""
+    directory = driver_log.configure(log_dir, level, console)
+    assert directory is not None
     (directory / LOG4J_CONFIG).write_text(_LOG4J2)
-    numeric = logging.getLevelName(level.upper())
-    if not isinstance(numeric, int):
-        raise ValueError(f"--log-level {level!r}: expected DEBUG, INFO, WARNING or ERROR")
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    to_console = logging.StreamHandler(console if console is not None else sys.stderr)
-    to_console.setLevel(numeric)
-    to_console.setFormatter(_ConsoleFormatter(keep_tracebacks=numeric <= logging.DEBUG))
-    to_file = logging.FileHandler(directory / PYTHON_LOG)
-    to_file.setLevel(min(numeric, logging.INFO))
-    to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root.addHandler(to_console)
-    root.addHandler(to_file)
-    root.setLevel(min(numeric, logging.INFO))
-    logging.getLogger("py4j").setLevel(logging.WARNING)
     return directory
 
 

@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,12 @@ if __package__ in (None, ""):  # `spark-submit jobs/replicate.py` / `python jobs
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from connectors.core.config import ReplicatorConfig, load_replicator_config  # noqa: E402
-from connectors.core.driver_log import LOG_FORMAT  # noqa: E402
+from connectors.core.driver_log import FILE_ONLY  # noqa: E402
 from connectors.core.errors import ReplicatorError  # noqa: E402
 from connectors.replication.failure_policy import FailurePolicyRunner  # noqa: E402
+from connectors.replication.tables import METRICS, LinkTables  # noqa: E402
+from jobs import job_logging  # noqa: E402
+from jobs.progress import make_progress_listener  # noqa: E402
 
 log = logging.getLogger("jobs.replicate")
 
@@ -43,36 +47,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="run only this link (repeatable); default: every link")
     parser.add_argument("--available-now", action="store_true",
                         help="Trigger.AvailableNow: replicate what is there now, then stop")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", default="INFO",
+                        help="console level (DEBUG also shows tracebacks); the log files keep INFO and up")
+    parser.add_argument("--log-dir", default="run/logs",
+                        help="replicator.log (Python, with tracebacks) and spark.log (the JVM) go here")
     return parser.parse_args(argv)
-
-
-def make_progress_listener() -> Any:
-    """A StreamingQueryListener that logs one line per batch (and query start / end)."""
-    from pyspark.sql.streaming.listener import StreamingQueryListener
-
-    class ProgressLogger(StreamingQueryListener):
-        def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
-            log.info("query %s started (id %s, run %s)", event.name, event.id, event.runId)
-
-        def onQueryProgress(self, event: Any) -> None:  # noqa: N802
-            p = event.progress
-            source = p.sources[0] if p.sources else None
-            log.info("query %s batch %d: %d rows, %.1f rows/s in, %.1f rows/s processed, durations %s%s",
-                     p.name, p.batchId, p.numInputRows, p.inputRowsPerSecond or 0.0,
-                     p.processedRowsPerSecond or 0.0, dict(p.durationMs),
-                     f", latest {source.latestOffset}" if source is not None and source.latestOffset else "")
-
-        def onQueryIdle(self, event: Any) -> None:  # noqa: N802
-            pass
-
-        def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
-            if event.exception:
-                log.error("query %s terminated with an error: %s", event.id, event.exception)
-            else:
-                log.info("query %s terminated", event.id)
-
-    return ProgressLogger()
 
 
 TUNED_SETTINGS = {
@@ -110,16 +89,17 @@ def is_local_path(location: str) -> bool:
 
 
 def build_spark(app_name: str = "rocketmq-replicator", master: str | None = None,
-                settings: dict[str, str] | None = None, checkpoint_locations: Sequence[str] = ()) -> Any:
+                settings: dict[str, str] | None = None, checkpoint_locations: Sequence[str] = (),
+                log_dir: Path | None = None) -> Any:
     """The SparkSession; ``master`` if given, else ``local[*]`` unless spark-submit / SPARK_MASTER /
     spark.master chose one. ``settings`` are Spark settings applied last (they win over the defaults here);
     ``checkpoint_locations``, the queries' checkpoints, choose ``LOCAL_CHECKPOINT_SETTINGS`` when all are
-    local."""
+    local; ``log_dir`` (``jobs.job_logging.setup``'s) sends the driver JVM's log4j output to its spark.log
+    when this process launches the JVM (under spark-submit, pass the same -D options yourself)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
     if "PYSPARK_GATEWAY_PORT" in os.environ:
         # Started by spark-submit: its JVM already runs with --master / --conf as system properties, but
         # SparkConf() reads them only once the gateway is attached; without this it is empty and the
@@ -128,30 +108,53 @@ def build_spark(app_name: str = "rocketmq-replicator", master: str | None = None
 
         SparkContext._ensure_initialized()
     conf = SparkConf()
+    options = {"spark.app.name": app_name, "spark.ui.showConsoleProgress": "false"}
     if master is not None:
-        builder = builder.master(master)
+        options["spark.master"] = master
     elif not conf.contains("spark.master") and not os.environ.get("SPARK_MASTER"):
-        builder = builder.master("local[*]")
+        options["spark.master"] = "local[*]"
     chosen = master or conf.get("spark.master", os.environ.get("SPARK_MASTER", "local[*]"))
     if chosen.startswith("local") or "127.0.0.1" in chosen:
         # A local (or loopback standalone) run stays on loopback: otherwise Spark binds the driver to
         # the host's first non-loopback interface. Real cluster deployments choose their own addresses.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         if not conf.contains("spark.driver.host"):
-            builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+            options.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
     tuned = dict(TUNED_SETTINGS)
+    if log_dir is not None:
+        java_options = "spark.driver.extraJavaOptions"
+        tuned[java_options] = f"{tuned[java_options]} {job_logging.spark_java_options(log_dir)}"
     if checkpoint_locations and all(is_local_path(c) for c in checkpoint_locations):
         tuned.update(LOCAL_CHECKPOINT_SETTINGS)
-    for key, value in tuned.items():
-        if not conf.contains(key):
-            builder = builder.config(key, value)
-    for key, value in (settings or {}).items():
+    options.update({key: value for key, value in tuned.items() if not conf.contains(key)})
+    options.update(settings or {})
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        _launch_jvm_in_own_session(options)
+    builder = SparkSession.builder
+    for key, value in options.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     from connectors.replication.data_source import RocketMQDataSource
 
     spark.dataSource.register(RocketMQDataSource)
     return spark
+
+
+def _launch_jvm_in_own_session(options: dict[str, str]) -> None:
+    """Launch the driver JVM as SparkSession would (spark-submit with ``options`` as --conf), but in a
+    session and process group of its own. A SIGTERM or Ctrl-C sent to the job's whole process group
+    (systemd's default, `timeout`, a terminal) then reaches only this process, which stops the queries and
+    then Spark in order; otherwise the JVM's shutdown hook stops Spark under the running queries and the
+    job ends in Py4J tracebacks. The JVM still dies with this process: pyspark's gateway exits when its
+    stdin, a pipe from here, closes. Does nothing when a JVM is already attached."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
+    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
+    SparkContext._ensure_initialized(gateway=gateway)
 
 
 def start_link(spark: Any, config_path: str, config: ReplicatorConfig, name: str, *,
@@ -182,50 +185,91 @@ def start_link(spark: Any, config_path: str, config: ReplicatorConfig, name: str
 
 def run(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format=LOG_FORMAT)
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        log_dir = job_logging.setup(args.log_dir, args.log_level)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         config = load_replicator_config(args.config)
         names = args.link or [link.name for link in config.links]
         for name in names:
             config.link(name)
     except ReplicatorError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        log.error("error: %s", exc)
         return 2
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
-        log.info("signal %d: stopping the queries", signum)
+        log.info("%s: stopping the queries (the running batch finishes or is re-run on the next start)",
+                 signal.Signals(signum).name)
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    spark = build_spark(checkpoint_locations=[config.link(name).checkpoint_location for name in names])
+    from pyspark.errors import StreamingQueryException
+
+    spark = build_spark(checkpoint_locations=[config.link(name).checkpoint_location for name in names],
+                        log_dir=log_dir)
     spark.streams.addListener(make_progress_listener())
-    failed = False
+    failures: dict[str, str] = {}
+    queries: list[Any] = []
+    started_ms = int(time.time() * 1000)
     try:
         queries = [start_link(spark, args.config, config, name, available_now=args.available_now)
                    for name in names]
         while not stop.is_set() and any(q.isActive for q in queries):
-            spark.streams.awaitAnyTermination(1)
+            try:
+                spark.streams.awaitAnyTermination(1)
+            except StreamingQueryException:
+                pass  # the failed query is reported below, once
             spark.streams.resetTerminated()
             for q in queries:
-                if not q.isActive and q.exception() is not None:
-                    log.error("link %s failed: %s", q.name, q.exception())
-                    failed = True
+                if not q.isActive and q.exception() is not None and q.name not in failures:
+                    _report_failure(q, log_dir, failures)
                     stop.set()
         for q in queries:
             if q.isActive:
                 q.stop()
-            if q.exception() is not None:
-                failed = True
+            if q.exception() is not None and q.name not in failures:
+                _report_failure(q, log_dir, failures)
     except ReplicatorError as exc:
-        log.error("%s", exc)
+        log.error("error: %s", exc)
         return 2
     finally:
         spark.stop()
-    return 1 if failed else 0
+    for q in queries:
+        _log_summary(args.config, config, q, started_ms, failed=q.name in failures)
+    return 1 if failures else 0
+
+
+def _report_failure(query: Any, log_dir: Path, failures: dict[str, str]) -> None:
+    """One console line for a failed query; its whole exception (Python and JVM stacks) in the log file."""
+    error = query.exception()
+    failures[query.name] = job_logging.failure_line(query.name, error, log_dir)
+    log.error("%s", failures[query.name])
+    log.info("link %s failed; the query's exception:\n%s", query.name, error, extra=FILE_ONLY)
+
+
+def _log_summary(config_path: str, config: ReplicatorConfig, query: Any, started_ms: int, *, failed: bool) -> None:
+    """The run's totals for one link, from the Delta metrics its batches committed since ``started_ms``."""
+    link = config.link(query.name)
+    try:
+        metrics = LinkTables.for_link(link).read(METRICS).to_pylist()
+    except ReplicatorError as exc:
+        log.warning("link %s: no summary (%s)", link.name, exc)
+        return
+    rows = [m for m in metrics if m["query_id"] == str(query.id)
+            and m["committed_at"] is not None and m["committed_at"].timestamp() * 1000 >= started_ms]
+    total = {k: sum(int(m[k] or 0) for m in rows) for k in ("messages", "bytes", "failed", "skipped_loop")}
+    line = (f"link {link.name} {'stopped after an error' if failed else 'done'}: {total['messages']} messages "
+            f"({total['bytes']} bytes) replicated in {len(rows)} batch(es), {total['skipped_loop']} skipped by the "
+            f"loop guard, {total['failed']} failed")
+    if total["failed"]:
+        log.warning("%s (recorded in the failures table; replay them with: python -m jobs.replay_failures "
+                    "--config %s --link %s)", line, config_path, link.name)
+    else:
+        log.info("%s", line)
 
 
 if __name__ == "__main__":

@@ -1,27 +1,105 @@
-"""The one logging set-up of the connectors' driver-side Python workers.
+"""The one logging set-up of the replicator's processes: the job's own and the Python workers Spark starts.
 
-Spark runs a Python data source's driver half (a reader's ``initialOffset`` / ``latestOffset`` /
-``commit``, a writer's ``commit`` / ``abort``) in Python workers it starts itself, without the logging
-configuration of the job that registered the source, so records of the ``connectors`` loggers would be
-dropped there. ``driver_logging()`` is called at the top of those methods; in a process that configured
-logging already (the job itself, tests) it does nothing.
+An operator reads the console, a developer the log file, so there are two handlers:
+
+* console (stderr): ``HH:MM:SS LEVEL message``, one line per record, never a traceback (``--log-level
+  DEBUG`` keeps them); a failure is one readable line naming the link, the cluster and the address;
+* ``<log dir>/replicator.log`` (when a log dir is set): ``LOG_FORMAT`` with every traceback, appended to
+  by the job and by each of its Python workers.
+
+The job calls ``configure(log_dir, level)`` once (``jobs/job_logging.setup``); that also exports the log
+dir and level in the environment (``LOG_DIR_ENV`` / ``LOG_LEVEL_ENV``), which Spark's JVM and the Python
+workers it starts inherit. Those workers run a data source's driver half (a reader's ``initialOffset`` /
+``latestOffset`` / ``commit``, a writer's ``commit`` / ``abort``) and the executor tasks without the job's
+logging configuration; ``driver_logging()``, called at the top of those methods, configures the same two
+handlers there from the environment (stderr alone at INFO when no job set one, e.g. a user's own query).
+In a process that has handlers already (the job itself, tests) it does nothing.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
+from pathlib import Path
+from typing import TextIO
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-"""The driver log's line format, also used by the jobs' own handler (``jobs/replicate.py``), so the
-job's lines and its Python workers' lines read alike."""
+"""The log file's line format."""
+CONSOLE_FORMAT = "%(asctime)s %(levelname)s %(message)s"
+CONSOLE_DATE_FORMAT = "%H:%M:%S"
+PYTHON_LOG = "replicator.log"
+"""File name of the Python log inside the log dir."""
+FILE_ONLY = {"file_only": True}
+"""``extra=FILE_ONLY`` keeps a record (e.g. a whole JVM exception text) out of the console."""
+LOG_DIR_ENV = "ROCKETMQ_REPLICATOR_LOG_DIR"
+LOG_LEVEL_ENV = "ROCKETMQ_REPLICATOR_LOG_LEVEL"
+
+
+class ConsoleFormatter(logging.Formatter):
+    """``HH:MM:SS LEVEL message``; tracebacks are left to the log file unless ``keep_tracebacks``."""
+
+    def __init__(self, keep_tracebacks: bool = False) -> None:
+        super().__init__(CONSOLE_FORMAT, datefmt=CONSOLE_DATE_FORMAT)
+        self.keep_tracebacks = keep_tracebacks
+
+    def format(self, record: logging.LogRecord) -> str:
+        if self.keep_tracebacks:
+            return super().format(record)
+        saved = record.exc_info, record.exc_text, record.stack_info
+        record.exc_info = record.exc_text = record.stack_info = None
+        try:
+            return super().format(record)
+        finally:
+            record.exc_info, record.exc_text, record.stack_info = saved
+
+
+def parse_level(level: str) -> int:
+    """``DEBUG`` / ``INFO`` / ``WARNING`` / ``ERROR`` (any case) as a logging level; ValueError otherwise."""
+    numeric = logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        raise ValueError(f"log level {level!r}: expected DEBUG, INFO, WARNING or ERROR")
+    return numeric
+
+
+def configure(log_dir: str | Path | None, level: str = "INFO", console: TextIO | None = None) -> Path | None:
+    """Replace the root logger's handlers by the console handler and, with ``log_dir``, the file handler
+    (see the module docstring); export both settings for the processes started after this. Returns the
+    resolved log dir."""
+    numeric = parse_level(level)
+    directory = None
+    if log_dir is not None:
+        directory = Path(log_dir).resolve()
+        directory.mkdir(parents=True, exist_ok=True)
+        os.environ[LOG_DIR_ENV] = str(directory)
+    os.environ[LOG_LEVEL_ENV] = logging.getLevelName(numeric)
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+        handler.close()
+    to_console = logging.StreamHandler(console if console is not None else sys.stderr)
+    to_console.setLevel(numeric)
+    to_console.setFormatter(ConsoleFormatter(keep_tracebacks=numeric <= logging.DEBUG))
+    to_console.addFilter(lambda record: not getattr(record, "file_only", False))
+    root.addHandler(to_console)
+    if directory is not None:
+        to_file = logging.FileHandler(directory / PYTHON_LOG)
+        to_file.setLevel(min(numeric, logging.INFO))
+        to_file.setFormatter(logging.Formatter(LOG_FORMAT))
+        root.addHandler(to_file)
+    root.setLevel(min(numeric, logging.INFO))
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    return directory
 
 
 def driver_logging() -> None:
-    """Give the ``connectors`` loggers a stderr handler at INFO unless this process has a handler
-    already (on the package or the root logger). Idempotent and cheap: call it per driver-side call."""
-    package = logging.getLogger("connectors")
-    if not package.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter(LOG_FORMAT))
-        package.addHandler(handler)
-        package.setLevel(logging.INFO)
+    """In a process without logging handlers (a Python worker Spark started), set up the job's handlers
+    from the environment, or stderr at INFO when there is no job's. Idempotent and cheap: call it per
+    driver-side call."""
+    if logging.getLogger().handlers or logging.getLogger("connectors").handlers:
+        return
+    try:
+        level = parse_level(os.environ.get(LOG_LEVEL_ENV, "INFO"))
+    except ValueError:
+        level = logging.INFO
+    configure(os.environ.get(LOG_DIR_ENV), logging.getLevelName(level))

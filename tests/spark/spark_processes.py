@@ -176,7 +176,8 @@ def submit_replicate(config: Path, links: Sequence[str], log_file: Path, *, mast
     argv = [str(SPARK_SUBMIT), "--master", master]
     for key, value in {**LOOPBACK_CONF, **(conf or {})}.items():
         argv += ["--conf", f"{key}={value}"]
-    argv += [str(PROJECT_ROOT / "jobs" / "replicate.py"), "--config", str(config)]
+    argv += [str(PROJECT_ROOT / "jobs" / "replicate.py"), "--config", str(config),
+             "--log-dir", str(log_file.with_suffix(".logs"))]
     for link in links:
         argv += ["--link", link]
     if available_now:

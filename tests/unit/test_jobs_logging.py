@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import io
 import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
+from connectors.core import driver_log
 from jobs import job_logging
 
 # Shaped like the text of a StreamingQueryException for an unreachable source name server (trimmed).
@@ -55,7 +61,9 @@ def test_failure_line_names_the_link_and_the_log_files(tmp_path: Path) -> None:
     assert "\n" not in line and str(tmp_path / "replicator.log") in line
 
 
-def test_console_has_no_traceback_the_file_has_it(tmp_path: Path) -> None:
+def test_console_has_no_traceback_the_file_has_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(driver_log.LOG_DIR_ENV, raising=False)  # restored after the test
+    monkeypatch.delenv(driver_log.LOG_LEVEL_ENV, raising=False)
     console = io.StringIO()
     root = logging.getLogger()
     before = list(root.handlers), root.level
@@ -66,6 +74,7 @@ def test_console_has_no_traceback_the_file_has_it(tmp_path: Path) -> None:
             raise RuntimeError("deep cause")
         except RuntimeError:
             log.exception("link l1 failed: it broke")
+        log.info("a whole JVM exception text", extra=driver_log.FILE_ONLY)
         for handler in root.handlers:
             handler.flush()
     finally:
@@ -78,6 +87,22 @@ def test_console_has_no_traceback_the_file_has_it(tmp_path: Path) -> None:
     assert console.getvalue().count("\n") == 1 and "link l1 failed: it broke" in console.getvalue()
     assert "Traceback" not in console.getvalue()
     logged = (directory / job_logging.PYTHON_LOG).read_text()
-    assert "Traceback" in logged and "deep cause" in logged
+    assert "Traceback" in logged and "deep cause" in logged and "a whole JVM exception text" in logged
     assert "${sys:replicator.log.dir}/spark.log" in (directory / job_logging.LOG4J_CONFIG).read_text()
     assert f"-Dreplicator.log.dir={directory}" in job_logging.spark_java_options(directory)
+    assert os.environ[driver_log.LOG_DIR_ENV] == str(directory)  # what Spark's Python workers inherit
+
+
+def test_a_worker_process_logs_like_the_job(tmp_path: Path) -> None:
+    """A Python worker (a fresh process with the job's environment) gets the same console and file."""
+    code = (
+        "import logging\n"
+        "from connectors.core.driver_log import driver_logging\n"
+        "driver_logging()\n"
+        "try:\n    raise KeyError('inner')\n"
+        "except KeyError:\n    logging.getLogger('connectors.x').exception('link l1 failed: no route')\n"
+    )
+    env = {**os.environ, driver_log.LOG_DIR_ENV: str(tmp_path), driver_log.LOG_LEVEL_ENV: "INFO"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert "link l1 failed: no route" in done.stderr and "Traceback" not in done.stderr
+    assert "Traceback" in (tmp_path / driver_log.PYTHON_LOG).read_text()

@@ -1,0 +1,85 @@
+"""The replicate job's progress lines: one per micro-batch, counting messages, not Spark rows.
+
+The job's source hands Spark one row per queue *range* (``rowFormat=ranges``), so Spark's own
+``numInputRows`` says "4 rows" for a batch of 40,000 messages. The messages a batch read are the
+distance its source offsets moved, which the query progress carries as the source's start and end
+offset documents (``connectors.core.offsets.SourceOffset``); ``batch_messages`` sums that. The sink's
+own line (``link L batch N: X delivered ...``, from its driver commit) says what reached the target.
+Used by ``jobs/replicate.py`` on the driver.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, NamedTuple
+
+from connectors.core.errors import OffsetFormatError
+from connectors.core.offsets import SourceOffset
+
+log = logging.getLogger("jobs.replicate")
+
+
+class BatchMessages(NamedTuple):
+    """Messages a batch read, from its source offsets."""
+
+    messages: int
+    """Sum over the queues present before and after the batch of (end - start)."""
+    new_queues: int
+    """Queues that appeared during the batch (read from their earliest offset, not counted above)."""
+
+
+def batch_messages(start_json: str | None, end_json: str | None) -> BatchMessages | None:
+    """What a batch read, from the source's start and end offset documents (JSON strings as the query
+    progress has them; ``start_json`` None for the first batch: everything is new). None when the end
+    document is missing or not a ``SourceOffset`` (another source)."""
+    if not end_json:
+        return None
+    try:
+        end = SourceOffset.from_json(end_json).queues
+        start = SourceOffset.from_json(start_json).queues if start_json else {}
+    except (OffsetFormatError, ValueError):
+        return None
+    moved = sum(max(0, offset - start[q]) for q, offset in end.items() if q in start)
+    return BatchMessages(moved, sum(1 for q in end if q not in start))
+
+
+def describe_progress(p: Any) -> str:
+    """One line for a ``StreamingQueryProgress``: messages read, rate, the batch's time and its parts."""
+    source = p.sources[0] if p.sources else None
+    counted = batch_messages(source.startOffset, source.endOffset) if source is not None else None
+    durations = dict(p.durationMs)
+    total_ms = durations.get("triggerExecution", 0)
+    if counted is None:
+        what = f"{p.numInputRows} rows"
+    else:
+        what = f"{counted.messages} messages"
+        if counted.new_queues:
+            what += f" (+ {counted.new_queues} new queue(s) from their earliest offset)"
+        if total_ms:
+            what += f", {counted.messages * 1000 / total_ms:.0f} msg/s"
+    parts = ", ".join(f"{k} {v}" for k, v in sorted(durations.items()) if k != "triggerExecution" and v)
+    return f"link {p.name} batch {p.batchId}: {what} in {total_ms} ms ({parts})"
+
+
+def make_progress_listener() -> Any:
+    """A StreamingQueryListener that logs one line per batch (and query start / end). A query's failure is
+    reported by the job's main loop (one line), so termination with an error is logged here only at DEBUG."""
+    from pyspark.sql.streaming.listener import StreamingQueryListener
+
+    class ProgressLogger(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
+            log.info("query %s started (id %s, run %s)", event.name, event.id, event.runId)
+
+        def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+            log.info("%s", describe_progress(event.progress))
+
+        def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+            if event.exception:
+                log.debug("query %s terminated with an error: %s", event.id, event.exception)
+            else:
+                log.info("query %s terminated", event.id)
+
+    return ProgressLogger()

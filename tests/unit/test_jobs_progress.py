@@ -1,0 +1,34 @@
+"""jobs.progress: progress lines count messages (offset movement), not Spark rows (queue ranges)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from connectors.core.offsets import QueueKey, SourceOffset
+from jobs.progress import BatchMessages, batch_messages, describe_progress
+
+
+def _doc(offsets: dict[QueueKey, int]) -> str:
+    return SourceOffset(offsets).to_json()
+
+
+A0, A1, B0 = QueueKey("A", "b", 0), QueueKey("A", "b", 1), QueueKey("B", "b", 0)
+
+
+def test_messages_are_the_offset_movement() -> None:
+    assert batch_messages(_doc({A0: 10, A1: 5}), _doc({A0: 110, A1: 5, B0: 7})) == BatchMessages(100, 1)
+    assert batch_messages(None, _doc({A0: 3})) == BatchMessages(0, 1)
+    assert batch_messages(_doc({A0: 3}), None) is None
+    assert batch_messages(_doc({A0: 3}), '{"kafka": 1}') is None
+
+
+def test_progress_line() -> None:
+    progress = SimpleNamespace(
+        name="l1", batchId=7, numInputRows=4,
+        durationMs={"triggerExecution": 500, "addBatch": 400, "walCommit": 0},
+        sources=[SimpleNamespace(startOffset=_doc({A0: 0}), endOffset=_doc({A0: 4000, B0: 2}))])
+    assert describe_progress(progress) == (
+        "link l1 batch 7: 4000 messages (+ 1 new queue(s) from their earliest offset), 8000 msg/s in 500 ms "
+        "(addBatch 400)")
+    progress.sources = []
+    assert describe_progress(progress).startswith("link l1 batch 7: 4 rows in 500 ms")
