@@ -212,6 +212,7 @@ def run(argv: list[str] | None = None) -> int:
     spark = build_spark(checkpoint_locations=[config.link(name).checkpoint_location for name in names],
                         log_dir=log_dir)
     spark.streams.addListener(make_progress_listener())
+    _quiet_accumulator_server(spark)
     failures: dict[str, str] = {}
     queries: list[Any] = []
     started_ms = int(time.time() * 1000)
@@ -241,6 +242,24 @@ def run(argv: list[str] | None = None) -> int:
     for q in queries:
         _log_summary(args.config, config, q, started_ms, failed=q.name in failures)
     return 1 if failures else 0
+
+
+def _quiet_accumulator_server(spark: Any) -> None:
+    """When a query or Spark stops, the JVM closes its connection to pyspark's accumulator server, whose
+    handler thread may then read EOF, and socketserver prints an EOFError traceback on the console. That
+    is the expected end of the connection (no update is lost: the sender has stopped): log it at DEBUG;
+    any other error of that server as one WARNING line (its traceback goes to the log file)."""
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is None:
+        return
+
+    def handle_error(_request: Any, address: Any) -> None:
+        if isinstance(sys.exc_info()[1], EOFError):
+            log.debug("accumulator connection from %s closed", address, exc_info=True)
+        else:
+            log.warning("pyspark's accumulator server failed on a connection from %s", address, exc_info=True)
+
+    server.handle_error = handle_error
 
 
 def _report_failure(query: Any, log_dir: Path, failures: dict[str, str]) -> None:
