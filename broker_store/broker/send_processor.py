@@ -41,6 +41,7 @@ from broker_store.protocol.message import (
     tags_hash_code,
     validate_topic,
 )
+from broker_store.protocol.properties import find_property
 from broker_store.protocol.topic import (
     RETRY_GROUP_TOPIC_PREFIX,
     TopicConfig,
@@ -49,7 +50,7 @@ from broker_store.protocol.topic import (
     retry_topic,
 )
 from broker_store.store import (
-    FlushMode,
+    DurableFuture,
     PutEntry,
     PutResult,
     PutStatus,
@@ -80,7 +81,6 @@ SERVICE_NOT_AVAILABLE_REMARK = (
     "service not available now. It may be caused by one of the following reasons: the broker's disk is full, "
     "messages are put to the slave, message store has been shut down, etc."
 )
-_WAIT_FALSE = f"{PROPERTY_WAIT}\x01false\x02".encode()
 _CLUSTER_KEY = f"{PROPERTY_CLUSTER}\x01".encode()
 _TAGS_KEY = f"{PROPERTY_TAGS}\x01".encode()
 _ENDS_A_PROPERTY = (b"\x02", b"")
@@ -156,24 +156,33 @@ def parse_send_header(ext: dict[str, str], short_names: bool) -> SendRequest:
         )
 
 
-def _find_property(props: bytes, key: bytes) -> int:
-    """Start of ``key`` (``NAME\\x01``) as a whole property name in ``props``, or -1."""
-    pos = props.find(key)
-    while pos > 0 and props[pos - 1] != 2:
-        pos = props.find(key, pos + 1)
-    return pos
-
-
 def put_property(props: bytes, name: str, value: str) -> bytes:
     """``props`` with ``name`` set to ``value``; appends when absent (the cheap, common case)."""
     key = f"{name}\x01".encode()
-    if _find_property(props, key) >= 0:
+    if find_property(props, key) >= 0:
         decoded = decode_properties(props)
         decoded[name] = value
         return encode_properties(decoded)
     if props and props[-1] != 2:
         props += b"\x02"
     return props + key + value.encode() + b"\x02"
+
+
+_DURABLE_CODES = {
+    PutStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+}
+"""Durability outcomes answered with their own code and the send header (the message IS stored);
+anything else (IN_SYNC_REPLICAS_NOT_ENOUGH) reaches the client as SYSTEM_ERROR with a remark."""
+
+
+def _durable_response(cmd: RemotingCommand, status: PutStatus, ext: dict[str, str]) -> RemotingCommand:
+    code = _DURABLE_CODES.get(status)
+    if code is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"{status.name}: the message was stored but is not durable")
+    return cmd.response(code, None, ext)
 
 
 def born_host_of(remote_addr: str) -> str:
@@ -196,7 +205,6 @@ class SendProcessor:
         self._cluster_name = cfg.cluster_name
         self._region = cfg.region_id
         self._trace_on = "true" if cfg.trace_on else "false"
-        self._sync_flush = broker.store_config.flush_mode == FlushMode.SYNC_FLUSH
         self._max_message_size = cfg.max_message_size
         self._born_hosts: dict[str, str] = {}
 
@@ -211,7 +219,7 @@ class SendProcessor:
         return host
 
     def _with_cluster(self, props: bytes) -> bytes:
-        if _find_property(props, _CLUSTER_KEY) >= 0:
+        if find_property(props, _CLUSTER_KEY) >= 0:
             return put_property(props, PROPERTY_CLUSTER, self._cluster_name)
         if props and props[-1] != 2:
             return props + b"\x02" + self._cluster_suffix
@@ -273,9 +281,9 @@ class SendProcessor:
         )
 
     def _answer(
-        self, cmd: RemotingCommand, result: PutResult, queue_id: int, wait: bool
+        self, cmd: RemotingCommand, result: PutResult, queue_id: int
     ) -> RemotingCommand | Awaitable[RemotingCommand]:
-        """The send response; with SYNC_FLUSH (and WAIT) an awaitable resolved once flushed."""
+        """The send response; an awaitable of it while the store's durability future is pending."""
         status = result.status
         if status is PutStatus.PUT_OK:
             ext = {
@@ -285,9 +293,10 @@ class SendProcessor:
                 PROPERTY_MSG_REGION: self._region,
                 PROPERTY_TRACE_SWITCH: self._trace_on,
             }
-            if self._sync_flush and wait:
-                return self._answer_when_flushed(cmd, result, ext)
-            return cmd.response(ResponseCode.SUCCESS, None, ext)
+            durable = result.durable
+            if durable.done():
+                return _durable_response(cmd, durable.result(), ext)
+            return self._answer_when_durable(cmd, durable, ext)
         if status is PutStatus.MESSAGE_ILLEGAL or status is PutStatus.PROPERTIES_SIZE_EXCEEDED:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"the message is illegal: {result.remark}")
         if status is PutStatus.SERVICE_NOT_AVAILABLE:
@@ -299,11 +308,10 @@ class SendProcessor:
             )
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"{status.name}: {result.remark}")
 
-    async def _answer_when_flushed(
-        self, cmd: RemotingCommand, result: PutResult, ext: dict[str, str]
+    async def _answer_when_durable(
+        self, cmd: RemotingCommand, durable: DurableFuture, ext: dict[str, str]
     ) -> RemotingCommand:
-        flushed = await asyncio.wrap_future(self.broker.store.wait_for_flush(result.end_offset))
-        return cmd.response(ResponseCode.SUCCESS if flushed else ResponseCode.FLUSH_DISK_TIMEOUT, None, ext)
+        return _durable_response(cmd, await asyncio.wrap_future(durable), ext)
 
     # -- SEND_MESSAGE / SEND_MESSAGE_V2 -----------------------------------------------------------
 
@@ -349,8 +357,7 @@ class SendProcessor:
             born_host=self._born_host(conn),
             reconsume_times=reconsume_times,
         )
-        wait = not self._sync_flush or _find_property(props, _WAIT_FALSE) < 0
-        return self._answer(cmd, result, queue_id, wait)
+        return self._answer(cmd, result, queue_id)
 
     # -- SEND_BATCH_MESSAGE -----------------------------------------------------------------------
 
@@ -385,21 +392,18 @@ class SendProcessor:
         prepared = self._batch_entries(batch)
         if isinstance(prepared, int):
             return self._illegal_props(cmd, prepared)
-        entries, wait = prepared
         result = self.broker.store.put_messages(
             req.topic,
             req.queue_id,
-            entries,
+            prepared,
             sys_flag=req.sys_flag,
             born_timestamp=req.born_timestamp,
             born_host=self._born_host(conn),
         )
-        return self._answer(cmd, result, req.queue_id, wait)
+        return self._answer(cmd, result, req.queue_id)
 
-    def _batch_entries(
-        self, batch: list[tuple[memoryview, bytes, int]]
-    ) -> tuple[list[PutEntry], bool] | int:
-        """(store entries with CLUSTER set, whether to wait for the flush), or an illegal properties length.
+    def _batch_entries(self, batch: list[tuple[memoryview, bytes, int]]) -> list[PutEntry] | int:
+        """Store entries with CLUSTER set, or an illegal properties length.
 
         Column-wise, like the store's encoder: the per-message work is comprehensions and C-level maps.
         A property key found nowhere in all properties joined (by \\0, which no key contains) is in none
@@ -413,29 +417,21 @@ class SendProcessor:
                       for props in raw_props]
         if max(map(len, props_list)) > MAX_PROPERTIES_LENGTH:
             return next(n for n in map(len, props_list) if n > MAX_PROPERTIES_LENGTH)
-        joined = b"\0".join(props_list)
-        wait = not (self._sync_flush and _WAIT_FALSE in joined
-                    and any(_find_property(props, _WAIT_FALSE) >= 0 for props in props_list))
-        if _TAGS_KEY in joined:
+        if _TAGS_KEY in b"\0".join(props_list):
             tags_codes = tags_codes_of_properties(props_list, tags_hash_code)
         else:
             tags_codes = [0] * len(props_list)
-        return list(zip(bodies, props_list, flags, tags_codes, strict=True)), wait
+        return list(zip(bodies, props_list, flags, tags_codes, strict=True))
 
-    def _batch_entries_in_order(
-        self, batch: list[tuple[memoryview, bytes, int]]
-    ) -> tuple[list[PutEntry], bool] | int:
+    def _batch_entries_in_order(self, batch: list[tuple[memoryview, bytes, int]]) -> list[PutEntry] | int:
         """``_batch_entries`` one message at a time (some properties name a cluster already)."""
         entries: list[PutEntry] = []
-        wait = True
         for body, props, flag in batch:
             props = self._with_cluster(props)
             if len(props) > MAX_PROPERTIES_LENGTH:
                 return len(props)
-            if self._sync_flush and _find_property(props, _WAIT_FALSE) >= 0:
-                wait = False
             entries.append((body, props, flag, tags_code_of_properties(props, tags_hash_code)))
-        return entries, wait
+        return entries
 
     # -- CONSUMER_SEND_MSG_BACK -------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ Used by the broker's request processors and by replication; everything they need
 
 from broker_store.store.commit_log import tags_code_of_properties, tags_codes_of_properties
 from broker_store.store.config import (
+    DurableFuture,
     FlushMode,
     GetResult,
     GetStatus,
@@ -12,9 +13,13 @@ from broker_store.store.config import (
     PutStatus,
     StoreConfig,
 )
+from broker_store.store.durability import DurabilityPolicy, DurabilityStep
 from broker_store.store.message_store import MessageStore, PutEntry
 
 __all__ = [
+    "DurabilityPolicy",
+    "DurabilityStep",
+    "DurableFuture",
     "FlushMode",
     "GetResult",
     "GetStatus",

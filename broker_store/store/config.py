@@ -6,6 +6,7 @@ are what the broker's send and pull processors translate into remoting responses
 
 from __future__ import annotations
 
+import concurrent.futures
 import enum
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ class FlushMode(enum.Enum):
     ASYNC_FLUSH = "ASYNC_FLUSH"
     """A background thread fsyncs the CommitLog every ``flush_interval_ms``; puts never wait."""
     SYNC_FLUSH = "SYNC_FLUSH"
-    """The broker acks a put only after ``wait_for_flush`` resolves (group commit: one fsync per batch)."""
+    """A put is durable (``PutResult.durable``) only once fsynced (group commit: one fsync per batch)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,32 @@ class PutStatus(enum.Enum):
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
     """Store not started, shut down, or turned read-only after an I/O error."""
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    """Durability only (``PutResult.durable``): written, but not fsynced within ``flush_timeout_ms``."""
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    """Durability only: written, but the replicas did not acknowledge it in time (replication's step)."""
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    """Durability only: written, but no replica is connected to acknowledge it (replication's step)."""
+    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
+    """Fewer in-sync replicas than the quorum needs (replication's step)."""
+
+
+DurableFuture = concurrent.futures.Future[PutStatus]
+"""Resolves to PUT_OK once a put is durable under the broker's policy, else to the status of the first
+durability step that failed, e.g. FLUSH_DISK_TIMEOUT (see ``store.durability``). Resolved on whichever
+thread met the last step: await it on a loop with ``asyncio.wrap_future``."""
+
+_RESOLVED: dict[PutStatus, DurableFuture] = {}
+
+
+def resolved(status: PutStatus) -> DurableFuture:
+    """A shared, already resolved future of ``status`` (no allocation on the put path)."""
+    future = _RESOLVED.get(status)
+    if future is None:
+        future = concurrent.futures.Future()
+        future.set_result(status)
+        _RESOLVED[status] = future
+    return future
 
 
 @dataclass(frozen=True)
@@ -110,7 +137,11 @@ class PutResult:
     wrote_offset: int = -1
     """CommitLog offset of the first record."""
     end_offset: int = -1
-    """CommitLog offset just past the last record; pass it to ``wait_for_flush``."""
+    """CommitLog offset just past the last record."""
+    durable: DurableFuture = resolved(PutStatus.PUT_OK)
+    """Completes when the put is durable under the store's ``DurabilityPolicy`` (flush, later replica acks)
+    with PUT_OK or the failing step's status; for a failed put it is already resolved to ``status``.
+    A result built without it needs no waiting."""
 
 
 class GetStatus(enum.Enum):

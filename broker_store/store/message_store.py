@@ -10,9 +10,10 @@ Threads and the locks they take::
     retention thread / caller    -> store lock per deleted segment
     truncate_commit_log          -> checkpoint lock, then store lock (that order, always)
 
-Contracts: put/get never block on fsync. ``wait_for_flush`` futures are resolved on the flush thread
-(use ``asyncio.wrap_future``). Arrival listeners run on the thread that dispatched (the loop thread for
-puts, the replication thread for ``append_commit_log``) and must not block.
+Contracts: put/get never block on fsync. A put's ``PutResult.durable`` future (see ``store.durability``)
+and ``wait_for_flush`` futures are resolved on the flush thread (use ``asyncio.wrap_future``). Arrival
+listeners run on the thread that dispatched (the loop thread for puts, the replication thread for
+``append_commit_log``) and must not block.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from itertools import accumulate, chain, count, repeat
 from operator import add, and_
+from typing import Any, TypeVar
 from zlib import crc32
 
 from broker_store.protocol.errors import ConfigError, ProtocolError, StoreError
@@ -33,21 +35,27 @@ from broker_store.protocol.message import (
     BLANK_MAGIC,
     MAGIC_V1,
     MAX_PROPERTIES_LENGTH,
+    PROPERTY_WAIT,
     STORED_HEADER,
     STORED_HEADER_SIZE,
     host_to_bytes,
     validate_topic,
 )
+from broker_store.protocol.properties import find_property
 from broker_store.store.checkpoint import Checkpoint, load_checkpoint, write_checkpoint
 from broker_store.store.commit_log import BLANK_RECORD, MIN_RECORD_SIZE, CommitLog, DispatchRecord
 from broker_store.store.config import (
+    DurableFuture,
+    FlushMode,
     GetResult,
     GetStatus,
     PutResult,
     PutStatus,
     StoreConfig,
+    resolved,
 )
 from broker_store.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
+from broker_store.store.durability import DurabilityPolicy
 from broker_store.store.files import FdPool, fdatasync
 
 log = logging.getLogger(__name__)
@@ -74,6 +82,8 @@ _RECORD_MIDDLE = struct.Struct(">iq4siq4siiq")
 _RECORD_HEAD = struct.Struct(f">iiiiiqq{_RECORD_MIDDLE.size}si")
 assert _RECORD_HEAD.size == STORED_HEADER_SIZE and _RECORD_MIDDLE.size == 48
 _PROPS_LEN = struct.Struct(">H")  # PROPERTIESLEN
+_WAIT_FALSE = f"{PROPERTY_WAIT}\x01false\x02".encode()
+T = TypeVar("T")
 
 
 class MessageStore:
@@ -106,12 +116,15 @@ class MessageStore:
         self._writable = True
         self._stopping = False
         self._flush_cond = threading.Condition()
-        self._flush_waiters: list[tuple[int, float, concurrent.futures.Future[bool]]] = []
+        self._flush_waiters: list[tuple[int, float, concurrent.futures.Future[Any], object, object]] = []
         self._stop_event = threading.Event()
         self._threads: list[threading.Thread] = []
         self._last_checkpoint: tuple[int, int] | None = None
         self._topic_bytes: dict[str, bytes] = {}
         self._hosts: dict[str, tuple[bytes, int]] = {}
+        self.durability = DurabilityPolicy([_SyncFlushStep(self)] if config.flush_mode is FlushMode.SYNC_FLUSH
+                                           else [])
+        """What ``PutResult.durable`` waits for; replication appends its replica-ack step."""
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -289,19 +302,20 @@ class MessageStore:
         """Append (body, properties, flag, tags_code) entries as one contiguous write, all or nothing.
 
         The messages get consecutive queue offsets starting at ``PutResult.queue_offset``. Returns
-        without waiting for fsync; for SYNC_FLUSH await ``wait_for_flush(result.end_offset)``.
+        without waiting for fsync: ``PutResult.durable`` completes once the put is durable under
+        ``self.durability`` (no wait when a message's WAIT property is ``false``).
         """
         return self._put(topic, queue_id, entries, sys_flag, born_timestamp, born_host, 0)
 
     def _illegal(self, status: PutStatus, remark: str) -> PutResult:
-        return PutResult(status, remark)
+        return PutResult(status, remark, durable=resolved(status))
 
     def _put(self, topic: str, queue_id: int, entries: Sequence[PutEntry], sys_flag: int,
              born_timestamp: int, born_host: str, reconsume_times: int) -> PutResult:
         if not self._running or not self._writable:
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE,
-                             "the message store is not running" if self._writable
-                             else "the message store is read-only after an I/O error")
+            return self._illegal(PutStatus.SERVICE_NOT_AVAILABLE,
+                                 "the message store is not running" if self._writable
+                                 else "the message store is read-only after an I/O error")
         topic_tail = self._topic_bytes.get(topic)  # TOPICLEN + topic, as stored
         if topic_tail is None:
             try:
@@ -345,7 +359,7 @@ class MessageStore:
 
         with self._lock:
             if not self._running or not self._writable:
-                return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the message store is not running")
+                return self._illegal(PutStatus.SERVICE_NOT_AVAILABLE, "the message store is not running")
             cl = self._commit_log
             key = (topic, queue_id)
             cq = self._queues.get(key) or self._new_queue(topic, queue_id)
@@ -375,7 +389,7 @@ class MessageStore:
             except OSError as exc:
                 self._writable = False
                 log.exception("write to %s failed; the store is now read-only", self.config.store_dir)
-                return PutResult(PutStatus.UNKNOWN_ERROR, f"store write failed: {exc}")
+                return self._illegal(PutStatus.UNKNOWN_ERROR, f"store write failed: {exc}")
             self._dispatched = cl.max_offset
             self._dirty_queues.add(cq)
             new_max = cq.max_index
@@ -384,9 +398,13 @@ class MessageStore:
         # every id is the STOREHOST prefix + the offset in hex: all offsets hexed by one call
         prefix = self._msg_id_prefix
         ids = struct.pack(f">{len(offsets)}q", *offsets).hex(",", 8).upper().replace(",", "," + prefix)
+        end = wrote + total
+        durability = self.durability
+        durable = durability.durable(end, not _says_no_wait(props_list)) if durability.steps \
+            else resolved(PutStatus.PUT_OK)
         return PutResult(PutStatus.PUT_OK, msg_ids=tuple((prefix + ids).split(",")),
                          queue_offset=queue_offset, count=len(entries), wrote_offset=wrote,
-                         end_offset=wrote + total)
+                         end_offset=end, durable=durable)
 
     def _first_illegal_entry(self, entries: Sequence[PutEntry], max_body: int) -> PutResult:
         """The error for the first entry whose body or properties are too long (in entry order)."""
@@ -420,16 +438,20 @@ class MessageStore:
         Resolved False after ``flush_timeout_ms``, on truncation below ``end_offset`` and at shutdown.
         All waiters pending when the flush thread wakes share one fsync (group commit).
         """
-        future: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        return self._wait_flushed(end_offset, True, False)
+
+    def _wait_flushed(self, end_offset: int, ok: T, failed: T) -> concurrent.futures.Future[T]:
+        """``wait_for_flush`` resolving to ``ok`` or ``failed`` (the durability step's statuses)."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
         if end_offset <= self._flushed:
-            future.set_result(True)
+            future.set_result(ok)
             return future
         if not self._running:
-            future.set_result(False)
+            future.set_result(failed)
             return future
         deadline = time.monotonic() + self.config.flush_timeout_ms / 1000
         with self._flush_cond:
-            self._flush_waiters.append((end_offset, deadline, future))
+            self._flush_waiters.append((end_offset, deadline, future, ok, failed))
             self._flush_cond.notify()
         return future
 
@@ -506,22 +528,22 @@ class MessageStore:
     def _resolve_waiters(self, flushed: int, *, expire_all: bool = False,
                          fail_above: int | None = None) -> None:
         now = time.monotonic()
-        done: list[tuple[concurrent.futures.Future[bool], bool]] = []
+        done: list[tuple[concurrent.futures.Future[Any], object]] = []
         with self._flush_cond:
             keep = []
             for waiter in self._flush_waiters:
-                end, deadline, future = waiter
+                end, deadline, future, ok, failed = waiter
                 if end <= flushed and (fail_above is None or end <= fail_above):
-                    done.append((future, True))
+                    done.append((future, ok))
                 elif expire_all or deadline <= now or (fail_above is not None and end > fail_above):
-                    done.append((future, False))
+                    done.append((future, failed))
                 else:
                     keep.append(waiter)
             self._flush_waiters = keep
-        for future, ok in done:
+        for future, value in done:
             if not future.done():
                 try:
-                    future.set_result(ok)
+                    future.set_result(value)
                 except concurrent.futures.InvalidStateError:
                     pass  # cancelled by the waiter in the meantime
 
@@ -903,6 +925,29 @@ class MessageStore:
         except OSError as exc:
             raise StoreError(f"retention in {self.config.store_dir} failed: {exc}") from exc
         return freed
+
+
+class _SyncFlushStep:
+    """SYNC_FLUSH's durability step: the CommitLog fsynced past the put (group commit)."""
+
+    name = "flush"
+
+    def __init__(self, store: MessageStore) -> None:
+        self._store = store
+
+    def wait(self, end_offset: int) -> DurableFuture | None:
+        if end_offset <= self._store.flushed_physical_offset:
+            return None
+        return self._store._wait_flushed(end_offset, PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)
+
+
+def _says_no_wait(props_list: Sequence[bytes]) -> bool:
+    """Whether any message of a put carries WAIT=false (RocketMQ: isWaitStoreMsgOK false, answer at once).
+
+    One search of all properties joined settles the common case (no message says it)."""
+    if len(props_list) == 1:
+        return find_property(props_list[0], _WAIT_FALSE) >= 0
+    return _WAIT_FALSE in b"\0".join(props_list) and any(find_property(p, _WAIT_FALSE) >= 0 for p in props_list)
 
 
 def _encode_records(bodies: Sequence[bytes | memoryview], props_list: Sequence[bytes], flags: Sequence[int],

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker_store.broker.send_processor import SendProcessor, _find_property
+from broker_store.broker.send_processor import SendProcessor
 from broker_store.protocol.message import (
     MAX_PROPERTIES_LENGTH,
     encode_batch,
@@ -27,8 +27,8 @@ from broker_store.protocol.message import (
     split_batch,
     tags_hash_code,
 )
+from broker_store.protocol.properties import find_property
 from broker_store.store import (
-    FlushMode,
     MessageStore,
     PutEntry,
     PutStatus,
@@ -37,6 +37,7 @@ from broker_store.store import (
     tags_codes_of_properties,
 )
 from broker_store.store.consume_queue import CQ_ENTRY
+from broker_store.store.message_store import _says_no_wait
 
 STORE_HOST = "10.1.2.3:10911"
 BORN_HOST = "192.168.0.7:50000"
@@ -117,27 +118,22 @@ def test_batch_limits_name_the_first_offending_entry(store: MessageStore) -> Non
 # -- the send processor's batch preparation ----------------------------------------------------------
 
 
-def _processor(sync_flush: bool) -> SendProcessor:
+def _processor() -> SendProcessor:
     broker = SimpleNamespace(
         config=SimpleNamespace(cluster_name="c1", region_id="r", trace_on=False, max_message_size=1 << 20),
-        store_config=SimpleNamespace(flush_mode=FlushMode.SYNC_FLUSH if sync_flush else FlushMode.ASYNC_FLUSH),
     )
     return SendProcessor(broker)  # type: ignore[arg-type]
 
 
-def _reference_entries(sp: SendProcessor, batch: list[tuple[memoryview, bytes, int]],
-                       sync_flush: bool) -> tuple[list[PutEntry], bool] | int:
+def _reference_entries(sp: SendProcessor, batch: list[tuple[memoryview, bytes, int]]) -> list[PutEntry] | int:
     """The per-message loop the batch path ran before it went column-wise."""
     entries: list[PutEntry] = []
-    wait = True
     for body, raw, flag in batch:
         props = sp._with_cluster(raw)
         if len(props) > MAX_PROPERTIES_LENGTH:
             return len(props)
-        if sync_flush and b"WAIT\x01false\x02" in props and _find_property(props, b"WAIT\x01false\x02") >= 0:
-            wait = False
         entries.append((body, props, flag, tags_code_of_properties(props, tags_hash_code)))
-    return entries, wait
+    return entries
 
 
 _PROPERTY_PIECES = st.sampled_from([
@@ -152,15 +148,15 @@ _PROPERTY_PIECES = st.sampled_from([
 @given(st.lists(st.tuples(st.lists(_PROPERTY_PIECES, max_size=4).map(b"".join),
                           st.one_of(st.just(0), st.integers(MAX_PROPERTIES_LENGTH - 20, MAX_PROPERTIES_LENGTH))),
                 min_size=1, max_size=8),
-       st.booleans())
-def test_batch_entries_match_the_per_message_loop(messages: list[tuple[bytes, int]], sync_flush: bool) -> None:
+       )
+def test_batch_entries_match_the_per_message_loop(messages: list[tuple[bytes, int]]) -> None:
     """``padded_to``: properties filled up to that length, around the limit once CLUSTER is added."""
     props = [raw + b"P\x01" + b"v" * (padded_to - len(raw) - 2) if padded_to else raw
              for raw, padded_to in messages]
-    sp = _processor(sync_flush)
+    sp = _processor()
     batch = split_batch(encode_batch([(os.urandom(3), p, i) for i, p in enumerate(props)]))
     try:
-        expected: Any = _reference_entries(sp, batch, sync_flush)
+        expected: Any = _reference_entries(sp, batch)
     except Exception as exc:  # noqa: BLE001 - the same exception must come out of both
         with pytest.raises(type(exc)):
             sp._batch_entries(batch)
@@ -169,9 +165,16 @@ def test_batch_entries_match_the_per_message_loop(messages: list[tuple[bytes, in
     if isinstance(expected, int):
         assert got == expected
     else:
-        assert isinstance(got, tuple)
-        assert [(bytes(b), p, f, t) for b, p, f, t in got[0]] == [(bytes(b), p, f, t) for b, p, f, t in expected[0]]
-        assert got[1] == expected[1]
+        assert isinstance(got, list)
+        assert [(bytes(b), p, f, t) for b, p, f, t in got] == [(bytes(b), p, f, t) for b, p, f, t in expected]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_PROPERTY_PIECES, max_size=4).map(b"".join), min_size=1, max_size=8))
+def test_store_sees_wait_false_as_one_message_at_a_time(props: list[bytes]) -> None:
+    """The store's joined search for WAIT=false (skip the durability wait) agrees with a per-message scan."""
+    expected = any(find_property(p, b"WAIT\x01false\x02") >= 0 for p in props)
+    assert _says_no_wait(props) is expected
 
 
 _TAG_PIECES = st.sampled_from([b"TAGS\x01z\x02", b"TAGS\x01zz", b"TAGS\x01z", b"a\x02TAGS\x01\xff", b"a\x02TAGS\x01z"])
