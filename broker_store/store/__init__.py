@@ -4,17 +4,10 @@ Used by the broker's request processors and by replication; everything they need
 """
 
 from broker_store.store.commit_log import tags_code_of_properties, tags_codes_of_properties
-from broker_store.store.config import (
-    DurableFuture,
-    FlushMode,
-    GetResult,
-    GetStatus,
-    PutResult,
-    PutStatus,
-    StoreConfig,
-)
+from broker_store.store.config import FlushMode, StoreConfig
 from broker_store.store.durability import DurabilityPolicy, DurabilityStep
 from broker_store.store.message_store import MessageStore, PutEntry
+from broker_store.store.results import DurableFuture, GetResult, GetStatus, PutResult, PutStatus
 
 __all__ = [
     "DurabilityPolicy",

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Sequence
 from typing import Protocol
 
-from broker_store.store.config import DurableFuture, PutStatus, resolved
+from broker_store.store.results import DurableFuture, PutStatus, resolved
 
 
 class DurabilityStep(Protocol):

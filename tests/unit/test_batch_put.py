@@ -91,7 +91,7 @@ def test_batch_records_match_encode_stored_message(store: MessageStore, messages
     assert store.read_commit_log(wrote, len(records)) == records
     assert r.end_offset == wrote + len(records) == store.max_physical_offset
     assert list(r.msg_ids) == ids and r.count == len(entries)
-    cq = store._queues[("Batch", queue_id)]
+    cq = store._queues.queues[("Batch", queue_id)]
     assert cq.read(queue_offset, len(entries)) == cq_entries
 
 

@@ -255,7 +255,7 @@ def test_consume_queue_tail_is_served_from_memory_then_written_by_the_flush(tmp_
     try:
         for i in range(100):  # crosses a 64-entry ConsumeQueue segment
             put(store, "TL", 0, str(i).encode())
-        cq = store._queues[("TL", 0)]
+        cq = store._queues.queues[("TL", 0)]
         cq_dir = tmp_path / "consumequeue" / "TL" / "0"
         assert not cq_dir.exists() or sum(f.stat().st_size for f in cq_dir.iterdir()) == 0, \
             "entries of plain appends stay in memory until the flush"
@@ -267,7 +267,7 @@ def test_consume_queue_tail_is_served_from_memory_then_written_by_the_flush(tmp_
             put(store, "TL", 0, str(i).encode())
         g = store.get_messages("TL", 0, 96, 32)
         assert [int(m.body) for m in decode_stored_messages(g.body)] == list(range(96, 110))
-        store.truncate_commit_log(store._queues[("TL", 0)].entry(105)[0])  # type: ignore[index]
+        store.truncate_commit_log(store._queues.queues[("TL", 0)].entry(105)[0])  # type: ignore[index]
         assert cq.max_index == 105
         assert [int(m.body) for m in decode_stored_messages(pull_all(store, "TL", 0, start=90))] == \
             list(range(90, 105))
@@ -365,11 +365,11 @@ def test_stale_entries_below_commit_log_min_are_skipped(tmp_path: Path) -> None:
     cq_first = int(sorted(os.listdir(tmp_path / "consumequeue" / "Rm" / "0"))[0]) // 20
     assert cq_first < lo, "the first ConsumeQueue segment still holds entries of deleted records"
     # what a pull at a stale offset inside that window would scan (get_messages itself refuses it)
-    cq = store._queues[("Rm", 0)]  # noqa: SLF001
-    g = store._read_queue(cq, cq_first, 4, None, 1 << 20, lo, 300)  # noqa: SLF001
+    cq = store._queues.queues[("Rm", 0)]  # noqa: SLF001
+    g = store._reader._read_queue(cq, cq_first, 4, None, 1 << 20, lo, 300)  # noqa: SLF001
     assert g.status is GetStatus.FOUND
     assert decode_stored_messages(g.body)[0].queue_offset == lo
-    g = store._read_queue(cq, cq_first, 4, frozenset({99}), 1 << 20, lo, 300)  # noqa: SLF001
+    g = store._reader._read_queue(cq, cq_first, 4, frozenset({99}), 1 << 20, lo, 300)  # noqa: SLF001
     assert g.status is GetStatus.NO_MATCHED_MESSAGE
     store.shutdown()
 
