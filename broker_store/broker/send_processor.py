@@ -205,7 +205,7 @@ class SendProcessor:
         self._cluster_name = cfg.cluster_name
         self._region = cfg.region_id
         self._trace_on = "true" if cfg.trace_on else "false"
-        self._max_message_size = cfg.max_message_size
+        self._max_message_size = cfg.store.max_message_size
         self._born_hosts: dict[str, str] = {}
 
     # -- shared checks ----------------------------------------------------------------------------

@@ -120,7 +120,8 @@ def test_batch_limits_name_the_first_offending_entry(store: MessageStore) -> Non
 
 def _processor() -> SendProcessor:
     broker = SimpleNamespace(
-        config=SimpleNamespace(cluster_name="c1", region_id="r", trace_on=False, max_message_size=1 << 20),
+        config=SimpleNamespace(cluster_name="c1", region_id="r", trace_on=False,
+                               store=SimpleNamespace(max_message_size=1 << 20)),
     )
     return SendProcessor(broker)  # type: ignore[arg-type]
 
