@@ -1,6 +1,6 @@
 """The broker's side of the name-server protocol (RocketMQ's BrokerOuterAPI + registration timers).
 
-Owned by ``BrokerController``: a full REGISTER_BROKER with the whole topic table to every name
+Owned by ``BrokerServer``: a full REGISTER_BROKER with the whole topic table to every name
 server at start, every ``register_interval_seconds`` and promptly after a topic change; a lite
 BROKER_HEARTBEAT every ``heartbeat_interval_seconds``; UNREGISTER_BROKER on clean shutdown.
 A name server that is down is logged and retried on the next tick; it never blocks the broker.

@@ -1,6 +1,6 @@
 """SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE and CONSUMER_SEND_MSG_BACK.
 
-Called by ``BrokerController`` for those request codes. Order of checks and the remarks follow
+Called by ``BrokerServer`` for those request codes, with a ``SendContext``. Order of checks and the remarks follow
 RocketMQ's SendMessageProcessor / AbstractSendMessageProcessor.msgCheck so clients see familiar
 answers: role -> topic name -> forbidden system topic -> topic config (auto-create from TBW102) ->
 queue id -> sizes -> store. The put path is the broker's hottest: the header is parsed by hand
@@ -59,8 +59,10 @@ from broker_store.store import (
 )
 
 if TYPE_CHECKING:
-    from broker_store.broker.controller import BrokerController
+    from broker_store.broker.role import RoleState
+    from broker_store.broker.topic_config import TopicConfigManager
     from broker_store.net.server import Connection
+    from broker_store.store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -195,17 +197,34 @@ def born_host_of(remote_addr: str) -> str:
     return f"{host}:{port if port.isdigit() else 0}"
 
 
+@dataclass(frozen=True)
+class SendContext:
+    """What the send path needs of its broker."""
+
+    store: MessageStore
+    topic_configs: TopicConfigManager
+    role: RoleState
+    """Only a primary takes writes."""
+    broker_name: str
+    cluster_name: str
+    """Written as the CLUSTER property of every message."""
+    region_id: str
+    trace_on: bool
+    max_message_size: int
+    """Largest body (each message of a batch too)."""
+    max_reconsume_times: int
+
+
 class SendProcessor:
     """Writes producers' messages into the store. One instance per broker."""
 
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
-        cfg = broker.config
-        self._cluster_suffix = f"{PROPERTY_CLUSTER}\x01{cfg.cluster_name}\x02".encode()
-        self._cluster_name = cfg.cluster_name
-        self._region = cfg.region_id
-        self._trace_on = "true" if cfg.trace_on else "false"
-        self._max_message_size = cfg.store.max_message_size
+    def __init__(self, ctx: SendContext) -> None:
+        self.ctx = ctx
+        self._cluster_suffix = f"{PROPERTY_CLUSTER}\x01{ctx.cluster_name}\x02".encode()
+        self._cluster_name = ctx.cluster_name
+        self._region = ctx.region_id
+        self._trace_on = "true" if ctx.trace_on else "false"
+        self._max_message_size = ctx.max_message_size
         self._born_hosts: dict[str, str] = {}
 
     # -- shared checks ----------------------------------------------------------------------------
@@ -229,9 +248,9 @@ class SendProcessor:
         self, cmd: RemotingCommand, req: SendRequest, conn: Connection
     ) -> RemotingCommand | TopicConfig:
         """msgCheck: the topic config to write to, or the error response."""
-        if not self.broker.is_primary:
+        if not self.ctx.role.is_primary:
             return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, SERVICE_NOT_AVAILABLE_REMARK)
-        topics = self.broker.topic_configs
+        topics = self.ctx.topic_configs
         tc = topics.select(req.topic)
         if tc is None:
             try:
@@ -250,7 +269,7 @@ class SendProcessor:
                     ResponseCode.TOPIC_NOT_EXIST,
                     f"topic[{req.topic}] not exist, apply first please! (auto_create_topic_enable is "
                     f"{'on' if topics.auto_create_topic_enable else 'off'} on broker "
-                    f"{self.broker.config.broker_name}; create the topic with UPDATE_AND_CREATE_TOPIC)",
+                    f"{self.ctx.broker_name}; create the topic with UPDATE_AND_CREATE_TOPIC)",
                 )
         if not is_writeable(tc.perm):
             return cmd.response(
@@ -334,18 +353,18 @@ class SendProcessor:
             max_times = (
                 req.max_reconsume_times
                 if req.max_reconsume_times is not None
-                else self.broker.config.max_reconsume_times
+                else self.ctx.max_reconsume_times
             )
             if reconsume_times >= max_times:
                 # handleRetryAndDLQ: a retry that exhausted its attempts goes to the group's DLQ.
                 topic = dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX) :])
-                self.broker.topic_configs.create_in_send_back(topic, DLQ_QUEUE_NUMS, PERM_READ | PERM_WRITE)
+                self.ctx.topic_configs.create_in_send_back(topic, DLQ_QUEUE_NUMS, PERM_READ | PERM_WRITE)
                 queue_id = 0
         props = self._with_cluster(props)
         if len(props) > MAX_PROPERTIES_LENGTH:
             return self._illegal_props(cmd, len(props))
         tags_code = tags_code_of_properties(props, tags_hash_code)
-        result = self.broker.store.put_message(
+        result = self.ctx.store.put_message(
             topic,
             queue_id,
             body,
@@ -392,7 +411,7 @@ class SendProcessor:
         prepared = self._batch_entries(batch)
         if isinstance(prepared, int):
             return self._illegal_props(cmd, prepared)
-        result = self.broker.store.put_messages(
+        result = self.ctx.store.put_messages(
             req.topic,
             req.queue_id,
             prepared,
@@ -442,16 +461,16 @@ class SendProcessor:
         broker has no schedule topic), so no DELAY property is written.
         """
         h = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
-        if not self.broker.is_primary:
+        if not self.ctx.role.is_primary:
             return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, SERVICE_NOT_AVAILABLE_REMARK)
-        topics = self.broker.topic_configs
+        topics = self.ctx.topic_configs
         new_topic = retry_topic(h.group)
         tc = topics.create_in_send_back(new_topic, RETRY_QUEUE_NUMS, PERM_READ | PERM_WRITE)
         if not is_writeable(tc.perm):
             return cmd.response(
                 ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden"
             )
-        record = self.broker.store.read_record(h.offset)
+        record = self.ctx.store.read_record(h.offset)
         if record is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}")
         try:
@@ -466,7 +485,7 @@ class SendProcessor:
         max_times = (
             h.max_reconsume_times
             if h.max_reconsume_times is not None
-            else self.broker.config.max_reconsume_times
+            else self.ctx.max_reconsume_times
         )
         queue_id = random.randrange(tc.write_queue_nums) if tc.write_queue_nums > 0 else 0
         if msg.reconsume_times >= max_times or h.delay_level < 0:
@@ -478,7 +497,7 @@ class SendProcessor:
         raw_props = encode_properties(props)
         if len(raw_props) > MAX_PROPERTIES_LENGTH:
             return self._illegal_props(cmd, len(raw_props))
-        result = self.broker.store.put_message(
+        result = self.ctx.store.put_message(
             new_topic,
             queue_id,
             msg.body,

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from broker_store.broker import BrokerController, run_broker
+from broker_store.broker import BrokerRole, BrokerServer, run_broker
 from broker_store.config import BrokerConfig, NamesrvConfig
 from broker_store.namesrv import NamesrvServer, run_namesrv
 from broker_store.net import RemotingClient
@@ -71,7 +71,7 @@ TIMEOUT = 5.0
 @dataclass
 class Env:
     namesrv: NamesrvServer
-    broker: BrokerController
+    broker: BrokerServer
     client: RemotingClient
     tmp: Path
 
@@ -190,7 +190,7 @@ def run(
     async def main() -> None:
         ns = NamesrvServer(NamesrvConfig(listen="127.0.0.1:0", **(namesrv or {})))
         await ns.start()
-        broker = BrokerController(broker_config(tmp, ns.addr, **broker_overrides))
+        broker = BrokerServer(broker_config(tmp, ns.addr, **broker_overrides))
         client = RemotingClient()
         try:
             await broker.start()
@@ -504,6 +504,28 @@ def test_replica_role_refuses_writes(tmp_path: Path) -> None:
         assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE and "slave" in (resp.remark or "")
 
     run(tmp_path, body, broker_id=1)
+
+
+def test_role_change_at_runtime_switches_writes_and_registration(tmp_path: Path) -> None:
+    """RoleState.change_role is the one switch: writes follow it and the name server learns the new id."""
+
+    async def body(env: Env) -> None:
+        _ok(await env.send("Roles", b"as primary"))
+        env.broker.role_state.change_role(BrokerRole.REPLICA)
+        resp = await env.send("Roles", b"as replica")
+        assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE
+
+        async def registered_as(broker_id: int) -> bool:
+            route = await env.route("Roles")
+            return route.code == ResponseCode.SUCCESS and \
+                dict(TopicRouteData.decode(route.body).broker_datas[0].broker_addrs) == {broker_id: env.broker.addr}
+
+        await eventually(lambda: registered_as(1))
+        env.broker.role_state.change_role(BrokerRole.PRIMARY)
+        _ok(await env.send("Roles", b"primary again"))
+        await eventually(lambda: registered_as(0))
+
+    run(tmp_path, body)
 
 
 def test_sync_flush_send(tmp_path: Path) -> None:

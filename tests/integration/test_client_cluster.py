@@ -25,7 +25,7 @@ from broker_store.client import (
 )
 from broker_store.protocol.errors import TopicNotExistError
 
-broker_mod = pytest.importorskip("broker_store.broker.controller")
+broker_mod = pytest.importorskip("broker_store.broker.server")
 namesrv_mod = pytest.importorskip("broker_store.namesrv.server")
 config_mod = pytest.importorskip("broker_store.config")
 
@@ -60,7 +60,7 @@ class LocalCluster:
                                           cluster_name="it", namesrv_addrs=[self.namesrv.addr],
                                           commit_log_segment_size=8 * 1024 * 1024,
                                           max_message_size=1024 * 1024)
-            broker = broker_mod.BrokerController(cfg)
+            broker = broker_mod.BrokerServer(cfg)
             self.loop.run(broker.start())
             self.brokers[name] = broker
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker_store.broker.send_processor import SendProcessor
+from broker_store.broker.role import RoleState
+from broker_store.broker.send_processor import SendContext, SendProcessor
+from broker_store.broker.topic_config import TopicConfigManager
 from broker_store.protocol.message import (
     MAX_PROPERTIES_LENGTH,
     encode_batch,
@@ -119,11 +120,10 @@ def test_batch_limits_name_the_first_offending_entry(store: MessageStore) -> Non
 
 
 def _processor() -> SendProcessor:
-    broker = SimpleNamespace(
-        config=SimpleNamespace(cluster_name="c1", region_id="r", trace_on=False,
-                               store=SimpleNamespace(max_message_size=1 << 20)),
-    )
-    return SendProcessor(broker)  # type: ignore[arg-type]
+    """Batch preparation touches neither the store nor the topic table."""
+    return SendProcessor(SendContext(store=cast(MessageStore, None), topic_configs=cast(TopicConfigManager, None),
+                                     role=RoleState(0), broker_name="b", cluster_name="c1", region_id="r",
+                                     trace_on=False, max_message_size=1 << 20, max_reconsume_times=16))
 
 
 def _reference_entries(sp: SendProcessor, batch: list[tuple[memoryview, bytes, int]]) -> list[PutEntry] | int:
