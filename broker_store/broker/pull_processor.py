@@ -16,7 +16,6 @@ Store status -> response code (as RocketMQ)::
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -40,6 +39,7 @@ if TYPE_CHECKING:
     from broker_store.broker.long_polling import PullWaiters
     from broker_store.broker.role import RoleState
     from broker_store.broker.topic_config import TopicConfigManager
+    from broker_store.clock import Clock
     from broker_store.net.server import Connection
     from broker_store.store import MessageStore
 
@@ -74,6 +74,8 @@ class PullContext:
     """A replica neither commits offsets carried by pulls nor answers PULL_OFFSET_MOVED."""
     stopping: Callable[[], bool]
     """True once the broker is stopping: held pulls stop waiting."""
+    clock: Clock
+    """Times held pulls (long and short polling)."""
     max_pull_msg_nums: int
     long_polling_enable: bool
     short_polling_time_ms: int
@@ -186,25 +188,22 @@ class PullProcessor:
     ) -> tuple[GetResult, ResponseCode]:
         ctx = self.ctx
         if not ctx.long_polling_enable:
-            await asyncio.sleep(ctx.short_polling_time_ms / 1000)
+            await ctx.clock.sleep(ctx.short_polling_time_ms / 1000)
             result = self._get(h, max_nums, tags_codes, max_bytes)
             return result, pull_response_code(result.status, h.queue_offset)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(h.suspend_timeout_millis, 0) / 1000
+        clock = ctx.clock
+        deadline = clock.monotonic() + max(h.suspend_timeout_millis, 0) / 1000
         waiters = self.ctx.pull_waiters
         store = self.ctx.store
         while code == ResponseCode.PULL_NOT_FOUND and not ctx.stopping():
-            remaining = deadline - loop.time()
+            remaining = deadline - clock.monotonic()
             if remaining <= 0:
                 break
             fut = waiters.add(h.topic, h.queue_id, h.queue_offset)
             try:
                 # Re-read after registering: an arrival between the first read and now is not lost.
                 if store.get_max_offset(h.topic, h.queue_id) <= h.queue_offset:
-                    try:
-                        await asyncio.wait_for(fut, remaining)
-                    except TimeoutError:
-                        pass
+                    await clock.wait_for(fut, remaining)
             finally:
                 waiters.discard(h.topic, h.queue_id, fut)
             result = self._get(h, max_nums, tags_codes, max_bytes)

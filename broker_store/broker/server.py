@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from broker_store.broker.role import BrokerRole, RoleState
 from broker_store.broker.send_processor import SendContext, SendProcessor
 from broker_store.broker.topic_config import FILE_NAME as TOPICS_FILE
 from broker_store.broker.topic_config import TopicConfigManager
+from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.config import BrokerConfig, split_host_port
 from broker_store.net.client import RemotingClient
 from broker_store.net.server import Connection, HandlerResult, RemotingServer
@@ -56,23 +56,18 @@ CLIENT_SCAN_INTERVAL = 10.0
 
 
 class BrokerServer:
-    """One broker. ``clock`` (seconds since the epoch) stamps stored messages and data versions;
-    ``monotonic`` drives client expiry."""
+    """One broker. ``clock`` is the one clock of every timer it runs (``broker_store.clock``): the store's
+    (timestamps, flush deadlines, retention), the name-server heartbeats, client expiry, offset
+    persistence and held pulls."""
 
-    def __init__(
-        self,
-        config: BrokerConfig,
-        *,
-        clock: Callable[[], float] = time.time,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
         self.store_config = config.to_store_config()
         self._clock = clock
         self.role_state = RoleState(config.broker_id)
         self.role_state.listeners.append(lambda _old, _new: self._on_topic_change())
         meta = Path(config.store_dir) / METADATA_DIR
-        clock_ms = lambda: int(clock() * 1000)  # noqa: E731
+        clock_ms = lambda: int(clock.time() * 1000)  # noqa: E731
         self.topic_configs = TopicConfigManager(
             meta / TOPICS_FILE,
             auto_create_topic_enable=config.auto_create_topic_enable,
@@ -80,7 +75,7 @@ class BrokerServer:
             clock_ms=clock_ms,
         )
         self.consumer_offsets = ConsumerOffsetManager(meta / OFFSETS_FILE, clock_ms=clock_ms)
-        self.clients = ClientRegistry(clock=monotonic)
+        self.clients = ClientRegistry(clock=clock.monotonic)
         host, port = split_host_port(config.listen)
         self._server = RemotingServer(self._handle, host, port)
         self._server.disconnect_listeners.append(self.clients.connection_closed)
@@ -157,6 +152,7 @@ class BrokerServer:
                 self.topic_configs.table,
                 register_interval=self.config.register_interval_seconds,
                 heartbeat_interval=self.config.heartbeat_interval_seconds,
+                clock=self._clock,
             )
             self.topic_configs.change_listeners.append(lambda _tc: self._on_topic_change())
             self._install_processors()
@@ -191,7 +187,7 @@ class BrokerServer:
             max_reconsume_times=cfg.max_reconsume_times))
         pull = PullProcessor(PullContext(
             store, topics, self.clients, self.consumer_offsets, self.pull_waiters, role,
-            stopping=lambda: self.stopping, max_pull_msg_nums=cfg.max_pull_msg_nums,
+            stopping=lambda: self.stopping, clock=self._clock, max_pull_msg_nums=cfg.max_pull_msg_nums,
             long_polling_enable=cfg.long_polling_enable, short_polling_time_ms=cfg.short_polling_time_ms))
         offsets = OffsetProcessor(OffsetContext(store, topics, self.consumer_offsets))
         admin = AdminProcessor(AdminContext(topics, cluster_name=cfg.cluster_name,
@@ -252,7 +248,7 @@ class BrokerServer:
 
     async def _persist_offsets_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.config.offset_persist_interval_seconds)
+            await self._clock.sleep(self.config.offset_persist_interval_seconds)
             try:
                 self.consumer_offsets.persist()
             except RocketMQError:
@@ -261,7 +257,7 @@ class BrokerServer:
     async def _client_scan_loop(self) -> None:
         timeout = self.config.client_channel_expiry_seconds
         while True:
-            await asyncio.sleep(min(CLIENT_SCAN_INTERVAL, timeout))
+            await self._clock.sleep(min(CLIENT_SCAN_INTERVAL, timeout))
             for group, client_id in self.clients.scan_expired(timeout):
                 log.info("client %s of group %s expired (no heartbeat for %.0fs)", client_id, group, timeout)
 

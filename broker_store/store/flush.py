@@ -16,11 +16,11 @@ import concurrent.futures
 import logging
 import os
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from broker_store.clock import Clock
 from broker_store.store.checkpoint import Checkpoint, write_checkpoint
 from broker_store.store.commit_log import CommitLog
 from broker_store.store.consume_queues import ConsumeQueueTable
@@ -36,8 +36,7 @@ class FlushService:
     """fsyncs the CommitLog (and, each interval, the dirty ConsumeQueues) and resolves flush waiters."""
 
     def __init__(self, store_dir: Path, commit_log: CommitLog, queues: ConsumeQueueTable, pool: FdPool,
-                 lock: threading.Lock, *, interval_ms: int, timeout_ms: int,
-                 wall_clock: Callable[[], float]) -> None:
+                 lock: threading.Lock, *, interval_ms: int, timeout_ms: int, clock: Clock) -> None:
         self._store_dir = store_dir
         self._commit_log = commit_log
         self._queues = queues
@@ -47,7 +46,8 @@ class FlushService:
         self.checkpoint_lock = threading.Lock()
         self._interval = interval_ms / 1000
         self._timeout = timeout_ms / 1000
-        self._wall_clock = wall_clock
+        self._clock = clock
+        """Flush deadlines and the interval (``monotonic``, thread waits), checkpoint stamps (``time``)."""
         self.flushed = 0
         """CommitLog offset up to which every byte is fsynced."""
         self._truncate_gen = 0
@@ -70,14 +70,14 @@ class FlushService:
         if not self.accepting:
             future.set_result(failed)
             return future
-        deadline = time.monotonic() + self._timeout
+        deadline = self._clock.monotonic() + self._timeout
         with self._cond:
             self._waiters.append((end_offset, deadline, future, ok, failed))
             self._cond.notify()
         return future
 
     def resolve_waiters(self, flushed: int, *, expire_all: bool = False, fail_above: int | None = None) -> None:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         done: list[tuple[concurrent.futures.Future[Any], object]] = []
         with self._cond:
             keep = []
@@ -107,12 +107,13 @@ class FlushService:
 
     def run(self) -> None:
         interval = self._interval
-        next_checkpoint = time.monotonic() + interval
+        clock = self._clock
+        next_checkpoint = clock.monotonic() + interval
         cond = self._cond
         while True:
             with cond:
                 while not self._stopping:
-                    now = time.monotonic()
+                    now = clock.monotonic()
                     wake = next_checkpoint
                     waiters = self._waiters
                     if waiters:
@@ -121,19 +122,21 @@ class FlushService:
                         wake = min(wake, min(w[1] for w in waiters))
                     if wake <= now:
                         break
-                    cond.wait(wake - now)
+                    clock.wait(cond, wake - now)
                 if self._stopping:
                     return
             try:
                 flushed = self.flush_commit_log()
                 self.resolve_waiters(flushed)
-                if time.monotonic() >= next_checkpoint:
+                if clock.monotonic() >= next_checkpoint:
                     self.flush_queues_and_checkpoint()
-                    next_checkpoint = time.monotonic() + interval
+                    next_checkpoint = clock.monotonic() + interval
             except OSError:
                 log.exception("flush of %s failed; retrying", self._store_dir)
                 self.resolve_waiters(self.flushed)
-                time.sleep(min(interval, 0.1))
+                with cond:
+                    if not self._stopping:
+                        clock.wait(cond, min(interval, 0.1))
 
     # -- fsync -----------------------------------------------------------------------------------------
 
@@ -191,7 +194,7 @@ class FlushService:
         """Caller holds the checkpoint lock."""
         checkpoint = Checkpoint(commit_log_flushed=flushed, dispatch_flushed=min(dispatched, flushed),
                                 commit_log_min=self._commit_log.min_offset,
-                                written_at_ms=int(self._wall_clock() * 1000))
+                                written_at_ms=int(self._clock.time() * 1000))
         write_checkpoint(self._store_dir, checkpoint)
         self._last_checkpoint = (flushed, dispatched)
 

@@ -33,9 +33,9 @@ import logging
 import os
 import struct
 import threading
-import time
 from collections.abc import Callable, Sequence
 
+from broker_store.clock import SYSTEM_CLOCK, Clock, StopSignal
 from broker_store.protocol.errors import ConfigError, ProtocolError, StoreError
 from broker_store.protocol.message import (
     BLANK_MAGIC,
@@ -74,10 +74,10 @@ PutEntry = tuple[bytes | memoryview, bytes, int, int]
 
 
 class MessageStore:
-    """A RocketMQ-style message store rooted at ``config.store_dir``."""
+    """A RocketMQ-style message store rooted at ``config.store_dir``. ``clock`` stamps stored messages and
+    checkpoints, judges retention and drives the flush deadlines and every store thread's timer."""
 
-    def __init__(self, config: StoreConfig, *, store_host: str,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: StoreConfig, *, store_host: str, clock: Clock = SYSTEM_CLOCK) -> None:
         try:
             ip, port = host_to_bytes(store_host)
         except ProtocolError as exc:
@@ -95,13 +95,13 @@ class MessageStore:
         self._lock = threading.Lock()
         self._flush = FlushService(config.store_dir, self._commit_log, self._queues, self._pool, self._lock,
                                    interval_ms=config.flush_interval_ms, timeout_ms=config.flush_timeout_ms,
-                                   wall_clock=clock)
+                                   clock=clock)
         self._reader = QueueReader(self._commit_log, self._queues, self._lock)
         self._retention = Retention(config, self._commit_log, self._queues, self._lock, clock)
         self._running = False
         self._started = False
         self._writable = True
-        self._stop_event = threading.Event()
+        self._stop = StopSignal(clock)
         self._threads: list[threading.Thread] = []
         self._topic_bytes: dict[str, bytes] = {}
         self._hosts: dict[str, tuple[bytes, int]] = {}
@@ -127,10 +127,10 @@ class MessageStore:
         self._flush.accepting = True
         self._threads = [threading.Thread(target=self._flush.run, name="store-flush", daemon=True)]
         if self.config.retention_interval_ms > 0:
-            self._threads.append(threading.Thread(target=self._retention.run, args=(self._stop_event,),
+            self._threads.append(threading.Thread(target=self._retention.run, args=(self._stop,),
                                                   name="store-retention", daemon=True))
         if self.config.commit_log_warm_ahead > 0 and hasattr(os, "posix_fadvise"):
-            warmer = PageCacheWarmer(self._commit_log, self.config.commit_log_warm_ahead, self._stop_event)
+            warmer = PageCacheWarmer(self._commit_log, self.config.commit_log_warm_ahead, self._stop)
             self._threads.append(threading.Thread(target=warmer.run, name="store-warm", daemon=True))
         for thread in self._threads:
             thread.start()
@@ -151,7 +151,7 @@ class MessageStore:
         self._close_files()
 
     def _stop_threads(self) -> None:
-        self._stop_event.set()
+        self._stop.stop()
         self._flush.stop()
         for thread in self._threads:
             thread.join()
@@ -239,7 +239,7 @@ class MessageStore:
             return self._illegal(PutStatus.MESSAGE_ILLEGAL,
                                  f"MESSAGE_SIZE_EXCEEDED: {len(entries)} record(s) of {total} bytes exceed "
                                  f"the commit log segment size {seg_size}")
-        store_ts = int(self._clock() * 1000)
+        store_ts = int(self._clock.time() * 1000)
 
         with self._lock:
             if not self._running or not self._writable:

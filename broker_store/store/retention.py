@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
 
+from broker_store.clock import Clock, StopSignal
 from broker_store.protocol.errors import StoreError
 from broker_store.protocol.message import MAGIC_V1, STORED_HEADER, STORED_HEADER_SIZE
 from broker_store.store.commit_log import CommitLog
@@ -26,16 +26,16 @@ class Retention:
     """Age and size based deletion of the oldest CommitLog segments (never the active one)."""
 
     def __init__(self, config: StoreConfig, commit_log: CommitLog, queues: ConsumeQueueTable,
-                 lock: threading.Lock, wall_clock: Callable[[], float]) -> None:
+                 lock: threading.Lock, clock: Clock) -> None:
         self._config = config
         self._commit_log = commit_log
         self._queues = queues
         self._lock = lock
-        self._wall_clock = wall_clock
+        self._clock = clock
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: StopSignal) -> None:
         interval = self._config.retention_interval_ms / 1000
-        while not stop.wait(interval):
+        while stop.sleep(interval):
             try:
                 self.delete_expired()
             except (OSError, StoreError):
@@ -61,7 +61,7 @@ class Retention:
         Never the active segment. Then ConsumeQueue segments that only point below the new CommitLog
         min offset go, and every queue's min offset moves up. Returns bytes freed.
         """
-        now = int(self._wall_clock() * 1000) if now_ms is None else now_ms
+        now = int(self._clock.time() * 1000) if now_ms is None else now_ms
         reserve_ms = self._config.file_reserved_hours * 3600 * 1000
         cap = self._config.max_commit_log_bytes
         cl = self._commit_log

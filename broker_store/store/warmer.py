@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 
+from broker_store.clock import StopSignal
 from broker_store.store.commit_log import CommitLog
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ class PageCacheWarmer:
     it needs no lock: the write position is read as it moves, and a segment deleted or truncated
     meanwhile at worst gets pages it no longer needs."""
 
-    def __init__(self, commit_log: CommitLog, ahead: int, stop: threading.Event) -> None:
+    def __init__(self, commit_log: CommitLog, ahead: int, stop: StopSignal) -> None:
         self._commit_log = commit_log
         self._ahead = ahead
         self._stop = stop
@@ -48,13 +48,13 @@ class PageCacheWarmer:
                     try:
                         fd = os.open(cl.path(start), os.O_RDONLY)
                     except FileNotFoundError:  # the writer creates it with its first record
-                        self._stop.wait(WARM_IDLE_S)
+                        self._stop.sleep(WARM_IDLE_S)
                         continue
                     fd_start, warmed = start, end
                 warmed = max(warmed, end)
                 target = min(start + seg, end + ahead)
                 if warmed >= target:
-                    self._stop.wait(WARM_IDLE_S)
+                    self._stop.sleep(WARM_IDLE_S)
                     continue
                 size = min(WARM_CHUNK, target - warmed)
                 try:

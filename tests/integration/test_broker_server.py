@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from broker_store.broker import BrokerRole, BrokerServer, run_broker
+from broker_store.clock import SYSTEM_CLOCK, Clock, ManualClock
 from broker_store.config import BrokerConfig, NamesrvConfig
 from broker_store.namesrv import NamesrvServer, run_namesrv
 from broker_store.net import RemotingClient
@@ -183,14 +184,15 @@ def run(
     body: Callable[[Env], Awaitable[None]],
     *,
     namesrv: dict[str, Any] | None = None,
+    clock: Clock = SYSTEM_CLOCK,
     **broker_overrides: Any,
 ) -> None:
-    """Start name server + broker, run ``body``, tear everything down (also on failure)."""
+    """Start name server + broker (on ``clock``), run ``body``, tear everything down (also on failure)."""
 
     async def main() -> None:
         ns = NamesrvServer(NamesrvConfig(listen="127.0.0.1:0", **(namesrv or {})))
         await ns.start()
-        broker = BrokerServer(broker_config(tmp, ns.addr, **broker_overrides))
+        broker = BrokerServer(broker_config(tmp, ns.addr, **broker_overrides), clock=clock)
         client = RemotingClient()
         try:
             await broker.start()
@@ -640,6 +642,31 @@ def test_heartbeat_registered_subscription_and_consumer_list(tmp_path: Path) -> 
         assert (await env.call(RequestCode.HEART_BEAT, body=b"{}")).code == ResponseCode.SYSTEM_ERROR
 
     run(tmp_path, body)
+
+
+def test_client_channel_expiry_follows_the_broker_clock(tmp_path: Path) -> None:
+    """The broker's client scan sleeps on its clock: advancing it past the expiry drops a silent consumer,
+    with no real waiting."""
+    clock = ManualClock()
+    heartbeat = json.dumps({"clientID": "10.0.0.2@1", "producerDataSet": [], "consumerDataSet": [
+        {"groupName": "quiet", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+         "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "subscriptionDataSet": []}]}).encode()
+    ask = GetConsumerListByGroupRequestHeader(consumer_group="quiet").to_ext()
+
+    async def body(env: Env) -> None:
+        _ok(await env.call(RequestCode.HEART_BEAT, body=heartbeat))
+        clock.advance(119)
+        await asyncio.sleep(0.05)
+        _ok(await env.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, ask))  # 119 s silent: still there
+
+        async def expired() -> bool:
+            clock.advance(1)
+            return (await env.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, ask)).code == ResponseCode.SYSTEM_ERROR
+
+        await eventually(expired)
+        assert clock.monotonic() - 1000 < 140  # expired at the first scan past 120 s of the broker's clock
+
+    run(tmp_path, body, clock=clock, client_channel_expiry_seconds=120.0)
 
 
 def test_consumer_send_msg_back_to_retry_then_dlq(tmp_path: Path) -> None:

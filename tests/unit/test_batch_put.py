@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from broker_store.broker.role import RoleState
 from broker_store.broker.send_processor import SendContext, SendProcessor
 from broker_store.broker.topic_config import TopicConfigManager
+from broker_store.clock import ManualClock
 from broker_store.protocol.message import (
     MAX_PROPERTIES_LENGTH,
     encode_batch,
@@ -49,7 +50,7 @@ NOW = 1_700_000_000.25
 def store(tmp_path: Path) -> Iterator[MessageStore]:
     s = MessageStore(StoreConfig(store_dir=tmp_path, commit_log_segment_size=1 << 20, retention_interval_ms=0,
                                  max_message_size=8192),
-                     store_host=STORE_HOST, clock=lambda: NOW)
+                     store_host=STORE_HOST, clock=ManualClock(wall=NOW))
     s.start()
     yield s
     s.shutdown()
