@@ -27,21 +27,29 @@ from broker_store.protocol.headers import (
 )
 from broker_store.protocol.message import (
     MAX_PROPERTIES_LENGTH,
-    PROPERTY_CLUSTER,
-    PROPERTY_MSG_REGION,
-    PROPERTY_ORIGIN_MESSAGE_ID,
-    PROPERTY_RETRY_TOPIC,
-    PROPERTY_TAGS,
-    PROPERTY_TRACE_SWITCH,
-    PROPERTY_WAIT,
-    decode_properties,
     decode_stored_message,
-    encode_properties,
     split_batch,
     tags_hash_code,
     validate_topic,
 )
-from broker_store.protocol.properties import find_property
+from broker_store.protocol.properties import (
+    PROPERTY_CLUSTER,
+    PROPERTY_MSG_REGION,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TRACE_SWITCH,
+    PROPERTY_WAIT,
+    TAGS_KEY,
+    append_properties,
+    encode_properties,
+    find_property,
+    property_entry,
+    property_key,
+    put_property,
+    tags_code_of_properties,
+    tags_codes_of_properties,
+)
 from broker_store.protocol.topic import (
     RETRY_GROUP_TOPIC_PREFIX,
     TopicConfig,
@@ -54,8 +62,6 @@ from broker_store.store import (
     PutEntry,
     PutResult,
     PutStatus,
-    tags_code_of_properties,
-    tags_codes_of_properties,
 )
 
 if TYPE_CHECKING:
@@ -83,10 +89,10 @@ SERVICE_NOT_AVAILABLE_REMARK = (
     "service not available now. It may be caused by one of the following reasons: the broker's disk is full, "
     "messages are put to the slave, message store has been shut down, etc."
 )
-_CLUSTER_KEY = f"{PROPERTY_CLUSTER}\x01".encode()
-_TAGS_KEY = f"{PROPERTY_TAGS}\x01".encode()
-_ENDS_A_PROPERTY = (b"\x02", b"")
-"""Last byte of properties the CLUSTER property is appended to without a separator (b"": empty)."""
+_CLUSTER_KEY = property_key(PROPERTY_CLUSTER)
+_ENDS_A_PROPERTY = (PROPERTY_SEPARATOR.encode(), b"")
+"""Last byte of properties the CLUSTER property is appended to without a separator (b"": empty): the
+batch path's inlined ``ends_a_property``."""
 
 
 @dataclass(slots=True)
@@ -158,18 +164,6 @@ def parse_send_header(ext: dict[str, str], short_names: bool) -> SendRequest:
         )
 
 
-def put_property(props: bytes, name: str, value: str) -> bytes:
-    """``props`` with ``name`` set to ``value``; appends when absent (the cheap, common case)."""
-    key = f"{name}\x01".encode()
-    if find_property(props, key) >= 0:
-        decoded = decode_properties(props)
-        decoded[name] = value
-        return encode_properties(decoded)
-    if props and props[-1] != 2:
-        props += b"\x02"
-    return props + key + value.encode() + b"\x02"
-
-
 _DURABLE_CODES = {
     PutStatus.PUT_OK: ResponseCode.SUCCESS,
     PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
@@ -220,7 +214,7 @@ class SendProcessor:
 
     def __init__(self, ctx: SendContext) -> None:
         self.ctx = ctx
-        self._cluster_suffix = f"{PROPERTY_CLUSTER}\x01{ctx.cluster_name}\x02".encode()
+        self._cluster_suffix = property_entry(PROPERTY_CLUSTER, ctx.cluster_name)
         self._cluster_name = ctx.cluster_name
         self._region = ctx.region_id
         self._trace_on = "true" if ctx.trace_on else "false"
@@ -240,9 +234,7 @@ class SendProcessor:
     def _with_cluster(self, props: bytes) -> bytes:
         if find_property(props, _CLUSTER_KEY) >= 0:
             return put_property(props, PROPERTY_CLUSTER, self._cluster_name)
-        if props and props[-1] != 2:
-            return props + b"\x02" + self._cluster_suffix
-        return props + self._cluster_suffix
+        return append_properties(props, self._cluster_suffix)
 
     def _check(
         self, cmd: RemotingCommand, req: SendRequest, conn: Connection
@@ -431,12 +423,12 @@ class SendProcessor:
         bodies, raw_props, flags = zip(*batch, strict=True)
         if _CLUSTER_KEY in b"\0".join(raw_props):
             return self._batch_entries_in_order(batch)
-        suffix, separated = self._cluster_suffix, b"\x02" + self._cluster_suffix
+        suffix, separated = self._cluster_suffix, PROPERTY_SEPARATOR.encode() + self._cluster_suffix
         props_list = [props + suffix if props[-1:] in _ENDS_A_PROPERTY else props + separated
                       for props in raw_props]
         if max(map(len, props_list)) > MAX_PROPERTIES_LENGTH:
             return next(n for n in map(len, props_list) if n > MAX_PROPERTIES_LENGTH)
-        if _TAGS_KEY in b"\0".join(props_list):
+        if TAGS_KEY in b"\0".join(props_list):
             tags_codes = tags_codes_of_properties(props_list, tags_hash_code)
         else:
             tags_codes = [0] * len(props_list)

@@ -41,13 +41,12 @@ from broker_store.protocol.message import (
     BLANK_MAGIC,
     MAGIC_V1,
     MAX_PROPERTIES_LENGTH,
-    PROPERTY_WAIT,
     STORED_HEADER,
     STORED_HEADER_SIZE,
     host_to_bytes,
     validate_topic,
 )
-from broker_store.protocol.properties import find_property
+from broker_store.protocol.properties import PROPERTY_WAIT, any_has_property, property_entry
 from broker_store.store.commit_log import BLANK_RECORD, CommitLog
 from broker_store.store.config import FlushMode, StoreConfig
 from broker_store.store.consume_queue import CQ_ENTRY
@@ -66,7 +65,7 @@ log = logging.getLogger(__name__)
 
 COMMIT_LOG_DIR = "commitlog"
 CONSUME_QUEUE_DIR = "consumequeue"
-_WAIT_FALSE = f"{PROPERTY_WAIT}\x01false\x02".encode()
+_WAIT_FALSE = property_entry(PROPERTY_WAIT, "false")
 
 ArrivalListener = Callable[[str, int, int], None]
 PutEntry = tuple[bytes | memoryview, bytes, int, int]
@@ -460,9 +459,5 @@ class MessageStore:
 
 
 def _says_no_wait(props_list: Sequence[bytes]) -> bool:
-    """Whether any message of a put carries WAIT=false (RocketMQ: isWaitStoreMsgOK false, answer at once).
-
-    One search of all properties joined settles the common case (no message says it)."""
-    if len(props_list) == 1:
-        return find_property(props_list[0], _WAIT_FALSE) >= 0
-    return _WAIT_FALSE in b"\0".join(props_list) and any(find_property(p, _WAIT_FALSE) >= 0 for p in props_list)
+    """Whether any message of a put carries WAIT=false (RocketMQ: isWaitStoreMsgOK false, answer at once)."""
+    return any_has_property(props_list, _WAIT_FALSE)
