@@ -63,9 +63,11 @@ class SystemClock:
 
     async def wait_for(self, awaitable: Awaitable[object], timeout: float) -> bool:
         target = asyncio.ensure_future(awaitable)
-        done, _ = await asyncio.wait({target}, timeout=max(timeout, 0))
-        if not done and target is not awaitable:
-            target.cancel()
+        try:
+            done, _ = await asyncio.wait({target}, timeout=max(timeout, 0))
+        finally:
+            if target is not awaitable and not target.done():  # timed out, or the caller was cancelled
+                target.cancel()
         return bool(done)
 
     def wait(self, cond: threading.Condition, timeout: float) -> None:
@@ -134,13 +136,14 @@ class ManualClock:
     async def wait_for(self, awaitable: Awaitable[object], timeout: float) -> bool:
         target: asyncio.Future[Any] = asyncio.ensure_future(awaitable)
         timer: asyncio.Future[Any] = self._timer(timeout)
+        finished = False
         try:
             await asyncio.wait({target, timer}, return_when=asyncio.FIRST_COMPLETED)
+            finished = target.done()
         finally:
             timer.cancel()
-        finished = target.done()
-        if not finished and target is not awaitable:
-            target.cancel()
+            if target is not awaitable and not target.done():  # timed out, or the caller was cancelled
+                target.cancel()
         return finished
 
     def wait(self, cond: threading.Condition, timeout: float) -> None:
