@@ -15,6 +15,7 @@ import logging
 import random
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from broker_store.protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
@@ -164,6 +165,9 @@ def parse_send_header(ext: dict[str, str], short_names: bool) -> SendRequest:
         )
 
 
+_BODY = itemgetter(0)
+"""The body of a ``split_batch`` entry."""
+
 _DURABLE_CODES = {
     PutStatus.PUT_OK: ResponseCode.SUCCESS,
     PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
@@ -206,6 +210,8 @@ class SendContext:
     trace_on: bool
     max_message_size: int
     """Largest body (each message of a batch too)."""
+    max_batch_size: int
+    """Largest encoded batch body (``StoreSettings.max_batch_size``)."""
     max_reconsume_times: int
 
 
@@ -219,6 +225,7 @@ class SendProcessor:
         self._region = ctx.region_id
         self._trace_on = "true" if ctx.trace_on else "false"
         self._max_message_size = ctx.max_message_size
+        self._max_batch_size = ctx.max_batch_size
         self._born_hosts: dict[str, str] = {}
 
     # -- shared checks ----------------------------------------------------------------------------
@@ -388,11 +395,11 @@ class SendProcessor:
         checked = self._check(cmd, req, conn)
         if isinstance(checked, RemotingCommand):
             return checked
-        if len(cmd.body) > self._max_message_size:
+        if len(cmd.body) > self._max_batch_size:
             return cmd.response(
                 ResponseCode.MESSAGE_ILLEGAL,
-                f"the message is illegal: batch body size {len(cmd.body)} exceeds the limit of "
-                f"{self._max_message_size} bytes (max_message_size)",
+                f"the message is illegal: encoded batch size {len(cmd.body)} exceeds the limit of "
+                f"{self._max_batch_size} bytes (max_message_size + 64 KiB)",
             )
         try:
             batch = split_batch(cmd.body)
@@ -400,6 +407,9 @@ class SendProcessor:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"the message is illegal: {exc}")
         if not batch:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "the message is illegal: the batch is empty")
+        longest = max(map(len, map(_BODY, batch)))
+        if longest > self._max_message_size:  # each body alone, as a single send is checked
+            return self._illegal_size(cmd, longest)
         prepared = self._batch_entries(batch)
         if isinstance(prepared, int):
             return self._illegal_props(cmd, prepared)

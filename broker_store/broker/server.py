@@ -184,6 +184,7 @@ class BrokerServer:
         send = SendProcessor(SendContext(
             store, topics, role, broker_name=cfg.broker_name, cluster_name=cfg.cluster_name,
             region_id=cfg.region_id, trace_on=cfg.trace_on, max_message_size=cfg.store.max_message_size,
+            max_batch_size=cfg.store.max_batch_size,
             max_reconsume_times=cfg.max_reconsume_times))
         pull = PullProcessor(PullContext(
             store, topics, self.clients, self.consumer_offsets, self.pull_waiters, role,

@@ -18,6 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from broker_store.protocol.errors import ConfigError
 
 MiB = 1024 * 1024
+BATCH_ALLOWANCE = 64 * 1024
+"""What an encoded SEND_BATCH_MESSAGE body may hold beyond ``max_message_size``: entry headers and
+properties. RocketMQ reserves the same 64 KiB past the body limit for a whole encoded message."""
 
 
 class FlushMode(enum.Enum):
@@ -44,7 +47,8 @@ class StoreSettings(BaseModel):
     flush_timeout_ms: int = Field(default=5000, gt=0)
     """SYNC_FLUSH: a send not flushed within this is answered FLUSH_DISK_TIMEOUT."""
     max_message_size: int = Field(default=4 * MiB, gt=0)
-    """Largest accepted message body, bytes (MESSAGE_ILLEGAL beyond it)."""
+    """Largest accepted message body, bytes (MESSAGE_ILLEGAL beyond it), for a single send and for each
+    message of a batch alike. The whole encoded batch is bounded separately (``max_batch_size``)."""
     file_reserved_hours: float = Field(default=72.0, gt=0)
     """Retention by age: CommitLog segments whose newest message is older than this are deleted (min
     offsets move forward, older pulls get PULL_OFFSET_MOVED)."""
@@ -59,6 +63,13 @@ class StoreSettings(BaseModel):
     the writer gets there (segment files are created full size, the unwritten tail a hole), as RocketMQ
     warms its mapped files: the cost of the kernel allocating page cache, and of a VM's host faulting in
     fresh memory, is then paid off the put path. 0 disables it."""
+
+
+    @property
+    def max_batch_size(self) -> int:
+        """Largest encoded SEND_BATCH_MESSAGE body: ``max_message_size`` + 64 KiB (``BATCH_ALLOWANCE``), so a
+        message that is accepted alone is accepted as a batch of one, whatever its properties."""
+        return self.max_message_size + BATCH_ALLOWANCE
 
 
 class StoreConfig(StoreSettings):

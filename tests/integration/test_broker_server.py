@@ -336,6 +336,30 @@ def test_batch_properties_cluster_and_limits(tmp_path: Path) -> None:
     run(tmp_path, body)
 
 
+def test_batch_limits_are_per_body_and_per_encoded_batch(tmp_path: Path) -> None:
+    """With max_message_size 64 KiB: a 64 KiB body with properties goes in a batch as it goes alone (the
+    encoded batch is over 64 KiB), a 64 KiB + 1 body does not, and the encoded batch stops at 128 KiB."""
+
+    async def body(env: Env) -> None:
+        ext = SendMessageRequestHeader(
+            producer_group="pg", topic="BatchSize", default_topic="TBW102", default_topic_queue_nums=4,
+            queue_id=0, sys_flag=0, born_timestamp=1, flag=0, batch=True,
+        ).to_ext(SEND_V2_NAMES)
+        props = encode_properties({"UNIQ_KEY": "A" * 32, "KEYS": "k" * 1000})
+        full = b"f" * (64 * 1024)
+        _ok(await env.call(RequestCode.SEND_BATCH_MESSAGE, ext, encode_batch([(full, props, 0)])))
+        _ok(await env.send("BatchSize", full))  # the single send agrees
+        too_long_body = encode_batch([(b"x", b"", 0), (full + b"!", b"", 0)])
+        resp = await env.call(RequestCode.SEND_BATCH_MESSAGE, ext, too_long_body)
+        assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "body size 65537" in (resp.remark or "")
+        resp = await env.call(RequestCode.SEND_BATCH_MESSAGE, ext, encode_batch([(full, props, 0)] * 2))
+        assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "encoded batch size" in (resp.remark or "")
+        _, msgs = await env.pull("BatchSize", max_nums=10)
+        assert [len(m.body) for m in msgs] == [64 * 1024, 64 * 1024]
+
+    run(tmp_path, body)
+
+
 def test_long_polling_wakes_on_arrival_and_times_out(tmp_path: Path) -> None:
     async def body(env: Env) -> None:
         _ok(await env.send("Poll", b"0"))

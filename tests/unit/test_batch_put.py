@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -20,6 +21,10 @@ from broker_store.broker.role import RoleState
 from broker_store.broker.send_processor import SendContext, SendProcessor
 from broker_store.broker.topic_config import TopicConfigManager
 from broker_store.clock import ManualClock
+from broker_store.net.server import Connection
+from broker_store.protocol.codes import RequestCode, ResponseCode
+from broker_store.protocol.frame import RemotingCommand
+from broker_store.protocol.headers import SEND_V2_NAMES, SendMessageRequestHeader
 from broker_store.protocol.message import (
     MAX_PROPERTIES_LENGTH,
     encode_batch,
@@ -29,7 +34,7 @@ from broker_store.protocol.message import (
     split_batch,
     tags_hash_code,
 )
-from broker_store.protocol.properties import find_property
+from broker_store.protocol.properties import encode_properties, find_property
 from broker_store.store import (
     MessageStore,
     PutEntry,
@@ -124,7 +129,8 @@ def _processor() -> SendProcessor:
     """Batch preparation touches neither the store nor the topic table."""
     return SendProcessor(SendContext(store=cast(MessageStore, None), topic_configs=cast(TopicConfigManager, None),
                                      role=RoleState(0), broker_name="b", cluster_name="c1", region_id="r",
-                                     trace_on=False, max_message_size=1 << 20, max_reconsume_times=16))
+                                     trace_on=False, max_message_size=1 << 20, max_batch_size=(1 << 20) + 65536,
+                                     max_reconsume_times=16))
 
 
 def _reference_entries(sp: SendProcessor, batch: list[tuple[memoryview, bytes, int]]) -> list[PutEntry] | int:
@@ -190,3 +196,42 @@ def test_tags_codes_of_properties_match_one_at_a_time(props: list[bytes]) -> Non
     for batch in (props, [b"TAGS\x01zz", b"TAGS\x01z", b"K\x01TAGS\x01y\x02TAGS\x01z", b"TAGS\x01z\x02"]):
         assert tags_codes_of_properties(batch, tags_hash_code) == [tags_code_of_properties(p, tags_hash_code)
                                                                     for p in batch]
+
+
+# -- the send processor's batch size limits -----------------------------------------------------------
+
+
+def _send_batch(store: MessageStore, tmp_path: Path, entries: list[tuple[bytes, bytes, int]]) -> RemotingCommand:
+    """SEND_BATCH_MESSAGE through a SendProcessor over a real store and topic table, no socket."""
+    topics = TopicConfigManager(tmp_path / "topics.json", auto_create_topic_enable=True, default_topic_queue_nums=4)
+    topics.load()
+    limits = store.config
+    sp = SendProcessor(SendContext(store=store, topic_configs=topics, role=RoleState(0), broker_name="b",
+                                   cluster_name="c1", region_id="r", trace_on=False,
+                                   max_message_size=limits.max_message_size, max_batch_size=limits.max_batch_size,
+                                   max_reconsume_times=16))
+    h = SendMessageRequestHeader(producer_group="pg", topic="Sized", default_topic="TBW102",
+                                 default_topic_queue_nums=4, queue_id=0, sys_flag=0, born_timestamp=1, flag=0,
+                                 batch=True)
+    cmd = RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, h.to_ext(SEND_V2_NAMES), encode_batch(entries))
+    resp = sp.send_batch_message(cmd, cast(Connection, SimpleNamespace(remote_addr="127.0.0.1:5000")))
+    assert isinstance(resp, RemotingCommand)
+    return resp
+
+
+def test_batch_checks_each_body_like_a_single_send_and_bounds_the_encoded_batch(
+        store: MessageStore, tmp_path: Path) -> None:
+    """max_message_size (8192 here) is the body limit of every message; the encoded batch may take 64 KiB
+    more (``StoreSettings.max_batch_size``), so a message accepted alone is accepted in a batch of one."""
+    assert store.config.max_batch_size == 8192 + 65536
+    props = encode_properties({"KEYS": "k" * 2000})
+    ok = _send_batch(store, tmp_path, [(b"a" * 8192, props, 0)])  # encoded > 8192: refused before
+    assert ok.code == ResponseCode.SUCCESS, ok.remark
+    ok = _send_batch(store, tmp_path, [(b"b" * 8000, props, 0)] * 5)  # ~50 KiB encoded, every body fits
+    assert ok.code == ResponseCode.SUCCESS, ok.remark
+    too_big = _send_batch(store, tmp_path, [(b"c", b"", 0), (b"d" * 8193, b"", 0)])
+    assert too_big.code == ResponseCode.MESSAGE_ILLEGAL
+    assert too_big.remark == "the message is illegal: body size 8193 exceeds the limit of 8192 bytes (max_message_size)"
+    too_many = _send_batch(store, tmp_path, [(b"e" * 8000, b"", 0)] * 10)  # 80 KiB encoded > 72 KiB
+    assert too_many.code == ResponseCode.MESSAGE_ILLEGAL and "encoded batch size 80" in (too_many.remark or "")
+    assert store.get_max_offset("Sized", 0) == 6
