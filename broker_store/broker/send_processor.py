@@ -63,6 +63,7 @@ from broker_store.store import (
     PutEntry,
     PutResult,
     PutStatus,
+    resolved,
 )
 
 if TYPE_CHECKING:
@@ -165,6 +166,7 @@ def parse_send_header(ext: dict[str, str], short_names: bool) -> SendRequest:
         )
 
 
+_DURABLE_NOW = resolved(PutStatus.PUT_OK)
 _BODY = itemgetter(0)
 """The body of a ``split_batch`` entry."""
 
@@ -312,6 +314,8 @@ class SendProcessor:
                 PROPERTY_TRACE_SWITCH: self._trace_on,
             }
             durable = result.durable
+            if durable is _DURABLE_NOW:  # nothing to wait for (ASYNC_FLUSH, WAIT=false): the common case
+                return cmd.response(ResponseCode.SUCCESS, None, ext)
             if durable.done():
                 return _durable_response(cmd, durable.result(), ext)
             return self._answer_when_durable(cmd, durable, ext)

@@ -65,7 +65,7 @@ class BrokerServer:
         self.store_config = config.to_store_config()
         self._clock = clock
         self.role_state = RoleState(config.broker_id)
-        self.role_state.listeners.append(lambda _old, _new: self._on_topic_change())
+        self.role_state.listeners.append(lambda _old, _new: self._request_register())
         meta = Path(config.store_dir) / METADATA_DIR
         clock_ms = lambda: int(clock.time() * 1000)  # noqa: E731
         self.topic_configs = TopicConfigManager(
@@ -154,7 +154,7 @@ class BrokerServer:
                 heartbeat_interval=self.config.heartbeat_interval_seconds,
                 clock=self._clock,
             )
-            self.topic_configs.change_listeners.append(lambda _tc: self._on_topic_change())
+            self.topic_configs.change_listeners.append(lambda _tc: self._request_register())
             self._install_processors()
             await self.registration.register_all()
             self.registration.start()
@@ -175,7 +175,8 @@ class BrokerServer:
             self.config.store_dir,
         )
 
-    def _on_topic_change(self) -> None:
+    def _request_register(self) -> None:
+        """A full registration soon: the topic table or the broker id (role) changed."""
         if self.registration is not None:
             self.registration.request_register()
 

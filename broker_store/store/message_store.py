@@ -192,13 +192,13 @@ class MessageStore:
         """
         return self._put(topic, queue_id, entries, sys_flag, born_timestamp, born_host, 0)
 
-    def _illegal(self, status: PutStatus, remark: str) -> PutResult:
+    def _failed(self, status: PutStatus, remark: str) -> PutResult:
         return PutResult(status, remark, durable=resolved(status))
 
     def _put(self, topic: str, queue_id: int, entries: Sequence[PutEntry], sys_flag: int,
              born_timestamp: int, born_host: str, reconsume_times: int) -> PutResult:
         if not self._running or not self._writable:
-            return self._illegal(PutStatus.SERVICE_NOT_AVAILABLE,
+            return self._failed(PutStatus.SERVICE_NOT_AVAILABLE,
                                  "the message store is not running" if self._writable
                                  else "the message store is read-only after an I/O error")
         topic_tail = self._topic_bytes.get(topic)  # TOPICLEN + topic, as stored
@@ -206,25 +206,25 @@ class MessageStore:
             try:
                 validate_topic(topic)
             except ProtocolError as exc:
-                return self._illegal(PutStatus.MESSAGE_ILLEGAL, str(exc))
+                return self._failed(PutStatus.MESSAGE_ILLEGAL, str(exc))
             topic_raw = topic.encode()
             topic_tail = bytes((len(topic_raw),)) + topic_raw
             if len(self._topic_bytes) > 65536:
                 self._topic_bytes.clear()
             self._topic_bytes[topic] = topic_tail
         if not 0 <= queue_id <= MAX_QUEUE_ID:
-            return self._illegal(PutStatus.MESSAGE_ILLEGAL, f"queue id {queue_id} is out of range")
+            return self._failed(PutStatus.MESSAGE_ILLEGAL, f"queue id {queue_id} is out of range")
         born = self._hosts.get(born_host)
         if born is None:
             try:
                 born = host_to_bytes(born_host)
             except ProtocolError as exc:
-                return self._illegal(PutStatus.MESSAGE_ILLEGAL, f"born host: {exc}")
+                return self._failed(PutStatus.MESSAGE_ILLEGAL, f"born host: {exc}")
             if len(self._hosts) > 4096:
                 self._hosts.clear()
             self._hosts[born_host] = born
         if not entries:
-            return self._illegal(PutStatus.MESSAGE_ILLEGAL, "no messages to put")
+            return self._failed(PutStatus.MESSAGE_ILLEGAL, "no messages to put")
         bodies, props_list, flags, tags_codes = zip(*entries, strict=True)
         body_lens = list(map(len, bodies))
         props_lens = list(map(len, props_list))
@@ -235,14 +235,14 @@ class MessageStore:
         total = fixed * len(entries) + sum(body_lens) + sum(props_lens)
         seg_size = self.config.commit_log_segment_size
         if total > seg_size:
-            return self._illegal(PutStatus.MESSAGE_ILLEGAL,
+            return self._failed(PutStatus.MESSAGE_ILLEGAL,
                                  f"MESSAGE_SIZE_EXCEEDED: {len(entries)} record(s) of {total} bytes exceed "
                                  f"the commit log segment size {seg_size}")
         store_ts = int(self._clock.time() * 1000)
 
         with self._lock:
             if not self._running or not self._writable:
-                return self._illegal(PutStatus.SERVICE_NOT_AVAILABLE, "the message store is not running")
+                return self._failed(PutStatus.SERVICE_NOT_AVAILABLE, "the message store is not running")
             cl = self._commit_log
             cq = self._queues.get_or_create(topic, queue_id)
             try:
@@ -269,7 +269,7 @@ class MessageStore:
             except OSError as exc:
                 self._writable = False
                 log.exception("write to %s failed; the store is now read-only", self.config.store_dir)
-                return self._illegal(PutStatus.UNKNOWN_ERROR, f"store write failed: {exc}")
+                return self._failed(PutStatus.UNKNOWN_ERROR, f"store write failed: {exc}")
             self._queues.dispatched = cl.max_offset
             self._queues.dirty.add(cq)
             new_max = cq.max_index
@@ -290,10 +290,10 @@ class MessageStore:
         """The error for the first entry whose body or properties are too long (in entry order)."""
         for body, props, _, _ in entries:
             if len(body) > max_body:
-                return self._illegal(PutStatus.MESSAGE_ILLEGAL,
+                return self._failed(PutStatus.MESSAGE_ILLEGAL,
                                      f"message body size {len(body)} exceeds the limit {max_body}")
             if len(props) > MAX_PROPERTIES_LENGTH:
-                return self._illegal(PutStatus.PROPERTIES_SIZE_EXCEEDED,
+                return self._failed(PutStatus.PROPERTIES_SIZE_EXCEEDED,
                                      f"message properties size {len(props)} exceeds the limit "
                                      f"{MAX_PROPERTIES_LENGTH}")
         raise AssertionError("no entry exceeds a limit")
