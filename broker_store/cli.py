@@ -41,7 +41,7 @@ def _serve(kind: str, config: Path) -> int:
 
         _event_loop_run(run_namesrv(load_yaml(config, NamesrvConfig), _print_ready))
     else:
-        from broker_store.broker.controller import run_broker
+        from broker_store.broker.server import run_broker
 
         _event_loop_run(run_broker(load_yaml(config, BrokerConfig), _print_ready))
     return 0

@@ -24,17 +24,13 @@ import ipaddress
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from broker_store.protocol.errors import ConfigError
-
-if TYPE_CHECKING:
-    from broker_store.store import StoreConfig
-
-MiB = 1024 * 1024
+from broker_store.store.config import StoreConfig, StoreSettings
 
 
 def _check_host_port(value: str) -> str:
@@ -95,23 +91,9 @@ class BrokerSettings(_Model):
     (or 127.0.0.1 when listening on 0.0.0.0)."""
     store_dir: Path
     """Directory for the CommitLog, ConsumeQueues and metadata (topics.json, consumer_offsets.json)."""
-    commit_log_segment_size: int = Field(default=128 * MiB, ge=64 * 1024)
-    """Size of each CommitLog segment file, bytes (small in tests)."""
-    flush_mode: Literal["ASYNC_FLUSH", "SYNC_FLUSH"] = "ASYNC_FLUSH"
-    """SYNC_FLUSH acknowledges a send after fsync (group commit); ASYNC_FLUSH fsyncs in the background."""
-    flush_interval_ms: int = Field(default=500, gt=0)
-    """ASYNC_FLUSH: longest time between background fsyncs."""
-    flush_timeout_ms: int = Field(default=5000, gt=0)
-    """SYNC_FLUSH: a send not flushed within this is answered FLUSH_DISK_TIMEOUT."""
-    max_message_size: int = Field(default=4 * MiB, gt=0)
-    """Largest accepted message body, bytes."""
-    file_reserved_hours: float = Field(default=72.0, gt=0)
-    """Retention by age: CommitLog segments older than this are deleted (min offsets move forward)."""
-    max_commit_log_bytes: int | None = Field(default=None, gt=0)
-    """Optional cap on CommitLog disk use; oldest segments are deleted beyond it."""
-    commit_log_warm_ahead: int = Field(default=64 * MiB, ge=0)
-    """Bytes past the CommitLog's write position whose page cache a background thread populates ahead of
-    the writer (RocketMQ's warmed mapped files); 0 disables it."""
+    store: StoreSettings = Field(default_factory=lambda: StoreSettings())
+    """The message store's settings (``broker_store.store.config.StoreSettings``). Its keys may also be
+    written flat at the broker level, as older files do; the same key in both places is an error."""
     auto_create_topic_enable: bool = True
     """Register TBW102 (perm READ|WRITE|INHERIT) so sends to unknown topics create them."""
     default_topic_queue_nums: int = Field(default=8, ge=1, le=1024)
@@ -137,12 +119,34 @@ class BrokerSettings(_Model):
     client_channel_expiry_seconds: float = Field(default=120.0, gt=0)
     """A producer/consumer without HEART_BEAT for this long is dropped from the registry."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_store_keys(cls, data: Any) -> Any:
+        """Move store keys written at the broker level into ``store`` (one definition, two spellings)."""
+        if not isinstance(data, dict):
+            return data
+        flat = [key for key in data if key in StoreSettings.model_fields]
+        if not flat:
+            return data
+        data = dict(data)
+        nested = data.get("store")
+        if isinstance(nested, StoreSettings):
+            nested = nested.model_dump(exclude_unset=True)
+        nested = dict(nested) if isinstance(nested, dict) else {}
+        both = sorted(key for key in flat if key in nested)
+        if both:
+            raise ValueError(f"{both} given both at the broker level and under store:; keep one")
+        nested.update((key, data.pop(key)) for key in flat)
+        data["store"] = nested
+        return data
+
     @model_validator(mode="after")
     def _cross_checks(self) -> BrokerSettings:
-        if self.max_message_size + 4096 > self.commit_log_segment_size:
+        store = self.store
+        if store.max_message_size + 4096 > store.commit_log_segment_size:
             raise ValueError(
-                f"max_message_size ({self.max_message_size}) must leave room in a CommitLog "
-                f"segment (commit_log_segment_size {self.commit_log_segment_size})"
+                f"store.max_message_size ({store.max_message_size}) must leave room in a CommitLog "
+                f"segment (store.commit_log_segment_size {store.commit_log_segment_size})"
             )
         return self
 
@@ -171,20 +175,8 @@ class BrokerConfig(BrokerSettings):
         return self
 
     def to_store_config(self) -> StoreConfig:
-        """The MessageStore configuration this broker runs with."""
-        from broker_store.store import FlushMode, StoreConfig
-
-        return StoreConfig(
-            store_dir=Path(self.store_dir),
-            commit_log_segment_size=self.commit_log_segment_size,
-            flush_mode=FlushMode[self.flush_mode],
-            flush_interval_ms=self.flush_interval_ms,
-            flush_timeout_ms=self.flush_timeout_ms,
-            max_message_size=self.max_message_size,
-            file_reserved_hours=self.file_reserved_hours,
-            max_commit_log_bytes=self.max_commit_log_bytes,
-            commit_log_warm_ahead=self.commit_log_warm_ahead,
-        )
+        """The MessageStore configuration this broker runs with (its store section and store_dir)."""
+        return StoreConfig(store_dir=Path(self.store_dir), **dict(self.store))
 
 
 class ClusterConfig(_Model):

@@ -1,11 +1,13 @@
 """Topic administration and metadata: UPDATE_AND_CREATE_TOPIC, GET_ALL_TOPIC_CONFIG.
 
-Called by ``BrokerController``. A topic change is persisted by ``TopicConfigManager`` and triggers an
-immediate re-registration with the name servers (the controller listens for changes).
+Called by ``BrokerServer``, with an ``AdminContext``. A topic change is persisted by
+``TopicConfigManager`` and triggers an immediate re-registration with the name servers (the server
+listens for changes).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker_store.protocol.codes import PERM_INHERIT, PERM_PRIORITY, PERM_READ, PERM_WRITE, ResponseCode
@@ -16,7 +18,7 @@ from broker_store.protocol.message import validate_topic
 from broker_store.protocol.topic import DEFAULT_TOPIC, TopicConfig
 
 if TYPE_CHECKING:
-    from broker_store.broker.controller import BrokerController
+    from broker_store.broker.topic_config import TopicConfigManager
     from broker_store.net.server import Connection
 
 MAX_QUEUE_NUMS = 1024
@@ -39,9 +41,19 @@ def parse_attributes(raw: str | None) -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True)
+class AdminContext:
+    """What topic administration needs of its broker."""
+
+    topic_configs: TopicConfigManager
+    cluster_name: str
+    """A topic may not take the cluster's name (RocketMQ's reserved words)."""
+    auto_create_topic_enable: bool
+
+
 class AdminProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, ctx: AdminContext) -> None:
+        self.ctx = ctx
 
     async def update_and_create_topic(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = CreateTopicRequestHeader.from_ext(cmd.ext_fields)
@@ -49,11 +61,11 @@ class AdminProcessor:
             validate_topic(h.topic)
         except ProtocolError as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
-        if h.topic == self.broker.config.cluster_name:
+        if h.topic == self.ctx.cluster_name:
             return cmd.response(
                 ResponseCode.SYSTEM_ERROR, f"the topic[{h.topic}] is conflict with system reserved words."
             )
-        if h.topic == DEFAULT_TOPIC and not self.broker.config.auto_create_topic_enable:
+        if h.topic == DEFAULT_TOPIC and not self.ctx.auto_create_topic_enable:
             return cmd.response(
                 ResponseCode.SYSTEM_ERROR,
                 f"the topic[{h.topic}] is conflict with system topic; "
@@ -83,8 +95,8 @@ class AdminProcessor:
             order=bool(h.order),
             attributes=attributes,
         )
-        self.broker.topic_configs.update(tc)
+        self.ctx.topic_configs.update(tc)
         return cmd.response(ResponseCode.SUCCESS)
 
     async def get_all_topic_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        return cmd.response(ResponseCode.SUCCESS, body=self.broker.topic_configs.table().encode())
+        return cmd.response(ResponseCode.SUCCESS, body=self.ctx.topic_configs.table().encode())

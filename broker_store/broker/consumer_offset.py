@@ -1,6 +1,6 @@
 """Committed consumer offsets per (topic, group, queue): the broker's consumerOffset table.
 
-Owned by ``BrokerController``; written by UPDATE_CONSUMER_OFFSET and by pulls carrying
+Owned by ``BrokerServer``; written by UPDATE_CONSUMER_OFFSET and by pulls carrying
 FLAG_COMMIT_OFFSET, read by QUERY_CONSUMER_OFFSET / GET_ALL_CONSUMER_OFFSET. Changes live in memory
 and are persisted by the controller every ``offset_persist_interval_seconds`` and on shutdown, so a
 crash loses at most that interval of commits (consumers then re-read: at least once).

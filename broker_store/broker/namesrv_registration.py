@@ -1,6 +1,6 @@
 """The broker's side of the name-server protocol (RocketMQ's BrokerOuterAPI + registration timers).
 
-Owned by ``BrokerController``: a full REGISTER_BROKER with the whole topic table to every name
+Owned by ``BrokerServer``: a full REGISTER_BROKER with the whole topic table to every name
 server at start, every ``register_interval_seconds`` and promptly after a topic change; a lite
 BROKER_HEARTBEAT every ``heartbeat_interval_seconds``; UNREGISTER_BROKER on clean shutdown.
 A name server that is down is logged and retried on the next tick; it never blocks the broker.
@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.net.client import RemotingClient
 from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.errors import RocketMQError
@@ -59,6 +60,7 @@ class NamesrvRegistration:
         *,
         register_interval: float,
         heartbeat_interval: float,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._client = client
         self.namesrv_addrs = list(namesrv_addrs)
@@ -66,6 +68,8 @@ class NamesrvRegistration:
         self._topic_table = topic_table
         self.register_interval = register_interval
         self.heartbeat_interval = heartbeat_interval
+        self._clock = clock
+        """Times the register and heartbeat periods."""
         self._register_requested = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.master_addr: str | None = None
@@ -178,14 +182,11 @@ class NamesrvRegistration:
 
     async def _register_loop(self) -> None:
         while True:
-            try:
-                await asyncio.wait_for(self._register_requested.wait(), self.register_interval)
-            except TimeoutError:
-                pass
+            await self._clock.wait_for(self._register_requested.wait(), self.register_interval)
             self._register_requested.clear()
             await self.register_all()
 
     async def _heartbeat_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.heartbeat_interval)
+            await self._clock.sleep(self.heartbeat_interval)
             await self.heartbeat_all()

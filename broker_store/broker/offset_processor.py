@@ -1,12 +1,13 @@
 """Consumer offsets and queue offsets: QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET, GET_MAX_OFFSET,
 GET_MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP, GET_ALL_CONSUMER_OFFSET.
 
-Called by ``BrokerController``; semantics of RocketMQ's ConsumerManageProcessor and
+Called by ``BrokerServer``, with an ``OffsetContext``; semantics of RocketMQ's ConsumerManageProcessor and
 AdminBrokerProcessor for these codes.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker_store.protocol.codes import ResponseCode
@@ -20,30 +21,41 @@ from broker_store.protocol.headers import (
 )
 
 if TYPE_CHECKING:
-    from broker_store.broker.controller import BrokerController
+    from broker_store.broker.consumer_offset import ConsumerOffsetManager
+    from broker_store.broker.topic_config import TopicConfigManager
     from broker_store.net.server import Connection
+    from broker_store.store import MessageStore
 
 
 def _offset(cmd: RemotingCommand, offset: int) -> RemotingCommand:
     return cmd.response(ResponseCode.SUCCESS, None, OffsetResponseHeader(offset=offset).to_ext())
 
 
+@dataclass(frozen=True)
+class OffsetContext:
+    """What the offset requests need of their broker."""
+
+    store: MessageStore
+    topic_configs: TopicConfigManager
+    consumer_offsets: ConsumerOffsetManager
+
+
 class OffsetProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, ctx: OffsetContext) -> None:
+        self.ctx = ctx
 
     async def query_consumer_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """The committed offset; when none: 0 if the queue still starts at 0 (RocketMQ's "boot first"
         rule, unless setZeroIfNotFound=false), else QUERY_NOT_FOUND."""
         h = QueryConsumerOffsetRequestHeader.from_ext(cmd.ext_fields)
-        offset = self.broker.consumer_offsets.query(h.consumer_group, h.topic, h.queue_id)
+        offset = self.ctx.consumer_offsets.query(h.consumer_group, h.topic, h.queue_id)
         if offset >= 0:
             return _offset(cmd, offset)
         if h.set_zero_if_not_found is False:
             return cmd.response(
                 ResponseCode.QUERY_NOT_FOUND, "Not found, do not set to zero, maybe this group boot first"
             )
-        if self.broker.store.get_min_offset(h.topic, h.queue_id) <= 0:
+        if self.ctx.store.get_min_offset(h.topic, h.queue_id) <= 0:
             return _offset(cmd, 0)
         return cmd.response(
             ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
@@ -51,24 +63,24 @@ class OffsetProcessor:
 
     async def update_consumer_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = UpdateConsumerOffsetRequestHeader.from_ext(cmd.ext_fields)
-        if h.topic not in self.broker.topic_configs:
+        if h.topic not in self.ctx.topic_configs:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"Topic {h.topic} not exist!")
         if h.queue_id < 0:
             return cmd.response(ResponseCode.INVALID_PARAMETER, f"queueId[{h.queue_id}] is illegal")
-        self.broker.consumer_offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        self.ctx.consumer_offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         return cmd.response(ResponseCode.SUCCESS)
 
     async def get_max_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = QueueRequestHeader.from_ext(cmd.ext_fields)
-        return _offset(cmd, self.broker.store.get_max_offset(h.topic, h.queue_id))
+        return _offset(cmd, self.ctx.store.get_max_offset(h.topic, h.queue_id))
 
     async def get_min_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = QueueRequestHeader.from_ext(cmd.ext_fields)
-        return _offset(cmd, self.broker.store.get_min_offset(h.topic, h.queue_id))
+        return _offset(cmd, self.ctx.store.get_min_offset(h.topic, h.queue_id))
 
     async def search_offset_by_timestamp(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = SearchOffsetRequestHeader.from_ext(cmd.ext_fields)
-        return _offset(cmd, self.broker.store.search_offset_by_timestamp(h.topic, h.queue_id, h.timestamp))
+        return _offset(cmd, self.ctx.store.search_offset_by_timestamp(h.topic, h.queue_id, h.timestamp))
 
     async def get_all_consumer_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        return cmd.response(ResponseCode.SUCCESS, body=self.broker.consumer_offsets.encode_wrapper())
+        return cmd.response(ResponseCode.SUCCESS, body=self.ctx.consumer_offsets.encode_wrapper())

@@ -1,8 +1,9 @@
 """PULL_MESSAGE with long polling, tag filtering and offset commit (RocketMQ's PullMessageProcessor).
 
-Called by ``BrokerController``. A pull that finds nothing new and carries FLAG_SUSPEND is held (up to
-``suspendTimeoutMillis`` with long polling, ``short_polling_time_ms`` without) and re-run when the
-store reports an arrival on its queue; the held request answers PULL_NOT_FOUND at the deadline.
+Called by ``BrokerServer``, with a ``PullContext``. A pull that finds nothing new and carries
+FLAG_SUSPEND is held (up to ``suspendTimeoutMillis`` with long polling, ``short_polling_time_ms``
+without) and re-run when the store reports an arrival on its queue; the held request answers
+PULL_NOT_FOUND at the deadline.
 
 Store status -> response code (as RocketMQ)::
 
@@ -15,8 +16,8 @@ Store status -> response code (as RocketMQ)::
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker_store.broker.subscription import EXPRESSION_TYPE_TAG, SubscriptionParseError, build_subscription
@@ -33,8 +34,14 @@ from broker_store.protocol.topic import is_readable
 from broker_store.store import GetResult, GetStatus
 
 if TYPE_CHECKING:
-    from broker_store.broker.controller import BrokerController
+    from broker_store.broker.client_registry import ClientRegistry
+    from broker_store.broker.consumer_offset import ConsumerOffsetManager
+    from broker_store.broker.long_polling import PullWaiters
+    from broker_store.broker.role import RoleState
+    from broker_store.broker.topic_config import TopicConfigManager
+    from broker_store.clock import Clock
     from broker_store.net.server import Connection
+    from broker_store.store import MessageStore
 
 _STATUS_CODE = {
     GetStatus.FOUND: ResponseCode.SUCCESS,
@@ -54,19 +61,39 @@ def pull_response_code(status: GetStatus, requested_offset: int) -> ResponseCode
     return _STATUS_CODE[status]
 
 
-class PullProcessor:
-    """Serves PULL_MESSAGE. One instance per broker."""
+@dataclass(frozen=True)
+class PullContext:
+    """What the pull path needs of its ctx."""
 
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    store: MessageStore
+    topic_configs: TopicConfigManager
+    clients: ClientRegistry
+    consumer_offsets: ConsumerOffsetManager
+    pull_waiters: PullWaiters
+    role: RoleState
+    """A replica neither commits offsets carried by pulls nor answers PULL_OFFSET_MOVED."""
+    stopping: Callable[[], bool]
+    """True once the broker is stopping: held pulls stop waiting."""
+    clock: Clock
+    """Times held pulls (long and short polling)."""
+    max_pull_msg_nums: int
+    long_polling_enable: bool
+    short_polling_time_ms: int
+
+
+class PullProcessor:
+    """Serves PULL_MESSAGE. One instance per ctx."""
+
+    def __init__(self, ctx: PullContext) -> None:
+        self.ctx = ctx
 
     def pull_message(
         self, cmd: RemotingCommand, conn: Connection
     ) -> RemotingCommand | Awaitable[RemotingCommand]:
         """The response, or an awaitable of it when the pull is held (long polling)."""
         h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
-        broker = self.broker
-        tc = broker.topic_configs.select(h.topic)
+        ctx = self.ctx
+        tc = ctx.topic_configs.select(h.topic)
         if tc is None:
             return cmd.response(
                 ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!"
@@ -87,7 +114,7 @@ class PullProcessor:
             except SubscriptionParseError as exc:
                 return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
         else:
-            group = broker.clients.consumer_group(h.consumer_group)
+            group = ctx.clients.consumer_group(h.consumer_group)
             if group is None:
                 return cmd.response(
                     ResponseCode.SUBSCRIPTION_NOT_EXIST,
@@ -110,14 +137,14 @@ class PullProcessor:
                 )
             sub = registered
         tags_codes = sub.tags_codes
-        max_nums = min(h.max_msg_nums, broker.config.max_pull_msg_nums)
+        max_nums = min(h.max_msg_nums, ctx.max_pull_msg_nums)
         max_bytes = h.max_msg_bytes if h.max_msg_bytes and h.max_msg_bytes > 0 else None
 
         result = self._get(h, max_nums, tags_codes, max_bytes)
         code = pull_response_code(result.status, h.queue_offset)
 
-        if h.sys_flag & PULL_FLAG_COMMIT_OFFSET and broker.is_primary:
-            broker.consumer_offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        if h.sys_flag & PULL_FLAG_COMMIT_OFFSET and ctx.role.is_primary:
+            ctx.consumer_offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
 
         if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & PULL_FLAG_SUSPEND:
             return self._hold_and_respond(cmd, h, max_nums, tags_codes, max_bytes, result, code)
@@ -143,7 +170,7 @@ class PullProcessor:
         tags_codes: frozenset[int] | None,
         max_bytes: int | None,
     ) -> GetResult:
-        store = self.broker.store
+        store = self.ctx.store
         if max_bytes is None:
             return store.get_messages(h.topic, h.queue_id, h.queue_offset, max_nums, tags_codes=tags_codes)
         return store.get_messages(
@@ -159,27 +186,24 @@ class PullProcessor:
         result: GetResult,
         code: ResponseCode,
     ) -> tuple[GetResult, ResponseCode]:
-        cfg = self.broker.config
-        if not cfg.long_polling_enable:
-            await asyncio.sleep(cfg.short_polling_time_ms / 1000)
+        ctx = self.ctx
+        if not ctx.long_polling_enable:
+            await ctx.clock.sleep(ctx.short_polling_time_ms / 1000)
             result = self._get(h, max_nums, tags_codes, max_bytes)
             return result, pull_response_code(result.status, h.queue_offset)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(h.suspend_timeout_millis, 0) / 1000
-        waiters = self.broker.pull_waiters
-        store = self.broker.store
-        while code == ResponseCode.PULL_NOT_FOUND and not self.broker.stopping:
-            remaining = deadline - loop.time()
+        clock = ctx.clock
+        deadline = clock.monotonic() + max(h.suspend_timeout_millis, 0) / 1000
+        waiters = self.ctx.pull_waiters
+        store = self.ctx.store
+        while code == ResponseCode.PULL_NOT_FOUND and not ctx.stopping():
+            remaining = deadline - clock.monotonic()
             if remaining <= 0:
                 break
             fut = waiters.add(h.topic, h.queue_id, h.queue_offset)
             try:
                 # Re-read after registering: an arrival between the first read and now is not lost.
                 if store.get_max_offset(h.topic, h.queue_id) <= h.queue_offset:
-                    try:
-                        await asyncio.wait_for(fut, remaining)
-                    except TimeoutError:
-                        pass
+                    await clock.wait_for(fut, remaining)
             finally:
                 waiters.discard(h.topic, h.queue_id, fut)
             result = self._get(h, max_nums, tags_codes, max_bytes)
@@ -190,7 +214,7 @@ class PullProcessor:
         self, cmd: RemotingCommand, h: PullMessageRequestHeader, result: GetResult, code: ResponseCode
     ) -> RemotingCommand:
         suggest = MASTER_ID
-        if code == ResponseCode.PULL_OFFSET_MOVED and not self.broker.is_primary:
+        if code == ResponseCode.PULL_OFFSET_MOVED and not self.ctx.role.is_primary:
             # A replica does not judge offsets (offsetCheckInSlave=false): retry against the primary.
             code = ResponseCode.PULL_RETRY_IMMEDIATELY
         ext = {

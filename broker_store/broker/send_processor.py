@@ -1,6 +1,6 @@
 """SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE and CONSUMER_SEND_MSG_BACK.
 
-Called by ``BrokerController`` for those request codes. Order of checks and the remarks follow
+Called by ``BrokerServer`` for those request codes, with a ``SendContext``. Order of checks and the remarks follow
 RocketMQ's SendMessageProcessor / AbstractSendMessageProcessor.msgCheck so clients see familiar
 answers: role -> topic name -> forbidden system topic -> topic config (auto-create from TBW102) ->
 queue id -> sizes -> store. The put path is the broker's hottest: the header is parsed by hand
@@ -15,6 +15,7 @@ import logging
 import random
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from broker_store.protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
@@ -27,19 +28,28 @@ from broker_store.protocol.headers import (
 )
 from broker_store.protocol.message import (
     MAX_PROPERTIES_LENGTH,
+    decode_stored_message,
+    split_batch,
+    tags_hash_code,
+    validate_topic,
+)
+from broker_store.protocol.properties import (
     PROPERTY_CLUSTER,
     PROPERTY_MSG_REGION,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
-    PROPERTY_TAGS,
+    PROPERTY_SEPARATOR,
     PROPERTY_TRACE_SWITCH,
     PROPERTY_WAIT,
-    decode_properties,
-    decode_stored_message,
+    TAGS_KEY,
+    append_properties,
     encode_properties,
-    split_batch,
-    tags_hash_code,
-    validate_topic,
+    find_property,
+    property_entry,
+    property_key,
+    put_property,
+    tags_code_of_properties,
+    tags_codes_of_properties,
 )
 from broker_store.protocol.topic import (
     RETRY_GROUP_TOPIC_PREFIX,
@@ -49,17 +59,18 @@ from broker_store.protocol.topic import (
     retry_topic,
 )
 from broker_store.store import (
-    FlushMode,
+    DurableFuture,
     PutEntry,
     PutResult,
     PutStatus,
-    tags_code_of_properties,
-    tags_codes_of_properties,
+    resolved,
 )
 
 if TYPE_CHECKING:
-    from broker_store.broker.controller import BrokerController
+    from broker_store.broker.role import RoleState
+    from broker_store.broker.topic_config import TopicConfigManager
     from broker_store.net.server import Connection
+    from broker_store.store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +91,10 @@ SERVICE_NOT_AVAILABLE_REMARK = (
     "service not available now. It may be caused by one of the following reasons: the broker's disk is full, "
     "messages are put to the slave, message store has been shut down, etc."
 )
-_WAIT_FALSE = f"{PROPERTY_WAIT}\x01false\x02".encode()
-_CLUSTER_KEY = f"{PROPERTY_CLUSTER}\x01".encode()
-_TAGS_KEY = f"{PROPERTY_TAGS}\x01".encode()
-_ENDS_A_PROPERTY = (b"\x02", b"")
-"""Last byte of properties the CLUSTER property is appended to without a separator (b"": empty)."""
+_CLUSTER_KEY = property_key(PROPERTY_CLUSTER)
+_ENDS_A_PROPERTY = (PROPERTY_SEPARATOR.encode(), b"")
+"""Last byte of properties the CLUSTER property is appended to without a separator (b"": empty): the
+batch path's inlined ``ends_a_property``."""
 
 
 @dataclass(slots=True)
@@ -156,24 +166,25 @@ def parse_send_header(ext: dict[str, str], short_names: bool) -> SendRequest:
         )
 
 
-def _find_property(props: bytes, key: bytes) -> int:
-    """Start of ``key`` (``NAME\\x01``) as a whole property name in ``props``, or -1."""
-    pos = props.find(key)
-    while pos > 0 and props[pos - 1] != 2:
-        pos = props.find(key, pos + 1)
-    return pos
+_DURABLE_NOW = resolved(PutStatus.PUT_OK)
+_BODY = itemgetter(0)
+"""The body of a ``split_batch`` entry."""
+
+_DURABLE_CODES = {
+    PutStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+}
+"""Durability outcomes answered with their own code and the send header (the message IS stored);
+anything else (IN_SYNC_REPLICAS_NOT_ENOUGH) reaches the client as SYSTEM_ERROR with a remark."""
 
 
-def put_property(props: bytes, name: str, value: str) -> bytes:
-    """``props`` with ``name`` set to ``value``; appends when absent (the cheap, common case)."""
-    key = f"{name}\x01".encode()
-    if _find_property(props, key) >= 0:
-        decoded = decode_properties(props)
-        decoded[name] = value
-        return encode_properties(decoded)
-    if props and props[-1] != 2:
-        props += b"\x02"
-    return props + key + value.encode() + b"\x02"
+def _durable_response(cmd: RemotingCommand, status: PutStatus, ext: dict[str, str]) -> RemotingCommand:
+    code = _DURABLE_CODES.get(status)
+    if code is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"{status.name}: the message was stored but is not durable")
+    return cmd.response(code, None, ext)
 
 
 def born_host_of(remote_addr: str) -> str:
@@ -186,18 +197,37 @@ def born_host_of(remote_addr: str) -> str:
     return f"{host}:{port if port.isdigit() else 0}"
 
 
+@dataclass(frozen=True)
+class SendContext:
+    """What the send path needs of its broker."""
+
+    store: MessageStore
+    topic_configs: TopicConfigManager
+    role: RoleState
+    """Only a primary takes writes."""
+    broker_name: str
+    cluster_name: str
+    """Written as the CLUSTER property of every message."""
+    region_id: str
+    trace_on: bool
+    max_message_size: int
+    """Largest body (each message of a batch too)."""
+    max_batch_size: int
+    """Largest encoded batch body (``StoreSettings.max_batch_size``)."""
+    max_reconsume_times: int
+
+
 class SendProcessor:
     """Writes producers' messages into the store. One instance per broker."""
 
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
-        cfg = broker.config
-        self._cluster_suffix = f"{PROPERTY_CLUSTER}\x01{cfg.cluster_name}\x02".encode()
-        self._cluster_name = cfg.cluster_name
-        self._region = cfg.region_id
-        self._trace_on = "true" if cfg.trace_on else "false"
-        self._sync_flush = broker.store_config.flush_mode == FlushMode.SYNC_FLUSH
-        self._max_message_size = cfg.max_message_size
+    def __init__(self, ctx: SendContext) -> None:
+        self.ctx = ctx
+        self._cluster_suffix = property_entry(PROPERTY_CLUSTER, ctx.cluster_name)
+        self._cluster_name = ctx.cluster_name
+        self._region = ctx.region_id
+        self._trace_on = "true" if ctx.trace_on else "false"
+        self._max_message_size = ctx.max_message_size
+        self._max_batch_size = ctx.max_batch_size
         self._born_hosts: dict[str, str] = {}
 
     # -- shared checks ----------------------------------------------------------------------------
@@ -211,19 +241,17 @@ class SendProcessor:
         return host
 
     def _with_cluster(self, props: bytes) -> bytes:
-        if _find_property(props, _CLUSTER_KEY) >= 0:
+        if find_property(props, _CLUSTER_KEY) >= 0:
             return put_property(props, PROPERTY_CLUSTER, self._cluster_name)
-        if props and props[-1] != 2:
-            return props + b"\x02" + self._cluster_suffix
-        return props + self._cluster_suffix
+        return append_properties(props, self._cluster_suffix)
 
     def _check(
         self, cmd: RemotingCommand, req: SendRequest, conn: Connection
     ) -> RemotingCommand | TopicConfig:
         """msgCheck: the topic config to write to, or the error response."""
-        if not self.broker.is_primary:
+        if not self.ctx.role.is_primary:
             return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, SERVICE_NOT_AVAILABLE_REMARK)
-        topics = self.broker.topic_configs
+        topics = self.ctx.topic_configs
         tc = topics.select(req.topic)
         if tc is None:
             try:
@@ -242,7 +270,7 @@ class SendProcessor:
                     ResponseCode.TOPIC_NOT_EXIST,
                     f"topic[{req.topic}] not exist, apply first please! (auto_create_topic_enable is "
                     f"{'on' if topics.auto_create_topic_enable else 'off'} on broker "
-                    f"{self.broker.config.broker_name}; create the topic with UPDATE_AND_CREATE_TOPIC)",
+                    f"{self.ctx.broker_name}; create the topic with UPDATE_AND_CREATE_TOPIC)",
                 )
         if not is_writeable(tc.perm):
             return cmd.response(
@@ -273,9 +301,9 @@ class SendProcessor:
         )
 
     def _answer(
-        self, cmd: RemotingCommand, result: PutResult, queue_id: int, wait: bool
+        self, cmd: RemotingCommand, result: PutResult, queue_id: int
     ) -> RemotingCommand | Awaitable[RemotingCommand]:
-        """The send response; with SYNC_FLUSH (and WAIT) an awaitable resolved once flushed."""
+        """The send response; an awaitable of it while the store's durability future is pending."""
         status = result.status
         if status is PutStatus.PUT_OK:
             ext = {
@@ -285,9 +313,12 @@ class SendProcessor:
                 PROPERTY_MSG_REGION: self._region,
                 PROPERTY_TRACE_SWITCH: self._trace_on,
             }
-            if self._sync_flush and wait:
-                return self._answer_when_flushed(cmd, result, ext)
-            return cmd.response(ResponseCode.SUCCESS, None, ext)
+            durable = result.durable
+            if durable is _DURABLE_NOW:  # nothing to wait for (ASYNC_FLUSH, WAIT=false): the common case
+                return cmd.response(ResponseCode.SUCCESS, None, ext)
+            if durable.done():
+                return _durable_response(cmd, durable.result(), ext)
+            return self._answer_when_durable(cmd, durable, ext)
         if status is PutStatus.MESSAGE_ILLEGAL or status is PutStatus.PROPERTIES_SIZE_EXCEEDED:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"the message is illegal: {result.remark}")
         if status is PutStatus.SERVICE_NOT_AVAILABLE:
@@ -299,11 +330,10 @@ class SendProcessor:
             )
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"{status.name}: {result.remark}")
 
-    async def _answer_when_flushed(
-        self, cmd: RemotingCommand, result: PutResult, ext: dict[str, str]
+    async def _answer_when_durable(
+        self, cmd: RemotingCommand, durable: DurableFuture, ext: dict[str, str]
     ) -> RemotingCommand:
-        flushed = await asyncio.wrap_future(self.broker.store.wait_for_flush(result.end_offset))
-        return cmd.response(ResponseCode.SUCCESS if flushed else ResponseCode.FLUSH_DISK_TIMEOUT, None, ext)
+        return _durable_response(cmd, await asyncio.wrap_future(durable), ext)
 
     # -- SEND_MESSAGE / SEND_MESSAGE_V2 -----------------------------------------------------------
 
@@ -326,18 +356,18 @@ class SendProcessor:
             max_times = (
                 req.max_reconsume_times
                 if req.max_reconsume_times is not None
-                else self.broker.config.max_reconsume_times
+                else self.ctx.max_reconsume_times
             )
             if reconsume_times >= max_times:
                 # handleRetryAndDLQ: a retry that exhausted its attempts goes to the group's DLQ.
                 topic = dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX) :])
-                self.broker.topic_configs.create_in_send_back(topic, DLQ_QUEUE_NUMS, PERM_READ | PERM_WRITE)
+                self.ctx.topic_configs.create_in_send_back(topic, DLQ_QUEUE_NUMS, PERM_READ | PERM_WRITE)
                 queue_id = 0
         props = self._with_cluster(props)
         if len(props) > MAX_PROPERTIES_LENGTH:
             return self._illegal_props(cmd, len(props))
         tags_code = tags_code_of_properties(props, tags_hash_code)
-        result = self.broker.store.put_message(
+        result = self.ctx.store.put_message(
             topic,
             queue_id,
             body,
@@ -349,8 +379,7 @@ class SendProcessor:
             born_host=self._born_host(conn),
             reconsume_times=reconsume_times,
         )
-        wait = not self._sync_flush or _find_property(props, _WAIT_FALSE) < 0
-        return self._answer(cmd, result, queue_id, wait)
+        return self._answer(cmd, result, queue_id)
 
     # -- SEND_BATCH_MESSAGE -----------------------------------------------------------------------
 
@@ -370,11 +399,11 @@ class SendProcessor:
         checked = self._check(cmd, req, conn)
         if isinstance(checked, RemotingCommand):
             return checked
-        if len(cmd.body) > self._max_message_size:
+        if len(cmd.body) > self._max_batch_size:
             return cmd.response(
                 ResponseCode.MESSAGE_ILLEGAL,
-                f"the message is illegal: batch body size {len(cmd.body)} exceeds the limit of "
-                f"{self._max_message_size} bytes (max_message_size)",
+                f"the message is illegal: encoded batch size {len(cmd.body)} exceeds the limit of "
+                f"{self._max_batch_size} bytes (max_message_size + 64 KiB)",
             )
         try:
             batch = split_batch(cmd.body)
@@ -382,24 +411,24 @@ class SendProcessor:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"the message is illegal: {exc}")
         if not batch:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "the message is illegal: the batch is empty")
+        longest = max(map(len, map(_BODY, batch)))
+        if longest > self._max_message_size:  # each body alone, as a single send is checked
+            return self._illegal_size(cmd, longest)
         prepared = self._batch_entries(batch)
         if isinstance(prepared, int):
             return self._illegal_props(cmd, prepared)
-        entries, wait = prepared
-        result = self.broker.store.put_messages(
+        result = self.ctx.store.put_messages(
             req.topic,
             req.queue_id,
-            entries,
+            prepared,
             sys_flag=req.sys_flag,
             born_timestamp=req.born_timestamp,
             born_host=self._born_host(conn),
         )
-        return self._answer(cmd, result, req.queue_id, wait)
+        return self._answer(cmd, result, req.queue_id)
 
-    def _batch_entries(
-        self, batch: list[tuple[memoryview, bytes, int]]
-    ) -> tuple[list[PutEntry], bool] | int:
-        """(store entries with CLUSTER set, whether to wait for the flush), or an illegal properties length.
+    def _batch_entries(self, batch: list[tuple[memoryview, bytes, int]]) -> list[PutEntry] | int:
+        """Store entries with CLUSTER set, or an illegal properties length.
 
         Column-wise, like the store's encoder: the per-message work is comprehensions and C-level maps.
         A property key found nowhere in all properties joined (by \\0, which no key contains) is in none
@@ -408,34 +437,26 @@ class SendProcessor:
         bodies, raw_props, flags = zip(*batch, strict=True)
         if _CLUSTER_KEY in b"\0".join(raw_props):
             return self._batch_entries_in_order(batch)
-        suffix, separated = self._cluster_suffix, b"\x02" + self._cluster_suffix
+        suffix, separated = self._cluster_suffix, PROPERTY_SEPARATOR.encode() + self._cluster_suffix
         props_list = [props + suffix if props[-1:] in _ENDS_A_PROPERTY else props + separated
                       for props in raw_props]
         if max(map(len, props_list)) > MAX_PROPERTIES_LENGTH:
             return next(n for n in map(len, props_list) if n > MAX_PROPERTIES_LENGTH)
-        joined = b"\0".join(props_list)
-        wait = not (self._sync_flush and _WAIT_FALSE in joined
-                    and any(_find_property(props, _WAIT_FALSE) >= 0 for props in props_list))
-        if _TAGS_KEY in joined:
+        if TAGS_KEY in b"\0".join(props_list):
             tags_codes = tags_codes_of_properties(props_list, tags_hash_code)
         else:
             tags_codes = [0] * len(props_list)
-        return list(zip(bodies, props_list, flags, tags_codes, strict=True)), wait
+        return list(zip(bodies, props_list, flags, tags_codes, strict=True))
 
-    def _batch_entries_in_order(
-        self, batch: list[tuple[memoryview, bytes, int]]
-    ) -> tuple[list[PutEntry], bool] | int:
+    def _batch_entries_in_order(self, batch: list[tuple[memoryview, bytes, int]]) -> list[PutEntry] | int:
         """``_batch_entries`` one message at a time (some properties name a cluster already)."""
         entries: list[PutEntry] = []
-        wait = True
         for body, props, flag in batch:
             props = self._with_cluster(props)
             if len(props) > MAX_PROPERTIES_LENGTH:
                 return len(props)
-            if self._sync_flush and _find_property(props, _WAIT_FALSE) >= 0:
-                wait = False
             entries.append((body, props, flag, tags_code_of_properties(props, tags_hash_code)))
-        return entries, wait
+        return entries
 
     # -- CONSUMER_SEND_MSG_BACK -------------------------------------------------------------------
 
@@ -446,16 +467,16 @@ class SendProcessor:
         broker has no schedule topic), so no DELAY property is written.
         """
         h = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
-        if not self.broker.is_primary:
+        if not self.ctx.role.is_primary:
             return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, SERVICE_NOT_AVAILABLE_REMARK)
-        topics = self.broker.topic_configs
+        topics = self.ctx.topic_configs
         new_topic = retry_topic(h.group)
         tc = topics.create_in_send_back(new_topic, RETRY_QUEUE_NUMS, PERM_READ | PERM_WRITE)
         if not is_writeable(tc.perm):
             return cmd.response(
                 ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden"
             )
-        record = self.broker.store.read_record(h.offset)
+        record = self.ctx.store.read_record(h.offset)
         if record is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}")
         try:
@@ -470,7 +491,7 @@ class SendProcessor:
         max_times = (
             h.max_reconsume_times
             if h.max_reconsume_times is not None
-            else self.broker.config.max_reconsume_times
+            else self.ctx.max_reconsume_times
         )
         queue_id = random.randrange(tc.write_queue_nums) if tc.write_queue_nums > 0 else 0
         if msg.reconsume_times >= max_times or h.delay_level < 0:
@@ -482,7 +503,7 @@ class SendProcessor:
         raw_props = encode_properties(props)
         if len(raw_props) > MAX_PROPERTIES_LENGTH:
             return self._illegal_props(cmd, len(raw_props))
-        result = self.broker.store.put_message(
+        result = self.ctx.store.put_message(
             new_topic,
             queue_id,
             msg.body,

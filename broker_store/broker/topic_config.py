@@ -1,6 +1,6 @@
 """The broker's topic table: persisted, versioned, and the rules for auto-creating topics.
 
-Owned by ``BrokerController``; read on every send and pull (``select`` is a dict lookup), changed by
+Owned by ``BrokerServer``; read on every send and pull (``select`` is a dict lookup), changed by
 UPDATE_AND_CREATE_TOPIC, by sends to unknown topics (TBW102 inheritance) and by retry/DLQ topic
 creation. Every change bumps the DataVersion, persists ``topics.json`` and notifies listeners (the
 controller re-registers with the name servers).

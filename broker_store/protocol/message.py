@@ -28,7 +28,7 @@ Batch message body (SEND_BATCH_MESSAGE), one entry per message::
 
     TOTALSIZE 4 | MAGICCODE 4 (0) | BODYCRC 4 (0) | FLAG 4 | BODYLEN 4 | body | PROPLEN 2 | properties
 
-Properties: ``name \\x01 value \\x02`` repeated, UTF-8.
+Properties: ``name \\x01 value \\x02`` repeated, UTF-8 (``protocol.properties`` owns the format).
 msgId (offset message id): store IPv4 4 + port 4 + commit-log offset 8, as 32 upper-case hex chars.
 """
 
@@ -46,6 +46,25 @@ from typing import Any, NamedTuple
 
 from broker_store.protocol.codes import MSG_FLAG_BORNHOST_V6, MSG_FLAG_COMPRESSED, MSG_FLAG_STOREHOST_V6
 from broker_store.protocol.errors import ProtocolError
+from broker_store.protocol.properties import KEY_SEPARATOR as KEY_SEPARATOR
+from broker_store.protocol.properties import NAME_VALUE_SEPARATOR as NAME_VALUE_SEPARATOR
+from broker_store.protocol.properties import PROPERTY_CLUSTER as PROPERTY_CLUSTER
+from broker_store.protocol.properties import PROPERTY_DELAY as PROPERTY_DELAY
+from broker_store.protocol.properties import PROPERTY_KEYS as PROPERTY_KEYS
+from broker_store.protocol.properties import PROPERTY_MAX_RECONSUME_TIMES as PROPERTY_MAX_RECONSUME_TIMES
+from broker_store.protocol.properties import PROPERTY_MSG_REGION as PROPERTY_MSG_REGION
+from broker_store.protocol.properties import PROPERTY_ORIGIN_MESSAGE_ID as PROPERTY_ORIGIN_MESSAGE_ID
+from broker_store.protocol.properties import PROPERTY_RECONSUME_TIME as PROPERTY_RECONSUME_TIME
+from broker_store.protocol.properties import PROPERTY_REPLICATOR_SOURCE as PROPERTY_REPLICATOR_SOURCE
+from broker_store.protocol.properties import PROPERTY_RETRY_TOPIC as PROPERTY_RETRY_TOPIC
+from broker_store.protocol.properties import PROPERTY_SEPARATOR as PROPERTY_SEPARATOR
+from broker_store.protocol.properties import PROPERTY_TAGS as PROPERTY_TAGS
+from broker_store.protocol.properties import PROPERTY_TRACE_SWITCH as PROPERTY_TRACE_SWITCH
+from broker_store.protocol.properties import PROPERTY_UNIQ_KEY as PROPERTY_UNIQ_KEY
+from broker_store.protocol.properties import PROPERTY_WAIT as PROPERTY_WAIT
+from broker_store.protocol.properties import decode_properties as decode_properties
+from broker_store.protocol.properties import encode_properties as encode_properties
+from broker_store.protocol.properties import parse_properties_text
 
 MAGIC_V1 = -626843481
 BLANK_MAGIC = -875286124
@@ -56,73 +75,6 @@ MAX_TOPIC_LENGTH = 127
 MAX_PROPERTIES_LENGTH = 32767
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
-NAME_VALUE_SEPARATOR = "\x01"
-PROPERTY_SEPARATOR = "\x02"
-
-# Standard property keys (MessageConst.java) and the replicator's own.
-PROPERTY_TAGS = "TAGS"
-PROPERTY_KEYS = "KEYS"
-PROPERTY_UNIQ_KEY = "UNIQ_KEY"
-PROPERTY_WAIT = "WAIT"
-PROPERTY_DELAY = "DELAY"
-PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
-PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
-PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
-PROPERTY_MSG_REGION = "MSG_REGION"
-PROPERTY_TRACE_SWITCH = "TRACE_ON"
-PROPERTY_CLUSTER = "CLUSTER"
-PROPERTY_REPLICATOR_SOURCE = "ROCKETMQ_REPLICATOR_SOURCE"
-KEY_SEPARATOR = " "
-
-
-def encode_properties(properties: Mapping[str, str]) -> bytes:
-    """Serialise properties; names and values must not contain the two separator characters."""
-    parts = []
-    for name, value in properties.items():
-        if name.__class__ is not str or value.__class__ is not str or not name:
-            return _encode_properties_checked(properties)
-        parts.append(f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}")
-    text = "".join(parts)
-    # Every entry adds exactly one of each separator: more means a name or value holds one.
-    n = len(parts)
-    if text.count(NAME_VALUE_SEPARATOR) != n or text.count(PROPERTY_SEPARATOR) != n:
-        return _encode_properties_checked(properties)
-    return text.encode()
-
-
-def _encode_properties_checked(properties: Mapping[str, str]) -> bytes:
-    """``encode_properties`` checking every entry, naming the first bad one."""
-    parts = []
-    for name, value in properties.items():
-        if not isinstance(name, str) or not isinstance(value, str):
-            raise ProtocolError(f"property {name!r} must map a string to a string, got {type(value).__name__}")
-        for text in (name, value):
-            if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
-                raise ProtocolError(f"property {name!r} contains a reserved separator character (\\x01 or \\x02)")
-        if not name:
-            raise ProtocolError("property name must not be empty")
-        parts.append(f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}")
-    return "".join(parts).encode()
-
-
-def decode_properties(raw: bytes | memoryview | str) -> dict[str, str]:
-    """Parse properties. Tolerant as RocketMQ's own decoder: entries without a separator are skipped."""
-    if not raw:
-        return {}
-    if isinstance(raw, str):
-        text = raw
-    else:
-        try:
-            text = bytes(raw).decode()
-        except UnicodeDecodeError as exc:
-            raise ProtocolError(f"message properties are not valid UTF-8: {exc}") from exc
-    result: dict[str, str] = {}
-    for item in text.split(PROPERTY_SEPARATOR):
-        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
-        if sep and name:
-            result[name] = value
-    return result
 
 
 @functools.lru_cache(maxsize=4096)
@@ -399,10 +351,7 @@ def decode_stored_messages(buf: bytes | memoryview, *, decompress: bool = True) 
                 text = buf[q + 2:end].decode()
             except UnicodeDecodeError as exc:
                 raise ProtocolError(f"message properties are not valid UTF-8: {exc}") from exc
-            for item in text.split(PROPERTY_SEPARATOR):
-                name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
-                if sep and name:
-                    properties[name] = value
+            properties = parse_properties_text(text)
         body = buf[p:t]
         if decompress and sys_flag & MSG_FLAG_COMPRESSED:
             try:

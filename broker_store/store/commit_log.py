@@ -29,7 +29,6 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,13 +40,13 @@ from broker_store.protocol.message import (
     STORED_HEADER_SIZE,
     tags_hash_code,
 )
+from broker_store.protocol.properties import tags_code_of_properties
 from broker_store.store.files import FdPool, list_segments, segment_name
 
 BLANK_RECORD = struct.Struct(">ii")
 MIN_BLANK_SIZE = BLANK_RECORD.size  # 8: below this a segment tail is padding only
 MIN_RECORD_SIZE = STORED_HEADER_SIZE + 1 + 2  # empty body, empty topic, no properties
 _SCAN_CHUNK = 1 << 20
-_TAGS_KEY = b"TAGS\x01"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,50 +59,6 @@ class DispatchRecord:
     physical_offset: int
     size: int
     tags_code: int
-
-
-def tags_code_of_properties(properties: bytes | memoryview, hash_tags: Callable[[str], int]) -> int:
-    """The ConsumeQueue tags code of raw properties: hash of TAGS, 0 without TAGS.
-
-    Recovery and replication rebuild ConsumeQueue entries with this; the broker must compute the
-    ``tags_code`` it passes to put the same way, or rebuilt entries will differ from the originals.
-    """
-    raw = bytes(properties)
-    pos = raw.find(_TAGS_KEY)
-    while pos > 0 and raw[pos - 1] != 2:  # must start a property, not end another one's value
-        pos = raw.find(_TAGS_KEY, pos + 1)
-    if pos < 0:
-        return 0
-    start = pos + len(_TAGS_KEY)
-    end = raw.find(b"\x02", start)
-    value = raw[start:] if end < 0 else raw[start:end]
-    try:
-        return hash_tags(value.decode())
-    except UnicodeDecodeError:
-        return 0
-
-
-def tags_codes_of_properties(properties_list: Sequence[bytes], hash_tags: Callable[[str], int]) -> list[int]:
-    """``tags_code_of_properties`` of each, for a batch: a tag value seen before is not decoded and hashed
-    again (messages of one batch mostly share their tags)."""
-    codes: list[int] = []
-    add = codes.append
-    seen: dict[bytes, int] = {}
-    for raw in properties_list:
-        pos = raw.find(_TAGS_KEY)
-        if pos < 0:
-            add(0)
-        elif pos and raw[pos - 1] != 2:  # the first match ends another property's value: the general rule
-            add(tags_code_of_properties(raw, hash_tags))
-        else:
-            start = pos + len(_TAGS_KEY)
-            end = raw.find(b"\x02", start)
-            value = raw[start:] if end < 0 else raw[start:end]
-            code = seen.get(value)
-            if code is None:
-                code = seen[value] = tags_code_of_properties(raw, hash_tags)
-            add(code)
-    return codes
 
 
 class CommitLog:

@@ -1,139 +1,89 @@
-"""Store configuration and the result records of put/get.
+"""Store settings: the one definition (default, bounds, meaning) of every setting ``MessageStore`` reads.
 
-Built by the broker from its validated YAML config and handed to ``MessageStore``; the result records
-are what the broker's send and pull processors translate into remoting responses.
+``StoreSettings`` is the broker YAML's ``store:`` section (``broker_store.config.BrokerSettings.store``);
+``StoreConfig`` adds the directory and is what ``MessageStore`` is built with. Both are validated when
+built: a problem raises ``ConfigError`` naming the field, the value and what is allowed (in a YAML file,
+``broker_store.config.load_yaml`` adds the file and the field path). The records a put or get returns
+live in ``store.results``.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from broker_store.protocol.errors import ConfigError
+
+MiB = 1024 * 1024
+BATCH_ALLOWANCE = 64 * 1024
+"""What an encoded SEND_BATCH_MESSAGE body may hold beyond ``max_message_size``: entry headers and
+properties. RocketMQ reserves the same 64 KiB past the body limit for a whole encoded message."""
 
 
 class FlushMode(enum.Enum):
     ASYNC_FLUSH = "ASYNC_FLUSH"
     """A background thread fsyncs the CommitLog every ``flush_interval_ms``; puts never wait."""
     SYNC_FLUSH = "SYNC_FLUSH"
-    """The broker acks a put only after ``wait_for_flush`` resolves (group commit: one fsync per batch)."""
+    """A put is durable (``PutResult.durable``) only once fsynced (group commit: one fsync per batch)."""
 
 
-@dataclass(frozen=True)
-class StoreConfig:
-    """Static configuration of one ``MessageStore``; checked when built (raises ``ConfigError``)."""
+class StoreSettings(BaseModel):
+    """The store's tunables; every key has its default here and nowhere else."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    commit_log_segment_size: int = Field(default=128 * MiB, ge=4096)
+    """Bytes per CommitLog segment file; no record (or batch) may be larger (small in tests)."""
+    consume_queue_segment_entries: int = Field(default=300_000, gt=0)
+    """20-byte ConsumeQueue entries per segment file."""
+    flush_mode: FlushMode = FlushMode.ASYNC_FLUSH
+    """SYNC_FLUSH acknowledges a send after fsync (group commit); ASYNC_FLUSH fsyncs in the background."""
+    flush_interval_ms: int = Field(default=500, gt=0)
+    """ASYNC_FLUSH: longest time between background fsyncs; in both modes the period of the ConsumeQueue
+    fsync and the checkpoint."""
+    flush_timeout_ms: int = Field(default=5000, gt=0)
+    """SYNC_FLUSH: a send not flushed within this is answered FLUSH_DISK_TIMEOUT."""
+    max_message_size: int = Field(default=4 * MiB, gt=0)
+    """Largest accepted message body, bytes (MESSAGE_ILLEGAL beyond it), for a single send and for each
+    message of a batch alike. The whole encoded batch is bounded separately (``max_batch_size``)."""
+    file_reserved_hours: float = Field(default=72.0, gt=0)
+    """Retention by age: CommitLog segments whose newest message is older than this are deleted (min
+    offsets move forward, older pulls get PULL_OFFSET_MOVED)."""
+    max_commit_log_bytes: int | None = Field(default=None, gt=0)
+    """Optional cap on CommitLog disk use; retention deletes the oldest segments beyond it."""
+    max_open_files: int = Field(default=256, ge=4)
+    """Upper bound on file descriptors the store keeps open (LRU), the active segment included."""
+    retention_interval_ms: int = Field(default=10_000, ge=0)
+    """Period of the background retention timer; 0 disables it (``delete_expired`` is then the caller's)."""
+    commit_log_warm_ahead: int = Field(default=64 * MiB, ge=0)
+    """Bytes past the CommitLog's write position whose page cache a background thread populates before
+    the writer gets there (segment files are created full size, the unwritten tail a hole), as RocketMQ
+    warms its mapped files: the cost of the kernel allocating page cache, and of a VM's host faulting in
+    fresh memory, is then paid off the put path. 0 disables it."""
+
+
+    @property
+    def max_batch_size(self) -> int:
+        """Largest encoded SEND_BATCH_MESSAGE body: ``max_message_size`` + 64 KiB (``BATCH_ALLOWANCE``), so a
+        message that is accepted alone is accepted as a batch of one, whatever its properties."""
+        return self.max_message_size + BATCH_ALLOWANCE
+
+
+class StoreConfig(StoreSettings):
+    """Configuration of one ``MessageStore``: its settings and its directory. Built directly (not nested in
+    another model), so it raises ``ConfigError`` itself."""
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{type(self).__name__}.{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e.get('input')!r})"
+                for e in exc.errors())
+            raise ConfigError(problems) from exc
 
     store_dir: Path
     """Root directory: ``commitlog/``, ``consumequeue/<topic>/<queueId>/`` and ``checkpoint`` live here."""
-    commit_log_segment_size: int = 128 * 1024 * 1024
-    """Bytes per CommitLog segment file; no record (or batch) may be larger."""
-    consume_queue_segment_entries: int = 300_000
-    """20-byte ConsumeQueue entries per segment file."""
-    flush_mode: FlushMode = FlushMode.ASYNC_FLUSH
-    flush_interval_ms: int = 500
-    """ASYNC_FLUSH period; also the period of ConsumeQueue fsync + checkpoint in both modes."""
-    flush_timeout_ms: int = 5000
-    """A ``wait_for_flush`` future resolves False after this long."""
-    max_message_size: int = 4 * 1024 * 1024
-    """Largest body accepted by put (bytes)."""
-    file_reserved_hours: float = 72
-    """CommitLog segments whose newest message is older than this are deleted by retention."""
-    max_commit_log_bytes: int | None = None
-    """If set, retention also deletes the oldest segments while the CommitLog is larger than this."""
-    max_open_files: int = 256
-    """Upper bound on file descriptors the store keeps open (LRU), the active segment included."""
-    retention_interval_ms: int = 10_000
-    """Period of the background retention timer; 0 disables it (call ``delete_expired`` yourself)."""
-    commit_log_warm_ahead: int = 64 * 1024 * 1024
-    """Bytes past the CommitLog's write position whose page cache a background thread populates before
-    the writer gets there (RocketMQ's warmed mapped files): the cost of the kernel allocating page cache,
-    and of a VM's host faulting in fresh memory, is then paid off the put path. 0 disables it."""
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.store_dir, Path):
-            if isinstance(self.store_dir, str):
-                object.__setattr__(self, "store_dir", Path(self.store_dir))
-            else:
-                raise ConfigError(f"StoreConfig.store_dir: expected a path, "
-                                  f"got {type(self.store_dir).__name__}")
-        if not isinstance(self.flush_mode, FlushMode):
-            raise ConfigError(f"StoreConfig.flush_mode: {self.flush_mode!r} is not one of "
-                              f"{[m.name for m in FlushMode]}")
-        positive = {
-            "commit_log_segment_size": self.commit_log_segment_size,
-            "consume_queue_segment_entries": self.consume_queue_segment_entries,
-            "flush_interval_ms": self.flush_interval_ms,
-            "flush_timeout_ms": self.flush_timeout_ms,
-            "max_message_size": self.max_message_size,
-        }
-        for name, value in positive.items():
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"StoreConfig.{name}: must be a positive integer, got {value!r}")
-        if self.commit_log_segment_size < 4096:
-            raise ConfigError(f"StoreConfig.commit_log_segment_size: must be >= 4096, "
-                              f"got {self.commit_log_segment_size}")
-        if self.max_open_files < 4:
-            raise ConfigError(f"StoreConfig.max_open_files: must be >= 4, got {self.max_open_files}")
-        if self.file_reserved_hours <= 0:
-            raise ConfigError(f"StoreConfig.file_reserved_hours: must be > 0, got {self.file_reserved_hours}")
-        if self.max_commit_log_bytes is not None and self.max_commit_log_bytes <= 0:
-            raise ConfigError(f"StoreConfig.max_commit_log_bytes: must be > 0 or None, "
-                              f"got {self.max_commit_log_bytes}")
-        if not isinstance(self.commit_log_warm_ahead, int) or self.commit_log_warm_ahead < 0:
-            raise ConfigError(f"StoreConfig.commit_log_warm_ahead: must be an integer >= 0, "
-                              f"got {self.commit_log_warm_ahead!r}")
-        if self.retention_interval_ms < 0:
-            raise ConfigError(f"StoreConfig.retention_interval_ms: must be >= 0, "
-                              f"got {self.retention_interval_ms}")
-
-
-class PutStatus(enum.Enum):
-    PUT_OK = "PUT_OK"
-    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
-    """Body too large, bad topic or host, or record larger than a segment (remark says which)."""
-    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
-    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
-    """Store not started, shut down, or turned read-only after an I/O error."""
-    UNKNOWN_ERROR = "UNKNOWN_ERROR"
-
-
-@dataclass(frozen=True)
-class PutResult:
-    status: PutStatus
-    remark: str = ""
-    msg_ids: tuple[str, ...] = ()
-    """Offset message ids, one per message, in order."""
-    queue_offset: int = -1
-    """ConsumeQueue offset of the first message."""
-    count: int = 0
-    wrote_offset: int = -1
-    """CommitLog offset of the first record."""
-    end_offset: int = -1
-    """CommitLog offset just past the last record; pass it to ``wait_for_flush``."""
-
-
-class GetStatus(enum.Enum):
-    FOUND = "FOUND"
-    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
-    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
-    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
-    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
-    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
-    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
-    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
-    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
-
-
-@dataclass(frozen=True)
-class GetResult:
-    status: GetStatus
-    next_begin_offset: int
-    """Queue offset the consumer should pull from next."""
-    min_offset: int
-    max_offset: int
-    body: bytes = b""
-    """Concatenated stored records exactly as in the CommitLog (this IS the pull response body)."""
-    count: int = 0
-    max_physical_offset_lag: int = 0
-    """CommitLog max offset minus the physical offset of the last record returned (or scanned)."""

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from broker_store.broker import BrokerController, run_broker
+from broker_store.broker import BrokerRole, BrokerServer, run_broker
+from broker_store.clock import SYSTEM_CLOCK, Clock, ManualClock
 from broker_store.config import BrokerConfig, NamesrvConfig
 from broker_store.namesrv import NamesrvServer, run_namesrv
 from broker_store.net import RemotingClient
@@ -71,7 +72,7 @@ TIMEOUT = 5.0
 @dataclass
 class Env:
     namesrv: NamesrvServer
-    broker: BrokerController
+    broker: BrokerServer
     client: RemotingClient
     tmp: Path
 
@@ -183,14 +184,15 @@ def run(
     body: Callable[[Env], Awaitable[None]],
     *,
     namesrv: dict[str, Any] | None = None,
+    clock: Clock = SYSTEM_CLOCK,
     **broker_overrides: Any,
 ) -> None:
-    """Start name server + broker, run ``body``, tear everything down (also on failure)."""
+    """Start name server + broker (on ``clock``), run ``body``, tear everything down (also on failure)."""
 
     async def main() -> None:
         ns = NamesrvServer(NamesrvConfig(listen="127.0.0.1:0", **(namesrv or {})))
         await ns.start()
-        broker = BrokerController(broker_config(tmp, ns.addr, **broker_overrides))
+        broker = BrokerServer(broker_config(tmp, ns.addr, **broker_overrides), clock=clock)
         client = RemotingClient()
         try:
             await broker.start()
@@ -330,6 +332,30 @@ def test_batch_properties_cluster_and_limits(tmp_path: Path) -> None:
         )
         assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "properties length 32768" in (resp.remark or "")
         assert env.broker.store.get_max_offset("BatchProps", 0) == len(shapes) + len(named)
+
+    run(tmp_path, body)
+
+
+def test_batch_limits_are_per_body_and_per_encoded_batch(tmp_path: Path) -> None:
+    """With max_message_size 64 KiB: a 64 KiB body with properties goes in a batch as it goes alone (the
+    encoded batch is over 64 KiB), a 64 KiB + 1 body does not, and the encoded batch stops at 128 KiB."""
+
+    async def body(env: Env) -> None:
+        ext = SendMessageRequestHeader(
+            producer_group="pg", topic="BatchSize", default_topic="TBW102", default_topic_queue_nums=4,
+            queue_id=0, sys_flag=0, born_timestamp=1, flag=0, batch=True,
+        ).to_ext(SEND_V2_NAMES)
+        props = encode_properties({"UNIQ_KEY": "A" * 32, "KEYS": "k" * 1000})
+        full = b"f" * (64 * 1024)
+        _ok(await env.call(RequestCode.SEND_BATCH_MESSAGE, ext, encode_batch([(full, props, 0)])))
+        _ok(await env.send("BatchSize", full))  # the single send agrees
+        too_long_body = encode_batch([(b"x", b"", 0), (full + b"!", b"", 0)])
+        resp = await env.call(RequestCode.SEND_BATCH_MESSAGE, ext, too_long_body)
+        assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "body size 65537" in (resp.remark or "")
+        resp = await env.call(RequestCode.SEND_BATCH_MESSAGE, ext, encode_batch([(full, props, 0)] * 2))
+        assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "encoded batch size" in (resp.remark or "")
+        _, msgs = await env.pull("BatchSize", max_nums=10)
+        assert [len(m.body) for m in msgs] == [64 * 1024, 64 * 1024]
 
     run(tmp_path, body)
 
@@ -506,6 +532,28 @@ def test_replica_role_refuses_writes(tmp_path: Path) -> None:
     run(tmp_path, body, broker_id=1)
 
 
+def test_role_change_at_runtime_switches_writes_and_registration(tmp_path: Path) -> None:
+    """RoleState.change_role is the one switch: writes follow it and the name server learns the new id."""
+
+    async def body(env: Env) -> None:
+        _ok(await env.send("Roles", b"as primary"))
+        env.broker.role_state.change_role(BrokerRole.REPLICA)
+        resp = await env.send("Roles", b"as replica")
+        assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE
+
+        async def registered_as(broker_id: int) -> bool:
+            route = await env.route("Roles")
+            return route.code == ResponseCode.SUCCESS and \
+                dict(TopicRouteData.decode(route.body).broker_datas[0].broker_addrs) == {broker_id: env.broker.addr}
+
+        await eventually(lambda: registered_as(1))
+        env.broker.role_state.change_role(BrokerRole.PRIMARY)
+        _ok(await env.send("Roles", b"primary again"))
+        await eventually(lambda: registered_as(0))
+
+    run(tmp_path, body)
+
+
 def test_sync_flush_send(tmp_path: Path) -> None:
     async def body(env: Env) -> None:
         for i in range(5):
@@ -618,6 +666,31 @@ def test_heartbeat_registered_subscription_and_consumer_list(tmp_path: Path) -> 
         assert (await env.call(RequestCode.HEART_BEAT, body=b"{}")).code == ResponseCode.SYSTEM_ERROR
 
     run(tmp_path, body)
+
+
+def test_client_channel_expiry_follows_the_broker_clock(tmp_path: Path) -> None:
+    """The broker's client scan sleeps on its clock: advancing it past the expiry drops a silent consumer,
+    with no real waiting."""
+    clock = ManualClock()
+    heartbeat = json.dumps({"clientID": "10.0.0.2@1", "producerDataSet": [], "consumerDataSet": [
+        {"groupName": "quiet", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+         "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "subscriptionDataSet": []}]}).encode()
+    ask = GetConsumerListByGroupRequestHeader(consumer_group="quiet").to_ext()
+
+    async def body(env: Env) -> None:
+        _ok(await env.call(RequestCode.HEART_BEAT, body=heartbeat))
+        clock.advance(119)
+        await asyncio.sleep(0.05)
+        _ok(await env.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, ask))  # 119 s silent: still there
+
+        async def expired() -> bool:
+            clock.advance(1)
+            return (await env.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, ask)).code == ResponseCode.SYSTEM_ERROR
+
+        await eventually(expired)
+        assert clock.monotonic() - 1000 < 140  # expired at the first scan past 120 s of the broker's clock
+
+    run(tmp_path, body, clock=clock, client_channel_expiry_seconds=120.0)
 
 
 def test_consumer_send_msg_back_to_retry_then_dlq(tmp_path: Path) -> None:

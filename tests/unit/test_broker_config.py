@@ -8,6 +8,7 @@ import pytest
 
 from broker_store.config import BrokerConfig, LocalClustersConfig, NamesrvConfig, load_yaml
 from broker_store.protocol.errors import ConfigError
+from broker_store.store import FlushMode, StoreConfig
 
 LOCAL = """
 clusters:
@@ -37,7 +38,7 @@ def test_local_clusters_brokers_inherit_cluster_and_namesrv(tmp_path: Path) -> N
         ("source", "broker-a", ["127.0.0.1:9876"]),
         ("source", "broker-b", ["127.0.0.1:9876"]),
     ]
-    assert source[1].flush_mode == "SYNC_FLUSH"
+    assert source[1].store.flush_mode is FlushMode.SYNC_FLUSH
     target = cfg.cluster("target").broker_configs()[0]
     assert not target.auto_create_topic_enable and target.namesrv_addrs == ["127.0.0.1:9877"]
     assert target.heartbeat_interval_seconds == 1.0 and target.register_interval_seconds == 30.0
@@ -99,8 +100,6 @@ def test_namesrv_defaults() -> None:
 
 
 def test_to_store_config(tmp_path: Path) -> None:
-    from broker_store.store import FlushMode
-
     cfg = BrokerConfig(
         broker_name="a",
         store_dir=tmp_path,
@@ -110,4 +109,36 @@ def test_to_store_config(tmp_path: Path) -> None:
     )
     sc = cfg.to_store_config()
     assert sc.store_dir == tmp_path and sc.flush_mode is FlushMode.SYNC_FLUSH and sc.flush_timeout_ms == 1234
-    assert sc.max_commit_log_bytes == 10 * 1024 * 1024 and sc.max_message_size == cfg.max_message_size
+    assert sc.max_commit_log_bytes == 10 * 1024 * 1024 and sc.max_message_size == cfg.store.max_message_size
+
+
+def test_store_section_nested_or_flat_is_one_definition(tmp_path: Path) -> None:
+    nested = load_yaml(_write(tmp_path, "broker_name: a\nstore_dir: /tmp/a\nstore:\n  flush_mode: SYNC_FLUSH\n"
+                                        "  consume_queue_segment_entries: 1000\n  max_open_files: 64\n"
+                                        "  retention_interval_ms: 0\n"), BrokerConfig)
+    flat = load_yaml(_write(tmp_path, "broker_name: a\nstore_dir: /tmp/a\nflush_mode: SYNC_FLUSH\n"
+                                      "consume_queue_segment_entries: 1000\nmax_open_files: 64\n"
+                                      "retention_interval_ms: 0\n"), BrokerConfig)
+    assert nested == flat
+    sc = nested.to_store_config()
+    assert (sc.flush_mode, sc.consume_queue_segment_entries, sc.max_open_files, sc.retention_interval_ms) == (
+        FlushMode.SYNC_FLUSH, 1000, 64, 0)
+    defaults = BrokerConfig(broker_name="a", store_dir=tmp_path).to_store_config()
+    assert defaults == StoreConfig(store_dir=tmp_path)  # the broker adds no defaults of its own
+
+
+def test_store_errors_name_file_field_and_allowed_values(tmp_path: Path) -> None:
+    path = _write(tmp_path, "broker_name: a\nstore_dir: /tmp/a\nstore:\n  max_open_files: 2\n")
+    with pytest.raises(ConfigError, match=r"conf.yaml: store.max_open_files: Input should be greater than or "
+                                          r"equal to 4 \(got 2\)"):
+        load_yaml(path, BrokerConfig)
+    path = _write(tmp_path, "broker_name: a\nstore_dir: /tmp/a\nstore: {flush_mode: NEVER}\n")
+    with pytest.raises(ConfigError, match=r"conf.yaml: store.flush_mode: Input should be 'ASYNC_FLUSH' or "
+                                          r"'SYNC_FLUSH'"):
+        load_yaml(path, BrokerConfig)
+    path = _write(tmp_path, "broker_name: a\nstore_dir: /tmp/a\nflush_mode: SYNC_FLUSH\n"
+                            "store: {flush_mode: ASYNC_FLUSH}\n")
+    with pytest.raises(ConfigError, match=r"conf.yaml: .*\['flush_mode'\] given both"):
+        load_yaml(path, BrokerConfig)
+    with pytest.raises(ConfigError, match=r"StoreConfig.commit_log_segment_size: Input should be greater"):
+        StoreConfig(store_dir=tmp_path, commit_log_segment_size=10)

@@ -11,13 +11,13 @@ import pytest
 from broker_store.broker.client_registry import ClientRegistry, decode_heartbeat
 from broker_store.broker.consumer_offset import ConsumerOffsetManager
 from broker_store.broker.long_polling import PullWaiters
-from broker_store.broker.send_processor import born_host_of, parse_send_header, put_property
+from broker_store.broker.send_processor import born_host_of, parse_send_header
 from broker_store.broker.subscription import SubscriptionParseError, build_subscription
 from broker_store.broker.topic_config import TopicConfigManager
 from broker_store.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
 from broker_store.protocol.errors import ProtocolError, StoreError
 from broker_store.protocol.headers import SEND_V2_NAMES, SendMessageRequestHeader
-from broker_store.protocol.message import decode_properties, encode_properties, tags_hash_code
+from broker_store.protocol.message import tags_hash_code
 from broker_store.protocol.route import loads_rocketmq
 from broker_store.protocol.topic import DEFAULT_TOPIC, DataVersion, TopicConfig, TopicConfigTable
 
@@ -224,19 +224,6 @@ def test_parse_send_header_fast_path_matches_typed_header() -> None:
     bad["queueId"] = "x"
     with pytest.raises(ProtocolError, match="queueId"):
         parse_send_header(bad, False)
-
-
-def test_put_property_appends_or_replaces() -> None:
-    props = encode_properties({"TAGS": "a", "XCLUSTER": "keep"})
-    assert decode_properties(put_property(props, "CLUSTER", "c1")) == {
-        "TAGS": "a",
-        "XCLUSTER": "keep",
-        "CLUSTER": "c1",
-    }
-    replaced = put_property(encode_properties({"CLUSTER": "old", "K": "v"}), "CLUSTER", "new")
-    assert decode_properties(replaced) == {"CLUSTER": "new", "K": "v"}
-    assert put_property(b"", "A", "1") == b"A\x011\x02"
-    assert put_property(b"K\x01v", "A", "1") == b"K\x01v\x02A\x011\x02"
 
 
 def test_born_host_is_ipv4() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import mmap
 import os
 import tempfile
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from broker_store.clock import ManualClock
 from broker_store.protocol.message import (
     BLANK_MAGIC,
     decode_stored_messages,
@@ -37,20 +39,12 @@ BORN_HOST = "192.168.0.7:50000"
 SEG = 64 * 1024
 
 
-class FakeClock:
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def make_store(store_dir: Path, clock: FakeClock | None = None, **overrides: object) -> MessageStore:
+def make_store(store_dir: Path, clock: ManualClock | None = None, **overrides: object) -> MessageStore:
     params: dict[str, object] = {"commit_log_segment_size": SEG, "consume_queue_segment_entries": 64,
                                  "flush_interval_ms": 50, "retention_interval_ms": 0}
     params.update(overrides)
     store = MessageStore(StoreConfig(store_dir=store_dir, **params),  # type: ignore[arg-type]
-                         store_host=STORE_HOST, clock=clock or FakeClock())
+                         store_host=STORE_HOST, clock=clock or ManualClock())
     store.start()
     return store
 
@@ -102,13 +96,13 @@ message_st = st.tuples(st.binary(max_size=3000), st.dictionaries(prop_text, prop
        queue_id=st.integers(0, 7))
 def test_put_get_round_trip_is_byte_exact(batches: list[list[tuple[bytes, dict[str, str], int]]],
                                           queue_id: int) -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     with tempfile.TemporaryDirectory() as d:
         store = make_store(Path(d), clock, commit_log_segment_size=16 * 1024)
         expected = []
         ip, port = host_to_bytes(STORE_HOST)
         for i, batch in enumerate(batches):
-            clock.now += 1
+            clock.advance(1)
             entries = [(body, encode_properties(p), flag, 7) for body, p, flag in batch]
             if i % 2:
                 r = store.put_messages("Round%Trip", queue_id, entries, born_timestamp=1000 + i,
@@ -122,7 +116,7 @@ def test_put_get_round_trip_is_byte_exact(batches: list[list[tuple[bytes, dict[s
             assert r.count == len(batch) and r.queue_offset == len(expected)
             records = []
             for k, (body, p, flag) in enumerate(batch):
-                expected.append((body, p, flag, 1000 + i, int(clock.now * 1000), r.msg_ids[k]))
+                expected.append((body, p, flag, 1000 + i, int(clock.time() * 1000), r.msg_ids[k]))
                 records.append(store.read_record(int(r.msg_ids[k][16:], 16)))
             assert r.msg_ids[0] == make_msg_id(ip, port, r.wrote_offset)
             assert sum(len(x or b"") for x in records) == r.end_offset - r.wrote_offset
@@ -255,7 +249,7 @@ def test_consume_queue_tail_is_served_from_memory_then_written_by_the_flush(tmp_
     try:
         for i in range(100):  # crosses a 64-entry ConsumeQueue segment
             put(store, "TL", 0, str(i).encode())
-        cq = store._queues[("TL", 0)]
+        cq = store._queues.queues[("TL", 0)]
         cq_dir = tmp_path / "consumequeue" / "TL" / "0"
         assert not cq_dir.exists() or sum(f.stat().st_size for f in cq_dir.iterdir()) == 0, \
             "entries of plain appends stay in memory until the flush"
@@ -267,7 +261,7 @@ def test_consume_queue_tail_is_served_from_memory_then_written_by_the_flush(tmp_
             put(store, "TL", 0, str(i).encode())
         g = store.get_messages("TL", 0, 96, 32)
         assert [int(m.body) for m in decode_stored_messages(g.body)] == list(range(96, 110))
-        store.truncate_commit_log(store._queues[("TL", 0)].entry(105)[0])  # type: ignore[index]
+        store.truncate_commit_log(store._queues.queues[("TL", 0)].entry(105)[0])  # type: ignore[index]
         assert cq.max_index == 105
         assert [int(m.body) for m in decode_stored_messages(pull_all(store, "TL", 0, start=90))] == \
             list(range(90, 105))
@@ -308,14 +302,14 @@ def test_interleaved_queues_read_back_in_order(store: MessageStore) -> None:
 # -- retention ---------------------------------------------------------------------------------------
 
 def test_retention_by_age_moves_min_offset(tmp_path: Path) -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     store = make_store(tmp_path, clock, file_reserved_hours=0.5)
     for i in range(400):
-        clock.now += 10  # 400 messages over 4000 s
+        clock.advance(10)  # 400 messages over 4000 s
         put(store, "Ret", i % 2, b"y" * 900)
     segs_before = sorted(os.listdir(tmp_path / "commitlog"))
-    assert store.delete_expired(int(clock.now * 1000) - 4_000_000) == 0, "nothing is old enough yet"
-    freed = store.delete_expired(int(clock.now * 1000))
+    assert store.delete_expired(int(clock.time() * 1000) - 4_000_000) == 0, "nothing is old enough yet"
+    freed = store.delete_expired(int(clock.time() * 1000))
     segs_after = sorted(os.listdir(tmp_path / "commitlog"))
     assert freed >= (len(segs_before) - len(segs_after)) * SEG > 0
     assert store.min_physical_offset == int(segs_after[0])
@@ -327,12 +321,12 @@ def test_retention_by_age_moves_min_offset(tmp_path: Path) -> None:
         first = decode_stored_messages(store.get_messages("Ret", q, lo, 1).body)[0]
         assert first.queue_offset == lo and first.commit_log_offset >= store.min_physical_offset
         # the first remaining segment's messages are all younger than the reserve time
-        assert first.store_timestamp > int(clock.now * 1000) - 1_800_000 - SEG // 900 * 10_000
+        assert first.store_timestamp > int(clock.time() * 1000) - 1_800_000 - SEG // 900 * 10_000
         cq_files = sorted(os.listdir(tmp_path / "consumequeue" / "Ret" / str(q)))
         assert int(cq_files[0]) // 20 <= lo < int(cq_files[0]) // 20 + 64
     assert store.get_max_offset("Ret", 0) == 200
     # everything expired: the active segment stays
-    clock.now += 10**6
+    clock.advance(10**6)
     store.delete_expired()
     assert len(os.listdir(tmp_path / "commitlog")) == 1
     for q in range(2):
@@ -365,11 +359,11 @@ def test_stale_entries_below_commit_log_min_are_skipped(tmp_path: Path) -> None:
     cq_first = int(sorted(os.listdir(tmp_path / "consumequeue" / "Rm" / "0"))[0]) // 20
     assert cq_first < lo, "the first ConsumeQueue segment still holds entries of deleted records"
     # what a pull at a stale offset inside that window would scan (get_messages itself refuses it)
-    cq = store._queues[("Rm", 0)]  # noqa: SLF001
-    g = store._read_queue(cq, cq_first, 4, None, 1 << 20, lo, 300)  # noqa: SLF001
+    cq = store._queues.queues[("Rm", 0)]  # noqa: SLF001
+    g = store._reader._read_queue(cq, cq_first, 4, None, 1 << 20, lo, 300)  # noqa: SLF001
     assert g.status is GetStatus.FOUND
     assert decode_stored_messages(g.body)[0].queue_offset == lo
-    g = store._read_queue(cq, cq_first, 4, frozenset({99}), 1 << 20, lo, 300)  # noqa: SLF001
+    g = store._reader._read_queue(cq, cq_first, 4, frozenset({99}), 1 << 20, lo, 300)  # noqa: SLF001
     assert g.status is GetStatus.NO_MATCHED_MESSAGE
     store.shutdown()
 
@@ -377,10 +371,10 @@ def test_stale_entries_below_commit_log_min_are_skipped(tmp_path: Path) -> None:
 # -- timestamps --------------------------------------------------------------------------------------
 
 def test_search_offset_by_timestamp(store: MessageStore, tmp_path: Path) -> None:
-    clock = FakeClock(1000.0)
+    clock = ManualClock(wall=1000.0)
     s = make_store(tmp_path / "ts", clock)
     for i in range(50):
-        clock.now = 1000.0 + i * 2  # store timestamps 1_000_000, 1_002_000, ...
+        clock.set_time(1000.0 + i * 2)  # store timestamps 1_000_000, 1_002_000, ...
         put(s, "Ts", 0, b"t")
     assert s.search_offset_by_timestamp("Ts", 0, 0) == 0
     assert s.search_offset_by_timestamp("Ts", 0, 1_000_000) == 0
@@ -412,10 +406,19 @@ def test_sync_flush_group_commit(tmp_path: Path) -> None:
     store.shutdown()
 
 
-def test_wait_for_flush_times_out(tmp_path: Path) -> None:
-    store = make_store(tmp_path, flush_mode=FlushMode.SYNC_FLUSH, flush_timeout_ms=100)
+def test_wait_for_flush_times_out_when_the_clock_passes_the_deadline(tmp_path: Path) -> None:
+    """No sleeping: the flush deadline is on the store's clock, and the test moves it."""
+    clock = ManualClock()
+    store = make_store(tmp_path, clock, flush_mode=FlushMode.SYNC_FLUSH, flush_timeout_ms=5000)
     put(store, "F", 0, b"f")
-    assert store.wait_for_flush(store.max_physical_offset + 1000).result(timeout=5) is False
+    waiting = store.wait_for_flush(store.max_physical_offset + 1000)  # never written: only the deadline ends it
+    r = store.put_message("F", 0, b"g", b"", tags_code=0, born_timestamp=0, born_host=BORN_HOST)
+    assert r.durable.result(timeout=5) is PutStatus.PUT_OK  # the flush thread runs, unconcerned by the clock
+    clock.advance(4.9)
+    with pytest.raises(concurrent.futures.TimeoutError):
+        waiting.result(timeout=0.2)
+    clock.advance(0.2)
+    assert waiting.result(timeout=5) is False
     store.shutdown()
 
 
@@ -549,7 +552,8 @@ def test_segments_are_full_size_and_the_warmer_runs_ahead_of_the_writer(tmp_path
     brings the pages past the write position into the page cache; a restart finds the records' end, not
     the file's, and truncation zeroes what it cuts."""
     seg_file = tmp_path / "commitlog" / f"{0:020d}"
-    store = make_store(tmp_path, commit_log_warm_ahead=SEG // 2)
+    clock = ManualClock()
+    store = make_store(tmp_path, clock, commit_log_warm_ahead=SEG // 2)
     first = store.put_message("Warm", 0, b"a" * 100, props(), tags_code=0, born_timestamp=1, born_host=BORN_HOST)
     second = store.put_message("Warm", 0, b"b" * 100, props(), tags_code=0, born_timestamp=1, born_host=BORN_HOST)
     assert first.status is PutStatus.PUT_OK and second.status is PutStatus.PUT_OK
@@ -558,6 +562,7 @@ def test_segments_are_full_size_and_the_warmer_runs_ahead_of_the_writer(tmp_path
     deadline = time.monotonic() + 10
     while resident_pages(seg_file, end + SEG // 2) * mmap.PAGESIZE < end + SEG // 2:
         assert time.monotonic() < deadline, "the warmer did not populate the page cache ahead of the writer"
+        clock.advance(0.05)  # the warmer's idle polls are on the store's clock
         time.sleep(0.02)
     store.shutdown()
 

@@ -1,12 +1,14 @@
-"""BrokerController: one broker process's lifecycle and request dispatch.
+"""BrokerServer: one broker process's wiring, lifecycle and request dispatch.
 
 Started by ``broker_store.cli`` through ``run_broker`` and by tests directly
-(``await BrokerController(cfg).start()`` ... ``await stop()``; listen on port 0 and read ``addr``).
+(``await BrokerServer(cfg).start()`` ... ``await stop()``; listen on port 0 and read ``addr``).
 It owns the MessageStore, the topic table, consumer offsets, the client registry, the pull waiters
-and the name-server registration, and routes each request code to its processor module.
+and the name-server registration, and routes each request code to its processor module; each
+processor gets a narrow context (``SendContext``, ``PullContext``...) rather than the server.
 
-Role is runtime state (``role``): a REPLICA refuses writes with SERVICE_NOT_AVAILABLE and answers
-PULL_OFFSET_MOVED as PULL_RETRY_IMMEDIATELY, so primary/replica replication can switch it later.
+Role is runtime state (``role_state``, ``broker.role.RoleState``): a REPLICA refuses writes with
+SERVICE_NOT_AVAILABLE and answers PULL_OFFSET_MOVED as PULL_RETRY_IMMEDIATELY; ``RoleState.change_role``
+is the one place it changes (the election controller will call it), and a change re-registers.
 
 Start order: bind the port (so the advertised address and STOREHOST carry the real port), load
 metadata, recover the store, install processors, register with the name servers. Until processors
@@ -17,24 +19,24 @@ unregisters, persists offsets and flushes the store.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from broker_store.broker.admin_processor import AdminProcessor
-from broker_store.broker.client_processor import ClientProcessor
+from broker_store.broker.admin_processor import AdminContext, AdminProcessor
+from broker_store.broker.client_processor import ClientContext, ClientProcessor
 from broker_store.broker.client_registry import ClientRegistry
 from broker_store.broker.consumer_offset import FILE_NAME as OFFSETS_FILE
 from broker_store.broker.consumer_offset import ConsumerOffsetManager
 from broker_store.broker.long_polling import PullWaiters
 from broker_store.broker.namesrv_registration import BrokerIdentity, NamesrvRegistration
-from broker_store.broker.offset_processor import OffsetProcessor
-from broker_store.broker.pull_processor import PullProcessor
-from broker_store.broker.send_processor import SendProcessor
+from broker_store.broker.offset_processor import OffsetContext, OffsetProcessor
+from broker_store.broker.pull_processor import PullContext, PullProcessor
+from broker_store.broker.role import BrokerRole, RoleState
+from broker_store.broker.send_processor import SendContext, SendProcessor
 from broker_store.broker.topic_config import FILE_NAME as TOPICS_FILE
 from broker_store.broker.topic_config import TopicConfigManager
+from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.config import BrokerConfig, split_host_port
 from broker_store.net.client import RemotingClient
 from broker_store.net.server import Connection, HandlerResult, RemotingServer
@@ -42,7 +44,6 @@ from broker_store.net.signals import wait_for_termination
 from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.errors import RocketMQError
 from broker_store.protocol.frame import RemotingCommand
-from broker_store.protocol.route import MASTER_ID
 from broker_store.store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -54,28 +55,19 @@ METADATA_DIR = "config"
 CLIENT_SCAN_INTERVAL = 10.0
 
 
-class BrokerRole(enum.Enum):
-    PRIMARY = "PRIMARY"
-    REPLICA = "REPLICA"
+class BrokerServer:
+    """One broker. ``clock`` is the one clock of every timer it runs (``broker_store.clock``): the store's
+    (timestamps, flush deadlines, retention), the name-server heartbeats, client expiry, offset
+    persistence and held pulls."""
 
-
-class BrokerController:
-    """One broker. ``clock`` (seconds since the epoch) stamps stored messages and data versions;
-    ``monotonic`` drives client expiry."""
-
-    def __init__(
-        self,
-        config: BrokerConfig,
-        *,
-        clock: Callable[[], float] = time.time,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
         self.store_config = config.to_store_config()
         self._clock = clock
-        self.role = BrokerRole.PRIMARY if config.broker_id == MASTER_ID else BrokerRole.REPLICA
+        self.role_state = RoleState(config.broker_id)
+        self.role_state.listeners.append(lambda _old, _new: self._request_register())
         meta = Path(config.store_dir) / METADATA_DIR
-        clock_ms = lambda: int(clock() * 1000)  # noqa: E731
+        clock_ms = lambda: int(clock.time() * 1000)  # noqa: E731
         self.topic_configs = TopicConfigManager(
             meta / TOPICS_FILE,
             auto_create_topic_enable=config.auto_create_topic_enable,
@@ -83,7 +75,7 @@ class BrokerController:
             clock_ms=clock_ms,
         )
         self.consumer_offsets = ConsumerOffsetManager(meta / OFFSETS_FILE, clock_ms=clock_ms)
-        self.clients = ClientRegistry(clock=monotonic)
+        self.clients = ClientRegistry(clock=clock.monotonic)
         host, port = split_host_port(config.listen)
         self._server = RemotingServer(self._handle, host, port)
         self._server.disconnect_listeners.append(self.clients.connection_closed)
@@ -117,12 +109,16 @@ class BrokerController:
         return self._pull_waiters
 
     @property
+    def role(self) -> BrokerRole:
+        return self.role_state.role
+
+    @property
     def is_primary(self) -> bool:
-        return self.role is BrokerRole.PRIMARY
+        return self.role_state.is_primary
 
     @property
     def broker_id(self) -> int:
-        return MASTER_ID if self.is_primary else max(self.config.broker_id, 1)
+        return self.role_state.broker_id
 
     def identity(self) -> BrokerIdentity:
         return BrokerIdentity(
@@ -156,8 +152,9 @@ class BrokerController:
                 self.topic_configs.table,
                 register_interval=self.config.register_interval_seconds,
                 heartbeat_interval=self.config.heartbeat_interval_seconds,
+                clock=self._clock,
             )
-            self.topic_configs.change_listeners.append(lambda _tc: self._on_topic_change())
+            self.topic_configs.change_listeners.append(lambda _tc: self._request_register())
             self._install_processors()
             await self.registration.register_all()
             self.registration.start()
@@ -178,13 +175,26 @@ class BrokerController:
             self.config.store_dir,
         )
 
-    def _on_topic_change(self) -> None:
+    def _request_register(self) -> None:
+        """A full registration soon: the topic table or the broker id (role) changed."""
         if self.registration is not None:
             self.registration.request_register()
 
     def _install_processors(self) -> None:
-        send, pull = SendProcessor(self), PullProcessor(self)
-        offsets, admin, clients = OffsetProcessor(self), AdminProcessor(self), ClientProcessor(self)
+        cfg, store, topics, role = self.config, self.store, self.topic_configs, self.role_state
+        send = SendProcessor(SendContext(
+            store, topics, role, broker_name=cfg.broker_name, cluster_name=cfg.cluster_name,
+            region_id=cfg.region_id, trace_on=cfg.trace_on, max_message_size=cfg.store.max_message_size,
+            max_batch_size=cfg.store.max_batch_size,
+            max_reconsume_times=cfg.max_reconsume_times))
+        pull = PullProcessor(PullContext(
+            store, topics, self.clients, self.consumer_offsets, self.pull_waiters, role,
+            stopping=lambda: self.stopping, clock=self._clock, max_pull_msg_nums=cfg.max_pull_msg_nums,
+            long_polling_enable=cfg.long_polling_enable, short_polling_time_ms=cfg.short_polling_time_ms))
+        offsets = OffsetProcessor(OffsetContext(store, topics, self.consumer_offsets))
+        admin = AdminProcessor(AdminContext(topics, cluster_name=cfg.cluster_name,
+                                            auto_create_topic_enable=cfg.auto_create_topic_enable))
+        clients = ClientProcessor(ClientContext(self.clients, topics, role))
         self._processors = {
             RequestCode.SEND_MESSAGE: send.send_message,
             RequestCode.SEND_MESSAGE_V2: send.send_message,
@@ -240,7 +250,7 @@ class BrokerController:
 
     async def _persist_offsets_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.config.offset_persist_interval_seconds)
+            await self._clock.sleep(self.config.offset_persist_interval_seconds)
             try:
                 self.consumer_offsets.persist()
             except RocketMQError:
@@ -249,7 +259,7 @@ class BrokerController:
     async def _client_scan_loop(self) -> None:
         timeout = self.config.client_channel_expiry_seconds
         while True:
-            await asyncio.sleep(min(CLIENT_SCAN_INTERVAL, timeout))
+            await self._clock.sleep(min(CLIENT_SCAN_INTERVAL, timeout))
             for group, client_id in self.clients.scan_expired(timeout):
                 log.info("client %s of group %s expired (no heartbeat for %.0fs)", client_id, group, timeout)
 
@@ -272,7 +282,7 @@ class BrokerController:
 async def run_broker(cfg: BrokerConfig, ready: Callable[[str], None] | None = None) -> None:
     """Serve one broker until cancelled or SIGTERM, then stop cleanly (unregister, persist offsets,
     flush the store). ``ready(addr)`` is called once it serves and made its first registration."""
-    broker = BrokerController(cfg)
+    broker = BrokerServer(cfg)
     await broker.start()
     try:
         if ready is not None:

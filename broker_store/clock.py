@@ -1,0 +1,187 @@
+"""Clock: the one source of time for every timer the broker and its store run.
+
+Passed by constructor (``BrokerServer(config, clock=...)`` hands it to the store, the registration, the
+processors and the background loops), never read from a module global, so a test can drive time by hand
+with ``ManualClock`` instead of sleeping. ``SYSTEM_CLOCK`` is the real one.
+
+What uses it: message store timestamps, checkpoints and retention (``time``); flush deadlines and the
+flush interval, client channel expiry, long-polling deadlines (``monotonic``); the asyncio loops for
+heartbeats to the name servers, offset persistence and client scans (``sleep``, ``wait_for``); the
+store's threads (``wait`` on a condition). Replication's heartbeats and in-sync expiry take it the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import threading
+import time
+import weakref
+from collections.abc import Awaitable
+from typing import Any, Protocol
+
+
+class Clock(Protocol):
+    """Time for timers. ``monotonic`` for intervals and deadlines, ``time`` for wall-clock stamps."""
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (deadlines, intervals)."""
+        ...
+
+    def time(self) -> float:
+        """Seconds since the epoch (timestamps written to disk or the wire)."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Suspend the calling coroutine for ``seconds`` of this clock."""
+        ...
+
+    async def wait_for(self, awaitable: Awaitable[object], timeout: float) -> bool:
+        """Wait for ``awaitable`` at most ``timeout`` seconds of this clock: True if it completed (a
+        future's result or error is the caller's to read), False on timeout. On timeout a future is left
+        as it is (the caller discards it); a coroutine is cancelled."""
+        ...
+
+    def wait(self, cond: threading.Condition, timeout: float) -> None:
+        """Thread side: ``cond.wait`` for at most ``timeout`` seconds of this clock. The caller holds
+        ``cond`` and re-checks its predicate and the time afterwards (wake-ups may come early)."""
+        ...
+
+
+class SystemClock:
+    """The real clock: ``time.monotonic``, ``time.time``, asyncio and threading timeouts."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def wait_for(self, awaitable: Awaitable[object], timeout: float) -> bool:
+        target = asyncio.ensure_future(awaitable)
+        try:
+            done, _ = await asyncio.wait({target}, timeout=max(timeout, 0))
+        finally:
+            if target is not awaitable and not target.done():  # timed out, or the caller was cancelled
+                target.cancel()
+        return bool(done)
+
+    def wait(self, cond: threading.Condition, timeout: float) -> None:
+        cond.wait(max(timeout, 0))
+
+
+SYSTEM_CLOCK = SystemClock()
+
+
+class ManualClock:
+    """A clock that moves only when a test calls ``advance`` (thread-safe). Sleepers and waiters whose
+    deadline is reached are woken; ``wait`` callers are notified on every advance and re-check."""
+
+    def __init__(self, wall: float = 1_700_000_000.0, monotonic: float = 1_000.0) -> None:
+        self._lock = threading.Lock()
+        self._mono = monotonic
+        self._wall = wall
+        self._seq = itertools.count()
+        self._sleepers: list[tuple[float, int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._conds: weakref.WeakSet[threading.Condition] = weakref.WeakSet()
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    def time(self) -> float:
+        return self._wall
+
+    def set_time(self, wall: float) -> None:
+        """Set the wall clock alone (wall clocks may jump; ``monotonic`` does not move)."""
+        self._wall = wall
+
+    def advance(self, seconds: float) -> None:
+        """Move both clocks forward and wake whatever became due."""
+        if seconds < 0:
+            raise ValueError("a clock does not go back")
+        with self._lock:
+            self._mono += seconds
+            self._wall += seconds
+            due = []
+            while self._sleepers and self._sleepers[0][0] <= self._mono:
+                due.append(heapq.heappop(self._sleepers))
+            conds = list(self._conds)
+        for _, _, loop, future in due:
+            loop.call_soon_threadsafe(_resolve, future)
+        for cond in conds:
+            with cond:
+                cond.notify_all()
+
+    def _timer(self, seconds: float) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            if seconds <= 0:
+                future.set_result(None)
+            else:
+                heapq.heappush(self._sleepers, (self._mono + seconds, next(self._seq), loop, future))
+        return future
+
+    async def sleep(self, seconds: float) -> None:
+        timer = self._timer(seconds)
+        try:
+            await timer
+        finally:
+            timer.cancel()
+
+    async def wait_for(self, awaitable: Awaitable[object], timeout: float) -> bool:
+        target: asyncio.Future[Any] = asyncio.ensure_future(awaitable)
+        timer: asyncio.Future[Any] = self._timer(timeout)
+        finished = False
+        try:
+            await asyncio.wait({target, timer}, return_when=asyncio.FIRST_COMPLETED)
+            finished = target.done()
+        finally:
+            timer.cancel()
+            if target is not awaitable and not target.done():  # timed out, or the caller was cancelled
+                target.cancel()
+        return finished
+
+    def wait(self, cond: threading.Condition, timeout: float) -> None:
+        if timeout <= 0:
+            return
+        self._conds.add(cond)
+        cond.wait()
+
+
+class StopSignal:
+    """A stop flag that background threads sleep on: ``sleep`` returns early once ``stop`` is called."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._stopped = False
+
+    def is_set(self) -> bool:
+        return self._stopped
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    def sleep(self, seconds: float) -> bool:
+        """Sleep ``seconds`` of the clock; False (at once) if stopped meanwhile, True otherwise."""
+        clock = self._clock
+        deadline = clock.monotonic() + seconds
+        with self._cond:
+            while not self._stopped:
+                now = clock.monotonic()
+                if now >= deadline:
+                    return True
+                clock.wait(self._cond, deadline - now)
+            return False
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

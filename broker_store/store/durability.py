@@ -1,0 +1,86 @@
+"""When a stored message counts as durable: the steps a put waits for before its producer is answered.
+
+Owned by ``MessageStore`` (every put's ``PutResult.durable`` comes from ``DurabilityPolicy.durable``);
+the broker's send processor only awaits that future and maps its status to a response. The store
+installs a flush step for SYNC_FLUSH; replication appends its replica-ack step with ``add_step``, so
+one future covers both, as RocketMQ's CommitLog.asyncPutMessage -> handleDiskFlushAndHA combines
+the flush and the HA futures.
+
+Contract: steps run on the put's thread (the loop thread) and must not block; their futures may be
+resolved on any thread. A message whose WAIT property is ``false`` waits for no step.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Sequence
+from typing import Protocol
+
+from broker_store.store.results import DurableFuture, PutStatus, resolved
+
+
+class DurabilityStep(Protocol):
+    """One condition a stored message must meet before the put is acknowledged."""
+
+    name: str
+    """Short name for logs, e.g. "flush" or "replica-ack"."""
+
+    def wait(self, end_offset: int) -> DurableFuture | None:
+        """None when the bytes up to ``end_offset`` already meet the step; otherwise a future resolving to
+        PUT_OK or to this step's failure status (its timeout, or the store stopping/truncating)."""
+        ...
+
+
+class DurabilityPolicy:
+    """The ordered steps of the broker's durability policy; empty = acknowledged once written (ASYNC_FLUSH)."""
+
+    def __init__(self, steps: Sequence[DurabilityStep] = ()) -> None:
+        self._steps: tuple[DurabilityStep, ...] = tuple(steps)
+
+    @property
+    def steps(self) -> tuple[DurabilityStep, ...]:
+        return self._steps
+
+    def add_step(self, step: DurabilityStep) -> None:
+        """Append a step (replication adds its replica acks after the flush). Puts after this wait for it."""
+        self._steps = (*self._steps, step)
+
+    def durable(self, end_offset: int, wait_store_msg_ok: bool = True) -> DurableFuture:
+        """One future for every step, started together (the flush and the replica acks run in parallel)."""
+        if not self._steps or not wait_store_msg_ok:
+            return resolved(PutStatus.PUT_OK)
+        pending = [f for f in (step.wait(end_offset) for step in self._steps) if f is not None]
+        if not pending:
+            return resolved(PutStatus.PUT_OK)
+        if len(pending) == 1:
+            return pending[0]
+        return _all_of(pending)
+
+
+def _status_of(future: DurableFuture) -> PutStatus:
+    if future.cancelled() or future.exception() is not None:
+        return PutStatus.UNKNOWN_ERROR
+    return future.result()
+
+
+def _all_of(futures: list[DurableFuture]) -> DurableFuture:
+    """PUT_OK once all are PUT_OK; else the first failing status in list order (after all resolved)."""
+    combined: DurableFuture = concurrent.futures.Future()
+    remaining = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_: DurableFuture) -> None:
+        with lock:
+            remaining[0] -= 1
+            if remaining[0]:
+                return
+        status = next((s for s in map(_status_of, futures) if s is not PutStatus.PUT_OK), PutStatus.PUT_OK)
+        if not combined.done():
+            try:
+                combined.set_result(status)
+            except concurrent.futures.InvalidStateError:
+                pass  # cancelled by the waiter meanwhile
+    for f in futures:
+        f.add_done_callback(one_done)
+    return combined

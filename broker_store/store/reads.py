@@ -1,0 +1,197 @@
+"""QueueReader: the store's read side: pulls through a ConsumeQueue, store timestamps, single records.
+
+Owned by ``MessageStore``, which delegates its read API here; called on the loop thread by the pull
+and offset processors. Every read holds the store lock for its preads only.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+
+from broker_store.protocol.errors import StoreError
+from broker_store.protocol.message import MAGIC_V1, STORED_HEADER, STORED_HEADER_SIZE
+from broker_store.store.commit_log import BLANK_RECORD, MIN_RECORD_SIZE, CommitLog
+from broker_store.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
+from broker_store.store.consume_queues import ConsumeQueueTable
+from broker_store.store.results import GetResult, GetStatus
+
+_STORE_TIMESTAMP_AT = 56  # byte offset of STORETIMESTAMP in a stored record (see protocol.message)
+_I64 = struct.Struct(">q")
+_READ_GAP = 16 * 1024  # records this close together are fetched with one pread
+
+
+class QueueReader:
+    """Reads of one store; ``commit_log`` and ``queues`` are the store's, ``lock`` the store lock."""
+
+    def __init__(self, commit_log: CommitLog, queues: ConsumeQueueTable, lock: threading.Lock) -> None:
+        self._commit_log = commit_log
+        self._queues = queues.queues
+        self._lock = lock
+
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int, *,
+                     tags_codes: frozenset[int] | None = None, max_bytes: int = 4 * 1024 * 1024) -> GetResult:
+        """Up to ``max_count`` records from queue ``offset``, as DefaultMessageStore.getMessage.
+
+        Entries whose tags code is not in ``tags_codes`` are skipped (``None`` = no filter). Scanning stops
+        at the end of a ConsumeQueue segment, after max(16000, 20 * max_count) entries, at ``max_count``
+        records, or before exceeding ``max_bytes`` (the first record is always returned).
+        """
+        with self._lock:
+            cq = self._queues.get((topic, queue_id))
+            if cq is None:
+                return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+            min_offset, max_offset = cq.min_index, cq.max_index
+            if max_offset == 0:
+                return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
+            if offset < min_offset:
+                return GetResult(GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+            if offset == max_offset:
+                return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+            if offset > max_offset:
+                return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY,
+                                 min_offset if min_offset == 0 else max_offset, min_offset, max_offset)
+            return self._read_queue(cq, offset, max(max_count, 1), tags_codes, max_bytes, min_offset,
+                                    max_offset)
+
+    def _read_queue(self, cq: ConsumeQueue, offset: int, max_count: int, tags_codes: frozenset[int] | None,
+                    max_bytes: int, min_offset: int, max_offset: int) -> GetResult:
+        cl = self._commit_log
+        cl_min, cl_max = cl.min_offset, cl.max_offset
+        max_scan = max(16000, max_count * 20)
+        chunk = max_count if tags_codes is None else min(max_scan, max(max_count * 4, 256))
+        status = GetStatus.NO_MATCHED_MESSAGE
+        plan: list[tuple[int, int]] = []
+        total_bytes = 0
+        scanned = 0
+        last_phys = -1
+        full = False
+        while not full and scanned < max_scan:
+            want = min(chunk, max_scan - scanned)
+            raw = cq.read(offset + scanned, want)
+            if not raw:
+                if scanned == 0:
+                    seg_end = offset - offset % cq.seg_entries + cq.seg_entries
+                    return GetResult(GetStatus.OFFSET_FOUND_NULL, min(seg_end, max_offset), min_offset,
+                                     max_offset)
+                break
+            for phys, size, tags_code in CQ_ENTRY.iter_unpack(raw):
+                n = len(plan)
+                if n >= max_count or (n and total_bytes + size > max_bytes):
+                    full = True
+                    break
+                if phys + size > cl_max:
+                    full = True
+                    break
+                scanned += 1
+                last_phys = phys
+                if size <= 0 or (tags_codes is not None and tags_code not in tags_codes):
+                    continue
+                if phys < cl_min:
+                    if not plan:
+                        status = GetStatus.MESSAGE_WAS_REMOVING
+                    continue
+                plan.append((phys, size))
+                total_bytes += size
+            if len(raw) < want * CQ_ENTRY_SIZE:
+                break  # end of a ConsumeQueue segment or of the queue
+        body = self._read_records(plan) if plan else b""
+        if plan:
+            status = GetStatus.FOUND
+            last_phys = plan[-1][0]
+        return GetResult(status, offset + scanned, min_offset, max_offset, body=body, count=len(plan),
+                         max_physical_offset_lag=cl_max - last_phys if last_phys >= 0 else 0)
+
+    def _read_records(self, plan: list[tuple[int, int]]) -> bytes:
+        """One pread per run of nearby records in one segment; the records concatenated in plan order."""
+        cl = self._commit_log
+        seg_size = cl.segment_size
+        parts: list[bytes | memoryview] = []
+        i, n = 0, len(plan)
+        while i < n:
+            a, size = plan[i]
+            seg_end = a - a % seg_size + seg_size
+            b = a + size
+            gapless = True
+            j = i + 1
+            while j < n:
+                o, s = plan[j]
+                if o < b or o - b > _READ_GAP or o + s > seg_end:
+                    break
+                if o != b:
+                    gapless = False
+                b = o + s
+                j += 1
+            data = cl.read(a, b - a)
+            if len(data) < b - a:
+                raise StoreError(f"commit log read at {a} returned {len(data)} of {b - a} bytes")
+            if gapless:
+                parts.append(data)
+            else:
+                view = memoryview(data)
+                for k in range(i, j):
+                    o, s = plan[k]
+                    parts.append(view[o - a:o - a + s])
+            i = j
+        return parts[0] if len(parts) == 1 and isinstance(parts[0], bytes) else b"".join(parts)
+
+    def get_max_offset(self, topic: str, queue_id: int) -> int:
+        """Next queue offset to be written (0 for an unknown queue)."""
+        cq = self._queues.get((topic, queue_id))
+        return 0 if cq is None else cq.max_index
+
+    def get_min_offset(self, topic: str, queue_id: int) -> int:
+        """First queue offset whose message still exists (0 for an unknown queue)."""
+        cq = self._queues.get((topic, queue_id))
+        return 0 if cq is None else cq.min_index
+
+    def _store_timestamp_locked(self, cq: ConsumeQueue, index: int) -> int | None:
+        entry = cq.entry(index)
+        if entry is None or entry[0] < self._commit_log.min_offset:
+            return None
+        raw = self._commit_log.read(entry[0] + _STORE_TIMESTAMP_AT, 8)
+        if len(raw) != 8:
+            return None
+        ts: int = _I64.unpack(raw)[0]
+        return ts
+
+    def get_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int | None:
+        """STORETIMESTAMP of the message at queue ``offset``, None if it does not exist (any more)."""
+        with self._lock:
+            cq = self._queues.get((topic, queue_id))
+            if cq is None or not cq.min_index <= offset < cq.max_index:
+                return None
+            return self._store_timestamp_locked(cq, offset)
+
+    def search_offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """First queue offset whose store timestamp >= ``timestamp_ms``; the max offset if none."""
+        with self._lock:
+            cq = self._queues.get((topic, queue_id))
+            if cq is None:
+                return 0
+            lo, hi = cq.min_index, cq.max_index
+            while lo < hi:
+                mid = (lo + hi) // 2
+                ts = self._store_timestamp_locked(cq, mid)
+                if ts is not None and ts >= timestamp_ms:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            return lo
+
+    def read_record(self, physical_offset: int) -> bytes | None:
+        """The whole stored record at ``physical_offset``, or None if there is no record there."""
+        with self._lock:
+            cl = self._commit_log
+            if not cl.min_offset <= physical_offset < cl.max_offset:
+                return None
+            head = cl.read(physical_offset, STORED_HEADER_SIZE)
+            if len(head) < STORED_HEADER_SIZE:
+                return None
+            total, magic = BLANK_RECORD.unpack_from(head)
+            phys = STORED_HEADER.unpack(head)[6]
+            if magic != MAGIC_V1 or phys != physical_offset or total < MIN_RECORD_SIZE \
+                    or physical_offset + total > cl.max_offset:
+                return None
+            record = cl.read(physical_offset, total)
+            return record if len(record) == total else None

@@ -1,0 +1,62 @@
+"""Crash recovery: keep the longest valid prefix of the CommitLog and make the ConsumeQueues agree with it.
+
+Called once by ``MessageStore.start`` under the store lock, before any put or read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from broker_store.store.checkpoint import load_checkpoint
+from broker_store.store.commit_log import CommitLog
+from broker_store.store.consume_queues import ConsumeQueueTable
+
+log = logging.getLogger(__name__)
+
+_SCAN_ALL = 1 << 62
+
+
+def recover(store_dir: Path, cl: CommitLog, queues: ConsumeQueueTable) -> int:
+    """Load segments and queues, scan from the checkpoint's safe offset (or the first segment) and truncate
+    whatever does not check out. Returns the offset known to be on disk (the flushed offset to start from);
+    leaves ``cl.max_offset`` and ``queues.dispatched`` at the end of the valid records."""
+    cl.load_segments()
+    queues.load()
+    checkpoint = load_checkpoint(store_dir)
+    seg_size = cl.segment_size
+    for i, start in enumerate(cl.segments):
+        if start != cl.segments[0] + i * seg_size:
+            for later in list(cl.segments[i:]):
+                log.warning("commit log segment %s follows a gap; deleting it", cl.path(later))
+                cl.delete_segment(later)
+            break
+    if cl.segments:
+        first = cl.segments[0]
+        file_end = cl.segments[-1] + os.path.getsize(cl.path(cl.segments[-1]))
+        if checkpoint is not None and first <= checkpoint.safe_offset <= file_end:
+            start = checkpoint.safe_offset
+        else:
+            log.warning("no usable checkpoint in %s; scanning all commit log segments", store_dir)
+            start = first
+    else:
+        start = 0
+    queues.truncate_from_commit_log_offset(start)
+    cl.max_offset = start
+    pos, stopped = start, not cl.segments
+    while not stopped:
+        records, pos, stopped = cl.scan(pos, _SCAN_ALL)
+        queues.dispatch(records)
+    if cl.segments and pos < file_end and cl.read(pos, 8).strip(b"\0"):  # not the zeros past the end
+        log.warning("commit log in %s: valid records end at %d, truncating %d trailing bytes",
+                    store_dir, pos, file_end - pos)
+    cl.truncate(pos)
+    cl.max_offset = pos
+    queues.dispatched = pos
+    cl_min = cl.min_offset
+    for cq in queues.queues.values():
+        cq.delete_segments_below(cl_min)
+    log.info("store %s recovered: commit log [%d, %d), %d queues, scanned from %d",
+             store_dir, cl_min, pos, len(queues.queues), start)
+    return start

@@ -1,0 +1,92 @@
+"""What a put or a get returns: the statuses and result records of ``MessageStore``.
+
+Read by the broker's send and pull processors, which translate them into remoting responses, and by
+replication (``PutResult.durable`` is where its replica acks are folded in, see ``store.durability``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import enum
+from dataclasses import dataclass
+
+
+class PutStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    """Body too large, bad topic or host, or record larger than a segment (remark says which)."""
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    """Store not started, shut down, or turned read-only after an I/O error."""
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    """Durability only (``PutResult.durable``): written, but not fsynced within ``flush_timeout_ms``."""
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    """Durability only: written, but the replicas did not acknowledge it in time (replication's step)."""
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    """Durability only: written, but no replica is connected to acknowledge it (replication's step)."""
+    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
+    """Fewer in-sync replicas than the quorum needs (replication's step)."""
+
+
+DurableFuture = concurrent.futures.Future[PutStatus]
+"""Resolves to PUT_OK once a put is durable under the broker's policy, else to the status of the first
+durability step that failed, e.g. FLUSH_DISK_TIMEOUT (see ``store.durability``). Resolved on whichever
+thread met the last step: await it on a loop with ``asyncio.wrap_future``."""
+
+_RESOLVED: dict[PutStatus, DurableFuture] = {}
+
+
+def resolved(status: PutStatus) -> DurableFuture:
+    """A shared, already resolved future of ``status`` (no allocation on the put path)."""
+    future = _RESOLVED.get(status)
+    if future is None:
+        future = concurrent.futures.Future()
+        future.set_result(status)
+        _RESOLVED[status] = future
+    return future
+
+
+@dataclass(frozen=True)
+class PutResult:
+    status: PutStatus
+    remark: str = ""
+    msg_ids: tuple[str, ...] = ()
+    """Offset message ids, one per message, in order."""
+    queue_offset: int = -1
+    """ConsumeQueue offset of the first message."""
+    count: int = 0
+    wrote_offset: int = -1
+    """CommitLog offset of the first record."""
+    end_offset: int = -1
+    """CommitLog offset just past the last record."""
+    durable: DurableFuture = resolved(PutStatus.PUT_OK)
+    """Completes when the put is durable under the store's ``DurabilityPolicy`` (flush, later replica acks)
+    with PUT_OK or the failing step's status; for a failed put it is already resolved to ``status``.
+    A result built without it needs no waiting."""
+
+
+class GetStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(frozen=True)
+class GetResult:
+    status: GetStatus
+    next_begin_offset: int
+    """Queue offset the consumer should pull from next."""
+    min_offset: int
+    max_offset: int
+    body: bytes = b""
+    """Concatenated stored records exactly as in the CommitLog (this IS the pull response body)."""
+    count: int = 0
+    max_physical_offset_lag: int = 0
+    """CommitLog max offset minus the physical offset of the last record returned (or scanned)."""
