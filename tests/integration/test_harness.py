@@ -56,7 +56,7 @@ def test_replica_group_members_register_under_one_name_and_all_serve(cluster: Lo
     assert dict(table["h-a"].broker_addrs) == {0: primary.listen, 1: replica.listen}
     assert dict(table["h-b"].broker_addrs) == {0: cluster.primary("h-b").listen}
     member_files = {b.name: yaml.safe_load(b.config_file.read_text()) for b in cluster.brokers}
-    assert {name: f["flush_mode"] for name, f in member_files.items()} == {
+    assert {name: f["store"]["flush_mode"] for name, f in member_files.items()} == {
         "h-a-0": "ASYNC_FLUSH", "h-a-1": "ASYNC_FLUSH", "h-b-0": "SYNC_FLUSH"}
     assert all(serves(b.listen) for b in cluster.brokers)
 
