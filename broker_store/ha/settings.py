@@ -83,7 +83,7 @@ class HASettings(BaseModel):
     enable_auto_in_sync_replicas: bool = False
     """Automatic downgrade: wait for min(in_sync_replicas, copies currently in sync), but at least
     min_in_sync_replicas (RocketMQ enableAutoInSyncReplicas)."""
-    ha_max_gap_not_in_sync: int = Field(default=256 * MiB, ge=0)
+    ha_max_gap_not_in_sync: int = Field(default=256 * MiB, gt=0)
     """A replica more than this many bytes behind the primary's max offset is not in sync
     (RocketMQ haMaxGapNotInSync: 256 MiB in its code; its QuorumACK doc's "256K" is a doc error)."""
     all_ack_in_sync_state_set: bool = False
