@@ -28,6 +28,7 @@ needAck rules (RocketMQ 5 CommitLog, slaveActingMaster flavour; DESIGN.md):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker_store.ha.ack_tracker import AckFuture, AckTracker
@@ -104,6 +105,9 @@ class Quorum:
         self.rules = QuorumRules.from_settings(settings)
         self.links = ReplicaLinks(clock, settings.ha_housekeeping_interval_ms / 1000)
         self.acks = AckTracker(clock, settings.slave_timeout_ms / 1000)
+        self.on_wakeup_changed: Callable[[], None] | None = None
+        """Called when ``next_wakeup()`` may have moved earlier (a new waiter or link), so the I/O layer
+        can re-arm its one timer; pure code never sleeps itself."""
 
     # -- send path ---------------------------------------------------------------------------------
 
@@ -120,7 +124,10 @@ class Quorum:
         FLUSH_SLAVE_TIMEOUT after the slave timeout. A refused decision resolves to its status."""
         if decision.refused:
             return _resolved(ReplicationStatus.IN_SYNC_REPLICAS_NOT_ENOUGH)
-        return self.acks.wait(end_offset, decision.need_acks, self.links.ack_offsets())
+        future = self.acks.wait(end_offset, decision.need_acks, self.links.ack_offsets())
+        if not future.done():
+            self._wakeup_changed()
+        return future
 
     def replica_ack_step(self) -> ReplicaAckStep:
         return ReplicaAckStep(self)
@@ -133,6 +140,7 @@ class Quorum:
 
     def replica_connected(self, link: LinkId) -> None:
         self.links.connected(link)
+        self._wakeup_changed()
 
     def replica_reported(self, link: LinkId, max_offset: int) -> int:
         """A replica's offset report (ack); returns how many waiting puts it completed."""
@@ -149,6 +157,10 @@ class Quorum:
         dead = self.links.expire()
         self.acks.expire()
         return dead
+
+    def _wakeup_changed(self) -> None:
+        if self.on_wakeup_changed is not None:
+            self.on_wakeup_changed()
 
     def next_wakeup(self) -> float | None:
         """Clock time at which ``tick`` next has something to do (None: nothing pending)."""
