@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 _READ_CHUNK = 64 * 1024
 _WRITE_BUFFER_HIGH = 4 * 1024 * 1024
 """Bytes queued in the transport before ``drain`` waits: several batches in flight when catching up."""
+_YIELD_EVERY = 1024 * 1024
+"""A catching-up stream lets the loop run other work (puts, acks) after this many bytes: ``drain``
+only yields when the socket pushes back, which a fast replica on loopback rarely does."""
 
 
 @dataclass(eq=False)
@@ -176,6 +179,7 @@ class PrimaryService:
     async def _send_loop(self, stream: _Stream) -> None:
         writer, log_ = stream.writer, self._log
         last_sent = self._clock.monotonic()
+        since_yield = 0
         try:
             while True:
                 if stream.next_offset < log_.min_physical_offset:
@@ -192,6 +196,10 @@ class PrimaryService:
                     stream.next_offset += len(data)
                     last_sent = self._clock.monotonic()
                     await writer.drain()
+                    since_yield += len(data)
+                    if since_yield >= _YIELD_EVERY:
+                        since_yield = 0
+                        await asyncio.sleep(0)
                     continue
                 stream.wake.clear()
                 if log_.max_physical_offset > stream.next_offset:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
 from broker_store.config import split_host_port
 from broker_store.ha.errors import HALinkError, HAProtocolError, ReplicaLogDivergedError
@@ -52,6 +53,9 @@ class ReplicaClient:
         self._dead_after = settings.ha_housekeeping_interval_ms / 1000
         self._reconnect_delay = reconnect_delay
         self._task: asyncio.Task[None] | None = None
+        self._appender: ThreadPoolExecutor | None = None
+        """One worker thread for appends, so a stopped client's last append ends before anyone reads the
+        max offset again (a restarted client would otherwise report a max offset about to move)."""
         self.connected = False
         """True while a session with the primary is up."""
         self.sessions = 0
@@ -63,14 +67,19 @@ class ReplicaClient:
 
     async def start(self) -> None:
         if self._task is None:
+            self._appender = ThreadPoolExecutor(1, thread_name_prefix="ha-replica-append")
             self._task = asyncio.create_task(self._run(), name=f"ha-replica {self._host}:{self._port}")
 
     async def stop(self) -> None:
+        """Stop following; returns once no append is in flight."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self._appender is not None:
+            await asyncio.to_thread(self._appender.shutdown, wait=True)
+            self._appender = None
         self.connected = False
 
     async def _run(self) -> None:
@@ -114,7 +123,7 @@ class ReplicaClient:
                     raise HALinkError("the primary closed the link")
                 batches = decoder.feed(data)
                 if batches:
-                    await loop.run_in_executor(None, self._apply, batches)
+                    await loop.run_in_executor(self._appender, self._apply, batches)
                     writer.write(encode_report(self._log.max_physical_offset))
         except OSError as exc:
             raise HALinkError(f"HA link to {self._host}:{self._port} failed: {exc}") from exc

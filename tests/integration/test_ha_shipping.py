@@ -191,12 +191,24 @@ def test_far_behind_replica_catches_up(tmp_path: Path) -> None:
             _put(group.primary, 32 * 1024, size=1024)  # ~33 MiB backlog
             backlog = group.primary.max_physical_offset
             write_rate = backlog / (time.monotonic() - began)
+            lags: list[float] = []
+
+            async def ticker() -> None:  # the loop must keep serving other work while the stream ships
+                while True:
+                    before = time.monotonic()
+                    await asyncio.sleep(0.001)
+                    lags.append(time.monotonic() - before - 0.001)
+
             began = time.monotonic()
+            tick = asyncio.create_task(ticker())
             await group.start()
             await group.caught_up(timeout=50)
             took = time.monotonic() - began
+            tick.cancel()
+            assert len(lags) > 5 and max(lags) < 0.2, (len(lags), max(lags))
             print(f"catch-up: {backlog / 2**20:.1f} MiB in {took:.2f} s = {backlog / 2**20 / took:.1f} MiB/s; "
-                  f"primary put_message rate {write_rate / 2**20:.1f} MiB/s; ratio {backlog / took / write_rate:.2f}")
+                  f"primary put_message rate {write_rate / 2**20:.1f} MiB/s; ratio {backlog / took / write_rate:.2f}; "
+                  f"loop lag max {max(lags) * 1000:.1f} ms over {len(lags)} turns")
             _assert_identical(group.primary, group.replica, start=0)
         finally:
             await group.close()
