@@ -249,6 +249,20 @@ def test_quorum_acks_over_the_wire_and_dead_links(tmp_path: Path) -> None:
     _run(main())
 
 
+def test_idle_link_stays_up_on_heartbeats(tmp_path: Path) -> None:
+    async def main() -> None:
+        group = Group(tmp_path)
+        try:
+            await group.start()
+            await _until(lambda: group.quorum.links.alive_count == 1)
+            await asyncio.sleep(3 * FAST["ha_housekeeping_interval_ms"] / 1000)  # idle for 3 dead-link timeouts
+            assert group.client is not None and group.client.sessions == 1 and group.client.connected
+            assert group.quorum.links.alive_count == 1
+        finally:
+            await group.close()
+    _run(main())
+
+
 def test_replica_detects_a_silent_primary_and_reconnects(tmp_path: Path) -> None:
     async def main() -> None:
         accepted = []
