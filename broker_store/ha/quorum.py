@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from broker_store.ha.ack_tracker import AckFuture, AckTracker
 from broker_store.ha.clock import Clock
 from broker_store.ha.replica_links import LinkId, ReplicaLinks
-from broker_store.ha.settings import BrokerRole, HASettings
+from broker_store.ha.settings import HARole, HASettings
 from broker_store.ha.status import ReplicationStatus
 
 
@@ -42,7 +42,7 @@ from broker_store.ha.status import ReplicationStatus
 class QuorumRules:
     """The settings the needAck decision reads (a slice of ``HASettings``)."""
 
-    role: BrokerRole
+    role: HARole
     """Only SYNC_MASTER waits for replicas."""
     in_sync_replicas: int
     """Copies a put needs, primary included."""
@@ -89,7 +89,7 @@ NO_WAIT = AckDecision(need_acks=1, current_in_sync=1)
 def decide_need_acks(rules: QuorumRules, *, alive_copies: int, in_sync_copies: int,
                      wait_store_msg_ok: bool = True) -> AckDecision:
     """needAck for one put, from the group's current view (both counts include the primary)."""
-    if rules.role is not BrokerRole.SYNC_MASTER or not wait_store_msg_ok:
+    if rules.role is not HARole.SYNC_MASTER or not wait_store_msg_ok:
         return NO_WAIT
     current = max(min(alive_copies, in_sync_copies), 1)
     need = rules.in_sync_replicas

@@ -31,11 +31,13 @@ KiB = 1024
 MiB = 1024 * KiB
 
 
-class BrokerRole(enum.StrEnum):
+class HARole(enum.StrEnum):
     """A broker's replication role as configured (RocketMQ's brokerRole).
 
-    The configured role is the starting point only: controller mode changes it at runtime, in the one
-    place the broker keeps its current role.
+    Not the runtime role: that is the broker's ``RoleState`` (PRIMARY / REPLICA, seams branch
+    ``broker/role.py``), where controller mode changes it. SLAVE starts as REPLICA, either MASTER as
+    PRIMARY; the MASTER flavour says whether a primary's puts wait for replica acks. The broker settings
+    must keep this consistent with ``broker_id`` (0 = a MASTER role, > 0 = SLAVE), as RocketMQ requires.
     """
 
     ASYNC_MASTER = "ASYNC_MASTER"
@@ -47,7 +49,7 @@ class BrokerRole(enum.StrEnum):
 
     @property
     def is_primary(self) -> bool:
-        return self is not BrokerRole.SLAVE
+        return self is not HARole.SLAVE
 
 
 class HASettings(BaseModel):
@@ -55,7 +57,7 @@ class HASettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    role: BrokerRole = BrokerRole.ASYNC_MASTER
+    role: HARole = HARole.ASYNC_MASTER
     """ASYNC_MASTER, SYNC_MASTER or SLAVE (RocketMQ brokerRole)."""
     ha_listen_port: int | None = Field(default=None, ge=0, le=65535)
     """Port of the HA link a primary listens on; default None = the broker's listen port + 1 (RocketMQ
@@ -110,11 +112,11 @@ class HASettings(BaseModel):
                 "replica counts must satisfy min_in_sync_replicas <= in_sync_replicas <= total_replicas, got "
                 f"min_in_sync_replicas={self.min_in_sync_replicas}, in_sync_replicas={self.in_sync_replicas}, "
                 f"total_replicas={self.total_replicas}")
-        if self.role is BrokerRole.SLAVE and self.ha_primary_address is None:
+        if self.role is HARole.SLAVE and self.ha_primary_address is None:
             raise ValueError("ha_primary_address (host:port of the primary's HA port) is required with role SLAVE")
-        if self.role is not BrokerRole.SLAVE and self.ha_primary_address is not None:
+        if self.role is not HARole.SLAVE and self.ha_primary_address is not None:
             raise ValueError(f"ha_primary_address is only allowed with role SLAVE, not {self.role.value} "
-                             f"(allowed roles for it: {[BrokerRole.SLAVE.value]})")
+                             f"(allowed roles for it: {[HARole.SLAVE.value]})")
         if self.ha_housekeeping_interval_ms <= self.ha_send_heartbeat_interval_ms:
             raise ValueError(
                 f"ha_housekeeping_interval_ms ({self.ha_housekeeping_interval_ms}) must be greater than "

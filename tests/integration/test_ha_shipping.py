@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
+from broker_store.ha.clock import SystemClock
 from broker_store.ha.primary_service import PrimaryService
 from broker_store.ha.quorum import Quorum
 from broker_store.ha.replica_client import ReplicaClient
-from broker_store.ha.settings import BrokerRole, HASettings
+from broker_store.ha.settings import HARole, HASettings
 from broker_store.ha.status import ReplicationStatus
 from broker_store.ha.wire import encode_report
 from broker_store.store import MessageStore, StoreConfig
@@ -93,8 +94,8 @@ class Group:
     def __init__(self, tmp: Path, primary_options: dict[str, Any] | None = None, **ha: Any) -> None:
         self.primary = _store(tmp / "primary", **(primary_options or {}))
         self.replica = _store(tmp / "replica")
-        self.settings = HASettings(role=BrokerRole.SYNC_MASTER, **{**FAST, **ha})
-        self.quorum = Quorum(self.settings, _SystemClock())
+        self.settings = HASettings(role=HARole.SYNC_MASTER, **{**FAST, **ha})
+        self.quorum = Quorum(self.settings, SystemClock())
         self.service = PrimaryService(self.primary, self.quorum, self.settings)
         self.primary.add_arrival_listener(lambda *_: self.service.notify_appended())
         self.client: ReplicaClient | None = None
@@ -104,7 +105,7 @@ class Group:
         await self.start_client()
 
     async def start_client(self) -> None:
-        replica_settings = HASettings(role=BrokerRole.SLAVE, ha_primary_address=f"127.0.0.1:{self.service.port}",
+        replica_settings = HASettings(role=HARole.SLAVE, ha_primary_address=f"127.0.0.1:{self.service.port}",
                                       **FAST)
         self.client = ReplicaClient(self.replica, replica_settings, reconnect_delay=0.05)
         await self.client.start()
@@ -118,11 +119,6 @@ class Group:
         await self.service.stop()
         self.replica.shutdown()
         self.primary.shutdown()
-
-
-class _SystemClock:
-    def monotonic(self) -> float:
-        return time.monotonic()
 
 
 def _run(coro: Any) -> Any:
@@ -274,7 +270,7 @@ def test_replica_detects_a_silent_primary_and_reconnects(tmp_path: Path) -> None
         server = await asyncio.start_server(mute, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         replica = _store(tmp_path / "replica")
-        client = ReplicaClient(replica, HASettings(role=BrokerRole.SLAVE, ha_primary_address=f"127.0.0.1:{port}",
+        client = ReplicaClient(replica, HASettings(role=HARole.SLAVE, ha_primary_address=f"127.0.0.1:{port}",
                                                    **FAST), reconnect_delay=0.05)
         try:
             began = time.monotonic()

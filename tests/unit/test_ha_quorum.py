@@ -14,7 +14,7 @@ from broker_store.ha.ack_tracker import AckTracker
 from broker_store.ha.clock import ManualClock
 from broker_store.ha.errors import HAProtocolError
 from broker_store.ha.quorum import NO_WAIT, Quorum, QuorumRules, decide_need_acks
-from broker_store.ha.settings import BrokerRole, HASettings
+from broker_store.ha.settings import HARole, HASettings
 from broker_store.ha.status import ReplicationStatus
 from broker_store.protocol.codes import ResponseCode
 
@@ -24,7 +24,7 @@ NOT_ENOUGH = ReplicationStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
 
 
 def _quorum(**overrides: Any) -> tuple[Quorum, ManualClock]:
-    options: dict[str, Any] = {"role": BrokerRole.SYNC_MASTER, "slave_timeout_ms": 3000,
+    options: dict[str, Any] = {"role": HARole.SYNC_MASTER, "slave_timeout_ms": 3000,
                                "ha_send_heartbeat_interval_ms": 1000, "ha_housekeeping_interval_ms": 5000}
     options.update(overrides)
     clock = ManualClock()
@@ -32,7 +32,7 @@ def _quorum(**overrides: Any) -> tuple[Quorum, ManualClock]:
 
 
 def _rules(in_sync: int, min_in_sync: int = 1, auto: bool = False,
-           role: BrokerRole = BrokerRole.SYNC_MASTER) -> QuorumRules:
+           role: HARole = HARole.SYNC_MASTER) -> QuorumRules:
     return QuorumRules(role, in_sync, min_in_sync, auto, 256 * 1024 * 1024)
 
 
@@ -47,15 +47,15 @@ def test_status_wire_codes() -> None:
 
 
 def test_default_one_of_one_is_asynchronous_even_for_sync_master() -> None:
-    rules = QuorumRules.from_settings(HASettings(role=BrokerRole.SYNC_MASTER))
+    rules = QuorumRules.from_settings(HASettings(role=HARole.SYNC_MASTER))
     for alive, in_sync in [(1, 1), (2, 1), (3, 3)]:
         decision = decide_need_acks(rules, alive_copies=alive, in_sync_copies=in_sync)
         assert decision.need_acks == 1 and not decision.refused
 
 
 def test_only_sync_master_with_wait_waits() -> None:
-    assert decide_need_acks(_rules(3, role=BrokerRole.ASYNC_MASTER), alive_copies=1, in_sync_copies=1) is NO_WAIT
-    assert decide_need_acks(_rules(3, role=BrokerRole.SLAVE), alive_copies=1, in_sync_copies=1) is NO_WAIT
+    assert decide_need_acks(_rules(3, role=HARole.ASYNC_MASTER), alive_copies=1, in_sync_copies=1) is NO_WAIT
+    assert decide_need_acks(_rules(3, role=HARole.SLAVE), alive_copies=1, in_sync_copies=1) is NO_WAIT
     assert decide_need_acks(_rules(3), alive_copies=1, in_sync_copies=1, wait_store_msg_ok=False) is NO_WAIT
 
 

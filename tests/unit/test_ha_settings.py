@@ -8,13 +8,13 @@ import pytest
 from pydantic import ValidationError
 
 from broker_store.config import load_yaml
-from broker_store.ha.settings import BrokerRole, HASettings
+from broker_store.ha.settings import HARole, HASettings
 from broker_store.protocol.errors import ConfigError
 
 
 def test_defaults_are_rocketmqs() -> None:
     s = HASettings()
-    assert s.role is BrokerRole.ASYNC_MASTER
+    assert s.role is HARole.ASYNC_MASTER
     assert (s.total_replicas, s.in_sync_replicas, s.min_in_sync_replicas) == (1, 1, 1)
     assert s.ha_transfer_batch_size == 32 * 1024
     assert s.ha_send_heartbeat_interval_ms == 5000
@@ -62,11 +62,11 @@ def test_errors_name_file_field_and_allowed_values(tmp_path: Path) -> None:
 
 
 def test_role_specific_rules() -> None:
-    HASettings(role=BrokerRole.SLAVE, ha_primary_address="127.0.0.1:10912")
+    HASettings(role=HARole.SLAVE, ha_primary_address="127.0.0.1:10912")
     with pytest.raises(ValidationError, match="ha_primary_address .* required with role SLAVE"):
-        HASettings(role=BrokerRole.SLAVE)
+        HASettings(role=HARole.SLAVE)
     with pytest.raises(ValidationError, match="only allowed with role SLAVE"):
-        HASettings(role=BrokerRole.SYNC_MASTER, ha_primary_address="127.0.0.1:10912")
+        HASettings(role=HARole.SYNC_MASTER, ha_primary_address="127.0.0.1:10912")
     with pytest.raises(ValidationError, match="ha_housekeeping_interval_ms"):
         HASettings(ha_send_heartbeat_interval_ms=1000, ha_housekeeping_interval_ms=1000)
     with pytest.raises(ValidationError, match="ha_transfer_batch_size"):
