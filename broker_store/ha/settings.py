@@ -20,15 +20,29 @@ from __future__ import annotations
 
 import enum
 import os
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from broker_store.config import HostPort
 from broker_store.ha.wire import MAX_BATCH_BYTES
 from broker_store.protocol.errors import ConfigError
 
 KiB = 1024
 MiB = 1024 * KiB
+
+
+def _check_host_port(value: str) -> str:
+    """``broker_store.config.HostPort``'s check, imported when first used: the broker settings in
+    ``broker_store.config`` will nest ``HASettings``, so a module-level import would be a cycle."""
+    from broker_store.config import HostPort
+
+    try:
+        return TypeAdapter(HostPort).validate_python(value)
+    except ValidationError as exc:
+        raise ValueError(exc.errors()[0]["msg"]) from exc
+
+
+_HostPort = Annotated[str, AfterValidator(_check_host_port)]
 
 
 class HARole(enum.StrEnum):
@@ -62,7 +76,7 @@ class HASettings(BaseModel):
     ha_listen_port: int | None = Field(default=None, ge=0, le=65535)
     """Port of the HA link a primary listens on; default None = the broker's listen port + 1 (RocketMQ
     10912 for 10911); 0 asks the OS for a free port (tests)."""
-    ha_primary_address: HostPort | None = None
+    ha_primary_address: _HostPort | None = None
     """SLAVE only: host:port of the primary's HA listener (RocketMQ haMasterAddress). Required for a
     SLAVE until replicas learn it from the name server's registration result."""
     ha_transfer_batch_size: int = Field(default=32 * KiB, gt=0, le=MAX_BATCH_BYTES)

@@ -63,6 +63,8 @@ def test_errors_name_file_field_and_allowed_values(tmp_path: Path) -> None:
 
 def test_role_specific_rules() -> None:
     HASettings(role=HARole.SLAVE, ha_primary_address="127.0.0.1:10912")
+    with pytest.raises(ValidationError, match="port of '127.0.0.1:99999' must be an integer"):
+        HASettings(role=HARole.SLAVE, ha_primary_address="127.0.0.1:99999")
     with pytest.raises(ValidationError, match="ha_primary_address .* required with role SLAVE"):
         HASettings(role=HARole.SLAVE)
     with pytest.raises(ValidationError, match="only allowed with role SLAVE"):
