@@ -9,6 +9,7 @@ sockets (test_ha_quorum.py, test_ha_replica_start.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -240,6 +241,44 @@ def test_quorum_acks_over_the_wire_and_dead_links(tmp_path: Path) -> None:
                     ReplicationStatus.FLUSH_SLAVE_TIMEOUT
                 assert 0.9 < time.monotonic() - began < 2.0
                 await _until(lambda: group.quorum.links.alive_count == 0, timeout=3)
+        finally:
+            await group.close()
+    _run(main())
+
+
+def test_every_put_ok_is_on_the_replica_when_the_primary_stops_under_load(tmp_path: Path) -> None:
+    async def main() -> None:
+        group = Group(tmp_path, total_replicas=2, in_sync_replicas=2)
+        try:
+            await group.start()
+            await _until(lambda: group.quorum.links.alive_count == 1 and group.quorum.links.ack_offsets()[0] >= 0)
+            acked: list[int] = []
+            pending: set[asyncio.Future[ReplicationStatus]] = set()
+
+            async def producer() -> None:
+                while True:
+                    decision = group.quorum.admit(group.primary.max_physical_offset)
+                    if decision.refused:
+                        return
+                    end = _put(group.primary, 1, size=500)
+                    future = asyncio.wrap_future(group.quorum.wait(end, decision))
+                    pending.add(future)
+                    future.add_done_callback(
+                        lambda f, end=end: acked.append(end) if f.result() is ReplicationStatus.PUT_OK else None)
+                    if len(pending) >= 32:             # 32 puts in flight
+                        done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                        pending.difference_update(done)
+                    await asyncio.sleep(0)
+
+            task = asyncio.create_task(producer())
+            await _until(lambda: len(acked) >= 2000)
+            await group.service.stop()                 # the primary's HA side dies mid-stream
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            replica_max = group.replica.max_physical_offset
+            assert max(acked) <= replica_max < group.primary.max_physical_offset + 1
+            assert _log_bytes(group.replica, 0, replica_max) == _log_bytes(group.primary, 0, replica_max)
         finally:
             await group.close()
     _run(main())
