@@ -43,8 +43,16 @@ class ReplicaStore(MessageStore):
         self.truncate_commit_log(self.min_physical_offset)  # drops every segment and queue entry
         with self._lock:
             self._commit_log.max_offset = offset
-            self._dispatched = offset
-            self._flushed = offset
+            # Both store layouts: main's (_dispatched, _flushed) and the split store's (_queues, _flush).
+            queues, flush = getattr(self, "_queues", None), getattr(self, "_flush", None)
+            if hasattr(queues, "dispatched"):
+                queues.dispatched = offset  # type: ignore[union-attr]
+            else:
+                self._dispatched = offset
+            if hasattr(flush, "flushed"):
+                flush.flushed = offset  # type: ignore[union-attr]
+            else:
+                self._flushed = offset
 
 
 def _store(path: Path, seg: int = SEG, **extra: Any) -> ReplicaStore:
