@@ -35,7 +35,7 @@ from broker_store.ha.ack_tracker import AckFuture, AckTracker
 from broker_store.ha.clock import Clock
 from broker_store.ha.replica_links import LinkId, ReplicaLinks
 from broker_store.ha.settings import HARole, HASettings
-from broker_store.ha.status import ReplicationStatus
+from broker_store.ha.status import ReplicationStatus, remark
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,8 @@ class AckDecision:
     def remark(self) -> str:
         if not self.refused:
             return ""
-        return ReplicationStatus.IN_SYNC_REPLICAS_NOT_ENOUGH.remark(
-            f"the put needs {self.need_acks} copies, {self.current_in_sync} in sync")
+        return remark(ReplicationStatus.IN_SYNC_REPLICAS_NOT_ENOUGH,
+                      f"the put needs {self.need_acks} copies, {self.current_in_sync} in sync")
 
 
 NO_WAIT = AckDecision(need_acks=1, current_in_sync=1)

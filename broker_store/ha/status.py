@@ -1,8 +1,9 @@
 """The outcomes of a put's replication step and the remoting response codes they are answered with.
 
-Produced by ``quorum`` / ``ack_tracker``; read by the broker's send path. The values equal the names
-of the store's ``PutStatus`` members on the seams branch (``PutStatus(status.value)`` converts), so the
-lead may later replace this enum with ``PutStatus`` itself.
+Produced by ``quorum`` / ``ack_tracker``; read by the broker's send path. The members are the
+replication members of the store's ``PutStatus`` on the seams branch (same names and values), and the
+helpers below are functions rather than methods, so that once merged this enum can become an alias,
+``ReplicationStatus = PutStatus``, and HA's futures fit the store's ``DurableFuture`` unchanged.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import enum
 from broker_store.protocol.codes import ResponseCode
 
 
-class ReplicationStatus(enum.StrEnum):
+class ReplicationStatus(enum.Enum):
     PUT_OK = "PUT_OK"
     """Enough copies hold the message (or none beyond the primary were needed): SUCCESS."""
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
@@ -31,18 +32,20 @@ class ReplicationStatus(enum.StrEnum):
     appending). No dedicated wire code exists: answered SYSTEM_ERROR (1) with a remark saying so, which
     clients retry on another broker."""
 
-    @property
-    def response_code(self) -> ResponseCode:
-        return _CODES[self]
 
-    def remark(self, detail: str = "") -> str:
-        """The response remark: empty for PUT_OK, else the status name and ``detail``."""
-        if self is ReplicationStatus.PUT_OK:
-            return ""
-        return f"{self.value}: {detail}" if detail else self.value
+def response_code(status: ReplicationStatus) -> ResponseCode:
+    """The remoting response code a put with this replication outcome is answered with."""
+    return _CODES[status]
 
 
-_CODES = {
+def remark(status: ReplicationStatus, detail: str = "") -> str:
+    """The response remark: empty for PUT_OK, else the status name and ``detail``."""
+    if status is ReplicationStatus.PUT_OK:
+        return ""
+    return f"{status.name}: {detail}" if detail else status.name
+
+
+_CODES: dict[ReplicationStatus, ResponseCode] = {
     ReplicationStatus.PUT_OK: ResponseCode.SUCCESS,
     ReplicationStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
     ReplicationStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,

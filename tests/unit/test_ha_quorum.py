@@ -15,7 +15,7 @@ from broker_store.ha.clock import ManualClock
 from broker_store.ha.errors import HAProtocolError
 from broker_store.ha.quorum import NO_WAIT, Quorum, QuorumRules, decide_need_acks
 from broker_store.ha.settings import HARole, HASettings
-from broker_store.ha.status import ReplicationStatus
+from broker_store.ha.status import ReplicationStatus, remark, response_code
 from broker_store.protocol.codes import ResponseCode
 
 OK = ReplicationStatus.PUT_OK
@@ -39,11 +39,11 @@ def _rules(in_sync: int, min_in_sync: int = 1, auto: bool = False,
 # -- needAck rules ----------------------------------------------------------------------------------
 
 def test_status_wire_codes() -> None:
-    assert OK.response_code is ResponseCode.SUCCESS
-    assert TIMEOUT.response_code == 12
-    assert ReplicationStatus.SLAVE_NOT_AVAILABLE.response_code == 11
-    assert NOT_ENOUGH.response_code is ResponseCode.SYSTEM_ERROR
-    assert NOT_ENOUGH.remark("x") == "IN_SYNC_REPLICAS_NOT_ENOUGH: x" and OK.remark("x") == ""
+    assert response_code(OK) is ResponseCode.SUCCESS
+    assert response_code(TIMEOUT) == 12
+    assert response_code(ReplicationStatus.SLAVE_NOT_AVAILABLE) == 11
+    assert response_code(NOT_ENOUGH) is ResponseCode.SYSTEM_ERROR
+    assert remark(NOT_ENOUGH, "x") == "IN_SYNC_REPLICAS_NOT_ENOUGH: x" and remark(OK, "x") == ""
 
 
 def test_default_one_of_one_is_asynchronous_even_for_sync_master() -> None:
