@@ -1,0 +1,136 @@
+"""Puts waiting for replica acks on a primary: each resolves PUT_OK or FLUSH_SLAVE_TIMEOUT, never blocking.
+
+Pure state with an injected clock, owned by ``Quorum``. A put that ended at CommitLog offset E and
+needs N copies (primary included) waits for N-1 connected replicas to ack an offset at or past E,
+for at most the slave timeout. Any number of puts wait at once (pipelined): ``wait`` returns a
+future at once, ``on_acks`` resolves every satisfied waiter, ``expire`` times out the late ones;
+the I/O layer calls ``expire`` at ``next_deadline()`` (one timer, no sleeping).
+
+Ordering: waiters needing the same N are resolved in end-offset order (a replica's ack covers every
+byte below it, so the satisfied ones are always a prefix). Within one call, all resolutions are made
+in ascending end offset, across different N too.
+
+Futures are ``concurrent.futures.Future`` so they fit the store's durability future (issue #9's
+``DurabilityPolicy`` steps return that type); await them with ``asyncio.wrap_future``. Contract: not
+thread-safe; call every method from the one event-loop thread that runs puts and HA links.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import heapq
+import itertools
+from bisect import bisect_right
+from collections import deque
+from dataclasses import dataclass, field
+
+from broker_store.ha.clock import Clock
+from broker_store.ha.status import ReplicationStatus
+
+AckFuture = concurrent.futures.Future[ReplicationStatus]
+
+
+@dataclass(eq=False)
+class _Waiter:
+    end_offset: int
+    """CommitLog offset just past the put's last byte; an ack at or past it covers the put."""
+    need_replicas: int
+    """Replica acks required: needAck - 1."""
+    deadline: float
+    seq: int
+    future: AckFuture = field(default_factory=concurrent.futures.Future)
+
+
+class AckTracker:
+    """Pending puts grouped by how many replica acks they need, each group in end-offset order."""
+
+    def __init__(self, clock: Clock, timeout: float) -> None:
+        if timeout <= 0:
+            raise ValueError(f"slave timeout must be > 0 seconds, got {timeout}")
+        self._clock = clock
+        self._timeout = timeout
+        self._groups: dict[int, deque[_Waiter]] = {}
+        self._deadlines: list[tuple[float, int, _Waiter]] = []
+        self._seq = itertools.count()
+        self._pending = 0
+
+    @property
+    def pending(self) -> int:
+        """Puts still waiting (cancelled ones included until they are swept)."""
+        return self._pending
+
+    def wait(self, end_offset: int, need_acks: int, ack_offsets: list[int]) -> AckFuture:
+        """A future for a put ending at ``end_offset`` that needs ``need_acks`` copies, primary included.
+
+        ``ack_offsets`` are the connected replicas' current acks (``ReplicaLinks.ack_offsets()``): a put
+        already covered resolves at once. ``need_acks`` <= 1 needs no replica and is PUT_OK at once.
+        """
+        waiter = _Waiter(end_offset, max(need_acks - 1, 0), self._clock.monotonic() + self._timeout,
+                         next(self._seq))
+        if _covered(waiter.need_replicas, ack_offsets) >= end_offset:
+            waiter.future.set_result(ReplicationStatus.PUT_OK)
+            return waiter.future
+        group = self._groups.setdefault(waiter.need_replicas, deque())
+        if not group or group[-1].end_offset <= end_offset:
+            group.append(waiter)
+        else:  # an out-of-order put (not expected from one writer): keep the group sorted anyway
+            group.insert(bisect_right([w.end_offset for w in group], end_offset), waiter)
+        heapq.heappush(self._deadlines, (waiter.deadline, waiter.seq, waiter))
+        self._pending += 1
+        return waiter.future
+
+    def on_acks(self, ack_offsets: list[int]) -> int:
+        """Resolve PUT_OK every waiter the replicas' current acks cover; returns how many resolved."""
+        done: list[_Waiter] = []
+        for need, group in self._groups.items():
+            covered = _covered(need, ack_offsets)
+            while group and group[0].end_offset <= covered:
+                done.append(group.popleft())
+        return self._resolve(done, ReplicationStatus.PUT_OK)
+
+    def expire(self) -> int:
+        """Resolve FLUSH_SLAVE_TIMEOUT every waiter whose deadline has passed; returns how many."""
+        now = self._clock.monotonic()
+        late: list[_Waiter] = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            waiter = heapq.heappop(self._deadlines)[2]
+            if not waiter.future.done():
+                late.append(waiter)
+        if late:
+            gone = set(map(id, late))
+            for need, group in self._groups.items():
+                self._groups[need] = deque(w for w in group if id(w) not in gone)
+        return self._resolve(late, ReplicationStatus.FLUSH_SLAVE_TIMEOUT)
+
+    def next_deadline(self) -> float | None:
+        """Clock time of the earliest pending deadline (None when nothing waits)."""
+        while self._deadlines and self._deadlines[0][2].future.done():
+            heapq.heappop(self._deadlines)  # resolved or cancelled meanwhile
+        return self._deadlines[0][0] if self._deadlines else None
+
+    def fail_all(self, status: ReplicationStatus) -> int:
+        """Resolve every waiter with ``status`` (shutdown, or a role change away from primary)."""
+        everyone = [w for group in self._groups.values() for w in group]
+        self._groups.clear()
+        self._deadlines.clear()
+        return self._resolve(everyone, status)
+
+    def _resolve(self, waiters: list[_Waiter], status: ReplicationStatus) -> int:
+        waiters.sort(key=lambda w: (w.end_offset, w.seq))
+        resolved = 0
+        for waiter in waiters:
+            self._pending -= 1
+            # A waiter whose future the caller cancelled is simply dropped.
+            if waiter.future.set_running_or_notify_cancel():
+                waiter.future.set_result(status)
+                resolved += 1
+        return resolved
+
+
+def _covered(need_replicas: int, ack_offsets: list[int]) -> int:
+    """Highest offset at least ``need_replicas`` of the acks reach (acks sorted highest first)."""
+    if need_replicas <= 0:
+        return 2**63 - 1
+    if need_replicas > len(ack_offsets):
+        return -1
+    return ack_offsets[need_replicas - 1]

@@ -1,0 +1,240 @@
+"""The primary's HA port: one CommitLog shipping stream per connected replica, acks fed to the quorum.
+
+asyncio I/O only; the decisions live in ``replica_start`` (where a replica starts), ``quorum`` (links,
+acks, timeouts) and ``wire`` (bytes). The broker (lead's wiring) builds one ``PrimaryService`` per
+primary over its MessageStore and ``Quorum``, calls ``notify_appended()`` from the store's arrival
+listener so idle streams wake at once, and awaits ``Quorum.wait`` futures on the send path. A role
+change away from primary stops the service (which answers waiting puts). Controller mode later adds
+the epoch handshake before the first batch (its own codec) and feeds SyncStateSet membership from
+the same per-link acks.
+
+Per connection: the replica's first 8-byte report is its max offset; ``decide_replica_start`` picks
+FOLLOW (ship from there), RESTART (ship from the primary's min offset) or DIVERGED (send one heartbeat
+at the primary's max offset, so the replica can tell, and close). Then a sender task ships
+``ha_transfer_batch_size`` batches until caught up, waits for new data, and sends a heartbeat after
+``ha_send_heartbeat_interval_ms`` of silence; the reader feeds every later report to the quorum as an
+ack. A link silent for ``ha_housekeeping_interval_ms`` is closed by ``Quorum.tick``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from dataclasses import dataclass, field
+
+from broker_store.ha.clock import Clock, SystemClock
+from broker_store.ha.errors import HALinkError, HAProtocolError
+from broker_store.ha.quorum import Quorum
+from broker_store.ha.replica_links import LinkId
+from broker_store.ha.replica_start import StartAction, decide_replica_start
+from broker_store.ha.settings import HASettings
+from broker_store.ha.status import ReplicationStatus
+from broker_store.ha.store_view import PrimaryLog
+from broker_store.ha.wire import ReportDecoder, encode_batch_header, encode_heartbeat
+
+log = logging.getLogger(__name__)
+
+_READ_CHUNK = 64 * 1024
+_WRITE_BUFFER_HIGH = 4 * 1024 * 1024
+"""Bytes queued in the transport before ``drain`` waits: several batches in flight when catching up."""
+_YIELD_EVERY = 1024 * 1024
+"""A catching-up stream lets the loop run other work (puts, acks) after this many bytes: ``drain``
+only yields when the socket pushes back, which a fast replica on loopback rarely does."""
+
+
+@dataclass(eq=False)
+class _Stream:
+    link: LinkId
+    writer: asyncio.StreamWriter
+    next_offset: int = -1
+    """Next CommitLog byte to ship (-1 before the first report)."""
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    sender: asyncio.Task[None] | None = None
+
+
+class PrimaryService:
+    """Listens on the HA port and ships ``log`` to every replica that connects.
+
+    Contract: runs on one event loop; ``log`` is read on that loop's thread; ``quorum`` is only touched
+    from it (the send path must call ``Quorum.admit``/``wait`` on the same loop).
+    """
+
+    def __init__(self, log_: PrimaryLog, quorum: Quorum, settings: HASettings, *, host: str = "127.0.0.1",
+                 port: int = 0, clock: Clock | None = None) -> None:
+        self._log = log_
+        self._quorum = quorum
+        self._host, self._port = host, port
+        self._clock = clock or SystemClock()
+        self._batch = settings.ha_transfer_batch_size
+        self._heartbeat = settings.ha_send_heartbeat_interval_ms / 1000
+        self._first_report_timeout = settings.ha_housekeeping_interval_ms / 1000
+        self._streams: dict[LinkId, _Stream] = {}
+        self._server: asyncio.Server | None = None
+        self._tick_handle: asyncio.TimerHandle | None = None
+        self._tick_at: float | None = None
+        self._ids = itertools.count(1)
+
+    @property
+    def port(self) -> int:
+        """The bound HA port (the OS's pick when configured 0)."""
+        if self._server is None:
+            raise HALinkError("the HA service is not started")
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        try:
+            self._server = await asyncio.start_server(self._serve, self._host, self._port)
+        except OSError as exc:
+            raise HALinkError(f"cannot listen for replicas on {self._host}:{self._port}: {exc}") from exc
+        self._quorum.on_wakeup_changed = self._arm_tick
+
+    async def stop(self) -> None:
+        """Close the listener and every link; answer puts still waiting (FLUSH_SLAVE_TIMEOUT)."""
+        self._quorum.on_wakeup_changed = None
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+            self._tick_handle = None
+        if self._server is not None:
+            self._server.close()
+        for stream in list(self._streams.values()):
+            stream.writer.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        self._quorum.fail_pending(ReplicationStatus.FLUSH_SLAVE_TIMEOUT)
+
+    def notify_appended(self) -> None:
+        """The log grew: wake idle streams (call from the store's arrival listener, on the loop thread)."""
+        for stream in self._streams.values():
+            stream.wake.set()
+
+    def shipped_offsets(self) -> dict[LinkId, int]:
+        """Next offset each connected replica will be sent (admin views, tests)."""
+        return {link: s.next_offset for link, s in self._streams.items()}
+
+    # -- one replica -----------------------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        link: LinkId = f"{peer[0]}:{peer[1]}#{next(self._ids)}" if peer else f"replica#{next(self._ids)}"
+        writer.transport.set_write_buffer_limits(high=_WRITE_BUFFER_HIGH)
+        stream = _Stream(link, writer)
+        decoder = ReportDecoder()
+        registered = False
+        try:
+            first, pending = await self._first_report(reader, decoder)
+            decision = decide_replica_start(replica_max=first, primary_min=self._log.min_physical_offset,
+                                            primary_max=self._log.max_physical_offset)
+            if decision.action is StartAction.DIVERGED:
+                log.error("HA link %s: refusing replica: %s", link, decision.reason)
+                writer.write(encode_heartbeat(decision.offset))
+                await writer.drain()
+                return
+            log.info("HA link %s: %s", link, decision.reason)
+            stream.next_offset = decision.offset
+            self._streams[link] = stream
+            self._quorum.replica_connected(link)
+            registered = True
+            self._report(stream, first)
+            for offset in pending:
+                self._report(stream, offset)
+            stream.sender = asyncio.create_task(self._send_loop(stream), name=f"ha-ship {link}")
+            while True:
+                data = await reader.read(_READ_CHUNK)
+                if not data:
+                    return
+                for offset in decoder.feed(data):
+                    self._report(stream, offset)
+        except (HAProtocolError, HALinkError) as exc:
+            log.warning("HA link %s closed: %s", link, exc)
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            log.info("HA link %s lost: %s", link, exc)
+        finally:
+            if registered:
+                self._quorum.replica_disconnected(link)
+            self._streams.pop(link, None)
+            if stream.sender is not None:
+                stream.sender.cancel()
+                with contextlib.suppress(asyncio.CancelledError, OSError):
+                    await stream.sender
+            writer.close()
+
+    async def _first_report(self, reader: asyncio.StreamReader, decoder: ReportDecoder) -> tuple[int, list[int]]:
+        async with asyncio.timeout(self._first_report_timeout):
+            while True:
+                data = await reader.read(_READ_CHUNK)
+                if not data:
+                    raise HALinkError("replica closed the link before reporting its offset")
+                offsets = decoder.feed(data)
+                if offsets:
+                    return offsets[0], offsets[1:]
+
+    def _report(self, stream: _Stream, offset: int) -> None:
+        if offset > stream.next_offset:
+            raise HAProtocolError(f"replica acked offset {offset}, past the {stream.next_offset} shipped to it")
+        self._quorum.replica_reported(stream.link, offset)
+
+    async def _send_loop(self, stream: _Stream) -> None:
+        writer, log_ = stream.writer, self._log
+        last_sent = self._clock.monotonic()
+        since_yield = 0
+        try:
+            while True:
+                if stream.next_offset < log_.min_physical_offset:
+                    # Retention deleted what this replica needs next: it restarts from the new min.
+                    decision = decide_replica_start(replica_max=stream.next_offset,
+                                                    primary_min=log_.min_physical_offset,
+                                                    primary_max=log_.max_physical_offset)
+                    log.warning("HA link %s: %s", stream.link, decision.reason)
+                    stream.next_offset = decision.offset
+                data = log_.read_commit_log(stream.next_offset, self._batch)
+                if data:
+                    writer.write(encode_batch_header(stream.next_offset, len(data)))
+                    writer.write(data)
+                    stream.next_offset += len(data)
+                    last_sent = self._clock.monotonic()
+                    await writer.drain()
+                    since_yield += len(data)
+                    if since_yield >= _YIELD_EVERY:
+                        since_yield = 0
+                        await asyncio.sleep(0)
+                    continue
+                stream.wake.clear()
+                if log_.max_physical_offset > stream.next_offset:
+                    continue  # grew between the read and the clear
+                idle = self._clock.monotonic() - last_sent
+                if idle < self._heartbeat:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stream.wake.wait(), self._heartbeat - idle)
+                    continue
+                writer.write(encode_heartbeat(stream.next_offset))
+                last_sent = self._clock.monotonic()
+                await writer.drain()
+        except OSError as exc:
+            log.info("HA link %s: send failed: %s", stream.link, exc)
+            writer.close()
+
+    # -- timers ----------------------------------------------------------------------------------------
+
+    def _arm_tick(self) -> None:
+        """Keep one timer armed at the quorum's next wakeup (dead links, slave timeouts)."""
+        when = self._quorum.next_wakeup()
+        if when is None or (self._tick_at is not None and self._tick_at <= when):
+            return
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+        loop = asyncio.get_running_loop()
+        self._tick_at = when
+        self._tick_handle = loop.call_later(max(when - self._clock.monotonic(), 0.0), self._on_tick)
+
+    def _on_tick(self) -> None:
+        self._tick_handle = None
+        self._tick_at = None
+        for link in self._quorum.tick():
+            stream = self._streams.get(link)
+            if stream is not None:
+                log.warning("HA link %s: nothing heard for the housekeeping interval, closing it", link)
+                stream.writer.close()
+        self._arm_tick()

@@ -1,0 +1,155 @@
+"""A replica's HA link: connect to the primary's HA port, report the max offset, append what arrives.
+
+asyncio I/O only; what a batch's offset means is ``replica_start.interpret_batch_offset``, the bytes
+are ``wire``. The broker (lead's wiring) runs one ``ReplicaClient`` per SLAVE over its MessageStore;
+the store's own dispatch builds the replica's ConsumeQueues from the appended bytes. A role change
+to primary stops the client first. Controller mode later adds the epoch handshake (truncate to the
+last consistent point) before the first batch, in its own codec.
+
+The session: report ``max_physical_offset`` (8 bytes); then for every read, apply the batches in
+order on a worker thread (a batch at the replica's max offset is appended; one past it means the
+primary's log starts beyond ours: RESTART, drop the log and continue there; one below it means we
+hold bytes the primary does not: DIVERGED, stop following and keep ``diverged`` for an operator),
+then report the new max offset, which is the ack the primary's quorum counts. A report also goes out
+every ``ha_send_heartbeat_interval_ms``. Nothing received for ``ha_housekeeping_interval_ms`` (the
+primary heartbeats more often than that) is a dead link: close, wait ``reconnect_delay``, connect
+again and resume from the max offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from broker_store.config import split_host_port
+from broker_store.ha.errors import HALinkError, HAProtocolError, ReplicaLogDivergedError
+from broker_store.ha.replica_start import StartAction, interpret_batch_offset
+from broker_store.ha.settings import HASettings
+from broker_store.ha.store_view import ReplicaLog
+from broker_store.ha.wire import BatchDecoder, TransferBatch, encode_report
+from broker_store.protocol.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+_READ_CHUNK = 1024 * 1024
+
+
+class ReplicaClient:
+    """Follows the primary at ``primary_address`` (default: ``settings.ha_primary_address``) into ``log``.
+
+    Contract: ``log`` is written only by this client; its appends run on one worker thread at a time.
+    """
+
+    def __init__(self, log_: ReplicaLog, settings: HASettings, *, primary_address: str | None = None,
+                 reconnect_delay: float = 1.0) -> None:
+        address = primary_address or settings.ha_primary_address
+        if address is None:
+            raise HALinkError("a replica needs the primary's HA address (ha.ha_primary_address)")
+        self._host, self._port = split_host_port(address)
+        self._log = log_
+        self._heartbeat = settings.ha_send_heartbeat_interval_ms / 1000
+        self._dead_after = settings.ha_housekeeping_interval_ms / 1000
+        self._reconnect_delay = reconnect_delay
+        self._task: asyncio.Task[None] | None = None
+        self._appender: ThreadPoolExecutor | None = None
+        """One worker thread for appends, so a stopped client's last append ends before anyone reads the
+        max offset again (a restarted client would otherwise report a max offset about to move)."""
+        self.connected = False
+        """True while a session with the primary is up."""
+        self.sessions = 0
+        """Sessions started so far (reconnects = sessions - 1)."""
+        self.last_error: str = ""
+        """Why the last session ended."""
+        self.diverged: ReplicaLogDivergedError | None = None
+        """Set when the replica stopped following because its log reaches past the primary's."""
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._appender = ThreadPoolExecutor(1, thread_name_prefix="ha-replica-append")
+            self._task = asyncio.create_task(self._run(), name=f"ha-replica {self._host}:{self._port}")
+
+    async def stop(self) -> None:
+        """Stop following; returns once no append is in flight."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._appender is not None:
+            await asyncio.to_thread(self._appender.shutdown, wait=True)
+            self._appender = None
+        self.connected = False
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._session()
+            except ReplicaLogDivergedError as exc:
+                self.diverged = exc
+                self.last_error = str(exc)
+                log.error("HA replica stops following %s:%s: %s", self._host, self._port, exc)
+                return
+            except (HALinkError, HAProtocolError, StoreError) as exc:
+                self.last_error = str(exc)
+                log.warning("HA link to %s:%s ended: %s", self._host, self._port, exc)
+            finally:
+                self.connected = False
+            await asyncio.sleep(self._reconnect_delay)
+
+    async def _session(self) -> None:
+        try:
+            async with asyncio.timeout(self._dead_after):
+                reader, writer = await asyncio.open_connection(self._host, self._port)
+        except (OSError, TimeoutError) as exc:
+            raise HALinkError(f"cannot connect to the primary's HA port {self._host}:{self._port}: "
+                              f"{exc or 'timed out'}") from exc
+        self.sessions += 1
+        self.connected = True
+        heartbeat: asyncio.Task[None] | None = None
+        try:
+            writer.write(encode_report(self._log.max_physical_offset))
+            heartbeat = asyncio.create_task(self._heartbeat_loop(writer))
+            decoder = BatchDecoder()
+            loop = asyncio.get_running_loop()
+            while True:
+                try:
+                    async with asyncio.timeout(self._dead_after):
+                        data = await reader.read(_READ_CHUNK)
+                except TimeoutError as exc:
+                    raise HALinkError(f"nothing from the primary for {self._dead_after:g} s: dead link") from exc
+                if not data:
+                    raise HALinkError("the primary closed the link")
+                batches = decoder.feed(data)
+                if batches:
+                    await loop.run_in_executor(self._appender, self._apply, batches)
+                    writer.write(encode_report(self._log.max_physical_offset))
+        except OSError as exc:
+            raise HALinkError(f"HA link to {self._host}:{self._port} failed: {exc}") from exc
+        finally:
+            if heartbeat is not None:
+                heartbeat.cancel()
+            writer.close()
+
+    def _apply(self, batches: list[TransferBatch]) -> None:
+        """Worker thread: append each batch at the log's max offset (or restart/refuse per its offset)."""
+        log_ = self._log
+        for batch in batches:
+            if batch.offset != log_.max_physical_offset:
+                replica_min, replica_max = log_.min_physical_offset, log_.max_physical_offset
+                decision = interpret_batch_offset(replica_min=replica_min, replica_max=replica_max,
+                                                  batch_offset=batch.offset)
+                decision.raise_if_diverged(replica_min=replica_min, replica_max=replica_max,
+                                           primary_min=-1, primary_max=batch.offset)
+                if decision.action is StartAction.RESTART:
+                    log.warning("HA replica: %s", decision.reason)
+                    log_.restart_commit_log(decision.offset)
+            if batch.data:
+                log_.append_commit_log(batch.offset, batch.data)
+
+    async def _heartbeat_loop(self, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                await asyncio.sleep(self._heartbeat)
+                writer.write(encode_report(self._log.max_physical_offset))

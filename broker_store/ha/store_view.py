@@ -1,0 +1,51 @@
+"""What HA needs of a message store: raw CommitLog bytes at physical offsets, nothing else.
+
+``primary_service`` reads through ``PrimaryLog``; ``replica_client`` writes through ``ReplicaLog``.
+``broker_store.store.MessageStore`` provides every method except ``restart_commit_log`` (see its
+docstring): HA never imports the store, so tests and the broker pass the store itself (or a thin
+adapter) and the store's internals stay free to change.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class PrimaryLog(Protocol):
+    """The primary's CommitLog, read by the shipping streams (on the event-loop thread)."""
+
+    @property
+    def min_physical_offset(self) -> int:
+        """First byte still held (retention moves it forward)."""
+        ...
+
+    @property
+    def max_physical_offset(self) -> int:
+        """Next byte to be written."""
+        ...
+
+    def read_commit_log(self, offset: int, max_bytes: int) -> bytes:
+        """Raw bytes from ``offset``, never crossing a segment end; b"" outside [min, max)."""
+        ...
+
+
+class ReplicaLog(PrimaryLog, Protocol):
+    """The replica's CommitLog, written only by its ``replica_client`` (appends run on a worker thread)."""
+
+    def append_commit_log(self, offset: int, data: bytes) -> None:
+        """Write ``data`` at exactly the max offset (not crossing a segment end) and index whole records."""
+        ...
+
+    def truncate_commit_log(self, offset: int) -> None:
+        """Drop every byte at or past ``offset`` (a record boundary)."""
+        ...
+
+    def restart_commit_log(self, offset: int) -> None:
+        """Drop the whole log and continue, empty, at ``offset`` (min = max = offset).
+
+        Needed when the replica's log lies entirely below the primary's min offset (``replica_start``
+        RESTART). MessageStore lacks it today: ``truncate_commit_log`` can only move the max offset
+        down. Proposed store addition: drop all segments and ConsumeQueue entries, set the max,
+        flushed and dispatched offsets to ``offset``, write the checkpoint.
+        """
+        ...
