@@ -11,6 +11,10 @@
  * without UNIQ_KEY gets its offset message id (STOREHOST ip + port + PHYSICALOFFSET, 32 upper-case hex
  * digits); the suffix (the chain entry, or nothing) is appended, after a \x02 unless the properties are
  * empty or already end with one.
+ *
+ * The property format (name \x01 value \x02, the last UNIQ_KEY winning) is owned by
+ * broker_store/protocol/properties.py; the keys and separators below mirror it (``property_key``,
+ * ``last_value_start``, ``append_properties``), and the property tests hold this file to it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -19,13 +19,13 @@ from broker_store.protocol.message import (
     encode_stored_message,
     iter_batch,
 )
+from broker_store.protocol.properties import dropped_entries_pattern
 from connectors.replication import forwarding, loop_guard
 from connectors.replication.forwarding import (
     DROPPED_PROPERTIES,
     SKIP,
     ForwardedPull,
     RecordForwarder,
-    dropped_entries_pattern,
     target_properties,
 )
 
