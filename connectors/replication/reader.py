@@ -71,9 +71,11 @@ Options (case-insensitive)::
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -96,9 +98,11 @@ from broker_store.client.route_cache import subscribe_queues
 from broker_store.protocol.errors import RocketMQError, TopicNotExistError
 from connectors.core.driver_log import driver_logging
 from connectors.core.executor import freeze_worker_heap
-from connectors.core.offsets import QueueKey, SourceOffset
+from connectors.core.offsets import OffsetSpec, QueueKey, SourceOffset
+from connectors.core.outage import OutagePolicy, SourceOutage
 from connectors.core.rows import (
     COL_BROKER,
+    COL_CONFIG_PATH,
     COL_CONSUMER_GROUP,
     COL_END_OFFSET,
     COL_FAIL_ON_DATA_LOSS,
@@ -122,6 +126,8 @@ from connectors.replication.tables import LinkTables
 
 log = logging.getLogger(__name__)
 
+MISSING_TOPIC_WARN_INTERVAL_S = 60.0
+"""An explicitly named source topic that does not exist is warned about at most this often."""
 _DRIVER_PARALLELISM = 16
 """Concurrent admin calls (min/max offsets, offset commits) the driver makes per trigger."""
 
@@ -155,6 +161,9 @@ class _DriverState:
     """The newest end offsets ``commit`` was given that the commit thread has not taken yet."""
     commit_thread: ThreadPoolExecutor | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    outage: SourceOutage | None = None
+    missing_warned: dict[str, float] = field(default_factory=dict)
+    """Explicit topics found missing -> monotonic time of their last WARNING."""
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -172,7 +181,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.settings = PullSettings(namesrv=o.namesrv, group=o.group, cluster=o.cluster, tags=o.tag_filter,
                                      pull_batch_size=o.pull_batch_size, fail_on_data_loss=o.fail_on_data_loss,
                                      pull_timeout_ms=o.pull_timeout_ms, row_format=o.row_format,
-                                     credentials=o.credentials)
+                                     credentials=o.credentials, link=o.link or "", config_path=o.config,
+                                     retry=OutagePolicy(o.retry_timeout_ms, o.retry_backoff_ms,
+                                                        o.retry_backoff_max_ms))
         self._state = _DriverState()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -191,39 +202,86 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._state.admin = Admin(self.options.namesrv, credentials=self.options.credentials)
         return self._state.admin
 
+    @property
+    def outage(self) -> SourceOutage:
+        """The driver's retries of admin calls while the source is unavailable (``SourceOutage.call``)."""
+        if self._state.outage is None:
+            o = self.options
+            self._state.outage = SourceOutage(
+                link=o.link or o.group, cluster=o.cluster, namesrv=o.namesrv, policy=self.settings.retry,
+                cluster_has_brokers=lambda: bool(self._admin.cluster_info().broker_addr_table))
+        return self._state.outage
+
     def _reserved_names(self) -> list[str]:
-        info = self._admin.cluster_info()
+        info = self.outage.call(self._admin.cluster_info, "listing the brokers")
         return [*info.cluster_addr_table, *info.broker_addr_table]
 
     def discover_queues(self) -> list[QueueKey]:
-        """Readable queues of the selected topics, now (driver). Missing topics are skipped."""
-        topics = self.options.selection.select(self._admin.topic_list, self._reserved_names)
+        """Readable queues of the selected topics, now (driver). A topic without a route is skipped; an
+        explicitly named one is also reported (``_warn_missing``), since it is probably a typo. Admin
+        calls ride out a source outage (``outage``)."""
+        selection = self.options.selection
+        topics = selection.select(lambda: self.outage.call(self._admin.topic_list, "listing the topics"),
+                                  self._reserved_names)
         queues: list[QueueKey] = []
+        explicit = selection.explicit_topics()
+        for topic in sorted(explicit.difference(topics)):  # a link's explicit topic absent from the list
+            self._warn_missing(topic)
         for topic in topics:
             try:
-                route = self._admin.topic_route(topic)
+                route = self.outage.call(functools.partial(self._admin.topic_route, topic),
+                                         f"looking up the route of topic {topic}")
             except TopicNotExistError:
-                log.info("source topic %s has no route on %s (yet); skipped", topic, self.options.namesrv)
+                if topic in explicit:
+                    self._warn_missing(topic)
+                else:
+                    log.info("source topic %s has no route on %s (yet); skipped", topic, self.options.namesrv)
                 continue
+            self._state.missing_warned.pop(topic, None)
             queues.extend(QueueKey(mq.topic, mq.broker_name, mq.queue_id) for mq in subscribe_queues(topic, route))
         return queues
 
-    def _offsets(self, fn: Callable[[MessageQueue], int], queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
-        return dict(zip(queues, _parallel(lambda q: fn(_mq(q)), list(queues)), strict=True))
+    def _warn_missing(self, topic: str) -> None:
+        """WARNING for an explicitly named source topic the cluster does not have: at the first trigger
+        that misses it, then at most once per ``MISSING_TOPIC_WARN_INTERVAL_S`` while it stays missing."""
+        now = time.monotonic()
+        last = self._state.missing_warned.get(topic)
+        if last is not None and now - last < MISSING_TOPIC_WARN_INTERVAL_S:
+            return
+        self._state.missing_warned[topic] = now
+        o = self.options
+        log.warning("link %s: source topic %r does not exist on cluster %s (namesrv %s); nothing is read from "
+                    "it until it is created (check the spelling in the link's topics)", o.link or o.group, topic,
+                    o.cluster, o.namesrv)
 
-    def _starting(self, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
-        spec = self.options.starting_offsets
-        lowered = spec.lower()
-        if lowered == "earliest":
-            return self._offsets(self._admin.min_offset, queues)
-        if lowered == "latest":
-            return self._offsets(self._admin.max_offset, queues)
-        if lowered.startswith("timestamp:"):
-            ts = int(spec.split(":", 1)[1])
-            return self._offsets(lambda mq: self._admin.search_offset(mq, ts), queues)
-        given = SourceOffset.from_json(spec).queues
-        missing = [q for q in queues if q not in given]
-        return {**given, **self._offsets(self._admin.min_offset, missing)}
+    def _offsets(self, fn: Callable[[MessageQueue], int], queues: Sequence[QueueKey],
+                 what: str) -> dict[QueueKey, int]:
+        """``fn`` of every queue (concurrently), each call riding out a source outage."""
+        def one(queue: QueueKey) -> int:
+            return self.outage.call(lambda: fn(_mq(queue)), f"reading the {what} of {queue.to_key()}")
+        return dict(zip(queues, _parallel(one, list(queues)), strict=True))
+
+    def min_offsets(self, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
+        return self._offsets(self._admin.min_offset, queues, "min offset")
+
+    def max_offsets(self, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
+        return self._offsets(self._admin.max_offset, queues, "max offset")
+
+    def resolve(self, spec: OffsetSpec, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
+        """The offsets ``spec`` names for ``queues`` (driver): each queue's min / max offset, the first
+        offset stored at or after a timestamp, or the given per-queue offsets (a queue they do not
+        name: its min offset; queues they name that are not in ``queues`` are kept)."""
+        if spec.kind == "earliest":
+            return self.min_offsets(queues)
+        if spec.kind == "latest":
+            return self.max_offsets(queues)
+        if spec.kind == "timestamp":
+            ts = spec.timestamp_ms
+            assert ts is not None
+            return self._offsets(lambda mq: self._admin.search_offset(mq, ts), queues, f"offset at {ts} ms")
+        assert spec.offsets is not None
+        given = spec.offsets.queues
+        return {**given, **self.min_offsets([q for q in queues if q not in given])}
 
     # -- Spark API (driver) --------------------------------------------------------------------
 
@@ -238,11 +296,14 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             resume = tables.latest_offsets()
             if resume:
                 missing = [q for q in queues if q not in resume]
-                offsets = {**self._offsets(self._admin.min_offset, missing), **resume}
+                offsets = {**self.min_offsets(missing), **resume}
                 log.info("resuming %d queue(s) from the Delta offsets table of link %s (%d new queue(s) "
                          "from earliest)", len(resume), o.link, len(missing))
                 return SourceOffset.of(offsets).to_dict()
-        return SourceOffset.of(self._starting(queues)).to_dict()
+        spec = OffsetSpec.parse(o.starting_offsets)
+        log.info("link %s: no checkpoint and no Delta resume point; starting %d queue(s) at startingOffsets "
+                 "%s", o.link or o.group, len(queues), spec)
+        return SourceOffset.of(self.resolve(spec, queues)).to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_messages_per_trigger is None:
@@ -253,7 +314,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Record every selected queue's max offset now; later batches never read past them."""
         driver_logging()
         queues = self.discover_queues()
-        self._state.available_now_target = SourceOffset.of(self._offsets(self._admin.max_offset, queues))
+        self._state.available_now_target = SourceOffset.of(self.max_offsets(queues))
         log.info("Trigger.AvailableNow: reading up to the max offsets of %d queue(s)", len(queues))
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
@@ -264,8 +325,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if target is not None:
             queues = [q for q in queues if q in target.queues]
         new = [q for q in queues if q not in begin]
-        first = self._offsets(self._admin.min_offset, new)
-        maxes = self._offsets(self._admin.max_offset, queues)
+        first = self.min_offsets(new)
+        maxes = self.max_offsets(queues)
         self._state.latest = SourceOffset.of({**begin, **maxes})
         if target is not None:
             maxes = {q: min(m, target.queues[q]) for q, m in maxes.items()}
@@ -405,7 +466,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             COL_SOURCE_CLUSTER: [s.cluster] * n, COL_SOURCE_NAMESRV: [s.namesrv] * n,
             COL_CONSUMER_GROUP: [s.group] * n, COL_TAG_FILTER: [s.tags] * n,
             COL_PULL_BATCH_SIZE: [s.pull_batch_size] * n, COL_PULL_TIMEOUT_MS: [s.pull_timeout_ms] * n,
-            COL_FAIL_ON_DATA_LOSS: [s.fail_on_data_loss] * n,
+            COL_FAIL_ON_DATA_LOSS: [s.fail_on_data_loss] * n, COL_CONFIG_PATH: [s.config_path] * n,
         }, schema=RANGES_ARROW_SCHEMA)
 
     def _read_tuples(self, partition: QueueRange) -> Iterator[tuple[Any, ...]]:
