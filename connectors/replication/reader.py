@@ -10,7 +10,9 @@ Where code runs (Spark's Python Data Source contract):
 * driver, one long-lived Python process per query: ``RocketMQStreamReader`` ``initialOffset``,
   ``latestOffset``, ``partitions``, ``commit``, ``prepareForTriggerAvailableNow``,
   ``reportLatestOffset``, ``stop``. It owns an ``Admin`` (route, min/max offsets, timestamp search)
-  and a ``PullConsumer`` used only to commit the consumer group's offsets on the source.
+  and a ``PullConsumer`` used only to commit the consumer group's offsets on the source. Every admin
+  call rides out a source outage (``connectors.core.outage.SourceOutage``, the link's ``retry_*``).
+  ``jobs.reset_offsets`` uses the same discovery and offset look-ups outside Spark.
 * executors: ``RocketMQStreamReader.read(partition)``, stateless per call; the ``PullConsumer`` is
   shared per executor Python process (``connectors.core.executor.executor_consumer``, keyed by name servers,
   group and credentials).
@@ -38,11 +40,17 @@ Options (case-insensitive)::
     config, link          replicator.yaml path + link name         } TopicMapper, re-listed each trigger)
     cluster               source cluster name written to every row (sourceCluster) and the Delta rows
     tags                  "*" | "TagA || TagB"   (broker hash filter + exact client re-filter)
-    startingOffsets       earliest | latest | timestamp:<ms> | offset JSON  (default latest; a queue
-                          missing from the JSON starts at earliest)
+    startingOffsets       earliest | latest | timestamp:<ms> | offset JSON  (default latest; a link's
+                          starting_offsets, earliest by default, with config+link; a queue missing from the
+                          JSON starts at earliest). Only for a new query without Delta resume point
     maxMessagesPerTrigger admission control (ReadMaxRows), split by backlog; default: no limit
     failOnDataLoss        true (default): DataLossError when a start offset fell below the queue's min
-                          offset; false: log the lost range and skip to the min offset
+                          offset (it names jobs.reset_offsets and the link key); false: log the lost range
+                          as a WARNING and skip to the min offset
+    retryTimeoutMs, retryBackoffMs, retryBackoffMaxMs  while the source is unavailable, pulls and the
+                          driver's admin calls retry with doubling backoff (retryBackoffMs, capped at
+                          retryBackoffMaxMs) for up to retryTimeoutMs, then SourceUnavailableError
+                          (defaults 600000 / 1000 / 10000; a link's retry_* keys with config+link)
     pullBatchSize         messages per PULL_MESSAGE (default 256, 1024 with rowFormat=ranges; the broker caps
                           it at 1024)
     minPartitions         split queue ranges until at least this many partitions (default: one per queue)
@@ -163,7 +171,9 @@ class _DriverState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     outage: SourceOutage | None = None
     missing_warned: dict[str, float] = field(default_factory=dict)
-    """Explicit topics found missing -> monotonic time of their last WARNING."""
+    """Explicit topics found missing -> ``clock`` time of their last WARNING."""
+    clock: Callable[[], float] = time.monotonic
+    """Seconds, for rate-limiting warnings (a fake in unit tests)."""
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -244,7 +254,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _warn_missing(self, topic: str) -> None:
         """WARNING for an explicitly named source topic the cluster does not have: at the first trigger
         that misses it, then at most once per ``MISSING_TOPIC_WARN_INTERVAL_S`` while it stays missing."""
-        now = time.monotonic()
+        now = self._state.clock()
         last = self._state.missing_warned.get(topic)
         if last is not None and now - last < MISSING_TOPIC_WARN_INTERVAL_S:
             return

@@ -7,13 +7,16 @@ tests/spark/test_fault_tolerance.py::test_source_broker_restart_keeps_the_job_al
 
 from __future__ import annotations
 
+import logging
 import pickle
 from collections.abc import Callable
 from concurrent.futures import Future
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from broker_store.client import PullResult, PullStatus
+from broker_store.client import MessageQueue, PullResult, PullStatus
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import (
     NoPermissionError,
@@ -177,3 +180,77 @@ def test_a_pull_outage_longer_than_the_budget_fails_the_task() -> None:
                                                      r"unavailable for 5.0s while pulling T/b/0 at offset 4: "):
         next(pulls)
     assert sum(clock.sleeps) == pytest.approx(5.0)
+
+
+class FakeAdmin:
+    """The reader's driver-side Admin: ``Orders`` has 2 queues on ``src-a``; no other topic exists.
+    ``down``: calls that fail with a refused connection before answering."""
+
+    def __init__(self, down: int = 0) -> None:
+        self.down = down
+        self.calls = 0
+
+    def _call(self) -> None:
+        self.calls += 1
+        if self.down > 0:
+            self.down -= 1
+            raise TransportError("cannot connect to 127.0.0.1:10911")
+
+    def cluster_info(self) -> SimpleNamespace:
+        return SimpleNamespace(cluster_addr_table={"src": []}, broker_addr_table={"src-a": {}})
+
+    def topic_list(self) -> list[str]:
+        self._call()
+        return ["Orders"]
+
+    def topic_route(self, topic: str) -> object:
+        self._call()
+        if topic != "Orders":
+            raise TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST, f"no route of {topic}")
+        return SimpleNamespace(topic=topic)
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        self._call()
+        return 10 + mq.queue_id
+
+
+def _reader(monkeypatch: pytest.MonkeyPatch, admin: FakeAdmin, clock: FakeClock, **options: str) -> Any:
+    from connectors.replication import reader as reader_module
+
+    monkeypatch.setattr(reader_module, "subscribe_queues", lambda topic, route: [
+        MessageQueue(topic, "src-a", 0), MessageQueue(topic, "src-a", 1)])
+    reader = reader_module.RocketMQStreamReader({"namesrv": "127.0.0.1:9", "cluster": "src", "link": "L",
+                                                 "retryBackoffMs": "100", "retryBackoffMaxMs": "2000",
+                                                 "retryTimeoutMs": "30000", **options})
+    reader._state.admin = admin
+    reader._state.clock = clock.monotonic
+    reader.outage.clock = clock
+    return reader
+
+
+def test_driver_admin_calls_ride_out_a_source_outage(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    reader = _reader(monkeypatch, FakeAdmin(down=3), clock, topics="Orders")
+    queues = reader.discover_queues()
+    assert [q.queue_id for q in queues] == [0, 1] and clock.sleeps == [0.1, 0.2, 0.4]
+    assert reader.max_offsets(queues) == {queues[0]: 10, queues[1]: 11}
+    reader._state.admin = FakeAdmin(down=1000)
+    with pytest.raises(SourceUnavailableError, match=r"^link L: source cluster src \(namesrv 127.0.0.1:9\) "
+                                                     r"unavailable for 30.0s while reading the max offset of "
+                                                     r"Orders/src-a/0: TransportError"):
+        reader.max_offsets(queues[:1])
+
+
+def test_a_missing_explicit_topic_is_a_rate_limited_warning(monkeypatch: pytest.MonkeyPatch,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    reader = _reader(monkeypatch, FakeAdmin(), clock, topics="Orders,Ordres")
+    with caplog.at_level(logging.WARNING, logger="connectors.replication.reader"):
+        for _ in range(3):
+            assert len(reader.discover_queues()) == 2
+        clock.now += 61
+        reader.discover_queues()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert warnings[0] == ("link L: source topic 'Ordres' does not exist on cluster src (namesrv 127.0.0.1:9); "
+                           "nothing is read from it until it is created (check the spelling in the link's topics)")
