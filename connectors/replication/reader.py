@@ -130,13 +130,13 @@ from connectors.replication.planning import QueueRange, QueueRangeGroup, distrib
 from connectors.replication.pulling import PullSettings, pull_range, pull_range_raw
 from connectors.replication.reader_options import SourceOptions
 
+# connectors.replication.tables (deltalake) and .arrow_rows (pyarrow.compute) are imported where used:
+# Spark launches a fresh Python worker for most reader calls (the source runner, the read-planning worker,
+# each task's worker), every launch imports this module, and those two cost ~35 ms of each launch
+# (python -X importtime) for one driver call and one row format.
+
 log = logging.getLogger(__name__)
 
-_LAZY_IMPORTS = ("connectors.replication.tables", "connectors.replication.arrow_rows")
-"""Imported where used, not here: Spark launches a fresh Python worker for most reader calls (the source
-runner, the read-planning worker, each task's worker) and every launch imports this module; these two pull
-in deltalake and pyarrow.compute (~45 ms per launch) for one driver call and one row format. Measured
-with ``python -X importtime``; see the start-up notes of issue 8."""
 MISSING_TOPIC_WARN_INTERVAL_S = 60.0
 """An explicitly named source topic that does not exist is warned about at most this often."""
 _DRIVER_PARALLELISM = 16
@@ -305,7 +305,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         queues = self.discover_queues()
         o = self.options
         if o.delta_location is not None and o.link:
-            from connectors.replication.tables import LinkTables  # start-up: see _LAZY_IMPORTS
+            from connectors.replication.tables import LinkTables  # start-up cost: see the imports
 
             tables = LinkTables(Path(o.delta_location) / o.link, source_cluster=o.cluster)
             resume = tables.latest_offsets()
@@ -456,7 +456,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._read_raw(partition)
         if self.settings.row_format == "ranges":
             return self._read_ranges([partition])
-        from connectors.replication.arrow_rows import messages_to_arrow  # start-up: see _LAZY_IMPORTS
+        from connectors.replication.arrow_rows import messages_to_arrow  # start-up cost: see the imports
 
         return (messages_to_arrow(messages, partition.broker_name, self.settings.cluster)
                 for messages in pull_range(self.settings, partition))
