@@ -263,9 +263,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         self._state.missing_warned[topic] = now
         o = self.options
-        log.warning("link %s: source topic %r does not exist on cluster %s (namesrv %s); nothing is read from "
-                    "it until it is created (check the spelling in the link's topics)", o.link or o.group, topic,
-                    o.cluster, o.namesrv)
+        log.warning("link %s: source topic %r does not exist on cluster %s (namesrv %s), or no broker holding it "
+                    "is up; nothing is read from it until it has a route (check the spelling in the link's "
+                    "topics)", o.link or o.group, topic, o.cluster, o.namesrv)
 
     def _offsets(self, fn: Callable[[MessageQueue], int], queues: Sequence[QueueKey],
                  what: str) -> dict[QueueKey, int]:

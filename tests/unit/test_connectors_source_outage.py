@@ -252,5 +252,6 @@ def test_a_missing_explicit_topic_is_a_rate_limited_warning(monkeypatch: pytest.
         reader.discover_queues()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 2
-    assert warnings[0] == ("link L: source topic 'Ordres' does not exist on cluster src (namesrv 127.0.0.1:9); "
-                           "nothing is read from it until it is created (check the spelling in the link's topics)")
+    assert warnings[0] == ("link L: source topic 'Ordres' does not exist on cluster src (namesrv 127.0.0.1:9), or "
+                           "no broker holding it is up; nothing is read from it until it has a route (check the "
+                           "spelling in the link's topics)")
