@@ -171,7 +171,8 @@ def start_link(spark: Any, config_path: str, config: ReplicatorConfig, name: str
     # cross Spark at all: the source plans each batch's queue ranges, the sink's tasks pull them and send
     # as they pull (benchmarks/replicator.py has the numbers against raw pulls and per-message rows).
     frame = (spark.readStream.format("rocketmq").option("config", path).option("link", name)
-             .option("deltaLocation", delta).option("startingOffsets", "earliest").option("rowFormat", row_format)
+             .option("deltaLocation", delta).option("startingOffsets", link.starting_offsets)
+             .option("rowFormat", row_format)
              .option("maxPartitions", str(link.max_partitions or spark.sparkContext.defaultParallelism)).load())
     writer = (frame.writeStream.format("rocketmq").option("config", path).option("link", name)
               .option("deltaLocation", delta).option("checkpointLocation", checkpoint).queryName(name))

@@ -49,7 +49,8 @@ from pydantic_core import PydanticCustomError
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.message import PROPERTY_REPLICATOR_SOURCE, validate_topic
-from connectors.core.errors import ConfigError, CredentialError
+from connectors.core.errors import ConfigError, CredentialError, OffsetFormatError
+from connectors.core.offsets import OffsetSpec
 
 CLUSTER_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 """Full-match pattern of every cluster name. Names are written into message properties as lists joined
@@ -349,7 +350,27 @@ def _parse_trigger(value: Any) -> float:
     return seconds
 
 
-class ReadSettings(_Model):
+class RetrySettings(_Model):
+    """How a link rides out an unavailable cluster, at either end (``connectors.core.outage``): shared by
+    ``ReadSettings`` (the source: pulls and the reader's admin calls) and ``WriteSettings`` (the target)."""
+
+    retry_backoff_ms: int = Field(default=1000, ge=0)
+    """Wait before the first retry (of a failed send, or of a call to an unavailable cluster); doubled
+    on each further retry."""
+    retry_timeout_ms: int = Field(default=600_000, ge=0)
+    """How long a call keeps retrying while the source or target cluster is unavailable (connection
+    refused or lost, timeouts, busy / not-available answers, a broker missing from the route, no broker
+    registered): the batch blocks and retries with backoff; for sends ``max_retries`` does not apply and
+    nothing is recorded as failed. Past this budget the task or the driver call fails
+    (``TargetUnavailableError`` / ``SourceUnavailableError``) and the batch is re-run on restart."""
+    retry_backoff_max_ms: int = Field(default=10_000, ge=0)
+    """Cap on the doubling backoff while a cluster is unavailable."""
+
+
+STARTING_OFFSETS_FORMS = "earliest | latest | timestamp:<ms> | per-queue offsets JSON"
+
+
+class ReadSettings(RetrySettings):
     """A link's settings of the replication reader. One definition per setting: the link YAML takes them
     by field name, the reader's Spark options by the camelCase alias (``tags`` for ``tag_filter``), both
     validated here (``connectors.replication.reader_options.SourceOptions`` derives from this model)."""
@@ -362,6 +383,14 @@ class ReadSettings(_Model):
     max_partitions: int | None = Field(default=None, gt=0)
     """Spark partitions per micro-batch at most (queues grouped into them); ``None`` = the Spark
     application's default parallelism (its cores), which keeps per-task overhead off many small queues."""
+    starting_offsets: str = "latest"
+    """Where a NEW link starts reading (no Spark checkpoint and no row in its Delta offsets table):
+    ``earliest`` | ``latest`` | ``timestamp:<ms>`` | per-queue offsets JSON (``{"<topic>/<broker>/<queueId>":
+    n}``; a queue it does not name starts at earliest). See ``connectors.core.offsets.OffsetSpec``. An
+    existing link resumes where it stopped; move it with ``python -m jobs.reset_offsets``."""
+    fail_on_data_loss: bool = True
+    """True: a batch whose unread offsets are gone from a source queue (retention deleted them) fails
+    with ``DataLossError``; false: the lost range is logged as a WARNING and skipped."""
 
     @field_validator("tag_filter")
     @classmethod
@@ -373,8 +402,17 @@ class ReadSettings(_Model):
             raise ValueError(f"{value!r} is not a tag expression: '*' or 'TagA || TagB'")
         return " || ".join(tags)
 
+    @field_validator("starting_offsets")
+    @classmethod
+    def _check_starting_offsets(cls, value: str) -> str:
+        try:
+            OffsetSpec.parse(value)
+        except OffsetFormatError as exc:
+            raise ValueError(f"{exc} (allowed: {STARTING_OFFSETS_FORMS})") from exc
+        return value.strip()
 
-class WriteSettings(_Model):
+
+class WriteSettings(RetrySettings):
     """A link's settings of the replication writer; shared with its Spark options as ``ReadSettings`` is
     with the reader's (``connectors.replication.writer_options.SinkOptions`` derives from this model)."""
 
@@ -385,15 +423,6 @@ class WriteSettings(_Model):
     """``"package.module:function"``; required iff ``failure_policy`` is ``custom``."""
     max_retries: int = Field(default=3, ge=0)
     """Retries of a failed send (after the first attempt) before the failure policy applies."""
-    retry_backoff_ms: int = Field(default=1000, ge=0)
-    """Wait before the first retry; doubled on each further retry."""
-    retry_timeout_ms: int = Field(default=600_000, ge=0)
-    """How long a send keeps retrying while the *target* is unavailable (connection refused or lost,
-    timeouts, busy / not-available answers, no broker registered): the batch blocks and retries with
-    backoff, ``max_retries`` does not apply and nothing is recorded as failed. Past this budget the
-    write task fails (``TargetUnavailableError``) and the batch is re-run on restart."""
-    retry_backoff_max_ms: int = Field(default=10_000, ge=0)
-    """Cap on the doubling backoff while the target is unavailable."""
     max_in_flight: int = Field(default=4, gt=0)
     """Concurrent batch sends per Spark task."""
 
@@ -419,6 +448,9 @@ class LinkConfig(ReadSettings, WriteSettings):
     """Root of the Delta tables; this link's tables are under ``<delta_location>/<name>/``."""
     consumer_group: str | None = None
     """Source consumer group; ``None`` means ``CID_RMQ_SYS_REPLICATOR_<name>`` (see ``group``)."""
+    starting_offsets: str = "earliest"
+    """``ReadSettings.starting_offsets`` with the link's default: a new link copies what the source
+    holds already."""
 
     @field_validator("name")
     @classmethod

@@ -12,6 +12,7 @@ the behaviour flag instead of matching types::
     +-- BatchFailedError            (the failure policy decided to fail the batch; .failed)
     +-- DataLossError               (a source queue no longer holds offsets the query must read)
     +-- TargetUnavailableError      yes   (the target cluster took no writes for retry_timeout_ms)
+    +-- SourceUnavailableError      yes   (the source cluster served no reads for retry_timeout_ms)
     +-- TableError                  yes   (a Delta table could not be read or committed)
 
 This is a separate root from ``broker_store``'s ``RocketMQError``: the client's errors are
@@ -87,6 +88,29 @@ class TargetUnavailableError(ReplicatorError):
     is recorded as failed: a restart re-runs the batch (at-least-once)."""
 
     retriable = True
+
+
+class SourceUnavailableError(ReplicatorError):
+    """The source cluster stayed unreachable (connection refused or lost, timeouts, no route, a broker
+    missing from the route) for the link's whole ``retry_timeout_ms``, on an executor's pull or a
+    driver's admin call. The batch is not committed: a restart re-reads it (at-least-once). ``str(err)``
+    is one line: ``link L: source cluster S (namesrv A) unavailable for 30.0s while ...: <last error>``."""
+
+    retriable = True
+
+    def __init__(self, message: str, *, link: str, cluster: str, namesrv: str) -> None:
+        self.link = link
+        self.cluster = cluster
+        self.namesrv = namesrv
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # keyword-only fields: the default pickling (args only) could not rebuild it on the driver
+        return (_rebuild_source_unavailable, (str(self), self.link, self.cluster, self.namesrv))
+
+
+def _rebuild_source_unavailable(message: str, link: str, cluster: str, namesrv: str) -> SourceUnavailableError:
+    return SourceUnavailableError(message, link=link, cluster=cluster, namesrv=namesrv)
 
 
 class TableError(ReplicatorError):

@@ -23,7 +23,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from connectors.core.errors import OffsetFormatError
 
@@ -138,3 +138,60 @@ class SourceOffset:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise OffsetFormatError(f"offset is not valid JSON: {exc}") from exc
         return cls.from_dict(document)
+
+
+def parse_queue_offsets(text: str | bytes) -> SourceOffset:
+    """Per-queue offsets given by a person: the canonical document above, or the bare mapping
+    ``{"<topic>/<broker>/<queueId>": n, ...}``. ``OffsetFormatError`` naming the bad key or value."""
+    try:
+        document = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise OffsetFormatError(f"offsets are not valid JSON: {exc}") from exc
+    if isinstance(document, Mapping) and "queues" not in document and "version" not in document:
+        document = {"queues": document, "version": OFFSET_FORMAT_VERSION}
+    return SourceOffset.from_dict(document)
+
+
+OffsetSpecKind = Literal["earliest", "latest", "timestamp", "offsets"]
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """Where a link's queues start (``starting_offsets`` of a new link) or are reset to
+    (``jobs.reset_offsets --to``). Text forms::
+
+        earliest             each queue's min offset
+        latest               each queue's max offset (only messages produced from now on)
+        timestamp:<ms>       the first offset stored at or after <ms> since the epoch
+        {"queues": {...}}    per-queue offsets (``parse_queue_offsets``); the reader starts a queue
+        or {"t/b/0": n}      missing from them at earliest
+    """
+
+    kind: OffsetSpecKind
+    timestamp_ms: int | None = None
+    """Set iff ``kind`` is ``timestamp``."""
+    offsets: SourceOffset | None = None
+    """Set iff ``kind`` is ``offsets``."""
+
+    @classmethod
+    def parse(cls, text: str) -> OffsetSpec:
+        """``OffsetFormatError`` saying which forms are accepted when ``text`` is none of them."""
+        value = text.strip()
+        lowered = value.lower()
+        if lowered in ("earliest", "latest"):
+            return cls("earliest" if lowered == "earliest" else "latest")
+        if lowered.startswith("timestamp:"):
+            ms = value.split(":", 1)[1].strip()
+            if not ms.isascii() or not ms.isdigit():
+                raise OffsetFormatError(f"{value!r}: expected timestamp:<ms since the epoch>")
+            return cls("timestamp", timestamp_ms=int(ms))
+        if value.startswith("{"):
+            return cls("offsets", offsets=parse_queue_offsets(value))
+        raise OffsetFormatError(f"{value!r} is not earliest, latest, timestamp:<ms> or per-queue offsets JSON")
+
+    def __str__(self) -> str:
+        if self.kind == "timestamp":
+            return f"timestamp:{self.timestamp_ms}"
+        if self.offsets is not None:
+            return self.offsets.to_json()
+        return self.kind

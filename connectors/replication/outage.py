@@ -12,6 +12,7 @@ import time
 from broker_store.protocol.errors import RocketMQError
 from connectors.core.errors import TargetUnavailableError
 from connectors.core.executor import executor_admin
+from connectors.core.outage import WARN_EVERY_WAITS, Clock, OutagePolicy
 from connectors.replication.writer_options import SinkOptions
 
 log = logging.getLogger(__name__)
@@ -24,17 +25,31 @@ def retriable(exc: RocketMQError) -> bool:
 
 sleep = time.sleep
 monotonic = time.monotonic
-"""Module-level so unit tests can drive the outage retries without waiting."""
-_MIN_OUTAGE_BACKOFF_MS = 10
-"""Floor of the outage backoff, so retryBackoffMs=0 does not spin on a refused connection."""
+"""Module-level because ``sending`` and ``placement`` time their retries with them (and their unit
+tests patch them). Transitional: the outage rule itself is ``connectors.core.outage`` with an injected
+clock; once those callers use ``TargetOutage.clock`` these two go."""
+
+
+class _ModuleClock:
+    """The default ``TargetOutage.clock``: this module's ``sleep`` / ``monotonic``, looked up per call so
+    the callers that still use them and the outage agree on time (see above)."""
+
+    def monotonic(self) -> float:
+        return monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        sleep(seconds)
 
 
 class TargetOutage:
     """Blocking retries while the target cluster is unavailable (see the module docstring); one per
-    task, shared by queue placement and sends. Executor only."""
+    task, shared by queue placement and sends. Executor only. The backoff and the budget are the one
+    rule of ``connectors.core.outage.OutagePolicy``, shared with the source side."""
 
-    def __init__(self, options: SinkOptions) -> None:
+    def __init__(self, options: SinkOptions, clock: Clock | None = None) -> None:
         self.o = options
+        self.policy = OutagePolicy(options.retry_timeout_ms, options.retry_backoff_ms, options.retry_backoff_max_ms)
+        self.clock: Clock = clock or _ModuleClock()
         self.retries = 0
         """Attempts (sends and route look-ups) repeated because the target was unavailable."""
 
@@ -53,21 +68,18 @@ class TargetOutage:
         return not info.broker_addr_table
 
     def wait(self, error: RocketMQError, what: str, started: float, waits: int) -> None:
-        """Sleep before retry number ``waits`` of an outage that began at ``started`` (monotonic), or
-        raise ``TargetUnavailableError`` when ``retryTimeoutMs`` is spent."""
+        """Sleep before retry number ``waits`` of an outage that began at ``started`` (``clock``'s
+        monotonic time), or raise ``TargetUnavailableError`` when ``retryTimeoutMs`` is spent."""
         o = self.o
-        elapsed = monotonic() - started
-        budget = o.retry_timeout_ms / 1000
-        if elapsed >= budget:
+        elapsed = self.clock.monotonic() - started
+        delay = self.policy.delay(started, waits, started + elapsed)
+        if delay is None:
             raise TargetUnavailableError(
                 f"link {o.label}: target {o.namesrv} unavailable for {elapsed:.1f}s while sending to {what} "
                 f"(retryTimeoutMs {o.retry_timeout_ms}); last error {type(error).__name__}: {error}") from error
-        delay_ms = min(o.retry_backoff_max_ms,
-                       max(o.retry_backoff_ms, _MIN_OUTAGE_BACKOFF_MS) * (2 ** min(waits, 30)))
-        delay = min(max(delay_ms, _MIN_OUTAGE_BACKOFF_MS) / 1000, budget - elapsed)
-        if waits % 10 == 0:
+        if waits % WARN_EVERY_WAITS == 0:
             log.warning("link %s: target unavailable (%s: %s) while sending to %s; retrying in %.2fs "
                         "(%.1fs of %.0fs retryTimeoutMs spent)", o.label, type(error).__name__, error, what,
-                        delay, elapsed, budget)
+                        delay, elapsed, o.retry_timeout_ms / 1000)
         self.retries += 1
-        sleep(delay)
+        self.clock.sleep(delay)

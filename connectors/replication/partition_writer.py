@@ -9,6 +9,7 @@ per-row loops are the writer's hot path (see ``add_record_batch``); batching and
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -24,9 +25,11 @@ from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, encode_properties
 from connectors.core.errors import ReplicatorError
 from connectors.core.offsets import QueueKey
+from connectors.core.outage import SourceOutage
 from connectors.core.rows import (
     COL_BORN_TS,
     COL_BROKER,
+    COL_CONFIG_PATH,
     COL_CONSUMER_GROUP,
     COL_END_OFFSET,
     COL_FAIL_ON_DATA_LOSS,
@@ -61,8 +64,8 @@ from connectors.replication.forwarding import (
     forwarded_properties,
 )
 from connectors.replication.planning import QueueRange
-from connectors.replication.pulling import PullSettings, pull_results
-from connectors.replication.sending import BatchSender, Item, StoredOrigin
+from connectors.replication.pulling import PullSettings, pull_results, source_outage
+from connectors.replication.sending import BatchSender, Item, ReplicationCommitMessage, StoredOrigin
 from connectors.replication.writer_options import SinkOptions
 
 
@@ -95,6 +98,12 @@ class PartitionWriter(BatchSender):
         """Source topic -> target topic, for rows without a targetTopic value."""
         self._chains: dict[tuple[str | None, str | None], str | None | Skip] = {}
         self._forwarders: dict[str | None, RecordForwarder] = {}
+        self.source_outages: list[SourceOutage] = []
+        """One per pulled range (``add_ranges``); their retries are the task's source-outage retries."""
+
+    def finish(self) -> ReplicationCommitMessage:
+        return dataclasses.replace(super().finish(),
+                                   source_unavailable_retries=sum(o.retries for o in self.source_outages))
 
     def target_topic(self, topic: str, column_value: str | None) -> str | None:
         if self.o.topic:
@@ -172,12 +181,15 @@ class PartitionWriter(BatchSender):
                 namesrv=row[COL_SOURCE_NAMESRV], group=row[COL_CONSUMER_GROUP], cluster=row[COL_SOURCE_CLUSTER],
                 tags=row[COL_TAG_FILTER], pull_batch_size=row[COL_PULL_BATCH_SIZE],
                 fail_on_data_loss=row[COL_FAIL_ON_DATA_LOSS], pull_timeout_ms=row[COL_PULL_TIMEOUT_MS],
-                row_format="raw", credentials=self.o.source_credentials)
+                row_format="raw", credentials=self.o.source_credentials, link=self.o.link or "",
+                retry=self.outage.policy, config_path=row.get(COL_CONFIG_PATH))
+            outage = source_outage(settings)  # the link's retry settings ride out a source outage too
+            self.source_outages.append(outage)
             queue = QueueRange(row[COL_TOPIC], row[COL_BROKER], row[COL_QUEUE_ID], row[COL_START_OFFSET],
                                row[COL_END_OFFSET], row[COL_FROM_EARLIEST])
             self.placement.pulled_from(queue.topic, settings.namesrv)
             active.append((queue, settings.cluster, row.get(COL_TARGET_TOPIC),
-                           pull_results(settings, queue, decode=False)))
+                           pull_results(settings, queue, decode=False, outage=outage)))
         while active:
             queue, cluster, target, pulls = active.popleft()
             pulled = next(pulls, None)

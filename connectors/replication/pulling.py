@@ -16,13 +16,21 @@ from dataclasses import dataclass
 
 from broker_store.client import MessageQueue, PullConsumer, PullResult, PullStatus, StoredMessage
 from broker_store.protocol.acl import SessionCredentials
-from broker_store.protocol.errors import RequestTimeoutError
+from broker_store.protocol.errors import RequestTimeoutError, RocketMQError
 from broker_store.protocol.message import stored_record_spans
+from connectors.core.config import RetrySettings
 from connectors.core.errors import DataLossError, ReplicatorError
-from connectors.core.executor import executor_consumer
+from connectors.core.executor import executor_admin, executor_consumer
+from connectors.core.outage import OutagePolicy, OutageTimer, SourceOutage
 from connectors.replication.planning import QueueRange
 
 log = logging.getLogger(__name__)
+
+DEFAULT_SOURCE_RETRY = OutagePolicy(
+    timeout_ms=RetrySettings.model_fields["retry_timeout_ms"].default,
+    backoff_ms=RetrySettings.model_fields["retry_backoff_ms"].default,
+    backoff_max_ms=RetrySettings.model_fields["retry_backoff_max_ms"].default)
+"""A link's defaults, for pull settings built without a link."""
 
 
 @dataclass(frozen=True)
@@ -38,25 +46,54 @@ class PullSettings:
     pull_timeout_ms: int
     row_format: str = "arrow"
     credentials: SessionCredentials | None = None
+    link: str = ""
+    """Names the link in the source-outage warnings, ``SourceUnavailableError`` and the data-loss advice."""
+    config_path: str | None = None
+    """The link's replicator.yaml when the reader was given one (named in the data-loss advice)."""
+    retry: OutagePolicy = DEFAULT_SOURCE_RETRY
+    """How long and how often a pull is retried while the source is unavailable (the link's
+    ``retry_timeout_ms`` / ``retry_backoff_ms`` / ``retry_backoff_max_ms``)."""
+
+
+def source_outage(settings: PullSettings) -> SourceOutage:
+    """A ``SourceOutage`` for pulls with ``settings``: one per task, so its ``retries`` count the task's."""
+    return SourceOutage(
+        link=settings.link or settings.group, cluster=settings.cluster, namesrv=settings.namesrv,
+        policy=settings.retry,
+        cluster_has_brokers=lambda: bool(executor_admin(settings.namesrv, settings.credentials)
+                                         .cluster_info().broker_addr_table))
+
+
+def data_loss_advice(link: str | None, config_path: str | None) -> str:
+    """What a person can do about a ``DataLossError``: the exact reset command and the key (or option)."""
+    if not link:
+        return ("to skip lost ranges, set the reader option failOnDataLoss=false; to start elsewhere, use a new "
+                "checkpoint with startingOffsets")
+    config = config_path or "<replicator.yaml>"
+    return (f"to move link {link} past it, stop the job and run `python -m jobs.reset_offsets --config {config} "
+            f"--link {link} --to earliest` (--dry-run first shows the plan; it then says what to do with the "
+            f"checkpoint), or set `fail_on_data_loss: false` on link {link} in {config} to skip lost ranges with "
+            f"a warning")
 
 
 def _lost(settings: PullSettings, partition: QueueRange, reason: str) -> None:
-    message = (f"data loss on {partition.queue.to_key()} while reading [{partition.start}, {partition.end}): "
-               f"{reason}")
+    where = f"link {settings.link}: " if settings.link else ""
+    message = (f"{where}data loss on {partition.queue.to_key()} of source cluster {settings.cluster} while reading "
+               f"[{partition.start}, {partition.end}): {reason}")
     if settings.fail_on_data_loss:
-        raise DataLossError(message + " (set failOnDataLoss=false to skip the lost range and continue)")
-    log.warning("%s; failOnDataLoss=false: skipping", message)
+        raise DataLossError(f"{message}; {data_loss_advice(settings.link, settings.config_path)}")
+    log.warning("%s; fail_on_data_loss is false: the lost range is skipped", message)
 
 
-def pull_range(settings: PullSettings, partition: QueueRange,
-               consumer: PullConsumer | None = None) -> Iterator[list[StoredMessage]]:
+def pull_range(settings: PullSettings, partition: QueueRange, consumer: PullConsumer | None = None,
+               *, outage: SourceOutage | None = None) -> Iterator[list[StoredMessage]]:
     """Pull ``[start, end)`` of one queue, in offset order, as lists of messages (one per pull).
 
     Stops exactly at ``end`` (messages at or past it are dropped). PULL_OFFSET_MOVED below the min
     offset is data loss (``failOnDataLoss``) unless the range is ``from_earliest``; a queue whose max
     offset is below ``end`` (truncated) is data loss too. Executor only.
     """
-    for begin, result in pull_results(settings, partition, consumer, decode=True):
+    for begin, result in pull_results(settings, partition, consumer, decode=True, outage=outage):
         messages = result.messages
         if messages and not (messages[0].queue_offset >= begin and messages[-1].queue_offset < partition.end):
             messages = [m for m in messages if begin <= m.queue_offset < partition.end]
@@ -75,11 +112,11 @@ class RawRecords:
     count: int
 
 
-def pull_range_raw(settings: PullSettings, partition: QueueRange,
-                   consumer: PullConsumer | None = None) -> Iterator[RawRecords]:
+def pull_range_raw(settings: PullSettings, partition: QueueRange, consumer: PullConsumer | None = None,
+                   *, outage: SourceOutage | None = None) -> Iterator[RawRecords]:
     """``pull_range`` without decoding: the records of each pull as bytes, trimmed to ``[start, end)``
     by walking their length fields only (``stored_record_spans``). Executor only."""
-    for begin, result in pull_results(settings, partition, consumer, decode=False):
+    for begin, result in pull_results(settings, partition, consumer, decode=False, outage=outage):
         raw = result.raw
         if not raw:
             continue
@@ -93,7 +130,7 @@ def pull_range_raw(settings: PullSettings, partition: QueueRange,
 
 
 def pull_results(settings: PullSettings, partition: QueueRange, consumer: PullConsumer | None = None,
-                 *, decode: bool) -> Iterator[tuple[int, PullResult]]:
+                 *, decode: bool, outage: SourceOutage | None = None) -> Iterator[tuple[int, PullResult]]:
     """The pulls covering ``[start, end)`` of one queue: (offset pulled at, result) for each pull that
     found messages, in order; handles offset moves, data loss and truncation (see ``pull_range``).
 
@@ -101,6 +138,12 @@ def pull_results(settings: PullSettings, partition: QueueRange, consumer: PullCo
     (so a caller may start several queues' pulls before consuming any), the next as soon as a response
     says where it starts, before the caller converts the messages just returned, so the broker's and
     the network's time overlaps the caller's work instead of adding to it.
+
+    While the source is unavailable (``SourceOutage.unavailable``: connection refused or lost, timeouts,
+    a broker missing from the route, no broker registered) the failed pull is repeated at the same
+    offset with backoff, for up to ``settings.retry.timeout_ms``; then ``SourceUnavailableError``.
+    Nothing is skipped and nothing read twice by the retries: a failed pull yielded nothing.
+    ``outage``: the task's (counts its retries); default one per call.
     """
     consumer = consumer or executor_consumer(settings.namesrv, settings.group, settings.pull_timeout_ms,
                                               settings.credentials)
@@ -120,19 +163,32 @@ def pull_results(settings: PullSettings, partition: QueueRange, consumer: PullCo
 
     if partition.start >= partition.end:
         return iter(())
-    return _follow_pulls(settings, partition, pull, wait, pull(partition.start))
+    return _follow_pulls(settings, partition, pull, wait, pull(partition.start), outage or source_outage(settings))
 
 
 def _follow_pulls(settings: PullSettings, partition: QueueRange, pull: Callable[[int], Future[PullResult]],
-                  wait: Callable[[Future[PullResult]], PullResult],
-                  first: Future[PullResult]) -> Iterator[tuple[int, PullResult]]:
+                  wait: Callable[[Future[PullResult]], PullResult], first: Future[PullResult],
+                  outage: SourceOutage) -> Iterator[tuple[int, PullResult]]:
     """``pull_results`` from its first pull on."""
     mq = f"{partition.topic}/{partition.broker_name}/{partition.queue_id}"
     offset = partition.start
     pending: Future[PullResult] | None = first
+    timer = OutageTimer(outage.policy, outage.clock)
     try:
         while pending is not None:
-            result = wait(pending)
+            try:
+                result = wait(pending)
+            except RocketMQError as exc:
+                pending = None
+                if not outage.unavailable(exc):
+                    raise
+                outage.record_wait(timer, exc, f"pulling {mq} at offset {offset}")
+                pending = pull(offset)
+                continue
+            if timer.waits:
+                log.info("link %s: source queue %s readable again after %.1fs (%d retries)", outage.link, mq,
+                         timer.elapsed, timer.waits)
+                timer.reset()
             pending = None
             status = result.status
             if status is PullStatus.FOUND or status is PullStatus.NO_MATCHED_MSG:

@@ -10,7 +10,9 @@ Where code runs (Spark's Python Data Source contract):
 * driver, one long-lived Python process per query: ``RocketMQStreamReader`` ``initialOffset``,
   ``latestOffset``, ``partitions``, ``commit``, ``prepareForTriggerAvailableNow``,
   ``reportLatestOffset``, ``stop``. It owns an ``Admin`` (route, min/max offsets, timestamp search)
-  and a ``PullConsumer`` used only to commit the consumer group's offsets on the source.
+  and a ``PullConsumer`` used only to commit the consumer group's offsets on the source. Every admin
+  call rides out a source outage (``connectors.core.outage.SourceOutage``, the link's ``retry_*``).
+  ``jobs.reset_offsets`` uses the same discovery and offset look-ups outside Spark.
 * executors: ``RocketMQStreamReader.read(partition)``, stateless per call; the ``PullConsumer`` is
   shared per executor Python process (``connectors.core.executor.executor_consumer``, keyed by name servers,
   group and credentials).
@@ -38,11 +40,17 @@ Options (case-insensitive)::
     config, link          replicator.yaml path + link name         } TopicMapper, re-listed each trigger)
     cluster               source cluster name written to every row (sourceCluster) and the Delta rows
     tags                  "*" | "TagA || TagB"   (broker hash filter + exact client re-filter)
-    startingOffsets       earliest | latest | timestamp:<ms> | offset JSON  (default latest; a queue
-                          missing from the JSON starts at earliest)
+    startingOffsets       earliest | latest | timestamp:<ms> | offset JSON  (default latest; a link's
+                          starting_offsets, earliest by default, with config+link; a queue missing from the
+                          JSON starts at earliest). Only for a new query without Delta resume point
     maxMessagesPerTrigger admission control (ReadMaxRows), split by backlog; default: no limit
     failOnDataLoss        true (default): DataLossError when a start offset fell below the queue's min
-                          offset; false: log the lost range and skip to the min offset
+                          offset (it names jobs.reset_offsets and the link key); false: log the lost range
+                          as a WARNING and skip to the min offset
+    retryTimeoutMs, retryBackoffMs, retryBackoffMaxMs  while the source is unavailable, pulls and the
+                          driver's admin calls retry with doubling backoff (retryBackoffMs, capped at
+                          retryBackoffMaxMs) for up to retryTimeoutMs, then SourceUnavailableError
+                          (defaults 600000 / 1000 / 10000; a link's retry_* keys with config+link)
     pullBatchSize         messages per PULL_MESSAGE (default 256, 1024 with rowFormat=ranges; the broker caps
                           it at 1024)
     minPartitions         split queue ranges until at least this many partitions (default: one per queue)
@@ -71,9 +79,11 @@ Options (case-insensitive)::
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -96,9 +106,11 @@ from broker_store.client.route_cache import subscribe_queues
 from broker_store.protocol.errors import RocketMQError, TopicNotExistError
 from connectors.core.driver_log import driver_logging
 from connectors.core.executor import freeze_worker_heap
-from connectors.core.offsets import QueueKey, SourceOffset
+from connectors.core.offsets import OffsetSpec, QueueKey, SourceOffset
+from connectors.core.outage import OutagePolicy, SourceOutage
 from connectors.core.rows import (
     COL_BROKER,
+    COL_CONFIG_PATH,
     COL_CONSUMER_GROUP,
     COL_END_OFFSET,
     COL_FAIL_ON_DATA_LOSS,
@@ -114,14 +126,19 @@ from connectors.core.rows import (
     RANGES_ARROW_SCHEMA,
     RAW_ARROW_SCHEMA,
 )
-from connectors.replication.arrow_rows import messages_to_arrow
 from connectors.replication.planning import QueueRange, QueueRangeGroup, distribute_limit, group_ranges, plan_ranges
 from connectors.replication.pulling import PullSettings, pull_range, pull_range_raw
 from connectors.replication.reader_options import SourceOptions
-from connectors.replication.tables import LinkTables
+
+# connectors.replication.tables (deltalake) and .arrow_rows (pyarrow.compute) are imported where used:
+# Spark launches a fresh Python worker for most reader calls (the source runner, the read-planning worker,
+# each task's worker), every launch imports this module, and those two cost ~35 ms of each launch
+# (python -X importtime) for one driver call and one row format.
 
 log = logging.getLogger(__name__)
 
+MISSING_TOPIC_WARN_INTERVAL_S = 60.0
+"""An explicitly named source topic that does not exist is warned about at most this often."""
 _DRIVER_PARALLELISM = 16
 """Concurrent admin calls (min/max offsets, offset commits) the driver makes per trigger."""
 
@@ -155,6 +172,11 @@ class _DriverState:
     """The newest end offsets ``commit`` was given that the commit thread has not taken yet."""
     commit_thread: ThreadPoolExecutor | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    outage: SourceOutage | None = None
+    missing_warned: dict[str, float] = field(default_factory=dict)
+    """Explicit topics found missing -> ``clock`` time of their last WARNING."""
+    clock: Callable[[], float] = time.monotonic
+    """Seconds, for rate-limiting warnings (a fake in unit tests)."""
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -172,7 +194,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.settings = PullSettings(namesrv=o.namesrv, group=o.group, cluster=o.cluster, tags=o.tag_filter,
                                      pull_batch_size=o.pull_batch_size, fail_on_data_loss=o.fail_on_data_loss,
                                      pull_timeout_ms=o.pull_timeout_ms, row_format=o.row_format,
-                                     credentials=o.credentials)
+                                     credentials=o.credentials, link=o.link or "", config_path=o.config,
+                                     retry=OutagePolicy(o.retry_timeout_ms, o.retry_backoff_ms,
+                                                        o.retry_backoff_max_ms))
         self._state = _DriverState()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -191,39 +215,86 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._state.admin = Admin(self.options.namesrv, credentials=self.options.credentials)
         return self._state.admin
 
+    @property
+    def outage(self) -> SourceOutage:
+        """The driver's retries of admin calls while the source is unavailable (``SourceOutage.call``)."""
+        if self._state.outage is None:
+            o = self.options
+            self._state.outage = SourceOutage(
+                link=o.link or o.group, cluster=o.cluster, namesrv=o.namesrv, policy=self.settings.retry,
+                cluster_has_brokers=lambda: bool(self._admin.cluster_info().broker_addr_table))
+        return self._state.outage
+
     def _reserved_names(self) -> list[str]:
-        info = self._admin.cluster_info()
+        info = self.outage.call(self._admin.cluster_info, "listing the brokers")
         return [*info.cluster_addr_table, *info.broker_addr_table]
 
     def discover_queues(self) -> list[QueueKey]:
-        """Readable queues of the selected topics, now (driver). Missing topics are skipped."""
-        topics = self.options.selection.select(self._admin.topic_list, self._reserved_names)
+        """Readable queues of the selected topics, now (driver). A topic without a route is skipped; an
+        explicitly named one is also reported (``_warn_missing``), since it is probably a typo. Admin
+        calls ride out a source outage (``outage``)."""
+        selection = self.options.selection
+        topics = selection.select(lambda: self.outage.call(self._admin.topic_list, "listing the topics"),
+                                  self._reserved_names)
         queues: list[QueueKey] = []
+        explicit = selection.explicit_topics()
+        for topic in sorted(explicit.difference(topics)):  # a link's explicit topic absent from the list
+            self._warn_missing(topic)
         for topic in topics:
             try:
-                route = self._admin.topic_route(topic)
+                route = self.outage.call(functools.partial(self._admin.topic_route, topic),
+                                         f"looking up the route of topic {topic}")
             except TopicNotExistError:
-                log.info("source topic %s has no route on %s (yet); skipped", topic, self.options.namesrv)
+                if topic in explicit:
+                    self._warn_missing(topic)
+                else:
+                    log.info("source topic %s has no route on %s (yet); skipped", topic, self.options.namesrv)
                 continue
+            self._state.missing_warned.pop(topic, None)
             queues.extend(QueueKey(mq.topic, mq.broker_name, mq.queue_id) for mq in subscribe_queues(topic, route))
         return queues
 
-    def _offsets(self, fn: Callable[[MessageQueue], int], queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
-        return dict(zip(queues, _parallel(lambda q: fn(_mq(q)), list(queues)), strict=True))
+    def _warn_missing(self, topic: str) -> None:
+        """WARNING for an explicitly named source topic the cluster does not have: at the first trigger
+        that misses it, then at most once per ``MISSING_TOPIC_WARN_INTERVAL_S`` while it stays missing."""
+        now = self._state.clock()
+        last = self._state.missing_warned.get(topic)
+        if last is not None and now - last < MISSING_TOPIC_WARN_INTERVAL_S:
+            return
+        self._state.missing_warned[topic] = now
+        o = self.options
+        log.warning("link %s: source topic %r does not exist on cluster %s (namesrv %s), or no broker holding it "
+                    "is up; nothing is read from it until it has a route (check the spelling in the link's "
+                    "topics)", o.link or o.group, topic, o.cluster, o.namesrv)
 
-    def _starting(self, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
-        spec = self.options.starting_offsets
-        lowered = spec.lower()
-        if lowered == "earliest":
-            return self._offsets(self._admin.min_offset, queues)
-        if lowered == "latest":
-            return self._offsets(self._admin.max_offset, queues)
-        if lowered.startswith("timestamp:"):
-            ts = int(spec.split(":", 1)[1])
-            return self._offsets(lambda mq: self._admin.search_offset(mq, ts), queues)
-        given = SourceOffset.from_json(spec).queues
-        missing = [q for q in queues if q not in given]
-        return {**given, **self._offsets(self._admin.min_offset, missing)}
+    def _offsets(self, fn: Callable[[MessageQueue], int], queues: Sequence[QueueKey],
+                 what: str) -> dict[QueueKey, int]:
+        """``fn`` of every queue (concurrently), each call riding out a source outage."""
+        def one(queue: QueueKey) -> int:
+            return self.outage.call(lambda: fn(_mq(queue)), f"reading the {what} of {queue.to_key()}")
+        return dict(zip(queues, _parallel(one, list(queues)), strict=True))
+
+    def min_offsets(self, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
+        return self._offsets(self._admin.min_offset, queues, "min offset")
+
+    def max_offsets(self, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
+        return self._offsets(self._admin.max_offset, queues, "max offset")
+
+    def resolve(self, spec: OffsetSpec, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
+        """The offsets ``spec`` names for ``queues`` (driver): each queue's min / max offset, the first
+        offset stored at or after a timestamp, or the given per-queue offsets (a queue they do not
+        name: its min offset; queues they name that are not in ``queues`` are kept)."""
+        if spec.kind == "earliest":
+            return self.min_offsets(queues)
+        if spec.kind == "latest":
+            return self.max_offsets(queues)
+        if spec.kind == "timestamp":
+            ts = spec.timestamp_ms
+            assert ts is not None
+            return self._offsets(lambda mq: self._admin.search_offset(mq, ts), queues, f"offset at {ts} ms")
+        assert spec.offsets is not None
+        given = spec.offsets.queues
+        return {**given, **self.min_offsets([q for q in queues if q not in given])}
 
     # -- Spark API (driver) --------------------------------------------------------------------
 
@@ -234,15 +305,20 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         queues = self.discover_queues()
         o = self.options
         if o.delta_location is not None and o.link:
+            from connectors.replication.tables import LinkTables  # start-up cost: see the imports
+
             tables = LinkTables(Path(o.delta_location) / o.link, source_cluster=o.cluster)
             resume = tables.latest_offsets()
             if resume:
                 missing = [q for q in queues if q not in resume]
-                offsets = {**self._offsets(self._admin.min_offset, missing), **resume}
+                offsets = {**self.min_offsets(missing), **resume}
                 log.info("resuming %d queue(s) from the Delta offsets table of link %s (%d new queue(s) "
                          "from earliest)", len(resume), o.link, len(missing))
                 return SourceOffset.of(offsets).to_dict()
-        return SourceOffset.of(self._starting(queues)).to_dict()
+        spec = OffsetSpec.parse(o.starting_offsets)
+        log.info("link %s: no checkpoint and no Delta resume point; starting %d queue(s) at startingOffsets "
+                 "%s", o.link or o.group, len(queues), spec)
+        return SourceOffset.of(self.resolve(spec, queues)).to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_messages_per_trigger is None:
@@ -253,7 +329,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Record every selected queue's max offset now; later batches never read past them."""
         driver_logging()
         queues = self.discover_queues()
-        self._state.available_now_target = SourceOffset.of(self._offsets(self._admin.max_offset, queues))
+        self._state.available_now_target = SourceOffset.of(self.max_offsets(queues))
         log.info("Trigger.AvailableNow: reading up to the max offsets of %d queue(s)", len(queues))
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
@@ -264,8 +340,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if target is not None:
             queues = [q for q in queues if q in target.queues]
         new = [q for q in queues if q not in begin]
-        first = self._offsets(self._admin.min_offset, new)
-        maxes = self._offsets(self._admin.max_offset, queues)
+        first = self.min_offsets(new)
+        maxes = self.max_offsets(queues)
         self._state.latest = SourceOffset.of({**begin, **maxes})
         if target is not None:
             maxes = {q: min(m, target.queues[q]) for q, m in maxes.items()}
@@ -380,6 +456,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._read_raw(partition)
         if self.settings.row_format == "ranges":
             return self._read_ranges([partition])
+        from connectors.replication.arrow_rows import messages_to_arrow  # start-up cost: see the imports
+
         return (messages_to_arrow(messages, partition.broker_name, self.settings.cluster)
                 for messages in pull_range(self.settings, partition))
 
@@ -405,7 +483,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             COL_SOURCE_CLUSTER: [s.cluster] * n, COL_SOURCE_NAMESRV: [s.namesrv] * n,
             COL_CONSUMER_GROUP: [s.group] * n, COL_TAG_FILTER: [s.tags] * n,
             COL_PULL_BATCH_SIZE: [s.pull_batch_size] * n, COL_PULL_TIMEOUT_MS: [s.pull_timeout_ms] * n,
-            COL_FAIL_ON_DATA_LOSS: [s.fail_on_data_loss] * n,
+            COL_FAIL_ON_DATA_LOSS: [s.fail_on_data_loss] * n, COL_CONFIG_PATH: [s.config_path] * n,
         }, schema=RANGES_ARROW_SCHEMA)
 
     def _read_tuples(self, partition: QueueRange) -> Iterator[tuple[Any, ...]]:

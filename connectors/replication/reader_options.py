@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from broker_store.protocol.acl import SessionCredentials
 from connectors.core.config import (
@@ -23,8 +23,7 @@ from connectors.core.config import (
     load_replicator_config,
     resolve_credentials,
 )
-from connectors.core.errors import ConfigError, OffsetFormatError
-from connectors.core.offsets import SourceOffset
+from connectors.core.errors import ConfigError
 from connectors.core.options import given_options, lowered, validate_options
 from connectors.core.rows import RowFormat
 from connectors.core.topic_mapping import TopicMapper, is_system_topic
@@ -52,6 +51,13 @@ class TopicSelection:
     """``topicExclude``: full-match regex removed from the pattern's matches."""
     mapping: TopicMappingConfig | None = None
     """A link's topic mapping (``config`` + ``link``); ``TopicMapper.select`` decides."""
+
+    def explicit_topics(self) -> frozenset[str]:
+        """Topics named one by one (``topics`` option, or a link's ``explicit`` entries): a missing one is
+        worth a warning, unlike a pattern that matches nothing yet."""
+        if self.mapping is not None:
+            return frozenset(self.topics) | TopicMapper(self.mapping).explicit_topics
+        return frozenset(self.topics)
 
     def describe(self) -> str:
         if self.topics:
@@ -89,9 +95,6 @@ class SourceOptions(ReadSettings):
     """Derived from topics / topicPattern / topicExclude / config+link."""
     cluster: str = Field(min_length=1)
     """Source cluster name, written to every row and the Delta rows."""
-    starting_offsets: str = "latest"
-    """earliest | latest | timestamp:<ms> | offset JSON (a queue missing from the JSON starts at earliest)."""
-    fail_on_data_loss: bool = True
     pull_batch_size: int = Field(default=DEFAULT_PULL_BATCH_SIZE, gt=0)
     """``DEFAULT_PULL_BATCH_SIZE``, or ``RANGES_PULL_BATCH_SIZE`` with ``rowFormat=ranges`` when not given."""
     min_partitions: int | None = Field(default=None, gt=0)
@@ -102,13 +105,15 @@ class SourceOptions(ReadSettings):
     delta_location: str | None = None
     """Root of the link tables; the link's tables are ``<deltaLocation>/<link>``."""
     link: str | None = None
+    config: str | None = None
+    """The replicator.yaml the link was read from (``config`` option); named in the data-loss advice."""
     pull_timeout_ms: int = Field(default=DEFAULT_PULL_TIMEOUT_MS, gt=0)
     row_format: RowFormat = "arrow"
     credentials: SessionCredentials | None = None
     """ACL identity for the source cluster (from the link's cluster or accessKeyEnv / secretKeyEnv),
     resolved on the driver; reaches executors inside the pickled reader, never as a Spark option."""
 
-    DERIVED: ClassVar[frozenset[str]] = frozenset({"selection", "group", "credentials", "link"})
+    DERIVED: ClassVar[frozenset[str]] = frozenset({"selection", "group", "credentials", "link", "config"})
     """Fields computed by ``from_options``, not taken from an option of their name."""
 
     @model_validator(mode="before")
@@ -117,22 +122,6 @@ class SourceOptions(ReadSettings):
         if isinstance(data, dict) and "pull_batch_size" not in data and data.get("row_format") == "ranges":
             return {**data, "pull_batch_size": RANGES_PULL_BATCH_SIZE}
         return data
-
-    @field_validator("starting_offsets")
-    @classmethod
-    def _check_starting_offsets(cls, value: str) -> str:
-        lowered = value.lower()
-        if lowered in ("earliest", "latest"):
-            return value
-        if lowered.startswith("timestamp:"):
-            if not value.split(":", 1)[1].strip().isdigit():
-                raise ValueError(f"{value!r}: expected timestamp:<ms since the epoch>")
-            return value
-        try:
-            SourceOffset.from_json(value)
-        except OffsetFormatError as exc:
-            raise ValueError(f"not earliest, latest, timestamp:<ms> or an offset document: {exc}") from exc
-        return value
 
     @model_validator(mode="after")
     def _check_partitions(self) -> SourceOptions:
@@ -180,8 +169,6 @@ class SourceOptions(ReadSettings):
         values.update(given_options(cls, opts, derived=cls.DERIVED))
         if "row_format" in values:
             values["row_format"] = values["row_format"].strip().lower()
-        if "starting_offsets" in values:
-            values["starting_offsets"] = values["starting_offsets"].strip()
         group = opts.get("group")
         if not group:
             if link_cfg is not None:
@@ -197,4 +184,4 @@ class SourceOptions(ReadSettings):
         else:
             credentials = cluster_cfg.credentials() if link_cfg is not None else None
         return validate_options(cls, {**values, "selection": selection, "group": group, "link": link_name,
-                                      "credentials": credentials})
+                                      "credentials": credentials, "config": opts.get("config")})

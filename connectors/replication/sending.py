@@ -76,6 +76,8 @@ class ReplicationCommitMessage(WriterCommitMessage):
     finished_ms: int
     target_unavailable_retries: int = 0
     """Attempts this task repeated because the target was unavailable (logged by the driver commit)."""
+    source_unavailable_retries: int = 0
+    """Pulls this task repeated because the source was unavailable (``rowFormat=ranges``; logged likewise)."""
 
 
 @dataclass

@@ -3,7 +3,8 @@
 Written on the driver by the writer's ``commit(messages, batchId)`` through ``LinkTables.commit_batch``
 (idempotent per (query id, batch id): ``connectors.core.delta``); read by the reader's ``initialOffset``
 (``latest_offsets``, when the Spark checkpoint is gone) and by ``jobs.replay_failures``
-(``unreplayed_failures`` / ``mark_replayed``).
+(``unreplayed_failures`` / ``mark_replayed``); ``jobs.reset_offsets`` appends a new resume point
+(``append_resume_point``).
 
 Layout, one directory per link (``LinkConfig.tables_location``)::
 
@@ -53,6 +54,9 @@ FAILURES = "failures"
 METRICS = "metrics"
 COMMIT_ORDER = (FAILURES, OFFSET_MAP, METRICS, OFFSETS)
 """Order of the per-table commits of one batch; offsets last (see the module docstring)."""
+
+RESET_QUERY_PREFIX = "reset-"
+"""``query_id`` of the offsets rows ``jobs.reset_offsets`` writes (Spark query ids are bare uuids)."""
 
 _TS = pa.timestamp("us", tz="UTC")
 _FAILURE_ID_NAMESPACE = uuid.UUID("6f1c5d0e-3a4b-5c6d-8e9f-0a1b2c3d4e5f")
@@ -259,6 +263,17 @@ class LinkTables(DeltaTableSet):
                                                   0 if dt is None else dt.version() + 1),
         }
         return self.commit_tables(query_id, batch_id, builders, now_ms)
+
+    def append_resume_point(self, offsets: Mapping[QueueKey, int]) -> int:
+        """Append ``offsets`` as the newest rows of their queues (``jobs.reset_offsets``): the link resumes
+        there when it has no Spark checkpoint. History is kept; rows carry ``query_id`` ``reset-<uuid>``
+        and batch id 0. Returns the table version written."""
+        query_id = f"{RESET_QUERY_PREFIX}{uuid.uuid4()}"
+        now_ms = self.now_ms()
+        self._append_once(OFFSETS, query_id, 0, lambda dt: self._offset_rows(
+            query_id, 0, offsets, now_ms, 0 if dt is None else dt.version() + 1), now_ms)
+        dt = self.open(OFFSETS)
+        return -1 if dt is None else dt.version()
 
     def _offset_rows(self, query_id: str, batch_id: int, offsets: Mapping[QueueKey, int], now_ms: int,
                      commit_version: int) -> list[dict[str, Any]]:

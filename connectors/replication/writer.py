@@ -230,10 +230,11 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
                             f.queue_offset, f.error)
         log.info("link %s batch %d: %d delivered, %d bytes, %d skipped (loop), %d failed (dismissed), "
                  "%d queue offset(s) advanced, latency p50/p99/max %s/%s/%s ms, slowest task %d ms, %d retries "
-                 "while the target was unavailable; %s", o.label, batchId, metrics.messages, metrics.bytes,
-                 metrics.skipped_loop, metrics.failed, len(end_offsets), summary.p50_ms, summary.p99_ms, summary.max_ms,
-                 max((m.finished_ms - m.started_ms for m in results), default=0),
-                 sum(m.target_unavailable_retries for m in results), committed)
+                 "while the target was unavailable, %d while the source was; %s", o.label, batchId, metrics.messages,
+                 metrics.bytes, metrics.skipped_loop, metrics.failed, len(end_offsets), summary.p50_ms, summary.p99_ms,
+                 summary.max_ms, max((m.finished_ms - m.started_ms for m in results), default=0),
+                 sum(m.target_unavailable_retries for m in results),
+                 sum(m.source_unavailable_retries for m in results), committed)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Driver: a write task failed. Messages already sent stay on the target (they are re-sent when

@@ -221,7 +221,7 @@ def test_sink_pulls_every_range_of_a_task_concurrently(monkeypatch: pytest.Monke
 
     events: list[tuple[str, int]] = []
 
-    def fake_pull_results(settings: object, queue: QueueRange, *, decode: bool) -> object:
+    def fake_pull_results(settings: object, queue: QueueRange, *, decode: bool, outage: object) -> object:
         events.append(("start", queue.queue_id))
 
         def pulls() -> object:
