@@ -102,7 +102,7 @@ def failure_reason(text: str) -> str:
 
 def failure_line(link: str, error: BaseException | str, log_dir: Path | None = None) -> str:
     """``link <name> failed: <reason>`` (plus where the details are)."""
-    line = f"link {link} failed: {failure_reason(str(error))}"
+    line = f"link {link} failed: {failure_reason(str(error)).removeprefix(f'link {link}: ')}"
     if log_dir is not None:
         line += f" (details: {log_dir / PYTHON_LOG}, {log_dir / SPARK_LOG})"
     return line

@@ -44,7 +44,7 @@ def test_unreachable_source_is_one_line_and_exit_1(clusters: tuple[Cluster, Clus
     assert rc == 1, console
     failed = [line for line in console.splitlines() if " ERROR " in line]
     assert len(failed) == 1, console
-    assert "link l1 failed: " in failed[0] and dead in failed[0], failed
+    assert f"link l1 failed: source cluster src (namesrv {dead}) unavailable" in failed[0], failed
     assert _noise(console) == [], console
     details = (tmp_path / "logs" / "replicator.log").read_text()
     assert "link l1 failed; the query's exception" in details and dead in details

@@ -57,7 +57,7 @@ def test_reason_falls_back_to_client_then_python_then_first_line() -> None:
 
 def test_failure_line_names_the_link_and_the_log_files(tmp_path: Path) -> None:
     line = job_logging.failure_line("l1", RuntimeError(SPARK_FAILURE), tmp_path)
-    assert line.startswith("link l1 failed: link l1: source cluster source")
+    assert line.startswith("link l1 failed: source cluster source (namesrv 127.0.0.1:9876)")
     assert "\n" not in line and str(tmp_path / "replicator.log") in line
 
 
