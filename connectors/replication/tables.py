@@ -207,6 +207,16 @@ class LinkTables(DeltaTableSet):
             for row in latest.to_pylist()
         }
 
+    def totals(self, query_id: str | None = None) -> dict[str, int]:
+        """Sums of the metrics table (``batches``, ``messages``, ``bytes``, ``skipped_loop``, ``failed``) over
+        one query's batches (a query id, as ``query_id_from_checkpoint`` reads it) or all of them: what a
+        job's final summary prints (``failed`` = dismissed messages, in the failures table)."""
+        rows = self.read(METRICS)
+        if query_id is not None:
+            rows = rows.filter(pc.equal(rows["query_id"], query_id))
+        sums = {name: int(pc.sum(rows[name]).as_py() or 0) for name in ("messages", "bytes", "skipped_loop", "failed")}
+        return {"batches": rows.num_rows, **sums}
+
     def unreplayed_failures(self) -> list[StoredFailure]:
         """Failures not yet replayed, in source order (topic, broker, queue, offset) then failure id."""
         dt = self.open(FAILURES)

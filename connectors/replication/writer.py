@@ -9,7 +9,7 @@ forwarding (``forwarding``), the loop guard, the failure policy and the link tab
 * driver, at query start: ``RocketMQStreamWriter.__init__`` validates the options and the input
   schema and loads the failure hook once (a bad hook fails the query before any data moves).
 * executors, one call per partition and batch: ``write(batches)`` places each message on a target queue,
-  sends consecutive messages of one target queue as SEND_BATCH_MESSAGE (bounded count and bytes), keeps
+  sends consecutive messages of one target queue as SEND_BATCH_MESSAGE (bounded count and encoded bytes), keeps
   at most ``maxInFlight`` sends outstanding, retries with exponential backoff, and returns a
   ``ReplicationCommitMessage`` (plain picklable data). It never raises for a message the target
   refuses: the message becomes a ``FailedMessage`` (the whole message) in the commit message.
@@ -63,7 +63,11 @@ options win)::
     retryTimeoutMs     how long to keep retrying while the target is unavailable (default 600000)
     retryBackoffMaxMs  cap of the doubling backoff during an outage (default 10000)
     sendTimeoutMs      per attempt (default 3000)
-    batchMaxMessages   messages per SEND_BATCH_MESSAGE (default 256)   batchMaxBytes  body bytes (1 MiB)
+    batchMaxMessages   messages per SEND_BATCH_MESSAGE (default 256)
+    batchMaxBytes      encoded bytes per SEND_BATCH_MESSAGE, entry headers and properties included (1 MiB)
+    targetMaxMessageSize  the target brokers' max_message_size (default 4 MiB): no batch's encoding exceeds
+                       it, and a message whose entry alone does is sent as one SEND_MESSAGE_V2, where the
+                       broker checks its body only; so every message the target takes alone is sent
     failurePolicy      dismiss | custom                                failureHook    "module:function"
     deltaLocation, link   the link's tables (<deltaLocation>/<link>)  checkpointLocation  (writeStream's)
     producerGroup      default PID_RMQ_SYS_REPLICATOR_<link>           autoCreateTopic  default true
@@ -107,9 +111,9 @@ from connectors.core.rows import (
 from connectors.core.spark_checkpoint import checkpoint_dir, query_id_from_checkpoint, read_offset_log
 from connectors.replication.failure_policy import apply_failure_policy, load_failure_hook
 from connectors.replication.partition_writer import PartitionWriter
-from connectors.replication.records import BatchMetrics, LatencySummary, summarise_latencies
+from connectors.replication.records import BatchMetrics, FailedMessage, LatencySummary, summarise_latencies
 from connectors.replication.sending import ReplicationCommitMessage, now_ms
-from connectors.replication.tables import LinkTables
+from connectors.replication.tables import FAILURES, LinkTables
 from connectors.replication.writer_options import SinkOptions
 
 log = logging.getLogger(__name__)
@@ -223,17 +227,33 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
                                          metrics)
             committed = ("already committed (replayed batch)" if result.duplicate else
                          f"committed to Delta in {(time.monotonic() - commit_started) * 1000:.0f} ms")
-        else:
-            for f in failures:
-                log.warning("link %s batch %d: dismissed failed message %s/%s/%d@%d (%s) - not recorded: no "
-                            "deltaLocation", o.label, batchId, f.topic, f.broker_name, f.queue_id,
-                            f.queue_offset, f.error)
+        if failures:
+            self._warn_dismissed(batchId, failures, committed)
         log.info("link %s batch %d: %d delivered, %d bytes, %d skipped (loop), %d failed (dismissed), "
                  "%d queue offset(s) advanced, latency p50/p99/max %s/%s/%s ms, slowest task %d ms, %d retries "
                  "while the target was unavailable; %s", o.label, batchId, metrics.messages, metrics.bytes,
                  metrics.skipped_loop, metrics.failed, len(end_offsets), summary.p50_ms, summary.p99_ms, summary.max_ms,
                  max((m.finished_ms - m.started_ms for m in results), default=0),
                  sum(m.target_unavailable_retries for m in results), committed)
+
+    def _warn_dismissed(self, batch_id: int, failures: Sequence[FailedMessage], committed: str) -> None:
+        """One WARNING per target topic for the batch's dismissed failures: where they are and how to
+        replay them (an operator must not have to find the failures table by themselves)."""
+        o = self.options
+        by_topic: dict[tuple[str, str], list[FailedMessage]] = {}
+        for f in failures:
+            by_topic.setdefault((f.topic, f.target_topic), []).append(f)
+        recorded = bool(o.delta_location and o.link and o.checkpoint_location)
+        where = (f"recorded in the failures table {Path(o.delta_location or '') / (o.link or '') / FAILURES}"
+                 if recorded else f"NOT recorded ({committed})")
+        replay = (f"replay them with `python -m jobs.replay_failures --config {o.config_path or '<replicator.yaml>'} "
+                  f"--link {o.link}`" if recorded else "they cannot be replayed")
+        for (topic, target), dismissed in by_topic.items():
+            sample = ", ".join(f"{f.broker_name}/{f.queue_id}@{f.queue_offset}" for f in dismissed[:5])
+            log.warning("link %s batch %d: %d message(s) of topic %s (%s%s) dismissed after failing to reach %s "
+                        "on %s (first error: %s); %s; %s", o.label, batch_id, len(dismissed), topic, sample,
+                        ", ..." if len(dismissed) > 5 else "", target, o.target_cluster, dismissed[0].error, where,
+                        replay)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Driver: a write task failed. Messages already sent stay on the target (they are re-sent when

@@ -28,6 +28,8 @@ from connectors.core.options import given_options, lowered, validate_options
 DEFAULT_BATCH_MAX_MESSAGES = 256
 DEFAULT_BATCH_MAX_BYTES = 1024 * 1024
 DEFAULT_SEND_TIMEOUT_MS = 3000
+DEFAULT_TARGET_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+"""The bundled brokers' (and RocketMQ's) default ``max_message_size``."""
 
 
 class SinkOptions(WriteSettings):
@@ -51,6 +53,10 @@ class SinkOptions(WriteSettings):
     send_timeout_ms: int = Field(default=DEFAULT_SEND_TIMEOUT_MS, gt=0)
     batch_max_messages: int = Field(default=DEFAULT_BATCH_MAX_MESSAGES, gt=0)
     batch_max_bytes: int = Field(default=DEFAULT_BATCH_MAX_BYTES, gt=0)
+    """Encoded bytes per SEND_BATCH_MESSAGE (entry headers and properties included)."""
+    target_max_message_size: int = Field(default=DEFAULT_TARGET_MAX_MESSAGE_SIZE, gt=0)
+    """The target brokers' ``max_message_size``: bounds a batch's encoded size; a message whose entry
+    alone exceeds it is sent as a single SEND_MESSAGE_V2 (``connectors.replication.sending``)."""
     delta_location: str | None = None
     link: str | None = None
     checkpoint_location: str | None = None
@@ -58,11 +64,13 @@ class SinkOptions(WriteSettings):
     auto_create_topic: bool = True
     credentials: SessionCredentials | None = None
     """ACL identity for the target cluster; None = no ACL."""
+    config_path: str | None = None
+    """The ``config`` option (replicator.yaml), named in the replay advice of dismissed failures."""
     source_credentials: SessionCredentials | None = None
     """ACL identity for ``source_namesrv`` (queue-count look-ups); None = no ACL."""
 
     DERIVED: ClassVar[frozenset[str]] = frozenset({"mapping", "topic_map", "link", "producer_group", "credentials",
-                                                   "source_credentials"})
+                                                   "source_credentials", "config_path"})
     """Fields computed by ``from_options``, not taken from an option of their name."""
 
     @property
@@ -101,7 +109,7 @@ class SinkOptions(WriteSettings):
                 mapping=link.topics, delta_location=link.delta_location,
                 checkpoint_location=link.checkpoint_location,
                 credentials=replicator.cluster(link.target).credentials(),
-                source_credentials=replicator.cluster(link.source).credentials())
+                source_credentials=replicator.cluster(link.source).credentials(), config_path=opts["config"])
         values.update(given_options(cls, opts, derived=cls.DERIVED))
         if "topicmapping" in opts:
             try:
