@@ -34,7 +34,14 @@ not committed, nothing is recorded as failed, and a restart re-runs it (at-least
 
 At-least-once: a row reaches ``commit`` only after the target acknowledged it (SendResult: stored) or
 it was recorded as failed; Spark advances the checkpoint's source offsets only after ``commit``
-returned; the reader's ``commit(end)`` (consumer group on the source) comes later still.
+returned.
+
+The source consumer group. After the Delta commit, ``commit`` hands the batch's end offsets (every
+queue, from the offset log) to a background mirror (``connectors.replication.group_mirror``) that writes
+them as the replicator's group on the source (``sourceGroup``, default ``CID_RMQ_SYS_REPLICATOR_<link>``),
+so its lag is 0 once everything is replicated: after an AvailableNow run, when idle, after a stop. The
+reader's own mirror in ``commit(end)`` trails by a batch (Spark calls it when planning the next one); a
+query whose sink mirrors sets the reader's ``commitOffsetsToSource=false`` so the two never race.
 
 End offsets of a batch. The Delta offsets table needs every source queue's *next* offset after the
 batch, including queues whose rows were all filtered (tags) or skipped, which no row can carry. The
@@ -71,6 +78,10 @@ options win)::
     failurePolicy      dismiss | custom                                failureHook    "module:function"
     deltaLocation, link   the link's tables (<deltaLocation>/<link>)  checkpointLocation  (writeStream's)
     producerGroup      default PID_RMQ_SYS_REPLICATOR_<link>           autoCreateTopic  default true
+    sourceGroup        the source consumer group the commit mirrors (default CID_RMQ_SYS_REPLICATOR_<link>;
+                       config+link: the link's consumer_group)
+    commitOffsetsToSource  true (default): mirror each committed batch's end offsets to sourceGroup on
+                       sourceNamesrv, in the background (see "The source consumer group" above)
     accessKeyEnv, secretKeyEnv              NAMES of environment variables with the target's ACL keys
     sourceAccessKeyEnv, sourceSecretKeyEnv  the same for sourceNamesrv (default with config+link: the
                        clusters' access_key_env / secret_key_env). Read on the driver; the keys reach
@@ -110,6 +121,7 @@ from connectors.core.rows import (
 )
 from connectors.core.spark_checkpoint import checkpoint_dir, query_id_from_checkpoint, read_offset_log
 from connectors.replication.failure_policy import apply_failure_policy, load_failure_hook
+from connectors.replication.group_mirror import EXIT_FLUSH_TIMEOUT_S, SourceGroupMirror, source_group_mirror
 from connectors.replication.partition_writer import PartitionWriter
 from connectors.replication.records import BatchMetrics, FailedMessage, LatencySummary, summarise_latencies
 from connectors.replication.sending import ReplicationCommitMessage, now_ms
@@ -171,7 +183,9 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
 
     # -- driver ----------------------------------------------------------------------------------
 
-    def _end_offsets(self, batch_id: int, messages: Sequence[ReplicationCommitMessage]) -> dict[QueueKey, int]:
+    def _end_offsets(self, batch_id: int,
+                     messages: Sequence[ReplicationCommitMessage]) -> tuple[dict[QueueKey, int], dict[QueueKey, int]]:
+        """(every queue's end offset of the batch, the queues whose end changed since the previous batch)."""
         row_next: dict[QueueKey, int] = {}
         for m in messages:
             for q, n in m.source_next.items():
@@ -181,14 +195,21 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
         if end is None:
             log.warning("link %s batch %d: no rocketmq offset in the checkpoint's offset log; recording "
                         "offsets only for queues with rows", self.options.label, batch_id)
-            return row_next
+            return row_next, row_next
         behind = {q.to_key(): (n, end.get(q)) for q, n in row_next.items()
                   if end.get(q) is not None and n > (end.get(q) or 0)}
         if behind:
             raise ReplicatorError(f"link {self.options.label} batch {batch_id}: rows past the batch's end offset "
                                   f"(queue: (row next, log end)) {behind}")
         previous = read_offset_log(checkpoint, batch_id - 1) if checkpoint else None
-        return {q: n for q, n in end.queues.items() if previous is None or previous.get(q) != n}
+        return dict(end.queues), {q: n for q, n in end.queues.items() if previous is None or previous.get(q) != n}
+
+    def _mirror(self) -> SourceGroupMirror | None:
+        o = self.options
+        group = o.mirrored_group
+        if group is None or o.source_namesrv is None:
+            return None
+        return source_group_mirror(o.source_namesrv, group, o.source_credentials, label=o.label)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Driver: failure policy, then the Delta tables (idempotent per query id and batch id)."""
@@ -216,7 +237,7 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
             skipped_loop=sum(m.skipped_loop for m in results), failed=len(failures), latency=summary,
             record_age_ms=now - min(oldest) if oldest else None,
             wall_time_ms=now - min((m.started_ms for m in results), default=now))
-        end_offsets = self._end_offsets(batchId, results)
+        batch_end, end_offsets = self._end_offsets(batchId, results)
         committed = "no Delta tables (deltaLocation not set)"
         if o.delta_location and o.link and o.checkpoint_location:
             tables = _link_tables(str(Path(o.delta_location) / o.link), o.source_cluster or "")
@@ -227,6 +248,9 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
                                          metrics)
             committed = ("already committed (replayed batch)" if result.duplicate else
                          f"committed to Delta in {(time.monotonic() - commit_started) * 1000:.0f} ms")
+        mirror = self._mirror()
+        if mirror is not None:  # after the Delta offsets commit; in the background (no latency per batch)
+            mirror.offer(batch_end)
         if failures:
             self._warn_dismissed(batchId, failures, committed)
         log.info("link %s batch %d: %d delivered, %d bytes, %d skipped (loop), %d failed (dismissed), "
@@ -260,5 +284,8 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
         the batch re-runs: at-least-once); nothing is recorded for this batch."""
         driver_logging()
         sent = sum(m.delivered for m in messages if isinstance(m, ReplicationCommitMessage))
+        mirror = self._mirror()
+        if mirror is not None:  # the offsets of batches committed before this one go out now
+            mirror.flush(EXIT_FLUSH_TIMEOUT_S)
         log.warning("link %s batch %d aborted; %d message(s) already on the target will be sent again when "
                     "the batch re-runs", self.options.label, batchId, sent)

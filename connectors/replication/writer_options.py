@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from broker_store.protocol.acl import SessionCredentials
 from connectors.core.config import (
+    DEFAULT_CONSUMER_GROUP_PREFIX,
     DEFAULT_PRODUCER_GROUP_PREFIX,
     FailurePolicy,
     TopicMappingConfig,
@@ -64,6 +65,12 @@ class SinkOptions(WriteSettings):
     auto_create_topic: bool = True
     credentials: SessionCredentials | None = None
     """ACL identity for the target cluster; None = no ACL."""
+    source_group: str | None = None
+    """The replicator's consumer group on the source (default ``CID_RMQ_SYS_REPLICATOR_<link>``, or the link's
+    ``consumer_group``), whose offsets the driver commit mirrors (``commit_offsets_to_source``)."""
+    commit_offsets_to_source: bool = True
+    """Mirror each committed batch's end offsets to ``source_group`` on the source (needs
+    ``sourceNamesrv`` and a group: ``connectors.replication.group_mirror``)."""
     config_path: str | None = None
     """The ``config`` option (replicator.yaml), named in the replay advice of dismissed failures."""
     source_credentials: SessionCredentials | None = None
@@ -76,6 +83,13 @@ class SinkOptions(WriteSettings):
     @property
     def label(self) -> str:
         return self.link or "rocketmq-sink"
+
+    @property
+    def mirrored_group(self) -> str | None:
+        """The source group the driver commit mirrors offsets to, or None when it does not."""
+        if not self.commit_offsets_to_source or not self.source_namesrv:
+            return None
+        return self.source_group or (f"{DEFAULT_CONSUMER_GROUP_PREFIX}{self.link}" if self.link else None)
 
     @model_validator(mode="after")
     def _check_requirements(self) -> SinkOptions:
@@ -106,7 +120,7 @@ class SinkOptions(WriteSettings):
                 {name: getattr(link, name) for name in WriteSettings.model_fields},
                 namesrv=";".join(replicator.cluster(link.target).namesrv), target_cluster=link.target,
                 source_cluster=link.source, source_namesrv=";".join(replicator.cluster(link.source).namesrv),
-                mapping=link.topics, delta_location=link.delta_location,
+                mapping=link.topics, delta_location=link.delta_location, source_group=link.group,
                 checkpoint_location=link.checkpoint_location,
                 credentials=replicator.cluster(link.target).credentials(),
                 source_credentials=replicator.cluster(link.source).credentials(), config_path=opts["config"])
