@@ -47,6 +47,7 @@ from connectors.replication.arrow_rows import offset_msg_id
 from connectors.replication.forwarding import ForwardedPull, entry_body_length
 from connectors.replication.outage import TargetOutage, retriable
 from connectors.replication.placement import QueuePlacement
+from connectors.replication.queue_placement import Placement
 from connectors.replication.records import FailedMessage, LatencySummary, OffsetMapping, summarise_latencies
 from connectors.replication.writer_options import SinkOptions
 
@@ -90,6 +91,8 @@ class ReplicationCommitMessage(WriterCommitMessage):
     finished_ms: int
     target_unavailable_retries: int = 0
     """Attempts this task repeated because the target was unavailable (logged by the driver commit)."""
+    placements: tuple[Placement, ...] = ()
+    """Queue placements this task decided (``placement.QueuePlacement``); the driver commit records them."""
 
 
 @dataclass
@@ -392,4 +395,4 @@ class BatchSender:
             failures=tuple(self.failures), offset_map=tuple(self.mappings), source_next=dict(self.source_next),
             latency_samples_ms=tuple(samples), latency=summarise_latencies(self.latencies),
             oldest_store_ms=self.oldest_store_ms, started_ms=self.started_ms, finished_ms=now_ms(),
-            target_unavailable_retries=self.outage.retries)
+            target_unavailable_retries=self.outage.retries, placements=tuple(self.placement.decided))

@@ -11,6 +11,8 @@ Layout, one directory per link (``LinkConfig.tables_location``)::
     <delta_location>/<link>/offset_map/   append-only; source offset runs -> target offset runs
     <delta_location>/<link>/failures/     one row per failed message; `replayed` updated in place
     <delta_location>/<link>/metrics/      one row per batch
+    <delta_location>/<link>/placements/   queue placement decisions (``connectors.replication.placement_table``,
+                                          written when decided, not per batch)
 
 A batch commit is four commits: failures, offset_map and metrics concurrently, then offsets once all
 three succeeded (``COMMIT_ORDER``), so a resume point never moves past a failure that is not recorded.

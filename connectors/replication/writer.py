@@ -29,8 +29,9 @@ sinks do. If the outage outlasts that budget the task raises ``TargetUnavailable
 not committed, nothing is recorded as failed, and a restart re-runs it (at-least-once).
 * driver, once per batch: ``commit(messages, batchId)`` applies the failure policy
   (``failure_policy``); a failed batch raises ``BatchFailedError`` so Spark does not commit it (the
-  query stops; a restart re-runs the batch: at-least-once). Otherwise it writes the offsets, offset map,
-  failures and metrics with ``LinkTables.commit_batch``, idempotent per (query id, batch id).
+  query stops; a restart re-runs the batch: at-least-once). Otherwise it records the queue placements
+  the tasks decided (``placement_table``), then writes the offsets, offset map, failures and metrics with
+  ``LinkTables.commit_batch``, idempotent per (query id, batch id), then mirrors the source group.
 
 At-least-once: a row reaches ``commit`` only after the target acknowledged it (SendResult: stored) or
 it was recorded as failed; Spark advances the checkpoint's source offsets only after ``commit``
@@ -62,9 +63,14 @@ options win)::
     topic              one fixed target topic; else a non-null ``targetTopic`` column; else the link's
                        TopicMapper (config+link); else ``topicMapping`` JSON {"src": "dst"}; else same name
     preserveQueues     true: the n-th queue (by broker name, queue id) of the source topic goes to the n-th
-                       queue of the target topic when both have as many queues; otherwise, and without
-                       sourceNamesrv, a stable hash of (source broker, queue id) picks the target queue, so
-                       one source queue always lands in one target queue (order kept)
+                       queue of the target topic when both have as many queues; otherwise the target queue
+                       with the fewest source queues (``queue_placement``). Each decision is recorded in the
+                       link's ``placements`` table and never changes while the link lives, whatever either
+                       topic's queue count does: ``rowFormat=ranges`` rows carry the target queue the driver
+                       decided (``placement_planner``); for the other formats the task decides with the same
+                       rule and table and the commit records it. Without deltaLocation nothing is recorded
+                       and the stateless rule applies (same position when the counts match, else a hash of
+                       (source broker, queue id))
     maxInFlight        outstanding batch sends per task (default 4; 1 keeps strict order under retries)
     maxRetries         retries of a refused message (default 3)        retryBackoffMs  first wait (1000)
     retryTimeoutMs     how long to keep retrying while the target is unavailable (default 600000)
@@ -123,6 +129,9 @@ from connectors.core.spark_checkpoint import checkpoint_dir, query_id_from_check
 from connectors.replication.failure_policy import apply_failure_policy, load_failure_hook
 from connectors.replication.group_mirror import EXIT_FLUSH_TIMEOUT_S, SourceGroupMirror, source_group_mirror
 from connectors.replication.partition_writer import PartitionWriter
+from connectors.replication.placement_planner import log_decision
+from connectors.replication.placement_table import EXECUTOR, PlacementTable
+from connectors.replication.queue_placement import Placement
 from connectors.replication.records import BatchMetrics, FailedMessage, LatencySummary, summarise_latencies
 from connectors.replication.sending import ReplicationCommitMessage, now_ms
 from connectors.replication.tables import FAILURES, LinkTables
@@ -204,6 +213,25 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
         previous = read_offset_log(checkpoint, batch_id - 1) if checkpoint else None
         return dict(end.queues), {q: n for q, n in end.queues.items() if previous is None or previous.get(q) != n}
 
+    def _record_placements(self, results: Sequence[ReplicationCommitMessage]) -> None:
+        """Record the queue placements the tasks decided (the first per source queue and target topic; the
+        table's first row stands if an earlier one exists) and log each once."""
+        o = self.options
+        decided: dict[tuple[QueueKey, str], Placement] = {}
+        for m in results:
+            for p in m.placements:
+                decided.setdefault((p.source, p.target_topic), p)
+        if not decided or not (o.delta_location and o.link):
+            return
+        table = shared_table_set((str(Path(o.delta_location) / o.link), o.source_cluster or ""), PlacementTable,
+                                 lambda: PlacementTable(Path(o.delta_location or "") / (o.link or ""),
+                                                        source_cluster=o.source_cluster or ""))
+        known = {(p.source, p.target_topic) for p in table.load()}
+        new = [p for key, p in decided.items() if key not in known]
+        table.record(new, EXECUTOR)
+        for p in new:
+            log_decision(o.label, p.describe(), "executors")
+
     def _mirror(self) -> SourceGroupMirror | None:
         o = self.options
         group = o.mirrored_group
@@ -243,6 +271,7 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
             tables = _link_tables(str(Path(o.delta_location) / o.link), o.source_cluster or "")
             query_id = query_id_from_checkpoint(checkpoint_dir(o.checkpoint_location) or Path(o.checkpoint_location))
             commit_started = time.monotonic()
+            self._record_placements(results)  # before the offsets: a decision outlives the batch that used it
             result = tables.commit_batch(query_id, batchId, end_offsets,
                                          [mp for m in results for mp in m.offset_map], decision.recorded(),
                                          metrics)
