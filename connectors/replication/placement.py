@@ -23,7 +23,7 @@ import zlib
 from pathlib import Path
 
 from broker_store.client import MessageQueue, Producer
-from broker_store.client.route_cache import subscribe_queues
+from broker_store.client.route_cache import publish_queues, subscribe_queues
 from broker_store.protocol.errors import RocketMQError
 from connectors.core.executor import executor_admin
 from connectors.core.offsets import QueueKey
@@ -59,10 +59,11 @@ def _decided_placements(location: str, source_cluster: str) -> list[Placement]:
 def _stable_queue_list(namesrv: str, topic: str, queues: list[MessageQueue]) -> list[MessageQueue]:
     """``queues`` (a target topic's writable queues now), unless they are a strict subset of the list this
     executor process saw before: then a broker group is down or not re-registered yet (the name servers
-    drop it from the route), and placing on the shrunken list would move source queues to other target
-    queues (preserveQueues sees a count mismatch and hashes). The earlier list is kept instead; sends to
-    the missing queues wait for their broker like any outage. A process that never saw the full list
-    (a fresh executor during a partial outage) cannot tell, and places on what the route says."""
+    drop it from the route), and the stateless rule (no placements table) placing on the shrunken list
+    would move source queues to other target queues (it sees a count mismatch and hashes). The earlier
+    list is kept instead; sends to the missing queues wait for their broker like any outage. A process
+    that never saw the full list (a fresh executor during a partial outage) cannot tell, and places on
+    what the route says."""
     key = (namesrv, topic)
     with _seen_lock:
         seen = _seen_target_queues.get(key)
@@ -87,6 +88,8 @@ class QueuePlacement:
         self._source_namesrv: dict[str, str] = {}
         self._placed: dict[tuple[str, QueueKey], MessageQueue] = {}
         self._rule: queue_placement.QueuePlacement | None = None
+        self._recorded = bool(options.delta_location and options.link)
+        """Decisions are recorded in the link's placements table (else: the stateless rule)."""
         self.decided: list[Placement] = []
         """Decisions this task made (for the driver to record; ``ReplicationCommitMessage.placements``)."""
 
@@ -108,8 +111,11 @@ class QueuePlacement:
         waits = 0
         while topic not in self._target:
             try:
-                self._target[topic] = _stable_queue_list(self.options.namesrv, topic,
-                                                         sorted(self.producer.writable_queues(topic)))
+                queues = sorted(self.producer.writable_queues(topic))
+                # With recorded decisions a shrunken list moves nothing (only new queues are placed on
+                # it); the stateless rule needs the full list to keep its answers.
+                self._target[topic] = queues if self._recorded else _stable_queue_list(self.options.namesrv,
+                                                                                        topic, queues)
             except RocketMQError as exc:
                 if not self.outage.unavailable(exc):
                     log.warning("no writable queue for target topic %s: %s", topic, exc)
@@ -148,7 +154,7 @@ class QueuePlacement:
 
     def _place(self, target_topic: str, source: QueueKey) -> MessageQueue | None:
         o = self.options
-        if not (o.delta_location and o.link):
+        if not self._recorded or not o.delta_location or not o.link:
             targets = self._target_queues(target_topic)
             if not targets:
                 return None
@@ -158,7 +164,7 @@ class QueuePlacement:
                 _decided_placements(str(Path(o.delta_location) / o.link), o.source_cluster or ""))
         decision = self._rule.get(source, target_topic)
         if decision is None:
-            targets = self._target_queues(target_topic)
+            targets = self._fresh_target_queues(target_topic)
             if not targets:
                 return None
             sources = self._source_queues(source.topic) if o.preserve_queues else None
@@ -172,6 +178,16 @@ class QueuePlacement:
             if decision is None:
                 return None
         return MessageQueue(target_topic, decision.target.broker_name, decision.target.queue_id)
+
+    def _fresh_target_queues(self, topic: str) -> list[MessageQueue] | None:
+        """The target topic's writable queues from a fresh route (a new decision must see a target topic that
+        just grew or shrank; the producer's route cache may be seconds old), else as ``_target_queues``
+        (a topic without a route yet is auto-created by the first send; an outage waits)."""
+        try:
+            route = executor_admin(self.options.namesrv, self.options.credentials).topic_route(topic)
+        except RocketMQError:
+            return self._target_queues(topic)
+        return sorted(publish_queues(topic, route)) or self._target_queues(topic)
 
     @staticmethod
     def _stateless(targets: list[MessageQueue], sources: list[MessageQueue] | None,

@@ -15,6 +15,9 @@ the new ones are appended to the table and logged (once each) before ``place`` r
 that cannot be listed (it does not exist yet and will be auto-created, the target is down) leaves its
 ranges unplaced: the sink places them (``placement.QueuePlacement``) with the same rule and the same
 decided placements, and the writer's commit records what it decided.
+
+Cost on the driver (16 queues, local Delta table): the first batch's 16 decisions and their append
+~8 ms; a batch with nothing to decide ~0.6 ms (the table's version check).
 """
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ from tests.spark.spark_processes import wait_for, write_replicator_config
 pytestmark = pytest.mark.integration
 
 
-def start(spark: Any, config: Path, work: Path) -> Any:
+def start(spark: Any, config: Path, work: Path, row_format: str) -> Any:
     delta = str(work / "delta")
     frame = (spark.readStream.format("rocketmq").option("config", str(config)).option("link", "place")
-             .option("deltaLocation", delta).option("startingOffsets", "earliest").option("rowFormat", "ranges")
+             .option("deltaLocation", delta).option("startingOffsets", "earliest").option("rowFormat", row_format)
              .option("commitOffsetsToSource", "false").load())
     return (frame.writeStream.format("rocketmq").option("config", str(config)).option("link", "place")
             .option("deltaLocation", delta).option("checkpointLocation", str(work / "checkpoints" / "place"))
@@ -45,8 +45,12 @@ def mapping(tables: LinkTables) -> dict[tuple[str, int], set[tuple[str, int]]]:
     return out
 
 
+@pytest.mark.parametrize(("row_format", "decided_by"), [("ranges", "driver"), ("arrow", "executor")])
 def test_placement_survives_source_growth_target_shrink_and_restart(spark, clusters: tuple[Cluster, Cluster],
-                                                                    tmp_path: Path) -> None:
+                                                                    tmp_path: Path, row_format: str,
+                                                                    decided_by: str) -> None:
+    """ranges: the driver places the queues (the job's format); arrow: the sink's tasks do, with the same
+    rule and table."""
     src, dst = clusters
     topic = unique("Place")
     src.create_topic(topic, 4)
@@ -55,7 +59,7 @@ def test_placement_survives_source_growth_target_shrink_and_restart(spark, clust
                                      target=("dst", dst.namesrv),
                                      links={"place": {"topic": topic, "preserve_queues": True}})
     tables = LinkTables(tmp_path / "delta" / "place", source_cluster="src")
-    query = start(spark, config, tmp_path)
+    query = start(spark, config, tmp_path, row_format)
     try:
         old_queues = src.queues(topic)
         produce_random(src.producer, topic, old_queues, 400, seed=1, max_body=64, batch=8)
@@ -84,9 +88,9 @@ def test_placement_survives_source_growth_target_shrink_and_restart(spark, clust
 
     placements = PlacementTable(tmp_path / "delta" / "place", source_cluster="src").read(PLACEMENTS)
     assert placements.num_rows == 16  # each decision recorded once
-    assert set(placements["decided_by"].to_pylist()) == {"driver"}  # before any message used it
+    assert set(placements["decided_by"].to_pylist()) == {decided_by}
 
-    query = start(spark, config, tmp_path)  # restart from the same checkpoint and tables
+    query = start(spark, config, tmp_path, row_format)  # restart from the same checkpoint and tables
     try:
         produce_random(src.producer, topic, src.queues(topic), 400, seed=3, max_body=64, batch=8)
         wait_for(lambda: committed(tables) == 1600, 60, "1600 replicated")

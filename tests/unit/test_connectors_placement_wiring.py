@@ -127,6 +127,8 @@ def executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, source: int, ta
         topic_route=lambda topic: route))
     monkeypatch.setattr(executor_placement, "subscribe_queues",
                         lambda topic, _r: [MessageQueue(topic, "src-a", i) for i in range(source)])
+    monkeypatch.setattr(executor_placement, "publish_queues",
+                        lambda topic, _r: [MessageQueue(topic, "dst-a", i) for i in range(target)])
     monkeypatch.setattr(executor_placement, "_seen_target_queues", {})
     extra = {"delta_location": str(tmp_path), "link": "l", "checkpoint_location": str(tmp_path / "cp")} if delta else {}
     options = SinkOptions(namesrv="127.0.0.1:1", target_cluster="dst", source_cluster="src",
