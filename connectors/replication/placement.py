@@ -145,6 +145,11 @@ class QueuePlacement:
             del self._target[target_topic]
 
     def place(self, target_topic: str, source: QueueKey) -> MessageQueue | None:
+        if target_topic not in self._target:
+            # Once per topic and task, also for pinned and decided queues: this fills the producer's route
+            # cache before the task's first sends. Concurrent sends that all wait for a cold route may
+            # reach the broker out of order (seen: a queue's 4th batch stored before its first three).
+            self._target_queues(target_topic)
         placed = self._placed.get((target_topic, source))
         if placed is None:
             placed = self._place(target_topic, source)
