@@ -96,20 +96,26 @@ class RangesPlacementPlanner:
         link = replicator.link(opts["link"])
         source, target = replicator.cluster(link.source), replicator.cluster(link.target)
         location = Path(opts.get("deltalocation") or link.delta_location) / link.name
-        source_admin = Admin(";".join(source.namesrv), credentials=source.credentials())
-        target_admin = Admin(";".join(target.namesrv), credentials=target.credentials())
+        admins: dict[str, Admin] = {}  # created on first use: a reader that never plans opens no connection
+
+        def admin(side: str) -> Admin:
+            if side not in admins:
+                cluster = source if side == "source" else target
+                admins[side] = Admin(";".join(cluster.namesrv), credentials=cluster.credentials())
+            return admins[side]
 
         def source_queues(topic: str) -> list[QueueKey]:
             return [QueueKey(q.topic, q.broker_name, q.queue_id)
-                    for q in subscribe_queues(topic, source_admin.topic_route(topic))]
+                    for q in subscribe_queues(topic, admin("source").topic_route(topic))]
 
         def target_queues(topic: str) -> list[TargetQueue]:
             return [TargetQueue(q.broker_name, q.queue_id)
-                    for q in publish_queues(topic, target_admin.topic_route(topic))]
+                    for q in publish_queues(topic, admin("target").topic_route(topic))]
 
         def close() -> None:
-            source_admin.close()
-            target_admin.close()
+            for client in admins.values():
+                client.close()
+            admins.clear()
 
         return cls(link=link.name, mapper=TopicMapper(link.topics), preserve=link.preserve_queues,
                    table=PlacementTable(location, source_cluster=link.source), source_queues=source_queues,
