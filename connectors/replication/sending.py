@@ -8,7 +8,9 @@ SEND_BATCH_MESSAGE body (entry headers and properties included) against the same
 bounded by its *encoded* size: ``min(batchMaxBytes, targetMaxMessageSize)``. A message whose encoded
 entry alone exceeds ``targetMaxMessageSize`` (a body at or near the limit: 4 MiB - 64 plus its headers and
 properties) is sent alone as SEND_MESSAGE_V2, where only its body counts: every message the target would
-take alone is sent, and only bodies over the target's limit are refused (and recorded as failures).
+take alone is sent, and only bodies over the target's limit are refused (and recorded as failures). A
+batch of one the target refuses as illegal (its limit is lower than ``targetMaxMessageSize``) is tried
+once more alone before it is recorded.
 
 Executor only: ``BatchSender`` is the base of ``connectors.replication.partition_writer.PartitionWriter``,
 which turns rows into the entries appended here. Its counters, batches and in-flight sends belong to one
@@ -31,7 +33,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from broker_store.client import MessageQueue, Producer, SendResult
 from broker_store.protocol.codes import ResponseCode
-from broker_store.protocol.errors import RequestTimeoutError, RocketMQError, TopicNotExistError
+from broker_store.protocol.errors import MessageIllegalError, RequestTimeoutError, RocketMQError, TopicNotExistError
 from broker_store.protocol.message import (
     BATCH_HEADER,
     PROPERTY_KEYS,
@@ -141,6 +143,8 @@ class Batch:
     """Body bytes (what the metrics count)."""
     encoded: int = 0
     """Encoded bytes of the entries (what the target's batch limit counts)."""
+    alone: bool = False
+    """Send the (single) entry as SEND_MESSAGE_V2, not as a batch."""
 
     def source_of(self, index: int) -> QueueKey:
         source = self.runs[0][0]
@@ -261,8 +265,9 @@ class BatchSender:
                                                     f"no writable queue for target topic {batch.topic}"))
             return failed
         timeout = self.o.send_timeout_ms / 1000
-        if len(batch.entries) == 1 and batch.encoded > self.o.target_max_message_size:
+        if len(batch.entries) == 1 and (batch.alone or batch.encoded > self.o.target_max_message_size):
             # The target would refuse it as a batch (its encoding exceeds the limit) but take it alone.
+            batch.alone = True
             self.single_sends += 1
             return self.producer.send_async(entry_message(batch.topic, batch.entries[0]), batch.queue,
                                             timeout=timeout)
@@ -329,6 +334,15 @@ class BatchSender:
                 except RocketMQError as exc:
                     self._retry(single, exc, 1)
             return
+        if len(batch.entries) == 1 and not batch.alone and isinstance(error, MessageIllegalError):
+            # A batch of one refused as illegal: the target may count the entry's headers and properties
+            # against a limit lower than targetMaxMessageSize. Alone, only its body counts.
+            batch.alone = True
+            try:
+                self._delivered(batch, self._send_now(batch))
+                return
+            except RocketMQError as exc:
+                error = exc
         self._fail_origins(batch.origins, target=batch.topic, error=f"{type(error).__name__}: {error}",
                            attempts=attempts)
 

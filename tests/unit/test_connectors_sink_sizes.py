@@ -130,3 +130,29 @@ def test_dismissed_failures_are_a_warning_naming_link_topic_count_and_replay(
     for part in ("link orders batch 7", "3 message(s) of topic Orders", "OrdersDR", "MessageIllegalError: big",
                  "python -m jobs.replay_failures --config <replicator.yaml> --link orders", "failures"):
         assert part in text, text
+
+
+def test_a_lower_target_limit_than_configured_still_gets_messages_that_fit_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """targetMaxMessageSize says 4 MiB, the target's real limit is 2 MiB and it checks whole batch bodies:
+    a body of 2 MiB - 10 is refused as a batch of one, then sent alone."""
+    from broker_store.protocol.codes import ResponseCode
+    from broker_store.protocol.errors import MessageIllegalError
+
+    producer = RecordingProducer(2 * MIB)
+    accepted_batch = producer.send_encoded_batch_async
+
+    def strict_batch(topic: str, body: bytes, queue: MessageQueue, *, timeout: float) -> Future[SendResult]:
+        if len(body) > 2 * MIB:
+            future: Future[SendResult] = Future()
+            future.set_exception(MessageIllegalError(ResponseCode.MESSAGE_ILLEGAL, "batch body size exceeds"))
+            return future
+        return accepted_batch(topic, body, queue, timeout=timeout)
+
+    monkeypatch.setattr(producer, "send_encoded_batch_async", strict_batch)
+    writer = _writer(monkeypatch, producer, retry_backoff_ms=0)
+    _send_bodies(writer, [10, 2 * MIB - 10, 10])
+    result = writer.finish()
+    assert result.failures == () and result.delivered == 3
+    # the refused batch is retried after the next one went out (maxInFlight > 1; 1 keeps the order)
+    assert sorted(kind for kind, _, _ in producer.sends) == ["batch", "batch", "single"]
