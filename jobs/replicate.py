@@ -33,7 +33,7 @@ from connectors.core.config import ReplicatorConfig, load_replicator_config  # n
 from connectors.core.driver_log import FILE_ONLY  # noqa: E402
 from connectors.core.errors import ReplicatorError  # noqa: E402
 from connectors.replication.failure_policy import FailurePolicyRunner  # noqa: E402
-from connectors.replication.tables import METRICS, LinkTables  # noqa: E402
+from connectors.replication.tables import LinkTables  # noqa: E402
 from jobs import job_logging  # noqa: E402
 from jobs.progress import make_progress_listener  # noqa: E402
 
@@ -173,6 +173,9 @@ def start_link(spark: Any, config_path: str, config: ReplicatorConfig, name: str
     frame = (spark.readStream.format("rocketmq").option("config", path).option("link", name)
              .option("deltaLocation", delta).option("startingOffsets", link.starting_offsets)
              .option("rowFormat", row_format)
+             # the sink's commit mirrors each batch to the source group (connectors/replication/group_mirror.py);
+             # the reader's own mirror trails by a batch and could move the group back
+             .option("commitOffsetsToSource", "false")
              .option("maxPartitions", str(link.max_partitions or spark.sparkContext.defaultParallelism)).load())
     writer = (frame.writeStream.format("rocketmq").option("config", path).option("link", name)
               .option("deltaLocation", delta).option("checkpointLocation", checkpoint).queryName(name))
@@ -275,16 +278,13 @@ def _log_summary(config_path: str, config: ReplicatorConfig, query: Any, started
     """The run's totals for one link, from the Delta metrics its batches committed since ``started_ms``."""
     link = config.link(query.name)
     try:
-        metrics = LinkTables.for_link(link).read(METRICS).to_pylist()
+        total = LinkTables.for_link(link).totals(str(query.id), since_ms=started_ms)
     except ReplicatorError as exc:
         log.warning("link %s: no summary (%s)", link.name, exc)
         return
-    rows = [m for m in metrics if m["query_id"] == str(query.id)
-            and m["committed_at"] is not None and m["committed_at"].timestamp() * 1000 >= started_ms]
-    total = {k: sum(int(m[k] or 0) for m in rows) for k in ("messages", "bytes", "failed", "skipped_loop")}
     line = (f"link {link.name} {'stopped after an error' if failed else 'done'}: {total['messages']} messages "
-            f"({total['bytes']} bytes) replicated in {len(rows)} batch(es), {total['skipped_loop']} skipped by the "
-            f"loop guard, {total['failed']} failed")
+            f"({total['bytes']} bytes) replicated in {total['batches']} batch(es), {total['skipped_loop']} skipped "
+            f"by the loop guard, {total['failed']} failed")
     if total["failed"]:
         log.warning("%s (recorded in the failures table; replay them with: python -m jobs.replay_failures "
                     "--config %s --link %s)", line, config_path, link.name)

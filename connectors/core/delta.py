@@ -205,20 +205,13 @@ class DeltaTableSet:
         if not rows:
             return False
         path = self.path(table)
-        data = pa.Table.from_pylist(rows, schema=self.schemas[table])
         commit = CommitProperties(
             app_transactions=[Transaction(query_id, batch_id, now_ms)],
             custom_metadata={"rocketmq_replicator.batch_id": batch_id,
                              "rocketmq_replicator.query_id": query_id},
         )
         try:
-            if dt is None:  # name and description are set once, by the commit that creates the table
-                write_deltalake(path, data, mode="append", commit_properties=commit,
-                                storage_options=self._storage_options,
-                                name=f"{Path(self.location).name}.{table}",
-                                description=f"{self.description} {table} table, format {TABLE_FORMAT_VERSION}")
-            else:
-                write_deltalake(dt, data, mode="append", commit_properties=commit)
+            self._write(table, dt, rows, commit)
         except CommitFailedError as exc:
             # A concurrent writer won. If it committed this very batch, we are done; otherwise let the
             # caller re-run the batch commit (retriable).
@@ -230,6 +223,26 @@ class DeltaTableSet:
         except (DeltaError, OSError, pa.ArrowException) as exc:
             raise TableError(f"cannot append batch {batch_id} (query {query_id}) to {path}: {exc}") from exc
         return True
+
+    def _write(self, table: str, dt: DeltaTable | None, rows: list[dict[str, Any]],
+               commit: CommitProperties | None) -> None:
+        data = pa.Table.from_pylist(rows, schema=self.schemas[table])
+        if dt is None:  # name and description are set once, by the commit that creates the table
+            write_deltalake(self.path(table), data, mode="append", commit_properties=commit,
+                            storage_options=self._storage_options, name=f"{Path(self.location).name}.{table}",
+                            description=f"{self.description} {table} table, format {TABLE_FORMAT_VERSION}")
+        else:
+            write_deltalake(dt, data, mode="append", commit_properties=commit)
+
+    def append(self, table: str, rows: list[dict[str, Any]]) -> None:
+        """Append rows outside any batch (no txn): for tables whose rows are idempotent by content, such as
+        the replication link's placement decisions (the first row per key stands)."""
+        if not rows:
+            return
+        try:
+            self._write(table, self.open(table), rows, None)
+        except (DeltaError, OSError, pa.ArrowException) as exc:
+            raise TableError(f"cannot append {len(rows)} row(s) to {self.path(table)}: {exc}") from exc
 
     @staticmethod
     def _has_batch(dt: DeltaTable, query_id: str, batch_id: int) -> bool:

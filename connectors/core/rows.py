@@ -90,26 +90,32 @@ COL_PULL_TIMEOUT_MS = "pullTimeoutMs"
 COL_FAIL_ON_DATA_LOSS = "failOnDataLoss"
 COL_CONFIG_PATH = "configPath"
 """The link's replicator.yaml (null without one): the data-loss error names it in its reset command."""
+COL_TARGET_BROKER = "targetBroker"
+COL_TARGET_QUEUE_ID = "targetQueueId"
+"""With ``targetTopic``: the target queue the driver placed the range's source queue on
+(``connectors.replication.placement_planner``); null when it did not, and the sink places it."""
 
 RANGES_SCHEMA_DDL = (
     f"{COL_TOPIC} string, {COL_BROKER} string, {COL_QUEUE_ID} int, {COL_START_OFFSET} long, "
     f"{COL_END_OFFSET} long, {COL_FROM_EARLIEST} boolean, {COL_SOURCE_CLUSTER} string, "
     f"{COL_SOURCE_NAMESRV} string, {COL_CONSUMER_GROUP} string, {COL_TAG_FILTER} string, "
     f"{COL_PULL_BATCH_SIZE} int, {COL_PULL_TIMEOUT_MS} int, {COL_FAIL_ON_DATA_LOSS} boolean, "
-    f"{COL_CONFIG_PATH} string"
+    f"{COL_CONFIG_PATH} string, {COL_TARGET_TOPIC} string, {COL_TARGET_BROKER} string, {COL_TARGET_QUEUE_ID} int"
 )
 """Row schema of ``rowFormat=ranges``: one row per planned queue range ``[startOffset, endOffset)`` and no
 message data, with what pulling it takes (name servers, group, tag filter, pull size and timeout,
-failOnDataLoss, the config file a data-loss error names; ``fromEarliest`` as in ``QueueRange``). For
-``writeStream.format("rocketmq")``, which pulls each range itself and sends as it pulls, so the messages
-never pass through Spark: the replicate job's format (see ``connectors.replication.reader``)."""
+failOnDataLoss, the config file a data-loss error names; ``fromEarliest`` as in ``QueueRange``) and the
+target queue when the driver placed it (``COL_TARGET_BROKER``). For ``writeStream.format("rocketmq")``,
+which pulls each range itself and sends as it pulls, so the messages never pass through Spark: the
+replicate job's format (see ``connectors.replication.reader``)."""
 
 RANGES_ARROW_SCHEMA = pa.schema([
     (COL_TOPIC, pa.string()), (COL_BROKER, pa.string()), (COL_QUEUE_ID, pa.int32()),
     (COL_START_OFFSET, pa.int64()), (COL_END_OFFSET, pa.int64()), (COL_FROM_EARLIEST, pa.bool_()),
     (COL_SOURCE_CLUSTER, pa.string()), (COL_SOURCE_NAMESRV, pa.string()), (COL_CONSUMER_GROUP, pa.string()),
     (COL_TAG_FILTER, pa.string()), (COL_PULL_BATCH_SIZE, pa.int32()), (COL_PULL_TIMEOUT_MS, pa.int32()),
-    (COL_FAIL_ON_DATA_LOSS, pa.bool_()), (COL_CONFIG_PATH, pa.string()),
+    (COL_FAIL_ON_DATA_LOSS, pa.bool_()), (COL_CONFIG_PATH, pa.string()), (COL_TARGET_TOPIC, pa.string()),
+    (COL_TARGET_BROKER, pa.string()), (COL_TARGET_QUEUE_ID, pa.int32()),
 ])
 
 RowFormat = Literal["arrow", "tuples", "raw", "ranges"]

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_store.client import PullResult
+from broker_store.client import MessageQueue, PullResult
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, encode_properties
 from connectors.core.errors import ReplicatorError
@@ -49,6 +49,8 @@ from connectors.core.rows import (
     COL_STORE_TS,
     COL_TAG_FILTER,
     COL_TAGS,
+    COL_TARGET_BROKER,
+    COL_TARGET_QUEUE_ID,
     COL_TARGET_TOPIC,
     COL_TOPIC,
     REQUIRED_COLUMNS,
@@ -188,7 +190,12 @@ class PartitionWriter(BatchSender):
             queue = QueueRange(row[COL_TOPIC], row[COL_BROKER], row[COL_QUEUE_ID], row[COL_START_OFFSET],
                                row[COL_END_OFFSET], row[COL_FROM_EARLIEST])
             self.placement.pulled_from(queue.topic, settings.namesrv)
-            active.append((queue, settings.cluster, row.get(COL_TARGET_TOPIC),
+            target_topic, target_broker = row.get(COL_TARGET_TOPIC), row.get(COL_TARGET_BROKER)
+            if target_topic and target_broker is not None and row.get(COL_TARGET_QUEUE_ID) is not None:
+                # placed on the driver (placement_planner): used as is
+                self.placement.pin(target_topic, queue.queue,
+                                   MessageQueue(target_topic, target_broker, row[COL_TARGET_QUEUE_ID]))
+            active.append((queue, settings.cluster, target_topic,
                            pull_results(settings, queue, decode=False, outage=outage)))
         while active:
             queue, cluster, target, pulls = active.popleft()

@@ -126,6 +126,7 @@ from connectors.core.rows import (
     RANGES_ARROW_SCHEMA,
     RAW_ARROW_SCHEMA,
 )
+from connectors.replication.placement_planner import RangesPlacementPlanner, placement_columns
 from connectors.replication.planning import QueueRange, QueueRangeGroup, distribute_limit, group_ranges, plan_ranges
 from connectors.replication.pulling import PullSettings, pull_range, pull_range_raw
 from connectors.replication.reader_options import SourceOptions
@@ -177,6 +178,8 @@ class _DriverState:
     """Explicit topics found missing -> ``clock`` time of their last WARNING."""
     clock: Callable[[], float] = time.monotonic
     """Seconds, for rate-limiting warnings (a fake in unit tests)."""
+    placer: RangesPlacementPlanner | None = None
+    """Queue placement of ``rowFormat=ranges`` batches with config+link (``placement_planner``)."""
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -197,7 +200,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                      credentials=o.credentials, link=o.link or "", config_path=o.config,
                                      retry=OutagePolicy(o.retry_timeout_ms, o.retry_backoff_ms,
                                                         o.retry_backoff_max_ms))
-        self._state = _DriverState()
+        self._state = _DriverState(placer=RangesPlacementPlanner.from_options(options))
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options, "settings": self.settings}
@@ -368,6 +371,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         ranges = plan_ranges(SourceOffset.from_dict(start), SourceOffset.from_dict(end), self.options.min_partitions)
+        if self._state.placer is not None:  # decided and durable before any task runs
+            ranges = self._state.placer.place(ranges)
         return group_ranges(ranges, self.options.max_partitions)
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -430,6 +435,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._state.commit_thread is not None:
             self._state.commit_thread.shutdown(wait=True)  # the last mirrored offsets go out first
             self._state.commit_thread = None
+        if self._state.placer is not None:
+            self._state.placer.close()
         for client in (self._state.admin, self._state.committer):
             if client is not None:
                 client.close()
@@ -484,6 +491,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             COL_CONSUMER_GROUP: [s.group] * n, COL_TAG_FILTER: [s.tags] * n,
             COL_PULL_BATCH_SIZE: [s.pull_batch_size] * n, COL_PULL_TIMEOUT_MS: [s.pull_timeout_ms] * n,
             COL_FAIL_ON_DATA_LOSS: [s.fail_on_data_loss] * n, COL_CONFIG_PATH: [s.config_path] * n,
+            **placement_columns(ranges),
         }, schema=RANGES_ARROW_SCHEMA)
 
     def _read_tuples(self, partition: QueueRange) -> Iterator[tuple[Any, ...]]:

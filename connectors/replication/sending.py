@@ -3,6 +3,15 @@ SEND_BATCH_MESSAGE (bounded count and bytes), at most ``maxInFlight`` sends outs
 backoff; what the target still refuses becomes a ``FailedMessage``; the task's result for the driver is a
 ``ReplicationCommitMessage``.
 
+Size limits. A target broker checks a single send's body against its ``max_message_size`` but a whole
+SEND_BATCH_MESSAGE body (entry headers and properties included) against the same limit, so a batch is
+bounded by its *encoded* size: ``min(batchMaxBytes, targetMaxMessageSize)``. A message whose encoded
+entry alone exceeds ``targetMaxMessageSize`` (a body at or near the limit: 4 MiB - 64 plus its headers and
+properties) is sent alone as SEND_MESSAGE_V2, where only its body counts: every message the target would
+take alone is sent, and only bodies over the target's limit are refused (and recorded as failures). A
+batch of one the target refuses as illegal (its limit is lower than ``targetMaxMessageSize``) is tried
+once more alone before it is recorded.
+
 Executor only: ``BatchSender`` is the base of ``connectors.replication.partition_writer.PartitionWriter``,
 which turns rows into the entries appended here. Its counters, batches and in-flight sends belong to one
 task and one thread.
@@ -24,8 +33,15 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from broker_store.client import MessageQueue, Producer, SendResult
 from broker_store.protocol.codes import ResponseCode
-from broker_store.protocol.errors import RequestTimeoutError, RocketMQError, TopicNotExistError
-from broker_store.protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, decode_stored_message
+from broker_store.protocol.errors import MessageIllegalError, RequestTimeoutError, RocketMQError, TopicNotExistError
+from broker_store.protocol.message import (
+    BATCH_HEADER,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    Message,
+    decode_properties,
+    decode_stored_message,
+)
 from connectors.core.executor import executor_producer
 from connectors.core.offsets import QueueKey
 from connectors.replication import outage
@@ -33,6 +49,7 @@ from connectors.replication.arrow_rows import offset_msg_id
 from connectors.replication.forwarding import ForwardedPull, entry_body_length
 from connectors.replication.outage import TargetOutage, retriable
 from connectors.replication.placement import QueuePlacement
+from connectors.replication.queue_placement import Placement
 from connectors.replication.records import FailedMessage, LatencySummary, OffsetMapping, summarise_latencies
 from connectors.replication.writer_options import SinkOptions
 
@@ -78,6 +95,8 @@ class ReplicationCommitMessage(WriterCommitMessage):
     """Attempts this task repeated because the target was unavailable (logged by the driver commit)."""
     source_unavailable_retries: int = 0
     """Pulls this task repeated because the source was unavailable (``rowFormat=ranges``; logged likewise)."""
+    placements: tuple[Placement, ...] = ()
+    """Queue placements this task decided (``placement.QueuePlacement``); the driver commit records them."""
 
 
 @dataclass
@@ -123,7 +142,11 @@ class Batch:
     runs: list[tuple[QueueKey, int]] = field(default_factory=list)
     """(source queue, index of its first entry); a new run starts whenever the source queue changes."""
     size: int = 0
-    """Body bytes."""
+    """Body bytes (what the metrics count)."""
+    encoded: int = 0
+    """Encoded bytes of the entries (what the target's batch limit counts)."""
+    alone: bool = False
+    """Send the (single) entry as SEND_MESSAGE_V2, not as a batch."""
 
     def source_of(self, index: int) -> QueueKey:
         source = self.runs[0][0]
@@ -135,8 +158,20 @@ class Batch:
 
     def single(self, index: int) -> Batch:
         """Entry ``index`` alone (a refused batch is retried message by message)."""
-        return Batch(self.topic, self.queue, [self.entries[index]], [self.offsets[index]], [self.borns[index]],
-                     [self.origins[index]], [(self.source_of(index), 0)], entry_body_length(self.entries[index]))
+        entry = self.entries[index]
+        return Batch(self.topic, self.queue, [entry], [self.offsets[index]], [self.borns[index]],
+                     [self.origins[index]], [(self.source_of(index), 0)], entry_body_length(entry), len(entry))
+
+
+def entry_message(topic: str, entry: bytes) -> Message:
+    """The ``Message`` of one encoded batch entry (``forwarding.encode_entry`` layout: header, body,
+    2-byte properties length, properties), for sending it alone as SEND_MESSAGE_V2."""
+    _total, _magic, _crc, flag, body_length = BATCH_HEADER.unpack_from(entry)
+    start = BATCH_HEADER.size
+    body = entry[start:start + body_length]
+    props_at = start + body_length + 2
+    props_length = int.from_bytes(entry[props_at - 2:props_at], "big")
+    return Message(topic, body, decode_properties(entry[props_at:props_at + props_length]), flag)
 
 
 class BatchSender:
@@ -147,6 +182,10 @@ class BatchSender:
         self.producer = target_producer(options)
         self.outage = TargetOutage(options)
         self.placement = QueuePlacement(options, self.producer, self.outage)
+        self.batch_bound = min(options.batch_max_bytes, options.target_max_message_size)
+        """Encoded bytes per SEND_BATCH_MESSAGE (see "Size limits" in the module docstring)."""
+        self.single_sends = 0
+        """Messages sent alone as SEND_MESSAGE_V2 because their entry exceeds the batch limit."""
         self.in_flight: deque[tuple[Future[SendResult], Batch]] = deque()
         self.open: dict[tuple[str, MessageQueue | None], Batch] = {}
         """The batch being filled per target queue (a task's source queues are pulled concurrently, so
@@ -175,7 +214,7 @@ class BatchSender:
                 offset: int, born_ms: int, origin: Any) -> None:
         batch = self._batch_for(topic, queue)
         if batch.entries and (len(batch.entries) >= self.o.batch_max_messages
-                              or batch.size + size > self.o.batch_max_bytes):
+                              or batch.encoded + len(entry) > self.batch_bound):
             self._submit_open(batch)
             batch = self._batch_for(topic, queue)
         if not batch.runs or batch.runs[-1][0] != source:
@@ -185,21 +224,24 @@ class BatchSender:
         batch.borns.append(born_ms)
         batch.origins.append(origin)
         batch.size += size
+        batch.encoded += len(entry)
 
     def _append_pull(self, topic: str, queue: MessageQueue | None, source: QueueKey, pulled: ForwardedPull,
                      origin: StoredOrigin) -> None:
-        """``_append`` for a whole pull: fills batches up to the count and byte limits with list slices;
-        a batch that is full is sent at once."""
-        sizes = pulled.sizes
+        """``_append`` for a whole pull: fills batches up to the count and encoded-byte limits with list
+        slices; a batch that is full is sent at once."""
+        sizes, entries = pulled.sizes, pulled.entries
         i, n = 0, len(sizes)
-        max_messages, max_bytes = self.o.batch_max_messages, self.o.batch_max_bytes
+        max_messages, max_bytes = self.o.batch_max_messages, self.batch_bound
         while i < n:
             batch = self._batch_for(topic, queue)
             room = max_messages - len(batch.entries)
-            size = batch.size
+            size, encoded = batch.size, batch.encoded
             j = i
-            while j < n and j - i < room and (size + sizes[j] <= max_bytes or (j == i and not batch.entries)):
+            while j < n and j - i < room and (encoded + len(entries[j]) <= max_bytes
+                                              or (j == i and not batch.entries)):
                 size += sizes[j]
+                encoded += len(entries[j])
                 j += 1
             if j > i:
                 if not batch.runs or batch.runs[-1][0] != source:
@@ -208,7 +250,7 @@ class BatchSender:
                 batch.offsets.extend(pulled.offsets[i:j])
                 batch.borns.extend(pulled.borns[i:j])
                 batch.origins.extend(zip(itertools.repeat(origin), pulled.starts[i:j]))
-                batch.size = size
+                batch.size, batch.encoded = size, encoded
                 i = j
             if len(batch.entries) >= max_messages or j < n:  # full (by count or bytes)
                 self._submit_open(batch)
@@ -224,8 +266,15 @@ class BatchSender:
             failed.set_exception(TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST,
                                                     f"no writable queue for target topic {batch.topic}"))
             return failed
+        timeout = self.o.send_timeout_ms / 1000
+        if len(batch.entries) == 1 and (batch.alone or batch.encoded > self.o.target_max_message_size):
+            # The target would refuse it as a batch (its encoding exceeds the limit) but take it alone.
+            batch.alone = True
+            self.single_sends += 1
+            return self.producer.send_async(entry_message(batch.topic, batch.entries[0]), batch.queue,
+                                            timeout=timeout)
         return self.producer.send_encoded_batch_async(batch.topic, b"".join(batch.entries), batch.queue,
-                                                      timeout=self.o.send_timeout_ms / 1000)
+                                                      timeout=timeout)
 
     def _submit(self, batch: Batch) -> None:
         while len(self.in_flight) >= self.o.max_in_flight:
@@ -287,6 +336,15 @@ class BatchSender:
                 except RocketMQError as exc:
                     self._retry(single, exc, 1)
             return
+        if len(batch.entries) == 1 and not batch.alone and isinstance(error, MessageIllegalError):
+            # A batch of one refused as illegal: the target may count the entry's headers and properties
+            # against a limit lower than targetMaxMessageSize. Alone, only its body counts.
+            batch.alone = True
+            try:
+                self._delivered(batch, self._send_now(batch))
+                return
+            except RocketMQError as exc:
+                error = exc
         self._fail_origins(batch.origins, target=batch.topic, error=f"{type(error).__name__}: {error}",
                            attempts=attempts)
 
@@ -353,4 +411,4 @@ class BatchSender:
             failures=tuple(self.failures), offset_map=tuple(self.mappings), source_next=dict(self.source_next),
             latency_samples_ms=tuple(samples), latency=summarise_latencies(self.latencies),
             oldest_store_ms=self.oldest_store_ms, started_ms=self.started_ms, finished_ms=now_ms(),
-            target_unavailable_retries=self.outage.retries)
+            target_unavailable_retries=self.outage.retries, placements=tuple(self.placement.decided))

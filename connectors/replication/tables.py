@@ -12,6 +12,8 @@ Layout, one directory per link (``LinkConfig.tables_location``)::
     <delta_location>/<link>/offset_map/   append-only; source offset runs -> target offset runs
     <delta_location>/<link>/failures/     one row per failed message; `replayed` updated in place
     <delta_location>/<link>/metrics/      one row per batch
+    <delta_location>/<link>/placements/   queue placement decisions (``connectors.replication.placement_table``,
+                                          written when decided, not per batch)
 
 A batch commit is four commits: failures, offset_map and metrics concurrently, then offsets once all
 three succeeded (``COMMIT_ORDER``), so a resume point never moves past a failure that is not recorded.
@@ -210,6 +212,19 @@ class LinkTables(DeltaTableSet):
             QueueKey(row["topic"], row["broker_name"], row["queue_id"]): row["next_offset_last"]
             for row in latest.to_pylist()
         }
+
+    def totals(self, query_id: str | None = None, since_ms: int | None = None) -> dict[str, int]:
+        """Sums of the metrics table (``batches``, ``messages``, ``bytes``, ``skipped_loop``, ``failed``) over
+        one query's batches (a query id, as ``query_id_from_checkpoint`` reads it) or all of them, and only
+        those committed at or after ``since_ms`` if given (one run of a query): what a job's final summary
+        prints (``failed`` = dismissed messages, in the failures table)."""
+        rows = self.read(METRICS)
+        if query_id is not None:
+            rows = rows.filter(pc.equal(rows["query_id"], query_id))
+        if since_ms is not None:
+            rows = rows.filter(pc.greater_equal(rows["committed_at"], pa.scalar(timestamp(since_ms), _TS)))
+        sums = {name: int(pc.sum(rows[name]).as_py() or 0) for name in ("messages", "bytes", "skipped_loop", "failed")}
+        return {"batches": rows.num_rows, **sums}
 
     def unreplayed_failures(self) -> list[StoredFailure]:
         """Failures not yet replayed, in source order (topic, broker, queue, offset) then failure id."""

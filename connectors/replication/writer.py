@@ -9,7 +9,7 @@ forwarding (``forwarding``), the loop guard, the failure policy and the link tab
 * driver, at query start: ``RocketMQStreamWriter.__init__`` validates the options and the input
   schema and loads the failure hook once (a bad hook fails the query before any data moves).
 * executors, one call per partition and batch: ``write(batches)`` places each message on a target queue,
-  sends consecutive messages of one target queue as SEND_BATCH_MESSAGE (bounded count and bytes), keeps
+  sends consecutive messages of one target queue as SEND_BATCH_MESSAGE (bounded count and encoded bytes), keeps
   at most ``maxInFlight`` sends outstanding, retries with exponential backoff, and returns a
   ``ReplicationCommitMessage`` (plain picklable data). It never raises for a message the target
   refuses: the message becomes a ``FailedMessage`` (the whole message) in the commit message.
@@ -29,12 +29,20 @@ sinks do. If the outage outlasts that budget the task raises ``TargetUnavailable
 not committed, nothing is recorded as failed, and a restart re-runs it (at-least-once).
 * driver, once per batch: ``commit(messages, batchId)`` applies the failure policy
   (``failure_policy``); a failed batch raises ``BatchFailedError`` so Spark does not commit it (the
-  query stops; a restart re-runs the batch: at-least-once). Otherwise it writes the offsets, offset map,
-  failures and metrics with ``LinkTables.commit_batch``, idempotent per (query id, batch id).
+  query stops; a restart re-runs the batch: at-least-once). Otherwise it records the queue placements
+  the tasks decided (``placement_table``), then writes the offsets, offset map, failures and metrics with
+  ``LinkTables.commit_batch``, idempotent per (query id, batch id), then mirrors the source group.
 
 At-least-once: a row reaches ``commit`` only after the target acknowledged it (SendResult: stored) or
 it was recorded as failed; Spark advances the checkpoint's source offsets only after ``commit``
-returned; the reader's ``commit(end)`` (consumer group on the source) comes later still.
+returned.
+
+The source consumer group. After the Delta commit, ``commit`` hands the batch's end offsets (every
+queue, from the offset log) to a background mirror (``connectors.replication.group_mirror``) that writes
+them as the replicator's group on the source (``sourceGroup``, default ``CID_RMQ_SYS_REPLICATOR_<link>``),
+so its lag is 0 once everything is replicated: after an AvailableNow run, when idle, after a stop. The
+reader's own mirror in ``commit(end)`` trails by a batch (Spark calls it when planning the next one); a
+query whose sink mirrors sets the reader's ``commitOffsetsToSource=false`` so the two never race.
 
 End offsets of a batch. The Delta offsets table needs every source queue's *next* offset after the
 batch, including queues whose rows were all filtered (tags) or skipped, which no row can carry. The
@@ -55,18 +63,31 @@ options win)::
     topic              one fixed target topic; else a non-null ``targetTopic`` column; else the link's
                        TopicMapper (config+link); else ``topicMapping`` JSON {"src": "dst"}; else same name
     preserveQueues     true: the n-th queue (by broker name, queue id) of the source topic goes to the n-th
-                       queue of the target topic when both have as many queues; otherwise, and without
-                       sourceNamesrv, a stable hash of (source broker, queue id) picks the target queue, so
-                       one source queue always lands in one target queue (order kept)
+                       queue of the target topic when both have as many queues; otherwise the target queue
+                       with the fewest source queues (``queue_placement``). Each decision is recorded in the
+                       link's ``placements`` table and never changes while the link lives, whatever either
+                       topic's queue count does: ``rowFormat=ranges`` rows carry the target queue the driver
+                       decided (``placement_planner``); for the other formats the task decides with the same
+                       rule and table and the commit records it. Without deltaLocation nothing is recorded
+                       and the stateless rule applies (same position when the counts match, else a hash of
+                       (source broker, queue id))
     maxInFlight        outstanding batch sends per task (default 4; 1 keeps strict order under retries)
     maxRetries         retries of a refused message (default 3)        retryBackoffMs  first wait (1000)
     retryTimeoutMs     how long to keep retrying while the target is unavailable (default 600000)
     retryBackoffMaxMs  cap of the doubling backoff during an outage (default 10000)
     sendTimeoutMs      per attempt (default 3000)
-    batchMaxMessages   messages per SEND_BATCH_MESSAGE (default 256)   batchMaxBytes  body bytes (1 MiB)
+    batchMaxMessages   messages per SEND_BATCH_MESSAGE (default 256)
+    batchMaxBytes      encoded bytes per SEND_BATCH_MESSAGE, entry headers and properties included (1 MiB)
+    targetMaxMessageSize  the target brokers' max_message_size (default 4 MiB): no batch's encoding exceeds
+                       it, and a message whose entry alone does is sent as one SEND_MESSAGE_V2, where the
+                       broker checks its body only; so every message the target takes alone is sent
     failurePolicy      dismiss | custom                                failureHook    "module:function"
     deltaLocation, link   the link's tables (<deltaLocation>/<link>)  checkpointLocation  (writeStream's)
     producerGroup      default PID_RMQ_SYS_REPLICATOR_<link>           autoCreateTopic  default true
+    sourceGroup        the source consumer group the commit mirrors (default CID_RMQ_SYS_REPLICATOR_<link>;
+                       config+link: the link's consumer_group)
+    commitOffsetsToSource  true (default): mirror each committed batch's end offsets to sourceGroup on
+                       sourceNamesrv, in the background (see "The source consumer group" above)
     accessKeyEnv, secretKeyEnv              NAMES of environment variables with the target's ACL keys
     sourceAccessKeyEnv, sourceSecretKeyEnv  the same for sourceNamesrv (default with config+link: the
                        clusters' access_key_env / secret_key_env). Read on the driver; the keys reach
@@ -106,10 +127,14 @@ from connectors.core.rows import (
 )
 from connectors.core.spark_checkpoint import checkpoint_dir, query_id_from_checkpoint, read_offset_log
 from connectors.replication.failure_policy import apply_failure_policy, load_failure_hook
+from connectors.replication.group_mirror import EXIT_FLUSH_TIMEOUT_S, SourceGroupMirror, source_group_mirror
 from connectors.replication.partition_writer import PartitionWriter
-from connectors.replication.records import BatchMetrics, LatencySummary, summarise_latencies
+from connectors.replication.placement_planner import log_decision
+from connectors.replication.placement_table import EXECUTOR, PlacementTable
+from connectors.replication.queue_placement import Placement
+from connectors.replication.records import BatchMetrics, FailedMessage, LatencySummary, summarise_latencies
 from connectors.replication.sending import ReplicationCommitMessage, now_ms
-from connectors.replication.tables import LinkTables
+from connectors.replication.tables import FAILURES, LinkTables
 from connectors.replication.writer_options import SinkOptions
 
 log = logging.getLogger(__name__)
@@ -167,7 +192,9 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
 
     # -- driver ----------------------------------------------------------------------------------
 
-    def _end_offsets(self, batch_id: int, messages: Sequence[ReplicationCommitMessage]) -> dict[QueueKey, int]:
+    def _end_offsets(self, batch_id: int,
+                     messages: Sequence[ReplicationCommitMessage]) -> tuple[dict[QueueKey, int], dict[QueueKey, int]]:
+        """(every queue's end offset of the batch, the queues whose end changed since the previous batch)."""
         row_next: dict[QueueKey, int] = {}
         for m in messages:
             for q, n in m.source_next.items():
@@ -177,14 +204,40 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
         if end is None:
             log.warning("link %s batch %d: no rocketmq offset in the checkpoint's offset log; recording "
                         "offsets only for queues with rows", self.options.label, batch_id)
-            return row_next
+            return row_next, row_next
         behind = {q.to_key(): (n, end.get(q)) for q, n in row_next.items()
                   if end.get(q) is not None and n > (end.get(q) or 0)}
         if behind:
             raise ReplicatorError(f"link {self.options.label} batch {batch_id}: rows past the batch's end offset "
                                   f"(queue: (row next, log end)) {behind}")
         previous = read_offset_log(checkpoint, batch_id - 1) if checkpoint else None
-        return {q: n for q, n in end.queues.items() if previous is None or previous.get(q) != n}
+        return dict(end.queues), {q: n for q, n in end.queues.items() if previous is None or previous.get(q) != n}
+
+    def _record_placements(self, results: Sequence[ReplicationCommitMessage]) -> None:
+        """Record the queue placements the tasks decided (the first per source queue and target topic; the
+        table's first row stands if an earlier one exists) and log each once."""
+        o = self.options
+        decided: dict[tuple[QueueKey, str], Placement] = {}
+        for m in results:
+            for p in m.placements:
+                decided.setdefault((p.source, p.target_topic), p)
+        if not decided or not (o.delta_location and o.link):
+            return
+        table = shared_table_set((str(Path(o.delta_location) / o.link), o.source_cluster or ""), PlacementTable,
+                                 lambda: PlacementTable(Path(o.delta_location or "") / (o.link or ""),
+                                                        source_cluster=o.source_cluster or ""))
+        known = {(p.source, p.target_topic) for p in table.load()}
+        new = [p for key, p in decided.items() if key not in known]
+        table.record(new, EXECUTOR)
+        for p in new:
+            log_decision(o.label, p.describe(), "executors")
+
+    def _mirror(self) -> SourceGroupMirror | None:
+        o = self.options
+        group = o.mirrored_group
+        if group is None or o.source_namesrv is None:
+            return None
+        return source_group_mirror(o.source_namesrv, group, o.source_credentials, label=o.label)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Driver: failure policy, then the Delta tables (idempotent per query id and batch id)."""
@@ -212,22 +265,23 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
             skipped_loop=sum(m.skipped_loop for m in results), failed=len(failures), latency=summary,
             record_age_ms=now - min(oldest) if oldest else None,
             wall_time_ms=now - min((m.started_ms for m in results), default=now))
-        end_offsets = self._end_offsets(batchId, results)
+        batch_end, end_offsets = self._end_offsets(batchId, results)
         committed = "no Delta tables (deltaLocation not set)"
         if o.delta_location and o.link and o.checkpoint_location:
             tables = _link_tables(str(Path(o.delta_location) / o.link), o.source_cluster or "")
             query_id = query_id_from_checkpoint(checkpoint_dir(o.checkpoint_location) or Path(o.checkpoint_location))
             commit_started = time.monotonic()
+            self._record_placements(results)  # before the offsets: a decision outlives the batch that used it
             result = tables.commit_batch(query_id, batchId, end_offsets,
                                          [mp for m in results for mp in m.offset_map], decision.recorded(),
                                          metrics)
             committed = ("already committed (replayed batch)" if result.duplicate else
                          f"committed to Delta in {(time.monotonic() - commit_started) * 1000:.0f} ms")
-        else:
-            for f in failures:
-                log.warning("link %s batch %d: dismissed failed message %s/%s/%d@%d (%s) - not recorded: no "
-                            "deltaLocation", o.label, batchId, f.topic, f.broker_name, f.queue_id,
-                            f.queue_offset, f.error)
+        mirror = self._mirror()
+        if mirror is not None:  # after the Delta offsets commit; in the background (no latency per batch)
+            mirror.offer(batch_end)
+        if failures:
+            self._warn_dismissed(batchId, failures, committed)
         log.info("link %s batch %d: %d delivered, %d bytes, %d skipped (loop), %d failed (dismissed), "
                  "%d queue offset(s) advanced, latency p50/p99/max %s/%s/%s ms, slowest task %d ms, %d retries "
                  "while the target was unavailable, %d while the source was; %s", o.label, batchId, metrics.messages,
@@ -236,10 +290,32 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
                  sum(m.target_unavailable_retries for m in results),
                  sum(m.source_unavailable_retries for m in results), committed)
 
+    def _warn_dismissed(self, batch_id: int, failures: Sequence[FailedMessage], committed: str) -> None:
+        """One WARNING per target topic for the batch's dismissed failures: where they are and how to
+        replay them (an operator must not have to find the failures table by themselves)."""
+        o = self.options
+        by_topic: dict[tuple[str, str], list[FailedMessage]] = {}
+        for f in failures:
+            by_topic.setdefault((f.topic, f.target_topic), []).append(f)
+        recorded = bool(o.delta_location and o.link and o.checkpoint_location)
+        where = (f"recorded in the failures table {Path(o.delta_location or '') / (o.link or '') / FAILURES}"
+                 if recorded else f"NOT recorded ({committed})")
+        replay = (f"replay them with `python -m jobs.replay_failures --config {o.config_path or '<replicator.yaml>'} "
+                  f"--link {o.link}`" if recorded else "they cannot be replayed")
+        for (topic, target), dismissed in by_topic.items():
+            sample = ", ".join(f"{f.broker_name}/{f.queue_id}@{f.queue_offset}" for f in dismissed[:5])
+            log.warning("link %s batch %d: %d message(s) of topic %s (%s%s) dismissed after failing to reach %s "
+                        "on %s (first error: %s); %s; %s", o.label, batch_id, len(dismissed), topic, sample,
+                        ", ..." if len(dismissed) > 5 else "", target, o.target_cluster, dismissed[0].error, where,
+                        replay)
+
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Driver: a write task failed. Messages already sent stay on the target (they are re-sent when
         the batch re-runs: at-least-once); nothing is recorded for this batch."""
         driver_logging()
         sent = sum(m.delivered for m in messages if isinstance(m, ReplicationCommitMessage))
+        mirror = self._mirror()
+        if mirror is not None:  # the offsets of batches committed before this one go out now
+            mirror.flush(EXIT_FLUSH_TIMEOUT_S)
         log.warning("link %s batch %d aborted; %d message(s) already on the target will be sent again when "
                     "the batch re-runs", self.options.label, batchId, sent)

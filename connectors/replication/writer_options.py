@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from broker_store.protocol.acl import SessionCredentials
 from connectors.core.config import (
+    DEFAULT_CONSUMER_GROUP_PREFIX,
     DEFAULT_PRODUCER_GROUP_PREFIX,
     FailurePolicy,
     TopicMappingConfig,
@@ -28,6 +29,8 @@ from connectors.core.options import given_options, lowered, validate_options
 DEFAULT_BATCH_MAX_MESSAGES = 256
 DEFAULT_BATCH_MAX_BYTES = 1024 * 1024
 DEFAULT_SEND_TIMEOUT_MS = 3000
+DEFAULT_TARGET_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+"""The bundled brokers' (and RocketMQ's) default ``max_message_size``."""
 
 
 class SinkOptions(WriteSettings):
@@ -51,6 +54,10 @@ class SinkOptions(WriteSettings):
     send_timeout_ms: int = Field(default=DEFAULT_SEND_TIMEOUT_MS, gt=0)
     batch_max_messages: int = Field(default=DEFAULT_BATCH_MAX_MESSAGES, gt=0)
     batch_max_bytes: int = Field(default=DEFAULT_BATCH_MAX_BYTES, gt=0)
+    """Encoded bytes per SEND_BATCH_MESSAGE (entry headers and properties included)."""
+    target_max_message_size: int = Field(default=DEFAULT_TARGET_MAX_MESSAGE_SIZE, gt=0)
+    """The target brokers' ``max_message_size``: bounds a batch's encoded size; a message whose entry
+    alone exceeds it is sent as a single SEND_MESSAGE_V2 (``connectors.replication.sending``)."""
     delta_location: str | None = None
     link: str | None = None
     checkpoint_location: str | None = None
@@ -58,16 +65,31 @@ class SinkOptions(WriteSettings):
     auto_create_topic: bool = True
     credentials: SessionCredentials | None = None
     """ACL identity for the target cluster; None = no ACL."""
+    source_group: str | None = None
+    """The replicator's consumer group on the source (default ``CID_RMQ_SYS_REPLICATOR_<link>``, or the link's
+    ``consumer_group``), whose offsets the driver commit mirrors (``commit_offsets_to_source``)."""
+    commit_offsets_to_source: bool = True
+    """Mirror each committed batch's end offsets to ``source_group`` on the source (needs
+    ``sourceNamesrv`` and a group: ``connectors.replication.group_mirror``)."""
+    config_path: str | None = None
+    """The ``config`` option (replicator.yaml), named in the replay advice of dismissed failures."""
     source_credentials: SessionCredentials | None = None
     """ACL identity for ``source_namesrv`` (queue-count look-ups); None = no ACL."""
 
     DERIVED: ClassVar[frozenset[str]] = frozenset({"mapping", "topic_map", "link", "producer_group", "credentials",
-                                                   "source_credentials"})
+                                                   "source_credentials", "config_path"})
     """Fields computed by ``from_options``, not taken from an option of their name."""
 
     @property
     def label(self) -> str:
         return self.link or "rocketmq-sink"
+
+    @property
+    def mirrored_group(self) -> str | None:
+        """The source group the driver commit mirrors offsets to, or None when it does not."""
+        if not self.commit_offsets_to_source or not self.source_namesrv:
+            return None
+        return self.source_group or (f"{DEFAULT_CONSUMER_GROUP_PREFIX}{self.link}" if self.link else None)
 
     @model_validator(mode="after")
     def _check_requirements(self) -> SinkOptions:
@@ -98,10 +120,10 @@ class SinkOptions(WriteSettings):
                 {name: getattr(link, name) for name in WriteSettings.model_fields},
                 namesrv=";".join(replicator.cluster(link.target).namesrv), target_cluster=link.target,
                 source_cluster=link.source, source_namesrv=";".join(replicator.cluster(link.source).namesrv),
-                mapping=link.topics, delta_location=link.delta_location,
+                mapping=link.topics, delta_location=link.delta_location, source_group=link.group,
                 checkpoint_location=link.checkpoint_location,
                 credentials=replicator.cluster(link.target).credentials(),
-                source_credentials=replicator.cluster(link.source).credentials())
+                source_credentials=replicator.cluster(link.source).credentials(), config_path=opts["config"])
         values.update(given_options(cls, opts, derived=cls.DERIVED))
         if "topicmapping" in opts:
             try:

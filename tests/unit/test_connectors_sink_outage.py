@@ -62,6 +62,9 @@ class FakeProducer:
                                  timeout: float) -> Future[SendResult]:
         return self._answer(list(iter_batch(body)), queue)
 
+    def send_async(self, message: object, queue: MessageQueue, *, timeout: float) -> Future[SendResult]:
+        return self._answer([message], queue)
+
 
 class FakeClock:
     def __init__(self) -> None:

@@ -246,3 +246,14 @@ def test_offsets_are_not_committed_when_another_table_fails(tmp_path: Path,
     assert rerun.written[METRICS] and rerun.written[OFFSETS]
     assert rerun.already_committed == {FAILURES, OFFSET_MAP}
     assert len(rows(t, FAILURES)) == 1 and t.latest_offsets() == {Q0: 5}
+
+
+def test_totals_sum_the_metrics_of_one_query_or_all(tmp_path: Path) -> None:
+    t = tables(tmp_path)
+    t.commit_batch("q1", 0, {Q0: 10}, [], [dismissed(1)], metrics(10))
+    t.commit_batch("q1", 1, {Q0: 20}, [], [], metrics(5))
+    t.commit_batch("q2", 0, {Q0: 30}, [], [], metrics(7))
+    assert t.totals("q1") == {"batches": 2, "messages": 15, "bytes": 150, "skipped_loop": 2, "failed": 2}
+    assert t.totals()["messages"] == 22
+    assert tables(tmp_path / "empty").totals() == {"batches": 0, "messages": 0, "bytes": 0, "skipped_loop": 0,
+                                                    "failed": 0}

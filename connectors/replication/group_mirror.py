@@ -1,0 +1,156 @@
+"""The replicator's consumer group on the source (CID_RMQ_SYS_REPLICATOR_<link>), mirrored from the
+sink's driver commit so that admin tools show the truth: lag 0 once everything is replicated.
+
+Called on the driver by ``RocketMQStreamWriter.commit`` after the batch's Delta offsets commit (so after
+the target durably accepted the batch), with the batch's end offsets from Spark's offset log. The reader's
+own ``commit(end)`` mirror cannot do this: Spark calls it only when planning the *next* batch, so the
+last batch of an AvailableNow run, or the last before the link went idle or stopped, never showed.
+
+No latency per batch: ``offer`` only hands the offsets to a background thread of this process (one per
+source group), which sends UPDATE_CONSUMER_OFFSET for the queues whose offset changed since it last
+succeeded (measured on loopback, 2 brokers, 16 queues: ``offer`` ~6 us on the commit path, the
+background update ~4 ms). Offers made while an update runs are coalesced (newest offset per queue wins). ``flush``
+waits for what was offered; the writer's ``abort`` and the process's exit (``atexit``) call it, so the
+last batch's offsets go out before the commit worker ends. Advisory only: the checkpoint and the Delta
+offsets table are what the query resumes from, so a failed update is logged (WARNING) and retried with
+the next offer, never raised.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+from broker_store.client import MessageQueue
+from broker_store.protocol.acl import SessionCredentials
+from broker_store.protocol.errors import RocketMQError
+from connectors.core.executor import executor_consumer
+from connectors.core.offsets import QueueKey
+
+log = logging.getLogger(__name__)
+
+UPDATE_PARALLELISM = 16
+"""Concurrent UPDATE_CONSUMER_OFFSET requests of one flush."""
+EXIT_FLUSH_TIMEOUT_S = 10.0
+"""How long the process's exit waits for the last offsets to go out."""
+
+Update = Callable[[QueueKey, int], None]
+"""Sends one queue's offset for the group; raises ``RocketMQError`` on failure."""
+
+
+class SourceGroupMirror:
+    """Coalescing background mirror of one source group's offsets; see the module docstring.
+    Thread-safe: ``offer`` and ``flush`` may be called from any thread."""
+
+    def __init__(self, group: str, update: Update, *, label: str = "") -> None:
+        self.group = group
+        self.label = label or group
+        self._update = update
+        self._cond = threading.Condition()
+        self._pending: dict[QueueKey, int] = {}
+        self._committed: dict[QueueKey, int] = {}
+        self._busy = False
+        self._thread: threading.Thread | None = None
+        self.updates = 0
+        """Queue offsets sent successfully (for tests and the debug line)."""
+
+    def offer(self, offsets: Mapping[QueueKey, int]) -> None:
+        """Mirror ``offsets`` (next offset per source queue) soon; returns at once."""
+        with self._cond:
+            self._pending.update(offsets)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name=f"source-group-mirror-{self.group}",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every offered offset was sent (or failed and was logged); False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
+
+    def committed(self) -> dict[QueueKey, int]:
+        """The offsets the group holds as far as this mirror knows."""
+        with self._cond:
+            return dict(self._committed)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._pending), timeout=60.0)
+                if not self._pending:  # idle for a minute: the thread ends, the next offer starts one
+                    self._thread = None
+                    return
+                offered, self._pending = self._pending, {}
+                changed = [(q, n) for q, n in offered.items() if self._committed.get(q) != n]
+                self._busy = True
+            try:
+                self._send(changed)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _send(self, changed: list[tuple[QueueKey, int]]) -> None:
+        if not changed:
+            return
+
+        def one(item: tuple[QueueKey, int]) -> RocketMQError | None:
+            try:
+                self._update(*item)
+            except RocketMQError as exc:
+                return exc
+            return None
+
+        if len(changed) == 1:
+            errors = [one(changed[0])]
+        else:
+            with ThreadPoolExecutor(max_workers=min(UPDATE_PARALLELISM, len(changed)),
+                                    thread_name_prefix="source-group-update") as pool:
+                errors = list(pool.map(one, changed))
+        failed = 0
+        with self._cond:
+            for (queue, offset), error in zip(changed, errors, strict=True):
+                if error is None:
+                    self._committed[queue] = offset
+                    self.updates += 1
+                    continue
+                failed += 1
+                if failed == 1:
+                    log.warning("link %s: could not mirror offset %d of %s to source group %s (retried with the "
+                                "next batch): %s", self.label, offset, queue.to_key(), self.group, error)
+        log.debug("link %s: mirrored %d queue offset(s) to source group %s (%d failed)", self.label,
+                  len(changed) - failed, self.group, failed)
+
+
+_mirrors_lock = threading.Lock()
+_mirrors: dict[tuple[str, str, SessionCredentials | None], SourceGroupMirror] = {}
+
+
+def source_group_mirror(namesrv: str, group: str, credentials: SessionCredentials | None, *,
+                        label: str = "") -> SourceGroupMirror:
+    """The process's mirror of ``group`` on the source cluster at ``namesrv`` (driver: the Python worker
+    that runs the writer's commits, reused across batches)."""
+    key = (namesrv, group, credentials)
+    with _mirrors_lock:
+        mirror = _mirrors.get(key)
+        if mirror is None:
+            def update(queue: QueueKey, offset: int) -> None:
+                consumer = executor_consumer(namesrv, group, 10_000, credentials)
+                consumer.update_consumer_offset(MessageQueue(queue.topic, queue.broker_name, queue.queue_id), offset)
+
+            if not _mirrors:
+                atexit.register(_flush_all)
+            mirror = _mirrors[key] = SourceGroupMirror(group, update, label=label)
+        return mirror
+
+
+def _flush_all() -> None:
+    with _mirrors_lock:
+        mirrors = list(_mirrors.values())
+    for mirror in mirrors:
+        if not mirror.flush(EXIT_FLUSH_TIMEOUT_S):
+            log.warning("source group %s: offsets not mirrored before exit", mirror.group)

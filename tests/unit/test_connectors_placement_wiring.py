@@ -1,0 +1,157 @@
+"""Queue placement wired to the link: the placements table, the driver's planner for ``rowFormat=ranges``
+and the executor's placement for the other formats. Decisions persist, are reloaded, never move
+whatever either topic's queue count does, and new queues spread evenly. The real-process counterpart is
+tests/spark/test_placement.py."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from broker_store.client import MessageQueue
+from connectors.core.config import TopicMappingConfig
+from connectors.core.offsets import QueueKey
+from connectors.core.topic_mapping import TopicMapper
+from connectors.replication import placement as executor_placement
+from connectors.replication.placement import QueuePlacement as ExecutorPlacement
+from connectors.replication.placement_planner import PlacedRange, RangesPlacementPlanner, placement_columns
+from connectors.replication.placement_table import DRIVER, PlacementTable
+from connectors.replication.planning import QueueRange
+from connectors.replication.queue_placement import PRESERVED, Placement, TargetQueue
+from connectors.replication.writer_options import SinkOptions
+
+
+class Topics:
+    """Queue lists the tests change between batches."""
+
+    def __init__(self, source: int, target: int) -> None:
+        self.source, self.target = source, target
+
+    def source_queues(self, topic: str) -> list[QueueKey]:
+        return [QueueKey(topic, "src-a", i) for i in range(self.source)]
+
+    def target_queues(self, topic: str) -> list[TargetQueue]:
+        return [TargetQueue("dst-a", i) for i in range(self.target)]
+
+
+def planner(tmp_path: Path, topics: Topics) -> RangesPlacementPlanner:
+    mapper = TopicMapper(TopicMappingConfig.model_validate({"explicit": [{"source": "A", "target": "B"}]}))
+    return RangesPlacementPlanner(link="l", mapper=mapper, preserve=True,
+                                  table=PlacementTable(tmp_path / "l", source_cluster="src"),
+                                  source_queues=topics.source_queues, target_queues=topics.target_queues)
+
+
+def ranges(n: int) -> list[QueueRange]:
+    return [QueueRange("A", "src-a", i, 0, 10) for i in range(n)]
+
+
+def targets(placed: list[QueueRange]) -> dict[int, int | None]:
+    return {r.queue_id: getattr(r, "target_queue_id", None) for r in placed}
+
+
+def test_table_round_trip_first_row_stands(tmp_path: Path) -> None:
+    table = PlacementTable(tmp_path / "l", source_cluster="src")
+    q = QueueKey("A", "src-a", 0)
+    table.record([Placement(q, "B", TargetQueue("dst-a", 2), PRESERVED)], DRIVER)
+    table.record([Placement(q, "B", TargetQueue("dst-a", 0), PRESERVED)], DRIVER)  # a re-made decision
+    PlacementTable(tmp_path / "l", source_cluster="other").record(
+        [Placement(q, "B", TargetQueue("dst-a", 1), PRESERVED)], DRIVER)
+    from connectors.replication.queue_placement import QueuePlacement
+    loaded = QueuePlacement(PlacementTable(tmp_path / "l", source_cluster="src").load())
+    assert loaded.get(q, "B") == Placement(q, "B", TargetQueue("dst-a", 2), PRESERVED)
+
+
+def test_planner_growth_shrink_and_restart_never_move_a_queue(tmp_path: Path) -> None:
+    topics = Topics(source=4, target=4)
+    first = targets(planner(tmp_path, topics).place(ranges(4)))
+    assert first == {0: 0, 1: 1, 2: 2, 3: 3}  # equal counts: positions kept
+    topics.source = 8   # the source topic grows ...
+    topics.target = 3   # ... and the target topic's write queues shrink
+    p = planner(tmp_path, topics)  # a restart: decisions come from the table
+    grown = targets(p.place(ranges(8)))
+    assert {q: grown[q] for q in range(4)} == first
+    assert Counter(grown[q] for q in range(4, 8)) == Counter({0: 2, 1: 1, 2: 1})  # least loaded, 3 targets
+    again = targets(planner(tmp_path, Topics(source=8, target=5)).place(ranges(8)))
+    assert again == grown
+
+
+def test_eight_new_source_queues_on_three_target_queues_are_spread(tmp_path: Path) -> None:
+    placed = targets(planner(tmp_path, Topics(source=8, target=3)).place(ranges(8)))
+    assert sorted(Counter(placed.values()).values()) == [2, 3, 3]
+
+
+def test_placed_ranges_carry_the_target_and_unlistable_topics_stay_unplaced(tmp_path: Path) -> None:
+    from broker_store.protocol.codes import ResponseCode
+    from broker_store.protocol.errors import TopicNotExistError
+
+    topics = Topics(source=2, target=2)
+    p = planner(tmp_path, topics)
+
+    def missing(topic: str) -> list[TargetQueue]:
+        raise TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST, "no route")
+
+    p._target_queues = missing
+    unplaced = p.place(ranges(2))
+    assert [type(r) for r in unplaced] == [QueueRange, QueueRange]
+    p._target_queues = topics.target_queues
+    placed = p.place(ranges(2))
+    assert all(isinstance(r, PlacedRange) for r in placed)
+    columns = placement_columns([*placed, QueueRange("C", "src-a", 0, 0, 1)])
+    assert columns == {"targetTopic": ["B", "B", None], "targetBroker": ["dst-a", "dst-a", None],
+                       "targetQueueId": [0, 1, None]}
+
+
+def test_planner_logs_each_decision_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    p = planner(tmp_path, Topics(source=2, target=2))
+    with caplog.at_level("INFO"):
+        p.place(ranges(2))
+        p.place(ranges(2))
+    assert len([r for r in caplog.records if "queue placement" in r.getMessage()]) == 2
+
+
+class FakeProducer:
+    def __init__(self, queues: int) -> None:
+        self.queues = queues
+
+    def writable_queues(self, topic: str) -> list[MessageQueue]:
+        return [MessageQueue(topic, "dst-a", i) for i in range(self.queues)]
+
+
+def executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, source: int, target: int,
+             delta: bool = True) -> ExecutorPlacement:
+    route = SimpleNamespace()
+    monkeypatch.setattr(executor_placement, "executor_admin", lambda _n, _c: SimpleNamespace(
+        topic_route=lambda topic: route))
+    monkeypatch.setattr(executor_placement, "subscribe_queues",
+                        lambda topic, _r: [MessageQueue(topic, "src-a", i) for i in range(source)])
+    monkeypatch.setattr(executor_placement, "publish_queues",
+                        lambda topic, _r: [MessageQueue(topic, "dst-a", i) for i in range(target)])
+    monkeypatch.setattr(executor_placement, "_seen_target_queues", {})
+    extra = {"delta_location": str(tmp_path), "link": "l", "checkpoint_location": str(tmp_path / "cp")} if delta else {}
+    options = SinkOptions(namesrv="127.0.0.1:1", target_cluster="dst", source_cluster="src",
+                          source_namesrv="127.0.0.1:2", **extra)  # type: ignore[arg-type]
+    return ExecutorPlacement(options, FakeProducer(target))  # type: ignore[arg-type]
+
+
+def test_executor_uses_the_decided_placements_and_decides_a_whole_topic_alike(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = PlacementTable(tmp_path / "l", source_cluster="src")
+    table.record([Placement(QueueKey("A", "src-a", 0), "B", TargetQueue("dst-a", 3), PRESERVED)], DRIVER)
+    task1 = executor(tmp_path, monkeypatch, source=8, target=3)
+    assert task1.place("B", QueueKey("A", "src-a", 0)) == MessageQueue("B", "dst-a", 3)  # not writable now: kept
+    q5 = task1.place("B", QueueKey("A", "src-a", 5))
+    assert len(task1.decided) == 7  # every undecided queue of the topic, so other tasks decide alike
+    task2 = executor(tmp_path, monkeypatch, source=8, target=3)
+    assert task2.place("B", QueueKey("A", "src-a", 5)) == q5
+    assert [p.target for p in task2.decided] == [p.target for p in task1.decided]
+    loads = Counter(p.target.queue_id for p in task1.decided)
+    assert max(loads.values()) - min(loads.values()) <= 1
+
+
+def test_executor_without_tables_keeps_the_stateless_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    task = executor(tmp_path, monkeypatch, source=4, target=4, delta=False)
+    assert [task.place("B", QueueKey("A", "src-a", i)).queue_id for i in range(4)] == [0, 1, 2, 3]  # type: ignore[union-attr]
+    assert task.decided == []
