@@ -63,6 +63,7 @@ def test_clean_stop_of_the_process_group_is_quiet(clusters: tuple[Cluster, Clust
     job = _job(config, tmp_path)
     try:
         wait_for(lambda: dst.count(topic) >= 200, 180, "the 200 messages on the target")
+        wait_for(lambda: "link l1 batch 0: 200 delivered" in job.log(), 60, "the batch's commit")
         os.killpg(job.pid, signal.SIGTERM)  # the whole process group, as systemd and `timeout` do
         rc = job.wait(90)
     finally:
