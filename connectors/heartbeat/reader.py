@@ -41,10 +41,9 @@ class HeartbeatStreamReader(SimpleDataSourceStreamReader):
         self.schedule = HeartbeatSchedule(self.options.interval_ms, lambda: self.clock_ms())
 
     def _rows(self, ticks: list[Tick]) -> Iterator[tuple[Any, ...]]:
-        for tick in ticks:
-            due = datetime.fromtimestamp(tick.due_ms / 1000, UTC)
-            for link in self.options.link_names:
-                yield (link, tick.seq, due)
+        # a list's iterator, not a generator: Spark pickles what ``read`` returns
+        return iter([(link, tick.seq, datetime.fromtimestamp(tick.due_ms / 1000, UTC))
+                     for tick in ticks for link in self.options.link_names])
 
     def initialOffset(self) -> dict[str, Any]:
         driver_logging()
