@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from broker_store.client import Admin
 from connectors.core.config import load_replicator_config
+from connectors.core.monitoring import HEARTBEAT_TOPIC
 from jobs.lag import Status, link_lags, scrape
 from tests.spark.conftest import PROJECT_ROOT
 from tests.spark.helpers import unique
@@ -39,6 +41,11 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluste
 def _lag_check(config: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "jobs.lag", "--config", str(config), "--check"], cwd=PROJECT_ROOT,
                           env={**os.environ, **spark_env()}, capture_output=True, text=True, timeout=60)
+
+
+def _sample(text: str, name: str) -> float | None:
+    prefix = name + '{link="l1"} '
+    return next((float(line.removeprefix(prefix)) for line in text.splitlines() if line.startswith(prefix)), None)
 
 
 def _heartbeat_job(config: Path, tmp_path: Path, *extra: str) -> TaggedProcess:
@@ -84,6 +91,12 @@ def test_heartbeat_lag_on_the_target_then_stale_when_replication_stops(
         assert row["born_at"] < row["arrived_at"] <= row["seen_at"] and row["target_cluster"] == "hdst"
         probe = _lag_check(config)
         assert probe.returncode == 0 and probe.stdout.startswith("OK: 1 link(s): l1 OK"), probe
+        # the replication metrics of the link, fed from its Delta metrics table (the heartbeats it carried)
+        wait_for(lambda: (_sample(scrape(url, 2), "rmq_replicator_messages_total") or 0) >= 3, 30,
+                 "replicated messages counted on the endpoint", alive=job)
+        assert _sample(scrape(url, 2), "rmq_replicator_latency_p99_seconds") is not None
+        with Admin(src.namesrv_addr) as admin:  # created by the heartbeat writer, one queue per broker
+            assert [q.write_queue_nums for q in admin.topic_route(HEARTBEAT_TOPIC).queue_datas] == [1]
 
         query.stop()
         stopped = time.monotonic()
