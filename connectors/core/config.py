@@ -260,7 +260,8 @@ class TopicMappingConfig(_Model):
     """Which source topics a link copies, and their target names (see ``connectors.core.topic_mapping``)."""
 
     explicit: tuple[ExplicitTopic, ...] = ()
-    """Named topics; they win over regex rules and may name system topics (e.g. the heartbeat topic)."""
+    """Named topics; they win over regex rules and may name system topics. The heartbeat topic needs no
+    entry: every link replicates it under its own name (``connectors.core.topic_mapping``, rule 0)."""
     include: tuple[TopicPattern, ...] = ()
     """Regex rules, first match wins; topics created later are picked up on the next topic refresh."""
     exclude: tuple[str, ...] = ()
