@@ -105,7 +105,9 @@ class HeartbeatMonitor:
 
     def on_arrived(self, observed: Iterable[Observed]) -> list[Observed]:
         """Heartbeats read on the target cluster; returns those of the monitored links (what the
-        ``heartbeats`` table records). An arrival older than the newest one only joins the window."""
+        ``heartbeats`` table records). An arrival not newer than the newest one (late, or a second copy
+        of a batch the replication re-sent: at-least-once) only joins the window: the newest keeps its
+        first arrival."""
         now = self._clock_ms()
         kept: list[Observed] = []
         with self._lock:
@@ -115,7 +117,7 @@ class HeartbeatMonitor:
                     continue
                 kept.append(o)
                 state.window.append((now, o.lag_ms))
-                if state.newest is None or o.heartbeat.born_ms >= state.newest.heartbeat.born_ms:
+                if state.newest is None or o.heartbeat.born_ms > state.newest.heartbeat.born_ms:
                     state.newest = o
                     state.last_seen_ms = now
             for state in self._links.values():

@@ -157,6 +157,9 @@ def test_p99_over_the_last_hour_and_out_of_order_arrivals() -> None:
     state = monitor.state("l1")
     assert state.lag_p99_ms == 99  # the spike fell out of the window
     assert state.seq == 1  # newest by born time, whatever the order of arrival
+    first = state.arrived_ms
+    monitor.on_arrived([observed("l1", 1, clock.now_ms - 10, 700)])  # a re-sent copy, later
+    assert monitor.state("l1").arrived_ms == first  # the first arrival measures the path
     assert percentile([], 0.99) is None
     assert percentile([3], 0.5) == 3
     assert percentile(list(range(1, 11)), 0.5) == 5
