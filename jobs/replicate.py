@@ -9,8 +9,10 @@ from the config through their ``config`` + ``link`` options: topic selection by 
 TopicMapper (regex / whole-cluster links re-list the source topics on every trigger), tag filter,
 admission control, failure policy and the link's Delta tables. A StreamingQueryListener logs every
 batch's progress; SIGTERM / SIGINT stop the queries gracefully (the running batch finishes or is
-re-run from the checkpoint on the next start: at-least-once). Exit code: 0 after a clean stop or when
-every AvailableNow query finished, 1 when a query failed, 2 on a configuration error.
+re-run from the checkpoint on the next start: at-least-once). The Prometheus endpoint of
+``jobs.metrics`` serves the links' replication metrics (``metrics.port``, ``--metrics-port``). Exit
+code: 0 after a clean stop or when every AvailableNow query finished, 1 when a query failed, 2 on a
+configuration error (a metrics port in use included).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from connectors.core.errors import ReplicatorError  # noqa: E402
 from connectors.replication.failure_policy import FailurePolicyRunner  # noqa: E402
 from connectors.replication.tables import LinkTables  # noqa: E402
 from jobs import job_logging  # noqa: E402
+from jobs.metrics import MetricsEndpoint, metrics_settings  # noqa: E402
 from jobs.progress import make_progress_listener  # noqa: E402
 
 log = logging.getLogger("jobs.replicate")
@@ -51,6 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="console level (DEBUG also shows tracebacks); the log files keep INFO and up")
     parser.add_argument("--log-dir", default="run/logs",
                         help="replicator.log (Python, with tracebacks) and spark.log (the JVM) go here")
+    parser.add_argument("--metrics-port", type=int, default=None,
+                        help="Prometheus port (default: metrics.port of the config; 0 = no endpoint)")
     return parser.parse_args(argv)
 
 
@@ -194,11 +199,17 @@ def run(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    endpoint: MetricsEndpoint | None = None
     try:
         config = load_replicator_config(args.config)
         names = args.link or [link.name for link in config.links]
         for name in names:
             config.link(name)
+        # bound before Spark starts: a port in use is one error line and exit 2, not a failed query
+        metrics = metrics_settings(config.metrics, args.metrics_port)
+        if metrics.port:
+            endpoint = MetricsEndpoint(metrics, [config.link(name) for name in names])
+            endpoint.start()
     except ReplicatorError as exc:
         log.error("error: %s", exc)
         return 2
@@ -242,6 +253,8 @@ def run(argv: list[str] | None = None) -> int:
         log.error("error: %s", exc)
         return 2
     finally:
+        if endpoint is not None:
+            endpoint.stop()
         spark.stop()
     for q in queries:
         _log_summary(args.config, config, q, started_ms, failed=q.name in failures)

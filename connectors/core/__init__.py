@@ -11,4 +11,6 @@ without Spark or a broker unless noted:
 * ``driver_log``        the logging set-up of the driver-side Python workers
 * ``spark_checkpoint``  the query id and offset log a writer reads from its checkpoint
 * ``delta``             idempotent per-(query id, batch id) commits to a set of Delta tables (deltalake)
+* ``monitoring``        heartbeat and metrics settings; the heartbeat topic's name and queue count
+* ``settings_model``    the base of every settings model and the duration format they share
 """

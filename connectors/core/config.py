@@ -26,6 +26,8 @@ File layout (``conf/replicator.yaml`` is the commented example)::
         checkpoint_location: run/checkpoints/source-to-target
         delta_location: run/delta               # tables live in <delta_location>/<link name>/
         ...                                     # optional knobs with defaults: see LinkConfig
+    heartbeat: {interval: 10 seconds}           # optional: connectors.core.monitoring.HeartbeatSettings
+    metrics: {port: 9464}                       # optional: connectors.core.monitoring.MetricsSettings
 
 Relative paths are kept as written and resolve against the job's working directory, like
 ``store_dir`` in ``conf/cluster-local.yaml``.
@@ -42,15 +44,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic.alias_generators import to_camel
-from pydantic_core import PydanticCustomError
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.message import PROPERTY_REPLICATOR_SOURCE, validate_topic
 from connectors.core.errors import ConfigError, CredentialError, OffsetFormatError
+from connectors.core.monitoring import HEARTBEAT_TOPIC, HeartbeatSettings, MetricsSettings
 from connectors.core.offsets import OffsetSpec
+from connectors.core.settings_model import SettingsModel, parse_duration
+from connectors.core.settings_model import field_error as field_error  # re-exported: the options modules use it
 
 CLUSTER_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 """Full-match pattern of every cluster name. Names are written into message properties as lists joined
@@ -74,20 +77,6 @@ INLINE_SECRET_KEYS = frozenset({
 })
 """Keys that would hold a credential inline; rejected with a pointer to ``*_env``."""
 
-_TRIGGER_UNITS = {
-    "ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001,
-    "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
-    "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
-    "h": 3600.0, "hour": 3600.0, "hours": 3600.0,
-}
-_TRIGGER_PATTERN = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)?\s*")
-
-
-def field_error(field_path: str, reason: str) -> PydanticCustomError:
-    """A validation error that ``load_replicator_config`` reports at ``<model path>.<field_path>``."""
-    return PydanticCustomError("replicator_field", "{reason}", {"field": field_path, "reason": reason})
-
-
 def _check_topic(value: str) -> str:
     try:
         validate_topic(value)
@@ -103,11 +92,8 @@ def _compile(pattern: str) -> re.Pattern[str]:
         raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
 
 
-class _Model(BaseModel):
-    # YAML keys are the field names; the camelCase aliases are the same settings' Spark option names
-    # (``connectors.core.options``), never accepted from YAML.
-    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, validate_by_name=True,
-                              validate_by_alias=False)
+_Model = SettingsModel
+"""Every model of this file (see ``connectors.core.settings_model``)."""
 
 
 def resolve_credentials(access_key_env: str | None, secret_key_env: str | None, *, fields: tuple[str, str],
@@ -275,7 +261,8 @@ class TopicMappingConfig(_Model):
     """Which source topics a link copies, and their target names (see ``connectors.core.topic_mapping``)."""
 
     explicit: tuple[ExplicitTopic, ...] = ()
-    """Named topics; they win over regex rules and may name system topics (e.g. the heartbeat topic)."""
+    """Named topics; they win over regex rules and may name system topics. The heartbeat topic needs no
+    entry: every link replicates it under its own name (``connectors.core.topic_mapping``, rule 0)."""
     include: tuple[TopicPattern, ...] = ()
     """Regex rules, first match wins; topics created later are picked up on the next topic refresh."""
     exclude: tuple[str, ...] = ()
@@ -314,6 +301,10 @@ class TopicMappingConfig(_Model):
                     raise field_error(f"explicit[{index}].source",
                                        f"topic {topic!r} is mapped twice ({seen[topic]!r} and {target!r})")
                 seen[topic] = target
+                if topic == HEARTBEAT_TOPIC and target != HEARTBEAT_TOPIC:
+                    raise field_error(f"explicit[{index}].target",
+                                       f"{HEARTBEAT_TOPIC} is replicated by every link under its own name (the "
+                                       f"heartbeat monitor reads it there); it cannot be renamed")
                 hit = next((p.pattern for p in excludes if p.fullmatch(topic)), None)
                 if hit is not None:
                     raise field_error(f"explicit[{index}].source",
@@ -331,23 +322,7 @@ class FailurePolicy(StrEnum):
     """Hand the batch's failures to ``failure_hook``; it returns True (dismiss) or False (fail the batch)."""
 
 
-def _parse_trigger(value: Any) -> float:
-    if isinstance(value, bool):
-        raise ValueError("expected seconds as a number or a string like '5 seconds'")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str):
-        match = _TRIGGER_PATTERN.fullmatch(value)
-        unit = (match.group(2) or "seconds").lower() if match else ""
-        if not match or unit not in _TRIGGER_UNITS:
-            raise ValueError(f"{value!r} is not a duration like '5 seconds', '500 milliseconds' or "
-                             f"'1 minute' (units: {sorted(set(_TRIGGER_UNITS))})")
-        seconds = float(match.group(1)) * _TRIGGER_UNITS[unit]
-    else:
-        raise ValueError("expected seconds as a number or a string like '5 seconds'")
-    if seconds <= 0:
-        raise ValueError(f"must be > 0, got {value!r}")
-    return seconds
+_parse_trigger = parse_duration
 
 
 class RetrySettings(_Model):
@@ -520,6 +495,10 @@ class ReplicatorConfig(_Model):
     """Format version of this file."""
     clusters: tuple[ClusterConfig, ...]
     links: tuple[LinkConfig, ...]
+    heartbeat: HeartbeatSettings = HeartbeatSettings()
+    """Every link's heartbeat (``connectors.core.monitoring``; produced by ``jobs/heartbeat.py``)."""
+    metrics: MetricsSettings = MetricsSettings()
+    """The jobs' Prometheus endpoint (``connectors.core.monitoring``)."""
 
     @model_validator(mode="after")
     def _cross_references(self) -> ReplicatorConfig:

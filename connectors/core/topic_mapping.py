@@ -7,6 +7,10 @@ deterministic: the same config and topic set always give the same mapping, whate
 
 Resolution of one source topic, first rule that applies wins:
 
+0. it is the heartbeat topic (``HEARTBEAT_TOPIC``) -> the same name, on every link whatever its rules:
+                                                 its arrival on the target measures the link's whole
+                                                 path (``connectors.heartbeat``); config loading
+                                                 rejects an explicit entry renaming it
 1. an ``explicit`` entry names it            -> its target (explicit entries may name system topics,
                                                  e.g. the replicator's heartbeat topic; config
                                                  loading rejects explicit topics that match an exclude)
@@ -26,6 +30,7 @@ from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.message import validate_topic
 from connectors.core.config import TopicMappingConfig
 from connectors.core.errors import TopicMappingError
+from connectors.core.monitoring import HEARTBEAT_TOPIC
 
 SYSTEM_TOPIC_PREFIXES: tuple[str, ...] = (
     "rmq_sys_",        # TopicValidator.SYSTEM_TOPIC_PREFIX: revive logs, wheel timer, heartbeats, ...
@@ -82,6 +87,8 @@ class TopicMapper:
         Raises ``TopicMappingError`` when an include template yields an invalid topic name (e.g. too
         long): a matching topic is never skipped silently.
         """
+        if topic == HEARTBEAT_TOPIC:
+            return topic
         explicit = self._explicit.get(topic)
         if explicit is not None:
             return explicit

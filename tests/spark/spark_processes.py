@@ -235,9 +235,12 @@ class StandaloneCluster:
 
 
 def write_replicator_config(path: Path, *, source: tuple[str, str], target: tuple[str, str],
-                            links: Mapping[str, Mapping[str, Any]]) -> Path:
+                            links: Mapping[str, Mapping[str, Any]], metrics_port: int = 0,
+                            heartbeat: Mapping[str, Any] | None = None) -> Path:
     """replicator.yaml with clusters ``(name, namesrv)`` and links ``{name: {field: value}}``; each link
-    gets explicit ``topics`` from its ``topic`` key and checkpoint/delta dirs next to ``path``."""
+    gets explicit ``topics`` from its ``topic`` key and checkpoint/delta dirs next to ``path``. No metrics
+    endpoint unless ``metrics_port`` is given (jobs of parallel tests would share the default port);
+    ``heartbeat``: the config's heartbeat section (its checkpoint next to ``path``)."""
     work = path.parent
     entries = []
     for name, fields in links.items():
@@ -246,9 +249,12 @@ def write_replicator_config(path: Path, *, source: tuple[str, str], target: tupl
                         "topics": {"explicit": [{"source": fields["topic"]}]},
                         "checkpoint_location": str(work / "checkpoints" / name),
                         "delta_location": str(work / "delta"), **extra})
+    sections: dict[str, Any] = {"metrics": {"port": metrics_port}}
+    if heartbeat is not None:
+        sections["heartbeat"] = {"checkpoint_location": str(work / "checkpoints" / "heartbeat"), **heartbeat}
     path.write_text(yaml.safe_dump({
         "clusters": [{"name": source[0], "namesrv": [source[1]]}, {"name": target[0], "namesrv": [target[1]]}],
-        "links": entries}))
+        "links": entries, **sections}))
     return path
 
 

@@ -1,0 +1,130 @@
+"""Run the heartbeat connector of a replicator config: produce each link's heartbeat on its source, watch
+it arrive on its target, serve the metrics.
+
+    spark-submit jobs/heartbeat.py --config conf/replicator.yaml [--link NAME ...] [--metrics-port N]
+    python jobs/heartbeat.py --config conf/replicator.yaml          (local[*] when no master is set)
+
+One Spark query (``queryName`` ``heartbeat``, checkpoint ``heartbeat.checkpoint_location``) reads the
+``rmq_heartbeat`` source (one row per link per ``heartbeat.interval``) and writes it with the
+``rmq_heartbeat`` sink (a message to ``rmq_sys_replicator_heartbeat`` on the link's source cluster).
+The replication links carry that topic to their targets like any other (``replicate.py`` runs them);
+this process's heartbeat monitor (``connectors.heartbeat.monitor_loop``) reads it on both clusters and
+records each arrival in the link's Delta ``heartbeats`` table. The Prometheus endpoint
+(``jobs.metrics``: heartbeat and replication metrics of the links) is bound before Spark starts, so a
+port in use is one error line and exit 2. Exit codes as ``replicate.py``: 0 after a clean stop
+(SIGTERM / SIGINT), 1 when the query failed, 2 on a configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # `spark-submit jobs/heartbeat.py` / `python jobs/heartbeat.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from connectors.core.config import ReplicatorConfig, load_replicator_config  # noqa: E402
+from connectors.core.driver_log import FILE_ONLY  # noqa: E402
+from connectors.core.errors import ReplicatorError  # noqa: E402
+from connectors.heartbeat.data_source import DATA_SOURCE_NAME, HeartbeatDataSource  # noqa: E402
+from connectors.heartbeat.monitor_loop import HeartbeatMonitorLoop  # noqa: E402
+from jobs import job_logging  # noqa: E402
+from jobs.metrics import MetricsEndpoint, metrics_settings  # noqa: E402
+
+log = logging.getLogger("jobs.heartbeat")
+
+QUERY_NAME = "heartbeat"
+MAX_TRIGGER = 1.0
+"""Seconds between two triggers at most (half the interval below 2 s): a trigger with no heartbeat due
+makes no batch, so this bounds how late a heartbeat leaves, not how often one is sent."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="heartbeat", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="replicator YAML (conf/replicator.yaml)")
+    parser.add_argument("--link", action="append", default=[], help="only this link (repeatable); default: all")
+    parser.add_argument("--metrics-port", type=int, default=None,
+                        help="Prometheus port (default: metrics.port of the config; 0 = no endpoint)")
+    parser.add_argument("--log-level", default="INFO", help="console level; the log files keep INFO and up")
+    parser.add_argument("--log-dir", default="run/logs", help="replicator.log and spark.log go here")
+    return parser.parse_args(argv)
+
+
+def trigger_interval(config: ReplicatorConfig) -> str:
+    """The producer query's processing-time trigger: half the heartbeat interval, at most ``MAX_TRIGGER``."""
+    return f"{round(min(config.heartbeat.interval / 2, MAX_TRIGGER) * 1000)} milliseconds"
+
+
+def start_heartbeat_query(spark: Any, config_path: str, config: ReplicatorConfig, links: list[str]) -> Any:
+    path = str(Path(config_path).resolve())
+    checkpoint = str(Path(config.heartbeat.checkpoint_location).resolve())
+    frame = spark.readStream.format(DATA_SOURCE_NAME).option("config", path).option("links", ",".join(links)).load()
+    query = (frame.writeStream.format(DATA_SOURCE_NAME).option("config", path).option("links", ",".join(links))
+             .option("checkpointLocation", checkpoint).queryName(QUERY_NAME)
+             .trigger(processingTime=trigger_interval(config)).start())
+    log.info("heartbeat of link(s) %s every %g s to rmq_sys_replicator_heartbeat on their sources; checkpoint %s",
+             ", ".join(links), config.heartbeat.interval, config.heartbeat.checkpoint_location)
+    return query
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        log_dir = job_logging.setup(args.log_dir, args.log_level)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    endpoint: MetricsEndpoint | None = None
+    try:
+        config = load_replicator_config(args.config)
+        names = args.link or [link.name for link in config.links]
+        links = [config.link(name) for name in names]
+        monitor = HeartbeatMonitorLoop(config, names)
+        settings = metrics_settings(config.metrics, args.metrics_port)
+        if settings.port:
+            endpoint = MetricsEndpoint(settings, links, monitor=monitor.monitor)
+            endpoint.start()
+    except ReplicatorError as exc:
+        log.error("error: %s", exc)
+        return 2
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("%s: stopping the heartbeat", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    from jobs.replicate import build_spark
+
+    failed = False
+    spark = build_spark(app_name="rocketmq-replicator-heartbeat",
+                        checkpoint_locations=[config.heartbeat.checkpoint_location], log_dir=log_dir)
+    spark.dataSource.register(HeartbeatDataSource)
+    monitor.start()
+    try:
+        query = start_heartbeat_query(spark, args.config, config, names)
+        while not stop.is_set() and query.isActive:
+            stop.wait(1)
+        if query.isActive:
+            query.stop()
+        error = query.exception()
+        if error is not None:
+            failed = True
+            log.error("heartbeat query failed: %s (details: %s)", job_logging.failure_reason(str(error)), log_dir)
+            log.info("the heartbeat query's exception:\n%s", error, extra=FILE_ONLY)
+    finally:
+        monitor.stop()
+        if endpoint is not None:
+            endpoint.stop()
+        spark.stop()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())

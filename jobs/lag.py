@@ -1,0 +1,205 @@
+"""The replication lag per link, read from a job's Prometheus endpoint: a live table, or one health line.
+
+    python -m jobs.lag --config conf/replicator.yaml             live table, refreshed every 2 s (Ctrl-C ends)
+    python -m jobs.lag --config conf/replicator.yaml --check     one line; exit 1 when a link is STALE or the
+                                                                 endpoint does not answer (a health probe)
+
+The endpoint is ``metrics.host`` / ``metrics.port`` of the config (``--url`` overrides); the one that
+serves heartbeat metrics is ``jobs/heartbeat.py``'s (``jobs.metrics`` lists every metric). Per link:
+
+    lag now         heartbeat lag of the newest heartbeat: target store time - source born time
+    p99 1h          99th percentile of the heartbeat lag over the last hour
+    heartbeat age   now - born time of the newest heartbeat that reached the target
+    status          STALE    age > 3 heartbeat intervals (or no heartbeat metrics for the link)
+                    STARTING no heartbeat arrived yet, the monitor runs for less than 3 intervals
+                             (``--check`` passes: a probe must not fail a job that just started)
+                    LAGGING  lag now > heartbeat.lagging_threshold
+                    OK       otherwise
+    monitor         the heartbeat monitor's own verdict: ok, lagging, starting, broken (the source
+                    produces heartbeats the target does not get) or idle (no heartbeat produced)
+
+Exit codes: 0 (``--check``: no link STALE), 1 (a link STALE, or the endpoint unreachable), 2 (bad
+arguments or config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+from rich.live import Live
+from rich.table import Table
+
+if __package__ in (None, ""):  # pragma: no cover - `python jobs/lag.py`
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from connectors.core.config import load_replicator_config  # noqa: E402
+from connectors.core.errors import ReplicatorError  # noqa: E402
+from connectors.core.monitoring import STALE_INTERVALS  # noqa: E402
+from jobs.metrics import PREFIX  # noqa: E402
+
+
+class Status(StrEnum):
+    OK = "OK"
+    STARTING = "STARTING"
+    LAGGING = "LAGGING"
+    STALE = "STALE"
+
+
+@dataclass(frozen=True)
+class LinkLag:
+    """One link's row, from one scrape."""
+
+    link: str
+    status: Status
+    lag_s: float | None
+    p99_1h_s: float | None
+    age_s: float | None
+    interval_s: float | None
+    monitor: str | None
+    """The heartbeat monitor's state label (``rmq_replicator_link_state``), None without heartbeat metrics."""
+    latency_p99_s: float | None
+    """Replication latency p99 of the newest batch (messages, not heartbeats)."""
+
+    def describe(self) -> str:
+        if self.age_s is None:
+            return f"{self.link} {self.status} (no heartbeat metrics)"
+        return (f"{self.link} {self.status} (heartbeat age {self.age_s:.1f} s, lag {_fmt(self.lag_s)}, "
+                f"monitor {self.monitor})")
+
+
+class EndpointUnreachableError(Exception):
+    pass
+
+
+def scrape(url: str, timeout: float) -> str:
+    try:
+        response = requests.get(url, timeout=timeout)
+        response.raise_for_status()
+    except requests.RequestException as exc:
+        raise EndpointUnreachableError(f"{url}: {exc}") from exc
+    return response.text
+
+
+def link_lags(text: str, links: Sequence[str], *, lagging_threshold_s: float) -> list[LinkLag]:
+    """Each link's row from a scrape's text (pure)."""
+    values: dict[tuple[str, str], float] = {}
+    states: dict[str, str] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            link = sample.labels.get("link")
+            if link is None or not sample.name.startswith(PREFIX):
+                continue
+            name = sample.name.removeprefix(PREFIX)
+            if name == "link_state":
+                if sample.value == 1.0:
+                    states[link] = sample.labels.get("state", "")
+            else:
+                values[(link, name)] = sample.value
+    rows = []
+    for link in links:
+        age = values.get((link, "heartbeat_age_seconds"))
+        interval = values.get((link, "heartbeat_interval_seconds"))
+        lag = values.get((link, "heartbeat_lag_seconds"))
+        if age is None or interval is None or age > STALE_INTERVALS * interval:
+            status = Status.STALE
+        elif lag is None:
+            status = Status.STARTING
+        elif states.get(link) == "lagging" or (lag is not None and lag > lagging_threshold_s):
+            status = Status.LAGGING
+        else:
+            status = Status.OK
+        rows.append(LinkLag(link, status, lag, values.get((link, "heartbeat_lag_p99_1h_seconds")), age, interval,
+                            states.get(link), values.get((link, "latency_p99_seconds"))))
+    return rows
+
+
+def check_line(rows: Iterable[LinkLag]) -> tuple[int, str]:
+    """``--check``'s exit code and line."""
+    rows = list(rows)
+    stale = [r for r in rows if r.status is Status.STALE]
+    if stale:
+        return 1, "STALE: " + "; ".join(r.describe() for r in stale)
+    lagging = [r for r in rows if r.status is Status.LAGGING]
+    if lagging:
+        return 0, "LAGGING: " + "; ".join(r.describe() for r in lagging)
+    return 0, f"OK: {len(rows)} link(s): " + "; ".join(r.describe() for r in rows)
+
+
+def _fmt(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+def render(rows: Sequence[LinkLag], url: str, error: str | None) -> Table:
+    table = Table(title=f"replication lag  {url}  {time.strftime('%H:%M:%S')}",
+                  caption=error or f"STALE = heartbeat age > {STALE_INTERVALS} intervals")
+    for column in ("link", "lag now", "p99 1h", "heartbeat age", "status", "monitor", "batch latency p99"):
+        table.add_column(column, justify="left" if column in ("link", "status", "monitor") else "right")
+    colour = {Status.OK: "green", Status.STARTING: "blue", Status.LAGGING: "yellow", Status.STALE: "red"}
+    for r in rows:
+        table.add_row(r.link, _fmt(r.lag_s), _fmt(r.p99_1h_s), _fmt(r.age_s),
+                      f"[{colour[r.status]}]{r.status}[/]", r.monitor or "-", _fmt(r.latency_p99_s))
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jobs.lag", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="replicator YAML: links, metrics endpoint, thresholds")
+    parser.add_argument("--url", help="metrics URL (default: http://<metrics.host>:<metrics.port>/metrics)")
+    parser.add_argument("--link", action="append", default=[], help="only this link (repeatable)")
+    parser.add_argument("--check", action="store_true", help="print one line; exit 1 if a link is STALE or the "
+                                                             "endpoint is unreachable")
+    parser.add_argument("--refresh", type=float, default=2.0, help="seconds between refreshes of the live table")
+    parser.add_argument("--timeout", type=float, default=3.0, help="HTTP timeout, seconds")
+    args = parser.parse_args(argv)
+    try:
+        config = load_replicator_config(args.config)
+        links = args.link or [link.name for link in config.links]
+        for name in links:
+            config.link(name)
+    except ReplicatorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.url is None and config.metrics.port == 0:
+        print(f"error: {args.config}: metrics.port is 0 (no endpoint); give --url", file=sys.stderr)
+        return 2
+    url = args.url or config.metrics.url
+    threshold = config.heartbeat.lagging_threshold
+
+    def once() -> list[LinkLag]:
+        return link_lags(scrape(url, args.timeout), links, lagging_threshold_s=threshold)
+
+    if args.check:
+        try:
+            code, line = check_line(once())
+        except EndpointUnreachableError as exc:
+            code, line = 1, f"UNREACHABLE: {exc}"
+        print(line)
+        return code
+    rows: list[LinkLag] = []
+    try:
+        with Live(render(rows, url, "connecting..."), auto_refresh=False) as live:
+            while True:
+                error = None
+                try:
+                    rows = once()
+                except EndpointUnreachableError as exc:
+                    error = f"[red]unreachable[/]: {exc}"
+                live.update(render(rows, url, error), refresh=True)
+                time.sleep(args.refresh)
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""The jobs' Prometheus endpoint on the Spark driver: ``http://<metrics.host>:<metrics.port>/metrics``.
+
+Started by ``jobs/replicate.py`` and ``jobs/heartbeat.py`` (``MetricsEndpoint``) in the job's own
+process; read by Prometheus and by ``python -m jobs.lag``. Where the numbers come from:
+
+* Replication: the sink's driver commit runs in a Spark Python worker, not in the job's process, so
+  nothing there can set a gauge here. The endpoint reads what that commit writes: each link's Delta
+  ``metrics`` table (one row per batch, ``connectors.replication.tables``), incrementally, every
+  ``FEED_INTERVAL`` seconds (only rows committed since the endpoint started; counters start at 0 with
+  the process, as Prometheus counters do). The StreamingQueryListener is not used for metrics: with
+  ``rowFormat=ranges`` Spark's progress counts queue ranges, not messages, and knows no latency.
+* Heartbeat: ``jobs/heartbeat.py`` hands its ``HeartbeatMonitor``; the heartbeat metrics are computed
+  from it at each scrape (ages are exact at scrape time, not as of the last poll).
+
+Metrics, every one labelled ``link`` (README, "Metrics", has the same list)::
+
+    rmq_replicator_messages_total              counter  messages written to the target
+    rmq_replicator_bytes_total                 counter  body bytes written to the target
+    rmq_replicator_failed_total                counter  messages failed after retries (failures table)
+    rmq_replicator_skipped_total               counter  messages skipped by the loop guard
+    rmq_replicator_latency_p50_seconds         gauge    newest batch: median of target store - source born
+    rmq_replicator_latency_p99_seconds         gauge    newest batch: 99th percentile of the same
+    rmq_replicator_record_age_seconds          gauge    newest batch: commit time - oldest message's store time
+    rmq_replicator_last_batch_timestamp_seconds gauge   commit time of the newest batch (epoch seconds)
+    rmq_replicator_heartbeat_lag_seconds       gauge    newest heartbeat: target store time - source born time
+    rmq_replicator_heartbeat_lag_p99_1h_seconds gauge   99th percentile of heartbeat lag, last hour
+    rmq_replicator_heartbeat_age_seconds       gauge    now - born time of the newest arrived heartbeat
+    rmq_replicator_heartbeat_interval_seconds  gauge    the configured interval (STALE = age > 3 intervals)
+    rmq_replicator_heartbeat_born_timestamp_seconds    gauge  newest arrived heartbeat's born time
+    rmq_replicator_heartbeat_arrival_timestamp_seconds gauge  its store time on the target
+    rmq_replicator_heartbeat_last_seen_timestamp_seconds gauge when the monitor read it
+    rmq_replicator_link_state{state=...}       gauge    1 for the monitor's status (starting, ok, lagging,
+                                                        broken, idle), 0 for the others
+    rmq_replicator_checkpoint_age_seconds      gauge    declared here, set by the checkpoint connector
+    rmq_replicator_config_changes_pending      gauge    declared here, set by the config connector
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake.exceptions import DeltaError
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from connectors.core.config import LinkConfig
+from connectors.core.errors import ConfigError, ReplicatorError, TableError
+from connectors.core.monitoring import MetricsSettings
+from connectors.heartbeat.monitor import HeartbeatMonitor, LinkStatus
+from connectors.replication.tables import METRICS, LinkTables
+
+log = logging.getLogger("jobs.metrics")
+
+PREFIX = "rmq_replicator_"
+FEED_INTERVAL = 2.0
+"""Seconds between two reads of the links' Delta metrics tables."""
+
+
+class MetricsPortInUseError(ConfigError):
+    """The configured metrics port is taken: the job stops before starting any query."""
+
+
+class ReplicationMetrics:
+    """The replication counters and gauges (see the module docstring), in ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(PREFIX + name, doc, ["link"], registry=registry)
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(PREFIX + name, doc, ["link"], registry=registry)
+
+        self.messages = counter("messages", "Messages written to the target")
+        self.bytes = counter("bytes", "Body bytes written to the target")
+        self.failed = counter("failed", "Messages that failed after retries (in the failures table)")
+        self.skipped = counter("skipped", "Messages skipped by the loop guard")
+        self.latency_p50 = gauge("latency_p50_seconds", "Newest batch: median of target store - source born")
+        self.latency_p99 = gauge("latency_p99_seconds", "Newest batch: p99 of target store - source born")
+        self.record_age = gauge("record_age_seconds", "Newest batch: commit time - oldest message's store time")
+        self.last_batch = gauge("last_batch_timestamp_seconds", "Commit time of the newest batch")
+        # Filled by the checkpoint and config connectors (issue #10, another branch): declared once here.
+        self.checkpoint_age = gauge("checkpoint_age_seconds", "Age of the newest translated checkpoint")
+        self.config_pending = gauge("config_changes_pending", "Config changes not yet applied on the target")
+
+    def add_batches(self, link: str, rows: Sequence[dict[str, Any]]) -> None:
+        """Fold new rows of a link's metrics table (any order) into the counters and gauges."""
+        if not rows:
+            return
+        for column, metric in (("messages", self.messages), ("bytes", self.bytes), ("failed", self.failed),
+                               ("skipped_loop", self.skipped)):
+            total = sum(int(r[column] or 0) for r in rows)
+            if total:
+                metric.labels(link).inc(total)
+        for counter in (self.messages, self.bytes, self.failed, self.skipped):
+            counter.labels(link)  # every counter shows the link, even at 0
+        newest = max(rows, key=lambda r: (r["committed_at"], r["batch_id"]))
+        for column, gauge in (("latency_p50_ms", self.latency_p50), ("latency_p99_ms", self.latency_p99),
+                              ("record_age_ms", self.record_age)):
+            if newest[column] is not None:
+                gauge.labels(link).set(newest[column] / 1000)
+        self.last_batch.labels(link).set(newest["committed_at"].timestamp())
+
+
+class MetricsTableFeed:
+    """New rows of one link's Delta ``metrics`` table since the feed started (driver, one thread)."""
+
+    def __init__(self, link: LinkConfig, *, since: datetime) -> None:
+        self.link = link.name
+        self._tables = LinkTables.for_link(link)
+        self._since = since
+        self._at_since: set[tuple[str, int]] = set()
+        """(query id, batch id) of the rows committed exactly at ``_since`` already returned."""
+
+    def new_rows(self) -> list[dict[str, Any]]:
+        dt = self._tables.open(METRICS)
+        if dt is None:
+            return []
+        try:
+            data = dt.to_pyarrow_dataset().to_table(
+                filter=pc.field("committed_at") >= pa.scalar(self._since, pa.timestamp("us", tz="UTC")))
+        except (DeltaError, OSError, pa.ArrowException) as exc:
+            raise TableError(f"cannot read {self._tables.path(METRICS)}: {exc}") from exc
+        rows = [r for r in data.to_pylist() if (r["query_id"], r["batch_id"]) not in self._at_since]
+        if rows:
+            newest = max(r["committed_at"] for r in rows)
+            if newest > self._since:
+                self._since, self._at_since = newest, set()
+            self._at_since |= {(r["query_id"], r["batch_id"]) for r in rows if r["committed_at"] == newest}
+        return rows
+
+
+class HeartbeatCollector(Collector):
+    """The heartbeat gauges, computed from ``HeartbeatMonitor`` at each scrape."""
+
+    def __init__(self, monitor: HeartbeatMonitor) -> None:
+        self.monitor = monitor
+
+    def collect(self) -> Iterator[Metric]:
+        def family(name: str, doc: str, labels: Sequence[str] = ("link",)) -> GaugeMetricFamily:
+            return GaugeMetricFamily(PREFIX + name, doc, labels=list(labels))
+
+        lag = family("heartbeat_lag_seconds", "Newest heartbeat: target store time - source born time")
+        p99 = family("heartbeat_lag_p99_1h_seconds", "99th percentile of heartbeat lag over the last hour")
+        age = family("heartbeat_age_seconds", "Now - born time of the newest heartbeat arrived on the target")
+        interval = family("heartbeat_interval_seconds", "Configured heartbeat interval")
+        born = family("heartbeat_born_timestamp_seconds", "Born time of the newest arrived heartbeat")
+        arrived = family("heartbeat_arrival_timestamp_seconds", "Target store time of the newest arrived heartbeat")
+        seen = family("heartbeat_last_seen_timestamp_seconds", "When the monitor read the newest heartbeat")
+        state = family("link_state", "1 for the link's heartbeat status, 0 for the others", ("link", "state"))
+        for s in self.monitor.states():
+            age.add_metric([s.link], s.age_ms / 1000)
+            interval.add_metric([s.link], self.monitor.interval_ms / 1000)
+            for value, fam in ((s.lag_ms, lag), (s.lag_p99_ms, p99), (s.born_ms, born), (s.arrived_ms, arrived),
+                               (s.last_seen_ms, seen)):
+                if value is not None:
+                    fam.add_metric([s.link], value / 1000)
+            for status in LinkStatus:
+                state.add_metric([s.link, status.value], 1.0 if s.status is status else 0.0)
+        yield from (lag, p99, age, interval, born, arrived, seen, state)
+
+
+def metrics_settings(settings: MetricsSettings, port: int | None) -> MetricsSettings:
+    """``settings`` with the port a job's ``--metrics-port`` gave (None: the config's)."""
+    return settings if port is None else settings.model_copy(update={"port": port})
+
+
+def serve(settings: MetricsSettings, registry: CollectorRegistry, *, where: str = "metrics.port") -> Any:
+    """Serve ``registry`` at ``settings``; ``MetricsPortInUseError`` naming the port when it is taken."""
+    try:
+        server, _thread = start_http_server(settings.port, settings.host, registry=registry)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise MetricsPortInUseError(
+                f"port {settings.port} on {settings.host} is already in use; stop what holds it or choose another "
+                f"port (0 = no endpoint)", field=where) from exc
+        raise ConfigError(f"cannot serve metrics on {settings.host}:{settings.port}: {exc.strerror or exc}",
+                          field=where) from exc
+    return server
+
+
+class MetricsEndpoint:
+    """The endpoint of one job: replication metrics of ``links`` (from their Delta tables) and, given a
+    monitor, the heartbeat metrics. ``start`` binds the port first (raising before any thread starts)."""
+
+    def __init__(self, settings: MetricsSettings, links: Iterable[LinkConfig], *,
+                 monitor: HeartbeatMonitor | None = None, feed_interval: float = FEED_INTERVAL,
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.settings = settings
+        self.registry = CollectorRegistry()
+        self.replication = ReplicationMetrics(self.registry)
+        if monitor is not None:
+            self.registry.register(HeartbeatCollector(monitor))
+        started = now()
+        self._feeds = [MetricsTableFeed(link, since=started) for link in links]
+        for feed in self._feeds:
+            for counter in (self.replication.messages, self.replication.bytes, self.replication.failed,
+                            self.replication.skipped):
+                counter.labels(feed.link)  # every link shows, at 0 before its first batch
+        self._feed_interval = feed_interval
+        self._server: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing: set[str] = set()
+
+    def start(self) -> None:
+        self._server = serve(self.settings, self.registry)
+        log.info("metrics at %s", self.settings.url)
+        self._thread = threading.Thread(target=self._run, name="metrics-feed", daemon=True)
+        self._thread.start()
+
+    def feed_once(self) -> None:
+        for feed in self._feeds:
+            try:
+                rows = feed.new_rows()
+            except ReplicatorError as exc:
+                if feed.link not in self._failing:
+                    self._failing.add(feed.link)
+                    log.warning("link %s: metrics table not readable (%s); retrying", feed.link, exc)
+                continue
+            self._failing.discard(feed.link)
+            self.replication.add_batches(feed.link, rows)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._feed_interval):
+            self.feed_once()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()

@@ -1,0 +1,116 @@
+"""The metrics endpoint's parts without Spark or a broker: replication counters fed from a real Delta
+metrics table, heartbeat gauges computed at scrape time, the port-in-use error, and jobs.lag's reading
+of a scrape (statuses, --check line)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from connectors.core.config import LinkConfig, TopicMappingConfig
+from connectors.core.monitoring import MetricsSettings
+from connectors.heartbeat.monitor import HeartbeatMonitor
+from connectors.heartbeat.records import Heartbeat, Observed
+from connectors.heartbeat.tables import HEARTBEATS, HeartbeatTables
+from connectors.replication.records import BatchMetrics, LatencySummary
+from connectors.replication.tables import LinkTables
+from jobs.lag import Status, check_line, link_lags
+from jobs.metrics import HeartbeatCollector, MetricsPortInUseError, MetricsTableFeed, ReplicationMetrics, serve
+
+
+def _link(tmp_path: Path, name: str = "l1") -> LinkConfig:
+    return LinkConfig(name=name, source="a", target="b", topics=TopicMappingConfig(all_topics=True),
+                      checkpoint_location=str(tmp_path / "cp"), delta_location=str(tmp_path / "delta"))
+
+
+def _batch(tables: LinkTables, batch_id: int, messages: int, p99: int) -> None:
+    tables.commit_batch("q1", batch_id, {}, [], [], BatchMetrics(
+        messages=messages, bytes=messages * 10, skipped_loop=1, failed=2,
+        latency=LatencySummary(5, p99, p99), record_age_ms=300))
+
+
+def _value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, labels)
+
+
+def test_replication_metrics_are_fed_incrementally_from_the_delta_table(tmp_path: Path) -> None:
+    link = _link(tmp_path)
+    tables = LinkTables.for_link(link)
+    _batch(tables, 0, 100, 40)  # committed before the endpoint started: not counted
+    feed = MetricsTableFeed(link, since=datetime.now(UTC) + timedelta(milliseconds=5))
+    registry = CollectorRegistry()
+    metrics = ReplicationMetrics(registry)
+    time.sleep(0.01)
+    _batch(tables, 1, 7, 50)
+    _batch(tables, 2, 3, 60)
+    metrics.add_batches("l1", feed.new_rows())
+    assert feed.new_rows() == []  # nothing twice
+    _batch(tables, 3, 1, 20)
+    metrics.add_batches("l1", feed.new_rows())
+    assert _value(registry, "rmq_replicator_messages_total", link="l1") == 11
+    assert _value(registry, "rmq_replicator_bytes_total", link="l1") == 110
+    assert _value(registry, "rmq_replicator_failed_total", link="l1") == 6
+    assert _value(registry, "rmq_replicator_skipped_total", link="l1") == 3
+    assert _value(registry, "rmq_replicator_latency_p99_seconds", link="l1") == 0.02  # the newest batch
+    assert _value(registry, "rmq_replicator_latency_p50_seconds", link="l1") == 0.005
+    assert _value(registry, "rmq_replicator_record_age_seconds", link="l1") == 0.3
+
+
+def _monitor_scrape(now: list[int], *, lag_ms: int) -> str:
+    monitor = HeartbeatMonitor(["l1", "l2"], interval_ms=1000, lagging_threshold_ms=500, stale_intervals=3,
+                               clock_ms=lambda: now[0])
+    monitor.on_arrived([Observed(Heartbeat("l1", 0, now[0] - lag_ms, "a", "b"), now[0], "t/b/0", 0)])
+    registry = CollectorRegistry()
+    registry.register(HeartbeatCollector(monitor))
+    return generate_latest(registry).decode()
+
+
+def test_heartbeat_gauges_and_lag_statuses() -> None:
+    now = [1_700_000_000_000]
+    text = _monitor_scrape(now, lag_ms=120)
+    assert 'rmq_replicator_heartbeat_lag_seconds{link="l1"} 0.12' in text
+    assert 'rmq_replicator_link_state{link="l1",state="ok"} 1.0' in text
+    assert 'rmq_replicator_link_state{link="l2",state="starting"} 1.0' in text
+    rows = {r.link: r for r in link_lags(text, ["l1", "l2", "l3"], lagging_threshold_s=0.5)}
+    assert rows["l1"].status is Status.OK and rows["l1"].lag_s == 0.12 and rows["l1"].p99_1h_s == 0.12
+    assert rows["l2"].status is Status.STARTING  # nothing arrived yet; the monitor runs for < 3 intervals
+    assert rows["l3"].status is Status.STALE  # no heartbeat metrics at all
+    code, line = check_line(rows.values())
+    assert code == 1 and line.startswith("STALE: l3 STALE (no heartbeat metrics)")
+    lagging = link_lags(_monitor_scrape(now, lag_ms=900), ["l1"], lagging_threshold_s=0.5)
+    assert lagging[0].status is Status.LAGGING and check_line(lagging)[0] == 0
+
+
+def test_stale_after_three_intervals() -> None:
+    text = ('rmq_replicator_heartbeat_age_seconds{link="l1"} 3.5\n'
+            'rmq_replicator_heartbeat_interval_seconds{link="l1"} 1.0\n'
+            'rmq_replicator_heartbeat_lag_seconds{link="l2"} 0.1\n'
+            'rmq_replicator_heartbeat_age_seconds{link="l2"} 2.9\n'
+            'rmq_replicator_heartbeat_interval_seconds{link="l2"} 1.0\n')
+    rows = link_lags(text, ["l1", "l2"], lagging_threshold_s=10)
+    assert [r.status for r in rows] == [Status.STALE, Status.OK]
+
+
+def test_a_metrics_port_in_use_is_a_clear_error() -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with pytest.raises(MetricsPortInUseError, match=f"metrics.port: port {port} on 127.0.0.1 is already in use"):
+            serve(MetricsSettings(port=port), CollectorRegistry())
+
+
+def test_heartbeats_table_rows(tmp_path: Path) -> None:
+    tables = HeartbeatTables.for_link(_link(tmp_path))
+    arrival = Observed(Heartbeat("l1", 4, 1_700_000_000_000, "a", "b"), 1_700_000_000_250, "t/b/0", 9)
+    assert tables.record("run-1", 0, [arrival], 1_700_000_000_300).written == {HEARTBEATS: True}
+    assert tables.record("run-1", 0, [arrival], 1_700_000_000_300).duplicate  # a poll is recorded once
+    (row,) = tables.read(HEARTBEATS).to_pylist()
+    assert (row["link"], row["seq"], row["lag_ms"], row["target_queue"], row["target_offset"]) == ("l1", 4, 250,
+                                                                                                   "t/b/0", 9)
+    assert row["seen_at"] == datetime.fromtimestamp(1_700_000_000.3, UTC)
