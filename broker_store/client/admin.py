@@ -35,9 +35,10 @@ from broker_store.protocol.headers import (
     OffsetResponseHeader,
     QueueRequestHeader,
     SearchOffsetRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
 )
 from broker_store.protocol.message import validate_topic
-from broker_store.protocol.route import ClusterInfo, TopicRouteData, loads_rocketmq
+from broker_store.protocol.route import MASTER_ID, ClusterInfo, TopicRouteData, loads_rocketmq
 
 TOPIC_FILTER_SINGLE_TAG = "SINGLE_TAG"
 DEFAULT_PERM = PERM_READ | PERM_WRITE
@@ -165,6 +166,18 @@ class AsyncAdmin:
         self._session.routes.invalidate(topic)
         return addrs
 
+    async def primary_addrs(self, cluster: str | None = None) -> dict[str, str]:
+        """Broker group name -> primary address, for every group of ``cluster`` (None: every cluster)
+        that has a primary registered."""
+        info = await self.cluster_info()
+        names = sorted(info.broker_addr_table) if cluster is None else sorted(info.cluster_addr_table.get(cluster, ()))
+        addrs = {}
+        for name in names:
+            broker = info.broker_addr_table.get(name)
+            if broker is not None and broker.master_addr is not None:
+                addrs[name] = broker.master_addr
+        return addrs
+
     async def all_topic_config(self, broker_addr: str) -> dict[str, TopicConfig]:
         resp = await self._session.invoke(broker_addr, RequestCode.GET_ALL_TOPIC_CONFIG)
         body = loads_rocketmq(resp.body) if resp.body else {}
@@ -211,6 +224,41 @@ class AsyncAdmin:
     async def consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
         """The group's committed offset on ``mq``; None if it never committed one."""
         return await query_consumer_offset(self._session, group, mq)
+
+    async def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
+        """UPDATE_CONSUMER_OFFSET on the primary of ``mq``'s broker group: ``offset`` is the group's next
+        offset to consume. As in RocketMQ the last commit wins, even a lower one (callers that must never
+        move a group backwards compare first)."""
+        routes = self._session.routes
+        await routes.get(mq.topic)
+        addr, _ = await routes.require_read_addr(mq.topic, mq.broker_name, MASTER_ID)
+        header = UpdateConsumerOffsetRequestHeader(consumer_group=group, topic=mq.topic, queue_id=mq.queue_id,
+                                                   commit_offset=offset)
+        try:
+            await self._session.invoke(addr, RequestCode.UPDATE_CONSUMER_OFFSET, header)
+        except RocketMQError as exc:
+            if exc.invalid_route:
+                routes.invalidate(mq.topic)
+            raise
+
+    async def all_consumer_offsets(self, broker_addr: str) -> dict[tuple[str, str], dict[int, int]]:
+        """GET_ALL_CONSUMER_OFFSET of one broker: (topic, group) -> queue id -> committed next offset.
+        The table's keys are ``<topic>@<group>`` (topics never contain ``@``; groups may)."""
+        resp = await self._session.invoke(broker_addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
+        body = loads_rocketmq(resp.body) if resp.body else {}
+        table = body.get("offsetTable") if isinstance(body, dict) else None
+        if not isinstance(table, dict):
+            raise ProtocolError(f"GET_ALL_CONSUMER_OFFSET body from {broker_addr} has no offsetTable")
+        out: dict[tuple[str, str], dict[int, int]] = {}
+        try:
+            for key, queues in table.items():
+                topic, sep, group = str(key).partition("@")
+                if not sep or not topic or not group:
+                    raise ValueError(f"offset key {key!r} is not <topic>@<group>")
+                out[(topic, group)] = {int(q): int(o) for q, o in queues.items()}
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"malformed consumer offsets from {broker_addr}: {exc}") from exc
+        return out
 
     async def consumer_list(self, group: str, topic: str) -> list[str]:
         """Client ids of the group's live consumers, as the brokers of ``topic`` know them."""
@@ -298,8 +346,17 @@ class Admin(SyncClient[AsyncAdmin]):
             topic, queue_nums, perm, cluster, broker_names=broker_names, order=order,
             read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums), self._t(10))
 
+    def primary_addrs(self, cluster: str | None = None) -> dict[str, str]:
+        return self._call(lambda a: a.primary_addrs(cluster), self._t())
+
     def all_topic_config(self, broker_addr: str) -> dict[str, TopicConfig]:
         return self._call(lambda a: a.all_topic_config(broker_addr), self._t())
+
+    def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
+        self._call(lambda a: a.update_consumer_offset(group, mq, offset), self._t())
+
+    def all_consumer_offsets(self, broker_addr: str) -> dict[tuple[str, str], dict[int, int]]:
+        return self._call(lambda a: a.all_consumer_offsets(broker_addr), self._t())
 
     def min_offset(self, mq: MessageQueue) -> int:
         return self._call(lambda a: a.min_offset(mq), self._t())

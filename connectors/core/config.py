@@ -42,14 +42,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic.alias_generators import to_camel
-from pydantic_core import PydanticCustomError
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from broker_store.protocol.acl import SessionCredentials
-from broker_store.protocol.errors import ProtocolError
-from broker_store.protocol.message import PROPERTY_REPLICATOR_SOURCE, validate_topic
+from broker_store.protocol.message import PROPERTY_REPLICATOR_SOURCE
 from connectors.core.errors import ConfigError, CredentialError
+from connectors.core.settings_base import SettingsModel as _Model
+from connectors.core.settings_base import check_topic as _check_topic
+from connectors.core.settings_base import compile_pattern as _compile
+from connectors.core.settings_base import field_error as field_error  # re-exported: reader/writer options use it
+from connectors.core.settings_base import parse_duration as _parse_trigger
+from connectors.core.sync_settings import CheckpointSettings, ConfigSyncSettings
 
 CLUSTER_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 """Full-match pattern of every cluster name. Names are written into message properties as lists joined
@@ -73,40 +76,6 @@ INLINE_SECRET_KEYS = frozenset({
 })
 """Keys that would hold a credential inline; rejected with a pointer to ``*_env``."""
 
-_TRIGGER_UNITS = {
-    "ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001,
-    "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
-    "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
-    "h": 3600.0, "hour": 3600.0, "hours": 3600.0,
-}
-_TRIGGER_PATTERN = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)?\s*")
-
-
-def field_error(field_path: str, reason: str) -> PydanticCustomError:
-    """A validation error that ``load_replicator_config`` reports at ``<model path>.<field_path>``."""
-    return PydanticCustomError("replicator_field", "{reason}", {"field": field_path, "reason": reason})
-
-
-def _check_topic(value: str) -> str:
-    try:
-        validate_topic(value)
-    except ProtocolError as exc:
-        raise ValueError(str(exc)) from exc
-    return value
-
-
-def _compile(pattern: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
-
-
-class _Model(BaseModel):
-    # YAML keys are the field names; the camelCase aliases are the same settings' Spark option names
-    # (``connectors.core.options``), never accepted from YAML.
-    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, validate_by_name=True,
-                              validate_by_alias=False)
 
 
 def resolve_credentials(access_key_env: str | None, secret_key_env: str | None, *, fields: tuple[str, str],
@@ -330,24 +299,6 @@ class FailurePolicy(StrEnum):
     """Hand the batch's failures to ``failure_hook``; it returns True (dismiss) or False (fail the batch)."""
 
 
-def _parse_trigger(value: Any) -> float:
-    if isinstance(value, bool):
-        raise ValueError("expected seconds as a number or a string like '5 seconds'")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str):
-        match = _TRIGGER_PATTERN.fullmatch(value)
-        unit = (match.group(2) or "seconds").lower() if match else ""
-        if not match or unit not in _TRIGGER_UNITS:
-            raise ValueError(f"{value!r} is not a duration like '5 seconds', '500 milliseconds' or "
-                             f"'1 minute' (units: {sorted(set(_TRIGGER_UNITS))})")
-        seconds = float(match.group(1)) * _TRIGGER_UNITS[unit]
-    else:
-        raise ValueError("expected seconds as a number or a string like '5 seconds'")
-    if seconds <= 0:
-        raise ValueError(f"must be > 0, got {value!r}")
-    return seconds
-
 
 class ReadSettings(_Model):
     """A link's settings of the replication reader. One definition per setting: the link YAML takes them
@@ -419,6 +370,10 @@ class LinkConfig(ReadSettings, WriteSettings):
     """Root of the Delta tables; this link's tables are under ``<delta_location>/<name>/``."""
     consumer_group: str | None = None
     """Source consumer group; ``None`` means ``CID_RMQ_SYS_REPLICATOR_<name>`` (see ``group``)."""
+    checkpoints: CheckpointSettings = CheckpointSettings()
+    """Consumer-group checkpoints source -> target (``jobs/checkpoint.py``; ``connectors.core.sync_settings``)."""
+    config_sync: ConfigSyncSettings = ConfigSyncSettings()
+    """Topic configuration and subscription groups source -> target (``jobs/config_sync.py``)."""
 
     @field_validator("name")
     @classmethod
