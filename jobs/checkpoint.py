@@ -18,6 +18,7 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,8 @@ from jobs.replicate import build_spark  # noqa: E402
 log = logging.getLogger("jobs.checkpoint")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="checkpoint", description=__doc__.split("\n\n")[0])
+def parse_args(argv: list[str] | None = None, prog: str = "checkpoint") -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--config", required=True, help="replicator YAML (conf/replicator.yaml)")
     parser.add_argument("--link", action="append", default=[], help="only this link (repeatable); default: all")
     parser.add_argument("--log-level", default="INFO")
@@ -62,8 +63,12 @@ def start_checkpoints(spark: Any, config_path: str, config: ReplicatorConfig, na
     return query
 
 
-def run(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def run_queries(argv: list[str] | None, *, prog: str, data_source: Any,
+                location: Callable[[ReplicatorConfig, str], str],
+                start: Callable[[Any, str, ReplicatorConfig, str], Any]) -> int:
+    """The shared main loop of the polling connectors' jobs (checkpoint, config sync): parse the arguments,
+    start ``start(spark, config path, config, link)`` per link, run until a signal or a failed query."""
+    args = parse_args(argv, prog)
     try:
         log_dir = job_logging.setup(args.log_dir, args.log_level)
         config = load_replicator_config(args.config)
@@ -78,12 +83,12 @@ def run(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     from pyspark.errors import StreamingQueryException
 
-    spark = build_spark("rocketmq-replicator-checkpoint", log_dir=log_dir,
-                        checkpoint_locations=[checkpoint_query_location(config, n) for n in names])
-    spark.dataSource.register(CheckpointDataSource)
+    spark = build_spark(f"rocketmq-replicator-{prog}", log_dir=log_dir,
+                        checkpoint_locations=[location(config, n) for n in names])
+    spark.dataSource.register(data_source)
     failed = False
     try:
-        queries = [start_checkpoints(spark, args.config, config, name) for name in names]
+        queries = [start(spark, args.config, config, name) for name in names]
         while not stop.is_set() and all(q.isActive for q in queries):
             try:
                 spark.streams.awaitAnyTermination(1)
@@ -102,6 +107,11 @@ def run(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
     return 1 if failed else 0
+
+
+def run(argv: list[str] | None = None) -> int:
+    return run_queries(argv, prog="checkpoint", data_source=CheckpointDataSource, location=checkpoint_query_location,
+                       start=start_checkpoints)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ from broker_store.broker.namesrv_registration import BrokerIdentity, NamesrvRegi
 from broker_store.broker.offset_processor import OffsetProcessor
 from broker_store.broker.pull_processor import PullProcessor
 from broker_store.broker.send_processor import SendProcessor
+from broker_store.broker.subscription_group import FILE_NAME as SUBSCRIPTION_GROUPS_FILE
+from broker_store.broker.subscription_group import SubscriptionGroupManager
 from broker_store.broker.topic_config import FILE_NAME as TOPICS_FILE
 from broker_store.broker.topic_config import TopicConfigManager
 from broker_store.config import BrokerConfig, split_host_port
@@ -83,6 +85,7 @@ class BrokerController:
             clock_ms=clock_ms,
         )
         self.consumer_offsets = ConsumerOffsetManager(meta / OFFSETS_FILE, clock_ms=clock_ms)
+        self.subscription_groups = SubscriptionGroupManager(meta / SUBSCRIPTION_GROUPS_FILE, clock_ms=clock_ms)
         self.clients = ClientRegistry(clock=monotonic)
         host, port = split_host_port(config.listen)
         self._server = RemotingServer(self._handle, host, port)
@@ -143,6 +146,7 @@ class BrokerController:
             self.addr = f"{self.config.advertised_ip}:{self._server.port}"
             self.topic_configs.load()
             self.consumer_offsets.load()
+            self.subscription_groups.load()
             store = MessageStore(self.store_config, store_host=self.addr, clock=self._clock)
             await asyncio.to_thread(store.start)
             self._store = store
@@ -199,6 +203,10 @@ class BrokerController:
             RequestCode.GET_ALL_CONSUMER_OFFSET: offsets.get_all_consumer_offset,
             RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
             RequestCode.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
+            RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic_in_broker,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_and_create_subscription_group,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group_config,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
             RequestCode.HEART_BEAT: clients.heart_beat,
             RequestCode.UNREGISTER_CLIENT: clients.unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: clients.get_consumer_list_by_group,

@@ -31,14 +31,16 @@ from broker_store.protocol.errors import (
 )
 from broker_store.protocol.headers import (
     CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
     GetConsumerListByGroupRequestHeader,
     OffsetResponseHeader,
     QueueRequestHeader,
     SearchOffsetRequestHeader,
+    TopicRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
 from broker_store.protocol.message import validate_topic
-from broker_store.protocol.route import MASTER_ID, ClusterInfo, TopicRouteData, loads_rocketmq
+from broker_store.protocol.route import MASTER_ID, ClusterInfo, TopicRouteData, dumps_rocketmq, loads_rocketmq
 
 TOPIC_FILTER_SINGLE_TAG = "SINGLE_TAG"
 DEFAULT_PERM = PERM_READ | PERM_WRITE
@@ -138,7 +140,8 @@ class AsyncAdmin:
                            cluster: str | Sequence[str] | None = None, *,
                            broker_names: Sequence[str] | None = None, order: bool = False,
                            read_queue_nums: int | None = None,
-                           write_queue_nums: int | None = None) -> list[str]:
+                           write_queue_nums: int | None = None,
+                           attributes: Mapping[str, str] | None = None) -> list[str]:
         """UPDATE_AND_CREATE_TOPIC on the primary of every broker group of ``cluster`` (a name or
         names; None = every cluster), or of exactly ``broker_names``. Returns the primaries' addresses.
         Also updates an existing topic's queue counts and permission."""
@@ -160,7 +163,8 @@ class AsyncAdmin:
         header = CreateTopicRequestHeader(
             topic=topic, default_topic=DEFAULT_TOPIC, read_queue_nums=read_queue_nums or queue_nums,
             write_queue_nums=write_queue_nums or queue_nums, perm=perm,
-            topic_filter_type=TOPIC_FILTER_SINGLE_TAG, topic_sys_flag=0, order=order)
+            topic_filter_type=TOPIC_FILTER_SINGLE_TAG, topic_sys_flag=0, order=order,
+            attributes=",".join(f"+{k}={v}" for k, v in sorted(attributes.items())) if attributes else None)
         for addr in addrs:
             await self._session.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header)
         self._session.routes.invalidate(topic)
@@ -188,6 +192,47 @@ class AsyncAdmin:
             return {name: TopicConfig.from_json(cfg) for name, cfg in table.items()}
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"malformed topic config from {broker_addr}: {exc!r}") from exc
+
+    async def delete_topic(self, topic: str, cluster: str | None = None) -> list[str]:
+        """DELETE_TOPIC_IN_BROKER on every primary of ``cluster`` (None: every cluster), then
+        DELETE_TOPIC_IN_NAMESRV on the name servers. Returns the primaries' addresses."""
+        addrs = sorted((await self.primary_addrs(cluster)).values())
+        header = TopicRequestHeader(topic=topic)
+        for addr in addrs:
+            await self._session.invoke(addr, RequestCode.DELETE_TOPIC_IN_BROKER, header)
+        await self._session.routes.invoke_namesrv(RequestCode.DELETE_TOPIC_IN_NAMESRV, header)
+        self._session.routes.invalidate(topic)
+        return addrs
+
+    # -- subscription groups --------------------------------------------------------------------
+
+    async def all_subscription_groups(self, broker_addr: str) -> dict[str, dict[str, Any]]:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG of one broker: group -> its SubscriptionGroupConfig JSON."""
+        resp = await self._session.invoke(broker_addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        body = loads_rocketmq(resp.body) if resp.body else {}
+        table = body.get("subscriptionGroupTable") if isinstance(body, dict) else None
+        if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
+            raise ProtocolError(f"GET_ALL_SUBSCRIPTIONGROUP_CONFIG body from {broker_addr} has no "
+                                f"subscriptionGroupTable of objects")
+        return {str(k): dict(v) for k, v in table.items()}
+
+    async def create_subscription_group(self, config: Mapping[str, Any], cluster: str | None = None) -> list[str]:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (body: SubscriptionGroupConfig JSON with ``groupName``) on
+        every primary of ``cluster`` (None: every cluster). Returns the primaries' addresses."""
+        if not config.get("groupName"):
+            raise ConfigError("subscription group config needs a groupName")
+        addrs = sorted((await self.primary_addrs(cluster)).values())
+        for addr in addrs:
+            await self._session.invoke(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                                       body=dumps_rocketmq(dict(config)))
+        return addrs
+
+    async def delete_subscription_group(self, group: str, cluster: str | None = None) -> list[str]:
+        addrs = sorted((await self.primary_addrs(cluster)).values())
+        for addr in addrs:
+            await self._session.invoke(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP,
+                                       DeleteSubscriptionGroupRequestHeader(group_name=group))
+        return addrs
 
     # -- offsets --------------------------------------------------------------------------------
 
@@ -341,16 +386,29 @@ class Admin(SyncClient[AsyncAdmin]):
     def create_topic(self, topic: str, queue_nums: int = 8, perm: int = DEFAULT_PERM,
                      cluster: str | Sequence[str] | None = None, *, broker_names: Sequence[str] | None = None,
                      order: bool = False, read_queue_nums: int | None = None,
-                     write_queue_nums: int | None = None) -> list[str]:
+                     write_queue_nums: int | None = None, attributes: Mapping[str, str] | None = None) -> list[str]:
         return self._call(lambda a: a.create_topic(
             topic, queue_nums, perm, cluster, broker_names=broker_names, order=order,
-            read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums), self._t(10))
+            read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, attributes=attributes),
+            self._t(10))
 
     def primary_addrs(self, cluster: str | None = None) -> dict[str, str]:
         return self._call(lambda a: a.primary_addrs(cluster), self._t())
 
     def all_topic_config(self, broker_addr: str) -> dict[str, TopicConfig]:
         return self._call(lambda a: a.all_topic_config(broker_addr), self._t())
+
+    def delete_topic(self, topic: str, cluster: str | None = None) -> list[str]:
+        return self._call(lambda a: a.delete_topic(topic, cluster), self._t(10))
+
+    def all_subscription_groups(self, broker_addr: str) -> dict[str, dict[str, Any]]:
+        return self._call(lambda a: a.all_subscription_groups(broker_addr), self._t())
+
+    def create_subscription_group(self, config: Mapping[str, Any], cluster: str | None = None) -> list[str]:
+        return self._call(lambda a: a.create_subscription_group(config, cluster), self._t(10))
+
+    def delete_subscription_group(self, group: str, cluster: str | None = None) -> list[str]:
+        return self._call(lambda a: a.delete_subscription_group(group, cluster), self._t(10))
 
     def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
         self._call(lambda a: a.update_consumer_offset(group, mq, offset), self._t())

@@ -93,3 +93,26 @@ def test_snapshot_translate_commit_and_conditions(cluster: LocalCluster) -> None
         bodies = {b["group"]: b for b in (json.loads(m.body) for m in pulled.messages)}
         assert bodies[group]["offsets"] == [{"topic": dst, "brokerName": "ck-a", "queueId": 0, "offset": 6}]
         assert bodies[group]["link"] == "l" and bodies[online_group]["offsets"][0]["offset"] == 4
+
+
+def test_subscription_groups_survive_a_restart_and_topics_can_be_deleted(cluster: LocalCluster) -> None:
+    """The broker requests the config connector needs: UPDATE_AND_CREATE / GET_ALL / DELETE_SUBSCRIPTIONGROUP
+    (persisted) and DELETE_TOPIC_IN_BROKER + DELETE_TOPIC_IN_NAMESRV."""
+    addr = cluster.namesrv_addr
+    group, topic = f"sg{uuid.uuid4().hex[:6]}", f"Del{uuid.uuid4().hex[:6]}"
+    with Admin(addr) as admin:
+        admin.create_subscription_group({"groupName": group, "retryMaxTimes": 3, "custom": "kept"}, cluster="ck")
+        admin.create_topic(topic, 2, cluster="ck")
+        admin.wait_for_route(topic, timeout=10)
+    cluster.primary("ck-a").restart()
+    cluster.wait_registered()
+    with Admin(addr) as admin:
+        (broker_addr,) = admin.primary_addrs("ck").values()
+        stored = admin.all_subscription_groups(broker_addr)[group]
+        assert stored["retryMaxTimes"] == 3 and stored["custom"] == "kept" and stored["consumeEnable"] is True
+        admin.delete_subscription_group(group, cluster="ck")
+        assert group not in admin.all_subscription_groups(broker_addr)
+        assert topic in admin.all_topic_config(broker_addr)
+        admin.delete_topic(topic, cluster="ck")
+        assert topic not in admin.all_topic_config(broker_addr)
+        assert topic not in admin.topic_list()
