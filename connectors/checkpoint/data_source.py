@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,11 +33,15 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from broker_store.protocol.errors import RocketMQError
 from connectors.checkpoint.committer import CheckpointCommitter
 from connectors.checkpoint.link_state import read_link_progress
 from connectors.checkpoint.snapshot import (
     SNAPSHOT_SCHEMA_DDL,
+    Condition,
+    ConditionKind,
     GroupOffsetPoller,
+    GroupOffsetSnapshot,
     snapshot_from_rows,
     snapshot_rows,
 )
@@ -112,7 +117,11 @@ class CheckpointStreamReader(SimpleDataSourceStreamReader):
             o = CheckpointOptions.from_options(self._raw)
             source = o.config.cluster(o.link.source)
             admin = executor_admin(";".join(source.namesrv), source.credentials())
-            reserved = [source.name, *admin.cluster_info().broker_addr_table]
+            try:
+                reserved = [source.name, *admin.cluster_info().broker_addr_table]
+            except RocketMQError as exc:  # reported with this trigger's snapshot; retried next trigger
+                down = Condition(ConditionKind.SOURCE_UNREACHABLE, source.name, f"cannot list brokers: {exc}")
+                return list(snapshot_rows(GroupOffsetSnapshot(int(time.time() * 1000), (), (down,))))
             self._poller = GroupOffsetPoller(admin, source.name, TopicMapper(o.link.topics, reserved_names=reserved),
                                              o.link.checkpoints.groups, interval=o.link.checkpoints.interval)
         return list(snapshot_rows(self._poller.next_item()))

@@ -84,11 +84,17 @@ class GroupOffsetPoller:
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
 
     def next_item(self) -> GroupOffsetSnapshot:
-        """Read every primary of the source cluster once. Never raises for one broker group or topic:
-        those become ``conditions``; a cluster that cannot be listed at all raises ``RocketMQError``."""
+        """Read every primary of the source cluster once. Never raises for the source: a broker group, a
+        topic or the whole cluster that cannot be read becomes a ``condition`` of the snapshot (the query
+        keeps running and reports it every interval)."""
         taken_ms = self._clock_ms()
         conditions: list[Condition] = []
-        primaries = self._admin.primary_addrs(self._cluster)
+        try:
+            primaries = self._admin.primary_addrs(self._cluster)
+        except RocketMQError as exc:
+            conditions.append(Condition(ConditionKind.SOURCE_UNREACHABLE, self._cluster,
+                                        f"cannot list the source cluster's brokers: {exc}"))
+            return GroupOffsetSnapshot(taken_ms, (), tuple(conditions))
         if not primaries:
             conditions.append(Condition(ConditionKind.SOURCE_UNREACHABLE, self._cluster,
                                         "no broker group of the source cluster has a primary registered"))
@@ -123,6 +129,12 @@ class GroupOffsetPoller:
             return None
 
 
+SNAPSHOT_SCHEMA_DDL = ("kind string, subject string, topic string, brokerName string, queueId int, "
+                       "queueOffset long, takenMs long, detail string")
+"""Rows of ``format("rocketmq_checkpoint")``: ``kind`` is ``snapshot``, ``offset`` (``subject`` = group) or a
+``ConditionKind`` value (``subject`` = the group / broker group / topic concerned)."""
+
+
 def snapshot_rows(snapshot: GroupOffsetSnapshot) -> Iterable[tuple[str, str, str, str, int, int, int, str]]:
     """The snapshot as the reader's rows (``SNAPSHOT_SCHEMA_DDL``): one ``snapshot`` row (so an empty
     snapshot still makes a batch), one ``offset`` row per group and queue, one row per condition."""
@@ -132,12 +144,6 @@ def snapshot_rows(snapshot: GroupOffsetSnapshot) -> Iterable[tuple[str, str, str
                "")
     for c in snapshot.conditions:
         yield (c.kind.value, c.subject, "", "", -1, -1, snapshot.taken_ms, c.detail)
-
-
-SNAPSHOT_SCHEMA_DDL = ("kind string, subject string, topic string, brokerName string, queueId int, "
-                       "queueOffset long, takenMs long, detail string")
-"""Rows of ``format("rocketmq_checkpoint")``: ``kind`` is ``snapshot``, ``offset`` (``subject`` = group) or a
-``ConditionKind`` value (``subject`` = the group / broker group / topic concerned)."""
 
 
 def snapshot_from_rows(rows: Iterable[tuple[str, str, str, str, int, int, int, str]]) -> GroupOffsetSnapshot:

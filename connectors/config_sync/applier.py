@@ -105,7 +105,10 @@ class ConfigApplier:
 
     def apply(self, source: ClusterState, previous_source_topics: Iterable[str] = ()) -> list[ConfigChange]:
         """Every change of this round with its final status (see the module docstring)."""
-        target = self._read_target()
+        try:
+            target = self._read_target()
+        except RocketMQError as exc:
+            return [ConfigChange(ChangeKind.READ_TARGET, "", ChangeStatus.FAILED, detail=str(exc))]
         changes = plan_changes(source, target, self._mapper, self._settings, previous_source_topics)
         if source.unreachable or target.unreachable:
             # a broker group that did not answer might hold topics: creating or deleting on a partial view

@@ -110,7 +110,10 @@ class ConfigStreamReader(SimpleDataSourceStreamReader):
     def read(self, start: dict[str, Any]) -> tuple[Iterator[tuple[Any, ...]], dict[str, Any]]:
         state = self._snapshot()
         row = (state.taken_ms, json.dumps(state.to_json()), json.dumps(list(start.get("topics", []))))
-        return iter([row]), {"tick": int(start.get("tick", 0)) + 1, "topics": sorted(state.topics)}
+        seen = set(state.topics)
+        if state.unreachable:  # a partial view: keep the topics seen before, or a deletion would be missed
+            seen |= set(start.get("topics", []))
+        return iter([row]), {"tick": int(start.get("tick", 0)) + 1, "topics": sorted(seen)}
 
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
         state = self._snapshot()

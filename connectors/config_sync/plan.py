@@ -43,6 +43,8 @@ class ChangeKind(enum.Enum):
     UPDATE_GROUP = "update_group"
     MAPPING = "mapping"
     """The topic mapping failed for a source topic: refused."""
+    READ_TARGET = "read_target"
+    """The target cluster could not be read: nothing was planned this round (failed, retried next round)."""
 
 
 class ChangeStatus(enum.Enum):

@@ -108,4 +108,9 @@ class ConfigPoller:
         self._subscription_groups = subscription_groups
 
     def next_item(self) -> ClusterState:
-        return read_cluster_state(self._admin, self._cluster, subscription_groups=self._subscription_groups)
+        """Never raises for the source: a cluster that cannot be listed is a state with no topics and the
+        reason in ``unreachable`` (the applier then deletes nothing)."""
+        try:
+            return read_cluster_state(self._admin, self._cluster, subscription_groups=self._subscription_groups)
+        except RocketMQError as exc:
+            return ClusterState(int(time.time() * 1000), {}, {}, (), {self._cluster: f"cannot list brokers: {exc}"})

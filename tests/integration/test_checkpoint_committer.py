@@ -116,3 +116,11 @@ def test_subscription_groups_survive_a_restart_and_topics_can_be_deleted(cluster
         admin.delete_topic(topic, cluster="ck")
         assert topic not in admin.all_topic_config(broker_addr)
         assert topic not in admin.topic_list()
+
+
+def test_an_unreachable_source_is_a_reported_condition_not_an_error() -> None:
+    with Admin("127.0.0.1:1", request_timeout=0.5) as admin:  # nothing listens on loopback port 1
+        poller = GroupOffsetPoller(admin, "src", TopicMapper(TopicMappingConfig(all_topics=True)), GroupSelection(),
+                                   interval=1.0)
+        snapshot = poller.next_item()
+    assert snapshot.offsets == () and [c.kind for c in snapshot.conditions] == [ConditionKind.SOURCE_UNREACHABLE]

@@ -107,3 +107,4 @@ def test_recovery_point_counts_only_complete_checkpoints(tmp_path: Path) -> None
     tables.commit_checkpoint("q", 2, [CheckpointRow("h", CheckpointOutcome.CURRENT, 30_000)])
     assert checkpoint_age_ms(tables, 60_000, "g") == 50_000
     assert checkpoint_age_ms(tables, 60_000) == 30_000
+
