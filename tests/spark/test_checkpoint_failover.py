@@ -16,9 +16,11 @@ import pytest
 import yaml
 
 from broker_store.client import MessageQueue, PullConsumer, PullStatus, new_message
-from connectors.checkpoint.data_source import DATA_SOURCE_NAME, CheckpointDataSource
+from connectors.checkpoint.data_source import CheckpointDataSource
 from connectors.checkpoint.tables import CHECKPOINTS, CheckpointOutcome, CheckpointTables, checkpoint_age_ms
+from connectors.core.config import load_replicator_config
 from connectors.replication.tables import LinkTables
+from jobs.checkpoint import start_checkpoints as start_job_query
 from tests.spark.conftest import Cluster
 from tests.spark.helpers import produce_random, run_link, unique
 
@@ -39,11 +41,10 @@ def write_config(work: Path, src: Cluster, dst: Cluster, link: str, topics: dict
 
 
 def start_checkpoints(spark: Any, config: Path, link: str, work: Path) -> Any:
+    """The checkpoint job's own query start (``jobs.checkpoint.start_checkpoints``) on the test session;
+    its Spark checkpoint is ``<work>/checkpoints/<link>-checkpoint``."""
     spark.dataSource.register(CheckpointDataSource)
-    frame = spark.readStream.format(DATA_SOURCE_NAME).option("config", str(config)).option("link", link).load()
-    return (frame.writeStream.format(DATA_SOURCE_NAME).option("config", str(config)).option("link", link)
-            .option("checkpointLocation", str(work / "checkpoints" / f"{link}-checkpoint"))
-            .queryName(f"{link}-checkpoint").trigger(processingTime="1 second").start())
+    return start_job_query(spark, str(config), load_replicator_config(config), link)
 
 
 def consume(namesrv: str, group: str, queues: list[MessageQueue], limit: dict[MessageQueue, int] | None = None,

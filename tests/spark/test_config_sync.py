@@ -12,7 +12,9 @@ import pytest
 import yaml
 
 from connectors.config_sync.applier import CONFIG_CHANGES, ConfigTables
-from connectors.config_sync.data_source import DATA_SOURCE_NAME, ConfigDataSource
+from connectors.config_sync.data_source import ConfigDataSource
+from connectors.core.config import load_replicator_config
+from jobs.config_sync import start_config_sync
 from tests.spark.conftest import Cluster
 from tests.spark.helpers import unique
 
@@ -54,10 +56,7 @@ def test_topics_and_groups_follow_the_source(spark: Any, clusters: tuple[Cluster
                    "delta_location": str(tmp_path / "delta"),
                    "config_sync": {"interval": INTERVAL, "groups": {"include": [f"{group}.*"]}}}]}))
     spark.dataSource.register(ConfigDataSource)
-    frame = spark.readStream.format(DATA_SOURCE_NAME).option("config", str(config)).option("link", link).load()
-    query = (frame.writeStream.format(DATA_SOURCE_NAME).option("config", str(config)).option("link", link)
-             .option("checkpointLocation", str(tmp_path / "checkpoints" / f"{link}-config"))
-             .trigger(processingTime=f"{int(INTERVAL * 1000)} milliseconds").start())
+    query = start_config_sync(spark, str(config), load_replicator_config(config), link)  # the job's own start
     tables = ConfigTables(tmp_path / "delta" / link)
     try:
         wait_until(lambda: query.lastProgress is not None, 60, "the first config-sync batch")
