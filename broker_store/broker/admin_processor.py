@@ -1,4 +1,6 @@
-"""Topic administration and metadata: UPDATE_AND_CREATE_TOPIC, GET_ALL_TOPIC_CONFIG.
+"""Topic and subscription-group administration: UPDATE_AND_CREATE_TOPIC, GET_ALL_TOPIC_CONFIG,
+DELETE_TOPIC_IN_BROKER, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+DELETE_SUBSCRIPTIONGROUP.
 
 Called by ``BrokerServer``, with an ``AdminContext``. A topic change is persisted by
 ``TopicConfigManager`` and triggers an immediate re-registration with the name servers (the server
@@ -10,14 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from broker_store.broker.subscription_group import SubscriptionGroupConfig
 from broker_store.protocol.codes import PERM_INHERIT, PERM_PRIORITY, PERM_READ, PERM_WRITE, ResponseCode
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.frame import RemotingCommand
-from broker_store.protocol.headers import CreateTopicRequestHeader
+from broker_store.protocol.headers import (
+    CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
+    TopicRequestHeader,
+)
 from broker_store.protocol.message import validate_topic
+from broker_store.protocol.route import loads_rocketmq
 from broker_store.protocol.topic import DEFAULT_TOPIC, TopicConfig
 
 if TYPE_CHECKING:
+    from broker_store.broker.consumer_offset import ConsumerOffsetManager
+    from broker_store.broker.subscription_group import SubscriptionGroupManager
     from broker_store.broker.topic_config import TopicConfigManager
     from broker_store.net.server import Connection
 
@@ -46,8 +56,13 @@ class AdminContext:
     """What topic administration needs of its broker."""
 
     topic_configs: TopicConfigManager
+    consumer_offsets: ConsumerOffsetManager
+    """A deleted topic's group offsets go with it."""
+    subscription_groups: SubscriptionGroupManager
     cluster_name: str
     """A topic may not take the cluster's name (RocketMQ's reserved words)."""
+    broker_name: str
+    """Nor the broker group's name (it cannot be deleted either)."""
     auto_create_topic_enable: bool
 
 
@@ -100,3 +115,31 @@ class AdminProcessor:
 
     async def get_all_topic_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         return cmd.response(ResponseCode.SUCCESS, body=self.ctx.topic_configs.table().encode())
+
+    async def delete_topic_in_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """Remove the topic's config (its messages age out with retention); the broker re-registers, so
+        the topic leaves its route. The default topic and the cluster's own name cannot be deleted."""
+        h = TopicRequestHeader.from_ext(cmd.ext_fields)
+        if h.topic in (DEFAULT_TOPIC, self.ctx.cluster_name, self.ctx.broker_name):
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"the topic[{h.topic}] is a system topic")
+        self.ctx.topic_configs.delete(h.topic)
+        for group in self.ctx.consumer_offsets.groups_of(h.topic):
+            self.ctx.consumer_offsets.remove_group(group, h.topic)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    async def update_and_create_subscription_group(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        try:
+            config = SubscriptionGroupConfig.from_json(loads_rocketmq(cmd.body or b"{}"))
+            validate_topic(config.group_name)  # group names follow the topic name rules
+        except ProtocolError as exc:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, str(exc))
+        self.ctx.subscription_groups.update(config)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    async def get_all_subscription_group_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        return cmd.response(ResponseCode.SUCCESS, body=self.ctx.subscription_groups.encode_wrapper())
+
+    async def delete_subscription_group(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        h = DeleteSubscriptionGroupRequestHeader.from_ext(cmd.ext_fields)
+        self.ctx.subscription_groups.delete(h.group_name)
+        return cmd.response(ResponseCode.SUCCESS)

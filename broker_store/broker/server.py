@@ -34,6 +34,8 @@ from broker_store.broker.offset_processor import OffsetContext, OffsetProcessor
 from broker_store.broker.pull_processor import PullContext, PullProcessor
 from broker_store.broker.role import BrokerRole, RoleState
 from broker_store.broker.send_processor import SendContext, SendProcessor
+from broker_store.broker.subscription_group import FILE_NAME as SUBSCRIPTION_GROUPS_FILE
+from broker_store.broker.subscription_group import SubscriptionGroupManager
 from broker_store.broker.topic_config import FILE_NAME as TOPICS_FILE
 from broker_store.broker.topic_config import TopicConfigManager
 from broker_store.clock import SYSTEM_CLOCK, Clock
@@ -76,6 +78,7 @@ class BrokerServer:
         )
         self.consumer_offsets = ConsumerOffsetManager(meta / OFFSETS_FILE, clock_ms=clock_ms)
         self.clients = ClientRegistry(clock=clock.monotonic)
+        self.subscription_groups = SubscriptionGroupManager(meta / SUBSCRIPTION_GROUPS_FILE, clock_ms=clock_ms)
         host, port = split_host_port(config.listen)
         self._server = RemotingServer(self._handle, host, port)
         self._server.disconnect_listeners.append(self.clients.connection_closed)
@@ -139,6 +142,7 @@ class BrokerServer:
             self.addr = f"{self.config.advertised_ip}:{self._server.port}"
             self.topic_configs.load()
             self.consumer_offsets.load()
+            self.subscription_groups.load()
             store = MessageStore(self.store_config, store_host=self.addr, clock=self._clock)
             await asyncio.to_thread(store.start)
             self._store = store
@@ -192,7 +196,8 @@ class BrokerServer:
             stopping=lambda: self.stopping, clock=self._clock, max_pull_msg_nums=cfg.max_pull_msg_nums,
             long_polling_enable=cfg.long_polling_enable, short_polling_time_ms=cfg.short_polling_time_ms))
         offsets = OffsetProcessor(OffsetContext(store, topics, self.consumer_offsets))
-        admin = AdminProcessor(AdminContext(topics, cluster_name=cfg.cluster_name,
+        admin = AdminProcessor(AdminContext(topics, self.consumer_offsets, self.subscription_groups,
+                                            cluster_name=cfg.cluster_name, broker_name=cfg.broker_name,
                                             auto_create_topic_enable=cfg.auto_create_topic_enable))
         clients = ClientProcessor(ClientContext(self.clients, topics, role))
         self._processors = {
@@ -209,6 +214,10 @@ class BrokerServer:
             RequestCode.GET_ALL_CONSUMER_OFFSET: offsets.get_all_consumer_offset,
             RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
             RequestCode.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
+            RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic_in_broker,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_and_create_subscription_group,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group_config,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
             RequestCode.HEART_BEAT: clients.heart_beat,
             RequestCode.UNREGISTER_CLIENT: clients.unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: clients.get_consumer_list_by_group,

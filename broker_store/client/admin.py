@@ -31,13 +31,16 @@ from broker_store.protocol.errors import (
 )
 from broker_store.protocol.headers import (
     CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
     GetConsumerListByGroupRequestHeader,
     OffsetResponseHeader,
     QueueRequestHeader,
     SearchOffsetRequestHeader,
+    TopicRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
 )
 from broker_store.protocol.message import validate_topic
-from broker_store.protocol.route import ClusterInfo, TopicRouteData, loads_rocketmq
+from broker_store.protocol.route import MASTER_ID, ClusterInfo, TopicRouteData, dumps_rocketmq, loads_rocketmq
 
 TOPIC_FILTER_SINGLE_TAG = "SINGLE_TAG"
 DEFAULT_PERM = PERM_READ | PERM_WRITE
@@ -137,7 +140,8 @@ class AsyncAdmin:
                            cluster: str | Sequence[str] | None = None, *,
                            broker_names: Sequence[str] | None = None, order: bool = False,
                            read_queue_nums: int | None = None,
-                           write_queue_nums: int | None = None) -> list[str]:
+                           write_queue_nums: int | None = None,
+                           attributes: Mapping[str, str] | None = None) -> list[str]:
         """UPDATE_AND_CREATE_TOPIC on the primary of every broker group of ``cluster`` (a name or
         names; None = every cluster), or of exactly ``broker_names``. Returns the primaries' addresses.
         Also updates an existing topic's queue counts and permission."""
@@ -159,10 +163,23 @@ class AsyncAdmin:
         header = CreateTopicRequestHeader(
             topic=topic, default_topic=DEFAULT_TOPIC, read_queue_nums=read_queue_nums or queue_nums,
             write_queue_nums=write_queue_nums or queue_nums, perm=perm,
-            topic_filter_type=TOPIC_FILTER_SINGLE_TAG, topic_sys_flag=0, order=order)
+            topic_filter_type=TOPIC_FILTER_SINGLE_TAG, topic_sys_flag=0, order=order,
+            attributes=",".join(f"+{k}={v}" for k, v in sorted(attributes.items())) if attributes else None)
         for addr in addrs:
             await self._session.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header)
         self._session.routes.invalidate(topic)
+        return addrs
+
+    async def primary_addrs(self, cluster: str | None = None) -> dict[str, str]:
+        """Broker group name -> primary address, for every group of ``cluster`` (None: every cluster)
+        that has a primary registered."""
+        info = await self.cluster_info()
+        names = sorted(info.broker_addr_table) if cluster is None else sorted(info.cluster_addr_table.get(cluster, ()))
+        addrs = {}
+        for name in names:
+            broker = info.broker_addr_table.get(name)
+            if broker is not None and broker.master_addr is not None:
+                addrs[name] = broker.master_addr
         return addrs
 
     async def all_topic_config(self, broker_addr: str) -> dict[str, TopicConfig]:
@@ -175,6 +192,47 @@ class AsyncAdmin:
             return {name: TopicConfig.from_json(cfg) for name, cfg in table.items()}
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"malformed topic config from {broker_addr}: {exc!r}") from exc
+
+    async def delete_topic(self, topic: str, cluster: str | None = None) -> list[str]:
+        """DELETE_TOPIC_IN_BROKER on every primary of ``cluster`` (None: every cluster), then
+        DELETE_TOPIC_IN_NAMESRV on the name servers. Returns the primaries' addresses."""
+        addrs = sorted((await self.primary_addrs(cluster)).values())
+        header = TopicRequestHeader(topic=topic)
+        for addr in addrs:
+            await self._session.invoke(addr, RequestCode.DELETE_TOPIC_IN_BROKER, header)
+        await self._session.routes.invoke_namesrv(RequestCode.DELETE_TOPIC_IN_NAMESRV, header)
+        self._session.routes.invalidate(topic)
+        return addrs
+
+    # -- subscription groups --------------------------------------------------------------------
+
+    async def all_subscription_groups(self, broker_addr: str) -> dict[str, dict[str, Any]]:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG of one broker: group -> its SubscriptionGroupConfig JSON."""
+        resp = await self._session.invoke(broker_addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        body = loads_rocketmq(resp.body) if resp.body else {}
+        table = body.get("subscriptionGroupTable") if isinstance(body, dict) else None
+        if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
+            raise ProtocolError(f"GET_ALL_SUBSCRIPTIONGROUP_CONFIG body from {broker_addr} has no "
+                                f"subscriptionGroupTable of objects")
+        return {str(k): dict(v) for k, v in table.items()}
+
+    async def create_subscription_group(self, config: Mapping[str, Any], cluster: str | None = None) -> list[str]:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (body: SubscriptionGroupConfig JSON with ``groupName``) on
+        every primary of ``cluster`` (None: every cluster). Returns the primaries' addresses."""
+        if not config.get("groupName"):
+            raise ConfigError("subscription group config needs a groupName")
+        addrs = sorted((await self.primary_addrs(cluster)).values())
+        for addr in addrs:
+            await self._session.invoke(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                                       body=dumps_rocketmq(dict(config)))
+        return addrs
+
+    async def delete_subscription_group(self, group: str, cluster: str | None = None) -> list[str]:
+        addrs = sorted((await self.primary_addrs(cluster)).values())
+        for addr in addrs:
+            await self._session.invoke(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP,
+                                       DeleteSubscriptionGroupRequestHeader(group_name=group))
+        return addrs
 
     # -- offsets --------------------------------------------------------------------------------
 
@@ -211,6 +269,41 @@ class AsyncAdmin:
     async def consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
         """The group's committed offset on ``mq``; None if it never committed one."""
         return await query_consumer_offset(self._session, group, mq)
+
+    async def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
+        """UPDATE_CONSUMER_OFFSET on the primary of ``mq``'s broker group: ``offset`` is the group's next
+        offset to consume. As in RocketMQ the last commit wins, even a lower one (callers that must never
+        move a group backwards compare first)."""
+        routes = self._session.routes
+        await routes.get(mq.topic)
+        addr, _ = await routes.require_read_addr(mq.topic, mq.broker_name, MASTER_ID)
+        header = UpdateConsumerOffsetRequestHeader(consumer_group=group, topic=mq.topic, queue_id=mq.queue_id,
+                                                   commit_offset=offset)
+        try:
+            await self._session.invoke(addr, RequestCode.UPDATE_CONSUMER_OFFSET, header)
+        except RocketMQError as exc:
+            if exc.invalid_route:
+                routes.invalidate(mq.topic)
+            raise
+
+    async def all_consumer_offsets(self, broker_addr: str) -> dict[tuple[str, str], dict[int, int]]:
+        """GET_ALL_CONSUMER_OFFSET of one broker: (topic, group) -> queue id -> committed next offset.
+        The table's keys are ``<topic>@<group>`` (topics never contain ``@``; groups may)."""
+        resp = await self._session.invoke(broker_addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
+        body = loads_rocketmq(resp.body) if resp.body else {}
+        table = body.get("offsetTable") if isinstance(body, dict) else None
+        if not isinstance(table, dict):
+            raise ProtocolError(f"GET_ALL_CONSUMER_OFFSET body from {broker_addr} has no offsetTable")
+        out: dict[tuple[str, str], dict[int, int]] = {}
+        try:
+            for key, queues in table.items():
+                topic, sep, group = str(key).partition("@")
+                if not sep or not topic or not group:
+                    raise ValueError(f"offset key {key!r} is not <topic>@<group>")
+                out[(topic, group)] = {int(q): int(o) for q, o in queues.items()}
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"malformed consumer offsets from {broker_addr}: {exc}") from exc
+        return out
 
     async def consumer_list(self, group: str, topic: str) -> list[str]:
         """Client ids of the group's live consumers, as the brokers of ``topic`` know them."""
@@ -293,13 +386,35 @@ class Admin(SyncClient[AsyncAdmin]):
     def create_topic(self, topic: str, queue_nums: int = 8, perm: int = DEFAULT_PERM,
                      cluster: str | Sequence[str] | None = None, *, broker_names: Sequence[str] | None = None,
                      order: bool = False, read_queue_nums: int | None = None,
-                     write_queue_nums: int | None = None) -> list[str]:
+                     write_queue_nums: int | None = None, attributes: Mapping[str, str] | None = None) -> list[str]:
         return self._call(lambda a: a.create_topic(
             topic, queue_nums, perm, cluster, broker_names=broker_names, order=order,
-            read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums), self._t(10))
+            read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, attributes=attributes),
+            self._t(10))
+
+    def primary_addrs(self, cluster: str | None = None) -> dict[str, str]:
+        return self._call(lambda a: a.primary_addrs(cluster), self._t())
 
     def all_topic_config(self, broker_addr: str) -> dict[str, TopicConfig]:
         return self._call(lambda a: a.all_topic_config(broker_addr), self._t())
+
+    def delete_topic(self, topic: str, cluster: str | None = None) -> list[str]:
+        return self._call(lambda a: a.delete_topic(topic, cluster), self._t(10))
+
+    def all_subscription_groups(self, broker_addr: str) -> dict[str, dict[str, Any]]:
+        return self._call(lambda a: a.all_subscription_groups(broker_addr), self._t())
+
+    def create_subscription_group(self, config: Mapping[str, Any], cluster: str | None = None) -> list[str]:
+        return self._call(lambda a: a.create_subscription_group(config, cluster), self._t(10))
+
+    def delete_subscription_group(self, group: str, cluster: str | None = None) -> list[str]:
+        return self._call(lambda a: a.delete_subscription_group(group, cluster), self._t(10))
+
+    def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
+        self._call(lambda a: a.update_consumer_offset(group, mq, offset), self._t())
+
+    def all_consumer_offsets(self, broker_addr: str) -> dict[tuple[str, str], dict[int, int]]:
+        return self._call(lambda a: a.all_consumer_offsets(broker_addr), self._t())
 
     def min_offset(self, mq: MessageQueue) -> int:
         return self._call(lambda a: a.min_offset(mq), self._t())

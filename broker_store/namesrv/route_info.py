@@ -144,6 +144,11 @@ class RouteInfoManager:
         )
         self._topic_queue_table.setdefault(tc.topic_name, {})[broker_name] = qd
 
+    def delete_topic(self, topic: str) -> bool:
+        """Forget a topic's queue data on every broker group (DELETE_TOPIC_IN_NAMESRV, after the brokers
+        deleted it: a later full registration listing it again brings it back)."""
+        return self._topic_queue_table.pop(topic, None) is not None
+
     def update_topic(self, broker_name: str, tc: TopicConfig) -> None:
         """Queue data of one topic on one broker group (incremental registration)."""
         self._update_queue_data(broker_name, tc)

@@ -60,6 +60,7 @@ class NamesrvServer:
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self._get_route,
             RequestCode.GET_BROKER_CLUSTER_INFO: self._get_cluster_info,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self._get_all_topics,
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: self._delete_topic,
         }
 
     @property
@@ -183,6 +184,11 @@ class NamesrvServer:
                 ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {h.topic}"
             )
         return cmd.response(ResponseCode.SUCCESS, body=route.encode())
+
+    async def _delete_topic(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        h = TopicRequestHeader.from_ext(cmd.ext_fields)
+        self.routes.delete_topic(h.topic)
+        return cmd.response(ResponseCode.SUCCESS)
 
     async def _get_cluster_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         return cmd.response(ResponseCode.SUCCESS, body=self.routes.cluster_info().encode())

@@ -228,6 +228,13 @@ class CreateTopicRequestHeader(Header):
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteSubscriptionGroupRequestHeader(Header):
+    """DELETE_SUBSCRIPTIONGROUP."""
+
+    group_name: str
+
+
+@dataclass(frozen=True, slots=True)
 class TopicRequestHeader(Header):
     """GET_ROUTEINFO_BY_TOPIC, DELETE_TOPIC_IN_BROKER."""
 

@@ -12,5 +12,6 @@ without Spark or a broker unless noted:
 * ``spark_checkpoint``  the query id and offset log a writer reads from its checkpoint
 * ``delta``             idempotent per-(query id, batch id) commits to a set of Delta tables (deltalake)
 * ``monitoring``        heartbeat and metrics settings; the heartbeat topic's name and queue count
-* ``settings_model``    the base of every settings model and the duration format they share
+* ``settings_base``     the base of every settings model and the validators they share (durations, patterns)
+* ``sync_settings``     the checkpoint and config-sync settings of a link
 """

@@ -47,13 +47,16 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from broker_store.protocol.acl import SessionCredentials
-from broker_store.protocol.errors import ProtocolError
-from broker_store.protocol.message import PROPERTY_REPLICATOR_SOURCE, validate_topic
+from broker_store.protocol.message import PROPERTY_REPLICATOR_SOURCE
 from connectors.core.errors import ConfigError, CredentialError, OffsetFormatError
 from connectors.core.monitoring import HEARTBEAT_TOPIC, HeartbeatSettings, MetricsSettings
 from connectors.core.offsets import OffsetSpec
-from connectors.core.settings_model import SettingsModel, parse_duration
-from connectors.core.settings_model import field_error as field_error  # re-exported: the options modules use it
+from connectors.core.settings_base import SettingsModel as _Model
+from connectors.core.settings_base import check_topic as _check_topic
+from connectors.core.settings_base import compile_pattern as _compile
+from connectors.core.settings_base import field_error as field_error  # re-exported: reader/writer options use it
+from connectors.core.settings_base import parse_duration as _parse_trigger
+from connectors.core.sync_settings import CheckpointSettings, ConfigSyncSettings
 
 CLUSTER_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 """Full-match pattern of every cluster name. Names are written into message properties as lists joined
@@ -77,23 +80,6 @@ INLINE_SECRET_KEYS = frozenset({
 })
 """Keys that would hold a credential inline; rejected with a pointer to ``*_env``."""
 
-def _check_topic(value: str) -> str:
-    try:
-        validate_topic(value)
-    except ProtocolError as exc:
-        raise ValueError(str(exc)) from exc
-    return value
-
-
-def _compile(pattern: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
-
-
-_Model = SettingsModel
-"""Every model of this file (see ``connectors.core.settings_model``)."""
 
 
 def resolve_credentials(access_key_env: str | None, secret_key_env: str | None, *, fields: tuple[str, str],
@@ -322,8 +308,6 @@ class FailurePolicy(StrEnum):
     """Hand the batch's failures to ``failure_hook``; it returns True (dismiss) or False (fail the batch)."""
 
 
-_parse_trigger = parse_duration
-
 
 class RetrySettings(_Model):
     """How a link rides out an unavailable cluster, at either end (``connectors.core.outage``): shared by
@@ -426,6 +410,10 @@ class LinkConfig(ReadSettings, WriteSettings):
     starting_offsets: str = "earliest"
     """``ReadSettings.starting_offsets`` with the link's default: a new link copies what the source
     holds already."""
+    checkpoints: CheckpointSettings = CheckpointSettings()
+    """Consumer-group checkpoints source -> target (``jobs/checkpoint.py``; ``connectors.core.sync_settings``)."""
+    config_sync: ConfigSyncSettings = ConfigSyncSettings()
+    """Topic configuration and subscription groups source -> target (``jobs/config_sync.py``)."""
 
     @field_validator("name")
     @classmethod

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from connectors.core.settings_model import SettingsModel, parse_duration
+from connectors.core.settings_base import SettingsModel, parse_duration
 
 HEARTBEAT_TOPIC = "rmq_sys_replicator_heartbeat"
 """RIP-45's heartbeat topic. A system topic by its prefix, yet replicated by every link under its own

@@ -3,7 +3,7 @@
 Used on the driver by every connector's reader and writer options (``from_options``). Spark hands a
 data source its options as strings with case-insensitive names; a settings model declares each option
 once, as a field (type, default, constraints, docstring) whose Spark name is the field's alias
-(camelCase of the field name, ``connectors.core.config._Model``). ``given_options`` picks the options a
+(camelCase of the field name, ``connectors.core.settings_base.SettingsModel``). ``given_options`` picks the options a
 model knows from what the user gave, ``validate_options`` validates them with pydantic's lax coercion
 ("3" -> 3, "true" -> True) and reports a problem as ``ConfigError`` naming the option as the user spells
 it. The link YAML is validated by the same models (``LinkConfig`` derives from the reader's and writer's

@@ -38,8 +38,9 @@ def produce_random(producer: Producer, topic: str, queues: list[MessageQueue], c
 def run_link(spark: Any, *, source_namesrv: str, source_cluster: str, target_namesrv: str, target_cluster: str,
              topics: str, work: Path, link: str, reader: dict[str, str] | None = None,
              writer: dict[str, str] | None = None, available_now: bool = True, wait: bool = True,
-             timeout: float = 120) -> Any:
-    """Run src -> dst for ``topics`` as one streaming query; AvailableNow by default. Returns the query."""
+             timeout: float = 120, processing_time: str | None = None) -> Any:
+    """Run src -> dst for ``topics`` as one streaming query; AvailableNow by default, else every
+    ``processing_time`` (None: batches back to back). Returns the query."""
     read = (spark.readStream.format("rocketmq").option("namesrv", source_namesrv).option("topics", topics)
             .option("cluster", source_cluster).option("startingOffsets", "earliest").option("link", link)
             .option("deltaLocation", str(work / "delta")))
@@ -54,6 +55,8 @@ def run_link(spark: Any, *, source_namesrv: str, source_cluster: str, target_nam
         write = write.option(k, v)
     if available_now:
         write = write.trigger(availableNow=True)
+    elif processing_time is not None:
+        write = write.trigger(processingTime=processing_time)
     query = write.start()
     if available_now and wait:
         query.awaitTermination(timeout)

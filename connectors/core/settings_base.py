@@ -1,7 +1,8 @@
-"""The base of every settings model (YAML sections and Spark options) and the duration format they share.
+"""The base of every settings model of the connectors and the validators they share.
 
-Imported by ``connectors.core.config`` and ``connectors.core.monitoring``; kept apart so a settings
-module can define models without importing the whole config (which references them).
+Used by ``connectors.core.config`` (the link YAML) and ``connectors.core.sync_settings`` (the polling
+connectors' settings under a link); kept apart so both import it and neither imports the other's models
+in a circle.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from broker_store.protocol.errors import ProtocolError
+from broker_store.protocol.message import validate_topic
+
 _DURATION_UNITS = {
     "ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001,
     "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
@@ -23,8 +27,9 @@ _DURATION_PATTERN = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)?\s*")
 
 
 class SettingsModel(BaseModel):
-    # YAML keys are the field names; the camelCase aliases are the same settings' Spark option names
-    # (``connectors.core.options``), never accepted from YAML.
+    """Frozen, unknown keys forbidden. YAML keys are the field names; the camelCase aliases are the same
+    settings' Spark option names (``connectors.core.options``), never accepted from YAML."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, validate_by_name=True,
                               validate_by_alias=False)
 
@@ -34,8 +39,25 @@ def field_error(field_path: str, reason: str) -> PydanticCustomError:
     return PydanticCustomError("replicator_field", "{reason}", {"field": field_path, "reason": reason})
 
 
+def check_topic(value: str) -> str:
+    """``value`` if it is a valid RocketMQ topic (or group) name, else ``ValueError`` saying why."""
+    try:
+        validate_topic(value)
+    except ProtocolError as exc:
+        raise ValueError(str(exc)) from exc
+    return value
+
+
+def compile_pattern(pattern: str) -> re.Pattern[str]:
+    """``re.compile`` with a ``ValueError`` naming the pattern."""
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
+
+
 def parse_duration(value: Any) -> float:
-    """Seconds (> 0) from a number or a string like ``"5 seconds"`` / ``"500 milliseconds"`` / ``"1 min"``."""
+    """Seconds (> 0) from a number or a string like ``"5 seconds"``, ``"500 milliseconds"``, ``"1 minute"``."""
     if isinstance(value, bool):
         raise ValueError("expected seconds as a number or a string like '5 seconds'")
     if isinstance(value, int | float):

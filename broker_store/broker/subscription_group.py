@@ -1,0 +1,123 @@
+"""Subscription groups: per consumer group settings (RocketMQ's SubscriptionGroupManager).
+
+Owned by ``BrokerController``; written by UPDATE_AND_CREATE_SUBSCRIPTIONGROUP and removed by
+DELETE_SUBSCRIPTIONGROUP (``admin_processor``), listed by GET_ALL_SUBSCRIPTIONGROUP_CONFIG (the config
+connector reads them on a source and writes them on a target). Stored as given: the broker enforces none of
+the settings yet (consumeEnable, retry queues, ...), it keeps and serves them. Every change is persisted at
+once (changes are rare, admin-driven).
+
+``subscription_groups.json`` (see ``metadata_file``)::
+
+    {"version": 1, "dataVersion": {...},
+     "subscriptionGroupTable": {"<group>": {"groupName": "<group>", "consumeEnable": true, ...}}}
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from broker_store.broker.metadata_file import read_metadata_file, write_metadata_file
+from broker_store.protocol.errors import ProtocolError, StoreError
+from broker_store.protocol.route import dumps_rocketmq
+from broker_store.protocol.topic import DataVersion
+
+FILE_NAME = "subscription_groups.json"
+
+
+@dataclass(frozen=True)
+class SubscriptionGroupConfig:
+    """One group's settings, RocketMQ's SubscriptionGroupConfig JSON (fields we know by name; any other
+    field is kept in ``extra`` and served back unchanged)."""
+
+    group_name: str
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    _WIRE = {"group_name": "groupName", "consume_enable": "consumeEnable",
+             "consume_from_min_enable": "consumeFromMinEnable", "consume_broadcast_enable": "consumeBroadcastEnable",
+             "retry_queue_nums": "retryQueueNums", "retry_max_times": "retryMaxTimes", "broker_id": "brokerId",
+             "which_broker_when_consume_slowly": "whichBrokerWhenConsumeSlowly",
+             "notify_consumer_ids_changed_enable": "notifyConsumerIdsChangedEnable"}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> SubscriptionGroupConfig:
+        """ProtocolError when ``groupName`` is missing or a known field has the wrong type."""
+        if not isinstance(d, Mapping) or not d.get("groupName"):
+            raise ProtocolError("subscription group config needs a groupName")
+        values: dict[str, Any] = {}
+        try:
+            for attr, wire in cls._WIRE.items():
+                if wire in d and d[wire] is not None:
+                    default = getattr(cls, attr, None)
+                    values[attr] = (str(d[wire]) if attr == "group_name" else
+                                    bool(d[wire]) if isinstance(default, bool) else int(d[wire]))
+            attributes = {str(k): str(v) for k, v in (d.get("attributes") or {}).items()}
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ProtocolError(f"malformed subscription group config: {exc}") from exc
+        extra = {k: v for k, v in d.items() if k not in cls._WIRE.values() and k != "attributes"}
+        return cls(**values, attributes=attributes, extra=extra)
+
+    def to_json(self) -> dict[str, Any]:
+        out = dict(self.extra)
+        out.update({wire: getattr(self, attr) for attr, wire in self._WIRE.items()})
+        out["attributes"] = dict(self.attributes)
+        return out
+
+
+class SubscriptionGroupManager:
+    """The broker's subscription group table with persistence. Single-threaded (the broker's loop)."""
+
+    def __init__(self, path: Path, *, clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        self.path = path
+        self._clock_ms = clock_ms
+        self._table: dict[str, SubscriptionGroupConfig] = {}
+        self.data_version = DataVersion()
+
+    def load(self) -> None:
+        data = read_metadata_file(self.path)
+        if data is None:
+            return
+        try:
+            table = {str(name): SubscriptionGroupConfig.from_json(cfg)
+                     for name, cfg in (data.get("subscriptionGroupTable") or {}).items()}
+            self.data_version = DataVersion.from_json(data.get("dataVersion"))
+        except (AttributeError, TypeError, ValueError, ProtocolError) as exc:
+            raise StoreError(f"{self.path}: malformed subscription group table: {exc}") from exc
+        self._table = table
+
+    def update(self, config: SubscriptionGroupConfig) -> None:
+        self._table[config.group_name] = config
+        self._persist()
+
+    def delete(self, group: str) -> bool:
+        if self._table.pop(group, None) is None:
+            return False
+        self._persist()
+        return True
+
+    def select(self, group: str) -> SubscriptionGroupConfig | None:
+        return self._table.get(group)
+
+    def _persist(self) -> None:
+        self.data_version = self.data_version.next(self._clock_ms())
+        write_metadata_file(self.path, self._payload())
+
+    def _payload(self) -> dict[str, Any]:
+        return {"dataVersion": self.data_version.to_json(),
+                "subscriptionGroupTable": {name: cfg.to_json() for name, cfg in sorted(self._table.items())}}
+
+    def encode_wrapper(self) -> bytes:
+        """SubscriptionGroupWrapper JSON for GET_ALL_SUBSCRIPTIONGROUP_CONFIG."""
+        return dumps_rocketmq(self._payload())

@@ -1,0 +1,224 @@
+"""Turn one snapshot of the source groups into target group offsets: translate, commit on the target,
+record. The checkpoint connector's writer side.
+
+Called on the Spark driver by ``connectors.checkpoint.data_source.CheckpointStreamWriter.commit`` once per
+micro-batch (and by tests). For each group of the snapshot:
+
+1. every source queue offset is translated through the link's offset map (``connectors.checkpoint.
+   translation``; the link's progress from ``link_state``): exact, pending until replicated, unmapped;
+2. a group with an online consumer on the target (GET_CONSUMER_LIST_BY_GROUP on the brokers of its target
+   topics) is left alone: its offsets there belong to those consumers;
+3. otherwise the target group's current offsets are read and every target queue whose translation is
+   ahead of them is set with UPDATE_CONSUMER_OFFSET (never backwards, never for a target queue fed by a
+   pending source queue);
+4. one JSON message per group with committed offsets goes to ``rmq_sys_replicator_checkpoint`` on the
+   target (``CHECKPOINT_MESSAGE`` below), and every source queue's outcome, and every condition of the
+   snapshot, to the Delta ``checkpoints`` table (``connectors.checkpoint.tables``).
+
+A failing target request (a vanished topic, a broker down) is recorded as ``target_error`` for the queues
+concerned and retried at the next checkpoint; it never fails the query. A re-run batch re-translates a
+newer snapshot: target offsets only move forward, so nothing is undone.
+
+``CHECKPOINT_MESSAGE``, the body produced to ``rmq_sys_replicator_checkpoint`` (JSON, UTF-8; keys = the
+group, tag = the link)::
+
+    {"version": 1, "link": "<link>", "sourceCluster": "<name>", "targetCluster": "<name>",
+     "group": "<group>", "snapshotMs": <ms>, "committedMs": <ms>,
+     "offsets": [{"topic": "<target topic>", "brokerName": "<b>", "queueId": <n>, "offset": <next>}, ...]}
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from broker_store.client import Admin, MessageQueue, Producer, new_message
+from broker_store.protocol.errors import RocketMQError
+from connectors.checkpoint.link_state import LinkProgress
+from connectors.checkpoint.snapshot import GroupOffset, GroupOffsetSnapshot
+from connectors.checkpoint.tables import CheckpointOutcome, CheckpointRow
+from connectors.checkpoint.translation import Outcome, TargetQueueKey, Translation, target_offsets
+from connectors.core.sync_settings import CHECKPOINT_TOPIC
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_MESSAGE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class GroupCheckpoint:
+    """What one group's checkpoint did."""
+
+    group: str
+    committed: Mapping[TargetQueueKey, int]
+    """Target queues set this time -> their new next offset."""
+    rows: tuple[CheckpointRow, ...]
+
+
+@dataclass
+class CheckpointReport:
+    """One checkpoint of a link: what ``CheckpointCommitter.apply`` did, for the Delta table and the log."""
+
+    snapshot_ms: int
+    groups: list[GroupCheckpoint] = field(default_factory=list)
+    condition_rows: list[CheckpointRow] = field(default_factory=list)
+    topic_errors: list[str] = field(default_factory=list)
+    """Checkpoint messages that could not be produced (the Delta rows still record the checkpoint)."""
+
+    @property
+    def rows(self) -> list[CheckpointRow]:
+        return [r for g in self.groups for r in g.rows] + self.condition_rows
+
+    def count(self, outcome: CheckpointOutcome) -> int:
+        return sum(1 for r in self.rows if r.outcome is outcome)
+
+    def summary(self) -> str:
+        counts = {o.value: self.count(o) for o in CheckpointOutcome if self.count(o)}
+        return (f"{len(self.groups)} group(s), {sum(len(g.committed) for g in self.groups)} target queue(s) moved; "
+                f"{counts or 'nothing to translate'}")
+
+
+def translate_group(offsets: Sequence[GroupOffset], progress: LinkProgress) -> list[Translation]:
+    """Each source queue offset of one group through the link's offset map."""
+    return [progress.translator.translate(o.queue, o.offset, progress.replicated_next.get(o.queue))
+            for o in offsets]
+
+
+def outcome_rows(group: str, snapshot_ms: int, translations: Sequence[Translation],
+                 current: Mapping[TargetQueueKey, int], committed: Mapping[TargetQueueKey, int],
+                 errors: Mapping[TargetQueueKey, str]) -> list[CheckpointRow]:
+    """One row per source queue: what became of its translation (pure; see ``CheckpointOutcome``)."""
+    blocked = {t.target for t in translations if t.outcome is Outcome.PENDING and t.target is not None}
+    rows = []
+    for t in translations:
+        q = t.target
+        base = CheckpointRow(group, CheckpointOutcome.PENDING, snapshot_ms, t.source.topic, t.source.broker_name,
+                             t.source.queue_id, t.source_offset, q.topic if q else None, q.broker_name if q else None,
+                             q.queue_id if q else None, t.target_offset, None, t.exact)
+        if t.outcome is Outcome.UNMAPPED:
+            rows.append(_with(base, CheckpointOutcome.UNMAPPED, "no message of this queue replicated yet"))
+        elif t.outcome is Outcome.PENDING:
+            rows.append(_with(base, CheckpointOutcome.PENDING, "replication has not passed the offset yet"))
+        elif q is None:
+            raise AssertionError(f"translated without a target queue: {t}")
+        elif q in errors:
+            rows.append(_with(base, CheckpointOutcome.TARGET_ERROR, errors[q]))
+        elif q in committed:
+            rows.append(_with(base, CheckpointOutcome.COMMITTED, "", committed[q]))
+        elif q in blocked:
+            rows.append(_with(base, CheckpointOutcome.PENDING, "another source queue feeding this target "
+                                                               "queue is pending"))
+        else:
+            rows.append(_with(base, CheckpointOutcome.CURRENT, f"target group at {current.get(q)}"))
+    return rows
+
+
+def _with(row: CheckpointRow, outcome: CheckpointOutcome, detail: str, committed: int | None = None) -> CheckpointRow:
+    return CheckpointRow(row.group, outcome, row.snapshot_ms, row.source_topic, row.source_broker,
+                         row.source_queue_id, row.source_offset, row.target_topic, row.target_broker,
+                         row.target_queue_id, row.target_offset, committed, row.exact, detail)
+
+
+def _mq(q: TargetQueueKey) -> MessageQueue:
+    return MessageQueue(q.topic, q.broker_name, q.queue_id)
+
+
+class CheckpointCommitter:
+    """Applies snapshots to the target cluster of one link. Driver only; not thread-safe."""
+
+    def __init__(self, *, link: str, source_cluster: str, target_cluster: str, target_admin: Admin,
+                 target_producer: Producer | None, progress: Callable[[], LinkProgress],
+                 clock_ms: Callable[[], int] | None = None) -> None:
+        """``progress`` reads the link's offset map and committed offsets (``link_state.read_link_progress``);
+        ``target_producer`` None: no checkpoint messages (``CheckpointSettings.produce_topic`` off)."""
+        self.link = link
+        self.source_cluster = source_cluster
+        self.target_cluster = target_cluster
+        self._admin = target_admin
+        self._producer = target_producer
+        self._progress = progress
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._topic_ready = False
+
+    def apply(self, snapshot: GroupOffsetSnapshot) -> CheckpointReport:
+        """Translate and commit every group of ``snapshot``; see the module docstring."""
+        report = CheckpointReport(snapshot.taken_ms)
+        for c in snapshot.conditions:
+            report.condition_rows.append(CheckpointRow(c.subject, CheckpointOutcome(c.kind.value), snapshot.taken_ms,
+                                                       detail=c.detail))
+        if not snapshot.offsets:
+            return report
+        progress = self._progress()
+        by_group: dict[str, list[GroupOffset]] = defaultdict(list)
+        for o in snapshot.offsets:
+            by_group[o.group].append(o)
+        for group in sorted(by_group):
+            checkpoint = self._apply_group(group, by_group[group], progress, snapshot.taken_ms)
+            report.groups.append(checkpoint)
+            if checkpoint.committed and self._producer is not None:
+                error = self._produce(checkpoint, snapshot.taken_ms)
+                if error:
+                    report.topic_errors.append(error)
+        return report
+
+    def _apply_group(self, group: str, offsets: Sequence[GroupOffset], progress: LinkProgress,
+                     snapshot_ms: int) -> GroupCheckpoint:
+        translations = translate_group(offsets, progress)
+        targets = sorted({t.target for t in translations if t.outcome is Outcome.TRANSLATED and t.target})
+        current: dict[TargetQueueKey, int] = {}
+        errors: dict[TargetQueueKey, str] = {}
+        online: dict[str, list[str]] = {}
+        for topic in sorted({q.topic for q in targets}):
+            queues = [q for q in targets if q.topic == topic]
+            try:  # per target topic: one that vanished affects only its own queues
+                ids = self._admin.consumer_list(group, topic)
+                if ids:
+                    online[topic] = ids
+                    continue
+                for q in queues:
+                    offset = self._admin.consumer_offset(group, _mq(q))
+                    if offset is not None:
+                        current[q] = offset
+            except RocketMQError as exc:
+                errors.update(dict.fromkeys(queues, f"target cluster {self.target_cluster}: {exc}"))
+        if online:
+            detail = "; ".join(f"{topic}: {len(ids)} consumer(s) online" for topic, ids in online.items())
+            rows = [_with(r, CheckpointOutcome.GROUP_ONLINE, detail) if r.outcome is CheckpointOutcome.CURRENT else r
+                    for r in outcome_rows(group, snapshot_ms, translations, {}, {}, errors)]
+            return GroupCheckpoint(group, {}, tuple(rows))
+        planned = target_offsets([t for t in translations if t.target not in errors], current)
+        committed: dict[TargetQueueKey, int] = {}
+        for q, offset in sorted(planned.commit.items()):
+            try:
+                self._admin.update_consumer_offset(group, _mq(q), offset)
+                committed[q] = offset
+            except RocketMQError as exc:
+                errors[q] = f"UPDATE_CONSUMER_OFFSET on {self.target_cluster}: {exc}"
+        return GroupCheckpoint(group, committed, tuple(outcome_rows(group, snapshot_ms, translations, current,
+                                                                    committed, errors)))
+
+    def _produce(self, checkpoint: GroupCheckpoint, snapshot_ms: int) -> str | None:
+        assert self._producer is not None
+        body = json.dumps({
+            "version": CHECKPOINT_MESSAGE_VERSION, "link": self.link, "sourceCluster": self.source_cluster,
+            "targetCluster": self.target_cluster, "group": checkpoint.group, "snapshotMs": snapshot_ms,
+            "committedMs": self._clock_ms(),
+            "offsets": [{"topic": q.topic, "brokerName": q.broker_name, "queueId": q.queue_id, "offset": off}
+                        for q, off in sorted(checkpoint.committed.items())],
+        }, sort_keys=True).encode()
+        try:
+            if not self._topic_ready:
+                if CHECKPOINT_TOPIC not in self._admin.topic_list():
+                    self._admin.create_topic(CHECKPOINT_TOPIC, 1)
+                    self._admin.wait_for_route(CHECKPOINT_TOPIC, timeout=10)
+                self._topic_ready = True
+            self._producer.send(new_message(CHECKPOINT_TOPIC, body, tags=self.link, keys=[checkpoint.group]))
+        except RocketMQError as exc:
+            log.warning("link %s: checkpoint of group %s not produced to %s: %s", self.link, checkpoint.group,
+                        CHECKPOINT_TOPIC, exc)
+            return f"{checkpoint.group}: {exc}"
+        return None

@@ -1,0 +1,151 @@
+"""The checkpoint connector's Delta table: one row per group and source queue per checkpoint, with what
+became of it, plus one row per reported condition.
+
+Written on the driver by ``connectors.checkpoint.committer`` (``CheckpointTables.commit_checkpoint``,
+idempotent per (query id, batch id): ``connectors.core.delta``); read by tests, ``checkpoint_age_ms`` (the
+recovery-point metric) and users (deltalake / delta-spark).
+
+Layout, beside the replication link's tables::
+
+    <delta_location>/<link>/checkpoints/    append-only
+
+Row (``CHECKPOINTS_SCHEMA``): ``outcome`` is a ``CheckpointOutcome`` value. Source columns are empty /
+-1 for a condition about a group or broker as a whole; target columns are null when there is no target
+queue (unmapped, unknown group).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake.exceptions import DeltaError
+
+from connectors.core.delta import CommitResult, DeltaTableSet, RowBuilder, epoch_ms, timestamp
+from connectors.core.errors import TableError
+
+CHECKPOINTS = "checkpoints"
+_TS = pa.timestamp("us", tz="UTC")
+
+CHECKPOINTS_SCHEMA = pa.schema([
+    ("group", pa.string()),
+    ("source_topic", pa.string()),
+    ("source_broker", pa.string()),
+    ("source_queue_id", pa.int32()),
+    ("source_offset", pa.int64()),      # the group's next source offset (-1: none)
+    ("target_topic", pa.string()),
+    ("target_broker", pa.string()),
+    ("target_queue_id", pa.int32()),
+    ("target_offset", pa.int64()),      # this source queue's translation (null unless translated)
+    ("committed_offset", pa.int64()),   # what the target queue was set to (null: not set this time)
+    ("outcome", pa.string()),           # CheckpointOutcome value
+    ("exact", pa.bool_()),              # false: inside a run with gaps, conservative
+    ("detail", pa.string()),
+    ("snapshot_at", _TS),               # when the source offsets were read: the recovery point
+    ("committed_at", _TS),
+    ("batch_id", pa.int64()),
+    ("query_id", pa.string()),
+])
+
+
+class CheckpointOutcome(enum.Enum):
+    COMMITTED = "committed"
+    """Translated; the target queue was moved forward to ``committed_offset``."""
+    CURRENT = "current"
+    """Translated; the target group was already at or past it (never moved backwards)."""
+    PENDING = "pending"
+    """Replication has not passed the source offset yet (or a queue feeding the same target queue has
+    not): the target queue was left alone this time."""
+    UNMAPPED = "unmapped"
+    """Nothing of this source queue has been replicated: left alone."""
+    GROUP_ONLINE = "group_online"
+    """The group has online consumers on the target: its offsets there are theirs."""
+    TARGET_ERROR = "target_error"
+    """The target refused or did not answer (e.g. the topic vanished there); retried next checkpoint."""
+    UNKNOWN_GROUP = "unknown_group"
+    SOURCE_UNREACHABLE = "source_unreachable"
+    MAPPING_FAILED = "mapping_failed"
+
+
+TRANSLATED_OUTCOMES = frozenset({CheckpointOutcome.COMMITTED.value, CheckpointOutcome.CURRENT.value})
+
+
+@dataclass(frozen=True)
+class CheckpointRow:
+    """One row of ``CHECKPOINTS_SCHEMA`` before the batch's stamps (batch id, query id, commit time)."""
+
+    group: str
+    outcome: CheckpointOutcome
+    snapshot_ms: int
+    source_topic: str = ""
+    source_broker: str = ""
+    source_queue_id: int = -1
+    source_offset: int = -1
+    target_topic: str | None = None
+    target_broker: str | None = None
+    target_queue_id: int | None = None
+    target_offset: int | None = None
+    committed_offset: int | None = None
+    exact: bool = True
+    detail: str = ""
+
+
+class CheckpointTables(DeltaTableSet):
+    """The ``checkpoints`` table of one link. Driver only; one writer query per link."""
+
+    def __init__(self, location: str | Path, *, clock_ms: Callable[[], int] | None = None,
+                 storage_options: Mapping[str, str] | None = None, compact_every: int = 500) -> None:
+        """``location``: the link's directory (``LinkConfig.tables_location``)."""
+        super().__init__(location, {CHECKPOINTS: CHECKPOINTS_SCHEMA}, (CHECKPOINTS,), clock_ms=clock_ms,
+                         storage_options=storage_options, compact_every=compact_every)
+
+    def commit_checkpoint(self, query_id: str, batch_id: int, rows: Sequence[CheckpointRow]) -> CommitResult:
+        """Append one checkpoint's rows, at most once per (query id, batch id)."""
+        now_ms = self.now_ms()
+        build: RowBuilder = lambda _dt: [self._row(r, query_id, batch_id, now_ms) for r in rows]  # noqa: E731
+        return self.commit_tables(query_id, batch_id, {CHECKPOINTS: build}, now_ms)
+
+    @staticmethod
+    def _row(r: CheckpointRow, query_id: str, batch_id: int, now_ms: int) -> dict[str, Any]:
+        return {
+            "group": r.group, "source_topic": r.source_topic, "source_broker": r.source_broker,
+            "source_queue_id": r.source_queue_id, "source_offset": r.source_offset, "target_topic": r.target_topic,
+            "target_broker": r.target_broker, "target_queue_id": r.target_queue_id,
+            "target_offset": r.target_offset, "committed_offset": r.committed_offset, "outcome": r.outcome.value,
+            "exact": r.exact, "detail": r.detail, "snapshot_at": timestamp(r.snapshot_ms),
+            "committed_at": timestamp(now_ms), "batch_id": batch_id, "query_id": query_id,
+        }
+
+    def newest_translated_ms(self, group: str | None = None) -> int | None:
+        """Snapshot time of the newest checkpoint that translated a group completely (of ``group``, or of
+        any group): at least one source queue translated and none pending. The recovery point: a consumer
+        failing over to the target now resumes from the source group's position at that time (or later).
+        None before the first one."""
+        dt = self.open(CHECKPOINTS)
+        if dt is None:
+            return None
+        try:
+            rows = dt.to_pyarrow_table(columns=["group", "outcome", "snapshot_at"])
+        except (DeltaError, OSError, pa.ArrowException) as exc:
+            raise TableError(f"cannot read Delta table {self.path(CHECKPOINTS)}: {exc}") from exc
+        if group is not None:
+            rows = rows.filter(pc.equal(rows["group"], group))
+        translated = pc.is_in(rows["outcome"], pa.array(sorted(TRANSLATED_OUTCOMES)))
+        pending = pc.equal(rows["outcome"], CheckpointOutcome.PENDING.value)
+        per_checkpoint = rows.append_column("translated", translated).append_column("pending", pending).group_by(
+            ["group", "snapshot_at"], use_threads=False).aggregate([("translated", "any"), ("pending", "any")])
+        complete = per_checkpoint.filter(pc.and_(per_checkpoint["translated_any"],
+                                                 pc.invert(per_checkpoint["pending_any"])))
+        return epoch_ms(pc.max(complete["snapshot_at"]).as_py())
+
+
+def checkpoint_age_ms(tables: CheckpointTables, now_ms: int, group: str | None = None) -> int | None:
+    """The checkpoint-age metric: ``now_ms`` minus the newest translated checkpoint's snapshot time (None
+    before the first). A Prometheus gauge ``replicator_checkpoint_age_seconds{link}`` exports it / 1000."""
+    newest = tables.newest_translated_ms(group)
+    return None if newest is None else max(0, now_ms - newest)

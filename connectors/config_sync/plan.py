@@ -1,0 +1,160 @@
+"""The config connector's rules: from the source's and the target's configuration, the changes to make on
+the target. Pure: no I/O, no clock; called by ``connectors.config_sync.applier`` on the driver and tested
+without brokers.
+
+Per target topic T (the link's topic mapping; several source topics may map to one):
+
+* wanted: the largest read / write queue counts of its source topics, the permission, ``order`` flag and
+  attributes of the first of them by name;
+* T missing on some target broker group: ``create_topic`` (an upsert on every primary);
+* T present: queue counts only grow: ``max(wanted, current)`` per count. A smaller wanted count is a
+  ``REFUSED`` shrink, recorded and reported, never applied; the growth part of the same topic still is.
+  A permission or attribute difference is an ``update_topic``;
+* a count above ``ConfigSyncSettings.max_queue_nums``: refused;
+* a source topic seen in the previous snapshot and gone now, whose target no current source topic maps
+  to: ``delete_topic`` when ``propagate_deletion``, else a ``DISABLED`` change (reported once, not applied).
+
+Subscription groups (when enabled): a selected source group missing on the target, or configured
+differently there: ``create_group`` / ``update_group``. Groups are never deleted on the target.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from connectors.config_sync.state import ClusterState, TopicState
+from connectors.core.errors import TopicMappingError
+from connectors.core.sync_settings import ConfigSyncSettings
+from connectors.core.topic_mapping import TopicMapper
+
+
+class ChangeKind(enum.Enum):
+    CREATE_TOPIC = "create_topic"
+    UPDATE_TOPIC = "update_topic"
+    """Queue growth, permission or attributes of an existing topic."""
+    SHRINK = "shrink"
+    """A smaller queue count on the source: always refused."""
+    DELETE_TOPIC = "delete_topic"
+    CREATE_GROUP = "create_group"
+    UPDATE_GROUP = "update_group"
+    MAPPING = "mapping"
+    """The topic mapping failed for a source topic: refused."""
+    READ_TARGET = "read_target"
+    """The target cluster could not be read: nothing was planned this round (failed, retried next round)."""
+
+
+class ChangeStatus(enum.Enum):
+    PLANNED = "planned"
+    """To be applied (``applier`` turns it into APPLIED or FAILED)."""
+    APPLIED = "applied"
+    FAILED = "failed"
+    """The target refused or did not answer; planned again next round."""
+    REFUSED = "refused"
+    """Against the rules (shrink, too many queues, bad mapping): recorded and reported, never applied."""
+    DISABLED = "disabled"
+    """Deletion with ``propagate_deletion`` off: recorded and reported, not applied."""
+
+
+@dataclass(frozen=True)
+class ConfigChange:
+    """One change of the target's configuration, with its status."""
+
+    kind: ChangeKind
+    subject: str
+    """The target topic or group."""
+    status: ChangeStatus
+    sources: tuple[str, ...] = ()
+    """The source topic(s) / group it comes from."""
+    read_queue_nums: int | None = None
+    write_queue_nums: int | None = None
+    perm: int | None = None
+    order: bool = False
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    group_config: Mapping[str, Any] | None = None
+    detail: str = ""
+
+    def with_status(self, status: ChangeStatus, detail: str) -> ConfigChange:
+        return ConfigChange(self.kind, self.subject, status, self.sources, self.read_queue_nums,
+                            self.write_queue_nums, self.perm, self.order, self.attributes, self.group_config, detail)
+
+
+def _targets(topics: Iterable[str], mapper: TopicMapper,
+             refused: list[ConfigChange]) -> dict[str, list[str]]:
+    """Target topic -> its source topics (sorted)."""
+    out: dict[str, list[str]] = {}
+    for topic in sorted(topics):
+        try:
+            target = mapper.target_for(topic)
+        except TopicMappingError as exc:
+            refused.append(ConfigChange(ChangeKind.MAPPING, topic, ChangeStatus.REFUSED, (topic,), detail=str(exc)))
+            continue
+        if target is not None:
+            out.setdefault(target, []).append(topic)
+    return out
+
+
+def plan_changes(source: ClusterState, target: ClusterState, mapper: TopicMapper, settings: ConfigSyncSettings,
+                 previous_source_topics: Iterable[str] = ()) -> list[ConfigChange]:
+    """Every change the rules of the module docstring call for, PLANNED or already REFUSED / DISABLED."""
+    changes: list[ConfigChange] = []
+    wanted_by_target = _targets(source.topics, mapper, changes)
+    for name, sources in sorted(wanted_by_target.items()):
+        changes.extend(_topic_changes(name, [source.topics[s] for s in sources], target, settings))
+    gone = sorted(set(previous_source_topics) - set(source.topics))
+    for name, sources in sorted(_targets(gone, mapper, []).items()):
+        if name in wanted_by_target or name not in target.topics:
+            continue
+        status = ChangeStatus.PLANNED if settings.propagate_deletion else ChangeStatus.DISABLED
+        detail = "" if settings.propagate_deletion else "source topic deleted; propagate_deletion is off"
+        changes.append(ConfigChange(ChangeKind.DELETE_TOPIC, name, status, tuple(sources), detail=detail))
+    if settings.subscription_groups:
+        for group, config in sorted(source.groups.items()):
+            if not settings.groups.selects(group):
+                continue
+            current = target.groups.get(group)
+            if current is None:
+                changes.append(ConfigChange(ChangeKind.CREATE_GROUP, group, ChangeStatus.PLANNED, (group,),
+                                            group_config=dict(config)))
+            elif _canonical(current) != _canonical(config):
+                changes.append(ConfigChange(ChangeKind.UPDATE_GROUP, group, ChangeStatus.PLANNED, (group,),
+                                            group_config=dict(config)))
+    return changes
+
+
+def _canonical(config: Mapping[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+def _topic_changes(name: str, sources: list[TopicState], target: ClusterState,
+                   settings: ConfigSyncSettings) -> list[ConfigChange]:
+    first = sources[0]
+    read = max(s.read_queue_nums for s in sources)
+    write = max(s.write_queue_nums for s in sources)
+    names = tuple(s.name for s in sources)
+    if max(read, write) > settings.max_queue_nums:
+        return [ConfigChange(ChangeKind.CREATE_TOPIC, name, ChangeStatus.REFUSED, names, read, write, first.perm,
+                             detail=f"{max(read, write)} queues exceed max_queue_nums {settings.max_queue_nums}")]
+    current = target.topics.get(name)
+    if current is None:
+        return [ConfigChange(ChangeKind.CREATE_TOPIC, name, ChangeStatus.PLANNED, names, read, write, first.perm,
+                             first.order, dict(first.attributes))]
+    out = []
+    if read < current.read_queue_nums or write < current.write_queue_nums:
+        out.append(ConfigChange(ChangeKind.SHRINK, name, ChangeStatus.REFUSED, names, read, write, first.perm,
+                                detail=f"source queues read/write {read}/{write} < target "
+                                       f"{current.read_queue_nums}/{current.write_queue_nums}: queue counts are "
+                                       f"never shrunk on the target"))
+    new_read, new_write = max(read, current.read_queue_nums), max(write, current.write_queue_nums)
+    missing = sorted(set(target.brokers) - set(current.brokers))
+    differs = (new_read != current.read_queue_nums or new_write != current.write_queue_nums
+               or first.perm != current.perm or dict(first.attributes) != dict(current.attributes))
+    if differs or missing:
+        detail = f"missing on {missing}" if missing else ""
+        out.append(ConfigChange(ChangeKind.CREATE_TOPIC if missing else ChangeKind.UPDATE_TOPIC, name,
+                                ChangeStatus.PLANNED, names, new_read, new_write, first.perm, first.order,
+                                dict(first.attributes), detail=detail))
+    return out

@@ -1,0 +1,116 @@
+"""What a cluster's configuration looks like to the config connector: its topics (queue counts, permission,
+attributes) and subscription groups, read from every broker group's primary.
+
+Read on the Spark driver: the source by ``connectors.config_sync.data_source.ConfigStreamReader.read`` once
+per trigger (``ConfigPoller.next_item``, the polling shape of bytewax's ``SimplePollingSource``), the target
+by ``connectors.config_sync.applier.ConfigApplier`` before it plans. A broker group that does not answer is
+reported (``unreachable``), never taken for one without topics.
+
+A topic on several broker groups is one ``TopicState``: the largest read / write queue counts of any group
+(the per-group count the target should have), the permission and attributes of the first group by name,
+and the groups holding it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker_store.client import Admin, TopicConfig
+from broker_store.protocol.errors import RocketMQError
+
+
+@dataclass(frozen=True)
+class TopicState:
+    """One topic of a cluster (see the module docstring)."""
+
+    name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    order: bool = False
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    brokers: tuple[str, ...] = ()
+    """Broker groups holding the topic, sorted."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "read": self.read_queue_nums, "write": self.write_queue_nums, "perm": self.perm,
+                "order": self.order, "attributes": dict(self.attributes), "brokers": list(self.brokers)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TopicState:
+        return cls(d["name"], int(d["read"]), int(d["write"]), int(d["perm"]), bool(d["order"]),
+                   dict(d["attributes"]), tuple(d["brokers"]))
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """A cluster's topics and subscription groups at ``taken_ms``."""
+
+    taken_ms: int
+    topics: Mapping[str, TopicState]
+    groups: Mapping[str, Mapping[str, Any]]
+    """Group -> its SubscriptionGroupConfig JSON (of the first broker group holding it)."""
+    brokers: tuple[str, ...]
+    """Broker groups with a primary, sorted."""
+    unreachable: Mapping[str, str] = field(default_factory=dict)
+    """Broker group -> why it could not be read."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"takenMs": self.taken_ms, "topics": [t.to_json() for t in self.topics.values()],
+                "groups": {k: dict(v) for k, v in self.groups.items()}, "brokers": list(self.brokers),
+                "unreachable": dict(self.unreachable)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ClusterState:
+        topics = [TopicState.from_json(t) for t in d["topics"]]
+        return cls(int(d["takenMs"]), {t.name: t for t in topics}, dict(d["groups"]), tuple(d["brokers"]),
+                   dict(d["unreachable"]))
+
+
+def _merge(name: str, configs: list[tuple[str, TopicConfig]]) -> TopicState:
+    first = configs[0][1]
+    return TopicState(name, max(c.read_queue_nums for _, c in configs), max(c.write_queue_nums for _, c in configs),
+                      first.perm, first.order, dict(first.attributes or {}), tuple(sorted(b for b, _ in configs)))
+
+
+def read_cluster_state(admin: Admin, cluster: str | None, *, subscription_groups: bool = True,
+                       clock_ms: Callable[[], int] | None = None) -> ClusterState:
+    """Every primary of ``cluster`` (None: every cluster the name servers know). Raises ``RocketMQError``
+    only when the cluster cannot be listed at all."""
+    taken_ms = (clock_ms or (lambda: int(time.time() * 1000)))()
+    primaries = admin.primary_addrs(cluster)
+    per_topic: dict[str, list[tuple[str, TopicConfig]]] = {}
+    groups: dict[str, Mapping[str, Any]] = {}
+    unreachable: dict[str, str] = {}
+    for broker, addr in sorted(primaries.items()):
+        try:
+            for name, config in admin.all_topic_config(addr).items():
+                per_topic.setdefault(name, []).append((broker, config))
+            if subscription_groups:
+                for group, group_config in admin.all_subscription_groups(addr).items():
+                    groups.setdefault(group, group_config)
+        except RocketMQError as exc:
+            unreachable[broker] = f"{addr}: {exc}"
+    topics = {name: _merge(name, configs) for name, configs in sorted(per_topic.items())}
+    return ClusterState(taken_ms, topics, groups, tuple(sorted(primaries)), unreachable)
+
+
+class ConfigPoller:
+    """One ``ClusterState`` of the source per ``next_item()``; ``interval`` is the caller's trigger."""
+
+    def __init__(self, admin: Admin, cluster: str, *, interval: float, subscription_groups: bool = True) -> None:
+        self.interval = interval
+        self._admin = admin
+        self._cluster = cluster
+        self._subscription_groups = subscription_groups
+
+    def next_item(self) -> ClusterState:
+        """Never raises for the source: a cluster that cannot be listed is a state with no topics and the
+        reason in ``unreachable`` (the applier then deletes nothing)."""
+        try:
+            return read_cluster_state(self._admin, self._cluster, subscription_groups=self._subscription_groups)
+        except RocketMQError as exc:
+            return ClusterState(int(time.time() * 1000), {}, {}, (), {self._cluster: f"cannot list brokers: {exc}"})

@@ -1,0 +1,138 @@
+"""A link's settings of the polling connectors that copy state rather than messages: consumer-group
+checkpoints (``connectors.checkpoint``) and topic / subscription-group configuration
+(``connectors.config_sync``).
+
+``LinkConfig`` (``connectors.core.config``) holds one of each as ``checkpoints`` and ``config_sync``; the YAML
+takes them by field name under the link, the connectors' Spark options by the camelCase alias, both validated
+here. Imports no connector package.
+
+YAML (every key optional)::
+
+    links:
+      - name: source-to-target
+        ...
+        checkpoints:
+          interval: 5 seconds                    # one snapshot of the source groups per interval
+          groups: {explicit: [billing], include: ["app_.*"], exclude: [".*_test"]}
+        config_sync:
+          interval: 10 seconds
+          subscription_groups: true
+          propagate_deletion: false
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from connectors.core.settings_base import SettingsModel, compile_pattern, field_error, parse_duration
+
+CHECKPOINT_TOPIC = "rmq_sys_replicator_checkpoint"
+"""Topic on the target every translated checkpoint is also produced to (one JSON message per group and
+checkpoint; ``connectors.checkpoint.committer`` documents the body)."""
+REPLICATOR_GROUP_PREFIXES = ("CID_RMQ_SYS_", "PID_RMQ_SYS_")
+"""Groups of the replicator itself: never checkpointed (their offsets belong to the source side)."""
+SYSTEM_GROUP_PREFIXES = ("CID_ONSAPI_", "CID_ONS-HTTP-PROXY", "TOOLS_CONSUMER", "FILTERSRV_CONSUMER",
+                         "SELF_TEST_C_GROUP", "CID_SYS_RMQ_TRANS")
+"""RocketMQ's own consumer groups (MixAll): never checkpointed or copied."""
+
+
+def is_system_group(group: str) -> bool:
+    """True for the replicator's and RocketMQ's own groups."""
+    return group.startswith(REPLICATOR_GROUP_PREFIXES) or group.startswith(SYSTEM_GROUP_PREFIXES)
+
+
+class GroupSelection(SettingsModel):
+    """Which source consumer groups a link checkpoints: the explicit ones, plus every group an ``include``
+    pattern fully matches and no ``exclude`` pattern matches. Nothing given = every non-system group."""
+
+    explicit: tuple[str, ...] = ()
+    """Groups named explicitly; one that has no offsets on the source is reported as unknown each round."""
+    include: tuple[str, ...] = ()
+    """Regexes (full match)."""
+    exclude: tuple[str, ...] = ()
+    """Regexes (full match); win over ``include``, never over ``explicit``."""
+
+    @field_validator("include", "exclude")
+    @classmethod
+    def _check_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for index, pattern in enumerate(value):
+            try:
+                compile_pattern(pattern)
+            except ValueError as exc:
+                raise field_error(f"[{index}]", str(exc)) from exc
+        return value
+
+    @field_validator("explicit")
+    @classmethod
+    def _check_explicit(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for index, group in enumerate(value):
+            if not group or is_system_group(group):
+                raise field_error(f"[{index}]", f"{group!r} is empty or a system group")
+        return value
+
+    @property
+    def selects_all(self) -> bool:
+        return not (self.explicit or self.include)
+
+    def selects(self, group: str) -> bool:
+        """True when ``group`` is checkpointed (system groups never are)."""
+        if group in self.explicit:
+            return True
+        if is_system_group(group) or any(re.fullmatch(p, group) for p in self.exclude):
+            return False
+        return self.selects_all or any(re.fullmatch(p, group) for p in self.include)
+
+
+class CheckpointSettings(SettingsModel):
+    """A link's consumer-group checkpoints (``connectors.checkpoint``)."""
+
+    interval: float = 5.0
+    """Seconds between two snapshots of the source groups (the Spark trigger of the checkpoint query);
+    a number or ``"5 seconds"``. The recovery point is this plus the translation's own time."""
+    groups: GroupSelection = GroupSelection()
+    """The groups checkpointed (default: every non-system group of the linked topics)."""
+    produce_topic: bool = True
+    """Also produce each checkpoint to ``rmq_sys_replicator_checkpoint`` on the target."""
+
+    @field_validator("interval", mode="before")
+    @classmethod
+    def _check_interval(cls, value: Any) -> float:
+        return parse_duration(value)
+
+    @property
+    def spark_trigger(self) -> str:
+        return f"{round(self.interval * 1000)} milliseconds"
+
+
+class ConfigSyncSettings(SettingsModel):
+    """A link's copy of topic configuration and subscription groups (``connectors.config_sync``)."""
+
+    interval: float = 10.0
+    """Seconds between two snapshots of the source configuration; a new source topic exists on the
+    target within two intervals."""
+    subscription_groups: bool = True
+    """Copy the source's subscription groups of the selected consumer groups."""
+    groups: GroupSelection = GroupSelection()
+    """The subscription groups copied (default: every non-system group)."""
+    propagate_deletion: bool = False
+    """Delete a target topic (mapped 1:1) when its source topic is deleted. Off: reported, never applied."""
+    max_queue_nums: int = Field(default=1024, gt=0)
+    """A source queue count above this is refused on the target (recorded as a refused change)."""
+
+    @field_validator("interval", mode="before")
+    @classmethod
+    def _check_interval(cls, value: Any) -> float:
+        return parse_duration(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ConfigSyncSettings:
+        if not self.subscription_groups and (self.groups.explicit or self.groups.include):
+            raise field_error("groups", "groups are only used with subscription_groups: true")
+        return self
+
+    @property
+    def spark_trigger(self) -> str:
+        return f"{round(self.interval * 1000)} milliseconds"

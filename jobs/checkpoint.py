@@ -1,0 +1,118 @@
+"""Run the consumer-group checkpoints of a replicator config's links as Spark Structured Streaming queries.
+
+    spark-submit jobs/checkpoint.py --config conf/replicator.yaml [--link NAME ...]
+    python jobs/checkpoint.py --config conf/replicator.yaml          (local[*] when no master is set)
+
+One query per link (queryName ``<link>-checkpoint``, checkpoint ``<checkpoint_location>-checkpoint``,
+trigger = the link's ``checkpoints.interval``): ``format("rocketmq_checkpoint")`` snapshots the source
+groups' offsets each trigger and its writer translates them through the link's offset map and commits them
+on the target (``connectors.checkpoint``). Run it beside ``jobs/replicate.py`` (it reads the Delta tables
+the replication query commits). SIGTERM / SIGINT stop the queries. Exit code: 0 after a clean stop, 1
+when a query failed, 2 on a configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # `spark-submit jobs/checkpoint.py` / `python jobs/checkpoint.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from connectors.checkpoint.data_source import DATA_SOURCE_NAME, CheckpointDataSource  # noqa: E402
+from connectors.core.config import ReplicatorConfig, load_replicator_config  # noqa: E402
+from connectors.core.errors import ReplicatorError  # noqa: E402
+from jobs import job_logging  # noqa: E402
+from jobs.replicate import build_spark  # noqa: E402
+
+log = logging.getLogger("jobs.checkpoint")
+
+
+def parse_args(argv: list[str] | None = None, prog: str = "checkpoint") -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--config", required=True, help="replicator YAML (conf/replicator.yaml)")
+    parser.add_argument("--link", action="append", default=[], help="only this link (repeatable); default: all")
+    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-dir", default="run/logs")
+    return parser.parse_args(argv)
+
+
+def checkpoint_query_location(config: ReplicatorConfig, name: str) -> str:
+    """The checkpoint query's own Spark checkpoint: beside the replication query's."""
+    return str(Path(config.link(name).checkpoint_location + "-checkpoint").resolve())
+
+
+def start_checkpoints(spark: Any, config_path: str, config: ReplicatorConfig, name: str) -> Any:
+    """Start one link's checkpoint query (``spark`` must have ``CheckpointDataSource`` registered)."""
+    link = config.link(name)
+    path = str(Path(config_path).resolve())
+    delta = str(Path(link.delta_location).resolve())
+    frame = (spark.readStream.format(DATA_SOURCE_NAME).option("config", path).option("link", name)
+             .option("deltaLocation", delta).load())
+    query = (frame.writeStream.format(DATA_SOURCE_NAME).option("config", path).option("link", name)
+             .option("deltaLocation", delta).option("checkpointLocation", checkpoint_query_location(config, name))
+             .queryName(f"{name}-checkpoint").trigger(processingTime=link.checkpoints.spark_trigger).start())
+    log.info("link %s: checkpoints %s -> %s every %s, groups %s", name, link.source, link.target,
+             link.checkpoints.spark_trigger, link.checkpoints.groups.model_dump(exclude_defaults=True) or "all")
+    return query
+
+
+def run_queries(argv: list[str] | None, *, prog: str, data_source: Any,
+                location: Callable[[ReplicatorConfig, str], str],
+                start: Callable[[Any, str, ReplicatorConfig, str], Any]) -> int:
+    """The shared main loop of the polling connectors' jobs (checkpoint, config sync): parse the arguments,
+    start ``start(spark, config path, config, link)`` per link, run until a signal or a failed query."""
+    args = parse_args(argv, prog)
+    try:
+        log_dir = job_logging.setup(args.log_dir, args.log_level)
+        config = load_replicator_config(args.config)
+        names = args.link or [link.name for link in config.links]
+        for name in names:
+            config.link(name)
+    except (ValueError, OSError, ReplicatorError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    from pyspark.errors import StreamingQueryException
+
+    spark = build_spark(f"rocketmq-replicator-{prog}", log_dir=log_dir,
+                        checkpoint_locations=[location(config, n) for n in names])
+    spark.dataSource.register(data_source)
+    failed = False
+    try:
+        queries = [start(spark, args.config, config, name) for name in names]
+        while not stop.is_set() and all(q.isActive for q in queries):
+            try:
+                spark.streams.awaitAnyTermination(1)
+            except StreamingQueryException:
+                pass
+            spark.streams.resetTerminated()
+        for q in queries:
+            if q.isActive:
+                q.stop()
+            if q.exception() is not None:
+                failed = True
+                log.error("%s", job_logging.failure_line(q.name, q.exception(), log_dir))
+    except ReplicatorError as exc:
+        log.error("error: %s", exc)
+        return 2
+    finally:
+        spark.stop()
+    return 1 if failed else 0
+
+
+def run(argv: list[str] | None = None) -> int:
+    return run_queries(argv, prog="checkpoint", data_source=CheckpointDataSource, location=checkpoint_query_location,
+                       start=start_checkpoints)
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,110 @@
+"""connectors.checkpoint without brokers: group selection, the snapshot's rows, the outcome of each source
+queue, the link's progress read from real Delta tables, and the recovery-point query."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from connectors.checkpoint.committer import outcome_rows
+from connectors.checkpoint.link_state import read_link_progress
+from connectors.checkpoint.snapshot import (
+    Condition,
+    ConditionKind,
+    GroupOffset,
+    GroupOffsetSnapshot,
+    snapshot_from_rows,
+    snapshot_rows,
+)
+from connectors.checkpoint.tables import CheckpointOutcome, CheckpointRow, CheckpointTables, checkpoint_age_ms
+from connectors.checkpoint.translation import OffsetTranslator, Outcome, Run, TargetQueueKey
+from connectors.core.config import parse_replicator_config
+from connectors.core.errors import ConfigError
+from connectors.core.offsets import QueueKey
+from connectors.core.sync_settings import GroupSelection
+from connectors.replication.records import BatchMetrics, OffsetMapping
+from connectors.replication.tables import LinkTables
+
+A0, A1 = QueueKey("Orders", "src-a", 0), QueueKey("Orders", "src-a", 1)
+T0, T1 = TargetQueueKey("OrdersDR", "dst-a", 0), TargetQueueKey("OrdersDR", "dst-a", 1)
+
+
+def test_group_selection() -> None:
+    everything = GroupSelection()
+    assert everything.selects("billing") and not everything.selects("CID_RMQ_SYS_REPLICATOR_l1")
+    chosen = GroupSelection(explicit=("billing",), include=("app_.*",), exclude=(".*_test",))
+    assert chosen.selects("billing") and chosen.selects("app_x")
+    assert not chosen.selects("app_x_test") and not chosen.selects("other")
+
+
+def test_link_yaml_takes_checkpoint_settings_and_names_a_bad_field() -> None:
+    doc = {"clusters": [{"name": "a", "namesrv": ["127.0.0.1:1"]}, {"name": "b", "namesrv": ["127.0.0.1:2"]}],
+           "links": [{"name": "l", "source": "a", "target": "b", "topics": {"all_topics": True},
+                      "checkpoint_location": "c", "delta_location": "d",
+                      "checkpoints": {"interval": "2 seconds", "groups": {"include": ["app_.*"]}}}]}
+    link = parse_replicator_config(doc).links[0]
+    assert link.checkpoints.interval == 2.0 and link.checkpoints.groups.selects("app_1")
+    assert link.config_sync.propagate_deletion is False
+    doc["links"][0]["checkpoints"] = {"groups": {"include": ["("]}}
+    with pytest.raises(ConfigError, match=r"links\[0\]\.checkpoints\.groups\.include\[0\]"):
+        parse_replicator_config(doc, file="x.yaml")
+
+
+def test_snapshot_rows_round_trip() -> None:
+    snapshot = GroupOffsetSnapshot(1234, (GroupOffset("g", A0, 7), GroupOffset("h", A1, 0)),
+                                   (Condition(ConditionKind.UNKNOWN_GROUP, "lost", "no offsets"),))
+    assert snapshot_from_rows(snapshot_rows(snapshot)) == snapshot
+    empty = GroupOffsetSnapshot(99, ())
+    assert snapshot_from_rows(snapshot_rows(empty)) == empty
+
+
+def test_outcome_of_each_source_queue() -> None:
+    translator = OffsetTranslator([(A0, Run(0, 9, T0, 100, 109, 10)), (A1, Run(0, 9, T1, 0, 9, 10))])
+    b = QueueKey("Orders", "src-b", 0)
+    translations = [translator.translate(A0, 5, 10), translator.translate(A1, 3, 10),
+                    translator.translate(b, 0, None)]
+    assert [t.outcome for t in translations] == [Outcome.TRANSLATED, Outcome.TRANSLATED, Outcome.UNMAPPED]
+    rows = outcome_rows("g", 1, translations, current={T1: 3}, committed={T0: 105}, errors={})
+    assert [(r.outcome, r.committed_offset) for r in rows] == [
+        (CheckpointOutcome.COMMITTED, 105), (CheckpointOutcome.CURRENT, None), (CheckpointOutcome.UNMAPPED, None)]
+    failed = outcome_rows("g", 1, translations[:1], {}, {}, {T0: "TOPIC_NOT_EXIST"})
+    assert failed[0].outcome is CheckpointOutcome.TARGET_ERROR and "TOPIC_NOT_EXIST" in failed[0].detail
+    # a source queue still pending blocks the other one feeding the same target queue
+    c = QueueKey("Pay", "src-a", 0)
+    merged = OffsetTranslator([(A0, Run(0, 9, T0, 0, 9, 10)), (c, Run(0, 4, T0, 10, 14, 5))])
+    pending = [merged.translate(A0, 5, 10), merged.translate(c, 8, 5)]
+    assert [r.outcome for r in outcome_rows("g", 1, pending, {}, {}, {})] == [CheckpointOutcome.PENDING] * 2
+
+
+def _mapping(first: int, last: int, target_first: int, messages: int) -> OffsetMapping:
+    return OffsetMapping("Orders", "src-a", 0, first, last, "OrdersDR", "dst-a", 0, target_first,
+                         target_first + messages - 1, messages)
+
+
+def test_link_progress_from_the_replication_tables(tmp_path: Path) -> None:
+    clock = iter(range(1_000, 100_000, 1_000))
+    tables = LinkTables(tmp_path / "l", source_cluster="src", clock_ms=lambda: next(clock))
+    assert read_link_progress(tables).runs == 0
+    tables.commit_batch("q1", 0, {A0: 10}, [_mapping(0, 9, 0, 10)], [], BatchMetrics(10, 10))
+    tables.commit_batch("q1", 1, {A0: 20}, [_mapping(10, 14, 10, 5), _mapping(17, 19, 15, 3)], [],
+                        BatchMetrics(8, 8))
+    progress = read_link_progress(tables)
+    assert progress.replicated_next == {A0: 20} and progress.runs == 3
+    assert progress.translator.translate(A0, 12, 20).target_offset == 12
+    assert progress.translator.translate(A0, 15, 20).target_offset == 15  # 15, 16 filtered: next is 17 -> 15
+    assert progress.translator.translate(A0, 20, 20).target_offset == 18
+    assert progress.translator.translate(A0, 21, 20).outcome is Outcome.PENDING
+
+
+def test_recovery_point_counts_only_complete_checkpoints(tmp_path: Path) -> None:
+    tables = CheckpointTables(tmp_path / "l", clock_ms=lambda: 50_000)
+    assert checkpoint_age_ms(tables, 60_000) is None
+    tables.commit_checkpoint("q", 0, [CheckpointRow("g", CheckpointOutcome.COMMITTED, 10_000)])
+    tables.commit_checkpoint("q", 1, [CheckpointRow("g", CheckpointOutcome.CURRENT, 20_000),
+                                      CheckpointRow("g", CheckpointOutcome.PENDING, 20_000)])
+    tables.commit_checkpoint("q", 1, [CheckpointRow("g", CheckpointOutcome.COMMITTED, 99_000)])  # replayed: skipped
+    tables.commit_checkpoint("q", 2, [CheckpointRow("h", CheckpointOutcome.CURRENT, 30_000)])
+    assert checkpoint_age_ms(tables, 60_000, "g") == 50_000
+    assert checkpoint_age_ms(tables, 60_000) == 30_000
+

@@ -1,0 +1,85 @@
+"""connectors.config_sync.plan: what changes on the target for a source configuration (pure)."""
+
+from __future__ import annotations
+
+from connectors.config_sync.plan import ChangeKind, ChangeStatus, ConfigChange, plan_changes
+from connectors.config_sync.state import ClusterState, TopicState
+from connectors.core.config import TopicMappingConfig
+from connectors.core.sync_settings import ConfigSyncSettings
+from connectors.core.topic_mapping import TopicMapper
+
+MAPPER = TopicMapper(TopicMappingConfig.model_validate({
+    "explicit": [{"source": ["EU", "US"], "target": "All"}],
+    "include": [{"pattern": "App_.*", "target": "DR_{topic}"}]}))
+
+
+def cluster(*topics: TopicState, groups: dict[str, dict[str, object]] | None = None,
+            brokers: tuple[str, ...] = ("b1",)) -> ClusterState:
+    return ClusterState(1, {t.name: t for t in topics}, groups or {}, brokers)
+
+
+def topic(name: str, read: int, write: int | None = None, perm: int = 6, brokers: tuple[str, ...] = ("b1",),
+          **attributes: str) -> TopicState:
+    return TopicState(name, read, read if write is None else write, perm, False, attributes, brokers)
+
+
+def kinds(changes: list[ConfigChange]) -> list[tuple[str, str, str]]:
+    return [(c.kind.value, c.subject, c.status.value) for c in changes]
+
+
+def test_new_topic_renamed_with_the_same_queue_count_and_attributes() -> None:
+    changes = plan_changes(cluster(topic("App_1", 8, tier="gold"), topic("Other", 4)), cluster(), MAPPER,
+                           ConfigSyncSettings())
+    assert kinds(changes) == [("create_topic", "DR_App_1", "planned")]
+    assert (changes[0].read_queue_nums, changes[0].write_queue_nums, dict(changes[0].attributes)) == \
+           (8, 8, {"tier": "gold"})
+
+
+def test_queues_grow_but_never_shrink() -> None:
+    grow = plan_changes(cluster(topic("App_1", 16)), cluster(topic("DR_App_1", 8)), MAPPER, ConfigSyncSettings())
+    assert kinds(grow) == [("update_topic", "DR_App_1", "planned")] and grow[0].read_queue_nums == 16
+    shrink = plan_changes(cluster(topic("App_1", 4, 12)), cluster(topic("DR_App_1", 8)), MAPPER, ConfigSyncSettings())
+    assert kinds(shrink) == [("shrink", "DR_App_1", "refused"), ("update_topic", "DR_App_1", "planned")]
+    assert (shrink[1].read_queue_nums, shrink[1].write_queue_nums) == (8, 12)  # growth kept, shrink refused
+    same = plan_changes(cluster(topic("App_1", 8)), cluster(topic("DR_App_1", 8)), MAPPER, ConfigSyncSettings())
+    assert same == []
+
+
+def test_several_sources_into_one_target_take_the_largest_count() -> None:
+    changes = plan_changes(cluster(topic("EU", 4), topic("US", 8)), cluster(), MAPPER, ConfigSyncSettings())
+    assert kinds(changes) == [("create_topic", "All", "planned")] and changes[0].sources == ("EU", "US")
+    assert changes[0].write_queue_nums == 8
+
+
+def test_missing_on_a_target_broker_is_created_there() -> None:
+    changes = plan_changes(cluster(topic("App_1", 8)), cluster(topic("DR_App_1", 8), brokers=("b1", "b2")),
+                           MAPPER, ConfigSyncSettings())
+    assert kinds(changes) == [("create_topic", "DR_App_1", "planned")] and "b2" in changes[0].detail
+
+
+def test_too_many_queues_refused() -> None:
+    changes = plan_changes(cluster(topic("App_1", 64)), cluster(), MAPPER, ConfigSyncSettings(max_queue_nums=32))
+    assert kinds(changes) == [("create_topic", "DR_App_1", "refused")]
+
+
+def test_deletion_only_when_enabled_and_only_when_no_source_is_left() -> None:
+    target = cluster(topic("DR_App_1", 8), topic("All", 8))
+    off = plan_changes(cluster(topic("US", 8)), target, MAPPER, ConfigSyncSettings(),
+                       previous_source_topics=["App_1", "EU", "US"])
+    assert [(c.kind, c.subject, c.status) for c in off if c.kind is ChangeKind.DELETE_TOPIC] == [
+        (ChangeKind.DELETE_TOPIC, "DR_App_1", ChangeStatus.DISABLED)]  # "All" still has US
+    on = plan_changes(cluster(topic("US", 8)), target, MAPPER, ConfigSyncSettings(propagate_deletion=True),
+                      previous_source_topics=["App_1", "US"])
+    assert [(c.subject, c.status) for c in on if c.kind is ChangeKind.DELETE_TOPIC] == [
+        ("DR_App_1", ChangeStatus.PLANNED)]
+
+
+def test_subscription_groups_created_and_updated_system_groups_skipped() -> None:
+    source = cluster(groups={"billing": {"groupName": "billing", "retryMaxTimes": 3},
+                             "audit": {"groupName": "audit"},
+                             "CID_RMQ_SYS_REPLICATOR_l": {"groupName": "CID_RMQ_SYS_REPLICATOR_l"}})
+    target = cluster(groups={"billing": {"groupName": "billing", "retryMaxTimes": 16},
+                             "audit": {"groupName": "audit"}})
+    assert kinds(plan_changes(source, target, MAPPER, ConfigSyncSettings())) == [
+        ("update_group", "billing", "planned")]
+    assert plan_changes(source, cluster(), MAPPER, ConfigSyncSettings(subscription_groups=False)) == []
