@@ -102,6 +102,7 @@ class HeartbeatStreamWriter(DataSourceStreamWriter):
 
     def write(self, iterator: Iterator[Any]) -> HeartbeatCommitMessage:
         freeze_worker_heap()
+        driver_logging()  # executor tasks log like the job (console line, log file), not via lastResort
         return HeartbeatCommitMessage(tuple(self.send(row["link"], int(row["seq"])) for row in iterator))
 
     def send(self, link_name: str, seq: int) -> SentHeartbeat:

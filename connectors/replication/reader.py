@@ -448,6 +448,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Executor: pull the partition's range and yield one Arrow record batch per pull (default), or
         one tuple per message with ``rowFormat=tuples`` (slower: see the report in README / benchmarks)."""
         freeze_worker_heap()
+        driver_logging()  # executor tasks log like the job (console line, log file), not via lastResort
         if isinstance(partition, QueueRangeGroup):
             if self.settings.row_format == "ranges":
                 return self._read_ranges(partition.ranges)

@@ -79,9 +79,11 @@ class RecordedFailure:
 class OffsetMapping:
     """Source queue offsets ``source_first..source_last`` landed at target ``target_first..target_last``.
 
-    One row per contiguous run of messages from one source queue sent to one target queue. The n-th
-    delivered message of the source range is the n-th of the target range; ``messages`` can be smaller
-    than the source span when messages in between were skipped (loop guard) or failed.
+    One row per run of messages from one source queue sent to one target queue with no source offset
+    skipped in between: source offset ``source_first + i`` landed at ``target_first + i``, and ``messages``
+    equals both spans. A message skipped (loop guard, tag filter) or failed ends a run. (Rows written before
+    this rule may span skipped offsets with ``messages`` below the source span; offset translation treats
+    those as inexact.)
     """
 
     source_topic: str

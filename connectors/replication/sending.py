@@ -375,7 +375,16 @@ class BatchSender:
         runs, offsets, n = batch.runs, batch.offsets, len(batch.entries)
         for k, (source, first) in enumerate(runs):
             end = runs[k + 1][1] if k + 1 < len(runs) else n
-            self._map(source, offsets[first], offsets[end - 1], end - first, mq, first_target + first)
+            if offsets[end - 1] - offsets[first] == end - 1 - first:  # no source offset skipped: one run
+                self._map(source, offsets[first], offsets[end - 1], end - first, mq, first_target + first)
+                continue
+            # Messages were skipped in between (loop guard, tag filter, failures): one run per source-contiguous
+            # stretch, so every run maps offsets exactly (connectors.checkpoint.translation needs that).
+            start = first
+            for i in range(first + 1, end + 1):
+                if i == end or offsets[i] != offsets[i - 1] + 1:
+                    self._map(source, offsets[start], offsets[i - 1], i - start, mq, first_target + start)
+                    start = i
         self.bytes += batch.size
         self.latencies.extend([now - born for born in batch.borns if born])
         self.delivered += n
@@ -388,7 +397,7 @@ class BatchSender:
                 and last.source_queue_id == src.queue_id and last.target_topic == mq.topic
                 and last.target_broker == mq.broker_name and last.target_queue_id == mq.queue_id
                 and last.target_last_offset + 1 == target_first
-                and last.source_last_offset < source_first):
+                and last.source_last_offset + 1 == source_first):  # source-contiguous runs only
             self.mappings[-1] = OffsetMapping(
                 last.source_topic, last.source_broker, last.source_queue_id, last.source_first_offset,
                 source_last, last.target_topic, last.target_broker, last.target_queue_id,

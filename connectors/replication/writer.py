@@ -173,6 +173,7 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ReplicationCommitMessage:
         """Executor: send this partition's rows; see ``PartitionWriter``."""
         freeze_worker_heap()
+        driver_logging()  # executor tasks log like the job (console line, log file), not via lastResort
         writer = PartitionWriter(self.options)
         ranges: list[pa.RecordBatch] = []
         for rb in iterator:

@@ -95,3 +95,26 @@ def test_several_source_queues_into_one_target_queue_take_the_minimum_and_never_
     assert [t.source for t in result.unmapped] == [QueueKey("D", "s", 0)]
     blocked = target_offsets([translator.translate(a, 5, 5), translator.translate(b, 7, 5)], current={})
     assert blocked.commit == {} and len(blocked.pending) == 1
+
+
+def test_the_sinks_runs_never_span_a_skipped_source_offset() -> None:
+    """What the sink records (sending.BatchSender._delivered) is what exact translation needs: a message
+    skipped in between (loop guard, tag filter, failure) ends a run, across batches too."""
+    from types import SimpleNamespace
+
+    from broker_store.client import MessageQueue
+    from connectors.replication.sending import Batch, BatchSender
+
+    sender = object.__new__(BatchSender)
+    sender.mappings, sender.latencies, sender.bytes, sender.delivered = [], [], 0, 0
+    mq = MessageQueue("Orders", "dst-a", 0)
+    first = Batch("Orders", mq, entries=[b""] * 5, offsets=[0, 1, 2, 4, 5], borns=[0] * 5, runs=[(SRC, 0)])
+    second = Batch("Orders", mq, entries=[b""] * 2, offsets=[6, 8], borns=[0] * 2, runs=[(SRC, 0)])
+    sender._delivered(first, SimpleNamespace(message_queue=mq, queue_offset=100))  # type: ignore[arg-type]
+    sender._delivered(second, SimpleNamespace(message_queue=mq, queue_offset=105))  # type: ignore[arg-type]
+    spans = [(m.source_first_offset, m.source_last_offset, m.target_first_offset, m.target_last_offset, m.messages)
+             for m in sender.mappings]
+    assert spans == [(0, 2, 100, 102, 3), (4, 6, 103, 105, 3), (8, 8, 106, 106, 1)]
+    translator = OffsetTranslator((SRC, Run(a, b, DST, c, d, n)) for a, b, c, d, n in spans)
+    assert all(translator.translate(SRC, s, 9).exact for s in range(10))
+    assert translator.translate(SRC, 3, 9).target_offset == 103
