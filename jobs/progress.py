@@ -19,6 +19,10 @@ from connectors.core.offsets import SourceOffset
 log = logging.getLogger("jobs.replicate")
 
 
+_NO_OFFSET = ("None", "null")
+"""How the progress spells a missing offset (pyspark turns the JVM's null into ``str(None)``)."""
+
+
 class BatchMessages(NamedTuple):
     """Messages a batch read, from its source offsets."""
 
@@ -32,11 +36,11 @@ def batch_messages(start_json: str | None, end_json: str | None) -> BatchMessage
     """What a batch read, from the source's start and end offset documents (JSON strings as the query
     progress has them; ``start_json`` None for the first batch: everything is new). None when the end
     document is missing or not a ``SourceOffset`` (another source)."""
-    if not end_json:
+    if not end_json or end_json in _NO_OFFSET:
         return None
     try:
         end = SourceOffset.from_json(end_json).queues
-        start = SourceOffset.from_json(start_json).queues if start_json else {}
+        start = SourceOffset.from_json(start_json).queues if start_json and start_json not in _NO_OFFSET else {}
     except (OffsetFormatError, ValueError):
         return None
     moved = sum(max(0, offset - start[q]) for q, offset in end.items() if q in start)

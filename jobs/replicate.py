@@ -18,6 +18,7 @@ configuration error (a metrics port in use included).
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import signal
@@ -258,6 +259,10 @@ def run(argv: list[str] | None = None) -> int:
         spark.stop()
     for q in queries:
         _log_summary(args.config, config, q, started_ms, failed=q.name in failures)
+    # Arrow scanners left by the Delta reads above may keep native threads that abort the process at
+    # interpreter teardown ("terminate called without an active exception", exit 134; apache/arrow#34314):
+    # collect them now, while Arrow is still alive.
+    gc.collect()
     return 1 if failures else 0
 
 

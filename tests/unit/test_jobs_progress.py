@@ -18,6 +18,7 @@ A0, A1, B0 = QueueKey("A", "b", 0), QueueKey("A", "b", 1), QueueKey("B", "b", 0)
 def test_messages_are_the_offset_movement() -> None:
     assert batch_messages(_doc({A0: 10, A1: 5}), _doc({A0: 110, A1: 5, B0: 7})) == BatchMessages(100, 1)
     assert batch_messages(None, _doc({A0: 3})) == BatchMessages(0, 1)
+    assert batch_messages("None", _doc({A0: 3})) == BatchMessages(0, 1)  # the first batch, as pyspark says it
     assert batch_messages(_doc({A0: 3}), None) is None
     assert batch_messages(_doc({A0: 3}), '{"kafka": 1}') is None
 
