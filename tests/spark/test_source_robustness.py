@@ -1,6 +1,6 @@
 """The replication job against a misbehaving source cluster, with real processes on loopback (issue 8):
 
-* a source broker SIGKILLed and restarted ~5 s later under a running job (a rolling restart): the pulls
+* each source broker in turn SIGKILLed and restarted ~5 s later under a running job (a rolling restart): the pulls
   and the driver's admin calls block and retry, the job stays alive, nothing is missing;
 * retention removes offsets a link has not read: the job fails with a ``DataLossError`` naming the
   reset command, ``jobs.reset_offsets`` moves the link past the gap and the job resumes; with
@@ -77,18 +77,19 @@ def test_source_broker_restart_keeps_the_job_alive(clusters: tuple[Cluster, Clus
     job = submit_replicate(config, ["so"], tmp_path / "driver.log")
     try:
         wait_for(lambda: tables.latest_offsets() != {}, 180, "first batch", alive=job)
-        victim = src.brokers[0]
-        # Frozen for a second first, so requests to it are in flight (a batch's pulls, the driver's offset
-        # look-ups) when it dies: a broker that just disappears is also dropped from the route at once,
-        # and the reader would plan around it without ever calling it.
-        victim.pause()
-        down_at = time.monotonic()
-        time.sleep(1)
-        victim.kill()
-        time.sleep(5)
-        victim.start()
-        print(f"source broker {victim.broker_name} down for {time.monotonic() - down_at:.1f}s")
-        sent += BackgroundProducer(src.namesrv_addr, topic, queues, 1000, rate=2000, seed=4).start().join(60)
+        for seed, victim in enumerate(src.brokers, start=4):  # a rolling restart: each source broker in turn
+            # Frozen for a second first, so requests to it are in flight (a batch's pulls, the driver's offset
+            # look-ups) when it dies: a broker that just disappears is also dropped from the route at once,
+            # and the reader would plan around it without ever calling it.
+            victim.pause()
+            down_at = time.monotonic()
+            time.sleep(1)
+            victim.kill()
+            time.sleep(5)
+            victim.start()
+            print(f"source broker {victim.broker_name} down for {time.monotonic() - down_at:.1f}s")
+            sent += BackgroundProducer(src.namesrv_addr, topic, queues, 1000, rate=2000, seed=seed).start().join(60)
+            assert job.alive(), f"the job died during the outage of {victim.broker_name}"
         with Admin(src.namesrv_addr) as admin:
             wait_for(lambda: _caught_up(tables, admin, queues), 180, "caught up", alive=job)
         assert job.alive(), "the job died during the source outage"
