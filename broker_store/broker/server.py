@@ -11,7 +11,8 @@ SERVICE_NOT_AVAILABLE and answers PULL_OFFSET_MOVED as PULL_RETRY_IMMEDIATELY; `
 is the one place it changes (the election controller will call it), and a change re-registers.
 
 Start order: bind the port (so the advertised address and STOREHOST carry the real port), load
-metadata, recover the store, install processors, register with the name servers. Until processors
+metadata, recover the store, start the replication side of the role (``broker.replication``: the HA
+port of a primary, the HA client of a replica), install processors, register with the name servers. Until processors
 are installed every request gets SERVICE_NOT_AVAILABLE. Stop order is the reverse; a clean stop
 unregisters, persists offsets and flushes the store.
 """
@@ -32,6 +33,7 @@ from broker_store.broker.long_polling import PullWaiters
 from broker_store.broker.namesrv_registration import BrokerIdentity, NamesrvRegistration
 from broker_store.broker.offset_processor import OffsetContext, OffsetProcessor
 from broker_store.broker.pull_processor import PullContext, PullProcessor
+from broker_store.broker.replication import BrokerReplication
 from broker_store.broker.role import BrokerRole, RoleState
 from broker_store.broker.send_processor import SendContext, SendProcessor
 from broker_store.broker.topic_config import FILE_NAME as TOPICS_FILE
@@ -86,6 +88,8 @@ class BrokerServer:
             self._fast_server.disconnect_listeners.append(self.clients.connection_closed)
         self._processors: dict[int, Processor] = {}
         self._store: MessageStore | None = None
+        self.replication: BrokerReplication | None = None
+        """The group replication side matching the runtime role (valid after start)."""
         self._pull_waiters: PullWaiters | None = None
         self._client: RemotingClient | None = None
         self.registration: NamesrvRegistration | None = None
@@ -126,6 +130,7 @@ class BrokerServer:
             broker_name=self.config.broker_name,
             broker_id=self.broker_id,
             broker_addr=self.addr,
+            ha_server_addr=self.replication.ha_address if self.replication is not None else "",
         )
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -144,6 +149,10 @@ class BrokerServer:
             self._store = store
             self._pull_waiters = PullWaiters(asyncio.get_running_loop())
             store.add_arrival_listener(self._pull_waiters.notify)
+            self.replication = BrokerReplication(
+                store, self.role_state, self.config.ha, host=split_host_port(self.config.listen)[0],
+                ha_port=self.config.ha_port(), advertised_ip=self.config.advertised_ip, clock=self._clock)
+            await self.replication.start()
             self._client = RemotingClient()
             self.registration = NamesrvRegistration(
                 self._client,
@@ -239,6 +248,8 @@ class BrokerServer:
         await self._server.stop()
         if self._fast_server is not None:
             await self._fast_server.stop()
+        if self.replication is not None:
+            await self.replication.stop()
         try:
             self.consumer_offsets.persist()
         except RocketMQError:

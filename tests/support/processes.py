@@ -126,8 +126,8 @@ class Broker(ClusterProcess):
 
     @property
     def ha_port(self) -> int:
-        """Listen port + 1, free when the broker was configured; reserved for log shipping."""
-        return int(self.listen.rsplit(":", 1)[1]) + 1
+        """The HA port (listen port + 1, free when the broker was configured, unless ha.ha_listen_port)."""
+        return self.config.ha_port()
 
     @property
     def store_dir(self) -> Path:
@@ -140,7 +140,8 @@ class GroupSpec:
 
     name: str
     members: Sequence[Mapping[str, Any]] = ({},)
-    """BrokerConfig overrides per member, applied over the cluster's broker options."""
+    """BrokerConfig overrides per member, applied over the cluster's broker options (an ``ha`` mapping is
+    merged key by key). Members 1.. run with ``ha.role`` SLAVE following member 0's HA port."""
 
     @classmethod
     def replicated(cls, name: str, replicas: int) -> GroupSpec:
@@ -197,11 +198,17 @@ class LocalCluster:
         else:
             specs = brokers
         options = {**DEFAULT_BROKER_OPTIONS, **broker_options}
-        self.groups: dict[str, list[Broker]] = {
-            spec.name: [self._broker(spec.name, broker_id, {**options, **overrides})
-                        for broker_id, overrides in enumerate(spec.members)]
-            for spec in specs
-        }
+        self.groups: dict[str, list[Broker]] = {}
+        for spec in specs:
+            members: list[Broker] = []
+            for broker_id, overrides in enumerate(spec.members):
+                member_options = {**options, **overrides, "ha": {**options.get("ha", {}), **overrides.get("ha", {})}}
+                if broker_id > 0:  # a replica follows its group's primary (unless the test says otherwise)
+                    member_options["ha"] = {"ha_primary_address": f"{HOST}:{members[0].ha_port}",
+                                            **member_options["ha"], "role": "SLAVE"}
+                    member_options["ha"].pop("ha_listen_port", None)
+                members.append(self._broker(spec.name, broker_id, member_options))
+            self.groups[spec.name] = members
         self.brokers = [b for members in self.groups.values() for b in members]
         """Every member of every group, group by group, primary first."""
 
