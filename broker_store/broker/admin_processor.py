@@ -1,4 +1,4 @@
-"""Topic administration and metadata: UPDATE_AND_CREATE_TOPIC, GET_ALL_TOPIC_CONFIG.
+"""Topic administration and metadata: UPDATE_AND_CREATE_TOPIC, GET_ALL_TOPIC_CONFIG, GET_BROKER_HA_STATUS.
 
 Called by ``BrokerServer``, with an ``AdminContext``. A topic change is persisted by
 ``TopicConfigManager`` and triggers an immediate re-registration with the name servers (the server
@@ -7,6 +7,7 @@ listens for changes).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -49,6 +50,8 @@ class AdminContext:
     cluster_name: str
     """A topic may not take the cluster's name (RocketMQ's reserved words)."""
     auto_create_topic_enable: bool
+    ha_status: Callable[[], bytes] = lambda: b"{}"
+    """The GET_BROKER_HA_STATUS body (``broker.replication.HAView.to_json``)."""
 
 
 class AdminProcessor:
@@ -100,3 +103,6 @@ class AdminProcessor:
 
     async def get_all_topic_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         return cmd.response(ResponseCode.SUCCESS, body=self.ctx.topic_configs.table().encode())
+
+    async def get_broker_ha_status(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        return cmd.response(ResponseCode.SUCCESS, body=self.ctx.ha_status())

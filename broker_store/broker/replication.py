@@ -16,6 +16,7 @@ order the role changed).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass
 
@@ -61,6 +62,35 @@ class HAView:
     """Replica: a session with the primary is up."""
     last_error: str = ""
     """Replica: why the last session ended."""
+    ha_max_gap_not_in_sync: int = 0
+    """The in-sync gap this broker judges with (bytes)."""
+
+    def to_json(self) -> bytes:
+        """The GET_BROKER_HA_STATUS body: RocketMQ's HARuntimeInfo field names (a subset) plus ours::
+
+            {"master": bool, "masterCommitLogMaxOffset": int, "inSyncSlaveNums": int,
+             "haConnectionInfo": [{"addr": str, "slaveAckOffset": int, "diff": int, "inSync": bool}],
+             "haClientRuntimeInfo": {"masterAddr": str, "maxOffset": int, "isActivated": bool},
+             "role": "PRIMARY"|"REPLICA", "haRole": str, "haAddress": str, "minOffset": int,
+             "maxOffset": int, "lastError": str, "haMaxGapNotInSync": int}
+
+        A primary's masterCommitLogMaxOffset is its own max offset; a replica's haClientRuntimeInfo is
+        its link to the primary (``isActivated``: a session is up).
+        """
+        primary = self.role == BrokerRole.PRIMARY.value
+        return json.dumps({
+            "master": primary,
+            "masterCommitLogMaxOffset": self.max_offset if primary else -1,
+            "inSyncSlaveNums": sum(1 for link in self.links if link.in_sync),
+            "haConnectionInfo": [{"addr": link.link, "slaveAckOffset": link.ack_offset,
+                                  "diff": self.max_offset - link.ack_offset if link.ack_offset >= 0 else -1,
+                                  "inSync": link.in_sync} for link in self.links],
+            "haClientRuntimeInfo": {"masterAddr": "" if primary else self.ha_address,
+                                    "maxOffset": self.max_offset, "isActivated": self.connected},
+            "role": self.role, "haRole": self.ha_role, "haAddress": self.ha_address,
+            "minOffset": self.min_offset, "maxOffset": self.max_offset, "lastError": self.last_error,
+            "haMaxGapNotInSync": self.ha_max_gap_not_in_sync,
+        }).encode()
 
 
 class BrokerReplication:
@@ -186,8 +216,10 @@ class BrokerReplication:
             links = tuple(HALinkView(str(s.link_id), s.ack_offset,
                                      s.ack_offset >= 0 and max_offset - s.ack_offset < gap)
                           for s in sorted(self._quorum.links.snapshot(), key=lambda s: str(s.link_id)))
-            return HAView(role, ha_role, self.ha_address, min_offset, max_offset, links)
+            return HAView(role, ha_role, self.ha_address, min_offset, max_offset, links,
+                          ha_max_gap_not_in_sync=gap)
         client = self._client
         return HAView(role, ha_role, self._settings.ha_primary_address or "", min_offset, max_offset,
                       connected=client is not None and client.connected,
-                      last_error=client.last_error if client is not None else "")
+                      last_error=client.last_error if client is not None else "",
+                      ha_max_gap_not_in_sync=self._settings.ha_max_gap_not_in_sync)

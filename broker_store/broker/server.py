@@ -189,6 +189,11 @@ class BrokerServer:
         if self.registration is not None:
             self.registration.request_register()
 
+    def _ha_status(self) -> bytes:
+        if self.replication is None:
+            raise RuntimeError("broker not started")
+        return self.replication.view().to_json()
+
     def _install_processors(self) -> None:
         cfg, store, topics, role = self.config, self.store, self.topic_configs, self.role_state
         send = SendProcessor(SendContext(
@@ -202,7 +207,8 @@ class BrokerServer:
             long_polling_enable=cfg.long_polling_enable, short_polling_time_ms=cfg.short_polling_time_ms))
         offsets = OffsetProcessor(OffsetContext(store, topics, self.consumer_offsets))
         admin = AdminProcessor(AdminContext(topics, cluster_name=cfg.cluster_name,
-                                            auto_create_topic_enable=cfg.auto_create_topic_enable))
+                                            auto_create_topic_enable=cfg.auto_create_topic_enable,
+                                            ha_status=self._ha_status))
         clients = ClientProcessor(ClientContext(self.clients, topics, role))
         self._processors = {
             RequestCode.SEND_MESSAGE: send.send_message,
@@ -218,6 +224,7 @@ class BrokerServer:
             RequestCode.GET_ALL_CONSUMER_OFFSET: offsets.get_all_consumer_offset,
             RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
             RequestCode.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
+            RequestCode.GET_BROKER_HA_STATUS: admin.get_broker_ha_status,
             RequestCode.HEART_BEAT: clients.heart_beat,
             RequestCode.UNREGISTER_CLIENT: clients.unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: clients.get_consumer_list_by_group,

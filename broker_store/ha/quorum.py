@@ -185,7 +185,8 @@ class ReplicaAckStep:
         decision = self._quorum.admit(max_offset)
         if not decision.refused:
             return None
-        return ReplicationStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, decision.remark
+        return (ReplicationStatus.IN_SYNC_REPLICAS_NOT_ENOUGH,
+                f"the put needs {decision.need_acks} copies, {decision.current_in_sync} in sync")
 
     def wait(self, end_offset: int, wait_store_msg_ok: bool = True) -> AckFuture | None:
         decision = self._quorum.admit(end_offset, wait_store_msg_ok=wait_store_msg_ok)

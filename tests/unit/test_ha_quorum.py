@@ -212,7 +212,7 @@ def test_already_acked_and_no_wait_puts_resolve_at_once() -> None:
     assert step.admit(2000) is None
     quorum.replica_disconnected("r1")
     refusal = step.admit(2000)
-    assert refusal is not None and refusal[0] is NOT_ENOUGH and "needs 2 copies, 1 in sync" in refusal[1]
+    assert refusal is not None and refusal[0] is NOT_ENOUGH and refusal[1] == "the put needs 2 copies, 1 in sync"
 
 
 def test_disconnected_replica_acks_stop_counting() -> None:
