@@ -30,6 +30,7 @@ from broker_store.broker.client_registry import ClientRegistry
 from broker_store.broker.consumer_offset import FILE_NAME as OFFSETS_FILE
 from broker_store.broker.consumer_offset import ConsumerOffsetManager
 from broker_store.broker.long_polling import PullWaiters
+from broker_store.broker.metadata_sync import MetadataSync
 from broker_store.broker.namesrv_registration import BrokerIdentity, NamesrvRegistration
 from broker_store.broker.offset_processor import OffsetContext, OffsetProcessor
 from broker_store.broker.pull_processor import PullContext, PullProcessor
@@ -68,6 +69,7 @@ class BrokerServer:
         self._clock = clock
         self.role_state = RoleState(config.broker_id)
         self.role_state.listeners.append(lambda _old, _new: self._request_register())
+        self.role_state.listeners.append(lambda _old, new: self._metadata_sync_for(new))
         meta = Path(config.store_dir) / METADATA_DIR
         clock_ms = lambda: int(clock.time() * 1000)  # noqa: E731
         self.topic_configs = TopicConfigManager(
@@ -94,6 +96,9 @@ class BrokerServer:
         self._client: RemotingClient | None = None
         self.registration: NamesrvRegistration | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self.metadata_sync: MetadataSync | None = None
+        """A replica's copy of its primary's topics and consumer offsets (valid after start)."""
+        self._metadata_sync_task: asyncio.Task[None] | None = None
         self.stopping = False
         self.addr = ""
         """Advertised ``ip:port`` (valid after start)."""
@@ -164,6 +169,10 @@ class BrokerServer:
                 clock=self._clock,
             )
             self.topic_configs.change_listeners.append(lambda _tc: self._request_register())
+            self.metadata_sync = MetadataSync(
+                self._client, self._primary_broker_addr, self.topic_configs, self.consumer_offsets,
+                interval=self.config.ha.metadata_sync_interval_ms / 1000, clock=self._clock,
+                on_topics_changed=self._request_register)
             self._install_processors()
             await self.registration.register_all()
             self.registration.start()
@@ -172,6 +181,7 @@ class BrokerServer:
                 loop.create_task(self._persist_offsets_loop()),
                 loop.create_task(self._client_scan_loop()),
             ]
+            self._metadata_sync_for(self.role)
         except BaseException:
             await self.stop(unregister=False)
             raise
@@ -183,6 +193,24 @@ class BrokerServer:
             self.addr,
             self.config.store_dir,
         )
+
+    def _primary_broker_addr(self) -> str | None:
+        """The group primary's remoting address from the last registration answer; unknown (a replica that
+        registered before its primary did) asks for a registration now, so the next round knows it."""
+        if self.registration is None:
+            return None
+        if self.registration.master_addr is None:
+            self.registration.request_register()
+        return self.registration.master_addr
+
+    def _metadata_sync_for(self, role: BrokerRole) -> None:
+        """Run the metadata sync while REPLICA, and only then (the role listener and start call this)."""
+        if role is BrokerRole.REPLICA and self._metadata_sync_task is None and self.metadata_sync is not None \
+                and not self.stopping:
+            self._metadata_sync_task = asyncio.get_running_loop().create_task(self.metadata_sync.run())
+        elif role is BrokerRole.PRIMARY and self._metadata_sync_task is not None:
+            self._metadata_sync_task.cancel()
+            self._metadata_sync_task = None
 
     def _request_register(self) -> None:
         """A full registration soon: the topic table or the broker id (role) changed."""
@@ -239,6 +267,9 @@ class BrokerServer:
         if self._pull_waiters is not None:
             self._pull_waiters.wake_all()
             await asyncio.sleep(0)  # let released pulls answer while the store is still open
+        if self._metadata_sync_task is not None:
+            self._tasks.append(self._metadata_sync_task)
+            self._metadata_sync_task = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -7,6 +7,7 @@ replica starts) are unit-tested without sockets in test_ha_*.py.
 
 from __future__ import annotations
 
+import json
 import struct
 import threading
 import time
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from broker_store import cli
-from broker_store.client import Admin, Producer, SendStatus, new_message
+from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, SendStatus, new_message
 from broker_store.protocol.errors import RocketMQError
 from broker_store.protocol.message import STORED_HEADER_SIZE
 from tests.support.processes import Broker, GroupSpec, LocalCluster
@@ -25,7 +26,8 @@ from tests.support.processes import Broker, GroupSpec, LocalCluster
 pytestmark = pytest.mark.integration
 
 SEGMENT = 8 * 1024 * 1024  # the harness's commit_log_segment_size
-FAST_HA = {"ha_send_heartbeat_interval_ms": 200, "ha_housekeeping_interval_ms": 3000, "slave_timeout_ms": 1000}
+FAST_HA = {"ha_send_heartbeat_interval_ms": 200, "ha_housekeeping_interval_ms": 3000, "slave_timeout_ms": 1000,
+           "metadata_sync_interval_ms": 300}
 SYNC_2_OF_2 = {"role": "SYNC_MASTER", "total_replicas": 2, "in_sync_replicas": 2}
 
 
@@ -141,6 +143,21 @@ def test_ha_status_command_lists_members_roles_offsets_and_in_sync_state(
                                        "1 replica(s) in sync", f"127.0.0.1:{primary.ha_port}"]
     assert by_member["s", "1"][3:] == [replica.listen, "SLAVE/REPLICA", "0", end, "0", "yes",
                                        f"follows 127.0.0.1:{primary.ha_port}"]
+
+
+def test_replica_copies_topics_and_consumer_offsets_from_its_primary(cluster: LocalCluster) -> None:
+    primary, replica = cluster.groups["s"]
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("T-meta", 3, broker_names=["s"])
+        eventually(lambda: "T-meta" in admin.all_topic_config(replica.listen), what="topic copied")
+        assert admin.all_topic_config(replica.listen)["T-meta"] == admin.all_topic_config(primary.listen)["T-meta"]
+    with PullConsumer(cluster.namesrv_addr, "meta-group") as consumer:
+        consumer.update_consumer_offset(MessageQueue("T-meta", "s", 2), 42)
+    offsets_file = replica.store_dir / "config" / "consumer_offsets.json"
+    eventually(lambda: offsets_file.exists() and '"T-meta@meta-group"' in offsets_file.read_text(),
+               what="consumer offset copied and persisted")
+    assert json.loads(offsets_file.read_text())["offsetTable"]["T-meta@meta-group"] == {"2": 42}
+    assert json.loads((replica.store_dir / "config" / "topics.json").read_text())["topicConfigTable"]["T-meta"]
 
 
 def test_paused_replica_times_out_then_missing_replica_refuses_before_append(cluster: LocalCluster,
