@@ -61,7 +61,7 @@ class HAView:
     connected: bool = False
     """Replica: a session with the primary is up."""
     last_error: str = ""
-    """Replica: why the last session ended."""
+    """Replica without a session: why the last one ended (or could not start)."""
     ha_max_gap_not_in_sync: int = 0
     """The in-sync gap this broker judges with (bytes)."""
 
@@ -219,7 +219,8 @@ class BrokerReplication:
             return HAView(role, ha_role, self.ha_address, min_offset, max_offset, links,
                           ha_max_gap_not_in_sync=gap)
         client = self._client
+        connected = client is not None and client.connected
         return HAView(role, ha_role, self._settings.ha_primary_address or "", min_offset, max_offset,
-                      connected=client is not None and client.connected,
-                      last_error=client.last_error if client is not None else "",
+                      connected=connected,
+                      last_error=client.last_error if client is not None and not connected else "",
                       ha_max_gap_not_in_sync=self._settings.ha_max_gap_not_in_sync)
