@@ -232,7 +232,8 @@ class BrokerServer:
         pull = PullProcessor(PullContext(
             store, topics, self.clients, self.consumer_offsets, self.pull_waiters, role,
             stopping=lambda: self.stopping, clock=self._clock, max_pull_msg_nums=cfg.max_pull_msg_nums,
-            long_polling_enable=cfg.long_polling_enable, short_polling_time_ms=cfg.short_polling_time_ms))
+            long_polling_enable=cfg.long_polling_enable, short_polling_time_ms=cfg.short_polling_time_ms,
+            slave_read_enable=cfg.ha.slave_read_enable, max_in_memory_gap=cfg.ha.max_in_memory_gap()))
         offsets = OffsetProcessor(OffsetContext(store, topics, self.consumer_offsets))
         admin = AdminProcessor(AdminContext(topics, cluster_name=cfg.cluster_name,
                                             auto_create_topic_enable=cfg.auto_create_topic_enable,

@@ -7,6 +7,7 @@ replica starts) are unit-tested without sockets in test_ha_*.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import struct
 import threading
@@ -19,7 +20,11 @@ import pytest
 
 from broker_store import cli
 from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, SendStatus, new_message
+from broker_store.net import RemotingClient
+from broker_store.protocol.codes import PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND, RequestCode, ResponseCode
 from broker_store.protocol.errors import RocketMQError
+from broker_store.protocol.frame import RemotingCommand
+from broker_store.protocol.headers import PullMessageRequestHeader
 from broker_store.protocol.message import STORED_HEADER_SIZE
 from tests.support.processes import Broker, GroupSpec, LocalCluster
 
@@ -248,3 +253,55 @@ def test_kill_9_of_the_primary_under_sync_load_loses_no_acknowledged_message(tmp
         for offset in acked:  # each acknowledged record lies whole inside the replica's log
             (size,) = struct.unpack_from(">i", replica_log, offset)
             assert size >= STORED_HEADER_SIZE and offset + size <= replica_end
+
+
+def test_replica_without_slave_read_sends_pulls_back_to_the_primary(cluster: LocalCluster) -> None:
+    _, replica = cluster.groups["s"]
+    with Admin(replica.listen) as admin:
+        eventually(lambda: "T-s" in admin.all_topic_config(replica.listen), what="topic on replica")
+    header = PullMessageRequestHeader(consumer_group="g", topic="T-s", queue_id=0, queue_offset=0, max_msg_nums=8,
+                                      sys_flag=PULL_FLAG_SUBSCRIPTION | PULL_FLAG_SUSPEND, commit_offset=0,
+                                      suspend_timeout_millis=5000, sub_version=0, subscription="*",
+                                      expression_type="TAG")
+
+    async def pull() -> RemotingCommand:
+        client = RemotingClient()
+        try:
+            cmd = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=header.to_ext())
+            return await client.invoke(replica.listen, cmd, 3.0)
+        finally:
+            await client.close()
+
+    started = time.monotonic()
+    resp = asyncio.run(pull())
+    assert resp.code == ResponseCode.PULL_RETRY_IMMEDIATELY and resp.ext_fields["suggestWhichBrokerId"] == "0"
+    assert time.monotonic() - started < 2.0  # answered at once, not held
+
+
+def test_slow_consumer_is_redirected_to_the_replica_and_back(tmp_path: Path) -> None:
+    reads = {"ha": {"slave_read_enable": True, "memory_basis_bytes": 10_000}}  # slow = > 4000 bytes behind
+    with LocalCluster(tmp_path, "rd", [GroupSpec("r", (reads, reads))], ha=FAST_HA) as cluster:
+        primary, replica = cluster.groups["r"]
+        with Admin(cluster.namesrv_addr) as admin:
+            admin.create_topic("T-r", 1, broker_names=["r"])
+            admin.wait_for_route("T-r")
+            with Producer(cluster.namesrv_addr, "reads") as producer:
+                for i in range(50):
+                    producer.send(new_message("T-r", b"%04d" % i * 250))
+            eventually(caught_up(primary, replica), what="replica caught up")
+            eventually(lambda: "T-r" in admin.all_topic_config(replica.listen), what="topic on replica")
+        mq = MessageQueue("T-r", "r", 0)
+        with PullConsumer(cluster.namesrv_addr, "slow-group") as consumer:
+            first = consumer.pull(mq, 0, 4)
+            assert len(first.messages) == 4 and first.suggest_which_broker_id == 1
+            assert consumer.pull_from_broker_id(mq) == 1
+            primary.pause()  # from now on only the replica can answer
+            try:
+                second = consumer.pull(mq, first.next_begin_offset, 4)
+                assert [m.body[:4] for m in second.messages] == [b"0004", b"0005", b"0006", b"0007"]
+                assert second.suggest_which_broker_id == 1
+                tail = consumer.pull(mq, 48, 32)  # near the end: in memory again, back to the group's broker 0
+                assert [m.body[:4] for m in tail.messages] == [b"0048", b"0049"]
+                assert tail.suggest_which_broker_id == 0 and consumer.pull_from_broker_id(mq) == 0
+            finally:
+                primary.resume()
