@@ -239,6 +239,7 @@ class LocalCluster:
                 for _ in pool.map(lambda broker: broker.start(timeout), self.brokers):
                     pass
             self.wait_registered(timeout)
+            self.wait_in_sync(timeout)
         except BaseException:
             self.stop()
             raise
@@ -264,6 +265,26 @@ class LocalCluster:
                     raise RuntimeError(f"{self.name}: brokers not registered after {timeout}s: expected {expected}, "
                                        f"name server lists {seen}\n{self.failure_logs()}")
                 time.sleep(0.1)
+
+    def wait_in_sync(self, timeout: float = 30.0) -> None:
+        """Until every running primary counts each of its running replicas in sync (GET_BROKER_HA_STATUS):
+        a replica started before its primary listened connects on its next retry, a second later."""
+        deadline = time.monotonic() + timeout
+        for members in self.groups.values():
+            primary, running = members[0], sum(1 for r in members[1:] if r.running())
+            if not running or not primary.running():
+                continue
+            with Admin(primary.listen) as admin:
+                while True:
+                    try:
+                        if admin.ha_status(primary.listen).get("inSyncSlaveNums") == running:
+                            break
+                    except RocketMQError:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{self.name}: {primary.name}'s {running} replica(s) not in sync after "
+                                           f"{timeout}s\n{self.failure_logs()}")
+                    time.sleep(0.05)
 
     def stop(self) -> None:
         """SIGKILL every process (brokers first); safe to call twice."""
