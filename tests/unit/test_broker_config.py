@@ -186,3 +186,16 @@ def test_replica_without_a_primary_in_its_group_is_refused(tmp_path: Path) -> No
     text = LOCAL.replace("store_dir: /tmp/x/source/b,", "store_dir: /tmp/x/source/b, broker_id: 1, ha: {role: SLAVE},")
     with pytest.raises(ConfigError, match=r"replicas \['broker-b/1'\] have no broker_id 0"):
         load_yaml(_write(tmp_path, text), LocalClustersConfig)
+
+
+def test_up_plans_one_child_per_member_of_cluster_ha_yaml(tmp_path: Path) -> None:
+    from broker_store.launcher import plan_children
+
+    cfg = load_yaml(Path(__file__).parents[2] / "conf" / "cluster-ha.yaml", LocalClustersConfig)
+    children = plan_children(cfg, tmp_path / "run", tmp_path / "data")
+    brokers = [c for c in children if c.kind == "broker"]
+    assert [c.name for c in brokers][:2] == ["source-a", "source-a-1"] and len(brokers) == 8
+    files = [load_yaml(c.config_file, BrokerConfig) for c in brokers]
+    assert len({f.store_dir for f in files}) == 8 and len({c.config_file for c in brokers}) == 8
+    assert files[1].ha.ha_primary_address == "127.0.0.1:10912"
+    assert files[1].store_dir == tmp_path / "data" / "source-a-1"
