@@ -25,7 +25,7 @@ from broker_store.clock import Clock
 from broker_store.ha.primary_service import PrimaryService
 from broker_store.ha.quorum import Quorum, ReplicaAckStep
 from broker_store.ha.replica_client import ReplicaClient
-from broker_store.ha.settings import HASettings
+from broker_store.ha.settings import HARole, HASettings
 from broker_store.store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -167,8 +167,11 @@ class BrokerReplication:
                                  clock=self._clock)
         await service.start()
         self._quorum, self._service = quorum, service
-        self._step = quorum.replica_ack_step()
-        self._store.durability.add_step(self._step)
+        if self._settings.role is HARole.SYNC_MASTER:
+            # Only a SYNC_MASTER put ever waits (or is refused); an ASYNC_MASTER's puts keep the store's
+            # no-step fast path (the already resolved PUT_OK future).
+            self._step = quorum.replica_ack_step()
+            self._store.durability.add_step(self._step)
         self.ha_address = f"{self._advertised_ip}:{service.port}"
         log.info("HA: primary (%s) listening for replicas on %s", self._settings.role.value, self.ha_address)
 
