@@ -1,5 +1,5 @@
 """`python -m broker_store ...`: run name servers and brokers, a whole local cluster, and small
-mqadmin-style commands (cluster, topics, create-topic, produce, consume, offsets).
+mqadmin-style commands (cluster, topics, create-topic, produce, consume, offsets, ha-status).
 
 Server commands print `READY <address>` on stdout once serving (the launcher and tests wait for it);
 logs go to stderr. Exit codes: 0 ok, 1 runtime failure, 2 bad configuration or arguments.
@@ -166,6 +166,54 @@ def cmd_offsets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ha_rows(cluster: str, name: str, status: dict[int, dict[str, Any]], addrs: dict[int, str]) -> list[str]:
+    """Table rows of one group from its members' GET_BROKER_HA_STATUS answers (broker id -> JSON)."""
+    primary = status.get(0, {})
+    primary_max = primary.get("maxOffset")
+    gap = primary.get("haMaxGapNotInSync")
+    rows = []
+    for broker_id, st in sorted(status.items()):
+        max_offset = st.get("maxOffset")
+        behind: int | str = "-"
+        if broker_id == 0:
+            behind, in_sync, ha = 0, f"{primary.get('inSyncSlaveNums', 0)} replica(s) in sync", st.get("haAddress", "")
+        else:
+            if isinstance(primary_max, int) and isinstance(max_offset, int):
+                behind = max(primary_max - max_offset, 0)
+            connected = bool(st.get("haClientRuntimeInfo", {}).get("isActivated"))
+            in_sync = "yes" if connected and isinstance(behind, int) and isinstance(gap, int) and behind < gap \
+                else ("no" if not connected else "behind")
+            ha = f"follows {st.get('haAddress', '')}"
+        if st.get("lastError"):
+            ha += f" ({st['lastError']})"
+        shown_max = max_offset if max_offset is not None else "-"
+        rows.append(f"{cluster}\t{name}\t{broker_id}\t{addrs[broker_id]}\t{st.get('haRole', '?')}/"
+                    f"{st.get('role', '?')}\t{st.get('minOffset', '-')}\t{shown_max}\t{behind}\t{in_sync}\t{ha}")
+    return rows
+
+
+def cmd_ha_status(args: argparse.Namespace) -> int:
+    """One line per member of every broker group: role, CommitLog range, bytes behind the primary, in sync."""
+    from broker_store.client import Admin
+
+    with Admin(args.namesrv) as admin:
+        info = admin.cluster_info()
+        print("cluster\tgroup\tid\taddr\trole\tmin\tmax\tbehind\tin_sync\tha")
+        for cluster, names in sorted(info.cluster_addr_table.items()):
+            for name in sorted(names):
+                broker = info.broker_addr_table.get(name)
+                addrs = dict(broker.broker_addrs) if broker else {}
+                status: dict[int, dict[str, Any]] = {}
+                for broker_id, addr in addrs.items():
+                    try:
+                        status[broker_id] = admin.ha_status(addr)
+                    except RocketMQError as exc:
+                        status[broker_id] = {"lastError": str(exc)}
+                for row in _ha_rows(cluster, name, status, addrs):
+                    print(row)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m broker_store",
                                      description="RocketMQ-compatible name server, broker and admin commands.")
@@ -222,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=10.0)
     p.add_argument("--commit", action="store_true", help="commit the consumer offset after each pull")
     p.add_argument("--show-body", action="store_true")
+    admin_parser("ha-status", cmd_ha_status,
+                 "each broker group's members: role, CommitLog offsets, lag behind the primary, in-sync state")
     p = admin_parser("offsets", cmd_offsets, "min/max offsets per queue and a group's committed offset")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("--group")

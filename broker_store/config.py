@@ -29,21 +29,13 @@ from typing import Annotated, Any, TypeVar
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from broker_store.address import HostPort, split_host_port
+from broker_store.ha.settings import HARole, HASettings
 from broker_store.protocol.errors import ConfigError
 from broker_store.store.config import StoreConfig, StoreSettings
 
-
-def _check_host_port(value: str) -> str:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host:
-        raise ValueError(f"{value!r} is not host:port")
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"port of {value!r} must be an integer in 0..65535")
-    return value
-
-
-HostPort = Annotated[str, AfterValidator(_check_host_port)]
-"""``host:port``; port 0 asks the OS for a free port (tests)."""
+__all__ = ["BrokerConfig", "BrokerSettings", "ClusterConfig", "HostPort", "LocalClustersConfig", "NamesrvConfig",
+           "describe_validation_error", "load_yaml", "split_host_port"]
 
 
 def _check_ipv4(value: str) -> str:
@@ -52,11 +44,6 @@ def _check_ipv4(value: str) -> str:
     except ValueError as exc:
         raise ValueError(f"{value!r} is not an IPv4 address (stored messages hold IPv4 hosts)") from exc
     return value
-
-
-def split_host_port(addr: str) -> tuple[str, int]:
-    host, _, port = addr.rpartition(":")
-    return host, int(port)
 
 
 class _Model(BaseModel):
@@ -94,6 +81,9 @@ class BrokerSettings(_Model):
     store: StoreSettings = Field(default_factory=lambda: StoreSettings())
     """The message store's settings (``broker_store.store.config.StoreSettings``). Its keys may also be
     written flat at the broker level, as older files do; the same key in both places is an error."""
+    ha: HASettings = Field(default_factory=lambda: HASettings())
+    """Replication within the broker group (``broker_store.ha.settings.HASettings``): role, HA port, quorum
+    sizes, replica reads. role SLAVE goes with broker_id > 0, ASYNC_MASTER / SYNC_MASTER with broker_id 0."""
     auto_create_topic_enable: bool = True
     """Register TBW102 (perm READ|WRITE|INHERIT) so sends to unknown topics create them."""
     default_topic_queue_nums: int = Field(default=8, ge=1, le=1024)
@@ -148,7 +138,23 @@ class BrokerSettings(_Model):
                 f"store.max_message_size ({store.max_message_size}) must leave room in a CommitLog "
                 f"segment (store.commit_log_segment_size {store.commit_log_segment_size})"
             )
+        role = self.ha.role
+        if (role is HARole.SLAVE) != (self.broker_id > 0):
+            allowed = ([HARole.SLAVE.value] if self.broker_id > 0
+                       else [HARole.ASYNC_MASTER.value, HARole.SYNC_MASTER.value])
+            raise ValueError(f"ha.role {role.value} does not fit broker_id {self.broker_id} (0 = primary, > 0 = "
+                             f"replica); allowed roles for broker_id {self.broker_id}: {allowed}")
+        self.ha_port()  # raises if listen + 1 is no port
         return self
+
+    def ha_port(self) -> int:
+        """The HA port: ``ha.ha_listen_port``, else the listen port + 1 (RocketMQ 10912 for 10911)."""
+        return self.ha.ha_port(split_host_port(self.listen)[1])
+
+    @property
+    def ha_address(self) -> str:
+        """``ip:port`` of this broker's HA listener as replicas dial it (advertised ip, HA port)."""
+        return f"{self.advertised_ip}:{self.ha_port()}"
 
     @property
     def advertised_ip(self) -> str:
@@ -172,6 +178,9 @@ class BrokerConfig(BrokerSettings):
         dupes = [a for a, n in Counter(self.namesrv_addrs).items() if n > 1]
         if dupes:
             raise ValueError(f"namesrv_addrs lists {dupes} more than once")
+        if self.ha.role is HARole.SLAVE and self.ha.ha_primary_address is None:
+            raise ValueError("ha.ha_primary_address (host:port of the primary's HA port) is required with "
+                             "ha.role SLAVE")
         return self
 
     def to_store_config(self) -> StoreConfig:
@@ -194,12 +203,30 @@ class ClusterConfig(_Model):
             raise ValueError(f"cluster {self.name!r}: broker name/id {dupes} declared more than once")
         return self
 
+    @model_validator(mode="after")
+    def _replicas_have_primaries(self) -> ClusterConfig:
+        primaries = {b.broker_name for b in self.brokers if b.broker_id == 0}
+        orphans = sorted(f"{b.broker_name}/{b.broker_id}" for b in self.brokers
+                         if b.ha.role is HARole.SLAVE and b.ha.ha_primary_address is None
+                         and b.broker_name not in primaries)
+        if orphans:
+            raise ValueError(f"cluster {self.name!r}: replicas {orphans} have no broker_id 0 in their group to "
+                             "follow; add it or set ha.ha_primary_address")
+        return self
+
     def broker_configs(self) -> list[BrokerConfig]:
-        """Brokers with cluster_name and namesrv_addrs filled in from this cluster."""
-        return [
-            BrokerConfig(**b.model_dump(), cluster_name=self.name, namesrv_addrs=[self.namesrv.listen])
-            for b in self.brokers
-        ]
+        """Brokers with cluster_name and namesrv_addrs filled in from this cluster, and each replica's
+        ``ha.ha_primary_address`` (unless set) from its group's broker_id 0."""
+        primaries = {b.broker_name: b for b in self.brokers if b.broker_id == 0}
+        configs = []
+        for b in self.brokers:
+            data = b.model_dump(exclude_unset=True)
+            if b.ha.role is HARole.SLAVE and b.ha.ha_primary_address is None:
+                primary = primaries[b.broker_name]
+                ha_address = f"{primary.advertised_ip}:{primary.ha_port()}"
+                data["ha"] = {**b.ha.model_dump(exclude_unset=True), "ha_primary_address": ha_address}
+            configs.append(BrokerConfig(**data, cluster_name=self.name, namesrv_addrs=[self.namesrv.listen]))
+        return configs
 
 
 def _duplicates(values: Iterable[str]) -> list[str]:
@@ -218,10 +245,11 @@ class LocalClustersConfig(_Model):
             raise ValueError(f"cluster names {names} declared more than once")
         listens = [c.namesrv.listen for c in self.clusters] + [
             b.listen for c in self.clusters for b in c.brokers
-        ]
+        ] + [f"{split_host_port(b.listen)[0]}:{b.ha_port()}" for c in self.clusters for b in c.brokers]
         ports = _duplicates(a for a in listens if not a.endswith(":0"))
         if ports:
-            raise ValueError(f"listen addresses {ports} used by more than one process")
+            raise ValueError(f"listen addresses {ports} used by more than one process (HA ports included: a "
+                             "broker's is ha.ha_listen_port, else its listen port + 1)")
         dirs = _duplicates(str(Path(b.store_dir).resolve()) for c in self.clusters for b in c.brokers)
         if dirs:
             raise ValueError(f"store_dir {dirs} shared by more than one broker")

@@ -49,11 +49,13 @@ def plan_children(config: LocalClustersConfig, run_dir: Path, data_dir: Path | N
         children.append(Child(f"{cluster.name}-namesrv", _write_config(run_dir, f"{cluster.name}-namesrv",
                                                                        cluster.namesrv), "namesrv"))
         for broker in cluster.broker_configs():
+            # A group's replicas are <group>-<id>: own config file, own store under --data-dir.
+            member = broker.broker_name if broker.broker_id == 0 else f"{broker.broker_name}-{broker.broker_id}"
             if data_dir is not None:
-                broker = broker.model_copy(update={"store_dir": data_dir / broker.broker_name})
+                broker = broker.model_copy(update={"store_dir": data_dir / member})
             else:
                 broker = broker.model_copy(update={"store_dir": Path(broker.store_dir).resolve()})
-            children.append(Child(broker.broker_name, _write_config(run_dir, broker.broker_name, broker), "broker"))
+            children.append(Child(member, _write_config(run_dir, member, broker), "broker"))
     return children
 
 
@@ -89,6 +91,10 @@ def _cluster_complete(config: LocalClustersConfig) -> bool:
                 return False
             names = set(info.cluster_addr_table.get(cluster.name, ()))
             if names != {b.broker_name for b in cluster.brokers}:
+                return False
+            members = {(name, broker_id) for name in names if name in info.broker_addr_table
+                       for broker_id in info.broker_addr_table[name].broker_addrs}
+            if members != {(b.broker_name, b.broker_id) for b in cluster.brokers}:
                 return False
     return True
 

@@ -1,6 +1,6 @@
-"""Topic and subscription-group administration: UPDATE_AND_CREATE_TOPIC, GET_ALL_TOPIC_CONFIG,
-DELETE_TOPIC_IN_BROKER, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
-DELETE_SUBSCRIPTIONGROUP.
+"""Topic and subscription-group administration and broker metadata: UPDATE_AND_CREATE_TOPIC,
+GET_ALL_TOPIC_CONFIG, DELETE_TOPIC_IN_BROKER, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG, DELETE_SUBSCRIPTIONGROUP, GET_BROKER_HA_STATUS.
 
 Called by ``BrokerServer``, with an ``AdminContext``. A topic change is persisted by
 ``TopicConfigManager`` and triggers an immediate re-registration with the name servers (the server
@@ -9,6 +9,7 @@ listens for changes).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -64,6 +65,8 @@ class AdminContext:
     broker_name: str
     """Nor the broker group's name (it cannot be deleted either)."""
     auto_create_topic_enable: bool
+    ha_status: Callable[[], bytes] = lambda: b"{}"
+    """The GET_BROKER_HA_STATUS body (``broker.replication.HAView.to_json``)."""
 
 
 class AdminProcessor:
@@ -143,3 +146,6 @@ class AdminProcessor:
         h = DeleteSubscriptionGroupRequestHeader.from_ext(cmd.ext_fields)
         self.ctx.subscription_groups.delete(h.group_name)
         return cmd.response(ResponseCode.SUCCESS)
+
+    async def get_broker_ha_status(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        return cmd.response(ResponseCode.SUCCESS, body=self.ctx.ha_status())

@@ -61,6 +61,13 @@ class ConsumerOffsetManager:
         queues[queue_id] = offset
         self._dirty = True
 
+    def replace_all(self, table: dict[str, dict[int, int]]) -> None:
+        """A replica's metadata sync: the primary's whole table (``topic@group`` -> queue -> offset); persisted
+        by the next ``persist`` if it differs."""
+        if table != self._table:
+            self._table = {key: dict(queues) for key, queues in table.items()}
+            self._dirty = True
+
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """Committed offset, or -1 when the group never committed on this queue."""
         queues = self._table.get(offset_key(topic, group))

@@ -12,6 +12,11 @@ Store status -> response code (as RocketMQ)::
     OFFSET_TOO_SMALL, OFFSET_OVERFLOW_BADLY   PULL_OFFSET_MOVED (replica: PULL_RETRY_IMMEDIATELY, suggest 0)
     OFFSET_OVERFLOW_ONE, OFFSET_FOUND_NULL    PULL_NOT_FOUND
     NO_MATCHED_LOGIC_QUEUE, NO_MESSAGE_IN_QUEUE  PULL_OFFSET_MOVED if offset != 0 else PULL_NOT_FOUND
+
+Reads from replicas (``ha.replica_read``): a replica without ``ha.slave_read_enable`` answers every pull
+PULL_RETRY_IMMEDIATELY with suggestWhichBrokerId 0 (nothing held). Otherwise each response's
+suggestWhichBrokerId is the group's whichBrokerWhenConsumeSlowly when the pulled data lies more than
+``HASettings.max_in_memory_gap()`` behind the max physical offset (with slave_read_enable), else 0.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker_store.broker.subscription import EXPRESSION_TYPE_TAG, SubscriptionParseError, build_subscription
+from broker_store.ha.replica_read import DEFAULT_WHICH_BROKER_WHEN_CONSUME_SLOWLY, route_pull
 from broker_store.protocol.codes import (
     PULL_FLAG_COMMIT_OFFSET,
     PULL_FLAG_SUBSCRIPTION,
@@ -79,6 +85,13 @@ class PullContext:
     max_pull_msg_nums: int
     long_polling_enable: bool
     short_polling_time_ms: int
+    slave_read_enable: bool = False
+    """``ha.slave_read_enable``: replicas serve pulls, and slow consumers are pointed at one."""
+    max_in_memory_gap: int = 2**62
+    """``HASettings.max_in_memory_gap()``: a pull further behind the max physical offset is consuming slowly."""
+    which_broker_when_consume_slowly: int = DEFAULT_WHICH_BROKER_WHEN_CONSUME_SLOWLY
+    """The subscription group's whichBrokerWhenConsumeSlowly. This broker keeps no subscription group
+    table, so every group has RocketMQ's default (1, the first replica)."""
 
 
 class PullProcessor:
@@ -142,6 +155,11 @@ class PullProcessor:
 
         result = self._get(h, max_nums, tags_codes, max_bytes)
         code = pull_response_code(result.status, h.queue_offset)
+        if not ctx.slave_read_enable and not ctx.role.is_primary:
+            # A replica that may not serve reads: back to the primary at once, nothing held.
+            return cmd.response(ResponseCode.PULL_RETRY_IMMEDIATELY, "slave read is disabled on this broker", {
+                "suggestWhichBrokerId": str(MASTER_ID), "nextBeginOffset": str(h.queue_offset),
+                "minOffset": str(result.min_offset), "maxOffset": str(result.max_offset)})
 
         if h.sys_flag & PULL_FLAG_COMMIT_OFFSET and ctx.role.is_primary:
             ctx.consumer_offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
@@ -213,8 +231,12 @@ class PullProcessor:
     def _respond(
         self, cmd: RemotingCommand, h: PullMessageRequestHeader, result: GetResult, code: ResponseCode
     ) -> RemotingCommand:
-        suggest = MASTER_ID
-        if code == ResponseCode.PULL_OFFSET_MOVED and not self.ctx.role.is_primary:
+        ctx = self.ctx
+        routing = route_pull(is_replica=not ctx.role.is_primary, slave_read_enable=ctx.slave_read_enable,
+                             slow=result.count > 0 and result.max_physical_offset_lag > ctx.max_in_memory_gap,
+                             which_broker_when_consume_slowly=ctx.which_broker_when_consume_slowly)
+        suggest = routing.suggest_which_broker_id
+        if code == ResponseCode.PULL_OFFSET_MOVED and not ctx.role.is_primary:
             # A replica does not judge offsets (offsetCheckInSlave=false): retry against the primary.
             code = ResponseCode.PULL_RETRY_IMMEDIATELY
         ext = {

@@ -170,18 +170,20 @@ _DURABLE_NOW = resolved(PutStatus.PUT_OK)
 _BODY = itemgetter(0)
 """The body of a ``split_batch`` entry."""
 
-_DURABLE_CODES = {
+DURABLE_RESPONSE_CODES = {
     PutStatus.PUT_OK: ResponseCode.SUCCESS,
     PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
     PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
     PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
 }
-"""Durability outcomes answered with their own code and the send header (the message IS stored);
-anything else (IN_SYNC_REPLICAS_NOT_ENOUGH) reaches the client as SYSTEM_ERROR with a remark."""
+"""The one table of put outcomes -> response codes for stored messages: durability outcomes answered with
+their own code and the send header (the message IS stored). Anything else reaches the client as
+SYSTEM_ERROR with a remark naming the status: IN_SYNC_REPLICAS_NOT_ENOUGH, which has no wire code of its
+own and is normally a put refused before the append (``PutResult.status``, the message not stored)."""
 
 
 def _durable_response(cmd: RemotingCommand, status: PutStatus, ext: dict[str, str]) -> RemotingCommand:
-    code = _DURABLE_CODES.get(status)
+    code = DURABLE_RESPONSE_CODES.get(status)
     if code is None:
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"{status.name}: the message was stored but is not durable")
     return cmd.response(code, None, ext)

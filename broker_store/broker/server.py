@@ -11,7 +11,8 @@ SERVICE_NOT_AVAILABLE and answers PULL_OFFSET_MOVED as PULL_RETRY_IMMEDIATELY; `
 is the one place it changes (the election controller will call it), and a change re-registers.
 
 Start order: bind the port (so the advertised address and STOREHOST carry the real port), load
-metadata, recover the store, install processors, register with the name servers. Until processors
+metadata, recover the store, start the replication side of the role (``broker.replication``: the HA
+port of a primary, the HA client of a replica), install processors, register with the name servers. Until processors
 are installed every request gets SERVICE_NOT_AVAILABLE. Stop order is the reverse; a clean stop
 unregisters, persists offsets and flushes the store.
 """
@@ -29,9 +30,11 @@ from broker_store.broker.client_registry import ClientRegistry
 from broker_store.broker.consumer_offset import FILE_NAME as OFFSETS_FILE
 from broker_store.broker.consumer_offset import ConsumerOffsetManager
 from broker_store.broker.long_polling import PullWaiters
+from broker_store.broker.metadata_sync import MetadataSync
 from broker_store.broker.namesrv_registration import BrokerIdentity, NamesrvRegistration
 from broker_store.broker.offset_processor import OffsetContext, OffsetProcessor
 from broker_store.broker.pull_processor import PullContext, PullProcessor
+from broker_store.broker.replication import BrokerReplication
 from broker_store.broker.role import BrokerRole, RoleState
 from broker_store.broker.send_processor import SendContext, SendProcessor
 from broker_store.broker.subscription_group import FILE_NAME as SUBSCRIPTION_GROUPS_FILE
@@ -68,6 +71,7 @@ class BrokerServer:
         self._clock = clock
         self.role_state = RoleState(config.broker_id)
         self.role_state.listeners.append(lambda _old, _new: self._request_register())
+        self.role_state.listeners.append(lambda _old, new: self._metadata_sync_for(new))
         meta = Path(config.store_dir) / METADATA_DIR
         clock_ms = lambda: int(clock.time() * 1000)  # noqa: E731
         self.topic_configs = TopicConfigManager(
@@ -89,10 +93,15 @@ class BrokerServer:
             self._fast_server.disconnect_listeners.append(self.clients.connection_closed)
         self._processors: dict[int, Processor] = {}
         self._store: MessageStore | None = None
+        self.replication: BrokerReplication | None = None
+        """The group replication side matching the runtime role (valid after start)."""
         self._pull_waiters: PullWaiters | None = None
         self._client: RemotingClient | None = None
         self.registration: NamesrvRegistration | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self.metadata_sync: MetadataSync | None = None
+        """A replica's copy of its primary's topics and consumer offsets (valid after start)."""
+        self._metadata_sync_task: asyncio.Task[None] | None = None
         self.stopping = False
         self.addr = ""
         """Advertised ``ip:port`` (valid after start)."""
@@ -129,6 +138,7 @@ class BrokerServer:
             broker_name=self.config.broker_name,
             broker_id=self.broker_id,
             broker_addr=self.addr,
+            ha_server_addr=self.replication.ha_address if self.replication is not None else "",
         )
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -148,6 +158,10 @@ class BrokerServer:
             self._store = store
             self._pull_waiters = PullWaiters(asyncio.get_running_loop())
             store.add_arrival_listener(self._pull_waiters.notify)
+            self.replication = BrokerReplication(
+                store, self.role_state, self.config.ha, host=split_host_port(self.config.listen)[0],
+                ha_port=self.config.ha_port(), advertised_ip=self.config.advertised_ip, clock=self._clock)
+            await self.replication.start()
             self._client = RemotingClient()
             self.registration = NamesrvRegistration(
                 self._client,
@@ -159,6 +173,10 @@ class BrokerServer:
                 clock=self._clock,
             )
             self.topic_configs.change_listeners.append(lambda _tc: self._request_register())
+            self.metadata_sync = MetadataSync(
+                self._client, self._primary_broker_addr, self.topic_configs, self.consumer_offsets,
+                interval=self.config.ha.metadata_sync_interval_ms / 1000, clock=self._clock,
+                on_topics_changed=self._request_register)
             self._install_processors()
             await self.registration.register_all()
             self.registration.start()
@@ -167,6 +185,7 @@ class BrokerServer:
                 loop.create_task(self._persist_offsets_loop()),
                 loop.create_task(self._client_scan_loop()),
             ]
+            self._metadata_sync_for(self.role)
         except BaseException:
             await self.stop(unregister=False)
             raise
@@ -179,10 +198,33 @@ class BrokerServer:
             self.config.store_dir,
         )
 
+    def _primary_broker_addr(self) -> str | None:
+        """The group primary's remoting address from the last registration answer; unknown (a replica that
+        registered before its primary did) asks for a registration now, so the next round knows it."""
+        if self.registration is None:
+            return None
+        if self.registration.master_addr is None:
+            self.registration.request_register()
+        return self.registration.master_addr
+
+    def _metadata_sync_for(self, role: BrokerRole) -> None:
+        """Run the metadata sync while REPLICA, and only then (the role listener and start call this)."""
+        if role is BrokerRole.REPLICA and self._metadata_sync_task is None and self.metadata_sync is not None \
+                and not self.stopping:
+            self._metadata_sync_task = asyncio.get_running_loop().create_task(self.metadata_sync.run())
+        elif role is BrokerRole.PRIMARY and self._metadata_sync_task is not None:
+            self._metadata_sync_task.cancel()
+            self._metadata_sync_task = None
+
     def _request_register(self) -> None:
         """A full registration soon: the topic table or the broker id (role) changed."""
         if self.registration is not None:
             self.registration.request_register()
+
+    def _ha_status(self) -> bytes:
+        if self.replication is None:
+            raise RuntimeError("broker not started")
+        return self.replication.view().to_json()
 
     def _install_processors(self) -> None:
         cfg, store, topics, role = self.config, self.store, self.topic_configs, self.role_state
@@ -194,11 +236,13 @@ class BrokerServer:
         pull = PullProcessor(PullContext(
             store, topics, self.clients, self.consumer_offsets, self.pull_waiters, role,
             stopping=lambda: self.stopping, clock=self._clock, max_pull_msg_nums=cfg.max_pull_msg_nums,
-            long_polling_enable=cfg.long_polling_enable, short_polling_time_ms=cfg.short_polling_time_ms))
+            long_polling_enable=cfg.long_polling_enable, short_polling_time_ms=cfg.short_polling_time_ms,
+            slave_read_enable=cfg.ha.slave_read_enable, max_in_memory_gap=cfg.ha.max_in_memory_gap()))
         offsets = OffsetProcessor(OffsetContext(store, topics, self.consumer_offsets))
         admin = AdminProcessor(AdminContext(topics, self.consumer_offsets, self.subscription_groups,
                                             cluster_name=cfg.cluster_name, broker_name=cfg.broker_name,
-                                            auto_create_topic_enable=cfg.auto_create_topic_enable))
+                                            auto_create_topic_enable=cfg.auto_create_topic_enable,
+                                            ha_status=self._ha_status))
         clients = ClientProcessor(ClientContext(self.clients, topics, role))
         self._processors = {
             RequestCode.SEND_MESSAGE: send.send_message,
@@ -218,6 +262,7 @@ class BrokerServer:
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_and_create_subscription_group,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group_config,
             RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
+            RequestCode.GET_BROKER_HA_STATUS: admin.get_broker_ha_status,
             RequestCode.HEART_BEAT: clients.heart_beat,
             RequestCode.UNREGISTER_CLIENT: clients.unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: clients.get_consumer_list_by_group,
@@ -232,6 +277,9 @@ class BrokerServer:
         if self._pull_waiters is not None:
             self._pull_waiters.wake_all()
             await asyncio.sleep(0)  # let released pulls answer while the store is still open
+        if self._metadata_sync_task is not None:
+            self._tasks.append(self._metadata_sync_task)
+            self._metadata_sync_task = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -248,6 +296,8 @@ class BrokerServer:
         await self._server.stop()
         if self._fast_server is not None:
             await self._fast_server.stop()
+        if self.replication is not None:
+            await self.replication.stop()
         try:
             self.consumer_offsets.persist()
         except RocketMQError:

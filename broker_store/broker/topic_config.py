@@ -105,6 +105,17 @@ class TopicConfigManager:
         self._table[tc.topic_name] = tc
         self._changed(tc)
 
+    def replace_all(self, table: TopicConfigTable) -> bool:
+        """A replica's metadata sync: take the primary's whole table and data version, persist. Returns
+        False (and writes nothing) when the data version is already the primary's. Change listeners are
+        not called per topic; the caller re-registers once."""
+        if table.data_version == self.data_version and dict(table.topic_configs) == self._table:
+            return False
+        self._table = dict(table.topic_configs)
+        self.data_version = table.data_version
+        self.persist()
+        return True
+
     def delete(self, topic: str) -> bool:
         tc = self._table.pop(topic, None)
         if tc is None:

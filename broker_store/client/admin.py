@@ -8,6 +8,7 @@ topic routes (through the session's RouteCache, refreshed after any ``invalid_ro
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -234,6 +235,17 @@ class AsyncAdmin:
                                        DeleteSubscriptionGroupRequestHeader(group_name=group))
         return addrs
 
+    async def ha_status(self, broker_addr: str) -> dict[str, Any]:
+        """GET_BROKER_HA_STATUS of one broker: the JSON of ``broker.replication.HAView.to_json``."""
+        resp = await self._session.invoke(broker_addr, RequestCode.GET_BROKER_HA_STATUS)
+        try:
+            body = json.loads(resp.body or b"{}")
+        except ValueError as exc:
+            raise ProtocolError(f"GET_BROKER_HA_STATUS body from {broker_addr} is not JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise ProtocolError(f"GET_BROKER_HA_STATUS body from {broker_addr} is not an object")
+        return body
+
     # -- offsets --------------------------------------------------------------------------------
 
     async def _queue_offset(self, code: int, mq: MessageQueue, header: Any) -> int:
@@ -415,6 +427,9 @@ class Admin(SyncClient[AsyncAdmin]):
 
     def all_consumer_offsets(self, broker_addr: str) -> dict[tuple[str, str], dict[int, int]]:
         return self._call(lambda a: a.all_consumer_offsets(broker_addr), self._t())
+
+    def ha_status(self, broker_addr: str) -> dict[str, Any]:
+        return self._call(lambda a: a.ha_status(broker_addr), self._t())
 
     def min_offset(self, mq: MessageQueue) -> int:
         return self._call(lambda a: a.min_offset(mq), self._t())

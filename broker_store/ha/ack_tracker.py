@@ -24,7 +24,7 @@ from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 
-from broker_store.ha.clock import Clock
+from broker_store.clock import Clock
 from broker_store.ha.status import ReplicationStatus
 
 AckFuture = concurrent.futures.Future[ReplicationStatus]

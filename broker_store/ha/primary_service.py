@@ -24,7 +24,7 @@ import itertools
 import logging
 from dataclasses import dataclass, field
 
-from broker_store.ha.clock import Clock, SystemClock
+from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.ha.errors import HALinkError, HAProtocolError
 from broker_store.ha.quorum import Quorum
 from broker_store.ha.replica_links import LinkId
@@ -66,7 +66,7 @@ class PrimaryService:
         self._log = log_
         self._quorum = quorum
         self._host, self._port = host, port
-        self._clock = clock or SystemClock()
+        self._clock = clock or SYSTEM_CLOCK
         self._batch = settings.ha_transfer_batch_size
         self._heartbeat = settings.ha_send_heartbeat_interval_ms / 1000
         self._first_report_timeout = settings.ha_housekeeping_interval_ms / 1000

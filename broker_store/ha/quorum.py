@@ -6,11 +6,10 @@ tracker (``ack_tracker``). Callers:
 
 - ``primary_service`` reports link events: ``replica_connected`` / ``replica_reported`` /
   ``replica_disconnected``, and calls ``tick()`` at ``next_wakeup()`` (dead links, slave timeouts).
-- the broker's send path (the lead's wiring, through the store's ``DurabilityPolicy``): before the
-  append, ``admit(max_offset)`` -> IN_SYNC_REPLICAS_NOT_ENOUGH refuses the put (RocketMQ 5 refuses
-  before appending, so a refused message is not stored); after it, ``wait(end_offset, decision)``
-  -> a future of PUT_OK / FLUSH_SLAVE_TIMEOUT. ``replica_ack_step()`` bundles both for a store that
-  only has a post-append step hook.
+- the store's put path, through ``replica_ack_step()`` added to its ``DurabilityPolicy`` by the broker:
+  before the append, ``admit(max_offset)`` -> IN_SYNC_REPLICAS_NOT_ENOUGH refuses the put (RocketMQ 5
+  refuses before appending, so a refused message is not stored); after it, ``wait(end_offset,
+  decision)`` -> a future of PUT_OK / FLUSH_SLAVE_TIMEOUT.
 - later, role changes: ``fail_pending`` when this broker stops being primary; controller mode adds
   the SyncStateSet (all_ack_in_sync_state_set) beside ``ReplicaLinks`` without changing these rules.
 
@@ -31,8 +30,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from broker_store.clock import Clock
 from broker_store.ha.ack_tracker import AckFuture, AckTracker
-from broker_store.ha.clock import Clock
 from broker_store.ha.replica_links import LinkId, ReplicaLinks
 from broker_store.ha.settings import HARole, HASettings
 from broker_store.ha.status import ReplicationStatus, remark
@@ -169,18 +168,25 @@ class Quorum:
 
 
 class ReplicaAckStep:
-    """The replica-ack step of the store's durability policy (``DurabilityStep`` shape: ``name``, ``wait``).
+    """The replica-ack step of the store's durability policy (``store.durability.AdmissionStep`` shape).
 
-    For a store that can only hook in after appending: it admits and waits in one go, so a refused
-    put is already stored when it is answered IN_SYNC_REPLICAS_NOT_ENOUGH (RocketMQ refuses before
-    appending; use ``Quorum.admit`` before the append to get that exactly). ``wait`` returns None when
-    the put needs no replica (ASYNC_MASTER, 1/1, WAIT=false).
+    ``admit`` runs before the append: IN_SYNC_REPLICAS_NOT_ENOUGH refuses the put, nothing is written
+    (RocketMQ 5 decides before appending). ``wait`` runs after it, with the decision made again from the
+    same view (same loop turn, nothing moved between), and returns None when the put needs no replica
+    (ASYNC_MASTER, 1/1). A put with WAIT=false reaches neither (the policy skips its steps).
     """
 
     name = "replica-ack"
 
     def __init__(self, quorum: Quorum) -> None:
         self._quorum = quorum
+
+    def admit(self, max_offset: int) -> tuple[ReplicationStatus, str] | None:
+        decision = self._quorum.admit(max_offset)
+        if not decision.refused:
+            return None
+        return (ReplicationStatus.IN_SYNC_REPLICAS_NOT_ENOUGH,
+                f"the put needs {decision.need_acks} copies, {decision.current_in_sync} in sync")
 
     def wait(self, end_offset: int, wait_store_msg_ok: bool = True) -> AckFuture | None:
         decision = self._quorum.admit(end_offset, wait_store_msg_ok=wait_store_msg_ok)

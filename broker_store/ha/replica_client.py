@@ -23,7 +23,7 @@ import contextlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
-from broker_store.config import split_host_port
+from broker_store.address import split_host_port
 from broker_store.ha.errors import HALinkError, HAProtocolError, ReplicaLogDivergedError
 from broker_store.ha.replica_start import StartAction, interpret_batch_offset
 from broker_store.ha.settings import HASettings

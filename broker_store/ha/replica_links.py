@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from broker_store.ha.clock import Clock
+from broker_store.clock import Clock
 from broker_store.ha.errors import HAProtocolError
 
 LinkId = Hashable

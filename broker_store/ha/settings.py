@@ -1,7 +1,7 @@
 """The ``ha:`` section of a broker's settings: its replication role, quorum sizes, HA link timing, replica reads.
 
-Defined once here and meant to be nested as ``ha: HASettings`` in the broker settings (the lead's
-wiring step; ``broker_store.config`` does not include it yet). Read by ``quorum`` (needAck rules),
+Defined once here and nested as ``ha:`` in the broker settings (``broker_store.config.BrokerSettings``,
+which also checks role against broker_id). Read by ``quorum`` (needAck rules),
 ``primary_service`` / ``replica_client`` (port, batch size, heartbeats, dead-link timeout) and, later,
 the pull processor (replica reads) and metadata sync. Names are RocketMQ's (snake_case), with the unit
 in the name; defaults are RocketMQ's, so an empty ``ha:`` section is a standalone ASYNC_MASTER::
@@ -20,29 +20,15 @@ from __future__ import annotations
 
 import enum
 import os
-from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from broker_store.address import HostPort
 from broker_store.ha.wire import MAX_BATCH_BYTES
 from broker_store.protocol.errors import ConfigError
 
 KiB = 1024
 MiB = 1024 * KiB
-
-
-def _check_host_port(value: str) -> str:
-    """``broker_store.config.HostPort``'s check, imported when first used: the broker settings in
-    ``broker_store.config`` will nest ``HASettings``, so a module-level import would be a cycle."""
-    from broker_store.config import HostPort
-
-    try:
-        return TypeAdapter(HostPort).validate_python(value)
-    except ValidationError as exc:
-        raise ValueError(exc.errors()[0]["msg"]) from exc
-
-
-_HostPort = Annotated[str, AfterValidator(_check_host_port)]
 
 
 class HARole(enum.StrEnum):
@@ -76,9 +62,10 @@ class HASettings(BaseModel):
     ha_listen_port: int | None = Field(default=None, ge=0, le=65535)
     """Port of the HA link a primary listens on; default None = the broker's listen port + 1 (RocketMQ
     10912 for 10911); 0 asks the OS for a free port (tests)."""
-    ha_primary_address: _HostPort | None = None
-    """SLAVE only: host:port of the primary's HA listener (RocketMQ haMasterAddress). Required for a
-    SLAVE until replicas learn it from the name server's registration result."""
+    ha_primary_address: HostPort | None = None
+    """SLAVE only: host:port of the primary's HA listener (RocketMQ haMasterAddress). A broker process
+    with role SLAVE needs it (``broker_store.config.BrokerConfig`` checks); in a cluster file it defaults
+    to the HA port of the group's broker_id 0 in the same cluster."""
     ha_transfer_batch_size: int = Field(default=32 * KiB, gt=0, le=MAX_BATCH_BYTES)
     """Most CommitLog bytes in one transfer batch (RocketMQ haTransferBatchSize, 32 KiB)."""
     ha_send_heartbeat_interval_ms: int = Field(default=5000, gt=0)
@@ -126,8 +113,6 @@ class HASettings(BaseModel):
                 "replica counts must satisfy min_in_sync_replicas <= in_sync_replicas <= total_replicas, got "
                 f"min_in_sync_replicas={self.min_in_sync_replicas}, in_sync_replicas={self.in_sync_replicas}, "
                 f"total_replicas={self.total_replicas}")
-        if self.role is HARole.SLAVE and self.ha_primary_address is None:
-            raise ValueError("ha_primary_address (host:port of the primary's HA port) is required with role SLAVE")
         if self.role is not HARole.SLAVE and self.ha_primary_address is not None:
             raise ValueError(f"ha_primary_address is only allowed with role SLAVE, not {self.role.value} "
                              f"(allowed roles for it: {[HARole.SLAVE.value]})")

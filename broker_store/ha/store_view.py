@@ -1,9 +1,8 @@
 """What HA needs of a message store: raw CommitLog bytes at physical offsets, nothing else.
 
 ``primary_service`` reads through ``PrimaryLog``; ``replica_client`` writes through ``ReplicaLog``.
-``broker_store.store.MessageStore`` provides every method except ``restart_commit_log`` (see its
-docstring): HA never imports the store, so tests and the broker pass the store itself (or a thin
-adapter) and the store's internals stay free to change.
+``broker_store.store.MessageStore`` provides every method: HA never imports the store, so tests and the
+broker pass the store itself and the store's internals stay free to change.
 """
 
 from __future__ import annotations
@@ -44,8 +43,6 @@ class ReplicaLog(PrimaryLog, Protocol):
         """Drop the whole log and continue, empty, at ``offset`` (min = max = offset).
 
         Needed when the replica's log lies entirely below the primary's min offset (``replica_start``
-        RESTART). MessageStore lacks it today: ``truncate_commit_log`` can only move the max offset
-        down. Proposed store addition: drop all segments and ConsumeQueue entries, set the max,
-        flushed and dispatched offsets to ``offset``, write the checkpoint.
+        RESTART); ``truncate_commit_log`` can only move the max offset down.
         """
         ...

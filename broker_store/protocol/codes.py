@@ -38,6 +38,8 @@ class RequestCode(IntEnum):
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
     BROKER_HEARTBEAT = 904
+    GET_BROKER_HA_STATUS = 907
+    """RocketMQ's code (mqadmin haStatus). Body: the HARuntimeInfo JSON of ``broker.replication.HAView``."""
     CONTROLLER_ALTER_SYNC_STATE_SET = 1001
     CONTROLLER_ELECT_MASTER = 1002
     CONTROLLER_REGISTER_BROKER = 1003

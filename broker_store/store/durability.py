@@ -4,7 +4,9 @@ Owned by ``MessageStore`` (every put's ``PutResult.durable`` comes from ``Durabi
 the broker's send processor only awaits that future and maps its status to a response. The store
 installs a flush step for SYNC_FLUSH; replication appends its replica-ack step with ``add_step``, so
 one future covers both, as RocketMQ's CommitLog.asyncPutMessage -> handleDiskFlushAndHA combines
-the flush and the HA futures.
+the flush and the HA futures. A step may also refuse a put before it is appended (``admit``): the
+replica-ack step answers IN_SYNC_REPLICAS_NOT_ENOUGH that way, so a refused message is not stored
+(RocketMQ 5 checks the in-sync count before appending too).
 
 Contract: steps run on the put's thread (the loop thread) and must not block; their futures may be
 resolved on any thread. A message whose WAIT property is ``false`` waits for no step.
@@ -15,7 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, cast
 
 from broker_store.store.results import DurableFuture, PutStatus, resolved
 
@@ -32,19 +34,55 @@ class DurabilityStep(Protocol):
         ...
 
 
+class AdmissionStep(DurabilityStep, Protocol):
+    """A step that can also refuse a put before the append (nothing is written then)."""
+
+    def admit(self, max_offset: int) -> tuple[PutStatus, str] | None:
+        """None to let the put in; else the status and remark to answer it with. ``max_offset`` is the
+        CommitLog's max offset before the append."""
+        ...
+
+
 class DurabilityPolicy:
     """The ordered steps of the broker's durability policy; empty = acknowledged once written (ASYNC_FLUSH)."""
 
     def __init__(self, steps: Sequence[DurabilityStep] = ()) -> None:
-        self._steps: tuple[DurabilityStep, ...] = tuple(steps)
+        self._steps: tuple[DurabilityStep, ...] = ()
+        self._admissions: tuple[AdmissionStep, ...] = ()
+        for step in steps:
+            self.add_step(step)
 
     @property
     def steps(self) -> tuple[DurabilityStep, ...]:
         return self._steps
 
     def add_step(self, step: DurabilityStep) -> None:
-        """Append a step (replication adds its replica acks after the flush). Puts after this wait for it."""
+        """Append a step (replication adds its replica acks after the flush). Puts after this wait for it;
+        a step with an ``admit`` method is also asked before each append."""
         self._steps = (*self._steps, step)
+        if callable(getattr(step, "admit", None)):
+            self._admissions = (*self._admissions, cast(AdmissionStep, step))
+
+    def remove_step(self, step: DurabilityStep) -> None:
+        """Drop a step (a primary becoming a replica stops waiting for replica acks). No-op if absent."""
+        self._steps = tuple(s for s in self._steps if s is not step)
+        self._admissions = tuple(s for s in self._admissions if s is not step)
+
+    @property
+    def admits_all(self) -> bool:
+        """True when no step can refuse a put (the put path then skips ``admit``)."""
+        return not self._admissions
+
+    def admit(self, max_offset: int, wait_store_msg_ok: bool = True) -> tuple[PutStatus, str] | None:
+        """Before the append: the first refusal of a step (status, remark), or None. A put that does not
+        wait (WAIT=false) is never refused, as it waits for no step."""
+        if not wait_store_msg_ok:
+            return None
+        for step in self._admissions:
+            refusal = step.admit(max_offset)
+            if refusal is not None:
+                return refusal
+        return None
 
     def durable(self, end_offset: int, wait_store_msg_ok: bool = True) -> DurableFuture:
         """One future for every step, started together (the flush and the replica acks run in parallel)."""

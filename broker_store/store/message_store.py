@@ -238,6 +238,12 @@ class MessageStore:
             return self._failed(PutStatus.MESSAGE_ILLEGAL,
                                  f"MESSAGE_SIZE_EXCEEDED: {len(entries)} record(s) of {total} bytes exceed "
                                  f"the commit log segment size {seg_size}")
+        durability = self.durability
+        wait = not _says_no_wait(props_list)
+        if not durability.admits_all:
+            refusal = durability.admit(self._commit_log.max_offset, wait)
+            if refusal is not None:
+                return self._failed(*refusal)
         store_ts = int(self._clock.time() * 1000)
 
         with self._lock:
@@ -279,12 +285,11 @@ class MessageStore:
         prefix = self._msg_id_prefix
         ids = struct.pack(f">{len(offsets)}q", *offsets).hex(",", 8).upper().replace(",", "," + prefix)
         end = wrote + total
-        durability = self.durability
         if not durability.steps:  # nothing to wait for: PutResult's default, an already resolved PUT_OK
             return PutResult(PutStatus.PUT_OK, "", tuple((prefix + ids).split(",")), queue_offset, len(entries),
                              wrote, end)
         return PutResult(PutStatus.PUT_OK, "", tuple((prefix + ids).split(",")), queue_offset, len(entries),
-                         wrote, end, durability.durable(end, not _says_no_wait(props_list)))
+                         wrote, end, durability.durable(end, wait))
 
     def _first_illegal_entry(self, entries: Sequence[PutEntry], max_body: int) -> PutResult:
         """The error for the first entry whose body or properties are too long (in entry order)."""
@@ -445,6 +450,31 @@ class MessageStore:
                 flush.write_checkpoint(flush.flushed, queues.dispatched)
             except OSError as exc:
                 raise StoreError(f"truncating the commit log to {offset} failed: {exc}") from exc
+        flush.resolve_waiters(flush.flushed, fail_above=offset)
+
+    def restart_commit_log(self, offset: int) -> None:
+        """Replica side: drop the whole log and continue, empty, at ``offset`` (min = max = offset).
+
+        For a replica whose log lies entirely below the primary's min offset (``ha.replica_start``
+        RESTART): every CommitLog segment and ConsumeQueue entry goes, the flushed and dispatched
+        offsets move to ``offset`` and the checkpoint says so. ``offset`` is the primary's min offset,
+        a segment start, so the next append creates the segment file it falls in.
+        """
+        flush = self._flush
+        with flush.checkpoint_lock, self._lock:
+            cl = self._commit_log
+            flush.truncated(offset)
+            try:
+                for start in list(cl.segments):
+                    cl.delete_segment(start)
+                cl.max_offset = offset
+                queues = self._queues
+                queues.truncate_from_commit_log_offset(0)
+                queues.dispatched = offset
+                flush.flushed = offset
+                flush.write_checkpoint(offset, offset)
+            except OSError as exc:
+                raise StoreError(f"restarting the commit log at {offset} failed: {exc}") from exc
         flush.resolve_waiters(flush.flushed, fail_above=offset)
 
     # -- retention -----------------------------------------------------------------------------------

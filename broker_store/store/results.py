@@ -22,11 +22,21 @@ class PutStatus(enum.Enum):
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
     """Durability only (``PutResult.durable``): written, but not fsynced within ``flush_timeout_ms``."""
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
-    """Durability only: written, but the replicas did not acknowledge it in time (replication's step)."""
+    """Durability only (replication's step): stored on the primary, but fewer than needAck-1 replicas acked
+    it within ``ha.slave_timeout_ms``: FLUSH_SLAVE_TIMEOUT (12). The message stays stored and keeps
+    replicating."""
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
-    """Durability only: written, but no replica is connected to acknowledge it (replication's step)."""
+    """RocketMQ 4.x compatibility, code SLAVE_NOT_AVAILABLE (11). 4.x answered it when a SYNC_MASTER stored
+    a message while no slave was connected, or the best slave was more than haSlaveFallbehindMax (256 MiB)
+    behind. The RocketMQ 5 quorum rules implemented in ``broker_store.ha.quorum`` never produce it: in that
+    situation currentInSync is 1, so a put needing a replica is refused before the append with
+    IN_SYNC_REPLICAS_NOT_ENOUGH (or, with automatic downgrade, accepted with fewer copies). It is kept, with
+    its code, so the status table is complete: the send path maps it, clients decode it, and a 4.x-style
+    policy could return it without a new code."""
     IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
-    """Fewer in-sync replicas than the quorum needs (replication's step)."""
+    """Fewer copies in sync than the put needs (``ha.quorum``), decided before the append, so the message is
+    NOT stored (RocketMQ 5 refuses before appending). No dedicated wire code exists: answered SYSTEM_ERROR (1)
+    with a remark naming the status, which clients retry on another broker."""
 
 
 DurableFuture = concurrent.futures.Future[PutStatus]

@@ -63,6 +63,7 @@ from broker_store.protocol.topic import (
     TopicConfigTable,
     encode_register_broker_body,
 )
+from tests.support.processes import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -529,7 +530,8 @@ def test_replica_role_refuses_writes(tmp_path: Path) -> None:
         resp = await env.send("T", b"x")
         assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE and "slave" in (resp.remark or "")
 
-    run(tmp_path, body, broker_id=1)
+    # The primary it follows is not running: the replica keeps retrying its HA link meanwhile.
+    run(tmp_path, body, broker_id=1, ha={"role": "SLAVE", "ha_primary_address": f"127.0.0.1:{free_port()}"})
 
 
 def test_role_change_at_runtime_switches_writes_and_registration(tmp_path: Path) -> None:

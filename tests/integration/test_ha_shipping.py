@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from broker_store.ha.clock import SystemClock
+from broker_store.clock import SystemClock
 from broker_store.ha.primary_service import PrimaryService
 from broker_store.ha.quorum import Quorum
 from broker_store.ha.replica_client import ReplicaClient
@@ -35,30 +35,10 @@ HOST = "127.0.0.1:10911"
 FAST = {"ha_send_heartbeat_interval_ms": 100, "ha_housekeeping_interval_ms": 600, "slave_timeout_ms": 1000}
 
 
-class ReplicaStore(MessageStore):
-    """MessageStore plus ``restart_commit_log``, which ReplicaLog needs and the store lacks (see
-    ha/store_view.py). Test stand-in: it reaches into the store's internals until the store has it."""
-
-    def restart_commit_log(self, offset: int) -> None:
-        self.truncate_commit_log(self.min_physical_offset)  # drops every segment and queue entry
-        with self._lock:
-            self._commit_log.max_offset = offset
-            # Both store layouts: main's (_dispatched, _flushed) and the split store's (_queues, _flush).
-            queues, flush = getattr(self, "_queues", None), getattr(self, "_flush", None)
-            if hasattr(queues, "dispatched"):
-                queues.dispatched = offset  # type: ignore[union-attr]
-            else:
-                self._dispatched = offset
-            if hasattr(flush, "flushed"):
-                flush.flushed = offset  # type: ignore[union-attr]
-            else:
-                self._flushed = offset
-
-
-def _store(path: Path, seg: int = SEG, **extra: Any) -> ReplicaStore:
+def _store(path: Path, seg: int = SEG, **extra: Any) -> MessageStore:
     config = StoreConfig(store_dir=path, commit_log_segment_size=seg, flush_interval_ms=50,
                          retention_interval_ms=0, commit_log_warm_ahead=0, **extra)
-    store = ReplicaStore(config, store_host=HOST)
+    store = MessageStore(config, store_host=HOST)
     store.start()
     return store
 

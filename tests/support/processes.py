@@ -126,8 +126,8 @@ class Broker(ClusterProcess):
 
     @property
     def ha_port(self) -> int:
-        """Listen port + 1, free when the broker was configured; reserved for log shipping."""
-        return int(self.listen.rsplit(":", 1)[1]) + 1
+        """The HA port (listen port + 1, free when the broker was configured, unless ha.ha_listen_port)."""
+        return self.config.ha_port()
 
     @property
     def store_dir(self) -> Path:
@@ -140,7 +140,8 @@ class GroupSpec:
 
     name: str
     members: Sequence[Mapping[str, Any]] = ({},)
-    """BrokerConfig overrides per member, applied over the cluster's broker options."""
+    """BrokerConfig overrides per member, applied over the cluster's broker options (an ``ha`` mapping is
+    merged key by key). Members 1.. run with ``ha.role`` SLAVE following member 0's HA port."""
 
     @classmethod
     def replicated(cls, name: str, replicas: int) -> GroupSpec:
@@ -197,11 +198,17 @@ class LocalCluster:
         else:
             specs = brokers
         options = {**DEFAULT_BROKER_OPTIONS, **broker_options}
-        self.groups: dict[str, list[Broker]] = {
-            spec.name: [self._broker(spec.name, broker_id, {**options, **overrides})
-                        for broker_id, overrides in enumerate(spec.members)]
-            for spec in specs
-        }
+        self.groups: dict[str, list[Broker]] = {}
+        for spec in specs:
+            members: list[Broker] = []
+            for broker_id, overrides in enumerate(spec.members):
+                member_options = {**options, **overrides, "ha": {**options.get("ha", {}), **overrides.get("ha", {})}}
+                if broker_id > 0:  # a replica follows its group's primary (unless the test says otherwise)
+                    member_options["ha"] = {"ha_primary_address": f"{HOST}:{members[0].ha_port}",
+                                            **member_options["ha"], "role": "SLAVE"}
+                    member_options["ha"].pop("ha_listen_port", None)
+                members.append(self._broker(spec.name, broker_id, member_options))
+            self.groups[spec.name] = members
         self.brokers = [b for members in self.groups.values() for b in members]
         """Every member of every group, group by group, primary first."""
 
@@ -232,6 +239,7 @@ class LocalCluster:
                 for _ in pool.map(lambda broker: broker.start(timeout), self.brokers):
                     pass
             self.wait_registered(timeout)
+            self.wait_in_sync(timeout)
         except BaseException:
             self.stop()
             raise
@@ -257,6 +265,26 @@ class LocalCluster:
                     raise RuntimeError(f"{self.name}: brokers not registered after {timeout}s: expected {expected}, "
                                        f"name server lists {seen}\n{self.failure_logs()}")
                 time.sleep(0.1)
+
+    def wait_in_sync(self, timeout: float = 30.0) -> None:
+        """Until every running primary counts each of its running replicas in sync (GET_BROKER_HA_STATUS):
+        a replica started before its primary listened connects on its next retry, a second later."""
+        deadline = time.monotonic() + timeout
+        for members in self.groups.values():
+            primary, running = members[0], sum(1 for r in members[1:] if r.running())
+            if not running or not primary.running():
+                continue
+            with Admin(primary.listen) as admin:
+                while True:
+                    try:
+                        if admin.ha_status(primary.listen).get("inSyncSlaveNums") == running:
+                            break
+                    except RocketMQError:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{self.name}: {primary.name}'s {running} replica(s) not in sync after "
+                                           f"{timeout}s\n{self.failure_logs()}")
+                    time.sleep(0.05)
 
     def stop(self) -> None:
         """SIGKILL every process (brokers first); safe to call twice."""

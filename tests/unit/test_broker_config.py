@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from broker_store.config import BrokerConfig, LocalClustersConfig, NamesrvConfig, load_yaml
 from broker_store.protocol.errors import ConfigError
@@ -142,3 +143,59 @@ def test_store_errors_name_file_field_and_allowed_values(tmp_path: Path) -> None
         load_yaml(path, BrokerConfig)
     with pytest.raises(ConfigError, match=r"StoreConfig.commit_log_segment_size: Input should be greater"):
         StoreConfig(store_dir=tmp_path, commit_log_segment_size=10)
+
+
+def test_ha_port_counts_in_the_duplicate_port_check(tmp_path: Path) -> None:
+    # broker-b listening on broker-a's HA port (listen + 1)
+    with pytest.raises(ConfigError, match=r"127.0.0.1:10912.*more than one process \(HA ports included"):
+        load_yaml(_write(tmp_path, LOCAL.replace("10921", "10912")), LocalClustersConfig)
+    ha_port_set = LOCAL.replace("store_dir: /tmp/x/source/a}",
+                                "store_dir: /tmp/x/source/a, ha: {ha_listen_port: 10921}}")
+    with pytest.raises(ConfigError, match=r"127.0.0.1:10921.*more than one process"):
+        load_yaml(_write(tmp_path, ha_port_set), LocalClustersConfig)
+
+
+def test_ha_role_must_fit_broker_id(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match=r"ha.role ASYNC_MASTER does not fit broker_id 1.*\['SLAVE'\]"):
+        BrokerConfig(broker_name="b", broker_id=1, store_dir=tmp_path)
+    with pytest.raises(ValidationError, match=r"ha.role SLAVE does not fit broker_id 0.*'ASYNC_MASTER', 'SYNC_MASTER'"):
+        BrokerConfig(broker_name="b", store_dir=tmp_path, ha={"role": "SLAVE", "ha_primary_address": "h:1"})
+    with pytest.raises(ValidationError, match="ha.ha_primary_address .* is required with ha.role SLAVE"):
+        BrokerConfig(broker_name="b", broker_id=1, store_dir=tmp_path, ha={"role": "SLAVE"})
+    with pytest.raises(ValidationError, match=r"in_sync_replicas <= total_replicas"):
+        BrokerConfig(broker_name="b", store_dir=tmp_path, ha={"in_sync_replicas": 2})
+
+
+def test_cluster_ha_yaml_replicas_follow_their_group_primary() -> None:
+    cfg = load_yaml(Path(__file__).parents[2] / "conf" / "cluster-ha.yaml", LocalClustersConfig)
+    assert [c.name for c in cfg.clusters] == ["source", "target"]
+    for cluster in cfg.clusters:
+        brokers = cluster.broker_configs()
+        groups = {b.broker_name for b in brokers}
+        assert len(groups) == 2 and len(brokers) == 4
+        for b in brokers:
+            if b.broker_id == 0:
+                assert b.ha.role.value == "SYNC_MASTER" and b.ha.in_sync_replicas == 2
+            else:
+                primary = next(p for p in brokers if p.broker_name == b.broker_name and p.broker_id == 0)
+                assert b.ha.role.value == "SLAVE" and b.ha.ha_primary_address == primary.ha_address
+            assert b.ha.ha_housekeeping_interval_ms <= 3000
+
+
+def test_replica_without_a_primary_in_its_group_is_refused(tmp_path: Path) -> None:
+    text = LOCAL.replace("store_dir: /tmp/x/source/b,", "store_dir: /tmp/x/source/b, broker_id: 1, ha: {role: SLAVE},")
+    with pytest.raises(ConfigError, match=r"replicas \['broker-b/1'\] have no broker_id 0"):
+        load_yaml(_write(tmp_path, text), LocalClustersConfig)
+
+
+def test_up_plans_one_child_per_member_of_cluster_ha_yaml(tmp_path: Path) -> None:
+    from broker_store.launcher import plan_children
+
+    cfg = load_yaml(Path(__file__).parents[2] / "conf" / "cluster-ha.yaml", LocalClustersConfig)
+    children = plan_children(cfg, tmp_path / "run", tmp_path / "data")
+    brokers = [c for c in children if c.kind == "broker"]
+    assert [c.name for c in brokers][:2] == ["source-a", "source-a-1"] and len(brokers) == 8
+    files = [load_yaml(c.config_file, BrokerConfig) for c in brokers]
+    assert len({f.store_dir for f in files}) == 8 and len({c.config_file for c in brokers}) == 8
+    assert files[1].ha.ha_primary_address == "127.0.0.1:10912"
+    assert files[1].store_dir == tmp_path / "data" / "source-a-1"

@@ -10,12 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker_store.broker.send_processor import DURABLE_RESPONSE_CODES
+from broker_store.clock import ManualClock
 from broker_store.ha.ack_tracker import AckTracker
-from broker_store.ha.clock import ManualClock
 from broker_store.ha.errors import HAProtocolError
 from broker_store.ha.quorum import NO_WAIT, Quorum, QuorumRules, decide_need_acks
 from broker_store.ha.settings import HARole, HASettings
-from broker_store.ha.status import ReplicationStatus, remark, response_code
+from broker_store.ha.status import ReplicationStatus, remark
 from broker_store.protocol.codes import ResponseCode
 
 OK = ReplicationStatus.PUT_OK
@@ -39,10 +40,10 @@ def _rules(in_sync: int, min_in_sync: int = 1, auto: bool = False,
 # -- needAck rules ----------------------------------------------------------------------------------
 
 def test_status_wire_codes() -> None:
-    assert response_code(OK) is ResponseCode.SUCCESS
-    assert response_code(TIMEOUT) == 12
-    assert response_code(ReplicationStatus.SLAVE_NOT_AVAILABLE) == 11
-    assert response_code(NOT_ENOUGH) is ResponseCode.SYSTEM_ERROR
+    assert DURABLE_RESPONSE_CODES[OK] is ResponseCode.SUCCESS
+    assert DURABLE_RESPONSE_CODES[TIMEOUT] == 12
+    assert DURABLE_RESPONSE_CODES[ReplicationStatus.SLAVE_NOT_AVAILABLE] == 11
+    assert NOT_ENOUGH not in DURABLE_RESPONSE_CODES  # SYSTEM_ERROR with a remark
     assert remark(NOT_ENOUGH, "x") == "IN_SYNC_REPLICAS_NOT_ENOUGH: x" and remark(OK, "x") == ""
 
 
@@ -208,6 +209,10 @@ def test_already_acked_and_no_wait_puts_resolve_at_once() -> None:
     assert step.wait(1000, wait_store_msg_ok=False) is None
     pending = step.wait(2000)
     assert pending is not None and not pending.done()
+    assert step.admit(2000) is None
+    quorum.replica_disconnected("r1")
+    refusal = step.admit(2000)
+    assert refusal is not None and refusal[0] is NOT_ENOUGH and refusal[1] == "the put needs 2 copies, 1 in sync"
 
 
 def test_disconnected_replica_acks_stop_counting() -> None:

@@ -95,3 +95,49 @@ def test_policy_without_pending_steps_is_resolved() -> None:
     durable = DurabilityPolicy([only, _Step("replica-ack", met=True)]).durable(10)
     assert durable is only.waits[0][1]  # one pending step: its own future, no combining
     assert DurabilityPolicy([_Step("flush")]).durable(10, wait_store_msg_ok=False).result() is PutStatus.PUT_OK
+
+
+class _Gate(_Step):
+    """A step that can also refuse puts before the append (as the replica-ack step does)."""
+
+    def __init__(self) -> None:
+        super().__init__("replica-ack", met=True)
+        self.refuse: tuple[PutStatus, str] | None = None
+        self.asked: list[int] = []
+
+    def admit(self, max_offset: int) -> tuple[PutStatus, str] | None:
+        self.asked.append(max_offset)
+        return self.refuse
+
+
+def test_admission_refuses_before_the_append_and_writes_nothing(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    gate = _Gate()
+    store.durability.add_step(gate)
+    ok = store.put_message("D", 0, b"x", b"", tags_code=0, born_timestamp=0, born_host=BORN_HOST)
+    assert ok.status is PutStatus.PUT_OK and gate.asked == [0]
+    gate.refuse = (PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, "the put needs 2 copies, 1 in sync")
+    end = store.max_physical_offset
+    refused = store.put_message("D", 0, b"y", b"", tags_code=0, born_timestamp=0, born_host=BORN_HOST)
+    assert refused.status is PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH and refused.remark.endswith("1 in sync")
+    assert refused.durable.result() is PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
+    assert store.max_physical_offset == end and store.get_max_offset("D", 0) == 1  # nothing written
+    no_wait = encode_properties({"WAIT": "false"})  # waits for no step, so no step may refuse it
+    assert store.put_message("D", 0, b"z", no_wait, tags_code=0, born_timestamp=0,
+                             born_host=BORN_HOST).status is PutStatus.PUT_OK
+    store.durability.remove_step(gate)
+    assert store.durability.admits_all and store.durability.steps == ()
+    assert store.put_message("D", 0, b"w", b"", tags_code=0, born_timestamp=0,
+                             born_host=BORN_HOST).status is PutStatus.PUT_OK
+    store.shutdown()
+
+
+def test_restart_commit_log_continues_empty_at_the_new_offset(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    store.put_message("D", 0, b"x" * 100, b"", tags_code=0, born_timestamp=0, born_host=BORN_HOST)
+    seg = store.config.commit_log_segment_size
+    store.restart_commit_log(3 * seg)
+    assert (store.min_physical_offset, store.max_physical_offset) == (3 * seg, 3 * seg)
+    assert store.dispatched_physical_offset == store.flushed_physical_offset == 3 * seg
+    assert store.read_commit_log(0, 100) == b""
+    store.shutdown()

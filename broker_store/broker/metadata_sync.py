@@ -1,0 +1,95 @@
+"""Metadata sync on a replica: topics and consumer offsets copied from the group's primary on a period.
+
+Run by ``BrokerServer`` while the broker is a REPLICA (RocketMQ's SlaveSynchronize, every 10 s by
+default: ``ha.metadata_sync_interval_ms``). Each round asks the primary's remoting address (learnt from
+the name server's registration answer, ``NamesrvRegistration.master_addr``) with RocketMQ's own codes,
+replaces the local copy when the primary's data version differs, and persists it so a restarted replica
+(or one that becomes primary) starts from the last copy:
+
+    GET_ALL_TOPIC_CONFIG (21)      -> topics.json            (TopicConfigSerializeWrapper JSON)
+    GET_ALL_CONSUMER_OFFSET (43)   -> consumer_offsets.json  (ConsumerOffsetSerializeWrapper JSON)
+
+RocketMQ also copies delay offsets (GET_ALL_DELAY_OFFSET, 45) and subscription groups
+(GET_ALL_SUBSCRIPTIONGROUP_CONFIG, 201). This broker keeps neither: it has no schedule topic (send-back
+retries are stored for immediate redelivery, see ``send_processor``), and no subscription group table
+(groups get RocketMQ's SubscriptionGroupConfig defaults, e.g. whichBrokerWhenConsumeSlowly 1). When
+those tables exist they join this round with those codes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from broker_store.broker.consumer_offset import ConsumerOffsetManager
+from broker_store.broker.topic_config import TopicConfigManager
+from broker_store.clock import Clock
+from broker_store.net.client import RemotingClient
+from broker_store.protocol.codes import RequestCode, ResponseCode
+from broker_store.protocol.errors import ProtocolError, RocketMQError
+from broker_store.protocol.frame import RemotingCommand
+from broker_store.protocol.route import loads_rocketmq
+from broker_store.protocol.topic import TopicConfigTable
+
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT = 3.0
+
+
+class MetadataSync:
+    """One replica's periodic copy of its primary's metadata (see the module docstring).
+
+    ``primary_addr`` is read each round (None: not known yet, the round is skipped); ``on_topics_changed``
+    runs after the topic table was replaced (the server re-registers, so routes list the replica's queues).
+    """
+
+    def __init__(self, client: RemotingClient, primary_addr: Callable[[], str | None], topics: TopicConfigManager,
+                 offsets: ConsumerOffsetManager, *, interval: float, clock: Clock,
+                 on_topics_changed: Callable[[], None] = lambda: None) -> None:
+        self._client = client
+        self._primary_addr = primary_addr
+        self._topics = topics
+        self._offsets = offsets
+        self.interval = interval
+        self._clock = clock
+        self._on_topics_changed = on_topics_changed
+        self.rounds = 0
+        """Rounds completed against a primary (tests, admin)."""
+
+    async def run(self) -> None:
+        """Sync now, then every ``interval`` seconds, until cancelled; failures wait for the next round."""
+        while True:
+            try:
+                await self.sync_once()
+            except RocketMQError as exc:
+                log.warning("metadata sync from the primary failed (next try in %.0f s): %s", self.interval, exc)
+            await self._clock.sleep(self.interval)
+
+    async def sync_once(self) -> bool:
+        """One round; False when the primary's address is not known yet."""
+        addr = self._primary_addr()
+        if not addr:
+            return False
+        topics = TopicConfigTable.from_json(await self._get_json(addr, RequestCode.GET_ALL_TOPIC_CONFIG))
+        if self._topics.replace_all(topics):
+            self._on_topics_changed()
+        offsets = await self._get_json(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
+        try:
+            table = {str(key): {int(q): int(o) for q, o in queues.items()}
+                     for key, queues in (offsets.get("offsetTable") or {}).items()}
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"GET_ALL_CONSUMER_OFFSET from {addr}: malformed offset table: {exc}") from exc
+        self._offsets.replace_all(table)
+        self._offsets.persist()
+        self.rounds += 1
+        return True
+
+    async def _get_json(self, addr: str, code: RequestCode) -> dict[str, Any]:
+        resp = await self._client.invoke(addr, RemotingCommand(code=code), REQUEST_TIMEOUT)
+        if resp.code != ResponseCode.SUCCESS:
+            raise ProtocolError(f"{code.name} to the primary {addr}: code {resp.code} {resp.remark or ''}")
+        body = loads_rocketmq(resp.body) if resp.body else {}
+        if not isinstance(body, dict):
+            raise ProtocolError(f"{code.name} from the primary {addr}: the body is not a JSON object")
+        return body

@@ -1,0 +1,229 @@
+"""BrokerReplication: a broker's side of its group's replication, switched with its runtime role.
+
+Owned by ``BrokerServer``, which starts it after the store and stops it before the store. While the
+broker is PRIMARY it runs the quorum (``ha.quorum.Quorum``), the HA port (``ha.primary_service``) and
+the replica-ack step of the store's durability policy, so every put's ``PutResult.durable`` covers the
+replica acks and a put the quorum cannot satisfy is refused before the append. While REPLICA it runs
+``ha.replica_client.ReplicaClient`` into the store (the store indexes what arrives: the replica builds
+its own ConsumeQueues). ``RoleState.change_role`` drives the switch through a listener (the controller
+issue calls it): to REPLICA stops the primary side (waiting puts are answered FLUSH_SLAVE_TIMEOUT) and
+starts the client; to PRIMARY stops the client and starts the primary side.
+
+Contract: everything runs on the broker's event loop; switches are serialised (one at a time, in the
+order the role changed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+
+from broker_store.broker.role import BrokerRole, RoleState
+from broker_store.clock import Clock
+from broker_store.ha.primary_service import PrimaryService
+from broker_store.ha.quorum import Quorum, ReplicaAckStep
+from broker_store.ha.replica_client import ReplicaClient
+from broker_store.ha.settings import HARole, HASettings
+from broker_store.store import MessageStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HALinkView:
+    """One replica connected to this primary (admin views)."""
+
+    link: str
+    """``ip:port#n`` of the replica's HA connection."""
+    ack_offset: int
+    """Highest CommitLog offset the replica reported holding."""
+    in_sync: bool
+    """Within ``ha_max_gap_not_in_sync`` of the primary's max offset."""
+
+
+@dataclass(frozen=True)
+class HAView:
+    """This broker's replication state (answered to GET_BROKER_HA_STATUS)."""
+
+    role: str
+    """PRIMARY or REPLICA (runtime role)."""
+    ha_role: str
+    """Configured role: ASYNC_MASTER, SYNC_MASTER or SLAVE."""
+    ha_address: str
+    """Primary: the HA address replicas dial; replica: the primary's HA address it follows."""
+    min_offset: int
+    max_offset: int
+    """This store's CommitLog range."""
+    links: tuple[HALinkView, ...] = ()
+    """Primary: its connected replicas."""
+    connected: bool = False
+    """Replica: a session with the primary is up."""
+    last_error: str = ""
+    """Replica without a session: why the last one ended (or could not start)."""
+    ha_max_gap_not_in_sync: int = 0
+    """The in-sync gap this broker judges with (bytes)."""
+
+    def to_json(self) -> bytes:
+        """The GET_BROKER_HA_STATUS body: RocketMQ's HARuntimeInfo field names (a subset) plus ours::
+
+            {"master": bool, "masterCommitLogMaxOffset": int, "inSyncSlaveNums": int,
+             "haConnectionInfo": [{"addr": str, "slaveAckOffset": int, "diff": int, "inSync": bool}],
+             "haClientRuntimeInfo": {"masterAddr": str, "maxOffset": int, "isActivated": bool},
+             "role": "PRIMARY"|"REPLICA", "haRole": str, "haAddress": str, "minOffset": int,
+             "maxOffset": int, "lastError": str, "haMaxGapNotInSync": int}
+
+        A primary's masterCommitLogMaxOffset is its own max offset; a replica's haClientRuntimeInfo is
+        its link to the primary (``isActivated``: a session is up).
+        """
+        primary = self.role == BrokerRole.PRIMARY.value
+        return json.dumps({
+            "master": primary,
+            "masterCommitLogMaxOffset": self.max_offset if primary else -1,
+            "inSyncSlaveNums": sum(1 for link in self.links if link.in_sync),
+            "haConnectionInfo": [{"addr": link.link, "slaveAckOffset": link.ack_offset,
+                                  "diff": self.max_offset - link.ack_offset if link.ack_offset >= 0 else -1,
+                                  "inSync": link.in_sync} for link in self.links],
+            "haClientRuntimeInfo": {"masterAddr": "" if primary else self.ha_address,
+                                    "maxOffset": self.max_offset, "isActivated": self.connected},
+            "role": self.role, "haRole": self.ha_role, "haAddress": self.ha_address,
+            "minOffset": self.min_offset, "maxOffset": self.max_offset, "lastError": self.last_error,
+            "haMaxGapNotInSync": self.ha_max_gap_not_in_sync,
+        }).encode()
+
+
+class BrokerReplication:
+    """The primary or replica side of the broker's group replication (see the module docstring)."""
+
+    def __init__(self, store: MessageStore, role: RoleState, settings: HASettings, *, host: str, ha_port: int,
+                 advertised_ip: str, clock: Clock) -> None:
+        self._store = store
+        self._role = role
+        self._settings = settings
+        self._host, self._ha_port = host, ha_port
+        self._advertised_ip = advertised_ip
+        self._clock = clock
+        self._quorum: Quorum | None = None
+        self._service: PrimaryService | None = None
+        self._step: ReplicaAckStep | None = None
+        self._client: ReplicaClient | None = None
+        self._switches: asyncio.Task[None] | None = None
+        self._started = False
+        self.ha_address = ""
+        """``ip:port`` replicas dial while this broker is primary (registered as haServerAddr); ""."""
+        store.add_arrival_listener(self._on_arrival)
+        role.listeners.append(self._on_role_changed)
+
+    @property
+    def quorum(self) -> Quorum | None:
+        """The quorum while primary (None while replica)."""
+        return self._quorum
+
+    @property
+    def client(self) -> ReplicaClient | None:
+        """The HA client while replica (None while primary)."""
+        return self._client
+
+    async def start(self) -> None:
+        self._started = True
+        await self._become(self._role.role)
+
+    async def stop(self) -> None:
+        self._started = False
+        if self._switches is not None:
+            await asyncio.shield(self._switches)
+        await self._stop_primary()
+        await self._stop_replica()
+
+    # -- role switches ------------------------------------------------------------------------------
+
+    def _on_role_changed(self, _old: BrokerRole, new: BrokerRole) -> None:
+        if not self._started:
+            return
+        previous = self._switches
+
+        async def switch() -> None:
+            if previous is not None:
+                await previous
+            if self._started:
+                await self._become(new)
+
+        self._switches = asyncio.get_running_loop().create_task(switch(), name=f"ha-become-{new.value}")
+
+    async def _become(self, role: BrokerRole) -> None:
+        if role is BrokerRole.PRIMARY:
+            await self._stop_replica()
+            await self._start_primary()
+        else:
+            await self._stop_primary()
+            await self._start_replica()
+
+    async def _start_primary(self) -> None:
+        if self._service is not None:
+            return
+        quorum = Quorum(self._settings, self._clock)
+        service = PrimaryService(self._store, quorum, self._settings, host=self._host, port=self._ha_port,
+                                 clock=self._clock)
+        await service.start()
+        self._quorum, self._service = quorum, service
+        if self._settings.role is HARole.SYNC_MASTER:
+            # Only a SYNC_MASTER put ever waits (or is refused); an ASYNC_MASTER's puts keep the store's
+            # no-step fast path (the already resolved PUT_OK future).
+            self._step = quorum.replica_ack_step()
+            self._store.durability.add_step(self._step)
+        self.ha_address = f"{self._advertised_ip}:{service.port}"
+        log.info("HA: primary (%s) listening for replicas on %s", self._settings.role.value, self.ha_address)
+
+    async def _stop_primary(self) -> None:
+        if self._step is not None:
+            self._store.durability.remove_step(self._step)
+            self._step = None
+        if self._service is not None:
+            await self._service.stop()
+        self._service = self._quorum = None
+        self.ha_address = ""
+
+    async def _start_replica(self) -> None:
+        if self._client is not None:
+            return
+        if self._settings.ha_primary_address is None:
+            # A primary turned replica by hand (tests) or, later, by a controller that has not yet said
+            # whom to follow: it serves reads and refuses writes, but ships nothing.
+            log.warning("HA: replica without ha.ha_primary_address: not following any primary")
+            return
+        client = ReplicaClient(self._store, self._settings)
+        await client.start()
+        self._client = client
+        log.info("HA: replica following %s", self._settings.ha_primary_address)
+
+    async def _stop_replica(self) -> None:
+        if self._client is not None:
+            await self._client.stop()
+            self._client = None
+
+    def _on_arrival(self, _topic: str, _queue_id: int, _max_offset: int) -> None:
+        # Puts dispatch on the loop thread; a replica's appends (another thread) never find a service.
+        service = self._service
+        if service is not None:
+            service.notify_appended()
+
+    # -- admin view ---------------------------------------------------------------------------------
+
+    def view(self) -> HAView:
+        store = self._store
+        role, ha_role = self._role.role.value, self._settings.role.value
+        min_offset, max_offset = store.min_physical_offset, store.max_physical_offset
+        if self._quorum is not None:
+            gap = self._settings.ha_max_gap_not_in_sync
+            links = tuple(HALinkView(str(s.link_id), s.ack_offset,
+                                     s.ack_offset >= 0 and max_offset - s.ack_offset < gap)
+                          for s in sorted(self._quorum.links.snapshot(), key=lambda s: str(s.link_id)))
+            return HAView(role, ha_role, self.ha_address, min_offset, max_offset, links,
+                          ha_max_gap_not_in_sync=gap)
+        client = self._client
+        connected = client is not None and client.connected
+        return HAView(role, ha_role, self._settings.ha_primary_address or "", min_offset, max_offset,
+                      connected=connected,
+                      last_error=client.last_error if client is not None and not connected else "",
+                      ha_max_gap_not_in_sync=self._settings.ha_max_gap_not_in_sync)
