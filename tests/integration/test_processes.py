@@ -35,7 +35,8 @@ def pull_all(consumer: PullConsumer, queues: list[MessageQueue]) -> dict[Message
 
 
 def test_up_starts_both_clusters_and_stops_them_on_sigterm(tmp_path: Path) -> None:
-    ports = [free_port() for _ in range(6)]
+    # brokers keep listen + 1 free for their HA port (counted by the config's duplicate-port check)
+    ports = [free_port(1 if i in (0, 3, 5) else 2) for i in range(6)]
     config = {"clusters": [
         {"name": "src", "namesrv": {"listen": f"127.0.0.1:{ports[0]}"},
          "brokers": [{"broker_name": "src-a", "listen": f"127.0.0.1:{ports[1]}", "store_dir": "s-a",
