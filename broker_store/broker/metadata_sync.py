@@ -1,4 +1,5 @@
-"""Metadata sync on a replica: topics and consumer offsets copied from the group's primary on a period.
+"""Metadata sync on a replica: topics, consumer offsets and subscription groups copied from the group's
+primary on a period.
 
 Run by ``BrokerServer`` while the broker is a REPLICA (RocketMQ's SlaveSynchronize, every 10 s by
 default: ``ha.metadata_sync_interval_ms``). Each round asks the primary's remoting address (learnt from
@@ -6,14 +7,13 @@ the name server's registration answer, ``NamesrvRegistration.master_addr``) with
 replaces the local copy when the primary's data version differs, and persists it so a restarted replica
 (or one that becomes primary) starts from the last copy:
 
-    GET_ALL_TOPIC_CONFIG (21)      -> topics.json            (TopicConfigSerializeWrapper JSON)
-    GET_ALL_CONSUMER_OFFSET (43)   -> consumer_offsets.json  (ConsumerOffsetSerializeWrapper JSON)
+    GET_ALL_TOPIC_CONFIG (21)               -> topics.json               (TopicConfigSerializeWrapper JSON)
+    GET_ALL_CONSUMER_OFFSET (43)            -> consumer_offsets.json     (ConsumerOffsetSerializeWrapper JSON)
+    GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201)  -> subscription_groups.json  (SubscriptionGroupWrapper JSON)
 
-RocketMQ also copies delay offsets (GET_ALL_DELAY_OFFSET, 45) and subscription groups
-(GET_ALL_SUBSCRIPTIONGROUP_CONFIG, 201). This broker keeps neither: it has no schedule topic (send-back
-retries are stored for immediate redelivery, see ``send_processor``), and no subscription group table
-(groups get RocketMQ's SubscriptionGroupConfig defaults, e.g. whichBrokerWhenConsumeSlowly 1). When
-those tables exist they join this round with those codes.
+RocketMQ also copies delay offsets (GET_ALL_DELAY_OFFSET, 45). This broker keeps none: it has no schedule
+topic (send-back retries are stored for immediate redelivery, see ``send_processor``). When that table
+exists it joins this round with that code.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker_store.broker.consumer_offset import ConsumerOffsetManager
+from broker_store.broker.subscription_group import SubscriptionGroupConfig, SubscriptionGroupManager
 from broker_store.broker.topic_config import TopicConfigManager
 from broker_store.clock import Clock
 from broker_store.net.client import RemotingClient
@@ -45,12 +46,13 @@ class MetadataSync:
     """
 
     def __init__(self, client: RemotingClient, primary_addr: Callable[[], str | None], topics: TopicConfigManager,
-                 offsets: ConsumerOffsetManager, *, interval: float, clock: Clock,
+                 offsets: ConsumerOffsetManager, groups: SubscriptionGroupManager, *, interval: float, clock: Clock,
                  on_topics_changed: Callable[[], None] = lambda: None) -> None:
         self._client = client
         self._primary_addr = primary_addr
         self._topics = topics
         self._offsets = offsets
+        self._groups = groups
         self.interval = interval
         self._clock = clock
         self._on_topics_changed = on_topics_changed
@@ -82,6 +84,13 @@ class MetadataSync:
             raise ProtocolError(f"GET_ALL_CONSUMER_OFFSET from {addr}: malformed offset table: {exc}") from exc
         self._offsets.replace_all(table)
         self._offsets.persist()
+        wrapper = await self._get_json(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        try:
+            groups = {str(name): SubscriptionGroupConfig.from_json(cfg)
+                      for name, cfg in (wrapper.get("subscriptionGroupTable") or {}).items()}
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"GET_ALL_SUBSCRIPTIONGROUP_CONFIG from {addr}: malformed table: {exc}") from exc
+        self._groups.replace_all(groups)
         self.rounds += 1
         return True
 

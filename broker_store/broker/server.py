@@ -175,7 +175,7 @@ class BrokerServer:
             self.topic_configs.change_listeners.append(lambda _tc: self._request_register())
             self.metadata_sync = MetadataSync(
                 self._client, self._primary_broker_addr, self.topic_configs, self.consumer_offsets,
-                interval=self.config.ha.metadata_sync_interval_ms / 1000, clock=self._clock,
+                self.subscription_groups, interval=self.config.ha.metadata_sync_interval_ms / 1000, clock=self._clock,
                 on_topics_changed=self._request_register)
             self._install_processors()
             await self.registration.register_all()

@@ -107,6 +107,14 @@ class SubscriptionGroupManager:
         self._persist()
         return True
 
+    def replace_all(self, table: dict[str, SubscriptionGroupConfig]) -> bool:
+        """Take a primary's whole table (a replica's metadata sync); persisted, True when it changed."""
+        if table == self._table:
+            return False
+        self._table = dict(table)
+        self._persist()
+        return True
+
     def select(self, group: str) -> SubscriptionGroupConfig | None:
         return self._table.get(group)
 

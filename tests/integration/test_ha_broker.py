@@ -140,7 +140,7 @@ def test_ha_status_command_lists_members_roles_offsets_and_in_sync_state(
                                        f"follows 127.0.0.1:{primary.ha_port}"]
 
 
-def test_replica_copies_topics_and_consumer_offsets_from_its_primary(cluster: LocalCluster) -> None:
+def test_replica_copies_topics_consumer_offsets_and_groups_from_its_primary(cluster: LocalCluster) -> None:
     primary, replica = cluster.groups["s"]
     with Admin(cluster.namesrv_addr) as admin:
         admin.create_topic("T-meta", 3, broker_names=["s"])
@@ -153,6 +153,13 @@ def test_replica_copies_topics_and_consumer_offsets_from_its_primary(cluster: Lo
                what="consumer offset copied and persisted")
     assert json.loads(offsets_file.read_text())["offsetTable"]["T-meta@meta-group"] == {"2": 42}
     assert json.loads((replica.store_dir / "config" / "topics.json").read_text())["topicConfigTable"]["T-meta"]
+    with Admin(cluster.namesrv_addr) as admin:
+        admin.create_subscription_group({"groupName": "meta-sub", "whichBrokerWhenConsumeSlowly": 1})
+        eventually(lambda: "meta-sub" in admin.all_subscription_groups(replica.listen),
+                   what="subscription group copied")
+        assert admin.all_subscription_groups(replica.listen)["meta-sub"] == \
+            admin.all_subscription_groups(primary.listen)["meta-sub"]
+    assert "meta-sub" in (replica.store_dir / "config" / "subscription_groups.json").read_text()
 
 
 def test_paused_replica_times_out_then_missing_replica_refuses_before_append(cluster: LocalCluster,
