@@ -26,7 +26,7 @@ if __package__ in (None, ""):  # `spark-submit jobs/checkpoint.py` / `python job
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from connectors.checkpoint.data_source import DATA_SOURCE_NAME, CheckpointDataSource  # noqa: E402
-from connectors.core.config import ReplicatorConfig, load_replicator_config  # noqa: E402
+from connectors.core.config import LinkConfig, ReplicatorConfig, load_replicator_config  # noqa: E402
 from connectors.core.errors import ReplicatorError  # noqa: E402
 from jobs import job_logging  # noqa: E402
 from jobs.replicate import build_spark  # noqa: E402
@@ -65,18 +65,22 @@ def start_checkpoints(spark: Any, config_path: str, config: ReplicatorConfig, na
 
 def run_queries(argv: list[str] | None, *, prog: str, data_source: Any,
                 location: Callable[[ReplicatorConfig, str], str],
-                start: Callable[[Any, str, ReplicatorConfig, str], Any]) -> int:
+                start: Callable[[Any, str, ReplicatorConfig, str], Any],
+                enabled: Callable[[LinkConfig], bool] = lambda _link: True) -> int:
     """The shared main loop of the polling connectors' jobs (checkpoint, config sync): parse the arguments,
-    start ``start(spark, config path, config, link)`` per link, run until a signal or a failed query."""
+    start ``start(spark, config path, config, link)`` per link the connector is ``enabled`` for, run until a
+    signal or a failed query."""
     args = parse_args(argv, prog)
     try:
         log_dir = job_logging.setup(args.log_dir, args.log_level)
         config = load_replicator_config(args.config)
         names = args.link or [link.name for link in config.links]
-        for name in names:
-            config.link(name)
+        names = [name for name in names if enabled(config.link(name))]
     except (ValueError, OSError, ReplicatorError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not names:
+        print(f"error: {prog} is disabled for every link selected", file=sys.stderr)
         return 2
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -111,7 +115,7 @@ def run_queries(argv: list[str] | None, *, prog: str, data_source: Any,
 
 def run(argv: list[str] | None = None) -> int:
     return run_queries(argv, prog="checkpoint", data_source=CheckpointDataSource, location=checkpoint_query_location,
-                       start=start_checkpoints)
+                       start=start_checkpoints, enabled=lambda link: link.checkpoints.enabled)
 
 
 if __name__ == "__main__":

@@ -135,13 +135,23 @@ class CheckpointTables(DeltaTableSet):
             raise TableError(f"cannot read Delta table {self.path(CHECKPOINTS)}: {exc}") from exc
         if group is not None:
             rows = rows.filter(pc.equal(rows["group"], group))
-        translated = pc.is_in(rows["outcome"], pa.array(sorted(TRANSLATED_OUTCOMES)))
-        pending = pc.equal(rows["outcome"], CheckpointOutcome.PENDING.value)
-        per_checkpoint = rows.append_column("translated", translated).append_column("pending", pending).group_by(
-            ["group", "snapshot_at"], use_threads=False).aggregate([("translated", "any"), ("pending", "any")])
-        complete = per_checkpoint.filter(pc.and_(per_checkpoint["translated_any"],
-                                                 pc.invert(per_checkpoint["pending_any"])))
-        return epoch_ms(pc.max(complete["snapshot_at"]).as_py())
+        return newest_complete_snapshot_ms(rows)
+
+
+def newest_complete_snapshot_ms(rows: pa.Table) -> int | None:
+    """Snapshot time of the newest complete checkpoint among ``rows`` (columns ``group``, ``outcome``,
+    ``snapshot_at``; any subset of whole checkpoints, as one batch commit writes each whole): at least one
+    source queue translated and none pending. None when there is none. Shared by ``newest_translated_ms``
+    and the metrics endpoint's incremental read (``jobs.metrics.ConnectorStateFeed``)."""
+    if rows.num_rows == 0:
+        return None
+    translated = pc.is_in(rows["outcome"], pa.array(sorted(TRANSLATED_OUTCOMES)))
+    pending = pc.equal(rows["outcome"], CheckpointOutcome.PENDING.value)
+    per_checkpoint = rows.append_column("translated", translated).append_column("pending", pending).group_by(
+        ["group", "snapshot_at"], use_threads=False).aggregate([("translated", "any"), ("pending", "any")])
+    complete = per_checkpoint.filter(pc.and_(per_checkpoint["translated_any"],
+                                             pc.invert(per_checkpoint["pending_any"])))
+    return epoch_ms(pc.max(complete["snapshot_at"]).as_py())
 
 
 def checkpoint_age_ms(tables: CheckpointTables, now_ms: int, group: str | None = None) -> int | None:
