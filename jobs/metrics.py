@@ -1,7 +1,8 @@
 """The jobs' Prometheus endpoint on the Spark driver: ``http://<metrics.host>:<metrics.port>/metrics``.
 
-Started by ``jobs/replicate.py`` and ``jobs/heartbeat.py`` (``MetricsEndpoint``) in the job's own
-process; read by Prometheus and by ``python -m jobs.lag``. Where the numbers come from:
+Started by ``jobs/run_all.py``, ``jobs/replicate.py`` and ``jobs/heartbeat.py`` (``MetricsEndpoint``, through
+``jobs.query_supervisor.prepare_job``) in the job's own process; read by Prometheus and by
+``python -m jobs.lag``. Where the numbers come from:
 
 * Replication: the sink's driver commit runs in a Spark Python worker, not in the job's process, so
   nothing there can set a gauge here. The endpoint reads what that commit writes: each link's Delta
@@ -16,8 +17,8 @@ process; read by Prometheus and by ``python -m jobs.lag``. Where the numbers com
   the state from before the process started (the first read takes the whole table). A table not written
   yet (or a connector disabled for the link) leaves the gauge without a value, not at 0; the checkpoint
   age is computed at scrape time from the newest complete checkpoint's snapshot time.
-* Heartbeat: ``jobs/heartbeat.py`` hands its ``HeartbeatMonitor``; the heartbeat metrics are computed
-  from it at each scrape (ages are exact at scrape time, not as of the last poll).
+* Heartbeat: ``jobs/heartbeat.py`` / ``jobs/run_all.py`` hand their ``HeartbeatMonitor``; the heartbeat
+  metrics are computed from it at each scrape (ages are exact at scrape time, not as of the last poll).
 
 Metrics, every one labelled ``link`` (README, "Metrics", has the same list)::
 
