@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,9 +24,10 @@ if __package__ in (None, ""):  # `spark-submit jobs/checkpoint.py` / `python job
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from connectors.checkpoint.data_source import DATA_SOURCE_NAME, CheckpointDataSource  # noqa: E402
-from connectors.core.config import ReplicatorConfig, load_replicator_config  # noqa: E402
+from connectors.core.config import LinkConfig, ReplicatorConfig, load_replicator_config  # noqa: E402
 from connectors.core.errors import ReplicatorError  # noqa: E402
 from jobs import job_logging  # noqa: E402
+from jobs.query_supervisor import quiet_accumulator_server, stop_on_signals, supervise  # noqa: E402
 from jobs.replicate import build_spark  # noqa: E402
 
 log = logging.getLogger("jobs.checkpoint")
@@ -65,53 +64,41 @@ def start_checkpoints(spark: Any, config_path: str, config: ReplicatorConfig, na
 
 def run_queries(argv: list[str] | None, *, prog: str, data_source: Any,
                 location: Callable[[ReplicatorConfig, str], str],
-                start: Callable[[Any, str, ReplicatorConfig, str], Any]) -> int:
+                start: Callable[[Any, str, ReplicatorConfig, str], Any],
+                enabled: Callable[[LinkConfig], bool] = lambda _link: True) -> int:
     """The shared main loop of the polling connectors' jobs (checkpoint, config sync): parse the arguments,
-    start ``start(spark, config path, config, link)`` per link, run until a signal or a failed query."""
+    start ``start(spark, config path, config, link)`` per link the connector is ``enabled`` for, run until a
+    signal or a failed query."""
     args = parse_args(argv, prog)
     try:
         log_dir = job_logging.setup(args.log_dir, args.log_level)
         config = load_replicator_config(args.config)
         names = args.link or [link.name for link in config.links]
-        for name in names:
-            config.link(name)
+        names = [name for name in names if enabled(config.link(name))]
     except (ValueError, OSError, ReplicatorError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    from pyspark.errors import StreamingQueryException
-
+    if not names:
+        print(f"error: {prog} is disabled for every link selected", file=sys.stderr)
+        return 2
+    stop = stop_on_signals()
     spark = build_spark(f"rocketmq-replicator-{prog}", log_dir=log_dir,
                         checkpoint_locations=[location(config, n) for n in names])
     spark.dataSource.register(data_source)
-    failed = False
+    quiet_accumulator_server(spark)
     try:
-        queries = [start(spark, args.config, config, name) for name in names]
-        while not stop.is_set() and all(q.isActive for q in queries):
-            try:
-                spark.streams.awaitAnyTermination(1)
-            except StreamingQueryException:
-                pass
-            spark.streams.resetTerminated()
-        for q in queries:
-            if q.isActive:
-                q.stop()
-            if q.exception() is not None:
-                failed = True
-                log.error("%s", job_logging.failure_line(q.name, q.exception(), log_dir))
+        failures = supervise(spark, [start(spark, args.config, config, name) for name in names], stop, log_dir)
     except ReplicatorError as exc:
         log.error("error: %s", exc)
         return 2
     finally:
         spark.stop()
-    return 1 if failed else 0
+    return 1 if failures else 0
 
 
 def run(argv: list[str] | None = None) -> int:
     return run_queries(argv, prog="checkpoint", data_source=CheckpointDataSource, location=checkpoint_query_location,
-                       start=start_checkpoints)
+                       start=start_checkpoints, enabled=lambda link: link.checkpoints.enabled)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ def start_config_sync(spark: Any, config_path: str, config: ReplicatorConfig, na
 
 def run(argv: list[str] | None = None) -> int:
     return run_queries(argv, prog="config_sync", data_source=ConfigDataSource, location=config_query_location,
-                       start=start_config_sync)
+                       start=start_config_sync, enabled=lambda link: link.config_sync.enabled)
 
 
 if __name__ == "__main__":

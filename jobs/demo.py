@@ -1,13 +1,19 @@
-"""`make demo`: start the local clusters from conf/, put a sample load through them, replicate it with
-the Spark job, print what happened, and stop everything.
+"""`make demo`: the replicator's main job end to end on two local clusters, then a summary, then everything
+stopped.
 
 1. `python -m broker_store up --config conf/cluster-local.yaml` as a child (stores in a temporary dir).
-2. Create `Orders` with the same queue layout on both clusters; produce messages with tags, keys and
-   user properties to `source` and consume them back byte-exact.
-3. Run the main job, `jobs/replicate.py`, for the `source-to-target` link of conf/replicator.yaml
-   (checkpoint and Delta tables moved into the temporary dir) with Trigger.AvailableNow.
-4. Verify the copy on `target` (bodies, queue ids, the replicator chain property) and print the link's
-   Delta metrics.
+2. Create `Orders` and `Payments` on the source only, and start the main job, `jobs/run_all.py`, on local
+   Spark for the `source-to-target` link of conf/replicator.yaml (checkpoint and Delta dirs moved into the
+   temporary dir, a free metrics port): replication, heartbeat, checkpoints and config sync. Config sync
+   creates the topics on the target (`Payments` as `PaymentsReplica`, the link's rename).
+3. Produce a sample load to `Orders` while a consumer group (`DEMO_GROUP`) reads part of it and stops, and
+   print the live lag table of `jobs.lag` (from the job's Prometheus endpoint) every few seconds.
+4. Once the load is through: the summary (messages replicated and byte-exact, heartbeat lag p50/p99, the
+   group's translated offsets and a consumer on the target finishing the topic with nothing missed or
+   repeated, the topics config sync created), then SIGTERM to the job and the clusters.
+
+Bounded by default (about a minute after start-up); `--forever` produces until Ctrl-C, then the summary.
+Exit code 0 when every check of the summary holds, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -15,26 +21,36 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
+from rich.console import Console
 
 from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, new_message
 from broker_store.config import LocalClustersConfig, load_yaml
-from broker_store.protocol.message import PROPERTY_REPLICATOR_SOURCE
+from connectors.checkpoint.tables import CheckpointTables
+from connectors.core.config import load_replicator_config
+from jobs import demo_report
+from jobs.lag import EndpointUnreachableError, link_lags, render, scrape
 
 TOPIC = "Orders"
+OTHER_TOPIC = "Payments"
 LINK = "source-to-target"
+GROUP = "DEMO_GROUP"
 
 
 def start_clusters(config: Path, data_dir: Path) -> tuple[subprocess.Popen[str], list[str]]:
+    # own session: a Ctrl-C of --forever reaches the demo, which then stops the children in order
     proc = subprocess.Popen([sys.executable, "-m", "broker_store", "up", "--config", str(config),
                              "--data-dir", str(data_dir), "--run-dir", str(data_dir / "run")],
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     if not line.startswith("READY "):
@@ -44,81 +60,187 @@ def start_clusters(config: Path, data_dir: Path) -> tuple[subprocess.Popen[str],
     return proc, line.split()[1:]
 
 
-def queues_of(admin: Admin, topic: str) -> list[MessageQueue]:
-    route = admin.wait_for_route(topic)
-    return sorted(MessageQueue(topic, q.broker_name, i) for q in route.queue_datas for i in range(q.read_queue_nums))
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
-def produce(namesrv: str, count: int) -> dict[str, bytes]:
-    sent: dict[str, bytes] = {}
-    started = time.monotonic()
-    with Producer(namesrv, "DEMO_PRODUCER") as producer:
-        for start in range(0, count, 100):
-            batch = [new_message(TOPIC, os.urandom(1024), tags=("TagA", "TagB")[i % 2], keys=f"order-{i}",
-                                 properties={"demo-seq": str(i)}) for i in range(start, min(count, start + 100))]
-            result = producer.send_batch(batch)
-            sent.update(zip(result.msg_ids, (m.body for m in batch), strict=True))
-    elapsed = time.monotonic() - started
-    print(f"produced {count} x 1 KiB messages to {TOPIC} on {namesrv} in {elapsed:.2f}s "
-          f"({count / elapsed:.0f} msg/s, batches of 100)")
-    return sent
-
-
-def consume(namesrv: str, expected: dict[str, bytes], *, chain: str | None = None) -> dict[str, int]:
-    """Pull every queue of TOPIC, check bodies (and the replicator chain); msgId -> queue id."""
-    placed: dict[str, int] = {}
-    with Admin(namesrv) as admin, PullConsumer(namesrv, "DEMO_CONSUMER") as consumer:
-        for mq in queues_of(admin, TOPIC):
-            offset = 0
-            while True:
-                result = consumer.pull(mq, offset, 256)
-                if result.status is not PullStatus.FOUND:
-                    break
-                for msg in result.messages:
-                    if expected.get(msg.msg_id) != msg.body:
-                        raise SystemExit(f"message {msg.msg_id} at {mq} offset {msg.queue_offset} does not match")
-                    if chain is not None and msg.properties.get(PROPERTY_REPLICATOR_SOURCE) != chain:
-                        raise SystemExit(f"message {msg.msg_id} on {namesrv} lacks {PROPERTY_REPLICATOR_SOURCE}")
-                    placed[msg.msg_id] = mq.queue_id
-                offset = result.next_begin_offset
-            print(f"  {mq}: offsets [{admin.min_offset(mq)}, {admin.max_offset(mq)})")
-    print(f"consumed {len(placed)} messages back from {namesrv}, every body byte-identical")
-    if len(placed) != len(expected):
-        raise SystemExit(f"expected {len(expected)} messages on {namesrv}, found {len(placed)}")
-    return placed
-
-
-def replicate(workdir: Path) -> Path:
-    """Run jobs/replicate.py for LINK with AvailableNow; returns the link's Delta directory."""
+def write_config(workdir: Path, port: int, namesrvs: dict[str, str]) -> Path:
+    """conf/replicator.yaml with the Spark checkpoints and Delta tables under ``workdir``, metrics on ``port``
+    and each cluster's name server as the clusters actually started (cluster name -> address)."""
     config = yaml.safe_load(Path("conf/replicator.yaml").read_text())
+    for cluster in config["clusters"]:
+        if cluster["name"] in namesrvs:
+            cluster["namesrv"] = [namesrvs[cluster["name"]]]
     for link in config["links"]:
         link["checkpoint_location"] = str(workdir / "checkpoints" / link["name"])
         link["delta_location"] = str(workdir / "delta")
+    config["heartbeat"]["checkpoint_location"] = str(workdir / "checkpoints" / "heartbeat")
+    config["metrics"]["port"] = port
     path = workdir / "replicator.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+class LoadProducer(threading.Thread):
+    """Sends 1 KiB messages to TOPIC at ``rate`` per second, until ``total`` (None: until ``stop``)."""
+
+    def __init__(self, namesrv: str, rate: float, total: int | None) -> None:
+        super().__init__(name="demo-producer", daemon=True)
+        self.namesrv, self.rate, self.total = namesrv, rate, total
+        self.sent: dict[str, bytes] = {}
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        started, i = time.monotonic(), 0
+        try:
+            with Producer(self.namesrv, "DEMO_PRODUCER") as producer:
+                while not self.stop.is_set() and (self.total is None or i < self.total):
+                    count = 50 if self.total is None else min(50, self.total - i)
+                    batch = [new_message(TOPIC, os.urandom(1024), tags=("TagA", "TagB")[n % 2], keys=f"order-{n}",
+                                         properties={"demo-seq": str(n)}) for n in range(i, i + count)]
+                    result = producer.send_batch(batch)
+                    self.sent.update(zip(result.msg_ids, (m.body for m in batch), strict=True))
+                    i += count
+                    self.stop.wait(max(0.0, started + i / self.rate - time.monotonic()))
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            self.error = exc
+
+
+class PartialConsumer(threading.Thread):
+    """GROUP reads TOPIC on the source for ``seconds`` (at most ``limit`` messages), commits, and stops.
+    No client heartbeat: the group is never online, so the checkpoint connector may move it on the target."""
+
+    def __init__(self, namesrv: str, seconds: float, limit: int) -> None:
+        super().__init__(name="demo-consumer", daemon=True)
+        self.namesrv, self.seconds, self.limit = namesrv, seconds, limit
+        self.read: list[str] = []
+        self.stopped_ms = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        deadline = time.monotonic() + self.seconds
+        try:
+            with Admin(self.namesrv) as admin, PullConsumer(self.namesrv, GROUP, heartbeat_interval=None) as consumer:
+                queues = demo_report.queues_of(admin, TOPIC)
+                offsets: dict[MessageQueue, int] = dict.fromkeys(queues, 0)
+                while time.monotonic() < deadline and len(self.read) < self.limit:
+                    for mq in queues:
+                        want = min(32, self.limit - len(self.read))
+                        if want <= 0:
+                            break
+                        result = consumer.pull(mq, offsets[mq], want)
+                        if result.status is PullStatus.FOUND:
+                            self.read.extend(m.msg_id for m in result.messages)
+                            offsets[mq] = result.next_begin_offset
+                    for mq, offset in offsets.items():
+                        consumer.update_consumer_offset(mq, offset)
+                    time.sleep(0.5)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            self.error = exc
+        self.stopped_ms = int(time.time() * 1000)
+
+
+def show_lag(console: Console, url: str, threshold: float) -> None:
+    try:
+        rows = link_lags(scrape(url, 2), [LINK], lagging_threshold_s=threshold)
+        console.print(render(rows, url, None))
+    except EndpointUnreachableError as exc:
+        console.print(f"lag table: endpoint not answering yet ({exc})")
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str, job: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if job.poll() is not None:
+            raise SystemExit(f"the main job exited (code {job.returncode}) while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise demo_report.DemoCheckError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.5)
+
+
+def run_demo(namesrvs: dict[str, str], workdir: Path, *, forever: bool, rate: float, seconds: float) -> int:
+    source, target = namesrvs["source"], namesrvs["target"]
+    for topic in (TOPIC, OTHER_TOPIC):  # on the source only: config sync creates them on the target
+        with Admin(source) as admin:
+            admin.create_topic(topic, 2)
+            admin.wait_for_route(topic)
+    port = free_port()
+    config = write_config(workdir, port, namesrvs)
+    url = f"http://127.0.0.1:{port}/metrics"
+    lagging = load_replicator_config(config).heartbeat.lagging_threshold
+    print(f"running: python jobs/run_all.py --config {config} --link {LINK}  (logs: {workdir / 'logs'})", flush=True)
     started = time.monotonic()
-    print(f"running: python jobs/replicate.py --config {path} --link {LINK} --available-now", flush=True)
-    result = subprocess.run([sys.executable, "jobs/replicate.py", "--config", str(path), "--link", LINK,
-                             "--available-now", "--log-level", "WARNING", "--log-dir", str(workdir / "logs")],
-                            check=False)
-    if result.returncode != 0:
-        raise SystemExit(f"the replication job failed (exit {result.returncode})")
-    print(f"replication job finished in {time.monotonic() - started:.1f}s (including Spark start-up)")
-    return workdir / "delta" / LINK
-
-
-def print_metrics(tables: Path) -> None:
-    from deltalake import DeltaTable
-
-    metrics = DeltaTable(str(tables / "metrics")).to_pyarrow_table().to_pylist()
-    total = sum(int(m.get("messages") or 0) for m in metrics)
-    print(f"Delta tables in {tables}: {len(metrics)} batch(es), {total} messages recorded in metrics")
+    job = subprocess.Popen([sys.executable, "jobs/run_all.py", "--config", str(config), "--link", LINK,
+                            "--log-level", "WARNING", "--log-dir", str(workdir / "logs")], start_new_session=True)
+    console = Console(width=None if sys.stdout.isatty() else 110)  # a pipe or a log file: room for every column
+    ok = False
+    try:
+        with Admin(target) as admin:
+            def created() -> bool:
+                return TOPIC in admin.topic_list()
+            wait_until(created, 120, f"config sync to create {TOPIC} on the target", job)
+        print(f"main job up; {TOPIC} created on the target by config sync {time.monotonic() - started:.1f}s after "
+              f"start-up (Spark included)")
+        producer = LoadProducer(source, rate, None if forever else int(rate * seconds))
+        consumer = PartialConsumer(source, seconds / 2, int(rate * seconds / 2))
+        producer.start()
+        consumer.start()
+        print(f"producing 1 KiB messages to {TOPIC} at {rate:.0f} msg/s "
+              f"({'until Ctrl-C' if forever else f'{seconds:.0f} s'}); {GROUP} reads part of them on the source")
+        try:
+            while producer.is_alive():
+                time.sleep(4)
+                show_lag(console, url, lagging)
+        except KeyboardInterrupt:
+            print("Ctrl-C: stopping the load, then the summary")
+        producer.stop.set()
+        producer.join()
+        consumer.join()
+        for thread in (producer, consumer):
+            if thread.error is not None:
+                raise SystemExit(f"{thread.name} failed: {thread.error}")
+        sent = producer.sent
+        print(f"produced {len(sent)} messages; {GROUP} read {len(consumer.read)} of them on the source and stopped")
+        with Admin(target) as admin:
+            def replicated() -> bool:
+                return sum(admin.max_offset(mq) for mq in demo_report.queues_of(admin, TOPIC)) >= len(sent)
+            wait_until(replicated, 120, "the load on the target", job)
+        tables = workdir / "delta" / LINK
+        checkpoints = CheckpointTables(tables)
+        wait_until(lambda: (checkpoints.newest_translated_ms(GROUP) or 0) > consumer.stopped_ms, 60,
+                   f"a checkpoint of {GROUP} after it stopped", job)
+        show_lag(console, url, lagging)
+        print("summary:")
+        demo_report.check_copy(target, TOPIC, sent, tables)
+        demo_report.heartbeat_summary(tables)
+        demo_report.translated_offsets(tables, GROUP)
+        demo_report.finish_on_target(target, GROUP, TOPIC, consumer.read, sent)
+        demo_report.created_topics(tables)
+        ok = True
+    except demo_report.DemoCheckError as exc:
+        print(f"demo check failed: {exc}")
+    finally:
+        if job.poll() is None:
+            job.send_signal(signal.SIGTERM)
+        try:
+            code = job.wait(120)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            code = job.wait()
+        print(f"stopped the main job (exit {code}) {time.monotonic() - started:.0f}s after its start")
+    return 0 if ok and code == 0 else 1
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=Path("conf/cluster-local.yaml"))
-    parser.add_argument("--messages", type=int, default=10_000)
+    parser.add_argument("--forever", action="store_true", help="produce until Ctrl-C, then the summary")
+    parser.add_argument("--rate", type=float, default=200.0, help="messages per second of the sample load")
+    parser.add_argument("--seconds", type=float, default=20.0, help="length of the bounded load")
     args = parser.parse_args(argv)
     clusters = load_yaml(args.config, LocalClustersConfig)
     with tempfile.TemporaryDirectory(prefix="rmq-demo-") as tmp:
@@ -126,24 +248,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             print("local clusters up: " + ", ".join(f"{c.name}={addr}" for c, addr in zip(clusters.clusters, namesrvs,
                                                                                           strict=True)))
-            source, target = namesrvs[0], namesrvs[1]
-            for namesrv in (source, target):
-                with Admin(namesrv) as admin:
-                    admin.create_topic(TOPIC, 4)
-                    admin.wait_for_route(TOPIC)
-            sent = produce(source, args.messages)
-            on_source = consume(source, sent)
-            tables = replicate(Path(tmp))
-            on_target = consume(target, sent, chain="source")
-            same_queue = sum(on_source[k] == on_target[k] for k in on_source)
-            print(f"replicated {len(on_target)} of {len(sent)} messages to {target}; {same_queue} kept their "
-                  f"queue id; each carries {PROPERTY_REPLICATOR_SOURCE}=source")
-            print_metrics(tables)
+            by_name = {c.name: addr for c, addr in zip(clusters.clusters, namesrvs, strict=True)}
+            return run_demo(by_name, Path(tmp), forever=args.forever, rate=args.rate, seconds=args.seconds)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
             print(f"stopped the local clusters (exit {proc.returncode})")
-    return 0
 
 
 if __name__ == "__main__":

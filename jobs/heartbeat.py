@@ -19,22 +19,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):  # `spark-submit jobs/heartbeat.py` / `python jobs/heartbeat.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from connectors.core.config import ReplicatorConfig, load_replicator_config  # noqa: E402
-from connectors.core.driver_log import FILE_ONLY  # noqa: E402
-from connectors.core.errors import ReplicatorError  # noqa: E402
+from connectors.core.config import ReplicatorConfig  # noqa: E402
 from connectors.heartbeat.data_source import DATA_SOURCE_NAME, HeartbeatDataSource  # noqa: E402
-from connectors.heartbeat.monitor_loop import HeartbeatMonitorLoop  # noqa: E402
-from jobs import job_logging  # noqa: E402
-from jobs.metrics import MetricsEndpoint, metrics_settings  # noqa: E402
+from jobs.query_supervisor import prepare_job, quiet_accumulator_server, stop_on_signals, supervise  # noqa: E402
 
 log = logging.getLogger("jobs.heartbeat")
 
@@ -74,56 +68,25 @@ def start_heartbeat_query(spark: Any, config_path: str, config: ReplicatorConfig
 
 def run(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        log_dir = job_logging.setup(args.log_dir, args.log_level)
-    except (ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    endpoint: MetricsEndpoint | None = None
-    try:
-        config = load_replicator_config(args.config)
-        names = args.link or [link.name for link in config.links]
-        links = [config.link(name) for name in names]
-        monitor = HeartbeatMonitorLoop(config, names)
-        settings = metrics_settings(config.metrics, args.metrics_port)
-        if settings.port:
-            endpoint = MetricsEndpoint(settings, links, monitor=monitor.monitor)
-            endpoint.start()
-    except ReplicatorError as exc:
-        log.error("error: %s", exc)
-        return 2
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        log.info("%s: stopping the heartbeat", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    job = prepare_job(args, heartbeat_monitor=True)
+    if isinstance(job, int):
+        return job
+    assert job.monitor is not None
+    stop = stop_on_signals()
     from jobs.replicate import build_spark
 
-    failed = False
     spark = build_spark(app_name="rocketmq-replicator-heartbeat",
-                        checkpoint_locations=[config.heartbeat.checkpoint_location], log_dir=log_dir)
+                        checkpoint_locations=[job.config.heartbeat.checkpoint_location], log_dir=job.log_dir)
     spark.dataSource.register(HeartbeatDataSource)
-    monitor.start()
+    quiet_accumulator_server(spark)
+    job.monitor.start()
     try:
-        query = start_heartbeat_query(spark, args.config, config, names)
-        while not stop.is_set() and query.isActive:
-            stop.wait(1)
-        if query.isActive:
-            query.stop()
-        error = query.exception()
-        if error is not None:
-            failed = True
-            log.error("heartbeat query failed: %s (details: %s)", job_logging.failure_reason(str(error)), log_dir)
-            log.info("the heartbeat query's exception:\n%s", error, extra=FILE_ONLY)
+        failures = supervise(spark, [start_heartbeat_query(spark, args.config, job.config, job.names)], stop,
+                             job.log_dir)
     finally:
-        monitor.stop()
-        if endpoint is not None:
-            endpoint.stop()
+        job.stop()
         spark.stop()
-    return 1 if failed else 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

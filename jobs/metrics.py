@@ -1,7 +1,8 @@
 """The jobs' Prometheus endpoint on the Spark driver: ``http://<metrics.host>:<metrics.port>/metrics``.
 
-Started by ``jobs/replicate.py`` and ``jobs/heartbeat.py`` (``MetricsEndpoint``) in the job's own
-process; read by Prometheus and by ``python -m jobs.lag``. Where the numbers come from:
+Started by ``jobs/run_all.py``, ``jobs/replicate.py`` and ``jobs/heartbeat.py`` (``MetricsEndpoint``, through
+``jobs.query_supervisor.prepare_job``) in the job's own process; read by Prometheus and by
+``python -m jobs.lag``. Where the numbers come from:
 
 * Replication: the sink's driver commit runs in a Spark Python worker, not in the job's process, so
   nothing there can set a gauge here. The endpoint reads what that commit writes: each link's Delta
@@ -9,8 +10,15 @@ process; read by Prometheus and by ``python -m jobs.lag``. Where the numbers com
   ``FEED_INTERVAL`` seconds (only rows committed since the endpoint started; counters start at 0 with
   the process, as Prometheus counters do). The StreamingQueryListener is not used for metrics: with
   ``rowFormat=ranges`` Spark's progress counts queue ranges, not messages, and knows no latency.
-* Heartbeat: ``jobs/heartbeat.py`` hands its ``HeartbeatMonitor``; the heartbeat metrics are computed
-  from it at each scrape (ages are exact at scrape time, not as of the last poll).
+* Checkpoint age and config changes pending: the checkpoint and config-sync writers commit in Spark
+  Python workers too; ``ConnectorStateFeed`` reads their Delta ``checkpoints`` and ``config_changes``
+  tables in the same feed loop, incrementally (a table whose Delta version has not moved is not read;
+  otherwise only the files holding commits since the newest one seen). Unlike the counters these carry
+  the state from before the process started (the first read takes the whole table). A table not written
+  yet (or a connector disabled for the link) leaves the gauge without a value, not at 0; the checkpoint
+  age is computed at scrape time from the newest complete checkpoint's snapshot time.
+* Heartbeat: ``jobs/heartbeat.py`` / ``jobs/run_all.py`` hand their ``HeartbeatMonitor``; the heartbeat
+  metrics are computed from it at each scrape (ages are exact at scrape time, not as of the last poll).
 
 Metrics, every one labelled ``link`` (README, "Metrics", has the same list)::
 
@@ -31,8 +39,10 @@ Metrics, every one labelled ``link`` (README, "Metrics", has the same list)::
     rmq_replicator_heartbeat_last_seen_timestamp_seconds gauge when the monitor read it
     rmq_replicator_link_state{state=...}       gauge    1 for the monitor's status (starting, ok, lagging,
                                                         broken, idle), 0 for the others
-    rmq_replicator_checkpoint_age_seconds      gauge    declared here, set by the checkpoint connector
-    rmq_replicator_config_changes_pending      gauge    declared here, set by the config connector
+    rmq_replicator_checkpoint_age_seconds      gauge    now - snapshot time of the newest complete checkpoint
+                                                        (the recovery point; checkpoints table)
+    rmq_replicator_config_changes_pending      gauge    changes of the newest config-sync round not applied
+                                                        (refused, failed, disabled; config_changes table)
 """
 
 from __future__ import annotations
@@ -51,7 +61,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from connectors.checkpoint.tables import CHECKPOINTS, CheckpointTables, newest_complete_snapshot_ms
+from connectors.config_sync.applier import CONFIG_CHANGES, ConfigTables, pending_in_newest_round
 from connectors.core.config import LinkConfig
+from connectors.core.delta import DeltaTableSet
 from connectors.core.errors import ConfigError, ReplicatorError, TableError
 from connectors.core.monitoring import MetricsSettings
 from connectors.heartbeat.monitor import HeartbeatMonitor, LinkStatus
@@ -86,7 +99,7 @@ class ReplicationMetrics:
         self.latency_p99 = gauge("latency_p99_seconds", "Newest batch: p99 of target store - source born")
         self.record_age = gauge("record_age_seconds", "Newest batch: commit time - oldest message's store time")
         self.last_batch = gauge("last_batch_timestamp_seconds", "Commit time of the newest batch")
-        # Filled by the checkpoint and config connectors (issue #10, another branch): declared once here.
+        # Fed from the checkpoint and config-sync tables (ConnectorStateFeed).
         self.checkpoint_age = gauge("checkpoint_age_seconds", "Age of the newest translated checkpoint")
         self.config_pending = gauge("config_changes_pending", "Config changes not yet applied on the target")
 
@@ -134,6 +147,57 @@ class MetricsTableFeed:
             if newest > self._since:
                 self._since, self._at_since = newest, set()
             self._at_since |= {(r["query_id"], r["batch_id"]) for r in rows if r["committed_at"] == newest}
+        return rows
+
+
+class ConnectorStateFeed:
+    """One link's checkpoint and config-sync state for the gauges, read incrementally from their Delta
+    tables (driver, the endpoint's feed thread; see the module docstring). ``None`` = no value yet."""
+
+    def __init__(self, link: LinkConfig) -> None:
+        self.link = link.name
+        self._checkpoints = CheckpointTables(link.tables_location) if link.checkpoints.enabled else None
+        self._config = ConfigTables(link.tables_location) if link.config_sync.enabled else None
+        self._seen: dict[str, tuple[int, datetime]] = {}
+        """Table -> (Delta version, newest ``committed_at``) of the last read."""
+        self.newest_checkpoint_ms: int | None = None
+        """Snapshot time of the newest complete checkpoint (``newest_complete_snapshot_ms``)."""
+        self.pending_changes: int | None = None
+        """Not-applied changes of the newest config-sync round (``pending_in_newest_round``)."""
+
+    def update(self) -> None:
+        """Read what was committed since the last call; ``TableError`` when a table cannot be read."""
+        if self._checkpoints is not None:
+            rows = self._new_rows(self._checkpoints, CHECKPOINTS, ["group", "outcome", "snapshot_at"])
+            newest = None if rows is None else newest_complete_snapshot_ms(rows)
+            if newest is not None:
+                self.newest_checkpoint_ms = max(newest, self.newest_checkpoint_ms or newest)
+        if self._config is not None:
+            rows = self._new_rows(self._config, CONFIG_CHANGES, ["status"])
+            if rows is not None and rows.num_rows:
+                # the rows start at the newest round read before: a round with no rows is no new round
+                self.pending_changes = pending_in_newest_round(rows)
+
+    def _new_rows(self, tables: DeltaTableSet, table: str, columns: list[str]) -> pa.Table | None:
+        """``columns`` + ``committed_at`` of the rows committed at or after the newest commit read before
+        (all rows the first time); None when the table does not exist or has no new version."""
+        dt = tables.open(table)
+        if dt is None:
+            return None
+        version = dt.version()
+        seen = self._seen.get(table)
+        if seen is not None and seen[0] == version:
+            return None
+        since = None if seen is None else pc.field("committed_at") >= pa.scalar(seen[1], pa.timestamp("us", tz="UTC"))
+        try:
+            rows = dt.to_pyarrow_dataset().to_table(columns=[*columns, "committed_at"], filter=since)
+        except (DeltaError, OSError, pa.ArrowException) as exc:
+            raise TableError(f"cannot read {tables.path(table)}: {exc}") from exc
+        newest = pc.max(rows["committed_at"]).as_py() if rows.num_rows else None
+        if newest is not None:
+            self._seen[table] = (version, newest)
+        elif seen is not None:
+            self._seen[table] = (version, seen[1])
         return rows
 
 
@@ -199,7 +263,11 @@ class MetricsEndpoint:
         if monitor is not None:
             self.registry.register(HeartbeatCollector(monitor))
         started = now()
+        links = list(links)
         self._feeds = [MetricsTableFeed(link, since=started) for link in links]
+        self._state_feeds = [ConnectorStateFeed(link) for link in links
+                             if link.checkpoints.enabled or link.config_sync.enabled]
+        self._now = now
         for feed in self._feeds:
             for counter in (self.replication.messages, self.replication.bytes, self.replication.failed,
                             self.replication.skipped):
@@ -227,6 +295,25 @@ class MetricsEndpoint:
                 continue
             self._failing.discard(feed.link)
             self.replication.add_batches(feed.link, rows)
+        for state in self._state_feeds:
+            try:
+                state.update()
+            except ReplicatorError as exc:
+                if state.link + "/state" not in self._failing:
+                    self._failing.add(state.link + "/state")
+                    log.warning("link %s: checkpoint / config-sync table not readable (%s); retrying", state.link, exc)
+                continue
+            self._failing.discard(state.link + "/state")
+            self._set_state_gauges(state)
+
+    def _set_state_gauges(self, state: ConnectorStateFeed) -> None:
+        if state.newest_checkpoint_ms is not None:
+            newest_s = state.newest_checkpoint_ms / 1000
+            # computed at each scrape, so the age is exact then, not as of the last read
+            self.replication.checkpoint_age.labels(state.link).set_function(
+                lambda: max(0.0, self._now().timestamp() - newest_s))
+        if state.pending_changes is not None:
+            self.replication.config_pending.labels(state.link).set(state.pending_changes)
 
     def _run(self) -> None:
         while not self._stop.wait(self._feed_interval):

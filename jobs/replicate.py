@@ -18,12 +18,9 @@ configuration error (a metrics port in use included).
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,25 +29,32 @@ from typing import Any
 if __package__ in (None, ""):  # `spark-submit jobs/replicate.py` / `python jobs/replicate.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from connectors.core.config import ReplicatorConfig, load_replicator_config  # noqa: E402
-from connectors.core.driver_log import FILE_ONLY  # noqa: E402
+from connectors.core.config import ReplicatorConfig  # noqa: E402
 from connectors.core.errors import ReplicatorError  # noqa: E402
 from connectors.replication.failure_policy import FailurePolicyRunner  # noqa: E402
 from connectors.replication.tables import LinkTables  # noqa: E402
 from jobs import job_logging  # noqa: E402
-from jobs.metrics import MetricsEndpoint, metrics_settings  # noqa: E402
 from jobs.progress import make_progress_listener  # noqa: E402
+from jobs.query_supervisor import (  # noqa: E402
+    prepare_job,
+    quiet_accumulator_server,
+    release_arrow_threads,
+    stop_on_signals,
+    supervise,
+)
 
 log = logging.getLogger("jobs.replicate")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="replicate", description=__doc__.split("\n\n")[0])
+def parse_args(argv: list[str] | None = None, *, prog: str = "replicate", description: str = "",
+               available_now: str = "Trigger.AvailableNow: replicate what is there now, then stop",
+               ) -> argparse.Namespace:
+    """The options of ``jobs/replicate.py``, shared by ``jobs/run_all.py`` (its ``prog`` and help texts)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description or __doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="replicator YAML (conf/replicator.yaml)")
     parser.add_argument("--link", action="append", default=[],
                         help="run only this link (repeatable); default: every link")
-    parser.add_argument("--available-now", action="store_true",
-                        help="Trigger.AvailableNow: replicate what is there now, then stop")
+    parser.add_argument("--available-now", action="store_true", help=available_now)
     parser.add_argument("--log-level", default="INFO",
                         help="console level (DEBUG also shows tracebacks); the log files keep INFO and up")
     parser.add_argument("--log-dir", default="run/logs",
@@ -195,104 +199,35 @@ def start_link(spark: Any, config_path: str, config: ReplicatorConfig, name: str
 
 def run(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        log_dir = job_logging.setup(args.log_dir, args.log_level)
-    except (ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    endpoint: MetricsEndpoint | None = None
-    try:
-        config = load_replicator_config(args.config)
-        names = args.link or [link.name for link in config.links]
-        for name in names:
-            config.link(name)
-        # bound before Spark starts: a port in use is one error line and exit 2, not a failed query
-        metrics = metrics_settings(config.metrics, args.metrics_port)
-        if metrics.port:
-            endpoint = MetricsEndpoint(metrics, [config.link(name) for name in names])
-            endpoint.start()
-    except ReplicatorError as exc:
-        log.error("error: %s", exc)
-        return 2
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        log.info("%s: stopping the queries (the running batch finishes or is re-run on the next start)",
-                 signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    from pyspark.errors import StreamingQueryException
-
+    job = prepare_job(args)
+    if isinstance(job, int):
+        return job
+    config, names, log_dir = job.config, job.names, job.log_dir
+    stop = stop_on_signals()
     spark = build_spark(checkpoint_locations=[config.link(name).checkpoint_location for name in names],
                         log_dir=log_dir)
     spark.streams.addListener(make_progress_listener())
-    _quiet_accumulator_server(spark)
+    quiet_accumulator_server(spark)
     failures: dict[str, str] = {}
     queries: list[Any] = []
     started_ms = int(time.time() * 1000)
     try:
         queries = [start_link(spark, args.config, config, name, available_now=args.available_now)
                    for name in names]
-        while not stop.is_set() and any(q.isActive for q in queries):
-            try:
-                spark.streams.awaitAnyTermination(1)
-            except StreamingQueryException:
-                pass  # the failed query is reported below, once
-            spark.streams.resetTerminated()
-            for q in queries:
-                if not q.isActive and q.exception() is not None and q.name not in failures:
-                    _report_failure(q, log_dir, failures)
-                    stop.set()
-        for q in queries:
-            if q.isActive:
-                q.stop()
-            if q.exception() is not None and q.name not in failures:
-                _report_failure(q, log_dir, failures)
+        failures = supervise(spark, queries, stop, log_dir)
     except ReplicatorError as exc:
         log.error("error: %s", exc)
         return 2
     finally:
-        if endpoint is not None:
-            endpoint.stop()
+        job.stop()
         spark.stop()
     for q in queries:
-        _log_summary(args.config, config, q, started_ms, failed=q.name in failures)
-    # Arrow scanners left by the Delta reads above may keep native threads that abort the process at
-    # interpreter teardown ("terminate called without an active exception", exit 134; apache/arrow#34314):
-    # collect them now, while Arrow is still alive.
-    gc.collect()
+        log_summary(args.config, config, q, started_ms, failed=q.name in failures)
+    release_arrow_threads()
     return 1 if failures else 0
 
 
-def _quiet_accumulator_server(spark: Any) -> None:
-    """When a query or Spark stops, the JVM closes its connection to pyspark's accumulator server, whose
-    handler thread may then read EOF, and socketserver prints an EOFError traceback on the console. That
-    is the expected end of the connection (no update is lost: the sender has stopped): log it at DEBUG;
-    any other error of that server as one WARNING line (its traceback goes to the log file)."""
-    server = getattr(spark.sparkContext, "_accumulatorServer", None)
-    if server is None:
-        return
-
-    def handle_error(_request: Any, address: Any) -> None:
-        if isinstance(sys.exc_info()[1], EOFError):
-            log.debug("accumulator connection from %s closed", address, exc_info=True)
-        else:
-            log.warning("pyspark's accumulator server failed on a connection from %s", address, exc_info=True)
-
-    server.handle_error = handle_error
-
-
-def _report_failure(query: Any, log_dir: Path, failures: dict[str, str]) -> None:
-    """One console line for a failed query; its whole exception (Python and JVM stacks) in the log file."""
-    error = query.exception()
-    failures[query.name] = job_logging.failure_line(query.name, error, log_dir)
-    log.error("%s", failures[query.name])
-    log.info("link %s failed; the query's exception:\n%s", query.name, error, extra=FILE_ONLY)
-
-
-def _log_summary(config_path: str, config: ReplicatorConfig, query: Any, started_ms: int, *, failed: bool) -> None:
+def log_summary(config_path: str, config: ReplicatorConfig, query: Any, started_ms: int, *, failed: bool) -> None:
     """The run's totals for one link, from the Delta metrics its batches committed since ``started_ms``."""
     link = config.link(query.name)
     try:

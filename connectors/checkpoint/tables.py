@@ -135,13 +135,27 @@ class CheckpointTables(DeltaTableSet):
             raise TableError(f"cannot read Delta table {self.path(CHECKPOINTS)}: {exc}") from exc
         if group is not None:
             rows = rows.filter(pc.equal(rows["group"], group))
-        translated = pc.is_in(rows["outcome"], pa.array(sorted(TRANSLATED_OUTCOMES)))
-        pending = pc.equal(rows["outcome"], CheckpointOutcome.PENDING.value)
-        per_checkpoint = rows.append_column("translated", translated).append_column("pending", pending).group_by(
-            ["group", "snapshot_at"], use_threads=False).aggregate([("translated", "any"), ("pending", "any")])
-        complete = per_checkpoint.filter(pc.and_(per_checkpoint["translated_any"],
-                                                 pc.invert(per_checkpoint["pending_any"])))
-        return epoch_ms(pc.max(complete["snapshot_at"]).as_py())
+        return newest_complete_snapshot_ms(rows)
+
+
+def newest_complete_snapshot_ms(rows: pa.Table) -> int | None:
+    """Snapshot time of the newest complete checkpoint among ``rows`` (columns ``group``, ``outcome``,
+    ``snapshot_at``; any subset of whole checkpoints, as one batch commit writes each whole): at least one
+    source queue translated and none pending. None when there is none. Shared by ``newest_translated_ms``
+    and the metrics endpoint's incremental read (``jobs.metrics.ConnectorStateFeed``)."""
+    # Plain Python, not Table.group_by: Acero's exec plan, run from the metrics endpoint's feed thread, was
+    # followed by aborts at the job's exit ("terminate called without an active exception"); the rows are
+    # few (a checkpoint per group per trigger, read incrementally).
+    translated: dict[tuple[str, Any], bool] = {}
+    pending: set[tuple[str, Any]] = set()
+    for group, outcome, snapshot in zip(rows["group"].to_pylist(), rows["outcome"].to_pylist(),
+                                        rows["snapshot_at"].to_pylist(), strict=True):
+        key = (group, snapshot)
+        translated[key] = translated.get(key, False) or outcome in TRANSLATED_OUTCOMES
+        if outcome == CheckpointOutcome.PENDING.value:
+            pending.add(key)
+    complete = [snapshot for key, snapshot in ((k, k[1]) for k, ok in translated.items() if ok) if key not in pending]
+    return epoch_ms(max(complete, default=None))
 
 
 def checkpoint_age_ms(tables: CheckpointTables, now_ms: int, group: str | None = None) -> int | None:

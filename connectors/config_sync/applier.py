@@ -77,10 +77,17 @@ class ConfigTables(DeltaTableSet):
             rows = dt.to_pyarrow_table(columns=["status", "committed_at"])
         except (DeltaError, OSError, pa.ArrowException) as exc:
             raise TableError(f"cannot read Delta table {self.path(CONFIG_CHANGES)}: {exc}") from exc
-        if rows.num_rows == 0:
-            return 0
-        newest = rows.filter(pc.equal(rows["committed_at"], pc.max(rows["committed_at"])))
-        return int(pc.sum(pc.is_in(newest["status"], pa.array(sorted(NOT_APPLIED)))).as_py() or 0)
+        return pending_in_newest_round(rows)
+
+
+def pending_in_newest_round(rows: pa.Table) -> int:
+    """Changes not applied among ``rows`` (columns ``status``, ``committed_at``) of the newest round (the
+    highest ``committed_at``: one round is one commit). 0 for no rows. Shared by
+    ``ConfigTables.pending_config_changes`` and the metrics endpoint's incremental read."""
+    if rows.num_rows == 0:
+        return 0
+    newest = rows.filter(pc.equal(rows["committed_at"], pc.max(rows["committed_at"])))
+    return int(pc.sum(pc.is_in(newest["status"], pa.array(sorted(NOT_APPLIED)))).as_py() or 0)
 
 
 def _row(c: ConfigChange, snapshot_ms: int, now_ms: int, query_id: str, batch_id: int) -> dict[str, Any]:

@@ -12,9 +12,11 @@ YAML (every key optional)::
       - name: source-to-target
         ...
         checkpoints:
+          enabled: true                          # false: jobs/run_all.py and jobs/checkpoint.py skip the link
           interval: 5 seconds                    # one snapshot of the source groups per interval
           groups: {explicit: [billing], include: ["app_.*"], exclude: [".*_test"]}
         config_sync:
+          enabled: true                          # false: jobs/run_all.py and jobs/config_sync.py skip the link
           interval: 10 seconds
           subscription_groups: true
           propagate_deletion: false
@@ -89,6 +91,9 @@ class GroupSelection(SettingsModel):
 class CheckpointSettings(SettingsModel):
     """A link's consumer-group checkpoints (``connectors.checkpoint``)."""
 
+    enabled: bool = True
+    """Run the link's checkpoint query (``jobs/run_all.py``, ``jobs/checkpoint.py``) and export its
+    checkpoint age; false: the link has none."""
     interval: float = 5.0
     """Seconds between two snapshots of the source groups (the Spark trigger of the checkpoint query);
     a number or ``"5 seconds"``. The recovery point is this plus the translation's own time."""
@@ -110,6 +115,9 @@ class CheckpointSettings(SettingsModel):
 class ConfigSyncSettings(SettingsModel):
     """A link's copy of topic configuration and subscription groups (``connectors.config_sync``)."""
 
+    enabled: bool = True
+    """Run the link's config-sync query (``jobs/run_all.py``, ``jobs/config_sync.py``) and export its
+    pending changes; false: the target's topics are managed by hand."""
     interval: float = 10.0
     """Seconds between two snapshots of the source configuration; a new source topic exists on the
     target within two intervals."""

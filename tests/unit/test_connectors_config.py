@@ -55,7 +55,8 @@ def test_shipped_config_is_valid_and_matches_local_clusters() -> None:
     link = config.link("source-to-target")
     assert (link.source, link.target) == ("source", "target")
     assert link.group == "CID_RMQ_SYS_REPLICATOR_source-to-target"
-    assert link.trigger_interval == 5.0 and link.spark_trigger == "5000 milliseconds"
+    assert link.trigger_interval == 1.0 and link.spark_trigger == "1000 milliseconds"  # short for `make demo`
+    assert link.checkpoints.enabled and link.config_sync.enabled and config.heartbeat.interval == 1.0
     assert link.tables_location == Path("run/delta/source-to-target")
     assert link.failure_policy is FailurePolicy.DISMISS
 

@@ -114,3 +114,57 @@ def test_heartbeats_table_rows(tmp_path: Path) -> None:
     assert (row["link"], row["seq"], row["lag_ms"], row["target_queue"], row["target_offset"]) == ("l1", 4, 250,
                                                                                                    "t/b/0", 9)
     assert row["seen_at"] == datetime.fromtimestamp(1_700_000_000.3, UTC)
+
+
+def test_checkpoint_age_and_config_pending_from_the_connector_tables(tmp_path: Path) -> None:
+    from connectors.checkpoint.tables import CheckpointOutcome, CheckpointRow, CheckpointTables
+    from connectors.config_sync.applier import ConfigTables
+    from connectors.config_sync.plan import ChangeKind, ChangeStatus, ConfigChange
+    from jobs.metrics import ConnectorStateFeed, MetricsEndpoint
+
+    link = _link(tmp_path)
+    now = [datetime(2026, 1, 1, tzinfo=UTC)]
+    now_ms = int(now[0].timestamp() * 1000)
+    endpoint = MetricsEndpoint(MetricsSettings(port=0), [link], now=lambda: now[0])
+    endpoint.feed_once()  # neither table exists yet: no value, no error
+    registry = endpoint.registry
+    assert _value(registry, "rmq_replicator_checkpoint_age_seconds", link="l1") is None
+    assert _value(registry, "rmq_replicator_config_changes_pending", link="l1") is None
+
+    checkpoints = CheckpointTables(link.tables_location)
+    checkpoints.commit_checkpoint("q", 0, [CheckpointRow("g", CheckpointOutcome.COMMITTED, now_ms - 9_000)])
+    checkpoints.commit_checkpoint("q", 1, [CheckpointRow("g", CheckpointOutcome.COMMITTED, now_ms - 4_000),
+                                           CheckpointRow("g", CheckpointOutcome.PENDING, now_ms - 4_000)])
+    config = ConfigTables(link.tables_location)
+    topic = ConfigChange(ChangeKind.CREATE_TOPIC, "T", ChangeStatus.APPLIED, ("T",), 4, 4, 6)
+    config.commit_changes("c", 0, now_ms, [topic, topic.with_status(ChangeStatus.REFUSED, "shrink")])
+    endpoint.feed_once()
+    assert _value(registry, "rmq_replicator_checkpoint_age_seconds", link="l1") == 9.0  # batch 1 is incomplete
+    assert _value(registry, "rmq_replicator_config_changes_pending", link="l1") == 1
+    now[0] += timedelta(seconds=2)  # the age is computed at scrape time
+    assert _value(registry, "rmq_replicator_checkpoint_age_seconds", link="l1") == 11.0
+
+    checkpoints.commit_checkpoint("q", 2, [CheckpointRow("g", CheckpointOutcome.CURRENT, now_ms - 1_000)])
+    time.sleep(0.002)
+    config.commit_changes("c", 1, now_ms, [topic])  # the next round applied everything
+    endpoint.feed_once()
+    assert _value(registry, "rmq_replicator_checkpoint_age_seconds", link="l1") == 3.0
+    assert _value(registry, "rmq_replicator_config_changes_pending", link="l1") == 0
+
+    # incremental: an unchanged table is not read again; a new version reads only the newest commits
+    feed = ConnectorStateFeed(link)
+    feed.update()
+    assert feed.newest_checkpoint_ms == now_ms - 1_000 and feed.pending_changes == 0
+    feed.update()  # no new version: nothing read, nothing changed
+    assert feed.newest_checkpoint_ms == now_ms - 1_000 and feed.pending_changes == 0
+
+
+def test_disabled_connectors_export_nothing(tmp_path: Path) -> None:
+    from connectors.core.sync_settings import CheckpointSettings, ConfigSyncSettings
+    from jobs.metrics import ConnectorStateFeed
+
+    link = _link(tmp_path).model_copy(update={"checkpoints": CheckpointSettings(enabled=False),
+                                              "config_sync": ConfigSyncSettings(enabled=False)})
+    feed = ConnectorStateFeed(link)
+    feed.update()
+    assert feed.newest_checkpoint_ms is None and feed.pending_changes is None

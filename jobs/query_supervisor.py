@@ -1,0 +1,150 @@
+"""The streaming jobs' shared start and main loop: set up the log dir, load the config, bind the metrics
+endpoint before Spark starts (``prepare_job``); stop on SIGTERM / SIGINT, watch the queries, report a failed
+one in one console line, stop the others (``supervise``).
+
+Used on the driver by ``jobs/replicate.py``, ``jobs/run_all.py`` and the polling connectors' jobs
+(``jobs.checkpoint.run_queries``), so every job stops, fails and exits the same way: a signal stops every
+query gracefully (the running batch finishes or is re-run from the checkpoint on the next start); the
+first failed query stops the others; the caller turns ``supervise``'s failures into exit code 1 and
+``prepare_job``'s refusal (a bad config, a metrics port in use) into exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from connectors.core.config import ReplicatorConfig, load_replicator_config
+from connectors.core.driver_log import FILE_ONLY
+from connectors.core.errors import ReplicatorError
+from connectors.heartbeat.monitor_loop import HeartbeatMonitorLoop
+from jobs import job_logging
+from jobs.metrics import MetricsEndpoint, metrics_settings
+
+log = logging.getLogger("jobs.replicate")
+
+
+@dataclass
+class PreparedJob:
+    """What a job has before Spark starts."""
+
+    log_dir: Path
+    config: ReplicatorConfig
+    names: list[str]
+    """The links to run: ``--link`` ones, else every link of the config."""
+    endpoint: MetricsEndpoint | None
+    """Bound and feeding (None with port 0); ``stop`` it at the end."""
+    monitor: HeartbeatMonitorLoop | None
+    """Not started yet (``start`` it once Spark is up); None unless asked for."""
+
+    def stop(self) -> None:
+        if self.monitor is not None:
+            self.monitor.stop()
+        if self.endpoint is not None:
+            self.endpoint.stop()
+
+
+def prepare_job(args: argparse.Namespace, *, heartbeat_monitor: bool = False) -> PreparedJob | int:
+    """Logging (``--log-dir``, ``--log-level``), the config (``--config``, ``--link``) and the metrics endpoint
+    (``--metrics-port``; with the heartbeat gauges when ``heartbeat_monitor``), in that order; the exit code
+    2 (the error logged in one line) when one of them fails."""
+    try:
+        log_dir = job_logging.setup(args.log_dir, args.log_level)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    endpoint: MetricsEndpoint | None = None
+    try:
+        config = load_replicator_config(args.config)
+        names = args.link or [link.name for link in config.links]
+        links = [config.link(name) for name in names]
+        monitor = HeartbeatMonitorLoop(config, names) if heartbeat_monitor else None
+        # bound before Spark starts: a port in use is one error line and exit 2, not a failed query
+        metrics = metrics_settings(config.metrics, args.metrics_port)
+        if metrics.port:
+            endpoint = MetricsEndpoint(metrics, links, monitor=None if monitor is None else monitor.monitor)
+            endpoint.start()
+    except ReplicatorError as exc:
+        log.error("error: %s", exc)
+        return 2
+    return PreparedJob(log_dir, config, names, endpoint, monitor)
+
+
+def stop_on_signals() -> threading.Event:
+    """An event SIGTERM and SIGINT set (main thread only); the job's loop then stops its queries."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("%s: stopping the queries (the running batch finishes or is re-run on the next start)",
+                 signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop
+
+
+def supervise(spark: Any, queries: Sequence[Any], stop: threading.Event, log_dir: Path) -> dict[str, str]:
+    """Wait until ``stop`` is set, every query has finished (AvailableNow) or one failed; then stop the
+    active ones. Returns query name -> its one-line failure (logged once, the whole exception in the log
+    file); empty after a clean stop."""
+    from pyspark.errors import StreamingQueryException
+
+    failures: dict[str, str] = {}
+    while not stop.is_set() and any(q.isActive for q in queries):
+        try:
+            spark.streams.awaitAnyTermination(1)
+        except StreamingQueryException:
+            pass  # the failed query is reported below, once
+        spark.streams.resetTerminated()
+        for q in queries:
+            if not q.isActive and q.exception() is not None and q.name not in failures:
+                report_failure(q, log_dir, failures)
+                stop.set()
+    for q in queries:
+        if q.isActive:
+            q.stop()
+        if q.exception() is not None and q.name not in failures:
+            report_failure(q, log_dir, failures)
+    return failures
+
+
+def report_failure(query: Any, log_dir: Path, failures: dict[str, str]) -> None:
+    """One console line for a failed query; its whole exception (Python and JVM stacks) in the log file."""
+    error = query.exception()
+    failures[query.name] = job_logging.failure_line(query.name, error, log_dir)
+    log.error("%s", failures[query.name])
+    log.info("link %s failed; the query's exception:\n%s", query.name, error, extra=FILE_ONLY)
+
+
+def quiet_accumulator_server(spark: Any) -> None:
+    """When a query or Spark stops, the JVM closes its connection to pyspark's accumulator server, whose
+    handler thread may then read EOF, and socketserver prints an EOFError traceback on the console. That
+    is the expected end of the connection (no update is lost: the sender has stopped): log it at DEBUG;
+    any other error of that server as one WARNING line (its traceback goes to the log file)."""
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is None:
+        return
+
+    def handle_error(_request: Any, address: Any) -> None:
+        if isinstance(sys.exc_info()[1], EOFError):
+            log.debug("accumulator connection from %s closed", address, exc_info=True)
+        else:
+            log.warning("pyspark's accumulator server failed on a connection from %s", address, exc_info=True)
+
+    server.handle_error = handle_error
+
+
+def release_arrow_threads() -> None:
+    """Call last, after a job's Delta reads (summaries, metrics feeds): Arrow scanners left by them may keep
+    native threads that abort the process at interpreter teardown ("terminate called without an active
+    exception", exit 134; apache/arrow#34314). Collecting them now, while Arrow is alive, joins them."""
+    gc.collect()

@@ -1,0 +1,117 @@
+"""Run every connector of a replicator config's links in one Spark application: the main job.
+
+    spark-submit jobs/run_all.py --config conf/replicator.yaml [--link NAME ...] [--available-now]
+    python jobs/run_all.py --config conf/replicator.yaml          (local[*] when no master is set)
+
+Per link: the replication query (``jobs.replicate.start_link``), the checkpoint query
+(``jobs.checkpoint.start_checkpoints``) when ``checkpoints.enabled`` and the config-sync query
+(``jobs.config_sync.start_config_sync``) when ``config_sync.enabled``; for all the links together one
+heartbeat query (``jobs.heartbeat.start_heartbeat_query``) and one heartbeat monitor thread; one Prometheus
+endpoint with every metric of ``jobs.metrics``. Console, log dir, signals and exit codes are
+``jobs/replicate.py``'s (``jobs.query_supervisor``): 0 after a clean stop (SIGTERM / SIGINT) or when every
+AvailableNow query finished, 1 when a query failed (one line naming it; the others are stopped), 2 on a
+configuration error (a metrics port in use included).
+
+``--available-now``: the replication queries copy what the source holds when they start and stop, and the
+job ends with them. The polling connectors have no backlog to drain: each of their triggers takes a fresh
+snapshot of the present (a heartbeat tick, the groups' offsets, the topic configuration), so AvailableNow
+would mean "one snapshot", and a heartbeat measures a link that keeps running. They are not started; run
+``jobs/checkpoint.py`` / ``jobs/config_sync.py`` (or this job without the flag) for them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # `spark-submit jobs/run_all.py` / `python jobs/run_all.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from connectors.checkpoint.data_source import CheckpointDataSource  # noqa: E402
+from connectors.config_sync.data_source import ConfigDataSource  # noqa: E402
+from connectors.core.config import ReplicatorConfig  # noqa: E402
+from connectors.core.errors import ReplicatorError  # noqa: E402
+from connectors.heartbeat.data_source import HeartbeatDataSource  # noqa: E402
+from jobs.checkpoint import checkpoint_query_location, start_checkpoints  # noqa: E402
+from jobs.config_sync import config_query_location, start_config_sync  # noqa: E402
+from jobs.heartbeat import start_heartbeat_query  # noqa: E402
+from jobs.progress import make_progress_listener  # noqa: E402
+from jobs.query_supervisor import (  # noqa: E402
+    prepare_job,
+    quiet_accumulator_server,
+    release_arrow_threads,
+    stop_on_signals,
+    supervise,
+)
+from jobs.replicate import build_spark, log_summary, parse_args, start_link  # noqa: E402
+
+log = logging.getLogger("jobs.run_all")
+
+
+def checkpoint_locations(config: ReplicatorConfig, names: list[str], *, available_now: bool) -> list[str]:
+    """The Spark checkpoints of every query the job starts for ``names``."""
+    locations = [config.link(name).checkpoint_location for name in names]
+    if not available_now:
+        locations.append(config.heartbeat.checkpoint_location)
+        locations += [checkpoint_query_location(config, n) for n in names if config.link(n).checkpoints.enabled]
+        locations += [config_query_location(config, n) for n in names if config.link(n).config_sync.enabled]
+    return locations
+
+
+def start_all(spark: Any, config_path: str, config: ReplicatorConfig, names: list[str], *,
+              available_now: bool = False) -> tuple[list[Any], list[Any]]:
+    """Start every query of ``names`` (see the module docstring); (replication queries, the others).
+    Config sync first, so a new topic tends to exist on the target before the first send would
+    auto-create it with the target's default queue count."""
+    others: list[Any] = []
+    if not available_now:
+        others += [start_config_sync(spark, config_path, config, n)
+                   for n in names if config.link(n).config_sync.enabled]
+    replication = [start_link(spark, config_path, config, name, available_now=available_now) for name in names]
+    if not available_now:
+        others.append(start_heartbeat_query(spark, config_path, config, names))
+        others += [start_checkpoints(spark, config_path, config, n)
+                   for n in names if config.link(n).checkpoints.enabled]
+    return replication, others
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = parse_args(argv, prog="run_all", description=__doc__.split("\n\n")[0], available_now=(
+        "replicate what is there now, then stop (heartbeat, checkpoints and config sync are not started)"))
+    job = prepare_job(args, heartbeat_monitor=not args.available_now)
+    if isinstance(job, int):
+        return job
+    config, names, log_dir = job.config, job.names, job.log_dir
+    stop = stop_on_signals()
+    spark = build_spark(checkpoint_locations=checkpoint_locations(config, names, available_now=args.available_now),
+                        log_dir=log_dir)
+    for data_source in (HeartbeatDataSource, CheckpointDataSource, ConfigDataSource):
+        spark.dataSource.register(data_source)
+    spark.streams.addListener(make_progress_listener())
+    quiet_accumulator_server(spark)
+    failures: dict[str, str] = {}
+    replication: list[Any] = []
+    started_ms = int(time.time() * 1000)
+    try:
+        if job.monitor is not None:
+            job.monitor.start()
+        replication, others = start_all(spark, args.config, config, names, available_now=args.available_now)
+        log.info("running %d quer(ies) for link(s) %s", len(replication) + len(others), ", ".join(names))
+        failures = supervise(spark, [*replication, *others], stop, log_dir)
+    except ReplicatorError as exc:
+        log.error("error: %s", exc)
+        return 2
+    finally:
+        job.stop()
+        spark.stop()
+    for q in replication:
+        log_summary(args.config, config, q, started_ms, failed=q.name in failures)
+    release_arrow_threads()
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,116 @@
+"""``python jobs/run_all.py``: one Spark application with every connector of a link, as an operator runs it.
+Real processes: the job launches its own Spark; the clusters are this module's own (the heartbeat topic
+it fills on the source would reach every later link of the session's clusters)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, new_message
+from broker_store.protocol.errors import RocketMQError
+from connectors.checkpoint.tables import CheckpointTables
+from jobs.lag import scrape
+from tests.spark.conftest import PROJECT_ROOT
+from tests.spark.helpers import unique
+from tests.spark.spark_processes import TaggedProcess, spark_env, wait_for, write_replicator_config
+from tests.support.processes import LocalCluster, free_port
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, LocalCluster]]:
+    root = tmp_path_factory.mktemp("run-all-clusters")
+    with LocalCluster(root, "asrc", brokers=1, namesrv={"broker_expiry_seconds": 5.0}) as src, \
+            LocalCluster(root, "adst", brokers=1, namesrv={"broker_expiry_seconds": 5.0}) as dst:
+        yield src, dst
+
+
+def _queues(admin: Admin, topic: str) -> list[MessageQueue]:
+    route = admin.wait_for_route(topic, timeout=15)
+    return sorted(MessageQueue(topic, q.broker_name, i) for q in route.queue_datas for i in range(q.read_queue_nums))
+
+
+def _count(namesrv: str, topic: str) -> int:
+    with Admin(namesrv) as admin:
+        try:
+            return sum(admin.max_offset(mq) for mq in _queues(admin, topic))
+        except RocketMQError:  # no route yet
+            return 0
+
+
+def _sample(text: str, name: str) -> float | None:
+    prefix = name + '{link="l1"} '
+    return next((float(line.removeprefix(prefix)) for line in text.splitlines() if line.startswith(prefix)), None)
+
+
+def _consume_half(namesrv: str, group: str, topic: str) -> None:
+    """Read half of each queue as ``group`` and commit the offsets (no heartbeats: never online)."""
+    consumer = PullConsumer(namesrv, group, heartbeat_interval=None)
+    try:
+        with Admin(namesrv) as admin:
+            queues = [(mq, admin.max_offset(mq)) for mq in _queues(admin, topic)]
+        for mq, end in queues:
+            result = consumer.pull(mq, 0, max(1, end // 2))
+            assert result.status is PullStatus.FOUND
+            consumer.update_consumer_offset(mq, result.next_begin_offset)
+    finally:
+        consumer.close()
+
+
+def test_run_all_replicates_heartbeats_and_checkpoints_then_stops_on_sigterm(
+        pair: tuple[LocalCluster, LocalCluster], tmp_path: Path) -> None:
+    src, dst = pair
+    topic, group = unique("All"), unique("GID_all")
+    with Admin(src.namesrv_addr) as admin:  # on the source only: config sync creates it on the target
+        admin.create_topic(topic, 2)
+        admin.wait_for_route(topic)
+    with Producer(src.namesrv_addr, "PID_run_all") as producer:
+        for i in range(100):
+            producer.send(new_message(topic, f"m{i}".encode()))
+    _consume_half(src.namesrv_addr, group, topic)
+    port = free_port()
+    config = write_replicator_config(
+        tmp_path / "replicator.yaml", source=("asrc", src.namesrv_addr), target=("adst", dst.namesrv_addr),
+        metrics_port=port, heartbeat={"interval": 1.0},
+        links={"l1": {"topic": topic, "trigger_interval": 1.0, "checkpoints": {"interval": 1.0},
+                      "config_sync": {"interval": 1.0}}})
+    # faulthandler: an abort at the driver's exit (seen once: "terminate called without an active exception",
+    # exit -6, after the summary) then shows every Python thread's stack in the console log
+    job = TaggedProcess([sys.executable, str(PROJECT_ROOT / "jobs" / "run_all.py"), "--config", str(config),
+                         "--log-dir", str(tmp_path / "logs")], tmp_path / "console.log",
+                        spark_env(PYTHONFAULTHANDLER="1"))
+    delta = tmp_path / "delta" / "l1"
+    try:
+        wait_for(lambda: _count(dst.namesrv_addr, topic) >= 100, 180, "the 100 messages on the target", alive=job)
+        wait_for(lambda: (delta / "heartbeats" / "_delta_log").exists() and DeltaTable(
+            str(delta / "heartbeats")).to_pyarrow_table(columns=["seq"]).num_rows >= 2, 90,
+            "two heartbeats recorded on the target", alive=job)
+        tables = CheckpointTables(delta)
+        wait_for(lambda: tables.newest_translated_ms(group) is not None, 90, "a translated checkpoint of the group",
+                 alive=job)
+        # the one endpoint serves replication, heartbeat and checkpoint metrics of the link
+        wait_for(lambda: _sample(scrape(f"http://127.0.0.1:{port}/metrics", 2),
+                                 "rmq_replicator_checkpoint_age_seconds") is not None, 30, "the checkpoint age")
+        text = scrape(f"http://127.0.0.1:{port}/metrics", 2)
+        assert (_sample(text, "rmq_replicator_messages_total") or 0) >= 100
+        assert _sample(text, "rmq_replicator_heartbeat_lag_seconds") is not None
+        # fed from config_changes; not asserted 0: the topic held data before the job started, so the sink may
+        # auto-create it on the target (4 queues) before config sync's first round, which then refuses a shrink
+        assert _sample(text, "rmq_replicator_config_changes_pending") is not None
+        os.killpg(job.pid, signal.SIGTERM)  # the whole process group, as systemd and `timeout` do
+        rc = job.wait(120)
+    finally:
+        job.kill()
+    console = job.log()
+    assert rc == 0, console
+    assert [line for line in console.splitlines() if " ERROR " in line or "Traceback" in line] == [], console
+    assert "SIGTERM: stopping the queries" in console
+    assert "link l1 done:" in console, console
