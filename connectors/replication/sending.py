@@ -237,12 +237,18 @@ class BatchSender:
             batch = self._batch_for(topic, queue)
             room = max_messages - len(batch.entries)
             size, encoded = batch.size, batch.encoded
-            j = i
-            while j < n and j - i < room and (encoded + len(entries[j]) <= max_bytes
-                                              or (j == i and not batch.entries)):
-                size += sizes[j]
-                encoded += len(entries[j])
-                j += 1
+            j = min(n, i + room)
+            chunk = sum(map(len, entries[i:j]))  # the common case: the rest of the pull fits (C-speed sums)
+            if encoded + chunk <= max_bytes:
+                size += sum(sizes[i:j])
+                encoded += chunk
+            else:  # entry by entry up to the byte bound; an entry over it goes alone into an empty batch
+                j = i
+                while j < n and j - i < room and (encoded + len(entries[j]) <= max_bytes
+                                                  or (j == i and not batch.entries)):
+                    size += sizes[j]
+                    encoded += len(entries[j])
+                    j += 1
             if j > i:
                 if not batch.runs or batch.runs[-1][0] != source:
                     batch.runs.append((source, len(batch.entries)))
