@@ -46,12 +46,11 @@ from connectors.checkpoint.snapshot import (
     snapshot_rows,
 )
 from connectors.checkpoint.tables import CheckpointTables
-from connectors.core.config import LinkConfig, ReplicatorConfig, load_replicator_config
 from connectors.core.delta import shared_table_set
 from connectors.core.driver_log import driver_logging
 from connectors.core.errors import ConfigError, ReplicatorError
 from connectors.core.executor import executor_admin, executor_producer
-from connectors.core.options import lowered
+from connectors.core.link_options import LinkOptions
 from connectors.core.spark_checkpoint import checkpoint_dir, query_id_from_checkpoint
 from connectors.core.topic_mapping import TopicMapper
 from connectors.replication.tables import LinkTables
@@ -60,28 +59,6 @@ log = logging.getLogger(__name__)
 
 DATA_SOURCE_NAME = "rocketmq_checkpoint"
 SEND_TIMEOUT_MS = 3000
-
-
-@dataclass(frozen=True)
-class CheckpointOptions:
-    """The options of both halves, resolved against the replicator config (driver)."""
-
-    config: ReplicatorConfig
-    link: LinkConfig
-    tables_location: str
-    checkpoint_location: str | None
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> CheckpointOptions:
-        opts = lowered(options)
-        path, name = opts.get("config"), opts.get("link")
-        if not path or not name:
-            raise ConfigError("options 'config' (the replicator YAML) and 'link' are both required",
-                              field="config" if not path else "link")
-        config = load_replicator_config(path)
-        link = config.link(name)
-        delta = opts.get("deltalocation") or str(Path(link.delta_location).resolve())
-        return cls(config, link, str(Path(delta) / link.name), opts.get("checkpointlocation"))
 
 
 class CheckpointDataSource(DataSource):
@@ -114,7 +91,7 @@ class CheckpointStreamReader(SimpleDataSourceStreamReader):
     def _snapshot_rows(self) -> list[tuple[str, str, str, str, int, int, int, str]]:
         driver_logging()
         if self._poller is None:
-            o = CheckpointOptions.from_options(self._raw)
+            o = LinkOptions.from_options(self._raw)
             source = o.config.cluster(o.link.source)
             admin = executor_admin(";".join(source.namesrv), source.credentials())
             try:
@@ -155,13 +132,13 @@ class CheckpointStreamWriter(DataSourceStreamWriter):
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self._raw = dict(options)
-        CheckpointOptions.from_options(options)  # a bad config fails the query at start
+        LinkOptions.from_options(options)  # a bad config fails the query at start
 
     def write(self, iterator: Iterator[Any]) -> SnapshotRows:
         """Executor: pass the rows on."""
         return SnapshotRows(tuple(tuple(row) for row in iterator))
 
-    def _committer(self, o: CheckpointOptions) -> tuple[CheckpointCommitter, CheckpointTables]:
+    def _committer(self, o: LinkOptions) -> tuple[CheckpointCommitter, CheckpointTables]:
         key = (o.tables_location, o.link.name, o.link.target)
         target = o.config.cluster(o.link.target)
         namesrv = ";".join(target.namesrv)
@@ -185,7 +162,7 @@ class CheckpointStreamWriter(DataSourceStreamWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Driver: translate, commit on the target, record (``CheckpointCommitter``)."""
         driver_logging()
-        o = CheckpointOptions.from_options(self._raw)
+        o = LinkOptions.from_options(self._raw)
         if any(not isinstance(m, SnapshotRows) for m in messages):
             raise ReplicatorError(f"link {o.link.name} checkpoint {batchId}: a write task returned no rows")
         if not o.checkpoint_location:

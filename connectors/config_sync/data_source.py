@@ -32,12 +32,11 @@ from pyspark.sql.types import StructType
 from connectors.config_sync.applier import ConfigApplier, ConfigTables, summary
 from connectors.config_sync.plan import ChangeStatus
 from connectors.config_sync.state import ClusterState, ConfigPoller
-from connectors.core.config import LinkConfig, ReplicatorConfig, load_replicator_config
 from connectors.core.delta import shared_table_set
 from connectors.core.driver_log import driver_logging
 from connectors.core.errors import ConfigError, ReplicatorError
 from connectors.core.executor import executor_admin
-from connectors.core.options import lowered
+from connectors.core.link_options import LinkOptions
 from connectors.core.spark_checkpoint import checkpoint_dir, query_id_from_checkpoint
 from connectors.core.topic_mapping import TopicMapper
 
@@ -45,26 +44,6 @@ log = logging.getLogger(__name__)
 
 DATA_SOURCE_NAME = "rocketmq_config"
 SCHEMA_DDL = "takenMs long, snapshot string, previousTopics string"
-
-
-@dataclass(frozen=True)
-class ConfigSyncOptions:
-    config: ReplicatorConfig
-    link: LinkConfig
-    tables_location: str
-    checkpoint_location: str | None
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> ConfigSyncOptions:
-        opts = lowered(options)
-        path, name = opts.get("config"), opts.get("link")
-        if not path or not name:
-            raise ConfigError("options 'config' (the replicator YAML) and 'link' are both required",
-                              field="config" if not path else "link")
-        config = load_replicator_config(path)
-        link = config.link(name)
-        delta = opts.get("deltalocation") or str(Path(link.delta_location).resolve())
-        return cls(config, link, str(Path(delta) / link.name), opts.get("checkpointlocation"))
 
 
 class ConfigDataSource(DataSource):
@@ -97,7 +76,7 @@ class ConfigStreamReader(SimpleDataSourceStreamReader):
     def _snapshot(self) -> ClusterState:
         driver_logging()
         if self._poller is None:
-            o = ConfigSyncOptions.from_options(self._raw)
+            o = LinkOptions.from_options(self._raw)
             source = o.config.cluster(o.link.source)
             self._poller = ConfigPoller(executor_admin(";".join(source.namesrv), source.credentials()), source.name,
                                         interval=o.link.config_sync.interval,
@@ -133,14 +112,14 @@ class ConfigStreamWriter(DataSourceStreamWriter):
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self._raw = dict(options)
-        ConfigSyncOptions.from_options(options)
+        LinkOptions.from_options(options)
 
     def write(self, iterator: Iterator[Any]) -> ConfigRows:
         return ConfigRows(tuple(tuple(row) for row in iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         driver_logging()
-        o = ConfigSyncOptions.from_options(self._raw)
+        o = LinkOptions.from_options(self._raw)
         if any(not isinstance(m, ConfigRows) for m in messages):
             raise ReplicatorError(f"link {o.link.name} config sync {batchId}: a write task returned no rows")
         if not o.checkpoint_location:

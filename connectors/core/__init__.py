@@ -14,4 +14,5 @@ without Spark or a broker unless noted:
 * ``monitoring``        heartbeat and metrics settings; the heartbeat topic's name and queue count
 * ``settings_base``     the base of every settings model and the validators they share (durations, patterns)
 * ``sync_settings``     the checkpoint and config-sync settings of a link
+* ``link_options``      the config + link options of the polling connectors (checkpoint, config sync)
 """
