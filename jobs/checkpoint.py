@@ -27,7 +27,13 @@ from connectors.checkpoint.data_source import DATA_SOURCE_NAME, CheckpointDataSo
 from connectors.core.config import LinkConfig, ReplicatorConfig, load_replicator_config  # noqa: E402
 from connectors.core.errors import ReplicatorError  # noqa: E402
 from jobs import job_logging  # noqa: E402
-from jobs.query_supervisor import quiet_accumulator_server, stop_on_signals, supervise  # noqa: E402
+from jobs.query_supervisor import (  # noqa: E402
+    polling_query_location,
+    quiet_accumulator_server,
+    start_polling_query,
+    stop_on_signals,
+    supervise,
+)
 from jobs.replicate import build_spark  # noqa: E402
 
 log = logging.getLogger("jobs.checkpoint")
@@ -44,19 +50,14 @@ def parse_args(argv: list[str] | None = None, prog: str = "checkpoint") -> argpa
 
 def checkpoint_query_location(config: ReplicatorConfig, name: str) -> str:
     """The checkpoint query's own Spark checkpoint: beside the replication query's."""
-    return str(Path(config.link(name).checkpoint_location + "-checkpoint").resolve())
+    return polling_query_location(config, name, "checkpoint")
 
 
 def start_checkpoints(spark: Any, config_path: str, config: ReplicatorConfig, name: str) -> Any:
     """Start one link's checkpoint query (``spark`` must have ``CheckpointDataSource`` registered)."""
     link = config.link(name)
-    path = str(Path(config_path).resolve())
-    delta = str(Path(link.delta_location).resolve())
-    frame = (spark.readStream.format(DATA_SOURCE_NAME).option("config", path).option("link", name)
-             .option("deltaLocation", delta).load())
-    query = (frame.writeStream.format(DATA_SOURCE_NAME).option("config", path).option("link", name)
-             .option("deltaLocation", delta).option("checkpointLocation", checkpoint_query_location(config, name))
-             .queryName(f"{name}-checkpoint").trigger(processingTime=link.checkpoints.spark_trigger).start())
+    query = start_polling_query(spark, DATA_SOURCE_NAME, config_path, config, name, suffix="checkpoint",
+                                trigger=link.checkpoints.spark_trigger)
     log.info("link %s: checkpoints %s -> %s every %s, groups %s", name, link.source, link.target,
              link.checkpoints.spark_trigger, link.checkpoints.groups.model_dump(exclude_defaults=True) or "all")
     return query

@@ -23,24 +23,21 @@ if __package__ in (None, ""):  # `spark-submit jobs/config_sync.py` / `python jo
 from connectors.config_sync.data_source import DATA_SOURCE_NAME, ConfigDataSource  # noqa: E402
 from connectors.core.config import ReplicatorConfig  # noqa: E402
 from jobs.checkpoint import run_queries  # noqa: E402
+from jobs.query_supervisor import polling_query_location, start_polling_query  # noqa: E402
 
 log = logging.getLogger("jobs.config_sync")
 
 
 def config_query_location(config: ReplicatorConfig, name: str) -> str:
-    return str(Path(config.link(name).checkpoint_location + "-config").resolve())
+    """The config-sync query's own Spark checkpoint: beside the replication query's."""
+    return polling_query_location(config, name, "config")
 
 
 def start_config_sync(spark: Any, config_path: str, config: ReplicatorConfig, name: str) -> Any:
     """Start one link's config-sync query (``spark`` must have ``ConfigDataSource`` registered)."""
     link = config.link(name)
-    path = str(Path(config_path).resolve())
-    delta = str(Path(link.delta_location).resolve())
-    frame = (spark.readStream.format(DATA_SOURCE_NAME).option("config", path).option("link", name)
-             .option("deltaLocation", delta).load())
-    query = (frame.writeStream.format(DATA_SOURCE_NAME).option("config", path).option("link", name)
-             .option("deltaLocation", delta).option("checkpointLocation", config_query_location(config, name))
-             .queryName(f"{name}-config").trigger(processingTime=link.config_sync.spark_trigger).start())
+    query = start_polling_query(spark, DATA_SOURCE_NAME, config_path, config, name, suffix="config",
+                                trigger=link.config_sync.spark_trigger)
     log.info("link %s: config sync %s -> %s every %s (deletion %s)", name, link.source, link.target,
              link.config_sync.spark_trigger, "propagated" if link.config_sync.propagate_deletion else "reported only")
     return query

@@ -143,6 +143,27 @@ def quiet_accumulator_server(spark: Any) -> None:
     server.handle_error = handle_error
 
 
+def polling_query_location(config: ReplicatorConfig, name: str, suffix: str) -> str:
+    """A link's polling query's own Spark checkpoint: beside the replication query's, ``-<suffix>``."""
+    return str(Path(config.link(name).checkpoint_location + f"-{suffix}").resolve())
+
+
+def start_polling_query(spark: Any, data_source: str, config_path: str, config: ReplicatorConfig, name: str, *,
+                        suffix: str, trigger: str) -> Any:
+    """Start one link's polling-connector query (checkpoint, config sync): ``format(data_source)`` read and
+    written with the link's ``config`` + ``link`` + ``deltaLocation`` options, named ``<link>-<suffix>``,
+    checkpointed at ``polling_query_location``, triggered every ``trigger`` (``spark`` must have the data
+    source registered)."""
+    link = config.link(name)
+    path = str(Path(config_path).resolve())
+    delta = str(Path(link.delta_location).resolve())
+    frame = (spark.readStream.format(data_source).option("config", path).option("link", name)
+             .option("deltaLocation", delta).load())
+    return (frame.writeStream.format(data_source).option("config", path).option("link", name)
+            .option("deltaLocation", delta).option("checkpointLocation", polling_query_location(config, name, suffix))
+            .queryName(f"{name}-{suffix}").trigger(processingTime=trigger).start())
+
+
 def release_arrow_threads() -> None:
     """Call last, after a job's Delta reads (summaries, metrics feeds): Arrow scanners left by them may keep
     native threads that abort the process at interpreter teardown ("terminate called without an active
