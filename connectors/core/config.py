@@ -53,6 +53,7 @@ from connectors.core.monitoring import HEARTBEAT_TOPIC, HeartbeatSettings, Metri
 from connectors.core.offsets import OffsetSpec
 from connectors.core.settings_base import SettingsModel as _Model
 from connectors.core.settings_base import check_topic as _check_topic
+from connectors.core.settings_base import combine_errors, error_reason
 from connectors.core.settings_base import compile_pattern as _compile
 from connectors.core.settings_base import field_error as field_error  # re-exported: reader/writer options use it
 from connectors.core.settings_base import parse_duration as _parse_trigger
@@ -556,16 +557,11 @@ def config_error_from_validation(exc: ValidationError, *, file: str | None) -> C
         extra = ctx.get("field") if error["type"] == "replicator_field" else None
         # drop the pseudo-locations pydantic adds for before/after validators
         loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-        reason = error["msg"].removeprefix("Value error, ")
-        if error["type"] == "extra_forbidden":
-            reason = "unknown key (not allowed here; check the spelling)"
-        elif error["type"] == "enum":
-            reason = f"{reason} (got {error.get('input')!r})"
+        reason = ("unknown key (not allowed here; check the spelling)" if error["type"] == "extra_forbidden"
+                  else error_reason(error))
         entries.append((_render_location(loc, extra), reason))
-    (first_field, first_reason), others = entries[0], entries[1:]
-    if others:
-        first_reason += "; also " + "; ".join(f"{f}: {r}" for f, r in others)
-    return ConfigError(first_reason, file=file, field=first_field)
+    field, reason = combine_errors(entries)
+    return ConfigError(reason, file=file, field=field)
 
 
 def parse_replicator_config(data: Any, *, file: str | None = None) -> ReplicatorConfig:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from connectors.core.errors import ConfigError
+from connectors.core.settings_base import combine_errors, error_reason
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -64,13 +65,7 @@ def options_error(model: type[BaseModel], exc: ValidationError) -> ConfigError:
         ctx = error.get("ctx") or {}
         loc = [str(p) for p in error["loc"] if not str(p).startswith("function-")]
         field = str(ctx["field"]) if error["type"] == "replicator_field" else (loc[0] if loc else "options")
-        reason = error["msg"].removeprefix("Value error, ")
-        if error["type"] == "missing":
-            reason = "required (or give config + link)"
-        elif error["type"] == "enum":
-            reason = f"{reason} (got {error.get('input')!r})"
+        reason = "required (or give config + link)" if error["type"] == "missing" else error_reason(error)
         entries.append((option_name(model, field), reason))
-    (first_field, first_reason), others = entries[0], entries[1:]
-    if others:
-        first_reason += "; also " + "; ".join(f"{f}: {r}" for f, r in others)
+    first_field, first_reason = combine_errors(entries)
     return ConfigError(first_reason, field=first_field)

@@ -8,6 +8,7 @@ in a circle.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -74,3 +75,19 @@ def parse_duration(value: Any) -> float:
     if seconds <= 0:
         raise ValueError(f"must be > 0, got {value!r}")
     return seconds
+
+
+def error_reason(error: Mapping[str, Any]) -> str:
+    """The reason of one pydantic error as the config and option errors word it."""
+    reason = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "enum":
+        reason = f"{reason} (got {error.get('input')!r})"
+    return reason
+
+
+def combine_errors(entries: Sequence[tuple[str, str]]) -> tuple[str, str]:
+    """(field, reason) pairs as one error: the first field, its reason and every other one after "also"."""
+    (first_field, first_reason), others = entries[0], entries[1:]
+    if others:
+        first_reason += "; also " + "; ".join(f"{f}: {r}" for f, r in others)
+    return first_field, first_reason
