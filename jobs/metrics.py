@@ -41,8 +41,9 @@ Metrics, every one labelled ``link`` (README, "Metrics", has the same list)::
                                                         broken, idle), 0 for the others
     rmq_replicator_checkpoint_age_seconds      gauge    now - snapshot time of the newest complete checkpoint
                                                         (the recovery point; checkpoints table)
-    rmq_replicator_config_changes_pending      gauge    changes of the newest config-sync round not applied
-                                                        (refused, failed, disabled; config_changes table)
+    rmq_replicator_config_changes_pending      gauge    config changes not applied that still stand (refused,
+                                                        failed, disabled; config_changes table, each recorded
+                                                        once: connectors.config_sync.standing)
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from connectors.checkpoint.tables import CHECKPOINTS, CheckpointTables, newest_complete_snapshot_ms
-from connectors.config_sync.applier import CONFIG_CHANGES, ConfigTables, pending_in_newest_round
+from connectors.config_sync.applier import CONFIG_CHANGES, ConfigTables, fold_pending
+from connectors.config_sync.standing import ChangeKey
 from connectors.core.config import LinkConfig
 from connectors.core.delta import DeltaTableSet
 from connectors.core.errors import ConfigError, ReplicatorError, TableError
@@ -163,7 +165,8 @@ class ConnectorStateFeed:
         self.newest_checkpoint_ms: int | None = None
         """Snapshot time of the newest complete checkpoint (``newest_complete_snapshot_ms``)."""
         self.pending_changes: int | None = None
-        """Not-applied changes of the newest config-sync round (``pending_in_newest_round``)."""
+        """Not-applied config changes standing (``applier.fold_pending`` of every row read so far)."""
+        self._standing: dict[ChangeKey, str] = {}
 
     def update(self) -> None:
         """Read what was committed since the last call; ``TableError`` when a table cannot be read."""
@@ -173,10 +176,10 @@ class ConnectorStateFeed:
             if newest is not None:
                 self.newest_checkpoint_ms = max(newest, self.newest_checkpoint_ms or newest)
         if self._config is not None:
-            rows = self._new_rows(self._config, CONFIG_CHANGES, ["status"])
-            if rows is not None and rows.num_rows:
-                # the rows start at the newest round read before: a round with no rows is no new round
-                self.pending_changes = pending_in_newest_round(rows)
+            rows = self._new_rows(self._config, CONFIG_CHANGES, ["kind", "subject", "status"])
+            if rows is not None:
+                # the rows start at the newest round read before: folding it again changes nothing
+                self.pending_changes = fold_pending(self._standing, rows)
 
     def _new_rows(self, tables: DeltaTableSet, table: str, columns: list[str]) -> pa.Table | None:
         """``columns`` + ``committed_at`` of the rows committed at or after the newest commit read before

@@ -1,16 +1,17 @@
-"""Apply a source configuration snapshot to the target and record every change: the config connector's
-writer side, and its Delta table.
+"""Apply a source configuration snapshot to the target and record the round: the config connector's writer
+side, and its Delta table.
 
 Called on the Spark driver by ``connectors.config_sync.data_source.ConfigStreamWriter.commit`` once per
 micro-batch (and by tests): read the target (``state.read_cluster_state``), plan (``plan.plan_changes``),
-apply each PLANNED change with the target's Admin (APPLIED, or FAILED with the reason: planned again next
-round), then append every change, whatever its status, to the Delta table (idempotent per (query id, batch
+apply each PLANNED change with the target's Admin (``apply_change``: APPLIED, or FAILED with the reason:
+planned again next round), then append the round's rows to the Delta table (idempotent per (query id, batch
 id), ``connectors.core.delta``)::
 
-    <delta_location>/<link>/config_changes/    append-only, one row per change per round
+    <delta_location>/<link>/config_changes/    append-only; which changes of a round become rows, and which
+                                               stand, is ``connectors.config_sync.standing``
 
-``pending_config_changes`` (the "config changes pending" metric) counts the newest round's changes that are
-not applied: refused, failed or disabled.
+``pending_config_changes`` (the "config changes pending" metric) counts the not-applied changes standing:
+a refusal recorded once is still counted every round it lasts.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from deltalake.exceptions import DeltaError
 from broker_store.client import Admin
 from broker_store.protocol.errors import RocketMQError
 from connectors.config_sync.plan import ChangeKind, ChangeStatus, ConfigChange, plan_changes
+from connectors.config_sync.standing import ChangeKey, fold, fold_statuses, to_record
 from connectors.config_sync.state import ClusterState, read_cluster_state
 from connectors.core.delta import CommitResult, DeltaTableSet, RowBuilder, timestamp
 from connectors.core.errors import TableError
@@ -41,7 +44,7 @@ CONFIG_CHANGES_SCHEMA = pa.schema([
     ("kind", pa.string()),              # ChangeKind value
     ("subject", pa.string()),           # target topic or group
     ("sources", pa.list_(pa.string())),
-    ("status", pa.string()),            # ChangeStatus value (never "planned" in the table)
+    ("status", pa.string()),            # ChangeStatus value (never "planned"; "cleared" ends a standing change)
     ("read_queue_nums", pa.int32()),
     ("write_queue_nums", pa.int32()),
     ("perm", pa.int32()),
@@ -53,7 +56,6 @@ CONFIG_CHANGES_SCHEMA = pa.schema([
     ("batch_id", pa.int64()),
     ("query_id", pa.string()),
 ])
-NOT_APPLIED = frozenset({ChangeStatus.REFUSED.value, ChangeStatus.FAILED.value, ChangeStatus.DISABLED.value})
 
 
 class ConfigTables(DeltaTableSet):
@@ -64,30 +66,78 @@ class ConfigTables(DeltaTableSet):
 
     def commit_changes(self, query_id: str, batch_id: int, snapshot_ms: int,
                        changes: Sequence[ConfigChange]) -> CommitResult:
+        """Append ``changes`` as they are (no ``standing`` rule: tests and ``commit_round``)."""
         now_ms = self.now_ms()
         build: RowBuilder = lambda _dt: [_row(c, snapshot_ms, now_ms, query_id, batch_id) for c in changes]  # noqa: E731
         return self.commit_tables(query_id, batch_id, {CONFIG_CHANGES: build}, now_ms)
 
+    def commit_round(self, query_id: str, batch_id: int, snapshot_ms: int, round_: AppliedRound) -> list[ConfigChange]:
+        """Append what ``standing.to_record`` keeps of one round, given what stands in the table now; returns
+        those changes (none when the batch was committed before)."""
+        now_ms = self.now_ms()
+        recorded: list[ConfigChange] = []
+
+        def build(dt: Any) -> list[dict[str, Any]]:
+            recorded[:] = to_record(_standing(self._changes(dt)), round_.changes, whole_view=round_.whole_view)
+            return [_row(c, snapshot_ms, now_ms, query_id, batch_id) for c in recorded]
+
+        self.commit_tables(query_id, batch_id, {CONFIG_CHANGES: build}, now_ms)
+        return recorded
+
+    def standing(self) -> dict[ChangeKey, ConfigChange]:
+        """The not-applied changes standing now (``standing.fold`` over the whole table)."""
+        return _standing(self._changes(self.open(CONFIG_CHANGES)))
+
     def pending_config_changes(self) -> int:
-        """Changes of the newest recorded round that are not applied (the "config changes pending" gauge)."""
+        """Not-applied changes standing (the "config changes pending" gauge)."""
         dt = self.open(CONFIG_CHANGES)
         if dt is None:
             return 0
         try:
-            rows = dt.to_pyarrow_table(columns=["status", "committed_at"])
+            rows = dt.to_pyarrow_table(columns=["kind", "subject", "status", "committed_at"])
         except (DeltaError, OSError, pa.ArrowException) as exc:
             raise TableError(f"cannot read Delta table {self.path(CONFIG_CHANGES)}: {exc}") from exc
-        return pending_in_newest_round(rows)
+        return fold_pending({}, rows)
+
+    def _changes(self, dt: Any) -> list[ConfigChange]:
+        """Every recorded change, oldest first."""
+        if dt is None:
+            return []
+        try:
+            rows = dt.to_pyarrow_table()
+        except (DeltaError, OSError, pa.ArrowException) as exc:
+            raise TableError(f"cannot read Delta table {self.path(CONFIG_CHANGES)}: {exc}") from exc
+        return [_change(r) for r in _oldest_first(rows).to_pylist()]
 
 
-def pending_in_newest_round(rows: pa.Table) -> int:
-    """Changes not applied among ``rows`` (columns ``status``, ``committed_at``) of the newest round (the
-    highest ``committed_at``: one round is one commit). 0 for no rows. Shared by
-    ``ConfigTables.pending_config_changes`` and the metrics endpoint's incremental read."""
-    if rows.num_rows == 0:
-        return 0
-    newest = rows.filter(pc.equal(rows["committed_at"], pc.max(rows["committed_at"])))
-    return int(pc.sum(pc.is_in(newest["status"], pa.array(sorted(NOT_APPLIED)))).as_py() or 0)
+def _standing(changes: Sequence[ConfigChange]) -> dict[ChangeKey, ConfigChange]:
+    out: dict[ChangeKey, ConfigChange] = {}
+    fold(out, changes)
+    return out
+
+
+def _oldest_first(rows: pa.Table) -> pa.Table:
+    """Rows by ``committed_at``; the sort is stable, so a commit's rows keep their order."""
+    return rows.take(pc.sort_indices(rows, sort_keys=[("committed_at", "ascending")]))
+
+
+def fold_pending(standing: dict[ChangeKey, str], rows: pa.Table) -> int:
+    """``standing.fold_statuses`` over ``rows`` (columns ``kind``, ``subject``, ``status``, ``committed_at``;
+    in place); the pending count. Shared by ``ConfigTables.pending_config_changes`` and the metrics endpoint's
+    incremental read."""
+    ordered = _oldest_first(rows)
+    return fold_statuses(standing, zip(ordered["kind"].to_pylist(), ordered["subject"].to_pylist(),
+                                       ordered["status"].to_pylist(), strict=True))
+
+
+def _change(r: Mapping[str, Any]) -> ConfigChange:
+    """A recorded row back as a ``ConfigChange`` (``order`` is not recorded: False)."""
+    attributes = r["attributes"] or []
+    return ConfigChange(ChangeKind(r["kind"]), r["subject"], ChangeStatus(r["status"]), tuple(r["sources"] or ()),
+                        r["read_queue_nums"], r["write_queue_nums"], r["perm"],
+                        attributes=dict(attributes.items() if isinstance(attributes, Mapping) else attributes),
+                        group_config=None if r["group_config"] is None else json.loads(r["group_config"]),
+                        detail=r["detail"] or "")
 
 
 def _row(c: ConfigChange, snapshot_ms: int, now_ms: int, query_id: str, batch_id: int) -> dict[str, Any]:
@@ -97,6 +147,15 @@ def _row(c: ConfigChange, snapshot_ms: int, now_ms: int, query_id: str, batch_id
             "group_config": None if c.group_config is None else json.dumps(c.group_config, sort_keys=True),
             "detail": c.detail, "snapshot_at": timestamp(snapshot_ms), "committed_at": timestamp(now_ms),
             "batch_id": batch_id, "query_id": query_id}
+
+
+@dataclass(frozen=True)
+class AppliedRound:
+    """One round's changes with their final status, and whether it saw both clusters whole."""
+
+    changes: list[ConfigChange]
+    whole_view: bool
+    """Every broker group of the source and the target was read: only then can a standing change be cleared."""
 
 
 class ConfigApplier:
@@ -110,40 +169,53 @@ class ConfigApplier:
         self._read_target = read_target or (lambda: read_cluster_state(
             target_admin, None, subscription_groups=settings.subscription_groups))
 
-    def apply(self, source: ClusterState, previous_source_topics: Iterable[str] = ()) -> list[ConfigChange]:
+    def apply(self, source: ClusterState, previous_source_topics: Iterable[str] = (),
+              previous_source_groups: Iterable[str] = ()) -> AppliedRound:
         """Every change of this round with its final status (see the module docstring)."""
         try:
             target = self._read_target()
         except RocketMQError as exc:
-            return [ConfigChange(ChangeKind.READ_TARGET, "", ChangeStatus.FAILED, detail=str(exc))]
-        changes = plan_changes(source, target, self._mapper, self._settings, previous_source_topics)
-        if source.unreachable or target.unreachable:
-            # a broker group that did not answer might hold topics: creating or deleting on a partial view
-            # could shrink nothing but could delete wrongly; deletions wait for a whole view
+            return AppliedRound([ConfigChange(ChangeKind.READ_TARGET, "", ChangeStatus.FAILED, detail=str(exc))],
+                                whole_view=False)
+        changes = plan_changes(source, target, self._mapper, self._settings, previous_source_topics,
+                               previous_source_groups)
+        whole = not (source.unreachable or target.unreachable)
+        if not whole:
+            # a broker group that did not answer might hold topics or groups: creating or deleting on a partial
+            # view could shrink nothing but could delete wrongly; deletions wait for a whole view
             changes = [c.with_status(ChangeStatus.FAILED, f"unreachable: {dict(source.unreachable)} "
                                                           f"{dict(target.unreachable)}")
-                       if c.kind is ChangeKind.DELETE_TOPIC and c.status is ChangeStatus.PLANNED else c
+                       if c.kind in _DELETIONS and c.status is ChangeStatus.PLANNED else c
                        for c in changes]
-        return [self._apply_one(c) if c.status is ChangeStatus.PLANNED else c for c in changes]
+        return AppliedRound([apply_change(self._admin, c) if c.status is ChangeStatus.PLANNED else c
+                             for c in changes], whole)
 
-    def _apply_one(self, c: ConfigChange) -> ConfigChange:
-        try:
-            if c.kind in (ChangeKind.CREATE_TOPIC, ChangeKind.UPDATE_TOPIC):
-                assert c.read_queue_nums is not None and c.write_queue_nums is not None and c.perm is not None
-                self._admin.create_topic(c.subject, max(c.read_queue_nums, c.write_queue_nums), c.perm,
-                                         read_queue_nums=c.read_queue_nums, write_queue_nums=c.write_queue_nums,
-                                         order=c.order, attributes=c.attributes or None)
-            elif c.kind is ChangeKind.DELETE_TOPIC:
-                self._admin.delete_topic(c.subject)
-            elif c.kind in (ChangeKind.CREATE_GROUP, ChangeKind.UPDATE_GROUP):
-                assert c.group_config is not None
-                self._admin.create_subscription_group(c.group_config)
-            else:
-                raise AssertionError(f"no way to apply {c.kind}")
-        except RocketMQError as exc:
-            log.warning("config change %s %s failed on the target: %s", c.kind.value, c.subject, exc)
-            return c.with_status(ChangeStatus.FAILED, str(exc))
-        return c.with_status(ChangeStatus.APPLIED, c.detail)
+
+_DELETIONS = frozenset({ChangeKind.DELETE_TOPIC, ChangeKind.DELETE_GROUP})
+
+
+def apply_change(admin: Admin, c: ConfigChange) -> ConfigChange:
+    """Apply one PLANNED change on the target ``admin`` reaches: APPLIED, or FAILED with the reason. Shared by
+    ``ConfigApplier`` and ``connectors.config_sync.creation``."""
+    try:
+        if c.kind in (ChangeKind.CREATE_TOPIC, ChangeKind.UPDATE_TOPIC):
+            assert c.read_queue_nums is not None and c.write_queue_nums is not None and c.perm is not None
+            admin.create_topic(c.subject, max(c.read_queue_nums, c.write_queue_nums), c.perm,
+                               read_queue_nums=c.read_queue_nums, write_queue_nums=c.write_queue_nums,
+                               order=c.order, attributes=c.attributes or None)
+        elif c.kind is ChangeKind.DELETE_TOPIC:
+            admin.delete_topic(c.subject)
+        elif c.kind in (ChangeKind.CREATE_GROUP, ChangeKind.UPDATE_GROUP):
+            assert c.group_config is not None
+            admin.create_subscription_group(c.group_config)
+        elif c.kind is ChangeKind.DELETE_GROUP:
+            admin.delete_subscription_group(c.subject)
+        else:
+            raise AssertionError(f"no way to apply {c.kind}")
+    except RocketMQError as exc:
+        log.warning("config change %s %s failed on the target: %s", c.kind.value, c.subject, exc)
+        return c.with_status(ChangeStatus.FAILED, str(exc))
+    return c.with_status(ChangeStatus.APPLIED, c.detail)
 
 
 def summary(changes: Sequence[ConfigChange]) -> str:

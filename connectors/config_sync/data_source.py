@@ -6,10 +6,11 @@ Registered by ``jobs/config_sync.py`` and tests. Options of both halves: ``confi
 needs ``checkpointLocation``.
 
 What runs where: the reader is a ``SimpleDataSourceStreamReader`` whose ``read`` runs on the driver and
-returns one row per trigger: the source's ``ClusterState`` as JSON and the source topics of the previous
-snapshot. Its offset is the resume state, explicit: ``{"tick": n, "topics": [source topics seen]}``, so a
-deletion is noticed across restarts (Spark keeps the offset in its checkpoint). The writer's ``write``
-(executors) passes the row on; ``commit`` (driver) applies it.
+returns one row per trigger: the source's ``ClusterState`` as JSON and the source topics and subscription
+groups of the previous snapshot. Its offset is the resume state, explicit: ``{"tick": n, "topics": [source
+topics seen], "groups": [source groups seen]}``, so a deletion is noticed across restarts (Spark keeps the
+offset in its checkpoint; an offset without ``groups``, written before groups were tracked, deletes no
+group). The writer's ``write`` (executors) passes the row on; ``commit`` (driver) applies it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pyspark.sql.types import StructType
 
 from connectors.config_sync.applier import ConfigApplier, ConfigTables, summary
 from connectors.config_sync.plan import ChangeStatus
+from connectors.config_sync.standing import NOT_APPLIED
 from connectors.config_sync.state import ClusterState, ConfigPoller
 from connectors.core.delta import shared_table_set
 from connectors.core.driver_log import driver_logging
@@ -43,7 +45,7 @@ from connectors.core.topic_mapping import TopicMapper
 log = logging.getLogger(__name__)
 
 DATA_SOURCE_NAME = "rocketmq_config"
-SCHEMA_DDL = "takenMs long, snapshot string, previousTopics string"
+SCHEMA_DDL = "takenMs long, snapshot string, previousTopics string, previousGroups string"
 
 
 class ConfigDataSource(DataSource):
@@ -84,22 +86,27 @@ class ConfigStreamReader(SimpleDataSourceStreamReader):
         return self._poller.next_item()
 
     def initialOffset(self) -> dict[str, Any]:
-        return {"tick": 0, "topics": []}
+        return {"tick": 0, "topics": [], "groups": []}
 
     def read(self, start: dict[str, Any]) -> tuple[Iterator[tuple[Any, ...]], dict[str, Any]]:
         state = self._snapshot()
-        row = (state.taken_ms, json.dumps(state.to_json()), json.dumps(list(start.get("topics", []))))
-        seen = set(state.topics)
-        if state.unreachable:  # a partial view: keep the topics seen before, or a deletion would be missed
-            seen |= set(start.get("topics", []))
-        return iter([row]), {"tick": int(start.get("tick", 0)) + 1, "topics": sorted(seen)}
+        topics, groups = set(state.topics), set(state.groups)
+        if state.unreachable:  # a partial view: keep what was seen before, or a deletion would be missed
+            topics |= set(start.get("topics", []))
+            groups |= set(start.get("groups", []))
+        return iter([_row(state, start)]), {"tick": int(start.get("tick", 0)) + 1, "topics": sorted(topics),
+                                            "groups": sorted(groups)}
 
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
-        state = self._snapshot()
-        return iter([(state.taken_ms, json.dumps(state.to_json()), json.dumps(list(start.get("topics", []))))])
+        return iter([_row(self._snapshot(), start)])
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to acknowledge: a snapshot only reads."""
+
+
+def _row(state: ClusterState, start: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (state.taken_ms, json.dumps(state.to_json()), json.dumps(list(start.get("topics", []))),
+            json.dumps(list(start.get("groups", []))))
 
 
 @dataclass(frozen=True)
@@ -129,17 +136,21 @@ class ConfigStreamWriter(DataSourceStreamWriter):
         source = o.config.cluster(o.link.source)
         tables = shared_table_set((o.tables_location,), ConfigTables, lambda: ConfigTables(o.tables_location))
         query_id = query_id_from_checkpoint(checkpoint_dir(o.checkpoint_location) or Path(o.checkpoint_location))
-        for _taken, snapshot, previous in rows:
+        for _taken, snapshot, previous_topics, previous_groups in rows:
             state = ClusterState.from_json(json.loads(snapshot))
             mapper = TopicMapper(o.link.topics, reserved_names=[source.name, *state.brokers])
             applier = ConfigApplier(target_admin=executor_admin(";".join(target.namesrv), target.credentials()),
                                     mapper=mapper, settings=o.link.config_sync)
-            changes = applier.apply(state, json.loads(previous))
-            tables.commit_changes(query_id, batchId, state.taken_ms, changes)
-            not_applied = [c for c in changes if c.status not in (ChangeStatus.APPLIED,)]
-            level = logging.WARNING if not_applied else logging.INFO
-            log.log(level, "link %s config sync %d: %s%s", o.link.name, batchId, summary(changes),
-                    "".join(f"; {c.status.value} {c.kind.value} {c.subject}: {c.detail}" for c in not_applied))
+            round_ = applier.apply(state, json.loads(previous_topics), json.loads(previous_groups or "[]"))
+            recorded = tables.commit_round(query_id, batchId, state.taken_ms, round_)
+            # a standing refusal is logged (and recorded) when it appears or changes, not every round
+            new = [c for c in recorded if c.status is not ChangeStatus.APPLIED]
+            still = sum(1 for c in round_.changes if c.status is not ChangeStatus.APPLIED) - sum(
+                1 for c in new if c.status is not ChangeStatus.CLEARED)
+            level = logging.WARNING if any(c.status in NOT_APPLIED for c in new) else logging.INFO
+            log.log(level, "link %s config sync %d: %s%s%s", o.link.name, batchId,
+                    summary(round_.changes), f" ({still} not applied as recorded before)" if still > 0 else "",
+                    "".join(f"; {c.status.value} {c.kind.value} {c.subject}: {c.detail}" for c in new))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Nothing was applied (``commit`` does the work)."""

@@ -15,7 +15,14 @@ Per target topic T (the link's topic mapping; several source topics may map to o
   to: ``delete_topic`` when ``propagate_deletion``, else a ``DISABLED`` change (reported once, not applied).
 
 Subscription groups (when enabled): a selected source group missing on the target, or configured
-differently there: ``create_group`` / ``update_group``. Groups are never deleted on the target.
+differently there: ``create_group`` / ``update_group``. A selected group seen on the source by the previous
+snapshot and gone now, still on the target: ``delete_group`` when ``propagate_deletion``, else ``DISABLED``
+(the topics' rule). Only groups the link copies are ever deleted: a group created on the target alone (never
+on the source, or not selected) is left alone, whatever the settings.
+
+``creation_for`` is the "create like the source" rule alone, for one target topic: what config sync would
+create, used by the replication planner when a batch would reach a target topic config sync has not created
+yet (``connectors.config_sync.creation``).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ class ChangeKind(enum.Enum):
     DELETE_TOPIC = "delete_topic"
     CREATE_GROUP = "create_group"
     UPDATE_GROUP = "update_group"
+    DELETE_GROUP = "delete_group"
     MAPPING = "mapping"
     """The topic mapping failed for a source topic: refused."""
     READ_TARGET = "read_target"
@@ -57,6 +65,9 @@ class ChangeStatus(enum.Enum):
     """Against the rules (shrink, too many queues, bad mapping): recorded and reported, never applied."""
     DISABLED = "disabled"
     """Deletion with ``propagate_deletion`` off: recorded and reported, not applied."""
+    CLEARED = "cleared"
+    """Only in the table: a not-applied change of an earlier round the rules no longer call for (the source
+    grew back, a one-round deletion notice passed); ends its pending count (``connectors.config_sync.standing``)."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +109,8 @@ def _targets(topics: Iterable[str], mapper: TopicMapper,
 
 
 def plan_changes(source: ClusterState, target: ClusterState, mapper: TopicMapper, settings: ConfigSyncSettings,
-                 previous_source_topics: Iterable[str] = ()) -> list[ConfigChange]:
+                 previous_source_topics: Iterable[str] = (),
+                 previous_source_groups: Iterable[str] = ()) -> list[ConfigChange]:
     """Every change the rules of the module docstring call for, PLANNED or already REFUSED / DISABLED."""
     changes: list[ConfigChange] = []
     wanted_by_target = _targets(source.topics, mapper, changes)
@@ -122,7 +134,24 @@ def plan_changes(source: ClusterState, target: ClusterState, mapper: TopicMapper
             elif _canonical(current) != _canonical(config):
                 changes.append(ConfigChange(ChangeKind.UPDATE_GROUP, group, ChangeStatus.PLANNED, (group,),
                                             group_config=dict(config)))
+        for group in sorted(set(previous_source_groups) - set(source.groups)):
+            if not settings.groups.selects(group) or group not in target.groups:
+                continue
+            status = ChangeStatus.PLANNED if settings.propagate_deletion else ChangeStatus.DISABLED
+            detail = "" if settings.propagate_deletion else "source group deleted; propagate_deletion is off"
+            changes.append(ConfigChange(ChangeKind.DELETE_GROUP, group, status, (group,), detail=detail))
     return changes
+
+
+def creation_for(target_topic: str, source: ClusterState, mapper: TopicMapper,
+                 settings: ConfigSyncSettings) -> ConfigChange | None:
+    """The ``create_topic`` change (PLANNED, or REFUSED over ``max_queue_nums``) that ``plan_changes`` makes
+    for ``target_topic`` on a target that lacks it; None when no source topic maps to it."""
+    sources = _targets(source.topics, mapper, []).get(target_topic)
+    if not sources:
+        return None
+    empty = ClusterState(source.taken_ms, {}, {}, ())
+    return _topic_changes(target_topic, [source.topics[s] for s in sources], empty, settings)[0]
 
 
 def _canonical(config: Mapping[str, Any]) -> str:

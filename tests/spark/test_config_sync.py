@@ -1,6 +1,7 @@
 """The config connector between two real clusters: a new source topic appears on the target with the same
 queue count within two trigger intervals, queue growth follows, a subscription group is copied, a shrink is
-refused and recorded in the Delta table (never applied)."""
+refused and recorded in the Delta table once (never applied, pending while it stands), and with
+``propagate_deletion`` a group deleted on the source is deleted on the target (a target-only group stays)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ def test_topics_and_groups_follow_the_source(spark: Any, clusters: tuple[Cluster
                    "topics": {"include": [{"pattern": f"{prefix}_.*", "target": "DR_{topic}"}]},
                    "checkpoint_location": str(tmp_path / "checkpoints" / link),
                    "delta_location": str(tmp_path / "delta"),
-                   "config_sync": {"interval": INTERVAL, "groups": {"include": [f"{group}.*"]}}}]}))
+                   "config_sync": {"interval": INTERVAL, "groups": {"include": [f"{group}.*"]},
+                                   "propagate_deletion": True}}]}))
     spark.dataSource.register(ConfigDataSource)
     query = start_config_sync(spark, str(config), load_replicator_config(config), link)  # the job's own start
     tables = ConfigTables(tmp_path / "delta" / link)
@@ -87,8 +89,24 @@ def test_topics_and_groups_follow_the_source(spark: Any, clusters: tuple[Cluster
                        for r in rows)
 
         wait_until(refused, 30, "the refused shrink in the Delta table")
+        batch = query.lastProgress["batchId"]
+        wait_until(lambda: query.lastProgress["batchId"] >= batch + 2, 30, "two more config-sync rounds")
         assert target_queues(dst, f"DR_{topic}") == {"dst-a": (8, 8), "dst-b": (8, 8)}
-        assert tables.pending_config_changes() >= 1
+        shrinks = [r for r in tables.read(CONFIG_CHANGES).to_pylist() if r["kind"] == "shrink"]
+        assert len(shrinks) == 1, shrinks  # recorded once, not once per round
+        assert tables.pending_config_changes() == 1  # and still reported while it stands
+
+        def groups_on_target() -> list[set[str]]:
+            return [set(dst.admin.all_subscription_groups(a)) for a in dst.admin.primary_addrs().values()]
+
+        target_only = f"{group}_target_only"  # selected by the link's pattern, but never on the source
+        dst.admin.create_subscription_group({"groupName": target_only})
+        src.admin.delete_subscription_group(group, cluster="src")
+        wait_until(lambda: all(group not in g for g in groups_on_target()), 30,
+                   "the source's group deletion on the target")
+        assert all(target_only in g for g in groups_on_target())
+        assert any(r["kind"] == "delete_group" and r["status"] == "applied" and r["subject"] == group
+                   for r in tables.read(CONFIG_CHANGES).to_pylist())
     finally:
         query.stop()
     assert query.exception() is None

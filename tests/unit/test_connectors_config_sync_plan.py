@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from connectors.config_sync.plan import ChangeKind, ChangeStatus, ConfigChange, plan_changes
+from connectors.config_sync.plan import ChangeKind, ChangeStatus, ConfigChange, creation_for, plan_changes
 from connectors.config_sync.state import ClusterState, TopicState
 from connectors.core.config import TopicMappingConfig
 from connectors.core.sync_settings import ConfigSyncSettings
@@ -83,3 +83,31 @@ def test_subscription_groups_created_and_updated_system_groups_skipped() -> None
     assert kinds(plan_changes(source, target, MAPPER, ConfigSyncSettings())) == [
         ("update_group", "billing", "planned")]
     assert plan_changes(source, cluster(), MAPPER, ConfigSyncSettings(subscription_groups=False)) == []
+
+
+def test_group_deleted_on_the_source_only_when_enabled_and_only_if_the_link_copies_it() -> None:
+    settings = ConfigSyncSettings(groups={"include": ["app_.*"]})
+    source = cluster(groups={"app_kept": {"groupName": "app_kept"}})
+    target = cluster(groups={"app_kept": {"groupName": "app_kept"}, "app_gone": {"groupName": "app_gone"},
+                             "other_gone": {"groupName": "other_gone"}, "target_only": {"groupName": "target_only"}})
+    previous = ["app_kept", "app_gone", "other_gone", "app_never_on_target"]
+    off = plan_changes(source, target, MAPPER, settings, previous_source_groups=previous)
+    assert kinds(off) == [("delete_group", "app_gone", "disabled")]  # other_gone is not selected
+    on = plan_changes(source, target, MAPPER, settings.model_copy(update={"propagate_deletion": True}),
+                      previous_source_groups=previous)
+    assert kinds(on) == [("delete_group", "app_gone", "planned")]  # target_only was never on the source
+    # groups not copied at all: nothing deleted either
+    assert plan_changes(cluster(), target, MAPPER, ConfigSyncSettings(subscription_groups=False,
+                                                                      propagate_deletion=True),
+                        previous_source_groups=previous) == []
+
+
+def test_creation_for_is_the_create_rule_of_plan_changes() -> None:
+    source = cluster(topic("EU", 4, tier="gold"), topic("US", 8), topic("App_big", 64), topic("Other", 2))
+    planned = plan_changes(source, cluster(), MAPPER, ConfigSyncSettings(max_queue_nums=32))
+    for change in planned:
+        assert creation_for(change.subject, source, MAPPER, ConfigSyncSettings(max_queue_nums=32)) == change
+    created = creation_for("All", source, MAPPER, ConfigSyncSettings())
+    assert created is not None and (created.status, created.write_queue_nums, created.sources) == (
+        ChangeStatus.PLANNED, 8, ("EU", "US"))
+    assert creation_for("Nothing_maps_here", source, MAPPER, ConfigSyncSettings()) is None
