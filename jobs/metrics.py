@@ -180,6 +180,8 @@ class ConnectorStateFeed:
             if rows is not None:
                 # the rows start at the newest round read before: folding it again changes nothing
                 self.pending_changes = fold_pending(self._standing, rows)
+            elif self.pending_changes is None and self._config.open(CONFIG_CHANGES) is None:
+                self.pending_changes = 0  # no round has recorded anything yet: nothing stands
 
     def _new_rows(self, tables: DeltaTableSet, table: str, columns: list[str]) -> pa.Table | None:
         """``columns`` + ``committed_at`` of the rows committed at or after the newest commit read before

@@ -168,9 +168,11 @@ def _launch_jvm_in_own_session(options: dict[str, str]) -> None:
 
 
 def start_link(spark: Any, config_path: str, config: ReplicatorConfig, name: str, *,
-               available_now: bool = False, row_format: str = "ranges") -> Any:
+               available_now: bool = False, row_format: str = "ranges", create_topics_like_source: bool = False) -> Any:
     """Start one link's query; the reader and writer resolve the link from ``config_path``.
-    ``row_format`` is the source's rowFormat (``ranges`` unless a benchmark compares)."""
+    ``row_format`` is the source's rowFormat (``ranges`` unless a benchmark compares);
+    ``create_topics_like_source``: the reader's ``createTopicsLikeSource`` (``jobs/run_all.py`` when it runs
+    the link's config sync)."""
     link = config.link(name)
     FailurePolicyRunner(link)  # a failure hook that does not import fails now, before any data moves
     path = str(Path(config_path).resolve())
@@ -183,6 +185,7 @@ def start_link(spark: Any, config_path: str, config: ReplicatorConfig, name: str
     frame = (spark.readStream.format("rocketmq").option("config", path).option("link", name)
              .option("deltaLocation", delta).option("startingOffsets", link.starting_offsets)
              .option("rowFormat", row_format)
+             .option("createTopicsLikeSource", str(create_topics_like_source).lower())
              # the sink's commit mirrors each batch to the source group (connectors/replication/group_mirror.py);
              # the reader's own mirror trails by a batch and could move the group back
              .option("commitOffsetsToSource", "false")

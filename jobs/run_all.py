@@ -5,7 +5,9 @@
 
 Per link: the replication query (``jobs.replicate.start_link``), the checkpoint query
 (``jobs.checkpoint.start_checkpoints``) when ``checkpoints.enabled`` and the config-sync query
-(``jobs.config_sync.start_config_sync``) when ``config_sync.enabled``; for all the links together one
+(``jobs.config_sync.start_config_sync``) when ``config_sync.enabled``, and then the replication query
+creates a missing target topic like its source before its first batch (``createTopicsLikeSource``), so
+config sync's rule decides its queue count, not the target's auto-create; for all the links together one
 heartbeat query (``jobs.heartbeat.start_heartbeat_query``) and one heartbeat monitor thread; one Prometheus
 endpoint with every metric of ``jobs.metrics``. Console, log dir, signals and exit codes are
 ``jobs/replicate.py``'s (``jobs.query_supervisor``): 0 after a clean stop (SIGTERM / SIGINT) or when every
@@ -64,13 +66,15 @@ def checkpoint_locations(config: ReplicatorConfig, names: list[str], *, availabl
 def start_all(spark: Any, config_path: str, config: ReplicatorConfig, names: list[str], *,
               available_now: bool = False) -> tuple[list[Any], list[Any]]:
     """Start every query of ``names`` (see the module docstring); (replication queries, the others).
-    Config sync first, so a new topic tends to exist on the target before the first send would
-    auto-create it with the target's default queue count."""
+    A link whose config sync runs replicates with ``createTopicsLikeSource``: a batch that would reach a
+    target topic config sync has not created yet (the topic held data at start, or was created on the
+    source between two rounds) has it created like the source first, never with the target's
+    auto-create default (``connectors.config_sync.creation``)."""
     others: list[Any] = []
-    if not available_now:
-        others += [start_config_sync(spark, config_path, config, n)
-                   for n in names if config.link(n).config_sync.enabled]
-    replication = [start_link(spark, config_path, config, name, available_now=available_now) for name in names]
+    syncing = set() if available_now else {n for n in names if config.link(n).config_sync.enabled}
+    others += [start_config_sync(spark, config_path, config, n) for n in names if n in syncing]
+    replication = [start_link(spark, config_path, config, name, available_now=available_now,
+                              create_topics_like_source=name in syncing) for name in names]
     if not available_now:
         others.append(start_heartbeat_query(spark, config_path, config, names))
         others += [start_checkpoints(spark, config_path, config, n)

@@ -126,7 +126,9 @@ class ConfigSyncSettings(SettingsModel):
     groups: GroupSelection = GroupSelection()
     """The subscription groups copied (default: every non-system group)."""
     propagate_deletion: bool = False
-    """Delete a target topic (mapped 1:1) when its source topic is deleted. Off: reported, never applied."""
+    """Delete a target topic when its source topic(s) are deleted, and a copied subscription group (selected by
+    ``groups``) when it is deleted on the source; a group only on the target is never deleted. Off: reported,
+    never applied."""
     max_queue_nums: int = Field(default=1024, gt=0)
     """A source queue count above this is refused on the target (recorded as a refused change)."""
 

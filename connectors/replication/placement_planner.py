@@ -12,9 +12,12 @@ Per batch: the decisions are caught up from the table (an executor may have deci
 planner could not place), the source queues without a decision for their target topic are decided by
 ``queue_placement.QueuePlacement`` from the source topic's and the target topic's queue lists now, and
 the new ones are appended to the table and logged (once each) before ``place`` returns. A target topic
-that cannot be listed (it does not exist yet and will be auto-created, the target is down) leaves its
-ranges unplaced: the sink places them (``placement.QueuePlacement``) with the same rule and the same
-decided placements, and the writer's commit records what it decided.
+the target does not have is first created like its source topic(s) when the link's config sync runs
+(``createTopicsLikeSource``: ``connectors.config_sync.creation``), so placement and config sync see the
+queue count the source has, never the target's auto-create default. A target topic that still cannot be
+listed (it will be auto-created, the target is down) leaves its ranges unplaced: the sink places them
+(``placement.QueuePlacement``) with the same rule and the same decided placements, and the writer's commit
+records what it decided.
 
 Cost on the driver (16 queues, local Delta table): the first batch's 16 decisions and their append
 ~8 ms; a batch with nothing to decide ~0.6 ms (the table's version check).
@@ -30,7 +33,7 @@ from typing import Any
 
 from broker_store.client import Admin
 from broker_store.client.route_cache import publish_queues, subscribe_queues
-from broker_store.protocol.errors import RocketMQError
+from broker_store.protocol.errors import RocketMQError, TopicNotExistError
 from connectors.core.config import load_replicator_config
 from connectors.core.errors import ReplicatorError
 from connectors.core.offsets import QueueKey
@@ -73,22 +76,28 @@ class RangesPlacementPlanner:
 
     def __init__(self, *, link: str, mapper: TopicMapper, preserve: bool, table: PlacementTable,
                  source_queues: Callable[[str], list[QueueKey]], target_queues: Callable[[str], list[TargetQueue]],
+                 create_target_topic: Callable[[str], bool] | None = None,
                  close: Callable[[], None] = lambda: None) -> None:
         """``source_queues(topic)``: the source topic's readable queues now; ``target_queues(topic)``: the
-        target topic's writable queues now (both raise ``RocketMQError`` when they cannot be listed)."""
+        target topic's writable queues now (both raise ``RocketMQError`` when they cannot be listed);
+        ``create_target_topic(topic)``: create a missing target topic like its source, True when it exists now
+        (None: leave it to the sink's auto-create)."""
         self.link = link
         self.mapper = mapper
         self.preserve = preserve
         self.table = table
         self._source_queues = source_queues
         self._target_queues = target_queues
+        self._create_target_topic = create_target_topic
         self._close = close
         self._rule = QueuePlacement()
         self._version: int | None = None
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> RangesPlacementPlanner | None:
-        """The planner of a reader with these options, or None (not ``rowFormat=ranges`` with config+link)."""
+    def from_options(cls, options: Mapping[str, str], *,
+                     create_topics_like_source: bool = False) -> RangesPlacementPlanner | None:
+        """The planner of a reader with these options, or None (not ``rowFormat=ranges`` with config+link).
+        ``create_topics_like_source``: the reader's ``createTopicsLikeSource``."""
         opts = lowered(options)
         if opts.get("rowformat", "").strip().lower() != "ranges" or not opts.get("config") or not opts.get("link"):
             return None
@@ -117,9 +126,21 @@ class RangesPlacementPlanner:
                 client.close()
             admins.clear()
 
+        create_target_topic = None
+        if create_topics_like_source:
+            from connectors.config_sync.creation import TargetTopicCreator  # only for links whose config sync runs
+            from connectors.config_sync.plan import ChangeStatus
+
+            def create_target_topic(topic: str) -> bool:
+                creator = TargetTopicCreator(link=link.name, source_admin=admin("source"), source_cluster=link.source,
+                                             target_admin=admin("target"), topics=link.topics,
+                                             settings=link.config_sync)
+                change = creator.create(topic)
+                return change is not None and change.status is ChangeStatus.APPLIED
+
         return cls(link=link.name, mapper=TopicMapper(link.topics), preserve=link.preserve_queues,
                    table=PlacementTable(location, source_cluster=link.source), source_queues=source_queues,
-                   target_queues=target_queues, close=close)
+                   target_queues=target_queues, create_target_topic=create_target_topic, close=close)
 
     def close(self) -> None:
         self._close()
@@ -137,6 +158,17 @@ class RangesPlacementPlanner:
         except ReplicatorError:
             return None  # the sink records the messages as failed with the mapping error
 
+    def _target_queues_creating(self, target_topic: str) -> list[TargetQueue]:
+        """The target topic's writable queues; a topic the target lacks is created first when
+        ``create_target_topic`` is given (tried again each batch while it fails: the sink's auto-create then
+        takes over, as without it)."""
+        try:
+            return self._target_queues(target_topic)
+        except TopicNotExistError:
+            if self._create_target_topic is None or not self._create_target_topic(target_topic):
+                raise
+        return self._target_queues(target_topic)
+
     def place(self, ranges: Sequence[QueueRange]) -> list[QueueRange]:
         """``ranges`` with the target queue of each one's source queue (decided now if new, durable when
         this returns); ranges that cannot be placed are returned unchanged."""
@@ -152,7 +184,7 @@ class RangesPlacementPlanner:
         for (source_topic, target_topic), sources in sorted(wanted.items()):
             try:
                 source_queues = self._source_queues(source_topic)
-                target_queues = self._target_queues(target_topic)
+                target_queues = self._target_queues_creating(target_topic)
             except RocketMQError as exc:
                 log.info("link %s: cannot place %s -> %s on the driver yet (%s); the sink places them", self.link,
                          source_topic, target_topic, exc)

@@ -72,6 +72,10 @@ Options (case-insensitive)::
                           records undecoded (``RAW_SCHEMA_DDL``), for the rocketmq sink; ranges: one row per
                           planned queue range and no data (``RANGES_SCHEMA_DDL``): the rocketmq sink pulls
                           the ranges itself (see "Row formats" below)
+    createTopicsLikeSource  false (default) | true: with rowFormat=ranges and config+link, a target topic the
+                          target lacks is created like its source topic(s) (config sync's rule) on the driver
+                          before its first batch is placed (``jobs/run_all.py`` sets it when it runs the
+                          link's config sync)
     accessKeyEnv, secretKeyEnv  NAMES of environment variables holding the source cluster's ACL keys
                           (default with config+link: the cluster's access_key_env / secret_key_env).
                           Read on the driver; every request is signed (``broker_store.protocol.acl``)
@@ -200,7 +204,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                      credentials=o.credentials, link=o.link or "", config_path=o.config,
                                      retry=OutagePolicy(o.retry_timeout_ms, o.retry_backoff_ms,
                                                         o.retry_backoff_max_ms))
-        self._state = _DriverState(placer=RangesPlacementPlanner.from_options(options))
+        self._state = _DriverState(placer=RangesPlacementPlanner.from_options(
+            options, create_topics_like_source=o.create_topics_like_source))
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options, "settings": self.settings}

@@ -109,6 +109,11 @@ class SourceOptions(ReadSettings):
     """The replicator.yaml the link was read from (``config`` option); named in the data-loss advice."""
     pull_timeout_ms: int = Field(default=DEFAULT_PULL_TIMEOUT_MS, gt=0)
     row_format: RowFormat = "arrow"
+    create_topics_like_source: bool = False
+    """With ``rowFormat=ranges`` and config+link: the driver creates a target topic the target lacks like its
+    source topic(s), by config sync's rule, before placing its first batch (``connectors.config_sync.creation``).
+    Set by ``jobs/run_all.py`` for a link whose config sync it runs; false: the sink's auto-create (the target's
+    default queue count) as before."""
     credentials: SessionCredentials | None = None
     """ACL identity for the source cluster (from the link's cluster or accessKeyEnv / secretKeyEnv),
     resolved on the driver; reaches executors inside the pickled reader, never as a Spark option."""

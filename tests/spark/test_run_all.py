@@ -46,6 +46,20 @@ def _count(namesrv: str, topic: str) -> int:
             return 0
 
 
+def _per_queue(namesrv: str, topic: str) -> dict[int, tuple[tuple[int, int], int]]:
+    """Queue id -> (the topic's read / write queue counts, messages in the queue) on the cluster's one broker."""
+    with Admin(namesrv) as admin:
+        route = admin.wait_for_route(topic, timeout=15)
+        (data,) = route.queue_datas
+        counts = (data.read_queue_nums, data.write_queue_nums)
+        return {mq.queue_id: (counts, admin.max_offset(mq)) for mq in _queues(admin, topic)}
+
+
+def _config_rows(delta: Path) -> list[dict[str, object]]:
+    table = delta / "config_changes"
+    return DeltaTable(str(table)).to_pyarrow_table().to_pylist() if (table / "_delta_log").exists() else []
+
+
 def _sample(text: str, name: str) -> float | None:
     prefix = name + '{link="l1"} '
     return next((float(line.removeprefix(prefix)) for line in text.splitlines() if line.startswith(prefix)), None)
@@ -69,7 +83,10 @@ def test_run_all_replicates_heartbeats_and_checkpoints_then_stops_on_sigterm(
         pair: tuple[LocalCluster, LocalCluster], tmp_path: Path) -> None:
     src, dst = pair
     topic, group = unique("All"), unique("GID_all")
-    with Admin(src.namesrv_addr) as admin:  # on the source only: config sync creates it on the target
+    # on the source only, and holding data before the job starts: the replication query's first batch comes
+    # before config sync's first round, so it creates the topic on the target like the source (2 queues, not
+    # the target's auto-create default of 4, which config sync would then refuse to shrink every round)
+    with Admin(src.namesrv_addr) as admin:
         admin.create_topic(topic, 2)
         admin.wait_for_route(topic)
     with Producer(src.namesrv_addr, "PID_run_all") as producer:
@@ -102,9 +119,17 @@ def test_run_all_replicates_heartbeats_and_checkpoints_then_stops_on_sigterm(
         text = scrape(f"http://127.0.0.1:{port}/metrics", 2)
         assert (_sample(text, "rmq_replicator_messages_total") or 0) >= 100
         assert _sample(text, "rmq_replicator_heartbeat_lag_seconds") is not None
-        # fed from config_changes; not asserted 0: the topic held data before the job started, so the sink may
-        # auto-create it on the target (4 queues) before config sync's first round, which then refuses a shrink
-        assert _sample(text, "rmq_replicator_config_changes_pending") is not None
+        # the topic exists on the target like on the source; queue-preserving placement saw the right count, so
+        # every source queue went to the same queue id; config sync found nothing to refuse over several rounds
+        commits = tmp_path / "checkpoints" / "l1-config" / "commits"
+        wait_for(lambda: commits.exists() and len([f for f in commits.iterdir() if f.name.isdigit()]) >= 3, 60,
+                 "three config-sync rounds", alive=job)
+        on_source = _per_queue(src.namesrv_addr, topic)
+        assert on_source == _per_queue(dst.namesrv_addr, topic)
+        assert all(counts == (2, 2) for counts, _ in on_source.values())
+        assert [r for r in _config_rows(delta) if r["status"] != "applied"] == []
+        text = scrape(f"http://127.0.0.1:{port}/metrics", 2)
+        assert _sample(text, "rmq_replicator_config_changes_pending") == 0
         os.killpg(job.pid, signal.SIGTERM)  # the whole process group, as systemd and `timeout` do
         rc = job.wait(120)
     finally:

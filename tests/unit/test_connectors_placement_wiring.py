@@ -12,6 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from broker_store.client import MessageQueue
+from broker_store.protocol.codes import ResponseCode
+from broker_store.protocol.errors import TopicNotExistError
 from connectors.core.config import TopicMappingConfig
 from connectors.core.offsets import QueueKey
 from connectors.core.topic_mapping import TopicMapper
@@ -155,3 +157,43 @@ def test_executor_without_tables_keeps_the_stateless_rule(tmp_path: Path, monkey
     task = executor(tmp_path, monkeypatch, source=4, target=4, delta=False)
     assert [task.place("B", QueueKey("A", "src-a", i)).queue_id for i in range(4)] == [0, 1, 2, 3]  # type: ignore[union-attr]
     assert task.decided == []
+
+
+def test_planner_creates_a_missing_target_topic_before_placing_its_first_batch(tmp_path: Path) -> None:
+    """With createTopicsLikeSource, a target topic the target lacks is created (config sync's rule, stubbed
+    here: connectors.config_sync.creation) and the batch placed against the queues it was created with."""
+    topics = Topics(source=2, target=0)
+    created: list[str] = []
+
+    def target_queues(topic: str) -> list[TargetQueue]:
+        if topic not in created:
+            raise TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST, f"no route for {topic}")
+        return topics.target_queues(topic)
+
+    def create(topic: str) -> bool:
+        created.append(topic)
+        topics.target = topics.source  # created like the source
+        return True
+
+    mapper = TopicMapper(TopicMappingConfig.model_validate({"explicit": [{"source": "A", "target": "B"}]}))
+    placer = RangesPlacementPlanner(link="l", mapper=mapper, preserve=True,
+                                    table=PlacementTable(tmp_path / "l", source_cluster="src"),
+                                    source_queues=topics.source_queues, target_queues=target_queues,
+                                    create_target_topic=create)
+    assert targets(placer.place(ranges(2))) == {0: 0, 1: 1}  # preserved: the counts match
+    assert created == ["B"]
+    placer.place(ranges(2))
+    assert created == ["B"]  # created once
+
+
+def test_planner_without_creation_leaves_a_missing_topic_to_the_sink(tmp_path: Path) -> None:
+    def target_queues(topic: str) -> list[TargetQueue]:
+        raise TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST, f"no route for {topic}")
+
+    mapper = TopicMapper(TopicMappingConfig.model_validate({"explicit": [{"source": "A", "target": "B"}]}))
+    for create in (None, lambda _topic: False):  # not asked to create, or creation refused / failed
+        placer = RangesPlacementPlanner(link="l", mapper=mapper, preserve=True,
+                                        table=PlacementTable(tmp_path / "l", source_cluster="src"),
+                                        source_queues=Topics(2, 0).source_queues, target_queues=target_queues,
+                                        create_target_topic=create)
+        assert targets(placer.place(ranges(2))) == {0: None, 1: None}

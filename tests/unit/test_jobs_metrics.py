@@ -126,10 +126,10 @@ def test_checkpoint_age_and_config_pending_from_the_connector_tables(tmp_path: P
     now = [datetime(2026, 1, 1, tzinfo=UTC)]
     now_ms = int(now[0].timestamp() * 1000)
     endpoint = MetricsEndpoint(MetricsSettings(port=0), [link], now=lambda: now[0])
-    endpoint.feed_once()  # neither table exists yet: no value, no error
+    endpoint.feed_once()  # neither table exists yet: no checkpoint age, nothing pending, no error
     registry = endpoint.registry
     assert _value(registry, "rmq_replicator_checkpoint_age_seconds", link="l1") is None
-    assert _value(registry, "rmq_replicator_config_changes_pending", link="l1") is None
+    assert _value(registry, "rmq_replicator_config_changes_pending", link="l1") == 0  # nothing stands
 
     checkpoints = CheckpointTables(link.tables_location)
     checkpoints.commit_checkpoint("q", 0, [CheckpointRow("g", CheckpointOutcome.COMMITTED, now_ms - 9_000)])
