@@ -23,7 +23,7 @@ import json
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
-from connectors.config_sync.plan import ChangeKind, ChangeStatus, ConfigChange
+from connectors.config_sync.plan import ChangeStatus, ConfigChange
 
 ChangeKey = tuple[str, str]
 """(kind value, subject): one change's identity across rounds."""
@@ -88,7 +88,3 @@ def pending(standing: Mapping[ChangeKey, Any]) -> int:
     """The "config changes pending" gauge: not-applied changes standing."""
     return len(standing)
 
-
-def is_read_failure(changes: Sequence[ConfigChange]) -> bool:
-    """True for a round that planned nothing because the target could not be read."""
-    return any(c.kind is ChangeKind.READ_TARGET for c in changes)
