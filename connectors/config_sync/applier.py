@@ -84,6 +84,10 @@ class ConfigTables(DeltaTableSet):
         self.commit_tables(query_id, batch_id, {CONFIG_CHANGES: build}, now_ms)
         return recorded
 
+    def standing(self) -> dict[ChangeKey, ConfigChange]:
+        """The not-applied changes standing now (``standing.fold`` over the whole table)."""
+        return _standing(self._changes(self.open(CONFIG_CHANGES)))
+
     def pending_config_changes(self) -> int:
         """Not-applied changes standing (the "config changes pending" gauge)."""
         dt = self.open(CONFIG_CHANGES)

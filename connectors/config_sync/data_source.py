@@ -32,7 +32,7 @@ from pyspark.sql.types import StructType
 
 from connectors.config_sync.applier import ConfigApplier, ConfigTables, summary
 from connectors.config_sync.plan import ChangeStatus
-from connectors.config_sync.standing import NOT_APPLIED
+from connectors.config_sync.standing import NOT_APPLIED, unfinished_deletions
 from connectors.config_sync.state import ClusterState, ConfigPoller
 from connectors.core.delta import shared_table_set
 from connectors.core.driver_log import driver_logging
@@ -141,7 +141,9 @@ class ConfigStreamWriter(DataSourceStreamWriter):
             mapper = TopicMapper(o.link.topics, reserved_names=[source.name, *state.brokers])
             applier = ConfigApplier(target_admin=executor_admin(";".join(target.namesrv), target.credentials()),
                                     mapper=mapper, settings=o.link.config_sync)
-            round_ = applier.apply(state, json.loads(previous_topics), json.loads(previous_groups or "[]"))
+            topics_again, groups_again = unfinished_deletions(tables.standing())
+            round_ = applier.apply(state, [*json.loads(previous_topics), *topics_again],
+                                   [*json.loads(previous_groups or "[]"), *groups_again])
             recorded = tables.commit_round(query_id, batchId, state.taken_ms, round_)
             # a standing refusal is logged (and recorded) when it appears or changes, not every round
             new = [c for c in recorded if c.status is not ChangeStatus.APPLIED]

@@ -15,6 +15,11 @@ that stays unreachable). The table is a log of what happened, not of every round
 A change stands, per (kind, subject), from its not-applied row until a later APPLIED or CLEARED row of the same
 key; the pending gauge counts what stands (``pending``), so it keeps reporting a refusal that is recorded once.
 A refusal that was cleared and comes back is recorded again.
+
+A deletion is called for once, in the round that sees a name leave the source. One that FAILED (the target
+refused or did not answer) is not dropped: ``unfinished_deletions`` gives its source names back to the caller,
+which adds them to the previous snapshot's, so the rules call for it again until it is applied or moot (the
+target no longer has it, the source has it again).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import json
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
-from connectors.config_sync.plan import ChangeStatus, ConfigChange
+from connectors.config_sync.plan import ChangeKind, ChangeStatus, ConfigChange
 
 ChangeKey = tuple[str, str]
 """(kind value, subject): one change's identity across rounds."""
@@ -88,3 +93,10 @@ def pending(standing: Mapping[ChangeKey, Any]) -> int:
     """The "config changes pending" gauge: not-applied changes standing."""
     return len(standing)
 
+
+
+def unfinished_deletions(standing: Mapping[ChangeKey, ConfigChange]) -> tuple[list[str], list[str]]:
+    """(source topics, source groups) of the deletions that failed and still stand (see the module docstring)."""
+    failed = [c for c in standing.values() if c.status is ChangeStatus.FAILED]
+    return (sorted({s for c in failed if c.kind is ChangeKind.DELETE_TOPIC for s in c.sources}),
+            sorted({s for c in failed if c.kind is ChangeKind.DELETE_GROUP for s in c.sources}))

@@ -6,8 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from connectors.config_sync.applier import AppliedRound, ConfigTables
-from connectors.config_sync.plan import ChangeKind, ChangeStatus, ConfigChange
-from connectors.config_sync.standing import ChangeKey, fold, pending, to_record
+from connectors.config_sync.plan import ChangeKind, ChangeStatus, ConfigChange, plan_changes
+from connectors.config_sync.standing import ChangeKey, fold, pending, to_record, unfinished_deletions
+from connectors.config_sync.state import ClusterState
+from connectors.core.config import TopicMappingConfig
+from connectors.core.sync_settings import ConfigSyncSettings
+from connectors.core.topic_mapping import TopicMapper
 
 SHRINK = ConfigChange(ChangeKind.SHRINK, "DR_T", ChangeStatus.REFUSED, ("T",), 2, 2, 6, detail="2 < 8")
 GROWTH = ConfigChange(ChangeKind.UPDATE_TOPIC, "DR_U", ChangeStatus.APPLIED, ("U",), 16, 16, 6)
@@ -72,3 +76,22 @@ def test_commit_round_on_the_delta_table(tmp_path: Path) -> None:
         SHRINK.with_status(ChangeStatus.CLEARED, "no longer called for (was refused: 2 < 8)")]
     assert again.pending_config_changes() == 1
     assert again.commit_round("q2", 1, 1, AppliedRound([], whole_view=True)) == []  # batch 1 committed before
+
+
+def test_a_failed_group_deletion_is_called_for_again_until_applied() -> None:
+    settings = ConfigSyncSettings(propagate_deletion=True)
+    mapper = TopicMapper(TopicMappingConfig.model_validate({"include": [{"pattern": ".*"}]}))
+    source = ClusterState(1, {}, {}, ("b1",))  # "billing" was deleted on the source
+    target = ClusterState(1, {}, {"billing": {"groupName": "billing"}}, ("b1",))
+    standing: dict[ChangeKey, ConfigChange] = {}
+    first = [c.with_status(ChangeStatus.FAILED, "target busy")
+             for c in plan_changes(source, target, mapper, settings, previous_source_groups=["billing"])]
+    fold(standing, to_record(standing, first, whole_view=True))
+    # the next snapshot's previous groups no longer hold "billing": the failure gives it back
+    topics_again, groups_again = unfinished_deletions(standing)
+    assert (topics_again, groups_again) == ([], ["billing"])
+    again = plan_changes(source, target, mapper, settings, previous_source_groups=groups_again)
+    assert [(c.kind, c.subject, c.status) for c in again] == [(ChangeKind.DELETE_GROUP, "billing",
+                                                               ChangeStatus.PLANNED)]
+    fold(standing, to_record(standing, [again[0].with_status(ChangeStatus.APPLIED, "")], whole_view=True))
+    assert unfinished_deletions(standing) == ([], []) and pending(standing) == 0
