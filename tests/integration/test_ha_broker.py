@@ -153,13 +153,17 @@ def test_replica_copies_topics_consumer_offsets_and_groups_from_its_primary(clus
                what="consumer offset copied and persisted")
     assert json.loads(offsets_file.read_text())["offsetTable"]["T-meta@meta-group"] == {"2": 42}
     assert json.loads((replica.store_dir / "config" / "topics.json").read_text())["topicConfigTable"]["T-meta"]
+    period = FAST_HA["metadata_sync_interval_ms"] / 1000
     with Admin(cluster.namesrv_addr) as admin:
-        admin.create_subscription_group({"groupName": "meta-sub", "whichBrokerWhenConsumeSlowly": 1})
-        eventually(lambda: "meta-sub" in admin.all_subscription_groups(replica.listen),
-                   what="subscription group copied")
-        assert admin.all_subscription_groups(replica.listen)["meta-sub"] == \
-            admin.all_subscription_groups(primary.listen)["meta-sub"]
-    assert "meta-sub" in (replica.store_dir / "config" / "subscription_groups.json").read_text()
+        for retries in (16, 5):  # created, then updated: each reaches the replica within a few periods
+            admin.create_subscription_group({"groupName": "meta-sub", "whichBrokerWhenConsumeSlowly": 1,
+                                             "retryMaxTimes": retries})
+            eventually(lambda want=retries: admin.all_subscription_groups(replica.listen).get("meta-sub", {}).get(
+                "retryMaxTimes") == want, timeout=10 * period, what="subscription group copied")
+            assert admin.all_subscription_groups(replica.listen)["meta-sub"] == \
+                admin.all_subscription_groups(primary.listen)["meta-sub"]
+    stored = json.loads((replica.store_dir / "config" / "subscription_groups.json").read_text())
+    assert stored["subscriptionGroupTable"]["meta-sub"]["retryMaxTimes"] == 5
 
 
 def test_paused_replica_times_out_then_missing_replica_refuses_before_append(cluster: LocalCluster,
