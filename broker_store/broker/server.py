@@ -12,7 +12,9 @@ is the one place it changes (the election controller will call it), and a change
 
 Start order: bind the port (so the advertised address and STOREHOST carry the real port), load
 metadata, recover the store, start the replication side of the role (``broker.replication``: the HA
-port of a primary, the HA client of a replica), install processors, register with the name servers. Until processors
+port of a primary, the HA client of a replica), install processors, register with the name servers (whose
+answer names a replica's primary: its remoting address for the metadata sync, its HA address for the HA
+client unless ``ha.ha_primary_address`` is configured). Until processors
 are installed every request gets SERVICE_NOT_AVAILABLE. Stop order is the reverse; a clean stop
 unregisters, persists offsets and flushes the store.
 """
@@ -24,6 +26,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from broker_store.background import cancel_and_wait
 from broker_store.broker.admin_processor import AdminContext, AdminProcessor
 from broker_store.broker.client_processor import ClientContext, ClientProcessor
 from broker_store.broker.client_registry import ClientRegistry
@@ -163,6 +166,7 @@ class BrokerServer:
                 ha_port=self.config.ha_port(), advertised_ip=self.config.advertised_ip, clock=self._clock)
             await self.replication.start()
             self._client = RemotingClient()
+            replication = self.replication
             self.registration = NamesrvRegistration(
                 self._client,
                 list(self.config.namesrv_addrs),
@@ -171,6 +175,8 @@ class BrokerServer:
                 register_interval=self.config.register_interval_seconds,
                 heartbeat_interval=self.config.heartbeat_interval_seconds,
                 clock=self._clock,
+                on_primary_ha_addr=replication.follow_primary,
+                awaiting_primary=lambda: replication.awaiting_primary,
             )
             self.topic_configs.change_listeners.append(lambda _tc: self._request_register())
             self.metadata_sync = MetadataSync(
@@ -280,13 +286,7 @@ class BrokerServer:
         if self._metadata_sync_task is not None:
             self._tasks.append(self._metadata_sync_task)
             self._metadata_sync_task = None
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._tasks)
         self._tasks = []
         if self.registration is not None:
             await self.registration.stop()
