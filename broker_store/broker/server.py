@@ -243,7 +243,8 @@ class BrokerServer:
             store, topics, self.clients, self.consumer_offsets, self.pull_waiters, role,
             stopping=lambda: self.stopping, clock=self._clock, max_pull_msg_nums=cfg.max_pull_msg_nums,
             long_polling_enable=cfg.long_polling_enable, short_polling_time_ms=cfg.short_polling_time_ms,
-            slave_read_enable=cfg.ha.slave_read_enable, max_in_memory_gap=cfg.ha.max_in_memory_gap()))
+            slave_read_enable=cfg.ha.slave_read_enable, max_in_memory_gap=cfg.ha.max_in_memory_gap(),
+            subscription_group=self.subscription_groups.select))
         offsets = OffsetProcessor(OffsetContext(store, topics, self.consumer_offsets))
         admin = AdminProcessor(AdminContext(topics, self.consumer_offsets, self.subscription_groups,
                                             cluster_name=cfg.cluster_name, broker_name=cfg.broker_name,

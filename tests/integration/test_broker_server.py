@@ -608,6 +608,26 @@ def test_configured_ha_primary_address_overrides_the_name_server(tmp_path: Path)
     run(tmp_path, body, broker_id=1, ha={"role": "SLAVE", "ha_primary_address": configured})
 
 
+def test_pull_suggestions_follow_the_subscription_group_table(tmp_path: Path) -> None:
+    """With slave_read_enable, a slow pull is pointed at the group's whichBrokerWhenConsumeSlowly and any other
+    at its brokerId (from UPDATE_AND_CREATE_SUBSCRIPTIONGROUP); a group the table lacks gets 1 / 0."""
+
+    async def body(env: Env) -> None:
+        for i in range(20):
+            _ok(await env.send("Steer", b"%03d" % i * 400))
+        steered = {"groupName": "steered", "whichBrokerWhenConsumeSlowly": 3, "brokerId": 2}
+        _ok(await env.call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json.dumps(steered).encode()))
+        suggestions = {}
+        for group in ("steered", "plain"):
+            for offset in (0, 19):  # 19 messages (~8 KB) behind the end, then the last one
+                resp, msgs = await env.pull("Steer", offset, group=group, max_nums=1)
+                assert len(msgs) == 1
+                suggestions[group, offset] = resp.ext_fields["suggestWhichBrokerId"]
+        assert suggestions == {("steered", 0): "3", ("steered", 19): "2", ("plain", 0): "1", ("plain", 19): "0"}
+
+    run(tmp_path, body, ha={"slave_read_enable": True, "memory_basis_bytes": 10_000})  # slow: > 4000 bytes behind
+
+
 def test_sync_flush_send(tmp_path: Path) -> None:
     async def body(env: Env) -> None:
         for i in range(5):
