@@ -67,7 +67,7 @@ class MetadataSync:
             try:
                 await self.sync_once()
             except RocketMQError as exc:
-                log.warning("metadata sync from the primary failed (next try in %.0f s): %s", self.interval, exc)
+                log.warning("metadata sync from the primary failed (next try in %.1f s): %s", self.interval, exc)
             await self._clock.sleep(self.interval)
 
     async def sync_once(self) -> bool:

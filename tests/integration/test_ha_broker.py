@@ -27,6 +27,7 @@ from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.headers import PullMessageRequestHeader
 from broker_store.protocol.message import STORED_HEADER_SIZE
 from tests.support.processes import Broker, GroupSpec, LocalCluster
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -39,14 +40,6 @@ SYNC_2_OF_2_HA = {"ha": SYNC_2_OF_2}
 
 def _primary(ha: dict[str, Any], replicas: int) -> tuple[dict[str, Any], ...]:
     return ({"ha": ha},) + tuple({} for _ in range(replicas))
-
-
-def eventually(check: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        time.sleep(0.05)
 
 
 def ha_status(broker: Broker) -> dict[str, Any]:
