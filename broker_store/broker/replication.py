@@ -15,8 +15,8 @@ registration after each answer, as RocketMQ's slaves take haServerAddr when haMa
 Until one is known the replica serves reads and ships nothing; a learnt address that changes (the primary
 restarted elsewhere) restarts the client against the new one.
 
-Contract: everything runs on the broker's event loop; switches are serialised (one at a time, in the
-order the role changed).
+Contract: everything runs on the broker's event loop; switches (role changes, re-following a newly named
+primary) are serialised: one at a time, in the order they were asked for.
 """
 
 from __future__ import annotations

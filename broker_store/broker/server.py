@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 Processor = Callable[[RemotingCommand, Connection], HandlerResult]
 """Returns the response, or an awaitable of it when the request must wait (see ``net.server``)."""
 METADATA_DIR = "config"
-"""Subdirectory of store_dir holding topics.json and consumer_offsets.json."""
+"""Subdirectory of store_dir holding topics.json, consumer_offsets.json and subscription_groups.json."""
 CLIENT_SCAN_INTERVAL = 10.0
 
 
@@ -103,7 +103,8 @@ class BrokerServer:
         self.registration: NamesrvRegistration | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.metadata_sync: MetadataSync | None = None
-        """A replica's copy of its primary's topics and consumer offsets (valid after start)."""
+        """A replica's copy of its primary's topics, consumer offsets and subscription groups (valid after
+        start)."""
         self._metadata_sync_task: asyncio.Task[None] | None = None
         self.stopping = False
         self.addr = ""

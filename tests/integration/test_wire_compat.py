@@ -1,6 +1,7 @@
 """Wire compatibility with an off-the-shelf RocketMQ 4.x client: Apache RocketMQ's C++ client
 (librocketmq, shipped in the `rocketmq` wheel on PyPI) produces and consumes through our name server
-and brokers, including TBW102 auto-creation, tags, keys and user properties.
+and brokers, including TBW102 auto-creation, tags, keys and user properties, and its pull consumer
+follows slave-read suggestions (suggestWhichBrokerId) to a replica and back.
 
 The C++ client runs in a child process (it starts native threads and writes ~/logs/rocketmq-cpp)."""
 
