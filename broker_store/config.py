@@ -178,9 +178,9 @@ class BrokerConfig(BrokerSettings):
         dupes = [a for a, n in Counter(self.namesrv_addrs).items() if n > 1]
         if dupes:
             raise ValueError(f"namesrv_addrs lists {dupes} more than once")
-        if self.ha.role is HARole.SLAVE and self.ha.ha_primary_address is None:
-            raise ValueError("ha.ha_primary_address (host:port of the primary's HA port) is required with "
-                             "ha.role SLAVE")
+        if self.ha.role is HARole.SLAVE and self.ha.ha_primary_address is None and not self.namesrv_addrs:
+            raise ValueError("a broker with ha.role SLAVE needs ha.ha_primary_address (host:port of the primary's "
+                             "HA port) or namesrv_addrs (whose registration answer names the primary)")
         return self
 
     def to_store_config(self) -> StoreConfig:
@@ -215,18 +215,11 @@ class ClusterConfig(_Model):
         return self
 
     def broker_configs(self) -> list[BrokerConfig]:
-        """Brokers with cluster_name and namesrv_addrs filled in from this cluster, and each replica's
-        ``ha.ha_primary_address`` (unless set) from its group's broker_id 0."""
-        primaries = {b.broker_name: b for b in self.brokers if b.broker_id == 0}
-        configs = []
-        for b in self.brokers:
-            data = b.model_dump(exclude_unset=True)
-            if b.ha.role is HARole.SLAVE and b.ha.ha_primary_address is None:
-                primary = primaries[b.broker_name]
-                ha_address = f"{primary.advertised_ip}:{primary.ha_port()}"
-                data["ha"] = {**b.ha.model_dump(exclude_unset=True), "ha_primary_address": ha_address}
-            configs.append(BrokerConfig(**data, cluster_name=self.name, namesrv_addrs=[self.namesrv.listen]))
-        return configs
+        """Brokers with cluster_name and namesrv_addrs filled in from this cluster. A replica without
+        ``ha.ha_primary_address`` learns its primary's HA address from the name server's registration
+        answer, as RocketMQ's slaves do."""
+        return [BrokerConfig(**b.model_dump(exclude_unset=True), cluster_name=self.name,
+                             namesrv_addrs=[self.namesrv.listen]) for b in self.brokers]
 
 
 def _duplicates(values: Iterable[str]) -> list[str]:

@@ -2,18 +2,20 @@
 primary on a period.
 
 Run by ``BrokerServer`` while the broker is a REPLICA (RocketMQ's SlaveSynchronize, every 10 s by
-default: ``ha.metadata_sync_interval_ms``). Each round asks the primary's remoting address (learnt from
-the name server's registration answer, ``NamesrvRegistration.master_addr``) with RocketMQ's own codes,
-replaces the local copy when the primary's data version differs, and persists it so a restarted replica
-(or one that becomes primary) starts from the last copy:
+default: ``ha.metadata_sync_interval_ms``, timed by the broker's clock). Each round asks the primary's
+remoting address (learnt from the name server's registration answer, ``NamesrvRegistration.master_addr``)
+with RocketMQ's own codes, replaces the local copy when it differs from the primary's (topics and
+subscription groups: table or data version; consumer offsets: the table), and persists it so a restarted
+replica (or one that becomes primary) starts from the last copy:
 
     GET_ALL_TOPIC_CONFIG (21)               -> topics.json               (TopicConfigSerializeWrapper JSON)
     GET_ALL_CONSUMER_OFFSET (43)            -> consumer_offsets.json     (ConsumerOffsetSerializeWrapper JSON)
     GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201)  -> subscription_groups.json  (SubscriptionGroupWrapper JSON)
 
-RocketMQ also copies delay offsets (GET_ALL_DELAY_OFFSET, 45). This broker keeps none: it has no schedule
-topic (send-back retries are stored for immediate redelivery, see ``send_processor``). When that table
-exists it joins this round with that code.
+RocketMQ also copies delay offsets (GET_ALL_DELAY_OFFSET, 45): the progress of its schedule service over
+SCHEDULE_TOPIC_XXXX. This broker keeps no delay offsets to copy: it has no schedule topic and no delay
+service (send-back retries are stored for immediate redelivery, see ``send_processor``), and it does not
+answer code 45. When that table exists it joins this round with that code.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.errors import ProtocolError, RocketMQError
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.route import loads_rocketmq
-from broker_store.protocol.topic import TopicConfigTable
+from broker_store.protocol.topic import DataVersion, TopicConfigTable
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +67,7 @@ class MetadataSync:
             try:
                 await self.sync_once()
             except RocketMQError as exc:
-                log.warning("metadata sync from the primary failed (next try in %.0f s): %s", self.interval, exc)
+                log.warning("metadata sync from the primary failed (next try in %.1f s): %s", self.interval, exc)
             await self._clock.sleep(self.interval)
 
     async def sync_once(self) -> bool:
@@ -88,9 +90,10 @@ class MetadataSync:
         try:
             groups = {str(name): SubscriptionGroupConfig.from_json(cfg)
                       for name, cfg in (wrapper.get("subscriptionGroupTable") or {}).items()}
-        except (AttributeError, TypeError, ValueError) as exc:
+            groups_version = DataVersion.from_json(wrapper.get("dataVersion"))
+        except (AttributeError, TypeError, ValueError, ProtocolError) as exc:
             raise ProtocolError(f"GET_ALL_SUBSCRIPTIONGROUP_CONFIG from {addr}: malformed table: {exc}") from exc
-        self._groups.replace_all(groups)
+        self._groups.replace_all(groups, groups_version)
         self.rounds += 1
         return True
 

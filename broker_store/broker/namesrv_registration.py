@@ -4,6 +4,13 @@ Owned by ``BrokerServer``: a full REGISTER_BROKER with the whole topic table to 
 server at start, every ``register_interval_seconds`` and promptly after a topic change; a lite
 BROKER_HEARTBEAT every ``heartbeat_interval_seconds``; UNREGISTER_BROKER on clean shutdown.
 A name server that is down is logged and retried on the next tick; it never blocks the broker.
+
+A replica learns its primary from the registration answer, as RocketMQ's slaves do: REGISTER_BROKER's
+response header carries the group primary's remoting address (``masterAddr``, kept in ``master_addr`` for
+the metadata sync) and HA address (``haServerAddr``, handed to ``on_primary_ha_addr``; the broker's
+replication follows it unless ``ha.ha_primary_address`` is configured). While ``awaiting_primary()`` says
+the replica still has no primary to follow (it registered before its primary did), registrations repeat
+every ``PRIMARY_UNKNOWN_RETRY`` seconds instead of ``register_interval``.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from broker_store.background import cancel_and_wait
 from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.net.client import RemotingClient
 from broker_store.protocol.codes import RequestCode, ResponseCode
@@ -30,6 +38,9 @@ from broker_store.protocol.topic import TopicConfigTable, encode_register_broker
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT = 3.0
+PRIMARY_UNKNOWN_RETRY = 1.0
+"""Seconds between registrations while a replica does not know its primary yet (RocketMQ waits for its next
+30 s round; a replica started together with its primary would idle that long)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +60,8 @@ class NamesrvRegistration:
 
     ``topic_table`` is called for each full registration (a snapshot of the topic table);
     ``broker_id`` is read on every call so a role change re-registers under the new id.
+    ``on_primary_ha_addr`` is called with the primary's HA address of every answer that names one;
+    ``awaiting_primary`` shortens the registration period while it returns True (see the module docstring).
     """
 
     def __init__(
@@ -61,6 +74,8 @@ class NamesrvRegistration:
         register_interval: float,
         heartbeat_interval: float,
         clock: Clock = SYSTEM_CLOCK,
+        on_primary_ha_addr: Callable[[str], None] = lambda _addr: None,
+        awaiting_primary: Callable[[], bool] = lambda: False,
     ) -> None:
         self._client = client
         self.namesrv_addrs = list(namesrv_addrs)
@@ -72,8 +87,12 @@ class NamesrvRegistration:
         """Times the register and heartbeat periods."""
         self._register_requested = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._on_primary_ha_addr = on_primary_ha_addr
+        self._awaiting_primary = awaiting_primary
         self.master_addr: str | None = None
         """Primary address reported by the last registration (replicas)."""
+        self.master_ha_addr: str | None = None
+        """The primary's HA address reported by the last registration that named one (replicas)."""
 
     async def register_all(self) -> bool:
         """One full registration with every name server, concurrently; True if all accepted."""
@@ -118,6 +137,9 @@ class NamesrvRegistration:
             return True
         if rh.master_addr:
             self.master_addr = rh.master_addr
+        if rh.ha_server_addr:
+            self.master_ha_addr = rh.ha_server_addr
+            self._on_primary_ha_addr(rh.ha_server_addr)
         return True
 
     async def heartbeat_all(self) -> None:
@@ -171,18 +193,13 @@ class NamesrvRegistration:
         self._tasks = [loop.create_task(self._register_loop()), loop.create_task(self._heartbeat_loop())]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._tasks)
         self._tasks = []
 
     async def _register_loop(self) -> None:
         while True:
-            await self._clock.wait_for(self._register_requested.wait(), self.register_interval)
+            interval = PRIMARY_UNKNOWN_RETRY if self._awaiting_primary() else self.register_interval
+            await self._clock.wait_for(self._register_requested.wait(), min(interval, self.register_interval))
             self._register_requested.clear()
             await self.register_all()
 

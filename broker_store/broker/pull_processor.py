@@ -14,9 +14,11 @@ Store status -> response code (as RocketMQ)::
     NO_MATCHED_LOGIC_QUEUE, NO_MESSAGE_IN_QUEUE  PULL_OFFSET_MOVED if offset != 0 else PULL_NOT_FOUND
 
 Reads from replicas (``ha.replica_read``): a replica without ``ha.slave_read_enable`` answers every pull
-PULL_RETRY_IMMEDIATELY with suggestWhichBrokerId 0 (nothing held). Otherwise each response's
-suggestWhichBrokerId is the group's whichBrokerWhenConsumeSlowly when the pulled data lies more than
-``HASettings.max_in_memory_gap()`` behind the max physical offset (with slave_read_enable), else 0.
+PULL_RETRY_IMMEDIATELY with suggestWhichBrokerId 0 (nothing held). Otherwise, with slave_read_enable, each
+response's suggestWhichBrokerId is the consumer group's whichBrokerWhenConsumeSlowly when the pulled data
+lies more than ``HASettings.max_in_memory_gap()`` behind the max physical offset, else the group's brokerId
+(both from the subscription group table, RocketMQ's defaults 1 and 0 for a group it does not hold);
+without slave_read_enable it is 0.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from broker_store.broker.consumer_offset import ConsumerOffsetManager
     from broker_store.broker.long_polling import PullWaiters
     from broker_store.broker.role import RoleState
+    from broker_store.broker.subscription_group import SubscriptionGroupConfig
     from broker_store.broker.topic_config import TopicConfigManager
     from broker_store.clock import Clock
     from broker_store.net.server import Connection
@@ -89,9 +92,9 @@ class PullContext:
     """``ha.slave_read_enable``: replicas serve pulls, and slow consumers are pointed at one."""
     max_in_memory_gap: int = 2**62
     """``HASettings.max_in_memory_gap()``: a pull further behind the max physical offset is consuming slowly."""
-    which_broker_when_consume_slowly: int = DEFAULT_WHICH_BROKER_WHEN_CONSUME_SLOWLY
-    """The subscription group's whichBrokerWhenConsumeSlowly. This broker keeps no subscription group
-    table, so every group has RocketMQ's default (1, the first replica)."""
+    subscription_group: Callable[[str], SubscriptionGroupConfig | None] = lambda _group: None
+    """The consumer group's settings (``SubscriptionGroupManager.select``; on a replica, the metadata sync's
+    copy): whichBrokerWhenConsumeSlowly and brokerId steer the suggestions. None: RocketMQ's defaults."""
 
 
 class PullProcessor:
@@ -232,9 +235,13 @@ class PullProcessor:
         self, cmd: RemotingCommand, h: PullMessageRequestHeader, result: GetResult, code: ResponseCode
     ) -> RemotingCommand:
         ctx = self.ctx
-        routing = route_pull(is_replica=not ctx.role.is_primary, slave_read_enable=ctx.slave_read_enable,
-                             slow=result.count > 0 and result.max_physical_offset_lag > ctx.max_in_memory_gap,
-                             which_broker_when_consume_slowly=ctx.which_broker_when_consume_slowly)
+        group = ctx.subscription_group(h.consumer_group)
+        routing = route_pull(
+            is_replica=not ctx.role.is_primary, slave_read_enable=ctx.slave_read_enable,
+            slow=result.count > 0 and result.max_physical_offset_lag > ctx.max_in_memory_gap,
+            which_broker_when_consume_slowly=(group.which_broker_when_consume_slowly if group is not None
+                                              else DEFAULT_WHICH_BROKER_WHEN_CONSUME_SLOWLY),
+            group_broker_id=group.broker_id if group is not None else MASTER_ID)
         suggest = routing.suggest_which_broker_id
         if code == ResponseCode.PULL_OFFSET_MOVED and not ctx.role.is_primary:
             # A replica does not judge offsets (offsetCheckInSlave=false): retry against the primary.

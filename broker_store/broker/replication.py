@@ -9,8 +9,14 @@ its own ConsumeQueues). ``RoleState.change_role`` drives the switch through a li
 issue calls it): to REPLICA stops the primary side (waiting puts are answered FLUSH_SLAVE_TIMEOUT) and
 starts the client; to PRIMARY stops the client and starts the primary side.
 
-Contract: everything runs on the broker's event loop; switches are serialised (one at a time, in the
-order the role changed).
+Whom a replica follows: ``ha.ha_primary_address`` when configured (it overrides), else the primary's HA
+address the name server names in its REGISTER_BROKER answer (``follow_primary``, called by the
+registration after each answer, as RocketMQ's slaves take haServerAddr when haMasterAddress is unset).
+Until one is known the replica serves reads and ships nothing; a learnt address that changes (the primary
+restarted elsewhere) restarts the client against the new one.
+
+Contract: everything runs on the broker's event loop; switches (role changes, re-following a newly named
+primary) are serialised: one at a time, in the order they were asked for.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from broker_store.broker.role import BrokerRole, RoleState
@@ -112,6 +119,8 @@ class BrokerReplication:
         self._started = False
         self.ha_address = ""
         """``ip:port`` replicas dial while this broker is primary (registered as haServerAddr); ""."""
+        self._learnt_primary: str | None = None
+        """The primary's HA address from the last registration answer naming one (replica)."""
         store.add_arrival_listener(self._on_arrival)
         role.listeners.append(self._on_role_changed)
 
@@ -124,6 +133,32 @@ class BrokerReplication:
     def client(self) -> ReplicaClient | None:
         """The HA client while replica (None while primary)."""
         return self._client
+
+    @property
+    def primary_ha_address(self) -> str | None:
+        """The HA address this broker follows while replica: the configured one, else the learnt one."""
+        return self._settings.ha_primary_address or self._learnt_primary
+
+    @property
+    def awaiting_primary(self) -> bool:
+        """True while this broker is a replica that knows no primary HA address to follow yet."""
+        return self._role.role is BrokerRole.REPLICA and self.primary_ha_address is None
+
+    def follow_primary(self, ha_address: str) -> None:
+        """The name server named the group primary's HA address. Ignored when ``ha.ha_primary_address`` is
+        configured; a new address (re)starts the replica client against it while this broker is replica."""
+        if self._settings.ha_primary_address is not None or ha_address == self._learnt_primary:
+            return
+        log.info("HA: the name server names %s as the primary's HA address (was %s)", ha_address,
+                 self._learnt_primary or "unknown")
+        self._learnt_primary = ha_address
+        if self._started and self._role.role is BrokerRole.REPLICA:
+            self._schedule(self._refollow)
+
+    async def _refollow(self) -> None:
+        if self._role.role is BrokerRole.REPLICA:
+            await self._stop_replica()
+            await self._start_replica()
 
     async def start(self) -> None:
         self._started = True
@@ -139,17 +174,22 @@ class BrokerReplication:
     # -- role switches ------------------------------------------------------------------------------
 
     def _on_role_changed(self, _old: BrokerRole, new: BrokerRole) -> None:
-        if not self._started:
-            return
+        if new is BrokerRole.PRIMARY:
+            self._learnt_primary = None  # the group's primary changed: whatever was learnt is stale
+        if self._started:
+            self._schedule(lambda: self._become(new))
+
+    def _schedule(self, step: Callable[[], Awaitable[None]]) -> None:
+        """Run ``step`` after every switch scheduled before it (switches never interleave)."""
         previous = self._switches
 
         async def switch() -> None:
             if previous is not None:
                 await previous
             if self._started:
-                await self._become(new)
+                await step()
 
-        self._switches = asyncio.get_running_loop().create_task(switch(), name=f"ha-become-{new.value}")
+        self._switches = asyncio.get_running_loop().create_task(switch(), name="ha-switch")
 
     async def _become(self, role: BrokerRole) -> None:
         if role is BrokerRole.PRIMARY:
@@ -187,15 +227,17 @@ class BrokerReplication:
     async def _start_replica(self) -> None:
         if self._client is not None:
             return
-        if self._settings.ha_primary_address is None:
-            # A primary turned replica by hand (tests) or, later, by a controller that has not yet said
-            # whom to follow: it serves reads and refuses writes, but ships nothing.
-            log.warning("HA: replica without ha.ha_primary_address: not following any primary")
+        address = self.primary_ha_address
+        if address is None:
+            # Not configured and not named by a name server yet (the registration retries soon), or a
+            # primary turned replica by hand (tests): it serves reads and refuses writes, but ships nothing.
+            log.info("HA: replica without a primary HA address yet (ha.ha_primary_address unset, the name "
+                     "server has not named one): not following any primary")
             return
-        client = ReplicaClient(self._store, self._settings)
+        client = ReplicaClient(self._store, self._settings, primary_address=address)
         await client.start()
         self._client = client
-        log.info("HA: replica following %s", self._settings.ha_primary_address)
+        log.info("HA: replica following %s", address)
 
     async def _stop_replica(self) -> None:
         if self._client is not None:
@@ -223,7 +265,7 @@ class BrokerReplication:
                           ha_max_gap_not_in_sync=gap)
         client = self._client
         connected = client is not None and client.connected
-        return HAView(role, ha_role, self._settings.ha_primary_address or "", min_offset, max_offset,
+        return HAView(role, ha_role, self.primary_ha_address or "", min_offset, max_offset,
                       connected=connected,
                       last_error=client.last_error if client is not None and not connected else "",
                       ha_max_gap_not_in_sync=self._settings.ha_max_gap_not_in_sync)

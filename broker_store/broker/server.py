@@ -12,7 +12,9 @@ is the one place it changes (the election controller will call it), and a change
 
 Start order: bind the port (so the advertised address and STOREHOST carry the real port), load
 metadata, recover the store, start the replication side of the role (``broker.replication``: the HA
-port of a primary, the HA client of a replica), install processors, register with the name servers. Until processors
+port of a primary, the HA client of a replica), install processors, register with the name servers (whose
+answer names a replica's primary: its remoting address for the metadata sync, its HA address for the HA
+client unless ``ha.ha_primary_address`` is configured). Until processors
 are installed every request gets SERVICE_NOT_AVAILABLE. Stop order is the reverse; a clean stop
 unregisters, persists offsets and flushes the store.
 """
@@ -24,6 +26,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from broker_store.background import cancel_and_wait
 from broker_store.broker.admin_processor import AdminContext, AdminProcessor
 from broker_store.broker.client_processor import ClientContext, ClientProcessor
 from broker_store.broker.client_registry import ClientRegistry
@@ -56,7 +59,7 @@ log = logging.getLogger(__name__)
 Processor = Callable[[RemotingCommand, Connection], HandlerResult]
 """Returns the response, or an awaitable of it when the request must wait (see ``net.server``)."""
 METADATA_DIR = "config"
-"""Subdirectory of store_dir holding topics.json and consumer_offsets.json."""
+"""Subdirectory of store_dir holding topics.json, consumer_offsets.json and subscription_groups.json."""
 CLIENT_SCAN_INTERVAL = 10.0
 
 
@@ -100,7 +103,8 @@ class BrokerServer:
         self.registration: NamesrvRegistration | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.metadata_sync: MetadataSync | None = None
-        """A replica's copy of its primary's topics and consumer offsets (valid after start)."""
+        """A replica's copy of its primary's topics, consumer offsets and subscription groups (valid after
+        start)."""
         self._metadata_sync_task: asyncio.Task[None] | None = None
         self.stopping = False
         self.addr = ""
@@ -163,6 +167,7 @@ class BrokerServer:
                 ha_port=self.config.ha_port(), advertised_ip=self.config.advertised_ip, clock=self._clock)
             await self.replication.start()
             self._client = RemotingClient()
+            replication = self.replication
             self.registration = NamesrvRegistration(
                 self._client,
                 list(self.config.namesrv_addrs),
@@ -171,6 +176,8 @@ class BrokerServer:
                 register_interval=self.config.register_interval_seconds,
                 heartbeat_interval=self.config.heartbeat_interval_seconds,
                 clock=self._clock,
+                on_primary_ha_addr=replication.follow_primary,
+                awaiting_primary=lambda: replication.awaiting_primary,
             )
             self.topic_configs.change_listeners.append(lambda _tc: self._request_register())
             self.metadata_sync = MetadataSync(
@@ -237,7 +244,8 @@ class BrokerServer:
             store, topics, self.clients, self.consumer_offsets, self.pull_waiters, role,
             stopping=lambda: self.stopping, clock=self._clock, max_pull_msg_nums=cfg.max_pull_msg_nums,
             long_polling_enable=cfg.long_polling_enable, short_polling_time_ms=cfg.short_polling_time_ms,
-            slave_read_enable=cfg.ha.slave_read_enable, max_in_memory_gap=cfg.ha.max_in_memory_gap()))
+            slave_read_enable=cfg.ha.slave_read_enable, max_in_memory_gap=cfg.ha.max_in_memory_gap(),
+            subscription_group=self.subscription_groups.select))
         offsets = OffsetProcessor(OffsetContext(store, topics, self.consumer_offsets))
         admin = AdminProcessor(AdminContext(topics, self.consumer_offsets, self.subscription_groups,
                                             cluster_name=cfg.cluster_name, broker_name=cfg.broker_name,
@@ -280,13 +288,7 @@ class BrokerServer:
         if self._metadata_sync_task is not None:
             self._tasks.append(self._metadata_sync_task)
             self._metadata_sync_task = None
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._tasks)
         self._tasks = []
         if self.registration is not None:
             await self.registration.stop()

@@ -107,12 +107,15 @@ class SubscriptionGroupManager:
         self._persist()
         return True
 
-    def replace_all(self, table: dict[str, SubscriptionGroupConfig]) -> bool:
-        """Take a primary's whole table (a replica's metadata sync); persisted, True when it changed."""
-        if table == self._table:
+    def replace_all(self, table: Mapping[str, SubscriptionGroupConfig], data_version: DataVersion) -> bool:
+        """A replica's metadata sync: take the primary's whole table and its data version (so the copy
+        carries the version it was taken at, as topics do), persist. False, writing nothing, when both are
+        already the primary's."""
+        if data_version == self.data_version and table == self._table:
             return False
         self._table = dict(table)
-        self._persist()
+        self.data_version = data_version
+        write_metadata_file(self.path, self._payload())
         return True
 
     def select(self, group: str) -> SubscriptionGroupConfig | None:

@@ -1,11 +1,12 @@
 """Reads from replicas: which broker of the group a consumer should pull a queue from next.
 
-Pure decisions; the broker's pull processor (lead's wiring) calls ``consuming_slowly`` with the
-store's max physical offset and the furthest physical offset the pull returned, then
-``route_pull`` with the broker's runtime role, ``ha.slave_read_enable`` and the subscription group's
-whichBrokerWhenConsumeSlowly / brokerId, and writes the result into the response
+Pure decisions; the broker's pull processor (``broker.pull_processor``) judges "slow" with the store's
+max physical offset and the furthest physical offset the pull returned (``consuming_slowly``'s rule),
+then calls ``route_pull`` with the broker's runtime role, ``ha.slave_read_enable`` and the consumer's
+subscription group's whichBrokerWhenConsumeSlowly / brokerId, and writes the result into the response
 (``suggestWhichBrokerId``; PULL_RETRY_IMMEDIATELY from a replica that must not serve). Clients follow
-the suggestion (the project client in ``client/consumer.py``; RocketMQ clients do too).
+the suggestion (the project client in ``client/consumer.py``; Apache RocketMQ's clients do too, the C++
+client checked by tests/integration/test_wire_compat.py).
 
 RocketMQ's rules (DefaultMessageStore.getMessage, PullMessageProcessor), written out::
 

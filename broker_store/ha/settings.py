@@ -45,7 +45,8 @@ class HARole(enum.StrEnum):
     SYNC_MASTER = "SYNC_MASTER"
     """Primary; a put also waits for replica acks when the quorum needs more than one copy."""
     SLAVE = "SLAVE"
-    """Replica: follows ``ha_primary_address``, accepts no sends."""
+    """Replica: follows its group's primary (``ha_primary_address`` or the name server's answer), accepts
+    no sends."""
 
     @property
     def is_primary(self) -> bool:
@@ -63,9 +64,10 @@ class HASettings(BaseModel):
     """Port of the HA link a primary listens on; default None = the broker's listen port + 1 (RocketMQ
     10912 for 10911); 0 asks the OS for a free port (tests)."""
     ha_primary_address: HostPort | None = None
-    """SLAVE only: host:port of the primary's HA listener (RocketMQ haMasterAddress). A broker process
-    with role SLAVE needs it (``broker_store.config.BrokerConfig`` checks); in a cluster file it defaults
-    to the HA port of the group's broker_id 0 in the same cluster."""
+    """SLAVE only: host:port of the primary's HA listener (RocketMQ haMasterAddress). Unset, the replica
+    follows the HA address the name server names in its REGISTER_BROKER answer (the primary registers it as
+    haServerAddr); set, it overrides that. A SLAVE without name servers needs it
+    (``broker_store.config.BrokerConfig`` checks)."""
     ha_transfer_batch_size: int = Field(default=32 * KiB, gt=0, le=MAX_BATCH_BYTES)
     """Most CommitLog bytes in one transfer batch (RocketMQ haTransferBatchSize, 32 KiB)."""
     ha_send_heartbeat_interval_ms: int = Field(default=5000, gt=0)
@@ -103,8 +105,9 @@ class HASettings(BaseModel):
     """Memory the ratio above is a share of; None = this machine's physical memory (RocketMQ's basis).
     Set it small in tests to trigger replica reads with little data."""
     metadata_sync_interval_ms: int = Field(default=10_000, gt=0)
-    """Period at which a replica copies topics, consumer offsets, delay offsets and subscription groups
-    from its primary (RocketMQ: 10 s)."""
+    """Period at which a replica copies topics, consumer offsets and subscription groups from its primary
+    (RocketMQ: 10 s; RocketMQ also copies delay offsets, which this broker does not keep: it has no
+    schedule topic)."""
 
     @model_validator(mode="after")
     def _cross_checks(self) -> HASettings:

@@ -13,6 +13,7 @@ import time
 import zlib
 from collections.abc import Awaitable, Callable
 
+from broker_store.background import cancel_and_wait
 from broker_store.config import NamesrvConfig, split_host_port
 from broker_store.namesrv.route_info import BrokerKey, RouteInfoManager
 from broker_store.net.server import Connection, RemotingServer
@@ -75,11 +76,7 @@ class NamesrvServer:
 
     async def stop(self) -> None:
         if self._scan_task is not None:
-            self._scan_task.cancel()
-            try:
-                await self._scan_task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait([self._scan_task])
             self._scan_task = None
         await self._server.stop()
 

@@ -556,6 +556,78 @@ def test_role_change_at_runtime_switches_writes_and_registration(tmp_path: Path)
     run(tmp_path, body)
 
 
+async def register_fake_primary(env: Env, ha_server_addr: str) -> None:
+    """REGISTER_BROKER of a broker_id 0 of the replica's group (nothing listens at its addresses)."""
+    reg = RegisterBrokerRequestHeader(broker_name="broker-a", broker_addr="127.0.0.9:10911", cluster_name="c1",
+                                      ha_server_addr=ha_server_addr, broker_id=0)
+    table = TopicConfigTable({}, DataVersion(1, 1))
+    _ok(await env.call(RequestCode.REGISTER_BROKER, reg.to_ext(), encode_register_broker_body(table),
+                       addr=env.namesrv.addr))
+
+
+def test_replica_follows_the_primary_ha_address_the_name_server_names(tmp_path: Path) -> None:
+    """Unset ha_primary_address: the replica takes haServerAddr from its registration answer, registering
+    every second while it has none, and follows a new one after the primary re-registered elsewhere."""
+    first, moved = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+
+    async def body(env: Env) -> None:
+        replication = env.broker.replication
+        assert replication is not None and replication.awaiting_primary
+        await register_fake_primary(env, first)
+
+        async def follows(addr: str) -> bool:
+            client = replication.client
+            return replication.primary_ha_address == addr and client is not None
+        await eventually(lambda: follows(first), timeout=3.0)  # the 1 s retry, not the 30 s period
+        assert not replication.awaiting_primary
+        assert json.loads(replication.view().to_json())["haAddress"] == first
+
+        await register_fake_primary(env, moved)
+        assert env.broker.registration is not None
+        env.broker.registration.request_register()
+        await eventually(lambda: follows(moved))
+
+    run(tmp_path, body, broker_id=1, ha={"role": "SLAVE"})
+
+
+def test_configured_ha_primary_address_overrides_the_name_server(tmp_path: Path) -> None:
+    configured, named = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+
+    async def body(env: Env) -> None:
+        replication, registration = env.broker.replication, env.broker.registration
+        assert replication is not None and registration is not None
+        await register_fake_primary(env, named)
+        registration.request_register()
+
+        async def answered() -> bool:
+            return registration.master_ha_addr == named
+        await eventually(answered)
+        assert replication.primary_ha_address == configured
+        assert json.loads(replication.view().to_json())["haAddress"] == configured
+
+    run(tmp_path, body, broker_id=1, ha={"role": "SLAVE", "ha_primary_address": configured})
+
+
+def test_pull_suggestions_follow_the_subscription_group_table(tmp_path: Path) -> None:
+    """With slave_read_enable, a slow pull is pointed at the group's whichBrokerWhenConsumeSlowly and any other
+    at its brokerId (from UPDATE_AND_CREATE_SUBSCRIPTIONGROUP); a group the table lacks gets 1 / 0."""
+
+    async def body(env: Env) -> None:
+        for i in range(20):
+            _ok(await env.send("Steer", b"%03d" % i * 400))
+        steered = {"groupName": "steered", "whichBrokerWhenConsumeSlowly": 3, "brokerId": 2}
+        _ok(await env.call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json.dumps(steered).encode()))
+        suggestions = {}
+        for group in ("steered", "plain"):
+            for offset in (0, 19):  # 19 messages (~8 KB) behind the end, then the last one
+                resp, msgs = await env.pull("Steer", offset, group=group, max_nums=1)
+                assert len(msgs) == 1
+                suggestions[group, offset] = resp.ext_fields["suggestWhichBrokerId"]
+        assert suggestions == {("steered", 0): "3", ("steered", 19): "2", ("plain", 0): "1", ("plain", 19): "0"}
+
+    run(tmp_path, body, ha={"slave_read_enable": True, "memory_basis_bytes": 10_000})  # slow: > 4000 bytes behind
+
+
 def test_sync_flush_send(tmp_path: Path) -> None:
     async def body(env: Env) -> None:
         for i in range(5):

@@ -27,6 +27,7 @@ from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.headers import PullMessageRequestHeader
 from broker_store.protocol.message import STORED_HEADER_SIZE
 from tests.support.processes import Broker, GroupSpec, LocalCluster
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -34,18 +35,11 @@ SEGMENT = 8 * 1024 * 1024  # the harness's commit_log_segment_size
 FAST_HA = {"ha_send_heartbeat_interval_ms": 200, "ha_housekeeping_interval_ms": 3000, "slave_timeout_ms": 1000,
            "metadata_sync_interval_ms": 300}
 SYNC_2_OF_2 = {"role": "SYNC_MASTER", "total_replicas": 2, "in_sync_replicas": 2}
+SYNC_2_OF_2_HA = {"ha": SYNC_2_OF_2}
 
 
 def _primary(ha: dict[str, Any], replicas: int) -> tuple[dict[str, Any], ...]:
     return ({"ha": ha},) + tuple({} for _ in range(replicas))
-
-
-def eventually(check: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        time.sleep(0.05)
 
 
 def ha_status(broker: Broker) -> dict[str, Any]:
@@ -153,13 +147,17 @@ def test_replica_copies_topics_consumer_offsets_and_groups_from_its_primary(clus
                what="consumer offset copied and persisted")
     assert json.loads(offsets_file.read_text())["offsetTable"]["T-meta@meta-group"] == {"2": 42}
     assert json.loads((replica.store_dir / "config" / "topics.json").read_text())["topicConfigTable"]["T-meta"]
+    period = FAST_HA["metadata_sync_interval_ms"] / 1000
     with Admin(cluster.namesrv_addr) as admin:
-        admin.create_subscription_group({"groupName": "meta-sub", "whichBrokerWhenConsumeSlowly": 1})
-        eventually(lambda: "meta-sub" in admin.all_subscription_groups(replica.listen),
-                   what="subscription group copied")
-        assert admin.all_subscription_groups(replica.listen)["meta-sub"] == \
-            admin.all_subscription_groups(primary.listen)["meta-sub"]
-    assert "meta-sub" in (replica.store_dir / "config" / "subscription_groups.json").read_text()
+        for retries in (16, 5):  # created, then updated: each reaches the replica within a few periods
+            admin.create_subscription_group({"groupName": "meta-sub", "whichBrokerWhenConsumeSlowly": 1,
+                                             "retryMaxTimes": retries})
+            eventually(lambda want=retries: admin.all_subscription_groups(replica.listen).get("meta-sub", {}).get(
+                "retryMaxTimes") == want, timeout=10 * period, what="subscription group copied")
+            assert admin.all_subscription_groups(replica.listen)["meta-sub"] == \
+                admin.all_subscription_groups(primary.listen)["meta-sub"]
+    stored = json.loads((replica.store_dir / "config" / "subscription_groups.json").read_text())
+    assert stored["subscriptionGroupTable"]["meta-sub"]["retryMaxTimes"] == 5
 
 
 def test_paused_replica_times_out_then_missing_replica_refuses_before_append(cluster: LocalCluster,
@@ -249,6 +247,37 @@ def test_kill_9_of_the_primary_under_sync_load_loses_no_acknowledged_message(tmp
         for offset in acked:  # each acknowledged record lies whole inside the replica's log
             (size,) = struct.unpack_from(">i", replica_log, offset)
             assert size >= STORED_HEADER_SIZE and offset + size <= replica_end
+
+
+def test_replica_without_a_configured_primary_follows_the_one_the_name_server_names(tmp_path: Path) -> None:
+    learns = {"ha": {"ha_primary_address": None}}  # as in conf/cluster-ha.yaml: no HA address configured
+    with LocalCluster(tmp_path, "lrn", [GroupSpec("l", (SYNC_2_OF_2_HA, learns))], ha=FAST_HA) as cluster:
+        primary, replica = cluster.groups["l"]
+        assert replica.config.ha.ha_primary_address is None
+        primary_ha = f"127.0.0.1:{primary.ha_port}"
+        status = ha_status(replica)  # the cluster started: the replica is in sync, so it found its primary
+        assert status["haAddress"] == primary_ha and status["haClientRuntimeInfo"]["isActivated"]
+        with Admin(cluster.namesrv_addr) as admin:
+            admin.create_topic("T-l", 2, broker_names=["l"])
+            admin.wait_for_route("T-l")
+        with Producer(cluster.namesrv_addr, "learn", retry_times_when_send_failed=0) as producer:
+            assert {send(producer, "T-l") for _ in range(20)} == {SendStatus.SEND_OK}  # 2 of 2: shipped
+            end = max_offset(primary)
+            assert commit_log(replica.store_dir, 0, end) == commit_log(primary.store_dir, 0, end)
+
+            # Started while no primary is registered, the replica knows nobody to follow; it registers
+            # again every second and follows the primary once that has registered.
+            primary.stop()
+            replica.restart()
+            assert ha_status(replica)["haAddress"] == ""
+            primary.restart()
+            eventually(lambda: ha_status(replica)["haClientRuntimeInfo"]["isActivated"], timeout=15,
+                       what="replica following the restarted primary")
+            assert ha_status(replica)["haAddress"] == primary_ha
+            eventually(lambda: ha_status(primary)["inSyncSlaveNums"] == 1, what="replica in sync")
+            assert {send(producer, "T-l") for _ in range(20)} == {SendStatus.SEND_OK}
+            end = max_offset(primary)
+            assert commit_log(replica.store_dir, 0, end) == commit_log(primary.store_dir, 0, end)
 
 
 def test_replica_without_slave_read_sends_pulls_back_to_the_primary(cluster: LocalCluster) -> None:

@@ -1,21 +1,25 @@
 """Wire compatibility with an off-the-shelf RocketMQ 4.x client: Apache RocketMQ's C++ client
 (librocketmq, shipped in the `rocketmq` wheel on PyPI) produces and consumes through our name server
-and brokers, including TBW102 auto-creation, tags, keys and user properties.
+and brokers, including TBW102 auto-creation, tags, keys and user properties, and its pull consumer
+follows slave-read suggestions (suggestWhichBrokerId) to a replica and back.
 
 The C++ client runs in a child process (it starts native threads and writes ~/logs/rocketmq-cpp)."""
 
 from __future__ import annotations
 
 import json
+import queue
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
 
 from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, new_message
-from tests.support.processes import local_cluster
+from tests.support.processes import GroupSpec, local_cluster
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 rocketmq_cpp = pytest.importorskip("rocketmq.client", reason="the rocketmq C++ client wheel is x86_64 Linux only")
@@ -70,9 +74,29 @@ CPP_PULL = textwrap.dedent("""
 """)
 
 
+CPP_PULL_STEPPED = textwrap.dedent("""
+    import sys
+    from rocketmq.client import PullConsumer
+    namesrv, topic, group = sys.argv[1], sys.argv[2], sys.argv[3]
+    c = PullConsumer(group)
+    c.set_namesrv_addr(namesrv)
+    c.start()
+    for i, msg in enumerate(c.pull(topic, max_num=4)):  # until a pull finds nothing new
+        print("msg", msg.body[:4].decode(), flush=True)
+        if i == 0:
+            sys.stdin.readline()  # the parent acts between the first pull and the next
+    print("done", flush=True)
+    c.shutdown()
+""")
+
+
+def cpp_env(cwd: Path) -> dict[str, str]:
+    return {"HOME": str(cwd), "PATH": "/usr/bin:/bin"}
+
+
 def run_cpp(script: str, *args: str, cwd: Path) -> list[dict]:
     result = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120,
-                            cwd=cwd, env={"HOME": str(cwd), "PATH": "/usr/bin:/bin"})
+                            cwd=cwd, env=cpp_env(cwd))
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -172,3 +196,72 @@ def test_acl_signatures_agree_with_the_cpp_client(tmp_path: Path) -> None:
         assert cmd.ext_fields["AccessKey"] == "cpp-access"
         assert verify(cmd, "cpp-secret"), cmd.ext_fields
         assert not verify(cmd, "wrong-secret")
+
+
+class ChildLines:
+    """A child process's stdout lines as they come (a reader thread), with deadlines."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: queue.Queue[str] = queue.Queue()
+        assert proc.stdout is not None
+        stdout = proc.stdout
+        threading.Thread(target=lambda: [self.lines.put(line.strip()) for line in stdout], daemon=True).start()
+
+    def next(self, timeout: float) -> str | None:
+        """The next line, or None when none came within ``timeout`` seconds."""
+        try:
+            return self.lines.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+
+def test_cpp_pull_consumer_follows_the_suggestion_to_the_replica_and_back(tmp_path: Path) -> None:
+    """librocketmq's pull consumer keeps, per queue, the broker id the last pull response suggested
+    (PullAPIWrapper: processPullResult records suggestWhichBrokerId, pullKernelImpl looks the address up in
+    the route by it). A consumer far behind is pointed by the primary at the replica, reads everything from
+    it while the primary is stopped, and is pointed back at broker 0 once it has caught up."""
+    reads = {"ha": {"slave_read_enable": True, "memory_basis_bytes": 10_000}}  # slow: > 4000 bytes behind
+    group, topic, count = "CID_CPP_SLAVE_READ", "CppSlaveRead", 40
+    with local_cluster(tmp_path, "cppsr", [GroupSpec("r", (reads, reads))],
+                       ha={"metadata_sync_interval_ms": 300}) as cluster:
+        primary, replica = cluster.groups["r"]
+        with Admin(cluster.namesrv_addr) as admin:
+            admin.create_topic(topic, 1, broker_names=["r"])
+            admin.wait_for_route(topic)
+            admin.create_subscription_group({"groupName": group, "whichBrokerWhenConsumeSlowly": 1})
+            with Producer(cluster.namesrv_addr, "slave-read") as producer:
+                for i in range(count):  # ~46 KB in all, 1 KB bodies (no NUL: the binding reads C strings)
+                    producer.send(new_message(topic, b"%04d" % i * 250))
+            eventually(lambda: admin.ha_status(replica.listen)["maxOffset"] ==
+                       admin.ha_status(primary.listen)["maxOffset"], what="replica caught up")
+            eventually(lambda: topic in admin.all_topic_config(replica.listen)
+                       and group in admin.all_subscription_groups(replica.listen), what="metadata on the replica")
+
+        proc = subprocess.Popen([sys.executable, "-c", CPP_PULL_STEPPED, cluster.namesrv_addr, topic, group],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=tmp_path, env=cpp_env(tmp_path))
+        try:
+            out = ChildLines(proc)
+            assert out.next(60) == "msg 0000"  # the first pull went to the primary (broker 0), far behind
+            primary.pause()  # SIGSTOP: from here on only the replica can answer
+            try:
+                assert proc.stdin is not None
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+                got = ["0000"]
+                while len(got) < count:
+                    line = out.next(30)
+                    assert line is not None and line.startswith("msg "), f"after {got[-1]}: {line!r}"
+                    got.append(line[4:])
+                assert got == [f"{i:04d}" for i in range(count)]  # all of it, in order, from the replica
+                # Caught up, the replica pointed it back at broker 0: its next pull waits on the stopped primary.
+                assert out.next(2.0) is None
+            finally:
+                primary.resume()
+            assert out.next(30) == "done"  # the primary answers: nothing new
+            assert proc.wait(30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)

@@ -160,8 +160,10 @@ def test_ha_role_must_fit_broker_id(tmp_path: Path) -> None:
         BrokerConfig(broker_name="b", broker_id=1, store_dir=tmp_path)
     with pytest.raises(ValidationError, match=r"ha.role SLAVE does not fit broker_id 0.*'ASYNC_MASTER', 'SYNC_MASTER'"):
         BrokerConfig(broker_name="b", store_dir=tmp_path, ha={"role": "SLAVE", "ha_primary_address": "h:1"})
-    with pytest.raises(ValidationError, match="ha.ha_primary_address .* is required with ha.role SLAVE"):
+    with pytest.raises(ValidationError, match="SLAVE needs ha.ha_primary_address .* or namesrv_addrs"):
         BrokerConfig(broker_name="b", broker_id=1, store_dir=tmp_path, ha={"role": "SLAVE"})
+    # with name servers it learns the primary's HA address from their registration answer
+    BrokerConfig(broker_name="b", broker_id=1, store_dir=tmp_path, ha={"role": "SLAVE"}, namesrv_addrs=["h:9876"])
     with pytest.raises(ValidationError, match=r"in_sync_replicas <= total_replicas"):
         BrokerConfig(broker_name="b", store_dir=tmp_path, ha={"in_sync_replicas": 2})
 
@@ -176,9 +178,9 @@ def test_cluster_ha_yaml_replicas_follow_their_group_primary() -> None:
         for b in brokers:
             if b.broker_id == 0:
                 assert b.ha.role.value == "SYNC_MASTER" and b.ha.in_sync_replicas == 2
-            else:
-                primary = next(p for p in brokers if p.broker_name == b.broker_name and p.broker_id == 0)
-                assert b.ha.role.value == "SLAVE" and b.ha.ha_primary_address == primary.ha_address
+            else:  # no HA address configured: the name server's registration answer names the primary's
+                assert b.ha.role.value == "SLAVE" and b.ha.ha_primary_address is None
+                assert b.namesrv_addrs == [cluster.namesrv.listen]
             assert b.ha.ha_housekeeping_interval_ms <= 3000
 
 
@@ -197,5 +199,5 @@ def test_up_plans_one_child_per_member_of_cluster_ha_yaml(tmp_path: Path) -> Non
     assert [c.name for c in brokers][:2] == ["source-a", "source-a-1"] and len(brokers) == 8
     files = [load_yaml(c.config_file, BrokerConfig) for c in brokers]
     assert len({f.store_dir for f in files}) == 8 and len({c.config_file for c in brokers}) == 8
-    assert files[1].ha.ha_primary_address == "127.0.0.1:10912"
+    assert files[1].ha.role.value == "SLAVE" and files[1].ha.ha_primary_address is None
     assert files[1].store_dir == tmp_path / "data" / "source-a-1"

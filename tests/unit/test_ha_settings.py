@@ -65,7 +65,7 @@ def test_role_specific_rules() -> None:
     HASettings(role=HARole.SLAVE, ha_primary_address="127.0.0.1:10912")
     with pytest.raises(ValidationError, match="port of '127.0.0.1:99999' must be an integer"):
         HASettings(role=HARole.SLAVE, ha_primary_address="127.0.0.1:99999")
-    HASettings(role=HARole.SLAVE)  # the broker config requires it (or a cluster file derives it)
+    HASettings(role=HARole.SLAVE)  # learnt from the name server (the broker config checks it has one)
     with pytest.raises(ValidationError, match="only allowed with role SLAVE"):
         HASettings(role=HARole.SYNC_MASTER, ha_primary_address="127.0.0.1:10912")
     with pytest.raises(ValidationError, match="ha_housekeeping_interval_ms"):

@@ -1,0 +1,77 @@
+"""The broker's registration timers on a manual clock: a replica that knows no primary yet registers every
+second, learns the primary's HA address from the answer, then falls back to the normal period.
+
+The name server here is a stand-in answering REGISTER_BROKER (no socket); real processes run the same path in
+tests/integration/test_ha_broker.py and test_broker_server.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+from broker_store.broker.namesrv_registration import PRIMARY_UNKNOWN_RETRY, BrokerIdentity, NamesrvRegistration
+from broker_store.clock import ManualClock
+from broker_store.protocol.codes import RequestCode, ResponseCode
+from broker_store.protocol.frame import RemotingCommand
+from broker_store.protocol.headers import RegisterBrokerResponseHeader
+from broker_store.protocol.topic import DataVersion, TopicConfigTable
+
+PRIMARY_HA = "127.0.0.1:10912"
+
+
+class NamesrvStub:
+    """Answers REGISTER_BROKER as the name server does for a replica: the primary's addresses once it has
+    registered (``primary_registered``), nothing before."""
+
+    def __init__(self) -> None:
+        self.primary_registered = False
+        self.registrations = 0
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        assert cmd.code == RequestCode.REGISTER_BROKER
+        self.registrations += 1
+        header = (RegisterBrokerResponseHeader(ha_server_addr=PRIMARY_HA, master_addr="127.0.0.1:10911")
+                  if self.primary_registered else RegisterBrokerResponseHeader())
+        return cmd.response(ResponseCode.SUCCESS, None, header.to_ext())
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        pass
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def test_replica_registers_every_second_until_the_answer_names_its_primary() -> None:
+    clock = ManualClock()
+    namesrv = NamesrvStub()
+    learnt: list[str] = []
+
+    async def main() -> None:
+        registration = NamesrvRegistration(
+            namesrv, ["127.0.0.1:9876"], lambda: BrokerIdentity("c", "b", 1, "127.0.0.1:10915"),  # type: ignore[arg-type]
+            lambda: TopicConfigTable({}, DataVersion()), register_interval=30.0, heartbeat_interval=30.0,
+            clock=clock, on_primary_ha_addr=learnt.append, awaiting_primary=lambda: not learnt)
+        assert await registration.register_all() and learnt == []  # the first, at start: no primary yet
+        registration.start()
+        await settle()  # the loops are waiting on the clock
+        try:
+            for expected in (2, 3):
+                clock.advance(PRIMARY_UNKNOWN_RETRY)
+                await settle()
+                assert namesrv.registrations == expected
+            namesrv.primary_registered = True
+            clock.advance(PRIMARY_UNKNOWN_RETRY)
+            await settle()
+            assert learnt == [PRIMARY_HA] and registration.master_ha_addr == PRIMARY_HA
+            assert registration.master_addr == "127.0.0.1:10911"
+            clock.advance(29.0)  # known now: back to the 30 s period (the wait began at the last round)
+            await settle()
+            assert namesrv.registrations == 4
+            clock.advance(1.0)
+            await settle()
+            assert namesrv.registrations == 5 and learnt == [PRIMARY_HA] * 2  # every answer is handed on
+        finally:
+            await registration.stop()
+
+    asyncio.run(main())
