@@ -152,11 +152,6 @@ class BrokerSettings(_Model):
         return self.ha.ha_port(split_host_port(self.listen)[1])
 
     @property
-    def ha_address(self) -> str:
-        """``ip:port`` of this broker's HA listener as replicas dial it (advertised ip, HA port)."""
-        return f"{self.advertised_ip}:{self.ha_port()}"
-
-    @property
     def advertised_ip(self) -> str:
         if self.broker_ip:
             return self.broker_ip

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker_store.broker.subscription import EXPRESSION_TYPE_TAG, SubscriptionParseError, build_subscription
-from broker_store.ha.replica_read import DEFAULT_WHICH_BROKER_WHEN_CONSUME_SLOWLY, route_pull
+from broker_store.ha.replica_read import DEFAULT_WHICH_BROKER_WHEN_CONSUME_SLOWLY, consuming_slowly, route_pull
 from broker_store.protocol.codes import (
     PULL_FLAG_COMMIT_OFFSET,
     PULL_FLAG_SUBSCRIPTION,
@@ -238,7 +238,7 @@ class PullProcessor:
         group = ctx.subscription_group(h.consumer_group)
         routing = route_pull(
             is_replica=not ctx.role.is_primary, slave_read_enable=ctx.slave_read_enable,
-            slow=result.count > 0 and result.max_physical_offset_lag > ctx.max_in_memory_gap,
+            slow=result.count > 0 and consuming_slowly(result.max_physical_offset_lag, ctx.max_in_memory_gap),
             which_broker_when_consume_slowly=(group.which_broker_when_consume_slowly if group is not None
                                               else DEFAULT_WHICH_BROKER_WHEN_CONSUME_SLOWLY),
             group_broker_id=group.broker_id if group is not None else MASTER_ID)

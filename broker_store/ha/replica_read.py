@@ -36,10 +36,11 @@ class PullRouting:
     """True: answer PULL_RETRY_IMMEDIATELY without messages (a replica that may not serve reads)."""
 
 
-def consuming_slowly(store_max_offset: int, max_pulled_offset: int, max_in_memory_gap: int) -> bool:
+def consuming_slowly(max_physical_offset_lag: int, max_in_memory_gap: int) -> bool:
     """True when the pulled data lies more than ``max_in_memory_gap`` bytes (``HASettings.max_in_memory_gap``)
-    behind the store's max offset, i.e. the consumer reads data likely evicted from page cache."""
-    return store_max_offset - max_pulled_offset > max_in_memory_gap
+    behind the store's max physical offset (``max_physical_offset_lag``: store max offset - furthest
+    physical offset the pull returned), i.e. the consumer reads data likely evicted from page cache."""
+    return max_physical_offset_lag > max_in_memory_gap
 
 
 def route_pull(*, is_replica: bool, slave_read_enable: bool, slow: bool,

@@ -11,8 +11,8 @@ from broker_store.ha.settings import HASettings
 def test_slow_means_further_behind_than_the_memory_share() -> None:
     gap = HASettings(memory_basis_bytes=10_000).max_in_memory_gap()   # 40 % of 10 000
     assert gap == 4000
-    assert not consuming_slowly(store_max_offset=10_000, max_pulled_offset=6000, max_in_memory_gap=gap)
-    assert consuming_slowly(store_max_offset=10_000, max_pulled_offset=5999, max_in_memory_gap=gap)
+    assert not consuming_slowly(max_physical_offset_lag=4000, max_in_memory_gap=gap)
+    assert consuming_slowly(max_physical_offset_lag=4001, max_in_memory_gap=gap)
 
 
 @pytest.mark.parametrize(("replica", "read_enable", "slow", "expected"), [
