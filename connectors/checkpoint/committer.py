@@ -133,7 +133,8 @@ class CheckpointCommitter:
     def __init__(self, *, link: str, source_cluster: str, target_cluster: str, target_admin: Admin,
                  target_producer: Producer | None, progress: Callable[[], LinkProgress],
                  clock_ms: Callable[[], int] | None = None) -> None:
-        """``progress`` reads the link's offset map and committed offsets (``link_state.read_link_progress``);
+        """``progress`` brings the link's offset map and committed offsets up to date, once per ``apply``
+        (``link_state.LinkProgressReader.read``: incremental, so it is kept with the committer);
         ``target_producer`` None: no checkpoint messages (``CheckpointSettings.produce_topic`` off)."""
         self.link = link
         self.source_cluster = source_cluster

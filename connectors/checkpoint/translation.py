@@ -27,6 +27,11 @@ takes the current target offsets and only raises them.
 
 Re-replicated offsets (a reset of the link's offsets): when a run covers source offsets an earlier run
 covered, the newest run wins; the older run is cut to the part it alone covers when it is contiguous.
+(A batch re-sent after a driver kill adds no overlap: the killed send was never committed to the offset
+map, so its copies on the target are simply not mapped, and S maps to the re-sent copy.)
+
+Memory: a queue's runs are merged when one continues the other exactly, so a link costs one run per
+source queue and discontinuity (skipped message, re-replicated range, placement change), not per batch.
 """
 
 from __future__ import annotations
@@ -99,27 +104,53 @@ class OffsetTranslator:
             self.add(source, run)
 
     def add(self, source: QueueKey, run: Run) -> None:
-        """Add one run, newer than every run added before (offset-map rows in commit order)."""
+        """Add one run, newer than every run added before (offset-map rows in commit order).
+
+        A queue's runs are kept sorted and disjoint, so only the runs the new one overlaps are touched
+        (O(log n) plus the overlap). A contiguous run that continues its contiguous neighbour on the same
+        target queue (the next batch of a steady link) is merged with it: a queue costs one entry per
+        discontinuity (a skipped message, a re-sent batch, a target change), not one per batch, and the
+        translation is unchanged (``target_first + (S - source_first)`` holds across the merged run)."""
         if run.source_last < run.source_first or run.messages <= 0:
             raise ValueError(f"{source.to_key()}: empty or reversed run {run}")
-        kept: list[Run] = []
-        for old in self._runs.get(source, ()):
-            if old.source_last < run.source_first or old.source_first > run.source_last:
-                kept.append(old)
-                continue
-            # The new run re-replicated part of an old one: keep what only the old one covers.
+        runs = self._runs.setdefault(source, [])
+        firsts = self._firsts.setdefault(source, [])
+        # runs[lo:hi]: the old runs the new one overlaps (only the first and last can stick out of it)
+        lo = bisect.bisect_right(firsts, run.source_first) - 1
+        if lo < 0 or runs[lo].source_last < run.source_first:
+            lo += 1
+        hi = bisect.bisect_right(firsts, run.source_last)
+        replacement: list[Run] = []
+        if lo < hi:
+            # The new run re-replicated part of old ones: keep what only an old one covers, when contiguous.
+            old = runs[lo]
             if old.contiguous and old.source_first < run.source_first:
                 n = run.source_first - old.source_first
-                kept.append(old._replace(source_last=run.source_first - 1, target_last=old.target_first + n - 1,
-                                         messages=n))
+                replacement.append(old._replace(source_last=run.source_first - 1,
+                                                target_last=old.target_first + n - 1, messages=n))
+        replacement.append(run)
+        if lo < hi:
+            old = runs[hi - 1]
             if old.contiguous and old.source_last > run.source_last:
                 skip = run.source_last + 1 - old.source_first
-                kept.append(old._replace(source_first=run.source_last + 1, target_first=old.target_first + skip,
-                                         messages=old.messages - skip))
-        kept.append(run)
-        kept.sort(key=lambda r: r.source_first)
-        self._runs[source] = kept
-        self._firsts[source] = [r.source_first for r in kept]
+                replacement.append(old._replace(source_first=run.source_last + 1,
+                                                target_first=old.target_first + skip, messages=old.messages - skip))
+        # merge across the edges of the replaced slice with the untouched neighbours too
+        start, end = max(lo - 1, 0), min(hi + 1, len(runs))
+        merged = _merge_continuations([*runs[start:lo], *replacement, *runs[hi:end]])
+        runs[start:end] = merged
+        firsts[start:end] = [r.source_first for r in merged]
+
+    def runs(self, source: QueueKey) -> tuple[Run, ...]:
+        """The queue's runs as kept (sorted by source offset, disjoint, continuations merged)."""
+        return tuple(self._runs.get(source, ()))
+
+    def sources(self) -> list[QueueKey]:
+        return sorted(self._runs, key=lambda q: q.to_key())
+
+    def size(self) -> int:
+        """Runs kept over every source queue (what the translator's memory grows with)."""
+        return sum(len(r) for r in self._runs.values())
 
     def translate(self, source: QueueKey, source_offset: int, replicated_next: int | None) -> Translation:
         """Where a group whose next source offset is ``source_offset`` continues on the target.
@@ -145,6 +176,21 @@ class OffsetTranslator:
         if replicated_next is None or replicated_next < source_offset:
             return Translation(source, source_offset, Outcome.PENDING, last.target)
         return Translation(source, source_offset, Outcome.TRANSLATED, last.target, last.target_last + 1)
+
+
+def _merge_continuations(runs: list[Run]) -> list[Run]:
+    """Sorted disjoint runs with each contiguous run that continues the previous contiguous one (next source
+    offset, next target offset, same target queue) folded into it."""
+    out: list[Run] = []
+    for r in runs:
+        prev = out[-1] if out else None
+        if (prev is not None and prev.contiguous and r.contiguous and prev.target == r.target
+                and prev.source_last + 1 == r.source_first and prev.target_last + 1 == r.target_first):
+            out[-1] = prev._replace(source_last=r.source_last, target_last=r.target_last,
+                                    messages=prev.messages + r.messages)
+        else:
+            out.append(r)
+    return out
 
 
 @dataclass(frozen=True)
