@@ -122,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"incremental: first round (a full read) {(time.perf_counter() - t0) * 1000:.1f} ms")
             times, progress = round_trip(reader.read, args.rounds)
             report("incremental", times, progress)
+            if hasattr(progress.translator, "forget_below"):
+                heads = {q: n - 5 for q, n in progress.replicated_next.items()}  # groups 5 messages behind
+                folded = progress.translator.forget_below(heads)
+                print(f"forget_below (every group 5 behind the head): {folded} runs folded, "
+                      f"{progress.translator.size()} kept")
             offsets_only = []
             for _ in range(5):
                 t0 = time.perf_counter()

@@ -32,6 +32,10 @@ map, so its copies on the target are simply not mapped, and S maps to the re-sen
 
 Memory: a queue's runs are merged when one continues the other exactly, so a link costs one run per
 source queue and discontinuity (skipped message, re-replicated range, placement change), not per batch.
+The runs below every translated group's offset are folded into a summary (``forget_below``, called by the
+committer with each snapshot's lowest offset per queue), and at most ``DEFAULT_MAX_RUNS`` are kept per queue:
+a group that later shows up below that point is translated conservatively (re-reads, marked inexact,
+reported), never past a message.
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from connectors.core.offsets import QueueKey
+
+DEFAULT_MAX_RUNS = 10_000
+"""Runs kept per source queue by ``OffsetTranslator.forget_below`` (a few hundred bytes each)."""
 
 
 class TargetQueueKey(NamedTuple):
@@ -63,11 +70,15 @@ class Run(NamedTuple):
     target_first: int
     target_last: int
     messages: int
+    summary: bool = False
+    """Runs folded into one (``OffsetTranslator.forget_below``), or the part of a run with gaps that a newer
+    run did not cover: where each source offset inside it landed is no longer known. ``target_first`` is
+    the lowest target offset of its messages, so a translation into it is conservative (inexact)."""
 
     @property
     def contiguous(self) -> bool:
         """Every source offset of the run was delivered (no message skipped inside it)."""
-        return self.messages == self.source_last - self.source_first + 1
+        return not self.summary and self.messages == self.source_last - self.source_first + 1
 
 
 class Outcome(enum.Enum):
@@ -122,24 +133,63 @@ class OffsetTranslator:
         hi = bisect.bisect_right(firsts, run.source_last)
         replacement: list[Run] = []
         if lo < hi:
-            # The new run re-replicated part of old ones: keep what only an old one covers, when contiguous.
+            # The new run re-replicated part of old ones: keep what only an old one covers (exactly when the
+            # old one is contiguous; else as a summary from its first target offset, which re-reads rather
+            # than skips).
             old = runs[lo]
-            if old.contiguous and old.source_first < run.source_first:
-                n = run.source_first - old.source_first
-                replacement.append(old._replace(source_last=run.source_first - 1,
-                                                target_last=old.target_first + n - 1, messages=n))
+            if old.source_first < run.source_first:
+                if old.contiguous:
+                    n = run.source_first - old.source_first
+                    replacement.append(old._replace(source_last=run.source_first - 1,
+                                                    target_last=old.target_first + n - 1, messages=n))
+                else:
+                    replacement.append(old._replace(source_last=run.source_first - 1, summary=True))
         replacement.append(run)
         if lo < hi:
             old = runs[hi - 1]
-            if old.contiguous and old.source_last > run.source_last:
-                skip = run.source_last + 1 - old.source_first
-                replacement.append(old._replace(source_first=run.source_last + 1,
-                                                target_first=old.target_first + skip, messages=old.messages - skip))
+            if old.source_last > run.source_last:
+                if old.contiguous:
+                    skip = run.source_last + 1 - old.source_first
+                    replacement.append(old._replace(source_first=run.source_last + 1,
+                                                    target_first=old.target_first + skip,
+                                                    messages=old.messages - skip))
+                else:
+                    replacement.append(old._replace(source_first=run.source_last + 1, summary=True))
         # merge across the edges of the replaced slice with the untouched neighbours too
         start, end = max(lo - 1, 0), min(hi + 1, len(runs))
         merged = _merge_continuations([*runs[start:lo], *replacement, *runs[hi:end]])
         runs[start:end] = merged
         firsts[start:end] = [r.source_first for r in merged]
+
+    def forget_below(self, floors: Mapping[QueueKey, int], max_runs: int = DEFAULT_MAX_RUNS) -> int:
+        """Fold the runs no translation needs exactly any more into summaries; returns the runs folded.
+
+        ``floors``: per source queue, the lowest offset any translated group is at (the caller's latest
+        snapshot). Runs wholly below it are folded, and the oldest runs beyond ``max_runs`` per queue too
+        (a group that stopped long ago must not keep every run since). The newest run is never folded.
+        Translations of offsets at or above the floor and outside the capped runs are unchanged; one into
+        a summary returns the lowest target offset of its messages, marked inexact: a group there re-reads,
+        never skips. Runs are folded per stretch with the same target queue."""
+        if max_runs < 2:
+            raise ValueError(f"max_runs must be >= 2, got {max_runs}")
+        folded = 0
+        for source, runs in self._runs.items():
+            firsts = self._firsts[source]
+            n = 0
+            floor = floors.get(source)
+            if floor is not None:
+                n = bisect.bisect_left(firsts, floor)  # runs starting below the floor; the last may reach it
+                if n and runs[n - 1].source_last >= floor:
+                    n -= 1
+            n = min(max(n, len(runs) - max_runs + 1), len(runs) - 1)  # + 1: the summary is a run too
+            if n < 2:
+                continue
+            kept = _fold(runs[:n])
+            if len(kept) < n:
+                runs[:n] = kept
+                firsts[:n] = [r.source_first for r in kept]
+                folded += n - len(kept)
+        return folded
 
     def runs(self, source: QueueKey) -> tuple[Run, ...]:
         """The queue's runs as kept (sorted by source offset, disjoint, continuations merged)."""
@@ -167,7 +217,8 @@ class OffsetTranslator:
         if i < len(runs):
             run = runs[i]
             if source_offset <= run.source_first:
-                return Translation(source, source_offset, Outcome.TRANSLATED, run.target, run.target_first)
+                return Translation(source, source_offset, Outcome.TRANSLATED, run.target, run.target_first,
+                                   exact=not run.summary)
             if run.contiguous:
                 return Translation(source, source_offset, Outcome.TRANSLATED, run.target,
                                    run.target_first + (source_offset - run.source_first))
@@ -176,6 +227,25 @@ class OffsetTranslator:
         if replicated_next is None or replicated_next < source_offset:
             return Translation(source, source_offset, Outcome.PENDING, last.target)
         return Translation(source, source_offset, Outcome.TRANSLATED, last.target, last.target_last + 1)
+
+
+def _fold(runs: list[Run]) -> list[Run]:
+    """Sorted disjoint runs with every stretch of two or more on the same target queue folded into a
+    summary (lowest target offset first, so translating into it never skips a message)."""
+    out: list[Run] = []
+    stretch: list[Run] = []
+    for r in [*runs, None]:
+        if r is not None and (not stretch or stretch[-1].target == r.target):
+            stretch.append(r)
+            continue
+        if len(stretch) == 1:
+            out.append(stretch[0])
+        elif stretch:
+            out.append(Run(stretch[0].source_first, stretch[-1].source_last, stretch[0].target,
+                           min(x.target_first for x in stretch), max(x.target_last for x in stretch),
+                           sum(x.messages for x in stretch), summary=True))
+        stretch = [r] if r is not None else []
+    return out
 
 
 def _merge_continuations(runs: list[Run]) -> list[Run]:
