@@ -26,9 +26,10 @@ above that minimum are read again (at least once). Offsets never move backwards:
 takes the current target offsets and only raises them.
 
 Re-replicated offsets (a reset of the link's offsets): when a run covers source offsets an earlier run
-covered, the newest run wins; the older run is cut to the part it alone covers when it is contiguous.
-(A batch re-sent after a driver kill adds no overlap: the killed send was never committed to the offset
-map, so its copies on the target are simply not mapped, and S maps to the re-sent copy.)
+covered, the newest run wins; the older run is cut to the part it alone covers (exactly when it is
+contiguous; a run with gaps keeps that part as a summary, see ``Run.summary``). A batch re-sent after a
+driver kill adds no overlap: the killed send was never committed to the offset map, so its copies on the
+target are simply not mapped, and S maps to the re-sent copy.
 
 Memory: a queue's runs are merged when one continues the other exactly, so a link costs one run per
 source queue and discontinuity (skipped message, re-replicated range, placement change), not per batch.
