@@ -5,7 +5,8 @@ Called on the Spark driver by ``connectors.checkpoint.data_source.CheckpointStre
 micro-batch (and by tests). For each group of the snapshot:
 
 1. every source queue offset is translated through the link's offset map (``connectors.checkpoint.
-   translation``; the link's progress from ``link_state``): exact, pending until replicated, unmapped;
+   translation``; the link's progress from ``link_state``): exact, pending until replicated, unmapped
+   (afterwards the runs below every group's offset are folded: ``OffsetTranslator.forget_below``);
 2. a group with an online consumer on the target (GET_CONSUMER_LIST_BY_GROUP on the brokers of its target
    topics) is left alone: its offsets there belong to those consumers;
 3. otherwise the target group's current offsets are read and every target queue whose translation is
@@ -41,7 +42,14 @@ from broker_store.protocol.errors import RocketMQError
 from connectors.checkpoint.link_state import LinkProgress
 from connectors.checkpoint.snapshot import GroupOffset, GroupOffsetSnapshot
 from connectors.checkpoint.tables import CheckpointOutcome, CheckpointRow
-from connectors.checkpoint.translation import Outcome, TargetQueueKey, Translation, target_offsets
+from connectors.checkpoint.translation import (
+    DEFAULT_MAX_RUNS,
+    Outcome,
+    TargetQueueKey,
+    Translation,
+    target_offsets,
+)
+from connectors.core.offsets import QueueKey
 from connectors.core.sync_settings import CHECKPOINT_TOPIC
 
 log = logging.getLogger(__name__)
@@ -132,9 +140,11 @@ class CheckpointCommitter:
 
     def __init__(self, *, link: str, source_cluster: str, target_cluster: str, target_admin: Admin,
                  target_producer: Producer | None, progress: Callable[[], LinkProgress],
-                 clock_ms: Callable[[], int] | None = None) -> None:
-        """``progress`` reads the link's offset map and committed offsets (``link_state.read_link_progress``);
-        ``target_producer`` None: no checkpoint messages (``CheckpointSettings.produce_topic`` off)."""
+                 clock_ms: Callable[[], int] | None = None, max_runs_per_queue: int = DEFAULT_MAX_RUNS) -> None:
+        """``progress`` brings the link's offset map and committed offsets up to date, once per ``apply``
+        (``link_state.LinkProgressReader.read``: incremental, so it is kept with the committer);
+        ``target_producer`` None: no checkpoint messages (``CheckpointSettings.produce_topic`` off).
+        ``max_runs_per_queue``: offset-map runs the translator keeps per source queue (``forget_below``)."""
         self.link = link
         self.source_cluster = source_cluster
         self.target_cluster = target_cluster
@@ -143,6 +153,7 @@ class CheckpointCommitter:
         self._progress = progress
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._topic_ready = False
+        self._max_runs = max_runs_per_queue
 
     def apply(self, snapshot: GroupOffsetSnapshot) -> CheckpointReport:
         """Translate and commit every group of ``snapshot``; see the module docstring."""
@@ -163,6 +174,15 @@ class CheckpointCommitter:
                 error = self._produce(checkpoint, snapshot.taken_ms)
                 if error:
                     report.topic_errors.append(error)
+        # Runs below every selected group's offset are needed exactly by no one now: fold them, so the
+        # translator of a long-lived link stays small (a group showing up below later re-reads, reported
+        # as inexact; translation.OffsetTranslator.forget_below).
+        floors: dict[QueueKey, int] = {}
+        for o in snapshot.offsets:
+            floors[o.queue] = min(floors.get(o.queue, o.offset), o.offset)
+        folded = progress.translator.forget_below(floors, self._max_runs)
+        if folded:
+            log.debug("link %s: %d offset-map run(s) below every group folded", self.link, folded)
         return report
 
     def _apply_group(self, group: str, offsets: Sequence[GroupOffset], progress: LinkProgress,

@@ -35,7 +35,7 @@ from pyspark.sql.types import StructType
 
 from broker_store.protocol.errors import RocketMQError
 from connectors.checkpoint.committer import CheckpointCommitter
-from connectors.checkpoint.link_state import read_link_progress
+from connectors.checkpoint.link_state import LinkProgressReader
 from connectors.checkpoint.snapshot import (
     SNAPSHOT_SCHEMA_DDL,
     Condition,
@@ -156,7 +156,7 @@ class CheckpointStreamWriter(DataSourceStreamWriter):
                 committer = _committers[key] = CheckpointCommitter(
                     link=o.link.name, source_cluster=o.link.source, target_cluster=o.link.target,
                     target_admin=executor_admin(namesrv, credentials), target_producer=producer,
-                    progress=lambda: read_link_progress(link_tables))
+                    progress=LinkProgressReader(link_tables).read)
         return committer, tables
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803

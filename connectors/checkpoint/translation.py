@@ -26,7 +26,17 @@ above that minimum are read again (at least once). Offsets never move backwards:
 takes the current target offsets and only raises them.
 
 Re-replicated offsets (a reset of the link's offsets): when a run covers source offsets an earlier run
-covered, the newest run wins; the older run is cut to the part it alone covers when it is contiguous.
+covered, the newest run wins; the older run is cut to the part it alone covers (exactly when it is
+contiguous; a run with gaps keeps that part as a summary, see ``Run.summary``). A batch re-sent after a
+driver kill adds no overlap: the killed send was never committed to the offset map, so its copies on the
+target are simply not mapped, and S maps to the re-sent copy.
+
+Memory: a queue's runs are merged when one continues the other exactly, so a link costs one run per
+source queue and discontinuity (skipped message, re-replicated range, placement change), not per batch.
+The runs below every translated group's offset are folded into a summary (``forget_below``, called by the
+committer with each snapshot's lowest offset per queue), and at most ``DEFAULT_MAX_RUNS`` are kept per queue:
+a group that later shows up below that point is translated conservatively (re-reads, marked inexact,
+reported), never past a message.
 """
 
 from __future__ import annotations
@@ -38,6 +48,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from connectors.core.offsets import QueueKey
+
+DEFAULT_MAX_RUNS = 10_000
+"""Runs kept per source queue by ``OffsetTranslator.forget_below`` (a few hundred bytes each)."""
 
 
 class TargetQueueKey(NamedTuple):
@@ -58,11 +71,15 @@ class Run(NamedTuple):
     target_first: int
     target_last: int
     messages: int
+    summary: bool = False
+    """Runs folded into one (``OffsetTranslator.forget_below``), or the part of a run with gaps that a newer
+    run did not cover: where each source offset inside it landed is no longer known. ``target_first`` is
+    the lowest target offset of its messages, so a translation into it is conservative (inexact)."""
 
     @property
     def contiguous(self) -> bool:
         """Every source offset of the run was delivered (no message skipped inside it)."""
-        return self.messages == self.source_last - self.source_first + 1
+        return not self.summary and self.messages == self.source_last - self.source_first + 1
 
 
 class Outcome(enum.Enum):
@@ -99,27 +116,92 @@ class OffsetTranslator:
             self.add(source, run)
 
     def add(self, source: QueueKey, run: Run) -> None:
-        """Add one run, newer than every run added before (offset-map rows in commit order)."""
+        """Add one run, newer than every run added before (offset-map rows in commit order).
+
+        A queue's runs are kept sorted and disjoint, so only the runs the new one overlaps are touched
+        (O(log n) plus the overlap). A contiguous run that continues its contiguous neighbour on the same
+        target queue (the next batch of a steady link) is merged with it: a queue costs one entry per
+        discontinuity (a skipped message, a re-sent batch, a target change), not one per batch, and the
+        translation is unchanged (``target_first + (S - source_first)`` holds across the merged run)."""
         if run.source_last < run.source_first or run.messages <= 0:
             raise ValueError(f"{source.to_key()}: empty or reversed run {run}")
-        kept: list[Run] = []
-        for old in self._runs.get(source, ()):
-            if old.source_last < run.source_first or old.source_first > run.source_last:
-                kept.append(old)
+        runs = self._runs.setdefault(source, [])
+        firsts = self._firsts.setdefault(source, [])
+        # runs[lo:hi]: the old runs the new one overlaps (only the first and last can stick out of it)
+        lo = bisect.bisect_right(firsts, run.source_first) - 1
+        if lo < 0 or runs[lo].source_last < run.source_first:
+            lo += 1
+        hi = bisect.bisect_right(firsts, run.source_last)
+        replacement: list[Run] = []
+        if lo < hi:
+            # The new run re-replicated part of old ones: keep what only an old one covers (exactly when the
+            # old one is contiguous; else as a summary from its first target offset, which re-reads rather
+            # than skips).
+            old = runs[lo]
+            if old.source_first < run.source_first:
+                if old.contiguous:
+                    n = run.source_first - old.source_first
+                    replacement.append(old._replace(source_last=run.source_first - 1,
+                                                    target_last=old.target_first + n - 1, messages=n))
+                else:
+                    replacement.append(old._replace(source_last=run.source_first - 1, summary=True))
+        replacement.append(run)
+        if lo < hi:
+            old = runs[hi - 1]
+            if old.source_last > run.source_last:
+                if old.contiguous:
+                    skip = run.source_last + 1 - old.source_first
+                    replacement.append(old._replace(source_first=run.source_last + 1,
+                                                    target_first=old.target_first + skip,
+                                                    messages=old.messages - skip))
+                else:
+                    replacement.append(old._replace(source_first=run.source_last + 1, summary=True))
+        # merge across the edges of the replaced slice with the untouched neighbours too
+        start, end = max(lo - 1, 0), min(hi + 1, len(runs))
+        merged = _merge_continuations([*runs[start:lo], *replacement, *runs[hi:end]])
+        runs[start:end] = merged
+        firsts[start:end] = [r.source_first for r in merged]
+
+    def forget_below(self, floors: Mapping[QueueKey, int], max_runs: int = DEFAULT_MAX_RUNS) -> int:
+        """Fold the runs no translation needs exactly any more into summaries; returns the runs folded.
+
+        ``floors``: per source queue, the lowest offset any translated group is at (the caller's latest
+        snapshot). Runs wholly below it are folded, and the oldest runs beyond ``max_runs`` per queue too
+        (a group that stopped long ago must not keep every run since). The newest run is never folded.
+        Translations of offsets at or above the floor and outside the capped runs are unchanged; one into
+        a summary returns the lowest target offset of its messages, marked inexact: a group there re-reads,
+        never skips. Runs are folded per stretch with the same target queue."""
+        if max_runs < 2:
+            raise ValueError(f"max_runs must be >= 2, got {max_runs}")
+        folded = 0
+        for source, runs in self._runs.items():
+            firsts = self._firsts[source]
+            n = 0
+            floor = floors.get(source)
+            if floor is not None:
+                n = bisect.bisect_left(firsts, floor)  # runs starting below the floor; the last may reach it
+                if n and runs[n - 1].source_last >= floor:
+                    n -= 1
+            n = min(max(n, len(runs) - max_runs + 1), len(runs) - 1)  # + 1: the summary is a run too
+            if n < 2:
                 continue
-            # The new run re-replicated part of an old one: keep what only the old one covers.
-            if old.contiguous and old.source_first < run.source_first:
-                n = run.source_first - old.source_first
-                kept.append(old._replace(source_last=run.source_first - 1, target_last=old.target_first + n - 1,
-                                         messages=n))
-            if old.contiguous and old.source_last > run.source_last:
-                skip = run.source_last + 1 - old.source_first
-                kept.append(old._replace(source_first=run.source_last + 1, target_first=old.target_first + skip,
-                                         messages=old.messages - skip))
-        kept.append(run)
-        kept.sort(key=lambda r: r.source_first)
-        self._runs[source] = kept
-        self._firsts[source] = [r.source_first for r in kept]
+            kept = _fold(runs[:n])
+            if len(kept) < n:
+                runs[:n] = kept
+                firsts[:n] = [r.source_first for r in kept]
+                folded += n - len(kept)
+        return folded
+
+    def runs(self, source: QueueKey) -> tuple[Run, ...]:
+        """The queue's runs as kept (sorted by source offset, disjoint, continuations merged)."""
+        return tuple(self._runs.get(source, ()))
+
+    def sources(self) -> list[QueueKey]:
+        return sorted(self._runs, key=lambda q: q.to_key())
+
+    def size(self) -> int:
+        """Runs kept over every source queue (what the translator's memory grows with)."""
+        return sum(len(r) for r in self._runs.values())
 
     def translate(self, source: QueueKey, source_offset: int, replicated_next: int | None) -> Translation:
         """Where a group whose next source offset is ``source_offset`` continues on the target.
@@ -136,7 +218,8 @@ class OffsetTranslator:
         if i < len(runs):
             run = runs[i]
             if source_offset <= run.source_first:
-                return Translation(source, source_offset, Outcome.TRANSLATED, run.target, run.target_first)
+                return Translation(source, source_offset, Outcome.TRANSLATED, run.target, run.target_first,
+                                   exact=not run.summary)
             if run.contiguous:
                 return Translation(source, source_offset, Outcome.TRANSLATED, run.target,
                                    run.target_first + (source_offset - run.source_first))
@@ -145,6 +228,40 @@ class OffsetTranslator:
         if replicated_next is None or replicated_next < source_offset:
             return Translation(source, source_offset, Outcome.PENDING, last.target)
         return Translation(source, source_offset, Outcome.TRANSLATED, last.target, last.target_last + 1)
+
+
+def _fold(runs: list[Run]) -> list[Run]:
+    """Sorted disjoint runs with every stretch of two or more on the same target queue folded into a
+    summary (lowest target offset first, so translating into it never skips a message)."""
+    out: list[Run] = []
+    stretch: list[Run] = []
+    for r in [*runs, None]:
+        if r is not None and (not stretch or stretch[-1].target == r.target):
+            stretch.append(r)
+            continue
+        if len(stretch) == 1:
+            out.append(stretch[0])
+        elif stretch:
+            out.append(Run(stretch[0].source_first, stretch[-1].source_last, stretch[0].target,
+                           min(x.target_first for x in stretch), max(x.target_last for x in stretch),
+                           sum(x.messages for x in stretch), summary=True))
+        stretch = [r] if r is not None else []
+    return out
+
+
+def _merge_continuations(runs: list[Run]) -> list[Run]:
+    """Sorted disjoint runs with each contiguous run that continues the previous contiguous one (next source
+    offset, next target offset, same target queue) folded into it."""
+    out: list[Run] = []
+    for r in runs:
+        prev = out[-1] if out else None
+        if (prev is not None and prev.contiguous and r.contiguous and prev.target == r.target
+                and prev.source_last + 1 == r.source_first and prev.target_last + 1 == r.target_first):
+            out[-1] = prev._replace(source_last=r.source_last, target_last=r.target_last,
+                                    messages=prev.messages + r.messages)
+        else:
+            out.append(r)
+    return out
 
 
 @dataclass(frozen=True)

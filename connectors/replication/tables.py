@@ -30,6 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from connectors.core.config import LinkConfig
@@ -138,6 +139,10 @@ SCHEMAS: Mapping[str, pa.Schema] = {
 }
 
 
+_OFFSETS_ORDER = ("commit_version", "batch_id", "updated_at")
+_OFFSETS_COLUMNS = ["cluster", "topic", "broker_name", "queue_id", "next_offset", *_OFFSETS_ORDER]
+
+
 def failure_id(query_id: str, batch_id: int, queue: QueueKey, queue_offset: int) -> str:
     """Deterministic id of a failure row: a re-run of the batch yields the same id."""
     name = "\n".join((query_id, str(batch_id), queue.topic, queue.broker_name, str(queue.queue_id),
@@ -190,26 +195,31 @@ class LinkTables(DeltaTableSet):
 
         Newest = highest ``commit_version`` (then ``batch_id``, then ``updated_at``): Delta versions only
         grow, so this orders rows across queries even though batch ids restart with a new checkpoint.
-        Rows of another source cluster (the link was re-pointed) are ignored.
+        Rows of another source cluster (the link was re-pointed) are ignored. ``LatestOffsets`` keeps
+        the answer between calls and reads only what was appended since.
         """
         dt = self.open(OFFSETS)
         if dt is None:
             return {}
-        columns = ["cluster", "topic", "broker_name", "queue_id", "next_offset", "commit_version", "batch_id",
-                   "updated_at"]
+        return {q: offset for q, (_, offset) in self._newest_rows(self._read_offsets(dt)).items()}
+
+    def _read_offsets(self, dt: DeltaTable) -> pa.Table:
         try:
-            rows = dt.to_pyarrow_table(columns=columns)
+            return dt.to_pyarrow_table(columns=_OFFSETS_COLUMNS)
         except (DeltaError, OSError, pa.ArrowException) as exc:
             raise TableError(f"cannot read Delta table {self.path(OFFSETS)}: {exc}") from exc
+
+    def _newest_rows(self, rows: pa.Table) -> dict[QueueKey, tuple[tuple[Any, ...], int]]:
+        """Queue -> (its newest row's order key, next offset) among ``rows`` of this source cluster."""
         rows = rows.filter(pc.equal(rows["cluster"], self.source_cluster))
         if rows.num_rows == 0:
             return {}
-        ordered = rows.sort_by([("commit_version", "ascending"), ("batch_id", "ascending"),
-                                ("updated_at", "ascending")])
+        ordered = rows.sort_by([(c, "ascending") for c in _OFFSETS_ORDER])
         latest = ordered.group_by(["topic", "broker_name", "queue_id"], use_threads=False).aggregate(
-            [("next_offset", "last")])
+            [(c, "last") for c in ("next_offset", *_OFFSETS_ORDER)])
         return {
-            QueueKey(row["topic"], row["broker_name"], row["queue_id"]): row["next_offset_last"]
+            QueueKey(row["topic"], row["broker_name"], row["queue_id"]):
+                (tuple(row[f"{c}_last"] for c in _OFFSETS_ORDER), row["next_offset_last"])
             for row in latest.to_pylist()
         }
 
@@ -363,3 +373,31 @@ class LinkTables(DeltaTableSet):
                 raise TableError(f"cannot mark failures replayed in {self.path(FAILURES)}: {exc}") from exc
             changed += int(result.get("num_updated_rows", 0))
         return changed
+
+
+class LatestOffsets:
+    """``LinkTables.latest_offsets`` kept between calls (driver; not thread-safe): each ``read`` folds in only
+    the offsets rows appended since the last one (``DeltaTableSet.appended_since``), and reads the table
+    whole when those cannot be told. Holds one entry per source queue. Used by the checkpoint writer,
+    which needs the link's committed offsets every checkpoint."""
+
+    def __init__(self, tables: LinkTables) -> None:
+        self._tables = tables
+        self._version: int | None = None
+        self._newest: dict[QueueKey, tuple[tuple[Any, ...], int]] = {}
+
+    def read(self) -> dict[QueueKey, int]:
+        appended = (None if self._version is None
+                    else self._tables.appended_since(OFFSETS, self._version, _OFFSETS_COLUMNS))
+        if appended is not None:
+            for q, (key, offset) in self._tables._newest_rows(appended.rows).items():
+                if q not in self._newest or key >= self._newest[q][0]:
+                    self._newest[q] = (key, offset)
+            self._version = appended.version
+        else:
+            dt = self._tables.open(OFFSETS)
+            if dt is None:
+                return {}
+            self._version = dt.version()
+            self._newest = self._tables._newest_rows(self._tables._read_offsets(dt))
+        return {q: offset for q, (_, offset) in self._newest.items()}

@@ -1,7 +1,15 @@
 """Consumer failover through the checkpoint connector, between two real clusters: a group consumes part of a
 topic on the source and stops; after replication and a checkpoint, a consumer of the same group on the target
 continues from the translated offsets; every message is consumed, none twice. Also the recovery point (age
-of the newest translated checkpoint) while source, replication and checkpoints all keep running."""
+of the newest translated checkpoint) while source, replication and checkpoints all keep running, and a
+batch re-sent after a real driver kill (spark-submit SIGKILLed between the batch's send and its commit).
+
+"None twice" with a re-sent batch: the target then holds the batch's messages twice, the killed send's
+copies (never in the offset map) before the re-send's (mapped). A group's source offset S translates to the
+mapped copy of S, so a consumer failing over reads no message the source group consumed, and every message
+from S on at least once; it reads a message twice only where replication itself wrote two copies after
+its start on the target, i.e. only a group positioned before the re-sent range, and then exactly the
+re-sent messages, each exactly twice. A group positioned inside the re-sent range reads nothing twice."""
 
 from __future__ import annotations
 
@@ -15,14 +23,29 @@ from typing import Any
 import pytest
 import yaml
 
-from broker_store.client import MessageQueue, PullConsumer, PullStatus, new_message
+from broker_store.client import MessageQueue, PullConsumer, PullStatus, StoredMessage, new_message
 from connectors.checkpoint.data_source import CheckpointDataSource
-from connectors.checkpoint.tables import CHECKPOINTS, CheckpointOutcome, CheckpointTables, checkpoint_age_ms
+from connectors.checkpoint.tables import (
+    CHECKPOINTS,
+    TRANSLATED_OUTCOMES,
+    CheckpointOutcome,
+    CheckpointTables,
+    checkpoint_age_ms,
+)
 from connectors.core.config import load_replicator_config
+from connectors.core.offsets import QueueKey
 from connectors.replication.tables import LinkTables
 from jobs.checkpoint import start_checkpoints as start_job_query
-from tests.spark.conftest import Cluster
+from tests.spark.conftest import DST_MAX_MESSAGE_SIZE, Cluster
 from tests.spark.helpers import produce_random, run_link, unique
+from tests.spark.spark_processes import (
+    TaggedProcess,
+    committed_batches,
+    in_flight_ranges,
+    submit_replicate,
+    wait_for,
+    write_replicator_config,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -71,13 +94,23 @@ def consume(namesrv: str, group: str, queues: list[MessageQueue], limit: dict[Me
     return ids
 
 
-def wait_for(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+def _key(mq: MessageQueue) -> QueueKey:
+    return QueueKey(mq.topic, mq.broker_name, mq.queue_id)
+
+
+def translate_once(spark: Any, config: Path, link: str, work: Path, *groups: str,
+                   timeout: float = 60) -> CheckpointTables:
+    """Run the link's checkpoint query until every one of ``groups`` has a translated checkpoint, stop it,
+    and return its tables."""
+    checkpoints = start_checkpoints(spark, config, link, work)
+    tables = CheckpointTables(work / "delta" / link)
+    try:
+        for group in groups:
+            wait_for(lambda group=group: tables.newest_translated_ms(group) is not None, timeout,
+                     f"a translated checkpoint of {group}")
+    finally:
+        checkpoints.stop()
+    return tables
 
 
 def test_group_fails_over_to_the_target_without_loss_or_repeat(spark: Any, clusters: tuple[Cluster, Cluster],
@@ -99,12 +132,7 @@ def test_group_fails_over_to_the_target_without_loss_or_repeat(spark: Any, clust
                      writer={"topicMapping": json.dumps({topic: target})})
     assert query.exception() is None
     assert dst.count(target) == 600
-    checkpoints = start_checkpoints(spark, config, link, tmp_path)
-    tables = CheckpointTables(tmp_path / "delta" / link)
-    try:
-        wait_for(lambda: tables.newest_translated_ms(group) is not None, 60, "a translated checkpoint")
-    finally:
-        checkpoints.stop()
+    tables = translate_once(spark, config, link, tmp_path, group)
     rows = [r for r in tables.read(CHECKPOINTS).to_pylist() if r["group"] == group]
     assert {r["outcome"] for r in rows} <= {CheckpointOutcome.COMMITTED.value, CheckpointOutcome.CURRENT.value}
     assert all(r["exact"] for r in rows)
@@ -200,12 +228,7 @@ def test_several_topics_into_one_fail_over_without_loss(spark: Any, clusters: tu
                      target_cluster="dst", topics=f"{eu},{us}", work=tmp_path, link=link,
                      writer={"topicMapping": json.dumps({eu: merged, us: merged})})
     assert query.exception() is None and dst.count(merged) == 400
-    checkpoints = start_checkpoints(spark, config, link, tmp_path)
-    tables = CheckpointTables(tmp_path / "delta" / link)
-    try:
-        wait_for(lambda: tables.newest_translated_ms(group) is not None, 60, "a translated checkpoint")
-    finally:
-        checkpoints.stop()
+    translate_once(spark, config, link, tmp_path, group)
     consumed_dst = consume(dst.namesrv, group, dst.queues(merged), start_from_group=True)
     everything = {m.msg_id for t in (eu, us) for msgs in src.read_all(t).values() for m in msgs}
     assert set(consumed_src) | set(consumed_dst) == everything, "a message was missed"
@@ -217,9 +240,10 @@ def test_several_topics_into_one_fail_over_without_loss(spark: Any, clusters: tu
 def test_a_re_sent_batch_translates_to_its_newest_copy(spark: Any, clusters: tuple[Cluster, Cluster],
                                                       tmp_path: Path) -> None:
     """A batch sent but not committed (the driver killed before its Delta commit) is sent again when the query
-    restarts: the target holds it twice and the offset map only the second copy. Simulated deterministically:
-    the first send of the second half commits into a throw-away Delta location. A group positioned inside
-    the re-sent range continues on the target from the second copy: nothing missed, nothing twice."""
+    restarts: the target holds it twice and the offset map only the second copy. Simulated in one process:
+    the first send of the second half commits into a throw-away Delta location (the real kill:
+    ``test_a_batch_re_sent_after_a_driver_kill_translates_exactly``). A group positioned inside the re-sent
+    range continues on the target from the second copy: nothing missed, nothing twice."""
     src, dst = clusters
     topic = unique("Resend")
     src.create_topic(topic, 2)
@@ -245,13 +269,107 @@ def test_a_re_sent_batch_translates_to_its_newest_copy(spark: Any, clusters: tup
     second_half = {mq: src.admin.max_offset(mq) - first_half[mq] for mq in queues}
     consumed_src = consume(src.namesrv, group, queues,
                            {mq: first_half[mq] + second_half[mq] // 2 for mq in queues}, start_from_group=False)
-    config = write_config(tmp_path, src, dst, link, {topic: topic})
-    checkpoints = start_checkpoints(spark, config, link, tmp_path)
-    tables = CheckpointTables(tmp_path / "delta" / link)
-    try:
-        wait_for(lambda: tables.newest_translated_ms(group) is not None, 60, "a translated checkpoint")
-    finally:
-        checkpoints.stop()
+    translate_once(spark, write_config(tmp_path, src, dst, link, {topic: topic}), link, tmp_path, group)
     consumed_dst = consume(dst.namesrv, group, dst.queues(topic), start_from_group=True)
     everything = [m.msg_id for msgs in src.read_all(topic).values() for m in msgs]
     assert sorted(consumed_src + consumed_dst) == sorted(everything), "missed or read twice"
+
+
+def _copies(target: dict[MessageQueue, list[StoredMessage]]) -> dict[str, list[tuple[MessageQueue, int]]]:
+    """UNIQ_KEY -> every (target queue, offset) holding a copy, in queue order."""
+    where: dict[str, list[tuple[MessageQueue, int]]] = {}
+    for mq, messages in target.items():
+        for m in messages:
+            where.setdefault(m.msg_id, []).append((mq, m.queue_offset))
+    return where
+
+
+def test_a_batch_re_sent_after_a_driver_kill_translates_exactly(spark: Any, clusters: tuple[Cluster, Cluster],
+                                                                 tmp_path: Path) -> None:
+    """The replication job runs as ``spark-submit jobs/replicate.py``. Its batch carrying the second half of
+    the topic is sent to the target, then held in the writer's driver-side commit (before the Delta commit)
+    by a failure hook (``tests.spark.hooks.hold_first_call``: one oversized message of a second linked topic
+    the target refuses gives the hook a call) and the driver is SIGKILLed there (whole process tree). The
+    restarted job re-runs the batch: the second half is on the target twice, only the re-send in the offset
+    map. Checkpoints then translate each group's S to the re-sent copy of S, and a failover reads exactly
+    what the module docstring says "none twice" means."""
+    src, dst = clusters
+    topic, poison = unique("KillSend"), unique("KillPoison")
+    for cluster in (src, dst):
+        cluster.create_topic(topic, 2)
+        cluster.create_topic(poison, 1)
+    queues = src.queues(topic)
+    link = "killsend"
+    marker = tmp_path / "held.json"
+    config = write_replicator_config(
+        tmp_path / "replicator.yaml", source=("src", src.namesrv), target=("dst", dst.namesrv),
+        links={link: {"topic": topic, "topics": {"explicit": [{"source": topic}, {"source": poison}]},
+                      "trigger_interval": "200 milliseconds", "retry_backoff_ms": 50, "max_retries": 0,
+                      "max_messages_per_trigger": 10_000, "failure_policy": "custom",
+                      "failure_hook": "tests.spark.hooks:hold_first_call", "checkpoints": {"interval": "1 second"}}})
+    checkpoint = tmp_path / "checkpoints" / link
+    env = {"RMQ_TEST_HOLD_MARKER": str(marker)}
+    for i, mq in enumerate(queues):
+        produce_random(src.producer, topic, [mq], 40, max_body=32, seed=100 + i)
+    first = {mq: src.admin.max_offset(mq) for mq in queues}
+    jobs: list[TaggedProcess] = []
+    try:
+        jobs.append(submit_replicate(config, [link], tmp_path / "driver-0.log", available_now=True, env=env))
+        assert jobs[-1].wait(240) == 0, jobs[-1].log()[-4000:]
+        assert dst.count(topic) == sum(first.values()) and not marker.exists()
+        for i, mq in enumerate(queues):
+            produce_random(src.producer, topic, [mq], 40, max_body=32, seed=200 + i)
+        end = {mq: src.admin.max_offset(mq) for mq in queues}
+        src.producer.send(new_message(poison, b"x" * (DST_MAX_MESSAGE_SIZE + 1024)), src.queues(poison)[0])
+        before = len(committed_batches(checkpoint))
+        jobs.append(submit_replicate(config, [link], tmp_path / "driver-1.log", env=env))
+        wait_for(marker.exists, 240, "the batch held in its commit", alive=jobs[-1])
+        jobs[-1].kill()
+        assert len(committed_batches(checkpoint)) == before, "the held batch was committed"
+        held = in_flight_ranges(checkpoint)
+        assert {q: r for q, r in held.items() if q.topic == topic} == {
+            _key(mq): (first[mq], end[mq]) for mq in queues}, "the held batch is not the second half"
+        assert dst.count(topic) == sum(end.values()), "the held batch was not sent before the kill"
+        jobs.append(submit_replicate(config, [link], tmp_path / "driver-2.log", available_now=True, env=env))
+        assert jobs[-1].wait(240) == 0, jobs[-1].log()[-4000:]
+    finally:
+        for job in jobs:
+            job.kill()
+    assert all(not job.pids() for job in jobs)
+    re_sent = sum(end[mq] - first[mq] for mq in queues)
+    assert dst.count(topic) == sum(end.values()) + re_sent  # the second half twice
+    source = src.read_all(topic)
+    msg_at = {(mq, m.queue_offset): m.msg_id for mq, msgs in source.items() for m in msgs}
+    re_sent_ids = {msg_at[mq, o] for mq in queues for o in range(first[mq], end[mq])}
+    # a group inside the re-sent range on every queue, and one before it
+    inside, before_range = unique("inside"), unique("before")
+    consumed_src = {
+        inside: consume(src.namesrv, inside, queues, {mq: first[mq] + 5 + 3 * i for i, mq in enumerate(queues)},
+                        start_from_group=False),
+        before_range: consume(src.namesrv, before_range, queues, {mq: 7 + 5 * i for i, mq in enumerate(queues)},
+                              start_from_group=False)}
+    tables = translate_once(spark, config, link, tmp_path, inside, before_range)
+    rows = [r for r in tables.read(CHECKPOINTS).to_pylist()
+            if r["group"] in consumed_src and r["source_topic"] == topic]
+    assert rows and all(r["exact"] and r["outcome"] in TRANSLATED_OUTCOMES for r in rows)
+    copies = _copies(dst.read_all(topic))
+    assert all(len(copies[m]) == (2 if m in re_sent_ids else 1) for m in msg_at.values())
+    everything = set(msg_at.values())
+    for group, consumed in consumed_src.items():
+        # the target group resumes at the mapped (re-sent, hence last) copy of S on every queue
+        for mq in queues:
+            s = src.admin.consumer_offset(group, mq)
+            assert s is not None and s < end[mq]
+            target_mq, target_offset = copies[msg_at[mq, s]][-1]
+            assert dst.admin.consumer_offset(group, target_mq) == target_offset, (group, mq, s)
+        read = consume(dst.namesrv, group, dst.queues(topic), start_from_group=True)
+        assert set(consumed) | set(read) == everything, f"{group}: a message was missed"
+        assert not set(consumed) & set(read), f"{group}: re-read a message the source group consumed"
+        twice = {m for m in read if read.count(m) > 1}
+        if group == inside:
+            assert not twice and len(read) == len(everything) - len(consumed)
+        else:
+            assert twice == re_sent_ids and all(read.count(m) == 2 for m in twice)
+            assert len(read) == len(everything) - len(consumed) + len(re_sent_ids)
+    print(f"\nre-sent after a driver kill: {re_sent} messages on the target twice; group {inside} read none "
+          f"twice, group {before_range} read exactly those {len(re_sent_ids)} twice")

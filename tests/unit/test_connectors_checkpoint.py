@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from connectors.checkpoint.committer import outcome_rows
-from connectors.checkpoint.link_state import read_link_progress
+from connectors.checkpoint.link_state import LinkProgress, LinkProgressReader, read_link_progress
 from connectors.checkpoint.snapshot import (
     Condition,
     ConditionKind,
@@ -95,6 +95,80 @@ def test_link_progress_from_the_replication_tables(tmp_path: Path) -> None:
     assert progress.translator.translate(A0, 15, 20).target_offset == 15  # 15, 16 filtered: next is 17 -> 15
     assert progress.translator.translate(A0, 20, 20).target_offset == 18
     assert progress.translator.translate(A0, 21, 20).outcome is Outcome.PENDING
+
+
+def _same_as_full_read(progress: LinkProgress, tables: LinkTables) -> None:
+    full = read_link_progress(tables)
+    assert progress.replicated_next == full.replicated_next == tables.latest_offsets()
+    progress_translator, full = progress.translator, full.translator
+    assert progress_translator.sources() == full.sources()
+    for q in full.sources():
+        assert progress_translator.runs(q) == full.runs(q), q
+
+
+def test_incremental_progress_equals_a_full_read(tmp_path: Path) -> None:
+    """Each round reads only the commits since the last; the translator equals a full read's, also after a
+    range already mapped is replicated again (a new query after the Spark checkpoint was lost: new rows for
+    old source offsets), after a batch re-run (its txn is there: nothing written), and across compaction."""
+    clock = iter(range(1_000, 10_000_000, 1_000))
+    tables = LinkTables(tmp_path / "l", source_cluster="src", clock_ms=lambda: next(clock), compact_every=0)
+    reader = LinkProgressReader(tables)
+    assert reader.read().runs == 0
+    for batch in range(5):
+        tables.commit_batch("q1", batch, {A0: 10 * batch + 10},
+                            [_mapping(10 * batch, 10 * batch + 9, 10 * batch, 10)], [], BatchMetrics(10, 10))
+        progress = reader.read()
+        assert progress.runs == 1 and progress.full_read == (batch == 0)
+        _same_as_full_read(progress, tables)
+    assert progress.translator.runs(A0) == (Run(0, 49, T0, 0, 49, 10 * 5),)  # continuations merged
+    tables.commit_batch("q1", 4, {A0: 50}, [_mapping(40, 49, 999, 10)], [], BatchMetrics(10, 10))  # re-run
+    assert reader.read().runs == 0
+    # the Spark checkpoint lost, a resume point set back (jobs.reset_offsets): a new query re-sends 30..49
+    tables.append_resume_point({A0: 30, A1: 0})
+    assert reader.read().replicated_next == {A0: 30, A1: 0}
+    tables.commit_batch("q2", 0, {A0: 50}, [_mapping(30, 39, 50, 10)], [], BatchMetrics(10, 10))
+    tables.commit_batch("q2", 1, {A0: 60}, [_mapping(40, 49, 60, 10), _mapping(50, 59, 70, 10)], [],
+                        BatchMetrics(20, 20))
+    progress = reader.read()
+    assert (progress.runs, progress.full_read) == (3, False)
+    _same_as_full_read(progress, tables)
+    assert progress.translator.translate(A0, 35, 60).target_offset == 55  # the newest copy
+    assert progress.translator.translate(A0, 25, 60).target_offset == 25
+    tables.compact()  # the same rows rewritten (dataChange false): still incremental
+    tables.commit_batch("q2", 2, {A0: 70}, [_mapping(60, 69, 80, 10)], [], BatchMetrics(10, 10))
+    progress = reader.read()
+    assert (progress.runs, progress.full_read) == (1, False)
+    _same_as_full_read(progress, tables)
+
+
+def test_incremental_progress_falls_back_to_a_full_read(tmp_path: Path) -> None:
+    """A commit file gone (log clean-up), rows rewritten (a delete), rows older than those read (a driver
+    clock behind): the reader reads the table whole and still equals a full read."""
+    times = iter([1_000, 2_000, 3_000, 500, 4_000, 5_000, 6_000])
+    tables = LinkTables(tmp_path / "l", source_cluster="src", clock_ms=lambda: next(times), compact_every=0)
+    reader = LinkProgressReader(tables)
+    tables.commit_batch("q1", 0, {A0: 10}, [_mapping(0, 9, 0, 10)], [], BatchMetrics(10, 10))
+    assert reader.read().full_read
+    tables.commit_batch("q1", 1, {A0: 20}, [_mapping(10, 19, 10, 10)], [], BatchMetrics(10, 10))
+    tables.commit_batch("q1", 2, {A0: 30}, [_mapping(20, 29, 20, 10)], [], BatchMetrics(10, 10))
+    dt = tables.open("offset_map")
+    assert dt is not None
+    dt.create_checkpoint()  # at version 2; the log before it may then be cleaned up
+    (Path(tables.path("offset_map")) / "_delta_log" / f"{1:020d}.json").unlink()
+    progress = reader.read()
+    assert progress.full_read and progress.runs == 3
+    _same_as_full_read(progress, tables)
+    tables.commit_batch("q1", 3, {A0: 40}, [_mapping(30, 39, 30, 10)], [], BatchMetrics(10, 10))  # at 500 ms
+    progress = reader.read()
+    assert progress.full_read and progress.runs == 4
+    _same_as_full_read(progress, tables)
+    dt = tables.open("offset_map")
+    assert dt is not None
+    dt.delete("source_first_offset = 30")
+    progress = reader.read()
+    assert progress.full_read and progress.runs == 3
+    _same_as_full_read(progress, tables)
+    assert progress.translator.translate(A0, 35, 40).target_offset == 30  # past the last run, replicated
 
 
 def test_recovery_point_counts_only_complete_checkpoints(tmp_path: Path) -> None:

@@ -118,3 +118,139 @@ def test_the_sinks_runs_never_span_a_skipped_source_offset() -> None:
     translator = OffsetTranslator((SRC, Run(a, b, DST, c, d, n)) for a, b, c, d, n in spans)
     assert all(translator.translate(SRC, s, 9).exact for s in range(10))
     assert translator.translate(SRC, 3, 9).target_offset == 103
+
+
+class ReferenceTranslator:
+    """The translation rule at its plainest (every run kept, the whole list scanned per add): what the
+    merged, bisected ``OffsetTranslator`` must agree with."""
+
+    def __init__(self) -> None:
+        self.runs: list[Run] = []
+
+    def add(self, run: Run) -> None:
+        kept = []
+        for old in self.runs:
+            if old.source_last < run.source_first or old.source_first > run.source_last:
+                kept.append(old)
+                continue
+            if old.source_first < run.source_first:  # the part only the old run covers stays
+                n = run.source_first - old.source_first
+                kept.append(old._replace(source_last=run.source_first - 1, target_last=old.target_first + n - 1,
+                                         messages=n) if old.contiguous else
+                            old._replace(source_last=run.source_first - 1, summary=True))
+            if old.source_last > run.source_last:
+                skip = run.source_last + 1 - old.source_first
+                kept.append(old._replace(source_first=run.source_last + 1, target_first=old.target_first + skip,
+                                         messages=old.messages - skip) if old.contiguous else
+                            old._replace(source_first=run.source_last + 1, summary=True))
+        self.runs = sorted([*kept, run], key=lambda r: r.source_first)
+
+    def translate(self, s: int, replicated_next: int) -> tuple[Outcome, int | None, bool]:
+        later = [r for r in self.runs if r.source_last >= s]
+        if later:
+            r = later[0]
+            if s <= r.source_first:
+                return Outcome.TRANSLATED, r.target_first, not r.summary
+            if r.contiguous:
+                return Outcome.TRANSLATED, r.target_first + s - r.source_first, True
+            return Outcome.TRANSLATED, r.target_first, False
+        if replicated_next < s:
+            return Outcome.PENDING, None, True
+        return Outcome.TRANSLATED, self.runs[-1].target_last + 1, True
+
+
+OTHER = TargetQueueKey("Orders", "dst-b", 0)
+
+# One replication round: (reset the source position back by, deliver how many, skip how many after,
+# target queue switch, target gap) -- resets re-replicate offsets already mapped, as a new query or a
+# reset of the link's offsets does.
+_round = st.tuples(st.integers(0, 6), st.integers(1, 6), st.integers(0, 2), st.booleans(), st.integers(0, 2))
+
+
+@settings(max_examples=400, deadline=None)
+@given(rounds=st.lists(_round, min_size=1, max_size=30), gapped=st.integers(0, 40))
+def test_merged_runs_translate_like_every_run_kept(rounds: list[tuple[int, int, int, bool, int]],
+                                                   gapped: int) -> None:
+    """Runs as a link produces them (next batches, re-replicated ranges, skipped offsets, another target
+    queue, old rows with gaps): merging continuations and bisecting change no translation."""
+    translator, reference = OffsetTranslator(), ReferenceTranslator()
+    position, target_next = {DST: 0, OTHER: 0}, 0
+    source = 0
+    for i, (back, n, skip, switch, gap) in enumerate(rounds):
+        source = max(0, source - back)
+        target = OTHER if switch else DST
+        first = position[target] + gap
+        messages = n if i != gapped else max(1, n - 1)  # one old-style run with a gap inside
+        run = Run(source, source + n - 1, target, first, first + messages - 1, messages)
+        translator.add(SRC, run)
+        reference.add(run)
+        position[target] = first + messages
+        source += n + skip
+        target_next = max(target_next, source)
+    for s in range(target_next + 2):
+        t = translator.translate(SRC, s, target_next)
+        outcome, offset, exact = reference.translate(s, target_next)
+        assert (t.outcome, t.target_offset if outcome is Outcome.TRANSLATED else None, t.exact) == \
+            (outcome, offset, exact), (s, reference.runs, translator.runs(SRC))
+    assert translator.size() <= len(reference.runs)
+
+
+def test_a_steady_link_keeps_one_run_per_queue() -> None:
+    translator = OffsetTranslator()
+    for batch in range(1000):
+        translator.add(SRC, Run(batch * 10, batch * 10 + 9, DST, 500 + batch * 10, 509 + batch * 10, 10))
+    assert translator.runs(SRC) == (Run(0, 9999, DST, 500, 10499, 10000),)
+    assert translator.translate(SRC, 4321, 10000).target_offset == 4821
+    translator.add(SRC, Run(9990, 10009, DST, 10500, 10519, 20))  # a range re-replicated: a discontinuity
+    assert len(translator.runs(SRC)) == 2 and translator.translate(SRC, 9995, 10010).target_offset == 10505
+
+
+@settings(max_examples=300, deadline=None)
+@given(rounds=st.lists(_round, min_size=1, max_size=40), floor=st.integers(0, 120), max_runs=st.integers(2, 6))
+def test_forgotten_runs_translate_conservatively_and_the_rest_exactly(
+        rounds: list[tuple[int, int, int, bool, int]], floor: int, max_runs: int) -> None:
+    """After ``forget_below``: every offset past the summaries (which end below the floor unless the cap
+    folded more) translates as before; one below translates to the same target queue at or before the exact
+    answer (re-reads, never skips), marked inexact when it changed."""
+    translator, reference = OffsetTranslator(), OffsetTranslator()
+    position, source, replicated = {DST: 0, OTHER: 0}, 0, 0
+    for back, n, skip, switch, gap in rounds:
+        source = max(0, source - back)
+        target = OTHER if switch else DST
+        run = Run(source, source + n - 1, target, position[target] + gap, position[target] + gap + n - 1, n)
+        translator.add(SRC, run)
+        reference.add(SRC, run)
+        position[target] = run.target_last + 1
+        source += n + skip
+        replicated = max(replicated, source)
+    before = translator.size()
+    folded = translator.forget_below({SRC: floor}, max_runs)
+    assert translator.size() == before - folded
+    if len({r.target for r in reference.runs(SRC)}) == 1:  # (stretches on other targets are folded apart)
+        assert translator.size() <= max_runs + 1
+    summaries = [r for r in translator.runs(SRC) if r.summary]
+    assert all(r.source_last < floor for r in summaries) or len(reference.runs(SRC)) > max_runs
+    exact_from = max((r.source_last + 1 for r in summaries), default=0)
+    for s in range(replicated + 2):
+        got, want = translator.translate(SRC, s, replicated), reference.translate(SRC, s, replicated)
+        if s >= exact_from or want.outcome is not Outcome.TRANSLATED:
+            assert got == want, (s, translator.runs(SRC))
+            continue
+        assert got.outcome is Outcome.TRANSLATED and got.target == want.target, (s, translator.runs(SRC))
+        assert got.target_offset is not None and want.target_offset is not None
+        assert got.target_offset <= want.target_offset, (s, translator.runs(SRC))
+        assert got == want or not got.exact
+
+
+def test_forget_below_folds_what_every_group_is_past() -> None:
+    translator = OffsetTranslator()
+    for batch in range(100):  # a message skipped after every batch: one run per batch
+        translator.add(SRC, Run(batch * 11, batch * 11 + 9, DST, batch * 10, batch * 10 + 9, 10))
+    assert translator.size() == 100
+    assert translator.forget_below({SRC: 550}) == 49  # runs 0..49 end below 550 -> one summary
+    assert translator.size() == 51
+    assert translator.translate(SRC, 550, 1100).target_offset == 500  # exact above the floor
+    t = translator.translate(SRC, 100, 1100)
+    assert (t.target_offset, t.exact) == (0, False)  # below it: from the summary's start, re-reading
+    assert translator.forget_below({}, max_runs=10) == 41 and translator.size() == 10
+    assert translator.translate(SRC, 1089, 1100).target_offset == 990 and translator.runs(SRC)[-1].messages == 10
