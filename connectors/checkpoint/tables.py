@@ -24,10 +24,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake.exceptions import DeltaError
 
 from connectors.core.delta import CommitResult, DeltaTableSet, RowBuilder, epoch_ms, timestamp
-from connectors.core.errors import TableError
 
 CHECKPOINTS = "checkpoints"
 _TS = pa.timestamp("us", tz="UTC")
@@ -126,13 +124,7 @@ class CheckpointTables(DeltaTableSet):
         any group): at least one source queue translated and none pending. The recovery point: a consumer
         failing over to the target now resumes from the source group's position at that time (or later).
         None before the first one."""
-        dt = self.open(CHECKPOINTS)
-        if dt is None:
-            return None
-        try:
-            rows = dt.to_pyarrow_table(columns=["group", "outcome", "snapshot_at"])
-        except (DeltaError, OSError, pa.ArrowException) as exc:
-            raise TableError(f"cannot read Delta table {self.path(CHECKPOINTS)}: {exc}") from exc
+        rows = self.read(CHECKPOINTS, columns=["group", "outcome", "snapshot_at"])
         if group is not None:
             rows = rows.filter(pc.equal(rows["group"], group))
         return newest_complete_snapshot_ms(rows)

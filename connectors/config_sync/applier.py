@@ -25,7 +25,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake.exceptions import DeltaError
 
 from broker_store.client import Admin
 from broker_store.protocol.errors import RocketMQError
@@ -33,7 +32,6 @@ from connectors.config_sync.plan import ChangeKind, ChangeStatus, ConfigChange, 
 from connectors.config_sync.standing import ChangeKey, fold, fold_statuses, to_record
 from connectors.config_sync.state import ClusterState, read_cluster_state
 from connectors.core.delta import CommitResult, DeltaTableSet, RowBuilder, timestamp
-from connectors.core.errors import TableError
 from connectors.core.sync_settings import ConfigSyncSettings
 from connectors.core.topic_mapping import TopicMapper
 
@@ -90,24 +88,11 @@ class ConfigTables(DeltaTableSet):
 
     def pending_config_changes(self) -> int:
         """Not-applied changes standing (the "config changes pending" gauge)."""
-        dt = self.open(CONFIG_CHANGES)
-        if dt is None:
-            return 0
-        try:
-            rows = dt.to_pyarrow_table(columns=["kind", "subject", "status", "committed_at"])
-        except (DeltaError, OSError, pa.ArrowException) as exc:
-            raise TableError(f"cannot read Delta table {self.path(CONFIG_CHANGES)}: {exc}") from exc
-        return fold_pending({}, rows)
+        return fold_pending({}, self.read(CONFIG_CHANGES, columns=["kind", "subject", "status", "committed_at"]))
 
     def _changes(self, dt: Any) -> list[ConfigChange]:
-        """Every recorded change, oldest first."""
-        if dt is None:
-            return []
-        try:
-            rows = dt.to_pyarrow_table()
-        except (DeltaError, OSError, pa.ArrowException) as exc:
-            raise TableError(f"cannot read Delta table {self.path(CONFIG_CHANGES)}: {exc}") from exc
-        return [_change(r) for r in _oldest_first(rows).to_pylist()]
+        """Every recorded change of the version ``dt``, oldest first."""
+        return [_change(r) for r in _oldest_first(self.rows_of(CONFIG_CHANGES, dt)).to_pylist()]
 
 
 def _standing(changes: Sequence[ConfigChange]) -> dict[ChangeKey, ConfigChange]:

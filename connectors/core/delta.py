@@ -155,13 +155,20 @@ class DeltaTableSet:
         except (DeltaError, OSError) as exc:
             raise TableError(f"cannot open Delta table {path}: {exc}") from exc
 
-    def read(self, table: str) -> pa.Table:
-        """The whole table (empty, with the schema, if never written)."""
-        dt = self.open(table)
+    def read(self, table: str, columns: Sequence[str] | None = None, filters: Any = None) -> pa.Table:
+        """The table at its newest version: ``columns`` only if given, the rows ``filters`` keeps
+        (deltalake's DNF filters) if given; empty, with the schema, if never written."""
+        return self.rows_of(table, self.open(table), columns, filters)
+
+    def rows_of(self, table: str, dt: DeltaTable | None, columns: Sequence[str] | None = None,
+                filters: Any = None) -> pa.Table:
+        """``read`` of a version already opened (``dt`` from ``open``, or a commit builder's): several reads
+        of one version agree. ``dt`` None: the table was never written, the rows are empty."""
         if dt is None:
-            return self.schemas[table].empty_table()
+            empty = self.schemas[table].empty_table()
+            return empty if columns is None else empty.select(list(columns))
         try:
-            return dt.to_pyarrow_table()
+            return dt.to_pyarrow_table(columns=None if columns is None else list(columns), filters=filters)
         except (DeltaError, OSError, pa.ArrowException) as exc:
             raise TableError(f"cannot read Delta table {self.path(table)}: {exc}") from exc
 

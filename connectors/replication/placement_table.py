@@ -32,10 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from deltalake.exceptions import DeltaError
 
 from connectors.core.delta import DeltaTableSet, timestamp
-from connectors.core.errors import TableError
 from connectors.core.offsets import QueueKey
 from connectors.replication.queue_placement import Placement, TargetQueue
 
@@ -70,14 +68,7 @@ class PlacementTable(DeltaTableSet):
     def load(self) -> list[Placement]:
         """Every decision of this source cluster, in the order they were made (duplicates included: the
         first stands, ``QueuePlacement`` ignores the later ones)."""
-        dt = self.open(PLACEMENTS)
-        if dt is None:
-            return []
-        try:
-            rows = dt.to_pyarrow_table()
-        except (DeltaError, OSError, pa.ArrowException) as exc:
-            raise TableError(f"cannot read Delta table {self.path(PLACEMENTS)}: {exc}") from exc
-        rows = rows.sort_by([("decided_at", "ascending")])
+        rows = self.read(PLACEMENTS).sort_by([("decided_at", "ascending")])
         return [Placement(QueueKey(r["source_topic"], r["source_broker"], r["source_queue_id"]), r["target_topic"],
                           TargetQueue(r["target_broker"], r["target_queue_id"]), r["reason"])
                 for r in rows.to_pylist() if r["source_cluster"] == self.source_cluster]

@@ -204,10 +204,7 @@ class LinkTables(DeltaTableSet):
         return {q: offset for q, (_, offset) in self._newest_rows(self._read_offsets(dt)).items()}
 
     def _read_offsets(self, dt: DeltaTable) -> pa.Table:
-        try:
-            return dt.to_pyarrow_table(columns=_OFFSETS_COLUMNS)
-        except (DeltaError, OSError, pa.ArrowException) as exc:
-            raise TableError(f"cannot read Delta table {self.path(OFFSETS)}: {exc}") from exc
+        return self.rows_of(OFFSETS, dt, _OFFSETS_COLUMNS)
 
     def _newest_rows(self, rows: pa.Table) -> dict[QueueKey, tuple[tuple[Any, ...], int]]:
         """Queue -> (its newest row's order key, next offset) among ``rows`` of this source cluster."""
@@ -238,15 +235,9 @@ class LinkTables(DeltaTableSet):
 
     def unreplayed_failures(self) -> list[StoredFailure]:
         """Failures not yet replayed, in source order (topic, broker, queue, offset) then failure id."""
-        dt = self.open(FAILURES)
-        if dt is None:
-            return []
-        try:
-            rows = dt.to_pyarrow_table(filters=[("replayed", "=", False)])
-        except (DeltaError, OSError, pa.ArrowException) as exc:
-            raise TableError(f"cannot read Delta table {self.path(FAILURES)}: {exc}") from exc
-        rows = rows.sort_by([("topic", "ascending"), ("broker_name", "ascending"), ("queue_id", "ascending"),
-                             ("queue_offset", "ascending"), ("failure_id", "ascending")])
+        rows = self.read(FAILURES, filters=[("replayed", "=", False)])
+        order = ("topic", "broker_name", "queue_id", "queue_offset", "failure_id")
+        rows = rows.sort_by([(c, "ascending") for c in order])
         return [self._stored_failure(row) for row in rows.to_pylist()]
 
     @staticmethod
