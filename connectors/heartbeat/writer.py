@@ -8,7 +8,8 @@ Created by ``connectors.heartbeat.data_source.HeartbeatDataSource.streamWriter``
   retried and does not fail the task: a late heartbeat would measure nothing, and the next one is one
   interval away. It is reported in the commit message instead, so the monitor sees "no heartbeat
   produced" (IDLE), never a broken link.
-* driver: ``commit`` logs what each batch sent (failures at WARNING, once per link until it recovers).
+* driver: ``commit`` logs what each batch sent (failures at WARNING, once per link until it recovers);
+  ``abort`` says the batch was aborted (a WARNING unless the job's stop caused it, ``connectors.core.job_stop``).
 
 The topic is created with ``HEARTBEAT_TOPIC_QUEUES`` queues per broker on every broker group of the
 source cluster when its route is missing; an existing topic is never changed.
@@ -30,6 +31,7 @@ from broker_store.client import new_message
 from broker_store.protocol.errors import RocketMQError, TopicNotExistError
 from connectors.core.driver_log import driver_logging
 from connectors.core.executor import executor_admin, executor_producer, freeze_worker_heap
+from connectors.core.job_stop import abort_level
 from connectors.core.monitoring import HEARTBEAT_TOPIC, HEARTBEAT_TOPIC_QUEUES
 from connectors.heartbeat.options import HeartbeatOptions, LinkEndpoints
 from connectors.heartbeat.records import Heartbeat
@@ -139,5 +141,6 @@ class HeartbeatStreamWriter(DataSourceStreamWriter):
                 log.debug("link %s: heartbeat %d stored at %s@%s", sent.link, sent.seq, sent.queue, sent.offset)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        """Driver: a write task failed, or the job's stop cancelled the batch (then INFO, ``abort_level``)."""
         driver_logging()
-        log.warning("heartbeat batch %d aborted; the next interval sends the next heartbeat", batchId)
+        log.log(abort_level(), "heartbeat batch %d aborted; the next interval sends the next heartbeat", batchId)
