@@ -85,6 +85,17 @@ def test_subscription_groups_created_and_updated_system_groups_skipped() -> None
     assert plan_changes(source, cluster(), MAPPER, ConfigSyncSettings(subscription_groups=False)) == []
 
 
+def test_an_explicit_group_missing_on_the_source_is_reported_once_the_view_is_whole() -> None:
+    settings = ConfigSyncSettings(groups={"explicit": ["billing", "ghost"]})
+    source = cluster(groups={"billing": {"groupName": "billing"}})
+    changes = plan_changes(source, cluster(), MAPPER, settings)
+    assert kinds(changes) == [("create_group", "billing", "planned"), ("unknown_group", "ghost", "refused")]
+    assert "no subscription group of that name on the source" in changes[1].detail
+    # a source broker group did not answer: it might hold the group, so nothing is claimed
+    partial = ClusterState(1, {}, {}, ("b1", "b2"), {"b2": "timeout"})
+    assert plan_changes(partial, cluster(), MAPPER, settings) == []
+
+
 def test_group_deleted_on_the_source_only_when_enabled_and_only_if_the_link_copies_it() -> None:
     settings = ConfigSyncSettings(groups={"include": ["app_.*"]})
     source = cluster(groups={"app_kept": {"groupName": "app_kept"}})
