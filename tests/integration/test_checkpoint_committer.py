@@ -14,7 +14,7 @@ import pytest
 from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, new_message
 from connectors.checkpoint.committer import CheckpointCommitter
 from connectors.checkpoint.link_state import LinkProgress
-from connectors.checkpoint.snapshot import ConditionKind, GroupOffsetPoller
+from connectors.checkpoint.snapshot import ConditionKind, GroupOffset, GroupOffsetPoller, GroupOffsetSnapshot
 from connectors.checkpoint.tables import CheckpointOutcome
 from connectors.checkpoint.translation import OffsetTranslator, Run, TargetQueueKey
 from connectors.core.config import TopicMappingConfig
@@ -124,3 +124,22 @@ def test_an_unreachable_source_is_a_reported_condition_not_an_error() -> None:
                                    interval=1.0)
         snapshot = poller.next_item()
     assert snapshot.offsets == () and [c.kind for c in snapshot.conditions] == [ConditionKind.SOURCE_UNREACHABLE]
+
+
+def test_an_unreachable_target_is_a_reported_target_error_not_an_error() -> None:
+    """The target's name server down: every translated queue is a ``target_error`` row (the checkpoint is
+    recorded, not skipped), named in the WARNING's problems, and the next checkpoint simply tries again."""
+    source_q = QueueKey("Orders", "src-a", 0)
+    translator = OffsetTranslator([(source_q, Run(0, 9, TargetQueueKey("Orders", "dst-a", 0), 0, 9, 10))])
+    progress = LinkProgress(translator, {source_q: 10}, 1)
+    snapshot = GroupOffsetSnapshot(1, (GroupOffset("app", source_q, 6), GroupOffset("app2", source_q, 3)))
+    with Admin("127.0.0.1:1", request_timeout=0.5) as admin:  # nothing listens on loopback port 1
+        committer = CheckpointCommitter(link="l", source_cluster="s", target_cluster="t", target_admin=admin,
+                                        target_producer=None, progress=lambda: progress)
+        reports = [committer.apply(snapshot) for _ in range(2)]
+    for report in reports:
+        assert [(r.group, r.outcome) for r in report.rows] == [("app", CheckpointOutcome.TARGET_ERROR),
+                                                               ("app2", CheckpointOutcome.TARGET_ERROR)]
+        problems = report.problems()
+        assert len(problems) == 2 and all(p.startswith("target_error app") for p in problems), problems
+        assert all("target cluster t: " in p and "127.0.0.1:1" in p for p in problems), problems
