@@ -12,7 +12,8 @@ Created by ``connectors.heartbeat.data_source.HeartbeatDataSource.streamWriter``
   ``abort`` says the batch was aborted (a WARNING unless the job's stop caused it, ``connectors.core.job_stop``).
 
 The topic is created with ``HEARTBEAT_TOPIC_QUEUES`` queues per broker on every broker group of the
-source cluster when its route is missing; an existing topic is never changed.
+source cluster when its route is missing; an existing topic is never changed. A topic that vanishes later
+(deleted on the source) fails one send with TOPIC_NOT_EXIST and is created again by the next.
 """
 
 from __future__ import annotations
@@ -82,6 +83,13 @@ def ensure_heartbeat_topic(endpoints: LinkEndpoints) -> None:
         _topic_ready.add(endpoints.source_namesrv)
 
 
+def forget_heartbeat_topic(endpoints: LinkEndpoints) -> None:
+    """The source said the topic does not exist (deleted since ``ensure_heartbeat_topic`` saw it): check
+    and create it again before the next send."""
+    with _topic_lock:
+        _topic_ready.discard(endpoints.source_namesrv)
+
+
 def _wall_ms() -> int:
     return int(time.time() * 1000)
 
@@ -118,6 +126,9 @@ class HeartbeatStreamWriter(DataSourceStreamWriter):
                                          auto_create_topic=False, credentials=endpoints.credentials)
             result = producer.send(new_message(HEARTBEAT_TOPIC, heartbeat.encode(), tags=link_name,
                                                keys=heartbeat.keys))
+        except TopicNotExistError as exc:  # the topic vanished (deleted on the source): the next send creates it
+            forget_heartbeat_topic(endpoints)
+            return SentHeartbeat(link_name, seq, born, None, None, f"{type(exc).__name__}: {exc}")
         except (RocketMQError, OSError, TimeoutError) as exc:
             return SentHeartbeat(link_name, seq, born, None, None, f"{type(exc).__name__}: {exc}")
         mq = result.message_queue
