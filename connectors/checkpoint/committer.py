@@ -229,6 +229,7 @@ class CheckpointCommitter:
                 self._topic_ready = True
             self._producer.send(new_message(CHECKPOINT_TOPIC, body, tags=self.link, keys=[checkpoint.group]))
         except RocketMQError as exc:
+            self._topic_ready = False  # it may have vanished (deleted on the target): check, create, next time
             log.warning("link %s: checkpoint of group %s not produced to %s: %s", self.link, checkpoint.group,
                         CHECKPOINT_TOPIC, exc)
             return f"{checkpoint.group}: {exc}"

@@ -143,3 +143,26 @@ def test_an_unreachable_target_is_a_reported_target_error_not_an_error() -> None
         problems = report.problems()
         assert len(problems) == 2 and all(p.startswith("target_error app") for p in problems), problems
         assert all("target cluster t: " in p and "127.0.0.1:1" in p for p in problems), problems
+
+
+def test_a_vanished_checkpoint_topic_is_created_again(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The target deletes ``rmq_sys_replicator_checkpoint`` (no auto-create on its broker): one checkpoint
+    message may be reported as not produced, the next checkpoint creates the topic again."""
+    with LocalCluster(tmp_path_factory.mktemp("checkpoint-topic"), "ct", auto_create_topic_enable=False) as cluster, \
+            Admin(cluster.namesrv_addr) as admin, Producer(cluster.namesrv_addr, "ct-pg") as producer:
+        source_q, target_q = QueueKey("Src", "ct-a", 0), TargetQueueKey("Dst", "ct-a", 0)
+        admin.create_topic("Dst", 1)
+        admin.wait_for_route("Dst", timeout=10)
+        progress = LinkProgress(OffsetTranslator([(source_q, Run(0, 99, target_q, 0, 99, 100))]), {source_q: 100}, 1)
+        committer = CheckpointCommitter(link="l", source_cluster="s", target_cluster="ct", target_admin=admin,
+                                        target_producer=producer, progress=lambda: progress)
+
+        def checkpoint(offset: int) -> list[str]:
+            return committer.apply(GroupOffsetSnapshot(offset, (GroupOffset("app", source_q, offset),))).topic_errors
+
+        assert checkpoint(1) == []
+        admin.delete_topic(CHECKPOINT_TOPIC)
+        errors = [checkpoint(offset) for offset in (2, 3, 4)]
+        assert errors[-1] == [], errors
+        assert admin.consumer_offset("app", MessageQueue("Dst", "ct-a", 0)) == 4
+        assert admin.wait_for_route(CHECKPOINT_TOPIC, 10).queue_datas
