@@ -122,3 +122,13 @@ def test_creation_for_is_the_create_rule_of_plan_changes() -> None:
     assert created is not None and (created.status, created.write_queue_nums, created.sources) == (
         ChangeStatus.PLANNED, 8, ("EU", "US"))
     assert creation_for("Nothing_maps_here", source, MAPPER, ConfigSyncSettings()) is None
+
+
+def test_permission_and_attribute_changes_are_updates() -> None:
+    target = cluster(topic("DR_App_1", 8, perm=6, tier="gold"))
+    read_only = plan_changes(cluster(topic("App_1", 8, perm=4, tier="gold")), target, MAPPER, ConfigSyncSettings())
+    assert kinds(read_only) == [("update_topic", "DR_App_1", "planned")] and read_only[0].perm == 4
+    retiered = plan_changes(cluster(topic("App_1", 8, perm=6, tier="silver")), target, MAPPER, ConfigSyncSettings())
+    assert kinds(retiered) == [("update_topic", "DR_App_1", "planned")]
+    assert dict(retiered[0].attributes) == {"tier": "silver"} and retiered[0].read_queue_nums == 8
+    assert plan_changes(cluster(topic("App_1", 8, perm=6, tier="gold")), target, MAPPER, ConfigSyncSettings()) == []
