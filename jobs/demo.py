@@ -96,6 +96,12 @@ def write_config(workdir: Path, port: int, namesrvs: dict[str, str]) -> Path:
     return path
 
 
+def named_topics(config: Path) -> list[str]:
+    """The source topics LINK names one by one: the demo creates them all, since a named topic the source
+    lacks is a WARNING at every start of the job (probably a typo, in production)."""
+    return sorted(TopicMapper(load_replicator_config(config).link(LINK).topics).explicit_topics)
+
+
 class LoadProducer(threading.Thread):
     """Sends 1 KiB messages to TOPIC at ``rate`` per second, until ``total`` (None: until ``stop``)."""
 
@@ -178,9 +184,7 @@ def run_demo(namesrvs: dict[str, str], workdir: Path, *, forever: bool, rate: fl
     source, target = namesrvs["source"], namesrvs["target"]
     port = free_port()
     config = write_config(workdir, port, namesrvs)
-    # every topic the link names, on the source only (config sync creates them on the target); one the link
-    # names but the source lacks would be a WARNING at every start (a typo, in production)
-    for topic in sorted(TopicMapper(load_replicator_config(config).link(LINK).topics).explicit_topics()):
+    for topic in named_topics(config):  # on the source only: config sync creates them on the target
         with Admin(source) as admin:
             admin.create_topic(topic, 2)
             admin.wait_for_route(topic)

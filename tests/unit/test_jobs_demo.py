@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from connectors.core.config import load_replicator_config
-from jobs.demo import DEMO_INTERVALS, LINK, REPLICATOR_CONFIG, write_config
+from jobs.demo import DEMO_INTERVALS, LINK, REPLICATOR_CONFIG, TOPIC, named_topics, write_config
 
 
 def test_the_demo_runs_the_example_config_with_its_own_short_intervals(tmp_path: Path) -> None:
@@ -24,3 +24,8 @@ def test_the_demo_runs_the_example_config_with_its_own_short_intervals(tmp_path:
     assert config.metrics.port == 4321
     assert Path(link.checkpoint_location).is_relative_to(tmp_path) and Path(link.delta_location) == tmp_path / "delta"
     assert Path(config.heartbeat.checkpoint_location).is_relative_to(tmp_path)
+
+
+def test_the_demo_creates_every_topic_its_link_names(tmp_path: Path) -> None:
+    topics = named_topics(write_config(tmp_path, 0, {}))
+    assert topics == ["Orders", "OrdersEU", "OrdersUS", "Payments"] and TOPIC in topics
