@@ -5,7 +5,8 @@ one in one console line, stop the others (``supervise``).
 Used on the driver by ``jobs/replicate.py``, ``jobs/run_all.py`` and the polling connectors' jobs
 (``jobs.checkpoint.run_queries``), so every job stops, fails and exits the same way: a signal stops every
 query gracefully (the running batch finishes or is re-run from the checkpoint on the next start); the
-first failed query stops the others; the caller turns ``supervise``'s failures into exit code 1 and
+first failed query stops the others (the sinks' "batch aborted" lines that stop causes are INFO,
+``connectors.core.job_stop``); the caller turns ``supervise``'s failures into exit code 1 and
 ``prepare_job``'s refusal (a bad config, a metrics port in use) into exit code 2.
 """
 
@@ -25,6 +26,7 @@ from typing import Any
 from connectors.core.config import ReplicatorConfig, load_replicator_config
 from connectors.core.driver_log import FILE_ONLY
 from connectors.core.errors import ReplicatorError
+from connectors.core.job_stop import mark_stopping, prepare_stop_marker, remove_stop_marker
 from connectors.heartbeat.monitor_loop import HeartbeatMonitorLoop
 from jobs import job_logging
 from jobs.metrics import MetricsEndpoint, metrics_settings
@@ -50,6 +52,7 @@ class PreparedJob:
             self.monitor.stop()
         if self.endpoint is not None:
             self.endpoint.stop()
+        remove_stop_marker()
 
 
 def prepare_job(args: argparse.Namespace, *, heartbeat_monitor: bool = False) -> PreparedJob | int:
@@ -75,6 +78,7 @@ def prepare_job(args: argparse.Namespace, *, heartbeat_monitor: bool = False) ->
     except ReplicatorError as exc:
         log.error("error: %s", exc)
         return 2
+    prepare_stop_marker()  # exported before Spark starts: its Python workers inherit it
     return PreparedJob(log_dir, config, names, endpoint, monitor)
 
 
@@ -109,6 +113,8 @@ def supervise(spark: Any, queries: Sequence[Any], stop: threading.Event, log_dir
             if not q.isActive and q.exception() is not None and q.name not in failures:
                 report_failure(q, log_dir, failures)
                 stop.set()
+    if any(q.isActive for q in queries):
+        mark_stopping()  # the batches this cancels are aborted by the stop, not by a fault (INFO, not WARNING)
     for q in queries:
         if q.isActive:
             q.stop()

@@ -16,8 +16,9 @@ micro-batch (and by tests). For each group of the snapshot:
    target (``CHECKPOINT_MESSAGE`` below), and every source queue's outcome, and every condition of the
    snapshot, to the Delta ``checkpoints`` table (``connectors.checkpoint.tables``).
 
-A failing target request (a vanished topic, a broker down) is recorded as ``target_error`` for the queues
-concerned and retried at the next checkpoint; it never fails the query. A re-run batch re-translates a
+A failing target request (a vanished topic, a broker down, the whole target unreachable) is recorded as
+``target_error`` for the queues concerned, logged as a WARNING (``CheckpointReport.problems``) and retried at
+the next checkpoint; it never fails the query. A re-run batch re-translates a
 newer snapshot: target offsets only move forward, so nothing is undone.
 
 ``CHECKPOINT_MESSAGE``, the body produced to ``rmq_sys_replicator_checkpoint`` (JSON, UTF-8; keys = the
@@ -83,6 +84,16 @@ class CheckpointReport:
 
     def count(self, outcome: CheckpointOutcome) -> int:
         return sum(1 for r in self.rows if r.outcome is outcome)
+
+    def problems(self) -> list[str]:
+        """What an operator must hear of (a WARNING): every condition of the snapshot (an unknown group, a
+        source broker group that did not answer) and every distinct target error (a vanished target topic,
+        the target down), one entry per (group, reason), and each checkpoint message not produced."""
+        failed = [r for g in self.groups for r in g.rows if r.outcome is CheckpointOutcome.TARGET_ERROR]
+        seen: dict[tuple[str, str], str] = {}
+        for r in [*self.condition_rows, *failed]:
+            seen.setdefault((r.group, r.detail), f"{r.outcome.value} {r.group}: {r.detail}")
+        return [*seen.values(), *(f"not produced to {CHECKPOINT_TOPIC}: {e}" for e in self.topic_errors)]
 
     def summary(self) -> str:
         counts = {o.value: self.count(o) for o in CheckpointOutcome if self.count(o)}
@@ -238,6 +249,7 @@ class CheckpointCommitter:
                 self._topic_ready = True
             self._producer.send(new_message(CHECKPOINT_TOPIC, body, tags=self.link, keys=[checkpoint.group]))
         except RocketMQError as exc:
+            self._topic_ready = False  # it may have vanished (deleted on the target): check, create, next time
             log.warning("link %s: checkpoint of group %s not produced to %s: %s", self.link, checkpoint.group,
                         CHECKPOINT_TOPIC, exc)
             return f"{checkpoint.group}: {exc}"

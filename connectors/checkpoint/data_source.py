@@ -172,9 +172,9 @@ class CheckpointStreamWriter(DataSourceStreamWriter):
         report = committer.apply(snapshot_from_rows(rows))
         query_id = query_id_from_checkpoint(checkpoint_dir(o.checkpoint_location) or Path(o.checkpoint_location))
         tables.commit_checkpoint(query_id, batchId, report.rows)
-        level = logging.WARNING if report.condition_rows or report.topic_errors else logging.INFO
-        log.log(level, "link %s checkpoint %d: %s%s", o.link.name, batchId, report.summary(),
-                "".join(f"; {r.outcome.value} {r.group}: {r.detail}" for r in report.condition_rows))
+        problems = report.problems()
+        log.log(logging.WARNING if problems else logging.INFO, "link %s checkpoint %d: %s%s", o.link.name, batchId,
+                report.summary(), "".join(f"; {p}" for p in problems))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Driver: nothing was applied (``commit`` does all the work)."""

@@ -18,7 +18,9 @@ Subscription groups (when enabled): a selected source group missing on the targe
 differently there: ``create_group`` / ``update_group``. A selected group seen on the source by the previous
 snapshot and gone now, still on the target: ``delete_group`` when ``propagate_deletion``, else ``DISABLED``
 (the topics' rule). Only groups the link copies are ever deleted: a group created on the target alone (never
-on the source, or not selected) is left alone, whatever the settings.
+on the source, or not selected) is left alone, whatever the settings. A group named in ``groups.explicit``
+that the source does not have is an ``UNKNOWN_GROUP``, refused (reported, not silently ignored) while every
+source broker group answered (one that did not might hold it).
 
 ``creation_for`` is the "create like the source" rule alone, for one target topic: what config sync would
 create, used by the replication planner when a batch would reach a target topic config sync has not created
@@ -51,6 +53,8 @@ class ChangeKind(enum.Enum):
     DELETE_GROUP = "delete_group"
     MAPPING = "mapping"
     """The topic mapping failed for a source topic: refused."""
+    UNKNOWN_GROUP = "unknown_group"
+    """A group the link's ``groups`` name explicitly is not on the source (whole view): refused, reported."""
     READ_TARGET = "read_target"
     """The target cluster could not be read: nothing was planned this round (failed, retried next round)."""
 
@@ -140,6 +144,11 @@ def plan_changes(source: ClusterState, target: ClusterState, mapper: TopicMapper
             status = ChangeStatus.PLANNED if settings.propagate_deletion else ChangeStatus.DISABLED
             detail = "" if settings.propagate_deletion else "source group deleted; propagate_deletion is off"
             changes.append(ConfigChange(ChangeKind.DELETE_GROUP, group, status, (group,), detail=detail))
+        if not source.unreachable:
+            changes.extend(ConfigChange(ChangeKind.UNKNOWN_GROUP, group, ChangeStatus.REFUSED, (group,),
+                                        detail="named in config_sync.groups.explicit; no subscription group of "
+                                               "that name on the source")
+                           for group in sorted(set(settings.groups.explicit) - set(source.groups)))
     return changes
 
 

@@ -8,10 +8,12 @@ Created by ``connectors.heartbeat.data_source.HeartbeatDataSource.streamWriter``
   retried and does not fail the task: a late heartbeat would measure nothing, and the next one is one
   interval away. It is reported in the commit message instead, so the monitor sees "no heartbeat
   produced" (IDLE), never a broken link.
-* driver: ``commit`` logs what each batch sent (failures at WARNING, once per link until it recovers).
+* driver: ``commit`` logs what each batch sent (failures at WARNING, once per link until it recovers);
+  ``abort`` says the batch was aborted (a WARNING unless the job's stop caused it, ``connectors.core.job_stop``).
 
 The topic is created with ``HEARTBEAT_TOPIC_QUEUES`` queues per broker on every broker group of the
-source cluster when its route is missing; an existing topic is never changed.
+source cluster when its route is missing; an existing topic is never changed. A topic that vanishes later
+(deleted on the source) fails one send with TOPIC_NOT_EXIST and is created again by the next.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from broker_store.client import new_message
 from broker_store.protocol.errors import RocketMQError, TopicNotExistError
 from connectors.core.driver_log import driver_logging
 from connectors.core.executor import executor_admin, executor_producer, freeze_worker_heap
+from connectors.core.job_stop import abort_level
 from connectors.core.monitoring import HEARTBEAT_TOPIC, HEARTBEAT_TOPIC_QUEUES
 from connectors.heartbeat.options import HeartbeatOptions, LinkEndpoints
 from connectors.heartbeat.records import Heartbeat
@@ -80,6 +83,13 @@ def ensure_heartbeat_topic(endpoints: LinkEndpoints) -> None:
         _topic_ready.add(endpoints.source_namesrv)
 
 
+def forget_heartbeat_topic(endpoints: LinkEndpoints) -> None:
+    """The source said the topic does not exist (deleted since ``ensure_heartbeat_topic`` saw it): check
+    and create it again before the next send."""
+    with _topic_lock:
+        _topic_ready.discard(endpoints.source_namesrv)
+
+
 def _wall_ms() -> int:
     return int(time.time() * 1000)
 
@@ -116,6 +126,9 @@ class HeartbeatStreamWriter(DataSourceStreamWriter):
                                          auto_create_topic=False, credentials=endpoints.credentials)
             result = producer.send(new_message(HEARTBEAT_TOPIC, heartbeat.encode(), tags=link_name,
                                                keys=heartbeat.keys))
+        except TopicNotExistError as exc:  # the topic vanished (deleted on the source): the next send creates it
+            forget_heartbeat_topic(endpoints)
+            return SentHeartbeat(link_name, seq, born, None, None, f"{type(exc).__name__}: {exc}")
         except (RocketMQError, OSError, TimeoutError) as exc:
             return SentHeartbeat(link_name, seq, born, None, None, f"{type(exc).__name__}: {exc}")
         mq = result.message_queue
@@ -139,5 +152,6 @@ class HeartbeatStreamWriter(DataSourceStreamWriter):
                 log.debug("link %s: heartbeat %d stored at %s@%s", sent.link, sent.seq, sent.queue, sent.offset)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        """Driver: a write task failed, or the job's stop cancelled the batch (then INFO, ``abort_level``)."""
         driver_logging()
-        log.warning("heartbeat batch %d aborted; the next interval sends the next heartbeat", batchId)
+        log.log(abort_level(), "heartbeat batch %d aborted; the next interval sends the next heartbeat", batchId)

@@ -117,6 +117,7 @@ from connectors.core.delta import shared_table_set
 from connectors.core.driver_log import driver_logging
 from connectors.core.errors import ConfigError, ReplicatorError
 from connectors.core.executor import freeze_worker_heap
+from connectors.core.job_stop import abort_level
 from connectors.core.offsets import QueueKey
 from connectors.core.rows import (
     COL_RECORDS,
@@ -311,12 +312,13 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
                         replay)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Driver: a write task failed. Messages already sent stay on the target (they are re-sent when
-        the batch re-runs: at-least-once); nothing is recorded for this batch."""
+        """Driver: a write task failed, or the job's stop cancelled the batch (then INFO, not WARNING:
+        ``connectors.core.job_stop.abort_level``). Messages already sent stay on the target (they are re-sent
+        when the batch re-runs: at-least-once); nothing is recorded for this batch."""
         driver_logging()
         sent = sum(m.delivered for m in messages if isinstance(m, ReplicationCommitMessage))
         mirror = self._mirror()
         if mirror is not None:  # the offsets of batches committed before this one go out now
             mirror.flush(EXIT_FLUSH_TIMEOUT_S)
-        log.warning("link %s batch %d aborted; %d message(s) already on the target will be sent again when "
-                    "the batch re-runs", self.options.label, batchId, sent)
+        log.log(abort_level(), "link %s batch %d aborted; %d message(s) already on the target will be sent again "
+                "when the batch re-runs", self.options.label, batchId, sent)

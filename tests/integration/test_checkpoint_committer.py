@@ -14,7 +14,7 @@ import pytest
 from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, new_message
 from connectors.checkpoint.committer import CheckpointCommitter
 from connectors.checkpoint.link_state import LinkProgress
-from connectors.checkpoint.snapshot import ConditionKind, GroupOffsetPoller
+from connectors.checkpoint.snapshot import ConditionKind, GroupOffset, GroupOffsetPoller, GroupOffsetSnapshot
 from connectors.checkpoint.tables import CheckpointOutcome
 from connectors.checkpoint.translation import OffsetTranslator, Run, TargetQueueKey
 from connectors.core.config import TopicMappingConfig
@@ -131,3 +131,45 @@ def test_an_unreachable_source_is_a_reported_condition_not_an_error() -> None:
                                    interval=1.0)
         snapshot = poller.next_item()
     assert snapshot.offsets == () and [c.kind for c in snapshot.conditions] == [ConditionKind.SOURCE_UNREACHABLE]
+
+
+def test_an_unreachable_target_is_a_reported_target_error_not_an_error() -> None:
+    """The target's name server down: every translated queue is a ``target_error`` row (the checkpoint is
+    recorded, not skipped), named in the WARNING's problems, and the next checkpoint simply tries again."""
+    source_q = QueueKey("Orders", "src-a", 0)
+    translator = OffsetTranslator([(source_q, Run(0, 9, TargetQueueKey("Orders", "dst-a", 0), 0, 9, 10))])
+    progress = LinkProgress(translator, {source_q: 10}, 1)
+    snapshot = GroupOffsetSnapshot(1, (GroupOffset("app", source_q, 6), GroupOffset("app2", source_q, 3)))
+    with Admin("127.0.0.1:1", request_timeout=0.5) as admin:  # nothing listens on loopback port 1
+        committer = CheckpointCommitter(link="l", source_cluster="s", target_cluster="t", target_admin=admin,
+                                        target_producer=None, progress=lambda: progress)
+        reports = [committer.apply(snapshot) for _ in range(2)]
+    for report in reports:
+        assert [(r.group, r.outcome) for r in report.rows] == [("app", CheckpointOutcome.TARGET_ERROR),
+                                                               ("app2", CheckpointOutcome.TARGET_ERROR)]
+        problems = report.problems()
+        assert len(problems) == 2 and all(p.startswith("target_error app") for p in problems), problems
+        assert all("target cluster t: " in p and "127.0.0.1:1" in p for p in problems), problems
+
+
+def test_a_vanished_checkpoint_topic_is_created_again(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The target deletes ``rmq_sys_replicator_checkpoint`` (no auto-create on its broker): one checkpoint
+    message may be reported as not produced, the next checkpoint creates the topic again."""
+    with LocalCluster(tmp_path_factory.mktemp("checkpoint-topic"), "ct", auto_create_topic_enable=False) as cluster, \
+            Admin(cluster.namesrv_addr) as admin, Producer(cluster.namesrv_addr, "ct-pg") as producer:
+        source_q, target_q = QueueKey("Src", "ct-a", 0), TargetQueueKey("Dst", "ct-a", 0)
+        admin.create_topic("Dst", 1)
+        admin.wait_for_route("Dst", timeout=10)
+        progress = LinkProgress(OffsetTranslator([(source_q, Run(0, 99, target_q, 0, 99, 100))]), {source_q: 100}, 1)
+        committer = CheckpointCommitter(link="l", source_cluster="s", target_cluster="ct", target_admin=admin,
+                                        target_producer=producer, progress=lambda: progress)
+
+        def checkpoint(offset: int) -> list[str]:
+            return committer.apply(GroupOffsetSnapshot(offset, (GroupOffset("app", source_q, offset),))).topic_errors
+
+        assert checkpoint(1) == []
+        admin.delete_topic(CHECKPOINT_TOPIC)
+        errors = [checkpoint(offset) for offset in (2, 3, 4)]
+        assert errors[-1] == [], errors
+        assert admin.consumer_offset("app", MessageQueue("Dst", "ct-a", 0)) == 4
+        assert admin.wait_for_route(CHECKPOINT_TOPIC, 10).queue_datas

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.checkpoint.committer import outcome_rows
+from connectors.checkpoint.committer import CheckpointReport, GroupCheckpoint, outcome_rows
 from connectors.checkpoint.link_state import LinkProgress, LinkProgressReader, read_link_progress
 from connectors.checkpoint.snapshot import (
     Condition,
@@ -182,3 +182,15 @@ def test_recovery_point_counts_only_complete_checkpoints(tmp_path: Path) -> None
     assert checkpoint_age_ms(tables, 60_000, "g") == 50_000
     assert checkpoint_age_ms(tables, 60_000) == 30_000
 
+
+
+def test_problems_name_each_condition_and_each_distinct_target_error_once() -> None:
+    report = CheckpointReport(1)
+    failed = outcome_rows("g", 1, [OffsetTranslator([(A0, Run(0, 9, T0, 0, 9, 10)), (A1, Run(0, 9, T1, 0, 9, 10))])
+                                   .translate(q, 5, 10) for q in (A0, A1)], {}, {}, {T0: "down", T1: "down"})
+    report.groups.append(GroupCheckpoint("g", {}, tuple(failed)))
+    report.condition_rows.append(CheckpointRow("ghost", CheckpointOutcome.UNKNOWN_GROUP, 1, detail="no offsets"))
+    report.topic_errors.append("g: timeout")
+    assert report.problems() == ["unknown_group ghost: no offsets", "target_error g: down",
+                                 "not produced to rmq_sys_replicator_checkpoint: g: timeout"]
+    assert CheckpointReport(1).problems() == []

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from connectors.core.config import FailurePolicy, load_replicator_config, parse_replicator_config
+from connectors.core.config import FailurePolicy, LinkConfig, load_replicator_config, parse_replicator_config
 from connectors.core.errors import ConfigError, CredentialError
+from connectors.core.monitoring import HeartbeatSettings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -55,8 +56,14 @@ def test_shipped_config_is_valid_and_matches_local_clusters() -> None:
     link = config.link("source-to-target")
     assert (link.source, link.target) == ("source", "target")
     assert link.group == "CID_RMQ_SYS_REPLICATOR_source-to-target"
-    assert link.trigger_interval == 1.0 and link.spark_trigger == "1000 milliseconds"  # short for `make demo`
-    assert link.checkpoints.enabled and link.config_sync.enabled and config.heartbeat.interval == 1.0
+    # the example shows the defaults (RIP-45's heartbeat interval); `make demo` shortens them its own way
+    default = LinkConfig.model_validate({"name": "d", "source": "s", "target": "t", "topics": {"all_topics": True},
+                                         "checkpoint_location": "c", "delta_location": "d"})
+    assert link.trigger_interval == default.trigger_interval == 5.0 and link.spark_trigger == "5000 milliseconds"
+    assert link.checkpoints == default.checkpoints and link.checkpoints.enabled and link.checkpoints.interval == 5.0
+    assert link.config_sync == default.config_sync and link.config_sync.enabled and link.config_sync.interval == 10.0
+    heartbeat = HeartbeatSettings()
+    assert (config.heartbeat.interval, config.heartbeat.lagging_threshold) == (heartbeat.interval, 10.0) == (10.0, 10.0)
     assert link.tables_location == Path("run/delta/source-to-target")
     assert link.failure_policy is FailurePolicy.DISMISS
 

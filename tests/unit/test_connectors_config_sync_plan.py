@@ -85,6 +85,17 @@ def test_subscription_groups_created_and_updated_system_groups_skipped() -> None
     assert plan_changes(source, cluster(), MAPPER, ConfigSyncSettings(subscription_groups=False)) == []
 
 
+def test_an_explicit_group_missing_on_the_source_is_reported_once_the_view_is_whole() -> None:
+    settings = ConfigSyncSettings(groups={"explicit": ["billing", "ghost"]})
+    source = cluster(groups={"billing": {"groupName": "billing"}})
+    changes = plan_changes(source, cluster(), MAPPER, settings)
+    assert kinds(changes) == [("create_group", "billing", "planned"), ("unknown_group", "ghost", "refused")]
+    assert "no subscription group of that name on the source" in changes[1].detail
+    # a source broker group did not answer: it might hold the group, so nothing is claimed
+    partial = ClusterState(1, {}, {}, ("b1", "b2"), {"b2": "timeout"})
+    assert plan_changes(partial, cluster(), MAPPER, settings) == []
+
+
 def test_group_deleted_on_the_source_only_when_enabled_and_only_if_the_link_copies_it() -> None:
     settings = ConfigSyncSettings(groups={"include": ["app_.*"]})
     source = cluster(groups={"app_kept": {"groupName": "app_kept"}})
@@ -111,3 +122,13 @@ def test_creation_for_is_the_create_rule_of_plan_changes() -> None:
     assert created is not None and (created.status, created.write_queue_nums, created.sources) == (
         ChangeStatus.PLANNED, 8, ("EU", "US"))
     assert creation_for("Nothing_maps_here", source, MAPPER, ConfigSyncSettings()) is None
+
+
+def test_permission_and_attribute_changes_are_updates() -> None:
+    target = cluster(topic("DR_App_1", 8, perm=6, tier="gold"))
+    read_only = plan_changes(cluster(topic("App_1", 8, perm=4, tier="gold")), target, MAPPER, ConfigSyncSettings())
+    assert kinds(read_only) == [("update_topic", "DR_App_1", "planned")] and read_only[0].perm == 4
+    retiered = plan_changes(cluster(topic("App_1", 8, perm=6, tier="silver")), target, MAPPER, ConfigSyncSettings())
+    assert kinds(retiered) == [("update_topic", "DR_App_1", "planned")]
+    assert dict(retiered[0].attributes) == {"tier": "silver"} and retiered[0].read_queue_nums == 8
+    assert plan_changes(cluster(topic("App_1", 8, perm=6, tier="gold")), target, MAPPER, ConfigSyncSettings()) == []

@@ -95,3 +95,16 @@ def test_a_failed_group_deletion_is_called_for_again_until_applied() -> None:
                                                                ChangeStatus.PLANNED)]
     fold(standing, to_record(standing, [again[0].with_status(ChangeStatus.APPLIED, "")], whole_view=True))
     assert unfinished_deletions(standing) == ([], []) and pending(standing) == 0
+
+
+def test_an_unknown_explicit_group_is_recorded_once_and_cleared_when_it_appears() -> None:
+    settings = ConfigSyncSettings(groups={"explicit": ["ghost"]})
+    mapper = TopicMapper(TopicMappingConfig(all_topics=True))
+    empty = ClusterState(1, {}, {}, ("b1",))
+    missing = plan_changes(empty, empty, mapper, settings)
+    appeared = [c.with_status(ChangeStatus.APPLIED, "")
+                for c in plan_changes(ClusterState(1, {}, {"ghost": {"groupName": "ghost"}}, ("b1",)), empty, mapper,
+                                      settings)]
+    assert rounds(missing, missing, appeared) == [
+        (["unknown_group ghost refused"], 1), ([], 1),
+        (["create_group ghost applied", "unknown_group ghost cleared"], 0)]

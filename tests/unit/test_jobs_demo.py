@@ -1,0 +1,31 @@
+"""`make demo`'s replicator config: the example conf/replicator.yaml (production defaults) with the demo's own
+short intervals, its temporary dirs, its metrics port and the clusters' name servers as started."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from connectors.core.config import load_replicator_config
+from jobs.demo import DEMO_INTERVALS, LINK, REPLICATOR_CONFIG, TOPIC, named_topics, write_config
+
+
+def test_the_demo_runs_the_example_config_with_its_own_short_intervals(tmp_path: Path) -> None:
+    example = load_replicator_config(REPLICATOR_CONFIG)
+    config = load_replicator_config(write_config(tmp_path, 4321, {"source": "127.0.0.1:1111"}))
+    link, shipped = config.link(LINK), example.link(LINK)
+    assert (link.trigger_interval, link.checkpoints.interval, link.config_sync.interval, config.heartbeat.interval) \
+        == (DEMO_INTERVALS["trigger_interval"], DEMO_INTERVALS["checkpoints"], DEMO_INTERVALS["config_sync"],
+            DEMO_INTERVALS["heartbeat"]) == (1.0, 2.0, 2.0, 1.0)
+    # shorter than the example's defaults, everything else as shipped
+    assert link.trigger_interval < shipped.trigger_interval and config.heartbeat.interval < example.heartbeat.interval
+    assert link.topics == shipped.topics and link.checkpoints.groups == shipped.checkpoints.groups
+    assert config.cluster("source").namesrv == ("127.0.0.1:1111",)
+    assert config.cluster("target").namesrv == example.cluster("target").namesrv
+    assert config.metrics.port == 4321
+    assert Path(link.checkpoint_location).is_relative_to(tmp_path) and Path(link.delta_location) == tmp_path / "delta"
+    assert Path(config.heartbeat.checkpoint_location).is_relative_to(tmp_path)
+
+
+def test_the_demo_creates_every_topic_its_link_names(tmp_path: Path) -> None:
+    topics = named_topics(write_config(tmp_path, 0, {}))
+    assert topics == ["Orders", "OrdersEU", "OrdersUS", "Payments"] and TOPIC in topics
