@@ -42,8 +42,11 @@ from jobs.query_supervisor import (  # noqa: E402
     stop_on_signals,
     supervise,
 )
+from jobs.worker_python import bytecode_worker_environment  # noqa: E402
 
 log = logging.getLogger("jobs.replicate")
+SESSION_UP = "Spark session"
+"""The start of the job's log line once the Spark session is up (``benchmarks/replicator.py`` times from it)."""
 
 
 def parse_args(argv: list[str] | None = None, *, prog: str = "replicate", description: str = "",
@@ -107,15 +110,13 @@ def build_spark(app_name: str = "rocketmq-replicator", master: str | None = None
     local; ``log_dir`` (``jobs.job_logging.setup``'s) sends the driver JVM's log4j output to its spark.log
     when this process launches the JVM (under spark-submit, pass the same -D options yourself)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     if "PYSPARK_GATEWAY_PORT" in os.environ:
         # Started by spark-submit: its JVM already runs with --master / --conf as system properties, but
         # SparkConf() reads them only once the gateway is attached; without this it is empty and the
         # local[*] default below would silently override `spark-submit --master spark://...`.
-        from pyspark import SparkContext
-
         SparkContext._ensure_initialized()
     conf = SparkConf()
     options = {"spark.app.name": app_name, "spark.ui.showConsoleProgress": "false"}
@@ -139,6 +140,7 @@ def build_spark(app_name: str = "rocketmq-replicator", master: str | None = None
     options.update({key: value for key, value in tuned.items() if not conf.contains(key)})
     options.update(settings or {})
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        os.environ.update(bytecode_worker_environment(chosen, launching_jvm=SparkContext._gateway is None))
         _launch_jvm_in_own_session(options)
     builder = SparkSession.builder
     for key, value in options.items():
@@ -204,8 +206,11 @@ def run(argv: list[str] | None = None) -> int:
         return job
     config, names, log_dir = job.config, job.names, job.log_dir
     stop = stop_on_signals()
+    launched = time.monotonic()
     spark = build_spark(checkpoint_locations=[config.link(name).checkpoint_location for name in names],
                         log_dir=log_dir)
+    # benchmarks/replicator.py (d) reads this line's time: "session up -> first message" starts here
+    log.info("%s up in %.1f s", SESSION_UP, time.monotonic() - launched)
     spark.streams.addListener(make_progress_listener())
     quiet_accumulator_server(spark)
     failures: dict[str, str] = {}
