@@ -33,6 +33,7 @@ from connectors.core.config import ReplicatorConfig  # noqa: E402
 from connectors.core.errors import ReplicatorError  # noqa: E402
 from connectors.replication.failure_policy import FailurePolicyRunner  # noqa: E402
 from connectors.replication.tables import LinkTables  # noqa: E402
+from connectors.replication.warmup import join_worker_warmup, start_worker_warmup  # noqa: E402
 from jobs import job_logging  # noqa: E402
 from jobs.progress import make_progress_listener  # noqa: E402
 from jobs.query_supervisor import (  # noqa: E402
@@ -81,6 +82,9 @@ TUNED_SETTINGS = {
     # used ~0.13 instead of ~0.42 cores (/proc/<pid>/task/*/stat over 15 s). Takes effect when this
     # process launches the JVM (python jobs/replicate.py); under spark-submit pass --driver-java-options.
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    # The task workers fork from a daemon that has the replication modules imported already
+    # (connectors/replication/worker_daemon.py): a query's first tasks do not each import them.
+    "spark.python.daemon.module": "connectors.replication.worker_daemon",
 }
 """Spark settings ``build_spark`` applies unless spark-submit / spark-defaults already set them."""
 
@@ -211,6 +215,7 @@ def run(argv: list[str] | None = None) -> int:
                         log_dir=log_dir)
     # benchmarks/replicator.py (d) reads this line's time: "session up -> first message" starts here
     log.info("%s up in %.1f s", SESSION_UP, time.monotonic() - launched)
+    warmup = start_worker_warmup(spark)  # overlaps the queries' start (connectors/replication/warmup.py)
     spark.streams.addListener(make_progress_listener())
     quiet_accumulator_server(spark)
     failures: dict[str, str] = {}
@@ -225,6 +230,7 @@ def run(argv: list[str] | None = None) -> int:
         return 2
     finally:
         job.stop()
+        join_worker_warmup(warmup)
         spark.stop()
     for q in queries:
         log_summary(args.config, config, q, started_ms, failed=q.name in failures)
