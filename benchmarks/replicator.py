@@ -74,6 +74,9 @@ medians, launch -> session up 3.9-4.7 s throughout, it did not change):
     + Python worker warm-up (read planner, task daemon)
       while the query starts (connectors/replication/warmup.py)            3.1-3.3 s                 7.3-7.5 s
 
+    back to back later (busier machine, 5 launches each): before (0fe8f8f's job with PYSPARK_PYTHON set to
+    python3.11, i.e. main's job) 7.32 s (7.15-7.46) / 12.38 s, after 3.45 s (3.03-3.55) / 7.88 s
+
 Where (d)'s ~3.2 s go now (spark.log / replicator.log timestamps of one launch): ~0.95 s readStream.load()
 and writeStream.start() (data source creation in a cold Python daemon, the checkpoint), ~0.5 s the source's
 driver-side runner (a fresh Python process: pyspark and the reader's imports), ~0.25 s initialOffset,
