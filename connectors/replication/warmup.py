@@ -16,8 +16,9 @@ itself starts:
 
 Measured with benchmarks/replicator.py (d), session up -> first message, median of 3 launches: 4.12-4.16 s
 without, 3.1-3.3 s with (the machine's 2 cores shared by everything). Write planning is not warmed: a
-batch write reaches its planning ~2.5 s after the session is up, when the query needs it too, and only
-added contention (3.13-3.64 s with it).
+batch write reaches its planning ~2.5 s after the session is up, about when the query needs it; with it,
+(d) was 3.46 s (3.14-3.73) against 3.61 s (3.50-3.68) without, back to back on a busy machine: within the
+noise, not worth a third thread competing for the same two cores.
 
 Driver only; the warm-up reads one row, writes nothing, and a failed warm-up is logged and changes nothing
 but the start-up time.
