@@ -34,7 +34,16 @@ its cores, so the numbers are for the whole pipeline on one box):
    ``--trigger`` (1 s). Per message: target store timestamp - source born timestamp, joined on the
    UNIQ_KEY the sink preserves. p50 / p99 / max.
 
-Targets: (b)/(a) >= 0.5, (b) >= 30 MB/s (1 MB = 10^6 bytes of message body), (c) p99 <= trigger + 1 s.
+7. (d) Time to first message (run before this process starts Spark, so each launch has the machine to
+   itself as a job would): ``--first-runs`` (3; quick 1) times, a new link whose source topic holds
+   ``--first-messages`` (1000) messages is replicated by ``python jobs/replicate.py --config ...`` launched
+   as its own process (its own JVM, as an operator starts it) and SIGTERMed once the target has a message.
+   Launch -> the first message's store timestamp on the target, and the same from the job's "Spark session
+   up" log line (``jobs.replicate.SESSION_UP``) -> that message; median, min and max. ``--first-only`` runs
+   just this phase.
+
+Targets: (b)/(a) >= 0.5, (b) >= 30 MB/s (1 MB = 10^6 bytes of message body), (c) p99 <= trigger + 1 s,
+(d) session up -> first message <= 3 s.
 Exit status 0 whether or not targets are met; 1 on a failed run. Every process and file is removed at
 exit (also on Ctrl-C).
 
@@ -53,6 +62,27 @@ Earlier the same day, in order: before this session's changes (c) had p99 1.39-1
 measured 220-253k msg/s, gave (b)/(a) 0.44-0.54: the ratio was at the target's edge until the C loop. The
 first session's machine was slower and busier ((a) 80-126k msg/s; (b) 71-79k msg/s; (c) at 0.5 x (b) =
 36-39k msg/s had p99 4.0-9.0 s there).
+
+(d), 2026-11-24, ``benchmarks/replicator.py --first-only --first-runs N`` (the issue's start-up numbers;
+medians, launch -> session up 3.9-4.7 s throughout, it did not change):
+
+    before (main at 50199e9)                           session up -> first 6.96 s, launch -> first 11.65 s
+    + workers import pyspark from bytecode, not
+      Spark's pyspark.zip (jobs/worker_python.py)                          4.55 s                    8.72 s
+    + task daemon with the modules pre-imported,
+      data source imports reader / writer lazily                           4.16 s                    8.45 s
+    + Python worker warm-up (read planner, task daemon)
+      while the query starts (connectors/replication/warmup.py)            3.1-3.3 s                 7.3-7.5 s
+
+    back to back later (busier machine, 5 launches each): before (0fe8f8f's job with PYSPARK_PYTHON set to
+    python3.11, i.e. main's job) 7.32 s (7.15-7.46) / 12.38 s, after 3.45 s (3.03-3.55) / 7.88 s
+
+Where (d)'s ~3.2 s go now (spark.log / replicator.log timestamps of one launch): ~0.95 s readStream.load()
+and writeStream.start() (data source creation in a cold Python daemon, the checkpoint), ~0.5 s the source's
+driver-side runner (a fresh Python process: pyspark and the reader's imports), ~0.25 s initialOffset,
+latestOffset, the offset log and JVM planning, ~1.2 s read planning (warm) + write planning (a cold daemon
+importing the writer; warming it as well came too late to help, see warmup.py), ~0.3 s job submission and
+the tasks (pull + send ~0.2 s). There is no trigger-interval wait before batch 0.
 
 Page cache on this VM: the first run after the machine has been idle pays more. Memory the kernel frees is
 handed back to the hypervisor (virtio free-page reporting), so every page the CommitLog's page cache grows
@@ -138,7 +168,10 @@ from broker_store.config import BrokerConfig, NamesrvConfig  # noqa: E402
 from broker_store.launcher import ManagedProcess  # noqa: E402
 
 MB = 1_000_000
-TOPIC_MAIN, TOPIC_WARM, TOPIC_LAT = "BenchRepl", "BenchWarm", "BenchLat"
+TOPIC_MAIN, TOPIC_WARM, TOPIC_LAT, TOPIC_FIRST = "BenchRepl", "BenchWarm", "BenchLat", "BenchFirst"
+SOURCE, TARGET = "bsrc", "bdst"
+FIRST_MESSAGE_TARGET_S = 3.0
+"""Target of (d): the first message on the target at most this long after the Spark session is up."""
 TARGET_RATIO, TARGET_MBPS, LATENCY_SLACK_S = 0.5, 30.0, 1.0
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -433,15 +466,13 @@ _CHILDREN = {"preload": _preload, "raw_pull": _raw_pull, "paced": _paced}
 
 # -- the Spark part -----------------------------------------------------------------------------
 
-def write_config(path: Path, work: Path, src: Cluster, dst: Cluster, per_trigger: int, trigger: float,
-                 max_in_flight: int, max_partitions: int | None = None) -> None:
-    links = []
+def link_yaml(name: str, topic: str, interval: float, work: Path, per_trigger: int, max_in_flight: int,
+              max_partitions: int | None = None) -> str:
+    """One link of the generated replicator.yaml (``bsrc`` -> ``bdst``, same topic name)."""
     extra = f"    max_partitions: {max_partitions}\n" if max_partitions else ""
-    for name, topic, interval in (("bench-warm", TOPIC_WARM, 1.0), ("bench-main", TOPIC_MAIN, 1.0),
-                                  ("bench-lat", TOPIC_LAT, trigger)):
-        links.append(f"""  - name: {name}
-    source: {src.name}
-    target: {dst.name}
+    return f"""  - name: {name}
+    source: {SOURCE}
+    target: {TARGET}
     topics:
       explicit: [{{source: {topic}}}]
     trigger_interval: {interval}
@@ -450,15 +481,26 @@ def write_config(path: Path, work: Path, src: Cluster, dst: Cluster, per_trigger
     delta_location: {work / 'delta'}
     retry_backoff_ms: 100
     max_in_flight: {max_in_flight}
-{extra}""")
-    path.write_text(f"""version: 1
+{extra}"""
+
+
+def config_yaml(src: Cluster, dst: Cluster, links: list[str]) -> str:
+    return f"""version: 1
 clusters:
   - name: {src.name}
     namesrv: [{src.addr}]
   - name: {dst.name}
     namesrv: [{dst.addr}]
 links:
-{''.join(links)}""")
+{''.join(links)}"""
+
+
+def write_config(path: Path, work: Path, src: Cluster, dst: Cluster, per_trigger: int, trigger: float,
+                 max_in_flight: int, max_partitions: int | None = None) -> None:
+    links = [link_yaml(name, topic, interval, work, per_trigger, max_in_flight, max_partitions)
+             for name, topic, interval in (("bench-warm", TOPIC_WARM, 1.0), ("bench-main", TOPIC_MAIN, 1.0),
+                                           ("bench-lat", TOPIC_LAT, trigger))]
+    path.write_text(config_yaml(src, dst, links))
 
 
 def wait_for(admin: Admin, queues: list[MessageQueue], want: int, timeout: float, query: Any) -> float:
@@ -489,6 +531,87 @@ def read_timestamps(namesrv: str, queues: list[MessageQueue], field: str) -> dic
                         out[m.msg_id] = getattr(m, field)
                 offset = r.next_begin_offset
     return out
+
+
+@dataclass
+class FirstMessage:
+    """One launch of ``jobs/replicate.py`` until the first replicated message (seconds)."""
+
+    session_s: float
+    """launch -> the job's "Spark session up" log line"""
+    first_s: float
+    """launch -> the first message's store timestamp on the target"""
+
+    @property
+    def after_session_s(self) -> float:
+        return self.first_s - self.session_s
+
+
+def _log_time(line: str) -> float:
+    """Seconds since the epoch of a ``connectors.core.driver_log.LOG_FORMAT`` line (local time, ms)."""
+    stamp, millis = line[:23].split(",")
+    return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(millis) / 1000
+
+
+def first_message_run(run: int, work: Path, src: Cluster, dst: Cluster, queues: int, body: int,
+                      messages: int, trigger: float, timeout: float = 120.0) -> FirstMessage:
+    """(d): launch ``python jobs/replicate.py`` as an operator does (its own process, JVM and all) on a
+    new link whose source topic already holds ``messages``; time the launch, the job's session-up log
+    line and the first message's store timestamp on the target; then SIGTERM the job."""
+    import subprocess
+
+    from jobs.replicate import SESSION_UP
+
+    topic, name = f"{TOPIC_FIRST}{run}", f"bench-first-{run}"
+    source_queues = create_topic(src.addr, src.name, topic, queues)
+    target_queues = create_topic(dst.addr, dst.name, topic, queues)
+    run_child("preload", namesrv=src.addr, topic=topic,
+              queues=[(mq.broker_name, mq.queue_id) for mq in source_queues], count=messages, body=body)
+    run_dir = work / name
+    run_dir.mkdir(parents=True)
+    config = run_dir / "replicator.yaml"
+    config.write_text(config_yaml(src, dst, [link_yaml(name, topic, trigger, run_dir, messages, 4)]))
+    log_dir = run_dir / "logs"
+    with Admin(dst.addr) as admin, open(run_dir / "console.txt", "wb") as console:
+        launched = time.time()
+        job = subprocess.Popen([sys.executable, str(PROJECT / "jobs" / "replicate.py"), "--config", str(config),
+                                "--log-dir", str(log_dir), "--metrics-port", "0"],
+                               stdout=console, stderr=subprocess.STDOUT, cwd=run_dir)
+        try:
+            wait_for(admin, target_queues, 1, timeout, None)
+            first_ms = min(read_timestamps(dst.addr, target_queues, "store_timestamp").values())
+        finally:
+            job.send_signal(signal.SIGTERM)
+            try:
+                job.wait(60)
+            except subprocess.TimeoutExpired:
+                job.kill()
+                job.wait()
+    with open(log_dir / "replicator.log") as f:
+        up = next(_log_time(line) for line in f if f"jobs.replicate: {SESSION_UP} up" in line)
+    return FirstMessage(session_s=up - launched, first_s=first_ms / 1000 - launched)
+
+
+def print_first_messages(runs: list[FirstMessage], messages: int, trigger: float) -> None:
+    def spread(values: list[float]) -> str:
+        return f"{statistics.median(values):.2f} s (min {min(values):.2f}, max {max(values):.2f})"
+
+    print(f"(d) time to first message, {len(runs)} launch(es) of jobs/replicate.py, {messages} messages waiting, "
+          f"trigger {trigger:g} s: launch -> first message {spread([r.first_s for r in runs])}; session up -> "
+          f"first message {spread([r.after_session_s for r in runs])}; launch -> session up "
+          f"{spread([r.session_s for r in runs])}", flush=True)
+    print("    runs (launch -> session up / -> first message): "
+          + ", ".join(f"{r.session_s:.2f} / {r.first_s:.2f}" for r in runs), flush=True)
+
+
+def first_message_summary(runs: list[FirstMessage]) -> str:
+    """(d)'s line of the summary: medians, and the target (session up -> first message)."""
+    if not runs:
+        return "  (d) first message       not measured (--first-runs 0)"
+    after = statistics.median([r.after_session_s for r in runs])
+    return (f"  (d) first message       {after:>7.2f} s after session up, "
+            f"{statistics.median([r.first_s for r in runs]):.2f} s after launch  target <= "
+            f"{FIRST_MESSAGE_TARGET_S:g} s: {'MET' if after <= FIRST_MESSAGE_TARGET_S else 'NOT MET'}")
 
 
 def batch_messages(progress: Any) -> int:
@@ -548,10 +671,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--row-format", default="ranges", choices=("ranges", "raw", "arrow", "tuples"),
                    help="the source's rowFormat (the job uses raw)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
+    p.add_argument("--first-runs", type=int, default=None,
+                   help="(d): launches of jobs/replicate.py timed to the first message (default 3; quick 1; 0 skips)")
+    p.add_argument("--first-only", action="store_true", help="run only (d)")
+    p.add_argument("--first-messages", type=int, default=1000, help="(d): messages waiting on the source")
     p.add_argument("--py-spy", metavar="FILE", default=None,
                    help="record the Spark JVM's Python processes with py-spy (raw collapsed stacks) during (b)")
     args = p.parse_args(argv)
-    n = 0 if args.latency_rate else args.messages or (40_000 if args.quick else 400_000)
+    n = 0 if args.latency_rate or args.first_only else args.messages or (40_000 if args.quick else 400_000)
+    first_runs = args.first_runs if args.first_runs is not None else (1 if args.quick else 3)
     per_trigger = args.per_trigger or (20_000 if args.quick else 100_000)
     warm_n = args.warmup or (5_000 if args.quick else 20_000)
     lat_seconds = args.latency_seconds or (15.0 if args.quick else 30.0)
@@ -564,9 +692,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"data dir {root}; {n} x {args.body} B messages over {args.queues} queues; "
               f"brokers: defaults (ASYNC_FLUSH, flush every 500 ms)", flush=True)
-        src = start_cluster("bsrc", root)
+        src = start_cluster(SOURCE, root)
         clusters.append(src)
-        dst = start_cluster("bdst", root)
+        dst = start_cluster(TARGET, root)
         clusters.append(dst)
         qs: dict[str, tuple[list[MessageQueue], list[MessageQueue]]] = {}
         for topic in (TOPIC_MAIN, TOPIC_WARM, TOPIC_LAT):
@@ -593,13 +721,22 @@ def main(argv: list[str] | None = None) -> int:
                   f"{raw['messages']} msgs in {raw['seconds']:.2f} s = {a_rate:,.0f} msg/s, {a_mbps:.1f} MB/s (runs: "
                   + ", ".join(f"{r['seconds']:.2f} s" for r in runs) + ")", flush=True)
 
-        # Spark
+        # (d) before this process starts Spark: each launch has the machine to itself, as a job would
         work = root / "spark"
         work.mkdir()
-        config_path = work / "replicator.yaml"
-        write_config(config_path, work, src, dst, per_trigger, args.trigger, args.max_in_flight, args.max_partitions)
         os.environ["PYTHONPATH"] = os.pathsep.join(
             dict.fromkeys([str(PROJECT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))
+        firsts = [first_message_run(i, work, src, dst, args.queues, args.body, args.first_messages, args.trigger)
+                  for i in range(first_runs)]
+        if firsts:
+            print_first_messages(firsts, args.first_messages, args.trigger)
+        if args.first_only:
+            return 0
+        first_line = first_message_summary(firsts)
+
+        # Spark
+        config_path = work / "replicator.yaml"
+        write_config(config_path, work, src, dst, per_trigger, args.trigger, args.max_in_flight, args.max_partitions)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         from connectors.core.config import load_replicator_config
         from jobs.replicate import build_spark, start_link
@@ -675,7 +812,8 @@ def main(argv: list[str] | None = None) -> int:
             print_cpu(total_s, cpu_delta(cpu0, cpu1))
 
         if args.no_latency:
-            print(f"\nsummary: (a) {a_rate:,.0f} msg/s; (b) {b_rate:,.0f} msg/s {b_mbps:.1f} MB/s; "
+            print(f"\n{first_line}")
+            print(f"summary: (a) {a_rate:,.0f} msg/s; (b) {b_rate:,.0f} msg/s {b_mbps:.1f} MB/s; "
                   f"(b)/(a) {b_rate / a_rate:.2f}")
             return 0
         # (c) latency at half of (b)'s rate
@@ -724,6 +862,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  (c) latency p50 / p99   {statistics.median(lat):>7.0f} / {p99:.0f} ms          target p99 <= "
               f"{(args.trigger + LATENCY_SLACK_S) * 1000:.0f} ms: "
               f"{'MET' if p99 <= (args.trigger + LATENCY_SLACK_S) * 1000 else 'NOT MET'}")
+        print(first_line)
         print(f"  warm-up (excluded)      JVM {jvm_s:.1f} s, first query {warm_n} msgs")
         admin_src.close()
         admin_dst.close()

@@ -33,6 +33,7 @@ from connectors.core.config import ReplicatorConfig  # noqa: E402
 from connectors.core.errors import ReplicatorError  # noqa: E402
 from connectors.replication.failure_policy import FailurePolicyRunner  # noqa: E402
 from connectors.replication.tables import LinkTables  # noqa: E402
+from connectors.replication.warmup import join_worker_warmup, start_worker_warmup  # noqa: E402
 from jobs import job_logging  # noqa: E402
 from jobs.progress import make_progress_listener  # noqa: E402
 from jobs.query_supervisor import (  # noqa: E402
@@ -42,8 +43,11 @@ from jobs.query_supervisor import (  # noqa: E402
     stop_on_signals,
     supervise,
 )
+from jobs.worker_python import bytecode_worker_environment  # noqa: E402
 
 log = logging.getLogger("jobs.replicate")
+SESSION_UP = "Spark session"
+"""The start of the job's log line once the Spark session is up (``benchmarks/replicator.py`` times from it)."""
 
 
 def parse_args(argv: list[str] | None = None, *, prog: str = "replicate", description: str = "",
@@ -78,6 +82,9 @@ TUNED_SETTINGS = {
     # used ~0.13 instead of ~0.42 cores (/proc/<pid>/task/*/stat over 15 s). Takes effect when this
     # process launches the JVM (python jobs/replicate.py); under spark-submit pass --driver-java-options.
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    # The task workers fork from a daemon that has the replication modules imported already
+    # (connectors/replication/worker_daemon.py): a query's first tasks do not each import them.
+    "spark.python.daemon.module": "connectors.replication.worker_daemon",
 }
 """Spark settings ``build_spark`` applies unless spark-submit / spark-defaults already set them."""
 
@@ -107,15 +114,13 @@ def build_spark(app_name: str = "rocketmq-replicator", master: str | None = None
     local; ``log_dir`` (``jobs.job_logging.setup``'s) sends the driver JVM's log4j output to its spark.log
     when this process launches the JVM (under spark-submit, pass the same -D options yourself)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     if "PYSPARK_GATEWAY_PORT" in os.environ:
         # Started by spark-submit: its JVM already runs with --master / --conf as system properties, but
         # SparkConf() reads them only once the gateway is attached; without this it is empty and the
         # local[*] default below would silently override `spark-submit --master spark://...`.
-        from pyspark import SparkContext
-
         SparkContext._ensure_initialized()
     conf = SparkConf()
     options = {"spark.app.name": app_name, "spark.ui.showConsoleProgress": "false"}
@@ -139,6 +144,7 @@ def build_spark(app_name: str = "rocketmq-replicator", master: str | None = None
     options.update({key: value for key, value in tuned.items() if not conf.contains(key)})
     options.update(settings or {})
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        os.environ.update(bytecode_worker_environment(chosen, launching_jvm=SparkContext._gateway is None))
         _launch_jvm_in_own_session(options)
     builder = SparkSession.builder
     for key, value in options.items():
@@ -207,8 +213,12 @@ def run(argv: list[str] | None = None) -> int:
         return job
     config, names, log_dir = job.config, job.names, job.log_dir
     stop = stop_on_signals()
+    launched = time.monotonic()
     spark = build_spark(checkpoint_locations=[config.link(name).checkpoint_location for name in names],
                         log_dir=log_dir)
+    # benchmarks/replicator.py (d) reads this line's time: "session up -> first message" starts here
+    log.info("%s up in %.1f s", SESSION_UP, time.monotonic() - launched)
+    warmup = start_worker_warmup(spark)  # overlaps the queries' start (connectors/replication/warmup.py)
     spark.streams.addListener(make_progress_listener())
     quiet_accumulator_server(spark)
     failures: dict[str, str] = {}
@@ -223,6 +233,7 @@ def run(argv: list[str] | None = None) -> int:
         return 2
     finally:
         job.stop()
+        join_worker_warmup(warmup)
         spark.stop()
     for q in queries:
         log_summary(args.config, config, q, started_ms, failed=q.name in failures)

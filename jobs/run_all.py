@@ -37,6 +37,7 @@ from connectors.config_sync.data_source import ConfigDataSource  # noqa: E402
 from connectors.core.config import ReplicatorConfig  # noqa: E402
 from connectors.core.errors import ReplicatorError  # noqa: E402
 from connectors.heartbeat.data_source import HeartbeatDataSource  # noqa: E402
+from connectors.replication.warmup import join_worker_warmup, start_worker_warmup  # noqa: E402
 from jobs.checkpoint import checkpoint_query_location, start_checkpoints  # noqa: E402
 from jobs.config_sync import config_query_location, start_config_sync  # noqa: E402
 from jobs.heartbeat import start_heartbeat_query  # noqa: E402
@@ -92,6 +93,7 @@ def run(argv: list[str] | None = None) -> int:
     stop = stop_on_signals()
     spark = build_spark(checkpoint_locations=checkpoint_locations(config, names, available_now=args.available_now),
                         log_dir=log_dir)
+    warmup = start_worker_warmup(spark)  # overlaps the queries' start (connectors/replication/warmup.py)
     for data_source in (HeartbeatDataSource, CheckpointDataSource, ConfigDataSource):
         spark.dataSource.register(data_source)
     spark.streams.addListener(make_progress_listener())
@@ -110,6 +112,7 @@ def run(argv: list[str] | None = None) -> int:
         return 2
     finally:
         job.stop()
+        join_worker_warmup(warmup)
         spark.stop()
     for q in replication:
         log_summary(args.config, config, q, started_ms, failed=q.name in failures)

@@ -1,0 +1,61 @@
+"""The Python that Spark's Python workers of a local job run: the job's own, importing pyspark from bytecode.
+
+Called by ``jobs.replicate.build_spark`` before it launches the driver JVM. Spark puts
+``$SPARK_HOME/python/lib/pyspark.zip`` first on every Python worker's PYTHONPATH (PythonWorkerFactory,
+PythonUtils.sparkPythonPath). Python never caches bytecode for modules imported from a zip, so every worker
+process compiles the pyspark modules it imports from source: ``import pyspark.sql.worker.plan_data_source_read``
+takes 0.53-0.57 s from the zip and 0.11-0.14 s from the installed package (``python -X importtime``, this
+machine). A streaming query's first batch starts about seven such processes one after another (the source's
+driver-side runner, a daemon per planner module: data source creation, read and write planning, commit; the
+task daemon), which made up ~2.4 s of the ~7 s from session up to the first replicated message
+(benchmarks/replicator.py (d)).
+
+With a pip-installed pyspark, SPARK_HOME *is* the installed package and the zip is a copy of the same files,
+so dropping the zip from the workers' PYTHONPATH changes which copy is read, not what runs. That is the only
+case handled here, and only for a ``local`` master that this process launches (the executors are this JVM, so
+they inherit the environment set here): ``worker_python.sh`` becomes PYSPARK_PYTHON and takes the zip out of
+PYTHONPATH before it execs the job's interpreter. A Spark distribution (SPARK_HOME elsewhere), spark-submit, a
+cluster master or a PYSPARK_PYTHON of the user's keep Spark's behaviour.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+WRAPPER = Path(__file__).resolve().with_name("worker_python.sh")
+PYTHON_ENV = "REPLICATOR_WORKER_PYTHON"
+"""The interpreter ``worker_python.sh`` execs."""
+DROP_ENV = "REPLICATOR_WORKER_PYTHONPATH_DROP"
+"""The PYTHONPATH entry ``worker_python.sh`` removes (Spark's pyspark.zip)."""
+
+
+def pip_spark_home() -> str | None:
+    """SPARK_HOME when it is the directory of the pyspark package this process imports (a pip install, whose
+    ``python/lib/pyspark.zip`` is a copy of that package), else None. As the JVM will see it: the
+    PYTHONPATH entry Spark adds is this string + ``/python/lib/pyspark.zip``."""
+    import pyspark
+    from pyspark.find_spark_home import _find_spark_home
+
+    spark_home = os.environ.get("SPARK_HOME") or _find_spark_home()
+    package = Path(pyspark.__file__).resolve().parent
+    if Path(spark_home).resolve() != package or not (package / "python" / "lib" / "pyspark.zip").is_file():
+        return None
+    return spark_home
+
+
+def bytecode_worker_environment(master: str, *, launching_jvm: bool) -> dict[str, str]:
+    """The environment (to set before the JVM is launched) that makes the local workers import pyspark from
+    bytecode (see the module docstring), or {} when that does not apply: ``master`` not ``local...``, a JVM
+    this process does not launch, a PYSPARK_PYTHON other than this interpreter, or a SPARK_HOME that is not
+    the pip-installed pyspark. SPARK_HOME is set explicitly so that the JVM's PYTHONPATH entry is exactly the
+    one ``worker_python.sh`` drops."""
+    python = os.environ.get("PYSPARK_PYTHON", sys.executable)
+    if not (master.startswith("local") and launching_jvm and python == sys.executable):
+        return {}
+    spark_home = pip_spark_home()
+    if spark_home is None or not os.access(WRAPPER, os.X_OK):
+        return {}
+    return {"SPARK_HOME": spark_home, "PYSPARK_PYTHON": str(WRAPPER), PYTHON_ENV: python,
+            DROP_ENV: f"{spark_home}/python/lib/pyspark.zip"}

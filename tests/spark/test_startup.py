@@ -1,0 +1,21 @@
+"""Start-up helpers of the replicate job on the shared session: the Python worker warm-up runs both of its
+parts to completion (``connectors.replication.warmup``) and leaves the session usable."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from connectors.replication.warmup import WARMUP_SOURCE_NAME, join_worker_warmup, start_worker_warmup
+
+
+def test_worker_warmup_completes(spark: Any, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="connectors.replication.warmup"):
+        threads = start_worker_warmup(spark)
+        join_worker_warmup(threads)
+    assert not any(t.is_alive() for t in threads)
+    messages = [r.getMessage() for r in caplog.records if r.name == "connectors.replication.warmup"]
+    assert sorted(messages) == ["Python workers warmed up (read)", "Python workers warmed up (tasks)"], messages
+    assert spark.read.format(WARMUP_SOURCE_NAME).load().collect()[0].n == 0
