@@ -4,18 +4,23 @@ Called by the broker and the name server. A peer that sends garbage or an oversi
 only its own connection; a handler that raises gets a SYSTEM_ERROR response naming the error.
 
 Handler contract: ``handler(cmd, conn)`` runs on the loop as soon as the request is decoded and
-returns the response (or None), or an awaitable of it when it must wait (a SYNC_FLUSH ack, a held
-pull). Only awaitables get a task: creating one per request costs more than a whole in-memory send
-(an ``async def`` handler therefore always takes the task path; the broker's hot processors answer
-synchronously).
+returns the response (or None), or an awaitable of it when it must wait (a held pull). Only awaitables
+get a task: creating one per request costs more than a whole in-memory send (an ``async def`` handler
+therefore always takes the task path; the broker's hot processors answer synchronously). A handler
+waiting on a ``concurrent.futures.Future`` (a put's durability: SYNC_FLUSH, replica acks) returns None
+after ``conn.reply_when_done``, which answers from the future's callback: no task, no asyncio future,
+and no cross-thread wake-up when the future is resolved on the loop's own thread (replica acks are).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import logging
+import threading
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from broker_store.net.framing import FrameReader
 from broker_store.protocol.codes import ResponseCode
@@ -24,6 +29,7 @@ from broker_store.protocol.frame import RemotingCommand, encode_frame
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 Handler = Callable[[RemotingCommand, "Connection"], HandlerResult]
 
@@ -104,6 +110,38 @@ class Connection(asyncio.Protocol):
         except Exception as exc:  # noqa: BLE001 - one bad request must not take the server down
             response = self._error_response(cmd, exc)
         if response is not None and not cmd.is_oneway:
+            self.send(response)
+
+    def reply_when_done(self, cmd: RemotingCommand, future: concurrent.futures.Future[T],
+                        respond: Callable[[T], RemotingCommand]) -> None:
+        """Answer ``cmd`` with ``respond(result)`` once ``future`` resolves (call on the loop's thread).
+
+        The callback runs on the thread that resolves the future: on the loop's thread the response is
+        queued at once (many puts resolved by one replica ack leave in one write); from another thread
+        (the flush thread) it hops onto the loop. A failed or cancelled future, or a raising ``respond``,
+        answers SYSTEM_ERROR naming the error.
+        """
+        loop = asyncio.get_running_loop()
+        loop_thread = threading.get_ident()
+
+        def done(f: concurrent.futures.Future[T]) -> None:
+            if threading.get_ident() == loop_thread:
+                self._reply(cmd, f, respond)
+                return
+            try:
+                loop.call_soon_threadsafe(self._reply, cmd, f, respond)
+            except RuntimeError:  # the loop is closed: the server stopped and this connection with it
+                log.debug("dropping the response to %s: the event loop is closed", self.remote_addr)
+
+        future.add_done_callback(done)
+
+    def _reply(self, cmd: RemotingCommand, future: concurrent.futures.Future[T],
+               respond: Callable[[T], RemotingCommand]) -> None:
+        try:
+            response = respond(future.result())
+        except (Exception, concurrent.futures.CancelledError) as exc:  # noqa: BLE001 - answered, not raised
+            response = self._error_response(cmd, exc)
+        if not cmd.is_oneway:
             self.send(response)
 
     def send(self, cmd: RemotingCommand) -> None:
