@@ -124,7 +124,9 @@ class Quorum:
         if decision.refused:
             return _resolved(ReplicationStatus.IN_SYNC_REPLICAS_NOT_ENOUGH)
         future = self.acks.wait(end_offset, decision.need_acks, self.links.ack_offsets())
-        if not future.done():
+        if not future.done() and self.acks.pending == 1:
+            # Deadlines only grow (monotonic clock + one timeout), so a waiter can only be the earliest
+            # when it is the only one; later ones need no re-arm (one per put would cost a timer check).
             self._wakeup_changed()
         return future
 
