@@ -86,7 +86,9 @@ class AckTracker:
             covered = _covered(need, ack_offsets)
             while group and group[0].end_offset <= covered:
                 done.append(group.popleft())
-        return self._resolve(done, ReplicationStatus.PUT_OK)
+        resolved = self._resolve(done, ReplicationStatus.PUT_OK)
+        self._drop_resolved_deadlines()
+        return resolved
 
     def expire(self) -> int:
         """Resolve FLUSH_SLAVE_TIMEOUT every waiter whose deadline has passed; returns how many."""
@@ -104,9 +106,15 @@ class AckTracker:
 
     def next_deadline(self) -> float | None:
         """Clock time of the earliest pending deadline (None when nothing waits)."""
-        while self._deadlines and self._deadlines[0][2].future.done():
-            heapq.heappop(self._deadlines)  # resolved or cancelled meanwhile
+        self._drop_resolved_deadlines()
         return self._deadlines[0][0] if self._deadlines else None
+
+    def _drop_resolved_deadlines(self) -> None:
+        # Acks resolve the oldest puts first, so resolved ones leave from the heap's front; without this
+        # the heap would hold every put acked since the last timer tick (seconds of puts).
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][2].future.done():
+            heapq.heappop(deadlines)  # resolved or cancelled meanwhile
 
     def fail_all(self, status: ReplicationStatus) -> int:
         """Resolve every waiter with ``status`` (shutdown, or a role change away from primary)."""

@@ -251,6 +251,24 @@ def test_many_pipelined_waiters_resolve_in_offset_order() -> None:
     assert all(f.result(timeout=0) is OK for f in futures) and quorum.acks.pending == 0
 
 
+def test_acked_puts_leave_the_deadline_heap_and_only_the_first_waiter_rearms_the_timer() -> None:
+    quorum, clock = _quorum(total_replicas=2, in_sync_replicas=2)
+    rearms: list[float | None] = []
+    quorum.on_wakeup_changed = lambda: rearms.append(quorum.next_wakeup())
+    quorum.replica_connected("r1")
+    quorum.replica_reported("r1", 0)
+    rearms.clear()
+    for round_ in range(3):
+        for end in range(1, 17):
+            quorum.wait(round_ * 100 + end, quorum.admit(round_ * 100 + end))
+            clock.advance(0.001)
+        # deadlines only grow: the first put of each round is the only one that can move the timer
+        assert len(rearms) == round_ + 1
+        quorum.replica_reported("r1", round_ * 100 + 16)
+        # without the sweep the heap would keep every acked put until the next timer tick
+        assert quorum.acks.pending == 0 and not quorum.acks._deadlines
+
+
 def test_mixed_needs_resolve_independently_and_in_offset_order() -> None:
     clock = ManualClock()
     tracker = AckTracker(clock, timeout=1.0)
