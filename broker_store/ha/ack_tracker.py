@@ -22,7 +22,6 @@ import heapq
 import itertools
 from bisect import bisect_right
 from collections import deque
-from dataclasses import dataclass, field
 
 from broker_store.clock import Clock
 from broker_store.ha.status import ReplicationStatus
@@ -30,15 +29,21 @@ from broker_store.ha.status import ReplicationStatus
 AckFuture = concurrent.futures.Future[ReplicationStatus]
 
 
-@dataclass(eq=False)
 class _Waiter:
-    end_offset: int
-    """CommitLog offset just past the put's last byte; an ack at or past it covers the put."""
-    need_replicas: int
-    """Replica acks required: needAck - 1."""
-    deadline: float
-    seq: int
-    future: AckFuture = field(default_factory=concurrent.futures.Future)
+    """One put waiting for acks (a plain slotted class: one is built per synchronous put)."""
+
+    __slots__ = ("end_offset", "need_replicas", "deadline", "seq", "future", "settled")
+
+    def __init__(self, end_offset: int, need_replicas: int, deadline: float, seq: int) -> None:
+        self.end_offset = end_offset
+        """CommitLog offset just past the put's last byte; an ack at or past it covers the put."""
+        self.need_replicas = need_replicas
+        """Replica acks required: needAck - 1."""
+        self.deadline = deadline
+        self.seq = seq
+        self.future: AckFuture = concurrent.futures.Future()
+        self.settled = False
+        """Resolved by this tracker (a cancelled future is found by ``future.done()`` instead)."""
 
 
 class AckTracker:
@@ -86,7 +91,8 @@ class AckTracker:
             covered = _covered(need, ack_offsets)
             while group and group[0].end_offset <= covered:
                 done.append(group.popleft())
-        resolved = self._resolve(done, ReplicationStatus.PUT_OK)
+        # One group is already in end-offset order; several are merged by _resolve's sort.
+        resolved = self._resolve(done, ReplicationStatus.PUT_OK, ordered=len(self._groups) <= 1)
         self._drop_resolved_deadlines()
         return resolved
 
@@ -113,7 +119,7 @@ class AckTracker:
         # Acks resolve the oldest puts first, so resolved ones leave from the heap's front; without this
         # the heap would hold every put acked since the last timer tick (seconds of puts).
         deadlines = self._deadlines
-        while deadlines and deadlines[0][2].future.done():
+        while deadlines and (deadlines[0][2].settled or deadlines[0][2].future.done()):
             heapq.heappop(deadlines)  # resolved or cancelled meanwhile
 
     def fail_all(self, status: ReplicationStatus) -> int:
@@ -123,11 +129,13 @@ class AckTracker:
         self._deadlines.clear()
         return self._resolve(everyone, status)
 
-    def _resolve(self, waiters: list[_Waiter], status: ReplicationStatus) -> int:
-        waiters.sort(key=lambda w: (w.end_offset, w.seq))
+    def _resolve(self, waiters: list[_Waiter], status: ReplicationStatus, ordered: bool = False) -> int:
+        if not ordered:
+            waiters.sort(key=lambda w: (w.end_offset, w.seq))
         resolved = 0
         for waiter in waiters:
             self._pending -= 1
+            waiter.settled = True
             # A waiter whose future the caller cancelled is simply dropped.
             if waiter.future.set_running_or_notify_cancel():
                 waiter.future.set_result(status)

@@ -27,6 +27,7 @@ needAck rules (RocketMQ 5 CommitLog, slaveActingMaster flavour; DESIGN.md):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -94,7 +95,13 @@ def decide_need_acks(rules: QuorumRules, *, alive_copies: int, in_sync_copies: i
     need = rules.in_sync_replicas
     if rules.enable_auto_in_sync_replicas:
         need = max(min(need, current), rules.min_in_sync_replicas)
-    return AckDecision(need, current, refused=need > current)
+    return _decision(need, current, need > current)
+
+
+@functools.lru_cache(maxsize=256)
+def _decision(need_acks: int, current_in_sync: int, refused: bool) -> AckDecision:
+    # Decided twice per synchronous put from a handful of distinct counts: build each (frozen) once.
+    return AckDecision(need_acks, current_in_sync, refused)
 
 
 class Quorum:

@@ -47,6 +47,8 @@ class Connection(asyncio.Protocol):
         # Responses produced in one loop iteration leave in one write (one syscall, not one each).
         self._out: list[bytes] = []
         self._flush_scheduled = False
+        self._loop = asyncio.get_running_loop()
+        """Cached: ``asyncio.get_running_loop()`` costs a getpid() system call, and sends call it per frame."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -94,7 +96,7 @@ class Connection(asyncio.Protocol):
                 if not cmd.is_oneway:
                     self.send(result)
                 continue
-            task = asyncio.get_running_loop().create_task(self._serve(cmd, result))
+            task = self._loop.create_task(self._serve(cmd, result))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -121,7 +123,7 @@ class Connection(asyncio.Protocol):
         (the flush thread) it hops onto the loop. A failed or cancelled future, or a raising ``respond``,
         answers SYSTEM_ERROR naming the error.
         """
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         loop_thread = threading.get_ident()
 
         def done(f: concurrent.futures.Future[T]) -> None:
@@ -158,7 +160,7 @@ class Connection(asyncio.Protocol):
         self._out.append(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
