@@ -96,6 +96,7 @@ class PrimaryService:
             raise HALinkError(f"cannot listen for replicas on {self._host}:{self._port}: {exc}") from exc
         self._loop = asyncio.get_running_loop()
         self._quorum.on_wakeup_changed = self._arm_tick
+        self._quorum.share_waiters()  # sealed by _ship_to_parked, once per loop turn with appends
 
     async def stop(self) -> None:
         """Close the listener and every link; answer puts still waiting (FLUSH_SLAVE_TIMEOUT)."""
@@ -116,14 +117,16 @@ class PrimaryService:
         """The log grew: ship to idle streams (call from the store's arrival listener, on the loop thread).
 
         Puts decoded together (one read of a producer connection) are shipped together: one callback per
-        loop turn ships everything new to each caught-up replica, without waking its sender task.
+        loop turn ships everything new to each caught-up replica, without waking its sender task, and
+        seals the turn's shared ack waiter (the puts of one turn share one future).
         """
-        if not self._ship_scheduled and self._streams and self._loop is not None:
+        if not self._ship_scheduled and self._loop is not None:
             self._ship_scheduled = True
             self._loop.call_soon(self._ship_to_parked)
 
     def _ship_to_parked(self) -> None:
         self._ship_scheduled = False
+        self._quorum.seal_waiters()
         log_ = self._log
         for stream in list(self._streams.values()):
             if not stream.parked:
