@@ -81,6 +81,7 @@ class PrimaryService:
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ship_scheduled = False
+        self._stopped = False
 
     @property
     def port(self) -> int:
@@ -100,6 +101,7 @@ class PrimaryService:
 
     async def stop(self) -> None:
         """Close the listener and every link; answer puts still waiting (FLUSH_SLAVE_TIMEOUT)."""
+        self._stopped = True
         self._quorum.on_wakeup_changed = None
         if self._tick_handle is not None:
             self._tick_handle.cancel()
@@ -127,6 +129,8 @@ class PrimaryService:
     def _ship_to_parked(self) -> None:
         self._ship_scheduled = False
         self._quorum.seal_waiters()
+        if self._stopped:
+            return  # stopped since the append: its links are closing
         log_ = self._log
         for stream in list(self._streams.values()):
             if not stream.parked:
