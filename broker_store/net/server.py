@@ -20,7 +20,7 @@ import inspect
 import logging
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from broker_store.net.framing import FrameReader
 from broker_store.protocol.codes import ResponseCode
@@ -30,6 +30,7 @@ from broker_store.protocol.frame import RemotingCommand, encode_frame
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+_PendingReply = tuple[RemotingCommand, Callable[[Any], RemotingCommand]]
 HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 Handler = Callable[[RemotingCommand, "Connection"], HandlerResult]
 
@@ -49,6 +50,9 @@ class Connection(asyncio.Protocol):
         self._flush_scheduled = False
         self._loop = asyncio.get_running_loop()
         """Cached: ``asyncio.get_running_loop()`` costs a getpid() system call, and sends call it per frame."""
+        self._loop_thread = threading.get_ident()
+        self._replies: dict[concurrent.futures.Future[Any], list[_PendingReply]] = {}
+        """Requests waiting on each durability future (``reply_when_done``), answered in arrival order."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -118,33 +122,36 @@ class Connection(asyncio.Protocol):
                         respond: Callable[[T], RemotingCommand]) -> None:
         """Answer ``cmd`` with ``respond(result)`` once ``future`` resolves (call on the loop's thread).
 
-        The callback runs on the thread that resolves the future: on the loop's thread the response is
+        The answer runs on the thread that resolves the future: on the loop's thread the response is
         queued at once (many puts resolved by one replica ack leave in one write); from another thread
-        (the flush thread) it hops onto the loop. A failed or cancelled future, or a raising ``respond``,
-        answers SYSTEM_ERROR naming the error.
+        (the flush thread) it hops onto the loop. Requests waiting on the same future (puts sharing an
+        ack waiter) are answered by one callback, in arrival order. A failed or cancelled future, or a
+        raising ``respond``, answers SYSTEM_ERROR naming the error.
         """
-        loop = self._loop
-        loop_thread = threading.get_ident()
+        replies = self._replies.get(future)
+        if replies is not None:  # puts sharing one durability future: one callback answers them all
+            replies.append((cmd, respond))
+            return
+        self._replies[future] = [(cmd, respond)]
+        future.add_done_callback(self._replies_due)  # may run at once: the entry is in place first
 
-        def done(f: concurrent.futures.Future[T]) -> None:
-            if threading.get_ident() == loop_thread:
-                self._reply(cmd, f, respond)
-                return
-            try:
-                loop.call_soon_threadsafe(self._reply, cmd, f, respond)
-            except RuntimeError:  # the loop is closed: the server stopped and this connection with it
-                log.debug("dropping the response to %s: the event loop is closed", self.remote_addr)
-
-        future.add_done_callback(done)
-
-    def _reply(self, cmd: RemotingCommand, future: concurrent.futures.Future[T],
-               respond: Callable[[T], RemotingCommand]) -> None:
+    def _replies_due(self, future: concurrent.futures.Future[Any]) -> None:
+        if threading.get_ident() == self._loop_thread:
+            self._answer_replies(future)
+            return
         try:
-            response = respond(future.result())
-        except (Exception, concurrent.futures.CancelledError) as exc:  # noqa: BLE001 - answered, not raised
-            response = self._error_response(cmd, exc)
-        if not cmd.is_oneway:
-            self.send(response)
+            self._loop.call_soon_threadsafe(self._answer_replies, future)
+        except RuntimeError:  # the loop is closed: the server stopped and this connection with it
+            log.debug("dropping responses to %s: the event loop is closed", self.remote_addr)
+
+    def _answer_replies(self, future: concurrent.futures.Future[Any]) -> None:
+        for cmd, respond in self._replies.pop(future, ()):
+            try:
+                response = respond(future.result())
+            except (Exception, concurrent.futures.CancelledError) as exc:  # noqa: BLE001 - answered, not raised
+                response = self._error_response(cmd, exc)
+            if not cmd.is_oneway:
+                self.send(response)
 
     def send(self, cmd: RemotingCommand) -> None:
         """Queue a frame; frames queued in the same loop iteration are written together."""
