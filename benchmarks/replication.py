@@ -22,30 +22,30 @@ Targets (issue 9): sync/async >= 0.90, lag p99 <= 50 ms, catch-up >= 1.0. The la
 ``sync/async throughput ratio: R``.
 
 Results, 2026-11-24, 2 vCPUs shared with two other sessions (client, 2 primaries and 2 replicas on those
-cores), ``--quick`` unless noted; "before" is 852d609 (the launcher move, no HA change), "after" 311577e::
+cores), ``--quick`` unless noted; "before" is 852d609 (the launcher move, no HA change), "after" 8d2300e::
 
-    measure                                   before            after             after, 64 producers
-    async replication, 1 KiB singles          16.7k msg/s       17.4-17.9k msg/s  24.4k msg/s
-    sync replication (2/2), same load          9.6k msg/s       12.8k msg/s       16.3k msg/s
-    sync/async ratio (target 0.90)             0.57-0.58        0.72-0.74 MISSED  0.67 MISSED
-    replica lag p99 at half the async rate     3.4-4.5 ms       2.7-2.8 ms  OK    4.1 ms  OK
-    catch-up / primary batched write rate      1.13-1.17        1.07-1.16   OK    1.09    OK
+    measure                                 before          after             after, full run   after, 64 producers
+    async replication, 1 KiB singles        16.7k msg/s     17.3-17.5k msg/s  17.3k msg/s       24.6k msg/s
+    sync replication (2/2), same load        9.6k msg/s     14.4k msg/s       14.4k msg/s       17.7k msg/s
+    sync/async ratio (target 0.90)           0.57-0.58      0.82-0.83 MISSED  0.83 MISSED       0.72 MISSED
+    replica lag p99 at half the async rate   3.4-4.5 ms     2.7 ms      OK    2.8 ms      OK    3.7 ms  OK
+    catch-up / primary batched write rate    1.13-1.17      1.21-1.22   OK    1.11 (1.2 GiB) OK 1.09    OK
 
 Where the time goes (py-spy on the primaries and replicas, CPU seconds per message from /proc, and a count
 of requests per read): the load moves as one wave. Every read of the producer connection on the primary
 holds all 16 puts and one replica report acks them all, so the client, the primary and the replica take
 turns rather than overlap (the machine is ~1.1 of its 2 cores busy in both modes), and a wave lasts as long
 as the CPU each process spends on it. Asynchronous: client ~25 + primary ~27 us per message, ~0.9 ms per
-wave of 16. Synchronous adds, per wave, the primary's quorum bookkeeping (~11 us a put: admit, ack
-waiter, the reply callback; py-spy) and one replica round trip (batch shipped -> replica writes and
+wave of 16. Synchronous adds, per wave, the primary's quorum bookkeeping (now ~10 us a put: admit, the
+turn's shared ack waiter, the reply) and one replica round trip (batch shipped -> replica writes and
 reports -> report read on the primary: p50 126 us, p90 158 us measured). R = 0.90 leaves ~0.1 ms per wave
 for both, less than the round trip alone; more producers only make the wave bigger (64: still one wave
-per read, 0.67). What the profile found and this branch removed: a task + wrap_future + cross-thread wake
-per put (now ``Connection.reply_when_done``), the replica's thread hop and indexing before its ack (now
-written on the loop, acked, then indexed: replica CPU 17 -> 10 us/msg), a sender-task wake and a
-``wait_for`` task per shipped wave (now one call_soon per loop turn), a deadline heap that kept every acked
-put for seconds, and one future per put (puts of one loop turn share one waiter). TCP_NODELAY is not a
-factor (uvloop sets it; the round trip above has no 40 ms tail).
+per read, and the primary's per-put work weighs more). What the profile found and this branch removed: a
+task + wrap_future + cross-thread wake per put (now ``Connection.reply_when_done``), the replica's thread
+hop and indexing before its ack (now written on the loop, acked, then indexed: replica CPU 17 -> 10
+us/msg), a sender-task wake and a ``wait_for`` task per shipped wave (now one call_soon per loop turn), a
+deadline heap that kept every acked put for seconds, and one future per put (puts of one loop turn share
+one waiter). TCP_NODELAY is not a factor (asyncio and uvloop set it on both ends; checked).
 """
 
 from __future__ import annotations
