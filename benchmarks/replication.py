@@ -5,9 +5,10 @@
 
 One run, everything on this machine (client, primaries and replicas share its cores):
 
-1. Starts one name server and two broker groups of two members each as separate processes (the
-   process harness of tests/support/processes.py): group ``a`` ASYNC_MASTER, group ``s`` SYNC_MASTER
-   with total_replicas 2 / in_sync_replicas 2; both replicas follow their primary.
+1. Starts one name server and two broker groups of two members each as separate processes on free
+   loopback ports (``broker_store.launcher.ClusterProcesses``, the product launcher): group ``a``
+   ASYNC_MASTER, group ``s`` SYNC_MASTER with total_replicas 2 / in_sync_replicas 2; both replicas
+   follow their primary.
 2. The same load against each group in turn: ``--producers`` (16) concurrent ``AsyncProducer`` tasks send
    1 KiB messages one at a time for ``--seconds``; msg/s of each, and their ratio (sync / async).
 3. Replica lag under asynchronous replication at half the asynchronous maximum rate: each acknowledged
@@ -20,20 +21,31 @@ One run, everything on this machine (client, primaries and replicas share its co
 Targets (issue 9): sync/async >= 0.90, lag p99 <= 50 ms, catch-up >= 1.0. The last line is exactly
 ``sync/async throughput ratio: R``.
 
-Results, 2026-11-24, 2 vCPUs shared with two other sessions' test runs (client, 2 primaries and 2 replicas
-on those cores), ``--quick``::
+Results, 2026-11-24, 2 vCPUs shared with two other sessions (client, 2 primaries and 2 replicas on those
+cores), ``--quick`` unless noted; "before" is 852d609 (the launcher move, no HA change), "after" 8d2300e::
 
-    measure                                   16 producers          64 producers, 64 MiB backlog
-    async replication, 1 KiB singles          14.3k msg/s           22.3k msg/s
-    sync replication (2/2), same load          9.2k msg/s           12.8k msg/s
-    sync/async ratio                           0.64  (target 0.90)  0.58   MISSED
-    replica lag p99 at half the async rate     3.1 ms (p50 0.9)     5.0 ms (p50 1.4)  OK
-    catch-up / primary batched write rate      1.26 (128 MiB)       0.78 (64 MiB: process start dominates)
+    measure                                 before          after             after, full run   after, 64 producers
+    async replication, 1 KiB singles        16.7k msg/s     17.3-17.5k msg/s  17.3k msg/s       24.6k msg/s
+    sync replication (2/2), same load        9.6k msg/s     14.4k msg/s       14.4k msg/s       17.7k msg/s
+    sync/async ratio (target 0.90)           0.57-0.58      0.82-0.83 MISSED  0.83 MISSED       0.72 MISSED
+    replica lag p99 at half the async rate   3.4-4.5 ms     2.7 ms      OK    2.8 ms      OK    3.7 ms  OK
+    catch-up / primary batched write rate    1.13-1.17      1.21-1.22   OK    1.11 (1.2 GiB) OK 1.09    OK
 
-The gap does not close with 4x the producers, so it is CPU, not latency: a synchronous put costs the
-primary an ack future (concurrent.futures, resolved on the loop and hopped back with wrap_future), one
-wake of the shipping stream per put instead of one per batch of puts, and the replica one append plus
-one offset report per small batch (each append hops to its worker thread). Not profiled yet.
+Where the time goes (py-spy on the primaries and replicas, CPU seconds per message from /proc, and a count
+of requests per read): the load moves as one wave. Every read of the producer connection on the primary
+holds all 16 puts and one replica report acks them all, so the client, the primary and the replica take
+turns rather than overlap (the machine is ~1.1 of its 2 cores busy in both modes), and a wave lasts as long
+as the CPU each process spends on it. Asynchronous: client ~25 + primary ~27 us per message, ~0.9 ms per
+wave of 16. Synchronous adds, per wave, the primary's quorum bookkeeping (now ~10 us a put: admit, the
+turn's shared ack waiter, the reply) and one replica round trip (batch shipped -> replica writes and
+reports -> report read on the primary: p50 126 us, p90 158 us measured). R = 0.90 leaves ~0.1 ms per wave
+for both, less than the round trip alone; more producers only make the wave bigger (64: still one wave
+per read, and the primary's per-put work weighs more). What the profile found and this branch removed: a
+task + wrap_future + cross-thread wake per put (now ``Connection.reply_when_done``), the replica's thread
+hop and indexing before its ack (now written on the loop, acked, then indexed: replica CPU 17 -> 10
+us/msg), a sender-task wake and a ``wait_for`` task per shipped wave (now one call_soon per loop turn), a
+deadline heap that kept every acked put for seconds, and one future per put (puts of one loop turn share
+one waiter). TCP_NODELAY is not a factor (asyncio and uvloop set it on both ends; checked).
 """
 
 from __future__ import annotations
@@ -49,8 +61,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from broker_store.client import Admin, AsyncProducer, new_message  # noqa: E402
+from broker_store.launcher import ClusterProcesses, loopback_cluster  # noqa: E402
 from broker_store.protocol.errors import RocketMQError  # noqa: E402
-from tests.support.processes import GroupSpec, LocalCluster  # noqa: E402
 
 MiB = 1024 * 1024
 BODY = b"r" * 1024
@@ -143,49 +155,56 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     seconds = args.seconds or (5.0 if args.quick else 15.0)
     backlog = (args.backlog_mib or (128 if args.quick else 1024)) * MiB
-    groups = [GroupSpec("a", ({"ha": {"role": "ASYNC_MASTER"}}, {})),
-              GroupSpec("s", ({"ha": {"role": "SYNC_MASTER", "total_replicas": 2, "in_sync_replicas": 2}}, {}))]
-    with tempfile.TemporaryDirectory(prefix="bench-repl-") as tmp, \
-            LocalCluster(Path(tmp), "bench", groups, ha=HA, commit_log_segment_size=128 * MiB) as cluster:
-        with Admin(cluster.namesrv_addr) as admin:
-            for group in ("a", "s"):
-                admin.create_topic(f"T-{group}", 8, broker_names=[group])
-                admin.wait_for_route(f"T-{group}")
-        async_rate = asyncio.run(_load(cluster.namesrv_addr, "T-a", args.producers, seconds))
-        sync_rate = asyncio.run(_load(cluster.namesrv_addr, "T-s", args.producers, seconds))
-        print(f"async replication (ASYNC_MASTER + replica), 1 KiB singles, {args.producers} producers: "
-              f"{async_rate:,.0f} msg/s")
-        print(f"sync replication (SYNC_MASTER 2/2 + replica), same load:                     {sync_rate:,.0f} msg/s")
-        primary, replica = cluster.groups["a"]
-        p50, p99 = replica_lag_ms(cluster.namesrv_addr, "T-a", primary.listen, replica.listen, args.producers,
-                                  seconds, async_rate / 2)
-        print(f"replica lag under async replication at {async_rate / 2:,.0f} msg/s: p50 {p50:.1f} ms, "
-              f"p99 {p99:.1f} ms (target p99 <= 50 ms)")
-        replica.kill()
-        with Admin(primary.listen) as admin:
-            start_offset = _max_offset(admin, primary.listen)
+    groups = {"a": ({"ha": {"role": "ASYNC_MASTER"}}, {}),
+              "s": ({"ha": {"role": "SYNC_MASTER", "total_replicas": 2, "in_sync_replicas": 2}}, {})}
+    with tempfile.TemporaryDirectory(prefix="bench-repl-") as tmp:
+        config = loopback_cluster("bench", groups, Path(tmp), ha=HA, commit_log_segment_size=128 * MiB,
+                                  fast_listen_enable=False, max_message_size=MiB)
+        with ClusterProcesses(config, Path(tmp)) as cluster:
+            return _run(cluster, args.producers, seconds, backlog)
+
+
+def _run(cluster: ClusterProcesses, producers: int, seconds: float, backlog: int) -> int:
+    with Admin(cluster.namesrv_addr) as admin:
+        for group in ("a", "s"):
+            admin.create_topic(f"T-{group}", 8, broker_names=[group])
+            admin.wait_for_route(f"T-{group}")
+    async_rate = asyncio.run(_load(cluster.namesrv_addr, "T-a", producers, seconds))
+    sync_rate = asyncio.run(_load(cluster.namesrv_addr, "T-s", producers, seconds))
+    print(f"async replication (ASYNC_MASTER + replica), 1 KiB singles, {producers} producers: "
+          f"{async_rate:,.0f} msg/s")
+    print(f"sync replication (SYNC_MASTER 2/2 + replica), same load:                     {sync_rate:,.0f} msg/s")
+    primary, replica = cluster.member("a", 0), cluster.member("a", 1)
+    primary_addr, replica_addr = primary.config.listen, replica.config.listen
+    p50, p99 = replica_lag_ms(cluster.namesrv_addr, "T-a", primary_addr, replica_addr, producers,
+                              seconds, async_rate / 2)
+    print(f"replica lag under async replication at {async_rate / 2:,.0f} msg/s: p50 {p50:.1f} ms, "
+          f"p99 {p99:.1f} ms (target p99 <= 50 ms)")
+    replica.kill()
+    with Admin(primary_addr) as admin:
+        start_offset = _max_offset(admin, primary_addr)
+        started = time.monotonic()
+        asyncio.run(_backlog(cluster.namesrv_addr, "T-a", backlog, producers))
+        write_s = time.monotonic() - started
+        end_offset = _max_offset(admin, primary_addr)
+        with Admin(replica_addr) as replica_admin:
+            replica.start()
+            behind = end_offset - _max_offset(replica_admin, replica_addr)
             started = time.monotonic()
-            asyncio.run(_backlog(cluster.namesrv_addr, "T-a", backlog, args.producers))
-            write_s = time.monotonic() - started
-            end_offset = _max_offset(admin, primary.listen)
-            with Admin(replica.listen) as replica_admin:
-                replica.start()
-                behind = end_offset - _max_offset(replica_admin, replica.listen)
-                started = time.monotonic()
-                while True:
-                    try:
-                        if _max_offset(replica_admin, replica.listen) >= end_offset:
-                            break
-                    except RocketMQError:
-                        pass
-                    time.sleep(0.01)
-                catch_up_s = time.monotonic() - started
-        write_rate = (end_offset - start_offset) / write_s
-        catch_up_rate = behind / catch_up_s
-        written = (end_offset - start_offset) / MiB
-        print(f"primary batched write rate: {write_rate / MiB:,.0f} MiB/s ({written:,.0f} MiB); "
-              f"replica catch-up of {behind / MiB:,.0f} MiB: {catch_up_rate / MiB:,.0f} MiB/s, "
-              f"ratio {catch_up_rate / write_rate:.2f} (target >= 1.0)")
+            while True:
+                try:
+                    if _max_offset(replica_admin, replica_addr) >= end_offset:
+                        break
+                except RocketMQError:
+                    pass
+                time.sleep(0.01)
+            catch_up_s = time.monotonic() - started
+    write_rate = (end_offset - start_offset) / write_s
+    catch_up_rate = behind / catch_up_s
+    written = (end_offset - start_offset) / MiB
+    print(f"primary batched write rate: {write_rate / MiB:,.0f} MiB/s ({written:,.0f} MiB); "
+          f"replica catch-up of {behind / MiB:,.0f} MiB: {catch_up_rate / MiB:,.0f} MiB/s, "
+          f"ratio {catch_up_rate / write_rate:.2f} (target >= 1.0)")
     print(f"sync/async throughput ratio: {sync_rate / async_rate:.2f}")
     return 0
 

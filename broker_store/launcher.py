@@ -5,6 +5,12 @@ Each child is `python -m broker_store namesrv|broker --config <generated file>` 
 of its brokers, the launcher prints one line `READY <namesrv addr> [<namesrv addr> ...]` (cluster
 order) and then waits; SIGINT/SIGTERM stop the children (SIGTERM, then SIGKILL after a grace period).
 A child that dies before it is ready aborts the start; one that dies later is reported and left down.
+
+Benchmarks and tools that must kill and restart single members (the replication benchmark) use
+``ClusterProcesses`` instead: one ``ManagedProcess`` per child of a ``ClusterConfig`` (whose replicas
+follow their group's primary), started in order and waited for until registered and in sync;
+``loopback_cluster`` builds such a config on free loopback ports (``free_port``). The tests' harness
+(tests/support/processes.py) builds on the same ``ManagedProcess`` and ``free_port``.
 """
 
 from __future__ import annotations
@@ -12,16 +18,30 @@ from __future__ import annotations
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from broker_store.config import BrokerConfig, LocalClustersConfig, NamesrvConfig, load_yaml
-from broker_store.protocol.errors import ConfigError
+from broker_store.config import (
+    BrokerConfig,
+    BrokerSettings,
+    ClusterConfig,
+    LocalClustersConfig,
+    NamesrvConfig,
+    load_yaml,
+)
+from broker_store.ha.settings import HARole
+from broker_store.protocol.errors import ConfigError, RocketMQError
+
+HOST = "127.0.0.1"
 
 
 @dataclass
@@ -50,13 +70,18 @@ def plan_children(config: LocalClustersConfig, run_dir: Path, data_dir: Path | N
                                                                        cluster.namesrv), "namesrv"))
         for broker in cluster.broker_configs():
             # A group's replicas are <group>-<id>: own config file, own store under --data-dir.
-            member = broker.broker_name if broker.broker_id == 0 else f"{broker.broker_name}-{broker.broker_id}"
+            member = member_name(broker)
             if data_dir is not None:
                 broker = broker.model_copy(update={"store_dir": data_dir / member})
             else:
                 broker = broker.model_copy(update={"store_dir": Path(broker.store_dir).resolve()})
             children.append(Child(member, _write_config(run_dir, member, broker), "broker"))
     return children
+
+
+def member_name(broker: BrokerSettings) -> str:
+    """A group member's process name: the group name for broker_id 0, ``<group>-<id>`` for replicas."""
+    return broker.broker_name if broker.broker_id == 0 else f"{broker.broker_name}-{broker.broker_id}"
 
 
 def _spawn(child: Child) -> None:
@@ -238,3 +263,134 @@ class ManagedProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+# -- clusters of ManagedProcess children (benchmarks, tools) -------------------------------------------
+
+# Ports this process handed out: a port is chosen before the child binds it, so without this two
+# members configured in a row could be given the same one.
+_handed_out: set[int] = set()
+
+
+def free_port(span: int = 1, host: str = HOST) -> int:
+    """A port P on ``host`` such that P .. P + span - 1 are all free now and not handed out before by
+    this process (a broker needs 2: its listen port and the HA port, listen + 1)."""
+    for _ in range(200):
+        with ExitStack() as held:
+            first = held.enter_context(socket.socket())
+            first.bind((host, 0))
+            base = int(first.getsockname()[1])
+            ports = range(base, base + span)
+            if ports[-1] > 65535 or _handed_out.intersection(ports):
+                continue
+            try:
+                for port in ports[1:]:
+                    held.enter_context(socket.socket()).bind((host, port))
+            except OSError:  # a neighbour is taken: draw again
+                continue
+            _handed_out.update(ports)
+            return base
+    raise RuntimeError(f"no {span} consecutive free ports on {host} after 200 draws")
+
+
+def loopback_cluster(name: str, groups: Mapping[str, Sequence[Mapping[str, Any]]], store_root: Path,
+                     namesrv: Mapping[str, Any] | None = None, **broker_options: Any) -> ClusterConfig:
+    """A ``ClusterConfig`` on free 127.0.0.1 ports: one name server and, per group, its members' overrides
+    (member i is broker_id i; 1.. are replicas with ``ha.role`` SLAVE following member 0). Each member's
+    settings are ``broker_options`` with its overrides on top (an ``ha`` mapping merged key by key); its
+    store is ``store_root/<member>``."""
+    brokers: list[BrokerSettings] = []
+    for group, members in groups.items():
+        for broker_id, overrides in enumerate(members):
+            options = {**broker_options, **overrides,
+                       "ha": {**broker_options.get("ha", {}), **overrides.get("ha", {})}}
+            if broker_id > 0:
+                options["ha"]["role"] = HARole.SLAVE.value
+            settings = BrokerSettings(broker_name=group, broker_id=broker_id, listen=f"{HOST}:{free_port(2)}",
+                                      store_dir=store_root / f"{group}-{broker_id}", **options)
+            brokers.append(settings)
+    return ClusterConfig(name=name, namesrv=NamesrvConfig(listen=f"{HOST}:{free_port()}", **(namesrv or {})),
+                         brokers=brokers)
+
+
+class ClusterProcesses:
+    """One cluster of ``config`` as ``ManagedProcess`` children, each member controllable on its own.
+
+    ``start()`` starts the name server, then the primaries, then the replicas, and returns once the name
+    server lists every member and each primary counts its replicas in sync; any failure kills them all.
+    ``stop()`` (also on ``__exit__``) SIGKILLs every child. Config files and ``<member>.log`` (stderr)
+    live in ``run_dir``.
+    """
+
+    def __init__(self, config: ClusterConfig, run_dir: Path) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.config = config
+        self.namesrv = ManagedProcess("namesrv", config.namesrv, run_dir, f"{config.name}-namesrv")
+        self.brokers: dict[tuple[str, int], ManagedProcess] = {
+            (b.broker_name, b.broker_id): ManagedProcess("broker", b, run_dir, member_name(b))
+            for b in config.broker_configs()}
+
+    @property
+    def namesrv_addr(self) -> str:
+        return self.config.namesrv.listen
+
+    def member(self, group: str, broker_id: int = 0) -> ManagedProcess:
+        return self.brokers[(group, broker_id)]
+
+    def start(self, timeout: float = 30.0) -> ClusterProcesses:
+        try:
+            self.namesrv.start(timeout)
+            for _, broker in sorted(self.brokers.items(), key=lambda kv: kv[0][1] > 0):  # primaries first
+                broker.start(timeout)
+            deadline = time.monotonic() + timeout
+            if not _wait_until(lambda: _cluster_complete(LocalClustersConfig(clusters=[self.config])), deadline):
+                raise RuntimeError(f"{self.config.name}: brokers not registered with {self.namesrv_addr} "
+                                   f"after {timeout}s")
+            for (group, broker_id), primary in self.brokers.items():
+                replicas = sum(1 for (g, i), b in self.brokers.items() if g == group and i > 0 and b.running())
+                if broker_id == 0 and replicas:
+                    wait_in_sync(primary.config.listen, replicas, deadline - time.monotonic())
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for proc in [*self.brokers.values(), self.namesrv]:
+            proc.kill()
+
+    def __enter__(self) -> ClusterProcesses:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _wait_until(condition: Any, deadline: float, interval: float = 0.05) -> bool:
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
+    return True
+
+
+def wait_in_sync(primary_addr: str, replicas: int, timeout: float = 30.0) -> None:
+    """Until the primary at ``primary_addr`` counts ``replicas`` replicas in sync (GET_BROKER_HA_STATUS):
+    a replica started before its primary listened connects on its next retry, a second later. Raises
+    TimeoutError naming the last count seen."""
+    from broker_store.client import Admin  # noqa: PLC0415 - the client is only needed once children run
+
+    deadline = time.monotonic() + timeout
+    seen: object = None
+    with Admin(primary_addr) as admin:
+        while True:
+            try:
+                seen = admin.ha_status(primary_addr).get("inSyncSlaveNums")
+            except RocketMQError as exc:  # still starting: poll until the deadline
+                seen = exc
+            if seen == replicas:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{primary_addr}: {replicas} replica(s) not in sync after {timeout:g}s "
+                                   f"(last seen: {seen})")
+            time.sleep(0.05)

@@ -10,10 +10,8 @@ per-message property edit is appending CLUSTER.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import TYPE_CHECKING
@@ -59,7 +57,6 @@ from broker_store.protocol.topic import (
     retry_topic,
 )
 from broker_store.store import (
-    DurableFuture,
     PutEntry,
     PutResult,
     PutStatus,
@@ -303,9 +300,10 @@ class SendProcessor:
         )
 
     def _answer(
-        self, cmd: RemotingCommand, result: PutResult, queue_id: int
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
-        """The send response; an awaitable of it while the store's durability future is pending."""
+        self, cmd: RemotingCommand, result: PutResult, queue_id: int, conn: Connection
+    ) -> RemotingCommand | None:
+        """The send response; None while the store's durability future is pending (``conn`` answers once it
+        resolves: ``Connection.reply_when_done``)."""
         status = result.status
         if status is PutStatus.PUT_OK:
             ext = {
@@ -320,7 +318,8 @@ class SendProcessor:
                 return cmd.response(ResponseCode.SUCCESS, None, ext)
             if durable.done():
                 return _durable_response(cmd, durable.result(), ext)
-            return self._answer_when_durable(cmd, durable, ext)
+            conn.reply_when_done(cmd, durable, lambda status: _durable_response(cmd, status, ext))
+            return None
         if status is PutStatus.MESSAGE_ILLEGAL or status is PutStatus.PROPERTIES_SIZE_EXCEEDED:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"the message is illegal: {result.remark}")
         if status is PutStatus.SERVICE_NOT_AVAILABLE:
@@ -332,16 +331,11 @@ class SendProcessor:
             )
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"{status.name}: {result.remark}")
 
-    async def _answer_when_durable(
-        self, cmd: RemotingCommand, durable: DurableFuture, ext: dict[str, str]
-    ) -> RemotingCommand:
-        return _durable_response(cmd, await asyncio.wrap_future(durable), ext)
-
     # -- SEND_MESSAGE / SEND_MESSAGE_V2 -----------------------------------------------------------
 
     def send_message(
         self, cmd: RemotingCommand, conn: Connection
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+    ) -> RemotingCommand | None:
         short = cmd.code != RequestCode.SEND_MESSAGE and "b" in cmd.ext_fields
         req = parse_send_header(cmd.ext_fields, short)
         checked = self._check(cmd, req, conn)
@@ -381,13 +375,13 @@ class SendProcessor:
             born_host=self._born_host(conn),
             reconsume_times=reconsume_times,
         )
-        return self._answer(cmd, result, queue_id)
+        return self._answer(cmd, result, queue_id, conn)
 
     # -- SEND_BATCH_MESSAGE -----------------------------------------------------------------------
 
     def send_batch_message(
         self, cmd: RemotingCommand, conn: Connection
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+    ) -> RemotingCommand | None:
         req = parse_send_header(cmd.ext_fields, "b" in cmd.ext_fields)
         if len(req.topic.encode()) > 127:
             return cmd.response(
@@ -427,7 +421,7 @@ class SendProcessor:
             born_timestamp=req.born_timestamp,
             born_host=self._born_host(conn),
         )
-        return self._answer(cmd, result, req.queue_id)
+        return self._answer(cmd, result, req.queue_id, conn)
 
     def _batch_entries(self, batch: list[tuple[memoryview, bytes, int]]) -> list[PutEntry] | int:
         """Store entries with CLUSTER set, or an illegal properties length.

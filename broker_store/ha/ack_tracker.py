@@ -10,8 +10,15 @@ Ordering: waiters needing the same N are resolved in end-offset order (a replica
 byte below it, so the satisfied ones are always a prefix). Within one call, all resolutions are made
 in ascending end offset, across different N too.
 
+Shared waiters (``share_until_sealed``, set by the primary's HA service): puts with the same N made
+between two ``seal()`` calls share one waiter and one future, which resolves once an ack reaches the
+latest of their end offsets and times out at the first one's deadline. The service seals once per loop
+turn, so a waiter holds the puts decoded together (one read of a producer connection), which are shipped
+together and acked by the same replica report anyway: one future per turn instead of one per put.
+
 Futures are ``concurrent.futures.Future`` so they fit the store's durability future (issue #9's
-``DurabilityPolicy`` steps return that type); await them with ``asyncio.wrap_future``. Contract: not
+``DurabilityPolicy`` steps return that type); await them with ``asyncio.wrap_future``. Callers must not
+cancel one when waiters are shared (puts of the same turn would see it cancelled). Contract: not
 thread-safe; call every method from the one event-loop thread that runs puts and HA links.
 """
 
@@ -22,7 +29,6 @@ import heapq
 import itertools
 from bisect import bisect_right
 from collections import deque
-from dataclasses import dataclass, field
 
 from broker_store.clock import Clock
 from broker_store.ha.status import ReplicationStatus
@@ -30,15 +36,21 @@ from broker_store.ha.status import ReplicationStatus
 AckFuture = concurrent.futures.Future[ReplicationStatus]
 
 
-@dataclass(eq=False)
 class _Waiter:
-    end_offset: int
-    """CommitLog offset just past the put's last byte; an ack at or past it covers the put."""
-    need_replicas: int
-    """Replica acks required: needAck - 1."""
-    deadline: float
-    seq: int
-    future: AckFuture = field(default_factory=concurrent.futures.Future)
+    """One put waiting for acks (a plain slotted class: one is built per synchronous put)."""
+
+    __slots__ = ("end_offset", "need_replicas", "deadline", "seq", "future", "settled")
+
+    def __init__(self, end_offset: int, need_replicas: int, deadline: float, seq: int) -> None:
+        self.end_offset = end_offset
+        """CommitLog offset just past the put's last byte; an ack at or past it covers the put."""
+        self.need_replicas = need_replicas
+        """Replica acks required: needAck - 1."""
+        self.deadline = deadline
+        self.seq = seq
+        self.future: AckFuture = concurrent.futures.Future()
+        self.settled = False
+        """Resolved by this tracker (a cancelled future is found by ``future.done()`` instead)."""
 
 
 class AckTracker:
@@ -53,11 +65,20 @@ class AckTracker:
         self._deadlines: list[tuple[float, int, _Waiter]] = []
         self._seq = itertools.count()
         self._pending = 0
+        self._open: dict[int, _Waiter] = {}
+        self.share_until_sealed = False
+        """Puts between two ``seal()`` calls share a waiter (see the module docstring); off by default."""
 
     @property
     def pending(self) -> int:
-        """Puts still waiting (cancelled ones included until they are swept)."""
+        """Waiters still pending (one per put, or per sealed group of puts when shared; cancelled ones
+        included until they are swept)."""
         return self._pending
+
+    def seal(self) -> None:
+        """Later puts start new waiters (with ``share_until_sealed``; the HA service calls it each loop turn)."""
+        if self._open:
+            self._open.clear()
 
     def wait(self, end_offset: int, need_acks: int, ack_offsets: list[int]) -> AckFuture:
         """A future for a put ending at ``end_offset`` that needs ``need_acks`` copies, primary included.
@@ -65,11 +86,19 @@ class AckTracker:
         ``ack_offsets`` are the connected replicas' current acks (``ReplicaLinks.ack_offsets()``): a put
         already covered resolves at once. ``need_acks`` <= 1 needs no replica and is PUT_OK at once.
         """
-        waiter = _Waiter(end_offset, max(need_acks - 1, 0), self._clock.monotonic() + self._timeout,
-                         next(self._seq))
-        if _covered(waiter.need_replicas, ack_offsets) >= end_offset:
-            waiter.future.set_result(ReplicationStatus.PUT_OK)
-            return waiter.future
+        need_replicas = max(need_acks - 1, 0)
+        if _covered(need_replicas, ack_offsets) >= end_offset:
+            return _put_ok()
+        if self.share_until_sealed:
+            shared = self._open.get(need_replicas)
+            group = self._groups.get(need_replicas)
+            if (shared is not None and not shared.settled and shared.end_offset <= end_offset
+                    and group and group[-1] is shared):
+                shared.end_offset = end_offset  # still the group's last waiter: the order holds
+                return shared.future
+        waiter = _Waiter(end_offset, need_replicas, self._clock.monotonic() + self._timeout, next(self._seq))
+        if self.share_until_sealed:
+            self._open[need_replicas] = waiter
         group = self._groups.setdefault(waiter.need_replicas, deque())
         if not group or group[-1].end_offset <= end_offset:
             group.append(waiter)
@@ -86,7 +115,10 @@ class AckTracker:
             covered = _covered(need, ack_offsets)
             while group and group[0].end_offset <= covered:
                 done.append(group.popleft())
-        return self._resolve(done, ReplicationStatus.PUT_OK)
+        # One group is already in end-offset order; several are merged by _resolve's sort.
+        resolved = self._resolve(done, ReplicationStatus.PUT_OK, ordered=len(self._groups) <= 1)
+        self._drop_resolved_deadlines()
+        return resolved
 
     def expire(self) -> int:
         """Resolve FLUSH_SLAVE_TIMEOUT every waiter whose deadline has passed; returns how many."""
@@ -104,27 +136,42 @@ class AckTracker:
 
     def next_deadline(self) -> float | None:
         """Clock time of the earliest pending deadline (None when nothing waits)."""
-        while self._deadlines and self._deadlines[0][2].future.done():
-            heapq.heappop(self._deadlines)  # resolved or cancelled meanwhile
+        self._drop_resolved_deadlines()
         return self._deadlines[0][0] if self._deadlines else None
+
+    def _drop_resolved_deadlines(self) -> None:
+        # Acks resolve the oldest puts first, so resolved ones leave from the heap's front; without this
+        # the heap would hold every put acked since the last timer tick (seconds of puts).
+        deadlines = self._deadlines
+        while deadlines and (deadlines[0][2].settled or deadlines[0][2].future.done()):
+            heapq.heappop(deadlines)  # resolved or cancelled meanwhile
 
     def fail_all(self, status: ReplicationStatus) -> int:
         """Resolve every waiter with ``status`` (shutdown, or a role change away from primary)."""
         everyone = [w for group in self._groups.values() for w in group]
         self._groups.clear()
+        self._open.clear()
         self._deadlines.clear()
         return self._resolve(everyone, status)
 
-    def _resolve(self, waiters: list[_Waiter], status: ReplicationStatus) -> int:
-        waiters.sort(key=lambda w: (w.end_offset, w.seq))
+    def _resolve(self, waiters: list[_Waiter], status: ReplicationStatus, ordered: bool = False) -> int:
+        if not ordered:
+            waiters.sort(key=lambda w: (w.end_offset, w.seq))
         resolved = 0
         for waiter in waiters:
             self._pending -= 1
+            waiter.settled = True
             # A waiter whose future the caller cancelled is simply dropped.
             if waiter.future.set_running_or_notify_cancel():
                 waiter.future.set_result(status)
                 resolved += 1
         return resolved
+
+
+def _put_ok() -> AckFuture:
+    future: AckFuture = concurrent.futures.Future()
+    future.set_result(ReplicationStatus.PUT_OK)
+    return future
 
 
 def _covered(need_replicas: int, ack_offsets: list[int]) -> int:

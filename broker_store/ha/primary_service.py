@@ -52,6 +52,10 @@ class _Stream:
     """Next CommitLog byte to ship (-1 before the first report)."""
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     sender: asyncio.Task[None] | None = None
+    parked: bool = False
+    """The sender waits for new data: caught up, nothing queued beyond the transport's limit."""
+    last_sent: float = 0.0
+    """Clock time of the last batch or heartbeat written (a heartbeat follows a silence this long)."""
 
 
 class PrimaryService:
@@ -75,6 +79,9 @@ class PrimaryService:
         self._tick_handle: asyncio.TimerHandle | None = None
         self._tick_at: float | None = None
         self._ids = itertools.count(1)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ship_scheduled = False
+        self._stopped = False
 
     @property
     def port(self) -> int:
@@ -88,10 +95,13 @@ class PrimaryService:
             self._server = await asyncio.start_server(self._serve, self._host, self._port)
         except OSError as exc:
             raise HALinkError(f"cannot listen for replicas on {self._host}:{self._port}: {exc}") from exc
+        self._loop = asyncio.get_running_loop()
         self._quorum.on_wakeup_changed = self._arm_tick
+        self._quorum.share_waiters()  # sealed by _ship_to_parked, once per loop turn with appends
 
     async def stop(self) -> None:
         """Close the listener and every link; answer puts still waiting (FLUSH_SLAVE_TIMEOUT)."""
+        self._stopped = True
         self._quorum.on_wakeup_changed = None
         if self._tick_handle is not None:
             self._tick_handle.cancel()
@@ -106,9 +116,43 @@ class PrimaryService:
         self._quorum.fail_pending(ReplicationStatus.FLUSH_SLAVE_TIMEOUT)
 
     def notify_appended(self) -> None:
-        """The log grew: wake idle streams (call from the store's arrival listener, on the loop thread)."""
-        for stream in self._streams.values():
-            stream.wake.set()
+        """The log grew: ship to idle streams (call from the store's arrival listener, on the loop thread).
+
+        Puts decoded together (one read of a producer connection) are shipped together: one callback per
+        loop turn ships everything new to each caught-up replica, without waking its sender task, and
+        seals the turn's shared ack waiter (the puts of one turn share one future).
+        """
+        if not self._ship_scheduled and self._loop is not None:
+            self._ship_scheduled = True
+            self._loop.call_soon(self._ship_to_parked)
+
+    def _ship_to_parked(self) -> None:
+        self._ship_scheduled = False
+        self._quorum.seal_waiters()
+        if self._stopped:
+            return  # stopped since the append: its links are closing
+        log_ = self._log
+        for stream in list(self._streams.values()):
+            if not stream.parked:
+                stream.wake.set()  # shipping or held back by a full transport: its sender goes on
+                continue
+            transport = stream.writer.transport
+            if (stream.next_offset >= log_.min_physical_offset
+                    and transport.get_write_buffer_size() < _WRITE_BUFFER_HIGH and self._ship_batch(stream)):
+                if log_.max_physical_offset > stream.next_offset:
+                    stream.wake.set()  # more than one batch: the sender ships the rest (and drains)
+            else:
+                stream.wake.set()
+
+    def _ship_batch(self, stream: _Stream) -> int:
+        """Write the next batch (at most ``ha_transfer_batch_size``) to ``stream``; its size, 0 if none.
+        Header and data leave in one write: a lone 12-byte header would cost the replica a wake-up."""
+        data = self._log.read_commit_log(stream.next_offset, self._batch)
+        if data:
+            stream.writer.write(encode_batch_header(stream.next_offset, len(data)) + data)
+            stream.next_offset += len(data)
+            stream.last_sent = self._clock.monotonic()
+        return len(data)
 
     def shipped_offsets(self) -> dict[LinkId, int]:
         """Next offset each connected replica will be sent (admin views, tests)."""
@@ -178,7 +222,7 @@ class PrimaryService:
 
     async def _send_loop(self, stream: _Stream) -> None:
         writer, log_ = stream.writer, self._log
-        last_sent = self._clock.monotonic()
+        stream.last_sent = self._clock.monotonic()
         since_yield = 0
         try:
             while True:
@@ -189,14 +233,10 @@ class PrimaryService:
                                                     primary_max=log_.max_physical_offset)
                     log.warning("HA link %s: %s", stream.link, decision.reason)
                     stream.next_offset = decision.offset
-                data = log_.read_commit_log(stream.next_offset, self._batch)
-                if data:
-                    writer.write(encode_batch_header(stream.next_offset, len(data)))
-                    writer.write(data)
-                    stream.next_offset += len(data)
-                    last_sent = self._clock.monotonic()
+                shipped = self._ship_batch(stream)
+                if shipped:
                     await writer.drain()
-                    since_yield += len(data)
+                    since_yield += shipped
                     if since_yield >= _YIELD_EVERY:
                         since_yield = 0
                         await asyncio.sleep(0)
@@ -204,13 +244,20 @@ class PrimaryService:
                 stream.wake.clear()
                 if log_.max_physical_offset > stream.next_offset:
                     continue  # grew between the read and the clear
-                idle = self._clock.monotonic() - last_sent
+                idle = self._clock.monotonic() - stream.last_sent
                 if idle < self._heartbeat:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stream.wake.wait(), self._heartbeat - idle)
+                    # Parked: new data is shipped by ``_ship_to_parked`` without waking this task; it
+                    # wakes for more than one batch, a full transport, or the heartbeat.
+                    stream.parked = True
+                    try:
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(self._heartbeat - idle):
+                                await stream.wake.wait()
+                    finally:
+                        stream.parked = False
                     continue
                 writer.write(encode_heartbeat(stream.next_offset))
-                last_sent = self._clock.monotonic()
+                stream.last_sent = self._clock.monotonic()
                 await writer.drain()
         except OSError as exc:
             log.info("HA link %s: send failed: %s", stream.link, exc)

@@ -27,6 +27,7 @@ needAck rules (RocketMQ 5 CommitLog, slaveActingMaster flavour; DESIGN.md):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -94,7 +95,13 @@ def decide_need_acks(rules: QuorumRules, *, alive_copies: int, in_sync_copies: i
     need = rules.in_sync_replicas
     if rules.enable_auto_in_sync_replicas:
         need = max(min(need, current), rules.min_in_sync_replicas)
-    return AckDecision(need, current, refused=need > current)
+    return _decision(need, current, need > current)
+
+
+@functools.lru_cache(maxsize=256)
+def _decision(need_acks: int, current_in_sync: int, refused: bool) -> AckDecision:
+    # Decided twice per synchronous put from a handful of distinct counts: build each (frozen) once.
+    return AckDecision(need_acks, current_in_sync, refused)
 
 
 class Quorum:
@@ -124,9 +131,19 @@ class Quorum:
         if decision.refused:
             return _resolved(ReplicationStatus.IN_SYNC_REPLICAS_NOT_ENOUGH)
         future = self.acks.wait(end_offset, decision.need_acks, self.links.ack_offsets())
-        if not future.done():
+        if not future.done() and self.acks.pending == 1:
+            # Deadlines only grow (monotonic clock + one timeout), so a waiter can only be the earliest
+            # when it is the only one; later ones need no re-arm (one per put would cost a timer check).
             self._wakeup_changed()
         return future
+
+    def share_waiters(self) -> None:
+        """From now on, puts between two ``seal_waiters()`` calls share one waiter and future (the HA
+        service seals once per loop turn; ``ack_tracker`` explains the trade)."""
+        self.acks.share_until_sealed = True
+
+    def seal_waiters(self) -> None:
+        self.acks.seal()
 
     def replica_ack_step(self) -> ReplicaAckStep:
         return ReplicaAckStep(self)
@@ -171,25 +188,29 @@ class ReplicaAckStep:
     """The replica-ack step of the store's durability policy (``store.durability.AdmissionStep`` shape).
 
     ``admit`` runs before the append: IN_SYNC_REPLICAS_NOT_ENOUGH refuses the put, nothing is written
-    (RocketMQ 5 decides before appending). ``wait`` runs after it, with the decision made again from the
-    same view (same loop turn, nothing moved between), and returns None when the put needs no replica
-    (ASYNC_MASTER, 1/1). A put with WAIT=false reaches neither (the policy skips its steps).
+    (RocketMQ 5 decides before appending). ``wait`` runs after it and reuses that decision (the store
+    calls both for one put in the same loop turn, nothing moves between; decided once, as RocketMQ does);
+    without a preceding ``admit`` it decides from the current view. It returns None when the put needs no
+    replica (ASYNC_MASTER, 1/1). A put with WAIT=false reaches neither (the policy skips its steps).
     """
 
     name = "replica-ack"
 
     def __init__(self, quorum: Quorum) -> None:
         self._quorum = quorum
+        self._admitted: AckDecision | None = None
 
     def admit(self, max_offset: int) -> tuple[ReplicationStatus, str] | None:
-        decision = self._quorum.admit(max_offset)
+        decision = self._admitted = self._quorum.admit(max_offset)
         if not decision.refused:
             return None
         return (ReplicationStatus.IN_SYNC_REPLICAS_NOT_ENOUGH,
                 f"the put needs {decision.need_acks} copies, {decision.current_in_sync} in sync")
 
     def wait(self, end_offset: int, wait_store_msg_ok: bool = True) -> AckFuture | None:
-        decision = self._quorum.admit(end_offset, wait_store_msg_ok=wait_store_msg_ok)
+        decision, self._admitted = self._admitted, None
+        if decision is None or not wait_store_msg_ok:
+            decision = self._quorum.admit(end_offset, wait_store_msg_ok=wait_store_msg_ok)
         if decision.need_acks <= 1 and not decision.refused:
             return None
         return self._quorum.wait(end_offset, decision)

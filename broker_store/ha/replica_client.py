@@ -7,10 +7,12 @@ to primary stops the client first. Controller mode later adds the epoch handshak
 last consistent point) before the first batch, in its own codec.
 
 The session: report ``max_physical_offset`` (8 bytes); then for every read, apply the batches in
-order on a worker thread (a batch at the replica's max offset is appended; one past it means the
-primary's log starts beyond ours: RESTART, drop the log and continue there; one below it means we
-hold bytes the primary does not: DIVERGED, stop following and keep ``diverged`` for an operator),
-then report the new max offset, which is the ack the primary's quorum counts. A report also goes out
+order, on the loop for a small read and on a worker thread for a large one (a batch at the replica's
+max offset is appended; one past it means the primary's log starts beyond ours: RESTART, drop the log
+and continue there; one below it means we hold bytes the primary does not: DIVERGED, stop following and
+keep ``diverged`` for an operator), then report the new max offset, which is the ack the primary's
+quorum counts: one report per read, sent once the bytes are in the CommitLog and, for a small read,
+before its records are indexed. A report also goes out
 every ``ha_send_heartbeat_interval_ms``. Nothing received for ``ha_housekeeping_interval_ms`` (the
 primary heartbeats more often than that) is a dead link: close, wait ``reconnect_delay``, connect
 again and resume from the max offset.
@@ -34,12 +36,16 @@ from broker_store.protocol.errors import StoreError
 log = logging.getLogger(__name__)
 
 _READ_CHUNK = 1024 * 1024
+_INLINE_APPLY_BYTES = 64 * 1024
+"""A read up to this size is written and indexed on the loop thread; larger ones (catching up) on the
+worker thread, so the loop keeps reading the next chunk while the last one is indexed."""
 
 
 class ReplicaClient:
     """Follows the primary at ``primary_address`` (default: ``settings.ha_primary_address``) into ``log``.
 
-    Contract: ``log`` is written only by this client; its appends run on one worker thread at a time.
+    Contract: ``log`` is written only by this client, one append at a time (on the loop thread or its
+    one worker thread).
     """
 
     def __init__(self, log_: ReplicaLog, settings: HASettings, *, primary_address: str | None = None,
@@ -122,7 +128,16 @@ class ReplicaClient:
                 if not data:
                     raise HALinkError("the primary closed the link")
                 batches = decoder.feed(data)
-                if batches:
+                if not batches:
+                    continue
+                if len(data) <= _INLINE_APPLY_BYTES:
+                    # Following closely (a few puts per read): write on the loop, ack at once, index after
+                    # the ack is on its way. A thread hop each way would add two wake-ups to every
+                    # synchronous put's round trip for a write of a few KiB to the page cache.
+                    self._write(batches)
+                    writer.write(encode_report(self._log.max_physical_offset))
+                    self._log.index_commit_log()
+                else:
                     await loop.run_in_executor(self._appender, self._apply, batches)
                     writer.write(encode_report(self._log.max_physical_offset))
         except OSError as exc:
@@ -133,7 +148,12 @@ class ReplicaClient:
             writer.close()
 
     def _apply(self, batches: list[TransferBatch]) -> None:
-        """Worker thread: append each batch at the log's max offset (or restart/refuse per its offset)."""
+        """Worker thread: write the batches, then index them."""
+        self._write(batches)
+        self._log.index_commit_log()
+
+    def _write(self, batches: list[TransferBatch]) -> None:
+        """Write each batch at the log's max offset (or restart/refuse per its offset), unindexed."""
         log_ = self._log
         for batch in batches:
             if batch.offset != log_.max_physical_offset:
@@ -146,7 +166,7 @@ class ReplicaClient:
                     log.warning("HA replica: %s", decision.reason)
                     log_.restart_commit_log(decision.offset)
             if batch.data:
-                log_.append_commit_log(batch.offset, batch.data)
+                log_.write_commit_log(batch.offset, batch.data)
 
     async def _heartbeat_loop(self, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError):

@@ -35,6 +35,14 @@ class ReplicaLog(PrimaryLog, Protocol):
         """Write ``data`` at exactly the max offset (not crossing a segment end) and index whole records."""
         ...
 
+    def write_commit_log(self, offset: int, data: bytes) -> None:
+        """``append_commit_log`` without the indexing: the max offset moves, records wait for ``index_commit_log``."""
+        ...
+
+    def index_commit_log(self) -> None:
+        """Index every complete record written so far."""
+        ...
+
     def truncate_commit_log(self, offset: int) -> None:
         """Drop every byte at or past ``offset`` (a record boundary)."""
         ...

@@ -4,18 +4,23 @@ Called by the broker and the name server. A peer that sends garbage or an oversi
 only its own connection; a handler that raises gets a SYSTEM_ERROR response naming the error.
 
 Handler contract: ``handler(cmd, conn)`` runs on the loop as soon as the request is decoded and
-returns the response (or None), or an awaitable of it when it must wait (a SYNC_FLUSH ack, a held
-pull). Only awaitables get a task: creating one per request costs more than a whole in-memory send
-(an ``async def`` handler therefore always takes the task path; the broker's hot processors answer
-synchronously).
+returns the response (or None), or an awaitable of it when it must wait (a held pull). Only awaitables
+get a task: creating one per request costs more than a whole in-memory send (an ``async def`` handler
+therefore always takes the task path; the broker's hot processors answer synchronously). A handler
+waiting on a ``concurrent.futures.Future`` (a put's durability: SYNC_FLUSH, replica acks) returns None
+after ``conn.reply_when_done``, which answers from the future's callback: no task, no asyncio future,
+and no cross-thread wake-up when the future is resolved on the loop's own thread (replica acks are).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import logging
+import threading
 from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from broker_store.net.framing import FrameReader
 from broker_store.protocol.codes import ResponseCode
@@ -24,6 +29,8 @@ from broker_store.protocol.frame import RemotingCommand, encode_frame
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+_PendingReply = tuple[RemotingCommand, Callable[[Any], RemotingCommand]]
 HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 Handler = Callable[[RemotingCommand, "Connection"], HandlerResult]
 
@@ -41,6 +48,11 @@ class Connection(asyncio.Protocol):
         # Responses produced in one loop iteration leave in one write (one syscall, not one each).
         self._out: list[bytes] = []
         self._flush_scheduled = False
+        self._loop = asyncio.get_running_loop()
+        """Cached: ``asyncio.get_running_loop()`` costs a getpid() system call, and sends call it per frame."""
+        self._loop_thread = threading.get_ident()
+        self._replies: dict[concurrent.futures.Future[Any], list[_PendingReply]] = {}
+        """Requests waiting on each durability future (``reply_when_done``), answered in arrival order."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -88,7 +100,7 @@ class Connection(asyncio.Protocol):
                 if not cmd.is_oneway:
                     self.send(result)
                 continue
-            task = asyncio.get_running_loop().create_task(self._serve(cmd, result))
+            task = self._loop.create_task(self._serve(cmd, result))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -106,6 +118,41 @@ class Connection(asyncio.Protocol):
         if response is not None and not cmd.is_oneway:
             self.send(response)
 
+    def reply_when_done(self, cmd: RemotingCommand, future: concurrent.futures.Future[T],
+                        respond: Callable[[T], RemotingCommand]) -> None:
+        """Answer ``cmd`` with ``respond(result)`` once ``future`` resolves (call on the loop's thread).
+
+        The answer runs on the thread that resolves the future: on the loop's thread the response is
+        queued at once (many puts resolved by one replica ack leave in one write); from another thread
+        (the flush thread) it hops onto the loop. Requests waiting on the same future (puts sharing an
+        ack waiter) are answered by one callback, in arrival order. A failed or cancelled future, or a
+        raising ``respond``, answers SYSTEM_ERROR naming the error.
+        """
+        replies = self._replies.get(future)
+        if replies is not None:  # puts sharing one durability future: one callback answers them all
+            replies.append((cmd, respond))
+            return
+        self._replies[future] = [(cmd, respond)]
+        future.add_done_callback(self._replies_due)  # may run at once: the entry is in place first
+
+    def _replies_due(self, future: concurrent.futures.Future[Any]) -> None:
+        if threading.get_ident() == self._loop_thread:
+            self._answer_replies(future)
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._answer_replies, future)
+        except RuntimeError:  # the loop is closed: the server stopped and this connection with it
+            log.debug("dropping responses to %s: the event loop is closed", self.remote_addr)
+
+    def _answer_replies(self, future: concurrent.futures.Future[Any]) -> None:
+        for cmd, respond in self._replies.pop(future, ()):
+            try:
+                response = respond(future.result())
+            except (Exception, concurrent.futures.CancelledError) as exc:  # noqa: BLE001 - answered, not raised
+                response = self._error_response(cmd, exc)
+            if not cmd.is_oneway:
+                self.send(response)
+
     def send(self, cmd: RemotingCommand) -> None:
         """Queue a frame; frames queued in the same loop iteration are written together."""
         if self._transport is None or self.closed:
@@ -120,7 +167,7 @@ class Connection(asyncio.Protocol):
         self._out.append(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False

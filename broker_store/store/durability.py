@@ -86,9 +86,13 @@ class DurabilityPolicy:
 
     def durable(self, end_offset: int, wait_store_msg_ok: bool = True) -> DurableFuture:
         """One future for every step, started together (the flush and the replica acks run in parallel)."""
-        if not self._steps or not wait_store_msg_ok:
+        steps = self._steps
+        if not steps or not wait_store_msg_ok:
             return resolved(PutStatus.PUT_OK)
-        pending = [f for f in (step.wait(end_offset) for step in self._steps) if f is not None]
+        if len(steps) == 1:  # one step (replica acks, or the flush): its future is the put's
+            future = steps[0].wait(end_offset)
+            return resolved(PutStatus.PUT_OK) if future is None else future
+        pending = [f for f in (step.wait(end_offset) for step in steps) if f is not None]
         if not pending:
             return resolved(PutStatus.PUT_OK)
         if len(pending) == 1:

@@ -401,7 +401,15 @@ class MessageStore:
 
         ``data`` may end inside a record; that record is indexed once the rest arrives.
         """
-        arrived: list[tuple[str, int, int]] = []
+        self.write_commit_log(offset, data)
+        self.index_commit_log()
+
+    def write_commit_log(self, offset: int, data: bytes) -> None:
+        """Replica side: write raw bytes at exactly the max offset, without indexing them yet.
+
+        The max offset moves past ``data`` at once (what a replica acks: RocketMQ's replica reports after
+        the CommitLog append and builds its ConsumeQueues behind it); ``index_commit_log`` indexes later.
+        """
         with self._lock:
             cl = self._commit_log
             if offset != cl.max_offset:
@@ -413,14 +421,23 @@ class MessageStore:
                 return
             try:
                 cl.write(offset, data)
-                queues = self._queues
-                pos, stopped = queues.dispatched, False
+            except OSError as exc:
+                raise StoreError(f"append to the commit log at {offset} failed: {exc}") from exc
+
+    def index_commit_log(self) -> None:
+        """Replica side: index every complete record written so far (ConsumeQueues, arrival listeners)."""
+        arrived: list[tuple[str, int, int]] = []
+        with self._lock:
+            cl = self._commit_log
+            queues = self._queues
+            pos, stopped = queues.dispatched, False
+            try:
                 while not stopped and pos < cl.max_offset:
                     records, pos, stopped = cl.scan(pos, cl.max_offset)
                     arrived.extend(queues.dispatch(records))
                     queues.dispatched = pos
             except OSError as exc:
-                raise StoreError(f"append to the commit log at {offset} failed: {exc}") from exc
+                raise StoreError(f"indexing the commit log from {pos} failed: {exc}") from exc
         if self._listeners and arrived:
             self._notify(arrived)
 

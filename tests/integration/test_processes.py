@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, new_message
+from broker_store.launcher import ClusterProcesses, loopback_cluster, wait_in_sync
 from tests.support.processes import free_port, local_cluster
 
 pytestmark = pytest.mark.integration
@@ -171,3 +172,22 @@ def test_broker_keeps_serving_after_garbage_and_oversized_frames(tmp_path: Path)
         with Producer(cluster.namesrv_addr) as producer:
             assert producer.send(new_message("StillUp", b"x")).ok
         assert cluster.brokers[0].running()
+
+
+def test_cluster_processes_start_a_replica_group_in_sync_and_restart_a_member(tmp_path: Path) -> None:
+    # The product launcher's own path for benchmarks: free loopback ports, replica follows its primary.
+    ha = {"role": "SYNC_MASTER", "total_replicas": 2, "in_sync_replicas": 2, "ha_send_heartbeat_interval_ms": 500,
+          "ha_housekeeping_interval_ms": 2000}
+    config = loopback_cluster("lc", {"g": ({"ha": ha}, {})}, tmp_path / "stores", fast_listen_enable=False)
+    with ClusterProcesses(config, tmp_path / "run") as cluster:
+        primary, replica = cluster.member("g", 0), cluster.member("g", 1)
+        assert replica.config.ha.ha_primary_address == f"127.0.0.1:{primary.config.ha_port()}"
+        with Admin(cluster.namesrv_addr) as admin:
+            admin.create_topic("LC", 2, broker_names=["g"])
+            admin.wait_for_route("LC")
+        with Producer(cluster.namesrv_addr, "lc") as producer:
+            producer.send(new_message("LC", b"x"))  # PUT_OK: the replica acked it
+        replica.kill()
+        replica.start()
+        wait_in_sync(primary.config.listen, 1, 15.0)
+    assert not primary.running() and not replica.running()

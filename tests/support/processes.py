@@ -9,8 +9,8 @@ listen + 1). Each member can be stopped (SIGTERM), killed (SIGKILL), paused (SIG
 at the same address. tests/conftest.py appends the logs of the clusters a failed test used to its
 report (``failure_logs``).
 
-Process control itself is ``broker_store.launcher.ManagedProcess`` (product code, also used by the
-benchmarks); this module adds what tests need on top.
+Process control itself is ``broker_store.launcher.ManagedProcess`` and ports come from its
+``free_port`` (product code, also used by the benchmarks); this module adds what tests need on top.
 """
 
 from __future__ import annotations
@@ -18,47 +18,21 @@ from __future__ import annotations
 import atexit
 import os
 import signal
-import socket
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from broker_store.client import Admin
 from broker_store.config import BrokerConfig, NamesrvConfig
-from broker_store.launcher import ManagedProcess
+from broker_store.launcher import HOST, ManagedProcess
+from broker_store.launcher import free_port as free_port  # re-exported: the tests take ports from here
 from broker_store.protocol.errors import RocketMQError
 
-HOST = "127.0.0.1"
 LOG_TAIL_CHARS = 3000
-
-# Ports this process handed out: a port is chosen before the child binds it, so without this two
-# members configured in a row could be given the same one.
-_handed_out: set[int] = set()
-
-
-def free_port(span: int = 1) -> int:
-    """A loopback port P such that P .. P + span - 1 are all free now and not handed out before."""
-    for _ in range(200):
-        with ExitStack() as held:
-            first = held.enter_context(socket.socket())
-            first.bind((HOST, 0))
-            base = int(first.getsockname()[1])
-            ports = range(base, base + span)
-            if ports[-1] > 65535 or _handed_out.intersection(ports):
-                continue
-            try:
-                for port in ports[1:]:
-                    held.enter_context(socket.socket()).bind((HOST, port))
-            except OSError:  # a neighbour is taken: draw again
-                continue
-            _handed_out.update(ports)
-            return base
-    raise RuntimeError(f"no {span} consecutive free loopback ports after 200 draws")
-
 
 class ClusterProcess(ManagedProcess):
     """A name server or broker child on a fixed loopback address (a restart keeps it)."""

@@ -251,6 +251,24 @@ def test_many_pipelined_waiters_resolve_in_offset_order() -> None:
     assert all(f.result(timeout=0) is OK for f in futures) and quorum.acks.pending == 0
 
 
+def test_acked_puts_leave_the_deadline_heap_and_only_the_first_waiter_rearms_the_timer() -> None:
+    quorum, clock = _quorum(total_replicas=2, in_sync_replicas=2)
+    rearms: list[float | None] = []
+    quorum.on_wakeup_changed = lambda: rearms.append(quorum.next_wakeup())
+    quorum.replica_connected("r1")
+    quorum.replica_reported("r1", 0)
+    rearms.clear()
+    for round_ in range(3):
+        for end in range(1, 17):
+            quorum.wait(round_ * 100 + end, quorum.admit(round_ * 100 + end))
+            clock.advance(0.001)
+        # deadlines only grow: the first put of each round is the only one that can move the timer
+        assert len(rearms) == round_ + 1
+        quorum.replica_reported("r1", round_ * 100 + 16)
+        # without the sweep the heap would keep every acked put until the next timer tick
+        assert quorum.acks.pending == 0 and not quorum.acks._deadlines
+
+
 def test_mixed_needs_resolve_independently_and_in_offset_order() -> None:
     clock = ManualClock()
     tracker = AckTracker(clock, timeout=1.0)
@@ -311,3 +329,38 @@ def test_tracker_matches_a_model(ops: list[tuple[str, Any, Any]]) -> None:
     for i, (_, _, _, future) in enumerate(puts):
         assert future.result(timeout=0) is (OK if i in covered_at else TIMEOUT)
     assert tracker.pending == 0
+
+
+def test_puts_of_one_turn_share_a_waiter_until_sealed() -> None:
+    quorum, clock = _quorum(total_replicas=2, in_sync_replicas=2)
+    quorum.replica_connected("r1")
+    quorum.replica_reported("r1", 0)
+    quorum.share_waiters()
+    turn = [quorum.wait(end, quorum.admit(end)) for end in (100, 200, 300)]
+    assert turn[0] is turn[1] is turn[2] and quorum.acks.pending == 1
+    quorum.seal_waiters()
+    clock.advance(1.0)
+    later = quorum.wait(400, quorum.admit(400))
+    assert later is not turn[0] and quorum.acks.pending == 2
+    quorum.replica_reported("r1", 200)  # covers the first two puts, not the turn's last: all wait on
+    assert not turn[0].done()
+    quorum.replica_reported("r1", 300)
+    assert turn[0].result(timeout=0) is OK and not later.done()
+    clock.advance(2.5)  # the later turn times out at its own first put's deadline (3 s after it)
+    quorum.tick()
+    assert not later.done()
+    clock.advance(0.5)
+    quorum.tick()
+    assert later.result(timeout=0) is TIMEOUT and quorum.acks.pending == 0
+
+
+def test_the_ack_step_waits_with_the_decision_its_admit_made() -> None:
+    quorum, _ = _quorum(total_replicas=2, in_sync_replicas=2, enable_auto_in_sync_replicas=True)
+    step = quorum.replica_ack_step()
+    quorum.replica_connected("r1")
+    quorum.replica_reported("r1", 0)
+    assert step.admit(0) is None            # decided with the replica in sync: 2 copies
+    quorum.replica_disconnected("r1")       # (not expected between the two calls of one put)
+    future = step.wait(100)
+    assert future is not None and not future.done()
+    assert step.wait(200) is None           # no admit before it: decided now, downgraded to 1 copy
