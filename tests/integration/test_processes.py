@@ -181,7 +181,8 @@ def test_cluster_processes_start_a_replica_group_in_sync_and_restart_a_member(tm
     config = loopback_cluster("lc", {"g": ({"ha": ha}, {})}, tmp_path / "stores", fast_listen_enable=False)
     with ClusterProcesses(config, tmp_path / "run") as cluster:
         primary, replica = cluster.member("g", 0), cluster.member("g", 1)
-        assert replica.config.ha.ha_primary_address == f"127.0.0.1:{primary.config.ha_port()}"
+        # No address configured: the replica learns the primary's HA address from its registration.
+        assert replica.config.ha.ha_primary_address is None
         with Admin(cluster.namesrv_addr) as admin:
             admin.create_topic("LC", 2, broker_names=["g"])
             admin.wait_for_route("LC")
