@@ -28,7 +28,7 @@ from typing import Any
 
 from broker_store.client import Admin
 from broker_store.config import BrokerConfig, NamesrvConfig
-from broker_store.launcher import HOST, ManagedProcess
+from broker_store.launcher import HOST, ManagedProcess, wait_in_sync
 from broker_store.launcher import free_port as free_port  # re-exported: the tests take ports from here
 from broker_store.protocol.errors import RocketMQError
 
@@ -248,17 +248,10 @@ class LocalCluster:
             primary, running = members[0], sum(1 for r in members[1:] if r.running())
             if not running or not primary.running():
                 continue
-            with Admin(primary.listen) as admin:
-                while True:
-                    try:
-                        if admin.ha_status(primary.listen).get("inSyncSlaveNums") == running:
-                            break
-                    except RocketMQError:
-                        pass
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"{self.name}: {primary.name}'s {running} replica(s) not in sync after "
-                                           f"{timeout}s\n{self.failure_logs()}")
-                    time.sleep(0.05)
+            try:
+                wait_in_sync(primary.listen, running, max(0.0, deadline - time.monotonic()))
+            except TimeoutError as exc:
+                raise RuntimeError(f"{self.name}: {exc}\n{self.failure_logs()}") from exc
 
     def stop(self) -> None:
         """SIGKILL every process (brokers first); safe to call twice."""
