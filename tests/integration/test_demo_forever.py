@@ -1,9 +1,8 @@
-"""`python -m jobs.demo --forever`: the load runs past the bounded length and Ctrl-C ends it, then the demo goes
-on to its summary. Tested on the demo's own load phase (``jobs.demo.run_load``, with the producer and consumer
-``run_demo`` builds for ``--forever``) against a real one-broker cluster, with a short lag-table period and a
-real SIGINT to this process: a whole demo run (two clusters on the fixed ports of conf/cluster-local.yaml,
-``jobs/run_all.py`` on local Spark, the summary) takes minutes on this machine and could not run beside other
-tests holding those ports. What follows the load phase in ``run_demo`` is the same code for both modes."""
+"""`python -m jobs.demo --forever`'s load phase: it runs past the bounded length and Ctrl-C ends it, then the demo
+goes on to its summary. Tested on ``jobs.demo.run_load`` with the producer and consumer ``run_demo`` builds for
+``--forever``, against a real one-broker cluster, a short lag-table period and a real SIGINT to this process:
+seconds, in the integration tier. The whole demo (clusters, ``jobs/run_all.py`` on Spark, the summary, exit 0)
+runs once in tests/spark/test_demo.py."""
 
 from __future__ import annotations
 
