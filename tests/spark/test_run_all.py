@@ -1,9 +1,8 @@
 """``spark-submit jobs/run_all.py``: one Spark application with every connector of a link, as an operator runs it
 on a cluster. Real processes: the job is its own Spark application (``local[2]``); the clusters are this
 module's own (the heartbeat topic it fills on the source would reach every later link of the session's
-clusters). ``python jobs/run_all.py`` differs only in who starts the JVM (``jobs.replicate.build_spark``
-with no master set), the way ``python jobs/heartbeat.py`` and ``python jobs/replicate.py`` start in
-tests/spark/test_heartbeat.py and test_job_console.py; the Spark tier runs this application once."""
+clusters). ``python jobs/run_all.py`` (the JVM started by ``jobs.replicate.build_spark``, no master set) runs
+in tests/spark/test_demo.py, which launches it as ``make demo`` does; the Spark tier runs each launch once."""
 
 from __future__ import annotations
 
