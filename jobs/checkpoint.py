@@ -24,11 +24,11 @@ if __package__ in (None, ""):  # `spark-submit jobs/checkpoint.py` / `python job
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from connectors.checkpoint.data_source import DATA_SOURCE_NAME, CheckpointDataSource  # noqa: E402
-from connectors.core.config import LinkConfig, ReplicatorConfig, load_replicator_config  # noqa: E402
+from connectors.core.config import LinkConfig, ReplicatorConfig  # noqa: E402
 from connectors.core.errors import ReplicatorError  # noqa: E402
-from jobs import job_logging  # noqa: E402
 from jobs.query_supervisor import (  # noqa: E402
     polling_query_location,
+    prepare_job,
     quiet_accumulator_server,
     start_polling_query,
     stop_on_signals,
@@ -45,6 +45,8 @@ def parse_args(argv: list[str] | None = None, prog: str = "checkpoint") -> argpa
     parser.add_argument("--link", action="append", default=[], help="only this link (repeatable); default: all")
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--log-dir", default="run/logs")
+    # no endpoint of its own: the replication and heartbeat jobs serve the links' metrics (prepare_job reads it)
+    parser.set_defaults(metrics_port=0)
     return parser.parse_args(argv)
 
 
@@ -68,31 +70,31 @@ def run_queries(argv: list[str] | None, *, prog: str, data_source: Any,
                 start: Callable[[Any, str, ReplicatorConfig, str], Any],
                 enabled: Callable[[LinkConfig], bool] = lambda _link: True) -> int:
     """The shared main loop of the polling connectors' jobs (checkpoint, config sync): parse the arguments,
-    start ``start(spark, config path, config, link)`` per link the connector is ``enabled`` for, run until a
-    signal or a failed query."""
+    prepare the job as every job does (``prepare_job``: logging, config, links, stop marker, exit 2; no
+    metrics endpoint), start ``start(spark, config path, config, link)`` per link the connector is
+    ``enabled`` for, run until a signal or a failed query."""
     args = parse_args(argv, prog)
-    try:
-        log_dir = job_logging.setup(args.log_dir, args.log_level)
-        config = load_replicator_config(args.config)
-        names = args.link or [link.name for link in config.links]
-        names = [name for name in names if enabled(config.link(name))]
-    except (ValueError, OSError, ReplicatorError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    job = prepare_job(args)
+    if isinstance(job, int):
+        return job
+    names = [name for name in job.names if enabled(job.config.link(name))]
     if not names:
-        print(f"error: {prog} is disabled for every link selected", file=sys.stderr)
+        job.stop()
+        log.error("error: %s is disabled for every link selected", prog)
         return 2
     stop = stop_on_signals()
-    spark = build_spark(f"rocketmq-replicator-{prog}", log_dir=log_dir,
-                        checkpoint_locations=[location(config, n) for n in names])
+    spark = build_spark(f"rocketmq-replicator-{prog}", log_dir=job.log_dir,
+                        checkpoint_locations=[location(job.config, n) for n in names])
     spark.dataSource.register(data_source)
     quiet_accumulator_server(spark)
     try:
-        failures = supervise(spark, [start(spark, args.config, config, name) for name in names], stop, log_dir)
+        failures = supervise(spark, [start(spark, args.config, job.config, name) for name in names], stop,
+                             job.log_dir)
     except ReplicatorError as exc:
         log.error("error: %s", exc)
         return 2
     finally:
+        job.stop()
         spark.stop()
     return 1 if failures else 0
 

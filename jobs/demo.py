@@ -180,6 +180,35 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str, job: su
         time.sleep(0.5)
 
 
+LAG_TABLE_EVERY = 4.0
+"""Seconds between two lag tables while the load runs."""
+
+
+def run_load(producer: LoadProducer, consumer: PartialConsumer, show: Callable[[], None], *,
+             every: float = LAG_TABLE_EVERY) -> bool:
+    """The load phase: start ``producer`` and ``consumer``, ``show`` the lag table every ``every`` seconds while
+    the producer runs (bounded: until its total is sent; ``--forever``: it has no total, so until Ctrl-C), then
+    stop and join both. True when Ctrl-C ended it; the caller goes on to the summary either way.
+    SystemExit when one of them failed."""
+    producer.start()
+    consumer.start()
+    interrupted = False
+    try:
+        while producer.is_alive():
+            time.sleep(every)
+            show()
+    except KeyboardInterrupt:
+        interrupted = True
+        print("Ctrl-C: stopping the load, then the summary", flush=True)
+    producer.stop.set()
+    producer.join()
+    consumer.join()
+    for thread in (producer, consumer):
+        if thread.error is not None:
+            raise SystemExit(f"{thread.name} failed: {thread.error}")
+    return interrupted
+
+
 def run_demo(namesrvs: dict[str, str], workdir: Path, *, forever: bool, rate: float, seconds: float) -> int:
     source, target = namesrvs["source"], namesrvs["target"]
     port = free_port()
@@ -205,22 +234,9 @@ def run_demo(namesrvs: dict[str, str], workdir: Path, *, forever: bool, rate: fl
               f"start-up (Spark included)")
         producer = LoadProducer(source, rate, None if forever else int(rate * seconds))
         consumer = PartialConsumer(source, seconds / 2, int(rate * seconds / 2))
-        producer.start()
-        consumer.start()
         print(f"producing 1 KiB messages to {TOPIC} at {rate:.0f} msg/s "
               f"({'until Ctrl-C' if forever else f'{seconds:.0f} s'}); {GROUP} reads part of them on the source")
-        try:
-            while producer.is_alive():
-                time.sleep(4)
-                show_lag(console, url, lagging)
-        except KeyboardInterrupt:
-            print("Ctrl-C: stopping the load, then the summary")
-        producer.stop.set()
-        producer.join()
-        consumer.join()
-        for thread in (producer, consumer):
-            if thread.error is not None:
-                raise SystemExit(f"{thread.name} failed: {thread.error}")
+        run_load(producer, consumer, lambda: show_lag(console, url, lagging))
         sent = producer.sent
         print(f"produced {len(sent)} messages; {GROUP} read {len(consumer.read)} of them on the source and stopped")
         with Admin(target) as admin:

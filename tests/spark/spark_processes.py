@@ -169,20 +169,42 @@ LOOPBACK_CONF = {
 }
 
 
+def submit_job(script: str, config: Path, log_file: Path, *, links: Sequence[str] = (), master: str = "local[2]",
+               args: Sequence[str] = (), conf: Mapping[str, str] | None = None,
+               env: Mapping[str, str] | None = None) -> TaggedProcess:
+    """``spark-submit jobs/<script> --config <config> --log-dir <log_file>.logs --link ... <args>`` as a tagged
+    process."""
+    argv = [str(SPARK_SUBMIT), "--master", master]
+    for key, value in {**LOOPBACK_CONF, **(conf or {})}.items():
+        argv += ["--conf", f"{key}={value}"]
+    argv += [str(PROJECT_ROOT / "jobs" / script), "--config", str(config),
+             "--log-dir", str(log_file.with_suffix(".logs"))]
+    for link in links:
+        argv += ["--link", link]
+    return TaggedProcess([*argv, *args], log_file, spark_env(**(env or {})))
+
+
 def submit_replicate(config: Path, links: Sequence[str], log_file: Path, *, master: str = "local[2]",
                      available_now: bool = False, conf: Mapping[str, str] | None = None,
                      env: Mapping[str, str] | None = None) -> TaggedProcess:
     """``spark-submit jobs/replicate.py --config <config> --link ...`` as a tagged process."""
-    argv = [str(SPARK_SUBMIT), "--master", master]
-    for key, value in {**LOOPBACK_CONF, **(conf or {})}.items():
-        argv += ["--conf", f"{key}={value}"]
-    argv += [str(PROJECT_ROOT / "jobs" / "replicate.py"), "--config", str(config),
-             "--log-dir", str(log_file.with_suffix(".logs"))]
-    for link in links:
-        argv += ["--link", link]
-    if available_now:
-        argv.append("--available-now")
-    return TaggedProcess(argv, log_file, spark_env(**(env or {})))
+    return submit_job("replicate.py", config, log_file, links=links, master=master, conf=conf, env=env,
+                      args=["--available-now"] if available_now else [])
+
+
+def python_driver_pid(job: TaggedProcess, script: str) -> int:
+    """The Python driver process of a ``spark-submit jobs/<script>`` job (the JVM's child running the script).
+    Signal it, not the process group, to stop the job as the script does on SIGTERM / SIGINT: the JVM would
+    start its own shutdown on the signal (stopping the SparkContext under the script's queries) and exit
+    with the signal's status, whatever the script does."""
+    for pid in job.pids():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 1 and b"python" in os.path.basename(argv[0]) and argv[1].endswith(os.fsencode(script)):
+            return pid
+    raise AssertionError(f"no Python driver running {script} among {job.pids()}")
 
 
 @dataclass

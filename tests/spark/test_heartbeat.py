@@ -56,6 +56,13 @@ def _heartbeat_job(config: Path, tmp_path: Path, *extra: str) -> TaggedProcess:
 
 def test_heartbeat_lag_on_the_target_then_stale_when_replication_stops(
         spark: Any, pair: tuple[LocalCluster, LocalCluster], tmp_path: Path) -> None:
+    """"Heartbeat lag appears on the target within two intervals", read as: once the link is up (it has
+    carried one heartbeat from source to target: link l1 OK on the endpoint; measured from there, not from
+    process launch, since Spark's start-up on a loaded machine is no part of the link's lag), the first
+    heartbeat born after that moment is visible on the target (its row in the link's Delta ``heartbeats``
+    table and the gauges, both written when the monitor reads it: ``seen_at``) no later than two heartbeat
+    intervals after its ``born_at`` (the producer's clock just before the send). Also: no heartbeat born
+    after that moment is lost, and their median born -> visible time stays within two intervals."""
     src, dst = pair
     topic = unique("Beat")
     port = free_port()
@@ -79,14 +86,23 @@ def test_heartbeat_lag_on_the_target_then_stale_when_replication_stops(
                 return False
             return rows[0].status is Status.OK
         wait_for(ok, 180, "link l1 OK on the endpoint", interval=0.5, alive=job)
+        up_ms = time.time() * 1000  # the link is up: it has carried a heartbeat from source to target
         print(f"first heartbeat through the link {time.monotonic() - started:.1f} s after the link started")
-        # steady state: the heartbeats' lag, each measured on the target, within two intervals
-        time.sleep(4 * INTERVAL)
-        table = DeltaTable(str(tmp_path / "delta" / "l1" / "heartbeats")).to_pyarrow_table().to_pylist()
-        lags = sorted(row["lag_ms"] for row in table)
-        print(f"heartbeat lag over {len(lags)} heartbeats: p50 {lags[len(lags) // 2]} ms, max {lags[-1]} ms")
-        assert len(lags) >= 3
-        assert lags[len(lags) // 2] <= 2 * INTERVAL * 1000, lags
+        heartbeats = tmp_path / "delta" / "l1" / "heartbeats"
+
+        def born_after_up() -> list[dict[str, Any]]:
+            rows = DeltaTable(str(heartbeats)).to_pyarrow_table().to_pylist()
+            return sorted((r for r in rows if r["born_at"].timestamp() * 1000 >= up_ms), key=lambda r: r["seq"])
+        # the first heartbeat born once the link is up, and the ones after it for a few intervals
+        wait_for(lambda: len(born_after_up()) >= 5, 30 * INTERVAL, "5 heartbeats born after the link was up",
+                 interval=0.2, alive=job)
+        table = born_after_up()
+        visible = [round((r["seen_at"] - r["born_at"]).total_seconds() * 1000) for r in table]
+        print(f"born -> visible on the target, ms, per heartbeat born after the link was up: {visible}; "
+              f"lag (arrived - born) ms: {[r['lag_ms'] for r in table]}")
+        assert [r["seq"] for r in table] == list(range(table[0]["seq"], table[0]["seq"] + len(table)))  # none lost
+        assert visible[0] <= 2 * INTERVAL * 1000, visible  # the issue's sentence, for the first heartbeat
+        assert sorted(visible)[len(visible) // 2] <= 2 * INTERVAL * 1000, visible  # and in the steady state
         row = table[-1]
         assert row["born_at"] < row["arrived_at"] <= row["seen_at"] and row["target_cluster"] == "hdst"
         probe = _lag_check(config)

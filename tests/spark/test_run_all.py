@@ -1,12 +1,13 @@
-"""``python jobs/run_all.py``: one Spark application with every connector of a link, as an operator runs it.
-Real processes: the job launches its own Spark; the clusters are this module's own (the heartbeat topic
-it fills on the source would reach every later link of the session's clusters)."""
+"""``spark-submit jobs/run_all.py``: one Spark application with every connector of a link, as an operator runs it
+on a cluster. Real processes: the job is its own Spark application (``local[2]``); the clusters are this
+module's own (the heartbeat topic it fills on the source would reach every later link of the session's
+clusters). ``python jobs/run_all.py`` (the JVM started by ``jobs.replicate.build_spark``, no master set) runs
+in tests/spark/test_demo.py, which launches it as ``make demo`` does; the Spark tier runs each launch once."""
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,9 +18,8 @@ from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, Pul
 from broker_store.protocol.errors import RocketMQError
 from connectors.checkpoint.tables import CheckpointTables
 from jobs.lag import scrape
-from tests.spark.conftest import PROJECT_ROOT
 from tests.spark.helpers import unique
-from tests.spark.spark_processes import TaggedProcess, spark_env, wait_for, write_replicator_config
+from tests.spark.spark_processes import python_driver_pid, submit_job, wait_for, write_replicator_config
 from tests.support.processes import LocalCluster, free_port
 
 pytestmark = pytest.mark.integration
@@ -82,13 +82,15 @@ def _consume_half(namesrv: str, group: str, topic: str) -> None:
 def test_run_all_replicates_heartbeats_and_checkpoints_then_stops_on_sigterm(
         pair: tuple[LocalCluster, LocalCluster], tmp_path: Path) -> None:
     src, dst = pair
-    topic, group = unique("All"), unique("GID_all")
+    topic, group, empty = unique("All"), unique("GID_all"), unique("AllEmpty")
     # on the source only, and holding data before the job starts: the replication query's first batch comes
     # before config sync's first round, so it creates the topic on the target like the source (2 queues, not
     # the target's auto-create default of 4, which config sync would then refuse to shrink every round)
     with Admin(src.namesrv_addr) as admin:
         admin.create_topic(topic, 2)
         admin.wait_for_route(topic)
+        admin.create_topic(empty, 3)  # no message: only config sync creates it on the target
+        admin.wait_for_route(empty)
     with Producer(src.namesrv_addr, "PID_run_all") as producer:
         for i in range(100):
             producer.send(new_message(topic, f"m{i}".encode()))
@@ -97,13 +99,11 @@ def test_run_all_replicates_heartbeats_and_checkpoints_then_stops_on_sigterm(
     config = write_replicator_config(
         tmp_path / "replicator.yaml", source=("asrc", src.namesrv_addr), target=("adst", dst.namesrv_addr),
         metrics_port=port, heartbeat={"interval": 1.0},
-        links={"l1": {"topic": topic, "trigger_interval": 1.0, "checkpoints": {"interval": 1.0},
-                      "config_sync": {"interval": 1.0}}})
+        links={"l1": {"topic": topic, "topics": {"explicit": [{"source": topic}, {"source": empty}]},
+                      "trigger_interval": 1.0, "checkpoints": {"interval": 1.0}, "config_sync": {"interval": 1.0}}})
     # faulthandler: an abort at the driver's exit (seen once: "terminate called without an active exception",
     # exit -6, after the summary) then shows every Python thread's stack in the console log
-    job = TaggedProcess([sys.executable, str(PROJECT_ROOT / "jobs" / "run_all.py"), "--config", str(config),
-                         "--log-dir", str(tmp_path / "logs")], tmp_path / "console.log",
-                        spark_env(PYTHONFAULTHANDLER="1"))
+    job = submit_job("run_all.py", config, tmp_path / "console.log", env={"PYTHONFAULTHANDLER": "1"})
     delta = tmp_path / "delta" / "l1"
     try:
         wait_for(lambda: _count(dst.namesrv_addr, topic) >= 100, 180, "the 100 messages on the target", alive=job)
@@ -130,7 +130,12 @@ def test_run_all_replicates_heartbeats_and_checkpoints_then_stops_on_sigterm(
         assert [r for r in _config_rows(delta) if r["status"] != "applied"] == []
         text = scrape(f"http://127.0.0.1:{port}/metrics", 2)
         assert _sample(text, "rmq_replicator_config_changes_pending") == 0
-        os.killpg(job.pid, signal.SIGTERM)  # the whole process group, as systemd and `timeout` do
+        # config sync created the topic the replication had nothing to copy from, with the source's queue count
+        assert {q: counts for q, (counts, _) in _per_queue(dst.namesrv_addr, empty).items()} == {
+            q: (3, 3) for q in range(3)}
+        assert [(r["kind"], r["status"]) for r in _config_rows(delta) if r["subject"] == empty] == [
+            ("create_topic", "applied")]
+        os.kill(python_driver_pid(job, "run_all.py"), signal.SIGTERM)
         rc = job.wait(120)
     finally:
         job.kill()

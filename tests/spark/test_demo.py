@@ -1,0 +1,63 @@
+"""`python -m jobs.demo --forever` whole, as a user runs it (README): the local clusters (conf/cluster-local.yaml's
+layout on free ports, so it can run beside other tests), ``jobs/run_all.py`` on local Spark, the load past the
+bounded length, Ctrl-C (SIGINT to the demo alone, as a terminal's Ctrl-C reaches it: its children run in
+sessions of their own), the summary and exit 0. The load phase alone is tested quickly in
+tests/integration/test_demo_forever.py."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.spark.conftest import PROJECT_ROOT
+from tests.spark.spark_processes import TaggedProcess, spark_env, wait_for
+from tests.support.processes import free_port
+
+pytestmark = pytest.mark.integration
+
+SECONDS = 3.0
+"""``--seconds``: the length a bounded run would produce for."""
+
+
+def _clusters_on_free_ports(work: Path) -> Path:
+    config = yaml.safe_load((PROJECT_ROOT / "conf" / "cluster-local.yaml").read_text())
+    for cluster in config["clusters"]:
+        cluster["namesrv"]["listen"] = f"127.0.0.1:{free_port()}"
+        for broker in cluster["brokers"]:
+            broker["listen"] = f"127.0.0.1:{free_port()}"
+            broker["store_dir"] = str(work / broker["store_dir"])
+    path = work / "cluster-local.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_forever_runs_until_ctrl_c_then_prints_the_summary_and_exits_0(tmp_path: Path) -> None:
+    demo = TaggedProcess([sys.executable, "-m", "jobs.demo", "--config", str(_clusters_on_free_ports(tmp_path)),
+                          "--forever", "--seconds", str(SECONDS)], tmp_path / "demo.log", spark_env())
+    try:
+        wait_for(lambda: "\nproducing " in demo.log(), 240, "the demo's load", interval=0.5, alive=demo)
+        producing = time.monotonic()
+        # past the bounded length (and its summary wait): still producing, still showing the lag table
+        time.sleep(3 * SECONDS + 5)
+        so_far = demo.log()
+        assert demo.alive() and "Ctrl-C: stopping" not in so_far and "summary:" not in so_far, so_far[-3000:]
+        tables = so_far.count("replication lag")
+        demo.proc.send_signal(signal.SIGINT)
+        rc = demo.wait(240)
+    finally:
+        demo.kill()
+    out = demo.log()
+    print(out[-4000:])
+    assert rc == 0, out[-4000:]
+    assert tables >= 2 and "Ctrl-C: stopping the load, then the summary" in out
+    produced = int(out.split("\nproduced ", 1)[1].split()[0])
+    assert produced > 200 * SECONDS, produced  # the default rate for longer than the bounded length
+    assert "summary:" in out and "demo check failed" not in out
+    assert "stopped the main job (exit 0)" in out and "stopped the local clusters (exit 0)" in out
+    assert "Traceback" not in out
+    print(f"SIGINT to exit 0: {time.monotonic() - producing - 3 * SECONDS - 5:.0f} s")
