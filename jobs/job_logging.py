@@ -9,7 +9,7 @@ the console; a developer reads the log files. So:
   names the cluster and the address), not the Python/JVM stack it travelled through.
 * ``<log dir>/replicator.log``: the Python log of the job and its workers, with every traceback.
 * ``<log dir>/spark.log``: the Spark JVM's log4j output (``spark_java_options`` points log4j at a
-  configuration this module writes into the log dir); only FATAL reaches the console from the JVM, so
+  configuration in ``conf/log4j2.properties``); only FATAL reaches the console from the JVM, so
   Spark's own ERROR lines and stacks for a failed or stopped query stay in the file.
 
 Runs on the driver only.
@@ -26,52 +26,28 @@ from connectors.core.driver_log import PYTHON_LOG
 
 SPARK_LOG = "spark.log"
 LOG4J_CONFIG = "log4j2.properties"
-__all__ = ["PYTHON_LOG", "SPARK_LOG", "LOG4J_CONFIG", "setup", "spark_java_options", "failure_reason", "failure_line"]
+__all__ = ["PYTHON_LOG", "SPARK_LOG", "LOG4J_CONFIG", "LOG4J_PROPERTIES", "setup", "spark_java_options",
+           "failure_reason", "failure_line"]
 
-# log4j2 properties for the driver JVM; ${sys:replicator.log.dir} is set with -D by spark_java_options.
-# The console appender lets only FATAL through; the file gets Spark's usual INFO with stacks.
-_LOG4J2 = """\
-# Written by jobs/job_logging.py at every job start; edit that module, not this file.
-rootLogger.level = info
-rootLogger.appenderRef.file.ref = file
-rootLogger.appenderRef.console.ref = console
-
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = ${sys:replicator.log.dir}/spark.log
-appender.file.append = true
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = %d{yyyy-MM-dd HH:mm:ss.SSS} %p %c{1}: %m%n%ex
-
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.filter.threshold.type = ThresholdFilter
-appender.console.filter.threshold.level = fatal
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-
-logger.jetty.name = org.sparkproject.jetty
-logger.jetty.level = warn
-logger.parquet.name = org.apache.parquet
-logger.parquet.level = error
-"""
+LOG4J_PROPERTIES = Path(__file__).resolve().parents[1] / "conf" / LOG4J_CONFIG
+"""The driver JVM's log4j2 configuration (console: FATAL only; ``${sys:replicator.log.dir}/spark.log``: the
+rest). One file for both launches: ``spark_java_options`` names it to a JVM this job launches, and the
+README's spark-submit command names it with ``--driver-java-options``."""
 
 
 def setup(log_dir: str | Path, level: str = "INFO", console: TextIO | None = None) -> Path:
     """Route the job's Python logging (``connectors.core.driver_log.configure``: concise console lines,
-    ``<log_dir>/replicator.log`` with tracebacks, inherited by Spark's Python workers) and write the JVM's
-    log4j configuration into the log dir. Returns the log dir. ValueError for an unknown level."""
+    ``<log_dir>/replicator.log`` with tracebacks, inherited by Spark's Python workers). The JVM's log4j
+    goes to ``<log_dir>/spark.log`` by ``spark_java_options``. Returns the log dir. ValueError for an unknown level."""
     directory = driver_log.configure(log_dir, level, console)
     assert directory is not None
-    (directory / LOG4J_CONFIG).write_text(_LOG4J2)
     return directory
 
 
 def spark_java_options(log_dir: Path) -> str:
     """Driver JVM options that send Spark's log4j output to ``<log_dir>/spark.log`` (see ``setup``)."""
-    return (f"-Dlog4j.configurationFile=file:{log_dir / LOG4J_CONFIG} "
-            f"-Dlog4j2.configurationFile=file:{log_dir / LOG4J_CONFIG} -Dreplicator.log.dir={log_dir}")
+    return (f"-Dlog4j.configurationFile=file:{LOG4J_PROPERTIES} "
+            f"-Dlog4j2.configurationFile=file:{LOG4J_PROPERTIES} -Dreplicator.log.dir={log_dir}")
 
 
 # "package.module.SomeError: the message" as Python prints the last line of a traceback.

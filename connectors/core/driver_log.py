@@ -14,6 +14,13 @@ workers it starts inherit. Those workers run a data source's driver half (a read
 logging configuration; ``driver_logging()``, called at the top of those methods, configures the same two
 handlers there from the environment (stderr alone at INFO when no job set one, e.g. a user's own query).
 In a process that has handlers already (the job itself, tests) it does nothing.
+
+In a worker it also takes the worker's uncaught exceptions (``sys.excepthook``): at a job's stop Spark
+closes the socket of a driver-side runner (the source's streaming runner) and then destroys the process, so
+the runner's own error about the closed socket escapes and Python starts printing it on the shared stderr,
+often cut off after "Traceback (most recent call last):" by the kill. While the job is stopping
+(``job_stop.stopping``) such a socket error goes to the log file at DEBUG; anything else, and any error
+while the job runs, is printed as Python would.
 """
 
 from __future__ import annotations
@@ -22,7 +29,10 @@ import logging
 import os
 import sys
 from pathlib import Path
+from types import TracebackType
 from typing import TextIO
+
+from connectors.core import job_stop
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 """The log file's line format."""
@@ -34,6 +44,8 @@ FILE_ONLY = {"file_only": True}
 """``extra=FILE_ONLY`` keeps a record (e.g. a whole JVM exception text) out of the console."""
 LOG_DIR_ENV = "ROCKETMQ_REPLICATOR_LOG_DIR"
 LOG_LEVEL_ENV = "ROCKETMQ_REPLICATOR_LOG_LEVEL"
+SPARK_WORKER_ENV = "PYTHON_WORKER_FACTORY_SECRET"
+"""Set by Spark's JVM in every Python worker it starts (their connection back to it): a worker process."""
 
 
 class ConsoleFormatter(logging.Formatter):
@@ -96,6 +108,8 @@ def driver_logging() -> None:
     """In a process without logging handlers (a Python worker Spark started), set up the job's handlers
     from the environment, or stderr at INFO when there is no job's. Idempotent and cheap: call it per
     driver-side call."""
+    if SPARK_WORKER_ENV in os.environ and sys.excepthook is sys.__excepthook__:
+        sys.excepthook = worker_excepthook
     if logging.getLogger().handlers or logging.getLogger("connectors").handlers:
         return
     try:
@@ -103,3 +117,13 @@ def driver_logging() -> None:
     except ValueError:
         level = logging.INFO
     configure(os.environ.get(LOG_DIR_ENV), logging.getLevelName(level))
+
+
+def worker_excepthook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    """A Python worker's uncaught exception (see the module docstring): a closed socket while the job stops
+    is the stop's doing and goes to the log file at DEBUG; everything else is printed as Python does."""
+    if issubclass(kind, (OSError, EOFError)) and job_stop.stopping():
+        logging.getLogger(__name__).debug("Python worker ended by the job's stop: %s", exc, exc_info=(kind, exc, tb),
+                                          extra=FILE_ONLY)
+        return
+    sys.__excepthook__(kind, exc, tb)

@@ -171,12 +171,16 @@ LOOPBACK_CONF = {
 
 def submit_job(script: str, config: Path, log_file: Path, *, links: Sequence[str] = (), master: str = "local[2]",
                args: Sequence[str] = (), conf: Mapping[str, str] | None = None,
-               env: Mapping[str, str] | None = None) -> TaggedProcess:
+               env: Mapping[str, str] | None = None, job_log4j: bool = False) -> TaggedProcess:
     """``spark-submit jobs/<script> --config <config> --log-dir <log_file>.logs --link ... <args>`` as a tagged
-    process."""
+    process; ``job_log4j``: with the README's ``--driver-java-options`` naming ``conf/log4j2.properties`` (the
+    JVM's log in ``<log dir>/spark.log``, not on the console)."""
     argv = [str(SPARK_SUBMIT), "--master", master]
     for key, value in {**LOOPBACK_CONF, **(conf or {})}.items():
         argv += ["--conf", f"{key}={value}"]
+    if job_log4j:
+        argv += ["--driver-java-options", f"-Dlog4j2.configurationFile={PROJECT_ROOT / 'conf' / 'log4j2.properties'} "
+                                          f"-Dreplicator.log.dir={log_file.with_suffix('.logs')}"]
     argv += [str(PROJECT_ROOT / "jobs" / script), "--config", str(config),
              "--log-dir", str(log_file.with_suffix(".logs"))]
     for link in links:

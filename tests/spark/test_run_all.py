@@ -7,6 +7,7 @@ in tests/spark/test_demo.py, which launches it as ``make demo`` does; the Spark 
 from __future__ import annotations
 
 import os
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,7 +104,7 @@ def test_run_all_replicates_heartbeats_and_checkpoints_then_stops_on_sigterm(
                       "trigger_interval": 1.0, "checkpoints": {"interval": 1.0}, "config_sync": {"interval": 1.0}}})
     # faulthandler: an abort at the driver's exit (seen once: "terminate called without an active exception",
     # exit -6, after the summary) then shows every Python thread's stack in the console log
-    job = submit_job("run_all.py", config, tmp_path / "console.log", env={"PYTHONFAULTHANDLER": "1"})
+    job = submit_job("run_all.py", config, tmp_path / "console.log", env={"PYTHONFAULTHANDLER": "1"}, job_log4j=True)
     delta = tmp_path / "delta" / "l1"
     try:
         wait_for(lambda: _count(dst.namesrv_addr, topic) >= 100, 180, "the 100 messages on the target", alive=job)
@@ -146,3 +147,6 @@ def test_run_all_replicates_heartbeats_and_checkpoints_then_stops_on_sigterm(
     # a batch the stop cancels is aborted by the stop, not by a fault: no WARNING for it (connectors.core.job_stop)
     assert [line for line in console.splitlines() if " WARNING " in line and "aborted" in line] == [], console
     assert "link l1 done:" in console, console
+    # the README's spark-submit command: Spark's log4j lines go to spark.log, none to the console
+    assert not re.search(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (INFO|WARN) ", console, re.MULTILINE), console
+    assert "SparkContext" in (tmp_path / "console.logs" / "spark.log").read_text()

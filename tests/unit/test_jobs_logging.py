@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.core import driver_log
+from connectors.core import driver_log, job_stop
 from jobs import job_logging
 
 # Shaped like the text of a StreamingQueryException for an unreachable source name server (trimmed).
@@ -88,8 +88,10 @@ def test_console_has_no_traceback_the_file_has_it(tmp_path: Path, monkeypatch: p
     assert "Traceback" not in console.getvalue()
     logged = (directory / job_logging.PYTHON_LOG).read_text()
     assert "Traceback" in logged and "deep cause" in logged and "a whole JVM exception text" in logged
-    assert "${sys:replicator.log.dir}/spark.log" in (directory / job_logging.LOG4J_CONFIG).read_text()
-    assert f"-Dreplicator.log.dir={directory}" in job_logging.spark_java_options(directory)
+    assert "${sys:replicator.log.dir}/spark.log" in job_logging.LOG4J_PROPERTIES.read_text()
+    options = job_logging.spark_java_options(directory)
+    assert f"-Dreplicator.log.dir={directory}" in options
+    assert f"-Dlog4j2.configurationFile=file:{job_logging.LOG4J_PROPERTIES}" in options
     assert os.environ[driver_log.LOG_DIR_ENV] == str(directory)  # what Spark's Python workers inherit
 
 
@@ -106,3 +108,23 @@ def test_a_worker_process_logs_like_the_job(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert "link l1 failed: no route" in done.stderr and "Traceback" not in done.stderr
     assert "Traceback" in (tmp_path / driver_log.PYTHON_LOG).read_text()
+
+
+@pytest.mark.parametrize("stopping", [True, False])
+def test_a_workers_socket_error_at_the_jobs_stop_stays_off_the_console(tmp_path: Path, stopping: bool) -> None:
+    """A runner whose socket Spark closed at the job's stop ends without a traceback on the shared stderr
+    (the log file has it at DEBUG); the same error while the job runs is printed as Python does."""
+    marker = tmp_path / "job" / "stopping"
+    marker.parent.mkdir()
+    if stopping:
+        marker.touch()
+    code = ("from connectors.core.driver_log import driver_logging\n"
+            "driver_logging()\n"
+            "raise BrokenPipeError(32, 'Broken pipe')\n")
+    env = {**os.environ, driver_log.LOG_DIR_ENV: str(tmp_path), driver_log.LOG_LEVEL_ENV: "DEBUG",
+           job_stop.STOP_MARKER_ENV: str(marker), driver_log.SPARK_WORKER_ENV: "secret"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 1
+    assert ("Traceback" in done.stderr) is not stopping, done.stderr
+    if stopping:
+        assert "Python worker ended by the job's stop" in (tmp_path / driver_log.PYTHON_LOG).read_text()
