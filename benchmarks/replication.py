@@ -61,6 +61,25 @@ synchronous (which still waits a replica round trip per wave of each connection)
     1 (default)         18.1-18.2k       14.2-14.3k       0.78-0.79
     2                   19.8-20.5k       15.1k            0.74-0.76
     4                   19.9-20.4k       13.8-14.0k       0.68-0.70
+
+The same branch then cut per-wave and per-put work that synchronous replication adds (each step measured
+against the previous commit in the same session, one cluster, 3 rounds of 5 s): the quorum's admit
+decision is reused until the links change or the primary's offset leaves the range giving the same
+in-sync count (admit + wait 3.0 -> 1.5 us a put in-process), answers resolved by a replica report leave in
+one write at once instead of a loop iteration later, and the replica's per-read timeout context became
+one lazily re-armed timer. Sync 14.2-14.7k -> 15.4-15.5k msg/s; the replica change speeds up the
+asynchronous group as well. ``--quick``, end state (62b1038)::
+
+    client processes    async msg/s      sync msg/s       sync/async
+    1 (default)         18.8-19.1k       14.9-15.8k       0.78, 0.83, 0.83
+    2                   20.0k            14.9k            0.74
+    4                   18.0k            13.8k            0.77
+
+Why R stays below 0.90: with one connection per client the wave structure above is unchanged, and each
+synchronous wave still waits one replica round trip in which neither the client nor the primary has
+work; gains in per-put CPU also speed up the asynchronous group, so they raise both rates and move R
+little. Spreading producers over processes gives overlap between connections' waves, but the client's
+extra parallelism helps the asynchronous group more (2 cores for client, 2 primaries and 2 replicas).
 """
 
 from __future__ import annotations
