@@ -9,8 +9,13 @@ One run, everything on this machine (client, primaries and replicas share its co
    loopback ports (``broker_store.launcher.ClusterProcesses``, the product launcher): group ``a``
    ASYNC_MASTER, group ``s`` SYNC_MASTER with total_replicas 2 / in_sync_replicas 2; both replicas
    follow their primary.
-2. The same load against each group in turn: ``--producers`` (16) concurrent ``AsyncProducer`` tasks send
-   1 KiB messages one at a time for ``--seconds``; msg/s of each, and their ratio (sync / async).
+2. The same load against each group in turn: ``--producers`` (16) concurrent producers send 1 KiB
+   messages one at a time for ``--seconds``; msg/s of each, and their ratio (sync / async). The producers
+   are tasks of one ``AsyncProducer`` in this process (``--processes 1``, the default), or spread evenly
+   over ``--processes`` N spawned client processes, one ``AsyncProducer`` each, clocks started together
+   (same total producers, size and duration for both groups). One process is the default because it is
+   RocketMQ's own benchmark shape (many sender threads sharing one producer instance, so one connection
+   per broker carrying every in-flight send); several processes model independent applications.
 3. Replica lag under asynchronous replication at half the asynchronous maximum rate: each acknowledged
    send's CommitLog offset is timed until the replica reports holding it (its GET_BROKER_HA_STATUS
    polled every ~2 ms, so the figure is at that resolution); p50 / p99.
@@ -46,12 +51,43 @@ hop and indexing before its ack (now written on the loop, acked, then indexed: r
 us/msg), a sender-task wake and a ``wait_for`` task per shipped wave (now one call_soon per loop turn), a
 deadline heap that kept every acked put for seconds, and one future per put (puts of one loop turn share
 one waiter). TCP_NODELAY is not a factor (asyncio and uvloop set it on both ends; checked).
+
+Client processes (ha-perf2, one cluster, async and sync measured back to back per row, 5 s each, two
+rounds, ``--producers 16``): spreading the producers over independent processes does not raise R; it
+lowers it, because the extra client CPU parallelism speeds up asynchronous replication more than
+synchronous (which still waits a replica round trip per wave of each connection)::
+
+    client processes    async msg/s      sync msg/s       sync/async
+    1 (default)         18.1-18.2k       14.2-14.3k       0.78-0.79
+    2                   19.8-20.5k       15.1k            0.74-0.76
+    4                   19.9-20.4k       13.8-14.0k       0.68-0.70
+
+The same branch then cut per-wave and per-put work that synchronous replication adds (each step measured
+against the previous commit in the same session, one cluster, 3 rounds of 5 s): the quorum's admit
+decision is reused until the links change or the primary's offset leaves the range giving the same
+in-sync count (admit + wait 3.0 -> 1.5 us a put in-process), answers resolved by a replica report leave in
+one write at once instead of a loop iteration later, and the replica's per-read timeout context became
+one lazily re-armed timer. Sync 14.2-14.7k -> 15.4-15.5k msg/s; the replica change speeds up the
+asynchronous group as well. ``--quick``, end state (62b1038)::
+
+    client processes    async msg/s      sync msg/s       sync/async
+    1 (default)         18.8-19.1k       14.9-15.8k       0.78, 0.83, 0.83
+    2                   20.0k            14.9k            0.74
+    4                   18.0k            13.8k            0.77
+
+Why R stays below 0.90: with one connection per client the wave structure above is unchanged, and each
+synchronous wave still waits one replica round trip in which neither the client nor the primary has
+work; gains in per-put CPU also speed up the asynchronous group, so they raise both rates and move R
+little. Spreading producers over processes gives overlap between connections' waves, but the client's
+extra parallelism helps the asynchronous group more (2 cores for client, 2 primaries and 2 replicas).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
+import multiprocessing.synchronize
 import sys
 import tempfile
 import threading
@@ -74,12 +110,16 @@ def _max_offset(admin: Admin, addr: str) -> int:
 
 
 async def _load(namesrv: str, topic: str, producers: int, seconds: float, rate: float | None = None,
-                acked: list[tuple[float, int]] | None = None) -> float:
+                acked: list[tuple[float, int]] | None = None,
+                ready: multiprocessing.synchronize.Barrier | None = None) -> float:
     """``producers`` tasks sending 1 KiB singles for ``seconds`` (paced to ``rate`` msg/s in total when
-    given); returns msg/s. ``acked`` collects (ack time, CommitLog offset) of every send."""
+    given); returns msg/s. ``acked`` collects (ack time, CommitLog offset) of every send; ``ready``, when
+    given, is waited on after the warm-up send so that client processes start their clocks together."""
     count = 0
     async with AsyncProducer(namesrv, "bench-repl", send_timeout=10.0) as producer:
         await producer.send(new_message(topic, BODY))  # routes and connections before the clock starts
+        if ready is not None:
+            await asyncio.get_running_loop().run_in_executor(None, ready.wait)
         started = time.monotonic()
         deadline = started + seconds
         interval = producers / rate if rate else 0.0
@@ -98,6 +138,32 @@ async def _load(namesrv: str, topic: str, producers: int, seconds: float, rate: 
 
         await asyncio.gather(*(one() for _ in range(producers)))
         return count / (time.monotonic() - started)
+
+
+def _load_process(namesrv: str, topic: str, producers: int, seconds: float,
+                  ready: multiprocessing.synchronize.Barrier,
+                  rates: multiprocessing.SimpleQueue[float]) -> None:
+    rates.put(asyncio.run(_load(namesrv, topic, producers, seconds, ready=ready)))
+
+
+def throughput(namesrv: str, topic: str, producers: int, processes: int, seconds: float) -> float:
+    """msg/s of ``producers`` producers spread evenly over ``processes`` client processes (each its own
+    AsyncProducer and connection), all clocks started together; 1 runs them as tasks of this process."""
+    if processes == 1:
+        return asyncio.run(_load(namesrv, topic, producers, seconds))
+    context = multiprocessing.get_context("spawn")
+    ready = context.Barrier(processes)
+    rates: multiprocessing.SimpleQueue[float] = context.SimpleQueue()
+    shares = [producers // processes + (i < producers % processes) for i in range(processes)]
+    workers = [context.Process(target=_load_process, args=(namesrv, topic, share, seconds, ready, rates))
+               for share in shares]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+        if worker.exitcode != 0:
+            raise RuntimeError(f"client process exited with {worker.exitcode}")
+    return sum(rates.get() for _ in workers)
 
 
 def replica_lag_ms(namesrv: str, topic: str, primary: str, replica: str, producers: int, seconds: float,
@@ -150,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--producers", type=int, default=16)
+    parser.add_argument("--processes", type=int, default=1,
+                        help="client processes the producers are spread over (default 1)")
     parser.add_argument("--seconds", type=float)
     parser.add_argument("--backlog-mib", type=int)
     args = parser.parse_args(argv)
@@ -161,18 +229,18 @@ def main(argv: list[str] | None = None) -> int:
         config = loopback_cluster("bench", groups, Path(tmp), ha=HA, commit_log_segment_size=128 * MiB,
                                   fast_listen_enable=False, max_message_size=MiB)
         with ClusterProcesses(config, Path(tmp)) as cluster:
-            return _run(cluster, args.producers, seconds, backlog)
+            return _run(cluster, args.producers, args.processes, seconds, backlog)
 
 
-def _run(cluster: ClusterProcesses, producers: int, seconds: float, backlog: int) -> int:
+def _run(cluster: ClusterProcesses, producers: int, processes: int, seconds: float, backlog: int) -> int:
     with Admin(cluster.namesrv_addr) as admin:
         for group in ("a", "s"):
             admin.create_topic(f"T-{group}", 8, broker_names=[group])
             admin.wait_for_route(f"T-{group}")
-    async_rate = asyncio.run(_load(cluster.namesrv_addr, "T-a", producers, seconds))
-    sync_rate = asyncio.run(_load(cluster.namesrv_addr, "T-s", producers, seconds))
-    print(f"async replication (ASYNC_MASTER + replica), 1 KiB singles, {producers} producers: "
-          f"{async_rate:,.0f} msg/s")
+    async_rate = throughput(cluster.namesrv_addr, "T-a", producers, processes, seconds)
+    sync_rate = throughput(cluster.namesrv_addr, "T-s", producers, processes, seconds)
+    print(f"async replication (ASYNC_MASTER + replica), 1 KiB singles, {producers} producers in "
+          f"{processes} client process(es): {async_rate:,.0f} msg/s")
     print(f"sync replication (SYNC_MASTER 2/2 + replica), same load:                     {sync_rate:,.0f} msg/s")
     primary, replica = cluster.member("a", 0), cluster.member("a", 1)
     primary_addr, replica_addr = primary.config.listen, replica.config.listen

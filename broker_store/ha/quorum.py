@@ -111,6 +111,10 @@ class Quorum:
         self.rules = QuorumRules.from_settings(settings)
         self.links = ReplicaLinks(clock, settings.ha_housekeeping_interval_ms / 1000)
         self.acks = AckTracker(clock, settings.slave_timeout_ms / 1000)
+        self._admit_cache: tuple[int, int, int, AckDecision, QuorumRules] | None = None
+        """(links version, low, high, decision, rules): a waiting put's decision for primary max offsets
+        in [low, high) while the links and rules are unchanged; every synchronous put is admitted, most
+        from here (the same decision, built from the same counts)."""
         self.on_wakeup_changed: Callable[[], None] | None = None
         """Called when ``next_wakeup()`` may have moved earlier (a new waiter or link), so the I/O layer
         can re-arm its one timer; pure code never sleeps itself."""
@@ -119,11 +123,17 @@ class Quorum:
 
     def admit(self, primary_max_offset: int, *, wait_store_msg_ok: bool = True) -> AckDecision:
         """Before appending: how many copies the put needs, or a refusal (IN_SYNC_REPLICAS_NOT_ENOUGH)."""
-        return decide_need_acks(
-            self.rules,
-            alive_copies=1 + self.links.alive_count,
-            in_sync_copies=1 + self.links.within_gap(primary_max_offset, self.rules.ha_max_gap_not_in_sync),
-            wait_store_msg_ok=wait_store_msg_ok)
+        if not wait_store_msg_ok:
+            return NO_WAIT
+        links = self.links
+        cached = self._admit_cache
+        if (cached is not None and cached[0] == links.version and cached[1] <= primary_max_offset < cached[2]
+                and cached[4] is self.rules):
+            return cached[3]
+        in_gap, low, high = links.within_gap_range(primary_max_offset, self.rules.ha_max_gap_not_in_sync)
+        decision = decide_need_acks(self.rules, alive_copies=1 + links.alive_count, in_sync_copies=1 + in_gap)
+        self._admit_cache = (links.version, low, high, decision, self.rules)
+        return decision
 
     def wait(self, end_offset: int, decision: AckDecision) -> AckFuture:
         """After appending: resolves PUT_OK once needAck-1 replicas acked ``end_offset``, or

@@ -114,17 +114,32 @@ class ReplicaClient:
         self.sessions += 1
         self.connected = True
         heartbeat: asyncio.Task[None] | None = None
+        loop = asyncio.get_running_loop()
+        dead_after = self._dead_after
+        read_since: float | None = None
+        watchdog: asyncio.TimerHandle | None = None
+
+        def check_silence() -> None:
+            # One timer re-armed from when the current read began, not a timeout context per read (a read
+            # is on every synchronous put's round trip): a read waiting dead_after fails. While no read is
+            # pending (a catch-up chunk applying) nothing counts, so detection may come up to dead_after late.
+            nonlocal watchdog
+            silent = 0.0 if read_since is None else loop.time() - read_since
+            if silent >= dead_after:
+                watchdog = None
+                reader.set_exception(HALinkError(f"nothing from the primary for {dead_after:g} s: dead link"))
+            else:
+                watchdog = loop.call_later(dead_after - silent, check_silence)
+
         try:
             writer.write(encode_report(self._log.max_physical_offset))
             heartbeat = asyncio.create_task(self._heartbeat_loop(writer))
             decoder = BatchDecoder()
-            loop = asyncio.get_running_loop()
+            watchdog = loop.call_later(dead_after, check_silence)
             while True:
-                try:
-                    async with asyncio.timeout(self._dead_after):
-                        data = await reader.read(_READ_CHUNK)
-                except TimeoutError as exc:
-                    raise HALinkError(f"nothing from the primary for {self._dead_after:g} s: dead link") from exc
+                read_since = loop.time()
+                data = await reader.read(_READ_CHUNK)
+                read_since = None
                 if not data:
                     raise HALinkError("the primary closed the link")
                 batches = decoder.feed(data)
@@ -143,6 +158,8 @@ class ReplicaClient:
         except OSError as exc:
             raise HALinkError(f"HA link to {self._host}:{self._port} failed: {exc}") from exc
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
             if heartbeat is not None:
                 heartbeat.cancel()
             writer.close()

@@ -46,12 +46,20 @@ class ReplicaLinks:
         self._clock = clock
         self._dead_after = dead_after
         self._links: dict[LinkId, ReplicaLinkState] = {}
+        self._ack_offsets: list[int] | None = None
+        self.version = 0
+        """Bumped by every change of the links or their acks, so callers may cache what they derive."""
+
+    def _changed(self) -> None:
+        self._ack_offsets = None
+        self.version += 1
 
     def connected(self, link_id: LinkId) -> None:
         """A replica connected; it is alive but acks nothing until its first report."""
         if link_id in self._links:
             raise ValueError(f"replica link {link_id!r} is already connected")
         self._links[link_id] = ReplicaLinkState(link_id, -1, self._clock.monotonic())
+        self._changed()
 
     def reported(self, link_id: LinkId, max_offset: int) -> None:
         """The replica reported its max offset (an ack of every byte below it, and a sign of life).
@@ -66,10 +74,12 @@ class ReplicaLinks:
             raise HAProtocolError(f"replica link {link_id!r} reported offset {max_offset} after "
                                   f"{state.ack_offset}: offsets of one link never go back")
         self._links[link_id] = ReplicaLinkState(link_id, max_offset, self._clock.monotonic())
+        self._changed()
 
     def disconnected(self, link_id: LinkId) -> None:
         """The link closed (either side); its acks stop counting at once. Unknown ids are ignored."""
-        self._links.pop(link_id, None)
+        if self._links.pop(link_id, None) is not None:
+            self._changed()
 
     def expire(self) -> list[LinkId]:
         """Drop and return the links silent for longer than ``dead_after`` (the caller closes them)."""
@@ -77,6 +87,8 @@ class ReplicaLinks:
         dead = [link for link, state in self._links.items() if state.last_heard < limit]
         for link in dead:
             del self._links[link]
+        if dead:
+            self._changed()
         return dead
 
     def next_expiry(self) -> float | None:
@@ -91,12 +103,32 @@ class ReplicaLinks:
         return len(self._links)
 
     def ack_offsets(self) -> list[int]:
-        """Acked offsets of the connected replicas, highest first (-1 for a replica yet to report)."""
-        return sorted((s.ack_offset for s in self._links.values()), reverse=True)
+        """Acked offsets of the connected replicas, highest first (-1 for a replica yet to report).
+
+        The list is cached until the links change (every synchronous put reads it): do not modify it."""
+        if self._ack_offsets is None:
+            self._ack_offsets = sorted((s.ack_offset for s in self._links.values()), reverse=True)
+        return self._ack_offsets
 
     def within_gap(self, primary_max: int, max_gap: int) -> int:
         """Replicas whose ack is less than ``max_gap`` bytes behind ``primary_max`` (RocketMQ's strict <)."""
         return sum(1 for s in self._links.values() if s.ack_offset >= 0 and primary_max - s.ack_offset < max_gap)
+
+    def within_gap_range(self, primary_max: int, max_gap: int) -> tuple[int, int, int]:
+        """``within_gap(primary_max, max_gap)`` and the range [low, high) of primary max offsets that give
+        the same count while the links do not change (an ack counts for primary_max in [0, ack + max_gap)
+        when it is >= 0)."""
+        low, high, count = 0, 2**63, 0
+        for s in self._links.values():
+            if s.ack_offset < 0:
+                continue
+            edge = s.ack_offset + max_gap
+            if primary_max < edge:
+                count += 1
+                high = min(high, edge)
+            else:
+                low = max(low, edge)
+        return count, low, high
 
     def snapshot(self) -> list[ReplicaLinkState]:
         """Every connected replica's state (admin views, tests)."""

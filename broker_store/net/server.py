@@ -145,13 +145,21 @@ class Connection(asyncio.Protocol):
             log.debug("dropping responses to %s: the event loop is closed", self.remote_addr)
 
     def _answer_replies(self, future: concurrent.futures.Future[Any]) -> None:
-        for cmd, respond in self._replies.pop(future, ()):
-            try:
-                response = respond(future.result())
-            except (Exception, concurrent.futures.CancelledError) as exc:  # noqa: BLE001 - answered, not raised
-                response = self._error_response(cmd, exc)
-            if not cmd.is_oneway:
-                self.send(response)
+        # Normally run from a replica's report or the flush thread, not from this connection's reads: the
+        # answers leave in one write now rather than a loop iteration later (that wait is on every
+        # synchronous put's round trip). The flag keeps ``send`` from scheduling a flush; frames queued
+        # earlier leave first, so the order on the connection holds either way.
+        self._flush_scheduled = True
+        try:
+            for cmd, respond in self._replies.pop(future, ()):
+                try:
+                    response = respond(future.result())
+                except (Exception, concurrent.futures.CancelledError) as exc:  # noqa: BLE001 - answered, not raised
+                    response = self._error_response(cmd, exc)
+                if not cmd.is_oneway:
+                    self.send(response)
+        finally:
+            self._flush()
 
     def send(self, cmd: RemotingCommand) -> None:
         """Queue a frame; frames queued in the same loop iteration are written together."""

@@ -364,3 +364,30 @@ def test_the_ack_step_waits_with_the_decision_its_admit_made() -> None:
     future = step.wait(100)
     assert future is not None and not future.done()
     assert step.wait(200) is None           # no admit before it: decided now, downgraded to 1 copy
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["admit", "report", "connect", "disconnect"]),
+                          st.integers(0, 3), st.integers(0, 5_000)), max_size=60))
+def test_cached_admit_decisions_match_a_fresh_decision(ops: list[tuple[str, int, int]]) -> None:
+    # Quorum.admit reuses its last decision over a range of primary offsets until the links change;
+    # every answer must equal the one decided from scratch.
+    quorum, _ = _quorum(total_replicas=4, in_sync_replicas=3, min_in_sync_replicas=1,
+                        enable_auto_in_sync_replicas=True, ha_max_gap_not_in_sync=1000)
+    acked: dict[str, int] = {}
+    for op, replica, offset in ops:
+        link = f"r{replica}"
+        if op == "connect" and link not in acked:
+            quorum.replica_connected(link)
+            acked[link] = -1
+        elif op == "disconnect" and link in acked:
+            quorum.replica_disconnected(link)
+            del acked[link]
+        elif op == "report" and link in acked and offset >= acked[link]:
+            quorum.replica_reported(link, offset)
+            acked[link] = offset
+        elif op == "admit":
+            fresh = decide_need_acks(quorum.rules, alive_copies=1 + len(acked),
+                                     in_sync_copies=1 + sum(1 for a in acked.values() if 0 <= a and offset - a < 1000))
+            assert quorum.admit(offset) == fresh
+            assert quorum.links.within_gap(offset, 1000) == quorum.links.within_gap_range(offset, 1000)[0]
