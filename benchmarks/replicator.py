@@ -76,6 +76,8 @@ medians, launch -> session up 3.9-4.7 s throughout, it did not change):
 
     back to back later (busier machine, 5 launches each): before (0fe8f8f's job with PYSPARK_PYTHON set to
     python3.11, i.e. main's job) 7.32 s (7.15-7.46) / 12.38 s, after 3.45 s (3.03-3.55) / 7.88 s
+    - the read-planning warm-up (it never reached the read planner,
+      see warmup.py), back to back, 5 launches each: 3.35 s (3.23-3.60) -> 3.14 s (3.06-3.29)
 
 Where (d)'s ~3.2 s go now (spark.log / replicator.log timestamps of one launch): ~0.95 s readStream.load()
 and writeStream.start() (data source creation in a cold Python daemon, the checkpoint), ~0.5 s the source's
