@@ -76,13 +76,20 @@ medians, launch -> session up 3.9-4.7 s throughout, it did not change):
 
     back to back later (busier machine, 5 launches each): before (0fe8f8f's job with PYSPARK_PYTHON set to
     python3.11, i.e. main's job) 7.32 s (7.15-7.46) / 12.38 s, after 3.45 s (3.03-3.55) / 7.88 s
+    - the read-planning warm-up (it never reached the read planner,
+      see warmup.py), back to back, 5 launches each: 3.35 s (3.23-3.60) -> 3.14 s (3.06-3.29)
+    + the writer's task and commit modules imported where used (write
+      planning imports 0.09 instead of 0.21 s), interleaved: 3.11 s (3.08-3.24) -> 3.04-3.07 s (2.83-3.27)
 
-Where (d)'s ~3.2 s go now (spark.log / replicator.log timestamps of one launch): ~0.95 s readStream.load()
-and writeStream.start() (data source creation in a cold Python daemon, the checkpoint), ~0.5 s the source's
-driver-side runner (a fresh Python process: pyspark and the reader's imports), ~0.25 s initialOffset,
-latestOffset, the offset log and JVM planning, ~1.2 s read planning (warm) + write planning (a cold daemon
-importing the writer; warming it as well came too late to help, see warmup.py), ~0.3 s job submission and
-the tasks (pull + send ~0.2 s). There is no trigger-interval wait before batch 0.
+Where (d)'s ~3.1 s go now (one launch traced: timestamps of every Python process Spark starts, of the data
+source calls and of the job's steps; both cores busy throughout): 0.07 s warm-up thread and listener; 0.25 s
+start_link up to the data source creation's daemon; 0.30 s that cold daemon to the schema() call, 0.14 s
+the rest of load(); 0.27 s writeStream.start() (checkpoint metadata) up to the source's runner; 0.22 s the
+runner's Python start and pyspark import, 0.27 s the reader's import and construction; 0.06 s initialOffset;
+0.21 s latestOffset and the offset log; 0.03 s to the read planner; 0.22 s its cold daemon, 0.21 s its
+reader import; 0.15 s to the write planner; 0.23 s its cold daemon, 0.25 s its writer import (~0.1 s since
+the writer's lazy imports); 0.33 s job submission and the tasks (pull + send ~0.2 s). There is no
+trigger-interval wait before batch 0.
 
 Page cache on this VM: the first run after the machine has been idle pays more. Memory the kernel frees is
 handed back to the hypervisor (virtio free-page reporting), so every page the CommitLog's page cache grows

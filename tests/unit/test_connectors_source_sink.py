@@ -216,6 +216,7 @@ def test_sink_pulls_every_range_of_a_task_concurrently(monkeypatch: pytest.Monke
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from broker_store.client import PullResult, PullStatus
+    from connectors.core import executor
     from connectors.core.rows import RANGES_ARROW_SCHEMA
     from connectors.replication import partition_writer, sending, writer
 
@@ -233,7 +234,7 @@ def test_sink_pulls_every_range_of_a_task_concurrently(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(partition_writer, "pull_results", fake_pull_results)
     monkeypatch.setattr(sending, "target_producer", lambda options: object())
-    monkeypatch.setattr(writer, "freeze_worker_heap", lambda: None)
+    monkeypatch.setattr(executor, "freeze_worker_heap", lambda: None)
     stream_writer = writer.RocketMQStreamWriter({"namesrv": "127.0.0.1:1", "targetCluster": "dst"},
                                                 from_arrow_schema(RANGES_ARROW_SCHEMA))
     rows = [pa.RecordBatch.from_pylist([{
