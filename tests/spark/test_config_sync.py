@@ -105,8 +105,10 @@ def test_topics_and_groups_follow_the_source(spark: Any, clusters: tuple[Cluster
         wait_until(lambda: all(group not in g for g in groups_on_target()), 30,
                    "the source's group deletion on the target")
         assert all(target_only in g for g in groups_on_target())
-        assert any(r["kind"] == "delete_group" and r["status"] == "applied" and r["subject"] == group
-                   for r in tables.read(CONFIG_CHANGES).to_pylist())
+        # the round's rows are committed after its changes were applied on the target
+        wait_until(lambda: any(r["kind"] == "delete_group" and r["status"] == "applied" and r["subject"] == group
+                               for r in tables.read(CONFIG_CHANGES).to_pylist()), 30,
+                   "the applied group deletion in the Delta table")
     finally:
         query.stop()
     assert query.exception() is None
