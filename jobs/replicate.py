@@ -30,7 +30,9 @@ if __package__ in (None, ""):  # `spark-submit jobs/replicate.py` / `python jobs
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from connectors.core.config import ReplicatorConfig  # noqa: E402
+from connectors.core.driver_log import LOG_DIR_ENV, LOG_LEVEL_ENV  # noqa: E402
 from connectors.core.errors import ReplicatorError  # noqa: E402
+from connectors.core.job_stop import STOP_MARKER_ENV  # noqa: E402
 from connectors.replication.failure_policy import FailurePolicyRunner  # noqa: E402
 from connectors.replication.tables import LinkTables  # noqa: E402
 from connectors.replication.warmup import join_worker_warmup, start_worker_warmup  # noqa: E402
@@ -46,6 +48,8 @@ from jobs.query_supervisor import (  # noqa: E402
 from jobs.worker_python import bytecode_worker_environment  # noqa: E402
 
 log = logging.getLogger("jobs.replicate")
+JOB_ENVIRONMENT = (LOG_DIR_ENV, LOG_LEVEL_ENV, STOP_MARKER_ENV)
+"""Variables the job sets for Spark's Python workers (``build_spark`` passes them on under spark-submit)."""
 SESSION_UP = "Spark session"
 """The start of the job's log line once the Spark session is up (``benchmarks/replicator.py`` times from it)."""
 
@@ -143,6 +147,11 @@ def build_spark(app_name: str = "rocketmq-replicator", master: str | None = None
         tuned.update(LOCAL_CHECKPOINT_SETTINGS)
     options.update({key: value for key, value in tuned.items() if not conf.contains(key)})
     options.update(settings or {})
+    # The job's environment for Spark's Python workers (log dir and level, stop marker): inherited when this
+    # process launches the JVM, but under spark-submit the JVM started first, so it goes as executorEnv.
+    for name in JOB_ENVIRONMENT:
+        if name in os.environ:
+            options.setdefault(f"spark.executorEnv.{name}", os.environ[name])
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         os.environ.update(bytecode_worker_environment(chosen, launching_jvm=SparkContext._gateway is None))
         _launch_jvm_in_own_session(options)
