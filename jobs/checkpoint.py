@@ -27,6 +27,7 @@ from connectors.checkpoint.data_source import DATA_SOURCE_NAME, CheckpointDataSo
 from connectors.core.config import LinkConfig, ReplicatorConfig  # noqa: E402
 from connectors.core.errors import ReplicatorError  # noqa: E402
 from jobs.query_supervisor import (  # noqa: E402
+    exit_job,
     polling_query_location,
     prepare_job,
     quiet_accumulator_server,
@@ -105,4 +106,4 @@ def run(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run())
+    exit_job(run())

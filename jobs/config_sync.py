@@ -23,7 +23,7 @@ if __package__ in (None, ""):  # `spark-submit jobs/config_sync.py` / `python jo
 from connectors.config_sync.data_source import DATA_SOURCE_NAME, ConfigDataSource  # noqa: E402
 from connectors.core.config import ReplicatorConfig  # noqa: E402
 from jobs.checkpoint import run_queries  # noqa: E402
-from jobs.query_supervisor import polling_query_location, start_polling_query  # noqa: E402
+from jobs.query_supervisor import exit_job, polling_query_location, start_polling_query  # noqa: E402
 
 log = logging.getLogger("jobs.config_sync")
 
@@ -49,4 +49,4 @@ def run(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run())
+    exit_job(run())

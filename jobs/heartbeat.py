@@ -28,7 +28,13 @@ if __package__ in (None, ""):  # `spark-submit jobs/heartbeat.py` / `python jobs
 
 from connectors.core.config import ReplicatorConfig  # noqa: E402
 from connectors.heartbeat.data_source import DATA_SOURCE_NAME, HeartbeatDataSource  # noqa: E402
-from jobs.query_supervisor import prepare_job, quiet_accumulator_server, stop_on_signals, supervise  # noqa: E402
+from jobs.query_supervisor import (  # noqa: E402
+    exit_job,
+    prepare_job,
+    quiet_accumulator_server,
+    stop_on_signals,
+    supervise,
+)
 
 log = logging.getLogger("jobs.heartbeat")
 
@@ -90,4 +96,4 @@ def run(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run())
+    exit_job(run())

@@ -13,15 +13,18 @@ first failed query stops the others (the sinks' "batch aborted" lines that stop 
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import gc
 import logging
+import os
 import signal
 import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from connectors.core.config import ReplicatorConfig, load_replicator_config
 from connectors.core.driver_log import FILE_ONLY
@@ -168,6 +171,20 @@ def start_polling_query(spark: Any, data_source: str, config_path: str, config: 
     return (frame.writeStream.format(data_source).option("config", path).option("link", name)
             .option("deltaLocation", delta).option("checkpointLocation", polling_query_location(config, name, suffix))
             .queryName(f"{name}-{suffix}").trigger(processingTime=trigger).start())
+
+
+def exit_job(code: int) -> NoReturn:
+    """End a job's process with ``code`` once ``run()`` returned: exit handlers run and logs are flushed, then
+    the process ends without interpreter teardown. Teardown is where native threads that Arrow's and
+    deltalake's readers left behind abort the process ("terminate called without an active exception", exit
+    134 after the job's summary; apache/arrow#34314), now and then even after ``release_arrow_threads``;
+    nothing of the job's is left to do by then (Spark stopped, Delta committed, the summary printed)."""
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
 
 
 def release_arrow_threads() -> None:

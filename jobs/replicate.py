@@ -39,6 +39,7 @@ from connectors.replication.warmup import join_worker_warmup, start_worker_warmu
 from jobs import job_logging  # noqa: E402
 from jobs.progress import make_progress_listener  # noqa: E402
 from jobs.query_supervisor import (  # noqa: E402
+    exit_job,
     prepare_job,
     quiet_accumulator_server,
     release_arrow_threads,
@@ -269,4 +270,4 @@ def log_summary(config_path: str, config: ReplicatorConfig, query: Any, started_
 
 
 if __name__ == "__main__":
-    sys.exit(run())
+    exit_job(run())

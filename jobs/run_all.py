@@ -43,6 +43,7 @@ from jobs.config_sync import config_query_location, start_config_sync  # noqa: E
 from jobs.heartbeat import start_heartbeat_query  # noqa: E402
 from jobs.progress import make_progress_listener  # noqa: E402
 from jobs.query_supervisor import (  # noqa: E402
+    exit_job,
     prepare_job,
     quiet_accumulator_server,
     release_arrow_threads,
@@ -121,4 +122,4 @@ def run(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run())
+    exit_job(run())
