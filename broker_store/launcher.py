@@ -9,13 +9,14 @@ A child that dies before it is ready aborts the start; one that dies later is re
 Benchmarks and tools that must kill and restart single members (the replication benchmark) use
 ``ClusterProcesses`` instead: one ``ManagedProcess`` per child of a ``ClusterConfig`` (whose replicas
 follow their group's primary), started in order and waited for until registered and in sync;
-``loopback_cluster`` builds such a config on free loopback ports (``free_port``). The tests' harness
-(tests/support/processes.py) builds on the same ``ManagedProcess`` and ``free_port``.
+``loopback_cluster`` builds such a config on free loopback ports (``free_port``, ``broker_listen_port``).
+The tests' harness (tests/support/processes.py) builds on the same ``ManagedProcess`` and ports.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import selectors
 import signal
 import socket
@@ -271,26 +272,51 @@ class ManagedProcess:
 # members configured in a row could be given the same one.
 _handed_out: set[int] = set()
 
+_LOWEST_PORT = 10000
+"""Ports are drawn at or above this (below it live the well-known and registered services)."""
+
+_random = random.Random()
+
+
+def _ephemeral_range() -> range:
+    """The kernel's ephemeral port range (Linux ``ip_local_port_range``; its default elsewhere). The kernel
+    hands these to outgoing connections (Spark's, the clients'), so a port drawn from it could be taken
+    between being chosen and the child binding it: ``free_port`` draws below it."""
+    try:
+        low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
 
 def free_port(span: int = 1, host: str = HOST) -> int:
     """A port P on ``host`` such that P .. P + span - 1 are all free now and not handed out before by
-    this process (a broker needs 2: its listen port and the HA port, listen + 1)."""
+    this process. P is drawn at random outside the kernel's ephemeral range (``_ephemeral_range``), so
+    no outgoing connection takes it before the child that was given it binds it."""
+    ephemeral = _ephemeral_range()
+    candidates = range(_LOWEST_PORT, ephemeral.start - span + 1)
+    if len(candidates) < 1000:  # an ephemeral range reaching down low: draw above it instead
+        candidates = range(ephemeral.stop, 65536 - span + 1)
     for _ in range(200):
-        with ExitStack() as held:
-            first = held.enter_context(socket.socket())
-            first.bind((host, 0))
-            base = int(first.getsockname()[1])
-            ports = range(base, base + span)
-            if ports[-1] > 65535 or _handed_out.intersection(ports):
-                continue
-            try:
-                for port in ports[1:]:
+        base = _random.choice(candidates)
+        ports = range(base, base + span)
+        if _handed_out.intersection(ports):
+            continue
+        try:
+            with ExitStack() as held:
+                for port in ports:
                     held.enter_context(socket.socket()).bind((host, port))
-            except OSError:  # a neighbour is taken: draw again
-                continue
-            _handed_out.update(ports)
-            return base
-    raise RuntimeError(f"no {span} consecutive free ports on {host} after 200 draws")
+        except OSError:  # one of them is taken: draw again
+            continue
+        _handed_out.update(ports)
+        return base
+    raise RuntimeError(f"no {span} consecutive free ports on {host} in {candidates} after 200 draws")
+
+
+def broker_listen_port(fast_listen: bool = True, host: str = HOST) -> int:
+    """A free listen port L for a broker, with the other ports it binds free too: the HA port L + 1 and,
+    when ``fast_listen`` (``fast_listen_enable``, on by default), the fast remoting port L - 2."""
+    return free_port(4, host) + 2 if fast_listen else free_port(2, host)
 
 
 def loopback_cluster(name: str, groups: Mapping[str, Sequence[Mapping[str, Any]]], store_root: Path,
@@ -306,7 +332,8 @@ def loopback_cluster(name: str, groups: Mapping[str, Sequence[Mapping[str, Any]]
                        "ha": {**broker_options.get("ha", {}), **overrides.get("ha", {})}}
             if broker_id > 0:
                 options["ha"]["role"] = HARole.SLAVE.value
-            settings = BrokerSettings(broker_name=group, broker_id=broker_id, listen=f"{HOST}:{free_port(2)}",
+            listen = broker_listen_port(bool(options.get("fast_listen_enable", True)))
+            settings = BrokerSettings(broker_name=group, broker_id=broker_id, listen=f"{HOST}:{listen}",
                                       store_dir=store_root / f"{group}-{broker_id}", **options)
             brokers.append(settings)
     return ClusterConfig(name=name, namesrv=NamesrvConfig(listen=f"{HOST}:{free_port()}", **(namesrv or {})),

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from rich.console import Console
 
 from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, new_message
 from broker_store.config import LocalClustersConfig, load_yaml
+from broker_store.launcher import free_port
 from connectors.checkpoint.tables import CheckpointTables
 from connectors.core.config import load_replicator_config
 from connectors.core.topic_mapping import TopicMapper
@@ -65,13 +65,6 @@ def start_clusters(config: Path, data_dir: Path) -> tuple[subprocess.Popen[str],
         raise SystemExit(f"local clusters did not start (exit {proc.returncode}); is something already "
                          f"listening on the ports of {config}?")
     return proc, line.split()[1:]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def write_config(workdir: Path, port: int, namesrvs: dict[str, str]) -> Path:

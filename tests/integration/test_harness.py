@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from broker_store import launcher
 from broker_store.client import Admin
 from broker_store.protocol.errors import TransportError
-from tests.support.processes import GroupSpec, LocalCluster, failure_logs, free_port
+from tests.support.processes import GroupSpec, LocalCluster, broker_listen_port, failure_logs, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -41,6 +42,20 @@ def test_free_port_spans_are_free_and_never_handed_out_twice() -> None:
     for port in ports:
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
+
+
+def test_ports_are_drawn_below_the_kernels_ephemeral_range() -> None:
+    # an outgoing connection (Spark's, a client's) can take an ephemeral port between the draw and the bind
+    ephemeral = launcher._ephemeral_range()
+    assert all(launcher.free_port(2) + 1 < ephemeral.start for _ in range(50))
+
+
+def test_a_brokers_listen_port_comes_with_its_fast_and_ha_ports_free() -> None:
+    for fast in (True, False):
+        listen = broker_listen_port(fast_listen=fast)
+        for port in ([listen - 2] if fast else []) + [listen, listen + 1]:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port))
 
 
 def test_replica_group_members_register_under_one_name_and_all_serve(cluster: LocalCluster) -> None:

@@ -16,7 +16,7 @@ import yaml
 
 from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, new_message
 from broker_store.launcher import ClusterProcesses, loopback_cluster, wait_in_sync
-from tests.support.processes import free_port, local_cluster
+from tests.support.processes import broker_listen_port, free_port, local_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,7 @@ def pull_all(consumer: PullConsumer, queues: list[MessageQueue]) -> dict[Message
 
 def test_up_starts_both_clusters_and_stops_them_on_sigterm(tmp_path: Path) -> None:
     # brokers keep listen + 1 free for their HA port (counted by the config's duplicate-port check)
-    ports = [free_port(1 if i in (0, 3, 5) else 2) for i in range(6)]
+    ports = [free_port() if i in (0, 3, 5) else broker_listen_port(fast_listen=False) for i in range(6)]
     config = {"clusters": [
         {"name": "src", "namesrv": {"listen": f"127.0.0.1:{ports[0]}"},
          "brokers": [{"broker_name": "src-a", "listen": f"127.0.0.1:{ports[1]}", "store_dir": "s-a",

@@ -16,7 +16,7 @@ import yaml
 
 from tests.spark.conftest import PROJECT_ROOT
 from tests.spark.spark_processes import TaggedProcess, spark_env, wait_for
-from tests.support.processes import free_port
+from tests.support.processes import broker_listen_port, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +29,7 @@ def _clusters_on_free_ports(work: Path) -> Path:
     for cluster in config["clusters"]:
         cluster["namesrv"]["listen"] = f"127.0.0.1:{free_port()}"
         for broker in cluster["brokers"]:
-            broker["listen"] = f"127.0.0.1:{free_port()}"
+            broker["listen"] = f"127.0.0.1:{broker_listen_port(broker.get('fast_listen_enable', True))}"
             broker["store_dir"] = str(work / broker["store_dir"])
     path = work / "cluster-local.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -29,7 +29,8 @@ from typing import Any
 from broker_store.client import Admin
 from broker_store.config import BrokerConfig, NamesrvConfig
 from broker_store.launcher import HOST, ManagedProcess, wait_in_sync
-from broker_store.launcher import free_port as free_port  # re-exported: the tests take ports from here
+from broker_store.launcher import broker_listen_port as broker_listen_port  # re-exported with free_port:
+from broker_store.launcher import free_port as free_port  # the tests take ports from here
 from broker_store.protocol.errors import RocketMQError
 
 LOG_TAIL_CHARS = 3000
@@ -187,11 +188,10 @@ class LocalCluster:
         """Every member of every group, group by group, primary first."""
 
     def _broker(self, group: str, broker_id: int, options: dict[str, Any]) -> Broker:
-        vip = bool(options.get("fast_listen_enable"))
-        base = free_port(4 if vip else 2)  # [listen - 2 (VIP),] listen, listen + 1 (HA)
+        listen = broker_listen_port(bool(options.get("fast_listen_enable")))
         member = f"{group}-{broker_id}"
         config = BrokerConfig(cluster_name=self.name, broker_name=group, broker_id=broker_id,
-                              listen=f"{HOST}:{base + 2 if vip else base}", store_dir=self.root / member,
+                              listen=f"{HOST}:{listen}", store_dir=self.root / member,
                               namesrv_addrs=[self.namesrv_addr], **options)
         return Broker("broker", config, self.root, member)
 
