@@ -16,7 +16,7 @@ its cores, so the numbers are for the whole pipeline on one box):
 3. (a) Raw pull: one process (a child) pulls the whole topic with ``AsyncPullConsumer``, every queue
    concurrently, ``--pull-batch`` (1024) messages per PULL_MESSAGE, decoding every message into a
    ``StoredMessage``. msg/s and MB/s of body bytes; run twice, the faster run counts.
-4. Spark on ``local[2]`` through ``jobs.replicate.build_spark`` / ``start_link`` (the readStream /
+4. Spark on ``local[2]`` through ``jobs.spark_session.build_spark`` / ``start_link`` (the readStream /
    writeStream path of ``jobs/replicate.py``, a generated replicator.yaml, Delta tables on). Warm-up:
    a separate link replicates ``--warmup`` messages with Trigger.AvailableNow; the JVM start and the
    warm-up are timed and reported, not counted.
@@ -39,7 +39,7 @@ its cores, so the numbers are for the whole pipeline on one box):
    ``--first-messages`` (1000) messages is replicated by ``python jobs/replicate.py --config ...`` launched
    as its own process (its own JVM, as an operator starts it) and SIGTERMed once the target has a message.
    Launch -> the first message's store timestamp on the target, and the same from the job's "Spark session
-   up" log line (``jobs.replicate.SESSION_UP``) -> that message; median, min and max. ``--first-only`` runs
+   up" log line (``jobs.spark_session.SESSION_UP``) -> that message; median, min and max. ``--first-only`` runs
    just this phase.
 
 Targets: (b)/(a) >= 0.5, (b) >= 30 MB/s (1 MB = 10^6 bytes of message body), (c) p99 <= trigger + 1 s,
@@ -567,7 +567,7 @@ def first_message_run(run: int, work: Path, src: Cluster, dst: Cluster, queues: 
     line and the first message's store timestamp on the target; then SIGTERM the job."""
     import subprocess
 
-    from jobs.replicate import SESSION_UP
+    from jobs.spark_session import SESSION_UP
 
     topic, name = f"{TOPIC_FIRST}{run}", f"bench-first-{run}"
     source_queues = create_topic(src.addr, src.name, topic, queues)
@@ -746,7 +746,8 @@ def main(argv: list[str] | None = None) -> int:
         write_config(config_path, work, src, dst, per_trigger, args.trigger, args.max_in_flight, args.max_partitions)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         from connectors.core.config import load_replicator_config
-        from jobs.replicate import build_spark, start_link
+        from jobs.replicate import start_link
+        from jobs.spark_session import build_spark
 
         config = load_replicator_config(config_path)
         t0 = time.monotonic()

@@ -25,17 +25,14 @@ if __package__ in (None, ""):  # `spark-submit jobs/checkpoint.py` / `python job
 
 from connectors.checkpoint.data_source import DATA_SOURCE_NAME, CheckpointDataSource  # noqa: E402
 from connectors.core.config import LinkConfig, ReplicatorConfig  # noqa: E402
-from connectors.core.errors import ReplicatorError  # noqa: E402
 from jobs.query_supervisor import (  # noqa: E402
     exit_job,
     polling_query_location,
     prepare_job,
-    quiet_accumulator_server,
+    run_job,
     start_polling_query,
-    stop_on_signals,
-    supervise,
 )
-from jobs.replicate import build_spark  # noqa: E402
+from jobs.spark_session import APP_NAME  # noqa: E402
 
 log = logging.getLogger("jobs.checkpoint")
 
@@ -83,21 +80,9 @@ def run_queries(argv: list[str] | None, *, prog: str, data_source: Any,
         job.stop()
         log.error("error: %s is disabled for every link selected", prog)
         return 2
-    stop = stop_on_signals()
-    spark = build_spark(f"rocketmq-replicator-{prog}", log_dir=job.log_dir,
-                        checkpoint_locations=[location(job.config, n) for n in names])
-    spark.dataSource.register(data_source)
-    quiet_accumulator_server(spark)
-    try:
-        failures = supervise(spark, [start(spark, args.config, job.config, name) for name in names], stop,
-                             job.log_dir)
-    except ReplicatorError as exc:
-        log.error("error: %s", exc)
-        return 2
-    finally:
-        job.stop()
-        spark.stop()
-    return 1 if failures else 0
+    return run_job(job, lambda spark: [start(spark, args.config, job.config, name) for name in names],
+                   app_name=f"{APP_NAME}-{prog}", checkpoint_locations=[location(job.config, n) for n in names],
+                   data_sources=[data_source])
 
 
 def run(argv: list[str] | None = None) -> int:

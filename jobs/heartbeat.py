@@ -28,13 +28,8 @@ if __package__ in (None, ""):  # `spark-submit jobs/heartbeat.py` / `python jobs
 
 from connectors.core.config import ReplicatorConfig  # noqa: E402
 from connectors.heartbeat.data_source import DATA_SOURCE_NAME, HeartbeatDataSource  # noqa: E402
-from jobs.query_supervisor import (  # noqa: E402
-    exit_job,
-    prepare_job,
-    quiet_accumulator_server,
-    stop_on_signals,
-    supervise,
-)
+from jobs.query_supervisor import exit_job, prepare_job, run_job  # noqa: E402
+from jobs.spark_session import APP_NAME  # noqa: E402
 
 log = logging.getLogger("jobs.heartbeat")
 
@@ -77,22 +72,9 @@ def run(argv: list[str] | None = None) -> int:
     job = prepare_job(args, heartbeat_monitor=True)
     if isinstance(job, int):
         return job
-    assert job.monitor is not None
-    stop = stop_on_signals()
-    from jobs.replicate import build_spark
-
-    spark = build_spark(app_name="rocketmq-replicator-heartbeat",
-                        checkpoint_locations=[job.config.heartbeat.checkpoint_location], log_dir=job.log_dir)
-    spark.dataSource.register(HeartbeatDataSource)
-    quiet_accumulator_server(spark)
-    job.monitor.start()
-    try:
-        failures = supervise(spark, [start_heartbeat_query(spark, args.config, job.config, job.names)], stop,
-                             job.log_dir)
-    finally:
-        job.stop()
-        spark.stop()
-    return 1 if failures else 0
+    return run_job(job, lambda spark: [start_heartbeat_query(spark, args.config, job.config, job.names)],
+                   app_name=f"{APP_NAME}-heartbeat", checkpoint_locations=[job.config.heartbeat.checkpoint_location],
+                   data_sources=[HeartbeatDataSource])
 
 
 if __name__ == "__main__":

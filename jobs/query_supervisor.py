@@ -1,13 +1,15 @@
 """The streaming jobs' shared start and main loop: set up the log dir, load the config, bind the metrics
-endpoint before Spark starts (``prepare_job``); stop on SIGTERM / SIGINT, watch the queries, report a failed
-one in one console line, stop the others (``supervise``).
+endpoint before Spark starts (``prepare_job``); then start Spark and the job's queries, stop on SIGTERM /
+SIGINT, watch the queries, report a failed one in one console line, stop the others, stop Spark
+(``run_job``, with ``supervise``).
 
-Used on the driver by ``jobs/replicate.py``, ``jobs/run_all.py`` and the polling connectors' jobs
-(``jobs.checkpoint.run_queries``), so every job stops, fails and exits the same way: a signal stops every
-query gracefully (the running batch finishes or is re-run from the checkpoint on the next start); the
-first failed query stops the others (the sinks' "batch aborted" lines that stop causes are INFO,
-``connectors.core.job_stop``); the caller turns ``supervise``'s failures into exit code 1 and
-``prepare_job``'s refusal (a bad config, a metrics port in use) into exit code 2.
+Every entry point (``jobs/replicate.py``, ``jobs/run_all.py``, ``jobs/heartbeat.py`` and the polling
+connectors' jobs through ``jobs.checkpoint.run_queries``) is ``prepare_job`` then ``run_job``, so every job
+starts, stops, fails and exits the same way: a signal stops every query gracefully (the running batch
+finishes or is re-run from the checkpoint on the next start); the first failed query stops the others (the
+sinks' "batch aborted" lines that stop causes are INFO, ``connectors.core.job_stop``); exit code 1 when a
+query failed, 2 for ``prepare_job``'s refusal (a bad config, a metrics port in use) or a configuration error
+found while starting the queries; the process ends through ``exit_job``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -33,6 +36,8 @@ from connectors.core.job_stop import mark_stopping, prepare_stop_marker, remove_
 from connectors.heartbeat.monitor_loop import HeartbeatMonitorLoop
 from jobs import job_logging
 from jobs.metrics import MetricsEndpoint, metrics_settings
+from jobs.progress import make_progress_listener
+from jobs.spark_session import SESSION_UP, build_spark
 
 log = logging.getLogger("jobs.replicate")
 
@@ -83,6 +88,57 @@ def prepare_job(args: argparse.Namespace, *, heartbeat_monitor: bool = False) ->
         return 2
     prepare_stop_marker()  # exported before Spark starts: its Python workers inherit it
     return PreparedJob(log_dir, config, names, endpoint, monitor)
+
+
+def run_job(job: PreparedJob, start: Callable[[Any], Sequence[Any]], *, app_name: str,
+            checkpoint_locations: Sequence[str], data_sources: Sequence[Any] = (), warm_up: bool = False,
+            progress: bool = False, summarize: Callable[[Sequence[Any], dict[str, str]], None] | None = None) -> int:
+    """Run a prepared job to its end and return its exit code: install the signal handlers, build Spark
+    (``app_name``, ``checkpoint_locations`` as ``build_spark`` takes them) and register ``data_sources``;
+    with ``warm_up`` start the replication task daemon meanwhile (``connectors.replication.warmup``); with
+    ``progress`` log every batch's progress; start the heartbeat monitor if the job has one; start the
+    queries (``start(spark)``) and ``supervise`` them. Then, whatever happened, stop the job's endpoint,
+    monitor and stop marker, and Spark. ``summarize(queries, failures)`` runs after Spark stopped. 0 after
+    a clean stop, 1 when a query failed, 2 on a ``ReplicatorError`` while starting."""
+    stop = stop_on_signals()
+    spark: Any = None
+    warmup: Any = None
+    queries: list[Any] = []
+    failures: dict[str, str] = {}
+    try:
+        launched = time.monotonic()
+        spark = build_spark(app_name, checkpoint_locations=checkpoint_locations, log_dir=job.log_dir)
+        # benchmarks/replicator.py (d) reads this line's time: "session up -> first message" starts here
+        log.info("%s up in %.1f s", SESSION_UP, time.monotonic() - launched)
+        if warm_up:
+            from connectors.replication.warmup import start_worker_warmup
+
+            warmup = start_worker_warmup(spark)  # overlaps the queries' start
+        for data_source in data_sources:
+            spark.dataSource.register(data_source)
+        if progress:
+            spark.streams.addListener(make_progress_listener())
+        quiet_accumulator_server(spark)
+        if job.monitor is not None:
+            job.monitor.start()
+        queries = list(start(spark))
+        log.info("running %d quer(ies): %s", len(queries), ", ".join(q.name for q in queries))
+        failures = supervise(spark, queries, stop, job.log_dir)
+    except ReplicatorError as exc:
+        log.error("error: %s", exc)
+        return 2
+    finally:
+        job.stop()
+        if warmup is not None:
+            from connectors.replication.warmup import join_worker_warmup
+
+            join_worker_warmup(warmup)
+        if spark is not None:
+            spark.stop()
+    if summarize is not None:
+        summarize(queries, failures)
+    release_arrow_threads()
+    return 1 if failures else 0
 
 
 def stop_on_signals() -> threading.Event:
@@ -188,7 +244,9 @@ def exit_job(code: int) -> NoReturn:
 
 
 def release_arrow_threads() -> None:
-    """Call last, after a job's Delta reads (summaries, metrics feeds): Arrow scanners left by them may keep
-    native threads that abort the process at interpreter teardown ("terminate called without an active
-    exception", exit 134; apache/arrow#34314). Collecting them now, while Arrow is alive, joins them."""
+    """Called last by ``run_job``, after a job's Delta reads (summaries, metrics feeds): Arrow scanners left by
+    them may keep native threads that abort the process at interpreter teardown ("terminate called without
+    an active exception", exit 134; apache/arrow#34314). Collecting them now, while Arrow is alive, joins
+    them. The entry points end through ``exit_job`` and skip teardown anyway; this is for a caller that runs
+    a job's ``run()`` in its own process and goes on (the tests)."""
     gc.collect()

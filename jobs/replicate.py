@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,29 +29,13 @@ if __package__ in (None, ""):  # `spark-submit jobs/replicate.py` / `python jobs
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from connectors.core.config import ReplicatorConfig  # noqa: E402
-from connectors.core.driver_log import LOG_DIR_ENV, LOG_LEVEL_ENV  # noqa: E402
 from connectors.core.errors import ReplicatorError  # noqa: E402
-from connectors.core.job_stop import STOP_MARKER_ENV  # noqa: E402
 from connectors.replication.failure_policy import FailurePolicyRunner  # noqa: E402
 from connectors.replication.tables import LinkTables  # noqa: E402
-from connectors.replication.warmup import join_worker_warmup, start_worker_warmup  # noqa: E402
-from jobs import job_logging  # noqa: E402
-from jobs.progress import make_progress_listener  # noqa: E402
-from jobs.query_supervisor import (  # noqa: E402
-    exit_job,
-    prepare_job,
-    quiet_accumulator_server,
-    release_arrow_threads,
-    stop_on_signals,
-    supervise,
-)
-from jobs.worker_python import bytecode_worker_environment  # noqa: E402
+from jobs.query_supervisor import exit_job, prepare_job, run_job  # noqa: E402
+from jobs.spark_session import APP_NAME  # noqa: E402
 
 log = logging.getLogger("jobs.replicate")
-JOB_ENVIRONMENT = (LOG_DIR_ENV, LOG_LEVEL_ENV, STOP_MARKER_ENV)
-"""Variables the job sets for Spark's Python workers (``build_spark`` passes them on under spark-submit)."""
-SESSION_UP = "Spark session"
-"""The start of the job's log line once the Spark session is up (``benchmarks/replicator.py`` times from it)."""
 
 
 def parse_args(argv: list[str] | None = None, *, prog: str = "replicate", description: str = "",
@@ -72,115 +55,6 @@ def parse_args(argv: list[str] | None = None, *, prog: str = "replicate", descri
                         help="Prometheus port (default: metrics.port of the config; 0 = no endpoint)")
     return parser.parse_args(argv)
 
-
-TUNED_SETTINGS = {
-    # Rows per Arrow batch between the JVM and the sink's Python worker. The sink waits for a whole
-    # batch before sending, so a large one (the default is 10000 rows) serialises reading and sending.
-    # With rowFormat=raw (one row per pull of up to 256 messages) 1 row per batch lets the sink send each
-    # pull while the next is read (256 rows: 15.1k msg/s, 1 row: 18.1k msg/s on local[2],
-    # benchmarks/replicator.py --row-format raw); the job's rowFormat=ranges sends a handful of rows per
-    # batch, which this does not slow. Only Arrow transfers are affected; the replicator runs no other.
-    "spark.sql.execution.arrow.maxRecordsPerBatch": "1",
-    # The driver JVM only orchestrates: with rowFormat=ranges no message passes through it. The C2 JIT
-    # kept ~0.3 of a core busy compiling for minutes into a run (every micro-batch plans and generates
-    # code anew), C1 alone settles within seconds: during benchmarks/replicator.py (c) the JVM's threads
-    # used ~0.13 instead of ~0.42 cores (/proc/<pid>/task/*/stat over 15 s). Takes effect when this
-    # process launches the JVM (python jobs/replicate.py); under spark-submit pass --driver-java-options.
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
-    # The task workers fork from a daemon that has the replication modules imported already
-    # (connectors/replication/worker_daemon.py): a query's first tasks do not each import them.
-    "spark.python.daemon.module": "connectors.replication.worker_daemon",
-}
-"""Spark settings ``build_spark`` applies unless spark-submit / spark-defaults already set them."""
-
-LOCAL_CHECKPOINT_SETTINGS = {
-    # Hadoop's local file system without its native library forks `readlink` and `chmod` for every
-    # checkpoint file Spark writes through FileContext (~5 process spawns per micro-batch, measured with
-    # strace); the FileSystem-based manager does without the readlink ones: walCommit + commitOffsets went
-    # from ~175 to ~115 ms per batch. Its rename is as atomic as FileContext's on a local disk (and on
-    # HDFS), which is why it is chosen only when every checkpoint is local.
-    "spark.sql.streaming.checkpointFileManagerClass":
-        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
-}
-"""Added to ``TUNED_SETTINGS`` when every checkpoint location is on the local file system."""
-
-
-def is_local_path(location: str) -> bool:
-    """True for a plain path or a ``file:`` URI."""
-    return location.startswith("file:") or "://" not in location
-
-
-def build_spark(app_name: str = "rocketmq-replicator", master: str | None = None,
-                settings: dict[str, str] | None = None, checkpoint_locations: Sequence[str] = (),
-                log_dir: Path | None = None) -> Any:
-    """The SparkSession; ``master`` if given, else ``local[*]`` unless spark-submit / SPARK_MASTER /
-    spark.master chose one. ``settings`` are Spark settings applied last (they win over the defaults here);
-    ``checkpoint_locations``, the queries' checkpoints, choose ``LOCAL_CHECKPOINT_SETTINGS`` when all are
-    local; ``log_dir`` (``jobs.job_logging.setup``'s) sends the driver JVM's log4j output to its spark.log
-    when this process launches the JVM (under spark-submit, pass the same -D options yourself)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark import SparkConf, SparkContext
-    from pyspark.sql import SparkSession
-
-    if "PYSPARK_GATEWAY_PORT" in os.environ:
-        # Started by spark-submit: its JVM already runs with --master / --conf as system properties, but
-        # SparkConf() reads them only once the gateway is attached; without this it is empty and the
-        # local[*] default below would silently override `spark-submit --master spark://...`.
-        SparkContext._ensure_initialized()
-    conf = SparkConf()
-    options = {"spark.app.name": app_name, "spark.ui.showConsoleProgress": "false"}
-    if master is not None:
-        options["spark.master"] = master
-    elif not conf.contains("spark.master") and not os.environ.get("SPARK_MASTER"):
-        options["spark.master"] = "local[*]"
-    chosen = master or conf.get("spark.master", os.environ.get("SPARK_MASTER", "local[*]"))
-    if chosen.startswith("local") or "127.0.0.1" in chosen:
-        # A local (or loopback standalone) run stays on loopback: otherwise Spark binds the driver to
-        # the host's first non-loopback interface. Real cluster deployments choose their own addresses.
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        if not conf.contains("spark.driver.host"):
-            options.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
-    tuned = dict(TUNED_SETTINGS)
-    if log_dir is not None:
-        java_options = "spark.driver.extraJavaOptions"
-        tuned[java_options] = f"{tuned[java_options]} {job_logging.spark_java_options(log_dir)}"
-    if checkpoint_locations and all(is_local_path(c) for c in checkpoint_locations):
-        tuned.update(LOCAL_CHECKPOINT_SETTINGS)
-    options.update({key: value for key, value in tuned.items() if not conf.contains(key)})
-    options.update(settings or {})
-    # The job's environment for Spark's Python workers (log dir and level, stop marker): inherited when this
-    # process launches the JVM, but under spark-submit the JVM started first, so it goes as executorEnv.
-    for name in JOB_ENVIRONMENT:
-        if name in os.environ:
-            options.setdefault(f"spark.executorEnv.{name}", os.environ[name])
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        os.environ.update(bytecode_worker_environment(chosen, launching_jvm=SparkContext._gateway is None))
-        _launch_jvm_in_own_session(options)
-    builder = SparkSession.builder
-    for key, value in options.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    from connectors.replication.data_source import RocketMQDataSource
-
-    spark.dataSource.register(RocketMQDataSource)
-    return spark
-
-
-def _launch_jvm_in_own_session(options: dict[str, str]) -> None:
-    """Launch the driver JVM as SparkSession would (spark-submit with ``options`` as --conf), but in a
-    session and process group of its own. A SIGTERM or Ctrl-C sent to the job's whole process group
-    (systemd's default, `timeout`, a terminal) then reaches only this process, which stops the queries and
-    then Spark in order; otherwise the JVM's shutdown hook stops Spark under the running queries and the
-    job ends in Py4J tracebacks. The JVM still dies with this process: pyspark's gateway exits when its
-    stdin, a pipe from here, closes. Does nothing when a JVM is already attached."""
-    from pyspark import SparkConf, SparkContext
-    from pyspark.java_gateway import launch_gateway
-
-    if SparkContext._gateway is not None:
-        return
-    conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
-    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
-    SparkContext._ensure_initialized(gateway=gateway)
 
 
 def start_link(spark: Any, config_path: str, config: ReplicatorConfig, name: str, *,
@@ -221,34 +95,26 @@ def run(argv: list[str] | None = None) -> int:
     job = prepare_job(args)
     if isinstance(job, int):
         return job
-    config, names, log_dir = job.config, job.names, job.log_dir
-    stop = stop_on_signals()
-    launched = time.monotonic()
-    spark = build_spark(checkpoint_locations=[config.link(name).checkpoint_location for name in names],
-                        log_dir=log_dir)
-    # benchmarks/replicator.py (d) reads this line's time: "session up -> first message" starts here
-    log.info("%s up in %.1f s", SESSION_UP, time.monotonic() - launched)
-    warmup = start_worker_warmup(spark)  # overlaps the queries' start (connectors/replication/warmup.py)
-    spark.streams.addListener(make_progress_listener())
-    quiet_accumulator_server(spark)
-    failures: dict[str, str] = {}
-    queries: list[Any] = []
+    config, names = job.config, job.names
     started_ms = int(time.time() * 1000)
-    try:
-        queries = [start_link(spark, args.config, config, name, available_now=args.available_now)
-                   for name in names]
-        failures = supervise(spark, queries, stop, log_dir)
-    except ReplicatorError as exc:
-        log.error("error: %s", exc)
-        return 2
-    finally:
-        job.stop()
-        join_worker_warmup(warmup)
-        spark.stop()
-    for q in queries:
-        log_summary(args.config, config, q, started_ms, failed=q.name in failures)
-    release_arrow_threads()
-    return 1 if failures else 0
+    return run_job(job, lambda spark: [start_link(spark, args.config, config, name, available_now=args.available_now)
+                                       for name in names],
+                   app_name=APP_NAME, checkpoint_locations=[config.link(name).checkpoint_location for name in names],
+                   warm_up=True, progress=True, summarize=summaries(args.config, config, started_ms))
+
+
+def summaries(config_path: str, config: ReplicatorConfig, started_ms: int,
+              ) -> Callable[[Sequence[Any], dict[str, str]], None]:
+    """``run_job``'s ``summarize`` for a job that ran replication queries: ``log_summary`` of each (the
+    queries named after a link), failed or not."""
+    links = {link.name for link in config.links}
+
+    def summarize(queries: Sequence[Any], failures: dict[str, str]) -> None:
+        for q in queries:
+            if q.name in links:
+                log_summary(config_path, config, q, started_ms, failed=q.name in failures)
+
+    return summarize
 
 
 def log_summary(config_path: str, config: ReplicatorConfig, query: Any, started_ms: int, *, failed: bool) -> None:

@@ -35,22 +35,13 @@ if __package__ in (None, ""):  # `spark-submit jobs/run_all.py` / `python jobs/r
 from connectors.checkpoint.data_source import CheckpointDataSource  # noqa: E402
 from connectors.config_sync.data_source import ConfigDataSource  # noqa: E402
 from connectors.core.config import ReplicatorConfig  # noqa: E402
-from connectors.core.errors import ReplicatorError  # noqa: E402
 from connectors.heartbeat.data_source import HeartbeatDataSource  # noqa: E402
-from connectors.replication.warmup import join_worker_warmup, start_worker_warmup  # noqa: E402
 from jobs.checkpoint import checkpoint_query_location, start_checkpoints  # noqa: E402
 from jobs.config_sync import config_query_location, start_config_sync  # noqa: E402
 from jobs.heartbeat import start_heartbeat_query  # noqa: E402
-from jobs.progress import make_progress_listener  # noqa: E402
-from jobs.query_supervisor import (  # noqa: E402
-    exit_job,
-    prepare_job,
-    quiet_accumulator_server,
-    release_arrow_threads,
-    stop_on_signals,
-    supervise,
-)
-from jobs.replicate import build_spark, log_summary, parse_args, start_link  # noqa: E402
+from jobs.query_supervisor import exit_job, prepare_job, run_job  # noqa: E402
+from jobs.replicate import parse_args, start_link, summaries  # noqa: E402
+from jobs.spark_session import APP_NAME  # noqa: E402
 
 log = logging.getLogger("jobs.run_all")
 
@@ -90,35 +81,17 @@ def run(argv: list[str] | None = None) -> int:
     job = prepare_job(args, heartbeat_monitor=not args.available_now)
     if isinstance(job, int):
         return job
-    config, names, log_dir = job.config, job.names, job.log_dir
-    stop = stop_on_signals()
-    spark = build_spark(checkpoint_locations=checkpoint_locations(config, names, available_now=args.available_now),
-                        log_dir=log_dir)
-    warmup = start_worker_warmup(spark)  # overlaps the queries' start (connectors/replication/warmup.py)
-    for data_source in (HeartbeatDataSource, CheckpointDataSource, ConfigDataSource):
-        spark.dataSource.register(data_source)
-    spark.streams.addListener(make_progress_listener())
-    quiet_accumulator_server(spark)
-    failures: dict[str, str] = {}
-    replication: list[Any] = []
+    config, names = job.config, job.names
     started_ms = int(time.time() * 1000)
-    try:
-        if job.monitor is not None:
-            job.monitor.start()
+
+    def start(spark: Any) -> list[Any]:
         replication, others = start_all(spark, args.config, config, names, available_now=args.available_now)
-        log.info("running %d quer(ies) for link(s) %s", len(replication) + len(others), ", ".join(names))
-        failures = supervise(spark, [*replication, *others], stop, log_dir)
-    except ReplicatorError as exc:
-        log.error("error: %s", exc)
-        return 2
-    finally:
-        job.stop()
-        join_worker_warmup(warmup)
-        spark.stop()
-    for q in replication:
-        log_summary(args.config, config, q, started_ms, failed=q.name in failures)
-    release_arrow_threads()
-    return 1 if failures else 0
+        return [*replication, *others]
+
+    return run_job(job, start, app_name=APP_NAME,
+                   checkpoint_locations=checkpoint_locations(config, names, available_now=args.available_now),
+                   data_sources=(HeartbeatDataSource, CheckpointDataSource, ConfigDataSource), warm_up=True,
+                   progress=True, summarize=summaries(args.config, config, started_ms))
 
 
 if __name__ == "__main__":

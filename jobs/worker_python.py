@@ -1,6 +1,6 @@
 """The Python that Spark's Python workers of a local job run: the job's own, importing pyspark from bytecode.
 
-Called by ``jobs.replicate.build_spark`` before it launches the driver JVM. Spark puts
+Called by ``jobs.spark_session.build_spark`` before it launches the driver JVM. Spark puts
 ``$SPARK_HOME/python/lib/pyspark.zip`` first on every Python worker's PYTHONPATH (PythonWorkerFactory,
 PythonUtils.sparkPythonPath). Python never caches bytecode for modules imported from a zip, so every worker
 process compiles the pyspark modules it imports from source: ``import pyspark.sql.worker.plan_data_source_read``

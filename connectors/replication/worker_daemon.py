@@ -1,5 +1,5 @@
 """Spark's Python worker daemon for the replicate job's tasks (``spark.python.daemon.module``, set by
-``jobs.replicate.build_spark``): pyspark's own daemon, with the modules every replication task imports loaded
+``jobs.spark_session.build_spark``): pyspark's own daemon, with the modules every replication task imports loaded
 once before it forks the task workers.
 
 pyspark's daemon forks one worker per task slot and imports the worker module only after the fork, so each

@@ -1,7 +1,7 @@
 """``spark-submit jobs/run_all.py``: one Spark application with every connector of a link, as an operator runs it
 on a cluster. Real processes: the job is its own Spark application (``local[2]``); the clusters are this
 module's own (the heartbeat topic it fills on the source would reach every later link of the session's
-clusters). ``python jobs/run_all.py`` (the JVM started by ``jobs.replicate.build_spark``, no master set) runs
+clusters). ``python jobs/run_all.py`` (the JVM started by ``jobs.spark_session.build_spark``, no master set) runs
 in tests/spark/test_demo.py, which launches it as ``make demo`` does; the Spark tier runs each launch once."""
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 import yaml
 
 from connectors.core import job_stop
-from jobs import checkpoint, config_sync, job_logging
+from jobs import checkpoint, config_sync, job_logging, query_supervisor
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,6 +60,11 @@ def test_checkpoints_disabled_for_every_link_is_exit_2(tmp_path: Path) -> None:
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+@dataclass
+class _Query:
+    name: str
+
+
 class _Spark:
     """What ``run_queries`` uses of a SparkSession; records what the job looked like while it ran."""
 
@@ -90,19 +96,19 @@ def test_the_job_binds_no_metrics_port_and_keeps_a_stop_marker_while_it_runs(
         seen.update(queries=queries, marker=os.environ.get(job_stop.STOP_MARKER_ENV))
         return {}
 
-    monkeypatch.setattr(checkpoint, "build_spark", build_spark)
-    monkeypatch.setattr(checkpoint, "supervise", supervise)
-    monkeypatch.setattr(checkpoint, "stop_on_signals", threading.Event)  # no handlers in pytest's process
+    monkeypatch.setattr(query_supervisor, "build_spark", build_spark)
+    monkeypatch.setattr(query_supervisor, "supervise", supervise)
+    monkeypatch.setattr(query_supervisor, "stop_on_signals", threading.Event)  # no handlers in pytest's process
     monkeypatch.setattr(job_logging, "setup", lambda log_dir, level: Path(log_dir))
     monkeypatch.setattr(module, {checkpoint: "start_checkpoints", config_sync: "start_config_sync"}[module],
-                        lambda _spark, path, config, name: f"{name} query")
+                        lambda _spark, path, config, name: _Query(f"{name} query"))
     with socket.socket() as held:  # the config's port is taken (by the replication job, say): not ours to bind
         held.bind(("127.0.0.1", 0))
         held.listen()
         config = _config(tmp_path, metrics_port=held.getsockname()[1])
         assert module.run(["--config", str(config), "--log-dir", str(tmp_path / "logs")]) == 0
     assert seen["app"] == f"rocketmq-replicator-{module.__name__.rsplit('.', 1)[-1]}"
-    assert seen["log_dir"] == tmp_path / "logs" and seen["queries"] == ["l1 query"]
+    assert seen["log_dir"] == tmp_path / "logs" and seen["queries"] == [_Query("l1 query")]
     assert len(seen["locations"]) == 1 and seen["locations"][0].startswith(str(tmp_path / "cp" / "l1") + "-")
     assert seen["marker"] is not None and spark.stopped and len(spark.registered) == 1
     assert job_stop.STOP_MARKER_ENV not in os.environ and not Path(seen["marker"]).parent.exists()

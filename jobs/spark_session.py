@@ -1,0 +1,139 @@
+"""The jobs' SparkSession: ``build_spark`` with the settings every replicator job runs with.
+
+Used by every entry point through ``jobs.query_supervisor.run_job`` and by the benchmarks. ``build_spark``
+chooses the master (spark-submit's, ``SPARK_MASTER``, else ``local[*]``), keeps local runs on loopback,
+applies ``TUNED_SETTINGS`` (and ``LOCAL_CHECKPOINT_SETTINGS``) unless spark-submit or spark-defaults set
+them, passes the job's environment to Spark's Python workers, and, when this process launches the driver
+JVM, launches it in a session of its own with the bytecode worker fix (``jobs.worker_python``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from connectors.core.driver_log import LOG_DIR_ENV, LOG_LEVEL_ENV
+from connectors.core.job_stop import STOP_MARKER_ENV
+from jobs import job_logging
+from jobs.worker_python import bytecode_worker_environment
+
+JOB_ENVIRONMENT = (LOG_DIR_ENV, LOG_LEVEL_ENV, STOP_MARKER_ENV)
+"""Variables the job sets for Spark's Python workers (``build_spark`` passes them on under spark-submit)."""
+APP_NAME = "rocketmq-replicator"
+"""The Spark application name of ``jobs/replicate.py`` and ``jobs/run_all.py``; the other jobs append theirs."""
+SESSION_UP = "Spark session"
+"""The start of the job's log line once the Spark session is up (``benchmarks/replicator.py`` times from it)."""
+
+
+TUNED_SETTINGS = {
+    # Rows per Arrow batch between the JVM and the sink's Python worker. The sink waits for a whole
+    # batch before sending, so a large one (the default is 10000 rows) serialises reading and sending.
+    # With rowFormat=raw (one row per pull of up to 256 messages) 1 row per batch lets the sink send each
+    # pull while the next is read (256 rows: 15.1k msg/s, 1 row: 18.1k msg/s on local[2],
+    # benchmarks/replicator.py --row-format raw); the job's rowFormat=ranges sends a handful of rows per
+    # batch, which this does not slow. Only Arrow transfers are affected; the replicator runs no other.
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "1",
+    # The driver JVM only orchestrates: with rowFormat=ranges no message passes through it. The C2 JIT
+    # kept ~0.3 of a core busy compiling for minutes into a run (every micro-batch plans and generates
+    # code anew), C1 alone settles within seconds: during benchmarks/replicator.py (c) the JVM's threads
+    # used ~0.13 instead of ~0.42 cores (/proc/<pid>/task/*/stat over 15 s). Takes effect when this
+    # process launches the JVM (python jobs/replicate.py); under spark-submit pass --driver-java-options.
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    # The task workers fork from a daemon that has the replication modules imported already
+    # (connectors/replication/worker_daemon.py): a query's first tasks do not each import them.
+    "spark.python.daemon.module": "connectors.replication.worker_daemon",
+}
+"""Spark settings ``build_spark`` applies unless spark-submit / spark-defaults already set them."""
+
+LOCAL_CHECKPOINT_SETTINGS = {
+    # Hadoop's local file system without its native library forks `readlink` and `chmod` for every
+    # checkpoint file Spark writes through FileContext (~5 process spawns per micro-batch, measured with
+    # strace); the FileSystem-based manager does without the readlink ones: walCommit + commitOffsets went
+    # from ~175 to ~115 ms per batch. Its rename is as atomic as FileContext's on a local disk (and on
+    # HDFS), which is why it is chosen only when every checkpoint is local.
+    "spark.sql.streaming.checkpointFileManagerClass":
+        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+}
+"""Added to ``TUNED_SETTINGS`` when every checkpoint location is on the local file system."""
+
+
+def is_local_path(location: str) -> bool:
+    """True for a plain path or a ``file:`` URI."""
+    return location.startswith("file:") or "://" not in location
+
+
+def build_spark(app_name: str = APP_NAME, master: str | None = None,
+                settings: dict[str, str] | None = None, checkpoint_locations: Sequence[str] = (),
+                log_dir: Path | None = None) -> Any:
+    """The SparkSession; ``master`` if given, else ``local[*]`` unless spark-submit / SPARK_MASTER /
+    spark.master chose one. ``settings`` are Spark settings applied last (they win over the defaults here);
+    ``checkpoint_locations``, the queries' checkpoints, choose ``LOCAL_CHECKPOINT_SETTINGS`` when all are
+    local; ``log_dir`` (``jobs.job_logging.setup``'s) sends the driver JVM's log4j output to its spark.log
+    when this process launches the JVM (under spark-submit, pass the same -D options yourself)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        # Started by spark-submit: its JVM already runs with --master / --conf as system properties, but
+        # SparkConf() reads them only once the gateway is attached; without this it is empty and the
+        # local[*] default below would silently override `spark-submit --master spark://...`.
+        SparkContext._ensure_initialized()
+    conf = SparkConf()
+    options = {"spark.app.name": app_name, "spark.ui.showConsoleProgress": "false"}
+    if master is not None:
+        options["spark.master"] = master
+    elif not conf.contains("spark.master") and not os.environ.get("SPARK_MASTER"):
+        options["spark.master"] = "local[*]"
+    chosen = master or conf.get("spark.master", os.environ.get("SPARK_MASTER", "local[*]"))
+    if chosen.startswith("local") or "127.0.0.1" in chosen:
+        # A local (or loopback standalone) run stays on loopback: otherwise Spark binds the driver to
+        # the host's first non-loopback interface. Real cluster deployments choose their own addresses.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        if not conf.contains("spark.driver.host"):
+            options.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    tuned = dict(TUNED_SETTINGS)
+    if log_dir is not None:
+        java_options = "spark.driver.extraJavaOptions"
+        tuned[java_options] = f"{tuned[java_options]} {job_logging.spark_java_options(log_dir)}"
+    if checkpoint_locations and all(is_local_path(c) for c in checkpoint_locations):
+        tuned.update(LOCAL_CHECKPOINT_SETTINGS)
+    options.update({key: value for key, value in tuned.items() if not conf.contains(key)})
+    options.update(settings or {})
+    # The job's environment for Spark's Python workers (log dir and level, stop marker): inherited when this
+    # process launches the JVM, but under spark-submit the JVM started first, so it goes as executorEnv.
+    for name in JOB_ENVIRONMENT:
+        if name in os.environ:
+            options.setdefault(f"spark.executorEnv.{name}", os.environ[name])
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        os.environ.update(bytecode_worker_environment(chosen, launching_jvm=SparkContext._gateway is None))
+        _launch_jvm_in_own_session(options)
+    builder = SparkSession.builder
+    for key, value in options.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    from connectors.replication.data_source import RocketMQDataSource
+
+    spark.dataSource.register(RocketMQDataSource)
+    return spark
+
+
+def _launch_jvm_in_own_session(options: dict[str, str]) -> None:
+    """Launch the driver JVM as SparkSession would (spark-submit with ``options`` as --conf), but in a
+    session and process group of its own. A SIGTERM or Ctrl-C sent to the job's whole process group
+    (systemd's default, `timeout`, a terminal) then reaches only this process, which stops the queries and
+    then Spark in order; otherwise the JVM's shutdown hook stops Spark under the running queries and the
+    job ends in Py4J tracebacks. The JVM still dies with this process: pyspark's gateway exits when its
+    stdin, a pipe from here, closes. Does nothing when a JVM is already attached."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
+    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
+    SparkContext._ensure_initialized(gateway=gateway)
+
