@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from broker_store.client.records import MessageQueue
+from broker_store.net.call_order import CallOrder
 from broker_store.net.client import RemotingClient
 from broker_store.protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from broker_store.protocol.errors import (
@@ -118,8 +119,8 @@ class RouteCache:
         self._clock = clock
         self._entries: dict[str, _Entry] = {}
         self._inflight: dict[tuple[str, bool], asyncio.Task[_Entry]] = {}
-        self._waiting: dict[str, asyncio.Future[None]] = {}
-        """topic -> the turn of the newest ``get`` of that topic still waiting (see ``get``)."""
+        self._call_order: CallOrder[str] = CallOrder()
+        """Per topic: ``get`` calls return in call order (see ``get``)."""
         self._broker_addrs: dict[str, dict[int, str]] = {}
         self._preferred_namesrv = 0
 
@@ -172,21 +173,18 @@ class RouteCache:
         resume, and a send started in that gap would otherwise leave before the sends started ahead of it
         (a producer's sends to one queue would be stored out of call order)."""
         entry = self._entries.get(topic)
-        ahead = self._waiting.get(topic)
-        if ahead is None and entry is not None and self._fresh(entry, allow_default):
-            return entry.route
-        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting[topic] = turn
+        cached = entry.route if entry is not None and self._fresh(entry, allow_default) else None
+        if cached is not None and not self._call_order.waiting(topic):
+            return cached
+        turn = self._call_order.enter(topic)
         try:
-            if entry is not None and self._fresh(entry, allow_default):
-                route = entry.route
-            else:
+            route = cached
+            if route is None:
                 route = (await asyncio.shield(self._fetch_task(topic, allow_default, entry))).route
-            if ahead is not None:
-                await asyncio.shield(ahead)
+            await turn.wait_ahead()
             return route
         finally:
-            self._end_turn(topic, turn, ahead)
+            turn.end()
 
     def _fresh(self, entry: _Entry, allow_default: bool) -> bool:
         if entry.stale or (entry.from_default and not allow_default):
@@ -204,19 +202,6 @@ class RouteCache:
             self._inflight[key] = task
             task.add_done_callback(lambda t: self._fetch_done(key, t))
         return task
-
-    def _end_turn(self, topic: str, turn: asyncio.Future[None], ahead: asyncio.Future[None] | None) -> None:
-        """Let the next caller of ``topic`` return. A caller leaving early (cancelled, failed) while the one
-        ahead of it still waits hands its place on: the next caller still returns after that one."""
-        def done(_: object = None) -> None:
-            turn.set_result(None)
-            if self._waiting.get(topic) is turn:
-                del self._waiting[topic]
-
-        if ahead is None or ahead.done():
-            done()
-        else:
-            ahead.add_done_callback(done)
 
     def _fetch_done(self, key: tuple[str, bool], task: asyncio.Task[_Entry]) -> None:
         if self._inflight.get(key) is task:

@@ -1,7 +1,8 @@
 """Sends to one queue leave in call order while the producer's route cache is cold, without sockets.
 
 A scripted RemotingClient stands in for the name server and the broker: it holds the route request until the
-test releases it and records the order in which SEND_MESSAGE_V2 requests are written. The same path against
+test releases it and records the order in which SEND_MESSAGE_V2 requests are written. The connection layer's
+own gap is shown against a loopback RemotingServer. The same path against
 real processes: tests/integration/test_client_cluster.py (``test_concurrent_sends_to_one_queue_keep_call_order``).
 """
 
@@ -10,9 +11,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+import pytest
+
 from broker_store.client import AsyncProducer, MessageQueue, new_message
 from broker_store.client.route_cache import RouteCache
+from broker_store.net import client as net_client
 from broker_store.net.client import RemotingClient
+from broker_store.net.server import Connection, RemotingServer
 from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.route import BrokerData, QueueData, TopicRouteData
@@ -110,6 +115,45 @@ def test_route_lookups_return_in_call_order_and_a_cancelled_one_keeps_its_place(
         await late[0]
         assert returned == [0, 2, 3, 4] and remoting.route_requests == 1
         await routes.get("T")  # nobody waits any more: the warm path
-        assert not routes._waiting
+        assert not routes._call_order.waiting("T")
+
+    asyncio.run(main())
+
+
+def test_a_request_started_as_the_connection_opens_waits_for_the_earlier_requests(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connection layer has the same gap as the route cache: a request started after the connection is
+    ready but before the requests waiting for it resume used to be written first (a loopback server)."""
+
+    async def main() -> None:
+        received: list[bytes] = []
+
+        def handle(cmd: RemotingCommand, _conn: Connection) -> RemotingCommand:
+            received.append(cmd.body)
+            return cmd.response(ResponseCode.SUCCESS)
+
+        server = RemotingServer(handle)
+        await server.start()
+        client = RemotingClient()
+        addr = f"127.0.0.1:{server.port}"
+        late: list[asyncio.Task[RemotingCommand]] = []
+        real_encode = net_client.encode_frame
+
+        def encode_then_start_one_more(cmd: RemotingCommand) -> bytes:
+            # Runs as the first request is written, the connection just published: start a request now.
+            if not late:
+                late.append(asyncio.create_task(client.invoke(addr, RemotingCommand(code=1, body=b"late"), 5)))
+            return real_encode(cmd)
+
+        monkeypatch.setattr(net_client, "encode_frame", encode_then_start_one_more)
+        try:
+            early = [asyncio.create_task(client.invoke(addr, RemotingCommand(code=1, body=b"%d" % i), 5))
+                     for i in range(3)]
+            await asyncio.gather(*early)
+            await late[0]
+            assert received == [b"0", b"1", b"2", b"late"]
+        finally:
+            await client.close()
+            await server.stop()
 
     asyncio.run(main())
