@@ -42,6 +42,7 @@ from broker_store.protocol.codes import (
     PULL_FLAG_SUSPEND,
     ResponseCode,
 )
+from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.headers import PullMessageRequestHeader
 from broker_store.protocol.route import MASTER_ID
@@ -116,7 +117,11 @@ class PullProcessor:
         """The response, or an awaitable of it when the pull is held (long polling)."""
         h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
         ctx = self.ctx
-        group_config = ctx.subscription_groups.find_or_create(h.consumer_group, store=ctx.role.is_primary)
+        try:
+            group_config = ctx.subscription_groups.find_or_create(h.consumer_group, store=ctx.role.is_primary)
+        except ProtocolError as exc:
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                f"subscription group [{h.consumer_group}] does not exist and cannot be created: {exc}")
         if group_config is None:
             return cmd.response(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,

@@ -25,6 +25,7 @@ from typing import Any
 
 from broker_store.broker.metadata_file import read_metadata_file, write_metadata_file
 from broker_store.protocol.errors import ProtocolError, StoreError
+from broker_store.protocol.message import validate_topic
 from broker_store.protocol.route import dumps_rocketmq
 from broker_store.protocol.topic import DataVersion
 
@@ -132,7 +133,8 @@ class SubscriptionGroupManager:
 
     def find_or_create(self, group: str, *, store: bool = True) -> SubscriptionGroupConfig | None:
         """The group's settings; an unknown group gets the defaults when ``auto_create`` is on or the group is a
-        system group (``SYSTEM_GROUP_PREFIX``), else None (the caller refuses it).
+        system group (``SYSTEM_GROUP_PREFIX``), else None (the caller refuses it). ProtocolError instead of
+        creating a group whose name breaks the naming rules (those of topics, as the admin path checks).
 
         ``store``: keep the created group (persisted, data version bumped). A replica passes False: its table
         is the primary's copy, which the next metadata sync would replace anyway; the group is created on the
@@ -140,6 +142,7 @@ class SubscriptionGroupManager:
         config = self._table.get(group)
         if config is not None or not (self.auto_create or group.startswith(SYSTEM_GROUP_PREFIX)):
             return config
+        validate_topic(group)  # a persisted blank or malformed name would fail the next load
         config = SubscriptionGroupConfig(group_name=group)
         if store:
             self.update(config)

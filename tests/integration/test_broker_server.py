@@ -651,6 +651,9 @@ def test_pull_creates_an_unknown_group_and_refuses_a_disabled_one(tmp_path: Path
         for topic in ("Groups", "NoSuchTopic"):
             resp, _ = await env.pull(topic, group="off")
             assert (resp.code, resp.remark) == (ResponseCode.NO_PERMISSION, "subscription group no permission, off")
+        resp, _ = await env.pull("Groups", group="")  # never persisted: the table must load again
+        assert resp.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and "cannot be created" in (resp.remark or "")
+        assert "" not in await subscription_groups(env)
 
     run(tmp_path, body)
 

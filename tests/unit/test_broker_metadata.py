@@ -151,6 +151,14 @@ def test_auto_create_off_creates_only_system_groups(tmp_path: Path) -> None:
     assert found is not None and not found.consume_enable
 
 
+@pytest.mark.parametrize("name", ["", "bad group", "x" * 300])
+def test_a_group_name_breaking_the_rules_is_never_created(tmp_path: Path, name: str) -> None:
+    groups = SubscriptionGroupManager(tmp_path / "subscription_groups.json")
+    with pytest.raises(ProtocolError):
+        groups.find_or_create(name)
+    assert groups.select(name) is None and not (tmp_path / "subscription_groups.json").exists()
+
+
 def test_a_group_created_without_store_is_not_kept(tmp_path: Path) -> None:
     """A replica's table is the primary's copy: the group is used with the defaults, nothing is written."""
     path = tmp_path / "subscription_groups.json"
