@@ -86,6 +86,10 @@ class BrokerSettings(_Model):
     sizes, replica reads. role SLAVE goes with broker_id > 0, ASYNC_MASTER / SYNC_MASTER with broker_id 0."""
     auto_create_topic_enable: bool = True
     """Register TBW102 (perm READ|WRITE|INHERIT) so sends to unknown topics create them."""
+    auto_create_subscription_group: bool = True
+    """A PULL_MESSAGE naming a consumer group the subscription group table lacks creates the group with
+    RocketMQ's defaults (persisted); off, such a pull is refused SUBSCRIPTION_GROUP_NOT_EXIST. Groups named
+    ``CID_RMQ_SYS_*`` (RocketMQ's own tools, this replicator) are created either way, as RocketMQ does."""
     default_topic_queue_nums: int = Field(default=8, ge=1, le=1024)
     """Queue count of TBW102, the cap on auto-created topics' queue counts."""
     register_interval_seconds: float = Field(default=30.0, gt=0)

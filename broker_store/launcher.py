@@ -23,7 +23,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -370,9 +370,8 @@ class ClusterProcesses:
             for _, broker in sorted(self.brokers.items(), key=lambda kv: kv[0][1] > 0):  # primaries first
                 broker.start(timeout)
             deadline = time.monotonic() + timeout
-            if not _wait_until(lambda: _cluster_complete(LocalClustersConfig(clusters=[self.config])), deadline):
-                raise RuntimeError(f"{self.config.name}: brokers not registered with {self.namesrv_addr} "
-                                   f"after {timeout}s")
+            poll_until(lambda: _cluster_complete(LocalClustersConfig(clusters=[self.config])), timeout,
+                       f"{self.config.name}: brokers registered with {self.namesrv_addr}")
             for (group, broker_id), primary in self.brokers.items():
                 replicas = sum(1 for (g, i), b in self.brokers.items() if g == group and i > 0 and b.running())
                 if broker_id == 0 and replicas:
@@ -393,12 +392,17 @@ class ClusterProcesses:
         self.stop()
 
 
-def _wait_until(condition: Any, deadline: float, interval: float = 0.05) -> bool:
-    while not condition():
+def poll_until(predicate: Callable[[], bool], timeout: float, what: str | Callable[[], str],
+               interval: float = 0.05) -> None:
+    """Call ``predicate`` every ``interval`` s until it returns True (at least once, whatever the timeout).
+    Raises TimeoutError after ``timeout`` s naming ``what``, the condition waited for; a callable is called
+    then, so the message can carry the last state the predicate saw. For waits on real processes (this
+    launcher, the tests' harness), whose progress no injected clock controls."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
         if time.monotonic() > deadline:
-            return False
+            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what() if callable(what) else what}")
         time.sleep(interval)
-    return True
 
 
 def wait_in_sync(primary_addr: str, replicas: int, timeout: float = 30.0) -> None:
@@ -407,17 +411,14 @@ def wait_in_sync(primary_addr: str, replicas: int, timeout: float = 30.0) -> Non
     TimeoutError naming the last count seen."""
     from broker_store.client import Admin  # noqa: PLC0415 - the client is only needed once children run
 
-    deadline = time.monotonic() + timeout
     seen: object = None
     with Admin(primary_addr) as admin:
-        while True:
+        def in_sync() -> bool:
+            nonlocal seen
             try:
                 seen = admin.ha_status(primary_addr).get("inSyncSlaveNums")
             except RocketMQError as exc:  # still starting: poll until the deadline
                 seen = exc
-            if seen == replicas:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{primary_addr}: {replicas} replica(s) not in sync after {timeout:g}s "
-                                   f"(last seen: {seen})")
-            time.sleep(0.05)
+            return seen == replicas
+
+        poll_until(in_sync, timeout, lambda: f"{primary_addr}: {replicas} replica(s) in sync (last seen: {seen})")

@@ -5,6 +5,13 @@ FLAG_SUSPEND is held (up to ``suspendTimeoutMillis`` with long polling, ``short_
 without) and re-run when the store reports an arrival on its queue; the held request answers
 PULL_NOT_FOUND at the deadline.
 
+Checks before the store is read, in RocketMQ's order: the consumer group (``SubscriptionGroupManager.find_or_create``:
+an unknown group is created when ``auto_create_subscription_group`` is on or it is a CID_RMQ_SYS_ group, else
+SUBSCRIPTION_GROUP_NOT_EXIST; a group with consumeEnable false: NO_PERMISSION), then the topic (TOPIC_NOT_EXIST,
+NO_PERMISSION when not readable, SYSTEM_ERROR for a queue id out of range), then the subscription. A replica
+applies the same group checks to its copy of the primary's table (``metadata_sync``); a group it would create is
+used with the defaults but not stored there (the next copy would replace it).
+
 Store status -> response code (as RocketMQ)::
 
     FOUND                                     SUCCESS (body = the stored records, byte for byte)
@@ -13,12 +20,12 @@ Store status -> response code (as RocketMQ)::
     OFFSET_OVERFLOW_ONE, OFFSET_FOUND_NULL    PULL_NOT_FOUND
     NO_MATCHED_LOGIC_QUEUE, NO_MESSAGE_IN_QUEUE  PULL_OFFSET_MOVED if offset != 0 else PULL_NOT_FOUND
 
-Reads from replicas (``ha.replica_read``): a replica without ``ha.slave_read_enable`` answers every pull
-PULL_RETRY_IMMEDIATELY with suggestWhichBrokerId 0 (nothing held). Otherwise, with slave_read_enable, each
-response's suggestWhichBrokerId is the consumer group's whichBrokerWhenConsumeSlowly when the pulled data
-lies more than ``HASettings.max_in_memory_gap()`` behind the max physical offset, else the group's brokerId
-(both from the subscription group table, RocketMQ's defaults 1 and 0 for a group it does not hold);
-without slave_read_enable it is 0.
+Reads from replicas (``ha.replica_read``): a replica without ``ha.slave_read_enable`` answers every pull that
+passes those checks PULL_RETRY_IMMEDIATELY with suggestWhichBrokerId 0 (nothing held). Otherwise, with
+slave_read_enable, each response's suggestWhichBrokerId is the consumer group's whichBrokerWhenConsumeSlowly
+when the pulled data lies more than ``HASettings.max_in_memory_gap()`` behind the max physical offset, else the
+group's brokerId (a group created on first use has RocketMQ's defaults, 1 and 0); without slave_read_enable it
+is 0.
 """
 
 from __future__ import annotations
@@ -28,13 +35,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker_store.broker.subscription import EXPRESSION_TYPE_TAG, SubscriptionParseError, build_subscription
-from broker_store.ha.replica_read import DEFAULT_WHICH_BROKER_WHEN_CONSUME_SLOWLY, consuming_slowly, route_pull
+from broker_store.ha.replica_read import consuming_slowly, route_pull
 from broker_store.protocol.codes import (
     PULL_FLAG_COMMIT_OFFSET,
     PULL_FLAG_SUBSCRIPTION,
     PULL_FLAG_SUSPEND,
     ResponseCode,
 )
+from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.headers import PullMessageRequestHeader
 from broker_store.protocol.route import MASTER_ID
@@ -46,7 +54,7 @@ if TYPE_CHECKING:
     from broker_store.broker.consumer_offset import ConsumerOffsetManager
     from broker_store.broker.long_polling import PullWaiters
     from broker_store.broker.role import RoleState
-    from broker_store.broker.subscription_group import SubscriptionGroupConfig
+    from broker_store.broker.subscription_group import SubscriptionGroupConfig, SubscriptionGroupManager
     from broker_store.broker.topic_config import TopicConfigManager
     from broker_store.clock import Clock
     from broker_store.net.server import Connection
@@ -88,13 +96,13 @@ class PullContext:
     max_pull_msg_nums: int
     long_polling_enable: bool
     short_polling_time_ms: int
+    subscription_groups: SubscriptionGroupManager
+    """The consumer groups' settings (on a replica, the metadata sync's copy): the group checks, and
+    whichBrokerWhenConsumeSlowly and brokerId steer the suggestions."""
     slave_read_enable: bool = False
     """``ha.slave_read_enable``: replicas serve pulls, and slow consumers are pointed at one."""
     max_in_memory_gap: int = 2**62
     """``HASettings.max_in_memory_gap()``: a pull further behind the max physical offset is consuming slowly."""
-    subscription_group: Callable[[str], SubscriptionGroupConfig | None] = lambda _group: None
-    """The consumer group's settings (``SubscriptionGroupManager.select``; on a replica, the metadata sync's
-    copy): whichBrokerWhenConsumeSlowly and brokerId steer the suggestions. None: RocketMQ's defaults."""
 
 
 class PullProcessor:
@@ -109,6 +117,19 @@ class PullProcessor:
         """The response, or an awaitable of it when the pull is held (long polling)."""
         h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
         ctx = self.ctx
+        try:
+            group_config = ctx.subscription_groups.find_or_create(h.consumer_group, store=ctx.role.is_primary)
+        except ProtocolError as exc:
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                f"subscription group [{h.consumer_group}] does not exist and cannot be created: {exc}")
+        if group_config is None:
+            return cmd.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group [{h.consumer_group}] does not exist; create it first "
+                "(UPDATE_AND_CREATE_SUBSCRIPTIONGROUP) or turn auto_create_subscription_group on",
+            )
+        if not group_config.consume_enable:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumer_group}")
         tc = ctx.topic_configs.select(h.topic)
         if tc is None:
             return cmd.response(
@@ -168,13 +189,14 @@ class PullProcessor:
             ctx.consumer_offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
 
         if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & PULL_FLAG_SUSPEND:
-            return self._hold_and_respond(cmd, h, max_nums, tags_codes, max_bytes, result, code)
-        return self._respond(cmd, h, result, code)
+            return self._hold_and_respond(cmd, h, group_config, max_nums, tags_codes, max_bytes, result, code)
+        return self._respond(cmd, h, group_config, result, code)
 
     async def _hold_and_respond(
         self,
         cmd: RemotingCommand,
         h: PullMessageRequestHeader,
+        group_config: SubscriptionGroupConfig,
         max_nums: int,
         tags_codes: frozenset[int] | None,
         max_bytes: int | None,
@@ -182,7 +204,7 @@ class PullProcessor:
         code: ResponseCode,
     ) -> RemotingCommand:
         result, code = await self._hold(h, max_nums, tags_codes, max_bytes, result, code)
-        return self._respond(cmd, h, result, code)
+        return self._respond(cmd, h, group_config, result, code)
 
     def _get(
         self,
@@ -232,16 +254,15 @@ class PullProcessor:
         return result, code
 
     def _respond(
-        self, cmd: RemotingCommand, h: PullMessageRequestHeader, result: GetResult, code: ResponseCode
+        self, cmd: RemotingCommand, h: PullMessageRequestHeader, group: SubscriptionGroupConfig,
+        result: GetResult, code: ResponseCode
     ) -> RemotingCommand:
         ctx = self.ctx
-        group = ctx.subscription_group(h.consumer_group)
         routing = route_pull(
             is_replica=not ctx.role.is_primary, slave_read_enable=ctx.slave_read_enable,
             slow=result.count > 0 and consuming_slowly(result.max_physical_offset_lag, ctx.max_in_memory_gap),
-            which_broker_when_consume_slowly=(group.which_broker_when_consume_slowly if group is not None
-                                              else DEFAULT_WHICH_BROKER_WHEN_CONSUME_SLOWLY),
-            group_broker_id=group.broker_id if group is not None else MASTER_ID)
+            which_broker_when_consume_slowly=group.which_broker_when_consume_slowly,
+            group_broker_id=group.broker_id)
         suggest = routing.suggest_which_broker_id
         if code == ResponseCode.PULL_OFFSET_MOVED and not ctx.role.is_primary:
             # A replica does not judge offsets (offsetCheckInSlave=false): retry against the primary.

@@ -85,7 +85,8 @@ class BrokerServer:
         )
         self.consumer_offsets = ConsumerOffsetManager(meta / OFFSETS_FILE, clock_ms=clock_ms)
         self.clients = ClientRegistry(clock=clock.monotonic)
-        self.subscription_groups = SubscriptionGroupManager(meta / SUBSCRIPTION_GROUPS_FILE, clock_ms=clock_ms)
+        self.subscription_groups = SubscriptionGroupManager(
+            meta / SUBSCRIPTION_GROUPS_FILE, auto_create=config.auto_create_subscription_group, clock_ms=clock_ms)
         host, port = split_host_port(config.listen)
         self._server = RemotingServer(self._handle, host, port)
         self._server.disconnect_listeners.append(self.clients.connection_closed)
@@ -244,8 +245,8 @@ class BrokerServer:
             store, topics, self.clients, self.consumer_offsets, self.pull_waiters, role,
             stopping=lambda: self.stopping, clock=self._clock, max_pull_msg_nums=cfg.max_pull_msg_nums,
             long_polling_enable=cfg.long_polling_enable, short_polling_time_ms=cfg.short_polling_time_ms,
-            slave_read_enable=cfg.ha.slave_read_enable, max_in_memory_gap=cfg.ha.max_in_memory_gap(),
-            subscription_group=self.subscription_groups.select))
+            subscription_groups=self.subscription_groups,
+            slave_read_enable=cfg.ha.slave_read_enable, max_in_memory_gap=cfg.ha.max_in_memory_gap()))
         offsets = OffsetProcessor(OffsetContext(store, topics, self.consumer_offsets))
         admin = AdminProcessor(AdminContext(topics, self.consumer_offsets, self.subscription_groups,
                                             cluster_name=cfg.cluster_name, broker_name=cfg.broker_name,

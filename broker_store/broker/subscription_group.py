@@ -2,9 +2,12 @@
 
 Owned by ``BrokerController``; written by UPDATE_AND_CREATE_SUBSCRIPTIONGROUP and removed by
 DELETE_SUBSCRIPTIONGROUP (``admin_processor``), listed by GET_ALL_SUBSCRIPTIONGROUP_CONFIG (the config
-connector reads them on a source and writes them on a target). Stored as given: the broker enforces none of
-the settings yet (consumeEnable, retry queues, ...), it keeps and serves them. Every change is persisted at
-once (changes are rare, admin-driven).
+connector reads them on a source and writes them on a target). The pull path (``pull_processor``) looks a
+group up with ``find_or_create``: an unknown group is created with the defaults when
+``auto_create_subscription_group`` is on or the group is a system group (RocketMQ's
+findSubscriptionGroupConfig), and a group with consumeEnable false is refused. The other settings (retry
+queues, ...) are kept and served, not enforced. Every change is persisted at once (changes are rare:
+admin-driven, or a group's first pull).
 
 ``subscription_groups.json`` (see ``metadata_file``)::
 
@@ -22,10 +25,14 @@ from typing import Any
 
 from broker_store.broker.metadata_file import read_metadata_file, write_metadata_file
 from broker_store.protocol.errors import ProtocolError, StoreError
+from broker_store.protocol.message import validate_topic
 from broker_store.protocol.route import dumps_rocketmq
 from broker_store.protocol.topic import DataVersion
 
 FILE_NAME = "subscription_groups.json"
+SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
+"""Consumer groups of RocketMQ's own tools and of this replicator (``CID_RMQ_SYS_REPLICATOR_<link>``): created on
+first use whatever ``auto_create_subscription_group`` says (RocketMQ's MixAll.isSysConsumerGroup)."""
 
 
 @dataclass(frozen=True)
@@ -79,8 +86,11 @@ class SubscriptionGroupConfig:
 class SubscriptionGroupManager:
     """The broker's subscription group table with persistence. Single-threaded (the broker's loop)."""
 
-    def __init__(self, path: Path, *, clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+    def __init__(self, path: Path, *, auto_create: bool = True,
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.path = path
+        self.auto_create = auto_create
+        """``BrokerSettings.auto_create_subscription_group``."""
         self._clock_ms = clock_ms
         self._table: dict[str, SubscriptionGroupConfig] = {}
         self.data_version = DataVersion()
@@ -120,6 +130,23 @@ class SubscriptionGroupManager:
 
     def select(self, group: str) -> SubscriptionGroupConfig | None:
         return self._table.get(group)
+
+    def find_or_create(self, group: str, *, store: bool = True) -> SubscriptionGroupConfig | None:
+        """The group's settings; an unknown group gets the defaults when ``auto_create`` is on or the group is a
+        system group (``SYSTEM_GROUP_PREFIX``), else None (the caller refuses it). ProtocolError instead of
+        creating a group whose name breaks the naming rules (those of topics, as the admin path checks).
+
+        ``store``: keep the created group (persisted, data version bumped). A replica passes False: its table
+        is the primary's copy, which the next metadata sync would replace anyway; the group is created on the
+        primary by the consumer's pulls there and arrives with the copy."""
+        config = self._table.get(group)
+        if config is not None or not (self.auto_create or group.startswith(SYSTEM_GROUP_PREFIX)):
+            return config
+        validate_topic(group)  # a persisted blank or malformed name would fail the next load
+        config = SubscriptionGroupConfig(group_name=group)
+        if store:
+            self.update(config)
+        return config
 
     def _persist(self) -> None:
         self.data_version = self.data_version.next(self._clock_ms())

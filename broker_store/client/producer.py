@@ -11,6 +11,10 @@ groups that failed recently (simple latency-fault avoidance); send SEND_MESSAGE_
 FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE means *stored* and is returned as a ``SendStatus``;
 errors flagged ``retriable`` or ``invalid_route`` are retried on another group (the route is
 refreshed first when ``invalid_route``); anything else is raised at once.
+
+Sends started one after another to one queue are written in call order, also while the route cache is
+cold: ``RouteCache.get`` returns in call order per topic, and the connection to a broker is opened once
+with its waiters resumed in order.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from broker_store.client.records import MessageQueue
+from broker_store.net.call_order import CallOrder
 from broker_store.net.client import RemotingClient
 from broker_store.protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from broker_store.protocol.errors import (
@@ -118,6 +119,8 @@ class RouteCache:
         self._clock = clock
         self._entries: dict[str, _Entry] = {}
         self._inflight: dict[tuple[str, bool], asyncio.Task[_Entry]] = {}
+        self._call_order: CallOrder[str] = CallOrder()
+        """Per topic: ``get`` calls return in call order (see ``get``)."""
         self._broker_addrs: dict[str, dict[int, str]] = {}
         self._preferred_namesrv = 0
 
@@ -162,21 +165,43 @@ class RouteCache:
 
     async def get(self, topic: str, *, allow_default: bool = False) -> TopicRouteData:
         """The cached route, fetched when missing, expired or invalidated. With ``allow_default``,
-        a topic the name servers do not know gets the default topic's route (producers only)."""
+        a topic the name servers do not know gets the default topic's route (producers only).
+
+        Calls for one topic return in call order (a failed call raises as soon as it fails). Callers that
+        miss the cache together share one fetch, and a call that finds the route cached while an earlier
+        call still waits returns after it: the fetched route is cached a few loop turns before its waiters
+        resume, and a send started in that gap would otherwise leave before the sends started ahead of it
+        (a producer's sends to one queue would be stored out of call order)."""
         entry = self._entries.get(topic)
-        if entry is not None and not entry.stale and not (entry.from_default and not allow_default):
-            age = self._clock() - entry.fetched_at
-            if age < (self.default_route_ttl if entry.from_default else self.ttl):
-                return entry.route
+        cached = entry.route if entry is not None and self._fresh(entry, allow_default) else None
+        if cached is not None and not self._call_order.waiting(topic):
+            return cached
+        turn = self._call_order.enter(topic)
+        try:
+            route = cached
+            if route is None:
+                route = (await asyncio.shield(self._fetch_task(topic, allow_default, entry))).route
+            await turn.wait_ahead()
+            return route
+        finally:
+            turn.end()
+
+    def _fresh(self, entry: _Entry, allow_default: bool) -> bool:
+        if entry.stale or (entry.from_default and not allow_default):
+            return False
+        return self._clock() - entry.fetched_at < (self.default_route_ttl if entry.from_default else self.ttl)
+
+    def _fetch_task(self, topic: str, allow_default: bool, entry: _Entry | None) -> asyncio.Task[_Entry]:
+        """The fetch of ``topic`` in flight, started if none is. One fetch per topic at a time, in its own
+        task: a caller that is cancelled (a sync caller's wait ran out) does not cancel the fetch other
+        callers are waiting on."""
         key = (topic, allow_default)
         task = self._inflight.get(key)
         if task is None:
-            # One fetch per topic at a time, in its own task: a caller that is cancelled (a sync
-            # caller's wait ran out) does not cancel the fetch other callers are waiting on.
             task = asyncio.get_running_loop().create_task(self._refresh(topic, allow_default, entry))
             self._inflight[key] = task
             task.add_done_callback(lambda t: self._fetch_done(key, t))
-        return (await asyncio.shield(task)).route
+        return task
 
     def _fetch_done(self, key: tuple[str, bool], task: asyncio.Task[_Entry]) -> None:
         if self._inflight.get(key) is task:

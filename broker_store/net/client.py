@@ -2,6 +2,7 @@
 
 Used by ``broker_store.client`` (producers, consumers, admin) and by brokers talking to the name
 server. All methods run on one asyncio loop; the sync facade in ``broker_store.client`` owns that loop.
+Requests to one address are written in call order, also while its connection is being opened.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable
 
+from broker_store.net.call_order import CallOrder
 from broker_store.net.framing import FrameReader
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import ProtocolError, RequestTimeoutError, TransportError
@@ -116,11 +118,33 @@ class RemotingClient:
         self._push_handler = push_handler
         self._conns: dict[str, _ClientConnection] = {}
         self._connecting: dict[str, asyncio.Future[_ClientConnection]] = {}
+        self._call_order: CallOrder[str] = CallOrder()
+        """Per address: requests waiting for the connection are written in call order, and a request started
+        while they still wait is written after them (``net.call_order``)."""
+
+    def _ready(self, addr: str) -> _ClientConnection | None:
+        """The open connection to ``addr`` if a request may be written on it at once."""
+        conn = self._conns.get(addr)
+        if conn is None or conn.closed or self._call_order.waiting(addr):
+            return None
+        return conn
 
     async def _connection(self, addr: str) -> _ClientConnection:
-        conn = self._conns.get(addr)
-        if conn is not None and not conn.closed:
+        conn = self._ready(addr)
+        if conn is not None:
             return conn
+        turn = self._call_order.enter(addr)
+        try:
+            conn = self._conns.get(addr)
+            if conn is None or conn.closed:
+                conn = await self._connect(addr)
+            await turn.wait_ahead()
+            return conn
+        finally:
+            turn.end()
+
+    async def _connect(self, addr: str) -> _ClientConnection:
+        """One connection attempt per address at a time, shared by everyone waiting for it."""
         pending = self._connecting.get(addr)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -152,8 +176,8 @@ class RemotingClient:
 
         ``timeout`` counts from the call (a write held back by a full socket buffer included).
         """
-        conn = self._conns.get(addr)
-        if conn is None or conn.closed:
+        conn = self._ready(addr)
+        if conn is None:
             conn = await self._connection(addr)
         cmd.opaque = opaque = next(_opaques) & 0x7FFFFFFF
         loop = asyncio.get_running_loop()

@@ -8,6 +8,7 @@ client would send them.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import socket
 import struct
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from broker_store.broker import BrokerRole, BrokerServer, run_broker
+from broker_store.broker.subscription_group import SubscriptionGroupConfig
 from broker_store.clock import SYSTEM_CLOCK, Clock, ManualClock
 from broker_store.config import BrokerConfig, NamesrvConfig
 from broker_store.namesrv import NamesrvServer, run_namesrv
@@ -626,6 +628,76 @@ def test_pull_suggestions_follow_the_subscription_group_table(tmp_path: Path) ->
         assert suggestions == {("steered", 0): "3", ("steered", 19): "2", ("plain", 0): "1", ("plain", 19): "0"}
 
     run(tmp_path, body, ha={"slave_read_enable": True, "memory_basis_bytes": 10_000})  # slow: > 4000 bytes behind
+
+
+async def subscription_groups(env: Env) -> dict[str, Any]:
+    resp = _ok(await env.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+    table: dict[str, Any] = loads_rocketmq(resp.body)["subscriptionGroupTable"]
+    return table
+
+
+def test_pull_creates_an_unknown_group_and_refuses_a_disabled_one(tmp_path: Path) -> None:
+    """auto_create_subscription_group on (the default): a pull creates its group with the defaults; a group
+    whose consumeEnable is false is refused NO_PERMISSION, naming it, before the topic is even looked at."""
+
+    async def body(env: Env) -> None:
+        _ok(await env.send("Groups", b"m"))
+        assert "fresh" not in await subscription_groups(env)
+        resp, msgs = await env.pull("Groups", group="fresh")
+        assert resp.code == ResponseCode.SUCCESS and len(msgs) == 1
+        assert (await subscription_groups(env))["fresh"]["consumeEnable"] is True
+        disabled = {"groupName": "off", "consumeEnable": False}
+        _ok(await env.call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json.dumps(disabled).encode()))
+        for topic in ("Groups", "NoSuchTopic"):
+            resp, _ = await env.pull(topic, group="off")
+            assert (resp.code, resp.remark) == (ResponseCode.NO_PERMISSION, "subscription group no permission, off")
+        resp, _ = await env.pull("Groups", group="")  # never persisted: the table must load again
+        assert resp.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and "cannot be created" in (resp.remark or "")
+        assert "" not in await subscription_groups(env)
+
+    run(tmp_path, body)
+
+
+def test_pull_of_an_unknown_group_is_refused_when_auto_create_is_off(tmp_path: Path) -> None:
+    async def body(env: Env) -> None:
+        _ok(await env.send("Groups", b"m"))
+        resp, _ = await env.pull("Groups", group="unknown")
+        assert resp.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and resp.code == 26
+        assert "unknown" in (resp.remark or "")
+        assert "unknown" not in await subscription_groups(env)
+        for group in ("CID_RMQ_SYS_REPLICATOR_link", "created"):  # a system group; an admin-created group
+            if group == "created":
+                _ok(await env.call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                                   body=json.dumps({"groupName": group}).encode()))
+            resp, msgs = await env.pull("Groups", group=group)
+            assert resp.code == ResponseCode.SUCCESS and len(msgs) == 1, (group, resp.code, resp.remark)
+
+    run(tmp_path, body, auto_create_subscription_group=False)
+
+
+def test_replica_applies_the_group_checks_to_its_copy(tmp_path: Path) -> None:
+    """A replica checks the group against its copy of the primary's table; a group it may create is served
+    with the defaults but not added to the copy (the next metadata sync would replace it)."""
+
+    async def body(env: Env, *, auto_create: bool) -> None:
+        topics = TopicConfigTable({"Groups": TopicConfig("Groups", 1, 1)}, DataVersion(1, 1))
+        env.broker.topic_configs.replace_all(topics)
+        groups = env.broker.subscription_groups
+        groups.replace_all({"off": SubscriptionGroupConfig("off", consume_enable=False)}, DataVersion(1, 1))
+        resp, _ = await env.pull("Groups", group="off")
+        assert (resp.code, resp.remark) == (ResponseCode.NO_PERMISSION, "subscription group no permission, off")
+        resp, _ = await env.pull("Groups", group="unknown")
+        # Past the group check a replica without slave reads sends the consumer back to the primary.
+        want = ResponseCode.PULL_RETRY_IMMEDIATELY if auto_create else ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+        assert resp.code == want, (resp.code, resp.remark)
+        assert groups.select("unknown") is None and groups.data_version == DataVersion(1, 1)
+
+    # The primary it follows is not running: the replica keeps retrying its HA link meanwhile.
+    primary = f"127.0.0.1:{free_port()}"
+    replica: dict[str, Any] = {"broker_id": 1, "ha": {"role": "SLAVE", "ha_primary_address": primary}}
+    for auto_create in (True, False):
+        run(tmp_path / str(auto_create), functools.partial(body, auto_create=auto_create),
+            auto_create_subscription_group=auto_create, **replica)
 
 
 def test_sync_flush_send(tmp_path: Path) -> None:

@@ -125,3 +125,18 @@ def test_heartbeat_lists_consumer(cluster: LocalCluster) -> None:
         consumer.pull(MessageQueue("it-hb-topic", "broker-a", 0), 0)
         consumer.heartbeat()
         assert consumer.client_id in admin.consumer_list("it-hb", "it-hb-topic")
+
+
+def test_concurrent_sends_to_one_queue_keep_call_order(cluster: LocalCluster) -> None:
+    """A fresh producer (route cache and connections cold) started on many sends to one queue at once: they
+    are stored in call order. tests/unit/test_producer_order.py pins down the interleavings."""
+    addr = cluster.namesrv_addr
+    with Admin(addr) as admin:
+        admin.create_topic("it-order", queue_nums=1, cluster="it")
+        admin.wait_for_route("it-order", timeout=10)
+    mq = MessageQueue("it-order", "broker-b", 0)
+    for round_ in range(3):
+        with Producer(addr, "it-order-pg", shared_runtime=False) as producer:
+            futures = [producer.send_async(new_message("it-order", f"{round_}-{i}".encode()), mq) for i in range(20)]
+            offsets = [f.result(10).queue_offset for f in futures]
+        assert offsets == list(range(offsets[0], offsets[0] + 20)), offsets

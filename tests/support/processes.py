@@ -28,7 +28,7 @@ from typing import Any
 
 from broker_store.client import Admin
 from broker_store.config import BrokerConfig, NamesrvConfig
-from broker_store.launcher import HOST, ManagedProcess, wait_in_sync
+from broker_store.launcher import HOST, ManagedProcess, poll_until, wait_in_sync
 from broker_store.launcher import broker_listen_port as broker_listen_port  # re-exported with free_port:
 from broker_store.launcher import free_port as free_port  # the tests take ports from here
 from broker_store.protocol.errors import RocketMQError
@@ -223,22 +223,23 @@ class LocalCluster:
         """Until the name server lists every running member of every group at its address."""
         expected = {group: {b.broker_id: b.listen for b in members if b.running()}
                     for group, members in self.groups.items()}
-        deadline = time.monotonic() + timeout
         seen: dict[str, dict[int, str]] = {}
         with Admin(self.namesrv_addr) as admin:
-            while True:
+            def registered() -> bool:
+                nonlocal seen
                 try:
                     info = admin.cluster_info()
                     seen = {g: dict(info.broker_addr_table[g].broker_addrs) if g in info.broker_addr_table else {}
                             for g in expected}
                 except RocketMQError:  # the name server may be the member being waited for
                     pass
-                if seen == expected:
-                    return
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{self.name}: brokers not registered after {timeout}s: expected {expected}, "
-                                       f"name server lists {seen}\n{self.failure_logs()}")
-                time.sleep(0.1)
+                return seen == expected
+
+            try:
+                poll_until(registered, timeout, lambda: f"brokers registered: expected {expected}, name server "
+                                                        f"lists {seen}", interval=0.1)
+            except TimeoutError as exc:
+                raise RuntimeError(f"{self.name}: {exc}\n{self.failure_logs()}") from exc
 
     def wait_in_sync(self, timeout: float = 30.0) -> None:
         """Until every running primary counts each of its running replicas in sync (GET_BROKER_HA_STATUS):

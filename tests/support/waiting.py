@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
+
+from broker_store.launcher import poll_until
 
 
 def eventually(check: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
     """Poll ``check`` every 50 ms until it returns True; AssertionError naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        time.sleep(0.05)
+    try:
+        poll_until(check, timeout, what)
+    except TimeoutError as exc:
+        raise AssertionError(str(exc)) from None

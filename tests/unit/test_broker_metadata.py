@@ -13,6 +13,7 @@ from broker_store.broker.consumer_offset import ConsumerOffsetManager
 from broker_store.broker.long_polling import PullWaiters
 from broker_store.broker.send_processor import born_host_of, parse_send_header
 from broker_store.broker.subscription import SubscriptionParseError, build_subscription
+from broker_store.broker.subscription_group import SubscriptionGroupConfig, SubscriptionGroupManager
 from broker_store.broker.topic_config import TopicConfigManager
 from broker_store.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
 from broker_store.protocol.errors import ProtocolError, StoreError
@@ -120,6 +121,50 @@ def test_consumer_offsets_persist_only_when_dirty(tmp_path: Path) -> None:
     wrapper = loads_rocketmq(again.encode_wrapper())
     assert wrapper["offsetTable"] == {"T@g": {"0": 12, "3": 4}}
     assert b"{0:12,3:4}" in again.encode_wrapper()
+
+
+# -- subscription groups ----------------------------------------------------------------------------
+
+
+def test_unknown_group_is_created_on_first_use_and_persisted(tmp_path: Path) -> None:
+    path = tmp_path / "subscription_groups.json"
+    groups = SubscriptionGroupManager(path, clock_ms=lambda: 5)
+    groups.load()
+    created = groups.find_or_create("g1")
+    assert created == SubscriptionGroupConfig(group_name="g1")  # RocketMQ's defaults
+    assert (created.consume_enable, created.broker_id, created.which_broker_when_consume_slowly) == (True, 0, 1)
+    assert groups.data_version.counter == 1
+    assert groups.find_or_create("g1") is created and groups.data_version.counter == 1  # found, not re-created
+    again = SubscriptionGroupManager(path)
+    again.load()
+    assert again.select("g1") == created
+
+
+def test_auto_create_off_creates_only_system_groups(tmp_path: Path) -> None:
+    groups = SubscriptionGroupManager(tmp_path / "subscription_groups.json", auto_create=False)
+    assert groups.find_or_create("plain") is None and groups.select("plain") is None
+    replicator = "CID_RMQ_SYS_REPLICATOR_link"
+    assert groups.find_or_create(replicator) == SubscriptionGroupConfig(group_name=replicator)
+    assert groups.select(replicator) is not None
+    groups.update(SubscriptionGroupConfig(group_name="plain", consume_enable=False))
+    found = groups.find_or_create("plain")
+    assert found is not None and not found.consume_enable
+
+
+@pytest.mark.parametrize("name", ["", "bad group", "x" * 300])
+def test_a_group_name_breaking_the_rules_is_never_created(tmp_path: Path, name: str) -> None:
+    groups = SubscriptionGroupManager(tmp_path / "subscription_groups.json")
+    with pytest.raises(ProtocolError):
+        groups.find_or_create(name)
+    assert groups.select(name) is None and not (tmp_path / "subscription_groups.json").exists()
+
+
+def test_a_group_created_without_store_is_not_kept(tmp_path: Path) -> None:
+    """A replica's table is the primary's copy: the group is used with the defaults, nothing is written."""
+    path = tmp_path / "subscription_groups.json"
+    groups = SubscriptionGroupManager(path)
+    assert groups.find_or_create("g", store=False) == SubscriptionGroupConfig(group_name="g")
+    assert groups.select("g") is None and groups.data_version.counter == 0 and not path.exists()
 
 
 # -- subscriptions ----------------------------------------------------------------------------------
