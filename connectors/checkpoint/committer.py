@@ -202,7 +202,8 @@ class CheckpointCommitter:
         """``progress`` brings the link's offset map and committed offsets up to date, once per ``apply``
         (``link_state.LinkProgressReader.read``: incremental, so it is kept with the committer);
         ``target_producer`` None: no checkpoint messages (``CheckpointSettings.produce_topic`` off).
-        ``max_runs_per_queue``: offset-map runs the translator keeps per source queue (``forget_below``)."""
+        ``max_runs_per_queue``: offset-map runs the translator keeps per source queue (``forget_below``; the
+        link's ``checkpoints.max_runs_per_queue``)."""
         self.link = link
         self.source_cluster = source_cluster
         self.target_cluster = target_cluster
@@ -211,7 +212,7 @@ class CheckpointCommitter:
         self._progress = progress
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._topic_ready = False
-        self._max_runs = max_runs_per_queue
+        self.max_runs_per_queue = max_runs_per_queue
         self._problems: StandingConditions[ProblemKey, str] = StandingConditions()
 
     def apply(self, snapshot: GroupOffsetSnapshot) -> CheckpointReport:
@@ -259,7 +260,7 @@ class CheckpointCommitter:
         floors: dict[QueueKey, int] = {}
         for o in snapshot.offsets:
             floors[o.queue] = min(floors.get(o.queue, o.offset), o.offset)
-        folded = progress.translator.forget_below(floors, self._max_runs)
+        folded = progress.translator.forget_below(floors, self.max_runs_per_queue)
         if folded:
             log.debug("link %s: %d offset-map run(s) below every group folded", self.link, folded)
         return report

@@ -156,7 +156,8 @@ class CheckpointStreamWriter(DataSourceStreamWriter):
                 committer = _committers[key] = CheckpointCommitter(
                     link=o.link.name, source_cluster=o.link.source, target_cluster=o.link.target,
                     target_admin=executor_admin(namesrv, credentials), target_producer=producer,
-                    progress=LinkProgressReader(link_tables).read)
+                    progress=LinkProgressReader(link_tables).read,
+                    max_runs_per_queue=o.link.checkpoints.max_runs_per_queue)
         return committer, tables
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
