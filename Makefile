@@ -5,6 +5,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Spark (tests, demo) binds to loopback only: this machine's other interfaces are not ours to use.
 export SPARK_LOCAL_IP ?= 127.0.0.1
+# Extra flags of `make demo` for jobs/demo.py, e.g. `make demo DEMO_ARGS=--forever` or
+# `make demo DEMO_ARGS="--rate 500 --seconds 60"`; empty: the bounded demo.
+DEMO_ARGS ?=
 
 .PHONY: test demo bench lint unit integration clean
 
@@ -25,7 +28,7 @@ integration: $(STAMP)
 	$(PY) -m pytest -q tests/integration
 
 demo: $(STAMP)
-	$(PY) -m jobs.demo --config conf/cluster-local.yaml
+	$(PY) -m jobs.demo --config conf/cluster-local.yaml $(DEMO_ARGS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/broker.py

@@ -17,9 +17,15 @@ micro-batch (and by tests). For each group of the snapshot:
    snapshot, to the Delta ``checkpoints`` table (``connectors.checkpoint.tables``).
 
 A failing target request (a vanished topic, a broker down, the whole target unreachable) is recorded as
-``target_error`` for the queues concerned, logged as a WARNING (``CheckpointReport.problems``) and retried at
-the next checkpoint; it never fails the query. A re-run batch re-translates a
-newer snapshot: target offsets only move forward, so nothing is undone.
+``target_error`` for the queues concerned and retried at the next checkpoint; it never fails the query. A
+re-run batch re-translates a newer snapshot: target offsets only move forward, so nothing is undone.
+
+Problems (``CheckpointReport.problems``: a snapshot's conditions such as an unreachable source, target errors,
+checkpoint messages not produced) stand while they last: the batch's log line is a WARNING naming a problem
+when it starts and an INFO naming it when it clears, and in between only counts it (the text at DEBUG).
+Config sync records its refusals the same way; the rule is ``connectors.core.standing``. A problem clears
+only in a checkpoint that could have seen it (``CheckpointCommitter._judged``): a target error of a group
+only when the group was checkpointed again, a source-side condition only when the source was read.
 
 ``CHECKPOINT_MESSAGE``, the body produced to ``rmq_sys_replicator_checkpoint`` (JSON, UTF-8; keys = the
 group, tag = the link)::
@@ -51,11 +57,18 @@ from connectors.checkpoint.translation import (
     target_offsets,
 )
 from connectors.core.offsets import QueueKey
+from connectors.core.standing import StandingConditions, Transitions
 from connectors.core.sync_settings import CHECKPOINT_TOPIC
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_MESSAGE_VERSION = 1
+NOT_PRODUCED = "not_produced"
+"""The problem kind of a checkpoint message not produced to ``rmq_sys_replicator_checkpoint``."""
+
+ProblemKey = tuple[str, str]
+"""(kind, subject) of a problem: a ``CheckpointOutcome`` value (a condition or ``target_error``) or
+``NOT_PRODUCED``, and the group, broker group, cluster or topic concerned."""
 
 
 @dataclass(frozen=True)
@@ -75,8 +88,10 @@ class CheckpointReport:
     snapshot_ms: int
     groups: list[GroupCheckpoint] = field(default_factory=list)
     condition_rows: list[CheckpointRow] = field(default_factory=list)
-    topic_errors: list[str] = field(default_factory=list)
-    """Checkpoint messages that could not be produced (the Delta rows still record the checkpoint)."""
+    topic_errors: dict[str, str] = field(default_factory=dict)
+    """Group -> why its checkpoint message could not be produced (the Delta rows still record the checkpoint)."""
+    transitions: Transitions[ProblemKey, str] | None = None
+    """What this checkpoint did to the problems standing (``CheckpointCommitter.apply``); None: not tracked."""
 
     @property
     def rows(self) -> list[CheckpointRow]:
@@ -93,7 +108,39 @@ class CheckpointReport:
         seen: dict[tuple[str, str], str] = {}
         for r in [*self.condition_rows, *failed]:
             seen.setdefault((r.group, r.detail), f"{r.outcome.value} {r.group}: {r.detail}")
-        return [*seen.values(), *(f"not produced to {CHECKPOINT_TOPIC}: {e}" for e in self.topic_errors)]
+        return [*seen.values(),
+                *(f"not produced to {CHECKPOINT_TOPIC}: {g}: {e}" for g, e in self.topic_errors.items())]
+
+    def problem_conditions(self) -> dict[ProblemKey, str]:
+        """``problems`` keyed by what they are about (several details of one key joined), for the standing."""
+        failed = [r for g in self.groups for r in g.rows if r.outcome is CheckpointOutcome.TARGET_ERROR]
+        details: dict[ProblemKey, list[str]] = {}
+        for r in [*self.condition_rows, *failed]:
+            said = details.setdefault((r.outcome.value, r.group), [])
+            if r.detail not in said:
+                said.append(r.detail)
+        for group, error in self.topic_errors.items():
+            details[(NOT_PRODUCED, group)] = [error]
+        return {key: "; ".join(said) for key, said in details.items()}
+
+    def log_line(self) -> tuple[int, str]:
+        """The checkpoint's log line (level, text): the summary; a WARNING naming each problem that started,
+        an INFO naming each that cleared, else an INFO counting the problems standing (reported when they
+        started). Without ``transitions``, every problem is named in a WARNING."""
+        text = self.summary()
+        done = self.transitions
+        if done is None:
+            problems = self.problems()
+            return (logging.WARNING if problems else logging.INFO), text + "".join(f"; {p}" for p in problems)
+        started = [f"{kind} {subject}: {detail}" for (kind, subject), detail in done.started]
+        cleared = [f"{kind} {subject} (was: {detail})" for (kind, subject), detail in done.cleared]
+        standing = done.unchanged + len(done.changed)
+        text += "".join(f"; {p}" for p in started)
+        if cleared:
+            text += "; cleared: " + ", ".join(cleared)
+        if standing:
+            text += f" ({standing} problem(s) standing, reported when they started)"
+        return (logging.WARNING if started else logging.INFO), text
 
     def summary(self) -> str:
         counts = {o.value: self.count(o) for o in CheckpointOutcome if self.count(o)}
@@ -155,7 +202,8 @@ class CheckpointCommitter:
         """``progress`` brings the link's offset map and committed offsets up to date, once per ``apply``
         (``link_state.LinkProgressReader.read``: incremental, so it is kept with the committer);
         ``target_producer`` None: no checkpoint messages (``CheckpointSettings.produce_topic`` off).
-        ``max_runs_per_queue``: offset-map runs the translator keeps per source queue (``forget_below``)."""
+        ``max_runs_per_queue``: offset-map runs the translator keeps per source queue (``forget_below``; the
+        link's ``checkpoints.max_runs_per_queue``)."""
         self.link = link
         self.source_cluster = source_cluster
         self.target_cluster = target_cluster
@@ -164,10 +212,31 @@ class CheckpointCommitter:
         self._progress = progress
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._topic_ready = False
-        self._max_runs = max_runs_per_queue
+        self.max_runs_per_queue = max_runs_per_queue
+        self._problems: StandingConditions[ProblemKey, str] = StandingConditions()
 
     def apply(self, snapshot: GroupOffsetSnapshot) -> CheckpointReport:
-        """Translate and commit every group of ``snapshot``; see the module docstring."""
+        """Translate and commit every group of ``snapshot``; see the module docstring. The report's
+        ``transitions`` say which problems started and cleared with it."""
+        report = self._apply(snapshot)
+        report.transitions = self._problems.update(report.problem_conditions(),
+                                                   judged=lambda key: self._judged(key, report))
+        return report
+
+    def _judged(self, key: ProblemKey, report: CheckpointReport) -> bool:
+        """Could this checkpoint have seen the problem ``key``? Only then may it clear (see the module docstring)."""
+        kind, subject = key
+        unreachable = {r.group for r in report.condition_rows
+                       if r.outcome is CheckpointOutcome.SOURCE_UNREACHABLE}
+        if kind == CheckpointOutcome.TARGET_ERROR.value:
+            return any(g.group == subject for g in report.groups)
+        if kind == NOT_PRODUCED:
+            return self._producer is not None and any(g.group == subject and g.committed for g in report.groups)
+        if kind == CheckpointOutcome.SOURCE_UNREACHABLE.value:
+            return subject == self.source_cluster or self.source_cluster not in unreachable
+        return not unreachable  # a group or topic of the source: only a whole read can tell it is gone
+
+    def _apply(self, snapshot: GroupOffsetSnapshot) -> CheckpointReport:
         report = CheckpointReport(snapshot.taken_ms)
         for c in snapshot.conditions:
             report.condition_rows.append(CheckpointRow(c.subject, CheckpointOutcome(c.kind.value), snapshot.taken_ms,
@@ -184,14 +253,14 @@ class CheckpointCommitter:
             if checkpoint.committed and self._producer is not None:
                 error = self._produce(checkpoint, snapshot.taken_ms)
                 if error:
-                    report.topic_errors.append(error)
+                    report.topic_errors[group] = error
         # Runs below every selected group's offset are needed exactly by no one now: fold them, so the
         # translator of a long-lived link stays small (a group showing up below later re-reads, reported
         # as inexact; translation.OffsetTranslator.forget_below).
         floors: dict[QueueKey, int] = {}
         for o in snapshot.offsets:
             floors[o.queue] = min(floors.get(o.queue, o.offset), o.offset)
-        folded = progress.translator.forget_below(floors, self._max_runs)
+        folded = progress.translator.forget_below(floors, self.max_runs_per_queue)
         if folded:
             log.debug("link %s: %d offset-map run(s) below every group folded", self.link, folded)
         return report
@@ -250,7 +319,8 @@ class CheckpointCommitter:
             self._producer.send(new_message(CHECKPOINT_TOPIC, body, tags=self.link, keys=[checkpoint.group]))
         except RocketMQError as exc:
             self._topic_ready = False  # it may have vanished (deleted on the target): check, create, next time
-            log.warning("link %s: checkpoint of group %s not produced to %s: %s", self.link, checkpoint.group,
-                        CHECKPOINT_TOPIC, exc)
-            return f"{checkpoint.group}: {exc}"
+            # reported with the checkpoint's problems (a WARNING when it starts, not every checkpoint)
+            log.debug("link %s: checkpoint of group %s not produced to %s: %s", self.link, checkpoint.group,
+                      CHECKPOINT_TOPIC, exc)
+            return str(exc)
         return None

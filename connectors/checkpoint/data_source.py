@@ -156,7 +156,8 @@ class CheckpointStreamWriter(DataSourceStreamWriter):
                 committer = _committers[key] = CheckpointCommitter(
                     link=o.link.name, source_cluster=o.link.source, target_cluster=o.link.target,
                     target_admin=executor_admin(namesrv, credentials), target_producer=producer,
-                    progress=LinkProgressReader(link_tables).read)
+                    progress=LinkProgressReader(link_tables).read,
+                    max_runs_per_queue=o.link.checkpoints.max_runs_per_queue)
         return committer, tables
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
@@ -172,9 +173,10 @@ class CheckpointStreamWriter(DataSourceStreamWriter):
         report = committer.apply(snapshot_from_rows(rows))
         query_id = query_id_from_checkpoint(checkpoint_dir(o.checkpoint_location) or Path(o.checkpoint_location))
         tables.commit_checkpoint(query_id, batchId, report.rows)
-        problems = report.problems()
-        log.log(logging.WARNING if problems else logging.INFO, "link %s checkpoint %d: %s%s", o.link.name, batchId,
-                report.summary(), "".join(f"; {p}" for p in problems))
+        level, text = report.log_line()  # a problem is a WARNING when it starts, not every trigger
+        log.log(level, "link %s checkpoint %d: %s", o.link.name, batchId, text)
+        if log.isEnabledFor(logging.DEBUG) and report.problems():
+            log.debug("link %s checkpoint %d problems: %s", o.link.name, batchId, "; ".join(report.problems()))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Driver: nothing was applied (``commit`` does all the work)."""

@@ -34,9 +34,10 @@ target are simply not mapped, and S maps to the re-sent copy.
 Memory: a queue's runs are merged when one continues the other exactly, so a link costs one run per
 source queue and discontinuity (skipped message, re-replicated range, placement change), not per batch.
 The runs below every translated group's offset are folded into a summary (``forget_below``, called by the
-committer with each snapshot's lowest offset per queue), and at most ``DEFAULT_MAX_RUNS`` are kept per queue:
-a group that later shows up below that point is translated conservatively (re-reads, marked inexact,
-reported), never past a message.
+committer with each snapshot's lowest offset per queue), and at most ``max_runs`` are kept per queue (the link's
+``checkpoints.max_runs_per_queue``, default ``DEFAULT_MAX_RUNS``; the oldest beyond it are folded): a group
+that later shows up below that point is translated conservatively to the summary's lowest target offset
+(re-reads, marked inexact, reported), never past a message.
 """
 
 from __future__ import annotations
@@ -48,9 +49,11 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from connectors.core.offsets import QueueKey
+from connectors.core.sync_settings import DEFAULT_MAX_RUNS_PER_QUEUE, MIN_MAX_RUNS_PER_QUEUE
 
-DEFAULT_MAX_RUNS = 10_000
-"""Runs kept per source queue by ``OffsetTranslator.forget_below`` (a few hundred bytes each)."""
+DEFAULT_MAX_RUNS = DEFAULT_MAX_RUNS_PER_QUEUE
+"""Runs kept per source queue by ``OffsetTranslator.forget_below`` (a few hundred bytes each); a link sets
+it with ``checkpoints.max_runs_per_queue`` (``CheckpointSettings``, which owns the default)."""
 
 
 class TargetQueueKey(NamedTuple):
@@ -171,8 +174,8 @@ class OffsetTranslator:
         Translations of offsets at or above the floor and outside the capped runs are unchanged; one into
         a summary returns the lowest target offset of its messages, marked inexact: a group there re-reads,
         never skips. Runs are folded per stretch with the same target queue."""
-        if max_runs < 2:
-            raise ValueError(f"max_runs must be >= 2, got {max_runs}")
+        if max_runs < MIN_MAX_RUNS_PER_QUEUE:
+            raise ValueError(f"max_runs must be >= {MIN_MAX_RUNS_PER_QUEUE}, got {max_runs}")
         folded = 0
         for source, runs in self._runs.items():
             firsts = self._firsts[source]

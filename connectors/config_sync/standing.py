@@ -14,7 +14,8 @@ that stays unreachable). The table is a log of what happened, not of every round
 
 A change stands, per (kind, subject), from its not-applied row until a later APPLIED or CLEARED row of the same
 key; the pending gauge counts what stands (``pending``), so it keeps reporting a refusal that is recorded once.
-A refusal that was cleared and comes back is recorded again.
+A refusal that was cleared and comes back is recorded again. (The start / change / clear rule itself is
+``connectors.core.standing``, shared with the checkpoint connector's log lines.)
 
 A deletion is called for once, in the round that sees a name leave the source. One that FAILED (the target
 refused or did not answer) is not dropped: ``unfinished_deletions`` gives its source names back to the caller,
@@ -29,6 +30,7 @@ from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from connectors.config_sync.plan import ChangeKind, ChangeStatus, ConfigChange
+from connectors.core.standing import transitions
 
 ChangeKey = tuple[str, str]
 """(kind value, subject): one change's identity across rounds."""
@@ -54,18 +56,15 @@ def to_record(standing: Mapping[ChangeKey, ConfigChange], changes: Sequence[Conf
               whole_view: bool) -> list[ConfigChange]:
     """The rows of this round (see the module docstring). ``standing``: what stood after the previous round
     (``fold``); ``changes``: this round's, with their final status (none PLANNED); ``whole_view``: every
-    broker group of both clusters was read."""
-    out: list[ConfigChange] = []
-    called_for: set[ChangeKey] = set()
-    for change in changes:
-        key = change_key(change)
-        called_for.add(key)
-        before = standing.get(key)
-        if change.status not in NOT_APPLIED or before is None or not _same(before, change):
-            out.append(change)
-    if whole_view:
-        out.extend(c.with_status(ChangeStatus.CLEARED, f"no longer called for (was {c.status.value}: {c.detail})")
-                   for key, c in sorted(standing.items()) if key not in called_for)
+    broker group of both clusters was read. The start / change / clear rule is ``connectors.core.standing``'s;
+    a change applied this round is recorded as APPLIED, not CLEARED."""
+    called_for = {change_key(c) for c in changes}
+    not_applied = {change_key(c): c for c in changes if c.status in NOT_APPLIED}
+    done = transitions(standing, not_applied, same=_same, judged=lambda key: whole_view and key not in called_for)
+    new = {key for key, _ in (*done.started, *done.changed)}
+    out = [c for c in changes if c.status not in NOT_APPLIED or change_key(c) in new]
+    out.extend(c.with_status(ChangeStatus.CLEARED, f"no longer called for (was {c.status.value}: {c.detail})")
+               for _, c in sorted(done.cleared, key=lambda item: item[0]))
     return out
 
 
@@ -92,7 +91,6 @@ def fold_statuses(standing: MutableMapping[ChangeKey, str], rows: Iterable[tuple
 def pending(standing: Mapping[ChangeKey, Any]) -> int:
     """The "config changes pending" gauge: not-applied changes standing."""
     return len(standing)
-
 
 
 def unfinished_deletions(standing: Mapping[ChangeKey, ConfigChange]) -> tuple[list[str], list[str]]:

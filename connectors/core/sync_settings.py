@@ -15,6 +15,7 @@ YAML (every key optional)::
           enabled: true                          # false: jobs/run_all.py and jobs/checkpoint.py skip the link
           interval: 5 seconds                    # one snapshot of the source groups per interval
           groups: {explicit: [billing], include: ["app_.*"], exclude: [".*_test"]}
+          max_runs_per_queue: 10000              # offset-map runs kept exactly per source queue (>= 2)
         config_sync:
           enabled: true                          # false: jobs/run_all.py and jobs/config_sync.py skip the link
           interval: 10 seconds
@@ -88,6 +89,12 @@ class GroupSelection(SettingsModel):
         return self.selects_all or any(re.fullmatch(p, group) for p in self.include)
 
 
+DEFAULT_MAX_RUNS_PER_QUEUE = 10_000
+"""Default of ``CheckpointSettings.max_runs_per_queue`` (a run costs a few hundred bytes of the driver)."""
+MIN_MAX_RUNS_PER_QUEUE = 2
+"""The cap's floor: the oldest runs fold into one summary run, and the newest run is never folded."""
+
+
 class CheckpointSettings(SettingsModel):
     """A link's consumer-group checkpoints (``connectors.checkpoint``)."""
 
@@ -101,6 +108,13 @@ class CheckpointSettings(SettingsModel):
     """The groups checkpointed (default: every non-system group of the linked topics)."""
     produce_topic: bool = True
     """Also produce each checkpoint to ``rmq_sys_replicator_checkpoint`` on the target."""
+    max_runs_per_queue: int = Field(default=DEFAULT_MAX_RUNS_PER_QUEUE, ge=MIN_MAX_RUNS_PER_QUEUE)
+    """Offset-map runs the checkpoint translator keeps per source queue (``OffsetTranslator.forget_below``;
+    a run per discontinuity of the queue: skipped message, re-replicated range, placement change). At the
+    cap the oldest runs are folded into one summary run: a group whose offset is older than the oldest run
+    kept exactly is translated to the summary's lowest target offset (its consumer on the target re-reads
+    from there, never skips a message), reported as inexact. Runs below every checkpointed group's offset
+    are folded whatever the cap. At least 2 (the summary and the newest run)."""
 
     @field_validator("interval", mode="before")
     @classmethod

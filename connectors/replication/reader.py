@@ -184,6 +184,8 @@ class _DriverState:
     """Seconds, for rate-limiting warnings (a fake in unit tests)."""
     placer: RangesPlacementPlanner | None = None
     """Queue placement of ``rowFormat=ranges`` batches with config+link (``placement_planner``)."""
+    initial: dict[str, Any] | None = None
+    """What ``initialOffset`` decided, returned again by its later calls (see there)."""
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -308,8 +310,19 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:
         """Offsets of a new checkpoint: the link's Delta resume point if it has one (queues not in the
-        table start at earliest: at-least-once), else ``startingOffsets``."""
+        table start at earliest: at-least-once), else ``startingOffsets``.
+
+        Decided once per reader: Spark asks twice for a new query's first batch (when it plans the batch's
+        end, ``MicroBatchExecution.constructNextBatch``, and when it runs the batch from its start,
+        ``runBatch``; Spark 4.x, both on the source runner's one reader). A second decision would log it
+        twice and, with ``latest`` or a timestamp, could start the batch past the offsets its end was planned
+        from (messages produced in between never read), so later calls return the first answer."""
         driver_logging()
+        if self._state.initial is None:
+            self._state.initial = self._decide_initial_offset()
+        return self._state.initial
+
+    def _decide_initial_offset(self) -> dict[str, Any]:
         queues = self.discover_queues()
         o = self.options
         if o.delta_location is not None and o.link:

@@ -164,12 +164,12 @@ def test_a_vanished_checkpoint_topic_is_created_again(tmp_path_factory: pytest.T
         committer = CheckpointCommitter(link="l", source_cluster="s", target_cluster="ct", target_admin=admin,
                                         target_producer=producer, progress=lambda: progress)
 
-        def checkpoint(offset: int) -> list[str]:
+        def checkpoint(offset: int) -> dict[str, str]:
             return committer.apply(GroupOffsetSnapshot(offset, (GroupOffset("app", source_q, offset),))).topic_errors
 
-        assert checkpoint(1) == []
+        assert checkpoint(1) == {}
         admin.delete_topic(CHECKPOINT_TOPIC)
         errors = [checkpoint(offset) for offset in (2, 3, 4)]
-        assert errors[-1] == [], errors
+        assert errors[-1] == {}, errors
         assert admin.consumer_offset("app", MessageQueue("Dst", "ct-a", 0)) == 4
         assert admin.wait_for_route(CHECKPOINT_TOPIC, 10).queue_datas

@@ -74,3 +74,5 @@ def test_clean_stop_of_the_process_group_is_quiet(clusters: tuple[Cluster, Clust
     assert [line for line in console.splitlines() if " ERROR " in line] == [], console
     assert "SIGTERM: stopping the queries" in console
     assert "link l1 done: 200 messages" in console, console
+    # Spark asks a new query's reader for its initial offset twice; the reader decides (and says) it once
+    assert console.count("no checkpoint and no Delta resume point") == 1, console

@@ -190,7 +190,7 @@ def test_problems_name_each_condition_and_each_distinct_target_error_once() -> N
                                    .translate(q, 5, 10) for q in (A0, A1)], {}, {}, {T0: "down", T1: "down"})
     report.groups.append(GroupCheckpoint("g", {}, tuple(failed)))
     report.condition_rows.append(CheckpointRow("ghost", CheckpointOutcome.UNKNOWN_GROUP, 1, detail="no offsets"))
-    report.topic_errors.append("g: timeout")
+    report.topic_errors["g"] = "timeout"
     assert report.problems() == ["unknown_group ghost: no offsets", "target_error g: down",
                                  "not produced to rmq_sys_replicator_checkpoint: g: timeout"]
     assert CheckpointReport(1).problems() == []

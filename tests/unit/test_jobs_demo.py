@@ -1,9 +1,14 @@
 """`make demo`'s replicator config: the example conf/replicator.yaml (production defaults) with the demo's own
-short intervals, its temporary dirs, its metrics port and the clusters' name servers as started."""
+short intervals, its temporary dirs, its metrics port and the clusters' name servers as started; and the
+command `make demo [DEMO_ARGS=...]` runs."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from connectors.core.config import load_replicator_config
 from jobs.demo import DEMO_INTERVALS, LINK, REPLICATOR_CONFIG, TOPIC, named_topics, write_config
@@ -29,3 +34,20 @@ def test_the_demo_runs_the_example_config_with_its_own_short_intervals(tmp_path:
 def test_the_demo_creates_every_topic_its_link_names(tmp_path: Path) -> None:
     topics = named_topics(write_config(tmp_path, 0, {}))
     assert topics == ["Orders", "OrdersEU", "OrdersUS", "Payments"] and TOPIC in topics
+
+
+def _make_demo_command(*args: str) -> str:
+    """The command `make demo` would run (a dry run: nothing is built or started)."""
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run(["make", "-n", "-C", str(repo), "demo", *args], capture_output=True, text=True,
+                         check=True, timeout=30).stdout
+    return next(line for line in reversed(out.splitlines()) if "-m jobs.demo" in line).strip()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_demo_passes_demo_args_to_the_demo_and_runs_it_bounded_without() -> None:
+    assert _make_demo_command().endswith("-m jobs.demo --config conf/cluster-local.yaml")
+    assert _make_demo_command("DEMO_ARGS=--forever").endswith(
+        "-m jobs.demo --config conf/cluster-local.yaml --forever")
+    assert _make_demo_command("DEMO_ARGS=--rate 500 --seconds 60").endswith(
+        "--config conf/cluster-local.yaml --rate 500 --seconds 60")
