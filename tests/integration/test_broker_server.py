@@ -52,6 +52,7 @@ from broker_store.protocol.headers import (
 from broker_store.protocol.message import (
     StoredMessage,
     decode_properties,
+    decode_stored_message,
     decode_stored_messages,
     encode_batch,
     encode_properties,
@@ -63,6 +64,7 @@ from broker_store.protocol.topic import (
     TopicConfigTable,
     encode_register_broker_body,
 )
+from broker_store.store.delay_levels import SCHEDULE_TOPIC
 from tests.support.processes import free_port
 
 pytestmark = pytest.mark.integration
@@ -767,7 +769,21 @@ def test_client_channel_expiry_follows_the_broker_clock(tmp_path: Path) -> None:
     run(tmp_path, body, clock=clock, client_channel_expiry_seconds=120.0)
 
 
-def test_consumer_send_msg_back_to_retry_then_dlq(tmp_path: Path) -> None:
+def test_consumer_send_msg_back_waits_its_delay_level_then_goes_to_the_dlq(tmp_path: Path) -> None:
+    """A retry waits level 3 + reconsumeTimes in SCHEDULE_TOPIC_XXXX (10 s, then 30 s: the broker's clock is
+    advanced by hand), then reaches %RETRY%<group>; past max reconsume times it goes to the DLQ at once."""
+    clock = ManualClock(wall=time.time())
+
+    async def scheduled(env: Env, level: int) -> int:
+        return env.broker.store.get_max_offset(SCHEDULE_TOPIC, level - 1)
+
+    async def retried(env: Env, offset: int) -> StoredMessage:
+        async def arrived() -> bool:
+            return (await env.pull("%RETRY%cg", offset))[0].code == ResponseCode.SUCCESS
+        await eventually(arrived)
+        _, (msg,) = await env.pull("%RETRY%cg", offset)
+        return msg
+
     async def body(env: Env) -> None:
         _ok(await env.send("Work", b"payload", {"TAGS": "T1", "KEYS": "k"}))
         _, (orig,) = await env.pull("Work")
@@ -780,26 +796,43 @@ def test_consumer_send_msg_back_to_retry_then_dlq(tmp_path: Path) -> None:
             max_reconsume_times=2,
         )
         _ok(await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, back.to_ext()))
-        resp, (retry,) = await env.pull("%RETRY%cg")
+        assert await scheduled(env, 3) == 1  # delayLevel 0: 3 + reconsumeTimes 0
+        (entry,) = env.broker.store.get_queue_entries(SCHEDULE_TOPIC, 2, 0, 1)
+        waiting = decode_stored_message(env.broker.store.read_record(entry.physical_offset) or b"")
+        assert waiting.properties["REAL_TOPIC"] == "%RETRY%cg" and waiting.properties["DELAY"] == "3"
+        assert entry.tags_code == waiting.store_timestamp + 10_000
+        clock.advance(9.5)
+        await asyncio.sleep(0.2)
+        assert (await env.pull("%RETRY%cg"))[0].code != ResponseCode.SUCCESS  # not before its 10 s
+        clock.advance(0.5)
+        retry = await retried(env, 0)
         assert retry.body == b"payload" and retry.reconsume_times == 1 and retry.tags == "T1"
         assert retry.properties["RETRY_TOPIC"] == "Work"
         assert retry.properties["ORIGIN_MESSAGE_ID"] == orig.offset_msg_id
         assert retry.born_timestamp == orig.born_timestamp
+        assert "DELAY" not in retry.properties
 
         again = ConsumerSendMsgBackRequestHeader(
             offset=retry.commit_log_offset, group="cg", delay_level=0, max_reconsume_times=2
         )
         _ok(await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, again.to_ext()))
-        _, msgs = await env.pull("%RETRY%cg", 1)
-        assert msgs[0].reconsume_times == 2
+        assert await scheduled(env, 4) == 1  # 3 + reconsumeTimes 1: 30 s
+        clock.advance(30)
+        msg = await retried(env, 1)
+        assert msg.reconsume_times == 2
         third = ConsumerSendMsgBackRequestHeader(
-            offset=msgs[0].commit_log_offset, group="cg", delay_level=0, max_reconsume_times=2
+            offset=msg.commit_log_offset, group="cg", delay_level=0, max_reconsume_times=2
         )
         _ok(await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, third.to_ext()))
         _, (dead,) = await env.pull("%DLQ%cg")
         assert dead.body == b"payload" and dead.reconsume_times == 3
         assert dead.properties["ORIGIN_MESSAGE_ID"] == orig.offset_msg_id
         assert dead.properties["RETRY_TOPIC"] == "Work"
+
+        negative = ConsumerSendMsgBackRequestHeader(offset=orig.commit_log_offset, group="cg", delay_level=-1)
+        _ok(await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, negative.to_ext()))
+        _, msgs = await env.pull("%DLQ%cg", 1)
+        assert [m.body for m in msgs] == [b"payload"]  # a negative level: the DLQ at once
 
         lost = ConsumerSendMsgBackRequestHeader(offset=10**9, group="cg", delay_level=0)
         resp = await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, lost.to_ext())
@@ -809,10 +842,10 @@ def test_consumer_send_msg_back_to_retry_then_dlq(tmp_path: Path) -> None:
 
         # A producer resending to a retry topic past its max reconsume times lands in the DLQ.
         _ok(await env.send("%RETRY%cg", b"late", reconsume_times=5, max_reconsume_times=5))
-        _, msgs = await env.pull("%DLQ%cg", 1)
+        _, msgs = await env.pull("%DLQ%cg", 2)
         assert [m.body for m in msgs] == [b"late"]
 
-    run(tmp_path, body)
+    run(tmp_path, body, clock=clock)
 
 
 # -- name server ------------------------------------------------------------------------------------
