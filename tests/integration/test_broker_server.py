@@ -8,6 +8,7 @@ client would send them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 import struct
@@ -339,6 +340,34 @@ def test_batch_properties_cluster_and_limits(tmp_path: Path) -> None:
     run(tmp_path, body)
 
 
+def test_delay_property_shapes_on_the_send_paths(tmp_path: Path) -> None:
+    """DELAY 0 or negative is stored as sent; a DELAY that is no integer is illegal; a batch asking for a delay
+    in its own properties is illegal (RocketMQ's putMessages), DELAY inside its messages is stored as sent."""
+
+    async def body(env: Env) -> None:
+        for level in ("0", "-2"):
+            _ok(await env.send("Shapes", level.encode(), {"DELAY": level}))
+        assert env.broker.store.get_max_offset("Shapes", 0) == 2
+        resp = await env.send("Shapes", b"x", {"DELAY": "soon"})
+        assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "not an integer delay level" in (resp.remark or "")
+        resp = _ok(await env.send("Shapes", b"later", {"DELAY": "1"}, queue_id=3))
+        assert resp.ext_fields["queueId"] == "3" and env.broker.store.get_max_offset(SCHEDULE_TOPIC, 0) == 1
+
+        h = SendMessageRequestHeader(
+            producer_group="pg", topic="Shapes", default_topic="TBW102", default_topic_queue_nums=4,
+            queue_id=1, sys_flag=0, born_timestamp=1, flag=0, batch=True, properties="DELAY\x011\x02",
+        )
+        entries = encode_batch([(b"a", b"DELAY\x011\x02", 0)])
+        resp = await env.call(RequestCode.SEND_BATCH_MESSAGE, h.to_ext(SEND_V2_NAMES), entries)
+        assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "a batch cannot be delayed" in (resp.remark or "")
+        plain = dataclasses.replace(h, properties="")
+        _ok(await env.call(RequestCode.SEND_BATCH_MESSAGE, plain.to_ext(SEND_V2_NAMES), entries))
+        _, (msg,) = await env.pull("Shapes", queue_id=1)
+        assert msg.properties["DELAY"] == "1" and env.broker.store.get_max_offset(SCHEDULE_TOPIC, 0) == 1
+
+    run(tmp_path, body)
+
+
 def test_batch_limits_are_per_body_and_per_encoded_batch(tmp_path: Path) -> None:
     """With max_message_size 64 KiB: a 64 KiB body with properties goes in a batch as it goes alone (the
     encoded batch is over 64 KiB), a 64 KiB + 1 body does not, and the encoded batch stops at 128 KiB."""
@@ -556,6 +585,45 @@ def test_role_change_at_runtime_switches_writes_and_registration(tmp_path: Path)
         await eventually(lambda: registered_as(0))
 
     run(tmp_path, body)
+
+
+def test_the_schedule_service_runs_only_while_primary_and_resumes_from_the_delay_offsets(tmp_path: Path) -> None:
+    """A role change stops or starts delivery of delayed messages; a promoted broker goes on from its delay
+    offsets (a replica's are its primary's, copied by the metadata sync: set by hand here)."""
+    clock = ManualClock(wall=time.time())
+
+    async def body(env: Env) -> None:
+        schedule = env.broker.schedule
+        assert schedule is not None
+        _ok(await env.send("Promo", b"first", {"DELAY": "1"}))
+        env.broker.role_state.change_role(BrokerRole.REPLICA)
+        clock.advance(5)
+        await asyncio.sleep(0.3)
+        assert schedule.delivered == 0 and env.broker.store.get_max_offset("Promo", 0) == 0
+
+        env.broker.role_state.change_role(BrokerRole.PRIMARY)  # "first" is overdue: delivered at once
+
+        async def promo(count: int) -> bool:
+            return env.broker.store.get_max_offset("Promo", 0) == count
+
+        await eventually(lambda: promo(1))
+        _ok(await env.send("Promo", b"second", {"DELAY": "1"}))
+        _ok(await env.send("Promo", b"third", {"DELAY": "1"}))
+        env.broker.role_state.change_role(BrokerRole.REPLICA)
+        env.broker.delay_offsets.replace_all({1: 2})  # the other primary had delivered "second" already
+        env.broker.role_state.change_role(BrokerRole.PRIMARY)
+        clock.advance(1)
+        await eventually(lambda: promo(2))
+        _, msgs = await env.pull("Promo")
+        assert [m.body for m in msgs] == [b"first", b"third"]
+        ask = RemotingCommand(code=RequestCode.GET_ALL_DELAY_OFFSET)
+        resp = await env.client.invoke(env.broker.addr, ask, TIMEOUT)
+        assert resp.code == ResponseCode.SUCCESS and loads_rocketmq(resp.body) == {"offsetTable": {"1": 3}}
+        env.broker.role_state.change_role(BrokerRole.REPLICA)  # stopping persists the table
+        on_disk = json.loads((env.tmp / "broker-a" / "config" / "delayOffset.json").read_text())
+        assert on_disk == {"version": 1, "offsetTable": {"1": 3}}
+
+    run(tmp_path, body, clock=clock, message_delay_level="1s 2s")
 
 
 async def register_fake_primary(env: Env, ha_server_addr: str) -> None:
