@@ -27,7 +27,7 @@ from typing import NamedTuple
 from broker_store.broker.delay_offsets import DelayOffsetTable
 from broker_store.broker.delayed_send import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
 from broker_store.clock import Clock
-from broker_store.protocol.errors import ProtocolError
+from broker_store.protocol.errors import ProtocolError, RocketMQError
 from broker_store.protocol.message import StoredMessage, decode_stored_message, tags_hash_code
 from broker_store.protocol.properties import PROPERTY_DELAY, PROPERTY_WAIT, encode_properties
 from broker_store.store import MessageStore, PutStatus, QueueEntry, tags_code_of_properties
@@ -134,12 +134,18 @@ class ScheduleService:
         """Messages put back into their real topics (tests, admin)."""
 
     async def run(self) -> None:
-        """A round every ``POLL_INTERVAL`` seconds until cancelled."""
+        """A round every ``POLL_INTERVAL`` seconds until cancelled; a round the store fails waits
+        ``RETRY_AFTER_FAILURE_MS`` before the next."""
         log.info("schedule service started (%d delay levels)", self.schedule.levels.max_level)
         try:
             while True:
-                self.run_once()
-                await self._clock.sleep(POLL_INTERVAL)
+                pause = POLL_INTERVAL
+                try:
+                    self.run_once()
+                except RocketMQError as exc:
+                    pause = RETRY_AFTER_FAILURE_MS / 1000
+                    log.error("schedule service round failed (next in %.0f s): %s", pause, exc)
+                await self._clock.sleep(pause)
         finally:
             log.info("schedule service stopped")
 
