@@ -40,7 +40,8 @@ POLL_INTERVAL = 0.1
 RETRY_AFTER_FAILURE_MS = 10_000
 """A level whose put failed is retried after this long (RocketMQ's DELAY_FOR_A_PERIOD, 10 s)."""
 BATCH = 64
-"""ConsumeQueue entries read per level per round."""
+"""ConsumeQueue entries read per level per round: bounds the time a round holds the event loop (each delivery
+is a record read and a put), and caps delivery at BATCH / POLL_INTERVAL = 640 messages/s per level."""
 TRANSACTION_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 """A delayed message never goes to the transaction half topic (RocketMQ discards it as a bug)."""
 
