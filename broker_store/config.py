@@ -27,12 +27,21 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from broker_store.address import HostPort, split_host_port
 from broker_store.ha.settings import HARole, HASettings
 from broker_store.protocol.errors import ConfigError
 from broker_store.store.config import StoreConfig, StoreSettings
+from broker_store.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DelayLevels
 
 __all__ = ["BrokerConfig", "BrokerSettings", "ClusterConfig", "HostPort", "LocalClustersConfig", "NamesrvConfig",
            "describe_validation_error", "load_yaml", "split_host_port"]
@@ -109,7 +118,12 @@ class BrokerSettings(_Model):
     max_reconsume_times: int = Field(default=16, ge=0)
     """Redeliveries before CONSUMER_SEND_MSG_BACK moves a message to %DLQ%<group>."""
     offset_persist_interval_seconds: float = Field(default=5.0, gt=0)
-    """Period of consumer-offset persistence (also persisted on shutdown)."""
+    """Period of consumer-offset and delay-offset persistence (also persisted on shutdown)."""
+    message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
+    """Delay of each level of scheduled delivery, level 1 first (RocketMQ messageDelayLevel): delays separated
+    by single spaces, each an integer and a unit s, m, h or d. A message whose DELAY property is a level > 0
+    waits that long in SCHEDULE_TOPIC_XXXX (levels above the last wait the last delay); a consumer send-back
+    with delayLevel 0 waits level 3 + reconsumeTimes (``broker.schedule``)."""
     client_channel_expiry_seconds: float = Field(default=120.0, gt=0)
     """A producer/consumer without HEART_BEAT for this long is dropped from the registry."""
 
@@ -134,6 +148,12 @@ class BrokerSettings(_Model):
         data["store"] = nested
         return data
 
+    @field_validator("message_delay_level")
+    @classmethod
+    def _parsable_delay_levels(cls, value: str) -> str:
+        DelayLevels.parse(value)  # raises, naming the bad item and the format
+        return value
+
     @model_validator(mode="after")
     def _cross_checks(self) -> BrokerSettings:
         store = self.store
@@ -150,6 +170,10 @@ class BrokerSettings(_Model):
                              f"replica); allowed roles for broker_id {self.broker_id}: {allowed}")
         self.ha_port()  # raises if listen + 1 is no port
         return self
+
+    def delay_levels(self) -> DelayLevels:
+        """The parsed ``message_delay_level``."""
+        return DelayLevels.parse(self.message_delay_level)
 
     def ha_port(self) -> int:
         """The HA port: ``ha.ha_listen_port``, else the listen port + 1 (RocketMQ 10912 for 10911)."""

@@ -1,21 +1,22 @@
-"""Metadata sync on a replica: topics, consumer offsets and subscription groups copied from the group's
-primary on a period.
+"""Metadata sync on a replica: topics, consumer offsets, subscription groups and delay offsets copied from the
+group's primary on a period.
 
 Run by ``BrokerServer`` while the broker is a REPLICA (RocketMQ's SlaveSynchronize, every 10 s by
 default: ``ha.metadata_sync_interval_ms``, timed by the broker's clock). Each round asks the primary's
 remoting address (learnt from the name server's registration answer, ``NamesrvRegistration.master_addr``)
 with RocketMQ's own codes, replaces the local copy when it differs from the primary's (topics and
-subscription groups: table or data version; consumer offsets: the table), and persists it so a restarted
-replica (or one that becomes primary) starts from the last copy:
+subscription groups: table or data version; consumer and delay offsets: the table), and persists it so a
+restarted replica (or one that becomes primary) starts from the last copy:
 
     GET_ALL_TOPIC_CONFIG (21)               -> topics.json               (TopicConfigSerializeWrapper JSON)
     GET_ALL_CONSUMER_OFFSET (43)            -> consumer_offsets.json     (ConsumerOffsetSerializeWrapper JSON)
     GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201)  -> subscription_groups.json  (SubscriptionGroupWrapper JSON)
+    GET_ALL_DELAY_OFFSET (45)               -> delayOffset.json          (DelayOffsetSerializeWrapper JSON)
 
-RocketMQ also copies delay offsets (GET_ALL_DELAY_OFFSET, 45): the progress of its schedule service over
-SCHEDULE_TOPIC_XXXX. This broker keeps no delay offsets to copy: it has no schedule topic and no delay
-service (send-back retries are stored for immediate redelivery, see ``send_processor``), and it does not
-answer code 45. When that table exists it joins this round with that code.
+Delay offsets are the progress of the primary's schedule service over SCHEDULE_TOPIC_XXXX
+(``broker.schedule``, which never runs on a replica): a replica that becomes primary delivers from its copy,
+so messages due since the last round are delivered again, none is skipped. They are asked last, so a
+primary that does not answer code 45 still gets the other tables copied (the round then fails, logged).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker_store.broker.consumer_offset import ConsumerOffsetManager
+from broker_store.broker.delay_offsets import DelayOffsetTable
 from broker_store.broker.subscription_group import SubscriptionGroupConfig, SubscriptionGroupManager
 from broker_store.broker.topic_config import TopicConfigManager
 from broker_store.clock import Clock
@@ -45,11 +47,13 @@ class MetadataSync:
 
     ``primary_addr`` is read each round (None: not known yet, the round is skipped); ``on_topics_changed``
     runs after the topic table was replaced (the server re-registers, so routes list the replica's queues).
+    Without ``delay_offsets`` the round does not ask for them.
     """
 
     def __init__(self, client: RemotingClient, primary_addr: Callable[[], str | None], topics: TopicConfigManager,
                  offsets: ConsumerOffsetManager, groups: SubscriptionGroupManager, *, interval: float, clock: Clock,
-                 on_topics_changed: Callable[[], None] = lambda: None) -> None:
+                 on_topics_changed: Callable[[], None] = lambda: None,
+                 delay_offsets: DelayOffsetTable | None = None) -> None:
         self._client = client
         self._primary_addr = primary_addr
         self._topics = topics
@@ -58,6 +62,7 @@ class MetadataSync:
         self.interval = interval
         self._clock = clock
         self._on_topics_changed = on_topics_changed
+        self._delay_offsets = delay_offsets
         self.rounds = 0
         """Rounds completed against a primary (tests, admin)."""
 
@@ -94,6 +99,10 @@ class MetadataSync:
         except (AttributeError, TypeError, ValueError, ProtocolError) as exc:
             raise ProtocolError(f"GET_ALL_SUBSCRIPTIONGROUP_CONFIG from {addr}: malformed table: {exc}") from exc
         self._groups.replace_all(groups, groups_version)
+        if self._delay_offsets is not None:
+            delay = DelayOffsetTable.decode_wrapper(await self._get_json(addr, RequestCode.GET_ALL_DELAY_OFFSET), addr)
+            self._delay_offsets.replace_all(delay)
+            self._delay_offsets.persist()
         self.rounds += 1
         return True
 

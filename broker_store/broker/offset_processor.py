@@ -1,5 +1,5 @@
 """Consumer offsets and queue offsets: QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET, GET_MAX_OFFSET,
-GET_MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP, GET_ALL_CONSUMER_OFFSET.
+GET_MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP, GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET.
 
 Called by ``BrokerServer``, with an ``OffsetContext``; semantics of RocketMQ's ConsumerManageProcessor and
 AdminBrokerProcessor for these codes.
@@ -22,6 +22,7 @@ from broker_store.protocol.headers import (
 
 if TYPE_CHECKING:
     from broker_store.broker.consumer_offset import ConsumerOffsetManager
+    from broker_store.broker.delay_offsets import DelayOffsetTable
     from broker_store.broker.topic_config import TopicConfigManager
     from broker_store.net.server import Connection
     from broker_store.store import MessageStore
@@ -38,6 +39,7 @@ class OffsetContext:
     store: MessageStore
     topic_configs: TopicConfigManager
     consumer_offsets: ConsumerOffsetManager
+    delay_offsets: DelayOffsetTable
 
 
 class OffsetProcessor:
@@ -84,3 +86,7 @@ class OffsetProcessor:
 
     async def get_all_consumer_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         return cmd.response(ResponseCode.SUCCESS, body=self.ctx.consumer_offsets.encode_wrapper())
+
+    async def get_all_delay_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """The schedule service's progress per level (a replica answers with its copy of its primary's)."""
+        return cmd.response(ResponseCode.SUCCESS, body=self.ctx.delay_offsets.encode_wrapper())

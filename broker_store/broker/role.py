@@ -1,9 +1,10 @@
 """RoleState: the broker's role (primary or replica) as runtime state, with one place where it changes.
 
 Owned by ``BrokerServer``; read by the processors (a replica refuses writes and does not judge pull
-offsets) and by the name-server registration (the broker id it registers). ``change_role`` is the only
-writer: today nothing calls it after start (roles come from ``broker_id``); the controller (election)
-will drive it, as RocketMQ's changeToMaster / changeToSlave do.
+offsets) and by the name-server registration (the broker id it registers). Its listeners start and stop
+what runs on one role only: the replication side, the replica's metadata sync and the primary's schedule
+service. ``change_role`` is the only writer: today nothing calls it after start (roles come from
+``broker_id``); the controller (election) will drive it, as RocketMQ's changeToMaster / changeToSlave do.
 """
 
 from __future__ import annotations

@@ -5,17 +5,21 @@ RocketMQ's SendMessageProcessor / AbstractSendMessageProcessor.msgCheck so clien
 answers: role -> topic name -> forbidden system topic -> topic config (auto-create from TBW102) ->
 queue id -> sizes -> store. The put path is the broker's hottest: the header is parsed by hand
 (falling back to the typed header only to name a bad field), properties stay bytes, and the only
-per-message property edit is appending CLUSTER.
+per-message property edit is appending CLUSTER. A message whose properties hold DELAY (a level > 0) is
+stored in SCHEDULE_TOPIC_XXXX for the schedule service (``delayed_send``, ``schedule``); others pay one bytes
+search for it. A batch whose header asks for a delay is refused, as RocketMQ's CommitLog does (its client
+refuses delay levels in batches); DELAY inside a batch's messages is stored as sent, not acted on.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
+from broker_store.broker.delayed_send import DelayedSend, batch_delay_refusal, send_back_level
 from broker_store.protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.frame import RemotingCommand
@@ -33,6 +37,7 @@ from broker_store.protocol.message import (
 )
 from broker_store.protocol.properties import (
     PROPERTY_CLUSTER,
+    PROPERTY_DELAY,
     PROPERTY_MSG_REGION,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
@@ -62,6 +67,7 @@ from broker_store.store import (
     PutStatus,
     resolved,
 )
+from broker_store.store.delay_levels import DEFAULT_DELAY_LEVELS, DELAY_KEY
 
 if TYPE_CHECKING:
     from broker_store.broker.role import RoleState
@@ -214,6 +220,8 @@ class SendContext:
     max_batch_size: int
     """Largest encoded batch body (``StoreSettings.max_batch_size``)."""
     max_reconsume_times: int
+    delayed_send: DelayedSend = field(default_factory=lambda: DelayedSend(DEFAULT_DELAY_LEVELS))
+    """Where messages asking for a delay level are put (``message_delay_level``)."""
 
 
 class SendProcessor:
@@ -348,6 +356,7 @@ class SendProcessor:
         topic = req.topic
         queue_id = req.queue_id
         reconsume_times = req.reconsume_times
+        to_dlq = False
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             max_times = (
                 req.max_reconsume_times
@@ -359,13 +368,20 @@ class SendProcessor:
                 topic = dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX) :])
                 self.ctx.topic_configs.create_in_send_back(topic, DLQ_QUEUE_NUMS, PERM_READ | PERM_WRITE)
                 queue_id = 0
+                to_dlq = True
         props = self._with_cluster(props)
+        put_topic, put_queue_id = topic, queue_id
+        if DELAY_KEY in props and not to_dlq:  # the only cost of scheduled delivery to other messages
+            try:
+                put_topic, put_queue_id, props = self.ctx.delayed_send.place(topic, queue_id, props, req.sys_flag)
+            except ValueError as exc:
+                return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"the message is illegal: {exc}")
         if len(props) > MAX_PROPERTIES_LENGTH:
             return self._illegal_props(cmd, len(props))
         tags_code = tags_code_of_properties(props, tags_hash_code)
         result = self.ctx.store.put_message(
-            topic,
-            queue_id,
+            put_topic,
+            put_queue_id,
             body,
             props,
             tags_code=tags_code,
@@ -395,6 +411,10 @@ class SendProcessor:
         checked = self._check(cmd, req, conn)
         if isinstance(checked, RemotingCommand):
             return checked
+        if PROPERTY_DELAY in req.properties:
+            refusal = batch_delay_refusal(req.properties)
+            if refusal is not None:
+                return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"the message is illegal: {refusal}")
         if len(cmd.body) > self._max_batch_size:
             return cmd.response(
                 ResponseCode.MESSAGE_ILLEGAL,
@@ -459,8 +479,9 @@ class SendProcessor:
     def consumer_send_msg_back(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """Re-put a consumed message to %RETRY%<group>, or %DLQ%<group> once it exhausted its retries.
 
-        Delay levels are not honoured: the retry message is stored for immediate redelivery (this
-        broker has no schedule topic), so no DELAY property is written.
+        The retry waits its delay level in SCHEDULE_TOPIC_XXXX: the request's delayLevel, or 3 + the
+        message's reconsumeTimes when that is 0 (RocketMQ's rule); a negative delayLevel sends it to the DLQ
+        at once. A DLQ message is not delayed (DELAY=0, as RocketMQ writes it).
         """
         h = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
         if not self.ctx.role.is_primary:
@@ -490,18 +511,26 @@ class SendProcessor:
             else self.ctx.max_reconsume_times
         )
         queue_id = random.randrange(tc.write_queue_nums) if tc.write_queue_nums > 0 else 0
-        if msg.reconsume_times >= max_times or h.delay_level < 0:
+        to_dlq = msg.reconsume_times >= max_times or h.delay_level < 0
+        if to_dlq:
             new_topic = dlq_topic(h.group)
             tc = topics.create_in_send_back(new_topic, DLQ_QUEUE_NUMS, PERM_READ | PERM_WRITE)
             queue_id = 0
+            props[PROPERTY_DELAY] = "0"
+        else:
+            props[PROPERTY_DELAY] = str(send_back_level(h.delay_level, msg.reconsume_times))
         if not props.get(PROPERTY_ORIGIN_MESSAGE_ID):
             props[PROPERTY_ORIGIN_MESSAGE_ID] = msg.offset_msg_id
         raw_props = encode_properties(props)
+        put_topic, put_queue_id = new_topic, queue_id
+        if not to_dlq:
+            put_topic, put_queue_id, raw_props = self.ctx.delayed_send.place(new_topic, queue_id, raw_props,
+                                                                             msg.sys_flag)
         if len(raw_props) > MAX_PROPERTIES_LENGTH:
             return self._illegal_props(cmd, len(raw_props))
         result = self.ctx.store.put_message(
-            new_topic,
-            queue_id,
+            put_topic,
+            put_queue_id,
             msg.body,
             raw_props,
             tags_code=tags_code_of_properties(raw_props, tags_hash_code),

@@ -8,7 +8,9 @@ processor gets a narrow context (``SendContext``, ``PullContext``...) rather tha
 
 Role is runtime state (``role_state``, ``broker.role.RoleState``): a REPLICA refuses writes with
 SERVICE_NOT_AVAILABLE and answers PULL_OFFSET_MOVED as PULL_RETRY_IMMEDIATELY; ``RoleState.change_role``
-is the one place it changes (the election controller will call it), and a change re-registers.
+is the one place it changes (the election controller will call it), and a change re-registers. Two loops
+follow the role: the metadata sync runs while REPLICA, the schedule service (``broker.schedule``, delivery
+of delayed messages) while PRIMARY.
 
 Start order: bind the port (so the advertised address and STOREHOST carry the real port), load
 metadata, recover the store, start the replication side of the role (``broker.replication``: the HA
@@ -32,6 +34,9 @@ from broker_store.broker.client_processor import ClientContext, ClientProcessor
 from broker_store.broker.client_registry import ClientRegistry
 from broker_store.broker.consumer_offset import FILE_NAME as OFFSETS_FILE
 from broker_store.broker.consumer_offset import ConsumerOffsetManager
+from broker_store.broker.delay_offsets import FILE_NAME as DELAY_OFFSETS_FILE
+from broker_store.broker.delay_offsets import DelayOffsetTable
+from broker_store.broker.delayed_send import DelayedSend
 from broker_store.broker.long_polling import PullWaiters
 from broker_store.broker.metadata_sync import MetadataSync
 from broker_store.broker.namesrv_registration import BrokerIdentity, NamesrvRegistration
@@ -39,6 +44,7 @@ from broker_store.broker.offset_processor import OffsetContext, OffsetProcessor
 from broker_store.broker.pull_processor import PullContext, PullProcessor
 from broker_store.broker.replication import BrokerReplication
 from broker_store.broker.role import BrokerRole, RoleState
+from broker_store.broker.schedule import DelaySchedule, ScheduleService
 from broker_store.broker.send_processor import SendContext, SendProcessor
 from broker_store.broker.subscription_group import FILE_NAME as SUBSCRIPTION_GROUPS_FILE
 from broker_store.broker.subscription_group import SubscriptionGroupManager
@@ -59,7 +65,8 @@ log = logging.getLogger(__name__)
 Processor = Callable[[RemotingCommand, Connection], HandlerResult]
 """Returns the response, or an awaitable of it when the request must wait (see ``net.server``)."""
 METADATA_DIR = "config"
-"""Subdirectory of store_dir holding topics.json, consumer_offsets.json and subscription_groups.json."""
+"""Subdirectory of store_dir holding topics.json, consumer_offsets.json, subscription_groups.json and
+delayOffset.json."""
 CLIENT_SCAN_INTERVAL = 10.0
 
 
@@ -75,6 +82,7 @@ class BrokerServer:
         self.role_state = RoleState(config.broker_id)
         self.role_state.listeners.append(lambda _old, _new: self._request_register())
         self.role_state.listeners.append(lambda _old, new: self._metadata_sync_for(new))
+        self.role_state.listeners.append(lambda _old, new: self._schedule_for(new))
         meta = Path(config.store_dir) / METADATA_DIR
         clock_ms = lambda: int(clock.time() * 1000)  # noqa: E731
         self.topic_configs = TopicConfigManager(
@@ -87,6 +95,11 @@ class BrokerServer:
         self.clients = ClientRegistry(clock=clock.monotonic)
         self.subscription_groups = SubscriptionGroupManager(
             meta / SUBSCRIPTION_GROUPS_FILE, auto_create=config.auto_create_subscription_group, clock_ms=clock_ms)
+        self.delay_levels = config.delay_levels()
+        self.delay_offsets = DelayOffsetTable(meta / DELAY_OFFSETS_FILE)
+        self.schedule: ScheduleService | None = None
+        """Delivery of delayed messages; runs while PRIMARY (valid after start)."""
+        self._schedule_task: asyncio.Task[None] | None = None
         host, port = split_host_port(config.listen)
         self._server = RemotingServer(self._handle, host, port)
         self._server.disconnect_listeners.append(self.clients.connection_closed)
@@ -158,7 +171,9 @@ class BrokerServer:
             self.topic_configs.load()
             self.consumer_offsets.load()
             self.subscription_groups.load()
-            store = MessageStore(self.store_config, store_host=self.addr, clock=self._clock)
+            self.delay_offsets.load()
+            store = MessageStore(self.store_config, store_host=self.addr, clock=self._clock,
+                                 delay_levels=self.delay_levels)
             await asyncio.to_thread(store.start)
             self._store = store
             self._pull_waiters = PullWaiters(asyncio.get_running_loop())
@@ -184,7 +199,9 @@ class BrokerServer:
             self.metadata_sync = MetadataSync(
                 self._client, self._primary_broker_addr, self.topic_configs, self.consumer_offsets,
                 self.subscription_groups, interval=self.config.ha.metadata_sync_interval_ms / 1000, clock=self._clock,
-                on_topics_changed=self._request_register)
+                on_topics_changed=self._request_register, delay_offsets=self.delay_offsets)
+            self.schedule = ScheduleService(store, DelaySchedule(self.delay_levels, self.delay_offsets),
+                                            clock=self._clock)
             self._install_processors()
             await self.registration.register_all()
             self.registration.start()
@@ -194,6 +211,7 @@ class BrokerServer:
                 loop.create_task(self._client_scan_loop()),
             ]
             self._metadata_sync_for(self.role)
+            self._schedule_for(self.role)
         except BaseException:
             await self.stop(unregister=False)
             raise
@@ -224,6 +242,23 @@ class BrokerServer:
             self._metadata_sync_task.cancel()
             self._metadata_sync_task = None
 
+    def _schedule_for(self, role: BrokerRole) -> None:
+        """Run the schedule service while PRIMARY, and only then (the role listener and start call this). A
+        replica keeps the primary's delay offsets (metadata sync), so stopping persists the table first."""
+        if role is BrokerRole.PRIMARY and self._schedule_task is None and self.schedule is not None \
+                and not self.stopping:
+            self._schedule_task = asyncio.get_running_loop().create_task(self.schedule.run())
+        elif role is BrokerRole.REPLICA and self._schedule_task is not None:
+            self._schedule_task.cancel()
+            self._schedule_task = None
+            self._persist_delay_offsets()
+
+    def _persist_delay_offsets(self) -> None:
+        try:
+            self.delay_offsets.persist()
+        except RocketMQError:
+            log.exception("could not persist the delay offsets of %s; retrying next period", self.config.broker_name)
+
     def _request_register(self) -> None:
         """A full registration soon: the topic table or the broker id (role) changed."""
         if self.registration is not None:
@@ -240,14 +275,14 @@ class BrokerServer:
             store, topics, role, broker_name=cfg.broker_name, cluster_name=cfg.cluster_name,
             region_id=cfg.region_id, trace_on=cfg.trace_on, max_message_size=cfg.store.max_message_size,
             max_batch_size=cfg.store.max_batch_size,
-            max_reconsume_times=cfg.max_reconsume_times))
+            max_reconsume_times=cfg.max_reconsume_times, delayed_send=DelayedSend(self.delay_levels)))
         pull = PullProcessor(PullContext(
             store, topics, self.clients, self.consumer_offsets, self.pull_waiters, role,
             stopping=lambda: self.stopping, clock=self._clock, max_pull_msg_nums=cfg.max_pull_msg_nums,
             long_polling_enable=cfg.long_polling_enable, short_polling_time_ms=cfg.short_polling_time_ms,
             subscription_groups=self.subscription_groups,
             slave_read_enable=cfg.ha.slave_read_enable, max_in_memory_gap=cfg.ha.max_in_memory_gap()))
-        offsets = OffsetProcessor(OffsetContext(store, topics, self.consumer_offsets))
+        offsets = OffsetProcessor(OffsetContext(store, topics, self.consumer_offsets, self.delay_offsets))
         admin = AdminProcessor(AdminContext(topics, self.consumer_offsets, self.subscription_groups,
                                             cluster_name=cfg.cluster_name, broker_name=cfg.broker_name,
                                             auto_create_topic_enable=cfg.auto_create_topic_enable,
@@ -265,6 +300,7 @@ class BrokerServer:
             RequestCode.GET_MIN_OFFSET: offsets.get_min_offset,
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: offsets.search_offset_by_timestamp,
             RequestCode.GET_ALL_CONSUMER_OFFSET: offsets.get_all_consumer_offset,
+            RequestCode.GET_ALL_DELAY_OFFSET: offsets.get_all_delay_offset,
             RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
             RequestCode.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
             RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic_in_broker,
@@ -286,9 +322,10 @@ class BrokerServer:
         if self._pull_waiters is not None:
             self._pull_waiters.wake_all()
             await asyncio.sleep(0)  # let released pulls answer while the store is still open
-        if self._metadata_sync_task is not None:
-            self._tasks.append(self._metadata_sync_task)
-            self._metadata_sync_task = None
+        for task in (self._metadata_sync_task, self._schedule_task):
+            if task is not None:
+                self._tasks.append(task)
+        self._metadata_sync_task = self._schedule_task = None
         await cancel_and_wait(self._tasks)
         self._tasks = []
         if self.registration is not None:
@@ -305,6 +342,7 @@ class BrokerServer:
             self.consumer_offsets.persist()
         except RocketMQError:
             log.exception("could not persist consumer offsets of %s at shutdown", self.config.broker_name)
+        self._persist_delay_offsets()
         if self._store is not None:
             await asyncio.to_thread(self._store.shutdown)
         if self._client is not None:
@@ -317,6 +355,7 @@ class BrokerServer:
                 self.consumer_offsets.persist()
             except RocketMQError:
                 log.exception("periodic persistence of consumer offsets failed; retrying next period")
+            self._persist_delay_offsets()
 
     async def _client_scan_loop(self) -> None:
         timeout = self.config.client_channel_expiry_seconds

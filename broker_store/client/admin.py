@@ -317,6 +317,19 @@ class AsyncAdmin:
             raise ProtocolError(f"malformed consumer offsets from {broker_addr}: {exc}") from exc
         return out
 
+    async def all_delay_offsets(self, broker_addr: str) -> dict[int, int]:
+        """GET_ALL_DELAY_OFFSET of one broker: delay level -> next SCHEDULE_TOPIC_XXXX queue offset its schedule
+        service delivers (a replica answers with its copy of its primary's)."""
+        resp = await self._session.invoke(broker_addr, RequestCode.GET_ALL_DELAY_OFFSET)
+        body = loads_rocketmq(resp.body) if resp.body else {}
+        table = body.get("offsetTable") if isinstance(body, dict) else None
+        if not isinstance(table, dict):
+            raise ProtocolError(f"GET_ALL_DELAY_OFFSET body from {broker_addr} has no offsetTable")
+        try:
+            return {int(level): int(offset) for level, offset in table.items()}
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"malformed delay offsets from {broker_addr}: {exc}") from exc
+
     async def consumer_list(self, group: str, topic: str) -> list[str]:
         """Client ids of the group's live consumers, as the brokers of ``topic`` know them."""
         routes = self._session.routes
@@ -427,6 +440,9 @@ class Admin(SyncClient[AsyncAdmin]):
 
     def all_consumer_offsets(self, broker_addr: str) -> dict[tuple[str, str], dict[int, int]]:
         return self._call(lambda a: a.all_consumer_offsets(broker_addr), self._t())
+
+    def all_delay_offsets(self, broker_addr: str) -> dict[int, int]:
+        return self._call(lambda a: a.all_delay_offsets(broker_addr), self._t())
 
     def ha_status(self, broker_addr: str) -> dict[str, Any]:
         return self._call(lambda a: a.ha_status(broker_addr), self._t())

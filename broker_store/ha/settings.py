@@ -105,9 +105,8 @@ class HASettings(BaseModel):
     """Memory the ratio above is a share of; None = this machine's physical memory (RocketMQ's basis).
     Set it small in tests to trigger replica reads with little data."""
     metadata_sync_interval_ms: int = Field(default=10_000, gt=0)
-    """Period at which a replica copies topics, consumer offsets and subscription groups from its primary
-    (RocketMQ: 10 s; RocketMQ also copies delay offsets, which this broker does not keep: it has no
-    schedule topic)."""
+    """Period at which a replica copies topics, consumer offsets, subscription groups and delay offsets from
+    its primary (RocketMQ SlaveSynchronize: 10 s; ``broker.metadata_sync``)."""
 
     @model_validator(mode="after")
     def _cross_checks(self) -> HASettings:

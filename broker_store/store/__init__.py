@@ -7,7 +7,15 @@ from broker_store.protocol.properties import tags_code_of_properties, tags_codes
 from broker_store.store.config import FlushMode, StoreConfig
 from broker_store.store.durability import DurabilityPolicy, DurabilityStep
 from broker_store.store.message_store import MessageStore, PutEntry
-from broker_store.store.results import DurableFuture, GetResult, GetStatus, PutResult, PutStatus, resolved
+from broker_store.store.results import (
+    DurableFuture,
+    GetResult,
+    GetStatus,
+    PutResult,
+    PutStatus,
+    QueueEntry,
+    resolved,
+)
 
 __all__ = [
     "DurabilityPolicy",
@@ -20,6 +28,7 @@ __all__ = [
     "PutEntry",
     "PutResult",
     "PutStatus",
+    "QueueEntry",
     "StoreConfig",
     "resolved",
     "tags_code_of_properties",

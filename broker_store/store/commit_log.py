@@ -41,6 +41,7 @@ from broker_store.protocol.message import (
     tags_hash_code,
 )
 from broker_store.protocol.properties import tags_code_of_properties
+from broker_store.store.delay_levels import DEFAULT_DELAY_LEVELS, SCHEDULE_TOPIC, DelayLevels, schedule_tags_code
 from broker_store.store.files import FdPool, list_segments, segment_name
 
 BLANK_RECORD = struct.Struct(">ii")
@@ -62,9 +63,11 @@ class DispatchRecord:
 
 
 class CommitLog:
-    """Segment files plus the offsets that delimit them."""
+    """Segment files plus the offsets that delimit them. ``delay_levels`` gives the tags code ``scan`` reports for
+    SCHEDULE_TOPIC records (their delivery time), the one a put of them got."""
 
-    def __init__(self, directory: Path, segment_size: int, pool: FdPool) -> None:
+    def __init__(self, directory: Path, segment_size: int, pool: FdPool,
+                 delay_levels: DelayLevels = DEFAULT_DELAY_LEVELS) -> None:
         self.directory = directory
         self.segment_size = segment_size
         self.segments: list[int] = []
@@ -75,6 +78,7 @@ class CommitLog:
         self._active_start = -1
         self._active_fd = -1
         self._topic_cache: dict[bytes, str] = {}
+        self._delay_levels = delay_levels
 
     # -- files ---------------------------------------------------------------------------------------
 
@@ -208,7 +212,7 @@ class CommitLog:
                 view = memoryview(buf)
                 if n < total:
                     return out, cur, True
-            (_, _, crc, queue_id, _, queue_offset, phys, _, _, _, _, _, _, _, _, _,
+            (_, _, crc, queue_id, _, queue_offset, phys, _, _, _, _, store_ts, _, _, _, _,
              body_len) = unpack_header(buf, p)
             end = p + total
             b = p + STORED_HEADER_SIZE
@@ -229,7 +233,10 @@ class CommitLog:
                     return out, cur, True
                 if len(topic_cache) < 4096:
                     topic_cache[topic_raw] = topic
-            tags_code = tags_code_of_properties(view[pl + 2:end], tags_hash_code) if pl + 2 < end else 0
+            if topic == SCHEDULE_TOPIC:
+                tags_code = schedule_tags_code(view[pl + 2:end], store_ts, self._delay_levels)
+            else:
+                tags_code = tags_code_of_properties(view[pl + 2:end], tags_hash_code) if pl + 2 < end else 0
             out.append(DispatchRecord(topic, queue_id, queue_offset, cur, total, tags_code))
             p = end
 

@@ -51,13 +51,14 @@ from broker_store.store.commit_log import BLANK_RECORD, CommitLog
 from broker_store.store.config import FlushMode, StoreConfig
 from broker_store.store.consume_queue import CQ_ENTRY
 from broker_store.store.consume_queues import MAX_QUEUE_ID, ConsumeQueueTable
+from broker_store.store.delay_levels import DEFAULT_DELAY_LEVELS, SCHEDULE_TOPIC, DelayLevels, schedule_tags_code
 from broker_store.store.durability import DurabilityPolicy
 from broker_store.store.files import FdPool
 from broker_store.store.flush import FlushService, SyncFlushStep
 from broker_store.store.reads import QueueReader
 from broker_store.store.record_encoding import RECORD_MIDDLE, encode_record, encode_records
 from broker_store.store.recovery import recover
-from broker_store.store.results import GetResult, PutResult, PutStatus, resolved
+from broker_store.store.results import GetResult, PutResult, PutStatus, QueueEntry, resolved
 from broker_store.store.retention import Retention
 from broker_store.store.warmer import PageCacheWarmer
 
@@ -74,9 +75,12 @@ PutEntry = tuple[bytes | memoryview, bytes, int, int]
 
 class MessageStore:
     """A RocketMQ-style message store rooted at ``config.store_dir``. ``clock`` stamps stored messages and
-    checkpoints, judges retention and drives the flush deadlines and every store thread's timer."""
+    checkpoints, judges retention and drives the flush deadlines and every store thread's timer.
+    ``delay_levels`` gives the tags code of SCHEDULE_TOPIC entries (their delivery time, ``store.delay_levels``)
+    for puts and for entries rebuilt from the CommitLog alike."""
 
-    def __init__(self, config: StoreConfig, *, store_host: str, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, config: StoreConfig, *, store_host: str, clock: Clock = SYSTEM_CLOCK,
+                 delay_levels: DelayLevels = DEFAULT_DELAY_LEVELS) -> None:
         try:
             ip, port = host_to_bytes(store_host)
         except ProtocolError as exc:
@@ -87,7 +91,8 @@ class MessageStore:
         self._msg_id_prefix = (ip + struct.pack(">i", port)).hex().upper()  # make_msg_id's first 16 digits
         self._pool = FdPool(max(config.max_open_files - 1, 1))
         self._commit_log = CommitLog(config.store_dir / COMMIT_LOG_DIR, config.commit_log_segment_size,
-                                     self._pool)
+                                     self._pool, delay_levels)
+        self.delay_levels = delay_levels
         self._queues = ConsumeQueueTable(config.store_dir / CONSUME_QUEUE_DIR,
                                          config.consume_queue_segment_entries, self._pool)
         self._listeners: list[ArrivalListener] = []
@@ -245,6 +250,11 @@ class MessageStore:
             if refusal is not None:
                 return self._failed(*refusal)
         store_ts = int(self._clock.time() * 1000)
+        if topic == SCHEDULE_TOPIC:  # the entry's tags code is its delivery time (store.delay_levels)
+            levels = self.delay_levels
+            entries = [(body, props, flag, schedule_tags_code(props, store_ts, levels))
+                       for body, props, flag, _ in entries]
+            tags_codes = tuple(entry[3] for entry in entries)
 
         with self._lock:
             if not self._running or not self._writable:
@@ -337,6 +347,11 @@ class MessageStore:
         """
         return self._reader.get_messages(topic, queue_id, offset, max_count, tags_codes=tags_codes,
                                          max_bytes=max_bytes)
+
+    def get_queue_entries(self, topic: str, queue_id: int, offset: int, max_count: int) -> list[QueueEntry]:
+        """Up to ``max_count`` ConsumeQueue entries from ``offset`` (the schedule service's read); see
+        ``QueueReader.get_queue_entries``."""
+        return self._reader.get_queue_entries(topic, queue_id, offset, max_count)
 
     def get_max_offset(self, topic: str, queue_id: int) -> int:
         """Next queue offset to be written (0 for an unknown queue)."""

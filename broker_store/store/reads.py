@@ -14,7 +14,7 @@ from broker_store.protocol.message import MAGIC_V1, STORED_HEADER, STORED_HEADER
 from broker_store.store.commit_log import BLANK_RECORD, MIN_RECORD_SIZE, CommitLog
 from broker_store.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
 from broker_store.store.consume_queues import ConsumeQueueTable
-from broker_store.store.results import GetResult, GetStatus
+from broker_store.store.results import GetResult, GetStatus, QueueEntry
 
 _STORE_TIMESTAMP_AT = 56  # byte offset of STORETIMESTAMP in a stored record (see protocol.message)
 _I64 = struct.Struct(">q")
@@ -144,6 +144,18 @@ class QueueReader:
         """First queue offset whose message still exists (0 for an unknown queue)."""
         cq = self._queues.get((topic, queue_id))
         return 0 if cq is None else cq.min_index
+
+    def get_queue_entries(self, topic: str, queue_id: int, offset: int, max_count: int) -> list[QueueEntry]:
+        """Up to ``max_count`` ConsumeQueue entries from queue ``offset`` (clipped to [min, max) and to the end of
+        the segment ``offset`` is in), holes skipped; [] for an unknown queue."""
+        with self._lock:
+            cq = self._queues.get((topic, queue_id))
+            if cq is None:
+                return []
+            offset = max(offset, cq.min_index)
+            raw = cq.read(offset, max_count)
+        return [QueueEntry(offset + i, phys, size, tags_code)
+                for i, (phys, size, tags_code) in enumerate(CQ_ENTRY.iter_unpack(raw)) if size > 0]
 
     def _store_timestamp_locked(self, cq: ConsumeQueue, index: int) -> int | None:
         entry = cq.entry(index)

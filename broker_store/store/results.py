@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import enum
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class PutStatus(enum.Enum):
@@ -100,3 +101,16 @@ class GetResult:
     count: int = 0
     max_physical_offset_lag: int = 0
     """CommitLog max offset minus the physical offset of the last record returned (or scanned)."""
+
+
+class QueueEntry(NamedTuple):
+    """One ConsumeQueue entry as ``MessageStore.get_queue_entries`` returns it."""
+
+    queue_offset: int
+    """Its index in the queue."""
+    physical_offset: int
+    """Where its record starts in the CommitLog."""
+    size: int
+    """The record's size, bytes."""
+    tags_code: int
+    """The TAGS hash; for SCHEDULE_TOPIC the delivery time, ms (``store.delay_levels``)."""

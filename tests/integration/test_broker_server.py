@@ -8,6 +8,7 @@ client would send them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import socket
@@ -54,6 +55,7 @@ from broker_store.protocol.headers import (
 from broker_store.protocol.message import (
     StoredMessage,
     decode_properties,
+    decode_stored_message,
     decode_stored_messages,
     encode_batch,
     encode_properties,
@@ -65,6 +67,7 @@ from broker_store.protocol.topic import (
     TopicConfigTable,
     encode_register_broker_body,
 )
+from broker_store.store.delay_levels import SCHEDULE_TOPIC
 from tests.support.processes import free_port
 
 pytestmark = pytest.mark.integration
@@ -339,6 +342,34 @@ def test_batch_properties_cluster_and_limits(tmp_path: Path) -> None:
     run(tmp_path, body)
 
 
+def test_delay_property_shapes_on_the_send_paths(tmp_path: Path) -> None:
+    """DELAY 0 or negative is stored as sent; a DELAY that is no integer is illegal; a batch asking for a delay
+    in its own properties is illegal (RocketMQ's putMessages), DELAY inside its messages is stored as sent."""
+
+    async def body(env: Env) -> None:
+        for level in ("0", "-2"):
+            _ok(await env.send("Shapes", level.encode(), {"DELAY": level}))
+        assert env.broker.store.get_max_offset("Shapes", 0) == 2
+        resp = await env.send("Shapes", b"x", {"DELAY": "soon"})
+        assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "not an integer delay level" in (resp.remark or "")
+        resp = _ok(await env.send("Shapes", b"later", {"DELAY": "1"}, queue_id=3))
+        assert resp.ext_fields["queueId"] == "3" and env.broker.store.get_max_offset(SCHEDULE_TOPIC, 0) == 1
+
+        h = SendMessageRequestHeader(
+            producer_group="pg", topic="Shapes", default_topic="TBW102", default_topic_queue_nums=4,
+            queue_id=1, sys_flag=0, born_timestamp=1, flag=0, batch=True, properties="DELAY\x011\x02",
+        )
+        entries = encode_batch([(b"a", b"DELAY\x011\x02", 0)])
+        resp = await env.call(RequestCode.SEND_BATCH_MESSAGE, h.to_ext(SEND_V2_NAMES), entries)
+        assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "a batch cannot be delayed" in (resp.remark or "")
+        plain = dataclasses.replace(h, properties="")
+        _ok(await env.call(RequestCode.SEND_BATCH_MESSAGE, plain.to_ext(SEND_V2_NAMES), entries))
+        _, (msg,) = await env.pull("Shapes", queue_id=1)
+        assert msg.properties["DELAY"] == "1" and env.broker.store.get_max_offset(SCHEDULE_TOPIC, 0) == 1
+
+    run(tmp_path, body)
+
+
 def test_batch_limits_are_per_body_and_per_encoded_batch(tmp_path: Path) -> None:
     """With max_message_size 64 KiB: a 64 KiB body with properties goes in a batch as it goes alone (the
     encoded batch is over 64 KiB), a 64 KiB + 1 body does not, and the encoded batch stops at 128 KiB."""
@@ -556,6 +587,45 @@ def test_role_change_at_runtime_switches_writes_and_registration(tmp_path: Path)
         await eventually(lambda: registered_as(0))
 
     run(tmp_path, body)
+
+
+def test_the_schedule_service_runs_only_while_primary_and_resumes_from_the_delay_offsets(tmp_path: Path) -> None:
+    """A role change stops or starts delivery of delayed messages; a promoted broker goes on from its delay
+    offsets (a replica's are its primary's, copied by the metadata sync: set by hand here)."""
+    clock = ManualClock(wall=time.time())
+
+    async def body(env: Env) -> None:
+        schedule = env.broker.schedule
+        assert schedule is not None
+        _ok(await env.send("Promo", b"first", {"DELAY": "1"}))
+        env.broker.role_state.change_role(BrokerRole.REPLICA)
+        clock.advance(5)
+        await asyncio.sleep(0.3)
+        assert schedule.delivered == 0 and env.broker.store.get_max_offset("Promo", 0) == 0
+
+        env.broker.role_state.change_role(BrokerRole.PRIMARY)  # "first" is overdue: delivered at once
+
+        async def promo(count: int) -> bool:
+            return env.broker.store.get_max_offset("Promo", 0) == count
+
+        await eventually(lambda: promo(1))
+        _ok(await env.send("Promo", b"second", {"DELAY": "1"}))
+        _ok(await env.send("Promo", b"third", {"DELAY": "1"}))
+        env.broker.role_state.change_role(BrokerRole.REPLICA)
+        env.broker.delay_offsets.replace_all({1: 2})  # the other primary had delivered "second" already
+        env.broker.role_state.change_role(BrokerRole.PRIMARY)
+        clock.advance(1)
+        await eventually(lambda: promo(2))
+        _, msgs = await env.pull("Promo")
+        assert [m.body for m in msgs] == [b"first", b"third"]
+        ask = RemotingCommand(code=RequestCode.GET_ALL_DELAY_OFFSET)
+        resp = await env.client.invoke(env.broker.addr, ask, TIMEOUT)
+        assert resp.code == ResponseCode.SUCCESS and loads_rocketmq(resp.body) == {"offsetTable": {"1": 3}}
+        env.broker.role_state.change_role(BrokerRole.REPLICA)  # stopping persists the table
+        on_disk = json.loads((env.tmp / "broker-a" / "config" / "delayOffset.json").read_text())
+        assert on_disk == {"version": 1, "offsetTable": {"1": 3}}
+
+    run(tmp_path, body, clock=clock, message_delay_level="1s 2s")
 
 
 async def register_fake_primary(env: Env, ha_server_addr: str) -> None:
@@ -839,7 +909,21 @@ def test_client_channel_expiry_follows_the_broker_clock(tmp_path: Path) -> None:
     run(tmp_path, body, clock=clock, client_channel_expiry_seconds=120.0)
 
 
-def test_consumer_send_msg_back_to_retry_then_dlq(tmp_path: Path) -> None:
+def test_consumer_send_msg_back_waits_its_delay_level_then_goes_to_the_dlq(tmp_path: Path) -> None:
+    """A retry waits level 3 + reconsumeTimes in SCHEDULE_TOPIC_XXXX (10 s, then 30 s: the broker's clock is
+    advanced by hand), then reaches %RETRY%<group>; past max reconsume times it goes to the DLQ at once."""
+    clock = ManualClock(wall=time.time())
+
+    async def scheduled(env: Env, level: int) -> int:
+        return env.broker.store.get_max_offset(SCHEDULE_TOPIC, level - 1)
+
+    async def retried(env: Env, offset: int) -> StoredMessage:
+        async def arrived() -> bool:
+            return (await env.pull("%RETRY%cg", offset))[0].code == ResponseCode.SUCCESS
+        await eventually(arrived)
+        _, (msg,) = await env.pull("%RETRY%cg", offset)
+        return msg
+
     async def body(env: Env) -> None:
         _ok(await env.send("Work", b"payload", {"TAGS": "T1", "KEYS": "k"}))
         _, (orig,) = await env.pull("Work")
@@ -852,26 +936,43 @@ def test_consumer_send_msg_back_to_retry_then_dlq(tmp_path: Path) -> None:
             max_reconsume_times=2,
         )
         _ok(await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, back.to_ext()))
-        resp, (retry,) = await env.pull("%RETRY%cg")
+        assert await scheduled(env, 3) == 1  # delayLevel 0: 3 + reconsumeTimes 0
+        (entry,) = env.broker.store.get_queue_entries(SCHEDULE_TOPIC, 2, 0, 1)
+        waiting = decode_stored_message(env.broker.store.read_record(entry.physical_offset) or b"")
+        assert waiting.properties["REAL_TOPIC"] == "%RETRY%cg" and waiting.properties["DELAY"] == "3"
+        assert entry.tags_code == waiting.store_timestamp + 10_000
+        clock.advance(9.5)
+        await asyncio.sleep(0.2)
+        assert (await env.pull("%RETRY%cg"))[0].code != ResponseCode.SUCCESS  # not before its 10 s
+        clock.advance(0.5)
+        retry = await retried(env, 0)
         assert retry.body == b"payload" and retry.reconsume_times == 1 and retry.tags == "T1"
         assert retry.properties["RETRY_TOPIC"] == "Work"
         assert retry.properties["ORIGIN_MESSAGE_ID"] == orig.offset_msg_id
         assert retry.born_timestamp == orig.born_timestamp
+        assert "DELAY" not in retry.properties
 
         again = ConsumerSendMsgBackRequestHeader(
             offset=retry.commit_log_offset, group="cg", delay_level=0, max_reconsume_times=2
         )
         _ok(await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, again.to_ext()))
-        _, msgs = await env.pull("%RETRY%cg", 1)
-        assert msgs[0].reconsume_times == 2
+        assert await scheduled(env, 4) == 1  # 3 + reconsumeTimes 1: 30 s
+        clock.advance(30)
+        msg = await retried(env, 1)
+        assert msg.reconsume_times == 2
         third = ConsumerSendMsgBackRequestHeader(
-            offset=msgs[0].commit_log_offset, group="cg", delay_level=0, max_reconsume_times=2
+            offset=msg.commit_log_offset, group="cg", delay_level=0, max_reconsume_times=2
         )
         _ok(await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, third.to_ext()))
         _, (dead,) = await env.pull("%DLQ%cg")
         assert dead.body == b"payload" and dead.reconsume_times == 3
         assert dead.properties["ORIGIN_MESSAGE_ID"] == orig.offset_msg_id
         assert dead.properties["RETRY_TOPIC"] == "Work"
+
+        negative = ConsumerSendMsgBackRequestHeader(offset=orig.commit_log_offset, group="cg", delay_level=-1)
+        _ok(await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, negative.to_ext()))
+        _, msgs = await env.pull("%DLQ%cg", 1)
+        assert [m.body for m in msgs] == [b"payload"]  # a negative level: the DLQ at once
 
         lost = ConsumerSendMsgBackRequestHeader(offset=10**9, group="cg", delay_level=0)
         resp = await env.call(RequestCode.CONSUMER_SEND_MSG_BACK, lost.to_ext())
@@ -881,10 +982,10 @@ def test_consumer_send_msg_back_to_retry_then_dlq(tmp_path: Path) -> None:
 
         # A producer resending to a retry topic past its max reconsume times lands in the DLQ.
         _ok(await env.send("%RETRY%cg", b"late", reconsume_times=5, max_reconsume_times=5))
-        _, msgs = await env.pull("%DLQ%cg", 1)
+        _, msgs = await env.pull("%DLQ%cg", 2)
         assert [m.body for m in msgs] == [b"late"]
 
-    run(tmp_path, body)
+    run(tmp_path, body, clock=clock)
 
 
 # -- name server ------------------------------------------------------------------------------------

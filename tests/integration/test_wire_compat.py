@@ -29,6 +29,7 @@ CPP_PRODUCE = textwrap.dedent("""
     from rocketmq.client import Producer, Message
     from rocketmq.exceptions import ProducerSendSyncFailed
     namesrv, topic, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    delay_level = int(sys.argv[4]) if len(sys.argv) > 4 else 0
     p = Producer("PID_CPP_COMPAT")
     p.set_namesrv_addr(namesrv)
     p.start()
@@ -39,6 +40,8 @@ CPP_PRODUCE = textwrap.dedent("""
         m.set_tags("TagCpp")
         m.set_body(("cpp body %d " % i).encode() * (i + 1))
         m.set_property("userProp", "value-%d" % i)
+        if delay_level:
+            m.set_delay_time_level(delay_level)
         # librocketmq's transport lock can fail at once while its own heartbeat thread connects
         # ("GetTransport ... get timed_mutex timeout", apache/rocketmq-client-cpp#455): the send may
         # have been stored yet reported failed. Retry as an application would, and count it.
@@ -123,6 +126,27 @@ def test_cpp_client_produces_and_our_client_consumes(tmp_path: Path) -> None:
             msg = got[s["msg_id"]]
             assert msg.body == (f"cpp body {i} ".encode()) * (i + 1)
             assert (msg.tags, msg.keys, msg.properties["userProp"]) == ("TagCpp", f"key-{i}", f"value-{i}")
+
+
+def test_a_cpp_clients_delay_level_is_honoured(tmp_path: Path) -> None:
+    """setDelayTimeLevel(1) of the C++ client: the message reaches its topic after level 1's delay (1 s here)."""
+    with local_cluster(tmp_path, "compat", brokers=1, message_delay_level="1s 2s") as cluster:
+        (sent,) = run_cpp(CPP_PRODUCE, cluster.namesrv_addr, "CppDelayed", "1", "1", cwd=tmp_path)
+        assert sent["status"] == 0
+        with Admin(cluster.namesrv_addr) as admin:
+            route = admin.topic_route("CppDelayed")
+        queues = [MessageQueue("CppDelayed", q.broker_name, i) for q in route.queue_datas
+                  for i in range(q.read_queue_nums)]
+        found = []
+        with PullConsumer(cluster.namesrv_addr, "our-group") as consumer:
+            def delivered() -> bool:
+                found[:] = [m for mq in queues for m in consumer.pull(mq, 0, 8).messages if m.msg_id == sent["msg_id"]]
+                return bool(found)
+
+            eventually(delivered, timeout=10.0, what="the C++ client's delayed message in its topic")
+        (msg,) = found
+        assert msg.store_timestamp >= msg.born_timestamp + 1000 and "DELAY" not in msg.properties
+        assert (msg.tags, msg.keys, msg.properties["userProp"]) == ("TagCpp", "key-0", "value-0")
 
 
 def test_our_client_produces_and_cpp_client_consumes(tmp_path: Path) -> None:

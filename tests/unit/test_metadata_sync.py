@@ -1,5 +1,5 @@
 """A replica's metadata sync driven by a manual clock: each period copies the primary's topics, consumer
-offsets and subscription groups, and nothing happens between periods.
+offsets, subscription groups and delay offsets, and nothing happens between periods.
 
 The primary here is its real tables answering through a stand-in remoting client (no socket); the same
 path with real processes is tests/integration/test_ha_broker.py
@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from broker_store.broker.consumer_offset import ConsumerOffsetManager
+from broker_store.broker.delay_offsets import DelayOffsetTable
 from broker_store.broker.metadata_sync import MetadataSync
 from broker_store.broker.subscription_group import SubscriptionGroupConfig, SubscriptionGroupManager
 from broker_store.broker.topic_config import TopicConfigManager
@@ -36,10 +37,11 @@ class Tables:
 
 
 class PrimaryClient:
-    """Answers the three GET_ALL codes from the primary's tables, as its admin and offset processors do."""
+    """Answers the GET_ALL codes from the primary's tables, as its admin and offset processors do."""
 
-    def __init__(self, primary: Tables) -> None:
+    def __init__(self, primary: Tables, delay_offsets: DelayOffsetTable | None = None) -> None:
         self.primary = primary
+        self.delay_offsets = delay_offsets or DelayOffsetTable(Path("/nonexistent/delayOffset.json"))
         self.asked: list[int] = []
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
@@ -47,7 +49,8 @@ class PrimaryClient:
         self.asked.append(cmd.code)
         body = {RequestCode.GET_ALL_TOPIC_CONFIG: lambda: self.primary.topics.table().encode(),
                 RequestCode.GET_ALL_CONSUMER_OFFSET: self.primary.offsets.encode_wrapper,
-                RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.primary.groups.encode_wrapper}[cmd.code]()
+                RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.primary.groups.encode_wrapper,
+                RequestCode.GET_ALL_DELAY_OFFSET: self.delay_offsets.encode_wrapper}[cmd.code]()
         return cmd.response(ResponseCode.SUCCESS, body=body)
 
 
@@ -118,3 +121,31 @@ def test_an_unchanged_table_is_not_rewritten(tmp_path: Path) -> None:
     stamp = replica.groups.path.stat().st_mtime_ns
     assert not replica.groups.replace_all(table, primary.groups.data_version)
     assert replica.groups.path.stat().st_mtime_ns == stamp
+
+
+def test_delay_offsets_are_copied_and_persisted_each_round(tmp_path: Path) -> None:
+    clock = ManualClock()
+    primary, replica = Tables(tmp_path / "p", clock), Tables(tmp_path / "r", clock)
+    primary_delay, replica_delay = DelayOffsetTable(tmp_path / "p" / "delayOffset.json"), \
+        DelayOffsetTable(tmp_path / "r" / "delayOffset.json")
+    client = PrimaryClient(primary, primary_delay)
+    primary_delay.update(1, 5)
+
+    async def main() -> None:
+        sync = MetadataSync(client, lambda: PRIMARY, replica.topics, replica.offsets, replica.groups,  # type: ignore[arg-type]
+                            interval=10.0, clock=clock, delay_offsets=replica_delay)
+        task = asyncio.create_task(sync.run())
+        try:
+            await settle(sync, 1)
+            assert replica_delay.snapshot() == {1: 5}
+            primary_delay.update(2, 9)
+            clock.advance(10.0)
+            await settle(sync, 2)
+            assert client.asked[-1] == RequestCode.GET_ALL_DELAY_OFFSET
+        finally:
+            task.cancel()
+
+    asyncio.run(main())
+    reloaded = DelayOffsetTable(tmp_path / "r" / "delayOffset.json")
+    reloaded.load()  # a replica restarted, or promoted, goes on from its last copy
+    assert reloaded.snapshot() == {1: 5, 2: 9}
