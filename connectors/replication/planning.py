@@ -91,6 +91,25 @@ def plan_ranges(start: SourceOffset, end: SourceOffset, min_partitions: int | No
     return split
 
 
+def skip_delivered(ranges: Sequence[QueueRange], delivered: Mapping[QueueKey, int]) -> tuple[list[QueueRange], int]:
+    """``ranges`` without what ``delivered`` (queue -> next offset committed to the Delta offsets table) says
+    was delivered already: a range wholly below its queue's offset is dropped, one it cuts is started there.
+    Returns the ranges left and the number of offsets removed. For a batch Spark replays after a restart
+    (committed to Delta, stopped before Spark's own commit): its messages are not sent a second time."""
+    kept: list[QueueRange] = []
+    removed = 0
+    for r in ranges:
+        done = delivered.get(r.queue)
+        if done is None or done <= r.start:
+            kept.append(r)
+        elif done < r.end:
+            kept.append(QueueRange(r.topic, r.broker_name, r.queue_id, done, r.end, r.from_earliest))
+            removed += done - r.start
+        else:
+            removed += r.size
+    return kept, removed
+
+
 @dataclass(frozen=True)
 class QueueRangeGroup(InputPartition):
     """One Spark input partition covering several queue ranges, read one after the other (each in

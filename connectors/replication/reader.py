@@ -131,7 +131,14 @@ from connectors.core.rows import (
     RAW_ARROW_SCHEMA,
 )
 from connectors.replication.placement_planner import RangesPlacementPlanner, placement_columns
-from connectors.replication.planning import QueueRange, QueueRangeGroup, distribute_limit, group_ranges, plan_ranges
+from connectors.replication.planning import (
+    QueueRange,
+    QueueRangeGroup,
+    distribute_limit,
+    group_ranges,
+    plan_ranges,
+    skip_delivered,
+)
 from connectors.replication.pulling import PullSettings, pull_range, pull_range_raw
 from connectors.replication.reader_options import SourceOptions
 
@@ -186,6 +193,8 @@ class _DriverState:
     """Queue placement of ``rowFormat=ranges`` batches with config+link (``placement_planner``)."""
     initial: dict[str, Any] | None = None
     """What ``initialOffset`` decided, returned again by its later calls (see there)."""
+    planned: bool = False
+    """``partitions`` ran once (the first batch of a query resumed from its checkpoint may be a replay)."""
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -389,9 +398,31 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         ranges = plan_ranges(SourceOffset.from_dict(start), SourceOffset.from_dict(end), self.options.min_partitions)
+        if not self._state.planned:
+            self._state.planned = True
+            if self._state.initial is None:  # resumed from the checkpoint: this batch may be a replay
+                ranges = self._skip_replayed(ranges)
         if self._state.placer is not None:  # decided and durable before any task runs
             ranges = self._state.placer.place(ranges)
         return group_ranges(ranges, self.options.max_partitions)
+
+    def _skip_replayed(self, ranges: list[QueueRange]) -> list[QueueRange]:
+        """The first batch of a query resumed from its checkpoint, without what the link's Delta offsets table
+        says was delivered. A job stopped after the sink committed a batch to Delta but before Spark wrote the
+        batch's commit to its checkpoint re-runs that batch on its next start (same offsets); its messages are
+        on the target already and are not sent again. Anything the table does not cover is sent as planned
+        (at-least-once is kept: the table only advances after the target acknowledged)."""
+        o = self.options
+        if o.delta_location is None or not o.link or not ranges:
+            return ranges
+        from connectors.replication.tables import LinkTables  # start-up cost: see the imports
+
+        delivered = LinkTables(Path(o.delta_location) / o.link, source_cluster=o.cluster).latest_offsets()
+        kept, removed = skip_delivered(ranges, delivered)
+        if removed:
+            log.info("link %s: the first batch after the restart re-runs one the sink had committed to Delta; "
+                     "%d message offset(s) of it were delivered then and are not sent again", o.link, removed)
+        return kept
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark processed everything below ``end``: mirror it as the consumer group's offsets on the

@@ -1,0 +1,63 @@
+"""A batch Spark re-runs after a restart (the sink had committed it to Delta, the job stopped before Spark's own
+commit) is not sent again: ``planning.skip_delivered`` and the reader's first ``partitions`` of a resumed query,
+without Spark or a broker."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from connectors.core.offsets import QueueKey, SourceOffset
+from connectors.replication.planning import QueueRange, QueueRangeGroup, skip_delivered
+from connectors.replication.tables import LinkTables
+from tests.unit.test_connectors_source_outage import FakeAdmin, FakeClock, _reader
+
+A0, A1, B0 = QueueKey("T", "a", 0), QueueKey("T", "a", 1), QueueKey("T", "b", 0)
+
+
+def _range(q: QueueKey, start: int, end: int, *, new: bool = False) -> QueueRange:
+    return QueueRange(q.topic, q.broker_name, q.queue_id, start, end, new)
+
+
+def test_ranges_below_the_delivered_offsets_are_dropped_and_cut_ones_start_there() -> None:
+    ranges = [_range(A0, 0, 10), _range(A1, 5, 15, new=True), _range(B0, 20, 30)]
+    kept, removed = skip_delivered(ranges, {A0: 10, A1: 8, B0: 20})
+    assert kept == [_range(A1, 8, 15, new=True), _range(B0, 20, 30)] and removed == 13
+    assert skip_delivered(ranges, {}) == (ranges, 0)
+    assert skip_delivered(ranges, {A0: 50}) == (ranges[1:], 10)  # a table ahead of the range drops it whole
+
+
+def _ranges_of(partitions: object) -> list[QueueRange]:
+    assert isinstance(partitions, list)
+    return [r for group in partitions for r in (group.ranges if isinstance(group, QueueRangeGroup) else [group])]
+
+
+def _offsets(q0: int, q1: int) -> dict[str, object]:
+    return SourceOffset.of({QueueKey("Orders", "src-a", 0): q0, QueueKey("Orders", "src-a", 1): q1}).to_dict()
+
+
+def test_the_first_batch_of_a_resumed_query_skips_what_delta_says_was_delivered(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    LinkTables(tmp_path / "L", source_cluster="src").append_resume_point({QueueKey("Orders", "src-a", 0): 40,
+                                                                          QueueKey("Orders", "src-a", 1): 25})
+    reader = _reader(monkeypatch, FakeAdmin(), FakeClock(), topics="Orders", deltaLocation=str(tmp_path))
+    start, end = _offsets(30, 20), _offsets(40, 30)
+    with caplog.at_level(logging.INFO, logger="connectors.replication.reader"):
+        first = _ranges_of(reader.partitions(start, end))
+    assert [(r.queue_id, r.start, r.end) for r in first] == [(1, 25, 30)]
+    assert any("15 message offset(s)" in r.getMessage() for r in caplog.records)
+    # later batches are planned as Spark gives them (Delta is read once per resumed query)
+    again = _ranges_of(reader.partitions(start, end))
+    assert sorted((r.queue_id, r.start, r.end) for r in again) == [(0, 30, 40), (1, 20, 30)]
+
+
+def test_a_new_query_plans_its_first_batch_whole(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """initialOffset ran: the query started now, nothing of its first batch can have been committed before."""
+    reader = _reader(monkeypatch, FakeAdmin(), FakeClock(), topics="Orders", deltaLocation=str(tmp_path),
+                     startingOffsets="latest")
+    assert reader.initialOffset() == _offsets(10, 11)
+    LinkTables(tmp_path / "L", source_cluster="src").append_resume_point({QueueKey("Orders", "src-a", 0): 15})
+    ranges = _ranges_of(reader.partitions(_offsets(10, 11), _offsets(20, 21)))
+    assert sorted((r.queue_id, r.start, r.end) for r in ranges) == [(0, 10, 20), (1, 11, 21)]
