@@ -411,13 +411,14 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         says was delivered. A job stopped after the sink committed a batch to Delta but before Spark wrote the
         batch's commit to its checkpoint re-runs that batch on its next start (same offsets); its messages are
         on the target already and are not sent again. Anything the table does not cover is sent as planned
-        (at-least-once is kept: the table only advances after the target acknowledged)."""
+        (at-least-once is kept: its batch rows only advance after the target acknowledged; the resume points
+        of ``jobs.reset_offsets`` do not count: the checkpoint wins over them)."""
         o = self.options
         if o.delta_location is None or not o.link or not ranges:
             return ranges
         from connectors.replication.tables import LinkTables  # start-up cost: see the imports
 
-        delivered = LinkTables(Path(o.delta_location) / o.link, source_cluster=o.cluster).latest_offsets()
+        delivered = LinkTables(Path(o.delta_location) / o.link, source_cluster=o.cluster).delivered_offsets()
         kept, removed = skip_delivered(ranges, delivered)
         if removed:
             log.info("link %s: the first batch after the restart re-runs one the sink had committed to Delta; "

@@ -203,6 +203,17 @@ class LinkTables(DeltaTableSet):
             return {}
         return {q: offset for q, (_, offset) in self._newest_rows(self._read_offsets(dt)).items()}
 
+    def delivered_offsets(self) -> dict[QueueKey, int]:
+        """Next offset per source queue as the queries' batch commits left it (the newest such row), not
+        counting ``jobs.reset_offsets`` resume points: what is known to be on the target. The reader leaves
+        it out of a batch Spark re-runs after a restart (``planning.skip_delivered``)."""
+        dt = self.open(OFFSETS)
+        if dt is None:
+            return {}
+        rows = self.rows_of(OFFSETS, dt, [*_OFFSETS_COLUMNS, "query_id"])
+        rows = rows.filter(pc.invert(pc.starts_with(rows["query_id"], RESET_QUERY_PREFIX)))
+        return {q: offset for q, (_, offset) in self._newest_rows(rows).items()}
+
     def _read_offsets(self, dt: DeltaTable) -> pa.Table:
         return self.rows_of(OFFSETS, dt, _OFFSETS_COLUMNS)
 

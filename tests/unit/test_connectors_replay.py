@@ -11,6 +11,7 @@ import pytest
 
 from connectors.core.offsets import QueueKey, SourceOffset
 from connectors.replication.planning import QueueRange, QueueRangeGroup, skip_delivered
+from connectors.replication.records import BatchMetrics
 from connectors.replication.tables import LinkTables
 from tests.unit.test_connectors_source_outage import FakeAdmin, FakeClock, _reader
 
@@ -29,6 +30,12 @@ def test_ranges_below_the_delivered_offsets_are_dropped_and_cut_ones_start_there
     assert skip_delivered(ranges, {A0: 50}) == (ranges[1:], 10)  # a table ahead of the range drops it whole
 
 
+def _commit(work: Path, offsets: dict[QueueKey, int], batch_id: int = 7) -> None:
+    """A batch the sink committed to the link's Delta tables (query ``q``)."""
+    LinkTables(work / "L", source_cluster="src").commit_batch("q", batch_id, offsets, [], [],
+                                                             BatchMetrics(sum(offsets.values()), 0))
+
+
 def _ranges_of(partitions: object) -> list[QueueRange]:
     assert isinstance(partitions, list)
     return [r for group in partitions for r in (group.ranges if isinstance(group, QueueRangeGroup) else [group])]
@@ -40,8 +47,7 @@ def _offsets(q0: int, q1: int) -> dict[str, object]:
 
 def test_the_first_batch_of_a_resumed_query_skips_what_delta_says_was_delivered(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    LinkTables(tmp_path / "L", source_cluster="src").append_resume_point({QueueKey("Orders", "src-a", 0): 40,
-                                                                          QueueKey("Orders", "src-a", 1): 25})
+    _commit(tmp_path, {QueueKey("Orders", "src-a", 0): 40, QueueKey("Orders", "src-a", 1): 25})
     reader = _reader(monkeypatch, FakeAdmin(), FakeClock(), topics="Orders", deltaLocation=str(tmp_path))
     start, end = _offsets(30, 20), _offsets(40, 30)
     with caplog.at_level(logging.INFO, logger="connectors.replication.reader"):
@@ -58,6 +64,20 @@ def test_a_new_query_plans_its_first_batch_whole(monkeypatch: pytest.MonkeyPatch
     reader = _reader(monkeypatch, FakeAdmin(), FakeClock(), topics="Orders", deltaLocation=str(tmp_path),
                      startingOffsets="latest")
     assert reader.initialOffset() == _offsets(10, 11)
-    LinkTables(tmp_path / "L", source_cluster="src").append_resume_point({QueueKey("Orders", "src-a", 0): 15})
+    _commit(tmp_path, {QueueKey("Orders", "src-a", 0): 15})
     ranges = _ranges_of(reader.partitions(_offsets(10, 11), _offsets(20, 21)))
     assert sorted((r.queue_id, r.start, r.end) for r in ranges) == [(0, 10, 20), (1, 11, 21)]
+
+
+def test_a_reset_resume_point_is_not_taken_for_delivered_messages(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    """jobs.reset_offsets appends resume points; while the checkpoint exists it wins over them, and they say
+    nothing about what reached the target: only the batches' own rows count."""
+    _commit(tmp_path, {QueueKey("Orders", "src-a", 0): 32, QueueKey("Orders", "src-a", 1): 20})
+    LinkTables(tmp_path / "L", source_cluster="src").append_resume_point({QueueKey("Orders", "src-a", 0): 40,
+                                                                          QueueKey("Orders", "src-a", 1): 30})
+    assert LinkTables(tmp_path / "L", source_cluster="src").delivered_offsets() == {
+        QueueKey("Orders", "src-a", 0): 32, QueueKey("Orders", "src-a", 1): 20}
+    reader = _reader(monkeypatch, FakeAdmin(), FakeClock(), topics="Orders", deltaLocation=str(tmp_path))
+    ranges = _ranges_of(reader.partitions(_offsets(30, 20), _offsets(40, 30)))
+    assert sorted((r.queue_id, r.start, r.end) for r in ranges) == [(0, 32, 40), (1, 20, 30)]
