@@ -297,6 +297,8 @@ def free_port(span: int = 1, host: str = HOST) -> int:
     candidates = range(_LOWEST_PORT, ephemeral.start - span + 1)
     if len(candidates) < 1000:  # an ephemeral range reaching down low: draw above it instead
         candidates = range(ephemeral.stop, 65536 - span + 1)
+    if len(candidates) < 1000:  # it covers nearly every port: none is safe from it, draw from them all
+        candidates = range(1024, 65536 - span + 1)
     for _ in range(200):
         base = _random.choice(candidates)
         ports = range(base, base + span)

@@ -50,6 +50,17 @@ def test_ports_are_drawn_below_the_kernels_ephemeral_range() -> None:
     assert all(launcher.free_port(2) + 1 < ephemeral.start for _ in range(50))
 
 
+@pytest.mark.parametrize(("ephemeral", "drawn"), [
+    (range(1024, 65536), range(1024, 65535)),  # nothing outside it: every port
+    (range(5000, 30000), range(30000, 65535)),  # reaching down low: above it
+    (range(32768, 61000), range(10000, 32767)),  # Linux's default: below it
+])
+def test_ports_avoid_the_ephemeral_range_where_they_can(monkeypatch: pytest.MonkeyPatch, ephemeral: range,
+                                                        drawn: range) -> None:
+    monkeypatch.setattr(launcher, "_ephemeral_range", lambda: ephemeral)
+    assert all(launcher.free_port(2) in drawn for _ in range(20))
+
+
 def test_a_brokers_listen_port_comes_with_its_fast_and_ha_ports_free() -> None:
     for fast in (True, False):
         listen = broker_listen_port(fast_listen=fast)
