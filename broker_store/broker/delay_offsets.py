@@ -10,35 +10,22 @@ delivered again: at least once, as RocketMQ).
 
     {"version": 1, "offsetTable": {"1": 17, "3": 4}}      level -> next queue offset to deliver
 
-On the wire (GET_ALL_DELAY_OFFSET body) the wrapper is fastjson-style, with bare numeric keys:
-``{"offsetTable":{1:17,3:4}}``. A level absent from the table is at offset 0.
+On the wire (GET_ALL_DELAY_OFFSET body) the wrapper is fastjson-style, with bare numeric keys; its parser is
+``broker_store.protocol.delay_offset`` (shared with the admin client). A level absent from the table is at
+offset 0.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from broker_store.broker.metadata_file import read_metadata_file, write_metadata_file
-from broker_store.protocol.errors import ProtocolError, StoreError
+from broker_store.protocol.delay_offset import parse_offset_table
+from broker_store.protocol.errors import StoreError
 from broker_store.protocol.route import dumps_rocketmq
 
 FILE_NAME = "delayOffset.json"
-
-
-def parse_offset_table(wrapper: Mapping[str, Any]) -> dict[int, int]:
-    """The ``offsetTable`` of a DelayOffsetSerializeWrapper (file or wire form); ValueError if malformed."""
-    table = wrapper.get("offsetTable") or {}
-    if not isinstance(table, Mapping):
-        raise ValueError(f"offsetTable is a {type(table).__name__}, not an object")
-    out: dict[int, int] = {}
-    for level, offset in table.items():
-        level_n, offset_n = int(level), int(offset)
-        if level_n < 1 or offset_n < 0:
-            raise ValueError(f"level {level!r} -> offset {offset!r}: levels start at 1, offsets at 0")
-        out[level_n] = offset_n
-    return out
 
 
 class DelayOffsetTable:
@@ -93,11 +80,3 @@ class DelayOffsetTable:
     def encode_wrapper(self) -> bytes:
         """DelayOffsetSerializeWrapper JSON for GET_ALL_DELAY_OFFSET (bare numeric level keys)."""
         return dumps_rocketmq({"offsetTable": dict(self._table)})
-
-    @staticmethod
-    def decode_wrapper(body: Mapping[str, Any], source: str) -> dict[int, int]:
-        """The table of a GET_ALL_DELAY_OFFSET answer; ProtocolError naming ``source`` if malformed."""
-        try:
-            return parse_offset_table(body)
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise ProtocolError(f"GET_ALL_DELAY_OFFSET from {source}: malformed offset table: {exc}") from exc

@@ -32,6 +32,7 @@ from broker_store.broker.topic_config import TopicConfigManager
 from broker_store.clock import Clock
 from broker_store.net.client import RemotingClient
 from broker_store.protocol.codes import RequestCode, ResponseCode
+from broker_store.protocol.delay_offset import decode_delay_offsets
 from broker_store.protocol.errors import ProtocolError, RocketMQError
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.route import loads_rocketmq
@@ -100,7 +101,7 @@ class MetadataSync:
             raise ProtocolError(f"GET_ALL_SUBSCRIPTIONGROUP_CONFIG from {addr}: malformed table: {exc}") from exc
         self._groups.replace_all(groups, groups_version)
         if self._delay_offsets is not None:
-            delay = DelayOffsetTable.decode_wrapper(await self._get_json(addr, RequestCode.GET_ALL_DELAY_OFFSET), addr)
+            delay = decode_delay_offsets(await self._get_json(addr, RequestCode.GET_ALL_DELAY_OFFSET), addr)
             self._delay_offsets.replace_all(delay)
             self._delay_offsets.persist()
         self.rounds += 1

@@ -22,6 +22,7 @@ from broker_store.client.session import ClientSession
 from broker_store.net.client import RemotingClient
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
+from broker_store.protocol.delay_offset import decode_delay_offsets
 from broker_store.protocol.errors import (
     ConfigError,
     ProtocolError,
@@ -325,10 +326,7 @@ class AsyncAdmin:
         table = body.get("offsetTable") if isinstance(body, dict) else None
         if not isinstance(table, dict):
             raise ProtocolError(f"GET_ALL_DELAY_OFFSET body from {broker_addr} has no offsetTable")
-        try:
-            return {int(level): int(offset) for level, offset in table.items()}
-        except (TypeError, ValueError) as exc:
-            raise ProtocolError(f"malformed delay offsets from {broker_addr}: {exc}") from exc
+        return decode_delay_offsets(body, broker_addr)
 
     async def consumer_list(self, group: str, topic: str) -> list[str]:
         """Client ids of the group's live consumers, as the brokers of ``topic`` know them."""

@@ -28,6 +28,7 @@ from broker_store.broker.schedule import (
 from broker_store.clock import ManualClock
 from broker_store.config import BrokerConfig
 from broker_store.protocol.codes import MSG_FLAG_TRANSACTION_COMMIT, MSG_FLAG_TRANSACTION_PREPARED
+from broker_store.protocol.delay_offset import decode_delay_offsets
 from broker_store.protocol.errors import ProtocolError, StoreError
 from broker_store.protocol.message import (
     decode_stored_message,
@@ -108,9 +109,9 @@ def test_delay_offsets_round_trip_through_the_file_and_the_wire(tmp_path: Path) 
 
     wire = table.encode_wrapper()
     assert wire == b'{"offsetTable":{1:17,3:4}}'  # fastjson's bare numeric keys, as RocketMQ answers
-    assert DelayOffsetTable.decode_wrapper(loads_rocketmq(wire), "p") == {1: 17, 3: 4}
+    assert decode_delay_offsets(loads_rocketmq(wire), "p") == {1: 17, 3: 4}
     with pytest.raises(ProtocolError, match="GET_ALL_DELAY_OFFSET from p"):
-        DelayOffsetTable.decode_wrapper({"offsetTable": {"0": 1}}, "p")
+        decode_delay_offsets({"offsetTable": {"0": 1}}, "p")
     assert not again.replace_all({1: 17, 3: 4}) and again.replace_all({1: 18})
     assert again.persist() and json.loads(path.read_text())["offsetTable"] == {"1": 18}
 
