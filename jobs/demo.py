@@ -36,7 +36,7 @@ from rich.console import Console
 
 from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, new_message
 from broker_store.config import LocalClustersConfig, load_yaml
-from broker_store.launcher import free_port
+from broker_store.launcher import free_port, poll_until
 from connectors.checkpoint.tables import CheckpointTables
 from connectors.core.config import load_replicator_config
 from connectors.core.topic_mapping import TopicMapper
@@ -164,13 +164,19 @@ def show_lag(console: Console, url: str, threshold: float) -> None:
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str, job: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
+    """``launcher.poll_until`` that also stops waiting when the main job exits (SystemExit naming it); a
+    timeout is a failed demo check."""
+    def done() -> bool:
+        if predicate():
+            return True
         if job.poll() is not None:
             raise SystemExit(f"the main job exited (code {job.returncode}) while waiting for {what}")
-        if time.monotonic() > deadline:
-            raise demo_report.DemoCheckError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.5)
+        return False
+
+    try:
+        poll_until(done, timeout, what, interval=0.5)
+    except TimeoutError as exc:
+        raise demo_report.DemoCheckError(str(exc)) from exc
 
 
 LAG_TABLE_EVERY = 4.0
