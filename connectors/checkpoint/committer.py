@@ -100,22 +100,26 @@ class CheckpointReport:
     def count(self, outcome: CheckpointOutcome) -> int:
         return sum(1 for r in self.rows if r.outcome is outcome)
 
+    def _problem_rows(self) -> list[CheckpointRow]:
+        """The rows ``problems`` and ``problem_conditions`` speak of: the snapshot's conditions, then every
+        target error."""
+        return [*self.condition_rows,
+                *(r for g in self.groups for r in g.rows if r.outcome is CheckpointOutcome.TARGET_ERROR)]
+
     def problems(self) -> list[str]:
         """What an operator must hear of (a WARNING): every condition of the snapshot (an unknown group, a
         source broker group that did not answer) and every distinct target error (a vanished target topic,
         the target down), one entry per (group, reason), and each checkpoint message not produced."""
-        failed = [r for g in self.groups for r in g.rows if r.outcome is CheckpointOutcome.TARGET_ERROR]
         seen: dict[tuple[str, str], str] = {}
-        for r in [*self.condition_rows, *failed]:
+        for r in self._problem_rows():
             seen.setdefault((r.group, r.detail), f"{r.outcome.value} {r.group}: {r.detail}")
         return [*seen.values(),
                 *(f"not produced to {CHECKPOINT_TOPIC}: {g}: {e}" for g, e in self.topic_errors.items())]
 
     def problem_conditions(self) -> dict[ProblemKey, str]:
         """``problems`` keyed by what they are about (several details of one key joined), for the standing."""
-        failed = [r for g in self.groups for r in g.rows if r.outcome is CheckpointOutcome.TARGET_ERROR]
         details: dict[ProblemKey, list[str]] = {}
-        for r in [*self.condition_rows, *failed]:
+        for r in self._problem_rows():
             said = details.setdefault((r.outcome.value, r.group), [])
             if r.detail not in said:
                 said.append(r.detail)
