@@ -93,7 +93,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -141,6 +141,9 @@ from connectors.replication.planning import (
 )
 from connectors.replication.pulling import PullSettings, pull_range, pull_range_raw
 from connectors.replication.reader_options import SourceOptions
+
+if TYPE_CHECKING:
+    from connectors.replication.tables import LinkTables
 
 # connectors.replication.tables (deltalake) and .arrow_rows (pyarrow.compute) are imported where used:
 # Spark launches a fresh Python worker for most reader calls (the source runner, the read-planning worker,
@@ -331,13 +334,20 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._state.initial = self._decide_initial_offset()
         return self._state.initial
 
+    def _link_tables(self) -> LinkTables | None:
+        """The link's Delta tables (``deltaLocation`` + ``link``), or None without them."""
+        o = self.options
+        if o.delta_location is None or not o.link:
+            return None
+        from connectors.replication.tables import LinkTables  # start-up cost: see the imports
+
+        return LinkTables(Path(o.delta_location) / o.link, source_cluster=o.cluster)
+
     def _decide_initial_offset(self) -> dict[str, Any]:
         queues = self.discover_queues()
         o = self.options
-        if o.delta_location is not None and o.link:
-            from connectors.replication.tables import LinkTables  # start-up cost: see the imports
-
-            tables = LinkTables(Path(o.delta_location) / o.link, source_cluster=o.cluster)
+        tables = self._link_tables()
+        if tables is not None:
             resume = tables.latest_offsets()
             if resume:
                 missing = [q for q in queues if q not in resume]
@@ -414,12 +424,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (at-least-once is kept: its batch rows only advance after the target acknowledged; the resume points
         of ``jobs.reset_offsets`` do not count: the checkpoint wins over them)."""
         o = self.options
-        if o.delta_location is None or not o.link or not ranges:
+        tables = self._link_tables()
+        if tables is None or not ranges:
             return ranges
-        from connectors.replication.tables import LinkTables  # start-up cost: see the imports
-
-        delivered = LinkTables(Path(o.delta_location) / o.link, source_cluster=o.cluster).delivered_offsets()
-        kept, removed = skip_delivered(ranges, delivered)
+        kept, removed = skip_delivered(ranges, tables.delivered_offsets())
         if removed:
             log.info("link %s: the first batch after the restart re-runs one the sink had committed to Delta; "
                      "%d message offset(s) of it were delivered then and are not sent again", o.link, removed)
