@@ -16,9 +16,10 @@ a refusal recorded once is still counted every round it lasts.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,17 @@ import pyarrow.compute as pc
 
 from broker_store.client import Admin
 from broker_store.protocol.errors import RocketMQError
+from connectors.config_sync.evidence import Evidence
 from connectors.config_sync.plan import ChangeKind, ChangeStatus, ConfigChange, plan_changes
-from connectors.config_sync.standing import ChangeKey, fold, fold_statuses, to_record
+from connectors.config_sync.standing import (
+    NOT_APPLIED,
+    ChangeKey,
+    fold,
+    fold_statuses,
+    queue_floors,
+    to_record,
+    unfinished_deletions,
+)
 from connectors.config_sync.state import ClusterState, read_cluster_state
 from connectors.core.delta import CommitResult, DeltaTableSet, RowBuilder, timestamp
 from connectors.core.sync_settings import ConfigSyncSettings
@@ -85,6 +95,11 @@ class ConfigTables(DeltaTableSet):
     def standing(self) -> dict[ChangeKey, ConfigChange]:
         """The not-applied changes standing now (``standing.fold`` over the whole table)."""
         return _standing(self._changes(self.open(CONFIG_CHANGES)))
+
+    def history(self) -> tuple[dict[ChangeKey, ConfigChange], dict[str, tuple[int, int]]]:
+        """(``standing()``, ``standing.queue_floors``) from one read of the table: what a round needs."""
+        changes = self._changes(self.open(CONFIG_CHANGES))
+        return _standing(changes), queue_floors(changes)
 
     def pending_config_changes(self) -> int:
         """Not-applied changes standing (the "config changes pending" gauge)."""
@@ -154,29 +169,23 @@ class ConfigApplier:
         self._read_target = read_target or (lambda: read_cluster_state(
             target_admin, None, subscription_groups=settings.subscription_groups))
 
-    def apply(self, source: ClusterState, previous_source_topics: Iterable[str] = (),
-              previous_source_groups: Iterable[str] = ()) -> AppliedRound:
-        """Every change of this round with its final status (see the module docstring)."""
+    def apply(self, source: ClusterState, evidence: Evidence | None = None,
+              queue_floors: Mapping[str, tuple[int, int]] | None = None) -> AppliedRound:
+        """Every change of this round with its final status (see the module docstring). ``evidence``: what
+        the source snapshot proves, with the target broker groups that are expected and not registered
+        (counted unreachable here); ``queue_floors``: ``standing.queue_floors`` of the table."""
+        evidence = evidence or Evidence()
         try:
             target = self._read_target()
         except RocketMQError as exc:
             return AppliedRound([ConfigChange(ChangeKind.READ_TARGET, "", ChangeStatus.FAILED, detail=str(exc))],
                                 whole_view=False)
-        changes = plan_changes(source, target, self._mapper, self._settings, previous_source_topics,
-                               previous_source_groups)
-        whole = not (source.unreachable or target.unreachable)
-        if not whole:
-            # a broker group that did not answer might hold topics or groups: creating or deleting on a partial
-            # view could shrink nothing but could delete wrongly; deletions wait for a whole view
-            changes = [c.with_status(ChangeStatus.FAILED, f"unreachable: {dict(source.unreachable)} "
-                                                          f"{dict(target.unreachable)}")
-                       if c.kind in _DELETIONS and c.status is ChangeStatus.PLANNED else c
-                       for c in changes]
+        missing = {g: why for g, why in evidence.missing_target_groups.items() if g not in target.brokers}
+        if missing:
+            target = dataclasses.replace(target, unreachable={**missing, **target.unreachable})
+        changes = plan_changes(source, target, self._mapper, self._settings, evidence, queue_floors)
         return AppliedRound([apply_change(self._admin, c) if c.status is ChangeStatus.PLANNED else c
-                             for c in changes], whole)
-
-
-_DELETIONS = frozenset({ChangeKind.DELETE_TOPIC, ChangeKind.DELETE_GROUP})
+                             for c in changes], not (source.unreachable or target.unreachable))
 
 
 def apply_change(admin: Admin, c: ConfigChange) -> ConfigChange:
@@ -189,11 +198,14 @@ def apply_change(admin: Admin, c: ConfigChange) -> ConfigChange:
                                read_queue_nums=c.read_queue_nums, write_queue_nums=c.write_queue_nums,
                                order=c.order, attributes=c.attributes or None)
         elif c.kind is ChangeKind.DELETE_TOPIC:
+            log.warning("config sync deletes target topic %s (read/write queues %s/%s): %s", c.subject,
+                        c.read_queue_nums, c.write_queue_nums, c.detail)
             admin.delete_topic(c.subject)
         elif c.kind in (ChangeKind.CREATE_GROUP, ChangeKind.UPDATE_GROUP):
             assert c.group_config is not None
             admin.create_subscription_group(c.group_config)
         elif c.kind is ChangeKind.DELETE_GROUP:
+            log.warning("config sync deletes target subscription group %s: %s", c.subject, c.detail)
             admin.delete_subscription_group(c.subject)
         else:
             raise AssertionError(f"no way to apply {c.kind}")
@@ -201,6 +213,27 @@ def apply_change(admin: Admin, c: ConfigChange) -> ConfigChange:
         log.warning("config change %s %s failed on the target: %s", c.kind.value, c.subject, exc)
         return c.with_status(ChangeStatus.FAILED, str(exc))
     return c.with_status(ChangeStatus.APPLIED, c.detail)
+
+
+def sync_round(tables: ConfigTables, applier: ConfigApplier, state: ClusterState, evidence: Evidence, *, link: str,
+               query_id: str, batch_id: int) -> AppliedRound:
+    """One config-sync round on the driver, as ``ConfigStreamWriter.commit`` runs it: plan and apply ``state``
+    with ``evidence`` and the table's unfinished deletions and queue floors, record the round, log it."""
+    standing, floors = tables.history()
+    round_ = applier.apply(state, evidence.retrying(*unfinished_deletions(standing)), floors)
+    recorded = tables.commit_round(query_id, batch_id, state.taken_ms, round_)
+    log_round(link, batch_id, round_, recorded)
+    return round_
+def log_round(link: str, batch_id: int, round_: AppliedRound, recorded: list[ConfigChange]) -> None:
+    """One line per round: a WARNING when a not-applied change starts or changes (a refusal, a deferral: a
+    broker group unreachable), else INFO (a clear, applied changes); a standing one is not repeated."""
+    new = [c for c in recorded if c.status is not ChangeStatus.APPLIED]
+    still = sum(1 for c in round_.changes if c.status is not ChangeStatus.APPLIED) - sum(
+        1 for c in new if c.status is not ChangeStatus.CLEARED)
+    level = logging.WARNING if any(c.status in NOT_APPLIED for c in new) else logging.INFO
+    log.log(level, "link %s config sync %d: %s%s%s", link, batch_id, summary(round_.changes),
+            f" ({still} not applied as recorded before)" if still > 0 else "",
+            "".join(f"; {c.status.value} {c.kind.value} {c.subject}: {c.detail}" for c in new))
 
 
 def summary(changes: Sequence[ConfigChange]) -> str:

@@ -6,17 +6,18 @@ Registered by ``jobs/config_sync.py`` and tests. Options of both halves: ``confi
 needs ``checkpointLocation``.
 
 What runs where: the reader is a ``SimpleDataSourceStreamReader`` whose ``read`` runs on the driver and
-returns one row per trigger: the source's ``ClusterState`` as JSON and the source topics and subscription
-groups of the previous snapshot. Its offset is the resume state, explicit: ``{"tick": n, "topics": [source
-topics seen], "groups": [source groups seen]}``, so a deletion is noticed across restarts (Spark keeps the
-offset in its checkpoint; an offset without ``groups``, written before groups were tracked, deletes no
-group). The writer's ``write`` (executors) passes the row on; ``commit`` (driver) applies it.
+returns one row per trigger: the source's ``ClusterState`` and what it proves (``evidence.judge``: deleted,
+unknown, target broker groups missing) as JSON. Its offset is the resume state, explicit: the reader's
+``evidence.Memory`` (the source topics and groups with the broker groups holding them, those absent once, the
+target broker groups seen), so a deletion needs two snapshots and is noticed across restarts (Spark keeps the
+offset in its checkpoint; an offset of the first version, names without holders, is still read). The reader
+lists the target's broker groups too (one name-server request per trigger), so that one that expires later is
+known to be missing. The writer's ``write`` (executors) passes the row on; ``commit`` (driver) applies it.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,10 +31,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from connectors.config_sync.applier import ConfigApplier, ConfigTables, summary
-from connectors.config_sync.plan import ChangeStatus
-from connectors.config_sync.standing import NOT_APPLIED, unfinished_deletions
-from connectors.config_sync.state import ClusterState, ConfigPoller
+from broker_store.client import Admin
+from connectors.config_sync.applier import ConfigApplier, ConfigTables, sync_round
+from connectors.config_sync.evidence import Evidence, Judgement, Memory, judge
+from connectors.config_sync.state import ClusterState, ConfigPoller, registered_groups
 from connectors.core.delta import shared_table_set
 from connectors.core.driver_log import driver_logging
 from connectors.core.errors import ConfigError, ReplicatorError
@@ -42,10 +43,8 @@ from connectors.core.link_options import LinkOptions
 from connectors.core.spark_checkpoint import checkpoint_dir, query_id_from_checkpoint
 from connectors.core.topic_mapping import TopicMapper
 
-log = logging.getLogger(__name__)
-
 DATA_SOURCE_NAME = "rocketmq_config"
-SCHEMA_DDL = "takenMs long, snapshot string, previousTopics string, previousGroups string"
+SCHEMA_DDL = "takenMs long, snapshot string, evidence string"
 
 
 class ConfigDataSource(DataSource):
@@ -66,47 +65,45 @@ class ConfigDataSource(DataSource):
 
 
 class ConfigStreamReader(SimpleDataSourceStreamReader):
-    """One snapshot of the source configuration per trigger (driver)."""
+    """One snapshot of the source configuration per trigger, judged against the offset's memory (driver)."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self._raw = dict(options)
         self._poller: ConfigPoller | None = None
+        self._target: Admin | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"_raw": self._raw, "_poller": None}
+        return {"_raw": self._raw, "_poller": None, "_target": None}
 
-    def _snapshot(self) -> ClusterState:
+    def _judge(self, start: Mapping[str, Any]) -> Judgement:
         driver_logging()
-        if self._poller is None:
+        if self._poller is None or self._target is None:
             o = LinkOptions.from_options(self._raw)
             source = o.config.cluster(o.link.source)
+            target = o.config.cluster(o.link.target)
             self._poller = ConfigPoller(executor_admin(";".join(source.namesrv), source.credentials()), source.name,
                                         interval=o.link.config_sync.interval,
                                         subscription_groups=o.link.config_sync.subscription_groups)
-        return self._poller.next_item()
+            self._target = executor_admin(";".join(target.namesrv), target.credentials())
+        state = self._poller.next_item()
+        return judge(Memory.from_offset(start), state, registered_groups(self._target))
 
     def initialOffset(self) -> dict[str, Any]:
-        return {"tick": 0, "topics": [], "groups": []}
+        return Memory().to_offset()
 
     def read(self, start: dict[str, Any]) -> tuple[Iterator[tuple[Any, ...]], dict[str, Any]]:
-        state = self._snapshot()
-        topics, groups = set(state.topics), set(state.groups)
-        if state.unreachable:  # a partial view: keep what was seen before, or a deletion would be missed
-            topics |= set(start.get("topics", []))
-            groups |= set(start.get("groups", []))
-        return iter([_row(state, start)]), {"tick": int(start.get("tick", 0)) + 1, "topics": sorted(topics),
-                                            "groups": sorted(groups)}
+        judged = self._judge(start)
+        return iter([_row(judged)]), judged.memory.to_offset()
 
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
-        return iter([_row(self._snapshot(), start)])
+        return iter([_row(self._judge(start))])
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to acknowledge: a snapshot only reads."""
 
 
-def _row(state: ClusterState, start: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (state.taken_ms, json.dumps(state.to_json()), json.dumps(list(start.get("topics", []))),
-            json.dumps(list(start.get("groups", []))))
+def _row(judged: Judgement) -> tuple[Any, ...]:
+    return (judged.state.taken_ms, json.dumps(judged.state.to_json()), json.dumps(judged.evidence.to_json()))
 
 
 @dataclass(frozen=True)
@@ -136,23 +133,14 @@ class ConfigStreamWriter(DataSourceStreamWriter):
         source = o.config.cluster(o.link.source)
         tables = shared_table_set((o.tables_location,), ConfigTables, lambda: ConfigTables(o.tables_location))
         query_id = query_id_from_checkpoint(checkpoint_dir(o.checkpoint_location) or Path(o.checkpoint_location))
-        for _taken, snapshot, previous_topics, previous_groups in rows:
+        for _taken, snapshot, evidence in rows:
             state = ClusterState.from_json(json.loads(snapshot))
             mapper = TopicMapper(o.link.topics, reserved_names=[source.name, *state.brokers])
             applier = ConfigApplier(target_admin=executor_admin(";".join(target.namesrv), target.credentials()),
                                     mapper=mapper, settings=o.link.config_sync)
-            topics_again, groups_again = unfinished_deletions(tables.standing())
-            round_ = applier.apply(state, [*json.loads(previous_topics), *topics_again],
-                                   [*json.loads(previous_groups or "[]"), *groups_again])
-            recorded = tables.commit_round(query_id, batchId, state.taken_ms, round_)
-            # a standing refusal is logged (and recorded) when it appears or changes, not every round
-            new = [c for c in recorded if c.status is not ChangeStatus.APPLIED]
-            still = sum(1 for c in round_.changes if c.status is not ChangeStatus.APPLIED) - sum(
-                1 for c in new if c.status is not ChangeStatus.CLEARED)
-            level = logging.WARNING if any(c.status in NOT_APPLIED for c in new) else logging.INFO
-            log.log(level, "link %s config sync %d: %s%s%s", o.link.name, batchId,
-                    summary(round_.changes), f" ({still} not applied as recorded before)" if still > 0 else "",
-                    "".join(f"; {c.status.value} {c.kind.value} {c.subject}: {c.detail}" for c in new))
+            sync_round(tables, applier, state, Evidence.from_json(json.loads(evidence)), link=o.link.name,
+                       query_id=query_id, batch_id=batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Nothing was applied (``commit`` does the work)."""
+

@@ -11,12 +11,22 @@ Per target topic T (the link's topic mapping; several source topics may map to o
   ``REFUSED`` shrink, recorded and reported, never applied; the growth part of the same topic still is.
   A permission or attribute difference is an ``update_topic``;
 * a count above ``ConfigSyncSettings.max_queue_nums``: refused;
-* a source topic seen in the previous snapshot and gone now, whose target no current source topic maps
-  to: ``delete_topic`` when ``propagate_deletion``, else a ``DISABLED`` change (reported once, not applied).
+* a source topic judged deleted (``connectors.config_sync.evidence``: absent from every broker group that held
+  it, all answering, in two consecutive snapshots), whose target no current or unknown source topic maps to:
+  ``delete_topic`` when ``propagate_deletion``, else a ``DISABLED`` change (reported once, not applied). The
+  change carries the target's queue counts and the evidence; on a partial view (a broker group of either
+  cluster unreachable) it is ``DEFERRED`` and called for again next round;
+* a source topic whose state is unknown (a broker group that held it does not answer or left the name
+  server), whose target exists: a ``source_topic_unknown`` change, ``DEFERRED``: nothing is deleted;
+* a target broker group unreachable (down, expired: the target view is partial): topic creations and updates
+  are ``DEFERRED``, since the topic may exist there with other counts and placement must not change;
+* a target topic re-created after config sync deleted it never has fewer queues than it had then
+  (``queue_floors``).
 
 Subscription groups (when enabled): a selected source group missing on the target, or configured
 differently there: ``create_group`` / ``update_group``. A selected group seen on the source by the previous
-snapshot and gone now, still on the target: ``delete_group`` when ``propagate_deletion``, else ``DISABLED``
+snapshot and judged deleted (the topics' evidence), still on the target: ``delete_group`` when
+``propagate_deletion``, else ``DISABLED``; one whose state is unknown: ``source_group_unknown``, ``DEFERRED``
 (the topics' rule). Only groups the link copies are ever deleted: a group created on the target alone (never
 on the source, or not selected) is left alone, whatever the settings. A group named in ``groups.explicit``
 that the source does not have is an ``UNKNOWN_GROUP``, refused (reported, not silently ignored) while every
@@ -35,6 +45,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from connectors.config_sync.evidence import Evidence
 from connectors.config_sync.state import ClusterState, TopicState
 from connectors.core.errors import TopicMappingError
 from connectors.core.sync_settings import ConfigSyncSettings
@@ -57,6 +68,10 @@ class ChangeKind(enum.Enum):
     """A group the link's ``groups`` name explicitly is not on the source (whole view): refused, reported."""
     READ_TARGET = "read_target"
     """The target cluster could not be read: nothing was planned this round (failed, retried next round)."""
+    SOURCE_TOPIC_UNKNOWN = "source_topic_unknown"
+    """A source topic's state is unknown (a broker group that held it is unreachable): DEFERRED, not deleted."""
+    SOURCE_GROUP_UNKNOWN = "source_group_unknown"
+    """The same for a subscription group."""
 
 
 class ChangeStatus(enum.Enum):
@@ -69,6 +84,9 @@ class ChangeStatus(enum.Enum):
     """Against the rules (shrink, too many queues, bad mapping): recorded and reported, never applied."""
     DISABLED = "disabled"
     """Deletion with ``propagate_deletion`` off: recorded and reported, not applied."""
+    DEFERRED = "deferred"
+    """Not decided for want of evidence (a broker group of either cluster unreachable): recorded and reported,
+    called for again every round until it can be decided."""
     CLEARED = "cleared"
     """Only in the table: a not-applied change of an earlier round the rules no longer call for (the source
     grew back, a one-round deletion notice passed); ends its pending count (``connectors.config_sync.standing``)."""
@@ -113,43 +131,81 @@ def _targets(topics: Iterable[str], mapper: TopicMapper,
 
 
 def plan_changes(source: ClusterState, target: ClusterState, mapper: TopicMapper, settings: ConfigSyncSettings,
-                 previous_source_topics: Iterable[str] = (),
-                 previous_source_groups: Iterable[str] = ()) -> list[ConfigChange]:
-    """Every change the rules of the module docstring call for, PLANNED or already REFUSED / DISABLED."""
+                 evidence: Evidence | None = None,
+                 queue_floors: Mapping[str, tuple[int, int]] | None = None) -> list[ConfigChange]:
+    """Every change the rules of the module docstring call for, PLANNED or already REFUSED / DISABLED /
+    DEFERRED. ``evidence``: what the source snapshot proves (``evidence.judge``); ``queue_floors``: target topic ->
+    (read, write) queue counts it had when config sync deleted it (``standing.queue_floors``)."""
+    evidence = evidence or Evidence()
     changes: list[ConfigChange] = []
     wanted_by_target = _targets(source.topics, mapper, changes)
     for name, sources in sorted(wanted_by_target.items()):
-        changes.extend(_topic_changes(name, [source.topics[s] for s in sources], target, settings))
-    gone = sorted(set(previous_source_topics) - set(source.topics))
-    for name, sources in sorted(_targets(gone, mapper, []).items()):
+        changes.extend(_topic_changes(name, [source.topics[s] for s in sources], target, settings,
+                                      (queue_floors or {}).get(name)))
+    unknown_by_target = _targets(evidence.unknown_topics, mapper, [])
+    for name, sources in sorted(_targets(evidence.deleted_topics, mapper, []).items()):
+        current = target.topics.get(name)
+        if name in wanted_by_target or name in unknown_by_target or current is None:
+            continue
+        proof = "; ".join(f"source topic {s} {evidence.deleted_topics[s]}" for s in sources)
+        status, detail = ((ChangeStatus.PLANNED, proof) if settings.propagate_deletion else
+                          (ChangeStatus.DISABLED, f"source topic deleted; propagate_deletion is off ({proof})"))
+        changes.append(ConfigChange(ChangeKind.DELETE_TOPIC, name, status, tuple(sources), current.read_queue_nums,
+                                    current.write_queue_nums, detail=detail))
+    for name, sources in sorted(unknown_by_target.items()):
         if name in wanted_by_target or name not in target.topics:
             continue
-        status = ChangeStatus.PLANNED if settings.propagate_deletion else ChangeStatus.DISABLED
-        detail = "" if settings.propagate_deletion else "source topic deleted; propagate_deletion is off"
-        changes.append(ConfigChange(ChangeKind.DELETE_TOPIC, name, status, tuple(sources), detail=detail))
+        changes.append(ConfigChange(ChangeKind.SOURCE_TOPIC_UNKNOWN, name, ChangeStatus.DEFERRED, tuple(sources),
+                                    detail="; ".join(f"source topic {s} unknown ({evidence.unknown_topics[s]})"
+                                                     for s in sources) + ": not deleted"))
     if settings.subscription_groups:
         for group, config in sorted(source.groups.items()):
             if not settings.groups.selects(group):
                 continue
-            current = target.groups.get(group)
-            if current is None:
+            current_group = target.groups.get(group)
+            if current_group is None:
                 changes.append(ConfigChange(ChangeKind.CREATE_GROUP, group, ChangeStatus.PLANNED, (group,),
                                             group_config=dict(config)))
-            elif _canonical(current) != _canonical(config):
+            elif _canonical(current_group) != _canonical(config):
                 changes.append(ConfigChange(ChangeKind.UPDATE_GROUP, group, ChangeStatus.PLANNED, (group,),
                                             group_config=dict(config)))
-        for group in sorted(set(previous_source_groups) - set(source.groups)):
-            if not settings.groups.selects(group) or group not in target.groups:
+        for group, proof in sorted(evidence.deleted_groups.items()):
+            if not settings.groups.selects(group) or group not in target.groups or group in source.groups:
                 continue
-            status = ChangeStatus.PLANNED if settings.propagate_deletion else ChangeStatus.DISABLED
-            detail = "" if settings.propagate_deletion else "source group deleted; propagate_deletion is off"
+            status, detail = ((ChangeStatus.PLANNED, f"source group {proof}") if settings.propagate_deletion else
+                              (ChangeStatus.DISABLED, f"source group deleted; propagate_deletion is off ({proof})"))
             changes.append(ConfigChange(ChangeKind.DELETE_GROUP, group, status, (group,), detail=detail))
+        for group, why in sorted(evidence.unknown_groups.items()):
+            if settings.groups.selects(group) and group in target.groups and group not in source.groups:
+                changes.append(ConfigChange(ChangeKind.SOURCE_GROUP_UNKNOWN, group, ChangeStatus.DEFERRED, (group,),
+                                            detail=f"source group unknown ({why}): not deleted"))
         if not source.unreachable:
             changes.extend(ConfigChange(ChangeKind.UNKNOWN_GROUP, group, ChangeStatus.REFUSED, (group,),
                                         detail="named in config_sync.groups.explicit; no subscription group of "
                                                "that name on the source")
                            for group in sorted(set(settings.groups.explicit) - set(source.groups)))
-    return changes
+    return [_deferred_on_partial_view(c, source, target) for c in changes]
+
+
+def _deferred_on_partial_view(c: ConfigChange, source: ClusterState, target: ClusterState) -> ConfigChange:
+    """A deletion waits for a whole view of both clusters (a broker group that did not answer might hold the
+    name); a topic creation or update waits for a whole target view (the topic may exist on the missing group
+    with other counts, and placement must not change under the link)."""
+    if c.status is not ChangeStatus.PLANNED:
+        return c
+    if c.kind in (ChangeKind.DELETE_TOPIC, ChangeKind.DELETE_GROUP) and (source.unreachable or target.unreachable):
+        return c.with_status(ChangeStatus.DEFERRED, f"{c.detail}; waits for every broker group to answer "
+                                                    f"({_unreachable(source, target)})")
+    if c.kind in (ChangeKind.CREATE_TOPIC, ChangeKind.UPDATE_TOPIC) and target.unreachable:
+        return c.with_status(ChangeStatus.DEFERRED, f"waits for every target broker group to answer "
+                                                    f"({_unreachable(source, target)}): the topic may be there")
+    return c
+
+
+def _unreachable(source: ClusterState, target: ClusterState) -> str:
+    parts = [f"source {g}: {why}" for g, why in sorted(source.unreachable.items())]
+    parts += [f"target {g}: {why}" for g, why in sorted(target.unreachable.items())]
+    return "; ".join(parts)
 
 
 def creation_for(target_topic: str, source: ClusterState, mapper: TopicMapper,
@@ -168,10 +224,12 @@ def _canonical(config: Mapping[str, Any]) -> str:
 
 
 def _topic_changes(name: str, sources: list[TopicState], target: ClusterState,
-                   settings: ConfigSyncSettings) -> list[ConfigChange]:
+                   settings: ConfigSyncSettings, floor: tuple[int, int] | None = None) -> list[ConfigChange]:
     first = sources[0]
     read = max(s.read_queue_nums for s in sources)
     write = max(s.write_queue_nums for s in sources)
+    if floor is not None and name not in target.topics:  # re-created: never fewer queues than it had
+        read, write = max(read, floor[0]), max(write, floor[1])
     names = tuple(s.name for s in sources)
     if max(read, write) > settings.max_queue_nums:
         return [ConfigChange(ChangeKind.CREATE_TOPIC, name, ChangeStatus.REFUSED, names, read, write, first.perm,

@@ -6,7 +6,7 @@ The rules see the same refusal every round while it lasts (a shrink the source k
 that stays unreachable). The table is a log of what happened, not of every round, so:
 
 * an APPLIED change is recorded every time (each one is an action on the target);
-* a not-applied change (REFUSED, FAILED, DISABLED) is recorded when it first appears, and again only when it
+* a not-applied change (REFUSED, FAILED, DISABLED, DEFERRED) is recorded when it first appears, and again only when it
   differs from the one standing for its (kind, subject) (other counts, reason, status);
 * a change that stood and that this round's rules no longer call for is recorded once more as CLEARED; after
   a round that saw only part of the clusters (a broker group unreachable, the target unreadable) nothing is
@@ -17,10 +17,13 @@ key; the pending gauge counts what stands (``pending``), so it keeps reporting a
 A refusal that was cleared and comes back is recorded again. (The start / change / clear rule itself is
 ``connectors.core.standing``, shared with the checkpoint connector's log lines.)
 
-A deletion is called for once, in the round that sees a name leave the source. One that FAILED (the target
-refused or did not answer) is not dropped: ``unfinished_deletions`` gives its source names back to the caller,
-which adds them to the previous snapshot's, so the rules call for it again until it is applied or moot (the
-target no longer has it, the source has it again).
+A deletion is called for once, in the round whose snapshot proves it (``connectors.config_sync.evidence``). One
+that FAILED (the target refused or did not answer) or was DEFERRED (a partial view) is not dropped:
+``unfinished_deletions`` gives its source names back to the caller, which adds them to the round's evidence, so
+the rules call for it again until it is applied or moot (the target no longer has it, the source has it again).
+
+``queue_floors``: the queue counts a target topic had when config sync deleted it (the APPLIED ``delete_topic``
+rows carry them), so a re-creation never has fewer queues than the topic had.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from connectors.core.standing import transitions
 
 ChangeKey = tuple[str, str]
 """(kind value, subject): one change's identity across rounds."""
-NOT_APPLIED = frozenset({ChangeStatus.REFUSED, ChangeStatus.FAILED, ChangeStatus.DISABLED})
+NOT_APPLIED = frozenset({ChangeStatus.REFUSED, ChangeStatus.FAILED, ChangeStatus.DISABLED, ChangeStatus.DEFERRED})
 NOT_APPLIED_VALUES = frozenset(s.value for s in NOT_APPLIED)
 
 
@@ -94,7 +97,19 @@ def pending(standing: Mapping[ChangeKey, Any]) -> int:
 
 
 def unfinished_deletions(standing: Mapping[ChangeKey, ConfigChange]) -> tuple[list[str], list[str]]:
-    """(source topics, source groups) of the deletions that failed and still stand (see the module docstring)."""
-    failed = [c for c in standing.values() if c.status is ChangeStatus.FAILED]
+    """(source topics, source groups) of the deletions that failed or were deferred and still stand (see the
+    module docstring)."""
+    failed = [c for c in standing.values() if c.status in (ChangeStatus.FAILED, ChangeStatus.DEFERRED)]
     return (sorted({s for c in failed if c.kind is ChangeKind.DELETE_TOPIC for s in c.sources}),
             sorted({s for c in failed if c.kind is ChangeKind.DELETE_GROUP for s in c.sources}))
+
+
+def queue_floors(recorded: Iterable[ConfigChange]) -> dict[str, tuple[int, int]]:
+    """Target topic -> the largest (read, write) queue counts of its APPLIED deletions (see the module
+    docstring); rows recorded before deletions carried counts have none and add nothing."""
+    floors: dict[str, tuple[int, int]] = {}
+    for c in recorded:
+        if c.kind is ChangeKind.DELETE_TOPIC and c.status is ChangeStatus.APPLIED and c.read_queue_nums is not None:
+            read, write = floors.get(c.subject, (0, 0))
+            floors[c.subject] = (max(read, c.read_queue_nums), max(write, c.write_queue_nums or 0))
+    return floors

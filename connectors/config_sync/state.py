@@ -4,7 +4,9 @@ attributes) and subscription groups, read from every broker group's primary.
 Read on the Spark driver: the source by ``connectors.config_sync.data_source.ConfigStreamReader.read`` once
 per trigger (``ConfigPoller.next_item``, the polling shape of bytewax's ``SimplePollingSource``), the target
 by ``connectors.config_sync.applier.ConfigApplier`` before it plans. A broker group that does not answer is
-reported (``unreachable``), never taken for one without topics.
+reported (``unreachable``), never taken for one without topics; one that is no longer registered on the name
+server is absent from a snapshot, so what it held is judged by ``connectors.config_sync.evidence``, never by
+this listing alone.
 
 A topic on several broker groups is one ``TopicState``: the largest read / write queue counts of any group
 (the per-group count the target should have), the permission and attributes of the first group by name,
@@ -56,18 +58,22 @@ class ClusterState:
     brokers: tuple[str, ...]
     """Broker groups with a primary, sorted."""
     unreachable: Mapping[str, str] = field(default_factory=dict)
-    """Broker group -> why it could not be read."""
+    """Broker group -> why it could not be read (it did not answer, or, added by
+    ``connectors.config_sync.evidence.judge``, it holds a remembered name and is no longer registered)."""
+    group_holders: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Subscription group -> the broker groups holding it, sorted."""
 
     def to_json(self) -> dict[str, Any]:
         return {"takenMs": self.taken_ms, "topics": [t.to_json() for t in self.topics.values()],
                 "groups": {k: dict(v) for k, v in self.groups.items()}, "brokers": list(self.brokers),
-                "unreachable": dict(self.unreachable)}
+                "unreachable": dict(self.unreachable),
+                "groupHolders": {k: list(v) for k, v in self.group_holders.items()}}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ClusterState:
         topics = [TopicState.from_json(t) for t in d["topics"]]
         return cls(int(d["takenMs"]), {t.name: t for t in topics}, dict(d["groups"]), tuple(d["brokers"]),
-                   dict(d["unreachable"]))
+                   dict(d["unreachable"]), {k: tuple(v) for k, v in d.get("groupHolders", {}).items()})
 
 
 def _merge(name: str, configs: list[tuple[str, TopicConfig]]) -> TopicState:
@@ -84,6 +90,7 @@ def read_cluster_state(admin: Admin, cluster: str | None, *, subscription_groups
     primaries = admin.primary_addrs(cluster)
     per_topic: dict[str, list[tuple[str, TopicConfig]]] = {}
     groups: dict[str, Mapping[str, Any]] = {}
+    group_holders: dict[str, list[str]] = {}
     unreachable: dict[str, str] = {}
     for broker, addr in sorted(primaries.items()):
         try:
@@ -92,10 +99,21 @@ def read_cluster_state(admin: Admin, cluster: str | None, *, subscription_groups
             if subscription_groups:
                 for group, group_config in admin.all_subscription_groups(addr).items():
                     groups.setdefault(group, group_config)
+                    group_holders.setdefault(group, []).append(broker)
         except RocketMQError as exc:
             unreachable[broker] = f"{addr}: {exc}"
     topics = {name: _merge(name, configs) for name, configs in sorted(per_topic.items())}
-    return ClusterState(taken_ms, topics, groups, tuple(sorted(primaries)), unreachable)
+    return ClusterState(taken_ms, topics, groups, tuple(sorted(primaries)), unreachable,
+                        {g: tuple(sorted(b)) for g, b in sorted(group_holders.items())})
+
+
+def registered_groups(admin: Admin, cluster: str | None = None) -> tuple[str, ...] | None:
+    """The broker groups of ``cluster`` (None: every cluster) registered with a primary, sorted; None when the
+    name servers cannot be asked (nothing is then known, which is not "none registered")."""
+    try:
+        return tuple(sorted(admin.primary_addrs(cluster)))
+    except RocketMQError:
+        return None
 
 
 class ConfigPoller:

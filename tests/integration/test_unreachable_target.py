@@ -15,6 +15,7 @@ import pytest
 
 from broker_store.client import Admin
 from connectors.config_sync.applier import ConfigApplier
+from connectors.config_sync.evidence import Evidence
 from connectors.config_sync.plan import ChangeKind, ChangeStatus
 from connectors.config_sync.state import ClusterState, TopicState
 from connectors.core.config import TopicMappingConfig, parse_replicator_config
@@ -31,7 +32,7 @@ def test_config_sync_with_the_target_down_records_a_failed_read() -> None:
     with Admin("127.0.0.1:1", request_timeout=0.5) as admin:
         applier = ConfigApplier(target_admin=admin, mapper=TopicMapper(TopicMappingConfig(all_topics=True)),
                                 settings=ConfigSyncSettings())
-        round_ = applier.apply(source, previous_source_topics=["Gone"])
+        round_ = applier.apply(source, Evidence(deleted_topics={"Gone": "absent twice"}))
     assert [(c.kind, c.status) for c in round_.changes] == [(ChangeKind.READ_TARGET, ChangeStatus.FAILED)]
     assert "127.0.0.1:1" in round_.changes[0].detail and not round_.whole_view
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from connectors.config_sync.evidence import Evidence
 from connectors.config_sync.plan import ChangeKind, ChangeStatus, ConfigChange, creation_for, plan_changes
 from connectors.config_sync.state import ClusterState, TopicState
 from connectors.core.config import TopicMappingConfig
@@ -21,6 +22,10 @@ def cluster(*topics: TopicState, groups: dict[str, dict[str, object]] | None = N
 def topic(name: str, read: int, write: int | None = None, perm: int = 6, brokers: tuple[str, ...] = ("b1",),
           **attributes: str) -> TopicState:
     return TopicState(name, read, read if write is None else write, perm, False, attributes, brokers)
+
+
+def deleted(*topics: str) -> Evidence:
+    return Evidence(deleted_topics={t: "absent twice" for t in topics})
 
 
 def kinds(changes: list[ConfigChange]) -> list[tuple[str, str, str]]:
@@ -64,12 +69,11 @@ def test_too_many_queues_refused() -> None:
 
 def test_deletion_only_when_enabled_and_only_when_no_source_is_left() -> None:
     target = cluster(topic("DR_App_1", 8), topic("All", 8))
-    off = plan_changes(cluster(topic("US", 8)), target, MAPPER, ConfigSyncSettings(),
-                       previous_source_topics=["App_1", "EU", "US"])
+    off = plan_changes(cluster(topic("US", 8)), target, MAPPER, ConfigSyncSettings(), deleted("App_1", "EU"))
     assert [(c.kind, c.subject, c.status) for c in off if c.kind is ChangeKind.DELETE_TOPIC] == [
         (ChangeKind.DELETE_TOPIC, "DR_App_1", ChangeStatus.DISABLED)]  # "All" still has US
     on = plan_changes(cluster(topic("US", 8)), target, MAPPER, ConfigSyncSettings(propagate_deletion=True),
-                      previous_source_topics=["App_1", "US"])
+                      deleted("App_1"))
     assert [(c.subject, c.status) for c in on if c.kind is ChangeKind.DELETE_TOPIC] == [
         ("DR_App_1", ChangeStatus.PLANNED)]
 
@@ -101,16 +105,15 @@ def test_group_deleted_on_the_source_only_when_enabled_and_only_if_the_link_copi
     source = cluster(groups={"app_kept": {"groupName": "app_kept"}})
     target = cluster(groups={"app_kept": {"groupName": "app_kept"}, "app_gone": {"groupName": "app_gone"},
                              "other_gone": {"groupName": "other_gone"}, "target_only": {"groupName": "target_only"}})
-    previous = ["app_kept", "app_gone", "other_gone", "app_never_on_target"]
-    off = plan_changes(source, target, MAPPER, settings, previous_source_groups=previous)
+    previous = Evidence(deleted_groups={g: "gone" for g in ["app_gone", "other_gone", "app_never_on_target"]})
+    off = plan_changes(source, target, MAPPER, settings, previous)
     assert kinds(off) == [("delete_group", "app_gone", "disabled")]  # other_gone is not selected
-    on = plan_changes(source, target, MAPPER, settings.model_copy(update={"propagate_deletion": True}),
-                      previous_source_groups=previous)
+    on = plan_changes(source, target, MAPPER, settings.model_copy(update={"propagate_deletion": True}), previous)
     assert kinds(on) == [("delete_group", "app_gone", "planned")]  # target_only was never on the source
     # groups not copied at all: nothing deleted either
     assert plan_changes(cluster(), target, MAPPER, ConfigSyncSettings(subscription_groups=False,
                                                                       propagate_deletion=True),
-                        previous_source_groups=previous) == []
+                        previous) == []
 
 
 def test_creation_for_is_the_create_rule_of_plan_changes() -> None:
@@ -132,3 +135,44 @@ def test_permission_and_attribute_changes_are_updates() -> None:
     assert kinds(retiered) == [("update_topic", "DR_App_1", "planned")]
     assert dict(retiered[0].attributes) == {"tier": "silver"} and retiered[0].read_queue_nums == 8
     assert plan_changes(cluster(topic("App_1", 8, perm=6, tier="gold")), target, MAPPER, ConfigSyncSettings()) == []
+
+
+def test_an_unknown_source_topic_defers_and_never_deletes_its_target() -> None:
+    target = cluster(topic("DR_App_1", 8), topic("All", 8))
+    unknown = Evidence(unknown_topics={"App_1": "broker group b1: not registered"},
+                       deleted_topics={"EU": "absent twice"})
+    for settings in (ConfigSyncSettings(), ConfigSyncSettings(propagate_deletion=True)):
+        changes = plan_changes(ClusterState(1, {}, {}, (), {"b1": "gone"}), target, MAPPER, settings, unknown)
+        assert kinds(changes) == [("delete_topic", "All", "deferred" if settings.propagate_deletion else "disabled"),
+                                  ("source_topic_unknown", "DR_App_1", "deferred")]
+        assert "not registered" in changes[1].detail
+
+
+def test_a_deleted_topic_sharing_its_target_with_an_unknown_one_is_not_deleted() -> None:
+    changes = plan_changes(cluster(), cluster(topic("All", 8)), MAPPER, ConfigSyncSettings(propagate_deletion=True),
+                           Evidence(deleted_topics={"EU": "absent twice"}, unknown_topics={"US": "b2: timeout"}))
+    assert kinds(changes) == [("source_topic_unknown", "All", "deferred")]
+
+
+def test_a_deletion_carries_the_evidence_and_the_queue_counts_it_removes() -> None:
+    changes = plan_changes(cluster(), cluster(topic("DR_App_1", 8, 12)), MAPPER,
+                           ConfigSyncSettings(propagate_deletion=True), deleted("App_1"))
+    assert kinds(changes) == [("delete_topic", "DR_App_1", "planned")]
+    assert (changes[0].read_queue_nums, changes[0].write_queue_nums) == (8, 12)
+    assert changes[0].detail == "source topic App_1 absent twice"
+
+
+def test_a_partial_target_view_defers_topic_creation_and_growth_not_groups() -> None:
+    target = ClusterState(1, {"DR_App_2": topic("DR_App_2", 4)}, {}, ("b1",), {"b2": "not registered"})
+    source = cluster(topic("App_1", 8), topic("App_2", 8), groups={"billing": {"groupName": "billing"}})
+    changes = plan_changes(source, target, MAPPER, ConfigSyncSettings())
+    assert kinds(changes) == [("create_topic", "DR_App_1", "deferred"), ("update_topic", "DR_App_2", "deferred"),
+                              ("create_group", "billing", "planned")]
+    assert "target b2: not registered" in changes[0].detail
+
+
+def test_a_recreated_topic_never_has_fewer_queues_than_before_its_deletion() -> None:
+    changes = plan_changes(cluster(topic("App_1", 4)), cluster(), MAPPER, ConfigSyncSettings(),
+                           queue_floors={"DR_App_1": (8, 16)})
+    assert kinds(changes) == [("create_topic", "DR_App_1", "planned")]
+    assert (changes[0].read_queue_nums, changes[0].write_queue_nums) == (8, 16)

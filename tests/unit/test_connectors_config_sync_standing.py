@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from connectors.config_sync.applier import AppliedRound, ConfigTables
+from connectors.config_sync.evidence import Evidence
 from connectors.config_sync.plan import ChangeKind, ChangeStatus, ConfigChange, plan_changes
-from connectors.config_sync.standing import ChangeKey, fold, pending, to_record, unfinished_deletions
+from connectors.config_sync.standing import ChangeKey, fold, pending, queue_floors, to_record, unfinished_deletions
 from connectors.config_sync.state import ClusterState
 from connectors.core.config import TopicMappingConfig
 from connectors.core.sync_settings import ConfigSyncSettings
@@ -85,12 +86,12 @@ def test_a_failed_group_deletion_is_called_for_again_until_applied() -> None:
     target = ClusterState(1, {}, {"billing": {"groupName": "billing"}}, ("b1",))
     standing: dict[ChangeKey, ConfigChange] = {}
     first = [c.with_status(ChangeStatus.FAILED, "target busy")
-             for c in plan_changes(source, target, mapper, settings, previous_source_groups=["billing"])]
+             for c in plan_changes(source, target, mapper, settings, Evidence(deleted_groups={"billing": "gone"}))]
     fold(standing, to_record(standing, first, whole_view=True))
-    # the next snapshot's previous groups no longer hold "billing": the failure gives it back
+    # the reader forgot "billing" once judged deleted: the failure gives it back
     topics_again, groups_again = unfinished_deletions(standing)
     assert (topics_again, groups_again) == ([], ["billing"])
-    again = plan_changes(source, target, mapper, settings, previous_source_groups=groups_again)
+    again = plan_changes(source, target, mapper, settings, Evidence().retrying(topics_again, groups_again))
     assert [(c.kind, c.subject, c.status) for c in again] == [(ChangeKind.DELETE_GROUP, "billing",
                                                                ChangeStatus.PLANNED)]
     fold(standing, to_record(standing, [again[0].with_status(ChangeStatus.APPLIED, "")], whole_view=True))
@@ -108,3 +109,18 @@ def test_an_unknown_explicit_group_is_recorded_once_and_cleared_when_it_appears(
     assert rounds(missing, missing, appeared) == [
         (["unknown_group ghost refused"], 1), ([], 1),
         (["create_group ghost applied", "unknown_group ghost cleared"], 0)]
+
+
+def test_queue_floors_are_the_largest_counts_of_applied_deletions() -> None:
+    def delete(subject: str, status: ChangeStatus, read: int | None, write: int | None) -> ConfigChange:
+        return ConfigChange(ChangeKind.DELETE_TOPIC, subject, status, ("s",), read, write)
+    assert queue_floors([delete("T", ChangeStatus.APPLIED, 8, 8), delete("T", ChangeStatus.APPLIED, 4, 16),
+                         delete("U", ChangeStatus.DEFERRED, 32, 32), delete("V", ChangeStatus.APPLIED, None, None)]) \
+        == {"T": (8, 16)}
+
+
+def test_a_deferred_deletion_is_called_for_again() -> None:
+    deferred = ConfigChange(ChangeKind.DELETE_TOPIC, "DR_T", ChangeStatus.DEFERRED, ("T",), 4, 4, detail="waits")
+    standing: dict[ChangeKey, ConfigChange] = {}
+    fold(standing, [deferred])
+    assert unfinished_deletions(standing) == (["T"], []) and pending(standing) == 1

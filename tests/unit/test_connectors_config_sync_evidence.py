@@ -1,0 +1,112 @@
+"""connectors.config_sync.evidence: a source topic or group is judged deleted only when every broker group that
+held it answered without it in two consecutive snapshots; a holder that is down, frozen or expired makes it
+unknown, never absent (pure, no brokers)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from connectors.config_sync.evidence import NOT_REGISTERED, Memory, judge
+from connectors.config_sync.state import ClusterState, TopicState
+
+
+def snapshot(ms: int, topics: dict[str, tuple[str, ...]], brokers: tuple[str, ...] = ("a", "b"),
+             unreachable: dict[str, str] | None = None,
+             groups: dict[str, tuple[str, ...]] | None = None) -> ClusterState:
+    return ClusterState(ms, {n: TopicState(n, 4, 4, 6, brokers=h) for n, h in topics.items()},
+                        {g: {"groupName": g} for g in groups or {}}, brokers, unreachable or {}, groups or {})
+
+
+def test_a_broker_group_that_left_the_name_server_makes_its_topics_unknown_never_deleted() -> None:
+    memory = judge(Memory(), snapshot(1000, {"T1": ("a",), "T2": ("a", "b"), "T3": ("b",)}), ()).memory
+    assert memory.topics == {"T1": ("a",), "T2": ("a", "b"), "T3": ("b",)}
+    for ms in (2000, 3000, 4000):  # "a" expired: T1 vanishes from the listing, round after round
+        judged = judge(memory, snapshot(ms, {"T2": ("b",), "T3": ("b",)}, brokers=("b",)), ())
+        memory = judged.memory
+        assert judged.evidence.deleted_topics == {}
+        assert judged.evidence.unknown_topics == {"T1": f"broker group a: {NOT_REGISTERED}"}
+        assert judged.state.unreachable == {"a": NOT_REGISTERED}  # the applier sees a partial view
+        assert memory.topics["T2"] == ("a", "b")  # a silent holder stays a holder
+        assert memory.absent_topics == {}
+
+
+def test_a_topic_absent_from_every_answering_holder_twice_is_deleted_with_the_evidence() -> None:
+    memory = judge(Memory(), snapshot(1000, {"T": ("a", "b"), "K": ("a",)}), ()).memory
+    first = judge(memory, snapshot(2000, {"K": ("a",)}), ())
+    assert first.evidence.deleted_topics == {} and first.memory.absent_topics == {"T": 2000}
+    second = judge(first.memory, snapshot(3000, {"K": ("a",)}), ())
+    assert list(second.evidence.deleted_topics) == ["T"]
+    assert "(a, b, all answering)" in second.evidence.deleted_topics["T"]
+    assert "T" not in second.memory.topics and second.memory.absent_topics == {}
+
+
+def test_the_count_starts_again_when_a_holder_stops_answering_in_between() -> None:
+    memory = judge(Memory(), snapshot(1000, {"T": ("a",)}), ()).memory
+    memory = judge(memory, snapshot(2000, {}), ()).memory  # absent once
+    down = judge(memory, snapshot(3000, {}, unreachable={"a": "timeout"}), ())
+    assert down.evidence.unknown_topics == {"T": "broker group a: timeout"} and down.memory.absent_topics == {}
+    again = judge(down.memory, snapshot(4000, {}), ())
+    assert again.evidence.deleted_topics == {} and again.memory.absent_topics == {"T": 4000}
+    assert list(judge(again.memory, snapshot(5000, {}), ()).evidence.deleted_topics) == ["T"]
+
+
+def test_a_cluster_that_cannot_be_listed_proves_nothing() -> None:
+    memory = judge(Memory(), snapshot(1000, {"T": ("a",)}, groups={"g": ("a",)}), ()).memory
+    failed = ClusterState(2000, {}, {}, (), {"src": "cannot list brokers: timeout"})
+    for _ in range(3):
+        judged = judge(memory, failed, None)
+        memory = judged.memory
+        assert judged.evidence.deleted_topics == {} and judged.evidence.deleted_groups == {}
+        assert judged.evidence.unknown_topics == {"T": "broker group a: cannot list brokers: timeout"}
+        assert list(judged.evidence.unknown_groups) == ["g"]
+
+
+def test_subscription_groups_follow_the_same_rule() -> None:
+    memory = judge(Memory(), snapshot(1000, {}, groups={"g1": ("a",), "g2": ("b",)}), ()).memory
+    memory = judge(memory, snapshot(2000, {}, brokers=("b",), groups={}), ()).memory
+    judged = judge(memory, snapshot(3000, {}, brokers=("b",), groups={}), ())
+    assert judged.evidence.deleted_groups.keys() == {"g2"} and judged.evidence.unknown_groups.keys() == {"g1"}
+
+
+def test_target_broker_groups_seen_before_and_missing_now_are_reported() -> None:
+    memory = judge(Memory(), snapshot(1000, {}), ("x", "y")).memory
+    assert memory.target_groups == ("x", "y")
+    judged = judge(memory, snapshot(2000, {}), ("y",))
+    assert judged.evidence.missing_target_groups == {"x": NOT_REGISTERED}
+    assert judged.memory.target_groups == ("x", "y")  # still expected back
+    unlisted = judge(judged.memory, snapshot(3000, {}), None)
+    assert unlisted.evidence.missing_target_groups == {} and unlisted.memory.target_groups == ("x", "y")
+
+
+def test_the_memory_survives_its_offset_and_a_version_1_offset_is_read() -> None:
+    memory = judge(judge(Memory(), snapshot(1000, {"T": ("a",), "U": ("b",)}, groups={"g": ("a",)}), ("x",)).memory,
+                   snapshot(2000, {"U": ("b",)}, groups={"g": ("a",)}), ("x",)).memory
+    assert Memory.from_offset(memory.to_offset()) == memory
+    old = Memory.from_offset({"tick": 7, "topics": ["T", "U"], "groups": ["g"]})
+    assert old.topics == {"T": (), "U": ()} and old.tick == 7
+    # holders not recorded: every broker group registered now counts as one, so T is absent once
+    judged = judge(old, snapshot(2000, {"U": ("b",)}, brokers=("b",)), ())
+    assert judged.evidence.deleted_topics == {} and judged.memory.absent_topics == {"T": 2000}
+    assert judged.memory.topics["U"] == ("b",)
+
+
+EVENTS = st.sampled_from(["present", "absent", "holder_down", "holder_expired", "listing_failed"])
+
+
+@given(st.lists(EVENTS, max_size=12))
+def test_deleted_exactly_after_two_absences_in_a_row_with_every_holder_answering(events: list[str]) -> None:
+    memory = judge(Memory(), snapshot(0, {"T": ("a", "b")}), ()).memory
+    previous = "present"
+    for ms, event in enumerate(events, start=1):
+        state = {"present": snapshot(ms, {"T": ("a", "b")}),
+                 "absent": snapshot(ms, {}),
+                 "holder_down": snapshot(ms, {"T": ("a",)}, unreachable={"b": "timeout"}),
+                 "holder_expired": snapshot(ms, {}, brokers=("a",)),
+                 "listing_failed": ClusterState(ms, {}, {}, (), {"src": "no name server"})}[event]
+        judged = judge(memory, state, ())
+        deleted = "T" in judged.evidence.deleted_topics
+        assert deleted == (previous == event == "absent")
+        if deleted:
+            return
+        memory, previous = judged.memory, event
