@@ -42,8 +42,11 @@ Metrics, every one labelled ``link`` (README, "Metrics", has the same list)::
     rmq_replicator_checkpoint_age_seconds      gauge    now - snapshot time of the newest complete checkpoint
                                                         (the recovery point; checkpoints table)
     rmq_replicator_config_changes_pending      gauge    config changes not applied that still stand (refused,
-                                                        failed, disabled; config_changes table, each recorded
-                                                        once: connectors.config_sync.standing)
+                                                        failed, disabled, deferred; config_changes table, each
+                                                        recorded once: connectors.config_sync.standing)
+    rmq_replicator_config_changes_deferred     gauge    of those, the DEFERRED ones: a broker group of either
+                                                        cluster unreachable or expired, so deletions, unknown
+                                                        topics and target creations wait (0 when all answer)
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ from prometheus_client.registry import Collector
 
 from connectors.checkpoint.tables import CHECKPOINTS, CheckpointTables, newest_complete_snapshot_ms
 from connectors.config_sync.applier import CONFIG_CHANGES, ConfigTables, fold_pending
+from connectors.config_sync.plan import ChangeStatus
 from connectors.config_sync.standing import ChangeKey
 from connectors.core.config import LinkConfig
 from connectors.core.delta import DeltaTableSet
@@ -104,6 +108,8 @@ class ReplicationMetrics:
         # Fed from the checkpoint and config-sync tables (ConnectorStateFeed).
         self.checkpoint_age = gauge("checkpoint_age_seconds", "Age of the newest translated checkpoint")
         self.config_pending = gauge("config_changes_pending", "Config changes not yet applied on the target")
+        self.config_deferred = gauge("config_changes_deferred",
+                                     "Config changes deferred: a broker group of either cluster is unreachable")
 
     def add_batches(self, link: str, rows: Sequence[dict[str, Any]]) -> None:
         """Fold new rows of a link's metrics table (any order) into the counters and gauges."""
@@ -167,6 +173,13 @@ class ConnectorStateFeed:
         self.pending_changes: int | None = None
         """Not-applied config changes standing (``applier.fold_pending`` of every row read so far)."""
         self._standing: dict[ChangeKey, str] = {}
+
+    @property
+    def deferred_changes(self) -> int | None:
+        """Of ``pending_changes``, the DEFERRED ones standing (a broker group unreachable)."""
+        if self.pending_changes is None:
+            return None
+        return sum(1 for status in self._standing.values() if status == ChangeStatus.DEFERRED.value)
 
     def update(self) -> None:
         """Read what was committed since the last call; ``TableError`` when a table cannot be read."""
@@ -319,6 +332,7 @@ class MetricsEndpoint:
                 lambda: max(0.0, self._now().timestamp() - newest_s))
         if state.pending_changes is not None:
             self.replication.config_pending.labels(state.link).set(state.pending_changes)
+            self.replication.config_deferred.labels(state.link).set(state.deferred_changes or 0)
 
     def _run(self) -> None:
         while not self._stop.wait(self._feed_interval):

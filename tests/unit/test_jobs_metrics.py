@@ -137,19 +137,23 @@ def test_checkpoint_age_and_config_pending_from_the_connector_tables(tmp_path: P
                                            CheckpointRow("g", CheckpointOutcome.PENDING, now_ms - 4_000)])
     config = ConfigTables(link.tables_location)
     topic = ConfigChange(ChangeKind.CREATE_TOPIC, "T", ChangeStatus.APPLIED, ("T",), 4, 4, 6)
-    config.commit_changes("c", 0, now_ms, [topic, topic.with_status(ChangeStatus.REFUSED, "shrink")])
+    unknown = ConfigChange(ChangeKind.SOURCE_TOPIC_UNKNOWN, "U", ChangeStatus.DEFERRED, ("U",),
+                           detail="broker group a: not registered")
+    config.commit_changes("c", 0, now_ms, [topic, topic.with_status(ChangeStatus.REFUSED, "shrink"), unknown])
     endpoint.feed_once()
     assert _value(registry, "rmq_replicator_checkpoint_age_seconds", link="l1") == 9.0  # batch 1 is incomplete
-    assert _value(registry, "rmq_replicator_config_changes_pending", link="l1") == 1
+    assert _value(registry, "rmq_replicator_config_changes_pending", link="l1") == 2
+    assert _value(registry, "rmq_replicator_config_changes_deferred", link="l1") == 1
     now[0] += timedelta(seconds=2)  # the age is computed at scrape time
     assert _value(registry, "rmq_replicator_checkpoint_age_seconds", link="l1") == 11.0
 
     checkpoints.commit_checkpoint("q", 2, [CheckpointRow("g", CheckpointOutcome.CURRENT, now_ms - 1_000)])
     time.sleep(0.002)
-    config.commit_changes("c", 1, now_ms, [topic])  # the next round applied everything
-    endpoint.feed_once()
+    config.commit_changes("c", 1, now_ms, [topic, unknown.with_status(ChangeStatus.CLEARED, "answers again")])
+    endpoint.feed_once()  # the next round applied everything and the broker group answers again
     assert _value(registry, "rmq_replicator_checkpoint_age_seconds", link="l1") == 3.0
     assert _value(registry, "rmq_replicator_config_changes_pending", link="l1") == 0
+    assert _value(registry, "rmq_replicator_config_changes_deferred", link="l1") == 0
 
     # incremental: an unchanged table is not read again; a new version reads only the newest commits
     feed = ConnectorStateFeed(link)
