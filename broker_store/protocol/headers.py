@@ -278,6 +278,7 @@ class BrokerHeartbeatRequestHeader(Header):
     max_offset: int | None = None
     confirm_offset: int | None = None
     heartbeat_timeout_mills: int | None = None
+    election_priority: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

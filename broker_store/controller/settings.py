@@ -1,0 +1,44 @@
+"""The controller's settings: one owner, the ``controller:`` section of a name server's YAML (the embedded
+controller, RocketMQ's enableControllerInNamesrv) or of ``python -m broker_store controller --config``.
+
+RocketMQ's defaults (10 s heartbeat timeout, 5 s scans) give failovers of tens of seconds; ours are 3 s / 0.5 s,
+and a broker whose connection closes (kill -9) is inactive at once. The local configurations use them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+
+
+class EtcdSettings(BaseModel):
+    """The replicated controllers' state in etcd (``controller.etcd_store``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    endpoints: list[HttpUrl] = Field(min_length=1)
+    """Client URLs of the etcd members (http://127.0.0.1:2379 ...); tried in order, the next on failure."""
+    prefix: str = Field(default="rocketmq/", min_length=1)
+    """Key prefix of this controller group's state (several groups may share one etcd)."""
+    lease_ttl_seconds: float = Field(default=3.0, ge=1.0)
+    """The leader's lease: another controller takes over this long after the leader stops renewing."""
+
+
+class ControllerSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    enable_elect_unclean_master: bool = False
+    """AP over CP: with no live SyncStateSet member, elect any live replica (may lose acknowledged
+    messages the old primary had and it lacked). Off: the group waits for a SyncStateSet member."""
+    heartbeat_timeout_ms: int = Field(default=3000, ge=100)
+    """A broker without a heartbeat for this long is inactive (RocketMQ: 10000)."""
+    scan_interval_ms: int = Field(default=500, ge=20)
+    """How often the controller looks for inactive brokers and primaries to replace (RocketMQ: 5000)."""
+    notify_broker_role_changed: bool = True
+    """Push NOTIFY_BROKER_ROLE_CHANGED to a group's live brokers after an election (they also poll)."""
+    state_dir: Path | None = None
+    """The embedded controller's state file directory (``controller-state.json``); None: beside the name
+    server's working directory (``./controller``). Ignored with ``etcd``."""
+    etcd: EtcdSettings | None = None
+    """Replicated controllers: the state lives in etcd; none kept locally."""
