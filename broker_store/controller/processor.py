@@ -1,0 +1,228 @@
+"""The controller's remoting side: decodes controller requests (BROKER_HEARTBEAT 904, 1001-1013), calls
+``controller.service.Controller``, encodes RocketMQ's responses, and pushes NOTIFY_BROKER_ROLE_CHANGED to a
+group's brokers after an election. Registered on the name server's remoting server (the embedded controller)
+or on a standalone controller's (``controller.server``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+
+from broker_store.controller.replicas import BrokerLiveInfo, GroupState, Outcome
+from broker_store.controller.service import Controller
+from broker_store.controller.state_store import StateStoreError
+from broker_store.net.client import RemotingClient
+from broker_store.net.server import Connection
+from broker_store.protocol.codes import RequestCode, ResponseCode
+from broker_store.protocol.controller import (
+    AlterSyncStateSetRequestHeader,
+    AlterSyncStateSetResponseHeader,
+    ApplyBrokerIdRequestHeader,
+    ApplyBrokerIdResponseHeader,
+    ElectMasterRequestHeader,
+    ElectMasterResponseHeader,
+    GetMetaDataResponseHeader,
+    GetNextBrokerIdRequestHeader,
+    GetNextBrokerIdResponseHeader,
+    GetReplicaInfoRequestHeader,
+    GetReplicaInfoResponseHeader,
+    NotifyBrokerRoleChangedRequestHeader,
+    RegisterBrokerToControllerRequestHeader,
+    RegisterBrokerToControllerResponseHeader,
+    ReplicaIdentity,
+    ReplicasInfo,
+    SyncStateSet,
+    encode_elect_master_body,
+    encode_replicas_info,
+)
+from broker_store.protocol.errors import ProtocolError, RocketMQError
+from broker_store.protocol.frame import RemotingCommand
+from broker_store.protocol.headers import BrokerHeartbeatRequestHeader, Header
+
+log = logging.getLogger(__name__)
+
+NOTIFY_TIMEOUT_S = 1.0
+
+Handler = Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]
+
+
+class ControllerProcessor:
+    """Request handlers for one ``Controller`` (see the module docstring)."""
+
+    def __init__(self, controller: Controller, *, address: str = "") -> None:
+        self.controller = controller
+        self.address = address
+        """This controller's own remoting address (reported by CONTROLLER_GET_METADATA_INFO)."""
+        self._client = RemotingClient()
+        self._brokers_by_conn: dict[Connection, set[str]] = {}
+
+    def handlers(self) -> dict[int, Handler]:
+        return {
+            RequestCode.BROKER_HEARTBEAT: self._heartbeat,
+            RequestCode.CONTROLLER_GET_NEXT_BROKER_ID: self._next_broker_id,
+            RequestCode.CONTROLLER_APPLY_BROKER_ID: self._apply_broker_id,
+            RequestCode.CONTROLLER_REGISTER_BROKER: self._register_broker,
+            RequestCode.CONTROLLER_ELECT_MASTER: self._elect_master,
+            RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET: self._alter_sync_state_set,
+            RequestCode.CONTROLLER_GET_REPLICA_INFO: self._get_replica_info,
+            RequestCode.CONTROLLER_GET_SYNC_STATE_DATA: self._get_sync_state_data,
+            RequestCode.CONTROLLER_GET_METADATA_INFO: self._get_metadata,
+            RequestCode.CLEAN_BROKER_DATA: self._clean_broker_data,
+        }
+
+    def on_disconnect(self, conn: Connection) -> None:
+        for address in self._brokers_by_conn.pop(conn, set()):
+            self.controller.broker_closed(address)
+
+    async def notify(self, group: GroupState, alive: Mapping[int, BrokerLiveInfo]) -> None:
+        """NOTIFY_BROKER_ROLE_CHANGED to every live member of ``group`` (brokers also poll GET_REPLICA_INFO, so a
+        lost notification only delays them)."""
+        header = NotifyBrokerRoleChangedRequestHeader(group.master_address, group.master_epoch,
+                                                      group.sync_state_set_epoch, group.master_id)
+        body = SyncStateSet(group.sync_state_set, group.sync_state_set_epoch).encode()
+
+        async def one(address: str) -> None:
+            cmd = RemotingCommand(code=RequestCode.NOTIFY_BROKER_ROLE_CHANGED, ext_fields=header.to_ext(), body=body)
+            try:
+                await self._client.invoke(address, cmd, NOTIFY_TIMEOUT_S)
+            except RocketMQError as exc:
+                log.info("controller: notifying %s of %s's new role failed (it will poll): %s", address,
+                         group.broker_name, exc)
+
+        await asyncio.gather(*(one(info.address) for info in alive.values()))
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    # -- handlers ---------------------------------------------------------------------------------------
+
+    async def _guarded(self, cmd: RemotingCommand, body: Callable[[], Awaitable[RemotingCommand]]) -> RemotingCommand:
+        try:
+            return await body()
+        except ProtocolError as exc:
+            return cmd.response(ResponseCode.CONTROLLER_INVALID_REQUEST, str(exc))
+        except StateStoreError as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"controller state store: {exc}")
+
+    async def _heartbeat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        async def run() -> RemotingCommand:
+            h = BrokerHeartbeatRequestHeader.from_ext(cmd.ext_fields)
+            if h.broker_id is None:
+                return cmd.response(ResponseCode.SUCCESS)  # a name-server-only heartbeat
+            info = BrokerLiveInfo(h.broker_id, h.broker_addr, h.epoch or 0, h.max_offset or 0, h.confirm_offset or 0,
+                                  h.election_priority or 0)
+            self.controller.heartbeat(h.cluster_name, h.broker_name, info, h.heartbeat_timeout_mills)
+            self._brokers_by_conn.setdefault(conn, set()).add(h.broker_addr)
+            return cmd.response(ResponseCode.SUCCESS)
+        return await self._guarded(cmd, run)
+
+    async def _next_broker_id(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        async def run() -> RemotingCommand:
+            h = GetNextBrokerIdRequestHeader.from_ext(cmd.ext_fields)
+            out = await self.controller.next_broker_id(h.cluster_name, h.broker_name)
+            return _answer(cmd, out, GetNextBrokerIdResponseHeader(h.cluster_name, h.broker_name, out.broker_id))
+        return await self._guarded(cmd, run)
+
+    async def _apply_broker_id(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        async def run() -> RemotingCommand:
+            h = ApplyBrokerIdRequestHeader.from_ext(cmd.ext_fields)
+            out = await self.controller.apply_broker_id(h.cluster_name, h.broker_name, h.applied_broker_id,
+                                                        h.register_check_code)
+            return _answer(cmd, out, ApplyBrokerIdResponseHeader(h.cluster_name, h.broker_name))
+        return await self._guarded(cmd, run)
+
+    async def _register_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        async def run() -> RemotingCommand:
+            h = RegisterBrokerToControllerRequestHeader.from_ext(cmd.ext_fields)
+            out = await self.controller.register_broker(h.broker_name, h.broker_id, h.broker_address)
+            g = out.answer
+            header = RegisterBrokerToControllerResponseHeader(
+                h.cluster_name, h.broker_name, None if g is None else g.master_id,
+                None if g is None else g.master_address, None if g is None else g.master_epoch,
+                None if g is None else g.sync_state_set_epoch)
+            return _answer(cmd, out, header, _sync_state_set(g))
+        return await self._guarded(cmd, run)
+
+    async def _elect_master(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        async def run() -> RemotingCommand:
+            h = ElectMasterRequestHeader.from_ext(cmd.ext_fields)
+            requester = None if h.broker_id < 0 else h.broker_id
+            out = await self.controller.elect_master(h.broker_name, requester=requester, designate=h.designate_elect)
+            g = out.answer
+            if g is None:
+                return _answer(cmd, out, ElectMasterResponseHeader())
+            header = ElectMasterResponseHeader(g.master_id, g.master_address, g.master_epoch, g.sync_state_set_epoch)
+            body = encode_elect_master_body(g.cluster, g.broker_name, {i: m.address for i, m in g.members.items()},
+                                            g.sync_state_set)
+            return _answer(cmd, out, header, body)
+        return await self._guarded(cmd, run)
+
+    async def _alter_sync_state_set(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        async def run() -> RemotingCommand:
+            h = AlterSyncStateSetRequestHeader.from_ext(cmd.ext_fields)
+            wanted = SyncStateSet.decode(cmd.body)
+            out = await self.controller.alter_sync_state_set(h.broker_name, h.master_broker_id, h.master_epoch,
+                                                             wanted.members, wanted.epoch)
+            g = out.state
+            return _answer(cmd, out, AlterSyncStateSetResponseHeader(None if g is None else g.sync_state_set_epoch),
+                           _sync_state_set(g))
+        return await self._guarded(cmd, run)
+
+    async def _get_replica_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        async def run() -> RemotingCommand:
+            h = GetReplicaInfoRequestHeader.from_ext(cmd.ext_fields)
+            g, _ = await self.controller.read_group(h.broker_name)
+            if g is None:
+                return cmd.response(ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST,
+                                    f"broker set {h.broker_name}: metadata does not exist")
+            header = GetReplicaInfoResponseHeader(g.master_id, g.master_address, g.master_epoch)
+            return cmd.response(ResponseCode.SUCCESS, None, header.to_ext(), _sync_state_set(g))
+        return await self._guarded(cmd, run)
+
+    async def _get_sync_state_data(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """Body: a JSON list of broker names (RocketMQ's), or empty for every group."""
+        async def run() -> RemotingCommand:
+            try:
+                names = json.loads(cmd.body) if cmd.body else None
+            except ValueError as exc:
+                raise ProtocolError(f"CONTROLLER_GET_SYNC_STATE_DATA body is not a JSON list: {exc}") from exc
+            groups = await self.controller.groups()
+            table = {}
+            for name, g in groups.items():
+                if names is not None and name not in names:
+                    continue
+                alive = self.controller.live.alive(name)
+                rows = [ReplicaIdentity(name, i, m.address, i in alive) for i, m in sorted(g.members.items())]
+                table[name] = ReplicasInfo(g.master_id, g.master_address, g.master_epoch, g.sync_state_set_epoch,
+                                           tuple(r for r in rows if r.broker_id in g.sync_state_set),
+                                           tuple(r for r in rows if r.broker_id not in g.sync_state_set))
+            return cmd.response(ResponseCode.SUCCESS, body=encode_replicas_info(table))
+        return await self._guarded(cmd, run)
+
+    async def _get_metadata(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        async def run() -> RemotingCommand:
+            store = self.controller.store
+            leader = await asyncio.to_thread(store.leader)
+            header = GetMetaDataResponseHeader(None, leader, self.address if leader == store.member_id else None,
+                                               leader == store.member_id, None)
+            return cmd.response(ResponseCode.SUCCESS, None, header.to_ext())
+        return await self._guarded(cmd, run)
+
+    async def _clean_broker_data(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        async def run() -> RemotingCommand:
+            name = cmd.ext_fields.get("brokerName")
+            if not name:
+                raise ProtocolError("CLEAN_BROKER_DATA: required field 'brokerName' is missing")
+            return _answer(cmd, await self.controller.clean_broker_data(name), None)
+        return await self._guarded(cmd, run)
+
+
+def _sync_state_set(g: GroupState | None) -> bytes:
+    return b"" if g is None else SyncStateSet(g.sync_state_set, g.sync_state_set_epoch).encode()
+
+
+def _answer(cmd: RemotingCommand, out: Outcome, header: Header | None, body: bytes = b"") -> RemotingCommand:
+    return cmd.response(out.code, out.remark or None, None if header is None else header.to_ext(), body)
