@@ -9,17 +9,22 @@ serves heartbeat metrics is ``jobs/heartbeat.py``'s (``jobs.metrics`` lists ever
 
     lag now         heartbeat lag of the newest heartbeat: target store time - source born time
     p99 1h          99th percentile of the heartbeat lag over the last hour
-    heartbeat age   now - born time of the newest heartbeat that reached the target
-    status          STALE    age > 3 heartbeat intervals (or no heartbeat metrics for the link)
-                    STARTING no heartbeat arrived yet, the monitor runs for less than 3 intervals
-                             (``--check`` passes: a probe must not fail a job that just started)
+    heartbeat age   now - born time of the newest heartbeat that reached the target (before the first:
+                    now - the job's start)
+    status          STARTING the monitor's ``starting``: no heartbeat of the link arrived yet and the job runs
+                             for at most ``heartbeat.startup_limit`` (120 s by default, never less than 3
+                             intervals). ``--check`` passes: a probe must not fail a job whose Spark is still
+                             starting, which takes many intervals with short ones
+                    STALE    age > 3 heartbeat intervals (or no heartbeat metrics for the link); a link that
+                             got no heartbeat within the start-up limit is STALE from then on
                     LAGGING  lag now > heartbeat.lagging_threshold
                     OK       otherwise
     monitor         the heartbeat monitor's own verdict: ok, lagging, starting, broken (the source
                     produces heartbeats the target does not get) or idle (no heartbeat produced)
 
-Exit codes: 0 (``--check``: no link STALE), 1 (a link STALE, or the endpoint unreachable), 2 (bad
-arguments or config).
+Exit codes: 0 (``--check``: no link STALE; each is OK, LAGGING or STARTING), 1 (a link STALE, or the
+endpoint unreachable), 2 (bad arguments or config). The line starts with the worst status: STALE, LAGGING,
+STARTING, OK (or UNREACHABLE).
 """
 
 from __future__ import annotations
@@ -68,10 +73,15 @@ class LinkLag:
     """The heartbeat monitor's state label (``rmq_replicator_link_state``), None without heartbeat metrics."""
     latency_p99_s: float | None
     """Replication latency p99 of the newest batch (messages, not heartbeats)."""
+    startup_limit_s: float | None
+    """The job's start-up limit in effect (``rmq_replicator_heartbeat_startup_limit_seconds``)."""
 
     def describe(self) -> str:
         if self.age_s is None:
             return f"{self.link} {self.status} (no heartbeat metrics)"
+        if self.status is Status.STARTING and self.lag_s is None:
+            limit = "" if self.startup_limit_s is None else f", start-up limit {self.startup_limit_s:g} s"
+            return f"{self.link} {self.status} (no heartbeat yet, job up {self.age_s:.1f} s{limit})"
         return (f"{self.link} {self.status} (heartbeat age {self.age_s:.1f} s, lag {_fmt(self.lag_s)}, "
                 f"monitor {self.monitor})")
 
@@ -90,7 +100,8 @@ def scrape(url: str, timeout: float) -> str:
 
 
 def link_lags(text: str, links: Sequence[str], *, lagging_threshold_s: float) -> list[LinkLag]:
-    """Each link's row from a scrape's text (pure)."""
+    """Each link's row from a scrape's text (pure). Whether a link is still starting is the monitor's
+    verdict (``link_state``): only the job knows when it started; the other statuses are computed here."""
     values: dict[tuple[str, str], float] = {}
     states: dict[str, str] = {}
     for family in text_string_to_metric_families(text):
@@ -109,16 +120,21 @@ def link_lags(text: str, links: Sequence[str], *, lagging_threshold_s: float) ->
         age = values.get((link, "heartbeat_age_seconds"))
         interval = values.get((link, "heartbeat_interval_seconds"))
         lag = values.get((link, "heartbeat_lag_seconds"))
-        if age is None or interval is None or age > STALE_INTERVALS * interval:
+        if age is None or interval is None:
             status = Status.STALE
-        elif lag is None:
+        elif states.get(link) == "starting":
+            status = Status.STARTING
+        elif age > STALE_INTERVALS * interval:
+            status = Status.STALE
+        elif lag is None:  # no lag gauge without an arrival: the monitor's state gauge was not scraped
             status = Status.STARTING
         elif states.get(link) == "lagging" or (lag is not None and lag > lagging_threshold_s):
             status = Status.LAGGING
         else:
             status = Status.OK
         rows.append(LinkLag(link, status, lag, values.get((link, "heartbeat_lag_p99_1h_seconds")), age, interval,
-                            states.get(link), values.get((link, "latency_p99_seconds"))))
+                            states.get(link), values.get((link, "latency_p99_seconds")),
+                            values.get((link, "heartbeat_startup_limit_seconds"))))
     return rows
 
 
@@ -131,7 +147,8 @@ def check_line(rows: Iterable[LinkLag]) -> tuple[int, str]:
     lagging = [r for r in rows if r.status is Status.LAGGING]
     if lagging:
         return 0, "LAGGING: " + "; ".join(r.describe() for r in lagging)
-    return 0, f"OK: {len(rows)} link(s): " + "; ".join(r.describe() for r in rows)
+    worst = Status.STARTING if any(r.status is Status.STARTING for r in rows) else Status.OK
+    return 0, f"{worst}: {len(rows)} link(s): " + "; ".join(r.describe() for r in rows)
 
 
 def _fmt(seconds: float | None) -> str:
@@ -142,7 +159,8 @@ def _fmt(seconds: float | None) -> str:
 
 def render(rows: Sequence[LinkLag], url: str, error: str | None) -> Table:
     table = Table(title=f"replication lag  {url}  {time.strftime('%H:%M:%S')}",
-                  caption=error or f"STALE = heartbeat age > {STALE_INTERVALS} intervals")
+                  caption=error or f"STALE = heartbeat age > {STALE_INTERVALS} intervals; STARTING = no heartbeat "
+                                   f"yet, within the start-up limit")
     for column in ("link", "lag now", "p99 1h", "heartbeat age", "status", "monitor", "batch latency p99"):
         table.add_column(column, justify="left" if column in ("link", "status", "monitor") else "right")
     colour = {Status.OK: "green", Status.STARTING: "blue", Status.LAGGING: "yellow", Status.STALE: "red"}
@@ -158,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", help="metrics URL (default: http://<metrics.host>:<metrics.port>/metrics)")
     parser.add_argument("--link", action="append", default=[], help="only this link (repeatable)")
     parser.add_argument("--check", action="store_true", help="print one line; exit 1 if a link is STALE or the "
-                                                             "endpoint is unreachable")
+                                                             "endpoint is unreachable (STARTING passes)")
     parser.add_argument("--refresh", type=float, default=2.0, help="seconds between refreshes of the live table")
     parser.add_argument("--timeout", type=float, default=3.0, help="HTTP timeout, seconds")
     args = parser.parse_args(argv)

@@ -34,6 +34,9 @@ Metrics, every one labelled ``link`` (README, "Metrics", has the same list)::
     rmq_replicator_heartbeat_lag_p99_1h_seconds gauge   99th percentile of heartbeat lag, last hour
     rmq_replicator_heartbeat_age_seconds       gauge    now - born time of the newest arrived heartbeat
     rmq_replicator_heartbeat_interval_seconds  gauge    the configured interval (STALE = age > 3 intervals)
+    rmq_replicator_heartbeat_startup_limit_seconds gauge how long after the job's start a link without any
+                                                        heartbeat yet is starting (heartbeat.startup_limit,
+                                                        at least 3 intervals)
     rmq_replicator_heartbeat_born_timestamp_seconds    gauge  newest arrived heartbeat's born time
     rmq_replicator_heartbeat_arrival_timestamp_seconds gauge  its store time on the target
     rmq_replicator_heartbeat_last_seen_timestamp_seconds gauge when the monitor read it
@@ -233,6 +236,8 @@ class HeartbeatCollector(Collector):
         p99 = family("heartbeat_lag_p99_1h_seconds", "99th percentile of heartbeat lag over the last hour")
         age = family("heartbeat_age_seconds", "Now - born time of the newest heartbeat arrived on the target")
         interval = family("heartbeat_interval_seconds", "Configured heartbeat interval")
+        startup = family("heartbeat_startup_limit_seconds",
+                         "How long after the job's start a link without any heartbeat yet is starting")
         born = family("heartbeat_born_timestamp_seconds", "Born time of the newest arrived heartbeat")
         arrived = family("heartbeat_arrival_timestamp_seconds", "Target store time of the newest arrived heartbeat")
         seen = family("heartbeat_last_seen_timestamp_seconds", "When the monitor read the newest heartbeat")
@@ -240,13 +245,14 @@ class HeartbeatCollector(Collector):
         for s in self.monitor.states():
             age.add_metric([s.link], s.age_ms / 1000)
             interval.add_metric([s.link], self.monitor.interval_ms / 1000)
+            startup.add_metric([s.link], self.monitor.startup_limit_ms / 1000)
             for value, fam in ((s.lag_ms, lag), (s.lag_p99_ms, p99), (s.born_ms, born), (s.arrived_ms, arrived),
                                (s.last_seen_ms, seen)):
                 if value is not None:
                     fam.add_metric([s.link], value / 1000)
             for status in LinkStatus:
                 state.add_metric([s.link, status.value], 1.0 if s.status is status else 0.0)
-        yield from (lag, p99, age, interval, born, arrived, seen, state)
+        yield from (lag, p99, age, interval, startup, born, arrived, seen, state)
 
 
 def metrics_settings(settings: MetricsSettings, port: int | None) -> MetricsSettings:

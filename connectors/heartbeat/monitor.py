@@ -6,9 +6,10 @@ clusters; read by the Prometheus collector (``jobs.metrics``) at every scrape. P
 clock; thread-safe (the loop writes while the HTTP server reads).
 
 Status of a link at time ``now`` (``stale_after`` = ``STALE_INTERVALS`` x interval; "age" = now - born
-time of the newest heartbeat that arrived on the target, or now - monitor start before the first)::
+time of the newest heartbeat that arrived on the target, or now - monitor start before the first;
+``startup_limit`` = ``heartbeat.startup_limit``, at least stale_after)::
 
-    STARTING  nothing arrived yet and the monitor runs for less than stale_after
+    STARTING  nothing arrived yet for this link and the monitor runs for at most startup_limit
     OK        age <= stale_after and the newest heartbeat's lag <= lagging_threshold
     LAGGING   age <= stale_after and that lag > lagging_threshold
     BROKEN    age > stale_after while the source stores heartbeats of this link newer than the newest
@@ -19,6 +20,15 @@ time of the newest heartbeat that arrived on the target, or now - monitor start 
 
 The born time is the source producer's clock, the arrival time the target broker's and "now" the
 monitor's: lag and age assume clocks in sync to well under an interval (NTP).
+
+The monitor start is the job's start: the jobs build the monitor before Spark (``jobs.query_supervisor.
+prepare_job``), so STARTING covers the whole Spark start-up (session, queries, first batches), which takes
+many intervals with short ones. It is the start of this process, not of the link's Spark queries or
+checkpoints (those outlive a restart and appear only once Spark is up), nor the first heartbeat produced
+(there is none until the heartbeat query runs, and the topic keeps those of earlier runs). Each link's
+STARTING ends with its own first arrival; after that, or once startup_limit has passed, only the age
+rules apply: a job that never delivers a heartbeat is BROKEN or IDLE after startup_limit, as before
+after stale_after.
 """
 
 from __future__ import annotations
@@ -81,10 +91,14 @@ class HeartbeatMonitor:
     """The heartbeat state of a set of links (see the module docstring)."""
 
     def __init__(self, links: Iterable[str], *, interval_ms: int, lagging_threshold_ms: int, stale_intervals: int,
-                 clock_ms: Callable[[], int]) -> None:
+                 startup_limit_ms: int, clock_ms: Callable[[], int]) -> None:
         self.interval_ms = interval_ms
         self.lagging_threshold_ms = lagging_threshold_ms
         self.stale_after_ms = stale_intervals * interval_ms
+        # A shorter limit cannot apply: before the first arrival the age counts from the monitor start, so a
+        # link is not stale for stale_after anyway; the limit only ever lengthens that grace.
+        self.startup_limit_ms = max(startup_limit_ms, self.stale_after_ms)
+        """How long after the monitor start a link without any arrival is STARTING."""
         self._clock_ms = clock_ms
         self._started_ms = clock_ms()
         self._links = {name: _LinkState() for name in links}
@@ -146,9 +160,10 @@ class HeartbeatMonitor:
         return [self.state(link) for link in self._links]
 
     def _status(self, now: int, newest: Observed | None, produced_born_ms: int | None, age: int) -> LinkStatus:
-        if age <= self.stale_after_ms:
-            if newest is None:
+        if newest is None:
+            if now - self._started_ms <= self.startup_limit_ms:
                 return LinkStatus.STARTING
+        elif age <= self.stale_after_ms:
             return LinkStatus.LAGGING if newest.lag_ms > self.lagging_threshold_ms else LinkStatus.OK
         arrived_born = newest.heartbeat.born_ms if newest is not None else None
         producing = produced_born_ms is not None and now - produced_born_ms <= self.stale_after_ms

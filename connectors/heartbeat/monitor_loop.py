@@ -49,7 +49,8 @@ class HeartbeatMonitorLoop:
         settings = config.heartbeat
         self.monitor = HeartbeatMonitor(links, interval_ms=settings.interval_ms,
                                         lagging_threshold_ms=round(settings.lagging_threshold * 1000),
-                                        stale_intervals=STALE_INTERVALS, clock_ms=clock_ms)
+                                        stale_intervals=STALE_INTERVALS, startup_limit_ms=settings.startup_limit_ms,
+                                        clock_ms=clock_ms)
         self.poll_interval = min(settings.interval / 2, MAX_POLL_INTERVAL)
         self._clock_ms = clock_ms
         clusters = {link.source for link in self.links} | {link.target for link in self.links}

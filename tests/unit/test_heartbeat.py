@@ -1,5 +1,6 @@
 """The heartbeat connector's pure parts: the schedule (polling core), the message format, the per-link
-monitor (lag, age, p99, OK / LAGGING / BROKEN / IDLE), the topic mapping rule and the config sections.
+monitor (lag, age, p99, STARTING / OK / LAGGING / BROKEN / IDLE), the topic mapping rule and the config
+sections.
 Time is a fake clock advanced by hand."""
 
 from __future__ import annotations
@@ -82,15 +83,17 @@ def test_heartbeat_body_round_trips_and_rejects_other_formats() -> None:
 # -- monitor -------------------------------------------------------------------------------------
 
 INTERVAL = 1_000
+STARTUP_LIMIT = 20 * INTERVAL
 
 
 def observed(link: str, seq: int, born_ms: int, lag_ms: int) -> Observed:
     return Observed(Heartbeat(link, seq, born_ms, "src", "dst"), born_ms + lag_ms, f"{HEARTBEAT_TOPIC}/b/0", seq)
 
 
-def make_monitor(clock: FakeClock, links: tuple[str, ...] = ("l1",)) -> HeartbeatMonitor:
+def make_monitor(clock: FakeClock, links: tuple[str, ...] = ("l1",), *,
+                 startup_limit_ms: int = STARTUP_LIMIT) -> HeartbeatMonitor:
     return HeartbeatMonitor(links, interval_ms=INTERVAL, lagging_threshold_ms=500, stale_intervals=STALE_INTERVALS,
-                            clock_ms=clock)
+                            startup_limit_ms=startup_limit_ms, clock_ms=clock)
 
 
 def test_lag_born_arrival_last_seen_and_ok() -> None:
@@ -142,10 +145,57 @@ def test_nothing_produced_is_idle_not_broken() -> None:
 def test_never_arrived_is_broken_when_produced_and_idle_otherwise() -> None:
     clock = FakeClock()
     produced, silent = make_monitor(clock), make_monitor(clock)
-    clock.advance(STALE_INTERVALS * INTERVAL + 1)
+    clock.advance(STARTUP_LIMIT + 1)  # the job started long enough ago
     produced.on_produced([observed("l1", 0, clock.now_ms - 100, 0)])
     assert produced.state("l1").status is LinkStatus.BROKEN
     assert silent.state("l1").status is LinkStatus.IDLE
+
+
+def test_starting_until_the_first_heartbeat_then_broken_once_the_startup_limit_passed() -> None:
+    """Issue 14 (3): the heartbeat query produces well before the replication carries anything (Spark
+    starting). That is STARTING for the whole start-up limit, not BROKEN after 3 intervals."""
+    clock = FakeClock()
+    monitor = make_monitor(clock, ("l1", "l2"))
+    started = clock.now_ms
+    for seq in range(STARTUP_LIMIT // INTERVAL):  # l1's source produces every interval, nothing arrives
+        clock.advance(INTERVAL)
+        monitor.on_produced([observed("l1", seq, clock.now_ms, 0)])
+        assert monitor.state("l1").status is LinkStatus.STARTING, seq
+    assert clock.now_ms == started + STARTUP_LIMIT  # exactly at the limit: still starting
+    assert monitor.state("l1").age_ms == STARTUP_LIMIT  # the age counts from the monitor's start
+    assert monitor.state("l2").status is LinkStatus.STARTING
+    clock.advance(1)
+    assert monitor.state("l1").status is LinkStatus.BROKEN  # the rules of before, once the limit passed
+    assert monitor.state("l2").status is LinkStatus.IDLE  # nothing produced for l2
+
+
+def test_each_link_leaves_starting_with_its_own_first_heartbeat() -> None:
+    clock = FakeClock()
+    monitor = make_monitor(clock, ("l1", "l2"))
+    clock.advance(10 * INTERVAL)
+    monitor.on_produced([observed("l1", 10, clock.now_ms, 0)])
+    monitor.on_arrived([observed("l1", 10, clock.now_ms, 40)])
+    assert monitor.state("l1").status is LinkStatus.OK
+    assert monitor.state("l2").status is LinkStatus.STARTING  # l2 has not had its first heartbeat yet
+    for seq in range(11, 11 + STALE_INTERVALS):  # l1's source goes on producing, nothing more arrives
+        clock.advance(INTERVAL)
+        monitor.on_produced([observed("l1", seq, clock.now_ms, 0)])
+    clock.advance(1)
+    # l1 got its first heartbeat: the 3-interval rule applies although the start-up limit has not passed
+    assert monitor.state("l1").status is LinkStatus.BROKEN
+    assert monitor.state("l2").status is LinkStatus.STARTING
+    monitor.on_arrived([observed("l2", 0, clock.now_ms - 30, 30)])
+    assert monitor.state("l2").status is LinkStatus.OK
+
+
+def test_a_startup_limit_below_three_intervals_keeps_the_three_interval_grace() -> None:
+    clock = FakeClock()
+    monitor = make_monitor(clock, startup_limit_ms=1)
+    assert monitor.startup_limit_ms == STALE_INTERVALS * INTERVAL
+    clock.advance(STALE_INTERVALS * INTERVAL)
+    assert monitor.state("l1").status is LinkStatus.STARTING
+    clock.advance(1)
+    assert monitor.state("l1").status is LinkStatus.IDLE
 
 
 def test_p99_over_the_last_hour_and_out_of_order_arrivals() -> None:
@@ -193,6 +243,13 @@ def test_heartbeat_and_metrics_sections() -> None:
         parse_replicator_config(_config(heartbeat={"interval": "500 ms"}), file="r.yaml")
     with pytest.raises(ConfigError, match=r"metrics\.port"):
         parse_replicator_config(_config(metrics={"port": 70000}))
+    assert default.heartbeat.startup_limit == 120.0
+    assert config.heartbeat.startup_limit_ms == 120_000
+    slow = parse_replicator_config(_config(heartbeat={"startup_limit": "5 minutes"}))
+    assert slow.heartbeat.startup_limit_ms == 300_000
+    for bad, reason in ((0, "must be > 0"), ("soon", "is not a duration")):
+        with pytest.raises(ConfigError, match=rf"r\.yaml: heartbeat\.startup_limit: .*{reason}"):
+            parse_replicator_config(_config(heartbeat={"startup_limit": bad}), file="r.yaml")
     with pytest.raises(ConfigError, match=r"metrics\.prot: unknown key"):
         parse_replicator_config(_config(metrics={"prot": 1}))
 

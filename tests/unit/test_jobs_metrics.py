@@ -63,7 +63,7 @@ def test_replication_metrics_are_fed_incrementally_from_the_delta_table(tmp_path
 
 def _monitor_scrape(now: list[int], *, lag_ms: int) -> str:
     monitor = HeartbeatMonitor(["l1", "l2"], interval_ms=1000, lagging_threshold_ms=500, stale_intervals=3,
-                               clock_ms=lambda: now[0])
+                               startup_limit_ms=120_000, clock_ms=lambda: now[0])
     monitor.on_arrived([Observed(Heartbeat("l1", 0, now[0] - lag_ms, "a", "b"), now[0], "t/b/0", 0)])
     registry = CollectorRegistry()
     registry.register(HeartbeatCollector(monitor))
@@ -78,7 +78,7 @@ def test_heartbeat_gauges_and_lag_statuses() -> None:
     assert 'rmq_replicator_link_state{link="l2",state="starting"} 1.0' in text
     rows = {r.link: r for r in link_lags(text, ["l1", "l2", "l3"], lagging_threshold_s=0.5)}
     assert rows["l1"].status is Status.OK and rows["l1"].lag_s == 0.12 and rows["l1"].p99_1h_s == 0.12
-    assert rows["l2"].status is Status.STARTING  # nothing arrived yet; the monitor runs for < 3 intervals
+    assert rows["l2"].status is Status.STARTING  # nothing arrived yet, within the start-up limit
     assert rows["l3"].status is Status.STALE  # no heartbeat metrics at all
     code, line = check_line(rows.values())
     assert code == 1 and line.startswith("STALE: l3 STALE (no heartbeat metrics)")
