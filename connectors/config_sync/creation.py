@@ -54,11 +54,15 @@ class TargetTopicCreator:
         topic maps to it. Raises nothing: a failure leaves the topic to the sink's auto-create as before."""
         try:
             source = read_cluster_state(self._source_admin, self._source_cluster, subscription_groups=False)
+            # the target's broker groups, as config sync reads the target (every cluster of its name servers):
+            # the sizing spreads the source's queues over them
+            target_brokers = sorted(self._target_admin.primary_addrs(None))
         except RocketMQError as exc:
-            log.info("link %s: cannot read the source to create %s like it (%s)", self.link, target_topic, exc)
+            log.info("link %s: cannot read the source or the target to create %s like the source (%s)", self.link,
+                     target_topic, exc)
             return None
         mapper = TopicMapper(self._topics, reserved_names=[self._source_cluster, *source.brokers])
-        change = creation_for(target_topic, source, mapper, self._settings)
+        change = creation_for(target_topic, source, mapper, self._settings, target_brokers)
         if change is None or change.status is not ChangeStatus.PLANNED:
             if change is not None:
                 log.warning("link %s: target topic %s not created like its source: %s %s", self.link, target_topic,
