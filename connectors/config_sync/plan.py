@@ -29,7 +29,8 @@ source broker group answered (one that did not might hold it).
 
 ``creation_for`` is the "create like the source" rule alone, for one target topic: what config sync would
 create, used by the replication planner when a batch would reach a target topic config sync has not created
-yet (``connectors.config_sync.creation``).
+yet (``connectors.config_sync.creation``); ``topic_changes_for`` is the rule for one existing target topic,
+used by the same planner to grow it before placing new source queues.
 """
 
 from __future__ import annotations
@@ -168,6 +169,17 @@ def creation_for(target_topic: str, source: ClusterState, mapper: TopicMapper,
         return None
     empty = ClusterState(source.taken_ms, {}, {}, tuple(sorted(target_brokers)))
     return _topic_changes(target_topic, [source.topics[s] for s in sources], empty, settings)[0]
+
+
+def topic_changes_for(target_topic: str, source: ClusterState, target: ClusterState, mapper: TopicMapper,
+                      settings: ConfigSyncSettings) -> list[ConfigChange]:
+    """The topic changes ``plan_changes`` makes for ``target_topic`` alone (none when no source topic maps to
+    it): the replication planner grows a target topic with them before it places new source queues
+    (``connectors.config_sync.creation``)."""
+    sources = _targets(source.topics, mapper, []).get(target_topic)
+    if not sources:
+        return []
+    return _topic_changes(target_topic, [source.topics[s] for s in sources], target, settings)
 
 
 def _canonical(config: Mapping[str, Any]) -> str:
