@@ -21,6 +21,10 @@ serves heartbeat metrics is ``jobs/heartbeat.py``'s (``jobs.metrics`` lists ever
                     OK       otherwise
     monitor         the heartbeat monitor's own verdict: ok, lagging, starting, broken (the source
                     produces heartbeats the target does not get) or idle (no heartbeat produced)
+    failover        "N shared: may re-read" when the newest checkpoint has N target queues fed by several
+                    source queues (a consumer failing over there misses nothing but may read some messages
+                    again; ``rmq_replicator_checkpoint_shared_queues``), else "exact"; informational, never
+                    a ``--check`` failure
 
 Exit codes: 0 (``--check``: no link STALE; each is OK, LAGGING or STARTING), 1 (a link STALE, or the
 endpoint unreachable), 2 (bad arguments or config). The line starts with the worst status: STALE, LAGGING,
@@ -75,15 +79,24 @@ class LinkLag:
     """Replication latency p99 of the newest batch (messages, not heartbeats)."""
     startup_limit_s: float | None
     """The job's start-up limit in effect (``rmq_replicator_heartbeat_startup_limit_seconds``)."""
+    shared_queues: float | None = None
+    """Target queues the newest checkpoint marks shared: may re-read (None: no checkpoint metrics)."""
 
     def describe(self) -> str:
+        shared = f"; {self.failover()}" if self.shared_queues else ""
         if self.age_s is None:
-            return f"{self.link} {self.status} (no heartbeat metrics)"
+            return f"{self.link} {self.status} (no heartbeat metrics{shared})"
         if self.status is Status.STARTING and self.lag_s is None:
             limit = "" if self.startup_limit_s is None else f", start-up limit {self.startup_limit_s:g} s"
-            return f"{self.link} {self.status} (no heartbeat yet, job up {self.age_s:.1f} s{limit})"
+            return f"{self.link} {self.status} (no heartbeat yet, job up {self.age_s:.1f} s{limit}{shared})"
         return (f"{self.link} {self.status} (heartbeat age {self.age_s:.1f} s, lag {_fmt(self.lag_s)}, "
-                f"monitor {self.monitor})")
+                f"monitor {self.monitor}{shared})")
+
+    def failover(self) -> str:
+        """The failover column: what a consumer failing over to the target can expect."""
+        if self.shared_queues is None:
+            return "-"
+        return f"{self.shared_queues:.0f} shared: may re-read" if self.shared_queues else "exact"
 
 
 class EndpointUnreachableError(Exception):
@@ -134,7 +147,8 @@ def link_lags(text: str, links: Sequence[str], *, lagging_threshold_s: float) ->
             status = Status.OK
         rows.append(LinkLag(link, status, lag, values.get((link, "heartbeat_lag_p99_1h_seconds")), age, interval,
                             states.get(link), values.get((link, "latency_p99_seconds")),
-                            values.get((link, "heartbeat_startup_limit_seconds"))))
+                            values.get((link, "heartbeat_startup_limit_seconds")),
+                            values.get((link, "checkpoint_shared_queues"))))
     return rows
 
 
@@ -161,12 +175,14 @@ def render(rows: Sequence[LinkLag], url: str, error: str | None) -> Table:
     table = Table(title=f"replication lag  {url}  {time.strftime('%H:%M:%S')}",
                   caption=error or f"STALE = heartbeat age > {STALE_INTERVALS} intervals; STARTING = no heartbeat "
                                    f"yet, within the start-up limit")
-    for column in ("link", "lag now", "p99 1h", "heartbeat age", "status", "monitor", "batch latency p99"):
-        table.add_column(column, justify="left" if column in ("link", "status", "monitor") else "right")
+    for column in ("link", "lag now", "p99 1h", "heartbeat age", "status", "monitor", "batch latency p99",
+                   "failover"):
+        table.add_column(column, justify="left" if column in ("link", "status", "monitor", "failover") else "right")
     colour = {Status.OK: "green", Status.STARTING: "blue", Status.LAGGING: "yellow", Status.STALE: "red"}
     for r in rows:
         table.add_row(r.link, _fmt(r.lag_s), _fmt(r.p99_1h_s), _fmt(r.age_s),
-                      f"[{colour[r.status]}]{r.status}[/]", r.monitor or "-", _fmt(r.latency_p99_s))
+                      f"[{colour[r.status]}]{r.status}[/]", r.monitor or "-", _fmt(r.latency_p99_s),
+                      f"[yellow]{r.failover()}[/]" if r.shared_queues else r.failover())
     return table
 
 

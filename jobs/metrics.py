@@ -44,6 +44,9 @@ Metrics, every one labelled ``link`` (README, "Metrics", has the same list)::
                                                         broken, idle), 0 for the others
     rmq_replicator_checkpoint_age_seconds      gauge    now - snapshot time of the newest complete checkpoint
                                                         (the recovery point; checkpoints table)
+    rmq_replicator_checkpoint_shared_queues    gauge    target queues the newest checkpoint marks "shared: may
+                                                        re-read" (several source queues feed each; checkpoints
+                                                        table, tables.SHARED_DETAIL); 0 when none
     rmq_replicator_config_changes_pending      gauge    config changes not applied that still stand (refused,
                                                         failed, disabled, deferred; config_changes table, each
                                                         recorded once: connectors.config_sync.standing)
@@ -68,7 +71,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from connectors.checkpoint.tables import CHECKPOINTS, CheckpointTables, newest_complete_snapshot_ms
+from connectors.checkpoint.tables import CHECKPOINTS, SHARED_DETAIL, CheckpointTables, newest_complete_snapshot_ms
 from connectors.config_sync.applier import CONFIG_CHANGES, ConfigTables, fold_pending
 from connectors.config_sync.plan import ChangeStatus
 from connectors.config_sync.standing import ChangeKey
@@ -113,6 +116,8 @@ class ReplicationMetrics:
         self.config_pending = gauge("config_changes_pending", "Config changes not yet applied on the target")
         self.config_deferred = gauge("config_changes_deferred",
                                      "Config changes deferred: a broker group of either cluster is unreachable")
+        self.checkpoint_shared = gauge("checkpoint_shared_queues",
+                                       "Target queues the newest checkpoint marks shared: may re-read")
 
     def add_batches(self, link: str, rows: Sequence[dict[str, Any]]) -> None:
         """Fold new rows of a link's metrics table (any order) into the counters and gauges."""
@@ -173,6 +178,8 @@ class ConnectorStateFeed:
         """Table -> (Delta version, newest ``committed_at``) of the last read."""
         self.newest_checkpoint_ms: int | None = None
         """Snapshot time of the newest complete checkpoint (``newest_complete_snapshot_ms``)."""
+        self.shared_queues: int | None = None
+        """Target queues the newest checkpoint read marks shared (``shared_target_queues``)."""
         self.pending_changes: int | None = None
         """Not-applied config changes standing (``applier.fold_pending`` of every row read so far)."""
         self._standing: dict[ChangeKey, str] = {}
@@ -187,10 +194,14 @@ class ConnectorStateFeed:
     def update(self) -> None:
         """Read what was committed since the last call; ``TableError`` when a table cannot be read."""
         if self._checkpoints is not None:
-            rows = self._new_rows(self._checkpoints, CHECKPOINTS, ["group", "outcome", "snapshot_at"])
+            rows = self._new_rows(self._checkpoints, CHECKPOINTS, ["group", "outcome", "snapshot_at", "detail",
+                                                                   "target_topic", "target_broker", "target_queue_id"])
             newest = None if rows is None else newest_complete_snapshot_ms(rows)
             if newest is not None:
                 self.newest_checkpoint_ms = max(newest, self.newest_checkpoint_ms or newest)
+            shared = None if rows is None else shared_target_queues(rows)
+            if shared is not None:
+                self.shared_queues = shared
         if self._config is not None:
             rows = self._new_rows(self._config, CONFIG_CHANGES, ["kind", "subject", "status"])
             if rows is not None:
@@ -220,6 +231,19 @@ class ConnectorStateFeed:
         elif seen is not None:
             self._seen[table] = (version, seen[1])
         return rows
+
+
+def shared_target_queues(rows: pa.Table) -> int | None:
+    """Distinct target queues marked ``SHARED_DETAIL`` in the newest checkpoint of ``rows`` (columns
+    ``snapshot_at``, ``detail``, ``target_topic``, ``target_broker``, ``target_queue_id``) that has a target
+    queue at all; None when none has (only conditions, e.g. the source unreachable: the count stands)."""
+    entries = list(zip(rows["snapshot_at"].to_pylist(), rows["detail"].to_pylist(), rows["target_topic"].to_pylist(),
+                       rows["target_broker"].to_pylist(), rows["target_queue_id"].to_pylist(), strict=True))
+    newest = max((e[0] for e in entries if e[0] is not None and e[2] is not None), default=None)
+    if newest is None:
+        return None
+    return len({(topic, broker, queue) for snapshot, detail, topic, broker, queue in entries
+                if snapshot == newest and (detail or "").startswith(SHARED_DETAIL)})
 
 
 class HeartbeatCollector(Collector):
@@ -339,6 +363,8 @@ class MetricsEndpoint:
         if state.pending_changes is not None:
             self.replication.config_pending.labels(state.link).set(state.pending_changes)
             self.replication.config_deferred.labels(state.link).set(state.deferred_changes or 0)
+        if state.shared_queues is not None:
+            self.replication.checkpoint_shared.labels(state.link).set(state.shared_queues)
 
     def _run(self) -> None:
         while not self._stop.wait(self._feed_interval):

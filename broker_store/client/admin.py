@@ -115,19 +115,20 @@ class AsyncAdmin:
         return sorted(str(t) for t in topics)
 
     async def wait_for_route(self, topic: str, timeout: float = 10.0, *, writable: bool = True,
-                             poll_interval: float = 0.1) -> TopicRouteData:
-        """Poll the name servers until the topic has a writable (or, with ``writable=False``,
-        readable) queue; RequestTimeoutError naming the last reason after ``timeout`` seconds."""
+                             poll_interval: float = 0.1, min_queues: int = 1) -> TopicRouteData:
+        """Poll the name servers until the topic has ``min_queues`` writable (or, with ``writable=False``,
+        readable) queues; RequestTimeoutError naming the last reason after ``timeout`` seconds."""
         deadline = self._clock() + timeout
         reason = "no route yet"
         while True:
             try:
                 route = await self._session.routes.fetch(topic)
                 queues = publish_queues(topic, route) if writable else subscribe_queues(topic, route)
-                if queues:
+                if queues and len(queues) >= min_queues:
                     self._session.routes.invalidate(topic)
                     return route
-                reason = f"route has no {'writable' if writable else 'readable'} queue"
+                reason = (f"route has {len(queues)} {'writable' if writable else 'readable'} queue(s), "
+                          f"waiting for {max(1, min_queues)}")
             except RocketMQError as exc:
                 if not (exc.retriable or exc.invalid_route):
                     raise
@@ -403,8 +404,10 @@ class Admin(SyncClient[AsyncAdmin]):
     def topic_list(self) -> list[str]:
         return self._call(lambda a: a.topic_list(), self._t())
 
-    def wait_for_route(self, topic: str, timeout: float = 10.0, *, writable: bool = True) -> TopicRouteData:
-        return self._call(lambda a: a.wait_for_route(topic, timeout, writable=writable), timeout + self._t())
+    def wait_for_route(self, topic: str, timeout: float = 10.0, *, writable: bool = True,
+                       min_queues: int = 1) -> TopicRouteData:
+        return self._call(lambda a: a.wait_for_route(topic, timeout, writable=writable, min_queues=min_queues),
+                          timeout + self._t())
 
     def create_topic(self, topic: str, queue_nums: int = 8, perm: int = DEFAULT_PERM,
                      cluster: str | Sequence[str] | None = None, *, broker_names: Sequence[str] | None = None,

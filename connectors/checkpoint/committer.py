@@ -14,7 +14,9 @@ micro-batch (and by tests). For each group of the snapshot:
    pending source queue);
 4. one JSON message per group with committed offsets goes to ``rmq_sys_replicator_checkpoint`` on the
    target (``CHECKPOINT_MESSAGE`` below), and every source queue's outcome, and every condition of the
-   snapshot, to the Delta ``checkpoints`` table (``connectors.checkpoint.tables``).
+   snapshot, to the Delta ``checkpoints`` table (``connectors.checkpoint.tables``). A source queue whose
+   target queue several source queues feed (``OffsetTranslator.feeders``) is marked there "shared: may
+   re-read" (``tables.SHARED_DETAIL``, ``exact`` false) and reported as a problem of the group (``SHARED``).
 
 A failing target request (a vanished topic, a broker down, the whole target unreachable) is recorded as
 ``target_error`` for the queues concerned and retried at the next checkpoint; it never fails the query. A
@@ -41,14 +43,14 @@ import json
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from broker_store.client import Admin, MessageQueue, Producer, new_message
 from broker_store.protocol.errors import RocketMQError
 from connectors.checkpoint.link_state import LinkProgress
 from connectors.checkpoint.snapshot import GroupOffset, GroupOffsetSnapshot
-from connectors.checkpoint.tables import CheckpointOutcome, CheckpointRow
+from connectors.checkpoint.tables import SHARED_DETAIL, CheckpointOutcome, CheckpointRow
 from connectors.checkpoint.translation import (
     DEFAULT_MAX_RUNS,
     Outcome,
@@ -65,6 +67,8 @@ log = logging.getLogger(__name__)
 CHECKPOINT_MESSAGE_VERSION = 1
 NOT_PRODUCED = "not_produced"
 """The problem kind of a checkpoint message not produced to ``rmq_sys_replicator_checkpoint``."""
+SHARED = "shared"
+"""The problem kind of a group with source queues on shared target queues (its failover may re-read)."""
 
 ProblemKey = tuple[str, str]
 """(kind, subject) of a problem: a ``CheckpointOutcome`` value (a condition or ``target_error``) or
@@ -114,7 +118,18 @@ class CheckpointReport:
         for r in self._problem_rows():
             seen.setdefault((r.group, r.detail), f"{r.outcome.value} {r.group}: {r.detail}")
         return [*seen.values(),
-                *(f"not produced to {CHECKPOINT_TOPIC}: {g}: {e}" for g, e in self.topic_errors.items())]
+                *(f"not produced to {CHECKPOINT_TOPIC}: {g}: {e}" for g, e in self.topic_errors.items()),
+                *(f"{SHARED} {g}: {d}" for g, d in self.shared().items())]
+
+    def shared(self) -> dict[str, str]:
+        """Group -> the shared target queues its rows are on (``SHARED_DETAIL``), as one line."""
+        queues: dict[str, set[str]] = {}
+        for g in self.groups:
+            for r in g.rows:
+                if r.detail.startswith(SHARED_DETAIL):
+                    queues.setdefault(g.group, set()).add(f"{r.target_topic}/{r.target_broker}/{r.target_queue_id}")
+        return {group: f"{SHARED_DETAIL}: target queue(s) {', '.join(sorted(q))} fed by several source queues"
+                for group, q in queues.items()}
 
     def problem_conditions(self) -> dict[ProblemKey, str]:
         """``problems`` keyed by what they are about (several details of one key joined), for the standing."""
@@ -125,6 +140,8 @@ class CheckpointReport:
                 said.append(r.detail)
         for group, error in self.topic_errors.items():
             details[(NOT_PRODUCED, group)] = [error]
+        for group, detail in self.shared().items():
+            details[(SHARED, group)] = [detail]
         return {key: "; ".join(said) for key, said in details.items()}
 
     def log_line(self) -> tuple[int, str]:
@@ -160,8 +177,34 @@ def translate_group(offsets: Sequence[GroupOffset], progress: LinkProgress) -> l
 
 def outcome_rows(group: str, snapshot_ms: int, translations: Sequence[Translation],
                  current: Mapping[TargetQueueKey, int], committed: Mapping[TargetQueueKey, int],
-                 errors: Mapping[TargetQueueKey, str]) -> list[CheckpointRow]:
-    """One row per source queue: what became of its translation (pure; see ``CheckpointOutcome``)."""
+                 errors: Mapping[TargetQueueKey, str],
+                 shared: Mapping[TargetQueueKey, Collection[QueueKey]] | None = None) -> list[CheckpointRow]:
+    """One row per source queue: what became of its translation (pure; see ``CheckpointOutcome``); a row on
+    a target queue of ``shared`` (-> the source queues feeding it) is marked ``SHARED_DETAIL``, inexact."""
+    return mark_shared(_outcome_rows(group, snapshot_ms, translations, current, committed, errors), shared or {})
+
+
+def mark_shared(rows: Sequence[CheckpointRow],
+                shared: Mapping[TargetQueueKey, Collection[QueueKey]]) -> list[CheckpointRow]:
+    """``rows`` with those on a target queue of ``shared`` marked ``SHARED_DETAIL`` and inexact."""
+    return [_shared(r, shared[key]) if (key := _target_of(r)) is not None and key in shared else r for r in rows]
+
+
+def _target_of(row: CheckpointRow) -> TargetQueueKey | None:
+    if row.target_topic is None or row.target_broker is None or row.target_queue_id is None:
+        return None
+    return TargetQueueKey(row.target_topic, row.target_broker, row.target_queue_id)
+
+
+def _shared(row: CheckpointRow, feeders: Collection[QueueKey]) -> CheckpointRow:
+    names = ", ".join(sorted(q.to_key() for q in feeders))
+    said = f"{SHARED_DETAIL} (source queues {names} feed this target queue)"
+    return replace(row, exact=False, detail=f"{said}; {row.detail}" if row.detail else said)
+
+
+def _outcome_rows(group: str, snapshot_ms: int, translations: Sequence[Translation],
+                  current: Mapping[TargetQueueKey, int], committed: Mapping[TargetQueueKey, int],
+                  errors: Mapping[TargetQueueKey, str]) -> list[CheckpointRow]:
     blocked = {t.target for t in translations if t.outcome is Outcome.PENDING and t.target is not None}
     rows = []
     for t in translations:
@@ -234,6 +277,8 @@ class CheckpointCommitter:
                        if r.outcome is CheckpointOutcome.SOURCE_UNREACHABLE}
         if kind == CheckpointOutcome.TARGET_ERROR.value:
             return any(g.group == subject for g in report.groups)
+        if kind == SHARED:
+            return any(g.group == subject and g.rows for g in report.groups)
         if kind == NOT_PRODUCED:
             return self._producer is not None and any(g.group == subject and g.committed for g in report.groups)
         if kind == CheckpointOutcome.SOURCE_UNREACHABLE.value:
@@ -273,6 +318,8 @@ class CheckpointCommitter:
                      snapshot_ms: int) -> GroupCheckpoint:
         translations = translate_group(offsets, progress)
         targets = sorted({t.target for t in translations if t.outcome is Outcome.TRANSLATED and t.target})
+        shared = {q: feeders for q in {t.target for t in translations if t.target is not None}
+                  if len(feeders := progress.translator.feeders(q)) > 1}
         current: dict[TargetQueueKey, int] = {}
         errors: dict[TargetQueueKey, str] = {}
         online: dict[str, list[str]] = {}
@@ -291,8 +338,9 @@ class CheckpointCommitter:
                 errors.update(dict.fromkeys(queues, f"target cluster {self.target_cluster}: {exc}"))
         if online:
             detail = "; ".join(f"{topic}: {len(ids)} consumer(s) online" for topic, ids in online.items())
-            rows = [_with(r, CheckpointOutcome.GROUP_ONLINE, detail) if r.outcome is CheckpointOutcome.CURRENT else r
-                    for r in outcome_rows(group, snapshot_ms, translations, {}, {}, errors)]
+            rows = mark_shared([_with(r, CheckpointOutcome.GROUP_ONLINE, detail)
+                                if r.outcome is CheckpointOutcome.CURRENT else r
+                                for r in outcome_rows(group, snapshot_ms, translations, {}, {}, errors)], shared)
             return GroupCheckpoint(group, {}, tuple(rows))
         planned = target_offsets([t for t in translations if t.target not in errors], current)
         committed: dict[TargetQueueKey, int] = {}
@@ -303,7 +351,7 @@ class CheckpointCommitter:
             except RocketMQError as exc:
                 errors[q] = f"UPDATE_CONSUMER_OFFSET on {self.target_cluster}: {exc}"
         return GroupCheckpoint(group, committed, tuple(outcome_rows(group, snapshot_ms, translations, current,
-                                                                    committed, errors)))
+                                                                    committed, errors, shared)))
 
     def _produce(self, checkpoint: GroupCheckpoint, snapshot_ms: int) -> str | None:
         assert self._producer is not None

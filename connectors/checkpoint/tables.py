@@ -11,7 +11,10 @@ Layout, beside the replication link's tables::
 
 Row (``CHECKPOINTS_SCHEMA``): ``outcome`` is a ``CheckpointOutcome`` value. Source columns are empty /
 -1 for a condition about a group or broker as a whole; target columns are null when there is no target
-queue (unmapped, unknown group).
+queue (unmapped, unknown group). A row whose target queue is fed by several source queues (the offset map
+says so: ``translation.OffsetTranslator.feeders``) has ``exact`` false and a ``detail`` starting with
+``SHARED_DETAIL``: a consumer failing over there misses nothing but may re-read messages of the other
+source queues (``translation``'s module docstring says why no translation can be exact for it).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ CHECKPOINTS_SCHEMA = pa.schema([
     ("target_offset", pa.int64()),      # this source queue's translation (null unless translated)
     ("committed_offset", pa.int64()),   # what the target queue was set to (null: not set this time)
     ("outcome", pa.string()),           # CheckpointOutcome value
-    ("exact", pa.bool_()),              # false: inside a run with gaps, conservative
+    ("exact", pa.bool_()),              # false: inside a run with gaps, or a shared target queue: conservative
     ("detail", pa.string()),
     ("snapshot_at", _TS),               # when the source offsets were read: the recovery point
     ("committed_at", _TS),
@@ -69,6 +72,10 @@ class CheckpointOutcome(enum.Enum):
     SOURCE_UNREACHABLE = "source_unreachable"
     MAPPING_FAILED = "mapping_failed"
 
+
+SHARED_DETAIL = "shared: may re-read"
+"""How a row's ``detail`` starts when several source queues feed its target queue (the lag view counts
+those queues: ``jobs.metrics``, ``jobs.lag``)."""
 
 TRANSLATED_OUTCOMES = frozenset({CheckpointOutcome.COMMITTED.value, CheckpointOutcome.CURRENT.value})
 

@@ -19,10 +19,14 @@ consumer failing over to the target neither skips nor repeats a message:
   is not replicated);
 * no run for the queue at all: unmapped; the caller leaves the queue alone and reports it.
 
-Several source queues may feed one target queue (several topics into one, or more source than target
-queues): the target queue's offset is the minimum over the source queues that feed it and that the group
-has an offset for (``TargetQueueOffsets``), so nothing is skipped; the messages of the other source queues
-above that minimum are read again (at least once). Offsets never move backwards: ``TargetQueueOffsets``
+Several source queues may feed one target queue (several topics into one, a target topic with fewer
+queues than the source, growth the target refused): the target queue's offset is the minimum over the
+source queues that feed it and that the group has an offset for (``TargetQueueOffsets``), so nothing is
+skipped; the messages of the other source queues above that minimum are read again (at least once). No
+translation can be exact there: the target queue interleaves the source queues' messages, and one target
+offset must stand for several source positions; any offset above the minimum would skip a message of the
+queue the minimum came from. ``OffsetTranslator.feeders`` says which target queues are shared (the
+committer marks their rows "shared: may re-read"). Offsets never move backwards: ``TargetQueueOffsets``
 takes the current target offsets and only raises them.
 
 Re-replicated offsets (a reset of the link's offsets): when a run covers source offsets an earlier run
@@ -115,8 +119,14 @@ class OffsetTranslator:
     def __init__(self, runs: Iterable[tuple[QueueKey, Run]] = ()) -> None:
         self._runs: dict[QueueKey, list[Run]] = {}
         self._firsts: dict[QueueKey, list[int]] = {}
+        self._feeders: dict[TargetQueueKey, set[QueueKey]] = {}
         for source, run in runs:
             self.add(source, run)
+
+    def feeders(self, target: TargetQueueKey) -> frozenset[QueueKey]:
+        """Every source queue any run ever added put into ``target`` (folding and cutting runs keep them):
+        more than one means the target queue is shared and its translation may re-read."""
+        return frozenset(self._feeders.get(target, ()))
 
     def add(self, source: QueueKey, run: Run) -> None:
         """Add one run, newer than every run added before (offset-map rows in commit order).
@@ -128,6 +138,7 @@ class OffsetTranslator:
         translation is unchanged (``target_first + (S - source_first)`` holds across the merged run)."""
         if run.source_last < run.source_first or run.messages <= 0:
             raise ValueError(f"{source.to_key()}: empty or reversed run {run}")
+        self._feeders.setdefault(run.target, set()).add(source)
         runs = self._runs.setdefault(source, [])
         firsts = self._firsts.setdefault(source, [])
         # runs[lo:hi]: the old runs the new one overlaps (only the first and last can stick out of it)

@@ -4,13 +4,18 @@ without brokers.
 
 Per target topic T (the link's topic mapping; several source topics may map to one):
 
-* wanted: the largest read / write queue counts of its source topics, the permission, ``order`` flag and
-  attributes of the first of them by name;
+* wanted: per target broker group, the source topic's queues over all its broker groups spread over the
+  target's groups (``connectors.config_sync.sizing``: every source queue can have a target queue of its own;
+  several source topics: the largest), the permission, ``order`` flag and attributes of the first of them by
+  name;
 * T missing on some target broker group: ``create_topic`` (an upsert on every primary);
 * T present: queue counts only grow: ``max(wanted, current)`` per count. A smaller wanted count is a
-  ``REFUSED`` shrink, recorded and reported, never applied; the growth part of the same topic still is.
+  ``REFUSED`` shrink, recorded and reported, never applied (only when the source's largest per-group count
+  is smaller too: a target that gained broker groups wants fewer per group without any source queue gone);
+  the growth part of the same topic still is.
   A permission or attribute difference is an ``update_topic``;
-* a count above ``ConfigSyncSettings.max_queue_nums``: refused;
+* a source broker group's count above ``ConfigSyncSettings.max_queue_nums``: refused; a spread count above
+  it: capped there (the change's detail says so);
 * a source topic judged deleted (``connectors.config_sync.evidence``: absent from every broker group that held
   it, all answering, in two consecutive snapshots), whose target no current or unknown source topic maps to:
   ``delete_topic`` when ``propagate_deletion``, else a ``DISABLED`` change (reported once, not applied). The
@@ -34,18 +39,20 @@ source broker group answered (one that did not might hold it).
 
 ``creation_for`` is the "create like the source" rule alone, for one target topic: what config sync would
 create, used by the replication planner when a batch would reach a target topic config sync has not created
-yet (``connectors.config_sync.creation``).
+yet (``connectors.config_sync.creation``); ``topic_changes_for`` is the rule for one existing target topic,
+used by the same planner to grow it before placing new source queues.
 """
 
 from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.config_sync.evidence import Evidence
+from connectors.config_sync.sizing import size_target_topic
 from connectors.config_sync.state import ClusterState, TopicState
 from connectors.core.errors import TopicMappingError
 from connectors.core.sync_settings import ConfigSyncSettings
@@ -209,14 +216,26 @@ def _unreachable(source: ClusterState, target: ClusterState) -> str:
 
 
 def creation_for(target_topic: str, source: ClusterState, mapper: TopicMapper,
-                 settings: ConfigSyncSettings) -> ConfigChange | None:
+                 settings: ConfigSyncSettings, target_brokers: Sequence[str] = ()) -> ConfigChange | None:
     """The ``create_topic`` change (PLANNED, or REFUSED over ``max_queue_nums``) that ``plan_changes`` makes
-    for ``target_topic`` on a target that lacks it; None when no source topic maps to it."""
+    for ``target_topic`` on a target that lacks it, whose broker groups are ``target_brokers`` (the sizing
+    spreads the source's queues over them; none known: one group); None when no source topic maps to it."""
     sources = _targets(source.topics, mapper, []).get(target_topic)
     if not sources:
         return None
-    empty = ClusterState(source.taken_ms, {}, {}, ())
+    empty = ClusterState(source.taken_ms, {}, {}, tuple(sorted(target_brokers)))
     return _topic_changes(target_topic, [source.topics[s] for s in sources], empty, settings)[0]
+
+
+def topic_changes_for(target_topic: str, source: ClusterState, target: ClusterState, mapper: TopicMapper,
+                      settings: ConfigSyncSettings) -> list[ConfigChange]:
+    """The topic changes ``plan_changes`` makes for ``target_topic`` alone (none when no source topic maps to
+    it): the replication planner grows a target topic with them before it places new source queues
+    (``connectors.config_sync.creation``)."""
+    sources = _targets(source.topics, mapper, []).get(target_topic)
+    if not sources:
+        return []
+    return _topic_changes(target_topic, [source.topics[s] for s in sources], target, settings)
 
 
 def _canonical(config: Mapping[str, Any]) -> str:
@@ -226,30 +245,36 @@ def _canonical(config: Mapping[str, Any]) -> str:
 def _topic_changes(name: str, sources: list[TopicState], target: ClusterState,
                    settings: ConfigSyncSettings, floor: tuple[int, int] | None = None) -> list[ConfigChange]:
     first = sources[0]
-    read = max(s.read_queue_nums for s in sources)
-    write = max(s.write_queue_nums for s in sources)
+    sizing = size_target_topic(sources, len(target.brokers), settings.max_queue_nums)
+    read, write = sizing.read_queue_nums, sizing.write_queue_nums
     if floor is not None and name not in target.topics:  # re-created: never fewer queues than it had
         read, write = max(read, floor[0]), max(write, floor[1])
     names = tuple(s.name for s in sources)
-    if max(read, write) > settings.max_queue_nums:
+    if sizing.refusal:
         return [ConfigChange(ChangeKind.CREATE_TOPIC, name, ChangeStatus.REFUSED, names, read, write, first.perm,
-                             detail=f"{max(read, write)} queues exceed max_queue_nums {settings.max_queue_nums}")]
+                             detail=sizing.refusal)]
+    cap = sizing.describe_cap() if sizing.capped else ""
     current = target.topics.get(name)
     if current is None:
         return [ConfigChange(ChangeKind.CREATE_TOPIC, name, ChangeStatus.PLANNED, names, read, write, first.perm,
-                             first.order, dict(first.attributes))]
+                             first.order, dict(first.attributes), detail=cap)]
     out = []
-    if read < current.read_queue_nums or write < current.write_queue_nums:
+    # A refused shrink is reported only when the source's own per-group counts are smaller too: a spread count
+    # that fell because the target gained broker groups is not a shrink (no source queue went away).
+    largest_read, largest_write = max(s.read_queue_nums for s in sources), max(s.write_queue_nums for s in sources)
+    if ((read < current.read_queue_nums and largest_read < current.read_queue_nums)
+            or (write < current.write_queue_nums and largest_write < current.write_queue_nums)):
         out.append(ConfigChange(ChangeKind.SHRINK, name, ChangeStatus.REFUSED, names, read, write, first.perm,
-                                detail=f"source queues read/write {read}/{write} < target "
-                                       f"{current.read_queue_nums}/{current.write_queue_nums}: queue counts are "
-                                       f"never shrunk on the target"))
+                                detail=f"source queues read/write {sizing.source_read_total}/"
+                                       f"{sizing.source_write_total} want {read}/{write} per target broker group "
+                                       f"({sizing.target_groups}) < target {current.read_queue_nums}/"
+                                       f"{current.write_queue_nums}: queue counts are never shrunk on the target"))
     new_read, new_write = max(read, current.read_queue_nums), max(write, current.write_queue_nums)
     missing = sorted(set(target.brokers) - set(current.brokers))
     differs = (new_read != current.read_queue_nums or new_write != current.write_queue_nums
                or first.perm != current.perm or dict(first.attributes) != dict(current.attributes))
     if differs or missing:
-        detail = f"missing on {missing}" if missing else ""
+        detail = "; ".join(filter(None, [f"missing on {missing}" if missing else "", cap]))
         out.append(ConfigChange(ChangeKind.CREATE_TOPIC if missing else ChangeKind.UPDATE_TOPIC, name,
                                 ChangeStatus.PLANNED, names, new_read, new_write, first.perm, first.order,
                                 dict(first.attributes), detail=detail))

@@ -8,8 +8,9 @@ reported (``unreachable``), never taken for one without topics; one that is no l
 server is absent from a snapshot, so what it held is judged by ``connectors.config_sync.evidence``, never by
 this listing alone.
 
-A topic on several broker groups is one ``TopicState``: the largest read / write queue counts of any group
-(the per-group count the target should have), the permission and attributes of the first group by name,
+A topic on several broker groups is one ``TopicState``: the largest read / write queue counts of any group,
+each group's own counts (``queue_nums``: their sums are the topic's total, which ``connectors.config_sync.
+sizing`` spreads over the target's broker groups), the permission and attributes of the first group by name,
 and the groups holding it.
 """
 
@@ -36,15 +37,37 @@ class TopicState:
     attributes: Mapping[str, str] = field(default_factory=dict)
     brokers: tuple[str, ...] = ()
     """Broker groups holding the topic, sorted."""
+    queue_nums: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    """Broker group -> its (read, write) queue counts. Empty (a state built without them, or JSON written
+    before they were kept): every group of ``brokers`` is taken to have the largest counts."""
+
+    def per_broker(self) -> Mapping[str, tuple[int, int]]:
+        """Each holding group's (read, write) counts (``queue_nums``, or the fallback it documents; a topic
+        with no group named counts as one group)."""
+        if self.queue_nums:
+            return self.queue_nums
+        return dict.fromkeys(self.brokers or ("",), (self.read_queue_nums, self.write_queue_nums))
+
+    @property
+    def total_read_queue_nums(self) -> int:
+        """Read queues over every broker group holding the topic."""
+        return sum(read for read, _ in self.per_broker().values())
+
+    @property
+    def total_write_queue_nums(self) -> int:
+        """Write queues over every broker group holding the topic."""
+        return sum(write for _, write in self.per_broker().values())
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "read": self.read_queue_nums, "write": self.write_queue_nums, "perm": self.perm,
-                "order": self.order, "attributes": dict(self.attributes), "brokers": list(self.brokers)}
+                "order": self.order, "attributes": dict(self.attributes), "brokers": list(self.brokers),
+                "queueNums": {b: list(counts) for b, counts in self.queue_nums.items()}}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> TopicState:
+        queue_nums = {str(b): (int(c[0]), int(c[1])) for b, c in d.get("queueNums", {}).items()}
         return cls(d["name"], int(d["read"]), int(d["write"]), int(d["perm"]), bool(d["order"]),
-                   dict(d["attributes"]), tuple(d["brokers"]))
+                   dict(d["attributes"]), tuple(d["brokers"]), queue_nums)
 
 
 @dataclass(frozen=True)
@@ -79,7 +102,8 @@ class ClusterState:
 def _merge(name: str, configs: list[tuple[str, TopicConfig]]) -> TopicState:
     first = configs[0][1]
     return TopicState(name, max(c.read_queue_nums for _, c in configs), max(c.write_queue_nums for _, c in configs),
-                      first.perm, first.order, dict(first.attributes or {}), tuple(sorted(b for b, _ in configs)))
+                      first.perm, first.order, dict(first.attributes or {}), tuple(sorted(b for b, _ in configs)),
+                      {b: (c.read_queue_nums, c.write_queue_nums) for b, c in sorted(configs, key=lambda bc: bc[0])})
 
 
 def read_cluster_state(admin: Admin, cluster: str | None, *, subscription_groups: bool = True,

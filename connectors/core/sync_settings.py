@@ -144,7 +144,9 @@ class ConfigSyncSettings(SettingsModel):
     ``groups``) when it is deleted on the source; a group only on the target is never deleted. Off: reported,
     never applied."""
     max_queue_nums: int = Field(default=1024, gt=0)
-    """A source queue count above this is refused on the target (recorded as a refused change)."""
+    """Queues per target broker group at most: a source broker group with more is refused on the target
+    (recorded as a refused change); the source's total spread over the target's groups is capped here (those
+    source queues then share target queues, ``connectors.config_sync.sizing``)."""
 
     @field_validator("interval", mode="before")
     @classmethod

@@ -14,7 +14,10 @@ planner could not place), the source queues without a decision for their target 
 the new ones are appended to the table and logged (once each) before ``place`` returns. A target topic
 the target does not have is first created like its source topic(s) when the link's config sync runs
 (``createTopicsLikeSource``: ``connectors.config_sync.creation``), so placement and config sync see the
-queue count the source has, never the target's auto-create default. A target topic that still cannot be
+queue count the source has, never the target's auto-create default; likewise, before new source queues are
+placed on a target topic with fewer writable queues than it would then have source queues, the topic is grown
+like its source first (``TargetTopicCreator.grow``), so a source topic's growth does not make its new queues
+share target queues for good when config sync's round has not come yet. A target topic that still cannot be
 listed (it will be auto-created, the target is down) leaves its ranges unplaced: the sink places them
 (``placement.QueuePlacement``) with the same rule and the same decided placements, and the writer's commit
 records what it decided.
@@ -77,11 +80,13 @@ class RangesPlacementPlanner:
     def __init__(self, *, link: str, mapper: TopicMapper, preserve: bool, table: PlacementTable,
                  source_queues: Callable[[str], list[QueueKey]], target_queues: Callable[[str], list[TargetQueue]],
                  create_target_topic: Callable[[str], bool] | None = None,
+                 grow_target_topic: Callable[[str], bool] | None = None,
                  close: Callable[[], None] = lambda: None) -> None:
         """``source_queues(topic)``: the source topic's readable queues now; ``target_queues(topic)``: the
         target topic's writable queues now (both raise ``RocketMQError`` when they cannot be listed);
         ``create_target_topic(topic)``: create a missing target topic like its source, True when it exists now
-        (None: leave it to the sink's auto-create)."""
+        (None: leave it to the sink's auto-create); ``grow_target_topic(topic)``: grow an existing target topic
+        like its source, True when it grew (None: place on the queues there are)."""
         self.link = link
         self.mapper = mapper
         self.preserve = preserve
@@ -89,6 +94,7 @@ class RangesPlacementPlanner:
         self._source_queues = source_queues
         self._target_queues = target_queues
         self._create_target_topic = create_target_topic
+        self._grow_target_topic = grow_target_topic
         self._close = close
         self._rule = QueuePlacement()
         self._version: int | None = None
@@ -126,21 +132,27 @@ class RangesPlacementPlanner:
                 client.close()
             admins.clear()
 
-        create_target_topic = None
+        create_target_topic = grow_target_topic = None
         if create_topics_like_source:
             from connectors.config_sync.creation import TargetTopicCreator  # only for links whose config sync runs
             from connectors.config_sync.plan import ChangeStatus
 
+            def creator() -> TargetTopicCreator:
+                return TargetTopicCreator(link=link.name, source_admin=admin("source"), source_cluster=link.source,
+                                          target_admin=admin("target"), topics=link.topics, settings=link.config_sync)
+
             def create_target_topic(topic: str) -> bool:
-                creator = TargetTopicCreator(link=link.name, source_admin=admin("source"), source_cluster=link.source,
-                                             target_admin=admin("target"), topics=link.topics,
-                                             settings=link.config_sync)
-                change = creator.create(topic)
+                change = creator().create(topic)
+                return change is not None and change.status is ChangeStatus.APPLIED
+
+            def grow_target_topic(topic: str) -> bool:
+                change = creator().grow(topic)
                 return change is not None and change.status is ChangeStatus.APPLIED
 
         return cls(link=link.name, mapper=TopicMapper(link.topics), preserve=link.preserve_queues,
                    table=PlacementTable(location, source_cluster=link.source), source_queues=source_queues,
-                   target_queues=target_queues, create_target_topic=create_target_topic, close=close)
+                   target_queues=target_queues, create_target_topic=create_target_topic,
+                   grow_target_topic=grow_target_topic, close=close)
 
     def close(self) -> None:
         self._close()
@@ -185,6 +197,10 @@ class RangesPlacementPlanner:
             try:
                 source_queues = self._source_queues(source_topic)
                 target_queues = self._target_queues_creating(target_topic)
+                already = sum(self._rule.load(target_topic).values())
+                if (self._grow_target_topic is not None and len(target_queues) < already + len(sources)
+                        and self._grow_target_topic(target_topic)):
+                    target_queues = self._target_queues(target_topic)  # grown: one target queue per source queue
             except RocketMQError as exc:
                 log.info("link %s: cannot place %s -> %s on the driver yet (%s); the sink places them", self.link,
                          source_topic, target_topic, exc)

@@ -7,10 +7,16 @@ decided ones back to ``QueuePlacement``). Only source queues without a decision 
 
 * ``preserve`` (the link's ``preserve_queues``) and the source topic has as many queues as the target
   topic: the n-th source queue (sorted by broker name, queue id) goes to the n-th target queue, which
-  keeps queue ids where both sides are laid out alike;
+  keeps queue ids where both sides are laid out alike, unless that target queue already has a source
+  queue (earlier decisions made under another layout: a source broker group added that sorts first);
 * otherwise the target queue with the fewest source queues placed on it (over every source topic mapped
   into that target topic), ties to the lowest in (broker name, queue id) order, so eight source queues
   on three target queues are spread 3/3/2 and new queues never pile up on one target queue.
+
+So every source queue gets a target queue of its own whenever the target topic has at least as many
+writable queues as source queues have been placed into it (config sync sizes target topics for that:
+``connectors.config_sync.sizing``), and the checkpoint translation is then exact. Otherwise some share
+one, for good: the checkpoints mark those "shared: may re-read" (``connectors.checkpoint.committer``).
 
 Pure code: no I/O, no clock. Deterministic: the same decided placements and the same queue lists give
 the same decisions, so a batch that is re-run after a crash (before its decisions were persisted)
@@ -106,10 +112,10 @@ class QueuePlacement:
         for source in sorted(set(sources), key=lambda q: (q.topic, q.broker_name, q.queue_id)):
             if (source, target_topic) in self._decided:
                 continue
-            if equal and source in position:
+            load = self._load.get(target_topic, Counter())
+            if equal and source in position and not load[targets[position[source]]]:
                 placement = Placement(source, target_topic, targets[position[source]], PRESERVED)
             else:
-                load = self._load.get(target_topic, Counter())
                 target = min(targets, key=lambda t: (load[t], t))
                 placement = Placement(source, target_topic, target, LEAST_LOADED)
             self._remember(placement)

@@ -197,3 +197,39 @@ def test_planner_without_creation_leaves_a_missing_topic_to_the_sink(tmp_path: P
                                         source_queues=Topics(2, 0).source_queues, target_queues=target_queues,
                                         create_target_topic=create)
         assert targets(placer.place(ranges(2))) == {0: None, 1: None}
+
+
+def test_planner_grows_the_target_before_placing_new_source_queues(tmp_path: Path) -> None:
+    """The source topic grows 4 -> 8 queues before config sync's round grew the target: the planner grows the
+    target topic like the source first (stubbed: connectors.config_sync.creation.TargetTopicCreator.grow), so
+    the new source queues get target queues of their own; queues already decided are not asked about again."""
+    topics = Topics(source=4, target=4)
+    grown: list[str] = []
+
+    def grow(topic: str) -> bool:
+        grown.append(topic)
+        topics.target = topics.source
+        return True
+
+    mapper = TopicMapper(TopicMappingConfig.model_validate({"explicit": [{"source": "A", "target": "B"}]}))
+    placer = RangesPlacementPlanner(link="l", mapper=mapper, preserve=True,
+                                    table=PlacementTable(tmp_path / "l", source_cluster="src"),
+                                    source_queues=topics.source_queues, target_queues=topics.target_queues,
+                                    grow_target_topic=grow)
+    assert targets(placer.place(ranges(4))) == {0: 0, 1: 1, 2: 2, 3: 3} and grown == []  # enough queues
+    topics.source = 8
+    placed = targets(placer.place(ranges(8)))
+    assert grown == ["B"] and sorted(placed.values()) == list(range(8))  # one target queue per source queue
+    placer.place(ranges(8))
+    assert grown == ["B"]
+
+
+def test_planner_shares_when_the_target_cannot_grow(tmp_path: Path) -> None:
+    """Growth refused or failed: the new source queues are placed on the queues there are (shared)."""
+    topics = Topics(source=8, target=4)
+    mapper = TopicMapper(TopicMappingConfig.model_validate({"explicit": [{"source": "A", "target": "B"}]}))
+    placer = RangesPlacementPlanner(link="l", mapper=mapper, preserve=True,
+                                    table=PlacementTable(tmp_path / "l", source_cluster="src"),
+                                    source_queues=topics.source_queues, target_queues=topics.target_queues,
+                                    grow_target_topic=lambda _topic: False)
+    assert sorted(Counter(targets(placer.place(ranges(8))).values()).values()) == [2, 2, 2, 2]

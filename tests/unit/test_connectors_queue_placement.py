@@ -103,3 +103,44 @@ def test_decisions_never_change_and_load_stays_balanced(steps: list[tuple[int, i
     if all(not preserve for _, _, preserve in steps) and len({n for _, n, _ in steps}) == 1:
         loads = Counter(p.load("T").values())
         assert max(p.load("T").values()) - min(p.load("T").values()) <= 1, loads
+
+
+def test_two_source_groups_into_one_target_group_of_as_many_queues_get_one_each() -> None:
+    """Issue 14: 2 source brokers x 4 queues into 1 target broker sized by config sync (8 queues): every
+    source queue has its own target queue, in (broker, queue id) order."""
+    sources = _sources("A", 4, "src-a") + _sources("A", 4, "src-b")
+    new = QueuePlacement().place("T", sources, source_topic_queues=sources, target_queues=_targets(8),
+                                 preserve=True)
+    assert [(d.source.broker_name, d.source.queue_id, d.target.queue_id) for d in new] == [
+        (b, i, n) for n, (b, i) in enumerate((b, i) for b in ("src-a", "src-b") for i in range(4))]
+    assert len({d.target for d in new}) == 8
+
+
+def test_positions_taken_by_earlier_decisions_fall_back_to_a_free_queue() -> None:
+    """A source group added later that sorts before the first one: its positions are taken already (by
+    the first group's queues), so its queues go to the free target queues, not onto taken ones."""
+    p = QueuePlacement()
+    first = _sources("A", 4, "src-b")
+    p.place("T", first, source_topic_queues=first, target_queues=_targets(4), preserve=True)
+    grown = _sources("A", 4, "src-a") + first
+    new = p.place("T", grown, source_topic_queues=grown, target_queues=_targets(8), preserve=True)
+    assert len(new) == 4 and sorted(d.target.queue_id for d in new) == [4, 5, 6, 7]
+    assert set(p.load("T").values()) == {1}
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6), st.integers(0, 4), st.booleans()),
+                      min_size=1, max_size=6))
+def test_enough_target_queues_mean_one_target_queue_per_source_queue(
+        steps: list[tuple[int, int, int, bool]]) -> None:
+    """Source groups a and b grow (each step at least what they had); the target topic has at least as many
+    queues as the source topic at every step (sometimes more): no target queue is ever shared."""
+    p = QueuePlacement()
+    a = b = 0
+    for grow_a, grow_b, spare, preserve in steps:
+        a, b = a + grow_a, b + grow_b
+        sources = _sources("A", a, "src-b") + _sources("A", b, "src-a")  # src-a sorts first, grows later
+        p.place("T", sources, source_topic_queues=sources, target_queues=_targets(a + b + spare),
+                preserve=preserve)
+        assert all(n == 1 for n in p.load("T").values()), p.load("T")
+        assert len(p.decided()) == a + b

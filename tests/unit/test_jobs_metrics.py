@@ -172,3 +172,40 @@ def test_disabled_connectors_export_nothing(tmp_path: Path) -> None:
     feed = ConnectorStateFeed(link)
     feed.update()
     assert feed.newest_checkpoint_ms is None and feed.pending_changes is None
+
+
+def test_shared_target_queues_reach_the_lag_view(tmp_path: Path) -> None:
+    """Checkpoint rows marked "shared: may re-read" (several source queues on one target queue) are counted per
+    newest checkpoint into rmq_replicator_checkpoint_shared_queues, and jobs.lag shows them without failing
+    --check; a checkpoint with only conditions (no target queue) leaves the count as it was."""
+    from connectors.checkpoint.tables import SHARED_DETAIL, CheckpointOutcome, CheckpointRow, CheckpointTables
+    from jobs.metrics import MetricsEndpoint
+
+    link = _link(tmp_path)
+    endpoint = MetricsEndpoint(MetricsSettings(port=0), [link])
+    checkpoints = CheckpointTables(link.tables_location)
+
+    def row(queue: int, source: int, at: int, detail: str = "") -> CheckpointRow:
+        return CheckpointRow("g", CheckpointOutcome.COMMITTED, at, "S", "src-a", source, 5, "T", "dst", queue, 5,
+                             5, not detail, detail)
+
+    shared = f"{SHARED_DETAIL} (source queues S@src-a@0, S@src-a@1 feed this target queue)"
+    checkpoints.commit_checkpoint("q", 0, [row(0, 0, 1_000, shared), row(0, 1, 1_000, shared), row(1, 2, 1_000)])
+    endpoint.feed_once()
+    assert _value(endpoint.registry, "rmq_replicator_checkpoint_shared_queues", link="l1") == 1
+    checkpoints.commit_checkpoint("q", 1, [CheckpointRow("src", CheckpointOutcome.SOURCE_UNREACHABLE, 2_000)])
+    endpoint.feed_once()
+    assert _value(endpoint.registry, "rmq_replicator_checkpoint_shared_queues", link="l1") == 1
+    text = (generate_latest(endpoint.registry).decode()
+            + 'rmq_replicator_heartbeat_lag_seconds{link="l1"} 0.1\n'
+              'rmq_replicator_heartbeat_age_seconds{link="l1"} 0.5\n'
+              'rmq_replicator_heartbeat_interval_seconds{link="l1"} 1.0\n')
+    (lag,) = link_lags(text, ["l1"], lagging_threshold_s=10)
+    assert lag.status is Status.OK and lag.failover() == "1 shared: may re-read"
+    code, line = check_line([lag])
+    assert code == 0 and "1 shared: may re-read" in line
+    checkpoints.commit_checkpoint("q", 2, [row(0, 0, 3_000), row(1, 1, 3_000)])
+    endpoint.feed_once()
+    assert _value(endpoint.registry, "rmq_replicator_checkpoint_shared_queues", link="l1") == 0
+    (exact,) = link_lags(generate_latest(endpoint.registry).decode(), ["l1"], lagging_threshold_s=10)
+    assert exact.failover() == "exact" and "shared" not in exact.describe()
