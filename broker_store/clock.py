@@ -7,7 +7,10 @@ with ``ManualClock`` instead of sleeping. ``SYSTEM_CLOCK`` is the real one.
 What uses it: message store timestamps, checkpoints and retention (``time``); flush deadlines and the
 flush interval, client channel expiry, long-polling deadlines (``monotonic``); the asyncio loops for
 heartbeats to the name servers, offset persistence and client scans (``sleep``, ``wait_for``); the
-store's threads (``wait`` on a condition). Replication's heartbeats and in-sync expiry take it the same way.
+store's threads (``wait`` on a condition). The HA link (heartbeats both ways, dead-link detection, the quorum's
+in-sync expiry and slave timeouts: ``sleep``, ``timeout``, ``call_later``) and the name server's broker expiry
+take it the same way; ``BrokerServer`` and ``NamesrvServer`` default to ``SYSTEM_CLOCK``, the parts below them
+take it by constructor without a default.
 """
 
 from __future__ import annotations
@@ -18,8 +21,17 @@ import itertools
 import threading
 import time
 import weakref
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol
+
+
+class TimerHandle(Protocol):
+    """A pending ``Clock.call_later`` callback."""
+
+    def cancel(self) -> object:
+        """Drop the callback if it has not run yet (no effect afterwards)."""
+        ...
 
 
 class Clock(Protocol):
@@ -41,6 +53,16 @@ class Clock(Protocol):
         """Wait for ``awaitable`` at most ``timeout`` seconds of this clock: True if it completed (a
         future's result or error is the caller's to read), False on timeout. On timeout a future is left
         as it is (the caller discards it); a coroutine is cancelled."""
+        ...
+
+    def timeout(self, seconds: float) -> AbstractAsyncContextManager[object]:
+        """``async with clock.timeout(s):`` is ``asyncio.timeout(s)`` on this clock: once ``seconds`` have
+        passed, the block's pending await is cancelled and ``TimeoutError`` leaves the block."""
+        ...
+
+    def call_later(self, seconds: float, callback: Callable[[], None]) -> TimerHandle:
+        """Run ``callback`` on the running loop once ``seconds`` of this clock have passed (``loop.call_later``);
+        call from the loop's thread."""
         ...
 
     def wait(self, cond: threading.Condition, timeout: float) -> None:
@@ -69,6 +91,12 @@ class SystemClock:
             if target is not awaitable and not target.done():  # timed out, or the caller was cancelled
                 target.cancel()
         return bool(done)
+
+    def timeout(self, seconds: float) -> AbstractAsyncContextManager[object]:
+        return asyncio.timeout(seconds)
+
+    def call_later(self, seconds: float, callback: Callable[[], None]) -> TimerHandle:
+        return asyncio.get_running_loop().call_later(seconds, callback)
 
     def wait(self, cond: threading.Condition, timeout: float) -> None:
         cond.wait(max(timeout, 0))
@@ -145,6 +173,31 @@ class ManualClock:
             if target is not awaitable and not target.done():  # timed out, or the caller was cancelled
                 target.cancel()
         return finished
+
+    @asynccontextmanager
+    async def timeout(self, seconds: float) -> AsyncIterator[object]:
+        # asyncio's own timeout, left unarmed and fired by this clock: it cancels the block's await and
+        # turns the cancellation into TimeoutError exactly as asyncio.timeout does.
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(None) as scope:
+            inside = True
+
+            def expire(timer: asyncio.Future[None]) -> None:
+                if inside and not timer.cancelled():
+                    scope.reschedule(loop.time())
+
+            timer = self._timer(seconds)
+            timer.add_done_callback(expire)
+            try:
+                yield scope
+            finally:
+                inside = False
+                timer.cancel()
+
+    def call_later(self, seconds: float, callback: Callable[[], None]) -> TimerHandle:
+        timer = self._timer(seconds)
+        timer.add_done_callback(lambda done: None if done.cancelled() else callback())
+        return timer
 
     def wait(self, cond: threading.Condition, timeout: float) -> None:
         if timeout <= 0:

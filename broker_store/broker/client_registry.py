@@ -1,7 +1,7 @@
 """Producers and consumers known to the broker, from HEART_BEAT / UNREGISTER_CLIENT.
 
 State machine only (no sockets): the controller feeds it decoded heartbeats, connection-closed
-events and periodic expiry scans driven by an injectable clock. The pull processor reads group
+events and periodic expiry scans on the broker's injected ``Clock`` (``monotonic``). The pull processor reads group
 subscriptions from it; GET_CONSUMER_LIST_BY_GROUP reads client ids.
 
 HeartbeatData body (JSON, as RocketMQ clients send it)::
@@ -18,12 +18,12 @@ HeartbeatData body (JSON, as RocketMQ clients send it)::
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 from broker_store.broker.subscription import SubscriptionData, subscription_from_json
+from broker_store.clock import Clock
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.route import loads_rocketmq
 
@@ -100,14 +100,14 @@ class ConsumerGroupInfo:
 class ClientRegistry:
     """Consumer groups and producer groups with their live clients. Single-threaded."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, clock: Clock) -> None:
         self._clock = clock
         self._consumers: dict[str, ConsumerGroupInfo] = {}
         self._producers: dict[str, dict[str, ClientChannel]] = {}
 
     def heartbeat(self, hb: HeartbeatData, connection: Hashable | None) -> list[str]:
         """Register every group of a heartbeat; returns consumer groups seen for the first time."""
-        now = self._clock()
+        now = self._clock.monotonic()
         new_groups = []
         for c in hb.consumers:
             info = self._consumers.get(c.group_name)
@@ -160,7 +160,7 @@ class ClientRegistry:
 
     def scan_expired(self, timeout: float) -> list[tuple[str, str]]:
         """Drop clients silent for longer than ``timeout`` seconds; returns (group, client id)."""
-        now = self._clock()
+        now = self._clock.monotonic()
         removed = []
         for group, info in list(self._consumers.items()):
             for cid, ch in list(info.channels.items()):

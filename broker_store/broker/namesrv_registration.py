@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker_store.background import cancel_and_wait
-from broker_store.clock import SYSTEM_CLOCK, Clock
+from broker_store.clock import Clock
 from broker_store.net.client import RemotingClient
 from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.errors import RocketMQError
@@ -73,7 +73,7 @@ class NamesrvRegistration:
         *,
         register_interval: float,
         heartbeat_interval: float,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock,
         on_primary_ha_addr: Callable[[str], None] = lambda _addr: None,
         awaiting_primary: Callable[[], bool] = lambda: False,
     ) -> None:

@@ -234,7 +234,7 @@ class BrokerReplication:
             log.info("HA: replica without a primary HA address yet (ha.ha_primary_address unset, the name "
                      "server has not named one): not following any primary")
             return
-        client = ReplicaClient(self._store, self._settings, primary_address=address)
+        client = ReplicaClient(self._store, self._settings, clock=self._clock, primary_address=address)
         await client.start()
         self._client = client
         log.info("HA: replica following %s", address)

@@ -92,7 +92,7 @@ class BrokerServer:
             clock_ms=clock_ms,
         )
         self.consumer_offsets = ConsumerOffsetManager(meta / OFFSETS_FILE, clock_ms=clock_ms)
-        self.clients = ClientRegistry(clock=clock.monotonic)
+        self.clients = ClientRegistry(clock=clock)
         self.subscription_groups = SubscriptionGroupManager(
             meta / SUBSCRIPTION_GROUPS_FILE, auto_create=config.auto_create_subscription_group, clock_ms=clock_ms)
         self.delay_levels = config.delay_levels()

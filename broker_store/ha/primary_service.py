@@ -13,7 +13,8 @@ FOLLOW (ship from there), RESTART (ship from the primary's min offset) or DIVERG
 at the primary's max offset, so the replica can tell, and close). Then a sender task ships
 ``ha_transfer_batch_size`` batches until caught up, waits for new data, and sends a heartbeat after
 ``ha_send_heartbeat_interval_ms`` of silence; the reader feeds every later report to the quorum as an
-ack. A link silent for ``ha_housekeeping_interval_ms`` is closed by ``Quorum.tick``.
+ack. A link silent for ``ha_housekeeping_interval_ms`` is closed by ``Quorum.tick``. Every timer (the first
+report's deadline, heartbeats, the quorum's tick) reads the injected ``Clock``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import itertools
 import logging
 from dataclasses import dataclass, field
 
-from broker_store.clock import SYSTEM_CLOCK, Clock
+from broker_store.clock import Clock, TimerHandle
 from broker_store.ha.errors import HALinkError, HAProtocolError
 from broker_store.ha.quorum import Quorum
 from broker_store.ha.replica_links import LinkId
@@ -66,17 +67,17 @@ class PrimaryService:
     """
 
     def __init__(self, log_: PrimaryLog, quorum: Quorum, settings: HASettings, *, host: str = "127.0.0.1",
-                 port: int = 0, clock: Clock | None = None) -> None:
+                 port: int = 0, clock: Clock) -> None:
         self._log = log_
         self._quorum = quorum
         self._host, self._port = host, port
-        self._clock = clock or SYSTEM_CLOCK
+        self._clock = clock
         self._batch = settings.ha_transfer_batch_size
         self._heartbeat = settings.ha_send_heartbeat_interval_ms / 1000
         self._first_report_timeout = settings.ha_housekeeping_interval_ms / 1000
         self._streams: dict[LinkId, _Stream] = {}
         self._server: asyncio.Server | None = None
-        self._tick_handle: asyncio.TimerHandle | None = None
+        self._tick_handle: TimerHandle | None = None
         self._tick_at: float | None = None
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -206,7 +207,7 @@ class PrimaryService:
             writer.close()
 
     async def _first_report(self, reader: asyncio.StreamReader, decoder: ReportDecoder) -> tuple[int, list[int]]:
-        async with asyncio.timeout(self._first_report_timeout):
+        async with self._clock.timeout(self._first_report_timeout):
             while True:
                 data = await reader.read(_READ_CHUNK)
                 if not data:
@@ -251,7 +252,7 @@ class PrimaryService:
                     stream.parked = True
                     try:
                         with contextlib.suppress(TimeoutError):
-                            async with asyncio.timeout(self._heartbeat - idle):
+                            async with self._clock.timeout(self._heartbeat - idle):
                                 await stream.wake.wait()
                     finally:
                         stream.parked = False
@@ -272,9 +273,8 @@ class PrimaryService:
             return
         if self._tick_handle is not None:
             self._tick_handle.cancel()
-        loop = asyncio.get_running_loop()
         self._tick_at = when
-        self._tick_handle = loop.call_later(max(when - self._clock.monotonic(), 0.0), self._on_tick)
+        self._tick_handle = self._clock.call_later(max(when - self._clock.monotonic(), 0.0), self._on_tick)
 
     def _on_tick(self) -> None:
         self._tick_handle = None

@@ -15,7 +15,7 @@ quorum counts: one report per read, sent once the bytes are in the CommitLog and
 before its records are indexed. A report also goes out
 every ``ha_send_heartbeat_interval_ms``. Nothing received for ``ha_housekeeping_interval_ms`` (the
 primary heartbeats more often than that) is a dead link: close, wait ``reconnect_delay``, connect
-again and resume from the max offset.
+again and resume from the max offset. Every one of these timers reads the injected ``Clock``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from broker_store.address import split_host_port
+from broker_store.clock import Clock, TimerHandle
 from broker_store.ha.errors import HALinkError, HAProtocolError, ReplicaLogDivergedError
 from broker_store.ha.replica_start import StartAction, interpret_batch_offset
 from broker_store.ha.settings import HASettings
@@ -48,13 +49,14 @@ class ReplicaClient:
     one worker thread).
     """
 
-    def __init__(self, log_: ReplicaLog, settings: HASettings, *, primary_address: str | None = None,
+    def __init__(self, log_: ReplicaLog, settings: HASettings, *, clock: Clock, primary_address: str | None = None,
                  reconnect_delay: float = 1.0) -> None:
         address = primary_address or settings.ha_primary_address
         if address is None:
             raise HALinkError("a replica needs the primary's HA address (ha.ha_primary_address)")
         self._host, self._port = split_host_port(address)
         self._log = log_
+        self._clock = clock
         self._heartbeat = settings.ha_send_heartbeat_interval_ms / 1000
         self._dead_after = settings.ha_housekeeping_interval_ms / 1000
         self._reconnect_delay = reconnect_delay
@@ -102,11 +104,11 @@ class ReplicaClient:
                 log.warning("HA link to %s:%s ended: %s", self._host, self._port, exc)
             finally:
                 self.connected = False
-            await asyncio.sleep(self._reconnect_delay)
+            await self._clock.sleep(self._reconnect_delay)
 
     async def _session(self) -> None:
         try:
-            async with asyncio.timeout(self._dead_after):
+            async with self._clock.timeout(self._dead_after):
                 reader, writer = await asyncio.open_connection(self._host, self._port)
         except (OSError, TimeoutError) as exc:
             raise HALinkError(f"cannot connect to the primary's HA port {self._host}:{self._port}: "
@@ -115,29 +117,29 @@ class ReplicaClient:
         self.connected = True
         heartbeat: asyncio.Task[None] | None = None
         loop = asyncio.get_running_loop()
-        dead_after = self._dead_after
+        clock, dead_after = self._clock, self._dead_after
         read_since: float | None = None
-        watchdog: asyncio.TimerHandle | None = None
+        watchdog: TimerHandle | None = None
 
         def check_silence() -> None:
             # One timer re-armed from when the current read began, not a timeout context per read (a read
             # is on every synchronous put's round trip): a read waiting dead_after fails. While no read is
             # pending (a catch-up chunk applying) nothing counts, so detection may come up to dead_after late.
             nonlocal watchdog
-            silent = 0.0 if read_since is None else loop.time() - read_since
+            silent = 0.0 if read_since is None else clock.monotonic() - read_since
             if silent >= dead_after:
                 watchdog = None
                 reader.set_exception(HALinkError(f"nothing from the primary for {dead_after:g} s: dead link"))
             else:
-                watchdog = loop.call_later(dead_after - silent, check_silence)
+                watchdog = clock.call_later(dead_after - silent, check_silence)
 
         try:
             writer.write(encode_report(self._log.max_physical_offset))
             heartbeat = asyncio.create_task(self._heartbeat_loop(writer))
             decoder = BatchDecoder()
-            watchdog = loop.call_later(dead_after, check_silence)
+            watchdog = clock.call_later(dead_after, check_silence)
             while True:
-                read_since = loop.time()
+                read_since = clock.monotonic()
                 data = await reader.read(_READ_CHUNK)
                 read_since = None
                 if not data:
@@ -188,5 +190,5 @@ class ReplicaClient:
     async def _heartbeat_loop(self, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError):
             while True:
-                await asyncio.sleep(self._heartbeat)
+                await self._clock.sleep(self._heartbeat)
                 writer.write(encode_report(self._log.max_physical_offset))

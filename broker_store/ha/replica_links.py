@@ -82,9 +82,12 @@ class ReplicaLinks:
             self._changed()
 
     def expire(self) -> list[LinkId]:
-        """Drop and return the links silent for longer than ``dead_after`` (the caller closes them)."""
+        """Drop and return the links silent for ``dead_after`` or longer (the caller closes them).
+
+        Dead from ``next_expiry()`` on, that instant included: a timer armed for it always finds work (with
+        a strict limit, a clock standing on that instant, as a ``ManualClock`` does, re-armed it forever)."""
         limit = self._clock.monotonic() - self._dead_after
-        dead = [link for link, state in self._links.items() if state.last_heard < limit]
+        dead = [link for link, state in self._links.items() if state.last_heard <= limit]
         for link in dead:
             del self._links[link]
         if dead:

@@ -15,10 +15,10 @@ data goes with it, so clients re-route.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from broker_store.clock import Clock
 from broker_store.protocol.route import MASTER_ID, BrokerData, ClusterInfo, QueueData, TopicRouteData
 from broker_store.protocol.topic import DataVersion, TopicConfig
 
@@ -63,11 +63,11 @@ class _BrokerGroup:
 class RouteInfoManager:
     """Route registry. Not thread-safe: one asyncio loop owns it.
 
-    ``clock`` returns seconds (``time.monotonic`` by default); ``default_timeout`` is the broker
+    Liveness reads ``clock.monotonic()`` (the name server's one clock); ``default_timeout`` is the broker
     expiry used when a registration does not carry its own heartbeat timeout.
     """
 
-    def __init__(self, *, default_timeout: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, clock: Clock, default_timeout: float = 5.0) -> None:
         self.default_timeout = default_timeout
         self._clock = clock
         self._topic_queue_table: dict[str, dict[str, QueueData]] = {}
@@ -91,7 +91,7 @@ class RouteInfoManager:
     ) -> RegisterResult:
         """Add or refresh a broker. Topic configs of a primary (id 0) update queue data when its
         data version changed or this is its first registration; a replica's are ignored."""
-        now = self._clock()
+        now = self._clock.monotonic()
         self._cluster_addr_table.setdefault(cluster, set()).add(broker_name)
         group = self._broker_addr_table.get(broker_name)
         register_first = group is None
@@ -185,7 +185,7 @@ class RouteInfoManager:
         live = self._broker_live_table.get(BrokerKey(cluster, broker_addr))
         if live is None:
             return False
-        live.last_update = self._clock()
+        live.last_update = self._clock.monotonic()
         return True
 
     def query_data_version(
@@ -195,12 +195,12 @@ class RouteInfoManager:
         live = self._broker_live_table.get(BrokerKey(cluster, broker_addr))
         if live is None:
             return True, None
-        live.last_update = self._clock()
+        live.last_update = self._clock.monotonic()
         return live.data_version != data_version, live.data_version
 
     def scan_not_active_brokers(self) -> list[BrokerKey]:
         """Remove every broker whose heartbeat is older than its timeout; returns the removed."""
-        now = self._clock()
+        now = self._clock.monotonic()
         expired = [k for k, live in self._broker_live_table.items() if now - live.last_update > live.timeout]
         for key in expired:
             live = self._broker_live_table[key]

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import zlib
 from collections.abc import Awaitable, Callable
 
 from broker_store.background import cancel_and_wait
+from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.config import NamesrvConfig, split_host_port
 from broker_store.namesrv.route_info import BrokerKey, RouteInfoManager
 from broker_store.net.server import Connection, RemotingServer
@@ -40,10 +40,12 @@ _EMPTY_KV_TABLE = dumps_rocketmq({"table": {}})
 
 
 class NamesrvServer:
-    """One name server. ``clock`` drives broker expiry (seconds, monotonic)."""
+    """One name server. ``clock`` is the one clock of its timers: brokers' liveness stamps and the expiry
+    scan (``broker_store.clock``; tests pass a ``ManualClock``)."""
 
-    def __init__(self, config: NamesrvConfig, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, config: NamesrvConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
+        self._clock = clock
         self.routes = RouteInfoManager(default_timeout=config.broker_expiry_seconds, clock=clock)
         host, port = split_host_port(config.listen)
         self._server = RemotingServer(self._handle, host, port)
@@ -71,7 +73,7 @@ class NamesrvServer:
 
     async def start(self) -> None:
         await self._server.start()
-        self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop())
+        self._scan_task = asyncio.get_running_loop().create_task(self.run_expiry_scan())
         log.info("name server listening on %s", self.addr)
 
     async def stop(self) -> None:
@@ -80,9 +82,11 @@ class NamesrvServer:
             self._scan_task = None
         await self._server.stop()
 
-    async def _scan_loop(self) -> None:
+    async def run_expiry_scan(self) -> None:
+        """Every ``scan_interval_seconds`` of the clock, remove the brokers silent past their timeout, until
+        cancelled. ``start`` runs it; a test runs it alone (no socket) and advances a ``ManualClock``."""
         while True:
-            await asyncio.sleep(self.config.scan_interval_seconds)
+            await self._clock.sleep(self.config.scan_interval_seconds)
             for key in self.routes.scan_not_active_brokers():
                 self._broker_conns.pop(key, None)
                 log.warning(

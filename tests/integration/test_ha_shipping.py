@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from broker_store.clock import SystemClock
+from broker_store.clock import SYSTEM_CLOCK
 from broker_store.ha.primary_service import PrimaryService
 from broker_store.ha.quorum import Quorum
 from broker_store.ha.replica_client import ReplicaClient
@@ -84,8 +84,8 @@ class Group:
         self.primary = _store(tmp / "primary", **(primary_options or {}))
         self.replica = _store(tmp / "replica")
         self.settings = HASettings(role=HARole.SYNC_MASTER, **{**FAST, **ha})
-        self.quorum = Quorum(self.settings, SystemClock())
-        self.service = PrimaryService(self.primary, self.quorum, self.settings)
+        self.quorum = Quorum(self.settings, SYSTEM_CLOCK)
+        self.service = PrimaryService(self.primary, self.quorum, self.settings, clock=SYSTEM_CLOCK)
         self.primary.add_arrival_listener(lambda *_: self.service.notify_appended())
         self.client: ReplicaClient | None = None
 
@@ -96,7 +96,7 @@ class Group:
     async def start_client(self) -> None:
         replica_settings = HASettings(role=HARole.SLAVE, ha_primary_address=f"127.0.0.1:{self.service.port}",
                                       **FAST)
-        self.client = ReplicaClient(self.replica, replica_settings, reconnect_delay=0.05)
+        self.client = ReplicaClient(self.replica, replica_settings, clock=SYSTEM_CLOCK, reconnect_delay=0.05)
         await self.client.start()
 
     async def caught_up(self, timeout: float = 20.0) -> None:
@@ -153,7 +153,8 @@ def test_reconnect_resumes_from_the_replica_offset(tmp_path: Path, caplog: pytes
             port = group.service.port                  # primary's HA service restarts on the same port
             await group.service.stop()
             _put(group.primary, 50)
-            group.service = PrimaryService(group.primary, group.quorum, group.settings, port=port)
+            group.service = PrimaryService(group.primary, group.quorum, group.settings, port=port,
+                                           clock=SYSTEM_CLOCK)
             await group.service.start()
             await group.caught_up()
             assert group.client.sessions >= 2 and group.client.diverged is None
@@ -170,7 +171,7 @@ def test_far_behind_replica_catches_up(tmp_path: Path) -> None:
         group.replica.shutdown()
         group.primary = _store(tmp_path / "primary-big", seg=4 * 1024 * 1024)
         group.replica = _store(tmp_path / "replica-big", seg=4 * 1024 * 1024)
-        group.service = PrimaryService(group.primary, group.quorum, group.settings)
+        group.service = PrimaryService(group.primary, group.quorum, group.settings, clock=SYSTEM_CLOCK)
         try:
             began = time.monotonic()
             _put(group.primary, 32 * 1024, size=1024)  # ~33 MiB backlog
@@ -298,7 +299,7 @@ def test_replica_detects_a_silent_primary_and_reconnects(tmp_path: Path) -> None
         port = server.sockets[0].getsockname()[1]
         replica = _store(tmp_path / "replica")
         client = ReplicaClient(replica, HASettings(role=HARole.SLAVE, ha_primary_address=f"127.0.0.1:{port}",
-                                                   **FAST), reconnect_delay=0.05)
+                                                   **FAST), clock=SYSTEM_CLOCK, reconnect_delay=0.05)
         try:
             began = time.monotonic()
             await client.start()

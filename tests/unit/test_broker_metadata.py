@@ -15,6 +15,7 @@ from broker_store.broker.send_processor import born_host_of, parse_send_header
 from broker_store.broker.subscription import SubscriptionParseError, build_subscription
 from broker_store.broker.subscription_group import SubscriptionGroupConfig, SubscriptionGroupManager
 from broker_store.broker.topic_config import TopicConfigManager
+from broker_store.clock import ManualClock
 from broker_store.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
 from broker_store.protocol.errors import ProtocolError, StoreError
 from broker_store.protocol.headers import SEND_V2_NAMES, SendMessageRequestHeader
@@ -212,8 +213,8 @@ def _heartbeat(client_id: str, group: str, expr: str) -> bytes:
 
 
 def test_client_registry_heartbeat_close_and_expiry() -> None:
-    now = [0.0]
-    reg = ClientRegistry(clock=lambda: now[0])
+    clock = ManualClock()
+    reg = ClientRegistry(clock=clock)
     conn_a, conn_b = object(), object()
     assert reg.heartbeat(decode_heartbeat(_heartbeat("c1", "g", "TagA")), conn_a) == ["g"]
     assert reg.heartbeat(decode_heartbeat(_heartbeat("c2", "g", "TagA || TagB")), conn_b) == []
@@ -223,7 +224,9 @@ def test_client_registry_heartbeat_close_and_expiry() -> None:
     assert reg.producer_clients("p") == ["c1", "c2"]
     reg.connection_closed(conn_a)
     assert reg.consumer_group("g").client_ids() == ["c2"]  # type: ignore[union-attr]
-    now[0] = 200.0
+    clock.advance(120.0)
+    assert reg.scan_expired(120.0) == []  # silent for exactly the timeout: kept
+    clock.advance(0.1)
     assert sorted(reg.scan_expired(120.0)) == [("g", "c2"), ("p", "c2")]
     assert reg.consumer_group("g") is None
 

@@ -1,9 +1,11 @@
-"""broker_store.clock: ManualClock drives sleepers, waits and stop signals only when advanced."""
+"""broker_store.clock: ManualClock drives sleepers, waits, timeouts, timers and stop signals only when advanced."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+
+import pytest
 
 from broker_store.clock import SYSTEM_CLOCK, ManualClock, StopSignal
 
@@ -48,5 +50,80 @@ def test_system_clock_wait_for_cancels_a_timed_out_coroutine() -> None:
         assert await SYSTEM_CLOCK.wait_for(event.wait(), 0.01) is False
         await asyncio.sleep(0)  # the cancellation is delivered
         assert len(asyncio.all_tasks()) == 1  # only main: the waiter task was cancelled
+
+    asyncio.run(main())
+
+
+async def _settle() -> None:
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+def test_manual_timeout_raises_only_once_advanced_past_it() -> None:
+    clock = ManualClock()
+
+    async def main() -> None:
+        never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def guarded() -> None:
+            async with clock.timeout(3):
+                await never
+
+        task = asyncio.ensure_future(guarded())
+        await _settle()
+        clock.advance(2.9)
+        await _settle()
+        assert not task.done()
+        clock.advance(0.1)
+        await _settle()
+        assert isinstance(task.exception(), TimeoutError) and never.cancelled()
+
+        errors: list[dict[str, object]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, context: errors.append(context))
+        async with clock.timeout(3):  # a block that ends in time leaves nothing armed behind it
+            await asyncio.sleep(0)
+        async with clock.timeout(3):
+            clock.advance(3)
+            await asyncio.sleep(0)  # the timer resolves in this turn, the block ends before its expiry runs
+        clock.advance(10)
+        await _settle()
+        assert errors == []
+        with pytest.raises(TimeoutError):
+            async with clock.timeout(0):  # already due: the block's first await is cancelled
+                await asyncio.get_running_loop().create_future()
+
+    asyncio.run(main())
+
+
+def test_manual_call_later_runs_when_due_and_not_once_cancelled() -> None:
+    clock = ManualClock()
+    ran: list[str] = []
+
+    async def main() -> None:
+        clock.call_later(2, lambda: ran.append("due"))
+        dropped = clock.call_later(1, lambda: ran.append("dropped"))
+        clock.call_later(0, lambda: ran.append("now"))
+        await _settle()
+        assert ran == ["now"]
+        dropped.cancel()
+        clock.advance(1.9)
+        await _settle()
+        assert ran == ["now"]
+        clock.advance(0.1)
+        await _settle()
+        assert ran == ["now", "due"]
+
+    asyncio.run(main())
+
+
+def test_system_clock_timeout_and_call_later_are_asyncio_s() -> None:
+    async def main() -> None:
+        with pytest.raises(TimeoutError):
+            async with SYSTEM_CLOCK.timeout(0.01):
+                await asyncio.Event().wait()
+        fired = asyncio.Event()
+        SYSTEM_CLOCK.call_later(0.01, fired.set)
+        await asyncio.wait_for(fired.wait(), 5)
+        SYSTEM_CLOCK.call_later(0, lambda: None).cancel()
 
     asyncio.run(main())

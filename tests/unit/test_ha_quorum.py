@@ -135,6 +135,18 @@ def test_dead_link_detected_after_the_housekeeping_interval() -> None:
     assert quorum.links.alive_count == 0 and quorum.admit(100).refused
 
 
+def test_a_tick_at_the_next_wakeup_always_finds_the_dead_link() -> None:
+    # The HA service arms its one timer for next_wakeup(); if the tick found nothing there, it would re-arm
+    # for the same instant at once, and on a clock standing still (ManualClock) never stop.
+    quorum, clock = _quorum()
+    quorum.replica_connected("r1")
+    quorum.replica_reported("r1", 100)
+    wakeup = quorum.next_wakeup()
+    assert wakeup is not None
+    clock.advance(wakeup - clock.monotonic())
+    assert clock.monotonic() == wakeup and quorum.tick() == ["r1"]
+
+
 def test_reports_never_go_back_on_one_link() -> None:
     quorum, _ = _quorum()
     quorum.replica_connected("r1")

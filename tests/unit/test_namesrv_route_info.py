@@ -1,26 +1,19 @@
-"""RouteInfoManager as a pure state machine: registration, routes, expiry driven by a fake clock."""
+"""RouteInfoManager as a pure state machine: registration, routes, expiry driven by a ManualClock."""
 
 from __future__ import annotations
 
+from broker_store.clock import ManualClock
 from broker_store.namesrv.route_info import BrokerKey, RouteInfoManager
 from broker_store.protocol.route import TopicRouteData, loads_rocketmq
 from broker_store.protocol.topic import DataVersion, TopicConfig
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _topics(*specs: tuple[str, int]) -> dict[str, TopicConfig]:
     return {name: TopicConfig(name, read_queue_nums=n, write_queue_nums=n, perm=6) for name, n in specs}
 
 
-def _manager(timeout: float = 5.0) -> tuple[RouteInfoManager, FakeClock]:
-    clock = FakeClock()
+def _manager(timeout: float = 5.0) -> tuple[RouteInfoManager, ManualClock]:
+    clock = ManualClock()
     return RouteInfoManager(default_timeout=timeout, clock=clock), clock
 
 
@@ -100,16 +93,16 @@ def test_expiry_removes_broker_without_heartbeat() -> None:
         broker_id=0,
         topic_configs=_topics(("T", 2)),
     )
-    clock.now += 4.0
+    clock.advance(4.0)
     assert routes.heartbeat(cluster="c", broker_addr="10.0.0.2:10911")
     assert routes.scan_not_active_brokers() == []
-    clock.now += 1.5  # a: 5.5 s silent, b: 1.5 s
+    clock.advance(1.5)  # a: 5.5 s silent, b: 1.5 s
     assert routes.scan_not_active_brokers() == [BrokerKey("c", "10.0.0.1:10911")]
     route = routes.pickup_topic_route("T")
     assert route is not None
     assert [b.broker_name for b in route.broker_datas] == ["b"]
     assert [q.broker_name for q in route.queue_datas] == ["b"]
-    clock.now += 10
+    clock.advance(10)
     assert routes.scan_not_active_brokers() == [BrokerKey("c", "10.0.0.2:10911")]
     assert routes.pickup_topic_route("T") is None
     assert routes.cluster_info().cluster_addr_table == {}
@@ -121,7 +114,7 @@ def test_registration_heartbeat_timeout_overrides_default() -> None:
     routes.register_broker(
         cluster="c", broker_addr="h:1", broker_name="a", broker_id=0, topic_configs={}, heartbeat_timeout=30.0
     )
-    clock.now += 10
+    clock.advance(10)
     assert routes.scan_not_active_brokers() == []
 
 
@@ -170,7 +163,7 @@ def test_cluster_info_and_query_data_version() -> None:
         None,
     )
     # QUERY_DATA_VERSION refreshes liveness like a heartbeat.
-    clock.now += 4
+    clock.advance(4)
     routes.query_data_version(cluster="c1", broker_addr="h:1", data_version=DataVersion(5, 3))
-    clock.now += 4
+    clock.advance(4)
     assert routes.scan_not_active_brokers() == [BrokerKey("c2", "h:2")]
