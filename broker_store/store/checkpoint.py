@@ -1,21 +1,25 @@
-"""The store checkpoint: how far the CommitLog and the ConsumeQueues are known to be durable.
+"""The store checkpoint: how far the CommitLog and the ConsumeQueues are known to be durable, and the confirm offset.
 
-Written by the flush thread (and at shutdown / after recovery or truncation) through a temp file and an
-atomic rename; read once by recovery, which starts scanning at ``safe_offset``. A missing, torn or
-unknown-version checkpoint makes recovery scan every CommitLog segment instead.
+Written by the flush thread (and at shutdown / after recovery, truncation or a confirm offset change) through a
+temp file and an atomic rename; read once by recovery, which starts scanning at ``safe_offset``. A missing, torn
+or unknown-version checkpoint makes recovery scan every CommitLog segment instead. Always written as version 2;
+version 1 (before the confirm offset existed) is still read, its ``confirm_offset`` None.
 
-Layout of ``<store_dir>/checkpoint`` (big-endian, 48 bytes)::
+Layout of ``<store_dir>/checkpoint``, version 2 (big-endian, 56 bytes)::
 
     offset size field
        0    4  MAGIC                 b"RMQK"
-       4    2  VERSION               1
+       4    2  VERSION               2
        6    2  reserved              0
        8    8  COMMIT_LOG_FLUSHED    CommitLog bytes below this offset are fsynced
       16    8  DISPATCH_FLUSHED      ConsumeQueue entries of every record below this offset are fsynced
       24    8  COMMIT_LOG_MIN        min physical offset when written (informational)
       32    8  WRITTEN_AT_MS         clock time of the write (informational)
-      40    4  CRC                   crc32 of bytes 0..39
-      44    4  reserved              0
+      40    8  CONFIRM_OFFSET        the store's confirm offset when written (``store.dispatch``); -1 = unknown
+      48    4  CRC                   crc32 of bytes 0..47
+      52    4  reserved              0
+
+Version 1 (48 bytes) is the same without CONFIRM_OFFSET: CRC at 40 over bytes 0..39, reserved at 44.
 """
 
 from __future__ import annotations
@@ -29,11 +33,15 @@ from pathlib import Path
 from broker_store.store.files import fsync_directory
 
 CHECKPOINT_MAGIC = b"RMQK"
-CHECKPOINT_VERSION = 1
-CHECKPOINT_BODY = struct.Struct(">4sHHqqqq")
+CHECKPOINT_VERSION = 2
+CHECKPOINT_BODY = struct.Struct(">4sHHqqqqq")
+CHECKPOINT_V1_VERSION = 1
+CHECKPOINT_V1_BODY = struct.Struct(">4sHHqqqq")
 CHECKPOINT_TRAILER = struct.Struct(">Ii")
-CHECKPOINT_SIZE = CHECKPOINT_BODY.size + CHECKPOINT_TRAILER.size  # 48
+CHECKPOINT_SIZE = CHECKPOINT_BODY.size + CHECKPOINT_TRAILER.size  # 56
+CHECKPOINT_V1_SIZE = CHECKPOINT_V1_BODY.size + CHECKPOINT_TRAILER.size  # 48
 CHECKPOINT_FILE = "checkpoint"
+UNKNOWN_CONFIRM_OFFSET = -1
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,8 @@ class Checkpoint:
     """ConsumeQueue entries for all records below this CommitLog offset were fsynced; a record boundary."""
     commit_log_min: int
     written_at_ms: int
+    confirm_offset: int | None = None
+    """The confirm offset when written; None when not known (a version-1 file, written before it existed)."""
 
     @property
     def safe_offset(self) -> int:
@@ -51,23 +61,31 @@ class Checkpoint:
         return min(self.commit_log_flushed, self.dispatch_flushed)
 
     def encode(self) -> bytes:
+        """Version 2 bytes."""
+        confirm = UNKNOWN_CONFIRM_OFFSET if self.confirm_offset is None else self.confirm_offset
         body = CHECKPOINT_BODY.pack(CHECKPOINT_MAGIC, CHECKPOINT_VERSION, 0, self.commit_log_flushed,
-                                    self.dispatch_flushed, self.commit_log_min, self.written_at_ms)
+                                    self.dispatch_flushed, self.commit_log_min, self.written_at_ms, confirm)
         return body + CHECKPOINT_TRAILER.pack(zlib.crc32(body), 0)
 
     @classmethod
     def decode(cls, raw: bytes) -> Checkpoint | None:
-        """The checkpoint in ``raw``, or None if it is torn, corrupt or of another version."""
-        if len(raw) != CHECKPOINT_SIZE:
+        """The checkpoint in ``raw`` (version 2 or 1), or None if it is torn, corrupt or of another version."""
+        if len(raw) == CHECKPOINT_SIZE:
+            layout, expected_version = CHECKPOINT_BODY, CHECKPOINT_VERSION
+        elif len(raw) == CHECKPOINT_V1_SIZE:
+            layout, expected_version = CHECKPOINT_V1_BODY, CHECKPOINT_V1_VERSION
+        else:
             return None
-        body = raw[:CHECKPOINT_BODY.size]
-        crc, _ = CHECKPOINT_TRAILER.unpack_from(raw, CHECKPOINT_BODY.size)
+        body = raw[:layout.size]
+        crc, _ = CHECKPOINT_TRAILER.unpack_from(raw, layout.size)
         if zlib.crc32(body) != crc:
             return None
-        magic, version, _, flushed, dispatched, cl_min, written = CHECKPOINT_BODY.unpack(body)
-        if magic != CHECKPOINT_MAGIC or version != CHECKPOINT_VERSION or min(flushed, dispatched, cl_min) < 0:
+        magic, version, _, flushed, dispatched, cl_min, written, *rest = layout.unpack(body)
+        confirm = rest[0] if rest else UNKNOWN_CONFIRM_OFFSET
+        if magic != CHECKPOINT_MAGIC or version != expected_version or min(flushed, dispatched, cl_min) < 0 \
+                or confirm < UNKNOWN_CONFIRM_OFFSET:
             return None
-        return cls(flushed, dispatched, cl_min, written)
+        return cls(flushed, dispatched, cl_min, written, None if confirm == UNKNOWN_CONFIRM_OFFSET else confirm)
 
 
 def load_checkpoint(store_dir: Path) -> Checkpoint | None:
