@@ -87,12 +87,14 @@ RoleListener = Callable[[RoleView, RoleView], None]
 class RoleState:
     """The stage, broker id and epoch in force now (see the module docstring).
 
-    Starts unfenced: PRIMARY when ``configured_broker_id`` is 0, else REPLICA with that id. ``epoch`` is the
-    starting master epoch (the epoch file's newest entry in controller mode; 0 in static groups).
+    Starts unfenced: PRIMARY when ``configured_broker_id`` is 0, else REPLICA with that id; ``replica`` starts
+    REPLICA whatever the id (controller mode: the controller promotes). ``epoch`` is the starting master epoch
+    (the epoch file's newest entry in controller mode; 0 in static groups).
     """
 
-    def __init__(self, configured_broker_id: int, *, epoch: int = 0) -> None:
-        self._stage = RoleStage.PRIMARY if configured_broker_id == MASTER_ID else RoleStage.REPLICA
+    def __init__(self, configured_broker_id: int, *, epoch: int = 0, replica: bool = False) -> None:
+        primary = configured_broker_id == MASTER_ID and not replica
+        self._stage = RoleStage.PRIMARY if primary else RoleStage.REPLICA
         self._replica_id = max(configured_broker_id, 1)
         self._epoch = epoch
         self._primary_during_promotion = False

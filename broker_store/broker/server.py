@@ -14,6 +14,10 @@ and the store steps, then unfences; a change of the registered id re-registers. 
 stage: the metadata sync runs while unfenced REPLICA, the schedule service (``broker.schedule``, delivery
 of delayed messages) while unfenced PRIMARY; each starts at an unfenced edge and stops at the fence.
 
+Controller mode (``enable_controller_mode``): the broker starts REPLICA under the id its ``brokerIdentity``
+file keeps (``broker.identity_file``); without one it serves but does not register with the name servers
+until ``assign_broker_id`` gives it an id (the controller's APPLY_BROKER_ID, a later seam).
+
 Start order: bind the port (so the advertised address and STOREHOST carry the real port), load
 metadata, recover the store, start the replication side of the role (``broker.replication``: the HA
 port of a primary, the HA client of a replica), install processors, register with the name servers (whose
@@ -39,6 +43,7 @@ from broker_store.broker.consumer_offset import ConsumerOffsetManager
 from broker_store.broker.delay_offsets import FILE_NAME as DELAY_OFFSETS_FILE
 from broker_store.broker.delay_offsets import DelayOffsetTable
 from broker_store.broker.delayed_send import DelayedSend
+from broker_store.broker.identity_file import BrokerIdentityFiles, RegisterState
 from broker_store.broker.long_polling import PullWaiters
 from broker_store.broker.metadata_sync import MetadataSync
 from broker_store.broker.namesrv_registration import BrokerIdentity, NamesrvRegistration
@@ -89,7 +94,13 @@ class BrokerServer:
         self.store_config = config.to_store_config()
         self._clock = clock
         self._promotion_steps = promotion_steps
-        self.role_state = RoleState(config.broker_id)
+        self.role_state = RoleState(config.broker_id, replica=config.enable_controller_mode)
+        self.identity_files: BrokerIdentityFiles | None = None
+        """Controller mode: the assigned id's files (None in static groups)."""
+        self._id_assigned = False
+        """Controller mode: brokerIdentity named an id, or the controller assigned one."""
+        self._registering = False
+        """Registration with the name servers started (controller mode defers it until an id is assigned)."""
         self.role_state.listeners.append(self._follow_role)
         self._role_transition: RoleTransition | None = None
         meta = Path(config.store_dir) / METADATA_DIR
@@ -177,6 +188,7 @@ class BrokerServer:
             await self._fast_server.start()
         try:
             self.addr = f"{self.config.advertised_ip}:{self._server.port}"
+            await self._load_assigned_id()
             self.topic_configs.load()
             self.consumer_offsets.load()
             self.subscription_groups.load()
@@ -213,8 +225,12 @@ class BrokerServer:
             self.schedule = ScheduleService(store, DelaySchedule(self.delay_levels, self.delay_offsets),
                                             clock=self._clock)
             self._install_processors()
-            await self.registration.register_all()
-            self.registration.start()
+            if self.identity_files is None or self._id_assigned:
+                await self._start_registration()
+            else:
+                log.warning("broker %s/%s is in controller mode without %s: it does not register with the name "
+                            "servers until the controller assigns it an id", self.config.cluster_name,
+                            self.config.broker_name, self.identity_files.path)
             loop = asyncio.get_running_loop()
             self._tasks = [
                 loop.create_task(self._persist_offsets_loop()),
@@ -233,6 +249,38 @@ class BrokerServer:
             self.addr,
             self.config.store_dir,
         )
+
+    async def _load_assigned_id(self) -> None:
+        """Controller mode: take the id brokerIdentity keeps (a pending brokerIdentity-temp is the controller
+        client's to finish: no id yet)."""
+        self._id_assigned = False
+        if not self.config.enable_controller_mode:
+            return
+        files = self.identity_files = BrokerIdentityFiles(Path(self.config.store_dir), self.config.cluster_name,
+                                                          self.config.broker_name)
+        state, assigned = await asyncio.to_thread(files.load)
+        if state is RegisterState.CREATE_METADATA_FILE_DONE and assigned is not None:
+            self.role_state.set_broker_id(assigned.broker_id)
+            self._id_assigned = True
+            log.info("controller mode: broker id %d from %s", assigned.broker_id, files.path)
+
+    async def assign_broker_id(self, broker_id: int) -> None:
+        """Controller mode: keep ``broker_id`` in brokerIdentity (crash-safe, before anything uses it), take it,
+        and register with the name servers if this broker had no id yet."""
+        if self.identity_files is None or self.registration is None:
+            raise RuntimeError("assign_broker_id needs a started broker in controller mode")
+        await asyncio.to_thread(self.identity_files.persist, broker_id)
+        self.role_state.set_broker_id(broker_id)
+        self._id_assigned = True
+        if not self._registering:
+            await self._start_registration()
+
+    async def _start_registration(self) -> None:
+        if self.registration is None:
+            raise RuntimeError("broker not started")
+        self._registering = True
+        await self.registration.register_all()
+        self.registration.start()
 
     def _primary_broker_addr(self) -> str | None:
         """The group primary's remoting address from the last registration answer; unknown (a replica that
@@ -362,7 +410,7 @@ class BrokerServer:
         self._tasks = []
         if self.registration is not None:
             await self.registration.stop()
-            if unregister:
+            if unregister and self._registering:
                 await self.registration.unregister_all()
         self._processors = {}
         await self._server.stop()

@@ -62,7 +62,7 @@ from broker_store.protocol.message import (
     encode_batch,
     encode_properties,
 )
-from broker_store.protocol.route import TopicRouteData, loads_rocketmq
+from broker_store.protocol.route import ClusterInfo, TopicRouteData, loads_rocketmq
 from broker_store.protocol.topic import (
     DataVersion,
     TopicConfig,
@@ -654,6 +654,47 @@ def test_a_promotion_refuses_sends_while_fenced_and_takes_them_once_unfenced(tmp
         assert (status["stage"], status["role"], status["epoch"]) == ("PRIMARY", "PRIMARY", 1)
 
     run(tmp_path, body, promotion_steps=gated)
+
+
+def test_controller_mode_keeps_the_assigned_id_across_a_restart_on_another_address(tmp_path: Path) -> None:
+    """A controller-mode broker without brokerIdentity serves but does not register; once assigned an id it
+    registers as that replica, and after a restart on a new port it registers under the same id at once."""
+
+    async def main() -> None:
+        ns = NamesrvServer(NamesrvConfig(listen="127.0.0.1:0"))
+        await ns.start()
+        client = RemotingClient()
+        cfg = broker_config(tmp_path, ns.addr, enable_controller_mode=True)
+
+        async def registered() -> dict[int, str]:
+            cmd = RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO)
+            info = ClusterInfo.decode(_ok(await client.invoke(ns.addr, cmd, TIMEOUT)).body)
+            group = info.broker_addr_table.get("broker-a")
+            return dict(group.broker_addrs) if group is not None else {}
+
+        try:
+            first = BrokerServer(cfg)
+            await first.start()
+            try:
+                assert first.role_state.stage.value == "REPLICA" and await registered() == {}
+                await first.assign_broker_id(3)
+                assert (tmp_path / "broker-a" / "brokerIdentity").read_text() == "c1#broker-a#3"
+                assert await registered() == {3: first.addr}
+                first_addr = first.addr
+            finally:
+                await first.stop()
+            second = BrokerServer(cfg)
+            await second.start()
+            try:
+                assert second.addr != first_addr and second.broker_id == 3
+                assert await registered() == {3: second.addr}
+            finally:
+                await second.stop()
+        finally:
+            await client.close()
+            await ns.stop()
+
+    asyncio.run(main())
 
 
 def test_the_schedule_service_runs_only_while_primary_and_resumes_from_the_delay_offsets(tmp_path: Path) -> None:
