@@ -76,7 +76,14 @@ class BrokerSettings(_Model):
     broker_name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     """Broker group name; primary and replicas of one group share it."""
     broker_id: int = Field(default=0, ge=0)
-    """0 = primary, > 0 = replica (runtime role may change later with controller mode)."""
+    """0 = primary, > 0 = replica. Static groups only: with ``enable_controller_mode`` the controller assigns
+    the id (kept in ``store_dir/brokerIdentity``) and the role, and this key must be left out."""
+    enable_controller_mode: bool = False
+    """RocketMQ's enableControllerMode: the broker has no fixed role or id. It starts as a replica under the
+    id its ``brokerIdentity`` file keeps (across restarts and address changes, ``broker.identity_file``) and
+    the controller promotes or demotes it; ``ha.role`` then names only how it acts while primary
+    (ASYNC_MASTER or SYNC_MASTER), and the controller, not ``ha.ha_primary_address``, names whom it
+    follows."""
     listen: HostPort = "127.0.0.1:10911"
     """Address the broker binds."""
     fast_listen_enable: bool = True
@@ -163,13 +170,25 @@ class BrokerSettings(_Model):
                 f"segment (store.commit_log_segment_size {store.commit_log_segment_size})"
             )
         role = self.ha.role
-        if (role is HARole.SLAVE) != (self.broker_id > 0):
+        if self.enable_controller_mode:
+            self._controller_mode_checks()
+        elif (role is HARole.SLAVE) != (self.broker_id > 0):
             allowed = ([HARole.SLAVE.value] if self.broker_id > 0
                        else [HARole.ASYNC_MASTER.value, HARole.SYNC_MASTER.value])
             raise ValueError(f"ha.role {role.value} does not fit broker_id {self.broker_id} (0 = primary, > 0 = "
                              f"replica); allowed roles for broker_id {self.broker_id}: {allowed}")
         self.ha_port()  # raises if listen + 1 is no port
         return self
+
+    def _controller_mode_checks(self) -> None:
+        """What ``enable_controller_mode`` relaxes and what it rules out (the role/id pairing does not apply)."""
+        if "broker_id" in self.model_fields_set:
+            raise ValueError(f"broker_id ({self.broker_id}) is assigned by the controller when "
+                             "enable_controller_mode is on (kept in store_dir/brokerIdentity); leave it out")
+        if self.ha.role is HARole.SLAVE:
+            raise ValueError("ha.role SLAVE does not fit enable_controller_mode (the controller decides who is "
+                             "primary, and whom to follow: ha.ha_primary_address goes with SLAVE only); allowed: "
+                             "ASYNC_MASTER or SYNC_MASTER, how the broker acts while primary")
 
     def delay_levels(self) -> DelayLevels:
         """The parsed ``message_delay_level``."""
@@ -201,7 +220,8 @@ class BrokerConfig(BrokerSettings):
         dupes = [a for a, n in Counter(self.namesrv_addrs).items() if n > 1]
         if dupes:
             raise ValueError(f"namesrv_addrs lists {dupes} more than once")
-        if self.ha.role is HARole.SLAVE and self.ha.ha_primary_address is None and not self.namesrv_addrs:
+        if self.ha.role is HARole.SLAVE and self.ha.ha_primary_address is None and not self.namesrv_addrs \
+                and not self.enable_controller_mode:
             raise ValueError("a broker with ha.role SLAVE needs ha.ha_primary_address (host:port of the primary's "
                              "HA port) or namesrv_addrs (whose registration answer names the primary)")
         return self
@@ -220,15 +240,24 @@ class ClusterConfig(_Model):
 
     @model_validator(mode="after")
     def _unique_brokers(self) -> ClusterConfig:
-        keys = Counter((b.broker_name, b.broker_id) for b in self.brokers)
+        """Static brokers are told apart by name and id; controller-mode ones have no configured id (their
+        store_dir tells them apart, unique across the file)."""
+        keys = Counter((b.broker_name, b.broker_id) for b in self.brokers if not b.enable_controller_mode)
         dupes = [f"{n}/{i}" for (n, i), c in keys.items() if c > 1]
         if dupes:
             raise ValueError(f"cluster {self.name!r}: broker name/id {dupes} declared more than once")
+        modes: dict[str, set[bool]] = {}
+        for b in self.brokers:
+            modes.setdefault(b.broker_name, set()).add(b.enable_controller_mode)
+        mixed = sorted(name for name, seen in modes.items() if len(seen) > 1)
+        if mixed:
+            raise ValueError(f"cluster {self.name!r}: groups {mixed} mix brokers with and without "
+                             "enable_controller_mode; a group is all static or all controlled")
         return self
 
     @model_validator(mode="after")
     def _replicas_have_primaries(self) -> ClusterConfig:
-        primaries = {b.broker_name for b in self.brokers if b.broker_id == 0}
+        primaries = {b.broker_name for b in self.brokers if b.broker_id == 0 and not b.enable_controller_mode}
         orphans = sorted(f"{b.broker_name}/{b.broker_id}" for b in self.brokers
                          if b.ha.role is HARole.SLAVE and b.ha.ha_primary_address is None
                          and b.broker_name not in primaries)

@@ -1,6 +1,7 @@
 """Versioned JSON files for broker metadata (topics, consumer offsets), replaced atomically.
 
-Used by ``TopicConfigManager`` and ``ConsumerOffsetManager``. File layout::
+Used by ``TopicConfigManager`` and ``ConsumerOffsetManager``; ``write_file_atomically`` is also the write of
+the broker's other small files (``identity_file``). File layout::
 
     {"version": 1,            # FORMAT_VERSION of the writer; newer versions are refused
      ...payload keys...}
@@ -28,6 +29,12 @@ def write_metadata_file(path: Path, payload: dict[str, Any]) -> None:
         {"version": FORMAT_VERSION, **payload},
         option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
     )
+    write_file_atomically(path, data)
+
+
+def write_file_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so a crash leaves the old or the new file, never a torn one (see the
+    module docstring). StoreError if it cannot be written."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

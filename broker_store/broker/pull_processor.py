@@ -26,14 +26,22 @@ slave_read_enable, each response's suggestWhichBrokerId is the consumer group's 
 when the pulled data lies more than ``HASettings.max_in_memory_gap()`` behind the max physical offset, else the
 group's brokerId (a group created on first use has RocketMQ's defaults, 1 and 0); without slave_read_enable it
 is 0.
+
+A fenced broker (``role.RoleStage`` PROMOTING / DEMOTING: changing role) serves pulls whatever
+slave_read_enable says, but only records that end at or below its confirm offset (``cut_at_offset``): what
+lies past it may still be truncated. It neither commits offsets nor answers PULL_OFFSET_MOVED (as a
+replica), and a pull it holds re-reads when the broker is unfenced. The store keeps no confirm offset yet,
+so the broker passes its max physical offset: today the bound cuts nothing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from broker_store.broker.role import RoleStage
 from broker_store.broker.subscription import EXPRESSION_TYPE_TAG, SubscriptionParseError, build_subscription
 from broker_store.ha.replica_read import consuming_slowly, route_pull
 from broker_store.protocol.codes import (
@@ -45,6 +53,7 @@ from broker_store.protocol.codes import (
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.headers import PullMessageRequestHeader
+from broker_store.protocol.message import STORED_HEADER
 from broker_store.protocol.route import MASTER_ID
 from broker_store.protocol.topic import is_readable
 from broker_store.store import GetResult, GetStatus
@@ -69,6 +78,26 @@ _STATUS_CODE = {
     GetStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
     GetStatus.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
 }
+
+
+def cut_at_offset(result: GetResult, limit: int) -> GetResult:
+    """``result`` without its records that end past CommitLog offset ``limit`` (a fenced broker's confirm
+    offset). The records are the stored ones, in CommitLog order, so the first that ends past the limit cuts
+    the rest; the next pull starts at its queue offset. Nothing left: OFFSET_OVERFLOW_ONE at the pulled
+    offset (PULL_NOT_FOUND), as if the queue ended there."""
+    if result.status is not GetStatus.FOUND:
+        return result
+    body, pos, kept = result.body, 0, 0
+    while pos < len(body):
+        header = STORED_HEADER.unpack_from(body, pos)
+        size, queue_offset, physical_offset = header[0], header[5], header[6]
+        if physical_offset + size > limit:
+            if kept == 0:
+                return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, queue_offset, result.min_offset, result.max_offset)
+            return dataclasses.replace(result, body=body[:pos], count=kept, next_begin_offset=queue_offset)
+        pos += size
+        kept += 1
+    return result
 
 
 def pull_response_code(status: GetStatus, requested_offset: int) -> ResponseCode:
@@ -103,6 +132,9 @@ class PullContext:
     """``ha.slave_read_enable``: replicas serve pulls, and slow consumers are pointed at one."""
     max_in_memory_gap: int = 2**62
     """``HASettings.max_in_memory_gap()``: a pull further behind the max physical offset is consuming slowly."""
+    confirm_offset: Callable[[], int] = lambda: 2**62
+    """The CommitLog offset a fenced broker serves pulls up to (the broker passes its max physical offset
+    until the store keeps a confirm offset); unbounded by default."""
 
 
 class PullProcessor:
@@ -179,7 +211,7 @@ class PullProcessor:
 
         result = self._get(h, max_nums, tags_codes, max_bytes)
         code = pull_response_code(result.status, h.queue_offset)
-        if not ctx.slave_read_enable and not ctx.role.is_primary:
+        if not ctx.slave_read_enable and ctx.role.stage is RoleStage.REPLICA:
             # A replica that may not serve reads: back to the primary at once, nothing held.
             return cmd.response(ResponseCode.PULL_RETRY_IMMEDIATELY, "slave read is disabled on this broker", {
                 "suggestWhichBrokerId": str(MASTER_ID), "nextBeginOffset": str(h.queue_offset),
@@ -213,12 +245,17 @@ class PullProcessor:
         tags_codes: frozenset[int] | None,
         max_bytes: int | None,
     ) -> GetResult:
-        store = self.ctx.store
+        ctx = self.ctx
+        store = ctx.store
         if max_bytes is None:
-            return store.get_messages(h.topic, h.queue_id, h.queue_offset, max_nums, tags_codes=tags_codes)
-        return store.get_messages(
-            h.topic, h.queue_id, h.queue_offset, max_nums, tags_codes=tags_codes, max_bytes=max_bytes
-        )
+            result = store.get_messages(h.topic, h.queue_id, h.queue_offset, max_nums, tags_codes=tags_codes)
+        else:
+            result = store.get_messages(
+                h.topic, h.queue_id, h.queue_offset, max_nums, tags_codes=tags_codes, max_bytes=max_bytes
+            )
+        if ctx.role.fenced:
+            return cut_at_offset(result, ctx.confirm_offset())
+        return result
 
     async def _hold(
         self,
@@ -244,8 +281,9 @@ class PullProcessor:
                 break
             fut = waiters.add(h.topic, h.queue_id, h.queue_offset)
             try:
-                # Re-read after registering: an arrival between the first read and now is not lost.
-                if store.get_max_offset(h.topic, h.queue_id) <= h.queue_offset:
+                # Re-read after registering: an arrival between the first read and now is not lost. While
+                # fenced the queue may hold more than a pull may see: wait (unfencing wakes every waiter).
+                if store.get_max_offset(h.topic, h.queue_id) <= h.queue_offset or ctx.role.fenced:
                     await clock.wait_for(fut, remaining)
             finally:
                 waiters.discard(h.topic, h.queue_id, fut)

@@ -5,9 +5,10 @@ broker is PRIMARY it runs the quorum (``ha.quorum.Quorum``), the HA port (``ha.p
 the replica-ack step of the store's durability policy, so every put's ``PutResult.durable`` covers the
 replica acks and a put the quorum cannot satisfy is refused before the append. While REPLICA it runs
 ``ha.replica_client.ReplicaClient`` into the store (the store indexes what arrives: the replica builds
-its own ConsumeQueues). ``RoleState.change_role`` drives the switch through a listener (the controller
-issue calls it): to REPLICA stops the primary side (waiting puts are answered FLUSH_SLAVE_TIMEOUT) and
-starts the client; to PRIMARY stops the client and starts the primary side.
+its own ConsumeQueues). ``broker.role_transition.RoleTransition`` drives the switch while the broker is
+fenced, awaiting each call: ``stop_following`` stops the client before a promotion settles the log,
+``become(PRIMARY)`` starts the primary side, ``become(REPLICA)`` stops the primary side (waiting puts are
+answered FLUSH_SLAVE_TIMEOUT) and starts the client.
 
 Whom a replica follows: ``ha.ha_primary_address`` when configured (it overrides), else the primary's HA
 address the name server names in its REGISTER_BROKER answer (``follow_primary``, called by the
@@ -27,7 +28,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from broker_store.broker.role import BrokerRole, RoleState
+from broker_store.broker.role import BrokerRole, RoleStage, RoleState
 from broker_store.clock import Clock
 from broker_store.ha.primary_service import PrimaryService
 from broker_store.ha.quorum import Quorum, ReplicaAckStep
@@ -55,7 +56,7 @@ class HAView:
     """This broker's replication state (answered to GET_BROKER_HA_STATUS)."""
 
     role: str
-    """PRIMARY or REPLICA (runtime role)."""
+    """PRIMARY or REPLICA (runtime role; a fenced broker is REPLICA)."""
     ha_role: str
     """Configured role: ASYNC_MASTER, SYNC_MASTER or SLAVE."""
     ha_address: str
@@ -71,6 +72,10 @@ class HAView:
     """Replica without a session: why the last one ended (or could not start)."""
     ha_max_gap_not_in_sync: int = 0
     """The in-sync gap this broker judges with (bytes)."""
+    stage: str = ""
+    """``RoleStage``: PRIMARY, REPLICA, or fenced PROMOTING / DEMOTING."""
+    epoch: int = 0
+    """The master epoch in force (0 in static groups)."""
 
     def to_json(self) -> bytes:
         """The GET_BROKER_HA_STATUS body: RocketMQ's HARuntimeInfo field names (a subset) plus ours::
@@ -79,7 +84,7 @@ class HAView:
              "haConnectionInfo": [{"addr": str, "slaveAckOffset": int, "diff": int, "inSync": bool}],
              "haClientRuntimeInfo": {"masterAddr": str, "maxOffset": int, "isActivated": bool},
              "role": "PRIMARY"|"REPLICA", "haRole": str, "haAddress": str, "minOffset": int,
-             "maxOffset": int, "lastError": str, "haMaxGapNotInSync": int}
+             "maxOffset": int, "lastError": str, "haMaxGapNotInSync": int, "stage": str, "epoch": int}
 
         A primary's masterCommitLogMaxOffset is its own max offset; a replica's haClientRuntimeInfo is
         its link to the primary (``isActivated``: a session is up).
@@ -96,7 +101,7 @@ class HAView:
                                     "maxOffset": self.max_offset, "isActivated": self.connected},
             "role": self.role, "haRole": self.ha_role, "haAddress": self.ha_address,
             "minOffset": self.min_offset, "maxOffset": self.max_offset, "lastError": self.last_error,
-            "haMaxGapNotInSync": self.ha_max_gap_not_in_sync,
+            "haMaxGapNotInSync": self.ha_max_gap_not_in_sync, "stage": self.stage, "epoch": self.epoch,
         }).encode()
 
 
@@ -122,7 +127,6 @@ class BrokerReplication:
         self._learnt_primary: str | None = None
         """The primary's HA address from the last registration answer naming one (replica)."""
         store.add_arrival_listener(self._on_arrival)
-        role.listeners.append(self._on_role_changed)
 
     @property
     def quorum(self) -> Quorum | None:
@@ -152,11 +156,15 @@ class BrokerReplication:
         log.info("HA: the name server names %s as the primary's HA address (was %s)", ha_address,
                  self._learnt_primary or "unknown")
         self._learnt_primary = ha_address
-        if self._started and self._role.role is BrokerRole.REPLICA:
-            self._schedule(self._refollow)
+        if self._started and self._following():
+            self._schedule(self._refollow).add_done_callback(_log_failed_switch)
+
+    def _following(self) -> bool:
+        """REPLICA, or DEMOTING (its ``become(REPLICA)`` starts the client): a promotion stops following."""
+        return self._role.stage is RoleStage.REPLICA or self._role.stage is RoleStage.DEMOTING
 
     async def _refollow(self) -> None:
-        if self._role.role is BrokerRole.REPLICA:
+        if self._following():
             await self._stop_replica()
             await self._start_replica()
 
@@ -167,29 +175,35 @@ class BrokerReplication:
     async def stop(self) -> None:
         self._started = False
         if self._switches is not None:
-            await asyncio.shield(self._switches)
+            await asyncio.wait([self._switches])
         await self._stop_primary()
         await self._stop_replica()
 
-    # -- role switches ------------------------------------------------------------------------------
+    # -- role switches (``role_transition.ReplicationSide``) -----------------------------------------
 
-    def _on_role_changed(self, _old: BrokerRole, new: BrokerRole) -> None:
-        if new is BrokerRole.PRIMARY:
+    async def stop_following(self) -> None:
+        """Stop the HA client (a promotion begins); returns once it stopped writing into the store."""
+        await self._schedule(self._stop_replica)
+
+    async def become(self, role: BrokerRole) -> None:
+        """Run the side of ``role``; returns once it runs (or raises why it could not start)."""
+        if role is BrokerRole.PRIMARY:
             self._learnt_primary = None  # the group's primary changed: whatever was learnt is stale
-        if self._started:
-            self._schedule(lambda: self._become(new))
+        await self._schedule(lambda: self._become(role))
 
-    def _schedule(self, step: Callable[[], Awaitable[None]]) -> None:
-        """Run ``step`` after every switch scheduled before it (switches never interleave)."""
+    def _schedule(self, step: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+        """Run ``step`` after every switch scheduled before it (switches never interleave; one that failed
+        does not stop the next: its error went to whoever awaited it)."""
         previous = self._switches
 
         async def switch() -> None:
             if previous is not None:
-                await previous
+                await asyncio.wait([previous])
             if self._started:
                 await step()
 
-        self._switches = asyncio.get_running_loop().create_task(switch(), name="ha-switch")
+        task = self._switches = asyncio.get_running_loop().create_task(switch(), name="ha-switch")
+        return task
 
     async def _become(self, role: BrokerRole) -> None:
         if role is BrokerRole.PRIMARY:
@@ -255,6 +269,7 @@ class BrokerReplication:
     def view(self) -> HAView:
         store = self._store
         role, ha_role = self._role.role.value, self._settings.role.value
+        stage, epoch = self._role.stage.value, self._role.epoch
         min_offset, max_offset = store.min_physical_offset, store.max_physical_offset
         if self._quorum is not None:
             gap = self._settings.ha_max_gap_not_in_sync
@@ -262,10 +277,16 @@ class BrokerReplication:
                                      s.ack_offset >= 0 and max_offset - s.ack_offset < gap)
                           for s in sorted(self._quorum.links.snapshot(), key=lambda s: str(s.link_id)))
             return HAView(role, ha_role, self.ha_address, min_offset, max_offset, links,
-                          ha_max_gap_not_in_sync=gap)
+                          ha_max_gap_not_in_sync=gap, stage=stage, epoch=epoch)
         client = self._client
         connected = client is not None and client.connected
         return HAView(role, ha_role, self.primary_ha_address or "", min_offset, max_offset,
                       connected=connected,
                       last_error=client.last_error if client is not None and not connected else "",
-                      ha_max_gap_not_in_sync=self._settings.ha_max_gap_not_in_sync)
+                      ha_max_gap_not_in_sync=self._settings.ha_max_gap_not_in_sync, stage=stage, epoch=epoch)
+
+
+def _log_failed_switch(task: asyncio.Task[None]) -> None:
+    """Done callback of a switch nobody awaits (re-following a newly named primary)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("HA: re-following the newly named primary failed", exc_info=task.exception())

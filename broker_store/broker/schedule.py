@@ -1,7 +1,7 @@
 """Scheduled delivery (RocketMQ 4.x ScheduleMessageService): due messages leave SCHEDULE_TOPIC_XXXX for their
 real topic and queue.
 
-Run by ``BrokerServer`` while the broker is PRIMARY, and only then (``RoleState`` listeners start and stop it;
+Run by ``BrokerServer`` while the broker is unfenced PRIMARY, and only then (``RoleState`` listeners start and stop it;
 a replica's delay offsets come from its primary through ``metadata_sync``). Two parts:
 
     DelaySchedule     pure: which entries of a level's queue are due at a given time, the offset of each level

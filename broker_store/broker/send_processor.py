@@ -1,14 +1,15 @@
 """SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE and CONSUMER_SEND_MSG_BACK.
 
-Called by ``BrokerServer`` for those request codes, with a ``SendContext``. Order of checks and the remarks follow
-RocketMQ's SendMessageProcessor / AbstractSendMessageProcessor.msgCheck so clients see familiar
-answers: role -> topic name -> forbidden system topic -> topic config (auto-create from TBW102) ->
-queue id -> sizes -> store. The put path is the broker's hottest: the header is parsed by hand
-(falling back to the typed header only to name a bad field), properties stay bytes, and the only
-per-message property edit is appending CLUSTER. A message whose properties hold DELAY (a level > 0) is
-stored in SCHEDULE_TOPIC_XXXX for the schedule service (``delayed_send``, ``schedule``); others pay one bytes
-search for it. A batch whose header asks for a delay is refused, as RocketMQ's CommitLog does (its client
-refuses delay levels in batches); DELAY inside a batch's messages is stored as sent, not acted on.
+Called by ``BrokerServer`` for those request codes, with a ``SendContext``. Order of checks and the remarks
+follow RocketMQ's SendMessageProcessor / AbstractSendMessageProcessor.msgCheck so clients see familiar
+answers: role (SERVICE_NOT_AVAILABLE; a fenced broker, changing role, says so in the remark) -> topic name ->
+forbidden system topic -> topic config (auto-create from TBW102) -> queue id -> sizes -> store. The put path
+is the broker's hottest: the header is parsed by hand (falling back to the typed header only to name a bad
+field), properties stay bytes, and the only per-message property edit is appending CLUSTER. A message whose
+properties hold DELAY (a level > 0) is stored in SCHEDULE_TOPIC_XXXX for the schedule service
+(``delayed_send``, ``schedule``); others pay one bytes search for it. A batch whose header asks for a delay is
+refused, as RocketMQ's CommitLog does (its client refuses delay levels in batches); DELAY inside a batch's
+messages is stored as sent, not acted on.
 """
 
 from __future__ import annotations
@@ -94,6 +95,14 @@ SERVICE_NOT_AVAILABLE_REMARK = (
     "service not available now. It may be caused by one of the following reasons: the broker's disk is full, "
     "messages are put to the slave, message store has been shut down, etc."
 )
+
+
+def fenced_remark(role: RoleState, broker_name: str) -> str:
+    """The SERVICE_NOT_AVAILABLE remark while ``role`` is fenced: clients retry it after refreshing the route."""
+    return (f"broker {broker_name} is fenced while it changes role ({role.stage.value}, epoch {role.epoch}): "
+            "it takes no messages until the change is done; refresh the route and retry")
+
+
 _CLUSTER_KEY = property_key(PROPERTY_CLUSTER)
 _ENDS_A_PROPERTY = (PROPERTY_SEPARATOR.encode(), b"")
 """Last byte of properties the CLUSTER property is appended to without a separator (b"": empty): the
@@ -209,7 +218,7 @@ class SendContext:
     store: MessageStore
     topic_configs: TopicConfigManager
     role: RoleState
-    """Only a primary takes writes."""
+    """Only an unfenced primary takes writes."""
     broker_name: str
     cluster_name: str
     """Written as the CLUSTER property of every message."""
@@ -257,7 +266,7 @@ class SendProcessor:
     ) -> RemotingCommand | TopicConfig:
         """msgCheck: the topic config to write to, or the error response."""
         if not self.ctx.role.is_primary:
-            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, SERVICE_NOT_AVAILABLE_REMARK)
+            return self._not_primary(cmd)
         topics = self.ctx.topic_configs
         tc = topics.select(req.topic)
         if tc is None:
@@ -292,6 +301,11 @@ class SendProcessor:
         if req.queue_id < 0:
             req.queue_id = random.randrange(max(tc.write_queue_nums, 1))
         return tc
+
+    def _not_primary(self, cmd: RemotingCommand) -> RemotingCommand:
+        role = self.ctx.role
+        remark = fenced_remark(role, self.ctx.broker_name) if role.fenced else SERVICE_NOT_AVAILABLE_REMARK
+        return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, remark)
 
     def _illegal_size(self, cmd: RemotingCommand, size: int) -> RemotingCommand:
         return cmd.response(
@@ -485,7 +499,7 @@ class SendProcessor:
         """
         h = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
         if not self.ctx.role.is_primary:
-            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, SERVICE_NOT_AVAILABLE_REMARK)
+            return self._not_primary(cmd)
         topics = self.ctx.topic_configs
         new_topic = retry_topic(h.group)
         tc = topics.create_in_send_back(new_topic, RETRY_QUEUE_NUMS, PERM_READ | PERM_WRITE)

@@ -7,10 +7,16 @@ and the name-server registration, and routes each request code to its processor 
 processor gets a narrow context (``SendContext``, ``PullContext``...) rather than the server.
 
 Role is runtime state (``role_state``, ``broker.role.RoleState``): a REPLICA refuses writes with
-SERVICE_NOT_AVAILABLE and answers PULL_OFFSET_MOVED as PULL_RETRY_IMMEDIATELY; ``RoleState.change_role``
-is the one place it changes (the election controller will call it), and a change re-registers. Two loops
-follow the role: the metadata sync runs while REPLICA, the schedule service (``broker.schedule``, delivery
-of delayed messages) while PRIMARY.
+SERVICE_NOT_AVAILABLE and answers PULL_OFFSET_MOVED as PULL_RETRY_IMMEDIATELY. ``change_role`` is the one
+way it changes (tests and operators now, the election controller later): ``broker.role_transition`` fences
+the broker (sends refused, pulls served up to the confirm offset) while it awaits the replication switch
+and the store steps, then unfences; a change of the registered id re-registers. Two loops follow the
+stage: the metadata sync runs while unfenced REPLICA, the schedule service (``broker.schedule``, delivery
+of delayed messages) while unfenced PRIMARY; each starts at an unfenced edge and stops at the fence.
+
+Controller mode (``enable_controller_mode``): the broker starts REPLICA under the id its ``brokerIdentity``
+file keeps (``broker.identity_file``); without one it serves but does not register with the name servers
+until ``assign_broker_id`` gives it an id (the controller's APPLY_BROKER_ID, a later seam).
 
 Start order: bind the port (so the advertised address and STOREHOST carry the real port), load
 metadata, recover the store, start the replication side of the role (``broker.replication``: the HA
@@ -37,13 +43,15 @@ from broker_store.broker.consumer_offset import ConsumerOffsetManager
 from broker_store.broker.delay_offsets import FILE_NAME as DELAY_OFFSETS_FILE
 from broker_store.broker.delay_offsets import DelayOffsetTable
 from broker_store.broker.delayed_send import DelayedSend
+from broker_store.broker.identity_file import BrokerIdentityFiles, RegisterState
 from broker_store.broker.long_polling import PullWaiters
 from broker_store.broker.metadata_sync import MetadataSync
 from broker_store.broker.namesrv_registration import BrokerIdentity, NamesrvRegistration
 from broker_store.broker.offset_processor import OffsetContext, OffsetProcessor
 from broker_store.broker.pull_processor import PullContext, PullProcessor
 from broker_store.broker.replication import BrokerReplication
-from broker_store.broker.role import BrokerRole, RoleState
+from broker_store.broker.role import BrokerRole, RoleStage, RoleState, RoleView
+from broker_store.broker.role_transition import PromotionSteps, RoleTransition, StorePromotionSteps
 from broker_store.broker.schedule import DelaySchedule, ScheduleService
 from broker_store.broker.send_processor import SendContext, SendProcessor
 from broker_store.broker.subscription_group import FILE_NAME as SUBSCRIPTION_GROUPS_FILE
@@ -70,19 +78,31 @@ delayOffset.json."""
 CLIENT_SCAN_INTERVAL = 10.0
 
 
+PromotionStepsFactory = Callable[[MessageStore], PromotionSteps]
+"""The store steps of a promotion, built once the store is open (default: ``StorePromotionSteps``)."""
+
+
 class BrokerServer:
     """One broker. ``clock`` is the one clock of every timer it runs (``broker_store.clock``): the store's
     (timestamps, flush deadlines, retention), the name-server heartbeats, client expiry, offset
-    persistence and held pulls."""
+    persistence and held pulls. ``promotion_steps`` replaces the store steps a promotion awaits (controller
+    mode's epoch file; tests hold the fenced window open)."""
 
-    def __init__(self, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK,
+                 promotion_steps: PromotionStepsFactory = StorePromotionSteps) -> None:
         self.config = config
         self.store_config = config.to_store_config()
         self._clock = clock
-        self.role_state = RoleState(config.broker_id)
-        self.role_state.listeners.append(lambda _old, _new: self._request_register())
-        self.role_state.listeners.append(lambda _old, new: self._metadata_sync_for(new))
-        self.role_state.listeners.append(lambda _old, new: self._schedule_for(new))
+        self._promotion_steps = promotion_steps
+        self.role_state = RoleState(config.broker_id, replica=config.enable_controller_mode)
+        self.identity_files: BrokerIdentityFiles | None = None
+        """Controller mode: the assigned id's files (None in static groups)."""
+        self._id_assigned = False
+        """Controller mode: brokerIdentity named an id, or the controller assigned one."""
+        self._registering = False
+        """Registration with the name servers started (controller mode defers it until an id is assigned)."""
+        self.role_state.listeners.append(self._follow_role)
+        self._role_transition: RoleTransition | None = None
         meta = Path(config.store_dir) / METADATA_DIR
         clock_ms = lambda: int(clock.time() * 1000)  # noqa: E731
         self.topic_configs = TopicConfigManager(
@@ -168,6 +188,7 @@ class BrokerServer:
             await self._fast_server.start()
         try:
             self.addr = f"{self.config.advertised_ip}:{self._server.port}"
+            await self._load_assigned_id()
             self.topic_configs.load()
             self.consumer_offsets.load()
             self.subscription_groups.load()
@@ -182,6 +203,7 @@ class BrokerServer:
                 store, self.role_state, self.config.ha, host=split_host_port(self.config.listen)[0],
                 ha_port=self.config.ha_port(), advertised_ip=self.config.advertised_ip, clock=self._clock)
             await self.replication.start()
+            self._role_transition = RoleTransition(self.role_state, self.replication, self._promotion_steps(store))
             self._client = RemotingClient()
             replication = self.replication
             self.registration = NamesrvRegistration(
@@ -203,15 +225,19 @@ class BrokerServer:
             self.schedule = ScheduleService(store, DelaySchedule(self.delay_levels, self.delay_offsets),
                                             clock=self._clock)
             self._install_processors()
-            await self.registration.register_all()
-            self.registration.start()
+            if self.identity_files is None or self._id_assigned:
+                await self._start_registration()
+            else:
+                log.warning("broker %s/%s is in controller mode without %s: it does not register with the name "
+                            "servers until the controller assigns it an id", self.config.cluster_name,
+                            self.config.broker_name, self.identity_files.path)
             loop = asyncio.get_running_loop()
             self._tasks = [
                 loop.create_task(self._persist_offsets_loop()),
                 loop.create_task(self._client_scan_loop()),
             ]
-            self._metadata_sync_for(self.role)
-            self._schedule_for(self.role)
+            self._metadata_sync_for(self.role_state.stage)
+            self._schedule_for(self.role_state.stage)
         except BaseException:
             await self.stop(unregister=False)
             raise
@@ -224,6 +250,38 @@ class BrokerServer:
             self.config.store_dir,
         )
 
+    async def _load_assigned_id(self) -> None:
+        """Controller mode: take the id brokerIdentity keeps (a pending brokerIdentity-temp is the controller
+        client's to finish: no id yet)."""
+        self._id_assigned = False
+        if not self.config.enable_controller_mode:
+            return
+        files = self.identity_files = BrokerIdentityFiles(Path(self.config.store_dir), self.config.cluster_name,
+                                                          self.config.broker_name)
+        state, assigned = await asyncio.to_thread(files.load)
+        if state is RegisterState.CREATE_METADATA_FILE_DONE and assigned is not None:
+            self.role_state.set_broker_id(assigned.broker_id)
+            self._id_assigned = True
+            log.info("controller mode: broker id %d from %s", assigned.broker_id, files.path)
+
+    async def assign_broker_id(self, broker_id: int) -> None:
+        """Controller mode: keep ``broker_id`` in brokerIdentity (crash-safe, before anything uses it), take it,
+        and register with the name servers if this broker had no id yet."""
+        if self.identity_files is None or self.registration is None:
+            raise RuntimeError("assign_broker_id needs a started broker in controller mode")
+        await asyncio.to_thread(self.identity_files.persist, broker_id)
+        self.role_state.set_broker_id(broker_id)
+        self._id_assigned = True
+        if not self._registering:
+            await self._start_registration()
+
+    async def _start_registration(self) -> None:
+        if self.registration is None:
+            raise RuntimeError("broker not started")
+        self._registering = True
+        await self.registration.register_all()
+        self.registration.start()
+
     def _primary_broker_addr(self) -> str | None:
         """The group primary's remoting address from the last registration answer; unknown (a replica that
         registered before its primary did) asks for a registration now, so the next round knows it."""
@@ -233,22 +291,42 @@ class BrokerServer:
             self.registration.request_register()
         return self.registration.master_addr
 
-    def _metadata_sync_for(self, role: BrokerRole) -> None:
-        """Run the metadata sync while REPLICA, and only then (the role listener and start call this)."""
-        if role is BrokerRole.REPLICA and self._metadata_sync_task is None and self.metadata_sync is not None \
+    async def change_role(self, role: BrokerRole, *, epoch: int | None = None) -> None:
+        """Promote or demote this broker through the fenced transition (``broker.role_transition``) and
+        return once it is unfenced. ``epoch`` None keeps the epoch in force (static groups); an older one
+        raises ``role.StaleEpochError``; a failed step raises after leaving the broker REPLICA."""
+        if self._role_transition is None:
+            raise RuntimeError("broker not started")
+        await self._role_transition.change_role(role, epoch=epoch)
+
+    def _follow_role(self, old: RoleView, new: RoleView) -> None:
+        """RoleState listener: re-register under a new id, switch the loops that follow the stage, and let
+        pulls held while fenced re-read once unfenced (no arrival would wake them)."""
+        if old.broker_id != new.broker_id:
+            self._request_register()
+        self._metadata_sync_for(new.stage)
+        self._schedule_for(new.stage)
+        if old.stage.fenced and not new.stage.fenced and self._pull_waiters is not None:
+            self._pull_waiters.wake_all()
+
+    def _metadata_sync_for(self, stage: RoleStage) -> None:
+        """Run the metadata sync while unfenced REPLICA, and only then (the role listener and start call
+        this): a promotion stops it at the fence, so no copy of the old primary's tables lands after."""
+        if stage is RoleStage.REPLICA and self._metadata_sync_task is None and self.metadata_sync is not None \
                 and not self.stopping:
             self._metadata_sync_task = asyncio.get_running_loop().create_task(self.metadata_sync.run())
-        elif role is BrokerRole.PRIMARY and self._metadata_sync_task is not None:
+        elif stage is not RoleStage.REPLICA and self._metadata_sync_task is not None:
             self._metadata_sync_task.cancel()
             self._metadata_sync_task = None
 
-    def _schedule_for(self, role: BrokerRole) -> None:
-        """Run the schedule service while PRIMARY, and only then (the role listener and start call this). A
+    def _schedule_for(self, stage: RoleStage) -> None:
+        """Run the schedule service while unfenced PRIMARY, and only then (the role listener and start call
+        this): it writes, so it starts at a promotion's unfenced edge and stops at a demotion's fence. A
         replica keeps the primary's delay offsets (metadata sync), so stopping persists the table first."""
-        if role is BrokerRole.PRIMARY and self._schedule_task is None and self.schedule is not None \
+        if stage is RoleStage.PRIMARY and self._schedule_task is None and self.schedule is not None \
                 and not self.stopping:
             self._schedule_task = asyncio.get_running_loop().create_task(self.schedule.run())
-        elif role is BrokerRole.REPLICA and self._schedule_task is not None:
+        elif stage is not RoleStage.PRIMARY and self._schedule_task is not None:
             self._schedule_task.cancel()
             self._schedule_task = None
             self._persist_delay_offsets()
@@ -281,7 +359,9 @@ class BrokerServer:
             stopping=lambda: self.stopping, clock=self._clock, max_pull_msg_nums=cfg.max_pull_msg_nums,
             long_polling_enable=cfg.long_polling_enable, short_polling_time_ms=cfg.short_polling_time_ms,
             subscription_groups=self.subscription_groups,
-            slave_read_enable=cfg.ha.slave_read_enable, max_in_memory_gap=cfg.ha.max_in_memory_gap()))
+            slave_read_enable=cfg.ha.slave_read_enable, max_in_memory_gap=cfg.ha.max_in_memory_gap(),
+            # The store keeps no confirm offset yet: a fenced broker serves everything it holds.
+            confirm_offset=lambda: store.max_physical_offset))
         offsets = OffsetProcessor(OffsetContext(store, topics, self.consumer_offsets, self.delay_offsets))
         admin = AdminProcessor(AdminContext(topics, self.consumer_offsets, self.subscription_groups,
                                             cluster_name=cfg.cluster_name, broker_name=cfg.broker_name,
@@ -330,7 +410,7 @@ class BrokerServer:
         self._tasks = []
         if self.registration is not None:
             await self.registration.stop()
-            if unregister:
+            if unregister and self._registering:
                 await self.registration.unregister_all()
         self._processors = {}
         await self._server.stop()

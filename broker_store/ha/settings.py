@@ -34,8 +34,8 @@ MiB = 1024 * KiB
 class HARole(enum.StrEnum):
     """A broker's replication role as configured (RocketMQ's brokerRole).
 
-    Not the runtime role: that is the broker's ``RoleState`` (PRIMARY / REPLICA, seams branch
-    ``broker/role.py``), where controller mode changes it. SLAVE starts as REPLICA, either MASTER as
+    Not the runtime role: that is the broker's ``RoleState`` (``broker/role.py``: PRIMARY / REPLICA and
+    the fenced stages between), which ``BrokerServer.change_role`` changes. SLAVE starts as REPLICA, either MASTER as
     PRIMARY; the MASTER flavour says whether a primary's puts wait for replica acks. The broker settings
     must keep this consistent with ``broker_id`` (0 = a MASTER role, > 0 = SLAVE), as RocketMQ requires.
     """

@@ -457,13 +457,16 @@ class MessageStore:
             self._notify(arrived)
 
     def truncate_commit_log(self, offset: int) -> None:
-        """Drop every record at or past ``offset`` (a record boundary) and their ConsumeQueue entries."""
+        """Drop every record at or past ``offset`` (a record boundary: a record's start, a blank record or the
+        dispatched offset) and their ConsumeQueue entries."""
         flush = self._flush
         with flush.checkpoint_lock, self._lock:
             cl = self._commit_log
             if offset >= cl.max_offset:
                 return
-            if offset > cl.min_offset and offset % cl.segment_size:
+            # The dispatched offset is a boundary by construction (dispatch stops only between records); a
+            # promotion cuts there a record received in part, which may be shorter than a header.
+            if offset > cl.min_offset and offset % cl.segment_size and offset != self._queues.dispatched:
                 head = cl.read(offset, STORED_HEADER_SIZE)
                 ok = len(head) >= 8 and BLANK_RECORD.unpack_from(head)[1] == BLANK_MAGIC
                 if not ok and len(head) == STORED_HEADER_SIZE:

@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 
 from broker_store.broker import BrokerRole, BrokerServer, run_broker
+from broker_store.broker.role_transition import StorePromotionSteps
+from broker_store.broker.server import PromotionStepsFactory
 from broker_store.broker.subscription_group import SubscriptionGroupConfig
 from broker_store.clock import SYSTEM_CLOCK, Clock, ManualClock
 from broker_store.config import BrokerConfig, NamesrvConfig
@@ -60,13 +62,14 @@ from broker_store.protocol.message import (
     encode_batch,
     encode_properties,
 )
-from broker_store.protocol.route import TopicRouteData, loads_rocketmq
+from broker_store.protocol.route import ClusterInfo, TopicRouteData, loads_rocketmq
 from broker_store.protocol.topic import (
     DataVersion,
     TopicConfig,
     TopicConfigTable,
     encode_register_broker_body,
 )
+from broker_store.store import MessageStore
 from broker_store.store.delay_levels import SCHEDULE_TOPIC
 from tests.support.processes import free_port
 
@@ -191,6 +194,7 @@ def run(
     *,
     namesrv: dict[str, Any] | None = None,
     clock: Clock = SYSTEM_CLOCK,
+    promotion_steps: PromotionStepsFactory = StorePromotionSteps,
     **broker_overrides: Any,
 ) -> None:
     """Start name server + broker (on ``clock``), run ``body``, tear everything down (also on failure)."""
@@ -198,7 +202,8 @@ def run(
     async def main() -> None:
         ns = NamesrvServer(NamesrvConfig(listen="127.0.0.1:0", **(namesrv or {})))
         await ns.start()
-        broker = BrokerServer(broker_config(tmp, ns.addr, **broker_overrides), clock=clock)
+        broker = BrokerServer(broker_config(tmp, ns.addr, **broker_overrides), clock=clock,
+                              promotion_steps=promotion_steps)
         client = RemotingClient()
         try:
             await broker.start()
@@ -568,11 +573,11 @@ def test_replica_role_refuses_writes(tmp_path: Path) -> None:
 
 
 def test_role_change_at_runtime_switches_writes_and_registration(tmp_path: Path) -> None:
-    """RoleState.change_role is the one switch: writes follow it and the name server learns the new id."""
+    """BrokerServer.change_role is the one switch: writes follow it and the name server learns the new id."""
 
     async def body(env: Env) -> None:
         _ok(await env.send("Roles", b"as primary"))
-        env.broker.role_state.change_role(BrokerRole.REPLICA)
+        await env.broker.change_role(BrokerRole.REPLICA)
         resp = await env.send("Roles", b"as replica")
         assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE
 
@@ -582,11 +587,114 @@ def test_role_change_at_runtime_switches_writes_and_registration(tmp_path: Path)
                 dict(TopicRouteData.decode(route.body).broker_datas[0].broker_addrs) == {broker_id: env.broker.addr}
 
         await eventually(lambda: registered_as(1))
-        env.broker.role_state.change_role(BrokerRole.PRIMARY)
+        await env.broker.change_role(BrokerRole.PRIMARY)
         _ok(await env.send("Roles", b"primary again"))
         await eventually(lambda: registered_as(0))
 
     run(tmp_path, body)
+
+
+class GatedPromotion(StorePromotionSteps):
+    """The store steps, with the epoch entry held until the test lets it go: the fenced window stays open."""
+
+    def __init__(self, store: MessageStore) -> None:
+        super().__init__(store)
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.entries: list[tuple[int, int]] = []
+
+    async def append_epoch_entry(self, epoch: int, start_offset: int) -> None:
+        self.entries.append((epoch, start_offset))
+        self.entered.set()
+        await self.release.wait()
+        await super().append_epoch_entry(epoch, start_offset)
+
+
+def test_a_promotion_refuses_sends_while_fenced_and_takes_them_once_unfenced(tmp_path: Path) -> None:
+    """While a promotion awaits its steps the broker answers sends SERVICE_NOT_AVAILABLE saying it is fenced,
+    serves pulls and still registers as a replica; once unfenced it takes the same send and registers as 0."""
+    gates: list[GatedPromotion] = []
+
+    def gated(store: MessageStore) -> GatedPromotion:
+        gates.append(GatedPromotion(store))
+        return gates[-1]
+
+    async def body(env: Env) -> None:
+        _ok(await env.send("Fence", b"before"))
+        await env.broker.change_role(BrokerRole.REPLICA)
+        resp = await env.send("Fence", b"as replica")
+        assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE and "fenced" not in (resp.remark or "")
+
+        async def registered_as(broker_id: int) -> bool:
+            route = await env.route("Fence")
+            return route.code == ResponseCode.SUCCESS and \
+                dict(TopicRouteData.decode(route.body).broker_datas[0].broker_addrs) == {broker_id: env.broker.addr}
+
+        await eventually(lambda: registered_as(1))
+        max_offset = env.broker.store.max_physical_offset
+        promotion = asyncio.ensure_future(env.broker.change_role(BrokerRole.PRIMARY, epoch=1))
+        await asyncio.wait_for(gates[0].entered.wait(), TIMEOUT)
+        for _ in range(3):
+            resp = await env.send("Fence", b"while fenced")
+            assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE
+            assert "broker-a is fenced while it changes role (PROMOTING, epoch 1)" in (resp.remark or "")
+        resp, msgs = await env.pull("Fence")
+        assert resp.code == ResponseCode.SUCCESS and [m.body for m in msgs] == [b"before"]
+        assert json.loads(env.broker._ha_status())["stage"] == "PROMOTING"
+        assert await registered_as(1) and not promotion.done()
+        assert gates[0].entries == [(1, max_offset)]  # the epoch starts where the log ends
+
+        gates[0].release.set()
+        await asyncio.wait_for(promotion, TIMEOUT)
+        _ok(await env.send("Fence", b"while fenced"))
+        await eventually(lambda: registered_as(0))
+        resp, msgs = await env.pull("Fence")
+        assert [m.body for m in msgs] == [b"before", b"while fenced"]
+        status = json.loads(env.broker._ha_status())
+        assert (status["stage"], status["role"], status["epoch"]) == ("PRIMARY", "PRIMARY", 1)
+
+    run(tmp_path, body, promotion_steps=gated)
+
+
+def test_controller_mode_keeps_the_assigned_id_across_a_restart_on_another_address(tmp_path: Path) -> None:
+    """A controller-mode broker without brokerIdentity serves but does not register; once assigned an id it
+    registers as that replica, and after a restart on a new port it registers under the same id at once."""
+
+    async def main() -> None:
+        ns = NamesrvServer(NamesrvConfig(listen="127.0.0.1:0"))
+        await ns.start()
+        client = RemotingClient()
+        cfg = broker_config(tmp_path, ns.addr, enable_controller_mode=True)
+
+        async def registered() -> dict[int, str]:
+            cmd = RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO)
+            info = ClusterInfo.decode(_ok(await client.invoke(ns.addr, cmd, TIMEOUT)).body)
+            group = info.broker_addr_table.get("broker-a")
+            return dict(group.broker_addrs) if group is not None else {}
+
+        try:
+            first = BrokerServer(cfg)
+            await first.start()
+            try:
+                assert first.role_state.stage.value == "REPLICA" and await registered() == {}
+                await first.assign_broker_id(3)
+                assert (tmp_path / "broker-a" / "brokerIdentity").read_text() == "c1#broker-a#3"
+                assert await registered() == {3: first.addr}
+                first_addr = first.addr
+            finally:
+                await first.stop()
+            second = BrokerServer(cfg)
+            await second.start()
+            try:
+                assert second.addr != first_addr and second.broker_id == 3
+                assert await registered() == {3: second.addr}
+            finally:
+                await second.stop()
+        finally:
+            await client.close()
+            await ns.stop()
+
+    asyncio.run(main())
 
 
 def test_the_schedule_service_runs_only_while_primary_and_resumes_from_the_delay_offsets(tmp_path: Path) -> None:
@@ -598,12 +706,12 @@ def test_the_schedule_service_runs_only_while_primary_and_resumes_from_the_delay
         schedule = env.broker.schedule
         assert schedule is not None
         _ok(await env.send("Promo", b"first", {"DELAY": "1"}))
-        env.broker.role_state.change_role(BrokerRole.REPLICA)
+        await env.broker.change_role(BrokerRole.REPLICA)
         clock.advance(5)
         await asyncio.sleep(0.3)
         assert schedule.delivered == 0 and env.broker.store.get_max_offset("Promo", 0) == 0
 
-        env.broker.role_state.change_role(BrokerRole.PRIMARY)  # "first" is overdue: delivered at once
+        await env.broker.change_role(BrokerRole.PRIMARY)  # "first" is overdue: delivered at once
 
         async def promo(count: int) -> bool:
             return env.broker.store.get_max_offset("Promo", 0) == count
@@ -611,9 +719,9 @@ def test_the_schedule_service_runs_only_while_primary_and_resumes_from_the_delay
         await eventually(lambda: promo(1))
         _ok(await env.send("Promo", b"second", {"DELAY": "1"}))
         _ok(await env.send("Promo", b"third", {"DELAY": "1"}))
-        env.broker.role_state.change_role(BrokerRole.REPLICA)
+        await env.broker.change_role(BrokerRole.REPLICA)
         env.broker.delay_offsets.replace_all({1: 2})  # the other primary had delivered "second" already
-        env.broker.role_state.change_role(BrokerRole.PRIMARY)
+        await env.broker.change_role(BrokerRole.PRIMARY)
         clock.advance(1)
         await eventually(lambda: promo(2))
         _, msgs = await env.pull("Promo")
@@ -621,7 +729,7 @@ def test_the_schedule_service_runs_only_while_primary_and_resumes_from_the_delay
         ask = RemotingCommand(code=RequestCode.GET_ALL_DELAY_OFFSET)
         resp = await env.client.invoke(env.broker.addr, ask, TIMEOUT)
         assert resp.code == ResponseCode.SUCCESS and loads_rocketmq(resp.body) == {"offsetTable": {"1": 3}}
-        env.broker.role_state.change_role(BrokerRole.REPLICA)  # stopping persists the table
+        await env.broker.change_role(BrokerRole.REPLICA)  # stopping persists the table
         on_disk = json.loads((env.tmp / "broker-a" / "config" / "delayOffset.json").read_text())
         assert on_disk == {"version": 1, "offsetTable": {"1": 3}}
 

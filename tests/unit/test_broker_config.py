@@ -168,6 +168,41 @@ def test_ha_role_must_fit_broker_id(tmp_path: Path) -> None:
         BrokerConfig(broker_name="b", store_dir=tmp_path, ha={"in_sync_replicas": 2})
 
 
+def test_controller_mode_has_no_fixed_role_or_id(tmp_path: Path) -> None:
+    """enable_controller_mode relaxes the role/id pairing: the controller assigns both at runtime."""
+    cfg = BrokerConfig(broker_name="b", store_dir=tmp_path, enable_controller_mode=True, ha={"role": "SYNC_MASTER"})
+    assert cfg.enable_controller_mode and cfg.broker_id == 0  # unused: the id comes from brokerIdentity
+    with pytest.raises(ValidationError, match=r"broker_id \(0\) is assigned by the controller.*leave it out"):
+        BrokerConfig(broker_name="b", broker_id=0, store_dir=tmp_path, enable_controller_mode=True)
+    with pytest.raises(ValidationError, match=r"broker_id \(2\) is assigned by the controller"):
+        BrokerConfig(broker_name="b", broker_id=2, store_dir=tmp_path, enable_controller_mode=True)
+    with pytest.raises(ValidationError, match="ha.role SLAVE does not fit enable_controller_mode.*ASYNC_MASTER or"):
+        BrokerConfig(broker_name="b", store_dir=tmp_path, enable_controller_mode=True, ha={"role": "SLAVE"})
+
+
+CONTROLLED = """
+clusters:
+  - name: source
+    namesrv: {listen: "127.0.0.1:9876"}
+    brokers:
+      - {broker_name: broker-a, listen: "127.0.0.1:10911", store_dir: /tmp/x/a0, enable_controller_mode: true}
+      - {broker_name: broker-a, listen: "127.0.0.1:10921", store_dir: /tmp/x/a1, enable_controller_mode: true}
+      - {broker_name: broker-a, listen: "127.0.0.1:10931", store_dir: /tmp/x/a2, enable_controller_mode: true}
+"""
+
+
+def test_a_controlled_group_needs_no_ids_and_is_not_mixed_with_static_brokers(tmp_path: Path) -> None:
+    cfg = load_yaml(_write(tmp_path, CONTROLLED), LocalClustersConfig)
+    brokers = cfg.cluster("source").broker_configs()
+    assert [b.enable_controller_mode for b in brokers] == [True, True, True]
+    assert all("broker_id" not in b.model_fields_set for b in brokers)  # not invented when filled in
+    mixed = CONTROLLED.replace("store_dir: /tmp/x/a2, enable_controller_mode: true", "store_dir: /tmp/x/a2")
+    with pytest.raises(ConfigError, match=r"groups \['broker-a'\] mix brokers with and without enable_controller"):
+        load_yaml(_write(tmp_path, mixed), LocalClustersConfig)
+    with pytest.raises(ConfigError, match=r"store_dir .* shared by more than one broker"):
+        load_yaml(_write(tmp_path, CONTROLLED.replace("/tmp/x/a2", "/tmp/x/a1")), LocalClustersConfig)
+
+
 def test_cluster_ha_yaml_replicas_follow_their_group_primary() -> None:
     cfg = load_yaml(Path(__file__).parents[2] / "conf" / "cluster-ha.yaml", LocalClustersConfig)
     assert [c.name for c in cfg.clusters] == ["source", "target"]

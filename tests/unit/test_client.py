@@ -447,8 +447,13 @@ def test_not_durable_statuses_are_results_not_errors(cluster: Cluster) -> None:
     assert cluster.a.count(RequestCode.SEND_MESSAGE_V2) + cluster.b.count(RequestCode.SEND_MESSAGE_V2) == 1
 
 
-def test_invalid_route_error_refreshes_route(cluster: Cluster) -> None:
-    """broker-a moves (failover): the old address refuses; after NO_PERMISSION the client refetches."""
+@pytest.mark.parametrize(("code", "remark"), [
+    (ResponseCode.NO_PERMISSION, "not primary any more"),
+    (ResponseCode.SERVICE_NOT_AVAILABLE, "broker broker-a is fenced while it changes role (DEMOTING, epoch 2)"),
+])
+def test_invalid_route_error_refreshes_route(cluster: Cluster, code: ResponseCode, remark: str) -> None:
+    """broker-a moves (failover): the old address refuses (read only, or fenced while it is demoted); the
+    client refetches the route and sends to the new primary."""
     new_a = FakeBroker("broker-a")
     cluster.loop.run(new_a.server.start())
     try:
@@ -457,7 +462,7 @@ def test_invalid_route_error_refreshes_route(cluster: Cluster) -> None:
             producer.send(new_message("t", b"first"), mq)
             assert cluster.namesrv.route_requests("t") == 1
             cluster.namesrv.routes["t"] = make_route([new_a, cluster.b])
-            cluster.a.hook = lambda cmd: cmd.response(ResponseCode.NO_PERMISSION, "not primary any more")
+            cluster.a.hook = lambda cmd: cmd.response(code, remark)
             result = producer.send(new_message("t", b"second"), mq)
         assert result.message_queue == mq
         assert new_a.count(RequestCode.SEND_MESSAGE_V2) == 1
