@@ -38,12 +38,14 @@ from pydantic import (
 )
 
 from broker_store.address import HostPort, split_host_port
+from broker_store.controller.settings import ControllerSettings
 from broker_store.ha.settings import HARole, HASettings
 from broker_store.protocol.errors import ConfigError
 from broker_store.store.config import StoreConfig, StoreSettings
 from broker_store.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DelayLevels
 
-__all__ = ["BrokerConfig", "BrokerSettings", "ClusterConfig", "HostPort", "LocalClustersConfig", "NamesrvConfig",
+__all__ = ["BrokerConfig", "BrokerSettings", "ClusterConfig", "ControllerConfig", "HostPort", "LocalClustersConfig",
+           "NamesrvConfig",
            "describe_validation_error", "load_yaml", "split_host_port"]
 
 
@@ -68,6 +70,18 @@ class NamesrvConfig(_Model):
     """A broker without a heartbeat for this long is removed from routes (RocketMQ 5 lite heartbeat)."""
     scan_interval_seconds: float = Field(default=1.0, gt=0)
     """Period of the expiry scan."""
+    controller: ControllerSettings | None = None
+    """The embedded controller (RocketMQ's enableControllerInNamesrv): brokers in controller mode register,
+    heartbeat and are elected here. None: this name server runs no controller."""
+
+
+class ControllerConfig(_Model):
+    """``python -m broker_store controller --config FILE``: one standalone controller (several, over etcd,
+    for a replicated controller group)."""
+
+    listen: HostPort = "127.0.0.1:9878"
+    """Where brokers and admin tools reach this controller."""
+    controller: ControllerSettings = Field(default_factory=lambda: ControllerSettings())
 
 
 class BrokerSettings(_Model):

@@ -61,7 +61,7 @@ class ControllerProcessor:
 
     def handlers(self) -> dict[int, Handler]:
         return {
-            RequestCode.BROKER_HEARTBEAT: self._heartbeat,
+            RequestCode.BROKER_HEARTBEAT: self.heartbeat,
             RequestCode.CONTROLLER_GET_NEXT_BROKER_ID: self._next_broker_id,
             RequestCode.CONTROLLER_APPLY_BROKER_ID: self._apply_broker_id,
             RequestCode.CONTROLLER_REGISTER_BROKER: self._register_broker,
@@ -107,7 +107,8 @@ class ControllerProcessor:
         except StateStoreError as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"controller state store: {exc}")
 
-    async def _heartbeat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    async def heartbeat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """BROKER_HEARTBEAT (904): also called by the name server that embeds this controller."""
         async def run() -> RemotingCommand:
             h = BrokerHeartbeatRequestHeader.from_ext(cmd.ext_fields)
             if h.broker_id is None:

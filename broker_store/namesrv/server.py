@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from broker_store.background import cancel_and_wait
 from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.config import NamesrvConfig, split_host_port
+from broker_store.controller.server import EmbeddedController
 from broker_store.namesrv.route_info import BrokerKey, RouteInfoManager
 from broker_store.net.server import Connection, RemotingServer
 from broker_store.net.signals import wait_for_termination
@@ -55,6 +56,10 @@ class NamesrvServer:
         # at once (RocketMQ's BrokerHousekeepingService), without waiting for the expiry scan. Only
         # the latest connection counts, so a stale close after a reconnect removes nothing.
         self._broker_conns: dict[BrokerKey, Connection] = {}
+        self.controller: EmbeddedController | None = None
+        if config.controller is not None:
+            self.controller = EmbeddedController(config.controller, address=config.listen, clock=clock)
+            self._server.disconnect_listeners.append(self.controller.on_disconnect)
         self._processors: dict[int, _Processor] = {
             RequestCode.REGISTER_BROKER: self._register_broker,
             RequestCode.UNREGISTER_BROKER: self._unregister_broker,
@@ -65,6 +70,9 @@ class NamesrvServer:
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self._get_all_topics,
             RequestCode.DELETE_TOPIC_IN_NAMESRV: self._delete_topic,
         }
+        if self.controller is not None:  # BROKER_HEARTBEAT feeds both the routes and the controller
+            for code, handler in self.controller.processor.handlers().items():
+                self._processors.setdefault(code, handler)
 
     @property
     def addr(self) -> str:
@@ -74,12 +82,16 @@ class NamesrvServer:
     async def start(self) -> None:
         await self._server.start()
         self._scan_task = asyncio.get_running_loop().create_task(self.run_expiry_scan())
+        if self.controller is not None:
+            self.controller.start()
         log.info("name server listening on %s", self.addr)
 
     async def stop(self) -> None:
         if self._scan_task is not None:
             await cancel_and_wait([self._scan_task])
             self._scan_task = None
+        if self.controller is not None:
+            await self.controller.stop()
         await self._server.stop()
 
     async def run_expiry_scan(self) -> None:
@@ -162,6 +174,8 @@ class NamesrvServer:
     async def _broker_heartbeat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = BrokerHeartbeatRequestHeader.from_ext(cmd.ext_fields)
         self.routes.heartbeat(cluster=h.cluster_name, broker_addr=h.broker_addr)
+        if self.controller is not None and h.broker_id is not None:
+            return await self.controller.processor.heartbeat(cmd, conn)
         return cmd.response(ResponseCode.SUCCESS)
 
     async def _query_data_version(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:

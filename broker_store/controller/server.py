@@ -1,0 +1,91 @@
+"""A controller's process side: builds the state store the settings name (the embedded file store, or etcd),
+the ``Controller`` and its remoting processor, and runs the scan. Embedded in the name server
+(``NamesrvConfig.controller``, RocketMQ's enableControllerInNamesrv) or run alone by
+``python -m broker_store controller --config FILE`` (``config.ControllerConfig``) for replicated controllers
+over etcd.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from broker_store.address import split_host_port
+from broker_store.clock import SYSTEM_CLOCK, Clock
+from broker_store.config import ControllerConfig
+from broker_store.controller.file_store import FileStateStore
+from broker_store.controller.processor import ControllerProcessor
+from broker_store.controller.service import Controller
+from broker_store.controller.settings import ControllerSettings
+from broker_store.controller.state_store import StateStore
+from broker_store.net.server import Connection, RemotingServer
+from broker_store.net.signals import wait_for_termination
+from broker_store.protocol.codes import ResponseCode
+from broker_store.protocol.frame import RemotingCommand
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "controller-state.json"
+
+
+def open_state_store(settings: ControllerSettings, member_id: str) -> StateStore:
+    """The store ``settings`` name: etcd when configured, else the embedded file in ``state_dir``."""
+    if settings.etcd is not None:
+        from broker_store.controller.etcd_store import EtcdStateStore
+
+        return EtcdStateStore([str(u).rstrip("/") for u in settings.etcd.endpoints], member_id,
+                              prefix=settings.etcd.prefix, lease_ttl_s=settings.etcd.lease_ttl_seconds)
+    return FileStateStore((settings.state_dir or Path("controller")) / STATE_FILE, member_id)
+
+
+class EmbeddedController:
+    """The controller inside another server's remoting listener: its handlers, its disconnect hook, its scan."""
+
+    def __init__(self, settings: ControllerSettings, *, address: str, clock: Clock = SYSTEM_CLOCK,
+                 store: StateStore | None = None) -> None:
+        self.store = store or open_state_store(settings, member_id=address)
+        self.processor = ControllerProcessor(Controller(self.store, settings, clock=clock), address=address)
+        self.controller = self.processor.controller
+        self.controller._notify = self.processor.notify  # noqa: SLF001 - the processor owns the sockets
+
+    def handlers(self) -> dict[int, Callable[[RemotingCommand, Connection], object]]:
+        return dict(self.processor.handlers())
+
+    def on_disconnect(self, conn: Connection) -> None:
+        self.processor.on_disconnect(conn)
+
+    def start(self) -> None:
+        self.controller.start()
+        log.info("controller started (state: %s, leader: %s)", type(self.store).__name__, self.store.leader())
+
+    async def stop(self) -> None:
+        await self.controller.stop()
+        await self.processor.close()
+        self.store.resign()
+        self.store.close()
+
+
+async def run_controller(cfg: ControllerConfig, ready: Callable[[str], None] | None = None) -> None:
+    """Serve one standalone controller until cancelled or SIGTERM; ``ready(addr)`` once it listens."""
+    embedded = EmbeddedController(cfg.controller, address=cfg.listen)
+    handlers = embedded.processor.handlers()
+
+    async def handle(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        handler = handlers.get(cmd.code)
+        if handler is None:
+            return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+        return await handler(cmd, conn)
+
+    host, port = split_host_port(cfg.listen)
+    server = RemotingServer(handle, host, port)
+    server.disconnect_listeners.append(embedded.on_disconnect)
+    await server.start()
+    embedded.start()
+    try:
+        if ready is not None:
+            ready(f"{server.host}:{server.port}")
+        await wait_for_termination()
+    finally:
+        await embedded.stop()
+        await server.stop()
