@@ -266,11 +266,15 @@ class EtcdStateStore:
                     continue  # the check above raises
             endpoint = self.endpoint
             tried += 1
+            # A hung member (paused, partitioned) accepts the connection and never answers: a read gives it a
+            # share of the budget and moves on; a write waits the whole budget, its outcome is unknown anyway.
+            wait = min(remaining, max(1.0, self.timeout_s / len(self.endpoints))) if idempotent else remaining
             try:
                 response = self._session.post(endpoint + path, json=body, headers=HEADERS,
-                                              timeout=(min(CONNECT_TIMEOUT_S, remaining), remaining))
+                                              timeout=(min(CONNECT_TIMEOUT_S, wait), wait))
             except requests.RequestException as exc:
                 if not idempotent and not _never_sent(exc):
+                    self._next_endpoint(endpoint)  # the caller's re-read goes elsewhere
                     raise StateStoreError(f"etcd {what} at {endpoint}: {exc}; it may or may not have been "
                                           "applied (re-read before acting)") from exc
                 failures.append(f"{endpoint}: {type(exc).__name__}")
@@ -295,6 +299,8 @@ class EtcdStateStore:
             retry = message == NO_LEADER or (
                 idempotent and code in (GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED, GRPC_UNKNOWN))
             if not retry:
+                if not idempotent and code in (GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED, GRPC_UNKNOWN):
+                    self._next_endpoint(endpoint)  # this member timed out: the caller's re-read goes elsewhere
                 raise StateStoreError(f"etcd {what} at {endpoint} failed: {message} (gRPC code {code}"
                                       + ("" if idempotent else "; it may or may not have been applied") + ")")
             failures.append(f"{endpoint}: {message}")
