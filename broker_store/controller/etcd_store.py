@@ -78,6 +78,14 @@ def prefix_end(prefix: bytes) -> bytes:
     raise ValueError(f"no key range ends prefix {prefix!r}")
 
 
+def _member(kv: dict[str, Any]) -> str:
+    """The member id a leader key holds (bytes that are not UTF-8 cannot be ours: replaced, never matching)."""
+    try:
+        return _unb64(kv.get("value", "")).decode(errors="replace")
+    except (ValueError, TypeError) as exc:
+        raise StateStoreError(f"etcd returned a leader key that is not base64: {kv}") from exc
+
+
 def _never_sent(exc: requests.RequestException) -> bool:
     """True when ``exc`` means the request never reached the server (no connection was made)."""
     if isinstance(exc, requests.ConnectTimeout):
@@ -144,7 +152,14 @@ class EtcdStateStore:
         doc = self._call("/v3/kv/range", {"key": _b64(start), "range_end": _b64(prefix_end(start))},
                          idempotent=True)
         cut = len(self._state_prefix)
-        return {_unb64(kv["key"])[cut:].decode(): self._versioned(kv) for kv in doc.get("kvs") or []}
+        listed = {}
+        for kv in doc.get("kvs") or []:
+            try:
+                key = _unb64(kv["key"])[cut:].decode()
+            except (KeyError, ValueError, TypeError) as exc:  # binascii.Error and UnicodeDecodeError are ValueErrors
+                raise StateStoreError(f"etcd listed a key that is not base64 UTF-8: {kv}") from exc
+            listed[key] = self._versioned(kv)
+        return listed
 
     def compare_and_set(self, key: str, expected_version: int | None, value: bytes) -> bool:
         k = self._key(key)
@@ -158,9 +173,9 @@ class EtcdStateStore:
         return bool(doc.get("succeeded", False))
 
     def campaign(self) -> bool:
-        """Renew this member's lease and take the leader key if nobody holds it. Call it at most every
-        ``lease_ttl_s / 3`` s while leading; it raises ``StateStoreError`` when etcd cannot be reached, and the
-        caller must then act as a follower (the lease may run out before the next success)."""
+        """Renew this member's lease and take the leader key if nobody holds it. While leading, call it again
+        within every ``lease_ttl_s / 3`` s. It raises ``StateStoreError`` when etcd cannot be reached; the caller
+        must then act as a follower (the lease may run out before the next success)."""
         with self._election_lock:
             for _ in range(2):  # a second round only when the lease ended between keepalive and txn
                 lease = self._live_lease()
@@ -180,14 +195,13 @@ class EtcdStateStore:
                     return True
                 responses = doc.get("responses") or [{}]
                 kvs = responses[0].get("response_range", {}).get("kvs") or []
-                return bool(kvs) and kvs[0].get("lease") == lease and \
-                    _unb64(kvs[0].get("value", "")).decode(errors="replace") == self.member_id
+                return bool(kvs) and kvs[0].get("lease") == lease and _member(kvs[0]) == self.member_id
             return False
 
     def leader(self) -> str | None:
         doc = self._call("/v3/kv/range", {"key": self._leader_key}, idempotent=True)
         kvs = doc.get("kvs") or []
-        return _unb64(kvs[0].get("value", "")).decode(errors="replace") if kvs else None
+        return _member(kvs[0]) if kvs else None
 
     def resign(self) -> None:
         """Revoke this member's lease: the leader key (if this member held it) is deleted at once."""
@@ -218,7 +232,11 @@ class EtcdStateStore:
         if self._lease_id is not None:
             doc = self._call("/v3/lease/keepalive", {"ID": self._lease_id}, idempotent=True, what="lease keepalive")
             result = doc.get("result", doc)
-            if int(result.get("TTL", "0")) > 0:
+            try:
+                ttl = int(result.get("TTL", "0"))
+            except (ValueError, TypeError, AttributeError) as exc:
+                raise StateStoreError(f"etcd answered a keepalive without a valid TTL: {doc}") from exc
+            if ttl > 0:
                 return self._lease_id
             log.warning("controller %s: lease %s ended (not renewed within %s s)", self.member_id, self._lease_id,
                         self.lease_ttl_s)
