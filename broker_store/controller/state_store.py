@@ -20,7 +20,9 @@ Contract:
   confirm: the write may or may not have happened, and the caller must re-read before acting.
 * ``list(prefix)``: every key under ``prefix`` with its value and version (one consistent read).
 * ``campaign()``: try to become or stay the leader (called periodically, at most every lease TTL / 3); True
-  while this member holds the lease. ``leader()``: the current leader's member id, or None. ``resign()``.
+  while this member holds the lease. A ``StateStoreError`` from it (store unreachable) means: act as a follower
+  until a later ``campaign()`` returns True. ``leader()``: the current leader's member id, or None.
+  ``resign()``: give the lease up now (the embedded store, the only member, keeps it).
 
 Keys are ``/``-separated strings (``controller/groups/<cluster>/<brokerName>``); values are bytes (the
 controller writes versioned JSON).
