@@ -34,12 +34,16 @@ def _print_ready(addr: str) -> None:
 
 
 def _serve(kind: str, config: Path) -> int:
-    from broker_store.config import BrokerConfig, NamesrvConfig, load_yaml
+    from broker_store.config import BrokerConfig, ControllerConfig, NamesrvConfig, load_yaml
 
     if kind == "namesrv":
         from broker_store.namesrv.server import run_namesrv
 
         _event_loop_run(run_namesrv(load_yaml(config, NamesrvConfig), _print_ready))
+    elif kind == "controller":
+        from broker_store.controller.server import run_controller
+
+        _event_loop_run(run_controller(load_yaml(config, ControllerConfig), _print_ready))
     else:
         from broker_store.broker.server import run_broker
 
@@ -214,13 +218,61 @@ def cmd_ha_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _controller_call(args: argparse.Namespace, call: Callable[[Any, str], Coroutine[Any, Any, int]]) -> int:
+    """Run ``call(client, controller address)`` on a fresh RemotingClient (``--controller``, default the first
+    name server: the embedded controller)."""
+    from broker_store.net.client import RemotingClient
+
+    addr = args.controller or args.namesrv.split(";")[0]
+
+    async def run() -> int:
+        client = RemotingClient()
+        try:
+            return await call(client, addr)
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
+
+
+def cmd_controller_status(args: argparse.Namespace) -> int:
+    """The controller's leader, then per broker group: master, epochs, SyncStateSet and the others."""
+    from broker_store.client.controller_admin import controller_metadata, sync_state_data
+
+    async def call(client: Any, addr: str) -> int:
+        meta = await controller_metadata(client, addr)
+        print(f"controller {addr}: leader {meta.controller_leader_id} ({'this one' if meta.is_leader else 'another'})")
+        print("group\tmaster\tmasterEpoch\tsyncStateSetEpoch\tinSync\tnotInSync")
+        for name, info in sorted((await sync_state_data(client, addr)).items()):
+            def ids(rows: Any) -> str:
+                return ",".join(f"{r.broker_id}@{r.broker_address}{'' if r.alive else '(down)'}" for r in rows) or "-"
+            print(f"{name}\t{info.master_broker_id if info.master_broker_id is not None else '-'}\t"
+                  f"{info.master_epoch}\t{info.sync_state_set_epoch}\t{ids(info.in_sync)}\t{ids(info.not_in_sync)}")
+        return 0
+
+    return _controller_call(args, call)
+
+
+def cmd_elect(args: argparse.Namespace) -> int:
+    """An operator's election for one broker group (``--prefer ID``: that broker by force)."""
+    from broker_store.client.controller_admin import elect_master
+
+    async def call(client: Any, addr: str) -> int:
+        header, elected = await elect_master(client, addr, args.cluster, args.broker_name, args.prefer)
+        print(f"{args.broker_name}: master {header.master_broker_id} at {header.master_address}, epoch "
+              f"{header.master_epoch}{'' if elected else ' (unchanged: the master is alive)'}")
+        return 0
+
+    return _controller_call(args, call)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m broker_store",
                                      description="RocketMQ-compatible name server, broker and admin commands.")
     parser.add_argument("--log-level", default=os.environ.get("BROKER_STORE_LOG_LEVEL", "INFO"))
     sub = parser.add_subparsers(dest="command", required=True)
 
-    for kind in ("namesrv", "broker"):
+    for kind in ("namesrv", "broker", "controller"):
         p = sub.add_parser(kind, help=f"run one {kind}")
         p.add_argument("--config", type=Path, required=True)
         p.set_defaults(func=lambda a, k=kind: _serve(k, a.config))
@@ -272,6 +324,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show-body", action="store_true")
     admin_parser("ha-status", cmd_ha_status,
                  "each broker group's members: role, CommitLog offsets, lag behind the primary, in-sync state")
+    for name, func, text in (("controller-status", cmd_controller_status,
+                              "the controller's leader and each broker group's master, epochs and SyncStateSet"),
+                             ("elect", cmd_elect, "elect a broker group's master now (controller mode)")):
+        p = admin_parser(name, func, text)
+        p.add_argument("--controller", help="controller address (default: the first name server, the embedded one)")
+        if name == "elect":
+            p.add_argument("-b", "--broker-name", required=True)
+            p.add_argument("-c", "--cluster", default="", help="the group's cluster")
+            p.add_argument("--prefer", type=int, help="elect this broker id by force (it must be a live candidate)")
     p = admin_parser("offsets", cmd_offsets, "min/max offsets per queue and a group's committed offset")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("--group")

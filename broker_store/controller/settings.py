@@ -21,7 +21,7 @@ class EtcdSettings(BaseModel):
     """Client URLs of the etcd members (http://127.0.0.1:2379 ...); tried in order, the next on failure."""
     prefix: str = Field(default="rocketmq/", min_length=1)
     """Key prefix of this controller group's state (several groups may share one etcd)."""
-    lease_ttl_seconds: float = Field(default=3.0, ge=1.0)
+    lease_ttl_seconds: int = Field(default=3, ge=1)
     """The leader's lease: another controller takes over this long after the leader stops renewing."""
 
 

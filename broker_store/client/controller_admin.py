@@ -1,0 +1,54 @@
+"""Admin requests to a controller (embedded in a name server, or standalone): who leads, each group's
+SyncStateSet and epochs, and an operator's election. Used by ``python -m broker_store elect`` and
+``controller-status``; async over one ``RemotingClient`` (the CLI runs them with ``asyncio.run``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from broker_store.net.client import RemotingClient
+from broker_store.protocol.codes import RequestCode, ResponseCode
+from broker_store.protocol.controller import (
+    ElectMasterRequestHeader,
+    ElectMasterResponseHeader,
+    GetMetaDataResponseHeader,
+    ReplicasInfo,
+    decode_replicas_info,
+)
+from broker_store.protocol.errors import error_for_response
+from broker_store.protocol.frame import RemotingCommand
+
+TIMEOUT_S = 5.0
+
+
+async def _invoke(client: RemotingClient, addr: str, cmd: RemotingCommand,
+                  ok: Sequence[int] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+    resp = await client.invoke(addr, cmd, TIMEOUT_S)
+    if resp.code not in ok:
+        raise error_for_response(resp.code, resp.remark, addr=addr)
+    return resp
+
+
+async def controller_metadata(client: RemotingClient, addr: str) -> GetMetaDataResponseHeader:
+    resp = await _invoke(client, addr, RemotingCommand(code=RequestCode.CONTROLLER_GET_METADATA_INFO))
+    return GetMetaDataResponseHeader.from_ext(resp.ext_fields)
+
+
+async def sync_state_data(client: RemotingClient, addr: str,
+                          broker_names: Sequence[str] | None = None) -> dict[str, ReplicasInfo]:
+    body = b"" if broker_names is None else json.dumps(list(broker_names)).encode()
+    resp = await _invoke(client, addr, RemotingCommand(code=RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, body=body))
+    return decode_replicas_info(resp.body)
+
+
+async def elect_master(client: RemotingClient, addr: str, cluster: str, broker_name: str,
+                       prefer: int | None = None) -> tuple[ElectMasterResponseHeader, bool]:
+    """An operator's election: with ``prefer`` that broker by force (it must be a live candidate), else the
+    controller's policy. Returns the answer and whether a new master was elected (False: the old one stays)."""
+    header = ElectMasterRequestHeader(cluster, broker_name, -1 if prefer is None else prefer, prefer is not None)
+    resp = await _invoke(client, addr, RemotingCommand(code=RequestCode.CONTROLLER_ELECT_MASTER,
+                                                       ext_fields=header.to_ext()),
+                         ok=(ResponseCode.SUCCESS, ResponseCode.CONTROLLER_MASTER_STILL_EXIST))
+    return ElectMasterResponseHeader.from_ext(resp.ext_fields), resp.code == ResponseCode.SUCCESS
