@@ -63,7 +63,10 @@ class StoreSettings(BaseModel):
     the writer gets there (segment files are created full size, the unwritten tail a hole), as RocketMQ
     warms its mapped files: the cost of the kernel allocating page cache, and of a VM's host faulting in
     fresh memory, is then paid off the put path. 0 disables it."""
-
+    read_uncommitted: bool = False
+    """Controller mode: index and serve records past the confirm offset too (RocketMQ readUnCommitted), so
+    consumers may read entries a failover later truncates. No effect while the confirm offset follows the max
+    offset (static groups)."""
 
     @property
     def max_batch_size(self) -> int:

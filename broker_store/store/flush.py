@@ -16,7 +16,7 @@ import concurrent.futures
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,7 +36,8 @@ class FlushService:
     """fsyncs the CommitLog (and, each interval, the dirty ConsumeQueues) and resolves flush waiters."""
 
     def __init__(self, store_dir: Path, commit_log: CommitLog, queues: ConsumeQueueTable, pool: FdPool,
-                 lock: threading.Lock, *, interval_ms: int, timeout_ms: int, clock: Clock) -> None:
+                 lock: threading.Lock, *, interval_ms: int, timeout_ms: int, clock: Clock,
+                 confirm_offset: Callable[[], int]) -> None:
         self._store_dir = store_dir
         self._commit_log = commit_log
         self._queues = queues
@@ -48,6 +49,8 @@ class FlushService:
         self._timeout = timeout_ms / 1000
         self._clock = clock
         """Flush deadlines and the interval (``monotonic``, thread waits), checkpoint stamps (``time``)."""
+        self._confirm_offset = confirm_offset
+        """The store's confirm offset, read under the store lock for the checkpoint."""
         self.flushed = 0
         """CommitLog offset up to which every byte is fsynced."""
         self._truncate_gen = 0
@@ -56,7 +59,7 @@ class FlushService:
         self._cond = threading.Condition()
         self._waiters: list[tuple[int, float, concurrent.futures.Future[Any], object, object]] = []
         self._stopping = False
-        self._last_checkpoint: tuple[int, int] | None = None
+        self._last_checkpoint: tuple[int, int, int] | None = None
 
     # -- waiters ---------------------------------------------------------------------------------------
 
@@ -166,6 +169,7 @@ class FlushService:
         """fsync dirty ConsumeQueues and the CommitLog, then record both in the checkpoint."""
         with self._lock:
             dispatched = self._queues.dispatched
+            confirm = self._confirm_offset()
             gen = self._truncate_gen
             dirty_set = self._queues.dirty
             for cq in dirty_set:
@@ -186,17 +190,17 @@ class FlushService:
         flushed = self.flush_commit_log()
         self.resolve_waiters(flushed)
         with self.checkpoint_lock:
-            if gen != self._truncate_gen or self._last_checkpoint == (flushed, dispatched):
+            if gen != self._truncate_gen or self._last_checkpoint == (flushed, dispatched, confirm):
                 return
-            self.write_checkpoint(flushed, dispatched)
+            self.write_checkpoint(flushed, dispatched, confirm)
 
-    def write_checkpoint(self, flushed: int, dispatched: int) -> None:
+    def write_checkpoint(self, flushed: int, dispatched: int, confirm: int) -> None:
         """Caller holds the checkpoint lock."""
         checkpoint = Checkpoint(commit_log_flushed=flushed, dispatch_flushed=min(dispatched, flushed),
                                 commit_log_min=self._commit_log.min_offset,
-                                written_at_ms=int(self._clock.time() * 1000))
+                                written_at_ms=int(self._clock.time() * 1000), confirm_offset=confirm)
         write_checkpoint(self._store_dir, checkpoint)
-        self._last_checkpoint = (flushed, dispatched)
+        self._last_checkpoint = (flushed, dispatched, confirm)
 
     def truncated(self, offset: int) -> None:
         """The CommitLog was cut at ``offset``: flushes in flight must not raise ``flushed`` past it.

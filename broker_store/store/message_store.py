@@ -5,6 +5,7 @@ is done by parts with one job each, all sharing the store lock and the CommitLog
 
     recovery.recover        the valid CommitLog prefix and the ConsumeQueues after a crash (at start)
     consume_queues          the queue table and the dispatch of records into it
+    dispatch.Dispatcher     the confirm offset: how far records are indexed, so visible to consumers
     record_encoding         the bytes a put appends
     flush.FlushService      fsync thread, group-commit waiters, checkpoint
     durability              what ``PutResult.durable`` waits for (the flush step; replication adds its own)
@@ -47,11 +48,13 @@ from broker_store.protocol.message import (
     validate_topic,
 )
 from broker_store.protocol.properties import PROPERTY_WAIT, any_has_property, property_entry
+from broker_store.store.checkpoint import load_checkpoint
 from broker_store.store.commit_log import BLANK_RECORD, CommitLog
 from broker_store.store.config import FlushMode, StoreConfig
 from broker_store.store.consume_queue import CQ_ENTRY
 from broker_store.store.consume_queues import MAX_QUEUE_ID, ConsumeQueueTable
 from broker_store.store.delay_levels import DEFAULT_DELAY_LEVELS, SCHEDULE_TOPIC, DelayLevels, schedule_tags_code
+from broker_store.store.dispatch import Dispatcher
 from broker_store.store.durability import DurabilityPolicy
 from broker_store.store.files import FdPool
 from broker_store.store.flush import FlushService, SyncFlushStep
@@ -77,10 +80,12 @@ class MessageStore:
     """A RocketMQ-style message store rooted at ``config.store_dir``. ``clock`` stamps stored messages and
     checkpoints, judges retention and drives the flush deadlines and every store thread's timer.
     ``delay_levels`` gives the tags code of SCHEDULE_TOPIC entries (their delivery time, ``store.delay_levels``)
-    for puts and for entries rebuilt from the CommitLog alike."""
+    for puts and for entries rebuilt from the CommitLog alike. ``hold_confirm_offset`` (controller mode): the
+    confirm offset is held where ``set_confirm_offset``/``advance_confirm_offset`` put it, persisted, and records
+    past it stay invisible; otherwise it follows the max offset (``store.dispatch``)."""
 
     def __init__(self, config: StoreConfig, *, store_host: str, clock: Clock = SYSTEM_CLOCK,
-                 delay_levels: DelayLevels = DEFAULT_DELAY_LEVELS) -> None:
+                 delay_levels: DelayLevels = DEFAULT_DELAY_LEVELS, hold_confirm_offset: bool = False) -> None:
         try:
             ip, port = host_to_bytes(store_host)
         except ProtocolError as exc:
@@ -95,11 +100,13 @@ class MessageStore:
         self.delay_levels = delay_levels
         self._queues = ConsumeQueueTable(config.store_dir / CONSUME_QUEUE_DIR,
                                          config.consume_queue_segment_entries, self._pool)
+        self._dispatch = Dispatcher(self._commit_log, self._queues, hold_confirm_offset=hold_confirm_offset,
+                                    read_uncommitted=config.read_uncommitted)
         self._listeners: list[ArrivalListener] = []
         self._lock = threading.Lock()
         self._flush = FlushService(config.store_dir, self._commit_log, self._queues, self._pool, self._lock,
                                    interval_ms=config.flush_interval_ms, timeout_ms=config.flush_timeout_ms,
-                                   clock=clock)
+                                   clock=clock, confirm_offset=lambda: self._dispatch.confirm_offset)
         self._reader = QueueReader(self._commit_log, self._queues, self._lock)
         self._retention = Retention(config, self._commit_log, self._queues, self._lock, clock)
         self._running = False
@@ -123,7 +130,11 @@ class MessageStore:
         try:
             os.makedirs(self.config.store_dir / CONSUME_QUEUE_DIR, exist_ok=True)
             with self._lock:
-                self._flush.flushed = recover(self.config.store_dir, self._commit_log, self._queues)
+                checkpoint = load_checkpoint(self.config.store_dir)
+                limit = self._dispatch.recovery_limit(checkpoint)
+                self._flush.flushed = recover(self.config.store_dir, self._commit_log, self._queues, checkpoint,
+                                              dispatch_limit=limit)
+                self._dispatch.recovered(checkpoint)
             self._flush.flush_queues_and_checkpoint()
         except OSError as exc:
             raise StoreError(f"cannot open the store in {self.config.store_dir}: {exc}") from exc
@@ -260,18 +271,20 @@ class MessageStore:
             if not self._running or not self._writable:
                 return self._failed(PutStatus.SERVICE_NOT_AVAILABLE, "the message store is not running")
             cl = self._commit_log
-            cq = self._queues.get_or_create(topic, queue_id)
+            # a held confirm offset below the new records: write them now, index them once confirmed
+            cq = self._queues.get_or_create(topic, queue_id) if self._dispatch.inline else None
             try:
                 if total > cl.room_at_max():
                     cl.roll()
                 wrote = cl.max_offset
-                queue_offset = cq.max_index
+                queue_offset = self._dispatch.next_queue_offset((topic, queue_id)) if cq is None else cq.max_index
                 if len(entries) == 1:  # the single send: no lists to build
                     body, props, flag, tags_code = entries[0]
                     cl.write(wrote, encode_record(body, props, topic_tail, total, queue_id, flag, queue_offset,
                                                   wrote, sys_flag, born_timestamp, born, store_ts,
                                                   self._store_host, reconsume_times))
-                    cq.append(queue_offset, CQ_ENTRY.pack(wrote, total, tags_code))
+                    if cq is not None:
+                        cq.append(queue_offset, CQ_ENTRY.pack(wrote, total, tags_code))
                     offsets: Sequence[int] = (wrote,)
                 else:
                     store_ip, store_port = self._store_host
@@ -281,15 +294,19 @@ class MessageStore:
                         bodies, props_list, flags, tags_codes, body_lens, props_lens, fixed, topic_tail,
                         middle, queue_id, queue_offset, wrote)
                     cl.write(wrote, records)
-                    cq.append(queue_offset, cq_entries)
+                    if cq is not None:
+                        cq.append(queue_offset, cq_entries)
             except OSError as exc:
                 self._writable = False
                 log.exception("write to %s failed; the store is now read-only", self.config.store_dir)
                 return self._failed(PutStatus.UNKNOWN_ERROR, f"store write failed: {exc}")
-            self._queues.dispatched = cl.max_offset
-            self._queues.dirty.add(cq)
-            new_max = cq.max_index
-        if self._listeners:
+            if cq is None:
+                self._dispatch.put_written((topic, queue_id), queue_offset + len(entries))
+            else:
+                self._queues.dispatched = cl.max_offset
+                self._queues.dirty.add(cq)
+                new_max = cq.max_index
+        if self._listeners and cq is not None:
             self._notify([(topic, queue_id, new_max)])
         # every id is the STOREHOST prefix + the offset in hex: all offsets hexed by one call
         prefix = self._msg_id_prefix
@@ -434,27 +451,59 @@ class MessageStore:
                 raise StoreError(f"append of {len(data)} bytes at {offset} crosses a segment end")
             if not data:
                 return
+            self._dispatch.written()
             try:
                 cl.write(offset, data)
             except OSError as exc:
                 raise StoreError(f"append to the commit log at {offset} failed: {exc}") from exc
 
     def index_commit_log(self) -> None:
-        """Replica side: index every complete record written so far (ConsumeQueues, arrival listeners)."""
-        arrived: list[tuple[str, int, int]] = []
+        """Replica side: index every complete record written so far, up to the confirm offset (ConsumeQueues,
+        arrival listeners)."""
         with self._lock:
-            cl = self._commit_log
-            queues = self._queues
-            pos, stopped = queues.dispatched, False
-            try:
-                while not stopped and pos < cl.max_offset:
-                    records, pos, stopped = cl.scan(pos, cl.max_offset)
-                    arrived.extend(queues.dispatch(records))
-                    queues.dispatched = pos
-            except OSError as exc:
-                raise StoreError(f"indexing the commit log from {pos} failed: {exc}") from exc
+            arrived = self._index_locked()
         if self._listeners and arrived:
             self._notify(arrived)
+
+    def _index_locked(self) -> list[tuple[str, int, int]]:
+        try:
+            return self._dispatch.dispatch()
+        except OSError as exc:
+            raise StoreError(f"indexing the commit log from {self._queues.dispatched} failed: {exc}") from exc
+
+    # -- confirm offset (controller mode) ---------------------------------------------------------------
+
+    @property
+    def confirm_offset(self) -> int:
+        """CommitLog offset below which records may be served: the max offset unless held (``store.dispatch``)."""
+        return self._dispatch.confirm_offset
+
+    def advance_confirm_offset(self, offset: int) -> None:
+        """Raise a held confirm offset to ``offset`` (clamped to the max offset) and index the records it
+        confirms; never lowers it; no effect while it follows the max offset. For the HA primary (the min ack
+        of its SyncStateSet) and a replica (the confirm offset its primary sends, set after writing the batch
+        that carried it). Persisted by the next periodic checkpoint. Runs the arrival listeners."""
+        with self._lock:
+            if not self._dispatch.advance(offset):
+                return
+            arrived = self._index_locked()
+        if self._listeners and arrived:
+            self._notify(arrived)
+
+    def set_confirm_offset(self, offset: int | None) -> None:
+        """Hold the confirm offset at ``offset`` (clamped to the max offset), or let it follow the max offset
+        (None); index what that allows and write the checkpoint before returning (fsyncs: call it off the
+        event loop where that matters). For role changes: a fenced primary holds, a promotion confirms its
+        max offset. StoreError below the indexed offset (only ``truncate_commit_log`` takes entries back)."""
+        with self._lock:
+            self._dispatch.set(offset)
+            arrived = self._index_locked()
+        if self._listeners and arrived:
+            self._notify(arrived)
+        try:
+            self._flush.flush_queues_and_checkpoint()
+        except OSError as exc:
+            raise StoreError(f"writing the checkpoint of {self.config.store_dir} failed: {exc}") from exc
 
     def truncate_commit_log(self, offset: int) -> None:
         """Drop every record at or past ``offset`` (a record boundary: a record's start, a blank record or the
@@ -482,7 +531,8 @@ class MessageStore:
                 queues = self._queues
                 queues.dispatched = min(queues.dispatched, offset)
                 queues.truncate_from_commit_log_offset(offset)
-                flush.write_checkpoint(flush.flushed, queues.dispatched)
+                self._dispatch.truncated(offset)
+                flush.write_checkpoint(flush.flushed, queues.dispatched, self._dispatch.confirm_offset)
             except OSError as exc:
                 raise StoreError(f"truncating the commit log to {offset} failed: {exc}") from exc
         flush.resolve_waiters(flush.flushed, fail_above=offset)
@@ -507,7 +557,8 @@ class MessageStore:
                 queues.truncate_from_commit_log_offset(0)
                 queues.dispatched = offset
                 flush.flushed = offset
-                flush.write_checkpoint(offset, offset)
+                self._dispatch.restarted(offset)
+                flush.write_checkpoint(offset, offset, self._dispatch.confirm_offset)
             except OSError as exc:
                 raise StoreError(f"restarting the commit log at {offset} failed: {exc}") from exc
         flush.resolve_waiters(flush.flushed, fail_above=offset)

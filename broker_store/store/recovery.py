@@ -1,6 +1,8 @@
 """Crash recovery: keep the longest valid prefix of the CommitLog and make the ConsumeQueues agree with it.
 
-Called once by ``MessageStore.start`` under the store lock, before any put or read.
+Called once by ``MessageStore.start`` under the store lock, before any put or read. It indexes records only
+up to the dispatch limit the store's ``Dispatcher`` derives from the checkpoint (a held confirm offset);
+records past it are validated and kept, but stay out of the ConsumeQueues.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ import logging
 import os
 from pathlib import Path
 
-from broker_store.store.checkpoint import load_checkpoint
+from broker_store.store.checkpoint import Checkpoint
 from broker_store.store.commit_log import CommitLog
 from broker_store.store.consume_queues import ConsumeQueueTable
 
@@ -18,13 +20,14 @@ log = logging.getLogger(__name__)
 _SCAN_ALL = 1 << 62
 
 
-def recover(store_dir: Path, cl: CommitLog, queues: ConsumeQueueTable) -> int:
+def recover(store_dir: Path, cl: CommitLog, queues: ConsumeQueueTable, checkpoint: Checkpoint | None, *,
+            dispatch_limit: int | None = None) -> int:
     """Load segments and queues, scan from the checkpoint's safe offset (or the first segment) and truncate
     whatever does not check out. Returns the offset known to be on disk (the flushed offset to start from);
-    leaves ``cl.max_offset`` and ``queues.dispatched`` at the end of the valid records."""
+    leaves ``cl.max_offset`` at the end of the valid records and ``queues.dispatched`` there too, or, with a
+    ``dispatch_limit``, at the end of the last record ending at or below max(limit, scan start)."""
     cl.load_segments()
     queues.load()
-    checkpoint = load_checkpoint(store_dir)
     seg_size = cl.segment_size
     for i, start in enumerate(cl.segments):
         if start != cl.segments[0] + i * seg_size:
@@ -44,19 +47,25 @@ def recover(store_dir: Path, cl: CommitLog, queues: ConsumeQueueTable) -> int:
         start = 0
     queues.truncate_from_commit_log_offset(start)
     cl.max_offset = start
+    limit = _SCAN_ALL if dispatch_limit is None else max(dispatch_limit, start)
     pos, stopped = start, not cl.segments
-    while not stopped:
-        records, pos, stopped = cl.scan(pos, _SCAN_ALL)
+    while not stopped and pos < limit:
+        records, pos, stopped = cl.scan(pos, limit)
         queues.dispatch(records)
+    dispatched = pos
+    if limit != _SCAN_ALL:  # the rest is validated, not indexed ("stopped" above may mean "at the limit")
+        stopped = not cl.segments
+        while not stopped:
+            _, pos, stopped = cl.scan(pos, _SCAN_ALL)
     if cl.segments and pos < file_end and cl.read(pos, 8).strip(b"\0"):  # not the zeros past the end
         log.warning("commit log in %s: valid records end at %d, truncating %d trailing bytes",
                     store_dir, pos, file_end - pos)
     cl.truncate(pos)
     cl.max_offset = pos
-    queues.dispatched = pos
+    queues.dispatched = dispatched
     cl_min = cl.min_offset
     for cq in queues.queues.values():
         cq.delete_segments_below(cl_min)
-    log.info("store %s recovered: commit log [%d, %d), %d queues, scanned from %d",
-             store_dir, cl_min, pos, len(queues.queues), start)
+    log.info("store %s recovered: commit log [%d, %d), %d queues, scanned from %d, indexed to %d",
+             store_dir, cl_min, pos, len(queues.queues), start, dispatched)
     return start
