@@ -84,6 +84,47 @@ class ControllerConfig(_Model):
     controller: ControllerSettings = Field(default_factory=lambda: ControllerSettings())
 
 
+MAX_ELECTION_PRIORITY = (1 << 31) - 1
+"""RocketMQ's brokerElectionPriority is a Java int; its default (Integer.MAX_VALUE) is the least preferred."""
+
+
+class ControllerLinkSettings(_Model):
+    """The ``controller:`` section of a controller-mode broker: whom it asks and how often (RocketMQ 5's
+    controllerAddr, brokerElectionPriority, brokerHeartbeatInterval, controllerHeartBeatTimeoutMills and
+    the replica-info sync period). Read by ``broker.controller_agent``; allowed only with
+    ``enable_controller_mode``."""
+
+    controller_addrs: list[HostPort] = Field(default_factory=list)
+    """host:port of each controller, tried in order (the next on failure or CONTROLLER_NOT_LEADER; heartbeats
+    go to all). Empty: the broker's name servers, where the controller is embedded by default
+    (RocketMQ's enableControllerInNamesrv)."""
+    election_priority: int = Field(default=MAX_ELECTION_PRIORITY, ge=0, le=MAX_ELECTION_PRIORITY)
+    """Sent in every heartbeat: among candidates equal in epoch and max offset the controller elects the
+    lowest (RocketMQ brokerElectionPriority; its default, the largest int, is the least preferred)."""
+    heartbeat_interval_ms: int = Field(default=1000, gt=0)
+    """Period of the BROKER_HEARTBEAT to the controllers (RocketMQ brokerHeartbeatInterval, 1 s)."""
+    heartbeat_timeout_ms: int | None = Field(default=None, gt=0)
+    """Sent as heartbeatTimeoutMills: the controller counts this broker inactive after this long without a
+    heartbeat. None: the field is left out and the controller's own heartbeat_timeout_ms applies
+    (RocketMQ's brokers send controllerHeartBeatTimeoutMills, 10 s)."""
+    replica_info_poll_interval_ms: int = Field(default=1000, gt=0)
+    """Period of CONTROLLER_GET_REPLICA_INFO: the pull beside the controller's NOTIFY_BROKER_ROLE_CHANGED push,
+    so a lost notification costs at most this long (RocketMQ syncBrokerMetadataPeriod, 5 s)."""
+    request_timeout_ms: int = Field(default=3000, gt=0)
+    """How long one request to a controller may take before the next controller is tried."""
+
+    @model_validator(mode="after")
+    def _timeout_after_interval(self) -> ControllerLinkSettings:
+        if self.heartbeat_timeout_ms is not None and self.heartbeat_timeout_ms <= self.heartbeat_interval_ms:
+            raise ValueError(f"heartbeat_timeout_ms ({self.heartbeat_timeout_ms}) must be greater than "
+                             f"heartbeat_interval_ms ({self.heartbeat_interval_ms}), or the controller counts a "
+                             "live broker inactive between two heartbeats")
+        dupes = _duplicates(self.controller_addrs)
+        if dupes:
+            raise ValueError(f"controller_addrs lists {dupes} more than once")
+        return self
+
+
 class BrokerSettings(_Model):
     """Everything about one broker except what its cluster implies (name, name servers)."""
 
@@ -98,6 +139,9 @@ class BrokerSettings(_Model):
     the controller promotes or demotes it; ``ha.role`` then names only how it acts while primary
     (ASYNC_MASTER or SYNC_MASTER), and the controller, not ``ha.ha_primary_address``, names whom it
     follows."""
+    controller: ControllerLinkSettings = Field(default_factory=lambda: ControllerLinkSettings())
+    """With ``enable_controller_mode``: the controllers this broker reports to and its election priority
+    (``ControllerLinkSettings``); a ``controller:`` section without controller mode is refused."""
     listen: HostPort = "127.0.0.1:10911"
     """Address the broker binds."""
     fast_listen_enable: bool = True
@@ -184,6 +228,10 @@ class BrokerSettings(_Model):
                 f"segment (store.commit_log_segment_size {store.commit_log_segment_size})"
             )
         role = self.ha.role
+        if self.controller != ControllerLinkSettings() and not self.enable_controller_mode:
+            # compared with the defaults, not "was it given": written configs (launcher) spell out every field
+            raise ValueError("controller (the controllers a broker reports to) is only allowed with "
+                             "enable_controller_mode: true; a static broker has a fixed role and asks no controller")
         if self.enable_controller_mode:
             self._controller_mode_checks()
         elif (role is HARole.SLAVE) != (self.broker_id > 0):
@@ -238,7 +286,15 @@ class BrokerConfig(BrokerSettings):
                 and not self.enable_controller_mode:
             raise ValueError("a broker with ha.role SLAVE needs ha.ha_primary_address (host:port of the primary's "
                              "HA port) or namesrv_addrs (whose registration answer names the primary)")
+        if self.enable_controller_mode and not self.controller_addresses():
+            raise ValueError("a broker with enable_controller_mode needs controller.controller_addrs or "
+                             "namesrv_addrs (the controller embedded in the name server): it has no fixed role "
+                             "and no controller to ask for one")
         return self
+
+    def controller_addresses(self) -> list[str]:
+        """The controllers this broker reports to: ``controller.controller_addrs``, else its name servers."""
+        return list(self.controller.controller_addrs or self.namesrv_addrs)
 
     def to_store_config(self) -> StoreConfig:
         """The MessageStore configuration this broker runs with (its store section and store_dir)."""

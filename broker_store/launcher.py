@@ -58,7 +58,10 @@ class Child:
 
 def _write_config(run_dir: Path, name: str, model: NamesrvConfig | BrokerConfig) -> Path:
     path = run_dir / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(model.model_dump(mode="json"), sort_keys=False))
+    # A controller-mode broker's id is the controller's to assign: written out, it would be refused on load.
+    controlled = isinstance(model, BrokerConfig) and model.enable_controller_mode
+    dump = model.model_dump(mode="json", exclude={"broker_id"} if controlled else None)
+    path.write_text(yaml.safe_dump(dump, sort_keys=False))
     return path
 
 

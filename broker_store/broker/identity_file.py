@@ -1,7 +1,7 @@
 """brokerIdentity and brokerIdentity-temp: the id a controller assigned to this broker, kept on disk.
 
-Used by ``BrokerServer`` in controller mode (``enable_controller_mode``) and, later, by the controller
-client that applies for an id. RocketMQ 5.1.1+'s registration, whose state follows from the files alone::
+Used by ``BrokerServer`` in controller mode (``enable_controller_mode``) and by ``broker_id_assignment``,
+which applies for an id. RocketMQ 5.1.1+'s registration, whose state follows from the files alone::
 
     INITIAL                          neither file: ask the controller for its next id (GET_NEXT_BROKER_ID)
       -> write_temp(id, check code)  brokerIdentity-temp written: CREATE_TEMP_METADATA_FILE_DONE

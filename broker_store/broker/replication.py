@@ -153,8 +153,7 @@ class BrokerReplication:
         configured; a new address (re)starts the replica client against it while this broker is replica."""
         if self._settings.ha_primary_address is not None or ha_address == self._learnt_primary:
             return
-        log.info("HA: the name server names %s as the primary's HA address (was %s)", ha_address,
-                 self._learnt_primary or "unknown")
+        log.info("HA: the primary's HA address is %s (was %s)", ha_address, self._learnt_primary or "unknown")
         self._learnt_primary = ha_address
         if self._started and self._following():
             self._schedule(self._refollow).add_done_callback(_log_failed_switch)

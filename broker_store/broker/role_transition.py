@@ -20,8 +20,9 @@ The store steps are a narrow Protocol so controller mode can bring its own. ``St
 what the store supports today: the invalid tail is the undispatched one (a record a replica received only
 in part: the primary's next put would land behind it), the ConsumeQueues are rebuilt by dispatching up to
 the max offset, and the epoch entry is an injected writer whose default does nothing: static groups have
-no epoch file (controller mode supplies the epoch file's append). Once the store has a confirm offset
-the tail truncation is where entries past it go, and the rebuild where dispatch is released up to it.
+no epoch file (controller mode supplies ``epoch_file_entry``: the epoch file's cut and append). Once the
+store has a confirm offset the tail truncation is where entries past it go, and the rebuild where dispatch is
+released up to it.
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from broker_store.broker.role import BrokerRole, RoleState
 from broker_store.protocol.errors import RocketMQError, StoreError
+from broker_store.store.epoch_cache import EpochEntry
 
 if TYPE_CHECKING:
     from broker_store.store import MessageStore
+    from broker_store.store.epoch_file import EpochFile
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +78,25 @@ EpochEntryWriter = Callable[[int, int], Awaitable[None]]
 
 async def no_epoch_file(_epoch: int, _start_offset: int) -> None:
     """Static groups keep no epoch file: their epoch stays 0 and nothing is recorded."""
+
+
+def epoch_file_entry(epoch_file: EpochFile) -> EpochEntryWriter:
+    """Controller mode's epoch entry writer over the store's epoch file (RocketMQ's changeToMaster): cut the
+    cache at the new epoch's start offset (entries starting there or later describe bytes the log no longer
+    holds, or an epoch that wrote nothing), then append (epoch, start offset), each durably. When the newest
+    entry left is already ``epoch`` (a primary promoted again within its own epoch, after a restart before the
+    controller noticed) it is kept: that epoch's range still starts where it started, and nobody else wrote in
+    it. An epoch older than the newest entry raises StoreError (the role state refuses those first)."""
+
+    def record(epoch: int, start_offset: int) -> None:
+        epoch_file.truncate_suffix(start_offset)
+        if epoch_file.cache.last_epoch != epoch:
+            epoch_file.append(EpochEntry(epoch, start_offset))
+
+    async def write(epoch: int, start_offset: int) -> None:
+        await asyncio.to_thread(record, epoch, start_offset)
+
+    return write
 
 
 class StorePromotionSteps:

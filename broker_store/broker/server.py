@@ -15,8 +15,12 @@ stage: the metadata sync runs while unfenced REPLICA, the schedule service (``br
 of delayed messages) while unfenced PRIMARY; each starts at an unfenced edge and stops at the fence.
 
 Controller mode (``enable_controller_mode``): the broker starts REPLICA under the id its ``brokerIdentity``
-file keeps (``broker.identity_file``); without one it serves but does not register with the name servers
-until ``assign_broker_id`` gives it an id (the controller's APPLY_BROKER_ID, a later seam).
+file keeps (``broker.identity_file``) and at the newest epoch of its epoch file (``store.epoch_file``, whose
+cut and append a promotion makes: ``role_transition.epoch_file_entry``); without an id it serves but does not
+register with the name servers until it has one. ``broker.controller_agent`` does the rest once the broker
+serves: applies for an id, registers with the controller, heartbeats it, and changes the role as the
+controller says (NOTIFY_BROKER_ROLE_CHANGED, answered here, and a poll); a replica follows the primary the
+controller names, not the one a name server's answer names.
 
 Start order: bind the port (so the advertised address and STOREHOST carry the real port), load
 metadata, recover the store, start the replication side of the role (``broker.replication``: the HA
@@ -40,6 +44,8 @@ from broker_store.broker.client_processor import ClientContext, ClientProcessor
 from broker_store.broker.client_registry import ClientRegistry
 from broker_store.broker.consumer_offset import FILE_NAME as OFFSETS_FILE
 from broker_store.broker.consumer_offset import ConsumerOffsetManager
+from broker_store.broker.controller_agent import ControllerAgent
+from broker_store.broker.controller_client import ControllerClient, decode_role_notification
 from broker_store.broker.delay_offsets import FILE_NAME as DELAY_OFFSETS_FILE
 from broker_store.broker.delay_offsets import DelayOffsetTable
 from broker_store.broker.delayed_send import DelayedSend
@@ -51,7 +57,14 @@ from broker_store.broker.offset_processor import OffsetContext, OffsetProcessor
 from broker_store.broker.pull_processor import PullContext, PullProcessor
 from broker_store.broker.replication import BrokerReplication
 from broker_store.broker.role import BrokerRole, RoleStage, RoleState, RoleView
-from broker_store.broker.role_transition import PromotionSteps, RoleTransition, StorePromotionSteps
+from broker_store.broker.role_transition import (
+    EpochEntryWriter,
+    PromotionSteps,
+    RoleTransition,
+    StorePromotionSteps,
+    epoch_file_entry,
+    no_epoch_file,
+)
 from broker_store.broker.schedule import DelaySchedule, ScheduleService
 from broker_store.broker.send_processor import SendContext, SendProcessor
 from broker_store.broker.subscription_group import FILE_NAME as SUBSCRIPTION_GROUPS_FILE
@@ -64,9 +77,10 @@ from broker_store.net.client import RemotingClient
 from broker_store.net.server import Connection, HandlerResult, RemotingServer
 from broker_store.net.signals import wait_for_termination
 from broker_store.protocol.codes import RequestCode, ResponseCode
-from broker_store.protocol.errors import RocketMQError
+from broker_store.protocol.errors import ProtocolError, RocketMQError
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.store import MessageStore
+from broker_store.store.epoch_file import EpochFile
 
 log = logging.getLogger(__name__)
 
@@ -79,17 +93,18 @@ CLIENT_SCAN_INTERVAL = 10.0
 
 
 PromotionStepsFactory = Callable[[MessageStore], PromotionSteps]
-"""The store steps of a promotion, built once the store is open (default: ``StorePromotionSteps``)."""
+"""The store steps of a promotion, built once the store is open (default: ``StorePromotionSteps`` with the
+epoch file's entry writer in controller mode, none in static groups)."""
 
 
 class BrokerServer:
     """One broker. ``clock`` is the one clock of every timer it runs (``broker_store.clock``): the store's
     (timestamps, flush deadlines, retention), the name-server heartbeats, client expiry, offset
-    persistence and held pulls. ``promotion_steps`` replaces the store steps a promotion awaits (controller
-    mode's epoch file; tests hold the fenced window open)."""
+    persistence and held pulls. ``promotion_steps`` replaces the store steps a promotion awaits (tests hold
+    the fenced window open); by default they are ``StorePromotionSteps`` with controller mode's epoch file."""
 
     def __init__(self, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK,
-                 promotion_steps: PromotionStepsFactory = StorePromotionSteps) -> None:
+                 promotion_steps: PromotionStepsFactory | None = None) -> None:
         self.config = config
         self.store_config = config.to_store_config()
         self._clock = clock
@@ -99,6 +114,11 @@ class BrokerServer:
         """Controller mode: the assigned id's files (None in static groups)."""
         self._id_assigned = False
         """Controller mode: brokerIdentity named an id, or the controller assigned one."""
+        self.epoch_file: EpochFile | None = None
+        """Controller mode: the store's epoch file (valid after start; None in static groups)."""
+        self.controller_agent: ControllerAgent | None = None
+        """Controller mode: the broker's side of its controller (valid after start)."""
+        self._controller_client: ControllerClient | None = None
         self._registering = False
         """Registration with the name servers started (controller mode defers it until an id is assigned)."""
         self.role_state.listeners.append(self._follow_role)
@@ -197,13 +217,16 @@ class BrokerServer:
                                  delay_levels=self.delay_levels)
             await asyncio.to_thread(store.start)
             self._store = store
+            await self._open_epoch_file()
             self._pull_waiters = PullWaiters(asyncio.get_running_loop())
             store.add_arrival_listener(self._pull_waiters.notify)
             self.replication = BrokerReplication(
                 store, self.role_state, self.config.ha, host=split_host_port(self.config.listen)[0],
                 ha_port=self.config.ha_port(), advertised_ip=self.config.advertised_ip, clock=self._clock)
             await self.replication.start()
-            self._role_transition = RoleTransition(self.role_state, self.replication, self._promotion_steps(store))
+            steps = (self._promotion_steps(store) if self._promotion_steps is not None
+                     else StorePromotionSteps(store, epoch_entry=self._epoch_entry_writer()))
+            self._role_transition = RoleTransition(self.role_state, self.replication, steps)
             self._client = RemotingClient()
             replication = self.replication
             self.registration = NamesrvRegistration(
@@ -214,7 +237,7 @@ class BrokerServer:
                 register_interval=self.config.register_interval_seconds,
                 heartbeat_interval=self.config.heartbeat_interval_seconds,
                 clock=self._clock,
-                on_primary_ha_addr=replication.follow_primary,
+                on_primary_ha_addr=self._namesrv_names_primary,
                 awaiting_primary=lambda: replication.awaiting_primary,
             )
             self.topic_configs.change_listeners.append(lambda _tc: self._request_register())
@@ -225,6 +248,8 @@ class BrokerServer:
             self.schedule = ScheduleService(store, DelaySchedule(self.delay_levels, self.delay_offsets),
                                             clock=self._clock)
             self._install_processors()
+            if self.identity_files is not None:
+                self._start_controller_agent(self.identity_files)
             if self.identity_files is None or self._id_assigned:
                 await self._start_registration()
             else:
@@ -238,6 +263,8 @@ class BrokerServer:
             ]
             self._metadata_sync_for(self.role_state.stage)
             self._schedule_for(self.role_state.stage)
+            if self.controller_agent is not None:
+                self.controller_agent.start()
         except BaseException:
             await self.stop(unregister=False)
             raise
@@ -264,16 +291,61 @@ class BrokerServer:
             self._id_assigned = True
             log.info("controller mode: broker id %d from %s", assigned.broker_id, files.path)
 
-    async def assign_broker_id(self, broker_id: int) -> None:
-        """Controller mode: keep ``broker_id`` in brokerIdentity (crash-safe, before anything uses it), take it,
-        and register with the name servers if this broker had no id yet."""
-        if self.identity_files is None or self.registration is None:
-            raise RuntimeError("assign_broker_id needs a started broker in controller mode")
-        await asyncio.to_thread(self.identity_files.persist, broker_id)
+    async def _open_epoch_file(self) -> None:
+        """Controller mode: load the epoch file and start at its newest epoch (an older one is then refused)."""
+        if not self.config.enable_controller_mode:
+            return
+        epoch_file = self.epoch_file = await asyncio.to_thread(EpochFile.open, Path(self.config.store_dir))
+        last = epoch_file.cache.last_epoch
+        if last is not None and last > self.role_state.epoch:
+            self.role_state.set_epoch(last)
+
+    def _epoch_entry_writer(self) -> EpochEntryWriter:
+        return no_epoch_file if self.epoch_file is None else epoch_file_entry(self.epoch_file)
+
+    def _start_controller_agent(self, files: BrokerIdentityFiles) -> None:
+        link = self.config.controller
+        client = self._controller_client = ControllerClient(self.config.controller_addresses(),
+                                                            request_timeout=link.request_timeout_ms / 1000)
+        self.controller_agent = ControllerAgent(client, self, files, cluster_name=self.config.cluster_name,
+                                                broker_name=self.config.broker_name, settings=link, clock=self._clock)
+
+    # -- what the controller agent needs (``controller_agent.ControlledBroker``) ----------------------------
+
+    def role_view(self) -> RoleView:
+        return self.role_state.view()
+
+    def follow_primary(self, ha_address: str) -> None:
+        if self.replication is not None:
+            self.replication.follow_primary(ha_address)
+
+    def heartbeat_offsets(self) -> tuple[int, int, int]:
+        """(epoch, max offset, confirm offset) as the controller elects by: the epoch cache's newest epoch (the
+        master epoch in force while the cache is empty), and, as the store keeps no confirm offset yet, the max
+        offset as both offsets (a primary's confirm offset is its max offset; the replica side's comes with
+        the controller-mode HA link)."""
+        store = self.store
+        last = None if self.epoch_file is None else self.epoch_file.cache.last_epoch
+        max_offset = store.max_physical_offset
+        return (self.role_state.epoch if last is None else last), max_offset, max_offset
+
+    async def take_broker_id(self, broker_id: int) -> None:
+        """Controller mode: brokerIdentity holds ``broker_id`` (the controller accepted it): take it, and
+        register with the name servers if this broker had no id yet."""
+        if self.registration is None:
+            raise RuntimeError("take_broker_id needs a started broker in controller mode")
         self.role_state.set_broker_id(broker_id)
         self._id_assigned = True
         if not self._registering:
             await self._start_registration()
+
+    async def assign_broker_id(self, broker_id: int) -> None:
+        """Controller mode: keep ``broker_id`` in brokerIdentity (crash-safe, before anything uses it) and take
+        it (an operator's or a test's hand; the controller agent applies for its id itself)."""
+        if self.identity_files is None or self.registration is None:
+            raise RuntimeError("assign_broker_id needs a started broker in controller mode")
+        await asyncio.to_thread(self.identity_files.persist, broker_id)
+        await self.take_broker_id(broker_id)
 
     async def _start_registration(self) -> None:
         if self.registration is None:
@@ -283,13 +355,26 @@ class BrokerServer:
         self.registration.start()
 
     def _primary_broker_addr(self) -> str | None:
-        """The group primary's remoting address from the last registration answer; unknown (a replica that
-        registered before its primary did) asks for a registration now, so the next round knows it."""
+        """The group primary's remoting address: the one the controller named (controller mode), else the one
+        the last registration answer named; unknown (a replica that registered before its primary did) asks
+        for a registration now, so the next round knows it."""
+        if self.controller_agent is not None:
+            return self.controller_agent.following
         if self.registration is None:
             return None
         if self.registration.master_addr is None:
             self.registration.request_register()
         return self.registration.master_addr
+
+    def _namesrv_names_primary(self, ha_address: str) -> None:
+        """A registration answer named the group primary's HA address. Static groups follow it; in controller
+        mode the controller names the primary, and the agent takes the name server's HA address only for
+        that one (a name server may still list a primary that died)."""
+        if self.controller_agent is not None:
+            master = self.registration.master_addr if self.registration is not None else None
+            self.controller_agent.namesrv_named(master, ha_address)
+        elif self.replication is not None:
+            self.replication.follow_primary(ha_address)
 
     async def change_role(self, role: BrokerRole, *, epoch: int | None = None) -> None:
         """Promote or demote this broker through the fenced transition (``broker.role_transition``) and
@@ -392,6 +477,20 @@ class BrokerServer:
             RequestCode.UNREGISTER_CLIENT: clients.unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: clients.get_consumer_list_by_group,
         }
+        if self.config.enable_controller_mode:
+            self._processors[RequestCode.NOTIFY_BROKER_ROLE_CHANGED] = self._role_changed
+
+    def _role_changed(self, cmd: RemotingCommand, _conn: Connection) -> RemotingCommand:
+        """NOTIFY_BROKER_ROLE_CHANGED (1008) from the controller: answered at once, acted on in the background."""
+        agent = self.controller_agent
+        if agent is None:
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "the controller agent is not running")
+        try:
+            info = decode_role_notification(cmd)
+        except ProtocolError as exc:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, str(exc))
+        agent.on_notification(info)
+        return cmd.response(ResponseCode.SUCCESS)
 
     async def stop(self, *, unregister: bool = True) -> None:
         """Stop serving; ``unregister=False`` skips UNREGISTER_BROKER (tests simulate a vanished broker).
@@ -399,6 +498,8 @@ class BrokerServer:
         if self.stopping:
             return
         self.stopping = True
+        if self.controller_agent is not None:
+            await self.controller_agent.stop()
         if self._pull_waiters is not None:
             self._pull_waiters.wake_all()
             await asyncio.sleep(0)  # let released pulls answer while the store is still open
@@ -427,6 +528,8 @@ class BrokerServer:
             await asyncio.to_thread(self._store.shutdown)
         if self._client is not None:
             await self._client.close()
+        if self._controller_client is not None:
+            await self._controller_client.close()
 
     async def _persist_offsets_loop(self) -> None:
         while True:

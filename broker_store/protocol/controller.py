@@ -179,6 +179,17 @@ def encode_elect_master_body(cluster: str, broker_name: str, addrs: Mapping[int,
                        "syncStateSet": sorted(sync_state_set)}).encode()
 
 
+def decode_elect_master_body(body: bytes) -> tuple[dict[int, str], frozenset[int]]:
+    """The group's members (id -> address) and SyncStateSet from an ElectMasterResponseBody."""
+    d = _object(body, "ElectMasterResponseBody")
+    try:
+        group = d.get("brokerMemberGroup") or {}
+        addrs = {int(i): str(a) for i, a in (group.get("brokerAddrs") or {}).items()}
+        return addrs, frozenset(int(i) for i in d.get("syncStateSet") or ())
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise ProtocolError(f"malformed ElectMasterResponseBody: {exc!r}") from exc
+
+
 @dataclass(frozen=True)
 class ReplicaIdentity:
     broker_name: str

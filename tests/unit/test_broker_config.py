@@ -170,7 +170,8 @@ def test_ha_role_must_fit_broker_id(tmp_path: Path) -> None:
 
 def test_controller_mode_has_no_fixed_role_or_id(tmp_path: Path) -> None:
     """enable_controller_mode relaxes the role/id pairing: the controller assigns both at runtime."""
-    cfg = BrokerConfig(broker_name="b", store_dir=tmp_path, enable_controller_mode=True, ha={"role": "SYNC_MASTER"})
+    cfg = BrokerConfig(broker_name="b", store_dir=tmp_path, enable_controller_mode=True, ha={"role": "SYNC_MASTER"},
+                       namesrv_addrs=["h:9876"])
     assert cfg.enable_controller_mode and cfg.broker_id == 0  # unused: the id comes from brokerIdentity
     with pytest.raises(ValidationError, match=r"broker_id \(0\) is assigned by the controller.*leave it out"):
         BrokerConfig(broker_name="b", broker_id=0, store_dir=tmp_path, enable_controller_mode=True)
@@ -178,6 +179,44 @@ def test_controller_mode_has_no_fixed_role_or_id(tmp_path: Path) -> None:
         BrokerConfig(broker_name="b", broker_id=2, store_dir=tmp_path, enable_controller_mode=True)
     with pytest.raises(ValidationError, match="ha.role SLAVE does not fit enable_controller_mode.*ASYNC_MASTER or"):
         BrokerConfig(broker_name="b", store_dir=tmp_path, enable_controller_mode=True, ha={"role": "SLAVE"})
+
+
+def test_controller_section_names_the_controllers_and_is_checked(tmp_path: Path) -> None:
+    """The controllers default to the name servers (the embedded controller); the section is validated and
+    refused on a static broker; a controller-mode broker with nobody to ask is refused."""
+    base = {"broker_name": "b", "store_dir": tmp_path, "enable_controller_mode": True}
+    embedded = BrokerConfig(**base, namesrv_addrs=["h:9876"])
+    assert embedded.controller_addresses() == ["h:9876"]
+    link = embedded.controller
+    assert (link.heartbeat_interval_ms, link.replica_info_poll_interval_ms) == (1000, 1000)
+    assert link.election_priority == 2**31 - 1 and link.heartbeat_timeout_ms is None
+    own = BrokerConfig(**base, namesrv_addrs=["h:9876"],
+                       controller={"controller_addrs": ["c1:9878", "c2:9878"], "election_priority": 1})
+    assert own.controller_addresses() == ["c1:9878", "c2:9878"] and own.controller.election_priority == 1
+    assert BrokerConfig(**base, controller={"controller_addrs": ["c:1"]}).controller_addresses() == ["c:1"]
+    with pytest.raises(ValidationError, match="enable_controller_mode needs controller.controller_addrs or namesrv"):
+        BrokerConfig(**base)
+    with pytest.raises(ValidationError, match=r"controller .* is only allowed with enable_controller_mode"):
+        BrokerConfig(broker_name="b", store_dir=tmp_path, controller={"election_priority": 1})
+    with pytest.raises(ValidationError, match=r"heartbeat_timeout_ms \(1000\) must be greater than heartbeat_interval"):
+        BrokerConfig(**base, controller={"controller_addrs": ["c:1"], "heartbeat_timeout_ms": 1000})
+    with pytest.raises(ValidationError, match=r"controller_addrs lists \['c:1'\] more than once"):
+        BrokerConfig(**base, controller={"controller_addrs": ["c:1", "c:1"]})
+    with pytest.raises(ValidationError, match=r"controller.election_priority"):
+        BrokerConfig(**base, controller={"controller_addrs": ["c:1"], "election_priority": -1})
+    with pytest.raises(ValidationError, match=r"controller.polling"):
+        BrokerConfig(**base, controller={"controller_addrs": ["c:1"], "polling": 1})
+
+
+def test_a_written_controller_mode_config_loads_again(tmp_path: Path) -> None:
+    """The launcher's per-process file leaves the broker id out (the controller assigns it; written, it would be
+    refused) and keeps the controller section."""
+    from broker_store.launcher import _write_config
+
+    cfg = BrokerConfig(broker_name="b", store_dir=tmp_path, enable_controller_mode=True, namesrv_addrs=["h:9876"],
+                       controller={"election_priority": 3})
+    loaded = load_yaml(_write_config(tmp_path, "b", cfg), BrokerConfig)
+    assert loaded == cfg and "broker_id" not in loaded.model_fields_set
 
 
 CONTROLLED = """
