@@ -19,6 +19,7 @@ with its waiters resumed in order.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import logging
 import random
@@ -32,6 +33,7 @@ from broker_store.client.route_cache import (
     DEFAULT_TOPIC,
     DEFAULT_TOPIC_QUEUE_NUMS,
     RouteCache,
+    awaiting_primary,
     publish_queues,
 )
 from broker_store.client.runtime import SyncClient
@@ -44,6 +46,7 @@ from broker_store.protocol.errors import (
     BrokerResponseError,
     ConfigError,
     MessageIllegalError,
+    NoWritableQueueError,
     ProtocolError,
     RequestTimeoutError,
     RocketMQError,
@@ -201,6 +204,10 @@ class AsyncProducer:
                 self._queues_of.clear()
             self._queues_of[topic] = (route, queues)
         if not queues:  # checked on every call: a cached empty list must not reach queue selection
+            if awaiting_primary(route):  # a failover: the next call asks the name servers again
+                self._session.routes.invalidate(topic)
+                raise NoWritableQueueError(ResponseCode.TOPIC_NOT_EXIST, f"no writable queue in the route of topic "
+                                                                         f"{topic}: no primary registered")
             raise error_for_response(ResponseCode.TOPIC_NOT_EXIST,
                                      f"no writable queue in the route of topic {topic}")
         return queues
@@ -402,7 +409,7 @@ class AsyncProducer:
             remaining = deadline - self._clock()
             if remaining <= 0:
                 break
-            queues = await self.writable_queues(topic)
+            queues = await self._writable_queues_until(topic, deadline)
             mq = self._choose(topic, message, queues, queue, last_failed)
             try:
                 addr = await routes.require_master_addr(topic, mq.broker_name,
@@ -425,6 +432,20 @@ class AsyncProducer:
         if last_error is not None:
             raise last_error
         raise RequestTimeoutError(f"send to topic {topic} found no time left within {budget}s")
+
+    async def _writable_queues_until(self, topic: str, deadline: float) -> list[MessageQueue]:
+        """``writable_queues``, asked again while the route has no primary (a failover: the new primary
+        registers within seconds) until ``deadline``, backing off 50 ms to 400 ms; then the last error."""
+        delay = 0.05
+        while True:
+            try:
+                return await self.writable_queues(topic)
+            except NoWritableQueueError:
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    raise
+                await asyncio.sleep(min(delay, remaining))
+                delay = min(delay * 2, 0.4)
 
     @staticmethod
     def _result(topic: str, mq: MessageQueue, resp: RemotingCommand, status: Any, uniqs: tuple[str, ...],

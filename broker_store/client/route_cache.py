@@ -72,6 +72,13 @@ def publish_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
     return queues
 
 
+def awaiting_primary(route: TopicRouteData) -> bool:
+    """A writable queue of the route belongs to a broker group that has no primary registered (a failover in
+    progress), as opposed to a topic that is not writable at all."""
+    masters = {b.broker_name for b in route.broker_datas if b.master_addr}
+    return any(qd.perm & PERM_WRITE and qd.broker_name not in masters for qd in route.queue_datas)
+
+
 def subscribe_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
     """Readable queues, sorted (any broker of the group may serve reads)."""
     present = {b.broker_name for b in route.broker_datas if b.broker_addrs}

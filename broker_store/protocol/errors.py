@@ -100,6 +100,13 @@ class TopicNotExistError(BrokerResponseError):
     invalid_route = True
 
 
+class NoWritableQueueError(TopicNotExistError):
+    """The topic's route names no broker group with a primary (a failover in progress: the old primary left
+    the name server, the new one has not registered yet). Retriable: the route is fetched again."""
+
+    retriable = True
+
+
 class MessageIllegalError(BrokerResponseError):
     pass
 

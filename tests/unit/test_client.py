@@ -47,6 +47,7 @@ from broker_store.protocol.errors import (
     ConfigError,
     MessageIllegalError,
     NoPermissionError,
+    NoWritableQueueError,
     RetriableSystemError,
     TopicNotExistError,
     TransportError,
@@ -843,6 +844,26 @@ def test_read_only_topic_refuses_every_send_with_topic_not_exist(cluster: Cluste
                 producer.send(new_message("ro", b"x"))
             with pytest.raises(TopicNotExistError, match="no writable queue"):
                 producer.send_batch([new_message("ro", b"x"), new_message("ro", b"y")])
+
+
+def test_a_send_during_a_failover_waits_for_the_new_primary_route(cluster: Cluster) -> None:
+    """The name server dropped the killed primary at once (its connection closed) and the new one has not
+    registered yet: the route has writable queues but no master. The send asks the name server again (not the
+    30 s cached route) until the primary is back, within its timeout."""
+    cluster.namesrv.routes["fo"] = make_route([cluster.a1])  # broker-a listed by its replica only
+    with Producer(cluster.namesrv.addr, auto_create_topic=False, send_timeout=5.0) as producer:
+        timer = threading.Timer(0.5, lambda: cluster.namesrv.routes.__setitem__("fo", make_route([cluster.a])))
+        timer.start()
+        try:
+            started = time.monotonic()
+            assert producer.send(new_message("fo", b"x")).ok
+            assert time.monotonic() - started >= 0.4  # it did wait for the route, not for the cache's TTL
+        finally:
+            timer.cancel()
+    cluster.namesrv.routes["fo2"] = make_route([cluster.a1])  # no primary for longer than the send's timeout
+    with Producer(cluster.namesrv.addr, auto_create_topic=False, send_timeout=0.3) as producer, \
+            pytest.raises(NoWritableQueueError, match="no primary registered"):
+        producer.send(new_message("fo2", b"x"))
 
 
 def test_credentials_sign_every_request_to_name_server_and_brokers(cluster: Cluster) -> None:
