@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/replicator.py            # 400k x 1 KiB messages, ~4 minutes
     .venv/bin/python benchmarks/replicator.py --quick    # 40k messages, ~2 minutes
+    .venv/bin/python benchmarks/replicator.py --queue-scaling   # only (e), 8 vs 512 queues, ~2 minutes
 
 What one run does, in order (everything on this machine: brokers, Spark JVM and Python workers share
 its cores, so the numbers are for the whole pipeline on one box):
@@ -42,10 +43,36 @@ its cores, so the numbers are for the whole pipeline on one box):
    up" log line (``jobs.spark_session.SESSION_UP``) -> that message; median, min and max. ``--first-only`` runs
    just this phase.
 
+8. (e) Per-queue costs, side by side at 8 and 512 queues (``--queue-scaling`` runs only this; it defines its
+   own last line, ``queue scaling: latestOffset p50 X ms at 512 idle queues (Y ms at 8), target <= 100 ms: ...;
+   backlog 512/8 queues R, target >= 0.8: ...``). (e1) trigger overhead: ``jobs/replicate.py`` launched as in
+   (d) on a topic of N queues without backlog, a producer trickling ``--idle-rate`` (20) msg/s round-robin so
+   every trigger has a batch (Spark reports progress only then), ``--idle-seconds`` (30; quick 15) measured
+   after two batches: Spark's latestOffset per batch (the job's progress lines) and the growth of spark.log
+   and replicator.log per batch. (e2) backlog: ``--scaling-messages`` (200k; quick 40k) spread over N queues,
+   replicated with Trigger.AvailableNow in this process's Spark like (b); the ratio is 512-queue / 8-queue
+   sustained msg/s.
+
 Targets: (b)/(a) >= 0.5, (b) >= 30 MB/s (1 MB = 10^6 bytes of message body), (c) p99 <= trigger + 1 s,
-(d) session up -> first message <= 3 s.
+(d) session up -> first message <= 3 s, (e) latestOffset p50 at 512 idle queues <= 100 ms and 512/8-queue
+backlog throughput >= 0.8.
 Exit status 0 whether or not targets are met; 1 on a failed run. Every process and file is removed at
 exit (also on Ctrl-C).
+
+(e), 2026-11-26, ``benchmarks/replicator.py --queue-scaling --scaling-messages 200000 --per-trigger 50000
+--idle-seconds 20`` (one run each; before = main at 99f6b30 with this script; busy 2-vCPU machine, +-10-30 %)::
+
+                                   before (GET_MAX_OFFSET per queue)     after (GET_TOPIC_STATS_INFO per group)
+    latestOffset p50, 8 idle         6 ms                                 4 ms
+    latestOffset p50, 512 idle      70 ms (p90 109)                      23 ms (p90 32)       target <= 100 MET
+    spark.log per batch, 8 / 512    12.2 / 66.0 KB                       10.1 / 9.9 KB        (progress JSON off)
+    replicator.log per batch        0.5 / 3.4 KB                         0.6 / 3.2 KB
+    backlog msg/s, 8 / 512          81.9k / 52.6k                        91.9k / 60.5k
+    512/8 backlog ratio              0.64                                 0.66                target >= 0.8 NOT MET
+
+The 512-queue backlog is now held back by the sink, not the trigger: per batch after the first, latestOffset
+94 -> 26 ms, but addBatch (the tasks pulling and sending 512 ranges of ~100 messages instead of 8 of ~6,250)
+takes 703 ms against 485 ms at 8 queues: ~0.4 ms per range of per-range pull and send overhead.
 
 Results, 2026-11-23 (second session), 2 vCPUs, default settings (``.venv/bin/python benchmarks/replicator.py``),
 the last three runs (final code: the C forwarding loop, the page-cache warmer)::
@@ -180,6 +207,11 @@ SOURCE, TARGET = "bsrc", "bdst"
 FIRST_MESSAGE_TARGET_S = 3.0
 """Target of (d): the first message on the target at most this long after the Spark session is up."""
 TARGET_RATIO, TARGET_MBPS, LATENCY_SLACK_S = 0.5, 30.0, 1.0
+TOPIC_IDLE, TOPIC_BACKLOG = "BenchIdle", "BenchBacklog"
+SCALING_QUEUES = (8, 512)
+"""(e): the queue counts compared side by side."""
+TARGET_LATEST_OFFSET_MS, TARGET_QUEUE_RATIO = 100.0, 0.8
+"""Targets of (e): latestOffset p50 at 512 idle queues, and 512-queue / 8-queue backlog throughput."""
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -351,11 +383,17 @@ def _child(kind: str, args: dict[str, Any], results: Any) -> None:
         raise
 
 
-def run_child(kind: str, **args: Any) -> dict[str, Any]:
+def start_child(kind: str, **args: Any) -> tuple[Any, Any]:
+    """A child process running ``_CHILDREN[kind](**args)``: (process, its results queue)."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     proc = ctx.Process(target=_child, args=(kind, args, results), daemon=True)
     proc.start()
+    return proc, results
+
+
+def run_child(kind: str, **args: Any) -> dict[str, Any]:
+    proc, results = start_child(kind, **args)
     try:
         out = results.get()
     finally:
@@ -373,7 +411,9 @@ def _body(size: int, seq: int) -> bytes:
 
 
 async def _preload(namesrv: str, topic: str, queues: list[tuple[str, int]], count: int, body: int,
-                   batch: int = 128, concurrency: int = 8) -> dict[str, Any]:
+                   batch: int = 128, concurrency: int = 8, spread: bool = False) -> dict[str, Any]:
+    """``count`` messages in batches of ``batch`` from ``concurrency`` senders, each on its own queue of
+    ``queues`` (the first ``concurrency`` of them), or with ``spread`` every batch on the next queue."""
     from broker_store.client import AsyncProducer, Message, MessageQueue
 
     payload = _body(body, 0)
@@ -385,6 +425,8 @@ async def _preload(namesrv: str, topic: str, queues: list[tuple[str, int]], coun
             nonlocal next_seq
             while next_seq < count:
                 n = min(batch, count - next_seq)
+                if spread:
+                    mq = mqs[next_seq // batch % len(mqs)]
                 next_seq += n
                 msgs = [Message(topic, payload, {"TAGS": "bench", "KEYS": f"k{next_seq - n + i}"})
                         for i in range(n)]
@@ -507,6 +549,8 @@ def write_config(path: Path, work: Path, src: Cluster, dst: Cluster, per_trigger
     links = [link_yaml(name, topic, interval, work, per_trigger, max_in_flight, max_partitions)
              for name, topic, interval in (("bench-warm", TOPIC_WARM, 1.0), ("bench-main", TOPIC_MAIN, 1.0),
                                            ("bench-lat", TOPIC_LAT, trigger))]
+    links += [link_yaml(f"bench-backlog-{q}", f"{TOPIC_BACKLOG}{q}", 1.0, work, per_trigger, max_in_flight,
+                        max_partitions) for q in SCALING_QUEUES]
     path.write_text(config_yaml(src, dst, links))
 
 
@@ -621,6 +665,119 @@ def first_message_summary(runs: list[FirstMessage]) -> str:
             f"{FIRST_MESSAGE_TARGET_S:g} s: {'MET' if after <= FIRST_MESSAGE_TARGET_S else 'NOT MET'}")
 
 
+@dataclass
+class IdleRun:
+    """(e1): one launch of ``jobs/replicate.py`` on a topic whose queues hold no backlog."""
+
+    queues: int
+    latest_offset_ms: list[int]
+    """Spark's ``latestOffset`` duration of each measured batch (the job's progress lines)."""
+    spark_log_bytes: int
+    """Growth of spark.log (all its files) over the measured batches."""
+    python_log_bytes: int
+    """Growth of replicator.log (all its files) over the measured batches."""
+
+    @property
+    def batches(self) -> int:
+        return len(self.latest_offset_ms)
+
+
+def _log_bytes(log_dir: Path, name: str) -> int:
+    return sum(p.stat().st_size for p in log_dir.glob(f"{name}*") if not p.name.endswith(".lock"))
+
+
+def _idle_batches(log_dir: Path, link: str) -> dict[int, int]:
+    """Batch id -> latestOffset ms of the job's progress lines for ``link`` (jobs.progress: ``link L batch N:
+    ... in T ms (part ms, ...)``; a part of 0 ms is left out of the line)."""
+    import re
+
+    line = re.compile(rf"jobs\.replicate: link {re.escape(link)} batch (\d+): .*\(([^()]*)\)$")
+    out: dict[int, int] = {}
+    for p in sorted(log_dir.glob("replicator.log*")):
+        for text in p.read_text(errors="replace").splitlines():
+            m = line.search(text)
+            if m:
+                parts = dict(part.rsplit(" ", 1) for part in m.group(2).split(", ") if " " in part)
+                out[int(m.group(1))] = int(parts.get("latestOffset", 0))
+    return out
+
+
+def idle_trigger_run(work: Path, src: Cluster, dst: Cluster, queues: int, seconds: float, trigger: float,
+                     rate: float, body: int, timeout: float = 120.0) -> IdleRun:
+    """(e1): launch ``python jobs/replicate.py`` (its own process and JVM, as an operator does) on a new link whose
+    topic has ``queues`` queues and no backlog, while a producer trickles ``rate`` msg/s round-robin over them
+    (Spark reports progress only for a trigger that has a batch); once two batches are done, measure
+    ``seconds`` of batches: latestOffset of each (from the job's progress lines) and the growth of spark.log
+    and replicator.log. Then SIGTERM the job."""
+    import subprocess
+
+    topic, name = f"{TOPIC_IDLE}{queues}", f"bench-idle-{queues}"
+    source_queues = create_topic(src.addr, src.name, topic, queues)
+    create_topic(dst.addr, dst.name, topic, queues)
+    run_dir = work / name
+    run_dir.mkdir(parents=True)
+    config = run_dir / "replicator.yaml"
+    config.write_text(config_yaml(src, dst, [link_yaml(name, topic, trigger, run_dir, 100_000, 4)]))
+    log_dir = run_dir / "logs"
+    trickle, _ = start_child("paced", namesrv=src.addr, topic=topic, rate=rate, seconds=seconds + timeout,
+                             body=body, batch=1, queues=[(mq.broker_name, mq.queue_id) for mq in source_queues])
+    with open(run_dir / "console.txt", "wb") as console:
+        job = subprocess.Popen([sys.executable, str(PROJECT / "jobs" / "replicate.py"), "--config", str(config),
+                                "--log-dir", str(log_dir), "--metrics-port", "0"],
+                               stdout=console, stderr=subprocess.STDOUT, cwd=run_dir)
+        try:
+            deadline = time.monotonic() + timeout
+            while max(_idle_batches(log_dir, name), default=-1) < 1:
+                if time.monotonic() > deadline or job.poll() is not None:
+                    raise RuntimeError(f"{name}: no second batch after {timeout:.0f} s (see {run_dir})")
+                time.sleep(0.2)
+            before = _idle_batches(log_dir, name)
+            spark0, python0 = _log_bytes(log_dir, "spark.log"), _log_bytes(log_dir, "replicator.log")
+            time.sleep(seconds)
+            after = _idle_batches(log_dir, name)
+            spark1, python1 = _log_bytes(log_dir, "spark.log"), _log_bytes(log_dir, "replicator.log")
+        finally:
+            trickle.kill()
+            trickle.join(30)
+            job.send_signal(signal.SIGTERM)
+            try:
+                job.wait(60)
+            except subprocess.TimeoutExpired:
+                job.kill()
+                job.wait()
+    measured = [ms for batch, ms in sorted(after.items()) if batch not in before]
+    if not measured:
+        raise RuntimeError(f"{name}: no batch in {seconds:.0f} s (see {run_dir})")
+    return IdleRun(queues, measured, spark1 - spark0, python1 - python0)
+
+
+def print_idle_run(run: IdleRun, trigger: float, rate: float) -> None:
+    ms = run.latest_offset_ms
+    print(f"(e1) {run.queues} queues without backlog, jobs/replicate.py, trigger {trigger:g} s, {rate:g} msg/s "
+          f"trickle: {run.batches} batches, latestOffset p50 {statistics.median(ms):.0f} ms, p90 {pct(ms, 90):.0f} "
+          f"ms, max {max(ms)} ms; per batch spark.log +{run.spark_log_bytes / run.batches / 1024:.1f} KB, "
+          f"replicator.log +{run.python_log_bytes / run.batches / 1024:.1f} KB", flush=True)
+
+
+def print_scaling_summary(idle: list[IdleRun], backlog: dict[int, BacklogRun]) -> None:
+    """(e)'s summary; its last line is ``queue scaling: latestOffset p50 X ms at 512 idle queues ..., backlog
+    512/8 R ...``."""
+    few, many = SCALING_QUEUES
+    p50 = {run.queues: statistics.median(run.latest_offset_ms) for run in idle}
+    ratio = backlog[many].rate / backlog[few].rate
+    print("\nsummary (e)")
+    for run in idle:
+        print(f"  {run.queues:>4} queues: latestOffset p50 {p50[run.queues]:>5.0f} ms, spark.log "
+              f"+{run.spark_log_bytes / run.batches / 1024:.1f} KB/batch, replicator.log "
+              f"+{run.python_log_bytes / run.batches / 1024:.1f} KB/batch; "
+              f"backlog {backlog[run.queues].rate:,.0f} msg/s")
+    met = p50[many] <= TARGET_LATEST_OFFSET_MS
+    print(f"queue scaling: latestOffset p50 {p50[many]:.0f} ms at {many} idle queues ({p50[few]:.0f} ms at {few}), "
+          f"target <= {TARGET_LATEST_OFFSET_MS:.0f} ms: {'MET' if met else 'NOT MET'}; "
+          f"backlog {many}/{few} queues {ratio:.2f}, target >= {TARGET_QUEUE_RATIO}: "
+          f"{'MET' if ratio >= TARGET_QUEUE_RATIO else 'NOT MET'}", flush=True)
+
+
 def batch_messages(progress: Any) -> int:
     """Messages a micro-batch read: its source's end minus start offsets (rows are not messages with
     the raw and ranges row formats)."""
@@ -638,6 +795,61 @@ def progress_time(progress: Any) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00")).timestamp()
+
+
+@dataclass
+class BacklogRun:
+    """One AvailableNow query over a preloaded backlog ((b) and (e2))."""
+
+    rate: float
+    """Sustained msg/s: the messages after the first batch / time from that batch's end to the last on the target."""
+    mbps: float
+    first_msgs: int
+    first_end_s: float
+    """The first batch's end, seconds after ``writeStream.start()``."""
+    total_s: float
+    """``writeStream.start()`` -> every message on the target."""
+    query_s: float
+    """``writeStream.start()`` -> the query ended."""
+    batches: list[Any]
+    cpu: dict[str, float]
+
+
+def replicate_backlog(spark: Any, config_path: Path, config: Any, link: str, target_queues: list[MessageQueue],
+                      n: int, body: int, row_format: str, admin_dst: Admin, labels: dict[int, str],
+                      spy_out: str | None = None) -> BacklogRun:
+    """Replicate ``link``'s preloaded backlog of ``n`` messages with Trigger.AvailableNow (see (b) in the
+    module docstring for why the rate starts after the first batch)."""
+    from jobs.replicate import start_link
+
+    spy = start_py_spy(spy_out) if spy_out else None
+    cpu0 = cpu_snapshot(labels)
+    t0 = time.monotonic()
+    wall0 = time.time()
+    q = start_link(spark, str(config_path), config, link, available_now=True, row_format=row_format)
+    try:
+        t_done = wait_for(admin_dst, target_queues, n, 1800, q)
+        wall_done = wall0 + (t_done - t0)
+        cpu1 = cpu_snapshot(labels)
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(60)
+        q.awaitTermination(600)
+    finally:
+        if q.isActive:
+            q.stop()
+    t_end = time.monotonic()
+    if q.exception() is not None:
+        raise RuntimeError(f"{link} query failed: {q.exception()}")
+    batches = [pr for pr in q.recentProgress if pr.numInputRows]
+    # Throughput is the sustained rate: from the end of the query's first batch, which also carries
+    # the query's one-time start-up (Spark starts the source's driver-side Python runner, the sink's
+    # planner and commit workers, clients connect), until the target holds every message.
+    first_msgs = batch_messages(batches[0])
+    first_end = progress_time(batches[0]) + dict(batches[0].durationMs)["triggerExecution"] / 1000
+    b_s = wall_done - first_end
+    return BacklogRun((n - first_msgs) / b_s, (n - first_msgs) * body / b_s / MB, first_msgs, first_end - wall0,
+                      t_done - t0, t_end - t0, batches, cpu_delta(cpu0, cpu1))
 
 
 def pct(values: list[float], p: float) -> float:
@@ -682,11 +894,21 @@ def main(argv: list[str] | None = None) -> int:
                    help="(d): launches of jobs/replicate.py timed to the first message (default 3; quick 1; 0 skips)")
     p.add_argument("--first-only", action="store_true", help="run only (d)")
     p.add_argument("--first-messages", type=int, default=1000, help="(d): messages waiting on the source")
+    p.add_argument("--queue-scaling", action="store_true",
+                   help="run only (e): trigger overhead and backlog throughput, 8 vs 512 queues")
+    p.add_argument("--scaling-messages", type=int, default=None,
+                   help="(e2): backlog per queue count (default 200000; quick 40000)")
+    p.add_argument("--idle-seconds", type=float, default=None, help="(e1): measured seconds per run (default 30; "
+                                                                     "quick 15)")
+    p.add_argument("--idle-rate", type=float, default=20.0, help="(e1): trickle msg/s over the idle topic's queues")
     p.add_argument("--py-spy", metavar="FILE", default=None,
                    help="record the Spark JVM's Python processes with py-spy (raw collapsed stacks) during (b)")
     args = p.parse_args(argv)
-    n = 0 if args.latency_rate or args.first_only else args.messages or (40_000 if args.quick else 400_000)
-    first_runs = args.first_runs if args.first_runs is not None else (1 if args.quick else 3)
+    scaling = args.queue_scaling
+    n = 0 if args.latency_rate or args.first_only or scaling else args.messages or (40_000 if args.quick else 400_000)
+    first_runs = 0 if scaling else args.first_runs if args.first_runs is not None else (1 if args.quick else 3)
+    scaling_n = args.scaling_messages or (40_000 if args.quick else 200_000)
+    idle_seconds = args.idle_seconds or (15.0 if args.quick else 30.0)
     per_trigger = args.per_trigger or (20_000 if args.quick else 100_000)
     warm_n = args.warmup or (5_000 if args.quick else 20_000)
     lat_seconds = args.latency_seconds or (15.0 if args.quick else 30.0)
@@ -712,6 +934,13 @@ def main(argv: list[str] | None = None) -> int:
                         body=args.body) if n else {"seconds": 0.0}
         run_child("preload", namesrv=src.addr, topic=TOPIC_WARM, queues=wire[TOPIC_WARM], count=warm_n,
                   body=args.body)
+        if scaling:
+            for count in SCALING_QUEUES:
+                topic = f"{TOPIC_BACKLOG}{count}"
+                qs[topic] = (create_topic(src.addr, src.name, topic, count),
+                             create_topic(dst.addr, dst.name, topic, count))
+                run_child("preload", namesrv=src.addr, topic=topic, count=scaling_n, body=args.body, spread=True,
+                          queues=[(mq.broker_name, mq.queue_id) for mq in qs[topic][0]])
         admin_src, admin_dst = Admin(src.addr), Admin(dst.addr)
         ends = [admin_src.max_offset(mq) for mq in qs[TOPIC_MAIN][0]]
         assert sum(ends) == n, (sum(ends), n)
@@ -740,6 +969,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.first_only:
             return 0
         first_line = first_message_summary(firsts)
+        idle_runs = [idle_trigger_run(work, src, dst, count, idle_seconds, args.trigger, args.idle_rate, args.body)
+                     for count in (SCALING_QUEUES if scaling else ())]
+        for idle in idle_runs:
+            print_idle_run(idle, args.trigger, args.idle_rate)
 
         # Spark
         config_path = work / "replicator.yaml"
@@ -774,50 +1007,43 @@ def main(argv: list[str] | None = None) -> int:
 
         labels = {src.broker.pid: "source broker", dst.broker.pid: "target broker",
                   src.namesrv.pid: "name servers", dst.namesrv.pid: "name servers"}
+        if scaling:
+            backlog = {count: replicate_backlog(spark, config_path, config, f"bench-backlog-{count}",
+                                                qs[f"{TOPIC_BACKLOG}{count}"][1], scaling_n, args.body,
+                                                args.row_format, admin_dst, labels) for count in SCALING_QUEUES}
+            for count, run in backlog.items():
+                d = [dict(pr.durationMs) for pr in run.batches[1:]] or [dict(run.batches[0].durationMs)]
+                print(f"(e2) {count} queues, {scaling_n} messages backlog, AvailableNow, max {per_trigger}/trigger, "
+                      f"{len(run.batches)} batches: {run.rate:,.0f} msg/s sustained; mean per batch after the first: "
+                      + ", ".join(f"{k} {statistics.mean(x.get(k, 0) for x in d):.0f} ms"
+                                  for k in ("triggerExecution", "latestOffset", "queryPlanning", "addBatch")),
+                      flush=True)
+            print_scaling_summary(idle_runs, backlog)
+            admin_src.close()
+            admin_dst.close()
+            return 0
         b_rate = b_mbps = 0.0
         if not n:
             b_rate = 2 * (args.latency_rate or 0.0)  # (c) runs at half of (b)
         else:
             # (b) throughput
-            spy = start_py_spy(args.py_spy) if args.py_spy else None
-            cpu0 = cpu_snapshot(labels)
-            t0 = time.monotonic()
-            wall0 = time.time()
-            q = start_link(spark, str(config_path), config, "bench-main", available_now=True,
-                           row_format=args.row_format)
-            queries.append(q)
-            t_done = wait_for(admin_dst, qs[TOPIC_MAIN][1], n, 1800, q)
-            wall_done = wall0 + (t_done - t0)
-            cpu1 = cpu_snapshot(labels)
-            if spy is not None:
-                spy.send_signal(signal.SIGINT)
-                spy.wait(60)
-            q.awaitTermination(600)
-            t_end = time.monotonic()
-            if q.exception() is not None:
-                raise RuntimeError(f"main query failed: {q.exception()}")
-            total_s = t_done - t0
-            batches = [pr for pr in q.recentProgress if pr.numInputRows]
-            # Throughput is the sustained rate: from the end of the query's first batch, which also carries
-            # the query's one-time start-up (Spark starts the source's driver-side Python runner, the sink's
-            # planner and commit workers, clients connect), until the target holds every message.
-            first_msgs = batch_messages(batches[0])
-            first_end = progress_time(batches[0]) + dict(batches[0].durationMs)["triggerExecution"] / 1000
-            b_s = wall_done - first_end
-            b_rate = (n - first_msgs) / b_s
-            b_mbps = (n - first_msgs) * args.body / b_s / MB
+            run = replicate_backlog(spark, config_path, config, "bench-main", qs[TOPIC_MAIN][1], n, args.body,
+                                    args.row_format, admin_dst, labels, args.py_spy)
+            total_s, batches, first_msgs = run.total_s, run.batches, run.first_msgs
+            b_rate, b_mbps = run.rate, run.mbps
+            b_s = (n - first_msgs) / b_rate
             print(f"(b) replication, AvailableNow, max {per_trigger}/trigger, {len(batches)} batches: {n - first_msgs} "
                   f"msgs after the first batch in {b_s:.2f} s = {b_rate:,.0f} msg/s, {b_mbps:.1f} MB/s "
                   f"(sustained). Including the query's start-up: {n} msgs on the target {total_s:.2f} s after "
-                  f"writeStream.start() = {n / total_s:,.0f} msg/s; first batch ended {first_end - wall0:.2f} s "
-                  f"after start; query ended after {t_end - t0:.2f} s", flush=True)
+                  f"writeStream.start() = {n / total_s:,.0f} msg/s; first batch ended {run.first_end_s:.2f} s "
+                  f"after start; query ended after {run.query_s:.2f} s", flush=True)
             for pr in batches[:6]:
                 d = dict(pr.durationMs)
                 print(f"    batch {pr.batchId}: {batch_messages(pr)} msgs in {pr.numInputRows} rows, "
                       f"addBatch {d.get('addBatch')} ms, latestOffset {d.get('latestOffset')} ms, "
                       f"queryPlanning {d.get('queryPlanning')} ms, walCommit {d.get('walCommit')} ms, "
                       f"commitOffsets {d.get('commitOffsets')} ms, triggerExecution {d.get('triggerExecution')} ms")
-            print_cpu(total_s, cpu_delta(cpu0, cpu1))
+            print_cpu(total_s, run.cpu)
 
         if args.no_latency:
             print(f"\n{first_line}")

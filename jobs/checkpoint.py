@@ -25,6 +25,7 @@ if __package__ in (None, ""):  # `spark-submit jobs/checkpoint.py` / `python job
 
 from connectors.checkpoint.data_source import DATA_SOURCE_NAME, CheckpointDataSource  # noqa: E402
 from connectors.core.config import LinkConfig, ReplicatorConfig  # noqa: E402
+from jobs import job_logging  # noqa: E402
 from jobs.query_supervisor import (  # noqa: E402
     exit_job,
     polling_query_location,
@@ -43,6 +44,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "checkpoint") -> argpa
     parser.add_argument("--link", action="append", default=[], help="only this link (repeatable); default: all")
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--log-dir", default="run/logs")
+    job_logging.add_rotation_arguments(parser)
     # no endpoint of its own: the replication and heartbeat jobs serve the links' metrics (prepare_job reads it)
     parser.set_defaults(metrics_port=0)
     return parser.parse_args(argv)

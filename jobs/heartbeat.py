@@ -28,6 +28,7 @@ if __package__ in (None, ""):  # `spark-submit jobs/heartbeat.py` / `python jobs
 
 from connectors.core.config import ReplicatorConfig  # noqa: E402
 from connectors.heartbeat.data_source import DATA_SOURCE_NAME, HeartbeatDataSource  # noqa: E402
+from jobs import job_logging  # noqa: E402
 from jobs.query_supervisor import exit_job, prepare_job, run_job  # noqa: E402
 from jobs.spark_session import APP_NAME  # noqa: E402
 
@@ -47,6 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="Prometheus port (default: metrics.port of the config; 0 = no endpoint)")
     parser.add_argument("--log-level", default="INFO", help="console level; the log files keep INFO and up")
     parser.add_argument("--log-dir", default="run/logs", help="replicator.log and spark.log go here")
+    job_logging.add_rotation_arguments(parser)
     return parser.parse_args(argv)
 
 

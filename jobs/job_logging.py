@@ -11,23 +11,28 @@ the console; a developer reads the log files. So:
 * ``<log dir>/spark.log``: the Spark JVM's log4j output (``spark_java_options`` points log4j at a
   configuration in ``conf/log4j2.properties``); only FATAL reaches the console from the JVM, so
   Spark's own ERROR lines and stacks for a failed or stopped query stay in the file.
+* both roll by size (``--log-file-mb``, ``--log-files``: ``connectors.core.driver_log.LogRotation``), so a job
+  running for months keeps a bounded amount of log on disk.
 
 Runs on the driver only.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import re
 from pathlib import Path
 from typing import TextIO
 
 from connectors.core import driver_log
-from connectors.core.driver_log import PYTHON_LOG
+from connectors.core.driver_log import LOG_ROTATION_ENV, PYTHON_LOG, LogRotation
 
 SPARK_LOG = "spark.log"
 LOG4J_CONFIG = "log4j2.properties"
 __all__ = ["PYTHON_LOG", "SPARK_LOG", "LOG4J_CONFIG", "LOG4J_PROPERTIES", "setup", "spark_java_options",
-           "failure_reason", "failure_line"]
+           "add_rotation_arguments", "rotation_of", "failure_reason", "failure_line"]
+MIB = 1024 * 1024
 
 LOG4J_PROPERTIES = Path(__file__).resolve().parents[1] / "conf" / LOG4J_CONFIG
 """The driver JVM's log4j2 configuration (console: FATAL only; ``${sys:replicator.log.dir}/spark.log``: the
@@ -35,19 +40,41 @@ rest). One file for both launches: ``spark_java_options`` names it to a JVM this
 README's spark-submit command names it with ``--driver-java-options``."""
 
 
-def setup(log_dir: str | Path, level: str = "INFO", console: TextIO | None = None) -> Path:
+def add_rotation_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--log-file-mb`` / ``--log-files``: how ``replicator.log`` and ``spark.log`` roll (``rotation_of``)."""
+    default = LogRotation()
+    parser.add_argument("--log-file-mb", type=int, default=default.max_bytes // MIB,
+                        help="replicator.log and spark.log each roll at this size, in MiB (default %(default)s)")
+    parser.add_argument("--log-files", type=int, default=default.older_files,
+                        help="rolled files kept of each (<name>.1 newest; default %(default)s)")
+
+
+def rotation_of(args: argparse.Namespace) -> LogRotation:
+    """The ``LogRotation`` of a job's ``add_rotation_arguments``; ValueError naming the option when out of range."""
+    try:
+        return LogRotation(args.log_file_mb * MIB, args.log_files)
+    except ValueError as exc:
+        raise ValueError(f"--log-file-mb {args.log_file_mb} / --log-files {args.log_files}: {exc}") from exc
+
+
+def setup(log_dir: str | Path, level: str = "INFO", console: TextIO | None = None,
+          rotation: LogRotation | None = None) -> Path:
     """Route the job's Python logging (``connectors.core.driver_log.configure``: concise console lines,
-    ``<log_dir>/replicator.log`` with tracebacks, inherited by Spark's Python workers). The JVM's log4j
-    goes to ``<log_dir>/spark.log`` by ``spark_java_options``. Returns the log dir. ValueError for an unknown level."""
-    directory = driver_log.configure(log_dir, level, console)
+    ``<log_dir>/replicator.log`` with tracebacks, rolled by ``rotation``, inherited by Spark's Python workers).
+    The JVM's log4j goes to ``<log_dir>/spark.log`` by ``spark_java_options``, rolled the same way. Returns the
+    log dir. ValueError for an unknown level."""
+    directory = driver_log.configure(log_dir, level, console, rotation)
     assert directory is not None
     return directory
 
 
-def spark_java_options(log_dir: Path) -> str:
-    """Driver JVM options that send Spark's log4j output to ``<log_dir>/spark.log`` (see ``setup``)."""
+def spark_java_options(log_dir: Path, rotation: LogRotation | None = None) -> str:
+    """Driver JVM options that send Spark's log4j output to ``<log_dir>/spark.log``, rolled by ``rotation``
+    (default: the one ``setup`` exported, else ``LogRotation()``); ``conf/log4j2.properties`` reads them."""
+    rotation = rotation or LogRotation.from_env(os.environ.get(LOG_ROTATION_ENV))
     return (f"-Dlog4j.configurationFile=file:{LOG4J_PROPERTIES} "
-            f"-Dlog4j2.configurationFile=file:{LOG4J_PROPERTIES} -Dreplicator.log.dir={log_dir}")
+            f"-Dlog4j2.configurationFile=file:{LOG4J_PROPERTIES} -Dreplicator.log.dir={log_dir} "
+            f"-Dreplicator.log.maxBytes={rotation.max_bytes} -Dreplicator.log.files={rotation.older_files}")
 
 
 # "package.module.SomeError: the message" as Python prints the last line of a traceback.

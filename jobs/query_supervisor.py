@@ -64,11 +64,11 @@ class PreparedJob:
 
 
 def prepare_job(args: argparse.Namespace, *, heartbeat_monitor: bool = False) -> PreparedJob | int:
-    """Logging (``--log-dir``, ``--log-level``), the config (``--config``, ``--link``) and the metrics endpoint
-    (``--metrics-port``; with the heartbeat gauges when ``heartbeat_monitor``), in that order; the exit code
-    2 (the error logged in one line) when one of them fails."""
+    """Logging (``--log-dir``, ``--log-level``, ``--log-file-mb``, ``--log-files``), the config (``--config``,
+    ``--link``) and the metrics endpoint (``--metrics-port``; with the heartbeat gauges when ``heartbeat_monitor``),
+    in that order; the exit code 2 (the error logged in one line) when one of them fails."""
     try:
-        log_dir = job_logging.setup(args.log_dir, args.log_level)
+        log_dir = job_logging.setup(args.log_dir, args.log_level, rotation=job_logging.rotation_of(args))
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -32,6 +32,7 @@ from connectors.core.config import ReplicatorConfig  # noqa: E402
 from connectors.core.errors import ReplicatorError  # noqa: E402
 from connectors.replication.failure_policy import FailurePolicyRunner  # noqa: E402
 from connectors.replication.tables import LinkTables  # noqa: E402
+from jobs import job_logging  # noqa: E402
 from jobs.query_supervisor import exit_job, prepare_job, run_job  # noqa: E402
 from jobs.spark_session import APP_NAME  # noqa: E402
 
@@ -53,6 +54,7 @@ def parse_args(argv: list[str] | None = None, *, prog: str = "replicate", descri
                         help="replicator.log (Python, with tracebacks) and spark.log (the JVM) go here")
     parser.add_argument("--metrics-port", type=int, default=None,
                         help="Prometheus port (default: metrics.port of the config; 0 = no endpoint)")
+    job_logging.add_rotation_arguments(parser)
     return parser.parse_args(argv)
 
 

@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from connectors.core.driver_log import LOG_DIR_ENV, LOG_LEVEL_ENV
+from connectors.core.driver_log import LOG_DIR_ENV, LOG_LEVEL_ENV, LOG_ROTATION_ENV
 from connectors.core.job_stop import STOP_MARKER_ENV
 from jobs import job_logging
 from jobs.worker_python import bytecode_worker_environment
 
-JOB_ENVIRONMENT = (LOG_DIR_ENV, LOG_LEVEL_ENV, STOP_MARKER_ENV)
+JOB_ENVIRONMENT = (LOG_DIR_ENV, LOG_LEVEL_ENV, LOG_ROTATION_ENV, STOP_MARKER_ENV)
 """Variables the job sets for Spark's Python workers (``build_spark`` passes them on under spark-submit)."""
 APP_NAME = "rocketmq-replicator"
 """The Spark application name of ``jobs/replicate.py`` and ``jobs/run_all.py``; the other jobs append theirs."""

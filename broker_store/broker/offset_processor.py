@@ -1,8 +1,9 @@
 """Consumer offsets and queue offsets: QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET, GET_MAX_OFFSET,
-GET_MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP, GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET.
+GET_MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP, GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET, GET_TOPIC_STATS_INFO.
 
 Called by ``BrokerServer``, with an ``OffsetContext``; semantics of RocketMQ's ConsumerManageProcessor and
-AdminBrokerProcessor for these codes.
+AdminBrokerProcessor for these codes (RocketMQ serves the queue-offset codes from its admin processor; here
+they sit with the other reads of queue offsets, which need the store).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from broker_store.protocol.headers import (
     QueryConsumerOffsetRequestHeader,
     QueueRequestHeader,
     SearchOffsetRequestHeader,
+    TopicRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
+from broker_store.protocol.topic_stats import StatsQueue, TopicOffset, TopicStatsTable
 
 if TYPE_CHECKING:
     from broker_store.broker.consumer_offset import ConsumerOffsetManager
@@ -40,6 +43,8 @@ class OffsetContext:
     topic_configs: TopicConfigManager
     consumer_offsets: ConsumerOffsetManager
     delay_offsets: DelayOffsetTable
+    broker_name: str
+    """The group name GET_TOPIC_STATS_INFO writes into each queue key."""
 
 
 class OffsetProcessor:
@@ -90,3 +95,20 @@ class OffsetProcessor:
     async def get_all_delay_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """The schedule service's progress per level (a replica answers with its copy of its primary's)."""
         return cmd.response(ResponseCode.SUCCESS, body=self.ctx.delay_offsets.encode_wrapper())
+
+    async def get_topic_stats_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """Every queue of the topic's config (ids below max(read, write) queue nums): min and max offset as
+        GET_MIN_OFFSET / GET_MAX_OFFSET answer them, and the store time of the last message. TOPIC_NOT_EXIST
+        without a config (RocketMQ's AdminBrokerProcessor.getTopicStatsInfo)."""
+        h = TopicRequestHeader.from_ext(cmd.ext_fields)
+        config = self.ctx.topic_configs.select(h.topic)
+        if config is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist")
+        store = self.ctx.store
+        offsets = {}
+        for queue_id in range(max(config.read_queue_nums, config.write_queue_nums)):
+            high = store.get_max_offset(h.topic, queue_id)
+            stored = store.get_store_timestamp(h.topic, queue_id, high - 1) if high > 0 else None
+            offsets[StatsQueue(h.topic, self.ctx.broker_name, queue_id)] = TopicOffset(
+                store.get_min_offset(h.topic, queue_id), high, stored or 0)
+        return cmd.response(ResponseCode.SUCCESS, body=TopicStatsTable(offsets).encode())

@@ -447,7 +447,8 @@ class BrokerServer:
             slave_read_enable=cfg.ha.slave_read_enable, max_in_memory_gap=cfg.ha.max_in_memory_gap(),
             # The store keeps no confirm offset yet: a fenced broker serves everything it holds.
             confirm_offset=lambda: store.max_physical_offset))
-        offsets = OffsetProcessor(OffsetContext(store, topics, self.consumer_offsets, self.delay_offsets))
+        offsets = OffsetProcessor(OffsetContext(store, topics, self.consumer_offsets, self.delay_offsets,
+                                                broker_name=cfg.broker_name))
         admin = AdminProcessor(AdminContext(topics, self.consumer_offsets, self.subscription_groups,
                                             cluster_name=cfg.cluster_name, broker_name=cfg.broker_name,
                                             auto_create_topic_enable=cfg.auto_create_topic_enable,
@@ -466,6 +467,7 @@ class BrokerServer:
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: offsets.search_offset_by_timestamp,
             RequestCode.GET_ALL_CONSUMER_OFFSET: offsets.get_all_consumer_offset,
             RequestCode.GET_ALL_DELAY_OFFSET: offsets.get_all_delay_offset,
+            RequestCode.GET_TOPIC_STATS_INFO: offsets.get_topic_stats_info,
             RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
             RequestCode.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
             RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic_in_broker,

@@ -31,6 +31,7 @@ from broker_store.protocol.errors import (
     TopicNotExistError,
     error_for_response,
 )
+from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.headers import (
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
@@ -43,6 +44,7 @@ from broker_store.protocol.headers import (
 )
 from broker_store.protocol.message import validate_topic
 from broker_store.protocol.route import MASTER_ID, ClusterInfo, TopicRouteData, dumps_rocketmq, loads_rocketmq
+from broker_store.protocol.topic_stats import TopicOffset, TopicStatsTable
 
 TOPIC_FILTER_SINGLE_TAG = "SINGLE_TAG"
 DEFAULT_PERM = PERM_READ | PERM_WRITE
@@ -250,16 +252,21 @@ class AsyncAdmin:
 
     # -- offsets --------------------------------------------------------------------------------
 
-    async def _queue_offset(self, code: int, mq: MessageQueue, header: Any) -> int:
+    async def _invoke_read(self, topic: str, broker_name: str, code: int, header: Any) -> tuple[str, RemotingCommand]:
+        """``code`` to the broker of ``broker_name`` that serves reads of ``topic`` (its primary, else its lowest
+        listed replica); the topic's route is dropped after an ``invalid_route`` error. (address, response)."""
         routes = self._session.routes
-        await routes.get(mq.topic)
-        addr, _ = await routes.require_read_addr(mq.topic, mq.broker_name)
+        await routes.get(topic)
+        addr, _ = await routes.require_read_addr(topic, broker_name)
         try:
-            resp = await self._session.invoke(addr, code, header)
+            return addr, await self._session.invoke(addr, code, header)
         except RocketMQError as exc:
             if exc.invalid_route:
-                routes.invalidate(mq.topic)
+                routes.invalidate(topic)
             raise
+
+    async def _queue_offset(self, code: int, mq: MessageQueue, header: Any) -> int:
+        addr, resp = await self._invoke_read(mq.topic, mq.broker_name, code, header)
         try:
             return OffsetResponseHeader.from_ext(resp.ext_fields).offset
         except ProtocolError as exc:
@@ -273,6 +280,22 @@ class AsyncAdmin:
         """One past the last message's queue offset (the next offset to be written)."""
         return await self._queue_offset(RequestCode.GET_MAX_OFFSET, mq,
                                         QueueRequestHeader(topic=mq.topic, queue_id=mq.queue_id))
+
+    async def topic_stats(self, broker_addr: str, topic: str) -> TopicStatsTable:
+        """GET_TOPIC_STATS_INFO of one broker: min / max offset (and last store time) of every queue of
+        ``topic`` it holds, in one request (TopicNotExistError when it has no config of the topic)."""
+        resp = await self._session.invoke(broker_addr, RequestCode.GET_TOPIC_STATS_INFO,
+                                          TopicRequestHeader(topic=topic))
+        return TopicStatsTable.decode(resp.body or b"", broker_addr)
+
+    async def topic_offsets(self, topic: str, broker_name: str) -> dict[int, TopicOffset]:
+        """Queue id -> offsets of ``topic``'s queues on broker group ``broker_name``: ``topic_stats`` of the broker
+        ``max_offset`` asks (same address choice and route refresh), so each ``max_offset`` of those queues is
+        its ``max_offset`` here. A queue the broker's config does not cover is absent."""
+        addr, resp = await self._invoke_read(topic, broker_name, RequestCode.GET_TOPIC_STATS_INFO,
+                                             TopicRequestHeader(topic=topic))
+        table = TopicStatsTable.decode(resp.body or b"", addr)
+        return {q.queue_id: offsets for q, offsets in table.offsets.items() if q.topic == topic}
 
     async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """The first queue offset whose message was stored at or after ``timestamp_ms``."""
@@ -453,6 +476,12 @@ class Admin(SyncClient[AsyncAdmin]):
 
     def max_offset(self, mq: MessageQueue) -> int:
         return self._call(lambda a: a.max_offset(mq), self._t())
+
+    def topic_stats(self, broker_addr: str, topic: str) -> TopicStatsTable:
+        return self._call(lambda a: a.topic_stats(broker_addr, topic), self._t())
+
+    def topic_offsets(self, topic: str, broker_name: str) -> dict[int, TopicOffset]:
+        return self._call(lambda a: a.topic_offsets(topic, broker_name), self._t())
 
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         return self._call(lambda a: a.search_offset(mq, timestamp_ms), self._t())

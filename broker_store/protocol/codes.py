@@ -27,6 +27,8 @@ class RequestCode(IntEnum):
     GET_ALL_DELAY_OFFSET = 45
     UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
     GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
+    GET_TOPIC_STATS_INFO = 202
+    """Every queue's min / max offset of one topic on one broker (``protocol.topic_stats``)."""
     DELETE_SUBSCRIPTIONGROUP = 207
     REGISTER_BROKER = 103
     UNREGISTER_BROKER = 104

@@ -236,7 +236,8 @@ class DeleteSubscriptionGroupRequestHeader(Header):
 
 @dataclass(frozen=True, slots=True)
 class TopicRequestHeader(Header):
-    """GET_ROUTEINFO_BY_TOPIC, DELETE_TOPIC_IN_BROKER."""
+    """GET_ROUTEINFO_BY_TOPIC, DELETE_TOPIC_IN_BROKER, GET_TOPIC_STATS_INFO (RocketMQ's
+    GetTopicStatsInfoRequestHeader)."""
 
     topic: str
 

@@ -9,7 +9,8 @@ Where code runs (Spark's Python Data Source contract):
 
 * driver, one long-lived Python process per query: ``RocketMQStreamReader`` ``initialOffset``,
   ``latestOffset``, ``partitions``, ``commit``, ``prepareForTriggerAvailableNow``,
-  ``reportLatestOffset``, ``stop``. It owns an ``Admin`` (route, min/max offsets, timestamp search)
+  ``reportLatestOffset``, ``stop``. It owns an ``Admin`` (route, min/max offsets, timestamp search; the
+  offset look-ups are ``source_offsets``: a trigger's max offsets cost one request per topic and broker group)
   and a ``PullConsumer`` used only to commit the consumer group's offsets on the source. Every admin
   call rides out a source outage (``connectors.core.outage.SourceOutage``, the link's ``retry_*``).
   ``jobs.reset_offsets`` uses the same discovery and offset look-ups outside Spark.
@@ -93,7 +94,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -105,7 +106,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from broker_store.client import Admin, MessageQueue, PullConsumer
+from broker_store.client import Admin, PullConsumer
 from broker_store.client.route_cache import subscribe_queues
 from broker_store.protocol.errors import RocketMQError, TopicNotExistError
 from connectors.core.driver_log import driver_logging
@@ -130,6 +131,7 @@ from connectors.core.rows import (
     RANGES_ARROW_SCHEMA,
     RAW_ARROW_SCHEMA,
 )
+from connectors.replication import source_offsets
 from connectors.replication.placement_planner import RangesPlacementPlanner, placement_columns
 from connectors.replication.planning import (
     QueueRange,
@@ -154,22 +156,6 @@ log = logging.getLogger(__name__)
 
 MISSING_TOPIC_WARN_INTERVAL_S = 60.0
 """An explicitly named source topic that does not exist is warned about at most this often."""
-_DRIVER_PARALLELISM = 16
-"""Concurrent admin calls (min/max offsets, offset commits) the driver makes per trigger."""
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def _parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-    if len(items) <= 1:
-        return [fn(i) for i in items]
-    with ThreadPoolExecutor(max_workers=min(_DRIVER_PARALLELISM, len(items))) as pool:
-        return list(pool.map(fn, items))
-
-
-def _mq(queue: QueueKey) -> MessageQueue:
-    return MessageQueue(queue.topic, queue.broker_name, queue.queue_id)
 
 
 @dataclass
@@ -289,18 +275,14 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     "is up; nothing is read from it until it has a route (check the spelling in the link's "
                     "topics)", o.link or o.group, topic, o.cluster, o.namesrv)
 
-    def _offsets(self, fn: Callable[[MessageQueue], int], queues: Sequence[QueueKey],
-                 what: str) -> dict[QueueKey, int]:
-        """``fn`` of every queue (concurrently), each call riding out a source outage."""
-        def one(queue: QueueKey) -> int:
-            return self.outage.call(lambda: fn(_mq(queue)), f"reading the {what} of {queue.to_key()}")
-        return dict(zip(queues, _parallel(one, list(queues)), strict=True))
-
     def min_offsets(self, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
-        return self._offsets(self._admin.min_offset, queues, "min offset")
+        """Each queue's min offset now (driver; ``source_offsets.min_offsets``)."""
+        return source_offsets.min_offsets(self._admin, self.outage, queues)
 
     def max_offsets(self, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
-        return self._offsets(self._admin.max_offset, queues, "max offset")
+        """Each queue's max offset now (driver): one request per topic and broker group
+        (``source_offsets.max_offsets``)."""
+        return source_offsets.max_offsets(self._admin, self.outage, queues)
 
     def resolve(self, spec: OffsetSpec, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
         """The offsets ``spec`` names for ``queues`` (driver): each queue's min / max offset, the first
@@ -313,7 +295,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if spec.kind == "timestamp":
             ts = spec.timestamp_ms
             assert ts is not None
-            return self._offsets(lambda mq: self._admin.search_offset(mq, ts), queues, f"offset at {ts} ms")
+            return source_offsets.per_queue(self.outage, lambda mq: self._admin.search_offset(mq, ts), queues,
+                                            f"offset at {ts} ms")
         assert spec.offsets is not None
         given = spec.offsets.queues
         return {**given, **self.min_offsets([q for q in queues if q not in given])}
@@ -473,13 +456,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def update(item: tuple[QueueKey, int]) -> tuple[QueueKey, int, RocketMQError | None]:
             queue, offset = item
             try:
-                committer.update_consumer_offset(_mq(queue), offset)
+                committer.update_consumer_offset(source_offsets.message_queue(queue), offset)
             except RocketMQError as exc:
                 return queue, offset, exc
             return queue, offset, None
 
         failed = 0
-        for queue, offset, error in _parallel(update, changed):
+        for queue, offset, error in source_offsets.parallel(update, changed):
             if error is None:
                 state.committed[queue] = offset
             else:

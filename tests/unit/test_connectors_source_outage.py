@@ -26,6 +26,7 @@ from broker_store.protocol.errors import (
     TransportError,
 )
 from broker_store.protocol.message import encode_stored_message
+from broker_store.protocol.topic_stats import TopicOffset
 from connectors.core.errors import SourceUnavailableError
 from connectors.core.outage import OutagePolicy, OutageTimer, SourceOutage
 from connectors.replication.planning import QueueRange
@@ -213,6 +214,11 @@ class FakeAdmin:
         self._call()
         return 10 + mq.queue_id
 
+    def topic_offsets(self, topic: str, broker_name: str) -> dict[int, TopicOffset]:
+        """GET_TOPIC_STATS_INFO of the group: the same max offsets as ``max_offset``, in one call."""
+        self._call()
+        return {q: TopicOffset(0, 10 + q, 0) for q in (0, 1)}
+
 
 def _reader(monkeypatch: pytest.MonkeyPatch, admin: FakeAdmin, clock: FakeClock, **options: str) -> Any:
     from connectors.replication import reader as reader_module
@@ -236,8 +242,8 @@ def test_driver_admin_calls_ride_out_a_source_outage(monkeypatch: pytest.MonkeyP
     assert reader.max_offsets(queues) == {queues[0]: 10, queues[1]: 11}
     reader._state.admin = FakeAdmin(down=1000)
     with pytest.raises(SourceUnavailableError, match=r"^link L: source cluster src \(namesrv 127.0.0.1:9\) "
-                                                     r"unavailable for 30.0s while reading the max offset of "
-                                                     r"Orders/src-a/0: TransportError"):
+                                                     r"unavailable for 30.0s while reading the max offsets of "
+                                                     r"topic Orders on broker group src-a: TransportError"):
         reader.max_offsets(queues[:1])
 
 

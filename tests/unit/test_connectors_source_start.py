@@ -9,6 +9,7 @@ import logging
 import pytest
 
 from broker_store.client import MessageQueue
+from broker_store.protocol.topic_stats import TopicOffset
 from tests.unit.test_connectors_source_outage import FakeAdmin, FakeClock, _reader
 
 
@@ -22,6 +23,11 @@ class GrowingAdmin(FakeAdmin):
     def max_offset(self, mq: MessageQueue) -> int:
         self.offset_reads += 1
         return super().max_offset(mq) + 5 * self.offset_reads
+
+    def topic_offsets(self, topic: str, broker_name: str) -> dict[int, TopicOffset]:
+        self.offset_reads += 1
+        return {q: TopicOffset(0, o.max_offset + 5 * self.offset_reads, 0)
+                for q, o in super().topic_offsets(topic, broker_name).items()}
 
     def min_offset(self, mq: MessageQueue) -> int:
         self.offset_reads += 1
@@ -38,7 +44,7 @@ def test_initial_offset_is_decided_and_logged_once_per_reader(monkeypatch: pytes
         first = reader.initialOffset()
         reads = admin.offset_reads
         second = reader.initialOffset()
-    assert second == first and admin.offset_reads == reads == 2  # no second look-up of the source
+    assert second == first and admin.offset_reads == reads > 0  # no second look-up of the source
     lines = [r.getMessage() for r in caplog.records if "no checkpoint and no Delta resume point" in r.getMessage()]
     assert lines == [f"link L: no checkpoint and no Delta resume point; starting 2 queue(s) at startingOffsets "
                      f"{starting}"]
@@ -48,5 +54,6 @@ def test_a_fresh_reader_decides_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """The decision belongs to one reader (one query run): a restarted query without checkpoint looks again."""
     admin = GrowingAdmin()
     first = _reader(monkeypatch, admin, FakeClock(), topics="Orders", startingOffsets="latest").initialOffset()
+    reads = admin.offset_reads
     again = _reader(monkeypatch, admin, FakeClock(), topics="Orders", startingOffsets="latest").initialOffset()
-    assert again != first and admin.offset_reads == 4
+    assert again != first and admin.offset_reads == 2 * reads

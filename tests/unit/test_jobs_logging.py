@@ -128,3 +128,46 @@ def test_a_workers_socket_error_at_the_jobs_stop_stays_off_the_console(tmp_path:
     assert ("Traceback" in done.stderr) is not stopping, done.stderr
     if stopping:
         assert "Python worker ended by the job's stop" in (tmp_path / driver_log.PYTHON_LOG).read_text()
+
+
+def test_log_rotation_is_validated_and_travels_in_the_environment() -> None:
+    rotation = driver_log.LogRotation(2 * 1024 * 1024, 3)
+    assert driver_log.LogRotation.from_env(rotation.to_env()) == rotation
+    assert driver_log.LogRotation.from_env(None) == driver_log.LogRotation.from_env("junk") == driver_log.LogRotation()
+    with pytest.raises(ValueError, match="older_files 0"):
+        driver_log.LogRotation(1024 * 1024, 0)
+    import argparse
+    parser = argparse.ArgumentParser()
+    job_logging.add_rotation_arguments(parser)
+    assert job_logging.rotation_of(parser.parse_args(["--log-file-mb", "2", "--log-files", "3"])) == rotation
+    with pytest.raises(ValueError, match=r"^--log-file-mb 0 / --log-files 5: log rotation: max_bytes 0"):
+        job_logging.rotation_of(parser.parse_args(["--log-file-mb", "0"]))
+    options = job_logging.spark_java_options(Path("/x"), rotation)
+    assert "-Dreplicator.log.maxBytes=2097152 -Dreplicator.log.files=3" in options
+    properties = job_logging.LOG4J_PROPERTIES.read_text()
+    for line in ("appender.file.type = RollingFile", "${sys:replicator.log.maxBytes:-104857600}",
+                 "appender.file.strategy.max = ${sys:replicator.log.files:-5}"):
+        assert line in properties
+
+
+def test_processes_sharing_replicator_log_roll_it_once_and_lose_nothing(tmp_path: Path) -> None:
+    """Two handlers on one file stand for the job and a Python worker (separate open files, one lock file): a
+    roll by either is seen by the other before its next record, so the kept files hold the newest records in
+    order, none twice, none written into a file already rolled away, and none over the size limit."""
+    rotation = driver_log.LogRotation(max_bytes=1024, older_files=3)
+    path = tmp_path / driver_log.PYTHON_LOG
+    handlers = [driver_log.SharedRotatingFileHandler(path, rotation) for _ in range(2)]
+    for handler in handlers:
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    try:
+        for i in range(400):
+            handlers[i % 3 % 2].handle(logging.makeLogRecord({"msg": f"record {i:05d} " + "x" * 30}))
+    finally:
+        for handler in handlers:
+            handler.close()
+    files = [path.with_name(f"{path.name}.{n}") for n in (3, 2, 1)] + [path]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != path.name + ".lock") == sorted(
+        p.name for p in files)
+    assert all(p.stat().st_size <= rotation.max_bytes for p in files)
+    numbers = [int(line.split()[1]) for p in files for line in p.read_text().splitlines()]
+    assert numbers == list(range(numbers[0], 400)) and len(numbers) > 60

@@ -99,7 +99,7 @@ def test_the_job_binds_no_metrics_port_and_keeps_a_stop_marker_while_it_runs(
     monkeypatch.setattr(query_supervisor, "build_spark", build_spark)
     monkeypatch.setattr(query_supervisor, "supervise", supervise)
     monkeypatch.setattr(query_supervisor, "stop_on_signals", threading.Event)  # no handlers in pytest's process
-    monkeypatch.setattr(job_logging, "setup", lambda log_dir, level: Path(log_dir))
+    monkeypatch.setattr(job_logging, "setup", lambda log_dir, level, rotation=None: Path(log_dir))
     monkeypatch.setattr(module, {checkpoint: "start_checkpoints", config_sync: "start_config_sync"}[module],
                         lambda _spark, path, config, name: _Query(f"{name} query"))
     with socket.socket() as held:  # the config's port is taken (by the replication job, say): not ours to bind
