@@ -1,0 +1,284 @@
+"""Fault checker for controller mode (Jepsen-style, real processes on loopback): is anything acknowledged lost,
+do replicas diverge, and how long does a failover take?
+
+    .venv/bin/python benchmarks/failover.py --faults 5                  # a short run
+    .venv/bin/python benchmarks/failover.py --faults 200 --interval 4   # the issue's target run
+
+One run:
+
+1. A name server with the embedded controller (heartbeat timeout ``--heartbeat-timeout-ms``, scan 200 ms) and
+   one broker group of ``--replicas`` brokers in controller mode (SYNC_MASTER, ``in_sync_replicas`` 2 with no
+   downgrade below it, ``--all-ack`` for allAckInSyncStateSet), each a separate process (the product launcher's
+   ``ManagedProcess``), stores under a temporary directory.
+2. ``--producers`` concurrent producers send unique messages to one topic for the whole run; every SEND_OK is
+   recorded (key, queue, offset, time). Anything else (a timeout, FLUSH_SLAVE_TIMEOUT, an error) is not
+   acknowledged and may or may not be stored.
+3. The nemesis, ``--faults`` times, ``--interval`` s apart: finds the group's primary (id 0 on the name server)
+   and kill -9s it (restarted ``--down`` s later, same store and address) or SIGSTOPs it for ``--pause`` s;
+   ``--kinds`` chooses (default both, alternating). Recovery time of a fault: injection -> the first SEND_OK at
+   the client of a send started after it.
+4. The check, after the last fault healed and the group settled: every process is stopped; each member's
+   CommitLog is read from its files. *Acknowledged lost*: recorded SEND_OKs whose key is not in the final
+   primary's log. *Divergent*: members whose CommitLog bytes differ from the final primary's over their
+   common range. *Duplicates*: keys stored more than once in the final primary's log (a re-sent message).
+
+The last line is exactly ``faults N, acknowledged lost L, divergent D, RTO p50 X s, p99 Y s``. Targets (issue
+15, with in_sync_replicas >= 2): L = 0 and D = 0 at N >= 200; RTO p50 <= 2 s and p99 <= 3 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from broker_store.client import AsyncAdmin, AsyncProducer, SendStatus, new_message  # noqa: E402
+from broker_store.config import BrokerConfig, NamesrvConfig  # noqa: E402
+from broker_store.launcher import HOST, ManagedProcess, broker_listen_port, free_port  # noqa: E402
+from broker_store.protocol.errors import RocketMQError  # noqa: E402
+from broker_store.protocol.message import decode_stored_message  # noqa: E402
+
+CLUSTER, GROUP, TOPIC = "fc", "fc-a", "FaultCheck"
+KEY_PROPERTY = "KEYS"
+
+
+@dataclass
+class Ack:
+    key: str
+    queue: int
+    offset: int
+    started: float
+    """When the send began (monotonic): a send started before a fault says nothing about recovering from it."""
+    at: float
+
+
+@dataclass
+class Run:
+    acks: list[Ack] = field(default_factory=list)
+    faults: list[tuple[str, float]] = field(default_factory=list)
+    """(kind, injection time) per fault."""
+    sent: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+
+
+def broker_config(root: Path, name: str, namesrv: str, args: argparse.Namespace) -> BrokerConfig:
+    return BrokerConfig(
+        cluster_name=CLUSTER, broker_name=GROUP, listen=f"{HOST}:{broker_listen_port(False)}",
+        store_dir=root / name, namesrv_addrs=[namesrv], enable_controller_mode=True,
+        controller={"controller_addrs": [namesrv], "replica_info_poll_interval_ms": 500},
+        fast_listen_enable=False, commit_log_segment_size=64 * 1024 * 1024,
+        ha={"role": "SYNC_MASTER", "total_replicas": args.replicas, "in_sync_replicas": 2,
+            "min_in_sync_replicas": 2, "all_ack_in_sync_state_set": args.all_ack,
+            "ha_send_heartbeat_interval_ms": 500, "ha_housekeeping_interval_ms": 3000,
+            "ha_max_time_slave_not_catchup_ms": 5000, "metadata_sync_interval_ms": 1000})
+
+
+class Cluster:
+    def __init__(self, root: Path, args: argparse.Namespace) -> None:
+        port = free_port()
+        controller = {"heartbeat_timeout_ms": args.heartbeat_timeout_ms, "scan_interval_ms": 200,
+                      "state_dir": str(root / "controller")}
+        self.namesrv = ManagedProcess("namesrv", NamesrvConfig(listen=f"{HOST}:{port}", broker_expiry_seconds=3.0,
+                                                               controller=controller), root, "namesrv")
+        self.brokers = [ManagedProcess("broker", broker_config(root, f"b{i}", f"{HOST}:{port}", args), root, f"b{i}")
+                        for i in range(1, args.replicas + 1)]
+
+    @property
+    def namesrv_addr(self) -> str:
+        return self.namesrv.config.listen
+
+    def start(self) -> None:
+        self.namesrv.start()
+        for b in self.brokers:
+            b.start()
+
+    def stop(self) -> None:
+        for p in [*self.brokers, self.namesrv]:
+            try:
+                if p.running():
+                    os.kill(p.pid, signal.SIGCONT)
+                p.stop()
+            except (OSError, RuntimeError):
+                pass
+
+    def by_listen(self, addr: str) -> ManagedProcess | None:
+        return next((b for b in self.brokers if b.config.listen == addr), None)
+
+
+async def primary_addr(admin: AsyncAdmin) -> str | None:
+    try:
+        info = await admin.cluster_info()
+    except RocketMQError:
+        return None
+    data = info.broker_addr_table.get(GROUP)
+    return None if data is None else data.master_addr
+
+
+async def produce(run: Run, namesrv: str, stop: asyncio.Event, producers: int) -> None:
+    async with AsyncProducer(namesrv, "FaultCheckProducers", send_timeout=3.0) as producer:
+        async def one(task: int) -> None:
+            seq = 0
+            while not stop.is_set():
+                key = f"p{task}-{seq}"
+                seq += 1
+                started = time.monotonic()
+                run.sent += 1
+                try:
+                    result = await producer.send(new_message(TOPIC, key.encode(), keys=key))
+                except RocketMQError as exc:
+                    run.errors[type(exc).__name__] += 1
+                    await asyncio.sleep(0.05)
+                    continue
+                if result.status is SendStatus.SEND_OK:
+                    run.acks.append(Ack(key, result.message_queue.queue_id, result.queue_offset, started,
+                                        time.monotonic()))
+                else:
+                    run.errors[result.status.name] += 1
+
+        await asyncio.gather(*(one(i) for i in range(producers)))
+
+
+async def nemesis(run: Run, cluster: Cluster, admin: AsyncAdmin, args: argparse.Namespace) -> None:
+    kinds = args.kinds.split(",")
+    for n in range(args.faults):
+        await asyncio.sleep(args.interval)
+        addr = await primary_addr(admin)
+        victim = None if addr is None else cluster.by_listen(addr)
+        if victim is None:
+            print(f"fault {n + 1}: no primary registered; skipped", flush=True)
+            continue
+        kind = kinds[n % len(kinds)]
+        run.faults.append((kind, time.monotonic()))
+        if kind == "kill":
+            await asyncio.to_thread(victim.kill)
+            await asyncio.sleep(args.down)
+            await asyncio.to_thread(victim.start)
+        else:
+            os.kill(victim.pid, signal.SIGSTOP)
+            await asyncio.sleep(args.pause)
+            os.kill(victim.pid, signal.SIGCONT)
+        print(f"fault {n + 1}/{args.faults}: {kind} {victim.name}", flush=True)
+
+
+def segments(store_dir: Path) -> dict[int, bytes]:
+    """A member's CommitLog: segment start offset -> the file's bytes."""
+    return {int(p.name): p.read_bytes() for p in sorted((store_dir / "commitlog").glob("[0-9]" * 20))}
+
+
+def stored_keys(image: dict[int, bytes]) -> Counter[str]:
+    """Keys of the checker's topic in a CommitLog image: each segment's records until its blank / zero tail."""
+    keys: Counter[str] = Counter()
+    for data in image.values():
+        pos = 0
+        while pos + 8 <= len(data):
+            size = int.from_bytes(data[pos:pos + 4], "big", signed=True)
+            if size <= 0 or pos + size > len(data):
+                break
+            try:
+                msg = decode_stored_message(data, pos)
+            except RocketMQError:
+                break  # a blank end-of-segment record or a torn tail
+            if msg.topic == TOPIC:
+                keys[msg.properties.get(KEY_PROPERTY, "")] += 1
+            pos += size
+    return keys
+
+
+def diverges(image: dict[int, bytes], reference: dict[int, bytes]) -> bool:
+    """Bytes differ anywhere both hold (segment by segment, over the shorter written length; a preallocated
+    zero tail counts as not written)."""
+    for start, data in image.items():
+        other = reference.get(start)
+        if other is None:
+            continue
+        n = min(len(data.rstrip(b"\0")), len(other.rstrip(b"\0")))
+        if data[:n] != other[:n]:
+            return True
+    return False
+
+
+def check(run: Run, cluster: Cluster, final_primary: str | None) -> tuple[int, int, int]:
+    """(acknowledged lost, divergent members, duplicates)."""
+    primary = cluster.by_listen(final_primary or "") or cluster.brokers[0]
+    images = {b.name: segments(b.config.store_dir) for b in cluster.brokers}
+    keys = stored_keys(images[primary.name])
+    lost = sum(1 for a in run.acks if keys[a.key] == 0)
+    duplicates = sum(n - 1 for n in keys.values() if n > 1)
+    reference = images.pop(primary.name)
+    divergent = sum(1 for image in images.values() if diverges(image, reference))
+    return lost, divergent, duplicates
+
+
+async def main_async(args: argparse.Namespace, root: Path) -> str:
+    cluster = Cluster(root, args)
+    await asyncio.to_thread(cluster.start)
+    run = Run()
+    admin = AsyncAdmin(cluster.namesrv_addr)
+    await admin.start()
+    try:
+        deadline = time.monotonic() + 60
+        while await primary_addr(admin) is None:
+            if time.monotonic() > deadline:
+                raise SystemExit("no primary elected within 60 s")
+            await asyncio.sleep(0.2)
+        await admin.create_topic(TOPIC, 4, cluster=CLUSTER)
+        await admin.wait_for_route(TOPIC, timeout=30)
+        stop = asyncio.Event()
+        producing = asyncio.create_task(produce(run, cluster.namesrv_addr, stop, args.producers))
+        await nemesis(run, cluster, admin, args)
+        await asyncio.sleep(args.settle)
+        stop.set()
+        await producing
+        final = await primary_addr(admin)
+    finally:
+        await admin.close()
+        await asyncio.to_thread(cluster.stop)
+    lost, divergent, duplicates = check(run, cluster, final)
+    rtos = []
+    for _kind, at in run.faults:
+        after = [a.at for a in run.acks if a.started >= at]
+        if after:
+            rtos.append(min(after) - at)
+    rtos.sort()
+    p50 = statistics.median(rtos) if rtos else float("nan")
+    p99 = rtos[min(len(rtos) - 1, int(len(rtos) * 0.99))] if rtos else float("nan")
+    print(f"sent {run.sent}, acknowledged {len(run.acks)}, not acknowledged {dict(run.errors)}, duplicates "
+          f"{duplicates}, faults injected {len(run.faults)} ({Counter(k for k, _ in run.faults)}), RTO per fault "
+          f"{[round(r, 2) for r in rtos]}")
+    return (f"faults {len(run.faults)}, acknowledged lost {lost}, divergent {divergent}, "
+            f"RTO p50 {p50:.2f} s, p99 {p99:.2f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--faults", type=int, default=10)
+    parser.add_argument("--interval", type=float, default=4.0, help="seconds between faults")
+    parser.add_argument("--kinds", default="kill,pause", help="comma-separated: kill, pause")
+    parser.add_argument("--down", type=float, default=2.0, help="seconds a killed primary stays down")
+    parser.add_argument("--pause", type=float, default=4.0, help="seconds a primary stays SIGSTOPped")
+    parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument("--producers", type=int, default=8)
+    parser.add_argument("--all-ack", action="store_true", help="all_ack_in_sync_state_set")
+    parser.add_argument("--heartbeat-timeout-ms", type=int, default=1500)
+    parser.add_argument("--settle", type=float, default=5.0, help="seconds of traffic after the last fault")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    random.seed(args.seed)
+    with tempfile.TemporaryDirectory(prefix="failover-") as tmp:
+        line = asyncio.run(main_async(args, Path(tmp)))
+    print(line)
+
+
+if __name__ == "__main__":
+    main()
