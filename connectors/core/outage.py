@@ -64,7 +64,9 @@ class OutagePolicy:
         (monotonic seconds), or ``None`` when the budget is spent. The last wait is cut to the budget."""
         budget = self.timeout_ms / 1000
         elapsed = now - started
-        if elapsed >= budget:
+        if budget - elapsed < 0.001:
+            # spent, or a sliver left by float rounding: a wait of ~1e-14 s would not move a clock that counts
+            # from a large origin, and the caller would retry without end
             return None
         first = max(self.backoff_ms, MIN_OUTAGE_BACKOFF_MS)
         delay_ms: int = max(min(self.backoff_max_ms, first << min(waits, 30)), MIN_OUTAGE_BACKOFF_MS)

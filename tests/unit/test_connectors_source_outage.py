@@ -71,6 +71,15 @@ def test_policy_floors_a_zero_backoff() -> None:
     assert OutagePolicy(0, 100, 100).delay(0.0, 0, 0.0) is None  # no budget: fail at once
 
 
+def test_a_sliver_of_budget_left_by_float_rounding_counts_as_spent() -> None:
+    """From a large clock origin, started + sleeps can land 1e-14 s short of the budget; a wait that small does
+    not move such a clock, so the retry loop must end there instead of waiting without end."""
+    origin = 1.0e9
+    policy = OutagePolicy(timeout_ms=30_000, backoff_ms=100, backoff_max_ms=2_000)
+    assert policy.delay(origin, 9, origin + 30.0 - 1e-7) is None
+    assert policy.delay(origin, 9, origin + 29.9) == pytest.approx(0.1)
+
+
 def test_call_rides_out_an_outage_and_counts_the_retries() -> None:
     clock = FakeClock()
     outage = _outage(clock)
