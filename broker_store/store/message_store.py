@@ -524,6 +524,11 @@ class MessageStore:
                     raise StoreError(f"commit log offset {offset} is not a record boundary")
             flush.truncated(offset)
             try:
+                # Checkpoint first: a crash after the cut but before the final checkpoint would otherwise leave
+                # one whose safe offset lies past the log's new end, and recovery would resume from there over
+                # the zeroed bytes. A lower safe offset only makes recovery scan more.
+                flush.write_checkpoint(flush.flushed, min(self._queues.dispatched, offset),
+                                       min(self._dispatch.confirm_offset, offset))
                 if offset <= cl.min_offset:
                     for start in list(cl.segments):
                         cl.delete_segment(start)
