@@ -51,7 +51,12 @@ from broker_store.broker.offset_processor import OffsetContext, OffsetProcessor
 from broker_store.broker.pull_processor import PullContext, PullProcessor
 from broker_store.broker.replication import BrokerReplication
 from broker_store.broker.role import BrokerRole, RoleStage, RoleState, RoleView
-from broker_store.broker.role_transition import PromotionSteps, RoleTransition, StorePromotionSteps
+from broker_store.broker.role_transition import (
+    ControllerPromotionSteps,
+    PromotionSteps,
+    RoleTransition,
+    StorePromotionSteps,
+)
 from broker_store.broker.schedule import DelaySchedule, ScheduleService
 from broker_store.broker.send_processor import SendContext, SendProcessor
 from broker_store.broker.subscription_group import FILE_NAME as SUBSCRIPTION_GROUPS_FILE
@@ -67,6 +72,8 @@ from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.errors import RocketMQError
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.store import MessageStore
+from broker_store.store.delay_levels import SCHEDULE_TOPIC, queue_id_of_level
+from broker_store.store.epoch_store import EpochStore
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +137,8 @@ class BrokerServer:
             self._fast_server.disconnect_listeners.append(self.clients.connection_closed)
         self._processors: dict[int, Processor] = {}
         self._store: MessageStore | None = None
+        self.epoch_store: EpochStore | None = None
+        """Controller mode: the store with its epoch file (valid after start; None in static groups)."""
         self.replication: BrokerReplication | None = None
         """The group replication side matching the runtime role (valid after start)."""
         self._pull_waiters: PullWaiters | None = None
@@ -193,17 +202,32 @@ class BrokerServer:
             self.consumer_offsets.load()
             self.subscription_groups.load()
             self.delay_offsets.load()
+            controller_mode = self.config.enable_controller_mode
             store = MessageStore(self.store_config, store_host=self.addr, clock=self._clock,
-                                 delay_levels=self.delay_levels)
+                                 delay_levels=self.delay_levels, hold_confirm_offset=controller_mode)
             await asyncio.to_thread(store.start)
             self._store = store
+            if controller_mode:
+                self.epoch_store = await asyncio.to_thread(EpochStore.open, store)
+                last_epoch = self.epoch_store.epoch_cache.last_epoch
+                if last_epoch is not None and last_epoch > self.role_state.epoch:
+                    self.role_state.set_epoch(last_epoch)
+                loop = asyncio.get_running_loop()
+
+                def truncated(_offset: int) -> None:
+                    loop.call_soon_threadsafe(self._clamp_offsets_to_queues)
+                self.epoch_store.on_truncated.append(truncated)
             self._pull_waiters = PullWaiters(asyncio.get_running_loop())
             store.add_arrival_listener(self._pull_waiters.notify)
             self.replication = BrokerReplication(
                 store, self.role_state, self.config.ha, host=split_host_port(self.config.listen)[0],
-                ha_port=self.config.ha_port(), advertised_ip=self.config.advertised_ip, clock=self._clock)
+                ha_port=self.config.ha_port(), advertised_ip=self.config.advertised_ip, clock=self._clock,
+                epoch_store=self.epoch_store)
             await self.replication.start()
-            self._role_transition = RoleTransition(self.role_state, self.replication, self._promotion_steps(store))
+            steps = (ControllerPromotionSteps(self.epoch_store)
+                     if self.epoch_store is not None and self._promotion_steps is StorePromotionSteps
+                     else self._promotion_steps(store))
+            self._role_transition = RoleTransition(self.role_state, self.replication, steps)
             self._client = RemotingClient()
             replication = self.replication
             self.registration = NamesrvRegistration(
@@ -281,6 +305,19 @@ class BrokerServer:
         self._registering = True
         await self.registration.register_all()
         self.registration.start()
+
+    def _clamp_offsets_to_queues(self) -> None:
+        """After a controller-mode replica cut its log: consumer and delay offsets past their queues' new ends
+        come down to them (apache/rocketmq#4771), so no consumer skips what the new primary writes there. Runs
+        on the loop (the tables are single-threaded); the metadata sync later copies the primary's tables."""
+        store = self._store
+        if store is None:
+            return
+        moved = self.consumer_offsets.clamp(store.get_max_offset)
+        moved += self.delay_offsets.clamp(lambda level: store.get_max_offset(SCHEDULE_TOPIC, queue_id_of_level(level)))
+        if moved:
+            log.warning("controller mode: %d consumer/delay offsets lowered to their queues' ends after a truncation",
+                        moved)
 
     def _primary_broker_addr(self) -> str | None:
         """The group primary's remoting address from the last registration answer; unknown (a replica that
