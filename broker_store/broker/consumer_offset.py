@@ -68,6 +68,22 @@ class ConsumerOffsetManager:
             self._table = {key: dict(queues) for key, queues in table.items()}
             self._dirty = True
 
+    def clamp(self, max_offset: Callable[[str, int], int]) -> int:
+        """Lower every offset past its queue's end (``max_offset(topic, queue_id)``) to that end: after a
+        controller-mode replica cut its log, an offset past the cut would skip the records the new primary
+        writes there (apache/rocketmq#4771). Returns how many offsets moved."""
+        moved = 0
+        for key, queues in self._table.items():
+            topic = key.split(TOPIC_GROUP_SEPARATOR, 1)[0]
+            for queue_id, offset in queues.items():
+                end = max_offset(topic, queue_id)
+                if offset > end:
+                    queues[queue_id] = end
+                    moved += 1
+        if moved:
+            self._dirty = True
+        return moved
+
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """Committed offset, or -1 when the group never committed on this queue."""
         queues = self._table.get(offset_key(topic, group))

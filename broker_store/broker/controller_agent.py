@@ -93,6 +93,10 @@ class ControlledBroker(Protocol):
         """(epoch, max offset, confirm offset) for the next heartbeat."""
         ...
 
+    def set_sync_state_set(self, members: frozenset[int], epoch: int) -> None:
+        """The group's SyncStateSet as the controller holds it (the primary side counts acks by it)."""
+        ...
+
 
 class ControllerAgent:
     """See the module docstring."""
@@ -239,6 +243,8 @@ class ControllerAgent:
                     continue
                 if info.master_epoch >= (self.last_info.master_epoch if self.last_info else 0):
                     self.last_info = info
+                    if info.master_id is not None:
+                        self._broker.set_sync_state_set(info.sync_state_set, info.sync_state_set_epoch)
                 await self._carry_out(action)
                 return
 

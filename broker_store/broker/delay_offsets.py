@@ -17,7 +17,7 @@ offset 0.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from broker_store.broker.metadata_file import read_metadata_file, write_metadata_file
@@ -52,6 +52,19 @@ class DelayOffsetTable:
         if self._table.get(level) != offset:
             self._table[level] = offset
             self._dirty = True
+
+    def clamp(self, max_offset: Callable[[int], int]) -> int:
+        """Lower every level's offset past its queue's end (``max_offset(level)``) to it (a controller-mode
+        replica cut its log, apache/rocketmq#4771); returns how many moved."""
+        moved = 0
+        for level, offset in list(self._table.items()):
+            end = max_offset(level)
+            if offset > end:
+                self._table[level] = end
+                moved += 1
+        if moved:
+            self._dirty = True
+        return moved
 
     def snapshot(self) -> dict[int, int]:
         return dict(self._table)

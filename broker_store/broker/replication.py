@@ -16,6 +16,13 @@ registration after each answer, as RocketMQ's slaves take haServerAddr when haMa
 Until one is known the replica serves reads and ships nothing; a learnt address that changes (the primary
 restarted elsewhere) restarts the client against the new one.
 
+Controller mode (``epoch_store`` given: ``enable_controller_mode``): the same switches run the epoch link
+instead (``ha.epoch_primary_service`` / ``ha.epoch_replica_client`` over the ``EpochStore``), selected here
+for both ends; the classic link is untouched for static groups. Two narrow seams for the controller client:
+``set_sync_state_set(members, epoch)`` tells the primary side the set the controller holds (an election's or
+a notification's answer; kept across role switches), and ``sync_state_set_alterer`` is how the primary side
+asks for a change (CONTROLLER_ALTER_SYNC_STATE_SET); unset, the primary applies its own proposals.
+
 Contract: everything runs on the broker's event loop; switches (role changes, re-following a newly named
 primary) are serialised: one at a time, in the order they were asked for.
 """
@@ -30,11 +37,15 @@ from dataclasses import dataclass
 
 from broker_store.broker.role import BrokerRole, RoleStage, RoleState
 from broker_store.clock import Clock
+from broker_store.ha.epoch_primary_service import EpochPrimaryService, SyncStateSetAlterer
+from broker_store.ha.epoch_replica_client import EpochReplicaClient
 from broker_store.ha.primary_service import PrimaryService
 from broker_store.ha.quorum import Quorum, ReplicaAckStep
 from broker_store.ha.replica_client import ReplicaClient
 from broker_store.ha.settings import HARole, HASettings
+from broker_store.ha.sync_state_set import SyncStateSet
 from broker_store.store import MessageStore
+from broker_store.store.epoch_store import EpochStore
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +120,13 @@ class BrokerReplication:
     """The primary or replica side of the broker's group replication (see the module docstring)."""
 
     def __init__(self, store: MessageStore, role: RoleState, settings: HASettings, *, host: str, ha_port: int,
-                 advertised_ip: str, clock: Clock) -> None:
+                 advertised_ip: str, clock: Clock, epoch_store: EpochStore | None = None) -> None:
         self._store = store
+        self._epoch_store = epoch_store
+        self._sync_state_set: SyncStateSet | None = None
+        self.sync_state_set_alterer: SyncStateSetAlterer | None = None
+        """Controller mode: ``alterer(new_members, set_epoch) -> SyncStateSet`` sending CONTROLLER_ALTER_SYNC_STATE_SET
+        (the controller client sets it); None: the primary side applies its proposals itself."""
         self._role = role
         self._settings = settings
         self._host, self._ha_port = host, ha_port
@@ -127,11 +143,31 @@ class BrokerReplication:
         self._learnt_primary: str | None = None
         """The primary's HA address from the last registration answer naming one (replica)."""
         store.add_arrival_listener(self._on_arrival)
+        store.add_write_listener(self._on_write)
 
     @property
     def quorum(self) -> Quorum | None:
         """The quorum while primary (None while replica)."""
         return self._quorum
+
+    @property
+    def service(self) -> PrimaryService | None:
+        """The HA port while primary (an ``EpochPrimaryService`` in controller mode)."""
+        return self._service
+
+    @property
+    def sync_state_set(self) -> SyncStateSet | None:
+        """Controller mode: the SyncStateSet the primary side holds now (or was last told), else None."""
+        if isinstance(self._service, EpochPrimaryService):
+            return self._service.tracker.sync_state_set
+        return self._sync_state_set
+
+    def set_sync_state_set(self, members: frozenset[int], epoch: int) -> None:
+        """Controller mode: the controller's SyncStateSet for this group (call on election answers and role-change
+        notifications); a running primary side takes it at once, a later one starts with it."""
+        self._sync_state_set = SyncStateSet(frozenset(members), epoch)
+        if isinstance(self._service, EpochPrimaryService):
+            self._service.set_sync_state_set(self._sync_state_set)
 
     @property
     def client(self) -> ReplicaClient | None:
@@ -216,8 +252,16 @@ class BrokerReplication:
         if self._service is not None:
             return
         quorum = Quorum(self._settings, self._clock)
-        service = PrimaryService(self._store, quorum, self._settings, host=self._host, port=self._ha_port,
-                                 clock=self._clock)
+        service: PrimaryService
+        if self._epoch_store is not None:
+            epoch_service = EpochPrimaryService(
+                self._epoch_store, quorum, self._settings, host=self._host, port=self._ha_port, clock=self._clock,
+                self_id=self._role.replica_id, sync_state_set=self._sync_state_set, alterer=self._alter)
+            epoch_service.on_sync_state_set_changed = self._remember_sync_state_set
+            service = epoch_service
+        else:
+            service = PrimaryService(self._store, quorum, self._settings, host=self._host, port=self._ha_port,
+                                     clock=self._clock)
         await service.start()
         self._quorum, self._service = quorum, service
         if self._settings.role is HARole.SYNC_MASTER:
@@ -247,7 +291,13 @@ class BrokerReplication:
             log.info("HA: replica without a primary HA address yet (ha.ha_primary_address unset, the name "
                      "server has not named one): not following any primary")
             return
-        client = ReplicaClient(self._store, self._settings, clock=self._clock, primary_address=address)
+        client: ReplicaClient
+        if self._epoch_store is not None:
+            role = self._role
+            client = EpochReplicaClient(self._epoch_store, self._settings, clock=self._clock, primary_address=address,
+                                        broker_id=lambda: role.replica_id)
+        else:
+            client = ReplicaClient(self._store, self._settings, clock=self._clock, primary_address=address)
         await client.start()
         self._client = client
         log.info("HA: replica following %s", address)
@@ -256,6 +306,21 @@ class BrokerReplication:
         if self._client is not None:
             await self._client.stop()
             self._client = None
+
+    async def _alter(self, members: frozenset[int], set_epoch: int) -> SyncStateSet:
+        alterer = self.sync_state_set_alterer
+        if alterer is None:
+            return SyncStateSet(members, set_epoch + 1)
+        return await alterer(members, set_epoch)
+
+    def _remember_sync_state_set(self, sync_state_set: SyncStateSet) -> None:
+        self._sync_state_set = sync_state_set
+
+    def _on_write(self) -> None:
+        # A held store's puts (controller mode) run no arrival listener: ship, and move the confirm offset.
+        service = self._service
+        if service is not None:
+            service.notify_appended()
 
     def _on_arrival(self, _topic: str, _queue_id: int, _max_offset: int) -> None:
         # Puts dispatch on the loop thread; a replica's appends (another thread) never find a service.

@@ -20,9 +20,10 @@ The store steps are a narrow Protocol so controller mode can bring its own. ``St
 what the store supports today: the invalid tail is the undispatched one (a record a replica received only
 in part: the primary's next put would land behind it), the ConsumeQueues are rebuilt by dispatching up to
 the max offset, and the epoch entry is an injected writer whose default does nothing: static groups have
-no epoch file (controller mode supplies ``epoch_file_entry``: the epoch file's cut and append). Once the
-store has a confirm offset the tail truncation is where entries past it go, and the rebuild where dispatch is
-released up to it.
+no epoch file. ``ControllerPromotionSteps`` is controller mode's: the confirm offset is raised to the max
+offset before the tail is cut (pending records kept), and the epoch file gets the new epoch's entry. A
+rejoining replica's truncation to the consistent point is not a transition step: its HA client does it
+in the epoch handshake (``ha.epoch_replica_client``), each time it connects to a primary.
 """
 
 from __future__ import annotations
@@ -34,11 +35,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from broker_store.broker.role import BrokerRole, RoleState
 from broker_store.protocol.errors import RocketMQError, StoreError
-from broker_store.store.epoch_cache import EpochEntry
 
 if TYPE_CHECKING:
     from broker_store.store import MessageStore
-    from broker_store.store.epoch_file import EpochFile
+    from broker_store.store.epoch_store import EpochStore
 
 log = logging.getLogger(__name__)
 
@@ -80,25 +80,6 @@ async def no_epoch_file(_epoch: int, _start_offset: int) -> None:
     """Static groups keep no epoch file: their epoch stays 0 and nothing is recorded."""
 
 
-def epoch_file_entry(epoch_file: EpochFile) -> EpochEntryWriter:
-    """Controller mode's epoch entry writer over the store's epoch file (RocketMQ's changeToMaster): cut the
-    cache at the new epoch's start offset (entries starting there or later describe bytes the log no longer
-    holds, or an epoch that wrote nothing), then append (epoch, start offset), each durably. When the newest
-    entry left is already ``epoch`` (a primary promoted again within its own epoch, after a restart before the
-    controller noticed) it is kept: that epoch's range still starts where it started, and nobody else wrote in
-    it. An epoch older than the newest entry raises StoreError (the role state refuses those first)."""
-
-    def record(epoch: int, start_offset: int) -> None:
-        epoch_file.truncate_suffix(start_offset)
-        if epoch_file.cache.last_epoch != epoch:
-            epoch_file.append(EpochEntry(epoch, start_offset))
-
-    async def write(epoch: int, start_offset: int) -> None:
-        await asyncio.to_thread(record, epoch, start_offset)
-
-    return write
-
-
 class StorePromotionSteps:
     """``PromotionSteps`` over today's ``MessageStore`` (see the module docstring); store calls run on a
     worker thread (they fsync and take the store lock)."""
@@ -129,6 +110,30 @@ class StorePromotionSteps:
         if store.dispatched_physical_offset < store.max_physical_offset:
             raise StoreError(f"ConsumeQueues dispatched to {store.dispatched_physical_offset}, below the max "
                              f"offset {store.max_physical_offset}, after the rebuild")
+
+
+class ControllerPromotionSteps(StorePromotionSteps):
+    """Controller mode's ``PromotionSteps`` over an ``EpochStore`` (DESIGN.md, changeToMaster): the confirm offset
+    is raised to the max offset first (the old primary's pending records are kept, never dropped), so only a record
+    received in part stays undispatched and is cut; the epoch entry is (new epoch, max offset) after cutting
+    entries at or past it, in the epoch file; the rebuild dispatches to the max offset."""
+
+    def __init__(self, epoch_store: EpochStore) -> None:
+        super().__init__(epoch_store.store, epoch_entry=self._begin_epoch)
+        self._epoch_store = epoch_store
+
+    def _truncate_undispatched_tail(self) -> int:
+        store = self._store
+        store.set_confirm_offset(store.max_physical_offset)  # indexes every complete record received
+        dispatched, max_offset = store.dispatched_physical_offset, store.max_physical_offset
+        if dispatched < max_offset:
+            log.warning("promotion: truncating %d bytes of an incomplete record at commit log offset %d",
+                        max_offset - dispatched, dispatched)
+            self._epoch_store.truncate_to(dispatched)
+        return store.max_physical_offset
+
+    async def _begin_epoch(self, epoch: int, start_offset: int) -> None:
+        await asyncio.to_thread(self._epoch_store.begin_epoch, epoch, start_offset)
 
 
 class RoleTransition:

@@ -15,8 +15,8 @@ stage: the metadata sync runs while unfenced REPLICA, the schedule service (``br
 of delayed messages) while unfenced PRIMARY; each starts at an unfenced edge and stops at the fence.
 
 Controller mode (``enable_controller_mode``): the broker starts REPLICA under the id its ``brokerIdentity``
-file keeps (``broker.identity_file``) and at the newest epoch of its epoch file (``store.epoch_file``, whose
-cut and append a promotion makes: ``role_transition.epoch_file_entry``); without an id it serves but does not
+file keeps (``broker.identity_file``) and at the newest epoch of its epoch file (``store.epoch_store``, whose
+cut and append a promotion makes: ``role_transition.ControllerPromotionSteps``); without an id it serves but does not
 register with the name servers until it has one. ``broker.controller_agent`` does the rest once the broker
 serves: applies for an id, registers with the controller, heartbeats it, and changes the role as the
 controller says (NOTIFY_BROKER_ROLE_CHANGED, answered here, and a poll); a replica follows the primary the
@@ -58,12 +58,10 @@ from broker_store.broker.pull_processor import PullContext, PullProcessor
 from broker_store.broker.replication import BrokerReplication
 from broker_store.broker.role import BrokerRole, RoleStage, RoleState, RoleView
 from broker_store.broker.role_transition import (
-    EpochEntryWriter,
+    ControllerPromotionSteps,
     PromotionSteps,
     RoleTransition,
     StorePromotionSteps,
-    epoch_file_entry,
-    no_epoch_file,
 )
 from broker_store.broker.schedule import DelaySchedule, ScheduleService
 from broker_store.broker.send_processor import SendContext, SendProcessor
@@ -73,6 +71,7 @@ from broker_store.broker.topic_config import FILE_NAME as TOPICS_FILE
 from broker_store.broker.topic_config import TopicConfigManager
 from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.config import BrokerConfig, split_host_port
+from broker_store.ha.sync_state_set import SyncStateSet
 from broker_store.net.client import RemotingClient
 from broker_store.net.server import Connection, HandlerResult, RemotingServer
 from broker_store.net.signals import wait_for_termination
@@ -80,7 +79,8 @@ from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.errors import ProtocolError, RocketMQError
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.store import MessageStore
-from broker_store.store.epoch_file import EpochFile
+from broker_store.store.delay_levels import SCHEDULE_TOPIC, queue_id_of_level
+from broker_store.store.epoch_store import EpochStore
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +114,6 @@ class BrokerServer:
         """Controller mode: the assigned id's files (None in static groups)."""
         self._id_assigned = False
         """Controller mode: brokerIdentity named an id, or the controller assigned one."""
-        self.epoch_file: EpochFile | None = None
-        """Controller mode: the store's epoch file (valid after start; None in static groups)."""
         self.controller_agent: ControllerAgent | None = None
         """Controller mode: the broker's side of its controller (valid after start)."""
         self._controller_client: ControllerClient | None = None
@@ -150,6 +148,8 @@ class BrokerServer:
             self._fast_server.disconnect_listeners.append(self.clients.connection_closed)
         self._processors: dict[int, Processor] = {}
         self._store: MessageStore | None = None
+        self.epoch_store: EpochStore | None = None
+        """Controller mode: the store with its epoch file (valid after start; None in static groups)."""
         self.replication: BrokerReplication | None = None
         """The group replication side matching the runtime role (valid after start)."""
         self._pull_waiters: PullWaiters | None = None
@@ -213,19 +213,34 @@ class BrokerServer:
             self.consumer_offsets.load()
             self.subscription_groups.load()
             self.delay_offsets.load()
+            controller_mode = self.config.enable_controller_mode
             store = MessageStore(self.store_config, store_host=self.addr, clock=self._clock,
-                                 delay_levels=self.delay_levels)
+                                 delay_levels=self.delay_levels, hold_confirm_offset=controller_mode)
             await asyncio.to_thread(store.start)
             self._store = store
-            await self._open_epoch_file()
+            if controller_mode:
+                self.epoch_store = await asyncio.to_thread(EpochStore.open, store)
+                last_epoch = self.epoch_store.epoch_cache.last_epoch
+                if last_epoch is not None and last_epoch > self.role_state.epoch:
+                    self.role_state.set_epoch(last_epoch)
+                loop = asyncio.get_running_loop()
+
+                def truncated(_offset: int) -> None:
+                    loop.call_soon_threadsafe(self._clamp_offsets_to_queues)
+                self.epoch_store.on_truncated.append(truncated)
             self._pull_waiters = PullWaiters(asyncio.get_running_loop())
             store.add_arrival_listener(self._pull_waiters.notify)
             self.replication = BrokerReplication(
                 store, self.role_state, self.config.ha, host=split_host_port(self.config.listen)[0],
-                ha_port=self.config.ha_port(), advertised_ip=self.config.advertised_ip, clock=self._clock)
+                ha_port=self.config.ha_port(), advertised_ip=self.config.advertised_ip, clock=self._clock,
+                epoch_store=self.epoch_store)
             await self.replication.start()
-            steps = (self._promotion_steps(store) if self._promotion_steps is not None
-                     else StorePromotionSteps(store, epoch_entry=self._epoch_entry_writer()))
+            if self._promotion_steps is not None and self._promotion_steps is not StorePromotionSteps:  # a test's
+                steps = self._promotion_steps(store)
+            elif self.epoch_store is not None:
+                steps = ControllerPromotionSteps(self.epoch_store)
+            else:
+                steps = StorePromotionSteps(store)
             self._role_transition = RoleTransition(self.role_state, self.replication, steps)
             self._client = RemotingClient()
             replication = self.replication
@@ -291,24 +306,19 @@ class BrokerServer:
             self._id_assigned = True
             log.info("controller mode: broker id %d from %s", assigned.broker_id, files.path)
 
-    async def _open_epoch_file(self) -> None:
-        """Controller mode: load the epoch file and start at its newest epoch (an older one is then refused)."""
-        if not self.config.enable_controller_mode:
-            return
-        epoch_file = self.epoch_file = await asyncio.to_thread(EpochFile.open, Path(self.config.store_dir))
-        last = epoch_file.cache.last_epoch
-        if last is not None and last > self.role_state.epoch:
-            self.role_state.set_epoch(last)
-
-    def _epoch_entry_writer(self) -> EpochEntryWriter:
-        return no_epoch_file if self.epoch_file is None else epoch_file_entry(self.epoch_file)
-
     def _start_controller_agent(self, files: BrokerIdentityFiles) -> None:
         link = self.config.controller
         client = self._controller_client = ControllerClient(self.config.controller_addresses(),
                                                             request_timeout=link.request_timeout_ms / 1000)
         self.controller_agent = ControllerAgent(client, self, files, cluster_name=self.config.cluster_name,
                                                 broker_name=self.config.broker_name, settings=link, clock=self._clock)
+        replication = self.replication
+        if replication is not None:
+            async def alter(members: frozenset[int], set_epoch: int) -> SyncStateSet:
+                new_members, new_epoch = await client.alter_sync_state_set(
+                    self.config.broker_name, self.role_state.replica_id, self.role_state.epoch, members, set_epoch)
+                return SyncStateSet(new_members, new_epoch)
+            replication.sync_state_set_alterer = alter
 
     # -- what the controller agent needs (``controller_agent.ControlledBroker``) ----------------------------
 
@@ -319,15 +329,17 @@ class BrokerServer:
         if self.replication is not None:
             self.replication.follow_primary(ha_address)
 
+    def set_sync_state_set(self, members: frozenset[int], epoch: int) -> None:
+        if self.replication is not None:
+            self.replication.set_sync_state_set(members, epoch)
+
     def heartbeat_offsets(self) -> tuple[int, int, int]:
         """(epoch, max offset, confirm offset) as the controller elects by: the epoch cache's newest epoch (the
-        master epoch in force while the cache is empty), and, as the store keeps no confirm offset yet, the max
-        offset as both offsets (a primary's confirm offset is its max offset; the replica side's comes with
-        the controller-mode HA link)."""
+        master epoch in force while the cache is empty), the CommitLog's max offset and the store's confirm
+        offset (held back to what the SyncStateSet acknowledged, in controller mode)."""
         store = self.store
-        last = None if self.epoch_file is None else self.epoch_file.cache.last_epoch
-        max_offset = store.max_physical_offset
-        return (self.role_state.epoch if last is None else last), max_offset, max_offset
+        last = None if self.epoch_store is None else self.epoch_store.epoch_cache.last_epoch
+        return (self.role_state.epoch if last is None else last), store.max_physical_offset, store.confirm_offset
 
     async def take_broker_id(self, broker_id: int) -> None:
         """Controller mode: brokerIdentity holds ``broker_id`` (the controller accepted it): take it, and
@@ -353,6 +365,19 @@ class BrokerServer:
         self._registering = True
         await self.registration.register_all()
         self.registration.start()
+
+    def _clamp_offsets_to_queues(self) -> None:
+        """After a controller-mode replica cut its log: consumer and delay offsets past their queues' new ends
+        come down to them (apache/rocketmq#4771), so no consumer skips what the new primary writes there. Runs
+        on the loop (the tables are single-threaded); the metadata sync later copies the primary's tables."""
+        store = self._store
+        if store is None:
+            return
+        moved = self.consumer_offsets.clamp(store.get_max_offset)
+        moved += self.delay_offsets.clamp(lambda level: store.get_max_offset(SCHEDULE_TOPIC, queue_id_of_level(level)))
+        if moved:
+            log.warning("controller mode: %d consumer/delay offsets lowered to their queues' ends after a truncation",
+                        moved)
 
     def _primary_broker_addr(self) -> str | None:
         """The group primary's remoting address: the one the controller named (controller mode), else the one

@@ -15,6 +15,14 @@ One module per moving part (DESIGN.md, "Replication and quorum writes")::
     primary_service.py asyncio: HA port listener, one shipping stream per replica, acks -> quorum
     replica_client.py  asyncio: connect, report, append batches, reconnect and resume
 
+Controller mode (``enable_controller_mode``; selected on both ends, the classic link is untouched)::
+
+    wire_epoch.py             RocketMQ 5's AutoSwitch layouts (handshakes, 36-byte transfer header, acks)
+    epoch_start.py            pure decision: consistent point, truncate and follow, or refuse
+    sync_state_set.py         pure state: SyncStateSet join/leave, the union during an alter, confirm offset
+    epoch_primary_service.py  asyncio: the primary side over wire_epoch, driving the SyncStateSet
+    epoch_replica_client.py   asyncio: handshake, crash-safe truncation (store.epoch_store), follow
+
 The broker wires these in (send path awaiting acks, role changes, controller epochs); nothing here
 imports the broker.
 """

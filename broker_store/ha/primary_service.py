@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker_store.clock import Clock, TimerHandle
@@ -57,6 +58,10 @@ class _Stream:
     """The sender waits for new data: caught up, nothing queued beyond the transport's limit."""
     last_sent: float = 0.0
     """Clock time of the last batch or heartbeat written (a heartbeat follows a silence this long)."""
+    broker_id: int = -1
+    """Controller mode: the replica's broker id from its handshake (-1 on a classic link)."""
+    async_learner: bool = False
+    """Controller mode: the replica never joins the SyncStateSet."""
 
 
 class PrimaryService:
@@ -148,9 +153,9 @@ class PrimaryService:
     def _ship_batch(self, stream: _Stream) -> int:
         """Write the next batch (at most ``ha_transfer_batch_size``) to ``stream``; its size, 0 if none.
         Header and data leave in one write: a lone 12-byte header would cost the replica a wake-up."""
-        data = self._log.read_commit_log(stream.next_offset, self._batch)
+        data = self._log.read_commit_log(stream.next_offset, self._batch_limit(stream.next_offset))
         if data:
-            stream.writer.write(encode_batch_header(stream.next_offset, len(data)) + data)
+            stream.writer.write(self._batch_header(stream.next_offset, len(data)) + data)
             stream.next_offset += len(data)
             stream.last_sent = self._clock.monotonic()
         return len(data)
@@ -166,22 +171,16 @@ class PrimaryService:
         link: LinkId = f"{peer[0]}:{peer[1]}#{next(self._ids)}" if peer else f"replica#{next(self._ids)}"
         writer.transport.set_write_buffer_limits(high=_WRITE_BUFFER_HIGH)
         stream = _Stream(link, writer)
-        decoder = ReportDecoder()
         registered = False
         try:
-            first, pending = await self._first_report(reader, decoder)
-            decision = decide_replica_start(replica_max=first, primary_min=self._log.min_physical_offset,
-                                            primary_max=self._log.max_physical_offset)
-            if decision.action is StartAction.DIVERGED:
-                log.error("HA link %s: refusing replica: %s", link, decision.reason)
-                writer.write(encode_heartbeat(decision.offset))
-                await writer.drain()
+            opened = await self._open_stream(reader, stream)
+            if opened is None:
                 return
-            log.info("HA link %s: %s", link, decision.reason)
-            stream.next_offset = decision.offset
+            first, pending, feed = opened
             self._streams[link] = stream
             self._quorum.replica_connected(link)
             registered = True
+            self._stream_opened(stream)
             self._report(stream, first)
             for offset in pending:
                 self._report(stream, offset)
@@ -190,7 +189,7 @@ class PrimaryService:
                 data = await reader.read(_READ_CHUNK)
                 if not data:
                     return
-                for offset in decoder.feed(data):
+                for offset in feed(data):
                     self._report(stream, offset)
         except (HAProtocolError, HALinkError) as exc:
             log.warning("HA link %s closed: %s", link, exc)
@@ -199,12 +198,54 @@ class PrimaryService:
         finally:
             if registered:
                 self._quorum.replica_disconnected(link)
+                self._stream_closed(stream)
             self._streams.pop(link, None)
             if stream.sender is not None:
                 stream.sender.cancel()
                 with contextlib.suppress(asyncio.CancelledError, OSError):
                     await stream.sender
             writer.close()
+
+    async def _open_stream(self, reader: asyncio.StreamReader,
+                           stream: _Stream) -> tuple[int, list[int], Callable[[bytes], list[int]]] | None:
+        """The link's opening (classic: the first 8-byte report): sets ``stream.next_offset`` and returns the
+        first ack, acks that came with it, and the decoder of later acks; None after refusing the replica."""
+        decoder = ReportDecoder()
+        first, pending = await self._first_report(reader, decoder)
+        if not self._place(stream, first):
+            await stream.writer.drain()
+            return None
+        return first, pending, decoder.feed
+
+    def _place(self, stream: _Stream, first: int) -> bool:
+        """Where shipping to a replica whose first ack is ``first`` starts (``decide_replica_start``); False
+        after refusing it (DIVERGED: one heartbeat at the primary's max offset so the replica can tell)."""
+        decision = decide_replica_start(replica_max=first, primary_min=self._log.min_physical_offset,
+                                        primary_max=self._log.max_physical_offset)
+        if decision.action is StartAction.DIVERGED:
+            log.error("HA link %s: refusing replica: %s", stream.link, decision.reason)
+            stream.writer.write(self._heartbeat_frame(decision.offset))
+            return False
+        log.info("HA link %s: %s", stream.link, decision.reason)
+        stream.next_offset = decision.offset
+        return True
+
+    def _stream_opened(self, stream: _Stream) -> None:
+        """Hook: a stream joined the quorum (controller mode tracks its SyncStateSet membership)."""
+
+    def _stream_closed(self, stream: _Stream) -> None:
+        """Hook: a stream left the quorum."""
+
+    def _batch_header(self, offset: int, size: int) -> bytes:
+        """The header of a batch of ``size`` bytes at ``offset`` (classic: 12 bytes)."""
+        return encode_batch_header(offset, size)
+
+    def _heartbeat_frame(self, next_offset: int) -> bytes:
+        return encode_heartbeat(next_offset)
+
+    def _batch_limit(self, offset: int) -> int:
+        """Most bytes one batch from ``offset`` may carry (controller mode also stops at an epoch's end)."""
+        return self._batch
 
     async def _first_report(self, reader: asyncio.StreamReader, decoder: ReportDecoder) -> tuple[int, list[int]]:
         async with self._clock.timeout(self._first_report_timeout):
@@ -257,7 +298,7 @@ class PrimaryService:
                     finally:
                         stream.parked = False
                     continue
-                writer.write(encode_heartbeat(stream.next_offset))
+                writer.write(self._heartbeat_frame(stream.next_offset))
                 stream.last_sent = self._clock.monotonic()
                 await writer.drain()
         except OSError as exc:

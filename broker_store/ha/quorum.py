@@ -115,6 +115,9 @@ class Quorum:
         """(links version, low, high, decision, rules): a waiting put's decision for primary max offsets
         in [low, high) while the links and rules are unchanged; every synchronous put is admitted, most
         from here (the same decision, built from the same counts)."""
+        self.need_all: int | None = None
+        """Controller mode with all_ack_in_sync_state_set: every counted SyncStateSet member (this many copies,
+        primary included) must ack a waiting put; None = the needAck rules alone."""
         self.on_wakeup_changed: Callable[[], None] | None = None
         """Called when ``next_wakeup()`` may have moved earlier (a new waiter or link), so the I/O layer
         can re-arm its one timer; pure code never sleeps itself."""
@@ -132,6 +135,9 @@ class Quorum:
             return cached[3]
         in_gap, low, high = links.within_gap_range(primary_max_offset, self.rules.ha_max_gap_not_in_sync)
         decision = decide_need_acks(self.rules, alive_copies=1 + links.alive_count, in_sync_copies=1 + in_gap)
+        need_all = self.need_all
+        if need_all is not None and need_all > decision.need_acks and self.rules.role is HARole.SYNC_MASTER:
+            decision = _decision(need_all, decision.current_in_sync, need_all > decision.current_in_sync)
         self._admit_cache = (links.version, low, high, decision, self.rules)
         return decision
 
@@ -171,6 +177,15 @@ class Quorum:
     def replica_reported(self, link: LinkId, max_offset: int) -> int:
         """A replica's offset report (ack); returns how many waiting puts it completed."""
         self.links.reported(link, max_offset)
+        return self.acks.on_acks(self.links.ack_offsets())
+
+    def count_only(self, links: frozenset[LinkId] | None, *, need_all: int | None = None) -> int:
+        """Controller mode: count only ``links`` (the SyncStateSet members' links, ``ReplicaLinks.set_counted``)
+        and, with all_ack_in_sync_state_set, make waiting puts need ``need_all`` copies. Returns how many waiting
+        puts the new count completed."""
+        self.need_all = need_all
+        self._admit_cache = None
+        self.links.set_counted(links)
         return self.acks.on_acks(self.links.ack_offsets())
 
     def replica_disconnected(self, link: LinkId) -> None:

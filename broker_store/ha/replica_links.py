@@ -46,6 +46,8 @@ class ReplicaLinks:
         self._clock = clock
         self._dead_after = dead_after
         self._links: dict[LinkId, ReplicaLinkState] = {}
+        self._counted: frozenset[LinkId] | None = None
+        """Controller mode: only these links count (SyncStateSet members); None = every link (classic)."""
         self._ack_offsets: list[int] | None = None
         self.version = 0
         """Bumped by every change of the links or their acks, so callers may cache what they derive."""
@@ -53,6 +55,19 @@ class ReplicaLinks:
     def _changed(self) -> None:
         self._ack_offsets = None
         self.version += 1
+
+    def set_counted(self, links: frozenset[LinkId] | None) -> None:
+        """Count only ``links`` in ``alive_count``, ``ack_offsets`` and the in-gap counts (controller mode: the
+        links of the SyncStateSet's members, so a put is acknowledged only by replicas an election may pick);
+        None counts every link. Links may be named before they connect or after they closed."""
+        if links != self._counted:
+            self._counted = links
+            self._changed()
+
+    def _counting(self) -> list[ReplicaLinkState]:
+        if self._counted is None:
+            return list(self._links.values())
+        return [s for link, s in self._links.items() if link in self._counted]
 
     def connected(self, link_id: LinkId) -> None:
         """A replica connected; it is alive but acks nothing until its first report."""
@@ -102,27 +117,27 @@ class ReplicaLinks:
 
     @property
     def alive_count(self) -> int:
-        """Replicas currently connected and not silent too long (call ``expire`` first for exactness)."""
-        return len(self._links)
+        """Counted replicas currently connected and not silent too long (call ``expire`` first for exactness)."""
+        return len(self._links) if self._counted is None else len(self._counting())
 
     def ack_offsets(self) -> list[int]:
         """Acked offsets of the connected replicas, highest first (-1 for a replica yet to report).
 
         The list is cached until the links change (every synchronous put reads it): do not modify it."""
         if self._ack_offsets is None:
-            self._ack_offsets = sorted((s.ack_offset for s in self._links.values()), reverse=True)
+            self._ack_offsets = sorted((s.ack_offset for s in self._counting()), reverse=True)
         return self._ack_offsets
 
     def within_gap(self, primary_max: int, max_gap: int) -> int:
         """Replicas whose ack is less than ``max_gap`` bytes behind ``primary_max`` (RocketMQ's strict <)."""
-        return sum(1 for s in self._links.values() if s.ack_offset >= 0 and primary_max - s.ack_offset < max_gap)
+        return sum(1 for s in self._counting() if s.ack_offset >= 0 and primary_max - s.ack_offset < max_gap)
 
     def within_gap_range(self, primary_max: int, max_gap: int) -> tuple[int, int, int]:
         """``within_gap(primary_max, max_gap)`` and the range [low, high) of primary max offsets that give
         the same count while the links do not change (an ack counts for primary_max in [0, ack + max_gap)
         when it is >= 0)."""
         low, high, count = 0, 2**63, 0
-        for s in self._links.values():
+        for s in self._counting():
             if s.ack_offset < 0:
                 continue
             edge = s.ack_offset + max_gap

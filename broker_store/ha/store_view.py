@@ -2,12 +2,16 @@
 
 ``primary_service`` reads through ``PrimaryLog``; ``replica_client`` writes through ``ReplicaLog``.
 ``broker_store.store.MessageStore`` provides every method: HA never imports the store, so tests and the
-broker pass the store itself and the store's internals stay free to change.
+broker pass the store itself and the store's internals stay free to change. Controller mode reads and
+writes through ``EpochPrimaryLog`` / ``EpochReplicaLog`` (``store.epoch_store.EpochStore``); the epoch
+values (``store.epoch_cache``) are pure data, shared.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
+
+from broker_store.store.epoch_cache import EpochCache, EpochEntry
 
 
 class PrimaryLog(Protocol):
@@ -53,4 +57,38 @@ class ReplicaLog(PrimaryLog, Protocol):
         Needed when the replica's log lies entirely below the primary's min offset (``replica_start``
         RESTART); ``truncate_commit_log`` can only move the max offset down.
         """
+        ...
+
+
+class EpochPrimaryLog(PrimaryLog, Protocol):
+    """A controller-mode primary's log: its epochs and the confirm offset its SyncStateSet moves
+    (``broker_store.store.epoch_store.EpochStore`` provides every method)."""
+
+    @property
+    def epoch_cache(self) -> EpochCache:
+        """The epochs of this log, oldest first (the handshake sends them; batches stop at their ends)."""
+        ...
+
+    @property
+    def confirm_offset(self) -> int:
+        ...
+
+    def advance_confirm_offset(self, offset: int) -> None:
+        """Raise the confirm offset (never lowers it; clamped to the max offset); indexes what it confirms."""
+        ...
+
+
+class EpochReplicaLog(ReplicaLog, EpochPrimaryLog, Protocol):
+    """A controller-mode replica's log: the classic writes plus its epochs, changed in crash-safe orders."""
+
+    def append_epoch_entry(self, entry: EpochEntry) -> None:
+        """Record a new epoch (before writing its first bytes)."""
+        ...
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut the log, its queues and its epochs at ``offset`` (the consistent point)."""
+        ...
+
+    def restart_at(self, offset: int) -> None:
+        """Drop the whole log and its epochs; continue, empty, at ``offset``."""
         ...

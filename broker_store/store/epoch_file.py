@@ -166,6 +166,16 @@ class EpochFile:
         """Add ``entry`` as the newest (``EpochCache.appended``'s rules) and persist it."""
         self._replace(self._cache.appended(entry))
 
+    def begin_epoch(self, epoch: int, start_offset: int) -> None:
+        """A promotion (RocketMQ's changeToMaster): cut the entries starting at or past ``start_offset`` (they
+        describe bytes the log no longer holds, or an epoch that wrote nothing), then append (epoch,
+        start_offset), each durably. When the newest entry left is already ``epoch`` (a primary promoted again
+        within its own epoch, after a restart before the controller noticed) it is kept: that epoch's range
+        still starts where it started, and nobody else wrote in it. An older epoch raises StoreError."""
+        self.truncate_suffix(start_offset)
+        if self.cache.last_epoch != epoch:
+            self.append(EpochEntry(epoch, start_offset))
+
     def truncate_suffix(self, offset: int) -> None:
         """Drop entries starting at or past ``offset`` (the CommitLog was, or is about to be, cut there)."""
         self._replace(self._cache.truncated_suffix(offset))

@@ -103,6 +103,7 @@ class MessageStore:
         self._dispatch = Dispatcher(self._commit_log, self._queues, hold_confirm_offset=hold_confirm_offset,
                                     read_uncommitted=config.read_uncommitted)
         self._listeners: list[ArrivalListener] = []
+        self._write_listeners: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._flush = FlushService(config.store_dir, self._commit_log, self._queues, self._pool, self._lock,
                                    interval_ms=config.flush_interval_ms, timeout_ms=config.flush_timeout_ms,
@@ -308,6 +309,9 @@ class MessageStore:
                 new_max = cq.max_index
         if self._listeners and cq is not None:
             self._notify([(topic, queue_id, new_max)])
+        elif cq is None:
+            for write_listener in self._write_listeners:
+                write_listener()
         # every id is the STOREHOST prefix + the offset in hex: all offsets hexed by one call
         prefix = self._msg_id_prefix
         ids = struct.pack(f">{len(offsets)}q", *offsets).hex(",", 8).upper().replace(",", "," + prefix)
@@ -337,6 +341,12 @@ class MessageStore:
                     listener(topic, queue_id, max_offset)
                 except Exception:
                     log.exception("arrival listener %r failed", listener)
+
+    def add_write_listener(self, cb: Callable[[], None]) -> None:
+        """``cb()`` after a put wrote records past a held confirm offset without indexing them (so no arrival
+        listener ran): the controller-mode primary ships them and moves the confirm offset. Runs on the putting
+        thread; must not block."""
+        self._write_listeners.append(cb)
 
     def add_arrival_listener(self, cb: ArrivalListener) -> None:
         """``cb(topic, queue_id, new_max_offset)`` after each dispatch; runs on the dispatching thread."""
@@ -524,6 +534,11 @@ class MessageStore:
                     raise StoreError(f"commit log offset {offset} is not a record boundary")
             flush.truncated(offset)
             try:
+                # Checkpoint first: a crash after the cut but before the final checkpoint would otherwise leave
+                # one whose safe offset lies past the log's new end, and recovery would resume from there over
+                # the zeroed bytes. A lower safe offset only makes recovery scan more.
+                flush.write_checkpoint(flush.flushed, min(self._queues.dispatched, offset),
+                                       min(self._dispatch.confirm_offset, offset))
                 if offset <= cl.min_offset:
                     for start in list(cl.segments):
                         cl.delete_segment(start)

@@ -29,7 +29,6 @@ from broker_store.broker.role_decision import (
     id_step,
     primary_ha_address,
 )
-from broker_store.broker.role_transition import epoch_file_entry
 from broker_store.clock import ManualClock
 from broker_store.config import ControllerLinkSettings
 from broker_store.controller.file_store import FileStateStore
@@ -291,7 +290,9 @@ def test_ids_refused_again_and_again_give_up_for_a_later_retry(tmp_path: Path) -
 def test_a_promotion_cuts_the_epoch_file_at_its_start_and_appends_its_epoch(tmp_path: Path) -> None:
     async def scenario() -> None:
         epoch_file = EpochFile.open(tmp_path)
-        write = epoch_file_entry(epoch_file)
+
+        async def write(epoch: int, start_offset: int) -> None:
+            await asyncio.to_thread(epoch_file.begin_epoch, epoch, start_offset)
         await write(1, 0)
         await write(1, 0)  # promoted again within its epoch (a restart): nothing new
         await write(1, 500)
@@ -339,6 +340,9 @@ class FakeBroker:
 
     def follow_primary(self, ha_address: str) -> None:
         self.followed.append(ha_address)
+
+    def set_sync_state_set(self, members: frozenset[int], epoch: int) -> None:
+        self.sync_state_set = (members, epoch)
 
     def heartbeat_offsets(self) -> tuple[int, int, int]:
         return self.role.epoch, self.max_offset, self.max_offset
