@@ -31,8 +31,11 @@ HA = {"role": "SYNC_MASTER", "total_replicas": 3, "in_sync_replicas": 2, "ha_sen
 
 
 def config(tmp: Path, name: str) -> BrokerConfig:
+    """A controller-mode broker whose controller never answers (nothing listens on port 1): the test drives
+    its role changes by hand, as the controller agent would."""
     return BrokerConfig(cluster_name="c1", broker_name="g", listen="127.0.0.1:0", store_dir=tmp / name,
-                        namesrv_addrs=[], enable_controller_mode=True, ha=HA, commit_log_segment_size=4 * 1024 * 1024,
+                        namesrv_addrs=[], enable_controller_mode=True, controller={"controller_addrs": ["127.0.0.1:1"]},
+                        ha=HA, commit_log_segment_size=4 * 1024 * 1024,
                         max_message_size=64 * 1024, flush_interval_ms=50, fast_listen_enable=False)
 
 
@@ -86,6 +89,9 @@ def test_failover_and_rejoin_with_epochs(tmp_path: Path) -> None:
             broker = BrokerServer(config(tmp_path, name))
             await broker.start()
             started.append(broker)
+            assert broker.replication is not None
+            # no controller answers here: the primary side applies its own SyncStateSet proposals
+            broker.replication.sync_state_set_alterer = None
             if broker_id is not None:
                 await broker.assign_broker_id(broker_id)
             return broker
