@@ -12,13 +12,13 @@ directory is fsynced, so a crash leaves either the old or the new file, never a 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from broker_store.protocol.errors import StoreError
+from broker_store.store.files import replace_file
 
 FORMAT_VERSION = 1
 
@@ -35,21 +35,8 @@ def write_metadata_file(path: Path, payload: dict[str, Any]) -> None:
 def write_file_atomically(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` so a crash leaves the old or the new file, never a torn one (see the
     module docstring). StoreError if it cannot be written."""
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        replace_file(path, data)
     except OSError as exc:
         raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from exc
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 import base64
 import fcntl
 import json
-import os
 import threading
 from pathlib import Path
 from typing import Any
 
 from broker_store.controller.state_store import StateStoreError, Versioned
+from broker_store.store.files import replace_file
 
 FILE_VERSION = 1
 
@@ -61,18 +61,8 @@ class FileStateStore:
     def _save(self, keys: dict[str, Versioned]) -> None:
         doc: dict[str, Any] = {"version": FILE_VERSION, "keys": {
             k: {"v": v.version, "b64": base64.b64encode(v.value).decode()} for k, v in sorted(keys.items())}}
-        tmp = self.path.with_name(self.path.name + ".tmp")
         try:
-            with open(tmp, "wb") as f:
-                f.write(json.dumps(doc, separators=(",", ":")).encode())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-            fd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            replace_file(self.path, json.dumps(doc, separators=(",", ":")).encode())
         except OSError as exc:
             raise StateStoreError(f"cannot write controller state {self.path}: {exc}") from exc
 

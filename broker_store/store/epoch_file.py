@@ -29,14 +29,13 @@ files exist but none is valid, ``load_epoch_file`` raises rather than guess.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import zlib
 from pathlib import Path
 
 from broker_store.protocol.errors import CorruptRecordError, StoreError
 from broker_store.store.epoch_cache import EpochCache, EpochEntry
-from broker_store.store.files import fsync_directory
+from broker_store.store.files import replace_file
 
 log = logging.getLogger(__name__)
 
@@ -129,16 +128,8 @@ def write_epoch_file(directory: Path, cache: EpochCache) -> None:
     raw = encode_epoch_file(cache)
     for name in (EPOCH_FILE, EPOCH_FILE_BACKUP):
         path = directory / name
-        tmp = directory / (name + ".tmp")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, raw)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-            fsync_directory(directory)
+            replace_file(path, raw)
         except OSError as exc:
             raise StoreError(f"cannot write the epoch file {path}: {exc}") from exc
 

@@ -37,6 +37,23 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def replace_file(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash at any point leaves the old file or the new one, never a
+    torn one: write ``<name>.tmp`` beside it, fsync, rename over ``path``, fsync the directory. Raises OSError;
+    callers translate it to their own error. The one crash-safe small-file write (metadata, identity, epoch
+    and controller state files)."""
+    tmp = path.with_name(path.name + ".tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_directory(path.parent)
+
+
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
 
