@@ -32,10 +32,12 @@ delta-rs's defaults (a checkpoint every 100 commits).
 Incremental reads. ``appended_since(table, version)`` returns only the rows appended after a version a
 reader saw before, from the commit files ``_delta_log/<version, 20 digits>.json`` (one JSON action per
 line): ``add`` actions with ``dataChange`` true are new rows; compaction's ``add`` / ``remove`` actions
-carry ``dataChange`` false and are skipped (the same rows, rewritten). Anything else that changes the
-data (a ``remove`` with ``dataChange`` true: a delete, update or overwrite; a new ``metaData``), a commit
-file that is gone (log clean-up) or a data file that is gone (vacuumed) answers None: the reader reads
-the table whole instead.
+carry ``dataChange`` false and are skipped (the same rows, rewritten), and so are retention commits (marked
+``RETENTION_MARK`` in their ``commitInfo``: old rows removed, or folded into summaries, which a reader that
+read them before does not need again; the reader then holds more than a full read would). Anything else
+that changes the data (a ``remove`` with ``dataChange`` true: a delete, update or overwrite; a new
+``metaData``), a commit file that is gone (log clean-up) or a data file that is gone (vacuumed) answers
+None: the reader reads the table whole instead.
 
 Table format version: ``TABLE_FORMAT_VERSION``, written into each table's description on creation
 (delta-rs refuses custom ``configuration`` keys).
@@ -62,7 +64,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.fs import DeltaStorageHandler
 
 from connectors.core.errors import TableError
-from connectors.core.maintenance import NO_HOOKS, TableMaintenance, table_properties
+from connectors.core.maintenance import NO_HOOKS, RETENTION_MARK, TableMaintenance, table_properties
 
 log = logging.getLogger(__name__)
 
@@ -296,10 +298,13 @@ class DeltaTableSet:
             raise TableError(f"cannot append batch {batch_id} (query {query_id}) to {path}: {exc}") from exc
         return True
 
-    def _write(self, table: str, dt: DeltaTable | None, rows: list[dict[str, Any]] | Rewrite,
+    def _write(self, table: str, dt: DeltaTable | None, rows: list[dict[str, Any]] | Rewrite | pa.Table,
                commit: CommitProperties | None) -> None:
         mode: Literal["append", "overwrite"] = "overwrite" if isinstance(rows, Rewrite) else "append"
-        data = pa.Table.from_pylist(rows.rows if isinstance(rows, Rewrite) else rows, schema=self.schemas[table])
+        if isinstance(rows, pa.Table):
+            data = rows.select(self.schemas[table].names).cast(self.schemas[table])
+        else:
+            data = pa.Table.from_pylist(rows.rows if isinstance(rows, Rewrite) else rows, schema=self.schemas[table])
         maintained = self.maintenance is not None
         hooks = NO_HOOKS if maintained else None
         if dt is None:  # name, description and properties are set by the commit that creates the table
@@ -326,16 +331,17 @@ class DeltaTableSet:
         except (DeltaError, OSError) as exc:
             raise TableError(f"cannot create Delta table {self.path(table)}: {exc}") from exc
 
-    def append(self, table: str, rows: list[dict[str, Any]]) -> None:
+    def append(self, table: str, rows: list[dict[str, Any]] | pa.Table) -> None:
         """Append rows outside any batch (no txn): for tables whose rows are idempotent by content, such as
-        the replication link's placement decisions (the first row per key stands)."""
-        if not rows:
+        the replication link's placement decisions (the first row per key stands), and for bulk loads (an
+        Arrow table with the table's columns: ``benchmarks/history.py``)."""
+        if (rows.num_rows if isinstance(rows, pa.Table) else len(rows)) == 0:
             return
         try:
             with self.commit_lock:
                 self._write(table, self.open(table), rows, None)
         except (DeltaError, OSError, pa.ArrowException) as exc:
-            raise TableError(f"cannot append {len(rows)} row(s) to {self.path(table)}: {exc}") from exc
+            raise TableError(f"cannot append rows to {self.path(table)}: {exc}") from exc
 
     @staticmethod
     def _has_batch(dt: DeltaTable, query_id: str, batch_id: int) -> bool:
@@ -346,10 +352,10 @@ class DeltaTableSet:
 def _appended_files(commit: str) -> list[str] | None:
     """The data files one commit file appends (relative paths), or None when it changes data otherwise."""
     files = []
-    for line in commit.splitlines():
-        if not line.strip():
-            continue
-        action = json.loads(line)
+    actions = [json.loads(line) for line in commit.splitlines() if line.strip()]
+    if any(str(a.get("commitInfo", {}).get(RETENTION_MARK, "")).lower() == "true" for a in actions):
+        return []  # retention: nothing appended (see Incremental reads)
+    for action in actions:
         if "metaData" in action:
             return None
         remove = action.get("remove")

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, PostCommitHookProperties, WriterProperties
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, WriterProperties
 from deltalake.exceptions import DeltaError
 
 from connectors.core.history_settings import HistorySettings
@@ -58,10 +58,17 @@ NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_log
 """Post-commit hooks of every commit of a maintained table: none (the round checkpoints and cleans)."""
 COMPACTED_FILES = WriterProperties(compression="ZSTD")
 """Parquet properties of the files compaction and retention write."""
+RETENTION_MARK = "rocketmq_replicator.retention"
+"""``commitInfo`` key of a retention commit (``RETENTION_COMMIT``): readers of appended rows
+(``DeltaTableSet.appended_since``) skip such commits, whose removed rows they read before and whose added
+rows (summaries of those) tell them nothing new."""
+RETENTION_COMMIT = CommitProperties(custom_metadata={RETENTION_MARK: "true"})
+"""Commit properties of every retention commit (``Retention`` rules pass them)."""
 
 Retention = Callable[[DeltaTable, int], int]
 """A table's retention: applied to the table as opened for the round at ``now_ms``; returns the rows it
-removed (0: nothing to do). Commits with ``NO_HOOKS``; raises ``DeltaError`` / ``OSError`` on failure."""
+removed (0: nothing to do). Commits with ``NO_HOOKS`` and ``RETENTION_COMMIT``; raises ``DeltaError`` /
+``OSError`` on failure."""
 
 
 def predicate_time(ms: int) -> str:
@@ -90,7 +97,7 @@ def delete_older_than(column: str, retention_s: float) -> Retention:
         if not has_rows_before(dt, column, cutoff):
             return 0
         stats = dt.delete(f"{column} < {predicate_time(cutoff)}", writer_properties=COMPACTED_FILES,
-                          post_commithook_properties=NO_HOOKS)
+                          commit_properties=RETENTION_COMMIT, post_commithook_properties=NO_HOOKS)
         return int(stats.get("num_deleted_rows", 0))
 
     return apply
@@ -217,7 +224,8 @@ class TableMaintenance:
         done.files_vacuumed = len(removed)
 
     def close(self) -> None:
-        """Stop accepting rounds; the running one finishes (the thread is not a daemon of the data)."""
+        """Stop the thread after the running round (if any): a round is never cut in the middle of a Delta
+        operation by this call. (The thread is not a daemon, so the interpreter's exit waits for it too.)"""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None

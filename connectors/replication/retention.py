@@ -16,8 +16,11 @@
   re-reads), never past a message; an S past it still maps after its highest target offset. Without the
   summaries a late group below the kept runs would map to the first kept run: past messages.
   The fold is one atomic Delta commit (``replaceWhere``: the old rows' predicate and the summaries, which
-  satisfy it), so a crash never leaves rows removed without their summary. Summaries are folded again with
-  newer old rows by later rounds: a queue keeps about one per target queue it ever used.
+  satisfy it), so a crash never leaves rows removed without their summary. It is marked a retention commit
+  (``connectors.core.maintenance.RETENTION_COMMIT``): the checkpoint's incremental reader skips it and keeps
+  the exact runs it read before, so a round costs it nothing (a full read starts from the summaries).
+  Summaries are folded again with newer old rows by later rounds: a queue keeps about one per target queue
+  it ever used.
 """
 
 from __future__ import annotations
@@ -29,10 +32,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import DeltaTable, write_deltalake
 
-from connectors.core.maintenance import COMPACTED_FILES, NO_HOOKS, Retention, has_rows_before, predicate_time
+from connectors.core.maintenance import (
+    COMPACTED_FILES,
+    NO_HOOKS,
+    RETENTION_COMMIT,
+    Retention,
+    has_rows_before,
+    predicate_time,
+)
 from connectors.core.offsets import QueueKey
 
 log = logging.getLogger(__name__)
@@ -64,55 +75,64 @@ class MapFold:
     summaries: list[dict[str, Any]]
 
 
-def plan_map_fold(old: Iterable[Mapping[str, Any]], floors: Mapping[QueueKey, int]) -> MapFold:
+def plan_map_fold(old: pa.Table, floors: Mapping[QueueKey, int]) -> MapFold:
     """Which of ``old`` (the ``offset_map`` rows older than the retention) to fold, and their summaries. Pure.
 
     Per source queue, rows ending below min(the queue's floor, its highest old row's ``source_last_offset``)
     are folded: the highest old run is kept (it may be the queue's highest run), and so is every run a group
     at or above the floor needs. Summaries: the folded rows of a queue in source order, one per stretch of
-    one target queue (see the module docstring)."""
-    by_queue: dict[tuple[str, str, int], list[Mapping[str, Any]]] = {}
-    for row in old:
-        by_queue.setdefault((row["source_topic"], row["source_broker"], row["source_queue_id"]), []).append(row)
+    one target queue (see the module docstring). Arrow kernels over the rows (a round of the benchmark's
+    week folds millions), Python only per queue and stretch; no Acero plan (it runs on the maintenance
+    thread: ``connectors.checkpoint.tables`` says why that matters)."""
+    if old.num_rows == 0:
+        return MapFold({}, 0, [])
+    order = [(c, "ascending") for c in (*_QUEUE, "source_first_offset", "committed_at")]
+    rows = old.take(pc.sort_indices(old, sort_keys=order))
     below: dict[tuple[str, str, int], int] = {}
     summaries: list[dict[str, Any]] = []
     folded = 0
-    for queue, rows in sorted(by_queue.items()):
-        limit = max(int(r["source_last_offset"]) for r in rows)
+    for start, end in _runs_of_equal(rows, _QUEUE):
+        queue_rows = rows.slice(start, end - start)
+        queue = tuple(queue_rows[c][0].as_py() for c in _QUEUE)
+        limit = int(pc.max(queue_rows["source_last_offset"]).as_py())
         floor = floors.get(QueueKey(*queue))
         if floor is not None:
             limit = min(limit, floor)
-        gone = sorted((r for r in rows if r["source_last_offset"] < limit),
-                      key=lambda r: (r["source_first_offset"], r["committed_at"]))
-        if not gone:
+        gone = queue_rows.filter(pc.less(queue_rows["source_last_offset"], limit))
+        if gone.num_rows == 0:
             continue
-        queue_summaries: list[dict[str, Any]] = []
-        stretch: list[Mapping[str, Any]] = []
-        for row in gone:
-            if stretch and any(stretch[-1][c] != row[c] for c in _TARGET):
-                queue_summaries.append(_summary(stretch))
-                stretch = []
-            stretch.append(row)
-        queue_summaries.append(_summary(stretch))
-        if len(queue_summaries) == len(gone) and all(r["query_id"] == SUMMARY_QUERY_ID for r in gone):
+        stretches = _runs_of_equal(gone, _TARGET)
+        if len(stretches) == gone.num_rows and pc.all(pc.equal(gone["query_id"], SUMMARY_QUERY_ID)).as_py():
             continue  # only the summaries of earlier rounds: nothing new to fold
         below[queue] = limit
-        folded += len(gone)
-        summaries += queue_summaries
+        folded += gone.num_rows
+        summaries += [_summary(gone.slice(a, b - a)) for a, b in stretches]
     return MapFold(below, folded, summaries)
 
 
-def _summary(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
-    first = rows[0]
+def _runs_of_equal(rows: pa.Table, columns: Iterable[str]) -> list[tuple[int, int]]:
+    """[start, end) of each stretch of consecutive rows equal in ``columns``."""
+    n = rows.num_rows
+    if n == 0:
+        return []
+    change = pa.array([False] * (n - 1), pa.bool_())
+    for c in columns:
+        col = rows[c]
+        change = pc.or_(change, pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, n - 1)), True))
+    starts = [0, *(i + 1 for i in pc.indices_nonzero(change).to_pylist())]
+    return list(zip(starts, [*starts[1:], n], strict=True))
+
+
+def _summary(rows: pa.Table) -> dict[str, Any]:
     return {
-        **{c: first[c] for c in (*_QUEUE, *_TARGET)},
-        "source_first_offset": min(r["source_first_offset"] for r in rows),
-        "source_last_offset": max(r["source_last_offset"] for r in rows),
-        "target_first_offset": min(r["target_first_offset"] for r in rows),
-        "target_last_offset": max(r["target_last_offset"] for r in rows),
-        "messages": sum(r["messages"] for r in rows),
+        **{c: rows[c][0].as_py() for c in (*_QUEUE, *_TARGET)},
+        "source_first_offset": pc.min(rows["source_first_offset"]).as_py(),
+        "source_last_offset": pc.max(rows["source_last_offset"]).as_py(),
+        "target_first_offset": pc.min(rows["target_first_offset"]).as_py(),
+        "target_last_offset": pc.max(rows["target_last_offset"]).as_py(),
+        "messages": pc.sum(rows["messages"]).as_py(),
         "batch_id": -1, "query_id": SUMMARY_QUERY_ID,
-        "committed_at": max(r["committed_at"] for r in rows),
+        "committed_at": pc.max(rows["committed_at"]).as_py(),
     }
 
 
@@ -130,7 +150,7 @@ def fold_offset_map(retention_s: float, floors: MapFloors) -> Retention:
             return 0
         when = pa.scalar(datetime.fromtimestamp(cutoff / 1000, tz=UTC), pa.timestamp("us", tz="UTC"))
         old = dt.to_pyarrow_dataset().to_table(filter=ds.field("committed_at") < when)
-        fold = plan_map_fold(old.to_pylist(), known)
+        fold = plan_map_fold(old, known)
         if not fold.below:
             return 0
         queues = " OR ".join(
@@ -138,7 +158,8 @@ def fold_offset_map(retention_s: float, floors: MapFloors) -> Retention:
             f"AND source_last_offset < {limit})" for (t, b, q), limit in sorted(fold.below.items()))
         summaries = pa.Table.from_pylist(fold.summaries, schema=old.schema)
         write_deltalake(dt, summaries, mode="overwrite", predicate=f"committed_at < {predicate_time(cutoff)} AND "
-                        f"({queues})", writer_properties=COMPACTED_FILES, post_commithook_properties=NO_HOOKS)
+                        f"({queues})", writer_properties=COMPACTED_FILES, commit_properties=RETENTION_COMMIT,
+                        post_commithook_properties=NO_HOOKS)
         return fold.folded - len(fold.summaries)
 
     return apply

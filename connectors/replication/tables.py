@@ -302,8 +302,22 @@ class LinkTables(DeltaTableSet):
         dt = self.open(OFFSETS)
         if dt is None:
             return []
-        rows = self.rows_of(OFFSETS, dt).sort_by([(c, "ascending") for c in _OFFSETS_ORDER])
-        return next_current_rows((), rows.to_pylist())
+        rows = self.rows_of(OFFSETS, dt)
+        reset = pc.starts_with(rows["query_id"], RESET_QUERY_PREFIX)
+        newest = [self._newest_of(rows.filter(pc.invert(reset))), self._newest_of(rows.filter(reset))]
+        ordered = pa.concat_tables(newest).sort_by([(c, "ascending") for c in _OFFSETS_ORDER])
+        return next_current_rows((), ordered.to_pylist())
+
+    @staticmethod
+    def _newest_of(rows: pa.Table) -> pa.Table:
+        """Each (cluster, queue)'s newest row of ``rows`` (``_OFFSETS_ORDER``), every column."""
+        if rows.num_rows == 0:
+            return rows
+        ordered = rows.sort_by([(c, "ascending") for c in _OFFSETS_ORDER])
+        others = [c for c in rows.column_names if c not in _QUEUE_COLUMNS]
+        latest = ordered.group_by(list(_QUEUE_COLUMNS), use_threads=False).aggregate([(c, "last") for c in others])
+        columns = {c: latest[c if c in _QUEUE_COLUMNS else f"{c}_last"] for c in rows.column_names}
+        return pa.table(columns).cast(rows.schema)
 
     def _create_current(self) -> None:
         """Create ``current_offsets`` empty before a new link's first history row: a link without it is then

@@ -9,10 +9,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from connectors.checkpoint.link_state import read_link_progress
+from connectors.checkpoint.link_state import LinkProgressReader, read_link_progress
 from connectors.checkpoint.translation import Outcome, TargetQueueKey
 from connectors.core.config import parse_replicator_config
 from connectors.core.errors import ConfigError, TableError
@@ -27,6 +28,7 @@ from connectors.replication.tables import (
     FAILURES,
     METRICS,
     OFFSET_MAP,
+    OFFSET_MAP_SCHEMA,
     OFFSETS,
     LinkTables,
     next_current_rows,
@@ -204,8 +206,9 @@ def _map_row(first: int, last: int, target_first: int, at_ms: int, *, target: Ta
 
 
 def test_plan_map_fold_keeps_the_highest_run_and_every_run_a_group_needs() -> None:
-    old = [_map_row(0, 9, 0, 1), _map_row(10, 19, 10, 2), _map_row(20, 29, 100, 3, target=T1),
-           _map_row(30, 39, 110, 4, target=T1), _map_row(40, 49, 40, 5)]
+    old = pa.Table.from_pylist([
+        _map_row(40, 49, 40, 5), _map_row(10, 19, 10, 2), _map_row(20, 29, 100, 3, target=T1),  # any order
+        _map_row(30, 39, 110, 4, target=T1), _map_row(0, 9, 0, 1)], schema=OFFSET_MAP_SCHEMA)
     fold = plan_map_fold(old, {})  # no group: everything but the highest old run
     assert fold.below == {("Orders", "src-a", 0): 49} and fold.folded == 4
     assert [(s["source_first_offset"], s["source_last_offset"], s["target_first_offset"],
@@ -214,7 +217,8 @@ def test_plan_map_fold_keeps_the_highest_run_and_every_run_a_group_needs() -> No
     fold = plan_map_fold(old, {Q0: 25})  # a group at 25 needs the run 20..29 and every run after it
     assert fold.below == {("Orders", "src-a", 0): 25} and fold.folded == 2
     assert plan_map_fold(old, {Q0: 5}).folded == 0  # a group inside the first run: nothing folded
-    again = plan_map_fold([fold.summaries[0], old[2]], {Q0: 25})  # a summary alone is not folded again
+    again = plan_map_fold(pa.Table.from_pylist([fold.summaries[0], old.to_pylist()[2]], schema=OFFSET_MAP_SCHEMA),
+                          {Q0: 25})  # a summary alone is not folded again
     assert again.folded == 0 and not again.below
 
 
@@ -233,7 +237,13 @@ def test_retention_never_removes_a_run_a_group_needs_and_translation_stays_exact
         t.commit_batch("q", batch, {Q0: first + 10}, [mapping], [], BatchMetrics(9, 9))
         target += 9
     before = read_link_progress(t)
+    incremental = LinkProgressReader(t)
+    incremental.read()
     round_now(t)
+    after_fold = incremental.read()  # the retention commit is skipped: the exact runs read before stay
+    assert not after_fold.full_read and after_fold.runs == 0
+    for offset in range(0, 402):
+        assert after_fold.translator.translate(Q0, offset, 400) == before.translator.translate(Q0, offset, 400)
     kept = rows(t, OFFSET_MAP)
     summaries = [r for r in kept if r["query_id"] == SUMMARY_QUERY_ID]
     assert len(summaries) == 1 and summaries[0]["source_first_offset"] == 0
