@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--full-rounds", type=int, default=3, help="rounds timed with the full read")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="ckpt-bench-") as tmp:
-        tables = LinkTables(Path(tmp), source_cluster="src", compact_every=0)
+        tables = LinkTables(Path(tmp), source_cluster="src")
         link = Link(args.queues)
         maps: list[dict[str, Any]] = []
         offsets: list[dict[str, Any]] = []

@@ -143,7 +143,8 @@ def reset(config_path: str, link_name: str, to: str, *, dry_run: bool = False) -
         print("nothing to reset")
         return 0
     version = tables.append_resume_point({r.queue: r.new for r in rows})
-    print(f"appended {len(rows)} row(s) to the Delta offsets table {tables.path('offsets')} (version {version})")
+    print(f"appended {len(rows)} row(s) to the Delta offsets table {tables.path('offsets')} (version {version}) "
+          f"and made them the resume point in {tables.path('current_offsets')}")
     print(checkpoint_advice(link, config_path))
     return 0
 

@@ -144,7 +144,8 @@ class CheckpointStreamWriter(DataSourceStreamWriter):
         namesrv = ";".join(target.namesrv)
         link_tables = shared_table_set((o.tables_location, o.link.source), LinkTables,
                                        lambda: LinkTables(o.tables_location, source_cluster=o.link.source))
-        tables = shared_table_set((o.tables_location,), CheckpointTables, lambda: CheckpointTables(o.tables_location))
+        tables = shared_table_set((o.tables_location,), CheckpointTables,
+                                  lambda: CheckpointTables(o.tables_location, history=o.link.history))
         with _committers_lock:
             committer = _committers.get(key)
             if committer is None:

@@ -8,16 +8,20 @@ replication package's tables and nothing else of it; data flows one way (replica
 
 Order matters: ``OffsetTranslator.add`` takes runs oldest first (a re-replicated range: the newest run wins).
 A full read orders rows by ``committed_at`` (the driver's clock at the batch commit), then batch id, then
-source offset: the order the writer committed them.
+source offset: the order the writer committed them. Retention folds old runs no group needs into summary
+rows (``connectors.replication.retention``); they become summary runs (``translation.Run.summary``), so a
+group found below the runs kept is translated conservatively, never past a message.
 
-``LinkProgressReader`` keeps the translator (and the committed offsets, ``LatestOffsets``) between
-checkpoints and reads only the commits made since the last one (``DeltaTableSet.appended_since``): a round
+``LinkProgressReader`` keeps the translator between checkpoints and reads only the offset-map commits made
+since the last one (``DeltaTableSet.appended_since``; the committed offsets are the link's small
+``current_offsets`` table, read whole each round through ``LatestOffsets``): a round
 costs what the link replicated since, not the whole map (100k offset-map and offsets rows, 20 queues:
 ~9 ms a round instead of ~1 s for a full read, ``benchmarks/checkpoint_progress.py``). It reads the table
 whole at the first round and whenever the commits since cannot be told apart (compaction is fine; a
 delete, an overwrite, a cleaned-up log, a vacuumed file are not), and when new rows carry an older
 ``committed_at`` than rows already read (a driver clock behind the previous one), so it always holds what
-a full read would build.
+a full read would build, or more: the offset map's retention commits are skipped (``connectors.core.delta``),
+so the exact runs read before a fold stay exact in the translator, where a full read finds their summary.
 """
 
 from __future__ import annotations
@@ -33,13 +37,13 @@ from deltalake.exceptions import DeltaError
 from connectors.checkpoint.translation import OffsetTranslator, Run, TargetQueueKey
 from connectors.core.errors import TableError
 from connectors.core.offsets import QueueKey
-from connectors.replication.tables import OFFSET_MAP, LatestOffsets, LinkTables
+from connectors.replication.tables import OFFSET_MAP, LatestOffsets, LinkTables, is_map_summary
 
 log = logging.getLogger(__name__)
 
 _MAP_COLUMNS = ["source_topic", "source_broker", "source_queue_id", "source_first_offset", "source_last_offset",
                 "target_topic", "target_broker", "target_queue_id", "target_first_offset", "target_last_offset",
-                "messages", "batch_id", "committed_at"]
+                "messages", "batch_id", "query_id", "committed_at"]
 _ORDER = [("committed_at", "ascending"), ("batch_id", "ascending"), ("source_first_offset", "ascending")]
 
 
@@ -64,7 +68,8 @@ def _add_rows(translator: OffsetTranslator, rows: pa.Table) -> None:
         translator.add(QueueKey(r["source_topic"], r["source_broker"], r["source_queue_id"]),
                        Run(r["source_first_offset"], r["source_last_offset"],
                            TargetQueueKey(r["target_topic"], r["target_broker"], r["target_queue_id"]),
-                           r["target_first_offset"], r["target_last_offset"], r["messages"]))
+                           r["target_first_offset"], r["target_last_offset"], r["messages"],
+                           summary=is_map_summary(r["query_id"])))
 
 
 def _newest(rows: pa.Table) -> datetime | None:

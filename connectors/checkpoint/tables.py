@@ -29,8 +29,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.core.delta import CommitResult, DeltaTableSet, RowBuilder, epoch_ms, timestamp
+from connectors.core.group_positions import CHECKPOINTS as CHECKPOINTS
+from connectors.core.group_positions import POSITION_COLUMNS
+from connectors.core.history_settings import HistorySettings
+from connectors.core.maintenance import TableMaintenance, delete_older_than
 
-CHECKPOINTS = "checkpoints"
+# The table's name and the columns of a group's position (POSITION_COLUMNS) are a contract with the replication
+# writer's offset-map retention, kept in connectors.core.group_positions; the schema below holds those columns.
 _TS = pa.timestamp("us", tz="UTC")
 
 CHECKPOINTS_SCHEMA = pa.schema([
@@ -52,6 +57,8 @@ CHECKPOINTS_SCHEMA = pa.schema([
     ("batch_id", pa.int64()),
     ("query_id", pa.string()),
 ])
+if not set(POSITION_COLUMNS) <= set(CHECKPOINTS_SCHEMA.names):  # pragma: no cover - a contract check at import
+    raise ImportError(f"CHECKPOINTS_SCHEMA lacks the position columns {POSITION_COLUMNS}")
 
 
 class CheckpointOutcome(enum.Enum):
@@ -104,10 +111,16 @@ class CheckpointTables(DeltaTableSet):
     """The ``checkpoints`` table of one link. Driver only; one writer query per link."""
 
     def __init__(self, location: str | Path, *, clock_ms: Callable[[], int] | None = None,
-                 storage_options: Mapping[str, str] | None = None, compact_every: int = 500) -> None:
-        """``location``: the link's directory (``LinkConfig.tables_location``)."""
+                 storage_options: Mapping[str, str] | None = None, history: HistorySettings | None = None,
+                 background_maintenance: bool = True) -> None:
+        """``location``: the link's directory (``LinkConfig.tables_location``). ``history``: the link's
+        retention (``checkpoints_retention``) and maintenance (``connectors.core.maintenance``); None: none
+        (readers)."""
         super().__init__(location, {CHECKPOINTS: CHECKPOINTS_SCHEMA}, (CHECKPOINTS,), clock_ms=clock_ms,
-                         storage_options=storage_options, compact_every=compact_every)
+                         storage_options=storage_options)
+        if history is not None:
+            self.maintain(TableMaintenance(self, history, background=background_maintenance, retention={
+                CHECKPOINTS: delete_older_than("committed_at", history.checkpoints_retention)}))
 
     def commit_checkpoint(self, query_id: str, batch_id: int, rows: Sequence[CheckpointRow]) -> CommitResult:
         """Append one checkpoint's rows, at most once per (query id, batch id)."""
@@ -162,3 +175,4 @@ def checkpoint_age_ms(tables: CheckpointTables, now_ms: int, group: str | None =
     before the first). A Prometheus gauge ``replicator_checkpoint_age_seconds{link}`` exports it / 1000."""
     newest = tables.newest_translated_ms(group)
     return None if newest is None else max(0, now_ms - newest)
+

@@ -25,6 +25,7 @@ File layout (``conf/replicator.yaml`` is the commented example)::
           all_topics: false                     # every non-system topic of the source cluster
         checkpoint_location: run/checkpoints/source-to-target
         delta_location: run/delta               # tables live in <delta_location>/<link name>/
+        history: {offsets_retention: 7 days}    # optional: connectors.core.history_settings.HistorySettings
         ...                                     # optional knobs with defaults: see LinkConfig
     heartbeat: {interval: 10 seconds}           # optional: connectors.core.monitoring.HeartbeatSettings
     metrics: {port: 9464}                       # optional: connectors.core.monitoring.MetricsSettings
@@ -49,6 +50,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.message import PROPERTY_REPLICATOR_SOURCE
 from connectors.core.errors import ConfigError, CredentialError, OffsetFormatError
+from connectors.core.history_settings import HistorySettings
 from connectors.core.monitoring import HEARTBEAT_TOPIC, HeartbeatSettings, MetricsSettings
 from connectors.core.offsets import OffsetSpec
 from connectors.core.settings_base import SettingsModel as _Model
@@ -415,6 +417,8 @@ class LinkConfig(ReadSettings, WriteSettings):
     """Consumer-group checkpoints source -> target (``jobs/checkpoint.py``; ``connectors.core.sync_settings``)."""
     config_sync: ConfigSyncSettings = ConfigSyncSettings()
     """Topic configuration and subscription groups source -> target (``jobs/config_sync.py``)."""
+    history: HistorySettings = HistorySettings()
+    """Retention of the link's Delta tables and their maintenance (``connectors.core.history_settings``)."""
 
     @field_validator("name")
     @classmethod

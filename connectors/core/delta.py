@@ -19,20 +19,25 @@ A set's tables are separate Delta tables, so a batch commit is one commit per ta
 last of ``commit_order`` concurrently, then the last once they all succeeded. A crash in between leaves
 some of the first ones; the re-run of the batch completes them (each table checks its own txn). The last
 table is the one a resume point is read from, so it never moves past rows the others do not hold.
+A builder may return a ``Rewrite`` instead of rows: the table's rows are then replaced by those (one small
+file per commit; for a table that holds one row per key, such as the current resume point).
 
-Maintenance. Each batch appends one small file per table, so a query that runs for days would leave
-tens of thousands of files and a snapshot that grows with them. Every ``compact_every`` batches (500
-by default) ``commit_tables`` compacts each table into a few files (``optimize.compact``, a data-neutral
-commit that keeps every txn), writes a checkpoint and vacuums files unreferenced for longer than the
-7-day default retention, so readers time-travelling within a week are not affected.
+Maintenance. Each batch appends one small file and one log entry per table. A set given ``maintenance``
+(``connectors.core.maintenance.TableMaintenance``) hands it every batch commit (``after_commit``): rounds of
+retention, compaction, checkpoints, log clean-up and vacuum run off the batch's path, and the set's
+commits skip delta-rs's post-commit hooks. Commits and maintenance operations take turns on
+``commit_lock``. A set without maintenance (the placements table: a few rows, written when decided) keeps
+delta-rs's defaults (a checkpoint every 100 commits).
 
 Incremental reads. ``appended_since(table, version)`` returns only the rows appended after a version a
 reader saw before, from the commit files ``_delta_log/<version, 20 digits>.json`` (one JSON action per
 line): ``add`` actions with ``dataChange`` true are new rows; compaction's ``add`` / ``remove`` actions
-carry ``dataChange`` false and are skipped (the same rows, rewritten). Anything else that changes the
-data (a ``remove`` with ``dataChange`` true: a delete, update or overwrite; a new ``metaData``), a commit
-file that is gone (log clean-up) or a data file that is gone (vacuumed) answers None: the reader reads
-the table whole instead.
+carry ``dataChange`` false and are skipped (the same rows, rewritten), and so are retention commits (marked
+``RETENTION_MARK`` in their ``commitInfo``: old rows removed, or folded into summaries, which a reader that
+read them before does not need again; the reader then holds more than a full read would). Anything else
+that changes the data (a ``remove`` with ``dataChange`` true: a delete, update or overwrite; a new
+``metaData``), a commit file that is gone (log clean-up) or a data file that is gone (vacuumed) answers
+None: the reader reads the table whole instead.
 
 Table format version: ``TABLE_FORMAT_VERSION``, written into each table's description on creation
 (delta-rs refuses custom ``configuration`` keys).
@@ -49,7 +54,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -59,13 +64,23 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.fs import DeltaStorageHandler
 
 from connectors.core.errors import TableError
+from connectors.core.maintenance import NO_HOOKS, RETENTION_MARK, TableMaintenance, table_properties
 
 log = logging.getLogger(__name__)
 
 TABLE_FORMAT_VERSION = 1
 
-RowBuilder = Callable[[DeltaTable | None], list[dict[str, Any]]]
-"""Builds one table's rows of a batch from the table as opened before the commit (None: never written)."""
+@dataclass(frozen=True)
+class Rewrite:
+    """A builder's answer that replaces the table's rows with ``rows`` (an overwrite commit) instead of
+    appending them."""
+
+    rows: list[dict[str, Any]]
+
+
+RowBuilder = Callable[[DeltaTable | None], "list[dict[str, Any]] | Rewrite"]
+"""Builds one table's rows of a batch from the table as opened before the commit (None: never written):
+rows to append, or a ``Rewrite``."""
 
 
 def timestamp(ms: int) -> datetime:
@@ -108,25 +123,33 @@ class DeltaTableSet:
 
     def __init__(self, location: str | Path, schemas: Mapping[str, pa.Schema], commit_order: Sequence[str], *,
                  clock_ms: Callable[[], int] | None = None, storage_options: Mapping[str, str] | None = None,
-                 compact_every: int = 500, description: str = "rocketmq-replicator") -> None:
+                 description: str = "rocketmq-replicator") -> None:
         """``location``: the set's directory; tables are created lazily. ``commit_order``: every table,
-        the one committed last at the end. ``compact_every``: batches between two compactions (see
-        Maintenance above); 0 = never. ``clock_ms`` (ms since the epoch) stamps the txns and the rows."""
+        the one committed last at the end. ``clock_ms`` (ms since the epoch) stamps the txns and the rows
+        and times the maintenance rounds. Maintenance: ``maintain`` (subclasses call it)."""
         if sorted(commit_order) != sorted(schemas):
             raise ValueError(f"commit_order {list(commit_order)} must list every table of {sorted(schemas)}")
-        if compact_every < 0:
-            raise ValueError(f"compact_every must be >= 0, got {compact_every}")
         self.location = str(location)
         self.schemas = dict(schemas)
         self.commit_order = tuple(commit_order)
-        self.compact_every = compact_every
         self.description = description
+        self.maintenance: TableMaintenance | None = None
+        self.commit_lock = threading.RLock()
+        """Held by a batch commit for its whole commit and by each maintenance operation (see Maintenance)."""
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._storage_options = dict(storage_options) if storage_options else None
         self._opened: dict[str, DeltaTable] = {}
         """Tables opened before, brought up to date incrementally on the next ``open`` (re-reading the
         whole log costs ~40 ms per table at 60 versions, once per batch and table: a streaming query's
         fixed cost per trigger)."""
+
+    @property
+    def storage_options(self) -> dict[str, str] | None:
+        return self._storage_options
+
+    def maintain(self, maintenance: TableMaintenance) -> None:
+        """Run ``maintenance`` after every batch commit from now on (see Maintenance above)."""
+        self.maintenance = maintenance
 
     def path(self, table: str) -> str:
         if table not in self.schemas:
@@ -233,35 +256,18 @@ class DeltaTableSet:
         # holding the GIL); the last only once they all succeeded.
         *first, last = self.commit_order
         outcomes: dict[str, bool | None] = {}
-        if first:
-            with ThreadPoolExecutor(max_workers=len(first), thread_name_prefix="delta-commit") as pool:
-                futures = {table: pool.submit(self._append_once, table, query_id, batch_id, builders[table], now_ms)
-                           for table in first}
-            outcomes = {table: future.result() for table, future in futures.items()}  # raises the first error
-        outcomes[last] = self._append_once(last, query_id, batch_id, builders[last], now_ms)
+        with self.commit_lock:
+            if first:
+                with ThreadPoolExecutor(max_workers=len(first), thread_name_prefix="delta-commit") as pool:
+                    futures = {table: pool.submit(self._append_once, table, query_id, batch_id, builders[table],
+                                                  now_ms) for table in first}
+                outcomes = {table: future.result() for table, future in futures.items()}  # raises the first error
+            outcomes[last] = self._append_once(last, query_id, batch_id, builders[last], now_ms)
         written = {table: outcome is True for table, outcome in outcomes.items()}
         already = {table for table, outcome in outcomes.items() if outcome is None}
-        if self.compact_every and batch_id and batch_id % self.compact_every == 0 and any(written.values()):
-            self.compact()
+        if self.maintenance is not None:
+            self.maintenance.after_commit(now_ms)
         return CommitResult(written, frozenset(already))
-
-    def compact(self) -> None:
-        """Compact every table, checkpoint it and vacuum expired files (see Maintenance above).
-        Best effort: a table that cannot be compacted now (a concurrent writer, an I/O error) is
-        logged and left for the next round; the data and the txns are never affected."""
-        for table in self.commit_order:
-            dt = self.open(table)
-            if dt is None:
-                continue
-            try:
-                stats = dt.optimize.compact()
-                dt.create_checkpoint()
-                removed = dt.vacuum(dry_run=False)
-            except (DeltaError, OSError) as exc:
-                log.warning("compaction of Delta table %s skipped: %s", self.path(table), exc)
-                continue
-            log.info("compacted Delta table %s: %s files -> %s, %d expired files vacuumed", self.path(table),
-                     stats.get("numFilesRemoved"), stats.get("numFilesAdded"), len(removed))
 
     def _append_once(self, table: str, query_id: str, batch_id: int, build: RowBuilder, now_ms: int) -> bool | None:
         """Append ``build``'s rows with txn (query_id, batch_id). True = written, False = no rows,
@@ -270,8 +276,8 @@ class DeltaTableSet:
         if dt is not None and self._has_batch(dt, query_id, batch_id):
             return None
         rows = build(dt)
-        if not rows:
-            return False
+        if not (rows.rows if isinstance(rows, Rewrite) else rows):
+            return False  # an empty Rewrite too: a table is never emptied by a batch
         path = self.path(table)
         commit = CommitProperties(
             app_transactions=[Transaction(query_id, batch_id, now_ms)],
@@ -292,25 +298,50 @@ class DeltaTableSet:
             raise TableError(f"cannot append batch {batch_id} (query {query_id}) to {path}: {exc}") from exc
         return True
 
-    def _write(self, table: str, dt: DeltaTable | None, rows: list[dict[str, Any]],
+    def _write(self, table: str, dt: DeltaTable | None, rows: list[dict[str, Any]] | Rewrite | pa.Table,
                commit: CommitProperties | None) -> None:
-        data = pa.Table.from_pylist(rows, schema=self.schemas[table])
-        if dt is None:  # name and description are set once, by the commit that creates the table
-            write_deltalake(self.path(table), data, mode="append", commit_properties=commit,
-                            storage_options=self._storage_options, name=f"{Path(self.location).name}.{table}",
-                            description=f"{self.description} {table} table, format {TABLE_FORMAT_VERSION}")
+        mode: Literal["append", "overwrite"] = "overwrite" if isinstance(rows, Rewrite) else "append"
+        if isinstance(rows, pa.Table):
+            data = rows.select(self.schemas[table].names).cast(self.schemas[table])
         else:
-            write_deltalake(dt, data, mode="append", commit_properties=commit)
+            data = pa.Table.from_pylist(rows.rows if isinstance(rows, Rewrite) else rows, schema=self.schemas[table])
+        maintained = self.maintenance is not None
+        hooks = NO_HOOKS if maintained else None
+        if dt is None:  # name, description and properties are set by the commit that creates the table
+            configuration = table_properties(self.maintenance.settings) if self.maintenance is not None else None
+            write_deltalake(self.path(table), data, mode=mode, commit_properties=commit,
+                            storage_options=self._storage_options, name=f"{Path(self.location).name}.{table}",
+                            description=f"{self.description} {table} table, format {TABLE_FORMAT_VERSION}",
+                            configuration=configuration, post_commithook_properties=hooks)
+        else:
+            write_deltalake(dt, data, mode=mode, commit_properties=commit, post_commithook_properties=hooks)
 
-    def append(self, table: str, rows: list[dict[str, Any]]) -> None:
+    def create(self, table: str) -> None:
+        """Create ``table`` empty (version 0) unless it exists; its name, description and properties as the
+        first append would set them."""
+        if self.open(table) is not None:
+            return
+        configuration = table_properties(self.maintenance.settings) if self.maintenance is not None else None
+        try:
+            DeltaTable.create(self.path(table), self.schemas[table], mode="ignore",
+                              name=f"{Path(self.location).name}.{table}",
+                              description=f"{self.description} {table} table, format {TABLE_FORMAT_VERSION}",
+                              configuration=configuration, storage_options=self._storage_options,
+                              post_commithook_properties=NO_HOOKS if self.maintenance is not None else None)
+        except (DeltaError, OSError) as exc:
+            raise TableError(f"cannot create Delta table {self.path(table)}: {exc}") from exc
+
+    def append(self, table: str, rows: list[dict[str, Any]] | pa.Table) -> None:
         """Append rows outside any batch (no txn): for tables whose rows are idempotent by content, such as
-        the replication link's placement decisions (the first row per key stands)."""
-        if not rows:
+        the replication link's placement decisions (the first row per key stands), and for bulk loads (an
+        Arrow table with the table's columns: ``benchmarks/history.py``)."""
+        if (rows.num_rows if isinstance(rows, pa.Table) else len(rows)) == 0:
             return
         try:
-            self._write(table, self.open(table), rows, None)
+            with self.commit_lock:
+                self._write(table, self.open(table), rows, None)
         except (DeltaError, OSError, pa.ArrowException) as exc:
-            raise TableError(f"cannot append {len(rows)} row(s) to {self.path(table)}: {exc}") from exc
+            raise TableError(f"cannot append rows to {self.path(table)}: {exc}") from exc
 
     @staticmethod
     def _has_batch(dt: DeltaTable, query_id: str, batch_id: int) -> bool:
@@ -321,10 +352,10 @@ class DeltaTableSet:
 def _appended_files(commit: str) -> list[str] | None:
     """The data files one commit file appends (relative paths), or None when it changes data otherwise."""
     files = []
-    for line in commit.splitlines():
-        if not line.strip():
-            continue
-        action = json.loads(line)
+    actions = [json.loads(line) for line in commit.splitlines() if line.strip()]
+    if any(str(a.get("commitInfo", {}).get(RETENTION_MARK, "")).lower() == "true" for a in actions):
+        return []  # retention: nothing appended (see Incremental reads)
+    for action in actions:
         if "metaData" in action:
             return None
         remove = action.get("remove")

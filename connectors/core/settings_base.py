@@ -23,6 +23,7 @@ _DURATION_UNITS = {
     "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
     "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
     "h": 3600.0, "hour": 3600.0, "hours": 3600.0,
+    "d": 86400.0, "day": 86400.0, "days": 86400.0,
 }
 _DURATION_PATTERN = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)?\s*")
 
@@ -58,7 +59,8 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
 
 
 def parse_duration(value: Any) -> float:
-    """Seconds (> 0) from a number or a string like ``"5 seconds"``, ``"500 milliseconds"``, ``"1 minute"``."""
+    """Seconds (> 0) from a number or a string like ``"5 seconds"``, ``"500 milliseconds"``, ``"1 minute"``,
+    ``"7 days"``."""
     if isinstance(value, bool):
         raise ValueError("expected seconds as a number or a string like '5 seconds'")
     if isinstance(value, int | float):

@@ -61,8 +61,7 @@ class PlacementTable(DeltaTableSet):
     def __init__(self, location: str | Path, *, source_cluster: str,
                  clock_ms: Callable[[], int] | None = None) -> None:
         """``location``: the link's directory (``<delta_location>/<link>``); the table is created lazily."""
-        super().__init__(location, {PLACEMENTS: PLACEMENTS_SCHEMA}, (PLACEMENTS,), clock_ms=clock_ms,
-                         compact_every=0)
+        super().__init__(location, {PLACEMENTS: PLACEMENTS_SCHEMA}, (PLACEMENTS,), clock_ms=clock_ms)
         self.source_cluster = source_cluster
 
     def load(self) -> list[Placement]:

@@ -2,22 +2,33 @@
 
 Written on the driver by the writer's ``commit(messages, batchId)`` through ``LinkTables.commit_batch``
 (idempotent per (query id, batch id): ``connectors.core.delta``); read by the reader's ``initialOffset``
-(``latest_offsets``, when the Spark checkpoint is gone) and by ``jobs.replay_failures``
-(``unreplayed_failures`` / ``mark_replayed``); ``jobs.reset_offsets`` appends a new resume point
-(``append_resume_point``).
+(``latest_offsets``, when the Spark checkpoint is gone) and its first batch after a restart
+(``delivered_offsets``), and by ``jobs.replay_failures`` (``unreplayed_failures`` / ``mark_replayed``);
+``jobs.reset_offsets`` writes a new resume point (``append_resume_point``).
 
 Layout, one directory per link (``LinkConfig.tables_location``)::
 
-    <delta_location>/<link>/offsets/      append-only; newest row per queue = resume point
-    <delta_location>/<link>/offset_map/   append-only; source offset runs -> target offset runs
+    <delta_location>/<link>/current_offsets/  the resume point: one row per source queue (two while a
+                                              reset point is newer than the queue's last batch), rewritten
+                                              by every commit (one small file)
+    <delta_location>/<link>/offsets/      history: a row per queue that advanced, per batch; retention
+    <delta_location>/<link>/offset_map/   source offset runs -> target offset runs; retention with summaries
     <delta_location>/<link>/failures/     one row per failed message; `replayed` updated in place
-    <delta_location>/<link>/metrics/      one row per batch
+    <delta_location>/<link>/metrics/      one row per batch; retention
     <delta_location>/<link>/placements/   queue placement decisions (``connectors.replication.placement_table``,
                                           written when decided, not per batch)
 
-A batch commit is four commits: failures, offset_map and metrics concurrently, then offsets once all
-three succeeded (``COMMIT_ORDER``), so a resume point never moves past a failure that is not recorded.
-Compaction and the table format version: ``connectors.core.delta``.
+A batch commit is five commits: failures, offset_map, metrics and the offsets history concurrently, then
+current_offsets once all four succeeded (``COMMIT_ORDER``), so a resume point never moves past a failure or
+a run that is not recorded. A crash in between leaves the resume point where the previous batch put it (the
+batch is re-sent: at-least-once) and the re-run of the batch completes it (each table checks its txn).
+The resume point is read from ``current_offsets`` alone, so a restart costs the same after a week as after a
+minute. A link written before ``current_offsets`` existed is read from the history once, and its first
+commit writes ``current_offsets`` from it.
+
+Retention (``connectors.replication.retention``, settings ``connectors.core.history_settings``) and
+maintenance (``connectors.core.maintenance``) run in the writer's driver between batches. The table format
+version: ``connectors.core.delta``.
 """
 
 from __future__ import annotations
@@ -37,11 +48,14 @@ from connectors.core.config import LinkConfig
 from connectors.core.delta import (
     CommitResult,
     DeltaTableSet,
+    Rewrite,
     RowBuilder,
     epoch_ms,
     timestamp,
 )
 from connectors.core.errors import TableError
+from connectors.core.history_settings import HistorySettings
+from connectors.core.maintenance import Retention, TableMaintenance, delete_older_than
 from connectors.core.offsets import QueueKey
 from connectors.replication.records import (
     BatchMetrics,
@@ -50,13 +64,19 @@ from connectors.replication.records import (
     OffsetMapping,
     RecordedFailure,
 )
+from connectors.replication.retention import (
+    SUMMARY_QUERY_ID,
+    MapFloors,
+    fold_offset_map,
+)
 
 OFFSETS = "offsets"
+CURRENT_OFFSETS = "current_offsets"
 OFFSET_MAP = "offset_map"
 FAILURES = "failures"
 METRICS = "metrics"
-COMMIT_ORDER = (FAILURES, OFFSET_MAP, METRICS, OFFSETS)
-"""Order of the per-table commits of one batch; offsets last (see the module docstring)."""
+COMMIT_ORDER = (FAILURES, OFFSET_MAP, METRICS, OFFSETS, CURRENT_OFFSETS)
+"""Order of the per-table commits of one batch; the resume point last (see the module docstring)."""
 
 RESET_QUERY_PREFIX = "reset-"
 """``query_id`` of the offsets rows ``jobs.reset_offsets`` writes (Spark query ids are bare uuids)."""
@@ -133,6 +153,7 @@ METRICS_SCHEMA = pa.schema([
 ])
 SCHEMAS: Mapping[str, pa.Schema] = {
     OFFSETS: OFFSETS_SCHEMA,
+    CURRENT_OFFSETS: OFFSETS_SCHEMA,  # commit_version there: a sequence of that table, newest row per queue highest
     OFFSET_MAP: OFFSET_MAP_SCHEMA,
     FAILURES: FAILURES_SCHEMA,
     METRICS: METRICS_SCHEMA,
@@ -141,6 +162,38 @@ SCHEMAS: Mapping[str, pa.Schema] = {
 
 _OFFSETS_ORDER = ("commit_version", "batch_id", "updated_at")
 _OFFSETS_COLUMNS = ["cluster", "topic", "broker_name", "queue_id", "next_offset", *_OFFSETS_ORDER]
+_QUEUE_COLUMNS = ("cluster", "topic", "broker_name", "queue_id")
+
+
+def is_map_summary(query_id: str | None) -> bool:
+    """True for an ``offset_map`` row that summarises runs retention folded (``connectors.replication.retention``):
+    where each source offset inside it landed is no longer known; its ``target_first_offset`` is the lowest
+    target offset of its messages (a translation into it is conservative)."""
+    return query_id == SUMMARY_QUERY_ID
+
+
+def is_reset(query_id: str) -> bool:
+    """True for the rows of a ``jobs.reset_offsets`` resume point (not a batch of a query)."""
+    return query_id.startswith(RESET_QUERY_PREFIX)
+
+
+def next_current_rows(current: Iterable[Mapping[str, Any]], new: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The ``current_offsets`` rows after a commit of ``new`` offsets rows (one batch's, or one reset's) onto
+    ``current``: per (cluster, queue) the newest batch row, and the newest reset row while it is newer than
+    that batch row (a batch row replaces the queue's reset row; a reset row keeps the batch row, which
+    ``delivered_offsets`` reads). Pure; ``new`` rows carry a higher ``commit_version`` than every current row."""
+    batch: dict[tuple[Any, ...], dict[str, Any]] = {}
+    reset: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in [*current, *new]:
+        key = tuple(row[c] for c in _QUEUE_COLUMNS)
+        if is_reset(row["query_id"]):
+            reset[key] = dict(row)
+        else:
+            batch[key] = dict(row)
+            reset.pop(key, None)
+    rows = [*batch.values(), *reset.values()]
+    rows.sort(key=lambda r: (*(r[c] for c in _QUEUE_COLUMNS), r["commit_version"]))
+    return rows
 
 
 def failure_id(query_id: str, batch_id: int, queue: QueueKey, queue_offset: int) -> str:
@@ -170,15 +223,40 @@ class LinkTables(DeltaTableSet):
 
     def __init__(self, location: str | Path, *, source_cluster: str,
                  clock_ms: Callable[[], int] | None = None,
-                 storage_options: Mapping[str, str] | None = None, compact_every: int = 500) -> None:
+                 storage_options: Mapping[str, str] | None = None, history: HistorySettings | None = None,
+                 map_floors: MapFloors | None = None, background_maintenance: bool = True) -> None:
         """``location``: the link's directory (``<delta_location>/<link>``); tables are created lazily.
-        ``compact_every``: batches between two compactions (``connectors.core.delta``); 0 = never.
+        ``history``: the link's retention and maintenance (``connectors.core.maintenance``), run after batch
+        commits, on a background thread unless ``background_maintenance`` is false; None: no maintenance
+        (readers, tools). ``map_floors``: the lowest source offset per queue a checkpointed group is at
+        (``connectors.replication.retention``); None: no group is checkpointed.
 
-        ``clock_ms`` (ms since the epoch) stamps ``updated_at`` / ``failed_at`` / ``replayed_at``.
+        ``clock_ms`` (ms since the epoch) stamps ``updated_at`` / ``failed_at`` / ``replayed_at`` and times
+        the retention.
         """
-        super().__init__(location, SCHEMAS, COMMIT_ORDER, clock_ms=clock_ms, storage_options=storage_options,
-                         compact_every=compact_every)
+        super().__init__(location, SCHEMAS, COMMIT_ORDER, clock_ms=clock_ms, storage_options=storage_options)
         self.source_cluster = source_cluster
+        self._current: tuple[int, list[dict[str, Any]]] | None = None
+        """(current_offsets version, its rows) as this set wrote them: the next commit's base without a read."""
+        if history is not None:
+            self.maintain(TableMaintenance(self, history, retention=self._retention(history, map_floors),
+                                           rewritten=frozenset({CURRENT_OFFSETS}), background=background_maintenance))
+
+    def _retention(self, history: HistorySettings, map_floors: MapFloors | None) -> dict[str, Retention]:
+        """The link's row retention per table (``connectors.replication.retention``). The history is trimmed
+        only once ``current_offsets`` exists (before, the resume point is read from the history)."""
+        history_rule = delete_older_than("updated_at", history.offsets_retention)
+
+        def offsets(dt: DeltaTable, now_ms: int) -> int:
+            if not DeltaTable.is_deltatable(self.path(CURRENT_OFFSETS), storage_options=self.storage_options):
+                return 0
+            return history_rule(dt, now_ms)
+
+        return {
+            OFFSETS: offsets,
+            METRICS: delete_older_than("committed_at", history.metrics_retention),
+            OFFSET_MAP: fold_offset_map(history.offset_map_retention, map_floors or (lambda: {})),
+        }
 
     @classmethod
     def for_link(cls, link: LinkConfig, **kwargs: Any) -> LinkTables:
@@ -191,31 +269,82 @@ class LinkTables(DeltaTableSet):
         return super().committed_batch(query_id, table)
 
     def latest_offsets(self) -> dict[QueueKey, int]:
-        """Resume point: next offset per source queue, from each queue's newest offsets row.
+        """Resume point: next offset per source queue, from each queue's newest row of ``current_offsets``
+        (a batch's or a reset's; one or two rows per queue, so the read does not grow with history).
 
-        Newest = highest ``commit_version`` (then ``batch_id``, then ``updated_at``): Delta versions only
-        grow, so this orders rows across queries even though batch ids restart with a new checkpoint.
-        Rows of another source cluster (the link was re-pointed) are ignored. ``LatestOffsets`` keeps
-        the answer between calls and reads only what was appended since.
+        Newest = highest ``commit_version`` (then ``batch_id``, then ``updated_at``). Rows of another source
+        cluster (the link was re-pointed) are ignored. A link whose tables predate ``current_offsets`` is
+        read from its ``offsets`` history instead (once: its next commit writes ``current_offsets``).
         """
-        dt = self.open(OFFSETS)
-        if dt is None:
-            return {}
-        return {q: offset for q, (_, offset) in self._newest_rows(self._read_offsets(dt)).items()}
+        return {q: offset for q, (_, offset) in self._newest_rows(self._resume_rows()).items()}
 
     def delivered_offsets(self) -> dict[QueueKey, int]:
         """Next offset per source queue as the queries' batch commits left it (the newest such row), not
         counting ``jobs.reset_offsets`` resume points: what is known to be on the target. The reader leaves
-        it out of a batch Spark re-runs after a restart (``planning.skip_delivered``)."""
-        dt = self.open(OFFSETS)
-        if dt is None:
-            return {}
-        rows = self.rows_of(OFFSETS, dt, [*_OFFSETS_COLUMNS, "query_id"])
+        it out of a batch Spark re-runs after a restart (``planning.skip_delivered``). Read from
+        ``current_offsets`` as ``latest_offsets``."""
+        rows = self._resume_rows()
         rows = rows.filter(pc.invert(pc.starts_with(rows["query_id"], RESET_QUERY_PREFIX)))
         return {q: offset for q, (_, offset) in self._newest_rows(rows).items()}
 
-    def _read_offsets(self, dt: DeltaTable) -> pa.Table:
-        return self.rows_of(OFFSETS, dt, _OFFSETS_COLUMNS)
+    def _resume_rows(self) -> pa.Table:
+        """The rows the resume point is read from: ``current_offsets``, or the history's newest rows when the
+        link has no ``current_offsets`` yet."""
+        dt = self.open(CURRENT_OFFSETS)
+        if dt is not None:
+            return self.rows_of(CURRENT_OFFSETS, dt, [*_OFFSETS_COLUMNS, "query_id"])
+        return pa.Table.from_pylist(self._history_current_rows(), schema=OFFSETS_SCHEMA)
+
+    def _history_current_rows(self) -> list[dict[str, Any]]:
+        """What ``current_offsets`` holds for a link that has only its ``offsets`` history (tables written
+        before it existed): every queue's newest batch row, and its newest reset row if newer. Reads the
+        history whole: once per link."""
+        dt = self.open(OFFSETS)
+        if dt is None:
+            return []
+        rows = self.rows_of(OFFSETS, dt)
+        reset = pc.starts_with(rows["query_id"], RESET_QUERY_PREFIX)
+        newest = [self._newest_of(rows.filter(pc.invert(reset))), self._newest_of(rows.filter(reset))]
+        ordered = pa.concat_tables(newest).sort_by([(c, "ascending") for c in _OFFSETS_ORDER])
+        return next_current_rows((), ordered.to_pylist())
+
+    @staticmethod
+    def _newest_of(rows: pa.Table) -> pa.Table:
+        """Each (cluster, queue)'s newest row of ``rows`` (``_OFFSETS_ORDER``), every column."""
+        if rows.num_rows == 0:
+            return rows
+        ordered = rows.sort_by([(c, "ascending") for c in _OFFSETS_ORDER])
+        others = [c for c in rows.column_names if c not in _QUEUE_COLUMNS]
+        latest = ordered.group_by(list(_QUEUE_COLUMNS), use_threads=False).aggregate([(c, "last") for c in others])
+        columns = {c: latest[c if c in _QUEUE_COLUMNS else f"{c}_last"] for c in rows.column_names}
+        return pa.table(columns).cast(rows.schema)
+
+    def _create_current(self) -> None:
+        """Create ``current_offsets`` empty before a new link's first history row: a link without it is then
+        one written before it existed, whose history (offsets committed last) is a valid resume point. A
+        first commit that stopped after the history must not be read from the history."""
+        if self.open(CURRENT_OFFSETS) is not None or self.open(OFFSETS) is not None:
+            return
+        with self.commit_lock:
+            self.create(CURRENT_OFFSETS)
+
+    def _current_rows(self, dt: DeltaTable | None) -> list[dict[str, Any]]:
+        """``current_offsets`` as of ``dt`` (the table before a commit; None: not written yet)."""
+        if dt is None:
+            return self._history_current_rows()
+        if self._current is not None and self._current[0] == dt.version():
+            return self._current[1]
+        rows: list[dict[str, Any]] = self.rows_of(CURRENT_OFFSETS, dt).to_pylist()
+        return rows
+
+    def _next_current(self, dt: DeltaTable | None, new: list[dict[str, Any]]) -> Rewrite:
+        """The builder of ``current_offsets``: ``new`` offsets rows (their ``commit_version`` replaced by the
+        table's next sequence number) merged into the current rows."""
+        base = self._current_rows(dt)
+        sequence = 1 + max((int(r["commit_version"]) for r in base), default=-1)
+        rows = next_current_rows(base, [{**r, "commit_version": sequence} for r in new])
+        self._current = (0 if dt is None else dt.version() + 1, rows)
+        return Rewrite(rows)
 
     def _newest_rows(self, rows: pa.Table) -> dict[QueueKey, tuple[tuple[Any, ...], int]]:
         """Queue -> (its newest row's order key, next offset) among ``rows`` of this source cluster."""
@@ -282,23 +411,31 @@ class LinkTables(DeltaTableSet):
             raise ValueError(f"{len(blocked)} failure row(s) are {blocked[0].outcome.value}; a failed batch "
                              f"must not be committed")
         now_ms = self.now_ms()
+        self._create_current()
         builders: dict[str, RowBuilder] = {
             FAILURES: lambda _dt: self._failure_rows(query_id, batch_id, failure_rows, now_ms),
             OFFSET_MAP: lambda _dt: self._map_rows(query_id, batch_id, map_rows, now_ms),
             METRICS: lambda _dt: [self._metrics_row(query_id, batch_id, metrics_row, now_ms)],
             OFFSETS: lambda dt: self._offset_rows(query_id, batch_id, offsets_rows, now_ms,
                                                   0 if dt is None else dt.version() + 1),
+            CURRENT_OFFSETS: lambda dt: self._next_current(
+                dt, self._offset_rows(query_id, batch_id, offsets_rows, now_ms, 0)),
         }
         return self.commit_tables(query_id, batch_id, builders, now_ms)
 
     def append_resume_point(self, offsets: Mapping[QueueKey, int]) -> int:
-        """Append ``offsets`` as the newest rows of their queues (``jobs.reset_offsets``): the link resumes
-        there when it has no Spark checkpoint. History is kept; rows carry ``query_id`` ``reset-<uuid>``
-        and batch id 0. Returns the table version written."""
+        """Write ``offsets`` as the newest rows of their queues (``jobs.reset_offsets``): the link resumes
+        there when it has no Spark checkpoint. Appended to the history, then to ``current_offsets`` (the
+        batch commit's order); rows carry ``query_id`` ``reset-<uuid>`` and batch id 0. Returns the
+        ``offsets`` (history) version written."""
         query_id = f"{RESET_QUERY_PREFIX}{uuid.uuid4()}"
         now_ms = self.now_ms()
-        self._append_once(OFFSETS, query_id, 0, lambda dt: self._offset_rows(
-            query_id, 0, offsets, now_ms, 0 if dt is None else dt.version() + 1), now_ms)
+        self._create_current()
+        with self.commit_lock:
+            self._append_once(OFFSETS, query_id, 0, lambda dt: self._offset_rows(
+                query_id, 0, offsets, now_ms, 0 if dt is None else dt.version() + 1), now_ms)
+            self._append_once(CURRENT_OFFSETS, query_id, 0, lambda dt: self._next_current(
+                dt, self._offset_rows(query_id, 0, offsets, now_ms, 0)), now_ms)
         dt = self.open(OFFSETS)
         return -1 if dt is None else dt.version()
 
@@ -364,6 +501,10 @@ class LinkTables(DeltaTableSet):
         dt = self.open(FAILURES)
         if dt is None:
             return 0
+        with self.commit_lock:
+            return self._mark(dt, ids, replayed_at_ms)
+
+    def _mark(self, dt: DeltaTable, ids: list[str], replayed_at_ms: int | None) -> int:
         when = timestamp(self.now_ms() if replayed_at_ms is None else replayed_at_ms)
         changed = 0
         for start in range(0, len(ids), _MARK_CHUNK):
@@ -378,28 +519,13 @@ class LinkTables(DeltaTableSet):
 
 
 class LatestOffsets:
-    """``LinkTables.latest_offsets`` kept between calls (driver; not thread-safe): each ``read`` folds in only
-    the offsets rows appended since the last one (``DeltaTableSet.appended_since``), and reads the table
-    whole when those cannot be told. Holds one entry per source queue. Used by the checkpoint writer,
-    which needs the link's committed offsets every checkpoint."""
+    """``LinkTables.latest_offsets`` for a reader that asks every round (the checkpoint writer, which needs the
+    link's committed offsets every checkpoint): ``current_offsets`` holds one or two rows per queue, so each
+    ``read`` reads it whole (driver; not thread-safe)."""
 
     def __init__(self, tables: LinkTables) -> None:
         self._tables = tables
-        self._version: int | None = None
-        self._newest: dict[QueueKey, tuple[tuple[Any, ...], int]] = {}
 
     def read(self) -> dict[QueueKey, int]:
-        appended = (None if self._version is None
-                    else self._tables.appended_since(OFFSETS, self._version, _OFFSETS_COLUMNS))
-        if appended is not None:
-            for q, (key, offset) in self._tables._newest_rows(appended.rows).items():
-                if q not in self._newest or key >= self._newest[q][0]:
-                    self._newest[q] = (key, offset)
-            self._version = appended.version
-        else:
-            dt = self._tables.open(OFFSETS)
-            if dt is None:
-                return {}
-            self._version = dt.version()
-            self._newest = self._tables._newest_rows(self._tables._read_offsets(dt))
-        return {q: offset for q, (_, offset) in self._newest.items()}
+        return self._tables.latest_offsets()
+

@@ -143,13 +143,22 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _link_tables(location: str, source_cluster: str) -> LinkTables:
-    """The driver process's ``LinkTables`` of a link, kept across batches (``shared_table_set``)."""
+def _link_tables(location: str, o: SinkOptions) -> LinkTables:
+    """The driver process's ``LinkTables`` of a link, kept across batches (``shared_table_set``), with the
+    link's retention and maintenance running after its commits. The offset map's retention asks the
+    checkpoint connector's table for the groups' positions (``connectors.core.group_positions``), so it never
+    removes a run a checkpointed group's translation needs."""
     from connectors.core.delta import shared_table_set
     from connectors.replication.tables import LinkTables
 
-    return shared_table_set((location, source_cluster), LinkTables,
-                            lambda: LinkTables(location, source_cluster=source_cluster))
+    def floors() -> Mapping[QueueKey, int] | None:
+        from connectors.core.group_positions import group_floors
+
+        return group_floors(location, int(time.time() * 1000), enabled=o.checkpoints_enabled)
+
+    return shared_table_set((location, o.source_cluster or ""), LinkTables,
+                            lambda: LinkTables(location, source_cluster=o.source_cluster or "", history=o.history,
+                                               map_floors=floors))
 
 
 class RocketMQStreamWriter(DataSourceStreamArrowWriter):
@@ -291,7 +300,7 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
         batch_end, end_offsets = self._end_offsets(batchId, results)
         committed = "no Delta tables (deltaLocation not set)"
         if o.delta_location and o.link and o.checkpoint_location:
-            tables = _link_tables(str(Path(o.delta_location) / o.link), o.source_cluster or "")
+            tables = _link_tables(str(Path(o.delta_location) / o.link), o)
             query_id = query_id_from_checkpoint(checkpoint_dir(o.checkpoint_location) or Path(o.checkpoint_location))
             commit_started = time.monotonic()
             self._record_placements(results)  # before the offsets: a decision outlives the batch that used it

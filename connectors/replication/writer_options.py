@@ -24,6 +24,7 @@ from connectors.core.config import (
     resolve_credentials,
 )
 from connectors.core.errors import ConfigError
+from connectors.core.history_settings import HistorySettings
 from connectors.core.options import given_options, lowered, validate_options
 
 DEFAULT_BATCH_MAX_MESSAGES = 256
@@ -75,9 +76,15 @@ class SinkOptions(WriteSettings):
     """The ``config`` option (replicator.yaml), named in the replay advice of dismissed failures."""
     source_credentials: SessionCredentials | None = None
     """ACL identity for ``source_namesrv`` (queue-count look-ups); None = no ACL."""
+    history: HistorySettings = HistorySettings()
+    """The link's table retention and maintenance (config + link: its ``history``; else the defaults)."""
+    checkpoints_enabled: bool = True
+    """The link checkpoints consumer groups (config + link: ``checkpoints.enabled``): the offset map's
+    retention then keeps the runs their positions need (``connectors.replication.retention``)."""
 
     DERIVED: ClassVar[frozenset[str]] = frozenset({"mapping", "topic_map", "link", "producer_group", "credentials",
-                                                   "source_credentials", "config_path"})
+                                                   "source_credentials", "config_path", "history",
+                                                   "checkpoints_enabled"})
     """Fields computed by ``from_options``, not taken from an option of their name."""
 
     @property
@@ -123,7 +130,8 @@ class SinkOptions(WriteSettings):
                 mapping=link.topics, delta_location=link.delta_location, source_group=link.group,
                 checkpoint_location=link.checkpoint_location,
                 credentials=replicator.cluster(link.target).credentials(),
-                source_credentials=replicator.cluster(link.source).credentials(), config_path=opts["config"])
+                source_credentials=replicator.cluster(link.source).credentials(), config_path=opts["config"],
+                history=link.history, checkpoints_enabled=link.checkpoints.enabled)
         values.update(given_options(cls, opts, derived=cls.DERIVED))
         if "topicmapping" in opts:
             try:

@@ -9,6 +9,8 @@ import pytest
 from deltalake import DeltaTable
 
 from connectors.core.errors import TableError
+from connectors.core.history_settings import HistorySettings
+from connectors.core.maintenance import TableMaintenance
 from connectors.core.offsets import QueueKey, SourceOffset
 from connectors.core.spark_checkpoint import query_id_from_checkpoint
 from connectors.replication.records import (
@@ -20,6 +22,7 @@ from connectors.replication.records import (
     summarise_latencies,
 )
 from connectors.replication.tables import (
+    CURRENT_OFFSETS,
     FAILURES,
     METRICS,
     OFFSET_MAP,
@@ -71,13 +74,13 @@ def test_same_query_and_batch_is_recorded_once(tmp_path: Path) -> None:
     t = tables(tmp_path)
     args = ("query-1", 0, {Q0: 10, Q1: 4}, [mapping(0, 9)], [dismissed(3)], metrics(10))
     first = t.commit_batch(*args)
-    assert first.written == {FAILURES: True, OFFSET_MAP: True, METRICS: True, OFFSETS: True}
+    assert first.written == {FAILURES: True, OFFSET_MAP: True, METRICS: True, OFFSETS: True, CURRENT_OFFSETS: True}
     versions = {name: DeltaTable(t.path(name)).version() for name in SCHEMAS}
 
     again = t.commit_batch(*args)
     assert again.duplicate and again.already_committed == frozenset(SCHEMAS)
     assert {name: DeltaTable(t.path(name)).version() for name in SCHEMAS} == versions  # no new commit
-    assert [len(rows(t, name)) for name in (OFFSETS, OFFSET_MAP, FAILURES, METRICS)] == [2, 1, 1, 1]
+    assert [len(rows(t, name)) for name in (OFFSETS, OFFSET_MAP, FAILURES, METRICS, CURRENT_OFFSETS)] == [2, 1, 1, 1, 2]
     # the Delta log carries the txn action that makes this so
     log = (Path(t.path(OFFSETS)) / "_delta_log" / "00000000000000000000.json").read_text()
     assert {"txn": {"appId": "query-1", "version": 0, "lastUpdated": 1_700_000_001_000}} in [
@@ -117,7 +120,7 @@ def test_latest_offsets_takes_newest_batch_per_queue_across_queries(tmp_path: Pa
     # rows of another source cluster (link re-pointed) are ignored
     other = LinkTables(t.location, source_cluster="C")
     assert other.latest_offsets() == {}
-    t.compact()
+    TableMaintenance(t, HistorySettings(), background=False).run_round(t.now_ms())  # compaction, vacuum
     assert t.latest_offsets() == latest and len(rows(t, OFFSETS)) == 5
 
 
@@ -199,17 +202,19 @@ def test_concurrent_commit_of_the_same_batch_is_detected(tmp_path: Path,
 
     monkeypatch.setattr(LinkTables, "open", open_stale_once)
     result = t.commit_batch("q", 1, {Q0: 2}, [], [], metrics(1))
-    assert result.duplicate and result.already_committed == {METRICS, OFFSETS}
+    assert result.duplicate and result.already_committed == {METRICS, OFFSETS, CURRENT_OFFSETS}
     monkeypatch.undo()
     assert len(rows(t, OFFSETS)) == 2 and len(rows(t, METRICS)) == 2
 
 
 def test_periodic_compaction_keeps_data_txns_and_idempotency(tmp_path: Path) -> None:
-    t = LinkTables(tmp_path / "a-to-b", source_cluster="A", clock_ms=Clock(), compact_every=5)
+    t = LinkTables(tmp_path / "a-to-b", source_cluster="A", clock_ms=Clock(),
+                   history=HistorySettings(maintenance_interval=5), background_maintenance=False)
     for batch in range(12):
         t.commit_batch("q1", batch, {Q0: 10 * (batch + 1)}, [], [], metrics(batch))
     offsets = DeltaTable(t.path(OFFSETS))
-    assert len(offsets.file_uris()) <= 3  # compacted at batches 5 and 10: 12 appends, few files
+    assert len(offsets.file_uris()) <= 3  # a maintenance round every 5 s (a batch a second): few files
+    assert len(list(Path(t.path(OFFSETS)).glob("*.parquet"))) <= 4  # the files compacted away were vacuumed
     assert offsets.transaction_version("q1") == 11
     assert t.latest_offsets() == {Q0: 120} and len(rows(t, OFFSETS)) == 12 and len(rows(t, METRICS)) == 12
     assert t.commit_batch("q1", 4, {Q0: 999}, [], [], metrics(1)).duplicate  # still recorded once
@@ -223,8 +228,6 @@ def test_periodic_compaction_keeps_data_txns_and_idempotency(tmp_path: Path) -> 
     assert t.open(METRICS) is None
     t.commit_batch("q3", 0, {}, [], [], metrics(1))
     assert len(rows(t, METRICS)) == 1
-    with pytest.raises(ValueError, match="compact_every"):
-        LinkTables(tmp_path / "x", source_cluster="A", compact_every=-1)
 
 
 def test_offsets_are_not_committed_when_another_table_fails(tmp_path: Path,
@@ -243,8 +246,8 @@ def test_offsets_are_not_committed_when_another_table_fails(tmp_path: Path,
     assert t.latest_offsets() == {}  # the resume point did not move
     monkeypatch.undo()
     rerun = t.commit_batch("q", 0, {Q0: 5}, [mapping(0, 4)], [dismissed(1)], metrics(5))
-    assert rerun.written[METRICS] and rerun.written[OFFSETS]
-    assert rerun.already_committed == {FAILURES, OFFSET_MAP}
+    assert rerun.written[METRICS] and rerun.written[CURRENT_OFFSETS]
+    assert rerun.already_committed == {FAILURES, OFFSET_MAP, OFFSETS}  # committed beside the failed one
     assert len(rows(t, FAILURES)) == 1 and t.latest_offsets() == {Q0: 5}
 
 
