@@ -49,9 +49,6 @@ class EmbeddedController:
         self.controller = self.processor.controller
         self.controller._notify = self.processor.notify  # noqa: SLF001 - the processor owns the sockets
 
-    def handlers(self) -> dict[int, Callable[[RemotingCommand, Connection], object]]:
-        return dict(self.processor.handlers())
-
     def on_disconnect(self, conn: Connection) -> None:
         self.processor.on_disconnect(conn)
 
