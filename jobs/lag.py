@@ -11,12 +11,14 @@ serves heartbeat metrics is ``jobs/heartbeat.py``'s (``jobs.metrics`` lists ever
     p99 1h          99th percentile of the heartbeat lag over the last hour
     heartbeat age   now - born time of the newest heartbeat that reached the target (before the first:
                     now - the job's start)
-    status          STARTING the monitor's ``starting``: no heartbeat of the link arrived yet and the job runs
-                             for at most ``heartbeat.startup_limit`` (120 s by default, never less than 3
-                             intervals). ``--check`` passes: a probe must not fail a job whose Spark is still
-                             starting, which takes many intervals with short ones
-                    STALE    age > 3 heartbeat intervals (or no heartbeat metrics for the link); a link that
-                             got no heartbeat within the start-up limit is STALE from then on
+    status          STARTING the monitor's ``starting``: age > 3 intervals, but the job runs for at most
+                             ``heartbeat.startup_limit`` (120 s by default, never less than 3 intervals) and
+                             the link's heartbeats have not flowed yet (none arrived, or not yet in time for
+                             3 intervals in a row: ``connectors.heartbeat.monitor``). ``--check`` passes: a
+                             probe must not fail a job whose Spark is still starting, which takes many
+                             intervals with short ones
+                    STALE    age > 3 heartbeat intervals (or no heartbeat metrics for the link), once the
+                             link's heartbeats have flowed or the start-up limit has passed
                     LAGGING  lag now > heartbeat.lagging_threshold
                     OK       otherwise
     monitor         the heartbeat monitor's own verdict: ok, lagging, starting, broken (the source
@@ -86,9 +88,12 @@ class LinkLag:
         shared = f"; {self.failover()}" if self.shared_queues else ""
         if self.age_s is None:
             return f"{self.link} {self.status} (no heartbeat metrics{shared})"
-        if self.status is Status.STARTING and self.lag_s is None:
+        if self.status is Status.STARTING:
             limit = "" if self.startup_limit_s is None else f", start-up limit {self.startup_limit_s:g} s"
-            return f"{self.link} {self.status} (no heartbeat yet, job up {self.age_s:.1f} s{limit}{shared})"
+            if self.lag_s is None:
+                return f"{self.link} {self.status} (no heartbeat yet, job up {self.age_s:.1f} s{limit}{shared})"
+            return (f"{self.link} {self.status} (heartbeats not flowing yet: age {self.age_s:.1f} s, "
+                    f"lag {_fmt(self.lag_s)}{limit}{shared})")
         return (f"{self.link} {self.status} (heartbeat age {self.age_s:.1f} s, lag {_fmt(self.lag_s)}, "
                 f"monitor {self.monitor}{shared})")
 

@@ -34,9 +34,9 @@ Metrics, every one labelled ``link`` (README, "Metrics", has the same list)::
     rmq_replicator_heartbeat_lag_p99_1h_seconds gauge   99th percentile of heartbeat lag, last hour
     rmq_replicator_heartbeat_age_seconds       gauge    now - born time of the newest arrived heartbeat
     rmq_replicator_heartbeat_interval_seconds  gauge    the configured interval (STALE = age > 3 intervals)
-    rmq_replicator_heartbeat_startup_limit_seconds gauge how long after the job's start a link without any
-                                                        heartbeat yet is starting (heartbeat.startup_limit,
-                                                        at least 3 intervals)
+    rmq_replicator_heartbeat_startup_limit_seconds gauge how long after the job's start a link whose
+                                                        heartbeats do not flow yet is starting, not stale
+                                                        (heartbeat.startup_limit, at least 3 intervals)
     rmq_replicator_heartbeat_born_timestamp_seconds    gauge  newest arrived heartbeat's born time
     rmq_replicator_heartbeat_arrival_timestamp_seconds gauge  its store time on the target
     rmq_replicator_heartbeat_last_seen_timestamp_seconds gauge when the monitor read it
@@ -261,7 +261,7 @@ class HeartbeatCollector(Collector):
         age = family("heartbeat_age_seconds", "Now - born time of the newest heartbeat arrived on the target")
         interval = family("heartbeat_interval_seconds", "Configured heartbeat interval")
         startup = family("heartbeat_startup_limit_seconds",
-                         "How long after the job's start a link without any heartbeat yet is starting")
+                         "How long after the job's start a link whose heartbeats do not flow yet is starting")
         born = family("heartbeat_born_timestamp_seconds", "Born time of the newest arrived heartbeat")
         arrived = family("heartbeat_arrival_timestamp_seconds", "Target store time of the newest arrived heartbeat")
         seen = family("heartbeat_last_seen_timestamp_seconds", "When the monitor read the newest heartbeat")

@@ -8,7 +8,7 @@ Loaded with the rest of ``conf/replicator.yaml`` by ``connectors.core.config`` (
     heartbeat:                     # optional section; these are the defaults
       interval: 10 seconds         # RIP-45's 10 s; 1 s is the smallest allowed
       lagging_threshold: 10 seconds  # heartbeat lag above this = LAGGING
-      startup_limit: 120 seconds   # a link is STARTING until its first heartbeat arrives or this passed
+      startup_limit: 120 seconds   # after the job's start, STARTING instead of STALE until heartbeats flow
       checkpoint_location: run/checkpoints/heartbeat   # the heartbeat producer query's checkpoint
     metrics:
       host: 127.0.0.1              # address the Prometheus endpoint binds to
@@ -37,9 +37,9 @@ MIN_HEARTBEAT_INTERVAL = 1.0
 STALE_INTERVALS = 3
 """A link whose newest heartbeat on the target is older than this many intervals is STALE."""
 DEFAULT_STARTUP_LIMIT = 120.0
-"""Seconds a link may wait for its first heartbeat after the job started: a Spark start (session, Python
-workers, the replication and heartbeat queries' first batches) takes about 20 s on an idle 2-core machine
-and several times that on a busy one."""
+"""Seconds after the job's start a link may take until its heartbeats flow: a Spark start
+(session, Python workers, the replication and heartbeat queries' first batches) takes 20-30 s on a
+2-core machine and several times that on a busy one."""
 DEFAULT_METRICS_PORT = 9464
 
 
@@ -51,8 +51,8 @@ class HeartbeatSettings(SettingsModel):
     lagging_threshold: float = DEFAULT_HEARTBEAT_INTERVAL
     """Heartbeat lag (target store time - source born time) above which a link is LAGGING."""
     startup_limit: float = DEFAULT_STARTUP_LIMIT
-    """Seconds after the job's start during which a link that has not received its first heartbeat yet is
-    STARTING, not stale (``connectors.heartbeat.monitor``); never less than ``stale_after`` in effect."""
+    """Seconds after the job's start during which a link whose heartbeats do not flow yet is STARTING, not
+    stale (``connectors.heartbeat.monitor``); never less than ``stale_after`` in effect."""
     checkpoint_location: str = "run/checkpoints/heartbeat"
     """Spark checkpoint of the heartbeat producer query (``jobs/heartbeat.py``); holds its sequence."""
 

@@ -9,7 +9,10 @@ Status of a link at time ``now`` (``stale_after`` = ``STALE_INTERVALS`` x interv
 time of the newest heartbeat that arrived on the target, or now - monitor start before the first;
 ``startup_limit`` = ``heartbeat.startup_limit``, at least stale_after)::
 
-    STARTING  nothing arrived yet for this link and the monitor runs for at most startup_limit
+    STARTING  age > stale_after, the monitor runs for at most startup_limit and the link has not started
+              up yet: its heartbeats have not yet arrived in time (each within stale_after of its born
+              time) for stale_after without a gap. Within the limit a link that started up is BROKEN or
+              IDLE as below; one that has not is never stale yet, only OK, LAGGING or STARTING
     OK        age <= stale_after and the newest heartbeat's lag <= lagging_threshold
     LAGGING   age <= stale_after and that lag > lagging_threshold
     BROKEN    age > stale_after while the source stores heartbeats of this link newer than the newest
@@ -25,10 +28,12 @@ The monitor start is the job's start: the jobs build the monitor before Spark (`
 prepare_job``), so STARTING covers the whole Spark start-up (session, queries, first batches), which takes
 many intervals with short ones. It is the start of this process, not of the link's Spark queries or
 checkpoints (those outlive a restart and appear only once Spark is up), nor the first heartbeat produced
-(there is none until the heartbeat query runs, and the topic keeps those of earlier runs). Each link's
-STARTING ends with its own first arrival; after that, or once startup_limit has passed, only the age
-rules apply: a job that never delivers a heartbeat is BROKEN or IDLE after startup_limit, as before
-after stale_after.
+(there is none until the heartbeat query runs, and the topic keeps those of earlier runs). A link's
+start-up ends when its heartbeats flow, not with its first arrival: with 1 s heartbeats the first ones
+after a start arrive late (born while its replication query was starting) and then seconds apart while
+the job's queries and Python workers warm up (measured on ``jobs/run_all.py``: 2-3 s of lag, gaps over
+3 intervals during the first seconds). After that, or once startup_limit has passed, only the age rules
+apply: a link that never starts up is BROKEN or IDLE after startup_limit, as before after stale_after.
 """
 
 from __future__ import annotations
@@ -83,6 +88,11 @@ class _LinkState:
     newest: Observed | None = None
     last_seen_ms: int | None = None
     produced_born_ms: int | None = None
+    in_time_since_ms: int | None = None
+    """When the current run of in-time arrivals began (monitor clock): every newest heartbeat since then
+    arrived within stale_after of its born time, and the age never passed stale_after in between."""
+    started_up: bool = False
+    """That run lasted stale_after once: the link's start-up is over for good (no STARTING any more)."""
     window: deque[tuple[int, int]] = field(default_factory=deque)
     """(last seen ms, lag ms) of the arrivals within ``LAG_WINDOW_MS``."""
 
@@ -98,7 +108,7 @@ class HeartbeatMonitor:
         # A shorter limit cannot apply: before the first arrival the age counts from the monitor start, so a
         # link is not stale for stale_after anyway; the limit only ever lengthens that grace.
         self.startup_limit_ms = max(startup_limit_ms, self.stale_after_ms)
-        """How long after the monitor start a link without any arrival is STARTING."""
+        """How long after the monitor start a link that has not started up is STARTING, not stale."""
         self._clock_ms = clock_ms
         self._started_ms = clock_ms()
         self._links = {name: _LinkState() for name in links}
@@ -132,12 +142,27 @@ class HeartbeatMonitor:
                 kept.append(o)
                 state.window.append((now, o.lag_ms))
                 if state.newest is None or o.heartbeat.born_ms > state.newest.heartbeat.born_ms:
+                    self._track_start_up(state, o, now)
                     state.newest = o
                     state.last_seen_ms = now
             for state in self._links.values():
                 while state.window and state.window[0][0] < now - LAG_WINDOW_MS:
                     state.window.popleft()
         return kept
+
+    def _track_start_up(self, state: _LinkState, newest: Observed, now: int) -> None:
+        """Fold a new newest heartbeat into the link's run of in-time arrivals (``_LinkState``)."""
+        if state.started_up:
+            return
+        in_time = now - newest.heartbeat.born_ms <= self.stale_after_ms
+        # the age just before this arrival: now - born of the previous newest
+        unbroken = state.newest is not None and now - state.newest.heartbeat.born_ms <= self.stale_after_ms
+        if not in_time:
+            state.in_time_since_ms = None
+        elif state.in_time_since_ms is None or not unbroken:
+            state.in_time_since_ms = now
+        state.started_up = (state.in_time_since_ms is not None
+                            and now - state.in_time_since_ms >= self.stale_after_ms)
 
     def state(self, link: str) -> LinkHeartbeat:
         """The link's state now; ``KeyError`` for a link not monitored."""
@@ -148,10 +173,11 @@ class HeartbeatMonitor:
             lags = sorted(lag for seen, lag in s.window if seen >= now - LAG_WINDOW_MS)
             produced = s.produced_born_ms
             last_seen = s.last_seen_ms
+            started_up = s.started_up
         age = now - (newest.heartbeat.born_ms if newest is not None else self._started_ms)
         lag = newest.lag_ms if newest is not None else None
         return LinkHeartbeat(
-            link=link, status=self._status(now, newest, produced, age), now_ms=now,
+            link=link, status=self._status(now, newest, produced, age, started_up), now_ms=now,
             seq=newest.heartbeat.seq if newest else None, born_ms=newest.heartbeat.born_ms if newest else None,
             arrived_ms=newest.store_ms if newest else None, lag_ms=lag, last_seen_ms=last_seen, age_ms=age,
             lag_p99_ms=percentile(lags, 0.99), produced_born_ms=produced)
@@ -159,12 +185,12 @@ class HeartbeatMonitor:
     def states(self) -> list[LinkHeartbeat]:
         return [self.state(link) for link in self._links]
 
-    def _status(self, now: int, newest: Observed | None, produced_born_ms: int | None, age: int) -> LinkStatus:
-        if newest is None:
-            if now - self._started_ms <= self.startup_limit_ms:
-                return LinkStatus.STARTING
-        elif age <= self.stale_after_ms:
+    def _status(self, now: int, newest: Observed | None, produced_born_ms: int | None, age: int,
+                started_up: bool) -> LinkStatus:
+        if newest is not None and age <= self.stale_after_ms:
             return LinkStatus.LAGGING if newest.lag_ms > self.lagging_threshold_ms else LinkStatus.OK
+        if not started_up and now - self._started_ms <= self.startup_limit_ms:
+            return LinkStatus.STARTING
         arrived_born = newest.heartbeat.born_ms if newest is not None else None
         producing = produced_born_ms is not None and now - produced_born_ms <= self.stale_after_ms
         if producing and (arrived_born is None or (produced_born_ms or 0) > arrived_born):

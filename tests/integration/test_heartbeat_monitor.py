@@ -49,7 +49,7 @@ def test_broken_is_distinct_from_idle(pair: tuple[LocalCluster, LocalCluster], t
         "clusters": [{"name": "msrc", "namesrv": src.namesrv_addr}, {"name": "mdst", "namesrv": dst.namesrv_addr}],
         "links": [{"name": "l1", "checkpoint_location": str(tmp_path / "c1"), **link},
                   {"name": "l2", "checkpoint_location": str(tmp_path / "c2"), "consumer_group": "G2", **link}],
-        "heartbeat": {"interval": 1, "startup_limit": 1}})  # l2 is idle, not starting, after 3 intervals
+        "heartbeat": {"interval": 1, "startup_limit": 1}})  # no start-up grace beyond 3 intervals: the age rules
     clock = FakeClock()
     loop = HeartbeatMonitorLoop(config, ["l1", "l2"], clock_ms=clock)
     with Producer(src.namesrv_addr) as on_src, Producer(dst.namesrv_addr) as on_dst:

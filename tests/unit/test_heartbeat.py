@@ -83,7 +83,7 @@ def test_heartbeat_body_round_trips_and_rejects_other_formats() -> None:
 # -- monitor -------------------------------------------------------------------------------------
 
 INTERVAL = 1_000
-STARTUP_LIMIT = 20 * INTERVAL
+STARTUP_LIMIT = 120 * INTERVAL
 
 
 def observed(link: str, seq: int, born_ms: int, lag_ms: int) -> Observed:
@@ -91,7 +91,8 @@ def observed(link: str, seq: int, born_ms: int, lag_ms: int) -> Observed:
 
 
 def make_monitor(clock: FakeClock, links: tuple[str, ...] = ("l1",), *,
-                 startup_limit_ms: int = STARTUP_LIMIT) -> HeartbeatMonitor:
+                 startup_limit_ms: int = 0) -> HeartbeatMonitor:
+    """A monitor on ``clock``; by default with no start-up grace beyond the 3 intervals (the age rules)."""
     return HeartbeatMonitor(links, interval_ms=INTERVAL, lagging_threshold_ms=500, stale_intervals=STALE_INTERVALS,
                             startup_limit_ms=startup_limit_ms, clock_ms=clock)
 
@@ -145,17 +146,25 @@ def test_nothing_produced_is_idle_not_broken() -> None:
 def test_never_arrived_is_broken_when_produced_and_idle_otherwise() -> None:
     clock = FakeClock()
     produced, silent = make_monitor(clock), make_monitor(clock)
-    clock.advance(STARTUP_LIMIT + 1)  # the job started long enough ago
+    clock.advance(STALE_INTERVALS * INTERVAL + 1)
     produced.on_produced([observed("l1", 0, clock.now_ms - 100, 0)])
     assert produced.state("l1").status is LinkStatus.BROKEN
     assert silent.state("l1").status is LinkStatus.IDLE
+
+
+def flow(monitor: HeartbeatMonitor, clock: FakeClock, link: str, intervals: int, *, lag_ms: int = 100) -> None:
+    """``intervals`` intervals of a running link: one heartbeat each, produced and arriving ``lag_ms`` later."""
+    for _ in range(intervals):
+        clock.advance(INTERVAL)
+        monitor.on_produced([observed(link, clock.now_ms, clock.now_ms - lag_ms, 0)])
+        monitor.on_arrived([observed(link, clock.now_ms, clock.now_ms - lag_ms, lag_ms)])
 
 
 def test_starting_until_the_first_heartbeat_then_broken_once_the_startup_limit_passed() -> None:
     """Issue 14 (3): the heartbeat query produces well before the replication carries anything (Spark
     starting). That is STARTING for the whole start-up limit, not BROKEN after 3 intervals."""
     clock = FakeClock()
-    monitor = make_monitor(clock, ("l1", "l2"))
+    monitor = make_monitor(clock, ("l1", "l2"), startup_limit_ms=STARTUP_LIMIT)
     started = clock.now_ms
     for seq in range(STARTUP_LIMIT // INTERVAL):  # l1's source produces every interval, nothing arrives
         clock.advance(INTERVAL)
@@ -169,29 +178,64 @@ def test_starting_until_the_first_heartbeat_then_broken_once_the_startup_limit_p
     assert monitor.state("l2").status is LinkStatus.IDLE  # nothing produced for l2
 
 
-def test_each_link_leaves_starting_with_its_own_first_heartbeat() -> None:
+def test_a_link_warming_up_is_starting_until_its_heartbeats_flow_for_three_intervals() -> None:
+    """Measured on jobs/run_all.py with 1 s heartbeats: the first heartbeats arrive late, then seconds apart
+    while the queries warm up. Within the start-up limit that is STARTING; once they have arrived in time
+    for 3 intervals in a row the link has started up, and a gap is BROKEN as before."""
     clock = FakeClock()
-    monitor = make_monitor(clock, ("l1", "l2"))
-    clock.advance(10 * INTERVAL)
-    monitor.on_produced([observed("l1", 10, clock.now_ms, 0)])
-    monitor.on_arrived([observed("l1", 10, clock.now_ms, 40)])
+    monitor = make_monitor(clock, startup_limit_ms=STARTUP_LIMIT)
+    clock.advance(20 * INTERVAL)
+    monitor.on_arrived([observed("l1", 0, clock.now_ms - 5 * INTERVAL, 5 * INTERVAL - 100)])  # born at start-up
+    s = monitor.state("l1")
+    assert (s.status, s.age_ms, s.seq) == (LinkStatus.STARTING, 5 * INTERVAL, 0)
+    clock.advance(INTERVAL)
+    monitor.on_arrived([observed("l1", 6, clock.now_ms - STALE_INTERVALS * INTERVAL, 100)])  # just in time
     assert monitor.state("l1").status is LinkStatus.OK
-    assert monitor.state("l2").status is LinkStatus.STARTING  # l2 has not had its first heartbeat yet
-    for seq in range(11, 11 + STALE_INTERVALS):  # l1's source goes on producing, nothing more arrives
-        clock.advance(INTERVAL)
-        monitor.on_produced([observed("l1", seq, clock.now_ms, 0)])
     clock.advance(1)
-    # l1 got its first heartbeat: the 3-interval rule applies although the start-up limit has not passed
-    assert monitor.state("l1").status is LinkStatus.BROKEN
-    assert monitor.state("l2").status is LinkStatus.STARTING
+    assert monitor.state("l1").status is LinkStatus.STARTING  # one arrival in time is no flow yet
+    flow(monitor, clock, "l1", STALE_INTERVALS - 1)
+    assert monitor.state("l1").status is LinkStatus.OK
+    clock.advance(STALE_INTERVALS * INTERVAL)
+    assert monitor.state("l1").status is LinkStatus.STARTING  # 2 intervals of flow: not started up yet
+    flow(monitor, clock, "l1", STALE_INTERVALS + 1)  # a new run, 3 intervals long: started up
+    clock.advance(STALE_INTERVALS * INTERVAL - 100)
+    monitor.on_produced([observed("l1", 99, clock.now_ms, 0)])
+    assert monitor.state("l1").status is LinkStatus.OK
+    clock.advance(1)
+    assert monitor.state("l1").status is LinkStatus.BROKEN  # started up: 3 intervals without one is stale
+
+
+def test_each_link_starts_up_on_its_own() -> None:
+    clock = FakeClock()
+    monitor = make_monitor(clock, ("l1", "l2"), startup_limit_ms=STARTUP_LIMIT)
+    clock.advance(10 * INTERVAL)
+    flow(monitor, clock, "l1", STALE_INTERVALS + 1)
+    assert monitor.state("l1").status is LinkStatus.OK
+    assert monitor.state("l2").status is LinkStatus.STARTING  # nothing of l2 yet
+    clock.advance(STALE_INTERVALS * INTERVAL - 100)  # l1's heartbeats stop (l2's have never come)
+    assert (monitor.state("l1").status, monitor.state("l2").status) == (LinkStatus.OK, LinkStatus.STARTING)
+    clock.advance(1)
+    assert (monitor.state("l1").status, monitor.state("l2").status) == (LinkStatus.IDLE, LinkStatus.STARTING)
     monitor.on_arrived([observed("l2", 0, clock.now_ms - 30, 30)])
     assert monitor.state("l2").status is LinkStatus.OK
+
+
+def test_heartbeats_that_only_ever_arrive_late_are_broken_once_the_startup_limit_passed() -> None:
+    clock = FakeClock()
+    monitor = make_monitor(clock, startup_limit_ms=STARTUP_LIMIT)
+    for seq in range(STARTUP_LIMIT // INTERVAL):
+        clock.advance(INTERVAL)
+        monitor.on_produced([observed("l1", seq + 5, clock.now_ms, 0)])
+        monitor.on_arrived([observed("l1", seq, clock.now_ms - 5 * INTERVAL, 10)])
+    assert monitor.state("l1").status is LinkStatus.STARTING
+    clock.advance(1)
+    assert monitor.state("l1").status is LinkStatus.BROKEN
 
 
 def test_a_startup_limit_below_three_intervals_keeps_the_three_interval_grace() -> None:
     clock = FakeClock()
     monitor = make_monitor(clock, startup_limit_ms=1)
-    assert monitor.startup_limit_ms == STALE_INTERVALS * INTERVAL
+    assert monitor.startup_limit_ms == STALE_INTERVALS * INTERVAL == make_monitor(clock).startup_limit_ms
     clock.advance(STALE_INTERVALS * INTERVAL)
     assert monitor.state("l1").status is LinkStatus.STARTING
     clock.advance(1)
