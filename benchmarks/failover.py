@@ -10,7 +10,8 @@ One run:
    one broker group of ``--replicas`` brokers in controller mode (SYNC_MASTER, ``in_sync_replicas`` 2 with no
    downgrade below it, ``--all-ack`` for allAckInSyncStateSet), each a separate process (the product launcher's
    ``ManagedProcess``), stores under a temporary directory.
-2. ``--producers`` concurrent producers send unique messages to one topic for the whole run; every SEND_OK is
+2. ``--producers`` concurrent producers (send timeout 3 s, ``--attempt-timeout`` per attempt, 2 retries) send
+   unique messages to one topic for the whole run; every SEND_OK is
    recorded (key, queue, offset, time). Anything else (a timeout, FLUSH_SLAVE_TIMEOUT, an error) is not
    acknowledged and may or may not be stored.
 3. The nemesis, ``--faults`` times, ``--interval`` s apart: finds the group's primary (id 0 on the name server)
@@ -125,8 +126,9 @@ async def primary_addr(admin: AsyncAdmin) -> str | None:
     return None if data is None else data.master_addr
 
 
-async def produce(run: Run, namesrv: str, stop: asyncio.Event, producers: int) -> None:
-    async with AsyncProducer(namesrv, "FaultCheckProducers", send_timeout=3.0) as producer:
+async def produce(run: Run, namesrv: str, stop: asyncio.Event, args: argparse.Namespace) -> None:
+    async with AsyncProducer(namesrv, "FaultCheckProducers", send_timeout=3.0,
+                             attempt_timeout=args.attempt_timeout) as producer:
         async def one(task: int) -> None:
             seq = 0
             while not stop.is_set():
@@ -146,7 +148,7 @@ async def produce(run: Run, namesrv: str, stop: asyncio.Event, producers: int) -
                 else:
                     run.errors[result.status.name] += 1
 
-        await asyncio.gather(*(one(i) for i in range(producers)))
+        await asyncio.gather(*(one(i) for i in range(args.producers)))
 
 
 async def nemesis(run: Run, cluster: Cluster, admin: AsyncAdmin, args: argparse.Namespace) -> None:
@@ -235,7 +237,7 @@ async def main_async(args: argparse.Namespace, root: Path) -> str:
         await admin.create_topic(TOPIC, 4, cluster=CLUSTER)
         await admin.wait_for_route(TOPIC, timeout=30)
         stop = asyncio.Event()
-        producing = asyncio.create_task(produce(run, cluster.namesrv_addr, stop, args.producers))
+        producing = asyncio.create_task(produce(run, cluster.namesrv_addr, stop, args))
         await nemesis(run, cluster, admin, args)
         await asyncio.sleep(args.settle)
         stop.set()
@@ -269,6 +271,8 @@ def main() -> None:
     parser.add_argument("--pause", type=float, default=4.0, help="seconds a primary stays SIGSTOPped")
     parser.add_argument("--replicas", type=int, default=3)
     parser.add_argument("--producers", type=int, default=8)
+    parser.add_argument("--attempt-timeout", type=float, default=1.0,
+                        help="the producers' attempt_timeout (s): a frozen primary costs one attempt, not the send")
     parser.add_argument("--all-ack", action="store_true", help="all_ack_in_sync_state_set")
     parser.add_argument("--heartbeat-timeout-ms", type=int, default=1500)
     parser.add_argument("--settle", type=float, default=5.0, help="seconds of traffic after the last fault")

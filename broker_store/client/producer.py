@@ -4,7 +4,9 @@ Java client (DefaultMQProducer).
 Used by the Spark sink on executors (``Producer``, sync, many threads), by the CLI, tests and
 benchmarks. ``AsyncProducer`` is the same thing for code already on an event loop.
 
-Sending, per attempt (at most 1 + ``retry_times_when_send_failed``, all within ``send_timeout``):
+Sending, per attempt (at most 1 + ``retry_times_when_send_failed``, all within ``send_timeout``; one
+attempt waits at most ``attempt_timeout`` for its answer, by default the whole remaining budget as RocketMQ's
+client does):
 pick a queue round-robin among writable queues, skipping the broker group that just failed and
 groups that failed recently (simple latency-fault avoidance); send SEND_MESSAGE_V2 (short header,
 ``SEND_V2_NAMES``) or SEND_BATCH_MESSAGE to the group's primary. A response of FLUSH_DISK_TIMEOUT,
@@ -129,6 +131,7 @@ class AsyncProducer:
 
     def __init__(self, namesrv_addr: str | Sequence[str], group: str = DEFAULT_PRODUCER_GROUP, *,
                  send_timeout: float = 3.0, retry_times_when_send_failed: int = 2,
+                 attempt_timeout: float | None = None,
                  compress_over: int | None = None, compress_level: int = 5,
                  max_message_size: int = MAX_MESSAGE_SIZE, auto_create_topic: bool = True,
                  default_topic: str = DEFAULT_TOPIC, default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
@@ -143,6 +146,8 @@ class AsyncProducer:
         if retry_times_when_send_failed < 0:
             raise ConfigError("retry_times_when_send_failed: must be >= 0, "
                               f"got {retry_times_when_send_failed}")
+        if attempt_timeout is not None:
+            require_positive("attempt_timeout", attempt_timeout)
         if compress_over is not None and compress_over < 0:
             raise ConfigError(f"compress_over: must be None or >= 0, got {compress_over}")
         if not 0 <= compress_level <= 9:
@@ -154,6 +159,11 @@ class AsyncProducer:
         self.group = group
         self.send_timeout = send_timeout
         self.retry_times_when_send_failed = retry_times_when_send_failed
+        self.attempt_timeout = attempt_timeout
+        """Longest wait for one broker's answer (None: the rest of the send's budget). A primary that is
+        frozen or cut off answers nothing, so without it the first attempt spends the whole budget there; with
+        it the send asks the name server again and retries, reaching the new primary once the controller has
+        elected one. A slow but healthy broker answering after it is sent the message again (a duplicate)."""
         self.compress_over = compress_over
         self.compress_level = compress_level
         self.max_message_size = max_message_size
@@ -414,7 +424,8 @@ class AsyncProducer:
             try:
                 addr = await routes.require_master_addr(topic, mq.broker_name,
                                                         allow_default=self.auto_create_topic)
-                resp = await self._session.send(addr, build(mq), remaining)
+                wait = remaining if self.attempt_timeout is None else min(remaining, self.attempt_timeout)
+                resp = await self._session.send(addr, build(mq), wait)
                 status = SEND_STATUS_BY_CODE.get(resp.code)
                 if status is None:
                     raise error_for_response(resp.code, resp.remark, addr=addr)
@@ -478,6 +489,7 @@ class Producer(SyncClient[AsyncProducer]):
 
     def __init__(self, namesrv_addr: str | Sequence[str], group: str = DEFAULT_PRODUCER_GROUP, *,
                  send_timeout: float = 3.0, retry_times_when_send_failed: int = 2,
+                 attempt_timeout: float | None = None,
                  compress_over: int | None = None, compress_level: int = 5,
                  max_message_size: int = MAX_MESSAGE_SIZE, auto_create_topic: bool = True,
                  default_topic: str = DEFAULT_TOPIC, default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
@@ -487,8 +499,8 @@ class Producer(SyncClient[AsyncProducer]):
         super().__init__(shared_runtime=shared_runtime)
         self._init_kwargs = dict(
             namesrv_addr=namesrv_addr, group=group, send_timeout=send_timeout,
-            retry_times_when_send_failed=retry_times_when_send_failed, compress_over=compress_over,
-            compress_level=compress_level, max_message_size=max_message_size,
+            retry_times_when_send_failed=retry_times_when_send_failed, attempt_timeout=attempt_timeout,
+            compress_over=compress_over, compress_level=compress_level, max_message_size=max_message_size,
             auto_create_topic=auto_create_topic, default_topic=default_topic,
             default_topic_queue_nums=default_topic_queue_nums, route_ttl=route_ttl,
             fault_isolation=fault_isolation, clock=clock, id_generator=id_generator, credentials=credentials)

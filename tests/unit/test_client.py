@@ -48,6 +48,7 @@ from broker_store.protocol.errors import (
     MessageIllegalError,
     NoPermissionError,
     NoWritableQueueError,
+    RequestTimeoutError,
     RetriableSystemError,
     TopicNotExistError,
     TransportError,
@@ -864,6 +865,45 @@ def test_a_send_during_a_failover_waits_for_the_new_primary_route(cluster: Clust
     with Producer(cluster.namesrv.addr, auto_create_topic=False, send_timeout=0.3) as producer, \
             pytest.raises(NoWritableQueueError, match="no primary registered"):
         producer.send(new_message("fo2", b"x"))
+
+
+class FrozenBroker(FakeBroker):
+    """A primary that takes connections and requests but never answers (SIGSTOPped, or cut off)."""
+
+    async def handle(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand | None:
+        self.requests.append(cmd)
+        await asyncio.Event().wait()
+        return None
+
+
+def test_attempt_timeout_leaves_a_frozen_primary_for_the_new_one(cluster: Cluster) -> None:
+    """The route still names a primary that answers nothing while the controller elects another one: each
+    attempt waits at most ``attempt_timeout``, asks the name server again and reaches the new primary within the
+    send's budget. Without it the first attempt spends the whole budget on the frozen broker."""
+    frozen = FrozenBroker("broker-a")
+    cluster.loop.run(frozen.server.start())
+    try:
+        for topic, attempt_timeout in (("fz1", 0.3), ("fz2", None)):
+            cluster.namesrv.routes[topic] = make_route([frozen])
+            timer = threading.Timer(0.5, lambda t=topic: cluster.namesrv.routes.__setitem__(t, make_route([cluster.a])))
+            timer.start()
+            try:
+                with Producer(cluster.namesrv.addr, auto_create_topic=False, send_timeout=1.5,
+                              attempt_timeout=attempt_timeout) as producer:
+                    if attempt_timeout is None:
+                        with pytest.raises(RequestTimeoutError):
+                            producer.send(new_message(topic, b"x"))
+                    else:
+                        result = producer.send(new_message(topic, b"x"))
+                        assert result.ok and result.message_queue.broker_name == "broker-a"
+            finally:
+                timer.cancel()
+        assert sum(1 for r in frozen.requests if r.code == RequestCode.SEND_MESSAGE_V2) >= 2
+        assert cluster.a.count(RequestCode.SEND_MESSAGE_V2) == 1
+    finally:
+        cluster.loop.run(frozen.server.stop())
+    with pytest.raises(ConfigError, match="attempt_timeout"):
+        Producer(cluster.namesrv.addr, attempt_timeout=0)
 
 
 def test_credentials_sign_every_request_to_name_server_and_brokers(cluster: Cluster) -> None:
