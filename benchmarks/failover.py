@@ -48,10 +48,9 @@ from broker_store.client import AsyncAdmin, AsyncProducer, SendStatus, new_messa
 from broker_store.config import BrokerConfig, NamesrvConfig  # noqa: E402
 from broker_store.launcher import HOST, ManagedProcess, broker_listen_port, free_port  # noqa: E402
 from broker_store.protocol.errors import RocketMQError  # noqa: E402
-from broker_store.protocol.message import decode_stored_message  # noqa: E402
+from tests.support.log_check import commitlog_image, diverges, stored_keys  # noqa: E402
 
 CLUSTER, GROUP, TOPIC = "fc", "fc-a", "FaultCheck"
-KEY_PROPERTY = "KEYS"
 
 
 @dataclass
@@ -173,48 +172,11 @@ async def nemesis(run: Run, cluster: Cluster, admin: AsyncAdmin, args: argparse.
         print(f"fault {n + 1}/{args.faults}: {kind} {victim.name}", flush=True)
 
 
-def segments(store_dir: Path) -> dict[int, bytes]:
-    """A member's CommitLog: segment start offset -> the file's bytes."""
-    return {int(p.name): p.read_bytes() for p in sorted((store_dir / "commitlog").glob("[0-9]" * 20))}
-
-
-def stored_keys(image: dict[int, bytes]) -> Counter[str]:
-    """Keys of the checker's topic in a CommitLog image: each segment's records until its blank / zero tail."""
-    keys: Counter[str] = Counter()
-    for data in image.values():
-        pos = 0
-        while pos + 8 <= len(data):
-            size = int.from_bytes(data[pos:pos + 4], "big", signed=True)
-            if size <= 0 or pos + size > len(data):
-                break
-            try:
-                msg = decode_stored_message(data, pos)
-            except RocketMQError:
-                break  # a blank end-of-segment record or a torn tail
-            if msg.topic == TOPIC:
-                keys[msg.properties.get(KEY_PROPERTY, "")] += 1
-            pos += size
-    return keys
-
-
-def diverges(image: dict[int, bytes], reference: dict[int, bytes]) -> bool:
-    """Bytes differ anywhere both hold (segment by segment, over the shorter written length; a preallocated
-    zero tail counts as not written)."""
-    for start, data in image.items():
-        other = reference.get(start)
-        if other is None:
-            continue
-        n = min(len(data.rstrip(b"\0")), len(other.rstrip(b"\0")))
-        if data[:n] != other[:n]:
-            return True
-    return False
-
-
 def check(run: Run, cluster: Cluster, final_primary: str | None) -> tuple[int, int, int]:
     """(acknowledged lost, divergent members, duplicates)."""
     primary = cluster.by_listen(final_primary or "") or cluster.brokers[0]
-    images = {b.name: segments(b.config.store_dir) for b in cluster.brokers}
-    keys = stored_keys(images[primary.name])
+    images = {b.name: commitlog_image(b.config.store_dir) for b in cluster.brokers}
+    keys = stored_keys(images[primary.name], TOPIC)
     lost = sum(1 for a in run.acks if keys[a.key] == 0)
     duplicates = sum(n - 1 for n in keys.values() if n > 1)
     reference = images.pop(primary.name)

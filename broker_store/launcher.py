@@ -210,8 +210,11 @@ class ManagedProcess:
     SIGTERM (clean shutdown); ``start()`` again restarts it from the same config file.
     """
 
-    def __init__(self, kind: str, config: NamesrvConfig | BrokerConfig, run_dir: Path, name: str) -> None:
+    def __init__(self, kind: str, config: NamesrvConfig | BrokerConfig, run_dir: Path, name: str, *,
+                 wrap: Sequence[str] = ()) -> None:
         self.kind = kind
+        self.wrap = tuple(wrap)
+        """A command prefix that execs the child (e.g. ``ip netns exec NS`` in partition tests)."""
         self.config = config
         self.name = name
         self.config_file = _write_config(run_dir, name, config)
@@ -227,7 +230,7 @@ class ManagedProcess:
     def start(self, timeout: float = 30.0) -> str:
         log = self.log_file.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "broker_store", self.kind, "--config", str(self.config_file)],
+            [*self.wrap, sys.executable, "-m", "broker_store", self.kind, "--config", str(self.config_file)],
             stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
         log.close()
         assert self.proc.stdout is not None

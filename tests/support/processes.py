@@ -38,8 +38,9 @@ LOG_TAIL_CHARS = 3000
 class ClusterProcess(ManagedProcess):
     """A name server or broker child on a fixed loopback address (a restart keeps it)."""
 
-    def __init__(self, kind: str, config: NamesrvConfig | BrokerConfig, run_dir: Path, name: str) -> None:
-        super().__init__(kind, config, run_dir, name)
+    def __init__(self, kind: str, config: NamesrvConfig | BrokerConfig, run_dir: Path, name: str, *,
+                 wrap: Sequence[str] = ()) -> None:
+        super().__init__(kind, config, run_dir, name, wrap=wrap)
         self.paused = False
 
     @property
