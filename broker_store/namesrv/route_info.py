@@ -90,7 +90,9 @@ class RouteInfoManager:
         heartbeat_timeout: float | None = None,
     ) -> RegisterResult:
         """Add or refresh a broker. Topic configs of a primary (id 0) update queue data when its
-        data version changed or this is its first registration; a replica's are ignored."""
+        data version changed, this is its first registration, or the address registered under another id
+        before (a replica promoted by the controller: its data version is the one it had as a replica, and
+        its topics become the group's); a replica's are ignored."""
         now = self._clock.monotonic()
         self._cluster_addr_table.setdefault(cluster, set()).add(broker_name)
         group = self._broker_addr_table.get(broker_name)
@@ -113,7 +115,7 @@ class RouteInfoManager:
         version = data_version or DataVersion()
         prev = self._broker_live_table.get(key)
         if topic_configs is not None and broker_id == MASTER_ID:
-            changed = prev is None or prev.data_version != version
+            changed = prev is None or prev.data_version != version or prev.broker_id != broker_id
             if changed or register_first:
                 for tc in topic_configs.values():
                     self._update_queue_data(broker_name, tc)

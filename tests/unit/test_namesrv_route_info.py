@@ -139,6 +139,22 @@ def test_address_changing_role_keeps_one_id() -> None:
     assert dict(routes.cluster_info().broker_addr_table["a"].broker_addrs) == {0: "h:2"}
 
 
+def test_a_promoted_replica_s_topics_become_the_group_s_at_the_same_data_version() -> None:
+    """Controller mode: the replica registered (id 1) while the old primary was listed; promoted, it registers
+    as id 0 with the data version it had, over the old primary's entry: its topics still become the route."""
+    routes, _ = _manager()
+    old = {"cluster": "c", "broker_name": "b", "broker_addr": "h:1"}
+    new = {"cluster": "c", "broker_name": "b", "broker_addr": "h:2"}
+    routes.register_broker(**old, broker_id=0, topic_configs=_topics(("A", 4)), data_version=DataVersion(5, 1))
+    routes.register_broker(**new, broker_id=1, topic_configs=_topics(("A", 4), ("B", 2)),
+                           data_version=DataVersion(7, 1))
+    assert routes.all_topics() == ["A"]
+    routes.register_broker(**new, broker_id=0, topic_configs=_topics(("A", 4), ("B", 2)),
+                           data_version=DataVersion(7, 1))
+    assert routes.all_topics() == ["A", "B"]
+    assert dict(routes.cluster_info().broker_addr_table["b"].broker_addrs) == {0: "h:2"}
+
+
 def test_cluster_info_and_query_data_version() -> None:
     routes, clock = _manager()
     routes.register_broker(
