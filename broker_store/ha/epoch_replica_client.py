@@ -153,6 +153,7 @@ class EpochReplicaClient(ReplicaClient):
         for frame in frames:
             if frame.offset != log_.max_physical_offset:
                 self._reposition(frame.offset)
+            self._fresh = False  # the stream is placed: from now on every ack (heartbeats too) is what it holds
             if frame.data:
                 self._check_epoch(frame)
                 log_.write_commit_log(frame.offset, frame.data)

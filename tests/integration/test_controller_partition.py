@@ -20,15 +20,14 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from broker_store.client import AsyncAdmin, AsyncProducer, SendStatus, new_message
-from broker_store.config import BrokerConfig, NamesrvConfig
 from broker_store.launcher import wait_in_sync
 from broker_store.protocol.errors import RocketMQError
 from broker_store.protocol.message import parse_msg_id
+from tests.support.controller_group import AP_HA, CP_HA, broker_config, master_addr, namesrv_config, until
 from tests.support.log_check import commitlog_image, diverges, stored_keys
 from tests.support.netns import Lan
 from tests.support.processes import Broker, ClusterProcess
@@ -48,44 +47,6 @@ class Acks:
     by_key: dict[str, tuple[float, str]] = field(default_factory=dict)
     """key -> (when acknowledged, monotonic; the broker group's address that acknowledged it)."""
     errors: dict[str, int] = field(default_factory=dict)
-
-
-def namesrv_config(addr: str, root: Path, unclean: bool) -> NamesrvConfig:
-    return NamesrvConfig(listen=f"{addr}:9876", broker_expiry_seconds=3.0,
-                         controller={"heartbeat_timeout_ms": 1500, "scan_interval_ms": 200,
-                                     "enable_elect_unclean_master": unclean,
-                                     "state_dir": str(root / "controller")})
-
-
-def broker_config(addr: str, namesrv: str, root: Path, name: str, ap: bool) -> BrokerConfig:
-    ha: dict[str, Any] = {"role": "SYNC_MASTER", "total_replicas": 3, "in_sync_replicas": 2,
-                          "min_in_sync_replicas": 1 if ap else 2, "enable_auto_in_sync_replicas": ap,
-                          "ha_send_heartbeat_interval_ms": 500, "ha_housekeeping_interval_ms": 2000,
-                          "ha_max_time_slave_not_catchup_ms": 4000, "metadata_sync_interval_ms": 1000}
-    return BrokerConfig(cluster_name=CLUSTER, broker_name=GROUP, listen=f"{addr}:10911", store_dir=root / name,
-                        namesrv_addrs=[namesrv], enable_controller_mode=True,
-                        controller={"controller_addrs": [namesrv], "replica_info_poll_interval_ms": 500},
-                        fast_listen_enable=False, commit_log_segment_size=8 * 1024 * 1024, ha=ha)
-
-
-async def master_addr(admin: AsyncAdmin) -> str | None:
-    try:
-        info = await admin.cluster_info()
-    except RocketMQError:
-        return None
-    data = info.broker_addr_table.get(GROUP)
-    return None if data is None else data.master_addr
-
-
-async def until(check: Any, what: str, timeout: float = WAIT) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"after {timeout} s: {what}")
-        await asyncio.sleep(0.1)
 
 
 async def produce(namesrv: str, acks: Acks, stop: asyncio.Event, task: int) -> None:
@@ -111,13 +72,15 @@ def run_partition(tmp_path: Path, *, ap: bool) -> tuple[Acks, float, str, dict[s
     name, final primary's address)."""
     with Lan() as lan:
         ns_addr = lan.add_node("namesrv")
-        namesrv = ClusterProcess("namesrv", namesrv_config(ns_addr, tmp_path, ap), tmp_path, "namesrv",
-                                 wrap=lan.wrap("namesrv"))
+        namesrv = ClusterProcess("namesrv", namesrv_config(f"{ns_addr}:9876", tmp_path / "controller",
+                                                           enable_elect_unclean_master=ap),
+                                 tmp_path, "namesrv", wrap=lan.wrap("namesrv"))
         members: dict[str, Broker] = {}
         for name in ("b1", "b2", "b3"):
             addr = lan.add_node(name)
-            members[name] = Broker("broker", broker_config(addr, namesrv.listen, tmp_path, name, ap), tmp_path,
-                                   name, wrap=lan.wrap(name))
+            config = broker_config(f"{addr}:10911", namesrv.listen, tmp_path / name, cluster=CLUSTER, group=GROUP,
+                                   ha=AP_HA if ap else CP_HA)
+            members[name] = Broker("broker", config, tmp_path, name, wrap=lan.wrap(name))
         by_listen = {b.listen: name for name, b in members.items()}
         try:
             namesrv.start()
@@ -128,7 +91,7 @@ def run_partition(tmp_path: Path, *, ap: bool) -> tuple[Acks, float, str, dict[s
                 admin = AsyncAdmin(namesrv.listen)
                 await admin.start()
                 try:
-                    old = await until(lambda: master_addr(admin), "a primary elected")
+                    old = await until(lambda: master_addr(admin, GROUP), "a primary elected")
                     await admin.create_topic(TOPIC, 4, cluster=CLUSTER)
                     await admin.wait_for_route(TOPIC, timeout=WAIT)
                     await asyncio.to_thread(wait_in_sync, old, 2, WAIT)
@@ -140,7 +103,7 @@ def run_partition(tmp_path: Path, *, ap: bool) -> tuple[Acks, float, str, dict[s
                     cut = time.monotonic()
 
                     async def replaced() -> str | None:
-                        now = await master_addr(admin)
+                        now = await master_addr(admin, GROUP)
                         return now if now not in (None, old) else None
 
                     new = await until(replaced, "a new primary elected while the old one is cut off")
@@ -150,7 +113,7 @@ def run_partition(tmp_path: Path, *, ap: bool) -> tuple[Acks, float, str, dict[s
                     await asyncio.sleep(1.0)
                     stop.set()
                     await asyncio.gather(*producing)
-                    final = await master_addr(admin)
+                    final = await master_addr(admin, GROUP)
                     assert final == new, f"primary changed again after healing: {final} (new was {new})"
                     return acks, cut, old, new
                 finally:

@@ -113,6 +113,13 @@ def test_failover_and_rejoin_with_epochs(tmp_path: Path) -> None:
                 assert x.epoch_store is not None and x.epoch_store.epoch_cache.entries == (EpochEntry(1, 0),)
                 assert bodies(x) == acked and shows_nothing_unconfirmed(x)
             confirmed_end = a.store.max_physical_offset
+            # B and C started empty (shipped from A's min offset): their heartbeats ack what they hold, never 0
+            # again, so A keeps their links (an ack going back closes a link) across several heartbeats.
+            await asyncio.sleep(0.6)
+            assert sss(a) == {1, 2, 3}, "A dropped a replica whose heartbeat acked 0 after the data it holds"
+            for x in (b, c):
+                assert x.replication is not None and x.replication.client is not None
+                assert x.replication.client.sessions == 1, f"{x.replication.client.sessions} HA sessions"
 
             # A's controller becomes unreachable and the replicas lose their links: A's SyncStateSet cannot shrink,
             # so its confirm offset freezes; puts that do not wait land on A alone, unconfirmed.

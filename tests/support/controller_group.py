@@ -1,0 +1,83 @@
+"""A controller-mode broker group for integration tests: its configs and the questions tests ask of it.
+
+One owner of what a test's controller-mode group looks like (a name server with the embedded controller at
+test timing, SYNC_MASTER brokers with no fixed id), used by the partition tests, the restart tests and the
+fault checker. The processes themselves are ``tests.support.processes`` ones (``ClusterProcess`` /
+``Broker``), on loopback or, with ``wrap``, inside a network namespace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from broker_store.client import AsyncAdmin
+from broker_store.client.controller_admin import sync_state_data
+from broker_store.config import BrokerConfig, NamesrvConfig
+from broker_store.net.client import RemotingClient
+from broker_store.protocol.controller import ReplicasInfo
+from broker_store.protocol.errors import RocketMQError
+
+T = TypeVar("T")
+
+CONTROLLER_TIMING: Mapping[str, Any] = {"heartbeat_timeout_ms": 1500, "scan_interval_ms": 200}
+"""Test timing: a frozen or cut-off primary is replaced within ~2 s (a killed one at once)."""
+
+CP_HA: Mapping[str, Any] = {
+    "role": "SYNC_MASTER", "total_replicas": 3, "in_sync_replicas": 2, "min_in_sync_replicas": 2,
+    "ha_send_heartbeat_interval_ms": 500, "ha_housekeeping_interval_ms": 2000,
+    "ha_max_time_slave_not_catchup_ms": 4000, "metadata_sync_interval_ms": 1000}
+"""CP: every SEND_OK on two copies, no downgrade below it."""
+
+AP_HA: Mapping[str, Any] = {**CP_HA, "min_in_sync_replicas": 1, "enable_auto_in_sync_replicas": True}
+"""AP: the primary downgrades to acknowledging alone when its replicas are gone."""
+
+
+def namesrv_config(listen: str, state_dir: Path, **controller: Any) -> NamesrvConfig:
+    """A name server with the embedded controller at test timing (``controller`` overrides)."""
+    return NamesrvConfig(listen=listen, broker_expiry_seconds=3.0,
+                         controller={**CONTROLLER_TIMING, "state_dir": str(state_dir), **controller})
+
+
+def broker_config(listen: str, namesrv: str, store_dir: Path, *, cluster: str, group: str,
+                  ha: Mapping[str, Any] = CP_HA, **options: Any) -> BrokerConfig:
+    """A controller-mode member of ``group`` (no id, no fixed role) whose controller is the name server."""
+    return BrokerConfig(cluster_name=cluster, broker_name=group, listen=listen, store_dir=store_dir,
+                        namesrv_addrs=[namesrv], enable_controller_mode=True,
+                        controller={"controller_addrs": [namesrv], "replica_info_poll_interval_ms": 500},
+                        fast_listen_enable=False, commit_log_segment_size=8 * 1024 * 1024, ha=dict(ha),
+                        **options)
+
+
+async def until(check: Callable[[], Awaitable[T | None]], what: Callable[[], str] | str,
+                timeout: float = 30.0) -> T:
+    """``check()`` again every 0.1 s until it returns something truthy; that value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"after {timeout} s: {what() if callable(what) else what}")
+        await asyncio.sleep(0.1)
+
+
+async def master_addr(admin: AsyncAdmin, group: str) -> str | None:
+    """The group's primary as the name server lists it (None while none is, or the name server is down)."""
+    try:
+        info = await admin.cluster_info()
+    except RocketMQError:
+        return None
+    data = info.broker_addr_table.get(group)
+    return None if data is None else data.master_addr
+
+
+async def replicas_info(client: RemotingClient, controller: str, group: str) -> ReplicasInfo | None:
+    """The controller's view of the group (CONTROLLER_GET_SYNC_STATE_DATA); None while it does not answer."""
+    try:
+        return (await sync_state_data(client, controller, [group])).get(group)
+    except RocketMQError:
+        return None
