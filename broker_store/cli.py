@@ -284,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start-timeout", type=float, default=60.0)
 
     def run_up(a: argparse.Namespace) -> int:
-        from broker_store.launcher import run_up as up
+        from broker_store.up import run_up as up
 
         return up(a.config, a.run_dir, a.data_dir, a.start_timeout)
 

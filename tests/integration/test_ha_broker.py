@@ -250,7 +250,7 @@ def test_kill_9_of_the_primary_under_sync_load_loses_no_acknowledged_message(tmp
 
 
 def test_replica_without_a_configured_primary_follows_the_one_the_name_server_names(tmp_path: Path) -> None:
-    learns = {"ha": {"ha_primary_address": None}}  # as in conf/cluster-ha.yaml: no HA address configured
+    learns = {"ha": {"ha_primary_address": None}}  # as in conf/cluster-replicas.yaml: no HA address configured
     with LocalCluster(tmp_path, "lrn", [GroupSpec("l", (SYNC_2_OF_2_HA, learns))], ha=FAST_HA) as cluster:
         primary, replica = cluster.groups["l"]
         assert replica.config.ha.ha_primary_address is None
