@@ -398,7 +398,7 @@ def wait_in_sync(primary_addr: str, replicas: int, timeout: float = 30.0) -> Non
         def in_sync() -> bool:
             nonlocal seen
             try:
-                seen = admin.ha_status(primary_addr).get("inSyncSlaveNums")
+                seen = admin.ha_status(primary_addr).in_sync_replicas
             except RocketMQError as exc:  # still starting: poll until the deadline
                 seen = exc
             return seen == replicas
