@@ -14,7 +14,8 @@ Process names, which name the generated ``<run_dir>/<name>.yaml`` files and, und
 static broker is ``<group>`` (broker_id 0) or ``<group>-<id>``; a controller-mode broker has no fixed id (the
 controller assigns it and ``brokerIdentity`` in its store keeps it), so it is ``<group>.<i>``, i its position
 among its group's members in the file (from 0); controllers are ``controller-<i>``, etcd members ``etcd-<i>``
-(logs in ``run_dir``). The brokers', controllers' and name servers' logs go to ``up``'s stderr.
+(logs in ``run_dir``). The brokers', controllers' and name servers' logs go to ``up``'s stderr. Each child's pid
+is in ``<run_dir>/<name>.pid`` (to kill -9 or SIGSTOP one member by hand: ``up`` leaves it down).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -49,6 +50,7 @@ class UpPlan:
     """The children of one ``up``, by phase (see the module docstring); nothing runs until ``start``."""
 
     config: LocalClustersConfig
+    run_dir: Path
     etcd: EtcdCluster | None = None
     controllers: list[ManagedProcess] = field(default_factory=list)
     namesrvs: list[ManagedProcess] = field(default_factory=list)
@@ -65,12 +67,16 @@ class UpPlan:
         TimeoutError when the brokers are not all registered within ``timeout`` (counted from the start)."""
         deadline = time.monotonic() + timeout
         if self.etcd is not None:
-            self.etcd.start(timeout)
+            try:
+                self.etcd.start(timeout)
+            finally:
+                self._write_pids(self.etcd.members)
             for member in self.etcd.members:
                 _announce(member.name, member.client_url)
         for phase in (self.controllers, self.namesrvs, self.brokers):
             for child in phase:
                 child.spawn()
+            self._write_pids(phase)
             for child in phase:
                 _announce(child.name, child.wait_ready(max(1.0, deadline - time.monotonic())))
 
@@ -82,6 +88,11 @@ class UpPlan:
 
         poll_until(registered, max(1.0, deadline - time.monotonic()), "every broker registered with its name server",
                    interval=0.2)
+
+    def _write_pids(self, children: Sequence[ChildProcess]) -> None:
+        for child in children:
+            if child.proc is not None:
+                (self.run_dir / f"{child.name}.pid").write_text(f"{child.pid}\n")
 
     def stop(self, grace: float = 10.0) -> None:
         """Brokers first (they unregister from the name servers), then name servers, controllers, etcd."""
@@ -116,7 +127,7 @@ def plan_up(config: LocalClustersConfig, run_dir: Path, data_dir: Path | None = 
     ``console``: the ``python -m broker_store`` children log to this process's stderr (else to
     ``run_dir/<name>.log``)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    plan = UpPlan(config)
+    plan = UpPlan(config, run_dir)
     if config.controllers is not None:
         plan.etcd = _plan_etcd(config.controllers, run_dir, data_dir)
         plan.controllers = [ManagedProcess("controller", cfg, run_dir, f"controller-{i}", console=console)
