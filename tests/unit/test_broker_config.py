@@ -345,3 +345,18 @@ def test_a_controlled_group_without_any_controller_is_refused(tmp_path: Path) ->
     assert load_yaml(_write(tmp_path, with_addrs), LocalClustersConfig).controllers is None
 
 
+
+
+def test_up_runs_the_embedded_controller_in_the_name_server_with_its_state_under_the_data_dir(tmp_path: Path) -> None:
+    from broker_store.up import plan_up
+
+    cfg = load_yaml(_write(tmp_path, CONTROLLED), LocalClustersConfig)
+    plan = plan_up(cfg, tmp_path / "run", tmp_path / "data", console=False)
+    assert plan.etcd is None and plan.controllers == []
+    namesrv = load_yaml(plan.namesrvs[0].config_file, NamesrvConfig)
+    assert namesrv.controller is not None and namesrv.controller.state_dir == tmp_path / "data" / "source-controller"
+    assert [b.name for b in plan.brokers] == ["broker-a.0", "broker-a.1", "broker-a.2"]
+    for broker in plan.brokers:
+        loaded = load_yaml(broker.config_file, BrokerConfig)
+        assert loaded.controller_addresses() == ["127.0.0.1:9876"]  # the name server, where it is embedded
+        assert loaded.store_dir == tmp_path / "data" / broker.name
