@@ -175,14 +175,17 @@ def _controller_call(args: argparse.Namespace,
 
 
 def cmd_controller_status(args: argparse.Namespace) -> int:
-    """Each controller's answer (its leader), how many answer, then per broker group: master, epochs,
-    SyncStateSet and the others. Exit 1 when no controller answers."""
+    """Each controller's answer (its leader), how many answer, the health of the etcd members they name (their
+    metadata's ``peers``; none for the embedded controller), then per broker group: master, epochs, SyncStateSet
+    and the others. Exit 1 when no controller answers."""
     from broker_store.client.controller_admin import controller_metadata, sync_state_data
+    from broker_store.controller.etcd_members import healthy as etcd_healthy
     from broker_store.net.client import RemotingClient
 
     async def call(client: object, addrs: list[str]) -> int:
         assert isinstance(client, RemotingClient)
         leaders: set[str] = set()
+        peers: set[str] = set()
         answering = []
         for addr in addrs:
             try:
@@ -191,6 +194,7 @@ def cmd_controller_status(args: argparse.Namespace) -> int:
                 print(f"controller {addr}: not answering ({exc})")
                 continue
             answering.append(addr)
+            peers.update(p for p in (meta.peers or "").split(";") if p.startswith(("http://", "https://")))
             if meta.controller_leader_id:
                 leaders.add(meta.controller_leader_id)
             print(f"controller {addr}: leader {meta.controller_leader_id or 'none'} "
@@ -199,6 +203,9 @@ def cmd_controller_status(args: argparse.Namespace) -> int:
               f"{', '.join(sorted(leaders)) or 'none'}")
         if not answering:
             return 1
+        for url in sorted(peers):  # the etcd members holding the state, as the controllers name them
+            healthy = await asyncio.to_thread(etcd_healthy, url)
+            print(f"etcd {url}: {'healthy' if healthy else 'not healthy (down, or no quorum)'}")
         _, table = await first_answer(answering, lambda a: sync_state_data(client, a))
         print("group\tmaster\tmasterEpoch\tsyncStateSetEpoch\tinSync\tnotInSync")
         for name, info in sorted(table.items()):

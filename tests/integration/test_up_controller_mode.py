@@ -1,10 +1,11 @@
 """`python -m broker_store up` with replicated controllers over etcd, end to end on real processes (127.0.0.1 only):
 up starts three etcd members, three controllers, a name server and a controller-mode group of three brokers from a
-YAML file of its own in the test's tmp dir (free ports, small timers). Then: controller-status shows one leader
-and three answering controllers; messages are acknowledged by 2 of 3 copies; the controller leader AND an etcd
-member are killed -9 (the state stays intact, another controller leads); the primary is killed -9 and a SyncStateSet
-member is elected at the next epoch, serves everything acknowledged before and takes writes; ha-status prints the
-SyncStateSet, epochs and confirm offsets; with every controller killed the brokers keep serving sends and pulls.
+YAML file of its own in the test's tmp dir (free ports, small timers). Then: controller-status shows one leader,
+three answering controllers and three healthy etcd members; messages are acknowledged by 2 of 3 copies; the
+controller leader AND an etcd member are killed -9 (the state stays intact, another controller leads); the primary
+is killed -9 and a SyncStateSet member is elected at the next epoch, serves everything acknowledged before and takes
+writes; ha-status prints the SyncStateSet, epochs and confirm offsets; with every controller killed the brokers
+keep serving sends and pulls.
 
 Each child's pid is in ``<run>/<name>.pid`` (up writes them); up's own stderr is ``<tmp>/up.log``, the etcd
 members' logs ``<run>/etcd-<i>.log``.
@@ -193,6 +194,8 @@ def test_up_runs_replicated_controllers_over_etcd_and_survives_losing_leaders(up
     assert "controllers: 3 listed, 3 answering, leader " in status, status
     leader = status.split("controllers: 3 listed, 3 answering, leader ")[1].split()[0]
     assert leader in up.controllers, status
+    etcd = up.config["controllers"]["controller"]["etcd"]["endpoints"]
+    assert all(f"etcd {url}: healthy" in status for url in etcd), status
 
     # -- writes are acknowledged by 2 of 3 copies once the SyncStateSet holds every member ----------------
     with Admin(up.namesrv) as admin:
@@ -229,6 +232,7 @@ def test_up_runs_replicated_controllers_over_etcd_and_survives_losing_leaders(up
     assert {r.broker_id for r in after.in_sync} == {r.broker_id for r in info.in_sync}
     status = cli(up, "controller-status")
     assert "controllers: 3 listed, 2 answering" in status and f"controller {leader}: not answering" in status, status
+    assert f"etcd {etcd[0]}: not healthy" in status and all(f"etcd {url}: healthy" in status for url in etcd[1:])
 
     # -- kill -9 the primary: a SyncStateSet member is primary at the next epoch and has every acked message --
     up.kill(up.broker_name(info.master_address))
