@@ -106,7 +106,7 @@ HA = {"ha_send_heartbeat_interval_ms": 1000, "ha_housekeeping_interval_ms": 3000
 
 
 def _max_offset(admin: Admin, addr: str) -> int:
-    return int(admin.ha_status(addr)["maxOffset"])
+    return admin.ha_status(addr).max_offset
 
 
 async def _load(namesrv: str, topic: str, producers: int, seconds: float, rate: float | None = None,

@@ -1,5 +1,6 @@
 """`python -m broker_store ...`: run name servers and brokers, a whole local cluster, and small
-mqadmin-style commands (cluster, topics, create-topic, produce, consume, offsets, ha-status).
+mqadmin-style commands (cluster, topics, create-topic, produce, consume, offsets; ha-status, controller-status and
+elect live in ``cli_ha``).
 
 Server commands print `READY <address>` on stdout once serving (the launcher and tests wait for it);
 logs go to stderr. Exit codes: 0 ok, 1 runtime failure, 2 bad configuration or arguments.
@@ -17,6 +18,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+from broker_store.cli_ha import cmd_controller_status, cmd_elect, cmd_ha_status
 from broker_store.protocol.errors import ConfigError, RocketMQError
 
 
@@ -170,102 +172,6 @@ def cmd_offsets(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ha_rows(cluster: str, name: str, status: dict[int, dict[str, Any]], addrs: dict[int, str]) -> list[str]:
-    """Table rows of one group from its members' GET_BROKER_HA_STATUS answers (broker id -> JSON)."""
-    primary = status.get(0, {})
-    primary_max = primary.get("maxOffset")
-    gap = primary.get("haMaxGapNotInSync")
-    rows = []
-    for broker_id, st in sorted(status.items()):
-        max_offset = st.get("maxOffset")
-        behind: int | str = "-"
-        if broker_id == 0:
-            behind, in_sync, ha = 0, f"{primary.get('inSyncSlaveNums', 0)} replica(s) in sync", st.get("haAddress", "")
-        else:
-            if isinstance(primary_max, int) and isinstance(max_offset, int):
-                behind = max(primary_max - max_offset, 0)
-            connected = bool(st.get("haClientRuntimeInfo", {}).get("isActivated"))
-            in_sync = "yes" if connected and isinstance(behind, int) and isinstance(gap, int) and behind < gap \
-                else ("no" if not connected else "behind")
-            ha = f"follows {st.get('haAddress', '')}"
-        if st.get("lastError"):
-            ha += f" ({st['lastError']})"
-        shown_max = max_offset if max_offset is not None else "-"
-        rows.append(f"{cluster}\t{name}\t{broker_id}\t{addrs[broker_id]}\t{st.get('haRole', '?')}/"
-                    f"{st.get('role', '?')}\t{st.get('minOffset', '-')}\t{shown_max}\t{behind}\t{in_sync}\t{ha}")
-    return rows
-
-
-def cmd_ha_status(args: argparse.Namespace) -> int:
-    """One line per member of every broker group: role, CommitLog range, bytes behind the primary, in sync."""
-    from broker_store.client import Admin
-
-    with Admin(args.namesrv) as admin:
-        info = admin.cluster_info()
-        print("cluster\tgroup\tid\taddr\trole\tmin\tmax\tbehind\tin_sync\tha")
-        for cluster, names in sorted(info.cluster_addr_table.items()):
-            for name in sorted(names):
-                broker = info.broker_addr_table.get(name)
-                addrs = dict(broker.broker_addrs) if broker else {}
-                status: dict[int, dict[str, Any]] = {}
-                for broker_id, addr in addrs.items():
-                    try:
-                        status[broker_id] = admin.ha_status(addr)
-                    except RocketMQError as exc:
-                        status[broker_id] = {"lastError": str(exc)}
-                for row in _ha_rows(cluster, name, status, addrs):
-                    print(row)
-    return 0
-
-
-def _controller_call(args: argparse.Namespace, call: Callable[[Any, str], Coroutine[Any, Any, int]]) -> int:
-    """Run ``call(client, controller address)`` on a fresh RemotingClient (``--controller``, default the first
-    name server: the embedded controller)."""
-    from broker_store.net.client import RemotingClient
-
-    addr = args.controller or args.namesrv.split(";")[0]
-
-    async def run() -> int:
-        client = RemotingClient()
-        try:
-            return await call(client, addr)
-        finally:
-            await client.close()
-
-    return asyncio.run(run())
-
-
-def cmd_controller_status(args: argparse.Namespace) -> int:
-    """The controller's leader, then per broker group: master, epochs, SyncStateSet and the others."""
-    from broker_store.client.controller_admin import controller_metadata, sync_state_data
-
-    async def call(client: Any, addr: str) -> int:
-        meta = await controller_metadata(client, addr)
-        print(f"controller {addr}: leader {meta.controller_leader_id} ({'this one' if meta.is_leader else 'another'})")
-        print("group\tmaster\tmasterEpoch\tsyncStateSetEpoch\tinSync\tnotInSync")
-        for name, info in sorted((await sync_state_data(client, addr)).items()):
-            def ids(rows: Any) -> str:
-                return ",".join(f"{r.broker_id}@{r.broker_address}{'' if r.alive else '(down)'}" for r in rows) or "-"
-            print(f"{name}\t{info.master_broker_id if info.master_broker_id is not None else '-'}\t"
-                  f"{info.master_epoch}\t{info.sync_state_set_epoch}\t{ids(info.in_sync)}\t{ids(info.not_in_sync)}")
-        return 0
-
-    return _controller_call(args, call)
-
-
-def cmd_elect(args: argparse.Namespace) -> int:
-    """An operator's election for one broker group (``--prefer ID``: that broker by force)."""
-    from broker_store.client.controller_admin import elect_master
-
-    async def call(client: Any, addr: str) -> int:
-        header, elected = await elect_master(client, addr, args.cluster, args.broker_name, args.prefer)
-        print(f"{args.broker_name}: master {header.master_broker_id} at {header.master_address}, epoch "
-              f"{header.master_epoch}{'' if elected else ' (unchanged: the master is alive)'}")
-        return 0
-
-    return _controller_call(args, call)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m broker_store",
                                      description="RocketMQ-compatible name server, broker and admin commands.")
@@ -284,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start-timeout", type=float, default=60.0)
 
     def run_up(a: argparse.Namespace) -> int:
-        from broker_store.launcher import run_up as up
+        from broker_store.up import run_up as up
 
         return up(a.config, a.run_dir, a.data_dir, a.start_timeout)
 
@@ -322,13 +228,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=10.0)
     p.add_argument("--commit", action="store_true", help="commit the consumer offset after each pull")
     p.add_argument("--show-body", action="store_true")
-    admin_parser("ha-status", cmd_ha_status,
-                 "each broker group's members: role, CommitLog offsets, lag behind the primary, in-sync state")
-    for name, func, text in (("controller-status", cmd_controller_status,
-                              "the controller's leader and each broker group's master, epochs and SyncStateSet"),
+    for name, func, text in (("ha-status", cmd_ha_status,
+                              "each broker group's members: role, CommitLog and confirm offsets, lag behind the "
+                              "primary, in-sync state, epochs; for controller-mode groups the controller's view"),
+                             ("controller-status", cmd_controller_status,
+                              "the controllers, their leader and each broker group's master, epochs and SyncStateSet"),
                              ("elect", cmd_elect, "elect a broker group's master now (controller mode)")):
         p = admin_parser(name, func, text)
-        p.add_argument("--controller", help="controller address (default: the first name server, the embedded one)")
+        p.add_argument("--controller", help="controller address(es), ';'-separated (default: the first name server, "
+                                            "the embedded controller)")
         if name == "elect":
             p.add_argument("-b", "--broker-name", required=True)
             p.add_argument("-c", "--cluster", default="", help="the group's cluster")

@@ -44,8 +44,8 @@ from broker_store.protocol.errors import ConfigError
 from broker_store.store.config import StoreConfig, StoreSettings
 from broker_store.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DelayLevels
 
-__all__ = ["BrokerConfig", "BrokerSettings", "ClusterConfig", "ControllerConfig", "HostPort", "LocalClustersConfig",
-           "NamesrvConfig",
+__all__ = ["BrokerConfig", "BrokerSettings", "ClusterConfig", "ControllerConfig", "ControllersConfig", "HostPort",
+           "LocalClustersConfig", "NamesrvConfig",
            "describe_validation_error", "load_yaml", "split_host_port"]
 
 
@@ -82,6 +82,54 @@ class ControllerConfig(_Model):
     listen: HostPort = "127.0.0.1:9878"
     """Where brokers and admin tools reach this controller."""
     controller: ControllerSettings = Field(default_factory=lambda: ControllerSettings())
+
+
+class ControllersConfig(_Model):
+    """``up``'s standalone controllers (the ``controllers:`` section of ``conf/cluster-ha.yaml``), shared by every
+    cluster of the file: one ``python -m broker_store controller`` child per ``listen`` address, all with the same
+    ``controller`` settings; with ``controller.etcd`` and ``start_etcd``, ``up`` first starts the etcd members
+    themselves, one per endpoint. Controller-mode brokers without ``controller.controller_addrs`` report to
+    them."""
+
+    listen: list[HostPort] = Field(min_length=1)
+    """Where each controller serves (brokers and admin tools dial these)."""
+    controller: ControllerSettings = Field(default_factory=lambda: ControllerSettings())
+    """Every controller's settings; more than one controller needs ``etcd`` (their shared state)."""
+    start_etcd: bool = True
+    """With ``controller.etcd``: ``up`` runs one etcd member per endpoint as its own child (loopback only, peer
+    port = client port + 1, a 3.4 ``etcd`` binary on PATH). False: the endpoints are an etcd cluster run
+    elsewhere."""
+    etcd_data_dir: Path = Path("data/etcd")
+    """The etcd members' data directories (``etcd-<i>.data`` inside), relative to where ``up`` runs;
+    ``up --data-dir D`` uses ``D/etcd`` instead."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ControllersConfig:
+        dupes = _duplicates(self.listen)
+        if dupes:
+            raise ValueError(f"listen lists {dupes} more than once")
+        if len(self.listen) > 1 and self.controller.etcd is None:
+            raise ValueError(f"{len(self.listen)} controllers need controller.etcd: controllers keep no state of "
+                             "their own when replicated, and separate state files would elect separately")
+        if self.controller.etcd is not None and self.start_etcd:
+            for url in self.controller.etcd.endpoints:
+                if url.scheme != "http" or url.host != "127.0.0.1" or url.port is None:
+                    raise ValueError(f"controller.etcd.endpoints: {url} is not http://127.0.0.1:<port>; the members "
+                                     "up starts (start_etcd) serve plain HTTP on loopback")
+            ports = self.etcd_client_ports()
+            if len(ports) not in (1, 3, 5):
+                raise ValueError(f"controller.etcd.endpoints: {len(ports)} members; up starts 1, 3 or 5 (an etcd "
+                                 "quorum is a majority: an even count tolerates no more failures than one less)")
+        return self
+
+    def etcd_client_ports(self) -> list[int]:
+        """Client ports of the etcd members ``up`` starts (empty without etcd or ``start_etcd``)."""
+        if self.controller.etcd is None or not self.start_etcd:
+            return []
+        return [int(url.port or 0) for url in self.controller.etcd.endpoints]
+
+    def controller_configs(self) -> list[ControllerConfig]:
+        return [ControllerConfig(listen=addr, controller=self.controller) for addr in self.listen]
 
 
 MAX_ELECTION_PRIORITY = (1 << 31) - 1
@@ -336,12 +384,18 @@ class ClusterConfig(_Model):
                              "follow; add it or set ha.ha_primary_address")
         return self
 
-    def broker_configs(self) -> list[BrokerConfig]:
-        """Brokers with cluster_name and namesrv_addrs filled in from this cluster. A replica without
+    def broker_configs(self, controller_addrs: Iterable[str] = ()) -> list[BrokerConfig]:
+        """Brokers with cluster_name and namesrv_addrs filled in from this cluster, and ``controller_addrs`` (the
+        file's standalone controllers) for controller-mode brokers that name none. A replica without
         ``ha.ha_primary_address`` learns its primary's HA address from the name server's registration
         answer, as RocketMQ's slaves do."""
-        return [BrokerConfig(**b.model_dump(exclude_unset=True), cluster_name=self.name,
-                             namesrv_addrs=[self.namesrv.listen]) for b in self.brokers]
+        configs = []
+        for b in self.brokers:
+            options = b.model_dump(exclude_unset=True)
+            if b.enable_controller_mode and controller_addrs and not b.controller.controller_addrs:
+                options["controller"] = {**options.get("controller", {}), "controller_addrs": list(controller_addrs)}
+            configs.append(BrokerConfig(**options, cluster_name=self.name, namesrv_addrs=[self.namesrv.listen]))
+        return configs
 
 
 def _duplicates(values: Iterable[str]) -> list[str]:
@@ -349,22 +403,49 @@ def _duplicates(values: Iterable[str]) -> list[str]:
 
 
 class LocalClustersConfig(_Model):
-    """``conf/cluster-local.yaml``: every process of the local clusters."""
+    """``conf/cluster-local.yaml``: every process of the local clusters (``python -m broker_store up``)."""
 
     clusters: list[ClusterConfig] = Field(min_length=1)
+    controllers: ControllersConfig | None = None
+    """Standalone controllers (and their etcd members) for the file's controller-mode groups; None: such groups
+    use the controller embedded in their name server (``namesrv.controller``)."""
+
+    @model_validator(mode="after")
+    def _controlled_groups_have_a_controller(self) -> LocalClustersConfig:
+        for i, c in enumerate(self.clusters):
+            if self.controllers is not None and c.namesrv.controller is not None:
+                raise ValueError(f"clusters[{i}].namesrv.controller and controllers are both set: keep one (the "
+                                 "standalone controllers, or the one embedded in the name server)")
+            lost = sorted({b.broker_name for b in c.brokers if b.enable_controller_mode
+                           and not b.controller.controller_addrs}) \
+                if self.controllers is None and c.namesrv.controller is None else []
+            if lost:
+                raise ValueError(f"cluster {c.name!r}: controller-mode groups {lost} have no controller: set "
+                                 f"controllers, clusters[{i}].namesrv.controller (the embedded one) or the "
+                                 "brokers' controller.controller_addrs")
+        return self
+
+    def broker_configs(self, cluster: ClusterConfig) -> list[BrokerConfig]:
+        """``cluster.broker_configs`` with the file's standalone controllers filled in."""
+        return cluster.broker_configs(self.controllers.listen if self.controllers is not None else ())
 
     @model_validator(mode="after")
     def _unique_across_file(self) -> LocalClustersConfig:
         names = _duplicates(c.name for c in self.clusters)
         if names:
             raise ValueError(f"cluster names {names} declared more than once")
+        controllers = self.controllers
         listens = [c.namesrv.listen for c in self.clusters] + [
             b.listen for c in self.clusters for b in c.brokers
-        ] + [f"{split_host_port(b.listen)[0]}:{b.ha_port()}" for c in self.clusters for b in c.brokers]
+        ] + [f"{split_host_port(b.listen)[0]}:{b.ha_port()}" for c in self.clusters for b in c.brokers] + (
+            [] if controllers is None else [*controllers.listen, *(f"127.0.0.1:{p + k}"
+                                                                   for p in controllers.etcd_client_ports()
+                                                                   for k in (0, 1))])
         ports = _duplicates(a for a in listens if not a.endswith(":0"))
         if ports:
             raise ValueError(f"listen addresses {ports} used by more than one process (HA ports included: a "
-                             "broker's is ha.ha_listen_port, else its listen port + 1)")
+                             "broker's is ha.ha_listen_port, else its listen port + 1; an etcd member's peer port "
+                             "is its client port + 1)")
         dirs = _duplicates(str(Path(b.store_dir).resolve()) for c in self.clusters for b in c.brokers)
         if dirs:
             raise ValueError(f"store_dir {dirs} shared by more than one broker")

@@ -1,33 +1,32 @@
-"""`python -m broker_store up`: run every process of the local clusters as supervised children.
+"""Supervised child processes on loopback: the one process manager of ``python -m broker_store up``
+(``broker_store.up``), the etcd members it starts (``controller.etcd_members``), the tests' harness
+(tests/support/processes.py) and the benchmarks.
 
-Each child is `python -m broker_store namesrv|broker --config <generated file>` and prints
-`READY <addr>` on stdout once it serves. When every child is ready and each name server knows all
-of its brokers, the launcher prints one line `READY <namesrv addr> [<namesrv addr> ...]` (cluster
-order) and then waits; SIGINT/SIGTERM stop the children (SIGTERM, then SIGKILL after a grace period).
-A child that dies before it is ready aborts the start; one that dies later is reported and left down.
+``ChildProcess`` runs one command and knows when it is ready through a ``Readiness`` probe: ``ReadyLine`` for
+``python -m broker_store`` servers, which print ``READY <addr>`` on stdout once they serve (``ManagedProcess``
+writes such a child's config file and starts it), an HTTP health check for etcd. ``stop_together`` stops many
+at once (SIGTERM, then SIGKILL after a grace period).
 
 Benchmarks and tools that must kill and restart single members (the replication benchmark) use
-``ClusterProcesses`` instead: one ``ManagedProcess`` per child of a ``ClusterConfig`` (whose replicas
-follow their group's primary), started in order and waited for until registered and in sync;
-``loopback_cluster`` builds such a config on free loopback ports (``free_port``, ``broker_listen_port``).
-The tests' harness (tests/support/processes.py) builds on the same ``ManagedProcess`` and ports.
+``ClusterProcesses``: one ``ManagedProcess`` per child of a static ``ClusterConfig`` (whose replicas follow their
+group's primary), started in order and waited for until registered and in sync; ``loopback_cluster`` builds
+such a config on free loopback ports (``free_port``, ``broker_listen_port``).
 """
 
 from __future__ import annotations
 
 import os
 import random
-import selectors
+import select
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -35,28 +34,19 @@ from broker_store.config import (
     BrokerConfig,
     BrokerSettings,
     ClusterConfig,
-    LocalClustersConfig,
+    ControllerConfig,
     NamesrvConfig,
-    load_yaml,
 )
 from broker_store.ha.settings import HARole
-from broker_store.protocol.errors import ConfigError, RocketMQError
+from broker_store.protocol.errors import RocketMQError
 
 HOST = "127.0.0.1"
 
-
-@dataclass
-class Child:
-    name: str
-    config_file: Path
-    kind: str
-    proc: subprocess.Popen[bytes] | None = None
-    ready_addr: str | None = None
-    reported_exit: bool = False
-    buffer: bytearray = field(default_factory=bytearray)
+LOG_TAIL_CHARS = 3000
 
 
-def _write_config(run_dir: Path, name: str, model: NamesrvConfig | BrokerConfig) -> Path:
+def write_config(run_dir: Path, name: str, model: NamesrvConfig | BrokerConfig | ControllerConfig) -> Path:
+    """``run_dir/<name>.yaml``: the file a child is started from."""
     path = run_dir / f"{name}.yaml"
     # A controller-mode broker's id is the controller's to assign: written out, it would be refused on load.
     controlled = isinstance(model, BrokerConfig) and model.enable_controller_mode
@@ -65,192 +55,95 @@ def _write_config(run_dir: Path, name: str, model: NamesrvConfig | BrokerConfig)
     return path
 
 
-def plan_children(config: LocalClustersConfig, run_dir: Path, data_dir: Path | None = None) -> list[Child]:
-    """One namesrv then the brokers of each cluster, with generated per-process config files."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    children = []
-    for cluster in config.clusters:
-        children.append(Child(f"{cluster.name}-namesrv", _write_config(run_dir, f"{cluster.name}-namesrv",
-                                                                       cluster.namesrv), "namesrv"))
-        for broker in cluster.broker_configs():
-            # A group's replicas are <group>-<id>: own config file, own store under --data-dir.
-            member = member_name(broker)
-            if data_dir is not None:
-                broker = broker.model_copy(update={"store_dir": data_dir / member})
-            else:
-                broker = broker.model_copy(update={"store_dir": Path(broker.store_dir).resolve()})
-            children.append(Child(member, _write_config(run_dir, member, broker), "broker"))
-    return children
-
-
 def member_name(broker: BrokerSettings) -> str:
-    """A group member's process name: the group name for broker_id 0, ``<group>-<id>`` for replicas."""
+    """A static group member's process name: the group name for broker_id 0, ``<group>-<id>`` for replicas.
+    (``up`` names controller-mode members by position, see ``broker_store.up``: they have no fixed id.)"""
     return broker.broker_name if broker.broker_id == 0 else f"{broker.broker_name}-{broker.broker_id}"
 
 
-def _spawn(child: Child) -> None:
-    child.proc = subprocess.Popen(
-        [sys.executable, "-m", "broker_store", child.kind, "--config", str(child.config_file)],
-        stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+class Readiness(Protocol):
+    """How a ``ChildProcess`` knows its child serves."""
+
+    def check(self, proc: subprocess.Popen[bytes], wait: float) -> str | None:
+        """The address the child serves once it is ready, else None; may block up to ``wait`` seconds (a probe
+        that finds nothing to wait on sleeps instead, so callers can loop on it)."""
+        ...
 
 
-def _stop_all(children: list[Child], grace: float = 10.0) -> None:
-    """Brokers first (they unregister from the name servers), then the name servers."""
-    for kind in ("broker", "namesrv"):
-        live = [c.proc for c in children if c.kind == kind and c.proc is not None and c.proc.poll() is None]
-        for proc in live:
-            proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for proc in live:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+class ReadyLine:
+    """Ready when the child prints ``READY <address>`` on stdout (every ``python -m broker_store`` server)."""
+
+    needs_stdout = True
+
+    def check(self, proc: subprocess.Popen[bytes], wait: float) -> str | None:
+        assert proc.stdout is not None
+        readable, _, _ = select.select([proc.stdout], [], [], wait)
+        if not readable:
+            return None
+        line = proc.stdout.readline().decode(errors="replace").strip()
+        if not line:  # end of file: the child exited (the caller's next check sees it)
+            time.sleep(wait)
+            return None
+        return line.split()[1] if line.startswith("READY ") and len(line.split()) > 1 else None
 
 
-def _cluster_complete(config: LocalClustersConfig) -> bool:
-    from broker_store.client import Admin  # noqa: PLC0415 - the client is only needed once children run
+class ChildProcess:
+    """One supervised child process: spawned from a fixed command, ready when its ``Readiness`` says so.
 
-    for cluster in config.clusters:
-        with Admin(cluster.namesrv.listen) as admin:
-            try:
-                info = admin.cluster_info()
-            except Exception:  # noqa: BLE001 - not up yet; the caller polls until its deadline
-                return False
-            names = set(info.cluster_addr_table.get(cluster.name, ()))
-            if names != {b.broker_name for b in cluster.brokers}:
-                return False
-            members = {(name, broker_id) for name in names if name in info.broker_addr_table
-                       for broker_id in info.broker_addr_table[name].broker_addrs}
-            if members != {(b.broker_name, b.broker_id) for b in cluster.brokers}:
-                return False
-    return True
-
-
-def run_up(config_path: Path, run_dir: Path | None = None, data_dir: Path | None = None,
-           start_timeout: float = 60.0) -> int:
-    config = load_yaml(config_path, LocalClustersConfig)
-    run_dir = run_dir or Path("run") / f"up-{os.getpid()}"
-    children = plan_children(config, run_dir, data_dir)
-    stopping = False
-
-    def on_signal(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    selector = selectors.DefaultSelector()
-    try:
-        def spawn(kind: str) -> None:
-            for child in children:
-                if child.kind == kind:
-                    _spawn(child)
-                    assert child.proc is not None and child.proc.stdout is not None
-                    os.set_blocking(child.proc.stdout.fileno(), False)
-                    selector.register(child.proc.stdout, selectors.EVENT_READ, child)
-
-        # Name servers first, so brokers register on their first attempt.
-        spawn("namesrv")
-        brokers_spawned = False
-        deadline = time.monotonic() + start_timeout
-        announced = False
-        while not stopping:
-            for key, _ in selector.select(timeout=0.2):
-                child = key.data
-                chunk = key.fileobj.read()  # type: ignore[union-attr]
-                if not chunk:
-                    selector.unregister(key.fileobj)
-                    continue
-                child.buffer += chunk
-                while b"\n" in child.buffer:
-                    line, _, rest = bytes(child.buffer).partition(b"\n")
-                    child.buffer = bytearray(rest)
-                    text = line.decode(errors="replace").strip()
-                    if text.startswith("READY ") and child.ready_addr is None:
-                        child.ready_addr = text.split()[1]
-                        print(f"{child.name} ready at {child.ready_addr}", file=sys.stderr, flush=True)
-                    elif text:
-                        print(f"[{child.name}] {text}", file=sys.stderr, flush=True)
-            if not brokers_spawned and all(c.ready_addr for c in children if c.kind == "namesrv"):
-                spawn("broker")
-                brokers_spawned = True
-            for child in children:
-                if child.proc is None:
-                    continue
-                code = child.proc.poll()
-                if code is not None and not child.reported_exit:
-                    child.reported_exit = True
-                    print(f"{child.name} exited with code {code}", file=sys.stderr, flush=True)
-                    if not announced:
-                        print(f"error: {child.name} died during start-up; stopping the cluster", file=sys.stderr)
-                        return 1
-            if not announced and all(c.ready_addr for c in children):
-                if _cluster_complete(config):
-                    print("READY " + " ".join(c.namesrv.listen for c in config.clusters), flush=True)
-                    announced = True
-            if not announced and time.monotonic() > deadline:
-                waiting = [c.name for c in children if not c.ready_addr] or ["broker registration"]
-                print(f"error: not ready after {start_timeout}s, waiting for {', '.join(waiting)}", file=sys.stderr)
-                return 1
-        return 0
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        _stop_all(children)
-        selector.close()
-
-
-class ManagedProcess:
-    """One namesrv/broker child started from a config model; used by tests and benchmarks.
-
-    ``start()`` blocks until the child prints READY; ``kill()`` sends SIGKILL (crash), ``stop()``
-    SIGTERM (clean shutdown); ``start()`` again restarts it from the same config file.
+    ``start()`` = ``spawn()`` + ``wait_ready()``; ``spawn()`` alone lets a caller start several children that
+    become ready only together (an etcd member needs a quorum). ``kill()`` is SIGKILL (a crash), ``stop()``
+    SIGTERM then SIGKILL after ``grace``, ``pause()``/``resume()`` SIGSTOP/SIGCONT; ``start()`` again restarts
+    the same command. The child's stderr (and stdout, unless the readiness probe reads it) goes to
+    ``log_file``, appended across restarts; ``log_file`` None leaves stderr on this process's own.
     """
 
-    def __init__(self, kind: str, config: NamesrvConfig | BrokerConfig, run_dir: Path, name: str, *,
-                 wrap: Sequence[str] = ()) -> None:
-        self.kind = kind
-        self.wrap = tuple(wrap)
-        """A command prefix that execs the child (e.g. ``ip netns exec NS`` in partition tests)."""
-        self.config = config
+    def __init__(self, name: str, command: Sequence[str], log_file: Path | None, readiness: Readiness) -> None:
         self.name = name
-        self.config_file = _write_config(run_dir, name, config)
-        self.log_file = run_dir / f"{name}.log"
+        self.command = list(command)
+        self.log_file = log_file
+        self.readiness = readiness
         self.proc: subprocess.Popen[bytes] | None = None
         self.addr: str | None = None
+        """What the readiness probe returned the last time the child became ready."""
+        self.paused = False
 
     @property
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid
 
-    def start(self, timeout: float = 30.0) -> str:
-        log = self.log_file.open("ab")
-        self.proc = subprocess.Popen(
-            [*self.wrap, sys.executable, "-m", "broker_store", self.kind, "--config", str(self.config_file)],
-            stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
-        log.close()
-        assert self.proc.stdout is not None
-        selector = selectors.DefaultSelector()
-        selector.register(self.proc.stdout, selectors.EVENT_READ)
+    def spawn(self) -> None:
+        """Start the child (again) without waiting for it."""
+        self.addr = None
+        self.paused = False
+        pipe = getattr(self.readiness, "needs_stdout", False)
+        if self.log_file is None:
+            self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE if pipe else None)
+            return
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_file.open("ab") as log:
+            self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE if pipe else log, stderr=log)
+
+    def wait_ready(self, timeout: float = 30.0) -> str:
+        """Until the child is ready; returns its address. A child that exits first, or is not ready within
+        ``timeout``, is killed and RuntimeError names it with the tail of its log."""
+        assert self.proc is not None, "spawn() first"
         deadline = time.monotonic() + timeout
-        try:
-            while time.monotonic() < deadline:
-                if selector.select(timeout=0.2):
-                    line = self.proc.stdout.readline().decode(errors="replace").strip()
-                    if line.startswith("READY "):
-                        self.addr = line.split()[1]
-                        return self.addr
-                    if not line and self.proc.poll() is not None:
-                        break
-            self.kill()
-            raise RuntimeError(f"{self.name} did not become ready in {timeout}s; see {self.log_file}:\n"
-                               + self.log_file.read_text(errors="replace")[-3000:])
-        finally:
-            selector.close()
+        while self.running():
+            addr = self.readiness.check(self.proc, max(0.0, min(0.2, deadline - time.monotonic())))
+            if addr is not None:
+                self.addr = addr
+                return addr
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"{self.name} did not become ready in {timeout:g}s{self._log_hint()}")
+        raise RuntimeError(f"{self.name} exited with code {self.proc.poll()} before it was ready{self._log_hint()}")
+
+    def start(self, timeout: float = 30.0) -> str:
+        self.spawn()
+        return self.wait_ready(timeout)
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -260,16 +153,98 @@ class ManagedProcess:
             assert self.proc is not None
             self.proc.kill()
             self.proc.wait()
+        self.paused = False
 
-    def stop(self, grace: float = 10.0) -> None:
+    def terminate(self) -> None:
+        """SIGTERM without waiting (``stop_together`` stops many children at once)."""
         if self.running():
             assert self.proc is not None
+            self.resume()  # a stopped process would sit on SIGTERM until the grace period ends
             self.proc.terminate()
+
+    def stop(self, grace: float = 10.0) -> None:
+        stop_together([self], grace)
+
+    def pause(self) -> None:
+        """SIGSTOP: the child keeps its sockets and answers nothing (a hung or partitioned server)."""
+        os.kill(self.pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.paused and self.running():
+            os.kill(self.pid, signal.SIGCONT)
+        self.paused = False
+
+    def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
+        if self.log_file is None:
+            return "(logged to the launcher's stderr)"
+        if not self.log_file.exists():
+            return "(no log yet)"
+        return self.log_file.read_text(errors="replace")[-chars:]
+
+    def _log_hint(self) -> str:
+        if self.log_file is None:
+            return " (its log is on stderr above)"
+        return f"; see {self.log_file}:\n{self.log_tail()}"
+
+
+def stop_together(children: Iterable[ChildProcess], grace: float = 10.0) -> None:
+    """SIGTERM every running child at once, then wait for each; SIGKILL those still running after ``grace``."""
+    live = [c for c in children if c.running()]
+    for child in live:
+        child.terminate()
+    deadline = time.monotonic() + grace
+    for child in live:
+        assert child.proc is not None
+        try:
+            child.proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+        child.paused = False
+
+
+class ManagedProcess(ChildProcess):
+    """One ``python -m broker_store namesrv|broker|controller`` child started from a config model (written to
+    ``run_dir/<name>.yaml``), ready when it prints READY; used by ``up``, tests and benchmarks.
+
+    Its stderr goes to ``run_dir/<name>.log``, or with ``console`` to this process's stderr (``up``).
+    """
+
+    def __init__(self, kind: str, config: NamesrvConfig | BrokerConfig | ControllerConfig, run_dir: Path,
+                 name: str, *, console: bool = False, wrap: Sequence[str] = ()) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.kind = kind
+        self.config = config
+        self.config_file = write_config(run_dir, name, config)
+        # wrap: a command prefix that execs the child (``ip netns exec NS`` in the partition tests)
+        super().__init__(name, [*wrap, sys.executable, "-m", "broker_store", kind, "--config", str(self.config_file)],
+                         None if console else run_dir / f"{name}.log", ReadyLine())
+
+
+def clusters_registered(clusters: Iterable[ClusterConfig]) -> bool:
+    """Whether each cluster's name server lists every broker group of its config with all its members: a static
+    group's members under their configured ids; a controller-mode group (ids assigned by the controller) with a
+    primary (id 0) and as many members as configured. False while a name server does not answer."""
+    from broker_store.client import Admin  # noqa: PLC0415 - the client is only needed once children run
+
+    for cluster in clusters:
+        with Admin(cluster.namesrv.listen) as admin:
             try:
-                self.proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                info = admin.cluster_info()
+            except RocketMQError:  # not up yet; the caller polls until its deadline
+                return False
+        if set(info.cluster_addr_table.get(cluster.name, ())) != {b.broker_name for b in cluster.brokers}:
+            return False
+        for name in {b.broker_name for b in cluster.brokers}:
+            configured = [b for b in cluster.brokers if b.broker_name == name]
+            group = info.broker_addr_table.get(name)
+            listed = dict(group.broker_addrs) if group is not None else {}
+            if configured[0].enable_controller_mode:
+                if 0 not in listed or len(listed) != len(configured):
+                    return False
+            elif set(listed) != {b.broker_id for b in configured}:
+                return False
+    return True
 
 
 # -- clusters of ManagedProcess children (benchmarks, tools) -------------------------------------------
@@ -378,7 +353,7 @@ class ClusterProcesses:
             for _, broker in sorted(self.brokers.items(), key=lambda kv: kv[0][1] > 0):  # primaries first
                 broker.start(timeout)
             deadline = time.monotonic() + timeout
-            poll_until(lambda: _cluster_complete(LocalClustersConfig(clusters=[self.config])), timeout,
+            poll_until(lambda: clusters_registered([self.config]), timeout,
                        f"{self.config.name}: brokers registered with {self.namesrv_addr}")
             for (group, broker_id), primary in self.brokers.items():
                 replicas = sum(1 for (g, i), b in self.brokers.items() if g == group and i > 0 and b.running())
@@ -424,7 +399,7 @@ def wait_in_sync(primary_addr: str, replicas: int, timeout: float = 30.0) -> Non
         def in_sync() -> bool:
             nonlocal seen
             try:
-                seen = admin.ha_status(primary_addr).get("inSyncSlaveNums")
+                seen = admin.ha_status(primary_addr).in_sync_replicas
             except RocketMQError as exc:  # still starting: poll until the deadline
                 seen = exc
             return seen == replicas

@@ -66,7 +66,7 @@ class AdminContext:
     """Nor the broker group's name (it cannot be deleted either)."""
     auto_create_topic_enable: bool
     ha_status: Callable[[], bytes] = lambda: b"{}"
-    """The GET_BROKER_HA_STATUS body (``broker.replication.HAView.to_json``)."""
+    """The GET_BROKER_HA_STATUS body (``protocol.ha_status.HAStatus.to_json``)."""
 
 
 class AdminProcessor:

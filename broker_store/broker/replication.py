@@ -30,10 +30,9 @@ primary) are serialised: one at a time, in the order they were asked for.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import replace
 
 from broker_store.broker.role import BrokerRole, RoleStage, RoleState
 from broker_store.clock import Clock
@@ -44,76 +43,11 @@ from broker_store.ha.quorum import Quorum, ReplicaAckStep
 from broker_store.ha.replica_client import ReplicaClient
 from broker_store.ha.settings import HARole, HASettings
 from broker_store.ha.sync_state_set import SyncStateSet
+from broker_store.protocol.ha_status import HALinkStatus, HAStatus, replica_in_sync
 from broker_store.store import MessageStore
 from broker_store.store.epoch_store import EpochStore
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class HALinkView:
-    """One replica connected to this primary (admin views)."""
-
-    link: str
-    """``ip:port#n`` of the replica's HA connection."""
-    ack_offset: int
-    """Highest CommitLog offset the replica reported holding."""
-    in_sync: bool
-    """Within ``ha_max_gap_not_in_sync`` of the primary's max offset."""
-
-
-@dataclass(frozen=True)
-class HAView:
-    """This broker's replication state (answered to GET_BROKER_HA_STATUS)."""
-
-    role: str
-    """PRIMARY or REPLICA (runtime role; a fenced broker is REPLICA)."""
-    ha_role: str
-    """Configured role: ASYNC_MASTER, SYNC_MASTER or SLAVE."""
-    ha_address: str
-    """Primary: the HA address replicas dial; replica: the primary's HA address it follows."""
-    min_offset: int
-    max_offset: int
-    """This store's CommitLog range."""
-    links: tuple[HALinkView, ...] = ()
-    """Primary: its connected replicas."""
-    connected: bool = False
-    """Replica: a session with the primary is up."""
-    last_error: str = ""
-    """Replica without a session: why the last one ended (or could not start)."""
-    ha_max_gap_not_in_sync: int = 0
-    """The in-sync gap this broker judges with (bytes)."""
-    stage: str = ""
-    """``RoleStage``: PRIMARY, REPLICA, or fenced PROMOTING / DEMOTING."""
-    epoch: int = 0
-    """The master epoch in force (0 in static groups)."""
-
-    def to_json(self) -> bytes:
-        """The GET_BROKER_HA_STATUS body: RocketMQ's HARuntimeInfo field names (a subset) plus ours::
-
-            {"master": bool, "masterCommitLogMaxOffset": int, "inSyncSlaveNums": int,
-             "haConnectionInfo": [{"addr": str, "slaveAckOffset": int, "diff": int, "inSync": bool}],
-             "haClientRuntimeInfo": {"masterAddr": str, "maxOffset": int, "isActivated": bool},
-             "role": "PRIMARY"|"REPLICA", "haRole": str, "haAddress": str, "minOffset": int,
-             "maxOffset": int, "lastError": str, "haMaxGapNotInSync": int, "stage": str, "epoch": int}
-
-        A primary's masterCommitLogMaxOffset is its own max offset; a replica's haClientRuntimeInfo is
-        its link to the primary (``isActivated``: a session is up).
-        """
-        primary = self.role == BrokerRole.PRIMARY.value
-        return json.dumps({
-            "master": primary,
-            "masterCommitLogMaxOffset": self.max_offset if primary else -1,
-            "inSyncSlaveNums": sum(1 for link in self.links if link.in_sync),
-            "haConnectionInfo": [{"addr": link.link, "slaveAckOffset": link.ack_offset,
-                                  "diff": self.max_offset - link.ack_offset if link.ack_offset >= 0 else -1,
-                                  "inSync": link.in_sync} for link in self.links],
-            "haClientRuntimeInfo": {"masterAddr": "" if primary else self.ha_address,
-                                    "maxOffset": self.max_offset, "isActivated": self.connected},
-            "role": self.role, "haRole": self.ha_role, "haAddress": self.ha_address,
-            "minOffset": self.min_offset, "maxOffset": self.max_offset, "lastError": self.last_error,
-            "haMaxGapNotInSync": self.ha_max_gap_not_in_sync, "stage": self.stage, "epoch": self.epoch,
-        }).encode()
 
 
 class BrokerReplication:
@@ -330,24 +264,29 @@ class BrokerReplication:
 
     # -- admin view ---------------------------------------------------------------------------------
 
-    def view(self) -> HAView:
-        store = self._store
-        role, ha_role = self._role.role.value, self._settings.role.value
-        stage, epoch = self._role.stage.value, self._role.epoch
-        min_offset, max_offset = store.min_physical_offset, store.max_physical_offset
+    def view(self) -> HAStatus:
+        """This broker's replication state (the GET_BROKER_HA_STATUS body, ``protocol.ha_status``)."""
+        store, role = self._store, self._role
+        gap = self._settings.ha_max_gap_not_in_sync
+        top = store.max_physical_offset
+        sync_state_set = self.sync_state_set if self._epoch_store is not None else None
+        status = HAStatus(
+            role=role.role.value, ha_role=self._settings.role.value, ha_address=self.primary_ha_address or "",
+            min_offset=store.min_physical_offset, max_offset=top, ha_max_gap_not_in_sync=gap,
+            stage=role.stage.value, epoch=role.epoch,
+            broker_id=role.replica_id if self._epoch_store is not None else role.broker_id,
+            confirm_offset=store.confirm_offset,
+            sync_state_set=tuple(sorted(sync_state_set.members)) if sync_state_set is not None else (),
+            sync_state_set_epoch=sync_state_set.epoch if sync_state_set is not None else 0)
         if self._quorum is not None:
-            gap = self._settings.ha_max_gap_not_in_sync
-            links = tuple(HALinkView(str(s.link_id), s.ack_offset,
-                                     s.ack_offset >= 0 and max_offset - s.ack_offset < gap)
+            links = tuple(HALinkStatus(str(s.link_id), s.ack_offset, top - s.ack_offset if s.ack_offset >= 0 else -1,
+                                       replica_in_sync(s.ack_offset, top, gap))
                           for s in sorted(self._quorum.links.snapshot(), key=lambda s: str(s.link_id)))
-            return HAView(role, ha_role, self.ha_address, min_offset, max_offset, links,
-                          ha_max_gap_not_in_sync=gap, stage=stage, epoch=epoch)
+            return replace(status, ha_address=self.ha_address, links=links)
         client = self._client
         connected = client is not None and client.connected
-        return HAView(role, ha_role, self.primary_ha_address or "", min_offset, max_offset,
-                      connected=connected,
-                      last_error=client.last_error if client is not None and not connected else "",
-                      ha_max_gap_not_in_sync=self._settings.ha_max_gap_not_in_sync, stage=stage, epoch=epoch)
+        return replace(status, connected=connected,
+                       last_error=client.last_error if client is not None and not connected else "")
 
 
 def _log_failed_switch(task: asyncio.Task[None]) -> None:

@@ -78,6 +78,7 @@ from broker_store.net.signals import wait_for_termination
 from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.errors import ProtocolError, RocketMQError
 from broker_store.protocol.frame import RemotingCommand
+from broker_store.protocol.ha_status import EpochEntryCacheStatus
 from broker_store.store import MessageStore
 from broker_store.store.delay_levels import SCHEDULE_TOPIC, queue_id_of_level
 from broker_store.store.epoch_store import EpochStore
@@ -506,6 +507,17 @@ class BrokerServer:
         }
         if self.config.enable_controller_mode:
             self._processors[RequestCode.NOTIFY_BROKER_ROLE_CHANGED] = self._role_changed
+            self._processors[RequestCode.GET_BROKER_EPOCH_CACHE] = self._epoch_cache
+
+    def _epoch_cache(self, cmd: RemotingCommand, _conn: Connection) -> RemotingCommand:
+        """GET_BROKER_EPOCH_CACHE (1007): this broker's epoch entries and max offset (RocketMQ's EpochEntryCache)."""
+        epoch_store = self.epoch_store
+        if epoch_store is None:
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "the epoch file is not open yet")
+        cache = EpochEntryCacheStatus.of(
+            self.config.cluster_name, self.config.broker_name, self.role_state.replica_id,
+            epoch_store.max_physical_offset, [(e.epoch, e.start_offset) for e in epoch_store.epoch_cache.entries])
+        return cmd.response(ResponseCode.SUCCESS, body=cache.to_json())
 
     def _role_changed(self, cmd: RemotingCommand, _conn: Connection) -> RemotingCommand:
         """NOTIFY_BROKER_ROLE_CHANGED (1008) from the controller: answered at once, acted on in the background."""

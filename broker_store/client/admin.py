@@ -8,7 +8,6 @@ topic routes (through the session's RouteCache, refreshed after any ``invalid_ro
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from broker_store.protocol.errors import (
     error_for_response,
 )
 from broker_store.protocol.frame import RemotingCommand
+from broker_store.protocol.ha_status import EpochEntryCacheStatus, HAStatus
 from broker_store.protocol.headers import (
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
@@ -239,16 +239,15 @@ class AsyncAdmin:
                                        DeleteSubscriptionGroupRequestHeader(group_name=group))
         return addrs
 
-    async def ha_status(self, broker_addr: str) -> dict[str, Any]:
-        """GET_BROKER_HA_STATUS of one broker: the JSON of ``broker.replication.HAView.to_json``."""
+    async def ha_status(self, broker_addr: str) -> HAStatus:
+        """GET_BROKER_HA_STATUS of one broker (``protocol.ha_status.HAStatus``)."""
         resp = await self._session.invoke(broker_addr, RequestCode.GET_BROKER_HA_STATUS)
-        try:
-            body = json.loads(resp.body or b"{}")
-        except ValueError as exc:
-            raise ProtocolError(f"GET_BROKER_HA_STATUS body from {broker_addr} is not JSON: {exc}") from exc
-        if not isinstance(body, dict):
-            raise ProtocolError(f"GET_BROKER_HA_STATUS body from {broker_addr} is not an object")
-        return body
+        return HAStatus.from_json(resp.body, broker_addr)
+
+    async def epoch_cache(self, broker_addr: str) -> EpochEntryCacheStatus:
+        """GET_BROKER_EPOCH_CACHE of one controller-mode broker: its epoch entries and max offset."""
+        resp = await self._session.invoke(broker_addr, RequestCode.GET_BROKER_EPOCH_CACHE)
+        return EpochEntryCacheStatus.from_json(resp.body, broker_addr)
 
     # -- offsets --------------------------------------------------------------------------------
 
@@ -468,8 +467,11 @@ class Admin(SyncClient[AsyncAdmin]):
     def all_delay_offsets(self, broker_addr: str) -> dict[int, int]:
         return self._call(lambda a: a.all_delay_offsets(broker_addr), self._t())
 
-    def ha_status(self, broker_addr: str) -> dict[str, Any]:
+    def ha_status(self, broker_addr: str) -> HAStatus:
         return self._call(lambda a: a.ha_status(broker_addr), self._t())
+
+    def epoch_cache(self, broker_addr: str) -> EpochEntryCacheStatus:
+        return self._call(lambda a: a.epoch_cache(broker_addr), self._t())
 
     def min_offset(self, mq: MessageQueue) -> int:
         return self._call(lambda a: a.min_offset(mq), self._t())

@@ -7,23 +7,22 @@ with a static ``--initial-cluster`` (``--initial-cluster-state new``; on a resta
 directory and ignores the bootstrap flags). A member is ready when its ``/health`` says so, which needs a
 quorum, so ``EtcdCluster.start`` spawns every member before waiting for any.
 
-``launcher.ManagedProcess`` runs ``python -m broker_store`` children that print READY; etcd prints no such line,
-so ``EtcdMember`` is its own small process holder with the same verbs (start, kill, stop, plus pause/resume).
+Each member is a ``launcher.ChildProcess`` (the one process manager, also of ``python -m broker_store`` children)
+whose readiness probe is that health check instead of a READY line.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import requests
 
-from broker_store.launcher import HOST, free_port, poll_until
-
-LOG_TAIL_CHARS = 3000
+from broker_store.launcher import HOST, LOG_TAIL_CHARS, ChildProcess, free_port, poll_until, stop_together
 
 INSTALL_HINT = "install Debian's etcd-server 3.4 (`make etcd`, or apt-get install etcd-server)"
 
@@ -33,22 +32,41 @@ def find_etcd() -> str | None:
     return shutil.which("etcd")
 
 
-class EtcdMember:
-    """One etcd member: a child process on ``HOST`` with its own ports, data directory and log file.
+class EtcdHealth:
+    """An etcd member is ready when its ``/health`` answers ``{"health": "true"}`` (it sees a leader and can read
+    through it: a quorum is up)."""
 
-    ``start()`` only spawns (a member of a 3-member cluster cannot be healthy alone); ``healthy()`` asks its
-    ``/health``; ``kill()`` is SIGKILL (a crash), ``stop()`` SIGTERM then SIGKILL after ``grace``,
-    ``pause()``/``resume()`` SIGSTOP/SIGCONT. ``start()`` again restarts it on the same ports and data.
-    """
+    def __init__(self, client_url: str) -> None:
+        self.client_url = client_url
 
-    def __init__(self, name: str, client_port: int, peer_port: int, data_dir: Path, log_file: Path) -> None:
-        self.name = name
+    def check(self, proc: subprocess.Popen[bytes], wait: float) -> str | None:
+        started = time.monotonic()
+        if healthy(self.client_url, timeout=max(wait, 0.2)):
+            return self.client_url
+        time.sleep(max(0.0, wait - (time.monotonic() - started)))  # refused at once: do not spin
+        return None
+
+
+def healthy(client_url: str, timeout: float = 1.0) -> bool:
+    """Whether the etcd member at ``client_url`` answers ``/health`` with ``{"health": "true"}``."""
+    try:
+        response = requests.get(f"{client_url}/health", timeout=timeout)
+        return response.ok and response.json().get("health") == "true"
+    except (requests.RequestException, ValueError):  # not listening yet, or no quorum yet
+        return False
+
+
+class EtcdMember(ChildProcess):
+    """One etcd member: a ``ChildProcess`` on ``HOST`` with its own ports, data directory and log file, ready
+    when healthy. ``spawn()`` alone starts it (a member of a 3-member cluster cannot be healthy alone);
+    ``start()`` again restarts it on the same ports and data."""
+
+    def __init__(self, name: str, client_port: int, peer_port: int, data_dir: Path, log_file: Path,
+                 command: Sequence[str]) -> None:
         self.client_port = client_port
         self.peer_port = peer_port
         self.data_dir = data_dir
-        self.log_file = log_file
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.paused = False
+        super().__init__(name, command, log_file, EtcdHealth(f"http://{HOST}:{client_port}"))
 
     @property
     def client_url(self) -> str:
@@ -58,76 +76,28 @@ class EtcdMember:
     def peer_url(self) -> str:
         return f"http://{HOST}:{self.peer_port}"
 
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def command(self, binary: str, initial_cluster: str, token: str, heartbeat_ms: int,
-                election_ms: int) -> list[str]:
-        return [
-            binary, "--name", self.name, "--data-dir", str(self.data_dir),
-            "--listen-client-urls", self.client_url, "--advertise-client-urls", self.client_url,
-            "--listen-peer-urls", self.peer_url, "--initial-advertise-peer-urls", self.peer_url,
-            "--initial-cluster", initial_cluster, "--initial-cluster-state", "new",
-            # Two clusters bootstrapped on this machine at once must never join each other.
-            "--initial-cluster-token", token,
-            "--heartbeat-interval", str(heartbeat_ms), "--election-timeout", str(election_ms),
-            "--logger", "zap", "--log-outputs", "stderr",
-        ]
-
-    def start(self, command: list[str]) -> None:
+    def spawn(self) -> None:
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_file.open("ab") as log:
-            self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-        self.paused = False
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        super().spawn()
 
     def healthy(self, timeout: float = 1.0) -> bool:
-        """``/health`` answers ``{"health": "true"}`` (this member sees a leader and can read through it)."""
-        if not self.running():
-            return False
-        try:
-            response = requests.get(f"{self.client_url}/health", timeout=timeout)
-            return response.ok and response.json().get("health") == "true"
-        except (requests.RequestException, ValueError):  # not listening yet, or no quorum yet
-            return False
+        """Running, not paused, and its ``/health`` says so."""
+        return self.running() and not self.paused and healthy(self.client_url, timeout)
 
-    def kill(self) -> None:
-        if self.running():
-            assert self.proc is not None
-            self.proc.kill()
-            self.proc.wait()
-        self.paused = False
 
-    def stop(self, grace: float = 10.0) -> None:
-        if self.running():
-            assert self.proc is not None
-            self.resume()  # a stopped process would sit on SIGTERM until the grace period ends
-            self.proc.terminate()
-            try:
-                self.proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.paused = False
-
-    def pause(self) -> None:
-        """SIGSTOP: the member keeps its sockets and answers nothing (a hung or partitioned member)."""
-        os.kill(self.pid, signal.SIGSTOP)
-        self.paused = True
-
-    def resume(self) -> None:
-        if self.paused and self.running():
-            os.kill(self.pid, signal.SIGCONT)
-        self.paused = False
-
-    def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
-        if not self.log_file.exists():
-            return "(no log yet)"
-        return self.log_file.read_text(errors="replace")[-chars:]
+def member_command(binary: str, name: str, client_url: str, peer_url: str, data_dir: Path, initial_cluster: str,
+                   token: str, heartbeat_ms: int, election_ms: int) -> list[str]:
+    """The etcd command line of one member of a statically bootstrapped cluster."""
+    return [
+        binary, "--name", name, "--data-dir", str(data_dir),
+        "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+        "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+        "--initial-cluster", initial_cluster, "--initial-cluster-state", "new",
+        # Two clusters bootstrapped on this machine at once must never join each other.
+        "--initial-cluster-token", token,
+        "--heartbeat-interval", str(heartbeat_ms), "--election-timeout", str(election_ms),
+        "--logger", "zap", "--log-outputs", "stderr",
+    ]
 
 
 class EtcdCluster:
@@ -141,9 +111,12 @@ class EtcdCluster:
     """
 
     def __init__(self, root: Path, size: int = 3, *, binary: str | None = None, heartbeat_ms: int = 100,
-                 election_ms: int = 1000) -> None:
+                 election_ms: int = 1000, client_ports: Sequence[int] | None = None, data_root: Path | None = None,
+                 token: str | None = None) -> None:
         if size < 1:
             raise ValueError(f"an etcd cluster needs at least one member, not {size}")
+        if client_ports is not None and len(client_ports) != size:
+            raise ValueError(f"{len(client_ports)} client ports for {size} etcd members")
         found = binary or find_etcd()
         if found is None:
             raise RuntimeError(f"etcd is not installed: {INSTALL_HINT}")
@@ -151,13 +124,19 @@ class EtcdCluster:
         self.root = root
         self.heartbeat_ms = heartbeat_ms
         self.election_ms = election_ms
+        # Member i: client port P (given, or free with P + 1), peer port P + 1.
+        ports = list(client_ports) if client_ports is not None else [free_port(2) for _ in range(size)]
+        names = [f"etcd-{i}" for i in range(size)]
+        data = data_root or root
+        self.token = token or f"rocketmq-{os.getpid()}-{ports[0]}"
+        self.initial_cluster = ",".join(f"{n}=http://{HOST}:{p + 1}" for n, p in zip(names, ports, strict=True))
         self.members: list[EtcdMember] = []
-        for i in range(size):
-            client_port = free_port(2)  # client P, peer P + 1
-            self.members.append(EtcdMember(f"etcd-{i}", client_port, client_port + 1, root / f"etcd-{i}.data",
-                                           root / f"etcd-{i}.log"))
-        self.token = f"rocketmq-{os.getpid()}-{self.members[0].client_port}"
-        self.initial_cluster = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+        for name, port in zip(names, ports, strict=True):
+            command = member_command(found, name, f"http://{HOST}:{port}", f"http://{HOST}:{port + 1}",
+                                     data / f"{name}.data", self.initial_cluster, self.token, heartbeat_ms,
+                                     election_ms)
+            self.members.append(EtcdMember(name, port, port + 1, data / f"{name}.data", root / f"{name}.log",
+                                           command))
 
     @property
     def endpoints(self) -> list[str]:
@@ -166,8 +145,7 @@ class EtcdCluster:
 
     def start_member(self, member: EtcdMember) -> None:
         """Spawn ``member`` (again) without waiting; see ``wait_healthy``."""
-        member.start(member.command(self.binary, self.initial_cluster, self.token, self.heartbeat_ms,
-                                    self.election_ms))
+        member.spawn()
 
     def wait_healthy(self, members: list[EtcdMember] | None = None, timeout: float = 30.0) -> None:
         """Until each of ``members`` (default: all) is healthy; RuntimeError if one exits or time runs out."""
@@ -225,8 +203,7 @@ class EtcdCluster:
             member.kill()
 
     def stop(self, grace: float = 10.0) -> None:
-        for member in self.members:
-            member.stop(grace)
+        stop_together(self.members, grace)
 
     def __enter__(self) -> EtcdCluster:
         return self.start()

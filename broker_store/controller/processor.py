@@ -52,10 +52,13 @@ Handler = Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]
 class ControllerProcessor:
     """Request handlers for one ``Controller`` (see the module docstring)."""
 
-    def __init__(self, controller: Controller, *, address: str = "") -> None:
+    def __init__(self, controller: Controller, *, address: str = "", peers: str | None = None) -> None:
         self.controller = controller
         self.address = address
         """This controller's own remoting address (reported by CONTROLLER_GET_METADATA_INFO)."""
+        self.peers = peers
+        """Reported as CONTROLLER_GET_METADATA_INFO's ``peers``: where the replicated state lives (the etcd
+        endpoints, ';'-separated; RocketMQ names its DLedger peers there), None for the embedded file store."""
         self._client = RemotingClient()
         self._brokers_by_conn: dict[Connection, set[str]] = {}
 
@@ -210,7 +213,7 @@ class ControllerProcessor:
             store = self.controller.store
             leader = await asyncio.to_thread(store.leader)
             header = GetMetaDataResponseHeader(None, leader, self.address if leader == store.member_id else None,
-                                               leader == store.member_id, None)
+                                               leader == store.member_id, self.peers)
             return cmd.response(ResponseCode.SUCCESS, None, header.to_ext())
         return await self._guarded(cmd, run)
 

@@ -45,7 +45,9 @@ class EmbeddedController:
     def __init__(self, settings: ControllerSettings, *, address: str, clock: Clock = SYSTEM_CLOCK,
                  store: StateStore | None = None) -> None:
         self.store = store or open_state_store(settings, member_id=address)
-        self.processor = ControllerProcessor(Controller(self.store, settings, clock=clock), address=address)
+        peers = ";".join(str(u).rstrip("/") for u in settings.etcd.endpoints) if settings.etcd is not None else None
+        self.processor = ControllerProcessor(Controller(self.store, settings, clock=clock), address=address,
+                                             peers=peers)
         self.controller = self.processor.controller
         self.controller._notify = self.processor.notify  # noqa: SLF001 - the processor owns the sockets
 

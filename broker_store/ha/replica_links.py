@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from broker_store.clock import Clock
 from broker_store.ha.errors import HAProtocolError
+from broker_store.protocol.ha_status import replica_in_sync
 
 LinkId = Hashable
 """Whatever names one replica connection (the I/O layer uses its peer address and a counter)."""
@@ -129,13 +130,14 @@ class ReplicaLinks:
         return self._ack_offsets
 
     def within_gap(self, primary_max: int, max_gap: int) -> int:
-        """Replicas whose ack is less than ``max_gap`` bytes behind ``primary_max`` (RocketMQ's strict <)."""
-        return sum(1 for s in self._counting() if s.ack_offset >= 0 and primary_max - s.ack_offset < max_gap)
+        """Replicas in sync by ``protocol.ha_status.replica_in_sync``: acked, less than ``max_gap`` bytes behind
+        ``primary_max`` (RocketMQ's strict <)."""
+        return sum(1 for s in self._counting() if replica_in_sync(s.ack_offset, primary_max, max_gap))
 
     def within_gap_range(self, primary_max: int, max_gap: int) -> tuple[int, int, int]:
         """``within_gap(primary_max, max_gap)`` and the range [low, high) of primary max offsets that give
-        the same count while the links do not change (an ack counts for primary_max in [0, ack + max_gap)
-        when it is >= 0)."""
+        the same count while the links do not change (``replica_in_sync`` solved for the primary's max offset:
+        an ack counts for primary_max in [0, ack + max_gap) when it is >= 0)."""
         low, high, count = 0, 2**63, 0
         for s in self._counting():
             if s.ack_offset < 0:

@@ -42,7 +42,7 @@ class RequestCode(IntEnum):
     QUERY_DATA_VERSION = 322
     BROKER_HEARTBEAT = 904
     GET_BROKER_HA_STATUS = 907
-    """RocketMQ's code (mqadmin haStatus). Body: the HARuntimeInfo JSON of ``broker.replication.HAView``."""
+    """RocketMQ's code (mqadmin haStatus). Body: ``protocol.ha_status.HAStatus`` (HARuntimeInfo JSON)."""
     CONTROLLER_ALTER_SYNC_STATE_SET = 1001
     CONTROLLER_ELECT_MASTER = 1002
     CONTROLLER_REGISTER_BROKER = 1003

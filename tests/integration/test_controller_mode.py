@@ -149,8 +149,8 @@ def test_three_controlled_brokers_elect_fail_over_and_take_the_old_primary_back(
             assert (b1.store_dir / "epochFileCheckpoint").read_text().splitlines()[2:] == ["1-0"]
             for replica in (b2, b3):
                 status = await admin.ha_status(replica.listen)
-                assert (status["stage"], status["epoch"]) == ("REPLICA", 1)
-                assert status["haAddress"] == f"{HOST}:{b1.config.ha_port()}"  # the controller's primary
+                assert (status.stage, status.epoch) == ("REPLICA", 1)
+                assert status.ha_address == f"{HOST}:{b1.config.ha_port()}"  # the controller's primary
 
             # -- writes replicate; the replicas join the SyncStateSet (the HA side's job, asked by hand) --
             await admin.create_topic(TOPIC, 2, cluster=CLUSTER)
@@ -160,10 +160,10 @@ def test_three_controlled_brokers_elect_fail_over_and_take_the_old_primary_back(
             await asyncio.to_thread(wait_in_sync, b1.listen, 2, WAIT)
 
             async def caught_up() -> bool:
-                top = (await admin.ha_status(b1.listen))["maxOffset"]
+                top = (await admin.ha_status(b1.listen)).max_offset
                 for replica in (b2, b3):
                     status = await admin.ha_status(replica.listen)
-                    if status["maxOffset"] != top or TOPIC not in await admin.all_topic_config(replica.listen):
+                    if status.max_offset != top or TOPIC not in await admin.all_topic_config(replica.listen):
                         return False
                 return True
             await eventually(caught_up, "replicas hold the primary's log and topics")
@@ -201,7 +201,7 @@ def test_three_controlled_brokers_elect_fail_over_and_take_the_old_primary_back(
 
             async def follows_new() -> bool:
                 status = await admin.ha_status(other.listen)
-                return (status["stage"], status["epoch"], status["haAddress"]) == \
+                return (status.stage, status.epoch, status.ha_address) == \
                     ("REPLICA", 2, f"{HOST}:{new.config.ha_port()}")
             await eventually(follows_new, lambda: f"{other.name} follows {new.name}\n{logs()}")
 
@@ -217,7 +217,7 @@ def test_three_controlled_brokers_elect_fail_over_and_take_the_old_primary_back(
                 if (await listed()).get(1) != back.listen:
                     return False
                 status = await admin.ha_status(back.listen)
-                return (status["stage"], status["epoch"], status["haAddress"]) == \
+                return (status.stage, status.epoch, status.ha_address) == \
                     ("REPLICA", 2, f"{HOST}:{new.config.ha_port()}")
             await eventually(rejoined, lambda: f"b1 back as replica 1 at {back.listen}, listed {seen}\n{logs()}")
             group = await ctl.group()

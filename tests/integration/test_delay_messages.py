@@ -79,7 +79,7 @@ def test_a_level_1_message_is_pulled_from_its_topic_after_one_second_and_not_bef
         eventually(copied, timeout=10 * SYNC_INTERVAL_MS / 1000, what="delayOffset.json copied to the replica")
         assert admin.all_delay_offsets(replica.listen) == want
         # ... and does not deliver itself: its log stays the primary's, byte for byte in length
-        eventually(lambda: admin.ha_status(replica.listen)["maxOffset"] == admin.ha_status(primary.listen)["maxOffset"],
+        eventually(lambda: admin.ha_status(replica.listen).max_offset == admin.ha_status(primary.listen).max_offset,
                    what="the replica caught up")
     assert "schedule service started" in primary.log_tail(100_000)
     assert "schedule service started" not in replica.log_tail(100_000)

@@ -24,6 +24,7 @@ from broker_store.net import RemotingClient
 from broker_store.protocol.codes import PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND, RequestCode, ResponseCode
 from broker_store.protocol.errors import RocketMQError
 from broker_store.protocol.frame import RemotingCommand
+from broker_store.protocol.ha_status import HAStatus
 from broker_store.protocol.headers import PullMessageRequestHeader
 from broker_store.protocol.message import STORED_HEADER_SIZE
 from tests.support.processes import Broker, GroupSpec, LocalCluster
@@ -42,13 +43,13 @@ def _primary(ha: dict[str, Any], replicas: int) -> tuple[dict[str, Any], ...]:
     return ({"ha": ha},) + tuple({} for _ in range(replicas))
 
 
-def ha_status(broker: Broker) -> dict[str, Any]:
+def ha_status(broker: Broker) -> HAStatus:
     with Admin(broker.listen) as admin:
         return admin.ha_status(broker.listen)
 
 
 def max_offset(broker: Broker) -> int:
-    return int(ha_status(broker)["maxOffset"])
+    return int(ha_status(broker).max_offset)
 
 
 def commit_log(store_dir: Path, start: int, end: int) -> bytes:
@@ -112,9 +113,9 @@ def test_sync_master_2_of_2_ships_byte_identical_log_at_the_same_offsets(cluster
     assert max_offset(replica) >= end
     assert commit_log(replica.store_dir, 0, end) == commit_log(primary.store_dir, 0, end)
     status = ha_status(primary)
-    assert status["master"] and status["inSyncSlaveNums"] == 1
-    assert status["haConnectionInfo"][0]["slaveAckOffset"] == end
-    assert ha_status(replica)["haClientRuntimeInfo"]["isActivated"]
+    assert status.is_primary and status.in_sync_replicas == 1
+    assert status.links[0].slave_ack_offset == end
+    assert ha_status(replica).connected
 
 
 def test_ha_status_command_lists_members_roles_offsets_and_in_sync_state(
@@ -128,9 +129,9 @@ def test_ha_status_command_lists_members_roles_offsets_and_in_sync_state(
     by_member = {(r[1], r[2]): r for r in rows[1:]}
     assert set(by_member) == {(g, str(i)) for g, members in cluster.groups.items() for i in range(len(members))}
     end = str(max_offset(primary))
-    assert by_member["s", "0"][3:] == [primary.listen, "SYNC_MASTER/PRIMARY", "0", end, "0",
-                                       "1 replica(s) in sync", f"127.0.0.1:{primary.ha_port}"]
-    assert by_member["s", "1"][3:] == [replica.listen, "SLAVE/REPLICA", "0", end, "0", "yes",
+    assert by_member["s", "0"][3:] == [primary.listen, "SYNC_MASTER/PRIMARY", "0", end, end, "0",
+                                       "1 replica(s) in sync", "-", "-", f"127.0.0.1:{primary.ha_port}"]
+    assert by_member["s", "1"][3:] == [replica.listen, "SLAVE/REPLICA", "0", end, end, "0", "yes", "-", "-",
                                        f"follows 127.0.0.1:{primary.ha_port}"]
 
 
@@ -167,14 +168,14 @@ def test_paused_replica_times_out_then_missing_replica_refuses_before_append(clu
     replica.pause()  # connected but silent: counted alive until the housekeeping interval passes
     try:
         assert send(producer, "T-s") is SendStatus.FLUSH_SLAVE_TIMEOUT
-        eventually(lambda: ha_status(primary)["haConnectionInfo"] == [], what="dead link dropped")
+        eventually(lambda: ha_status(primary).links == (), what="dead link dropped")
         before = max_offset(primary)
         refused = send(producer, "T-s")
         assert isinstance(refused, str) and "IN_SYNC_REPLICAS_NOT_ENOUGH" in refused
         assert max_offset(primary) == before  # refused before the append: nothing stored
     finally:
         replica.resume()
-    eventually(lambda: ha_status(primary)["inSyncSlaveNums"] == 1, what="replica back in sync")
+    eventually(lambda: ha_status(primary).in_sync_replicas == 1, what="replica back in sync")
     assert send(producer, "T-s") is SendStatus.SEND_OK
 
 
@@ -184,7 +185,7 @@ def test_three_replicas_keep_writing_without_replicas_only_with_downgrade(cluste
         assert send(producer, f"T-{group}") is SendStatus.SEND_OK
         for replica in cluster.groups[group][1:]:
             replica.kill()
-    eventually(lambda: all(ha_status(cluster.primary(g))["haConnectionInfo"] == [] for g in ("d", "n")),
+    eventually(lambda: all(ha_status(cluster.primary(g)).links == () for g in ("d", "n")),
                what="links of killed replicas closed")
     assert send(producer, "T-d") is SendStatus.SEND_OK  # needAck clamped down to min_in_sync_replicas 1
     refused = send(producer, "T-n")
@@ -206,7 +207,7 @@ def test_replicas_restarted_far_behind_catch_up_byte_identical(cluster: LocalClu
     eventually(caught_up(primary, *replicas), what="replicas caught up")
     for replica in replicas:
         assert commit_log(replica.store_dir, 0, end) == commit_log(primary.store_dir, 0, end)
-    assert ha_status(primary)["inSyncSlaveNums"] == 2
+    assert ha_status(primary).in_sync_replicas == 2
 
 
 def test_kill_9_of_the_primary_under_sync_load_loses_no_acknowledged_message(tmp_path: Path) -> None:
@@ -250,13 +251,13 @@ def test_kill_9_of_the_primary_under_sync_load_loses_no_acknowledged_message(tmp
 
 
 def test_replica_without_a_configured_primary_follows_the_one_the_name_server_names(tmp_path: Path) -> None:
-    learns = {"ha": {"ha_primary_address": None}}  # as in conf/cluster-ha.yaml: no HA address configured
+    learns = {"ha": {"ha_primary_address": None}}  # as in conf/cluster-replicas.yaml: no HA address configured
     with LocalCluster(tmp_path, "lrn", [GroupSpec("l", (SYNC_2_OF_2_HA, learns))], ha=FAST_HA) as cluster:
         primary, replica = cluster.groups["l"]
         assert replica.config.ha.ha_primary_address is None
         primary_ha = f"127.0.0.1:{primary.ha_port}"
         status = ha_status(replica)  # the cluster started: the replica is in sync, so it found its primary
-        assert status["haAddress"] == primary_ha and status["haClientRuntimeInfo"]["isActivated"]
+        assert status.ha_address == primary_ha and status.connected
         with Admin(cluster.namesrv_addr) as admin:
             admin.create_topic("T-l", 2, broker_names=["l"])
             admin.wait_for_route("T-l")
@@ -269,12 +270,12 @@ def test_replica_without_a_configured_primary_follows_the_one_the_name_server_na
             # again every second and follows the primary once that has registered.
             primary.stop()
             replica.restart()
-            assert ha_status(replica)["haAddress"] == ""
+            assert ha_status(replica).ha_address == ""
             primary.restart()
-            eventually(lambda: ha_status(replica)["haClientRuntimeInfo"]["isActivated"], timeout=15,
+            eventually(lambda: ha_status(replica).connected, timeout=15,
                        what="replica following the restarted primary")
-            assert ha_status(replica)["haAddress"] == primary_ha
-            eventually(lambda: ha_status(primary)["inSyncSlaveNums"] == 1, what="replica in sync")
+            assert ha_status(replica).ha_address == primary_ha
+            eventually(lambda: ha_status(primary).in_sync_replicas == 1, what="replica in sync")
             assert {send(producer, "T-l") for _ in range(20)} == {SendStatus.SEND_OK}
             end = max_offset(primary)
             assert commit_log(replica.store_dir, 0, end) == commit_log(primary.store_dir, 0, end)

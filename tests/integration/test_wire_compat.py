@@ -257,8 +257,8 @@ def test_cpp_pull_consumer_follows_the_suggestion_to_the_replica_and_back(tmp_pa
             with Producer(cluster.namesrv_addr, "slave-read") as producer:
                 for i in range(count):  # ~46 KB in all, 1 KB bodies (no NUL: the binding reads C strings)
                     producer.send(new_message(topic, b"%04d" % i * 250))
-            eventually(lambda: admin.ha_status(replica.listen)["maxOffset"] ==
-                       admin.ha_status(primary.listen)["maxOffset"], what="replica caught up")
+            eventually(lambda: admin.ha_status(replica.listen).max_offset ==
+                       admin.ha_status(primary.listen).max_offset, what="replica caught up")
             eventually(lambda: topic in admin.all_topic_config(replica.listen)
                        and group in admin.all_subscription_groups(replica.listen), what="metadata on the replica")
 

@@ -1,5 +1,5 @@
 """The replicator against replica groups: source and target clusters whose broker groups each have a
-SYNC_MASTER 2/2 primary and a replica (as conf/cluster-ha.yaml) replicate exactly as single brokers do;
+SYNC_MASTER 2/2 primary and a replica (as conf/cluster-replicas.yaml) replicate exactly as single brokers do;
 the user's link options are unchanged."""
 
 from __future__ import annotations

@@ -16,8 +16,6 @@ Process control itself is ``broker_store.launcher.ManagedProcess`` and ports com
 from __future__ import annotations
 
 import atexit
-import os
-import signal
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,42 +26,25 @@ from typing import Any
 
 from broker_store.client import Admin
 from broker_store.config import BrokerConfig, NamesrvConfig
-from broker_store.launcher import HOST, ManagedProcess, poll_until, wait_in_sync
+from broker_store.launcher import HOST, LOG_TAIL_CHARS, ManagedProcess, poll_until, wait_in_sync
 from broker_store.launcher import broker_listen_port as broker_listen_port  # re-exported with free_port:
 from broker_store.launcher import free_port as free_port  # the tests take ports from here
 from broker_store.protocol.errors import RocketMQError
 
-LOG_TAIL_CHARS = 3000
 
 class ClusterProcess(ManagedProcess):
-    """A name server or broker child on a fixed loopback address (a restart keeps it)."""
-
-    def __init__(self, kind: str, config: NamesrvConfig | BrokerConfig, run_dir: Path, name: str, *,
-                 wrap: Sequence[str] = ()) -> None:
-        super().__init__(kind, config, run_dir, name, wrap=wrap)
-        self.paused = False
+    """A name server or broker child on a fixed loopback address (a restart keeps it); stop, kill, pause and
+    resume are ``launcher.ChildProcess``'s."""
 
     @property
     def listen(self) -> str:
         return self.config.listen
 
-    def pause(self) -> None:
-        """SIGSTOP: the process keeps its sockets but answers nothing (a hung or GC-stalled server)."""
-        os.kill(self.pid, signal.SIGSTOP)
-        self.paused = True
-
-    def resume(self) -> None:
-        if self.paused and self.running():
-            os.kill(self.pid, signal.SIGCONT)
-        self.paused = False
-
     def kill(self) -> None:
         super().kill()
-        self.paused = False
         self._close_pipe()
 
     def stop(self, grace: float = 10.0) -> None:
-        self.resume()  # a stopped process would sit on SIGTERM until the grace period ends
         super().stop(grace)
         self._close_pipe()
 
@@ -74,11 +55,6 @@ class ClusterProcess(ManagedProcess):
         else:
             self.stop()
         return self.start(timeout)
-
-    def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
-        if not self.log_file.exists():
-            return "(no log yet)"
-        return self.log_file.read_text(errors="replace")[-chars:]
 
     def _close_pipe(self) -> None:
         # ManagedProcess reads READY from stdout and never again; close it so restarts don't leak it.

@@ -11,6 +11,8 @@ from broker_store.config import BrokerConfig, LocalClustersConfig, NamesrvConfig
 from broker_store.protocol.errors import ConfigError
 from broker_store.store import FlushMode, StoreConfig
 
+CONF = Path(__file__).parents[2] / "conf"
+
 LOCAL = """
 clusters:
   - name: source
@@ -211,18 +213,18 @@ def test_controller_section_names_the_controllers_and_is_checked(tmp_path: Path)
 def test_a_written_controller_mode_config_loads_again(tmp_path: Path) -> None:
     """The launcher's per-process file leaves the broker id out (the controller assigns it; written, it would be
     refused) and keeps the controller section."""
-    from broker_store.launcher import _write_config
+    from broker_store.launcher import write_config
 
     cfg = BrokerConfig(broker_name="b", store_dir=tmp_path, enable_controller_mode=True, namesrv_addrs=["h:9876"],
                        controller={"election_priority": 3})
-    loaded = load_yaml(_write_config(tmp_path, "b", cfg), BrokerConfig)
+    loaded = load_yaml(write_config(tmp_path, "b", cfg), BrokerConfig)
     assert loaded == cfg and "broker_id" not in loaded.model_fields_set
 
 
 CONTROLLED = """
 clusters:
   - name: source
-    namesrv: {listen: "127.0.0.1:9876"}
+    namesrv: {listen: "127.0.0.1:9876", controller: {}}
     brokers:
       - {broker_name: broker-a, listen: "127.0.0.1:10911", store_dir: /tmp/x/a0, enable_controller_mode: true}
       - {broker_name: broker-a, listen: "127.0.0.1:10921", store_dir: /tmp/x/a1, enable_controller_mode: true}
@@ -242,8 +244,8 @@ def test_a_controlled_group_needs_no_ids_and_is_not_mixed_with_static_brokers(tm
         load_yaml(_write(tmp_path, CONTROLLED.replace("/tmp/x/a2", "/tmp/x/a1")), LocalClustersConfig)
 
 
-def test_cluster_ha_yaml_replicas_follow_their_group_primary() -> None:
-    cfg = load_yaml(Path(__file__).parents[2] / "conf" / "cluster-ha.yaml", LocalClustersConfig)
+def test_cluster_replicas_yaml_replicas_follow_their_group_primary() -> None:
+    cfg = load_yaml(CONF / "cluster-replicas.yaml", LocalClustersConfig)
     assert [c.name for c in cfg.clusters] == ["source", "target"]
     for cluster in cfg.clusters:
         brokers = cluster.broker_configs()
@@ -264,14 +266,97 @@ def test_replica_without_a_primary_in_its_group_is_refused(tmp_path: Path) -> No
         load_yaml(_write(tmp_path, text), LocalClustersConfig)
 
 
-def test_up_plans_one_child_per_member_of_cluster_ha_yaml(tmp_path: Path) -> None:
-    from broker_store.launcher import plan_children
+def test_up_plans_one_child_per_member_of_cluster_replicas_yaml(tmp_path: Path) -> None:
+    from broker_store.up import plan_up
 
-    cfg = load_yaml(Path(__file__).parents[2] / "conf" / "cluster-ha.yaml", LocalClustersConfig)
-    children = plan_children(cfg, tmp_path / "run", tmp_path / "data")
-    brokers = [c for c in children if c.kind == "broker"]
+    cfg = load_yaml(CONF / "cluster-replicas.yaml", LocalClustersConfig)
+    plan = plan_up(cfg, tmp_path / "run", tmp_path / "data", console=False)
+    assert plan.etcd is None and plan.controllers == []
+    brokers = plan.brokers
     assert [c.name for c in brokers][:2] == ["source-a", "source-a-1"] and len(brokers) == 8
     files = [load_yaml(c.config_file, BrokerConfig) for c in brokers]
     assert len({f.store_dir for f in files}) == 8 and len({c.config_file for c in brokers}) == 8
     assert files[1].ha.role.value == "SLAVE" and files[1].ha.ha_primary_address is None
     assert files[1].store_dir == tmp_path / "data" / "source-a-1"
+
+
+def test_up_plans_etcd_controllers_and_controlled_groups_of_cluster_ha_yaml(tmp_path: Path) -> None:
+    """Controller-mode brokers have no fixed id: each still gets a process, config file and store of its own (named
+    by its position in its group), and reports to the file's three controllers, which share three etcd members."""
+    from broker_store.config import ControllerConfig
+    from broker_store.up import plan_up
+
+    cfg = load_yaml(CONF / "cluster-ha.yaml", LocalClustersConfig)
+    plan = plan_up(cfg, tmp_path / "run", tmp_path / "data", console=False)
+    assert [c.name for c in plan.children()] == [
+        "etcd-0", "etcd-1", "etcd-2", "controller-0", "controller-1", "controller-2", "source-namesrv",
+        "target-namesrv", "source-a.0", "source-a.1", "source-a.2", "target-a.0", "target-a.1", "target-a.2"]
+    assert plan.etcd is not None
+    endpoints = [m.client_url for m in plan.etcd.members]
+    assert [m.data_dir for m in plan.etcd.members] == [tmp_path / "data" / "etcd" / f"etcd-{i}.data" for i in range(3)]
+    controllers = [load_yaml(c.config_file, ControllerConfig) for c in plan.controllers]
+    assert {c.listen for c in controllers} == {"127.0.0.1:9878", "127.0.0.1:9879", "127.0.0.1:9880"}
+    for controller in controllers:
+        assert controller.controller.etcd is not None
+        assert [str(u).rstrip("/") for u in controller.controller.etcd.endpoints] == endpoints
+        assert (controller.controller.heartbeat_timeout_ms, controller.controller.scan_interval_ms) == (2000, 500)
+    files = [load_yaml(c.config_file, BrokerConfig) for c in plan.brokers]
+    assert len({f.store_dir for f in files}) == 6 and len({c.config_file for c in plan.brokers}) == 6
+    assert files[1].store_dir == tmp_path / "data" / "source-a.1"
+    for f in files:
+        assert f.enable_controller_mode and "broker_id" not in f.model_fields_set
+        assert f.controller_addresses() == ["127.0.0.1:9878", "127.0.0.1:9879", "127.0.0.1:9880"]
+        assert f.ha.in_sync_replicas == 2 and not f.ha.enable_auto_in_sync_replicas
+
+
+CONTROLLERS = CONTROLLED.replace('namesrv: {listen: "127.0.0.1:9876", controller: {}}',
+                                 'namesrv: {listen: "127.0.0.1:9876"}') + """
+controllers:
+  listen: ["127.0.0.1:9878", "127.0.0.1:9879", "127.0.0.1:9880"]
+  controller:
+    etcd: {endpoints: ["http://127.0.0.1:2379", "http://127.0.0.1:2381", "http://127.0.0.1:2383"]}
+"""
+
+
+@pytest.mark.parametrize(("old", "new", "error"), [
+    ('etcd: {endpoints: ["http://127.0.0.1:2379", "http://127.0.0.1:2381", "http://127.0.0.1:2383"]}',
+     "scan_interval_ms: 500", r"controllers: Value error, 3 controllers need controller.etcd"),
+    ('namesrv: {listen: "127.0.0.1:9876"}', 'namesrv: {listen: "127.0.0.1:9876", controller: {}}',
+     r"clusters\[0\].namesrv.controller and controllers are both set"),
+    ("http://127.0.0.1:2381", "http://10.0.0.1:2381", r"http://10.0.0.1:2381/ is not http://127.0.0.1:<port>"),
+    (', "http://127.0.0.1:2383"', "", r"2 members; up starts 1, 3 or 5"),
+    ("http://127.0.0.1:2381", "http://127.0.0.1:2380", r"listen addresses \['127.0.0.1:2380'\] used by more than one"),
+    ('"127.0.0.1:9879"', '"127.0.0.1:9876"', r"listen addresses \['127.0.0.1:9876'\] used by more than one"),
+])
+def test_standalone_controllers_are_checked_when_loaded(tmp_path: Path, old: str, new: str, error: str) -> None:
+    assert load_yaml(_write(tmp_path, CONTROLLERS), LocalClustersConfig).controllers is not None
+    assert old in CONTROLLERS
+    with pytest.raises(ConfigError, match=error):
+        load_yaml(_write(tmp_path, CONTROLLERS.replace(old, new)), LocalClustersConfig)
+
+
+def test_a_controlled_group_without_any_controller_is_refused(tmp_path: Path) -> None:
+    text = CONTROLLED.replace('namesrv: {listen: "127.0.0.1:9876", controller: {}}',
+                              'namesrv: {listen: "127.0.0.1:9876"}')
+    with pytest.raises(ConfigError, match=r"controller-mode groups \['broker-a'\] have no controller"):
+        load_yaml(_write(tmp_path, text), LocalClustersConfig)
+    with_addrs = text.replace("enable_controller_mode: true}",
+                              'enable_controller_mode: true, controller: {controller_addrs: ["127.0.0.1:9999"]}}')
+    assert load_yaml(_write(tmp_path, with_addrs), LocalClustersConfig).controllers is None
+
+
+
+
+def test_up_runs_the_embedded_controller_in_the_name_server_with_its_state_under_the_data_dir(tmp_path: Path) -> None:
+    from broker_store.up import plan_up
+
+    cfg = load_yaml(_write(tmp_path, CONTROLLED), LocalClustersConfig)
+    plan = plan_up(cfg, tmp_path / "run", tmp_path / "data", console=False)
+    assert plan.etcd is None and plan.controllers == []
+    namesrv = load_yaml(plan.namesrvs[0].config_file, NamesrvConfig)
+    assert namesrv.controller is not None and namesrv.controller.state_dir == tmp_path / "data" / "source-controller"
+    assert [b.name for b in plan.brokers] == ["broker-a.0", "broker-a.1", "broker-a.2"]
+    for broker in plan.brokers:
+        loaded = load_yaml(broker.config_file, BrokerConfig)
+        assert loaded.controller_addresses() == ["127.0.0.1:9876"]  # the name server, where it is embedded
+        assert loaded.store_dir == tmp_path / "data" / broker.name

@@ -1,0 +1,236 @@
+"""The replication admin commands of ``python -m broker_store``: ``ha-status`` (every broker group's members, and
+for controller-mode groups the controller's view), ``controller-status`` (the controllers, their leader, each
+group's master, epochs and SyncStateSet) and ``elect``. Called by ``cli.main``; output is tab-separated tables on
+stdout. The formats they read have one owner each: ``protocol.ha_status`` (GET_BROKER_HA_STATUS,
+GET_BROKER_EPOCH_CACHE, the in-sync rule) and ``protocol.controller`` (the controller's answers).
+
+Controllers are ``--controller A[;B;C]`` (default: the first name server, where the controller is embedded by
+default); a read goes to the first that answers, as every controller answers reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TypeVar
+
+from broker_store.protocol.codes import ResponseCode
+from broker_store.protocol.controller import ReplicasInfo
+from broker_store.protocol.errors import BrokerResponseError, RocketMQError, TransportError
+from broker_store.protocol.ha_status import EpochEntryCacheStatus, HAStatus, replica_in_sync
+
+T = TypeVar("T")
+
+MEMBER_COLUMNS = ("cluster", "group", "id", "addr", "role", "min", "max", "confirm", "behind", "in_sync", "epoch",
+                  "epochs", "ha")
+CONTROLLER_COLUMNS = ("group", "controller", "master", "masterAddr", "masterEpoch", "syncStateSet",
+                      "syncStateSetEpoch", "notInSync")
+
+
+def controller_addrs(args: argparse.Namespace) -> list[str]:
+    """``--controller`` split on ';', else the first name server (the embedded controller)."""
+    if args.controller:
+        return [a for a in args.controller.split(";") if a]
+    return [args.namesrv.split(";")[0]]
+
+
+async def first_answer(addrs: Sequence[str], ask: Callable[[str], Awaitable[T]]) -> tuple[str, T]:
+    """``ask(addr)`` of the first controller that answers: the next is tried when one is unreachable or answers
+    CONTROLLER_NOT_LEADER (a write sent to a follower); any other refusal is the answer and raised. The last error
+    if none answers."""
+    error: RocketMQError | None = None
+    for addr in addrs:
+        try:
+            return addr, await ask(addr)
+        except TransportError as exc:
+            error = exc
+        except BrokerResponseError as exc:
+            if exc.code != ResponseCode.CONTROLLER_NOT_LEADER:
+                raise
+            error = exc
+    if error is None:
+        raise ValueError("no controller address given")
+    raise error
+
+
+def member_rows(cluster: str, name: str, addrs: Mapping[int, str], status: Mapping[int, HAStatus],
+                epochs: Mapping[int, EpochEntryCacheStatus]) -> list[tuple[str, ...]]:
+    """Rows of one group (``MEMBER_COLUMNS``) from its members' answers, by name-server id (0 = the primary).
+
+    A controller-mode group (some member answered GET_BROKER_EPOCH_CACHE) counts a replica in sync when the
+    primary's SyncStateSet holds it; a static group by ``replica_in_sync`` of its max offset."""
+    controlled = bool(epochs)
+    primary = status.get(0)
+    rows: list[tuple[str, ...]] = []
+    for listed_id, st in sorted(status.items()):
+        behind: int | str = "-"
+        if primary is not None and primary.max_offset >= 0 and st.max_offset >= 0:
+            behind = max(primary.max_offset - st.max_offset, 0)
+        if listed_id == 0:
+            in_sync = (f"{max(len(st.sync_state_set) - 1, 0)} replica(s) in SyncStateSet" if controlled
+                       else f"{st.in_sync_replicas} replica(s) in sync")
+            ha = st.ha_address
+        else:
+            if not st.connected:
+                in_sync = "no"
+            elif controlled:
+                in_sync = "yes" if primary is not None and st.broker_id in primary.sync_state_set else "catching up"
+            else:
+                in_sync = "yes" if primary is not None and replica_in_sync(
+                    st.max_offset, primary.max_offset, primary.ha_max_gap_not_in_sync) else "behind"
+            ha = f"follows {st.ha_address}"
+        if st.last_error:
+            ha += f" ({st.last_error})"
+        shown_id = str(listed_id) if st.broker_id in (-1, listed_id) or not controlled \
+            else f"{listed_id} (id {st.broker_id})"
+        cache = epochs.get(listed_id)
+        rows.append((cluster, name, shown_id, addrs[listed_id], f"{st.ha_role}/{st.role}", _offset(st.min_offset),
+                     _offset(st.max_offset), _offset(st.confirm_offset), str(behind), in_sync,
+                     str(st.epoch) if controlled else "-",
+                     ",".join(f"{e.epoch}@{e.start_offset}" for e in cache.entries) or "-" if cache else "-", ha))
+    return rows
+
+
+def controller_row(name: str, controller: str, info: ReplicasInfo | None, error: str = "") -> tuple[str, ...]:
+    """One group's row of ``CONTROLLER_COLUMNS``: the controller's master, epochs and SyncStateSet."""
+    if info is None:
+        return (name, controller, "-", "-", "-", "-", "-", f"unknown: {error}" if error else "unknown")
+    sync_state_set = ",".join(str(r.broker_id) + ("" if r.alive else "(down)") for r in info.in_sync) or "-"
+    others = ",".join(f"{r.broker_id}@{r.broker_address}{'' if r.alive else '(down)'}" for r in info.not_in_sync)
+    return (name, controller, "-" if info.master_broker_id is None else str(info.master_broker_id),
+            info.master_address or "-", str(info.master_epoch), sync_state_set, str(info.sync_state_set_epoch),
+            others or "-")
+
+
+def _offset(value: int) -> str:
+    return str(value) if value >= 0 else "-"
+
+
+def cmd_ha_status(args: argparse.Namespace) -> int:
+    """Members of every broker group (``MEMBER_COLUMNS``); then, if some group is in controller mode, the
+    controller's view of those groups (``CONTROLLER_COLUMNS``)."""
+    from broker_store.client import Admin
+
+    groups: list[tuple[str, str, dict[int, str], dict[int, HAStatus], dict[int, EpochEntryCacheStatus]]] = []
+    with Admin(args.namesrv) as admin:
+        info = admin.cluster_info()
+        for cluster, names in sorted(info.cluster_addr_table.items()):
+            for name in sorted(names):
+                broker = info.broker_addr_table.get(name)
+                addrs = dict(broker.broker_addrs) if broker else {}
+                status: dict[int, HAStatus] = {}
+                epochs: dict[int, EpochEntryCacheStatus] = {}
+                for broker_id, addr in addrs.items():
+                    try:
+                        status[broker_id] = admin.ha_status(addr)
+                    except RocketMQError as exc:
+                        status[broker_id] = HAStatus.unreachable(str(exc))
+                        continue
+                    try:  # only controller-mode brokers serve it (others: REQUEST_CODE_NOT_SUPPORTED)
+                        epochs[broker_id] = admin.epoch_cache(addr)
+                    except RocketMQError:
+                        pass
+                groups.append((cluster, name, addrs, status, epochs))
+    print("\t".join(MEMBER_COLUMNS))
+    for cluster, name, addrs, status, epochs in groups:
+        for row in member_rows(cluster, name, addrs, status, epochs):
+            print("\t".join(row))
+    controlled = [name for _, name, _, _, epochs in groups if epochs]
+    if controlled:
+        print()
+        print("\t".join(CONTROLLER_COLUMNS))
+        for row in asyncio.run(_controller_view(controller_addrs(args), controlled)):
+            print("\t".join(row))
+    return 0
+
+
+async def _controller_view(addrs: Sequence[str], names: Sequence[str]) -> list[tuple[str, ...]]:
+    from broker_store.client.controller_admin import sync_state_data
+    from broker_store.net.client import RemotingClient
+
+    client = RemotingClient()
+    try:
+        addr, table = await first_answer(addrs, lambda a: sync_state_data(client, a, names))
+        return [controller_row(name, addr, table.get(name)) for name in names]
+    except RocketMQError as exc:
+        return [controller_row(name, ";".join(addrs), None, f"{exc} (pass --controller)") for name in names]
+    finally:
+        await client.close()
+
+
+def _controller_call(args: argparse.Namespace,
+                     call: Callable[[object, list[str]], Awaitable[int]]) -> int:
+    """Run ``call(client, controller addresses)`` on a fresh RemotingClient."""
+    from broker_store.net.client import RemotingClient
+
+    async def run() -> int:
+        client = RemotingClient()
+        try:
+            return await call(client, controller_addrs(args))
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
+
+
+def cmd_controller_status(args: argparse.Namespace) -> int:
+    """Each controller's answer (its leader), how many answer, the health of the etcd members they name (their
+    metadata's ``peers``; none for the embedded controller), then per broker group: master, epochs, SyncStateSet
+    and the others. Exit 1 when no controller answers."""
+    from broker_store.client.controller_admin import controller_metadata, sync_state_data
+    from broker_store.controller.etcd_members import healthy as etcd_healthy
+    from broker_store.net.client import RemotingClient
+
+    async def call(client: object, addrs: list[str]) -> int:
+        assert isinstance(client, RemotingClient)
+        leaders: set[str] = set()
+        peers: set[str] = set()
+        answering = []
+        for addr in addrs:
+            try:
+                meta = await controller_metadata(client, addr)
+            except RocketMQError as exc:
+                print(f"controller {addr}: not answering ({exc})")
+                continue
+            answering.append(addr)
+            peers.update(p for p in (meta.peers or "").split(";") if p.startswith(("http://", "https://")))
+            if meta.controller_leader_id:
+                leaders.add(meta.controller_leader_id)
+            print(f"controller {addr}: leader {meta.controller_leader_id or 'none'} "
+                  f"({'this one' if meta.is_leader else 'another'})")
+        print(f"controllers: {len(addrs)} listed, {len(answering)} answering, leader "
+              f"{', '.join(sorted(leaders)) or 'none'}")
+        if not answering:
+            return 1
+        for url in sorted(peers):  # the etcd members holding the state, as the controllers name them
+            healthy = await asyncio.to_thread(etcd_healthy, url)
+            print(f"etcd {url}: {'healthy' if healthy else 'not healthy (down, or no quorum)'}")
+        _, table = await first_answer(answering, lambda a: sync_state_data(client, a))
+        print("group\tmaster\tmasterEpoch\tsyncStateSetEpoch\tinSync\tnotInSync")
+        for name, info in sorted(table.items()):
+            def ids(rows: Sequence[object]) -> str:
+                return ",".join(f"{r.broker_id}@{r.broker_address}{'' if r.alive else '(down)'}"  # type: ignore[attr-defined]
+                                for r in rows) or "-"
+            print(f"{name}\t{info.master_broker_id if info.master_broker_id is not None else '-'}\t"
+                  f"{info.master_epoch}\t{info.sync_state_set_epoch}\t{ids(info.in_sync)}\t{ids(info.not_in_sync)}")
+        return 0
+
+    return _controller_call(args, call)
+
+
+def cmd_elect(args: argparse.Namespace) -> int:
+    """An operator's election for one broker group (``--prefer ID``: that broker by force), sent to the first
+    controller that answers."""
+    from broker_store.client.controller_admin import elect_master
+    from broker_store.net.client import RemotingClient
+
+    async def call(client: object, addrs: list[str]) -> int:
+        assert isinstance(client, RemotingClient)
+        _, (header, elected) = await first_answer(
+            addrs, lambda a: elect_master(client, a, args.cluster, args.broker_name, args.prefer))
+        print(f"{args.broker_name}: master {header.master_broker_id} at {header.master_address}, epoch "
+              f"{header.master_epoch}{'' if elected else ' (unchanged: the master is alive)'}")
+        return 0
+
+    return _controller_call(args, call)
