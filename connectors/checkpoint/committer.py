@@ -49,7 +49,6 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import TypeVar
 
 from broker_store.client import Admin, MessageQueue, Producer, new_message
 from broker_store.protocol.errors import RocketMQError
@@ -64,11 +63,11 @@ from connectors.checkpoint.translation import (
     target_offsets,
 )
 from connectors.core.offsets import QueueKey
+from connectors.core.outage import once_more_on_new_route
 from connectors.core.standing import StandingConditions, Transitions
 from connectors.core.sync_settings import CHECKPOINT_TOPIC
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 CHECKPOINT_MESSAGE_VERSION = 1
 NOT_PRODUCED = "not_produced"
@@ -242,19 +241,6 @@ def _with(row: CheckpointRow, outcome: CheckpointOutcome, detail: str, committed
                          row.target_queue_id, row.target_offset, committed, row.exact, detail)
 
 
-def _once_more_on_new_route(call: Callable[[], T]) -> T:
-    """``call``, repeated once when it fails with an ``invalid_route`` error. The target's primary died or was
-    replaced (a controller-mode failover): the client dropped the topic's route on that error, so the second
-    try asks the name servers and reaches the new primary in this checkpoint instead of the next one. Any
-    other error, or a second failure, is the caller's (a ``target_error`` row)."""
-    try:
-        return call()
-    except RocketMQError as exc:
-        if not exc.invalid_route:
-            raise
-    return call()
-
-
 def _mq(q: TargetQueueKey) -> MessageQueue:
     return MessageQueue(q.topic, q.broker_name, q.queue_id)
 
@@ -345,7 +331,7 @@ class CheckpointCommitter:
         for topic in sorted({q.topic for q in targets}):
             queues = [q for q in targets if q.topic == topic]
             try:  # per target topic: one that vanished affects only its own queues
-                ids, found = _once_more_on_new_route(partial(self._read_target, group, topic, queues))
+                ids, found = once_more_on_new_route(partial(self._read_target, group, topic, queues))
             except RocketMQError as exc:
                 errors.update(dict.fromkeys(queues, f"target cluster {self.target_cluster}: {exc}"))
                 continue
@@ -362,7 +348,7 @@ class CheckpointCommitter:
         committed: dict[TargetQueueKey, int] = {}
         for q, offset in sorted(planned.commit.items()):
             try:
-                _once_more_on_new_route(partial(self._admin.update_consumer_offset, group, _mq(q), offset))
+                once_more_on_new_route(partial(self._admin.update_consumer_offset, group, _mq(q), offset))
                 committed[q] = offset
             except RocketMQError as exc:
                 errors[q] = f"UPDATE_CONSUMER_OFFSET on {self.target_cluster}: {exc}"
