@@ -16,6 +16,13 @@ stopped.
 
 Bounded by default (about a minute after start-up); `--forever` produces until Ctrl-C, then the summary.
 Exit code 0 when every check of the summary holds, 1 otherwise.
+
+`--failover` (`make demo DEMO_ARGS=--failover`): the source cluster runs in controller mode instead (a name
+server with the embedded controller and one group of three brokers, ``jobs.demo_failover``; the target still
+comes from `up`), the producer keeps going through failed sends, and its primary is killed with SIGKILL once,
+`--kill-after` seconds into the load (after the consumer stopped). The summary adds
+`failover: election X s, N missing`: the time from the kill to the first acknowledged send, and the
+acknowledged messages not on the target (0 is the check; copies re-sent across the failover are counted).
 """
 
 from __future__ import annotations
@@ -37,10 +44,12 @@ from rich.console import Console
 from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, new_message
 from broker_store.config import LocalClustersConfig, load_yaml
 from broker_store.launcher import free_port, poll_until
+from broker_store.protocol.errors import RocketMQError
 from connectors.checkpoint.tables import CheckpointTables
 from connectors.core.config import load_replicator_config
 from connectors.core.topic_mapping import TopicMapper
 from jobs import demo_report
+from jobs.demo_failover import ControlledSource, Nemesis, election_seconds
 from jobs.lag import EndpointUnreachableError, link_lags, render, scrape
 
 TOPIC = "Orders"
@@ -96,12 +105,20 @@ def named_topics(config: Path) -> list[str]:
 
 
 class LoadProducer(threading.Thread):
-    """Sends 1 KiB messages to TOPIC at ``rate`` per second, until ``total`` (None: until ``stop``)."""
+    """Sends 1 KiB messages to TOPIC at ``rate`` per second, until ``total`` (None: until ``stop``).
 
-    def __init__(self, namesrv: str, rate: float, total: int | None) -> None:
+    ``tolerate_failures`` (``--failover``): a batch whose send raises is not acknowledged and not repeated;
+    its bodies go to ``unacknowledged`` (the dying primary may have stored them), and ``acked`` keeps the
+    (started, acknowledged) monotonic times of every acknowledged batch, from which the election is timed."""
+
+    def __init__(self, namesrv: str, rate: float, total: int | None, *, tolerate_failures: bool = False) -> None:
         super().__init__(name="demo-producer", daemon=True)
         self.namesrv, self.rate, self.total = namesrv, rate, total
+        self.tolerate_failures = tolerate_failures
         self.sent: dict[str, bytes] = {}
+        self.unacknowledged: set[bytes] = set()
+        self.acked: list[tuple[float, float]] = []
+        self.failed_sends = 0
         self.stop = threading.Event()
         self.error: BaseException | None = None
 
@@ -113,8 +130,16 @@ class LoadProducer(threading.Thread):
                     count = 50 if self.total is None else min(50, self.total - i)
                     batch = [new_message(TOPIC, os.urandom(1024), tags=("TagA", "TagB")[n % 2], keys=f"order-{n}",
                                          properties={"demo-seq": str(n)}) for n in range(i, i + count)]
-                    result = producer.send_batch(batch)
-                    self.sent.update(zip(result.msg_ids, (m.body for m in batch), strict=True))
+                    sending = time.monotonic()
+                    try:
+                        result = producer.send_batch(batch)
+                        self.acked.append((sending, time.monotonic()))
+                        self.sent.update(zip(result.msg_ids, (m.body for m in batch), strict=True))
+                    except RocketMQError:
+                        if not self.tolerate_failures:
+                            raise
+                        self.failed_sends += 1
+                        self.unacknowledged.update(m.body for m in batch)
                     i += count
                     self.stop.wait(max(0.0, started + i / self.rate - time.monotonic()))
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
@@ -208,7 +233,10 @@ def run_load(producer: LoadProducer, consumer: PartialConsumer, show: Callable[[
     return interrupted
 
 
-def run_demo(namesrvs: dict[str, str], workdir: Path, *, forever: bool, rate: float, seconds: float) -> int:
+def run_demo(namesrvs: dict[str, str], workdir: Path, *, forever: bool, rate: float, seconds: float,
+             failover: ControlledSource | None = None, kill_after: float = 0.0) -> int:
+    """The demo on running clusters (name server by cluster name); ``failover``: the controller-mode source
+    cluster whose primary is killed ``kill_after`` seconds into the load."""
     source, target = namesrvs["source"], namesrvs["target"]
     port = free_port()
     config = write_config(workdir, port, namesrvs)
@@ -231,13 +259,25 @@ def run_demo(namesrvs: dict[str, str], workdir: Path, *, forever: bool, rate: fl
             wait_until(created, 120, f"config sync to create {TOPIC} on the target", job)
         print(f"main job up; {TOPIC} created on the target by config sync {time.monotonic() - started:.1f}s after "
               f"start-up (Spark included)")
-        producer = LoadProducer(source, rate, None if forever else int(rate * seconds))
+        producer = LoadProducer(source, rate, None if forever else int(rate * seconds),
+                                tolerate_failures=failover is not None)
         consumer = PartialConsumer(source, seconds / 2, int(rate * seconds / 2))
         print(f"producing 1 KiB messages to {TOPIC} at {rate:.0f} msg/s "
               f"({'until Ctrl-C' if forever else f'{seconds:.0f} s'}); {GROUP} reads part of them on the source")
-        run_load(producer, consumer, lambda: show_lag(console, url, lagging))
+        nemesis = Nemesis(failover, kill_after) if failover is not None else None
+        if nemesis is not None:
+            print(f"failover: the source primary is killed {kill_after:.0f} s into the load")
+            nemesis.start()
+        try:
+            run_load(producer, consumer, lambda: show_lag(console, url, lagging))
+        finally:
+            if nemesis is not None:
+                nemesis.stop.set()
+                nemesis.join()
         sent = producer.sent
-        print(f"produced {len(sent)} messages; {GROUP} read {len(consumer.read)} of them on the source and stopped")
+        not_acked = f" ({producer.failed_sends} batch(es) not acknowledged)" if producer.failed_sends else ""
+        print(f"produced {len(sent)} messages{not_acked}; {GROUP} read {len(consumer.read)} of them on the source "
+              f"and stopped")
         with Admin(target) as admin:
             def replicated() -> bool:
                 return sum(admin.max_offset(mq) for mq in demo_report.queues_of(admin, TOPIC)) >= len(sent)
@@ -248,10 +288,13 @@ def run_demo(namesrvs: dict[str, str], workdir: Path, *, forever: bool, rate: fl
                    f"a checkpoint of {GROUP} after it stopped", job)
         show_lag(console, url, lagging)
         print("summary:")
-        demo_report.check_copy(target, TOPIC, sent, tables)
+        copy = demo_report.check_copy(target, TOPIC, sent, tables, maybe_stored=frozenset(producer.unacknowledged),
+                                      repeats_allowed=nemesis is not None)
+        if nemesis is not None:
+            failover_summary(nemesis, producer, copy)
         demo_report.heartbeat_summary(tables)
         demo_report.translated_offsets(tables, GROUP)
-        demo_report.finish_on_target(target, GROUP, TOPIC, consumer.read, sent)
+        demo_report.finish_on_target(target, GROUP, TOPIC, consumer.read, sent, repeats_allowed=nemesis is not None)
         demo_report.created_topics(tables)
         ok = True
     except demo_report.DemoCheckError as exc:
@@ -268,25 +311,67 @@ def run_demo(namesrvs: dict[str, str], workdir: Path, *, forever: bool, rate: fl
     return 0 if ok and code == 0 else 1
 
 
+def failover_summary(nemesis: Nemesis, producer: LoadProducer, copy: demo_report.CopyCheck) -> None:
+    """The summary's failover line: election time and acknowledged messages missing on the target."""
+    if nemesis.error is not None:
+        raise demo_report.DemoCheckError(f"failover: {nemesis.error}")
+    if nemesis.killed_at is None or nemesis.killed is None:
+        raise demo_report.DemoCheckError("failover: the load ended before the source primary was killed "
+                                         "(a longer --seconds or a shorter --kill-after)")
+    election = election_seconds(nemesis.killed_at, producer.acked)
+    if election is None:
+        raise demo_report.DemoCheckError("failover: no send was acknowledged after the source primary was killed")
+    new = nemesis.new_primary.name if nemesis.new_primary is not None else "?"
+    print(f"  failover: election {election:.1f} s, {copy.missing} missing (source primary {nemesis.killed.name} "
+          f"killed with SIGKILL, {new} listed as primary {nemesis.listed_after or 0:.2f} s later; "
+          f"{producer.failed_sends} send(s) not acknowledged, {copy.unacknowledged} of their messages stored anyway "
+          f"and replicated; {copy.repeated} extra copies from re-sent batches)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=Path("conf/cluster-local.yaml"))
     parser.add_argument("--forever", action="store_true", help="produce until Ctrl-C, then the summary")
     parser.add_argument("--rate", type=float, default=200.0, help="messages per second of the sample load")
     parser.add_argument("--seconds", type=float, default=20.0, help="length of the bounded load")
+    parser.add_argument("--failover", action="store_true",
+                        help="run the source cluster in controller mode and kill its primary once under the load")
+    parser.add_argument("--kill-after", type=float, default=None,
+                        help="with --failover: seconds into the load before the kill (default: 0.6 x --seconds)")
     args = parser.parse_args(argv)
     clusters = load_yaml(args.config, LocalClustersConfig)
+    kill_after = args.kill_after if args.kill_after is not None else 0.6 * args.seconds
     with tempfile.TemporaryDirectory(prefix="rmq-demo-") as tmp:
-        proc, namesrvs = start_clusters(args.config, Path(tmp))
+        failover: ControlledSource | None = None
+        if args.failover:
+            # the source is the controller-mode cluster of jobs.demo_failover; `up` starts the others
+            source = next(c for c in clusters.clusters if c.name == "source")
+            clusters = LocalClustersConfig(clusters=[c for c in clusters.clusters if c is not source])
+            config = Path(tmp) / "clusters-without-source.yaml"
+            config.write_text(yaml.safe_dump(clusters.model_dump(mode="json", exclude_unset=True), sort_keys=False))
+            failover = ControlledSource(source, Path(tmp) / "source").start()
+            print(f"source cluster up in controller mode: {failover.namesrv_addr} (embedded controller), group "
+                  f"{', '.join(b.config.listen for b in failover.brokers)}")
+        else:
+            config = args.config
         try:
-            print("local clusters up: " + ", ".join(f"{c.name}={addr}" for c, addr in zip(clusters.clusters, namesrvs,
-                                                                                          strict=True)))
-            by_name = {c.name: addr for c, addr in zip(clusters.clusters, namesrvs, strict=True)}
-            return run_demo(by_name, Path(tmp), forever=args.forever, rate=args.rate, seconds=args.seconds)
+            proc, namesrvs = start_clusters(config, Path(tmp))
+            try:
+                print("local clusters up: " + ", ".join(f"{c.name}={addr}" for c, addr in zip(
+                    clusters.clusters, namesrvs, strict=True)))
+                by_name = {c.name: addr for c, addr in zip(clusters.clusters, namesrvs, strict=True)}
+                if failover is not None:
+                    by_name["source"] = failover.namesrv_addr
+                return run_demo(by_name, Path(tmp), forever=args.forever, rate=args.rate, seconds=args.seconds,
+                                failover=failover, kill_after=kill_after)
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(60)
+                print(f"stopped the local clusters (exit {proc.returncode})")
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
-            print(f"stopped the local clusters (exit {proc.returncode})")
+            if failover is not None:
+                failover.stop()
+                print("stopped the controller-mode source cluster")
 
 
 if __name__ == "__main__":

@@ -352,7 +352,8 @@ class AsyncAdmin:
         return decode_delay_offsets(body, broker_addr)
 
     async def consumer_list(self, group: str, topic: str) -> list[str]:
-        """Client ids of the group's live consumers, as the brokers of ``topic`` know them."""
+        """Client ids of the group's live consumers, as the brokers of ``topic`` know them. The topic's route
+        is dropped after an ``invalid_route`` error, as for every other broker request of this class."""
         routes = self._session.routes
         route = await routes.get(topic)
         ids: set[str] = set()
@@ -367,6 +368,8 @@ class AsyncAdmin:
                 # RocketMQ answers SYSTEM_ERROR "no consumer for this group" when there is none.
                 if getattr(exc, "code", None) == ResponseCode.SYSTEM_ERROR and "no consumer" in str(exc):
                     continue
+                if exc.invalid_route:  # a dead or replaced primary: the next call asks the name servers
+                    routes.invalidate(topic)
                 raise
             body = loads_rocketmq(resp.body) if resp.body else {}
             if isinstance(body, dict):

@@ -19,7 +19,10 @@ micro-batch (and by tests). For each group of the snapshot:
    re-read" (``tables.SHARED_DETAIL``, ``exact`` false) and reported as a problem of the group (``SHARED``).
 
 A failing target request (a vanished topic, a broker down, the whole target unreachable) is recorded as
-``target_error`` for the queues concerned and retried at the next checkpoint; it never fails the query. A
+``target_error`` for the queues concerned and retried at the next checkpoint; it never fails the query. One
+that failed with an ``invalid_route`` error (a dead or replaced primary: a failover) is first repeated once at
+once, on the route the client then fetches anew, so the first checkpoint after an election reaches the new
+primary. A
 re-run batch re-translates a newer snapshot: target offsets only move forward, so nothing is undone.
 
 Problems (``CheckpointReport.problems``: a snapshot's conditions such as an unreachable source, target errors,
@@ -45,6 +48,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from broker_store.client import Admin, MessageQueue, Producer, new_message
 from broker_store.protocol.errors import RocketMQError
@@ -59,6 +63,7 @@ from connectors.checkpoint.translation import (
     target_offsets,
 )
 from connectors.core.offsets import QueueKey
+from connectors.core.outage import once_more_on_new_route
 from connectors.core.standing import StandingConditions, Transitions
 from connectors.core.sync_settings import CHECKPOINT_TOPIC
 
@@ -326,16 +331,13 @@ class CheckpointCommitter:
         for topic in sorted({q.topic for q in targets}):
             queues = [q for q in targets if q.topic == topic]
             try:  # per target topic: one that vanished affects only its own queues
-                ids = self._admin.consumer_list(group, topic)
-                if ids:
-                    online[topic] = ids
-                    continue
-                for q in queues:
-                    offset = self._admin.consumer_offset(group, _mq(q))
-                    if offset is not None:
-                        current[q] = offset
+                ids, found = once_more_on_new_route(partial(self._read_target, group, topic, queues))
             except RocketMQError as exc:
                 errors.update(dict.fromkeys(queues, f"target cluster {self.target_cluster}: {exc}"))
+                continue
+            if ids:
+                online[topic] = ids
+            current.update(found)
         if online:
             detail = "; ".join(f"{topic}: {len(ids)} consumer(s) online" for topic, ids in online.items())
             rows = mark_shared([_with(r, CheckpointOutcome.GROUP_ONLINE, detail)
@@ -346,12 +348,26 @@ class CheckpointCommitter:
         committed: dict[TargetQueueKey, int] = {}
         for q, offset in sorted(planned.commit.items()):
             try:
-                self._admin.update_consumer_offset(group, _mq(q), offset)
+                once_more_on_new_route(partial(self._admin.update_consumer_offset, group, _mq(q), offset))
                 committed[q] = offset
             except RocketMQError as exc:
                 errors[q] = f"UPDATE_CONSUMER_OFFSET on {self.target_cluster}: {exc}"
         return GroupCheckpoint(group, committed, tuple(outcome_rows(group, snapshot_ms, translations, current,
                                                                     committed, errors, shared)))
+
+    def _read_target(self, group: str, topic: str,
+                     queues: Sequence[TargetQueueKey]) -> tuple[list[str], dict[TargetQueueKey, int]]:
+        """The group's online consumers of ``topic`` on the target and, when there are none, its committed
+        offsets on ``queues`` (a queue it never committed is left out)."""
+        ids = self._admin.consumer_list(group, topic)
+        if ids:
+            return ids, {}
+        current: dict[TargetQueueKey, int] = {}
+        for q in queues:
+            offset = self._admin.consumer_offset(group, _mq(q))
+            if offset is not None:
+                current[q] = offset
+        return [], current
 
     def _produce(self, checkpoint: GroupCheckpoint, snapshot_ms: int) -> str | None:
         assert self._producer is not None

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from broker_store.protocol.errors import RocketMQError
+from broker_store.protocol.errors import RequestTimeoutError, RocketMQError
 from connectors.core.errors import SourceUnavailableError
 
 log = logging.getLogger(__name__)
@@ -27,6 +27,22 @@ MIN_OUTAGE_BACKOFF_MS = 10
 """Floor of the outage backoff, so retry_backoff_ms=0 does not spin on a refused connection."""
 WARN_EVERY_WAITS = 10
 """An outage logs a WARNING on its first wait and on every this many waits after it."""
+
+
+def once_more_on_new_route(call: Callable[[], T]) -> T:
+    """``call``, repeated once at once when it fails with an ``invalid_route`` error, before any outage policy
+    applies. A primary that died or was replaced (a controller-mode failover) answers that way; the client
+    dropped the route on it, so the second try asks the name servers and reaches the new primary. Every
+    Spark Python worker keeps its own route cache, so without this each one would fail its first request
+    after a failover and wait a backoff (or a whole trigger) for nothing. Not after a timeout: the request
+    may have been applied (a send stored twice) and a second one would wait as long again. Any other error,
+    or a second failure, is the caller's."""
+    try:
+        return call()
+    except RocketMQError as exc:
+        if not exc.invalid_route or isinstance(exc, RequestTimeoutError):
+            raise
+    return call()
 
 
 class Clock(Protocol):

@@ -34,6 +34,7 @@ from connectors.core.driver_log import driver_logging
 from connectors.core.executor import executor_admin, executor_producer, freeze_worker_heap
 from connectors.core.job_stop import abort_level
 from connectors.core.monitoring import HEARTBEAT_TOPIC, HEARTBEAT_TOPIC_QUEUES
+from connectors.core.outage import once_more_on_new_route
 from connectors.heartbeat.options import HeartbeatOptions, LinkEndpoints
 from connectors.heartbeat.records import Heartbeat
 
@@ -124,8 +125,9 @@ class HeartbeatStreamWriter(DataSourceStreamWriter):
             ensure_heartbeat_topic(endpoints)
             producer = executor_producer(endpoints.source_namesrv, PRODUCER_GROUP, send_timeout_ms=SEND_TIMEOUT_MS,
                                          auto_create_topic=False, credentials=endpoints.credentials)
-            result = producer.send(new_message(HEARTBEAT_TOPIC, heartbeat.encode(), tags=link_name,
-                                               keys=heartbeat.keys))
+            message = new_message(HEARTBEAT_TOPIC, heartbeat.encode(), tags=link_name, keys=heartbeat.keys)
+            # the producer's own retries are off: a route naming a primary that died is refreshed and tried once
+            result = once_more_on_new_route(lambda: producer.send(message))
         except TopicNotExistError as exc:  # the topic vanished (deleted on the source): the next send creates it
             forget_heartbeat_topic(endpoints)
             return SentHeartbeat(link_name, seq, born, None, None, f"{type(exc).__name__}: {exc}")

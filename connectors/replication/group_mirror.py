@@ -29,6 +29,7 @@ from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import RocketMQError
 from connectors.core.executor import executor_consumer
 from connectors.core.offsets import QueueKey
+from connectors.core.outage import once_more_on_new_route
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,8 @@ def source_group_mirror(namesrv: str, group: str, credentials: SessionCredential
         if mirror is None:
             def update(queue: QueueKey, offset: int) -> None:
                 consumer = executor_consumer(namesrv, group, 10_000, credentials)
-                consumer.update_consumer_offset(MessageQueue(queue.topic, queue.broker_name, queue.queue_id), offset)
+                mq = MessageQueue(queue.topic, queue.broker_name, queue.queue_id)
+                once_more_on_new_route(lambda: consumer.update_consumer_offset(mq, offset))
 
             if not _mirrors:
                 atexit.register(_flush_all)

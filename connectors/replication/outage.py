@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 
-from broker_store.protocol.errors import RocketMQError
+from broker_store.protocol.errors import RequestTimeoutError, RocketMQError
 from connectors.core.errors import TargetUnavailableError
 from connectors.core.executor import executor_admin
 from connectors.core.outage import WARN_EVERY_WAITS, Clock, OutagePolicy
@@ -21,6 +21,13 @@ log = logging.getLogger(__name__)
 def retriable(exc: RocketMQError) -> bool:
     """The send may succeed when repeated (a retriable error or a stale route)."""
     return bool(exc.retriable or exc.invalid_route)
+
+
+def stale_primary(exc: RocketMQError) -> bool:
+    """The send failed on a primary that died or is fenced (connection refused or lost, SERVICE_NOT_AVAILABLE):
+    the client dropped the route, so a send at once may reach the new primary. Not a timeout (the batch may be
+    stored: it is re-sent after the backoff like any outage) nor a missing topic (a refusal on a live target)."""
+    return bool(exc.retriable and exc.invalid_route and not isinstance(exc, RequestTimeoutError))
 
 
 sleep = time.sleep

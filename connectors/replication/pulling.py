@@ -141,7 +141,9 @@ def pull_results(settings: PullSettings, partition: QueueRange, consumer: PullCo
 
     While the source is unavailable (``SourceOutage.unavailable``: connection refused or lost, timeouts,
     a broker missing from the route, no broker registered) the failed pull is repeated at the same
-    offset with backoff, for up to ``settings.retry.timeout_ms``; then ``SourceUnavailableError``.
+    offset with backoff, for up to ``settings.retry.timeout_ms``; then ``SourceUnavailableError``. The first
+    repeat after a stale route's error (a dead or replaced primary) goes out at once, on the route the client
+    fetches anew (``connectors.core.outage.once_more_on_new_route``'s rule).
     Nothing is skipped and nothing read twice by the retries: a failed pull yielded nothing.
     ``outage``: the task's (counts its retries); default one per call.
     """
@@ -174,6 +176,7 @@ def _follow_pulls(settings: PullSettings, partition: QueueRange, pull: Callable[
     offset = partition.start
     pending: Future[PullResult] | None = first
     timer = OutageTimer(outage.policy, outage.clock)
+    new_route_asked = False
     try:
         while pending is not None:
             try:
@@ -182,9 +185,17 @@ def _follow_pulls(settings: PullSettings, partition: QueueRange, pull: Callable[
                 pending = None
                 if not outage.unavailable(exc):
                     raise
+                if not new_route_asked and exc.invalid_route and not isinstance(exc, RequestTimeoutError):
+                    # the primary this worker's route names died or was replaced (a failover): the client
+                    # dropped the route, so pull again at once before counting an outage (one backoff per
+                    # Python worker otherwise, each keeping its own route)
+                    new_route_asked = True
+                    pending = pull(offset)
+                    continue
                 outage.record_wait(timer, exc, f"pulling {mq} at offset {offset}")
                 pending = pull(offset)
                 continue
+            new_route_asked = False
             if timer.waits:
                 log.info("link %s: source queue %s readable again after %.1fs (%d retries)", outage.link, mq,
                          timer.elapsed, timer.waits)

@@ -47,7 +47,7 @@ from connectors.core.offsets import QueueKey
 from connectors.replication import outage
 from connectors.replication.arrow_rows import offset_msg_id
 from connectors.replication.forwarding import ForwardedPull, entry_body_length
-from connectors.replication.outage import TargetOutage, retriable
+from connectors.replication.outage import TargetOutage, retriable, stale_primary
 from connectors.replication.placement import QueuePlacement
 from connectors.replication.queue_placement import Placement
 from connectors.replication.records import FailedMessage, LatencySummary, OffsetMapping, summarise_latencies
@@ -313,11 +313,18 @@ class BatchSender:
         """Retry a failed send (blocking, exponential backoff): without limit but ``retryTimeoutMs`` while
         the target is unavailable, ``maxRetries`` times when it refuses the message; split a refused
         batch into single sends so one bad message does not fail its neighbours; record what still
-        fails. Raises ``TargetUnavailableError`` when an outage outlasts ``retryTimeoutMs``."""
+        fails. Raises ``TargetUnavailableError`` when an outage outlasts ``retryTimeoutMs``. The first
+        retry after a dead or fenced primary's error (``stale_primary``) goes out at once."""
         outage_started: float | None = None
         waits = 0
+        new_route_asked = False
         while True:
-            if self.outage.unavailable(error):
+            if not new_route_asked and stale_primary(error):
+                # the primary this worker's route names died or was replaced (a failover): the client dropped
+                # the route, so send again at once before counting an outage wait (each Python worker keeps
+                # its own route, so each would otherwise wait a backoff after every failover)
+                new_route_asked = True
+            elif self.outage.unavailable(error):
                 outage_started = outage.monotonic() if outage_started is None else outage_started
                 self.outage.wait(error, str(batch.queue or batch.topic), outage_started, waits)
                 waits += 1

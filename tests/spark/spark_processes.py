@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from broker_store.client import MessageQueue, Producer, PullConsumer, PullStatus, StoredMessage, new_message
+from broker_store.protocol.errors import RocketMQError
 from connectors.core.offsets import QueueKey, SourceOffset
 from connectors.core.spark_checkpoint import read_offset_log
 from tests.support.processes import free_port
@@ -301,22 +302,36 @@ class Produced:
 class BackgroundProducer:
     """Writes ``total`` random messages (binary bodies, tags, keys, user properties) to ``topic`` from a
     thread, in batches of ``batch`` to a random queue, at about ``rate`` messages per second;
-    ``oversize`` maps a message index to a body size (messages the target will refuse)."""
+    ``oversize`` maps a message index to a body size (messages the target will refuse).
+
+    ``tolerate_failures`` (a source failing over under the load): a batch whose send raises is not
+    acknowledged and not repeated (it may or may not be stored); ``failed`` counts such batches and
+    ``acked_at`` holds the monotonic time of every acknowledged batch, so a test can tell when the source
+    took writes again. ``stop()`` ends the load before ``total``."""
 
     def __init__(self, namesrv: str, topic: str, queues: Sequence[MessageQueue], total: int, *, rate: float,
-                 seed: int, max_body: int = 512, batch: int = 50, oversize: Mapping[int, int] | None = None) -> None:
+                 seed: int, max_body: int = 512, batch: int = 50, oversize: Mapping[int, int] | None = None,
+                 tolerate_failures: bool = False, send_timeout: float = 10) -> None:
         self.namesrv, self.topic, self.queues, self.total = namesrv, topic, list(queues), total
         self.rate, self.batch, self.max_body = rate, batch, max_body
         self.oversize = dict(oversize or {})
+        self.tolerate_failures, self.send_timeout = tolerate_failures, send_timeout
         self.rng = random.Random(seed)
         self.sent: list[Produced] = []
+        self.failed = 0
+        self.acked_at: list[float] = []
         self.error: BaseException | None = None
         self.done = threading.Event()
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"producer-{topic}", daemon=True)
 
     def start(self) -> BackgroundProducer:
         self._thread.start()
         return self
+
+    def stop(self) -> None:
+        """End the load after the batch in flight (``join`` still waits for it)."""
+        self._stop.set()
 
     def join(self, timeout: float) -> list[Produced]:
         self._thread.join(timeout)
@@ -342,16 +357,26 @@ class BackgroundProducer:
     def _run(self) -> None:
         started = time.monotonic()
         try:
-            with Producer(self.namesrv, f"PID_TEST_{uuid.uuid4().hex[:8]}", send_timeout=10) as producer:
+            with Producer(self.namesrv, f"PID_TEST_{uuid.uuid4().hex[:8]}",
+                          send_timeout=self.send_timeout) as producer:
                 index = 0
-                while index < self.total:
+                while index < self.total and not self._stop.is_set():
                     n = min(self.batch, self.total - index)
                     oversized = [i for i in range(index, index + n) if i in self.oversize]
                     if oversized:  # alone, so the batch cap of the producer does not hit its neighbours
                         n = 1 if oversized[0] == index else oversized[0] - index
                     pairs = [self._message(i) for i in range(index, index + n)]
                     mq = self.rng.choice(self.queues)
-                    result = producer.send_batch([m for m, _ in pairs], mq)
+                    try:
+                        result = producer.send_batch([m for m, _ in pairs], mq)
+                    except RocketMQError:
+                        if not self.tolerate_failures:
+                            raise
+                        self.failed += 1
+                        index += n
+                        time.sleep(0.05)
+                        continue
+                    self.acked_at.append(time.monotonic())
                     for k, ((message, expected), uniq) in enumerate(zip(pairs, result.msg_ids, strict=True)):
                         self.sent.append(Produced(uniq, result.message_queue, result.queue_offset + k,
                                                   message.body, expected))

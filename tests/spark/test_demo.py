@@ -61,3 +61,23 @@ def test_forever_runs_until_ctrl_c_then_prints_the_summary_and_exits_0(tmp_path:
     assert "stopped the main job (exit 0)" in out and "stopped the local clusters (exit 0)" in out
     assert "Traceback" not in out
     print(f"SIGINT to exit 0: {time.monotonic() - producing - 3 * SECONDS - 5:.0f} s")
+
+
+def test_failover_kills_the_source_primary_once_and_reports_the_election_and_nothing_missing(tmp_path: Path) -> None:
+    """`make demo DEMO_ARGS=--failover`, bounded and short: the controller-mode source's primary is killed under
+    the load; the summary's failover line gives the election time and 0 missing, and every other check holds."""
+    demo = TaggedProcess([sys.executable, "-m", "jobs.demo", "--config", str(_clusters_on_free_ports(tmp_path)),
+                          "--failover", "--seconds", "10"], tmp_path / "demo.log", spark_env())
+    try:
+        rc = demo.wait(240)
+    finally:
+        demo.kill()
+    out = demo.log()
+    print(out[-3000:])
+    assert rc == 0, out[-4000:]
+    assert "source cluster up in controller mode" in out and "failover: killed the source primary" in out
+    line = next(line for line in out.splitlines() if line.startswith("  failover: election "))
+    election = float(line.split()[2])
+    assert 0 < election < 10 and ", 0 missing (" in line, line
+    assert "demo check failed" not in out and "Traceback" not in out
+    assert "stopped the controller-mode source cluster" in out

@@ -73,8 +73,14 @@ class Broker(ClusterProcess):
 
     @property
     def broker_id(self) -> int:
-        """0 for the group's primary, 1.. for its replicas."""
+        """0 for the group's primary, 1.. for its replicas (static groups only: in controller mode the
+        controller assigns ids, and the primary is whichever member the name server lists as id 0)."""
         return self.config.broker_id
+
+    @property
+    def controlled(self) -> bool:
+        """A controller-mode member (its role and id are the controller's)."""
+        return self.config.enable_controller_mode
 
     @property
     def ha_port(self) -> int:
@@ -119,6 +125,14 @@ _registry = _Registry()
 atexit.register(_registry.kill_all)
 
 DEFAULT_NAMESRV_OPTIONS: Mapping[str, Any] = {"broker_expiry_seconds": 3.0}
+DEFAULT_CONTROLLER_OPTIONS: Mapping[str, Any] = {"heartbeat_timeout_ms": 2000, "scan_interval_ms": 200}
+"""The embedded controller of a ``LocalCluster(controller=...)``: a dead primary is replaced within ~2-3 s."""
+CONTROLLED_BROKER_OPTIONS: Mapping[str, Any] = {
+    "ha": {"role": "SYNC_MASTER", "ha_send_heartbeat_interval_ms": 500, "ha_housekeeping_interval_ms": 3000,
+           "ha_max_time_slave_not_catchup_ms": 5000, "metadata_sync_interval_ms": 500},
+}
+"""What every member of a controller-mode group runs with (over the cluster's broker options): quick HA
+heartbeats and metadata sync, so a member elected primary holds the topics and consumer offsets."""
 DEFAULT_BROKER_OPTIONS: Mapping[str, Any] = {
     "fast_listen_enable": False,  # the VIP port (listen - 2) only where a test asks for it
     "commit_log_segment_size": 8 * 1024 * 1024,
@@ -132,17 +146,27 @@ class LocalCluster:
     ``brokers`` is a number of groups ``<name>-a``, ``<name>-b``... with ``replicas`` members each
     (1: a primary alone), or explicit ``GroupSpec``s. Files live in ``root/<name>``: ``<member>.yaml``,
     ``<member>.log`` (stderr) and the store dir ``<member>/``, where a member is ``<group>-<id>``.
+
+    ``controller``: controller mode. The name server embeds the controller (these settings over
+    ``DEFAULT_CONTROLLER_OPTIONS``, its state under ``root/<name>/controller``) and every member runs with
+    ``enable_controller_mode`` (``CONTROLLED_BROKER_OPTIONS``): no fixed role or id, the controller elects
+    the primary. ``<group>-<i>`` then names a member only; ``primary(group)`` asks the name server.
     """
 
     def __init__(self, root: Path, name: str = "test", brokers: int | Sequence[GroupSpec] = 1, *,
-                 replicas: int = 1, namesrv: Mapping[str, Any] | None = None, **broker_options: Any) -> None:
+                 replicas: int = 1, namesrv: Mapping[str, Any] | None = None,
+                 controller: Mapping[str, Any] | None = None, **broker_options: Any) -> None:
         self.root = root / name
         self.root.mkdir(parents=True, exist_ok=True)
         self.name = name
         self.closed = False
-        self.namesrv = ClusterProcess(
-            "namesrv", NamesrvConfig(listen=f"{HOST}:{free_port()}", **{**DEFAULT_NAMESRV_OPTIONS, **(namesrv or {})}),
-            self.root, f"{name}-namesrv")
+        self.controlled = controller is not None
+        namesrv_options = {**DEFAULT_NAMESRV_OPTIONS, **(namesrv or {})}
+        if controller is not None:
+            namesrv_options["controller"] = {**DEFAULT_CONTROLLER_OPTIONS, "state_dir": str(self.root / "controller"),
+                                             **controller}
+        self.namesrv = ClusterProcess("namesrv", NamesrvConfig(listen=f"{HOST}:{free_port()}", **namesrv_options),
+                                      self.root, f"{name}-namesrv")
         self.namesrv_addr = self.namesrv.listen
         if isinstance(brokers, int):
             specs: Sequence[GroupSpec] = [GroupSpec.replicated(f"{name}-{chr(ord('a') + i)}", replicas)
@@ -150,12 +174,17 @@ class LocalCluster:
         else:
             specs = brokers
         options = {**DEFAULT_BROKER_OPTIONS, **broker_options}
+        if controller is not None:
+            options = {**options, "enable_controller_mode": True,
+                       "controller": {"controller_addrs": [self.namesrv_addr], "replica_info_poll_interval_ms": 500,
+                                      **options.get("controller", {})},
+                       "ha": {**CONTROLLED_BROKER_OPTIONS["ha"], **options.get("ha", {})}}
         self.groups: dict[str, list[Broker]] = {}
         for spec in specs:
             members: list[Broker] = []
             for broker_id, overrides in enumerate(spec.members):
                 member_options = {**options, **overrides, "ha": {**options.get("ha", {}), **overrides.get("ha", {})}}
-                if broker_id > 0:  # a replica follows its group's primary (unless the test says otherwise)
+                if broker_id > 0 and controller is None:  # a replica follows its primary (unless the test says)
                     member_options["ha"] = {"ha_primary_address": f"{HOST}:{members[0].ha_port}",
                                             **member_options["ha"], "role": "SLAVE"}
                     member_options["ha"].pop("ha_listen_port", None)
@@ -167,13 +196,31 @@ class LocalCluster:
     def _broker(self, group: str, broker_id: int, options: dict[str, Any]) -> Broker:
         listen = broker_listen_port(bool(options.get("fast_listen_enable")))
         member = f"{group}-{broker_id}"
-        config = BrokerConfig(cluster_name=self.name, broker_name=group, broker_id=broker_id,
-                              listen=f"{HOST}:{listen}", store_dir=self.root / member,
-                              namesrv_addrs=[self.namesrv_addr], **options)
+        # a controller-mode broker's id is the controller's: a configured one is refused
+        ids = {} if options.get("enable_controller_mode") else {"broker_id": broker_id}
+        config = BrokerConfig(cluster_name=self.name, broker_name=group, listen=f"{HOST}:{listen}",
+                              store_dir=self.root / member, namesrv_addrs=[self.namesrv_addr], **ids, **options)
         return Broker("broker", config, self.root, member)
 
     def primary(self, group: str) -> Broker:
-        return self.groups[group][0]
+        """The group's primary: member 0 of a static group; in controller mode the member the name server
+        lists as id 0 now (RuntimeError when it lists none, e.g. during an election)."""
+        if not self.controlled:
+            return self.groups[group][0]
+        found = self.listed_primary(group)
+        if found is None:
+            raise RuntimeError(f"{self.name}: the name server lists no primary of {group}")
+        return found
+
+    def listed_primary(self, group: str) -> Broker | None:
+        """The member the name server lists as the group's id 0, or None (none listed, or no answer)."""
+        try:
+            with Admin(self.namesrv_addr) as admin:
+                data = admin.cluster_info().broker_addr_table.get(group)
+        except RocketMQError:
+            return None
+        addr = None if data is None else data.master_addr
+        return next((b for b in self.groups[group] if b.listen == addr), None)
 
     def processes(self) -> list[ClusterProcess]:
         return [self.namesrv, *self.brokers]
@@ -197,9 +244,11 @@ class LocalCluster:
         return self
 
     def wait_registered(self, timeout: float = 30.0) -> None:
-        """Until the name server lists every running member of every group at its address."""
+        """Until the name server lists every running member of every group at its address (in controller
+        mode: at the id the controller gave it, one of them as id 0, the elected primary)."""
         expected = {group: {b.broker_id: b.listen for b in members if b.running()}
                     for group, members in self.groups.items()}
+        running = {group: sorted(b.listen for b in members if b.running()) for group, members in self.groups.items()}
         seen: dict[str, dict[int, str]] = {}
         with Admin(self.namesrv_addr) as admin:
             def registered() -> bool:
@@ -210,10 +259,13 @@ class LocalCluster:
                             for g in expected}
                 except RocketMQError:  # the name server may be the member being waited for
                     pass
+                if self.controlled:
+                    return all(0 in seen[g] and sorted(seen[g].values()) == running[g] for g in expected)
                 return seen == expected
 
             try:
-                poll_until(registered, timeout, lambda: f"brokers registered: expected {expected}, name server "
+                poll_until(registered, timeout, lambda: f"brokers registered: expected "
+                                                        f"{running if self.controlled else expected}, name server "
                                                         f"lists {seen}", interval=0.1)
             except TimeoutError as exc:
                 raise RuntimeError(f"{self.name}: {exc}\n{self.failure_logs()}") from exc
@@ -222,8 +274,9 @@ class LocalCluster:
         """Until every running primary counts each of its running replicas in sync (GET_BROKER_HA_STATUS):
         a replica started before its primary listened connects on its next retry, a second later."""
         deadline = time.monotonic() + timeout
-        for members in self.groups.values():
-            primary, running = members[0], sum(1 for r in members[1:] if r.running())
+        for group, members in self.groups.items():
+            primary = self.primary(group) if self.controlled else members[0]
+            running = sum(1 for r in members if r is not primary and r.running())
             if not running or not primary.running():
                 continue
             try:

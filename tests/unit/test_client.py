@@ -33,6 +33,7 @@ from broker_store.client import (
     new_message,
 )
 from broker_store.client.route_cache import RouteCache, publish_queues, route_from_default, subscribe_queues
+from broker_store.launcher import free_port
 from broker_store.net.client import RemotingClient
 from broker_store.net.server import Connection, RemotingServer
 from broker_store.protocol.codes import (
@@ -792,6 +793,21 @@ def test_admin_metadata_and_offsets(cluster: Cluster) -> None:
         assert admin.wait_for_route("later", timeout=2).broker_datas[0].broker_name == "broker-b"
         with pytest.raises(TransportError):
             admin.wait_for_route("never", timeout=0.3)
+
+
+def test_consumer_list_after_a_primary_died_asks_the_name_server_again(cluster: Cluster) -> None:
+    """The checkpoint connector asks ``consumer_list`` first: a route cached before a failover names the dead
+    primary; its connection error must drop the route (as for every other broker request), or every later
+    call fails on the dead address until the route's 30 s TTL runs out."""
+    dead = f"127.0.0.1:{free_port()}"
+    cluster.namesrv.routes["fo"] = TopicRouteData(queue_datas=(QueueData("broker-a", 4, 4, 6),),
+                                                  broker_datas=(BrokerData("c1", "broker-a", {0: dead}),))
+    with Admin(cluster.namesrv.addr) as admin:
+        with pytest.raises(TransportError):
+            admin.consumer_list("g", "fo")
+        cluster.namesrv.routes["fo"] = make_route([cluster.a])  # the new primary registered
+        assert admin.consumer_list("g", "fo") == []
+        assert cluster.a.count(RequestCode.GET_CONSUMER_LIST_BY_GROUP) == 1
 
 
 def test_namesrv_failover(cluster: Cluster) -> None:

@@ -10,7 +10,8 @@ import logging
 from typing import Any, cast
 
 from broker_store.client import Admin, MessageQueue
-from broker_store.protocol.errors import TransportError
+from broker_store.protocol.codes import ResponseCode
+from broker_store.protocol.errors import RocketMQError, TransportError, error_for_response
 from connectors.checkpoint.committer import CheckpointCommitter
 from connectors.checkpoint.link_state import LinkProgress
 from connectors.checkpoint.snapshot import GroupOffsetPoller
@@ -30,11 +31,17 @@ class FakeCluster:
 
     def __init__(self) -> None:
         self.down = False
+        self.failures: list[RocketMQError] = []
+        """Raised by the next calls, one each (a primary that just died, then its successor answering)."""
+        self.update_failures: list[RocketMQError] = []
+        """The same, for ``update_consumer_offset`` only."""
         self.updates: list[tuple[str, int]] = []
 
     def _check(self) -> None:
         if self.down:
             raise TransportError("cannot connect to 127.0.0.1:10911")
+        if self.failures:
+            raise self.failures.pop(0)
 
     def primary_addrs(self, cluster: str | None = None) -> dict[str, str]:
         self._check()
@@ -54,6 +61,8 @@ class FakeCluster:
 
     def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
         self._check()
+        if self.update_failures:
+            raise self.update_failures.pop(0)
         self.updates.append((group, offset))
 
 
@@ -116,3 +125,34 @@ def test_an_unreachable_target_is_one_warning_and_stands_through_a_source_outage
     assert "cleared: " in lines[4][1] and "source_unreachable src" in lines[4][1]
     assert "target_error app (was: target cluster dst: " in lines[4][1]
     assert "cleared" not in lines[5][1] and target.updates == [("app", 5)]
+
+
+def test_a_target_primary_replaced_since_the_last_checkpoint_is_reached_in_the_same_checkpoint() -> None:
+    """The first target request after a failover fails on the dead primary's address (``invalid_route``): the
+    client dropped the route, so the committer asks once more and commits now, not one interval later."""
+    _, target, poller, committer = _link()
+    target.failures = [TransportError("cannot connect to 127.0.0.1:10911")]
+    report = committer.apply(poller.next_item())
+    assert [r.outcome.value for g in report.groups for r in g.rows] == ["committed"]
+    assert target.updates == [("app", 5)]
+    # the commit itself is repeated the same way
+    _, target, poller, committer = _link()
+    target.update_failures = [TransportError("cannot connect to 127.0.0.1:10911")]
+    report = committer.apply(poller.next_item())
+    assert [r.outcome.value for g in report.groups for r in g.rows] == ["committed"]
+    assert target.updates == [("app", 5)]
+    # twice in a row: the new primary is not there yet; the next checkpoint tries again
+    _, target, poller, committer = _link()
+    target.failures = [TransportError("cannot connect"), TransportError("connection reset")]
+    report = committer.apply(poller.next_item())
+    assert [r.outcome.value for g in report.groups for r in g.rows] == ["target_error"]
+    assert target.updates == []
+
+
+def test_a_refusal_is_not_repeated_in_the_same_checkpoint() -> None:
+    """Only a stale route is worth a second try now; a broker's refusal waits for the next checkpoint."""
+    _, target, poller, committer = _link()
+    target.failures = [error_for_response(ResponseCode.SYSTEM_ERROR, "disk full"), TransportError("unexpected")]
+    report = committer.apply(poller.next_item())
+    assert [r.outcome.value for g in report.groups for r in g.rows] == ["target_error"]
+    assert len(target.failures) == 1  # the second failure was never asked for

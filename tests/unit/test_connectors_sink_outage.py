@@ -18,7 +18,9 @@ from broker_store.client.records import SendStatus
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import (
     MessageIllegalError,
+    RequestTimeoutError,
     RocketMQError,
+    ServiceNotAvailableError,
     TopicNotExistError,
     TransportError,
 )
@@ -114,10 +116,30 @@ def test_target_down_blocks_past_max_retries_then_delivers(monkeypatch: pytest.M
     producer = FakeProducer(lambda n: _down(n) if n < 12 else None)  # 12 failures >> maxRetries=2
     result = _send(_writer(monkeypatch, producer))
     assert result.failures == () and result.delivered == 3
-    assert result.target_unavailable_retries == 12
+    assert result.target_unavailable_retries == 11  # the first retry went out at once (the route may be stale)
     assert result.offset_map[0].target_first_offset == 0 and result.offset_map[0].messages == 3
     # doubling backoff from retryBackoffMs, capped at retryBackoffMaxMs
     assert clock.sleeps[:6] == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0] and max(clock.sleeps) == 2.0
+
+
+@pytest.mark.parametrize("error", [
+    TransportError("cannot connect to 127.0.0.1:10911: Connection refused"),
+    ServiceNotAvailableError(ResponseCode.SERVICE_NOT_AVAILABLE, "broker is fenced: promotion in progress"),
+])
+def test_a_send_refused_by_a_dead_or_fenced_primary_goes_to_the_new_one_at_once(
+        monkeypatch: pytest.MonkeyPatch, clock: FakeClock, error: RocketMQError) -> None:
+    """A target failover: this worker's route names the old primary. The client dropped the route on the error,
+    so the batch is sent again at once (no backoff, no outage counted) and lands on the new primary."""
+    producer = FakeProducer(lambda n: error if n == 0 else None)
+    result = _send(_writer(monkeypatch, producer))
+    assert result.failures == () and result.delivered == 3 and producer.calls == 2
+    assert result.target_unavailable_retries == 0 and clock.sleeps == []
+
+
+def test_a_timed_out_send_waits_its_backoff(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> None:
+    producer = FakeProducer(lambda n: RequestTimeoutError("no answer") if n == 0 else None)
+    result = _send(_writer(monkeypatch, producer))
+    assert result.delivered == 3 and clock.sleeps == [0.1]
 
 
 def test_no_broker_registered_counts_as_unavailable(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> None:

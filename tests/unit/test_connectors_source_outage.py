@@ -20,6 +20,7 @@ from broker_store.client import MessageQueue, PullResult, PullStatus
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import (
     NoPermissionError,
+    RequestTimeoutError,
     RocketMQError,
     ServiceNotAvailableError,
     TopicNotExistError,
@@ -177,7 +178,24 @@ def test_pulls_retry_the_same_offset_through_an_outage_nothing_missing_nothing_t
                               outage=outage))
     assert [(r.first_offset, r.last_offset) for r in got] == [(0, 3), (4, 7), (8, 11)]
     assert consumer.asked == [0, 4, 4, 4, 4, 8]
-    assert outage.retries == 3 and clock.sleeps == [0.1, 0.2, 0.4]
+    # the first repeat goes out at once (the route may only be stale), the next ones after a backoff
+    assert outage.retries == 2 and clock.sleeps == [0.1, 0.2]
+
+
+def test_a_pull_that_failed_on_a_dead_primary_is_repeated_at_once_on_the_new_route() -> None:
+    """A controller-mode failover: each Python worker's route still names the killed primary. One immediate
+    repeat per failure run (the client fetched the route again), no outage wait, no warning; a timeout waits."""
+    clock = FakeClock()
+    outage = _outage(clock)
+    refused = TransportError("cannot connect to 127.0.0.1:10911: Connection refused")
+    consumer = FlakyConsumer(lambda n: refused if n in (1, 3) else None)
+    got = list(pull_range_raw(SETTINGS, QueueRange("T", "b", 0, 0, 12), consumer,  # type: ignore[arg-type]
+                              outage=outage))
+    assert [(r.first_offset, r.last_offset) for r in got] == [(0, 3), (4, 7), (8, 11)]
+    assert consumer.asked == [0, 4, 4, 8, 8] and outage.retries == 0 and clock.sleeps == []
+    consumer = FlakyConsumer(lambda n: RequestTimeoutError("no answer") if n == 1 else None)
+    list(pull_range_raw(SETTINGS, QueueRange("T", "b", 0, 0, 8), consumer, outage=outage))  # type: ignore[arg-type]
+    assert consumer.asked == [0, 4, 4] and clock.sleeps == [0.1]
 
 
 def test_a_pull_outage_longer_than_the_budget_fails_the_task() -> None:

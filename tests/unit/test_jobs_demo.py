@@ -12,6 +12,7 @@ import pytest
 
 from connectors.core.config import load_replicator_config
 from jobs.demo import DEMO_INTERVALS, LINK, REPLICATOR_CONFIG, TOPIC, named_topics, write_config
+from jobs.demo_failover import election_seconds
 
 
 def test_the_demo_runs_the_example_config_with_its_own_short_intervals(tmp_path: Path) -> None:
@@ -51,3 +52,12 @@ def test_make_demo_passes_demo_args_to_the_demo_and_runs_it_bounded_without() ->
         "-m jobs.demo --config conf/cluster-local.yaml --forever")
     assert _make_demo_command("DEMO_ARGS=--rate 500 --seconds 60").endswith(
         "--config conf/cluster-local.yaml --rate 500 --seconds 60")
+    assert _make_demo_command("DEMO_ARGS=--failover").endswith(
+        "-m jobs.demo --config conf/cluster-local.yaml --failover")
+
+
+def test_the_election_is_timed_by_the_first_acknowledged_send_started_after_the_kill() -> None:
+    """A send started before the kill may have been answered by the old primary as it died: it proves nothing."""
+    acked = [(9.0, 9.1), (9.9, 10.2), (10.5, 12.0), (12.1, 12.2)]
+    assert election_seconds(10.0, acked) == 2.0
+    assert election_seconds(13.0, acked) is None
