@@ -6,6 +6,7 @@ is done by parts with one job each, all sharing the store lock and the CommitLog
     recovery.recover        the valid CommitLog prefix and the ConsumeQueues after a crash (at start)
     consume_queues          the queue table and the dispatch of records into it
     dispatch.Dispatcher     the confirm offset: how far records are indexed, so visible to consumers
+    replica_log             a replica's raw appends and log surgery (truncate, restart), for HA
     record_encoding         the bytes a put appends
     flush.FlushService      fsync thread, group-commit waiters, checkpoint
     durability              what ``PutResult.durable`` waits for (the flush step; replication adds its own)
@@ -19,7 +20,7 @@ Threads and the locks they take::
     flush thread                 -> store lock to snapshot offsets and dup fds; fsync OFF the lock;
                                     checkpoint lock to write the checkpoint
     retention thread / caller    -> store lock per deleted segment
-    truncate_commit_log          -> checkpoint lock, then store lock (that order, always)
+    truncate/restart_commit_log  -> checkpoint lock, then store lock (that order, always)
 
 Contracts: put/get never block on fsync. A put's ``PutResult.durable`` future (see ``store.durability``)
 and ``wait_for_flush`` futures are resolved on the flush thread (use ``asyncio.wrap_future``). Arrival
@@ -38,29 +39,22 @@ from collections.abc import Callable, Sequence
 
 from broker_store.clock import SYSTEM_CLOCK, Clock, StopSignal
 from broker_store.protocol.errors import ConfigError, ProtocolError, StoreError
-from broker_store.protocol.message import (
-    BLANK_MAGIC,
-    MAGIC_V1,
-    MAX_PROPERTIES_LENGTH,
-    STORED_HEADER,
-    STORED_HEADER_SIZE,
-    host_to_bytes,
-    validate_topic,
-)
+from broker_store.protocol.message import MAX_PROPERTIES_LENGTH, STORED_HEADER_SIZE, host_to_bytes, validate_topic
 from broker_store.protocol.properties import PROPERTY_WAIT, any_has_property, property_entry
 from broker_store.store.checkpoint import load_checkpoint
-from broker_store.store.commit_log import BLANK_RECORD, CommitLog
+from broker_store.store.commit_log import CommitLog
 from broker_store.store.config import FlushMode, StoreConfig
 from broker_store.store.consume_queue import CQ_ENTRY
 from broker_store.store.consume_queues import MAX_QUEUE_ID, ConsumeQueueTable
 from broker_store.store.delay_levels import DEFAULT_DELAY_LEVELS, SCHEDULE_TOPIC, DelayLevels, schedule_tags_code
-from broker_store.store.dispatch import Dispatcher
+from broker_store.store.dispatch import Arrival, Dispatcher
 from broker_store.store.durability import DurabilityPolicy
 from broker_store.store.files import FdPool
 from broker_store.store.flush import FlushService, SyncFlushStep
 from broker_store.store.reads import QueueReader
 from broker_store.store.record_encoding import RECORD_MIDDLE, encode_record, encode_records
 from broker_store.store.recovery import recover
+from broker_store.store.replica_log import ReplicaCommitLog
 from broker_store.store.results import GetResult, PutResult, PutStatus, QueueEntry, resolved
 from broker_store.store.retention import Retention
 from broker_store.store.warmer import PageCacheWarmer
@@ -110,6 +104,8 @@ class MessageStore:
                                    clock=clock, confirm_offset=lambda: self._dispatch.confirm_offset)
         self._reader = QueueReader(self._commit_log, self._queues, self._lock)
         self._retention = Retention(config, self._commit_log, self._queues, self._lock, clock)
+        self._replica_log = ReplicaCommitLog(self._commit_log, self._queues, self._dispatch, self._flush, self._lock,
+                                             self._notify)
         self._running = False
         self._started = False
         self._writable = True
@@ -133,14 +129,14 @@ class MessageStore:
             with self._lock:
                 checkpoint = load_checkpoint(self.config.store_dir)
                 limit = self._dispatch.recovery_limit(checkpoint)
-                self._flush.flushed = recover(self.config.store_dir, self._commit_log, self._queues, checkpoint,
-                                              dispatch_limit=limit)
+                self._flush.recovered(recover(self.config.store_dir, self._commit_log, self._queues, checkpoint,
+                                              dispatch_limit=limit))
                 self._dispatch.recovered(checkpoint)
             self._flush.flush_queues_and_checkpoint()
         except OSError as exc:
             raise StoreError(f"cannot open the store in {self.config.store_dir}: {exc}") from exc
         self._running = True
-        self._flush.accepting = True
+        self._flush.open()
         self._threads = [threading.Thread(target=self._flush.run, name="store-flush", daemon=True)]
         if self.config.retention_interval_ms > 0:
             self._threads.append(threading.Thread(target=self._retention.run, args=(self._stop,),
@@ -156,7 +152,7 @@ class MessageStore:
         if not self._running:
             return
         self._running = False
-        self._flush.accepting = False
+        self._flush.close()
         self._stop_threads()
         try:
             self._flush.flush_queues_and_checkpoint()
@@ -177,18 +173,6 @@ class MessageStore:
         with self._lock:
             self._commit_log.close()
             self._pool.close_all()
-
-    def _crash(self) -> None:
-        """Tests only: stop as a crash would (no final flush, no checkpoint), releasing descriptors."""
-        self._running = False
-        self._flush.accepting = False
-        self._stop_threads()
-        self._flush.resolve_waiters(self._flush.flushed, expire_all=True)
-        self._close_files()
-
-    def _flush_queues_and_checkpoint(self) -> None:
-        """Tests only: the flush thread's periodic ConsumeQueue fsync and checkpoint, now."""
-        self._flush.flush_queues_and_checkpoint()
 
     # -- put -----------------------------------------------------------------------------------------
 
@@ -304,8 +288,7 @@ class MessageStore:
             if cq is None:
                 self._dispatch.put_written((topic, queue_id), queue_offset + len(entries))
             else:
-                self._queues.dispatched = cl.max_offset
-                self._queues.dirty.add(cq)
+                self._queues.put_indexed(cq, cl.max_offset)
                 new_max = cq.max_index
         if self._listeners and cq is not None:
             self._notify([(topic, queue_id, new_max)])
@@ -334,7 +317,7 @@ class MessageStore:
                                      f"{MAX_PROPERTIES_LENGTH}")
         raise AssertionError("no entry exceeds a limit")
 
-    def _notify(self, arrived: list[tuple[str, int, int]]) -> None:
+    def _notify(self, arrived: list[Arrival]) -> None:
         for topic, queue_id, max_offset in arrived:
             for listener in self._listeners:
                 try:
@@ -432,54 +415,30 @@ class MessageStore:
 
     def read_commit_log(self, offset: int, max_bytes: int) -> bytes:
         """Raw CommitLog bytes from ``offset``, never crossing a segment end; b"" outside [min, max)."""
-        with self._lock:
-            cl = self._commit_log
-            if not cl.min_offset <= offset < cl.max_offset or max_bytes <= 0:
-                return b""
-            return cl.read(offset, min(max_bytes, cl.max_offset - offset))
+        return self._replica_log.read(offset, max_bytes)
 
     def append_commit_log(self, offset: int, data: bytes) -> None:
-        """Replica side: write raw bytes at exactly the max offset, then index every complete record.
-
-        ``data`` may end inside a record; that record is indexed once the rest arrives.
-        """
-        self.write_commit_log(offset, data)
-        self.index_commit_log()
+        """Replica side: write raw bytes at exactly the max offset, then index every complete record
+        (``ReplicaCommitLog.append``)."""
+        self._replica_log.append(offset, data)
 
     def write_commit_log(self, offset: int, data: bytes) -> None:
-        """Replica side: write raw bytes at exactly the max offset, without indexing them yet.
-
-        The max offset moves past ``data`` at once (what a replica acks: RocketMQ's replica reports after
-        the CommitLog append and builds its ConsumeQueues behind it); ``index_commit_log`` indexes later.
-        """
-        with self._lock:
-            cl = self._commit_log
-            if offset != cl.max_offset:
-                raise StoreError(f"append at commit log offset {offset}, "
-                                 f"but the max offset is {cl.max_offset}")
-            if offset % cl.segment_size + len(data) > cl.segment_size:
-                raise StoreError(f"append of {len(data)} bytes at {offset} crosses a segment end")
-            if not data:
-                return
-            self._dispatch.written()
-            try:
-                cl.write(offset, data)
-            except OSError as exc:
-                raise StoreError(f"append to the commit log at {offset} failed: {exc}") from exc
+        """Replica side: ``append_commit_log`` without the indexing (``ReplicaCommitLog.write``)."""
+        self._replica_log.write(offset, data)
 
     def index_commit_log(self) -> None:
         """Replica side: index every complete record written so far, up to the confirm offset (ConsumeQueues,
         arrival listeners)."""
-        with self._lock:
-            arrived = self._index_locked()
-        if self._listeners and arrived:
-            self._notify(arrived)
+        self._replica_log.index()
 
-    def _index_locked(self) -> list[tuple[str, int, int]]:
-        try:
-            return self._dispatch.dispatch()
-        except OSError as exc:
-            raise StoreError(f"indexing the commit log from {self._queues.dispatched} failed: {exc}") from exc
+    def truncate_commit_log(self, offset: int) -> None:
+        """Drop every record at or past ``offset`` (a record boundary) and their ConsumeQueue entries, in the
+        crash-safe order of ``ReplicaCommitLog.truncate``."""
+        self._replica_log.truncate(offset)
+
+    def restart_commit_log(self, offset: int) -> None:
+        """Replica side: drop the whole log and continue, empty, at ``offset`` (``ReplicaCommitLog.restart``)."""
+        self._replica_log.restart(offset)
 
     # -- confirm offset (controller mode) ---------------------------------------------------------------
 
@@ -496,7 +455,7 @@ class MessageStore:
         with self._lock:
             if not self._dispatch.advance(offset):
                 return
-            arrived = self._index_locked()
+            arrived = self._replica_log.index_locked()
         if self._listeners and arrived:
             self._notify(arrived)
 
@@ -507,76 +466,13 @@ class MessageStore:
         max offset. StoreError below the indexed offset (only ``truncate_commit_log`` takes entries back)."""
         with self._lock:
             self._dispatch.set(offset)
-            arrived = self._index_locked()
+            arrived = self._replica_log.index_locked()
         if self._listeners and arrived:
             self._notify(arrived)
         try:
             self._flush.flush_queues_and_checkpoint()
         except OSError as exc:
             raise StoreError(f"writing the checkpoint of {self.config.store_dir} failed: {exc}") from exc
-
-    def truncate_commit_log(self, offset: int) -> None:
-        """Drop every record at or past ``offset`` (a record boundary: a record's start, a blank record or the
-        dispatched offset) and their ConsumeQueue entries."""
-        flush = self._flush
-        with flush.checkpoint_lock, self._lock:
-            cl = self._commit_log
-            if offset >= cl.max_offset:
-                return
-            # The dispatched offset is a boundary by construction (dispatch stops only between records); a
-            # promotion cuts there a record received in part, which may be shorter than a header.
-            if offset > cl.min_offset and offset % cl.segment_size and offset != self._queues.dispatched:
-                head = cl.read(offset, STORED_HEADER_SIZE)
-                ok = len(head) >= 8 and BLANK_RECORD.unpack_from(head)[1] == BLANK_MAGIC
-                if not ok and len(head) == STORED_HEADER_SIZE:
-                    ok = STORED_HEADER.unpack(head)[1] == MAGIC_V1 and STORED_HEADER.unpack(head)[6] == offset
-                if not ok:
-                    raise StoreError(f"commit log offset {offset} is not a record boundary")
-            flush.truncated(offset)
-            try:
-                # Checkpoint first: a crash after the cut but before the final checkpoint would otherwise leave
-                # one whose safe offset lies past the log's new end, and recovery would resume from there over
-                # the zeroed bytes. A lower safe offset only makes recovery scan more.
-                flush.write_checkpoint(flush.flushed, min(self._queues.dispatched, offset),
-                                       min(self._dispatch.confirm_offset, offset))
-                if offset <= cl.min_offset:
-                    for start in list(cl.segments):
-                        cl.delete_segment(start)
-                cl.truncate(offset)
-                queues = self._queues
-                queues.dispatched = min(queues.dispatched, offset)
-                queues.truncate_from_commit_log_offset(offset)
-                self._dispatch.truncated(offset)
-                flush.write_checkpoint(flush.flushed, queues.dispatched, self._dispatch.confirm_offset)
-            except OSError as exc:
-                raise StoreError(f"truncating the commit log to {offset} failed: {exc}") from exc
-        flush.resolve_waiters(flush.flushed, fail_above=offset)
-
-    def restart_commit_log(self, offset: int) -> None:
-        """Replica side: drop the whole log and continue, empty, at ``offset`` (min = max = offset).
-
-        For a replica whose log lies entirely below the primary's min offset (``ha.replica_start``
-        RESTART): every CommitLog segment and ConsumeQueue entry goes, the flushed and dispatched
-        offsets move to ``offset`` and the checkpoint says so. ``offset`` is the primary's min offset,
-        a segment start, so the next append creates the segment file it falls in.
-        """
-        flush = self._flush
-        with flush.checkpoint_lock, self._lock:
-            cl = self._commit_log
-            flush.truncated(offset)
-            try:
-                for start in list(cl.segments):
-                    cl.delete_segment(start)
-                cl.max_offset = offset
-                queues = self._queues
-                queues.truncate_from_commit_log_offset(0)
-                queues.dispatched = offset
-                flush.flushed = offset
-                self._dispatch.restarted(offset)
-                flush.write_checkpoint(offset, offset, self._dispatch.confirm_offset)
-            except OSError as exc:
-                raise StoreError(f"restarting the commit log at {offset} failed: {exc}") from exc
-        flush.resolve_waiters(flush.flushed, fail_above=offset)
 
     # -- retention -----------------------------------------------------------------------------------
 
