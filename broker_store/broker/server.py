@@ -3,16 +3,17 @@
 Started by ``broker_store.cli`` through ``run_broker`` and by tests directly
 (``await BrokerServer(cfg).start()`` ... ``await stop()``; listen on port 0 and read ``addr``).
 It owns the MessageStore, the topic table, consumer offsets, the client registry, the pull waiters
-and the name-server registration, and routes each request code to its processor module; each
-processor gets a narrow context (``SendContext``, ``PullContext``...) rather than the server.
+and the name-server registration, and routes each request code to its processor module through
+``broker.request_routing``'s table; each processor gets a narrow context (``SendContext``,
+``PullContext``...) rather than the server.
 
 Role is runtime state (``role_state``, ``broker.role.RoleState``): a REPLICA refuses writes with
 SERVICE_NOT_AVAILABLE and answers PULL_OFFSET_MOVED as PULL_RETRY_IMMEDIATELY. ``change_role`` is the one
 way it changes (tests and operators now, the election controller later): ``broker.role_transition`` fences
 the broker (sends refused, pulls served up to the confirm offset) while it awaits the replication switch
 and the store steps, then unfences; a change of the registered id re-registers. Two loops follow the
-stage: the metadata sync runs while unfenced REPLICA, the schedule service (``broker.schedule``, delivery
-of delayed messages) while unfenced PRIMARY; each starts at an unfenced edge and stops at the fence.
+stage (``broker.stage_loops``): the metadata sync runs while unfenced REPLICA, the schedule service
+(``broker.schedule``, delivery of delayed messages) while unfenced PRIMARY.
 
 Controller mode (``enable_controller_mode``): the broker starts REPLICA under the id its ``brokerIdentity``
 file keeps (``broker.identity_file``) and at the newest epoch of its epoch file (``store.epoch_store``, whose
@@ -39,24 +40,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 from broker_store.background import cancel_and_wait
-from broker_store.broker.admin_processor import AdminContext, AdminProcessor
-from broker_store.broker.client_processor import ClientContext, ClientProcessor
 from broker_store.broker.client_registry import ClientRegistry
 from broker_store.broker.consumer_offset import FILE_NAME as OFFSETS_FILE
 from broker_store.broker.consumer_offset import ConsumerOffsetManager
 from broker_store.broker.controller_agent import ControllerAgent
-from broker_store.broker.controller_client import ControllerClient, decode_role_notification
+from broker_store.broker.controller_client import ControllerClient
 from broker_store.broker.delay_offsets import FILE_NAME as DELAY_OFFSETS_FILE
 from broker_store.broker.delay_offsets import DelayOffsetTable
-from broker_store.broker.delayed_send import DelayedSend
 from broker_store.broker.identity_file import BrokerIdentityFiles, RegisterState
 from broker_store.broker.long_polling import PullWaiters
 from broker_store.broker.metadata_sync import MetadataSync
 from broker_store.broker.namesrv_registration import BrokerIdentity, NamesrvRegistration
-from broker_store.broker.offset_processor import OffsetContext, OffsetProcessor
-from broker_store.broker.pull_processor import PullContext, PullProcessor
 from broker_store.broker.replication import BrokerReplication
-from broker_store.broker.role import BrokerRole, RoleStage, RoleState, RoleView
+from broker_store.broker.request_routing import BrokerParts, Processor, processor_table, unrouted
+from broker_store.broker.role import BrokerRole, RoleState, RoleView
 from broker_store.broker.role_transition import (
     ControllerPromotionSteps,
     PromotionSteps,
@@ -64,7 +61,7 @@ from broker_store.broker.role_transition import (
     StorePromotionSteps,
 )
 from broker_store.broker.schedule import DelaySchedule, ScheduleService
-from broker_store.broker.send_processor import SendContext, SendProcessor
+from broker_store.broker.stage_loops import StageLoops
 from broker_store.broker.subscription_group import FILE_NAME as SUBSCRIPTION_GROUPS_FILE
 from broker_store.broker.subscription_group import SubscriptionGroupManager
 from broker_store.broker.topic_config import FILE_NAME as TOPICS_FILE
@@ -75,8 +72,7 @@ from broker_store.ha.sync_state_set import SyncStateSet
 from broker_store.net.client import RemotingClient
 from broker_store.net.server import Connection, HandlerResult, RemotingServer
 from broker_store.net.signals import wait_for_termination
-from broker_store.protocol.codes import RequestCode, ResponseCode
-from broker_store.protocol.errors import ProtocolError, RocketMQError
+from broker_store.protocol.errors import RocketMQError
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.store import MessageStore
 from broker_store.store.delay_levels import SCHEDULE_TOPIC, queue_id_of_level
@@ -84,8 +80,6 @@ from broker_store.store.epoch_store import EpochStore
 
 log = logging.getLogger(__name__)
 
-Processor = Callable[[RemotingCommand, Connection], HandlerResult]
-"""Returns the response, or an awaitable of it when the request must wait (see ``net.server``)."""
 METADATA_DIR = "config"
 """Subdirectory of store_dir holding topics.json, consumer_offsets.json, subscription_groups.json and
 delayOffset.json."""
@@ -137,7 +131,7 @@ class BrokerServer:
         self.delay_offsets = DelayOffsetTable(meta / DELAY_OFFSETS_FILE)
         self.schedule: ScheduleService | None = None
         """Delivery of delayed messages; runs while PRIMARY (valid after start)."""
-        self._schedule_task: asyncio.Task[None] | None = None
+        self._stage_loops: StageLoops | None = None
         host, port = split_host_port(config.listen)
         self._server = RemotingServer(self._handle, host, port)
         self._server.disconnect_listeners.append(self.clients.connection_closed)
@@ -159,7 +153,6 @@ class BrokerServer:
         self.metadata_sync: MetadataSync | None = None
         """A replica's copy of its primary's topics, consumer offsets and subscription groups (valid after
         start)."""
-        self._metadata_sync_task: asyncio.Task[None] | None = None
         self.stopping = False
         self.addr = ""
         """Advertised ``ip:port`` (valid after start)."""
@@ -262,6 +255,9 @@ class BrokerServer:
                 on_topics_changed=self._request_register, delay_offsets=self.delay_offsets)
             self.schedule = ScheduleService(store, DelaySchedule(self.delay_levels, self.delay_offsets),
                                             clock=self._clock)
+            stage_loops = self._stage_loops = StageLoops(self.metadata_sync, self.schedule,
+                                                         persist_delay_offsets=self._persist_delay_offsets,
+                                                         stopping=lambda: self.stopping)
             self._install_processors()
             if self.identity_files is not None:
                 self._start_controller_agent(self.identity_files)
@@ -276,8 +272,7 @@ class BrokerServer:
                 loop.create_task(self._persist_offsets_loop()),
                 loop.create_task(self._client_scan_loop()),
             ]
-            self._metadata_sync_for(self.role_state.stage)
-            self._schedule_for(self.role_state.stage)
+            stage_loops.follow(self.role_state.stage)
             if self.controller_agent is not None:
                 self.controller_agent.start()
         except BaseException:
@@ -414,32 +409,10 @@ class BrokerServer:
         pulls held while fenced re-read once unfenced (no arrival would wake them)."""
         if old.broker_id != new.broker_id:
             self._request_register()
-        self._metadata_sync_for(new.stage)
-        self._schedule_for(new.stage)
+        if self._stage_loops is not None:
+            self._stage_loops.follow(new.stage)
         if old.stage.fenced and not new.stage.fenced and self._pull_waiters is not None:
             self._pull_waiters.wake_all()
-
-    def _metadata_sync_for(self, stage: RoleStage) -> None:
-        """Run the metadata sync while unfenced REPLICA, and only then (the role listener and start call
-        this): a promotion stops it at the fence, so no copy of the old primary's tables lands after."""
-        if stage is RoleStage.REPLICA and self._metadata_sync_task is None and self.metadata_sync is not None \
-                and not self.stopping:
-            self._metadata_sync_task = asyncio.get_running_loop().create_task(self.metadata_sync.run())
-        elif stage is not RoleStage.REPLICA and self._metadata_sync_task is not None:
-            self._metadata_sync_task.cancel()
-            self._metadata_sync_task = None
-
-    def _schedule_for(self, stage: RoleStage) -> None:
-        """Run the schedule service while unfenced PRIMARY, and only then (the role listener and start call
-        this): it writes, so it starts at a promotion's unfenced edge and stops at a demotion's fence. A
-        replica keeps the primary's delay offsets (metadata sync), so stopping persists the table first."""
-        if stage is RoleStage.PRIMARY and self._schedule_task is None and self.schedule is not None \
-                and not self.stopping:
-            self._schedule_task = asyncio.get_running_loop().create_task(self.schedule.run())
-        elif stage is not RoleStage.PRIMARY and self._schedule_task is not None:
-            self._schedule_task.cancel()
-            self._schedule_task = None
-            self._persist_delay_offsets()
 
     def _persist_delay_offsets(self) -> None:
         try:
@@ -458,66 +431,10 @@ class BrokerServer:
         return self.replication.view().to_json()
 
     def _install_processors(self) -> None:
-        cfg, store, topics, role = self.config, self.store, self.topic_configs, self.role_state
-        send = SendProcessor(SendContext(
-            store, topics, role, broker_name=cfg.broker_name, cluster_name=cfg.cluster_name,
-            region_id=cfg.region_id, trace_on=cfg.trace_on, max_message_size=cfg.store.max_message_size,
-            max_batch_size=cfg.store.max_batch_size,
-            max_reconsume_times=cfg.max_reconsume_times, delayed_send=DelayedSend(self.delay_levels)))
-        pull = PullProcessor(PullContext(
-            store, topics, self.clients, self.consumer_offsets, self.pull_waiters, role,
-            stopping=lambda: self.stopping, clock=self._clock, max_pull_msg_nums=cfg.max_pull_msg_nums,
-            long_polling_enable=cfg.long_polling_enable, short_polling_time_ms=cfg.short_polling_time_ms,
-            subscription_groups=self.subscription_groups,
-            slave_read_enable=cfg.ha.slave_read_enable, max_in_memory_gap=cfg.ha.max_in_memory_gap(),
-            # The store keeps no confirm offset yet: a fenced broker serves everything it holds.
-            confirm_offset=lambda: store.max_physical_offset))
-        offsets = OffsetProcessor(OffsetContext(store, topics, self.consumer_offsets, self.delay_offsets,
-                                                broker_name=cfg.broker_name))
-        admin = AdminProcessor(AdminContext(topics, self.consumer_offsets, self.subscription_groups,
-                                            cluster_name=cfg.cluster_name, broker_name=cfg.broker_name,
-                                            auto_create_topic_enable=cfg.auto_create_topic_enable,
-                                            ha_status=self._ha_status))
-        clients = ClientProcessor(ClientContext(self.clients, topics, role))
-        self._processors = {
-            RequestCode.SEND_MESSAGE: send.send_message,
-            RequestCode.SEND_MESSAGE_V2: send.send_message,
-            RequestCode.SEND_BATCH_MESSAGE: send.send_batch_message,
-            RequestCode.CONSUMER_SEND_MSG_BACK: send.consumer_send_msg_back,
-            RequestCode.PULL_MESSAGE: pull.pull_message,
-            RequestCode.QUERY_CONSUMER_OFFSET: offsets.query_consumer_offset,
-            RequestCode.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,
-            RequestCode.GET_MAX_OFFSET: offsets.get_max_offset,
-            RequestCode.GET_MIN_OFFSET: offsets.get_min_offset,
-            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: offsets.search_offset_by_timestamp,
-            RequestCode.GET_ALL_CONSUMER_OFFSET: offsets.get_all_consumer_offset,
-            RequestCode.GET_ALL_DELAY_OFFSET: offsets.get_all_delay_offset,
-            RequestCode.GET_TOPIC_STATS_INFO: offsets.get_topic_stats_info,
-            RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
-            RequestCode.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
-            RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic_in_broker,
-            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_and_create_subscription_group,
-            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group_config,
-            RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
-            RequestCode.GET_BROKER_HA_STATUS: admin.get_broker_ha_status,
-            RequestCode.HEART_BEAT: clients.heart_beat,
-            RequestCode.UNREGISTER_CLIENT: clients.unregister_client,
-            RequestCode.GET_CONSUMER_LIST_BY_GROUP: clients.get_consumer_list_by_group,
-        }
-        if self.config.enable_controller_mode:
-            self._processors[RequestCode.NOTIFY_BROKER_ROLE_CHANGED] = self._role_changed
-
-    def _role_changed(self, cmd: RemotingCommand, _conn: Connection) -> RemotingCommand:
-        """NOTIFY_BROKER_ROLE_CHANGED (1008) from the controller: answered at once, acted on in the background."""
-        agent = self.controller_agent
-        if agent is None:
-            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "the controller agent is not running")
-        try:
-            info = decode_role_notification(cmd)
-        except ProtocolError as exc:
-            return cmd.response(ResponseCode.INVALID_PARAMETER, str(exc))
-        agent.on_notification(info)
-        return cmd.response(ResponseCode.SUCCESS)
+        self._processors = processor_table(BrokerParts(
+            self.config, self.store, self.topic_configs, self.role_state, self.clients, self.consumer_offsets,
+            self.delay_offsets, self.subscription_groups, self.pull_waiters, self.delay_levels, self._clock,
+            stopping=lambda: self.stopping, ha_status=self._ha_status, controller_agent=lambda: self.controller_agent))
 
     async def stop(self, *, unregister: bool = True) -> None:
         """Stop serving; ``unregister=False`` skips UNREGISTER_BROKER (tests simulate a vanished broker).
@@ -530,10 +447,8 @@ class BrokerServer:
         if self._pull_waiters is not None:
             self._pull_waiters.wake_all()
             await asyncio.sleep(0)  # let released pulls answer while the store is still open
-        for task in (self._metadata_sync_task, self._schedule_task):
-            if task is not None:
-                self._tasks.append(task)
-        self._metadata_sync_task = self._schedule_task = None
+        if self._stage_loops is not None:
+            self._tasks.extend(self._stage_loops.detach())
         await cancel_and_wait(self._tasks)
         self._tasks = []
         if self.registration is not None:
@@ -579,14 +494,8 @@ class BrokerServer:
     def _handle(self, cmd: RemotingCommand, conn: Connection) -> HandlerResult:
         processor = self._processors.get(cmd.code)
         if processor is None:
-            if self._store is None or self.stopping:
-                return cmd.response(
-                    ResponseCode.SERVICE_NOT_AVAILABLE,
-                    f"broker {self.config.broker_name} is {'stopping' if self.stopping else 'starting'}",
-                )
-            return cmd.response(
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
-            )
+            return unrouted(cmd, broker_name=self.config.broker_name, started=self._store is not None,
+                            stopping=self.stopping)
         return processor(cmd, conn)
 
 
