@@ -202,43 +202,25 @@ class MessageStore:
             return self._failed(PutStatus.SERVICE_NOT_AVAILABLE,
                                  "the message store is not running" if self._writable
                                  else "the message store is read-only after an I/O error")
-        topic_tail = self._topic_bytes.get(topic)  # TOPICLEN + topic, as stored
-        if topic_tail is None:
-            try:
-                validate_topic(topic)
-            except ProtocolError as exc:
-                return self._failed(PutStatus.MESSAGE_ILLEGAL, str(exc))
-            topic_raw = topic.encode()
-            topic_tail = bytes((len(topic_raw),)) + topic_raw
-            if len(self._topic_bytes) > 65536:
-                self._topic_bytes.clear()
-            self._topic_bytes[topic] = topic_tail
+        # the caches hold what a put stores of its topic (TOPICLEN + topic) and born host; a miss validates
+        topic_tail = self._topic_bytes.get(topic) or self._new_topic(topic)
+        born = self._hosts.get(born_host) or self._new_born_host(born_host)
+        if isinstance(topic_tail, PutResult):
+            return topic_tail
         if not 0 <= queue_id <= MAX_QUEUE_ID:
             return self._failed(PutStatus.MESSAGE_ILLEGAL, f"queue id {queue_id} is out of range")
-        born = self._hosts.get(born_host)
-        if born is None:
-            try:
-                born = host_to_bytes(born_host)
-            except ProtocolError as exc:
-                return self._failed(PutStatus.MESSAGE_ILLEGAL, f"born host: {exc}")
-            if len(self._hosts) > 4096:
-                self._hosts.clear()
-            self._hosts[born_host] = born
+        if isinstance(born, PutResult):
+            return born
         if not entries:
             return self._failed(PutStatus.MESSAGE_ILLEGAL, "no messages to put")
         bodies, props_list, flags, tags_codes = zip(*entries, strict=True)
         body_lens = list(map(len, bodies))
         props_lens = list(map(len, props_list))
-        max_body = self.config.max_message_size
-        if max(body_lens) > max_body or max(props_lens) > MAX_PROPERTIES_LENGTH:
-            return self._first_illegal_entry(entries, max_body)
         fixed = STORED_HEADER_SIZE + 2 + len(topic_tail)
         total = fixed * len(entries) + sum(body_lens) + sum(props_lens)
-        seg_size = self.config.commit_log_segment_size
-        if total > seg_size:
-            return self._failed(PutStatus.MESSAGE_ILLEGAL,
-                                 f"MESSAGE_SIZE_EXCEEDED: {len(entries)} record(s) of {total} bytes exceed "
-                                 f"the commit log segment size {seg_size}")
+        if max(body_lens) > self.config.max_message_size or max(props_lens) > MAX_PROPERTIES_LENGTH \
+                or total > self.config.commit_log_segment_size:
+            return self._size_refusal(entries, total)
         durability = self.durability
         wait = not _says_no_wait(props_list)
         if not durability.admits_all:
@@ -265,12 +247,11 @@ class MessageStore:
                 queue_offset = self._dispatch.next_queue_offset((topic, queue_id)) if cq is None else cq.max_index
                 if len(entries) == 1:  # the single send: no lists to build
                     body, props, flag, tags_code = entries[0]
-                    cl.write(wrote, encode_record(body, props, topic_tail, total, queue_id, flag, queue_offset,
-                                                  wrote, sys_flag, born_timestamp, born, store_ts,
-                                                  self._store_host, reconsume_times))
-                    if cq is not None:
-                        cq.append(queue_offset, CQ_ENTRY.pack(wrote, total, tags_code))
+                    records = encode_record(body, props, topic_tail, total, queue_id, flag, queue_offset, wrote,
+                                            sys_flag, born_timestamp, born, store_ts, self._store_host,
+                                            reconsume_times)
                     offsets: Sequence[int] = (wrote,)
+                    cq_entries = CQ_ENTRY.pack(wrote, total, tags_code) if cq is not None else b""
                 else:
                     store_ip, store_port = self._store_host
                     middle = RECORD_MIDDLE.pack(sys_flag, born_timestamp, born[0], born[1], store_ts,
@@ -278,9 +259,9 @@ class MessageStore:
                     records, offsets, cq_entries = encode_records(
                         bodies, props_list, flags, tags_codes, body_lens, props_lens, fixed, topic_tail,
                         middle, queue_id, queue_offset, wrote)
-                    cl.write(wrote, records)
-                    if cq is not None:
-                        cq.append(queue_offset, cq_entries)
+                cl.write(wrote, records)
+                if cq is not None:
+                    cq.append(queue_offset, cq_entries)
             except OSError as exc:
                 self._writable = False
                 log.exception("write to %s failed; the store is now read-only", self.config.store_dir)
@@ -305,8 +286,33 @@ class MessageStore:
         return PutResult(PutStatus.PUT_OK, "", tuple((prefix + ids).split(",")), queue_offset, len(entries),
                          wrote, end, durability.durable(end, wait))
 
-    def _first_illegal_entry(self, entries: Sequence[PutEntry], max_body: int) -> PutResult:
-        """The error for the first entry whose body or properties are too long (in entry order)."""
+    def _new_topic(self, topic: str) -> bytes | PutResult:
+        """A put's topic missing from the cache: its stored TOPICLEN + topic (cached), or the refusal."""
+        try:
+            validate_topic(topic)
+        except ProtocolError as exc:
+            return self._failed(PutStatus.MESSAGE_ILLEGAL, str(exc))
+        topic_raw = topic.encode()
+        if len(self._topic_bytes) > 65536:
+            self._topic_bytes.clear()
+        tail = self._topic_bytes[topic] = bytes((len(topic_raw),)) + topic_raw
+        return tail
+
+    def _new_born_host(self, born_host: str) -> tuple[bytes, int] | PutResult:
+        """A put's born host missing from the cache: its stored (ip, port) (cached), or the refusal."""
+        try:
+            born = host_to_bytes(born_host)
+        except ProtocolError as exc:
+            return self._failed(PutStatus.MESSAGE_ILLEGAL, f"born host: {exc}")
+        if len(self._hosts) > 4096:
+            self._hosts.clear()
+        self._hosts[born_host] = born
+        return born
+
+    def _size_refusal(self, entries: Sequence[PutEntry], total: int) -> PutResult:
+        """The error for the first entry whose body or properties are too long (in entry order), else for
+        records that together exceed a CommitLog segment."""
+        max_body = self.config.max_message_size
         for body, props, _, _ in entries:
             if len(body) > max_body:
                 return self._failed(PutStatus.MESSAGE_ILLEGAL,
@@ -315,7 +321,10 @@ class MessageStore:
                 return self._failed(PutStatus.PROPERTIES_SIZE_EXCEEDED,
                                      f"message properties size {len(props)} exceeds the limit "
                                      f"{MAX_PROPERTIES_LENGTH}")
-        raise AssertionError("no entry exceeds a limit")
+        seg_size = self.config.commit_log_segment_size
+        return self._failed(PutStatus.MESSAGE_ILLEGAL,
+                            f"MESSAGE_SIZE_EXCEEDED: {len(entries)} record(s) of {total} bytes exceed "
+                            f"the commit log segment size {seg_size}")
 
     def _notify(self, arrived: list[Arrival]) -> None:
         for topic, queue_id, max_offset in arrived:
