@@ -15,13 +15,14 @@ and the store steps, then unfences; a change of the registered id re-registers. 
 stage (``broker.stage_loops``): the metadata sync runs while unfenced REPLICA, the schedule service
 (``broker.schedule``, delivery of delayed messages) while unfenced PRIMARY.
 
-Controller mode (``enable_controller_mode``): the broker starts REPLICA under the id its ``brokerIdentity``
-file keeps (``broker.identity_file``) and at the newest epoch of its epoch file (``store.epoch_store``, whose
-cut and append a promotion makes: ``role_transition.ControllerPromotionSteps``); without an id it serves but does not
-register with the name servers until it has one. ``broker.controller_agent`` does the rest once the broker
-serves: applies for an id, registers with the controller, heartbeats it, and changes the role as the
-controller says (NOTIFY_BROKER_ROLE_CHANGED, answered here, and a poll); a replica follows the primary the
-controller names, not the one a name server's answer names.
+Controller mode (``enable_controller_mode``, wired by ``broker.controller_wiring``): the broker starts REPLICA
+under the id its ``brokerIdentity`` file keeps (``broker.identity_file``) and at the newest epoch of its epoch
+file (``store.epoch_store``, whose cut and append a promotion makes: ``role_transition.ControllerPromotionSteps``);
+without an id it serves but does not register with the name servers until it has one.
+``broker.controller_agent`` does the rest once the broker serves: applies for an id, registers with the
+controller, heartbeats it, and changes the role as the controller says (NOTIFY_BROKER_ROLE_CHANGED, answered
+through ``broker.request_routing``, and a poll); a replica follows the primary the controller names, not the
+one a name server's answer names.
 
 Start order: bind the port (so the advertised address and STOREHOST carry the real port), load
 metadata, recover the store, start the replication side of the role (``broker.replication``: the HA
@@ -45,21 +46,23 @@ from broker_store.broker.consumer_offset import FILE_NAME as OFFSETS_FILE
 from broker_store.broker.consumer_offset import ConsumerOffsetManager
 from broker_store.broker.controller_agent import ControllerAgent
 from broker_store.broker.controller_client import ControllerClient
+from broker_store.broker.controller_wiring import (
+    PromotionStepsFactory,
+    controller_agent,
+    load_assigned_id,
+    open_epoch_store,
+    promotion_steps,
+)
 from broker_store.broker.delay_offsets import FILE_NAME as DELAY_OFFSETS_FILE
 from broker_store.broker.delay_offsets import DelayOffsetTable
-from broker_store.broker.identity_file import BrokerIdentityFiles, RegisterState
+from broker_store.broker.identity_file import BrokerIdentityFiles
 from broker_store.broker.long_polling import PullWaiters
 from broker_store.broker.metadata_sync import MetadataSync
 from broker_store.broker.namesrv_registration import BrokerIdentity, NamesrvRegistration
 from broker_store.broker.replication import BrokerReplication
 from broker_store.broker.request_routing import BrokerParts, Processor, processor_table, unrouted
 from broker_store.broker.role import BrokerRole, RoleState, RoleView
-from broker_store.broker.role_transition import (
-    ControllerPromotionSteps,
-    PromotionSteps,
-    RoleTransition,
-    StorePromotionSteps,
-)
+from broker_store.broker.role_transition import RoleTransition
 from broker_store.broker.schedule import DelaySchedule, ScheduleService
 from broker_store.broker.stage_loops import StageLoops
 from broker_store.broker.subscription_group import FILE_NAME as SUBSCRIPTION_GROUPS_FILE
@@ -68,7 +71,6 @@ from broker_store.broker.topic_config import FILE_NAME as TOPICS_FILE
 from broker_store.broker.topic_config import TopicConfigManager
 from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.config import BrokerConfig, split_host_port
-from broker_store.ha.sync_state_set import SyncStateSet
 from broker_store.net.client import RemotingClient
 from broker_store.net.server import Connection, HandlerResult, RemotingServer
 from broker_store.net.signals import wait_for_termination
@@ -84,11 +86,6 @@ METADATA_DIR = "config"
 """Subdirectory of store_dir holding topics.json, consumer_offsets.json, subscription_groups.json and
 delayOffset.json."""
 CLIENT_SCAN_INTERVAL = 10.0
-
-
-PromotionStepsFactory = Callable[[MessageStore], PromotionSteps]
-"""The store steps of a promotion, built once the store is open (default: ``StorePromotionSteps`` with the
-epoch file's entry writer in controller mode, none in static groups)."""
 
 
 class BrokerServer:
@@ -201,7 +198,7 @@ class BrokerServer:
             await self._fast_server.start()
         try:
             self.addr = f"{self.config.advertised_ip}:{self._server.port}"
-            await self._load_assigned_id()
+            self.identity_files, self._id_assigned = await load_assigned_id(self.config, self.role_state)
             self.topic_configs.load()
             self.consumer_offsets.load()
             self.subscription_groups.load()
@@ -212,15 +209,7 @@ class BrokerServer:
             await asyncio.to_thread(store.start)
             self._store = store
             if controller_mode:
-                self.epoch_store = await asyncio.to_thread(EpochStore.open, store)
-                last_epoch = self.epoch_store.epoch_cache.last_epoch
-                if last_epoch is not None and last_epoch > self.role_state.epoch:
-                    self.role_state.set_epoch(last_epoch)
-                loop = asyncio.get_running_loop()
-
-                def truncated(_offset: int) -> None:
-                    loop.call_soon_threadsafe(self._clamp_offsets_to_queues)
-                self.epoch_store.on_truncated.append(truncated)
+                self.epoch_store = await open_epoch_store(store, self.role_state, self._clamp_offsets_to_queues)
             self._pull_waiters = PullWaiters(asyncio.get_running_loop())
             store.add_arrival_listener(self._pull_waiters.notify)
             self.replication = BrokerReplication(
@@ -228,13 +217,8 @@ class BrokerServer:
                 ha_port=self.config.ha_port(), advertised_ip=self.config.advertised_ip, clock=self._clock,
                 epoch_store=self.epoch_store)
             await self.replication.start()
-            if self._promotion_steps is not None and self._promotion_steps is not StorePromotionSteps:  # a test's
-                steps = self._promotion_steps(store)
-            elif self.epoch_store is not None:
-                steps = ControllerPromotionSteps(self.epoch_store)
-            else:
-                steps = StorePromotionSteps(store)
-            self._role_transition = RoleTransition(self.role_state, self.replication, steps)
+            self._role_transition = RoleTransition(self.role_state, self.replication,
+                                                   promotion_steps(self._promotion_steps, store, self.epoch_store))
             self._client = RemotingClient()
             replication = self.replication
             self.registration = NamesrvRegistration(
@@ -287,33 +271,9 @@ class BrokerServer:
             self.config.store_dir,
         )
 
-    async def _load_assigned_id(self) -> None:
-        """Controller mode: take the id brokerIdentity keeps (a pending brokerIdentity-temp is the controller
-        client's to finish: no id yet)."""
-        self._id_assigned = False
-        if not self.config.enable_controller_mode:
-            return
-        files = self.identity_files = BrokerIdentityFiles(Path(self.config.store_dir), self.config.cluster_name,
-                                                          self.config.broker_name)
-        state, assigned = await asyncio.to_thread(files.load)
-        if state is RegisterState.CREATE_METADATA_FILE_DONE and assigned is not None:
-            self.role_state.set_broker_id(assigned.broker_id)
-            self._id_assigned = True
-            log.info("controller mode: broker id %d from %s", assigned.broker_id, files.path)
-
     def _start_controller_agent(self, files: BrokerIdentityFiles) -> None:
-        link = self.config.controller
-        client = self._controller_client = ControllerClient(self.config.controller_addresses(),
-                                                            request_timeout=link.request_timeout_ms / 1000)
-        self.controller_agent = ControllerAgent(client, self, files, cluster_name=self.config.cluster_name,
-                                                broker_name=self.config.broker_name, settings=link, clock=self._clock)
-        replication = self.replication
-        if replication is not None:
-            async def alter(members: frozenset[int], set_epoch: int) -> SyncStateSet:
-                new_members, new_epoch = await client.alter_sync_state_set(
-                    self.config.broker_name, self.role_state.replica_id, self.role_state.epoch, members, set_epoch)
-                return SyncStateSet(new_members, new_epoch)
-            replication.sync_state_set_alterer = alter
+        self._controller_client, self.controller_agent = controller_agent(
+            self.config, self, files, self.role_state, self.replication, self._clock)
 
     # -- what the controller agent needs (``controller_agent.ControlledBroker``) ----------------------------
 
