@@ -3,24 +3,26 @@
 Started by ``broker_store.cli`` through ``run_broker`` and by tests directly
 (``await BrokerServer(cfg).start()`` ... ``await stop()``; listen on port 0 and read ``addr``).
 It owns the MessageStore, the topic table, consumer offsets, the client registry, the pull waiters
-and the name-server registration, and routes each request code to its processor module; each
-processor gets a narrow context (``SendContext``, ``PullContext``...) rather than the server.
+and the name-server registration, and routes each request code to its processor module through
+``broker.request_routing``'s table; each processor gets a narrow context (``SendContext``,
+``PullContext``...) rather than the server.
 
 Role is runtime state (``role_state``, ``broker.role.RoleState``): a REPLICA refuses writes with
 SERVICE_NOT_AVAILABLE and answers PULL_OFFSET_MOVED as PULL_RETRY_IMMEDIATELY. ``change_role`` is the one
 way it changes (tests and operators now, the election controller later): ``broker.role_transition`` fences
 the broker (sends refused, pulls served up to the confirm offset) while it awaits the replication switch
 and the store steps, then unfences; a change of the registered id re-registers. Two loops follow the
-stage: the metadata sync runs while unfenced REPLICA, the schedule service (``broker.schedule``, delivery
-of delayed messages) while unfenced PRIMARY; each starts at an unfenced edge and stops at the fence.
+stage (``broker.stage_loops``): the metadata sync runs while unfenced REPLICA, the schedule service
+(``broker.schedule``, delivery of delayed messages) while unfenced PRIMARY.
 
-Controller mode (``enable_controller_mode``): the broker starts REPLICA under the id its ``brokerIdentity``
-file keeps (``broker.identity_file``) and at the newest epoch of its epoch file (``store.epoch_store``, whose
-cut and append a promotion makes: ``role_transition.ControllerPromotionSteps``); without an id it serves but does not
-register with the name servers until it has one. ``broker.controller_agent`` does the rest once the broker
-serves: applies for an id, registers with the controller, heartbeats it, and changes the role as the
-controller says (NOTIFY_BROKER_ROLE_CHANGED, answered here, and a poll); a replica follows the primary the
-controller names, not the one a name server's answer names.
+Controller mode (``enable_controller_mode``, wired by ``broker.controller_wiring``): the broker starts REPLICA
+under the id its ``brokerIdentity`` file keeps (``broker.identity_file``) and at the newest epoch of its epoch
+file (``store.epoch_store``, whose cut and append a promotion makes: ``role_transition.ControllerPromotionSteps``);
+without an id it serves but does not register with the name servers until it has one.
+``broker.controller_agent`` does the rest once the broker serves: applies for an id, registers with the
+controller, heartbeats it, and changes the role as the controller says (NOTIFY_BROKER_ROLE_CHANGED, answered
+through ``broker.request_routing``, and a poll); a replica follows the primary the controller names, not the
+one a name server's answer names.
 
 Start order: bind the port (so the advertised address and STOREHOST carry the real port), load
 metadata, recover the store, start the replication side of the role (``broker.replication``: the HA
@@ -39,44 +41,40 @@ from collections.abc import Callable
 from pathlib import Path
 
 from broker_store.background import cancel_and_wait
-from broker_store.broker.admin_processor import AdminContext, AdminProcessor
-from broker_store.broker.client_processor import ClientContext, ClientProcessor
 from broker_store.broker.client_registry import ClientRegistry
 from broker_store.broker.consumer_offset import FILE_NAME as OFFSETS_FILE
 from broker_store.broker.consumer_offset import ConsumerOffsetManager
 from broker_store.broker.controller_agent import ControllerAgent
-from broker_store.broker.controller_client import ControllerClient, decode_role_notification
+from broker_store.broker.controller_client import ControllerClient
+from broker_store.broker.controller_wiring import (
+    PromotionStepsFactory,
+    controller_agent,
+    load_assigned_id,
+    open_epoch_store,
+    promotion_steps,
+)
 from broker_store.broker.delay_offsets import FILE_NAME as DELAY_OFFSETS_FILE
 from broker_store.broker.delay_offsets import DelayOffsetTable
-from broker_store.broker.delayed_send import DelayedSend
-from broker_store.broker.identity_file import BrokerIdentityFiles, RegisterState
+from broker_store.broker.identity_file import BrokerIdentityFiles
 from broker_store.broker.long_polling import PullWaiters
 from broker_store.broker.metadata_sync import MetadataSync
 from broker_store.broker.namesrv_registration import BrokerIdentity, NamesrvRegistration
-from broker_store.broker.offset_processor import OffsetContext, OffsetProcessor
-from broker_store.broker.pull_processor import PullContext, PullProcessor
 from broker_store.broker.replication import BrokerReplication
-from broker_store.broker.role import BrokerRole, RoleStage, RoleState, RoleView
-from broker_store.broker.role_transition import (
-    ControllerPromotionSteps,
-    PromotionSteps,
-    RoleTransition,
-    StorePromotionSteps,
-)
+from broker_store.broker.request_routing import BrokerParts, Processor, processor_table, unrouted
+from broker_store.broker.role import BrokerRole, RoleState, RoleView
+from broker_store.broker.role_transition import RoleTransition
 from broker_store.broker.schedule import DelaySchedule, ScheduleService
-from broker_store.broker.send_processor import SendContext, SendProcessor
+from broker_store.broker.stage_loops import StageLoops
 from broker_store.broker.subscription_group import FILE_NAME as SUBSCRIPTION_GROUPS_FILE
 from broker_store.broker.subscription_group import SubscriptionGroupManager
 from broker_store.broker.topic_config import FILE_NAME as TOPICS_FILE
 from broker_store.broker.topic_config import TopicConfigManager
 from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.config import BrokerConfig, split_host_port
-from broker_store.ha.sync_state_set import SyncStateSet
 from broker_store.net.client import RemotingClient
 from broker_store.net.server import Connection, HandlerResult, RemotingServer
 from broker_store.net.signals import wait_for_termination
-from broker_store.protocol.codes import RequestCode, ResponseCode
-from broker_store.protocol.errors import ProtocolError, RocketMQError
+from broker_store.protocol.errors import RocketMQError
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.ha_status import EpochEntryCacheStatus
 from broker_store.store import MessageStore
@@ -85,17 +83,10 @@ from broker_store.store.epoch_store import EpochStore
 
 log = logging.getLogger(__name__)
 
-Processor = Callable[[RemotingCommand, Connection], HandlerResult]
-"""Returns the response, or an awaitable of it when the request must wait (see ``net.server``)."""
 METADATA_DIR = "config"
 """Subdirectory of store_dir holding topics.json, consumer_offsets.json, subscription_groups.json and
 delayOffset.json."""
 CLIENT_SCAN_INTERVAL = 10.0
-
-
-PromotionStepsFactory = Callable[[MessageStore], PromotionSteps]
-"""The store steps of a promotion, built once the store is open (default: ``StorePromotionSteps`` with the
-epoch file's entry writer in controller mode, none in static groups)."""
 
 
 class BrokerServer:
@@ -138,7 +129,7 @@ class BrokerServer:
         self.delay_offsets = DelayOffsetTable(meta / DELAY_OFFSETS_FILE)
         self.schedule: ScheduleService | None = None
         """Delivery of delayed messages; runs while PRIMARY (valid after start)."""
-        self._schedule_task: asyncio.Task[None] | None = None
+        self._stage_loops: StageLoops | None = None
         host, port = split_host_port(config.listen)
         self._server = RemotingServer(self._handle, host, port)
         self._server.disconnect_listeners.append(self.clients.connection_closed)
@@ -160,7 +151,6 @@ class BrokerServer:
         self.metadata_sync: MetadataSync | None = None
         """A replica's copy of its primary's topics, consumer offsets and subscription groups (valid after
         start)."""
-        self._metadata_sync_task: asyncio.Task[None] | None = None
         self.stopping = False
         self.addr = ""
         """Advertised ``ip:port`` (valid after start)."""
@@ -209,7 +199,7 @@ class BrokerServer:
             await self._fast_server.start()
         try:
             self.addr = f"{self.config.advertised_ip}:{self._server.port}"
-            await self._load_assigned_id()
+            self.identity_files, self._id_assigned = await load_assigned_id(self.config, self.role_state)
             self.topic_configs.load()
             self.consumer_offsets.load()
             self.subscription_groups.load()
@@ -220,15 +210,7 @@ class BrokerServer:
             await asyncio.to_thread(store.start)
             self._store = store
             if controller_mode:
-                self.epoch_store = await asyncio.to_thread(EpochStore.open, store)
-                last_epoch = self.epoch_store.epoch_cache.last_epoch
-                if last_epoch is not None and last_epoch > self.role_state.epoch:
-                    self.role_state.set_epoch(last_epoch)
-                loop = asyncio.get_running_loop()
-
-                def truncated(_offset: int) -> None:
-                    loop.call_soon_threadsafe(self._clamp_offsets_to_queues)
-                self.epoch_store.on_truncated.append(truncated)
+                self.epoch_store = await open_epoch_store(store, self.role_state, self._clamp_offsets_to_queues)
             self._pull_waiters = PullWaiters(asyncio.get_running_loop())
             store.add_arrival_listener(self._pull_waiters.notify)
             self.replication = BrokerReplication(
@@ -236,13 +218,8 @@ class BrokerServer:
                 ha_port=self.config.ha_port(), advertised_ip=self.config.advertised_ip, clock=self._clock,
                 epoch_store=self.epoch_store)
             await self.replication.start()
-            if self._promotion_steps is not None and self._promotion_steps is not StorePromotionSteps:  # a test's
-                steps = self._promotion_steps(store)
-            elif self.epoch_store is not None:
-                steps = ControllerPromotionSteps(self.epoch_store)
-            else:
-                steps = StorePromotionSteps(store)
-            self._role_transition = RoleTransition(self.role_state, self.replication, steps)
+            self._role_transition = RoleTransition(self.role_state, self.replication,
+                                                   promotion_steps(self._promotion_steps, store, self.epoch_store))
             self._client = RemotingClient()
             replication = self.replication
             self.registration = NamesrvRegistration(
@@ -263,6 +240,9 @@ class BrokerServer:
                 on_topics_changed=self._request_register, delay_offsets=self.delay_offsets)
             self.schedule = ScheduleService(store, DelaySchedule(self.delay_levels, self.delay_offsets),
                                             clock=self._clock)
+            stage_loops = self._stage_loops = StageLoops(self.metadata_sync, self.schedule,
+                                                         persist_delay_offsets=self._persist_delay_offsets,
+                                                         stopping=lambda: self.stopping)
             self._install_processors()
             if self.identity_files is not None:
                 self._start_controller_agent(self.identity_files)
@@ -277,8 +257,7 @@ class BrokerServer:
                 loop.create_task(self._persist_offsets_loop()),
                 loop.create_task(self._client_scan_loop()),
             ]
-            self._metadata_sync_for(self.role_state.stage)
-            self._schedule_for(self.role_state.stage)
+            stage_loops.follow(self.role_state.stage)
             if self.controller_agent is not None:
                 self.controller_agent.start()
         except BaseException:
@@ -293,33 +272,9 @@ class BrokerServer:
             self.config.store_dir,
         )
 
-    async def _load_assigned_id(self) -> None:
-        """Controller mode: take the id brokerIdentity keeps (a pending brokerIdentity-temp is the controller
-        client's to finish: no id yet)."""
-        self._id_assigned = False
-        if not self.config.enable_controller_mode:
-            return
-        files = self.identity_files = BrokerIdentityFiles(Path(self.config.store_dir), self.config.cluster_name,
-                                                          self.config.broker_name)
-        state, assigned = await asyncio.to_thread(files.load)
-        if state is RegisterState.CREATE_METADATA_FILE_DONE and assigned is not None:
-            self.role_state.set_broker_id(assigned.broker_id)
-            self._id_assigned = True
-            log.info("controller mode: broker id %d from %s", assigned.broker_id, files.path)
-
     def _start_controller_agent(self, files: BrokerIdentityFiles) -> None:
-        link = self.config.controller
-        client = self._controller_client = ControllerClient(self.config.controller_addresses(),
-                                                            request_timeout=link.request_timeout_ms / 1000)
-        self.controller_agent = ControllerAgent(client, self, files, cluster_name=self.config.cluster_name,
-                                                broker_name=self.config.broker_name, settings=link, clock=self._clock)
-        replication = self.replication
-        if replication is not None:
-            async def alter(members: frozenset[int], set_epoch: int) -> SyncStateSet:
-                new_members, new_epoch = await client.alter_sync_state_set(
-                    self.config.broker_name, self.role_state.replica_id, self.role_state.epoch, members, set_epoch)
-                return SyncStateSet(new_members, new_epoch)
-            replication.sync_state_set_alterer = alter
+        self._controller_client, self.controller_agent = controller_agent(
+            self.config, self, files, self.role_state, self.replication, self._clock)
 
     # -- what the controller agent needs (``controller_agent.ControlledBroker``) ----------------------------
 
@@ -415,32 +370,10 @@ class BrokerServer:
         pulls held while fenced re-read once unfenced (no arrival would wake them)."""
         if old.broker_id != new.broker_id:
             self._request_register()
-        self._metadata_sync_for(new.stage)
-        self._schedule_for(new.stage)
+        if self._stage_loops is not None:
+            self._stage_loops.follow(new.stage)
         if old.stage.fenced and not new.stage.fenced and self._pull_waiters is not None:
             self._pull_waiters.wake_all()
-
-    def _metadata_sync_for(self, stage: RoleStage) -> None:
-        """Run the metadata sync while unfenced REPLICA, and only then (the role listener and start call
-        this): a promotion stops it at the fence, so no copy of the old primary's tables lands after."""
-        if stage is RoleStage.REPLICA and self._metadata_sync_task is None and self.metadata_sync is not None \
-                and not self.stopping:
-            self._metadata_sync_task = asyncio.get_running_loop().create_task(self.metadata_sync.run())
-        elif stage is not RoleStage.REPLICA and self._metadata_sync_task is not None:
-            self._metadata_sync_task.cancel()
-            self._metadata_sync_task = None
-
-    def _schedule_for(self, stage: RoleStage) -> None:
-        """Run the schedule service while unfenced PRIMARY, and only then (the role listener and start call
-        this): it writes, so it starts at a promotion's unfenced edge and stops at a demotion's fence. A
-        replica keeps the primary's delay offsets (metadata sync), so stopping persists the table first."""
-        if stage is RoleStage.PRIMARY and self._schedule_task is None and self.schedule is not None \
-                and not self.stopping:
-            self._schedule_task = asyncio.get_running_loop().create_task(self.schedule.run())
-        elif stage is not RoleStage.PRIMARY and self._schedule_task is not None:
-            self._schedule_task.cancel()
-            self._schedule_task = None
-            self._persist_delay_offsets()
 
     def _persist_delay_offsets(self) -> None:
         try:
@@ -459,77 +392,22 @@ class BrokerServer:
         return self.replication.view().to_json()
 
     def _install_processors(self) -> None:
-        cfg, store, topics, role = self.config, self.store, self.topic_configs, self.role_state
-        send = SendProcessor(SendContext(
-            store, topics, role, broker_name=cfg.broker_name, cluster_name=cfg.cluster_name,
-            region_id=cfg.region_id, trace_on=cfg.trace_on, max_message_size=cfg.store.max_message_size,
-            max_batch_size=cfg.store.max_batch_size,
-            max_reconsume_times=cfg.max_reconsume_times, delayed_send=DelayedSend(self.delay_levels)))
-        pull = PullProcessor(PullContext(
-            store, topics, self.clients, self.consumer_offsets, self.pull_waiters, role,
-            stopping=lambda: self.stopping, clock=self._clock, max_pull_msg_nums=cfg.max_pull_msg_nums,
-            long_polling_enable=cfg.long_polling_enable, short_polling_time_ms=cfg.short_polling_time_ms,
-            subscription_groups=self.subscription_groups,
-            slave_read_enable=cfg.ha.slave_read_enable, max_in_memory_gap=cfg.ha.max_in_memory_gap(),
-            # The store keeps no confirm offset yet: a fenced broker serves everything it holds.
-            confirm_offset=lambda: store.max_physical_offset))
-        offsets = OffsetProcessor(OffsetContext(store, topics, self.consumer_offsets, self.delay_offsets,
-                                                broker_name=cfg.broker_name))
-        admin = AdminProcessor(AdminContext(topics, self.consumer_offsets, self.subscription_groups,
-                                            cluster_name=cfg.cluster_name, broker_name=cfg.broker_name,
-                                            auto_create_topic_enable=cfg.auto_create_topic_enable,
-                                            ha_status=self._ha_status))
-        clients = ClientProcessor(ClientContext(self.clients, topics, role))
-        self._processors = {
-            RequestCode.SEND_MESSAGE: send.send_message,
-            RequestCode.SEND_MESSAGE_V2: send.send_message,
-            RequestCode.SEND_BATCH_MESSAGE: send.send_batch_message,
-            RequestCode.CONSUMER_SEND_MSG_BACK: send.consumer_send_msg_back,
-            RequestCode.PULL_MESSAGE: pull.pull_message,
-            RequestCode.QUERY_CONSUMER_OFFSET: offsets.query_consumer_offset,
-            RequestCode.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,
-            RequestCode.GET_MAX_OFFSET: offsets.get_max_offset,
-            RequestCode.GET_MIN_OFFSET: offsets.get_min_offset,
-            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: offsets.search_offset_by_timestamp,
-            RequestCode.GET_ALL_CONSUMER_OFFSET: offsets.get_all_consumer_offset,
-            RequestCode.GET_ALL_DELAY_OFFSET: offsets.get_all_delay_offset,
-            RequestCode.GET_TOPIC_STATS_INFO: offsets.get_topic_stats_info,
-            RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
-            RequestCode.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
-            RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic_in_broker,
-            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_and_create_subscription_group,
-            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group_config,
-            RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
-            RequestCode.GET_BROKER_HA_STATUS: admin.get_broker_ha_status,
-            RequestCode.HEART_BEAT: clients.heart_beat,
-            RequestCode.UNREGISTER_CLIENT: clients.unregister_client,
-            RequestCode.GET_CONSUMER_LIST_BY_GROUP: clients.get_consumer_list_by_group,
-        }
-        if self.config.enable_controller_mode:
-            self._processors[RequestCode.NOTIFY_BROKER_ROLE_CHANGED] = self._role_changed
-            self._processors[RequestCode.GET_BROKER_EPOCH_CACHE] = self._epoch_cache
+        self._processors = processor_table(BrokerParts(
+            self.config, self.store, self.topic_configs, self.role_state, self.clients, self.consumer_offsets,
+            self.delay_offsets, self.subscription_groups, self.pull_waiters, self.delay_levels, self._clock,
+            stopping=lambda: self.stopping, ha_status=self._ha_status, controller_agent=lambda: self.controller_agent,
+            epoch_cache=self._epoch_cache_body))
 
-    def _epoch_cache(self, cmd: RemotingCommand, _conn: Connection) -> RemotingCommand:
-        """GET_BROKER_EPOCH_CACHE (1007): this broker's epoch entries and max offset (RocketMQ's EpochEntryCache)."""
+    def _epoch_cache_body(self) -> bytes | None:
+        """GET_BROKER_EPOCH_CACHE's body: this broker's epoch entries and max offset (None before the epoch file
+        is open)."""
         epoch_store = self.epoch_store
         if epoch_store is None:
-            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "the epoch file is not open yet")
-        cache = EpochEntryCacheStatus.of(
+            return None
+        return EpochEntryCacheStatus.of(
             self.config.cluster_name, self.config.broker_name, self.role_state.replica_id,
-            epoch_store.max_physical_offset, [(e.epoch, e.start_offset) for e in epoch_store.epoch_cache.entries])
-        return cmd.response(ResponseCode.SUCCESS, body=cache.to_json())
-
-    def _role_changed(self, cmd: RemotingCommand, _conn: Connection) -> RemotingCommand:
-        """NOTIFY_BROKER_ROLE_CHANGED (1008) from the controller: answered at once, acted on in the background."""
-        agent = self.controller_agent
-        if agent is None:
-            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "the controller agent is not running")
-        try:
-            info = decode_role_notification(cmd)
-        except ProtocolError as exc:
-            return cmd.response(ResponseCode.INVALID_PARAMETER, str(exc))
-        agent.on_notification(info)
-        return cmd.response(ResponseCode.SUCCESS)
+            epoch_store.max_physical_offset,
+            [(e.epoch, e.start_offset) for e in epoch_store.epoch_cache.entries]).to_json()
 
     async def stop(self, *, unregister: bool = True) -> None:
         """Stop serving; ``unregister=False`` skips UNREGISTER_BROKER (tests simulate a vanished broker).
@@ -542,10 +420,8 @@ class BrokerServer:
         if self._pull_waiters is not None:
             self._pull_waiters.wake_all()
             await asyncio.sleep(0)  # let released pulls answer while the store is still open
-        for task in (self._metadata_sync_task, self._schedule_task):
-            if task is not None:
-                self._tasks.append(task)
-        self._metadata_sync_task = self._schedule_task = None
+        if self._stage_loops is not None:
+            self._tasks.extend(self._stage_loops.detach())
         await cancel_and_wait(self._tasks)
         self._tasks = []
         if self.registration is not None:
@@ -591,14 +467,8 @@ class BrokerServer:
     def _handle(self, cmd: RemotingCommand, conn: Connection) -> HandlerResult:
         processor = self._processors.get(cmd.code)
         if processor is None:
-            if self._store is None or self.stopping:
-                return cmd.response(
-                    ResponseCode.SERVICE_NOT_AVAILABLE,
-                    f"broker {self.config.broker_name} is {'stopping' if self.stopping else 'starting'}",
-                )
-            return cmd.response(
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
-            )
+            return unrouted(cmd, broker_name=self.config.broker_name, started=self._store is not None,
+                            stopping=self.stopping)
         return processor(cmd, conn)
 
 

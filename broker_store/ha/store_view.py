@@ -1,10 +1,11 @@
 """What HA needs of a message store: raw CommitLog bytes at physical offsets, nothing else.
 
 ``primary_service`` reads through ``PrimaryLog``; ``replica_client`` writes through ``ReplicaLog``.
-``broker_store.store.MessageStore`` provides every method: HA never imports the store, so tests and the
-broker pass the store itself and the store's internals stay free to change. Controller mode reads and
-writes through ``EpochPrimaryLog`` / ``EpochReplicaLog`` (``store.epoch_store.EpochStore``); the epoch
-values (``store.epoch_cache``) are pure data, shared.
+``broker_store.store.MessageStore`` provides every method (``ReplicaLog``'s through its part
+``store.replica_log.ReplicaCommitLog``): HA never imports the store's modules, so tests and the broker pass the
+store itself and the store's internals stay free to change (``tests/unit/test_broker_store_layout.py``).
+Controller mode reads and writes through ``EpochPrimaryLog`` / ``EpochReplicaLog``
+(``store.epoch_store.EpochStore``); the epoch values (``store.epoch_cache``) are pure data, shared.
 """
 
 from __future__ import annotations

@@ -254,6 +254,28 @@ class CommitLog:
             os.ftruncate(fd, self.segment_size)  # ... and read as zeros; the segment keeps its size
         self.max_offset = offset
 
+    def is_record_boundary(self, offset: int) -> bool:
+        """Whether a record may start at ``offset``: the min offset or below, a segment start, a blank record or a
+        record whose PHYSICALOFFSET says it starts there."""
+        if offset <= self.min_offset or not offset % self.segment_size:
+            return True
+        head = self.read(offset, STORED_HEADER_SIZE)
+        if len(head) >= MIN_BLANK_SIZE and BLANK_RECORD.unpack_from(head)[1] == BLANK_MAGIC:
+            return True
+        if len(head) != STORED_HEADER_SIZE:
+            return False
+        fields = STORED_HEADER.unpack(head)
+        return bool(fields[1] == MAGIC_V1 and fields[6] == offset)
+
+    def restart_at(self, offset: int) -> None:
+        """Delete every segment and continue, empty, at ``offset`` (min = max = offset)."""
+        self.delete_all_segments()
+        self.max_offset = offset
+
+    def delete_all_segments(self) -> None:
+        for start in list(self.segments):
+            self.delete_segment(start)
+
     def delete_segment(self, start: int) -> int:
         """Unlink one segment file; returns its size."""
         path = self.path(start)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.message import validate_topic
-from broker_store.store.commit_log import DispatchRecord
+from broker_store.store.commit_log import CommitLog, DispatchRecord
 from broker_store.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
 from broker_store.store.files import FdPool
 
@@ -63,6 +63,39 @@ class ConsumeQueueTable:
         for cq in self.queues.values():
             cq.truncate_from_commit_log_offset(offset)
             self.dirty.add(cq)
+
+    def resume_at(self, offset: int) -> None:
+        """Recovery: entries pointing at or past ``offset`` (the scan start) go; indexing resumes there."""
+        self.truncate_from_commit_log_offset(offset)
+        self.dispatched = offset
+
+    def cut_at(self, offset: int) -> None:
+        """The CommitLog was cut at ``offset``: the dispatched offset comes down to it, then every entry pointing
+        at or past it goes."""
+        self.dispatched = min(self.dispatched, offset)
+        self.truncate_from_commit_log_offset(offset)
+
+    def restart_at(self, offset: int) -> None:
+        """The CommitLog was emptied and continues at ``offset``: every entry goes; dispatched is ``offset``."""
+        self.truncate_from_commit_log_offset(0)
+        self.dispatched = offset
+
+    def put_indexed(self, cq: ConsumeQueue, dispatched: int) -> None:
+        """A put appended entries to ``cq`` for records ending at ``dispatched`` (the CommitLog's max offset)."""
+        self.dispatched = dispatched
+        self.dirty.add(cq)
+
+    def index(self, commit_log: CommitLog, limit: int) -> list[tuple[str, int, int]]:
+        """Index every complete record from ``dispatched`` up to ``limit``, moving ``dispatched`` past each scanned
+        chunk (an OSError leaves it at the last chunk indexed). The one dispatch loop: recovery and the store's
+        ``Dispatcher`` both run it. Returns the arrivals, as ``dispatch``."""
+        arrived: list[tuple[str, int, int]] = []
+        pos, stopped = self.dispatched, False
+        while not stopped and pos < limit:
+            records, pos, stopped = commit_log.scan(pos, limit)
+            arrived.extend(self.dispatch(records))
+            self.dispatched = pos
+        return arrived
 
     def dispatch(self, records: list[DispatchRecord]) -> list[tuple[str, int, int]]:
         """Write ConsumeQueue entries for validated records (idempotent: present entries are kept).

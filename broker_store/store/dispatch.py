@@ -35,6 +35,8 @@ from broker_store.store.commit_log import CommitLog
 from broker_store.store.consume_queues import ConsumeQueueTable
 
 QueueKey = tuple[str, int]
+Arrival = tuple[str, int, int]
+"""``(topic, queue_id, new max queue offset)`` of a queue that got entries (for the store's arrival listeners)."""
 
 
 class Dispatcher:
@@ -178,17 +180,10 @@ class Dispatcher:
 
     # -- indexing ------------------------------------------------------------------------------------
 
-    def dispatch(self) -> list[tuple[str, int, int]]:
+    def dispatch(self) -> list[Arrival]:
         """Index every complete record up to ``limit``; returns the arrivals for the listeners. Raises OSError."""
-        cl = self._commit_log
         queues = self._queues
-        limit = self.limit
-        arrived: list[tuple[str, int, int]] = []
-        pos, stopped = queues.dispatched, False
-        while not stopped and pos < limit:
-            records, pos, stopped = cl.scan(pos, limit)
-            arrived.extend(queues.dispatch(records))
-            queues.dispatched = pos
-        if queues.dispatched >= cl.max_offset and self._next_queue_offsets != {}:
+        arrived = queues.index(self._commit_log, self.limit)
+        if queues.dispatched >= self._commit_log.max_offset and self._next_queue_offsets != {}:
             self._next_queue_offsets = {}  # nothing written past the indexed offset
         return arrived

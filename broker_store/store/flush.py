@@ -202,6 +202,24 @@ class FlushService:
         write_checkpoint(self._store_dir, checkpoint)
         self._last_checkpoint = (flushed, dispatched, confirm)
 
+    def recovered(self, flushed: int) -> None:
+        """At start, by recovery: every CommitLog byte below ``flushed`` is on disk."""
+        self.flushed = flushed
+
+    def open(self) -> None:
+        """At start, once the store runs: waiters may wait from now on."""
+        self.accepting = True
+
+    def close(self) -> None:
+        """At shutdown (or a simulated crash): new waiters fail at once. Resolve the pending ones with
+        ``resolve_waiters(expire_all=True)`` once the thread is stopped."""
+        self.accepting = False
+
+    def restarted_at(self, offset: int) -> None:
+        """The CommitLog was emptied and continues at ``offset`` (after ``truncated(offset)``): nothing below it
+        is left to flush."""
+        self.flushed = offset
+
     def truncated(self, offset: int) -> None:
         """The CommitLog was cut at ``offset``: flushes in flight must not raise ``flushed`` past it.
         Caller holds the checkpoint lock and the store lock, then calls ``resolve_waiters(fail_above=...)``."""

@@ -6,6 +6,7 @@ is done by parts with one job each, all sharing the store lock and the CommitLog
     recovery.recover        the valid CommitLog prefix and the ConsumeQueues after a crash (at start)
     consume_queues          the queue table and the dispatch of records into it
     dispatch.Dispatcher     the confirm offset: how far records are indexed, so visible to consumers
+    replica_log             a replica's raw appends and log surgery (truncate, restart), for HA
     record_encoding         the bytes a put appends
     flush.FlushService      fsync thread, group-commit waiters, checkpoint
     durability              what ``PutResult.durable`` waits for (the flush step; replication adds its own)
@@ -19,7 +20,7 @@ Threads and the locks they take::
     flush thread                 -> store lock to snapshot offsets and dup fds; fsync OFF the lock;
                                     checkpoint lock to write the checkpoint
     retention thread / caller    -> store lock per deleted segment
-    truncate_commit_log          -> checkpoint lock, then store lock (that order, always)
+    truncate/restart_commit_log  -> checkpoint lock, then store lock (that order, always)
 
 Contracts: put/get never block on fsync. A put's ``PutResult.durable`` future (see ``store.durability``)
 and ``wait_for_flush`` futures are resolved on the flush thread (use ``asyncio.wrap_future``). Arrival
@@ -38,29 +39,22 @@ from collections.abc import Callable, Sequence
 
 from broker_store.clock import SYSTEM_CLOCK, Clock, StopSignal
 from broker_store.protocol.errors import ConfigError, ProtocolError, StoreError
-from broker_store.protocol.message import (
-    BLANK_MAGIC,
-    MAGIC_V1,
-    MAX_PROPERTIES_LENGTH,
-    STORED_HEADER,
-    STORED_HEADER_SIZE,
-    host_to_bytes,
-    validate_topic,
-)
+from broker_store.protocol.message import MAX_PROPERTIES_LENGTH, STORED_HEADER_SIZE, host_to_bytes, validate_topic
 from broker_store.protocol.properties import PROPERTY_WAIT, any_has_property, property_entry
 from broker_store.store.checkpoint import load_checkpoint
-from broker_store.store.commit_log import BLANK_RECORD, CommitLog
+from broker_store.store.commit_log import CommitLog
 from broker_store.store.config import FlushMode, StoreConfig
 from broker_store.store.consume_queue import CQ_ENTRY
 from broker_store.store.consume_queues import MAX_QUEUE_ID, ConsumeQueueTable
 from broker_store.store.delay_levels import DEFAULT_DELAY_LEVELS, SCHEDULE_TOPIC, DelayLevels, schedule_tags_code
-from broker_store.store.dispatch import Dispatcher
+from broker_store.store.dispatch import Arrival, Dispatcher
 from broker_store.store.durability import DurabilityPolicy
 from broker_store.store.files import FdPool
 from broker_store.store.flush import FlushService, SyncFlushStep
 from broker_store.store.reads import QueueReader
 from broker_store.store.record_encoding import RECORD_MIDDLE, encode_record, encode_records
 from broker_store.store.recovery import recover
+from broker_store.store.replica_log import ReplicaCommitLog
 from broker_store.store.results import GetResult, PutResult, PutStatus, QueueEntry, resolved
 from broker_store.store.retention import Retention
 from broker_store.store.warmer import PageCacheWarmer
@@ -110,6 +104,8 @@ class MessageStore:
                                    clock=clock, confirm_offset=lambda: self._dispatch.confirm_offset)
         self._reader = QueueReader(self._commit_log, self._queues, self._lock)
         self._retention = Retention(config, self._commit_log, self._queues, self._lock, clock)
+        self._replica_log = ReplicaCommitLog(self._commit_log, self._queues, self._dispatch, self._flush, self._lock,
+                                             self._notify)
         self._running = False
         self._started = False
         self._writable = True
@@ -133,14 +129,14 @@ class MessageStore:
             with self._lock:
                 checkpoint = load_checkpoint(self.config.store_dir)
                 limit = self._dispatch.recovery_limit(checkpoint)
-                self._flush.flushed = recover(self.config.store_dir, self._commit_log, self._queues, checkpoint,
-                                              dispatch_limit=limit)
+                self._flush.recovered(recover(self.config.store_dir, self._commit_log, self._queues, checkpoint,
+                                              dispatch_limit=limit))
                 self._dispatch.recovered(checkpoint)
             self._flush.flush_queues_and_checkpoint()
         except OSError as exc:
             raise StoreError(f"cannot open the store in {self.config.store_dir}: {exc}") from exc
         self._running = True
-        self._flush.accepting = True
+        self._flush.open()
         self._threads = [threading.Thread(target=self._flush.run, name="store-flush", daemon=True)]
         if self.config.retention_interval_ms > 0:
             self._threads.append(threading.Thread(target=self._retention.run, args=(self._stop,),
@@ -156,7 +152,7 @@ class MessageStore:
         if not self._running:
             return
         self._running = False
-        self._flush.accepting = False
+        self._flush.close()
         self._stop_threads()
         try:
             self._flush.flush_queues_and_checkpoint()
@@ -177,18 +173,6 @@ class MessageStore:
         with self._lock:
             self._commit_log.close()
             self._pool.close_all()
-
-    def _crash(self) -> None:
-        """Tests only: stop as a crash would (no final flush, no checkpoint), releasing descriptors."""
-        self._running = False
-        self._flush.accepting = False
-        self._stop_threads()
-        self._flush.resolve_waiters(self._flush.flushed, expire_all=True)
-        self._close_files()
-
-    def _flush_queues_and_checkpoint(self) -> None:
-        """Tests only: the flush thread's periodic ConsumeQueue fsync and checkpoint, now."""
-        self._flush.flush_queues_and_checkpoint()
 
     # -- put -----------------------------------------------------------------------------------------
 
@@ -218,43 +202,25 @@ class MessageStore:
             return self._failed(PutStatus.SERVICE_NOT_AVAILABLE,
                                  "the message store is not running" if self._writable
                                  else "the message store is read-only after an I/O error")
-        topic_tail = self._topic_bytes.get(topic)  # TOPICLEN + topic, as stored
-        if topic_tail is None:
-            try:
-                validate_topic(topic)
-            except ProtocolError as exc:
-                return self._failed(PutStatus.MESSAGE_ILLEGAL, str(exc))
-            topic_raw = topic.encode()
-            topic_tail = bytes((len(topic_raw),)) + topic_raw
-            if len(self._topic_bytes) > 65536:
-                self._topic_bytes.clear()
-            self._topic_bytes[topic] = topic_tail
+        # the caches hold what a put stores of its topic (TOPICLEN + topic) and born host; a miss validates
+        topic_tail = self._topic_bytes.get(topic) or self._new_topic(topic)
+        born = self._hosts.get(born_host) or self._new_born_host(born_host)
+        if isinstance(topic_tail, PutResult):
+            return topic_tail
         if not 0 <= queue_id <= MAX_QUEUE_ID:
             return self._failed(PutStatus.MESSAGE_ILLEGAL, f"queue id {queue_id} is out of range")
-        born = self._hosts.get(born_host)
-        if born is None:
-            try:
-                born = host_to_bytes(born_host)
-            except ProtocolError as exc:
-                return self._failed(PutStatus.MESSAGE_ILLEGAL, f"born host: {exc}")
-            if len(self._hosts) > 4096:
-                self._hosts.clear()
-            self._hosts[born_host] = born
+        if isinstance(born, PutResult):
+            return born
         if not entries:
             return self._failed(PutStatus.MESSAGE_ILLEGAL, "no messages to put")
         bodies, props_list, flags, tags_codes = zip(*entries, strict=True)
         body_lens = list(map(len, bodies))
         props_lens = list(map(len, props_list))
-        max_body = self.config.max_message_size
-        if max(body_lens) > max_body or max(props_lens) > MAX_PROPERTIES_LENGTH:
-            return self._first_illegal_entry(entries, max_body)
         fixed = STORED_HEADER_SIZE + 2 + len(topic_tail)
         total = fixed * len(entries) + sum(body_lens) + sum(props_lens)
-        seg_size = self.config.commit_log_segment_size
-        if total > seg_size:
-            return self._failed(PutStatus.MESSAGE_ILLEGAL,
-                                 f"MESSAGE_SIZE_EXCEEDED: {len(entries)} record(s) of {total} bytes exceed "
-                                 f"the commit log segment size {seg_size}")
+        if max(body_lens) > self.config.max_message_size or max(props_lens) > MAX_PROPERTIES_LENGTH \
+                or total > self.config.commit_log_segment_size:
+            return self._size_refusal(entries, total)
         durability = self.durability
         wait = not _says_no_wait(props_list)
         if not durability.admits_all:
@@ -281,12 +247,11 @@ class MessageStore:
                 queue_offset = self._dispatch.next_queue_offset((topic, queue_id)) if cq is None else cq.max_index
                 if len(entries) == 1:  # the single send: no lists to build
                     body, props, flag, tags_code = entries[0]
-                    cl.write(wrote, encode_record(body, props, topic_tail, total, queue_id, flag, queue_offset,
-                                                  wrote, sys_flag, born_timestamp, born, store_ts,
-                                                  self._store_host, reconsume_times))
-                    if cq is not None:
-                        cq.append(queue_offset, CQ_ENTRY.pack(wrote, total, tags_code))
+                    records = encode_record(body, props, topic_tail, total, queue_id, flag, queue_offset, wrote,
+                                            sys_flag, born_timestamp, born, store_ts, self._store_host,
+                                            reconsume_times)
                     offsets: Sequence[int] = (wrote,)
+                    cq_entries = CQ_ENTRY.pack(wrote, total, tags_code) if cq is not None else b""
                 else:
                     store_ip, store_port = self._store_host
                     middle = RECORD_MIDDLE.pack(sys_flag, born_timestamp, born[0], born[1], store_ts,
@@ -294,9 +259,9 @@ class MessageStore:
                     records, offsets, cq_entries = encode_records(
                         bodies, props_list, flags, tags_codes, body_lens, props_lens, fixed, topic_tail,
                         middle, queue_id, queue_offset, wrote)
-                    cl.write(wrote, records)
-                    if cq is not None:
-                        cq.append(queue_offset, cq_entries)
+                cl.write(wrote, records)
+                if cq is not None:
+                    cq.append(queue_offset, cq_entries)
             except OSError as exc:
                 self._writable = False
                 log.exception("write to %s failed; the store is now read-only", self.config.store_dir)
@@ -304,8 +269,7 @@ class MessageStore:
             if cq is None:
                 self._dispatch.put_written((topic, queue_id), queue_offset + len(entries))
             else:
-                self._queues.dispatched = cl.max_offset
-                self._queues.dirty.add(cq)
+                self._queues.put_indexed(cq, cl.max_offset)
                 new_max = cq.max_index
         if self._listeners and cq is not None:
             self._notify([(topic, queue_id, new_max)])
@@ -322,8 +286,33 @@ class MessageStore:
         return PutResult(PutStatus.PUT_OK, "", tuple((prefix + ids).split(",")), queue_offset, len(entries),
                          wrote, end, durability.durable(end, wait))
 
-    def _first_illegal_entry(self, entries: Sequence[PutEntry], max_body: int) -> PutResult:
-        """The error for the first entry whose body or properties are too long (in entry order)."""
+    def _new_topic(self, topic: str) -> bytes | PutResult:
+        """A put's topic missing from the cache: its stored TOPICLEN + topic (cached), or the refusal."""
+        try:
+            validate_topic(topic)
+        except ProtocolError as exc:
+            return self._failed(PutStatus.MESSAGE_ILLEGAL, str(exc))
+        topic_raw = topic.encode()
+        if len(self._topic_bytes) > 65536:
+            self._topic_bytes.clear()
+        tail = self._topic_bytes[topic] = bytes((len(topic_raw),)) + topic_raw
+        return tail
+
+    def _new_born_host(self, born_host: str) -> tuple[bytes, int] | PutResult:
+        """A put's born host missing from the cache: its stored (ip, port) (cached), or the refusal."""
+        try:
+            born = host_to_bytes(born_host)
+        except ProtocolError as exc:
+            return self._failed(PutStatus.MESSAGE_ILLEGAL, f"born host: {exc}")
+        if len(self._hosts) > 4096:
+            self._hosts.clear()
+        self._hosts[born_host] = born
+        return born
+
+    def _size_refusal(self, entries: Sequence[PutEntry], total: int) -> PutResult:
+        """The error for the first entry whose body or properties are too long (in entry order), else for
+        records that together exceed a CommitLog segment."""
+        max_body = self.config.max_message_size
         for body, props, _, _ in entries:
             if len(body) > max_body:
                 return self._failed(PutStatus.MESSAGE_ILLEGAL,
@@ -332,9 +321,12 @@ class MessageStore:
                 return self._failed(PutStatus.PROPERTIES_SIZE_EXCEEDED,
                                      f"message properties size {len(props)} exceeds the limit "
                                      f"{MAX_PROPERTIES_LENGTH}")
-        raise AssertionError("no entry exceeds a limit")
+        seg_size = self.config.commit_log_segment_size
+        return self._failed(PutStatus.MESSAGE_ILLEGAL,
+                            f"MESSAGE_SIZE_EXCEEDED: {len(entries)} record(s) of {total} bytes exceed "
+                            f"the commit log segment size {seg_size}")
 
-    def _notify(self, arrived: list[tuple[str, int, int]]) -> None:
+    def _notify(self, arrived: list[Arrival]) -> None:
         for topic, queue_id, max_offset in arrived:
             for listener in self._listeners:
                 try:
@@ -432,54 +424,30 @@ class MessageStore:
 
     def read_commit_log(self, offset: int, max_bytes: int) -> bytes:
         """Raw CommitLog bytes from ``offset``, never crossing a segment end; b"" outside [min, max)."""
-        with self._lock:
-            cl = self._commit_log
-            if not cl.min_offset <= offset < cl.max_offset or max_bytes <= 0:
-                return b""
-            return cl.read(offset, min(max_bytes, cl.max_offset - offset))
+        return self._replica_log.read(offset, max_bytes)
 
     def append_commit_log(self, offset: int, data: bytes) -> None:
-        """Replica side: write raw bytes at exactly the max offset, then index every complete record.
-
-        ``data`` may end inside a record; that record is indexed once the rest arrives.
-        """
-        self.write_commit_log(offset, data)
-        self.index_commit_log()
+        """Replica side: write raw bytes at exactly the max offset, then index every complete record
+        (``ReplicaCommitLog.append``)."""
+        self._replica_log.append(offset, data)
 
     def write_commit_log(self, offset: int, data: bytes) -> None:
-        """Replica side: write raw bytes at exactly the max offset, without indexing them yet.
-
-        The max offset moves past ``data`` at once (what a replica acks: RocketMQ's replica reports after
-        the CommitLog append and builds its ConsumeQueues behind it); ``index_commit_log`` indexes later.
-        """
-        with self._lock:
-            cl = self._commit_log
-            if offset != cl.max_offset:
-                raise StoreError(f"append at commit log offset {offset}, "
-                                 f"but the max offset is {cl.max_offset}")
-            if offset % cl.segment_size + len(data) > cl.segment_size:
-                raise StoreError(f"append of {len(data)} bytes at {offset} crosses a segment end")
-            if not data:
-                return
-            self._dispatch.written()
-            try:
-                cl.write(offset, data)
-            except OSError as exc:
-                raise StoreError(f"append to the commit log at {offset} failed: {exc}") from exc
+        """Replica side: ``append_commit_log`` without the indexing (``ReplicaCommitLog.write``)."""
+        self._replica_log.write(offset, data)
 
     def index_commit_log(self) -> None:
         """Replica side: index every complete record written so far, up to the confirm offset (ConsumeQueues,
         arrival listeners)."""
-        with self._lock:
-            arrived = self._index_locked()
-        if self._listeners and arrived:
-            self._notify(arrived)
+        self._replica_log.index()
 
-    def _index_locked(self) -> list[tuple[str, int, int]]:
-        try:
-            return self._dispatch.dispatch()
-        except OSError as exc:
-            raise StoreError(f"indexing the commit log from {self._queues.dispatched} failed: {exc}") from exc
+    def truncate_commit_log(self, offset: int) -> None:
+        """Drop every record at or past ``offset`` (a record boundary) and their ConsumeQueue entries, in the
+        crash-safe order of ``ReplicaCommitLog.truncate``."""
+        self._replica_log.truncate(offset)
+
+    def restart_commit_log(self, offset: int) -> None:
+        """Replica side: drop the whole log and continue, empty, at ``offset`` (``ReplicaCommitLog.restart``)."""
+        self._replica_log.restart(offset)
 
     # -- confirm offset (controller mode) ---------------------------------------------------------------
 
@@ -496,7 +464,7 @@ class MessageStore:
         with self._lock:
             if not self._dispatch.advance(offset):
                 return
-            arrived = self._index_locked()
+            arrived = self._replica_log.index_locked()
         if self._listeners and arrived:
             self._notify(arrived)
 
@@ -507,76 +475,13 @@ class MessageStore:
         max offset. StoreError below the indexed offset (only ``truncate_commit_log`` takes entries back)."""
         with self._lock:
             self._dispatch.set(offset)
-            arrived = self._index_locked()
+            arrived = self._replica_log.index_locked()
         if self._listeners and arrived:
             self._notify(arrived)
         try:
             self._flush.flush_queues_and_checkpoint()
         except OSError as exc:
             raise StoreError(f"writing the checkpoint of {self.config.store_dir} failed: {exc}") from exc
-
-    def truncate_commit_log(self, offset: int) -> None:
-        """Drop every record at or past ``offset`` (a record boundary: a record's start, a blank record or the
-        dispatched offset) and their ConsumeQueue entries."""
-        flush = self._flush
-        with flush.checkpoint_lock, self._lock:
-            cl = self._commit_log
-            if offset >= cl.max_offset:
-                return
-            # The dispatched offset is a boundary by construction (dispatch stops only between records); a
-            # promotion cuts there a record received in part, which may be shorter than a header.
-            if offset > cl.min_offset and offset % cl.segment_size and offset != self._queues.dispatched:
-                head = cl.read(offset, STORED_HEADER_SIZE)
-                ok = len(head) >= 8 and BLANK_RECORD.unpack_from(head)[1] == BLANK_MAGIC
-                if not ok and len(head) == STORED_HEADER_SIZE:
-                    ok = STORED_HEADER.unpack(head)[1] == MAGIC_V1 and STORED_HEADER.unpack(head)[6] == offset
-                if not ok:
-                    raise StoreError(f"commit log offset {offset} is not a record boundary")
-            flush.truncated(offset)
-            try:
-                # Checkpoint first: a crash after the cut but before the final checkpoint would otherwise leave
-                # one whose safe offset lies past the log's new end, and recovery would resume from there over
-                # the zeroed bytes. A lower safe offset only makes recovery scan more.
-                flush.write_checkpoint(flush.flushed, min(self._queues.dispatched, offset),
-                                       min(self._dispatch.confirm_offset, offset))
-                if offset <= cl.min_offset:
-                    for start in list(cl.segments):
-                        cl.delete_segment(start)
-                cl.truncate(offset)
-                queues = self._queues
-                queues.dispatched = min(queues.dispatched, offset)
-                queues.truncate_from_commit_log_offset(offset)
-                self._dispatch.truncated(offset)
-                flush.write_checkpoint(flush.flushed, queues.dispatched, self._dispatch.confirm_offset)
-            except OSError as exc:
-                raise StoreError(f"truncating the commit log to {offset} failed: {exc}") from exc
-        flush.resolve_waiters(flush.flushed, fail_above=offset)
-
-    def restart_commit_log(self, offset: int) -> None:
-        """Replica side: drop the whole log and continue, empty, at ``offset`` (min = max = offset).
-
-        For a replica whose log lies entirely below the primary's min offset (``ha.replica_start``
-        RESTART): every CommitLog segment and ConsumeQueue entry goes, the flushed and dispatched
-        offsets move to ``offset`` and the checkpoint says so. ``offset`` is the primary's min offset,
-        a segment start, so the next append creates the segment file it falls in.
-        """
-        flush = self._flush
-        with flush.checkpoint_lock, self._lock:
-            cl = self._commit_log
-            flush.truncated(offset)
-            try:
-                for start in list(cl.segments):
-                    cl.delete_segment(start)
-                cl.max_offset = offset
-                queues = self._queues
-                queues.truncate_from_commit_log_offset(0)
-                queues.dispatched = offset
-                flush.flushed = offset
-                self._dispatch.restarted(offset)
-                flush.write_checkpoint(offset, offset, self._dispatch.confirm_offset)
-            except OSError as exc:
-                raise StoreError(f"restarting the commit log at {offset} failed: {exc}") from exc
-        flush.resolve_waiters(flush.flushed, fail_above=offset)
 
     # -- retention -----------------------------------------------------------------------------------
 

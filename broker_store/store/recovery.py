@@ -45,15 +45,13 @@ def recover(store_dir: Path, cl: CommitLog, queues: ConsumeQueueTable, checkpoin
             start = first
     else:
         start = 0
-    queues.truncate_from_commit_log_offset(start)
+    queues.resume_at(start)
     cl.max_offset = start
     limit = _SCAN_ALL if dispatch_limit is None else max(dispatch_limit, start)
-    pos, stopped = start, not cl.segments
-    while not stopped and pos < limit:
-        records, pos, stopped = cl.scan(pos, limit)
-        queues.dispatch(records)
-    dispatched = pos
-    if limit != _SCAN_ALL:  # the rest is validated, not indexed ("stopped" above may mean "at the limit")
+    if cl.segments:
+        queues.index(cl, limit)
+    pos = dispatched = queues.dispatched
+    if limit != _SCAN_ALL:  # the rest is validated, not indexed (indexing may have stopped at the limit)
         stopped = not cl.segments
         while not stopped:
             _, pos, stopped = cl.scan(pos, _SCAN_ALL)
@@ -62,7 +60,6 @@ def recover(store_dir: Path, cl: CommitLog, queues: ConsumeQueueTable, checkpoin
                     store_dir, pos, file_end - pos)
     cl.truncate(pos)
     cl.max_offset = pos
-    queues.dispatched = dispatched
     cl_min = cl.min_offset
     for cq in queues.queues.values():
         cq.delete_segments_below(cl_min)

@@ -27,11 +27,12 @@ broker) refuses nothing: the task blocks and retries with doubling backoff cappe
 ``retryBackoffMaxMs`` for up to ``retryTimeoutMs`` (default 10 minutes), as Kafka Connect / MirrorMaker 2
 sinks do. If the outage outlasts that budget the task raises ``TargetUnavailableError``: the batch is
 not committed, nothing is recorded as failed, and a restart re-runs it (at-least-once).
-* driver, once per batch: ``commit(messages, batchId)`` applies the failure policy
-  (``failure_policy``); a failed batch raises ``BatchFailedError`` so Spark does not commit it (the
-  query stops; a restart re-runs the batch: at-least-once). Otherwise it records the queue placements
-  the tasks decided (``placement_table``), then writes the offsets, offset map, failures and metrics with
-  ``LinkTables.commit_batch``, idempotent per (query id, batch id), then mirrors the source group.
+* driver, once per batch: ``commit(messages, batchId)`` runs ``batch_commit.commit_batch``'s steps: it
+  applies the failure policy (``failure_policy``); a failed batch raises ``BatchFailedError`` so Spark does
+  not commit it (the query stops; a restart re-runs the batch: at-least-once). Otherwise it records the
+  queue placements the tasks decided (``placement_table``), then writes the offsets, offset map, failures
+  and metrics with ``LinkTables.commit_batch``, idempotent per (query id, batch id), then mirrors the
+  source group.
 
 At-least-once: a row reaches ``commit`` only after the target acknowledged it (SendResult: stored) or
 it was recorded as failed; Spark advances the checkpoint's source offsets only after ``commit``
@@ -105,9 +106,7 @@ target broker stamps them); the source values stay in the source and in the fail
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -115,7 +114,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from connectors.core.driver_log import driver_logging
-from connectors.core.errors import ConfigError, ReplicatorError
+from connectors.core.errors import ConfigError
 from connectors.core.rows import (
     COL_RECORDS,
     COL_START_OFFSET,
@@ -127,38 +126,15 @@ from connectors.replication.failure_policy import load_failure_hook
 from connectors.replication.writer_options import SinkOptions
 
 if TYPE_CHECKING:
-    from connectors.core.offsets import QueueKey
-    from connectors.replication.group_mirror import SourceGroupMirror
-    from connectors.replication.queue_placement import Placement
-    from connectors.replication.records import FailedMessage
     from connectors.replication.sending import ReplicationCommitMessage
-    from connectors.replication.tables import LinkTables
 
 # Write planning (a fresh Python worker per query start, on the first batch's critical path) only builds and
 # pickles this class: the modules of the tasks (partition_writer, sending, executor: ~0.1 s of imports) and of
-# the driver's commit (Delta tables, checkpoint, group mirror) are imported where used (python -X importtime:
-# the module took 0.21 s beyond pyspark and pyarrow, 0.09 s this way). The task daemon
+# the driver's commit (``batch_commit``: Delta tables, checkpoint, group mirror) are imported where used
+# (python -X importtime: the module took 0.21 s beyond pyspark and pyarrow, 0.09 s this way). The task daemon
 # (connectors.replication.worker_daemon) imports them all before it forks.
 
 log = logging.getLogger(__name__)
-
-
-def _link_tables(location: str, o: SinkOptions) -> LinkTables:
-    """The driver process's ``LinkTables`` of a link, kept across batches (``shared_table_set``), with the
-    link's retention and maintenance running after its commits. The offset map's retention asks the
-    checkpoint connector's table for the groups' positions (``connectors.core.group_positions``), so it never
-    removes a run a checkpointed group's translation needs."""
-    from connectors.core.delta import shared_table_set
-    from connectors.replication.tables import LinkTables
-
-    def floors() -> Mapping[QueueKey, int] | None:
-        from connectors.core.group_positions import group_floors
-
-        return group_floors(location, int(time.time() * 1000), enabled=o.checkpoints_enabled)
-
-    return shared_table_set((location, o.source_cluster or ""), LinkTables,
-                            lambda: LinkTables(location, source_cluster=o.source_cluster or "", history=o.history,
-                                               map_floors=floors))
 
 
 class RocketMQStreamWriter(DataSourceStreamArrowWriter):
@@ -211,149 +187,26 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
 
     # -- driver ----------------------------------------------------------------------------------
 
-    def _end_offsets(self, batch_id: int,
-                     messages: Sequence[ReplicationCommitMessage]) -> tuple[dict[QueueKey, int], dict[QueueKey, int]]:
-        """(every queue's end offset of the batch, the queues whose end changed since the previous batch)."""
-        from connectors.core.spark_checkpoint import read_offset_log
-
-        row_next: dict[QueueKey, int] = {}
-        for m in messages:
-            for q, n in m.source_next.items():
-                row_next[q] = max(n, row_next.get(q, 0))
-        checkpoint = self.options.checkpoint_location
-        end = read_offset_log(checkpoint, batch_id) if checkpoint else None
-        if end is None:
-            log.warning("link %s batch %d: no rocketmq offset in the checkpoint's offset log; recording "
-                        "offsets only for queues with rows", self.options.label, batch_id)
-            return row_next, row_next
-        behind = {q.to_key(): (n, end.get(q)) for q, n in row_next.items()
-                  if end.get(q) is not None and n > (end.get(q) or 0)}
-        if behind:
-            raise ReplicatorError(f"link {self.options.label} batch {batch_id}: rows past the batch's end offset "
-                                  f"(queue: (row next, log end)) {behind}")
-        previous = read_offset_log(checkpoint, batch_id - 1) if checkpoint else None
-        return dict(end.queues), {q: n for q, n in end.queues.items() if previous is None or previous.get(q) != n}
-
-    def _record_placements(self, results: Sequence[ReplicationCommitMessage]) -> None:
-        """Record the queue placements the tasks decided (the first per source queue and target topic; the
-        table's first row stands if an earlier one exists) and log each once."""
-        from connectors.core.delta import shared_table_set
-        from connectors.replication.placement_planner import log_decision
-        from connectors.replication.placement_table import EXECUTOR, PlacementTable
-
-        o = self.options
-        decided: dict[tuple[QueueKey, str], Placement] = {}
-        for m in results:
-            for p in m.placements:
-                decided.setdefault((p.source, p.target_topic), p)
-        if not decided or not (o.delta_location and o.link):
-            return
-        table = shared_table_set((str(Path(o.delta_location) / o.link), o.source_cluster or ""), PlacementTable,
-                                 lambda: PlacementTable(Path(o.delta_location or "") / (o.link or ""),
-                                                        source_cluster=o.source_cluster or ""))
-        known = {(p.source, p.target_topic) for p in table.load()}
-        new = [p for key, p in decided.items() if key not in known]
-        table.record(new, EXECUTOR)
-        for p in new:
-            log_decision(o.label, p.describe(), "executors")
-
-    def _mirror(self) -> SourceGroupMirror | None:
-        from connectors.replication.group_mirror import source_group_mirror
-
-        o = self.options
-        group = o.mirrored_group
-        if group is None or o.source_namesrv is None:
-            return None
-        return source_group_mirror(o.source_namesrv, group, o.source_credentials, label=o.label)
-
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Driver: failure policy, then the Delta tables (idempotent per query id and batch id)."""
-        from connectors.core.spark_checkpoint import checkpoint_dir, query_id_from_checkpoint
-        from connectors.replication.failure_policy import apply_failure_policy
-        from connectors.replication.records import BatchMetrics, LatencySummary, summarise_latencies
-        from connectors.replication.sending import ReplicationCommitMessage, now_ms
+        """Driver: failure policy, then the Delta tables (idempotent per query id and batch id); the steps are
+        ``batch_commit.commit_batch``'s."""
+        from connectors.replication.batch_commit import commit_batch
 
         driver_logging()
-        o = self.options
-        if any(not isinstance(m, ReplicationCommitMessage) for m in messages):
-            raise ReplicatorError(f"link {o.label} batch {batchId}: a write task returned no commit message")
-        results = [m for m in messages if isinstance(m, ReplicationCommitMessage)]
-        failures = [f for m in results for f in m.failures]
-        hook = load_failure_hook(o.failure_hook) if (failures and o.failure_hook) else None
-        decision = apply_failure_policy(o.failure_policy, failures, hook)
-        if decision.batch_failed:
-            log.error("link %s batch %d: failure policy %s failed the batch (%d failed message(s)); not "
-                      "committing", o.label, batchId, o.failure_policy.value, len(failures))
-        decision.raise_if_failed(link=o.label, batch_id=batchId)
-        now = now_ms()
-        samples = [s for m in results for s in m.latency_samples_ms]
-        summary = summarise_latencies(samples)
-        maxima = [m.latency.max_ms for m in results if m.latency.max_ms is not None]
-        if maxima:
-            summary = LatencySummary(summary.p50_ms, summary.p99_ms, max(maxima))
-        oldest = [m.oldest_store_ms for m in results if m.oldest_store_ms is not None]
-        metrics = BatchMetrics(
-            messages=sum(m.delivered for m in results), bytes=sum(m.bytes for m in results),
-            skipped_loop=sum(m.skipped_loop for m in results), failed=len(failures), latency=summary,
-            record_age_ms=now - min(oldest) if oldest else None,
-            wall_time_ms=now - min((m.started_ms for m in results), default=now))
-        batch_end, end_offsets = self._end_offsets(batchId, results)
-        committed = "no Delta tables (deltaLocation not set)"
-        if o.delta_location and o.link and o.checkpoint_location:
-            tables = _link_tables(str(Path(o.delta_location) / o.link), o)
-            query_id = query_id_from_checkpoint(checkpoint_dir(o.checkpoint_location) or Path(o.checkpoint_location))
-            commit_started = time.monotonic()
-            self._record_placements(results)  # before the offsets: a decision outlives the batch that used it
-            result = tables.commit_batch(query_id, batchId, end_offsets,
-                                         [mp for m in results for mp in m.offset_map], decision.recorded(),
-                                         metrics)
-            committed = ("already committed (replayed batch)" if result.duplicate else
-                         f"committed to Delta in {(time.monotonic() - commit_started) * 1000:.0f} ms")
-        mirror = self._mirror()
-        if mirror is not None:  # after the Delta offsets commit; in the background (no latency per batch)
-            mirror.offer(batch_end)
-        if failures:
-            self._warn_dismissed(batchId, failures, committed)
-        log.info("link %s batch %d: %d delivered, %d bytes, %d skipped (loop), %d failed (dismissed), "
-                 "%d queue offset(s) advanced, latency p50/p99/max %s/%s/%s ms, slowest task %d ms, %d retries "
-                 "while the target was unavailable, %d while the source was; %s", o.label, batchId, metrics.messages,
-                 metrics.bytes, metrics.skipped_loop, metrics.failed, len(end_offsets), summary.p50_ms, summary.p99_ms,
-                 summary.max_ms, max((m.finished_ms - m.started_ms for m in results), default=0),
-                 sum(m.target_unavailable_retries for m in results),
-                 sum(m.source_unavailable_retries for m in results), committed)
-
-    def _warn_dismissed(self, batch_id: int, failures: Sequence[FailedMessage], committed: str) -> None:
-        """One WARNING per target topic for the batch's dismissed failures: where they are and how to
-        replay them (an operator must not have to find the failures table by themselves)."""
-        from connectors.replication.tables import FAILURES
-
-        o = self.options
-        by_topic: dict[tuple[str, str], list[FailedMessage]] = {}
-        for f in failures:
-            by_topic.setdefault((f.topic, f.target_topic), []).append(f)
-        recorded = bool(o.delta_location and o.link and o.checkpoint_location)
-        where = (f"recorded in the failures table {Path(o.delta_location or '') / (o.link or '') / FAILURES}"
-                 if recorded else f"NOT recorded ({committed})")
-        replay = (f"replay them with `python -m jobs.replay_failures --config {o.config_path or '<replicator.yaml>'} "
-                  f"--link {o.link}`" if recorded else "they cannot be replayed")
-        for (topic, target), dismissed in by_topic.items():
-            sample = ", ".join(f"{f.broker_name}/{f.queue_id}@{f.queue_offset}" for f in dismissed[:5])
-            log.warning("link %s batch %d: %d message(s) of topic %s (%s%s) dismissed after failing to reach %s "
-                        "on %s (first error: %s); %s; %s", o.label, batch_id, len(dismissed), topic, sample,
-                        ", ..." if len(dismissed) > 5 else "", target, o.target_cluster, dismissed[0].error, where,
-                        replay)
+        commit_batch(self.options, messages, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Driver: a write task failed, or the job's stop cancelled the batch (then INFO, not WARNING:
         ``connectors.core.job_stop.abort_level``). Messages already sent stay on the target (they are re-sent
         when the batch re-runs: at-least-once); nothing is recorded for this batch."""
         from connectors.core.job_stop import abort_level
+        from connectors.replication.batch_commit import source_mirror
         from connectors.replication.group_mirror import EXIT_FLUSH_TIMEOUT_S
         from connectors.replication.sending import ReplicationCommitMessage
 
         driver_logging()
         sent = sum(m.delivered for m in messages if isinstance(m, ReplicationCommitMessage))
-        mirror = self._mirror()
+        mirror = source_mirror(self.options)
         if mirror is not None:  # the offsets of batches committed before this one go out now
             mirror.flush(EXIT_FLUSH_TIMEOUT_S)
         log.log(abort_level(), "link %s batch %d aborted; %d message(s) already on the target will be sent again "

@@ -1,1 +1,1 @@
-"""Helpers shared by tests that start real name server and broker processes on loopback."""
+"""Helpers shared by tests: real name server and broker processes on loopback, waiting, store hooks."""

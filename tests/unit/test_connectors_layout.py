@@ -1,52 +1,36 @@
 """The connectors' layout rules (issue #10, README "Architecture"): ``core`` imports no connector package,
-the connector packages import each other only along the documented edges and never in a circle, and no
-module of ``connectors`` or ``jobs`` passes 600 lines (split before it does). Read from the source (ast)."""
+the connector packages import each other only along the documented edges and never in a circle, the connectors
+import nothing of ``broker_store`` beyond ``client`` and ``protocol`` (DESIGN.md "Layout"), and no module of
+``connectors`` or ``jobs`` passes 600 lines (split before it does). Read from the source (ast) by the shared
+checker, ``tests/support/import_graph.py``."""
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
+from tests.support.import_graph import all_imports, circle, oversized, package_unit, unit_edges
 
-REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("core", "replication", "heartbeat", "checkpoint", "config_sync")
 ALLOWED = {
     ("checkpoint", "replication"),   # the link's Delta tables through replication/tables.py, their format's owner
     ("replication", "config_sync"),  # create a missing target topic with config sync's rule (creation.py)
 }
 """Imports between connector packages (besides every package -> core)."""
+BROKER_STORE_API = frozenset({"client", "protocol"})
+"""What the connectors may import of ``broker_store``: its client and its wire types, never broker internals."""
 MAX_LINES = 600
 
 
-def _imported_packages(path: Path) -> set[str]:
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
-        out.update(n.split(".")[1] for n in names if n.startswith("connectors.") and n.count(".") >= 1)
-    return out
-
-
 def test_core_imports_no_connector_and_connectors_only_the_documented_edges() -> None:
-    edges: set[tuple[str, str]] = set()
-    for package in PACKAGES:
-        for path in (REPO / "connectors" / package).rglob("*.py"):
-            edges.update((package, imported) for imported in _imported_packages(path) if imported != package)
+    edges = set(unit_edges(all_imports(["connectors"], ("connectors",)), package_unit("connectors")))
     assert {e for e in edges if e[0] == "core"} == set()
     assert edges - {(p, "core") for p in PACKAGES} == ALLOWED
-    # no circle: following the edges from any package never comes back to it
-    for start in PACKAGES:
-        reached: set[str] = set()
-        stack = [start]
-        while stack:
-            node = stack.pop()
-            for a, b in edges:
-                if a == node and b not in reached:
-                    reached.add(b)
-                    stack.append(b)
-        assert start not in reached, f"import circle through connectors.{start}"
+    assert circle(edges) is None, f"import circle: {circle(edges)}"
+
+
+def test_connectors_import_only_the_broker_stores_client_and_protocol() -> None:
+    unit = package_unit("broker_store")
+    used = {unit(imp.module): imp for imp in all_imports(["connectors"], ("broker_store",))}
+    assert {u: f"{imp.source} imports {imp.module}" for u, imp in used.items() if u not in BROKER_STORE_API} == {}
 
 
 def test_no_module_passes_the_size_limit() -> None:
-    sizes = {str(p.relative_to(REPO)): len(p.read_text().splitlines())
-             for root in ("connectors", "jobs") for p in (REPO / root).rglob("*.py")}
-    assert {p: n for p, n in sizes.items() if n > MAX_LINES} == {}
+    assert oversized(["connectors", "jobs"], MAX_LINES) == {}

@@ -110,6 +110,7 @@ def test_dismissed_failures_are_a_warning_naming_link_topic_count_and_replay(
         caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
+    from connectors.replication.batch_commit import warn_dismissed
     from connectors.replication.records import FailedMessage
     from connectors.replication.writer import RocketMQStreamWriter
 
@@ -124,7 +125,7 @@ def test_dismissed_failures_are_a_warning_naming_link_topic_count_and_replay(
                             attempts=3, tags=None, keys=None, born_timestamp=0, store_timestamp=0)
               for i in range(3)]
     with caplog.at_level("WARNING"):
-        writer._warn_dismissed(7, failed, "committed")
+        warn_dismissed(writer.options, 7, failed, "committed")
     [record] = [r for r in caplog.records if r.levelname == "WARNING"]
     text = record.getMessage()
     for part in ("link orders batch 7", "3 message(s) of topic Orders", "OrdersDR", "MessageIllegalError: big",

@@ -46,6 +46,7 @@ from broker_store.store.delay_levels import (
     requested_level,
     schedule_tags_code,
 )
+from tests.support.store_hooks import crash
 
 NOW = 1_700_000_000.0
 NOW_MS = int(NOW * 1000)
@@ -253,7 +254,7 @@ def test_a_schedule_entrys_tags_code_is_its_delivery_time_also_when_rebuilt(tmp_
     _put_delayed(store, "Orders", 0, {"DELAY": "2"}, b"x")
     entries = store.get_queue_entries(SCHEDULE_TOPIC, 1, 0, 10)
     assert [e.tags_code for e in entries] == [NOW_MS + 2000]
-    store._crash()  # noqa: SLF001  the ConsumeQueue is rebuilt from the CommitLog
+    crash(store)  # the ConsumeQueue is rebuilt from the CommitLog
     (tmp_path / "checkpoint").unlink(missing_ok=True)
     for cq_file in (tmp_path / "consumequeue").rglob("0*"):
         cq_file.unlink()

@@ -33,6 +33,7 @@ from broker_store.store import (
     tags_code_of_properties,
 )
 from broker_store.store.commit_log import BLANK_RECORD
+from tests.support.store_hooks import crash, flush_queues_and_checkpoint
 
 STORE_HOST = "10.1.2.3:10911"
 BORN_HOST = "192.168.0.7:50000"
@@ -255,7 +256,7 @@ def test_consume_queue_tail_is_served_from_memory_then_written_by_the_flush(tmp_
             "entries of plain appends stay in memory until the flush"
         msgs = decode_stored_messages(pull_all(store, "TL", 0, batch=7))
         assert [int(m.body) for m in msgs] == list(range(100))
-        store._flush_queues_and_checkpoint()
+        flush_queues_and_checkpoint(store)
         assert sum(f.stat().st_size for f in cq_dir.iterdir()) == 100 * 20
         for i in range(100, 110):  # part in the files, part in memory: one read spans both
             put(store, "TL", 0, str(i).encode())
@@ -279,10 +280,10 @@ def test_crash_loses_only_the_in_memory_tail_and_recovery_rebuilds_it(tmp_path: 
     store = make_store(tmp_path, flush_interval_ms=60_000)
     for i in range(50):
         put(store, "CR", 1, str(i).encode())
-    store._flush_queues_and_checkpoint()
+    flush_queues_and_checkpoint(store)
     for i in range(50, 80):
         put(store, "CR", 1, str(i).encode())
-    store._crash()  # the 30 newest entries were only in memory; their records are in the CommitLog
+    crash(store)  # the 30 newest entries were only in memory; their records are in the CommitLog
     reopened = make_store(tmp_path)
     try:
         msgs = decode_stored_messages(pull_all(reopened, "CR", 1))

@@ -17,6 +17,7 @@ from broker_store.protocol.errors import ConfigError, StoreError
 from broker_store.protocol.message import decode_stored_messages
 from broker_store.store import MessageStore, PutStatus, StoreConfig
 from broker_store.store.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from tests.support.store_hooks import crash
 from tests.unit.test_store_checkpoint import v1_bytes
 
 HOST = "127.0.0.1:10911"
@@ -149,7 +150,7 @@ def test_held_confirm_offset_survives_restart_and_crash(tmp_path: Path) -> None:
     assert store.max_physical_offset == records[-1][1]  # unconfirmed records are kept, not dropped
     assert put(store, "T", 0)[0][4] == 6  # and counted
     store.advance_confirm_offset(records[4][1])  # not checkpointed before the crash
-    store._crash()  # noqa: SLF001
+    crash(store)
     store = open_store(tmp_path, hold=True)
     # the visible end may step back to the last checkpoint's confirm offset, never forward
     assert store.confirm_offset == records[2][1] and visible(store) == records[:3]
@@ -264,7 +265,7 @@ def test_consumers_see_exactly_the_confirmed_records(tmp_path_factory: pytest.Te
             if a:
                 store.shutdown()
             else:
-                store._crash()  # noqa: SLF001
+                crash(store)
             store = open_store(d, hold=hold)
         confirm = store.confirm_offset
         assert confirm <= store.max_physical_offset

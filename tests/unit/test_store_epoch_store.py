@@ -1,6 +1,6 @@
 """EpochStore on a real store in a tmp dir: the rejoin truncation and its crash-safe order, simulating a kill -9
-(``MessageStore._crash``: no final flush, no checkpoint) between every two steps, then reopening and running the
-handshake's decision again: it must land on the same consistent point and the same log."""
+(``tests.support.store_hooks.crash``: no final flush, no checkpoint) between every two steps, then reopening and
+running the handshake's decision again: it must land on the same consistent point and the same log."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from broker_store.store import MessageStore
 from broker_store.store.epoch_cache import EpochCache, EpochEntry
 from broker_store.store.epoch_file import EpochFile
 from broker_store.store.epoch_store import EpochStore
+from tests.support.store_hooks import crash
 from tests.unit.test_store_confirm_offset import open_store, put, visible
 
 
@@ -47,7 +48,7 @@ def rejoin_point(es: EpochStore, primary_max: int) -> int:
 
 
 def reopen(d: Path, es: EpochStore) -> EpochStore:
-    es.store._crash()
+    crash(es.store)
     return EpochStore.open(open_store(d, hold=True))
 
 

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from broker_store.protocol.message import decode_stored_messages, encode_properties, tags_hash_code
 from broker_store.store import FlushMode, GetStatus, MessageStore, PutStatus, StoreConfig
 from broker_store.store.checkpoint import CHECKPOINT_FILE
+from tests.support.store_hooks import crash
 
 SEG = 16 * 1024
 BORN = "127.0.0.1:4000"
@@ -104,7 +105,7 @@ def test_longest_valid_prefix_survives_and_queues_are_rebuilt(seed: int, cut: fl
         store = open_store(d)
         written += write_messages(store, rng, 30)
         end = store.max_physical_offset
-        store._crash()  # noqa: SLF001  no final flush, no new checkpoint
+        crash(store)  # no final flush, no new checkpoint
         if not keep_checkpoint:
             (d / CHECKPOINT_FILE).unlink()
         last_start = end - end % SEG if end % SEG else end - SEG
@@ -178,7 +179,7 @@ def test_lost_consume_queues_are_rebuilt_from_scratch(tmp_path: Path) -> None:
 def test_corrupt_checkpoint_means_full_scan(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     written = write_messages(store, random.Random(8), 40)
-    store._crash()  # noqa: SLF001
+    crash(store)
     raw = bytearray((tmp_path / CHECKPOINT_FILE).read_bytes())
     raw[10] ^= 0xFF
     (tmp_path / CHECKPOINT_FILE).write_bytes(bytes(raw))

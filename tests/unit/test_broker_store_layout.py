@@ -1,0 +1,99 @@
+"""The layers of ``broker_store`` (DESIGN.md "Layout", issue #18 "Guards"): every import between its units points
+down the layers below, never up or sideways, and the low layers import only what the design gives them:
+``protocol`` nothing of the project, ``net`` only ``protocol``, ``store`` only ``clock`` and ``protocol``,
+``client`` only ``net`` and ``protocol``, ``ha`` nothing of the store but its package API and its epoch values.
+No module passes 600 lines. Read from the source (ast) by the shared checker, ``tests/support/import_graph.py``.
+
+A unit is a subpackage or a top-level module; two modules of ``controller`` are units of their own because they
+sit higher than the rest of their package: ``controller.server`` is the controller's process side (it reads
+``config.ControllerConfig``, which holds ``controller.settings``) and ``controller.etcd_members`` holds etcd child
+processes beside ``launcher``'s (whose helpers it uses).
+"""
+
+from __future__ import annotations
+
+from tests.support.import_graph import (
+    Import,
+    all_imports,
+    circle,
+    not_allowed,
+    oversized,
+    package_unit,
+    unit_edges,
+)
+
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"protocol", "clock", "address", "background"}),
+    frozenset({"net", "store"}),
+    frozenset({"client", "ha"}),
+    frozenset({"controller"}),
+    frozenset({"config"}),
+    frozenset({"controller.server", "broker"}),
+    frozenset({"namesrv"}),
+    frozenset({"launcher"}),
+    frozenset({"controller.etcd_members", "cli"}),
+    frozenset({"__main__"}),
+)
+"""The units, lowest first. A unit imports only units of lower layers, and of those only its ``ALLOWED``."""
+
+ALLOWED: dict[str, frozenset[str]] = {
+    "protocol": frozenset(),
+    "clock": frozenset(),
+    "address": frozenset(),
+    "background": frozenset(),
+    "net": frozenset({"protocol"}),
+    "store": frozenset({"clock", "protocol"}),
+    "client": frozenset({"net", "protocol"}),
+    "ha": frozenset({"address", "clock", "protocol", "store"}),  # the store only through HA_STORE_API
+    "controller": frozenset({"background", "clock", "net", "protocol", "store"}),
+    "config": frozenset({"address", "controller", "ha", "protocol", "store"}),  # each part's settings model
+    "controller.server": frozenset({"address", "clock", "config", "controller", "net", "protocol"}),
+    "broker": frozenset({"address", "background", "clock", "config", "ha", "net", "protocol", "store"}),
+    "namesrv": frozenset({"background", "clock", "config", "controller.server", "net", "protocol"}),
+    "launcher": frozenset({"client", "config", "ha", "protocol"}),
+    "controller.etcd_members": frozenset({"launcher"}),
+    "cli": frozenset({"broker", "client", "config", "controller.server", "launcher", "namesrv", "net", "protocol"}),
+    "__main__": frozenset({"cli"}),
+}
+"""unit -> the units it may import: DESIGN.md's layers, as the import graph has them (issue #18). A new edge
+that points down may be added here; one that points up or sideways is a design change, not an entry."""
+
+HA_STORE_API = frozenset({"broker_store.store", "broker_store.store.epoch_cache"})
+"""What HA may import of the store: the package's public names and the epoch values (pure data both sides of a
+link exchange, ``ha.store_view``); it reads and writes a log through the ``ha.store_view`` Protocols."""
+
+OWN_UNITS = ("broker_store.controller.server", "broker_store.controller.etcd_members")
+MAX_LINES = 600
+
+
+def unit(name: str) -> str:
+    """A module's unit (``name`` dotted, or a repo-relative path)."""
+    dotted = name.removesuffix(".py").replace("/", ".")
+    return dotted.removeprefix("broker_store.") if dotted in OWN_UNITS else package_unit("broker_store")(dotted)
+
+
+def edges() -> dict[tuple[str, str], list[Import]]:
+    return unit_edges(all_imports(["broker_store"], ("broker_store",)), unit)
+
+
+def test_every_unit_has_a_layer_and_its_allowed_imports_lie_below_it() -> None:
+    layer = {u: i for i, units in enumerate(LAYERS) for u in units}
+    assert sum(map(len, LAYERS)) == len(layer), "a unit in two layers"
+    assert set(ALLOWED) == set(layer)
+    assert {a for a, b in edges()} | {b for a, b in edges()} <= set(layer), "a new unit: give it a layer"
+    assert [(a, b) for a, allowed in ALLOWED.items() for b in allowed if layer[b] >= layer[a]] == []
+
+
+def test_no_unit_imports_up_or_sideways_and_the_low_layers_only_what_the_design_allows() -> None:
+    graph = edges()
+    assert not_allowed(graph, ALLOWED) == []
+    assert circle(graph) is None
+
+
+def test_ha_imports_only_the_stores_package_api_and_epoch_values() -> None:
+    store_imports = edges().get(("ha", "store"), [])
+    assert [f"{i.source} imports {i.module}" for i in store_imports if i.module not in HA_STORE_API] == []
+
+
+def test_no_module_passes_the_size_limit() -> None:
+    assert oversized(["broker_store"], MAX_LINES) == {}
