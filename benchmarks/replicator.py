@@ -579,16 +579,19 @@ def write_config(path: Path, work: Path, src: Cluster, dst: Cluster, per_trigger
 
 
 def wait_for(admin: Admin, queues: list[MessageQueue], want: int, timeout: float, query: Any) -> float:
-    """Poll the target until it holds ``want`` messages; the monotonic time it first did."""
+    """Poll the target until it holds ``want`` messages; the monotonic time it first did. Every 50 ms once
+    90 % are there (the time is that exact), every 250 ms before: the polls cost the target broker and this
+    process CPU that the job under measurement then lacks."""
     deadline = time.monotonic() + timeout
     while True:
-        if total_messages(admin, queues) >= want:
+        have = total_messages(admin, queues)
+        if have >= want:
             return time.monotonic()
         if time.monotonic() > deadline:
-            raise RuntimeError(f"target has {total_messages(admin, queues)} of {want} after {timeout}s")
+            raise RuntimeError(f"target has {have} of {want} after {timeout}s")
         if query is not None and not query.isActive and query.exception() is not None:
             raise RuntimeError(f"query failed: {query.exception()}")
-        time.sleep(0.05)
+        time.sleep(0.05 if have >= 0.9 * want else 0.25)
 
 
 def read_timestamps(namesrv: str, queues: list[MessageQueue], field: str) -> dict[str, int]:

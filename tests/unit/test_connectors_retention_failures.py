@@ -5,6 +5,7 @@ the link's maintenance rounds (``connectors.core.maintenance``) with the setting
 from __future__ import annotations
 
 import logging
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 from connectors.core.config import parse_replicator_config
+from connectors.core.delta import shared_table_set
 from connectors.core.errors import ConfigError
 from connectors.core.history_settings import HistorySettings
 from connectors.core.offsets import QueueKey
@@ -158,3 +160,23 @@ def test_failure_and_placement_settings_default_and_validate() -> None:
         base["links"][0]["history"] = bad
         with pytest.raises(ConfigError, match=f"history.{next(iter(bad))}"):
             parse_replicator_config(base)
+
+
+def test_the_shared_link_tables_share_their_placements_table(tmp_path: Path) -> None:
+    """The writer's driver gets both sets through ``shared_table_set`` (``writer._link_tables`` and
+    ``_record_placements``); creating ``LinkTables`` asks for the ``PlacementTable`` from inside that call (it
+    once deadlocked on a non-reentrant lock: the job's commit hung)."""
+    location = str(tmp_path / "l")
+    done: list[LinkTables] = []
+
+    def create() -> None:
+        done.append(shared_table_set((location, "src"), LinkTables, lambda: LinkTables(
+            location, source_cluster="src", history=HistorySettings(), background_maintenance=False)))
+
+    worker = threading.Thread(target=create, daemon=True)
+    worker.start()
+    worker.join(60)  # a deadlock guard, not a timing assertion
+    assert done, "creating the shared LinkTables deadlocked"
+    placements = shared_table_set((location, "src"), PlacementTable,
+                                  lambda: PlacementTable(location, source_cluster="src"))
+    assert done[0].maintenance is not None and placements.maintenance is done[0].maintenance.companions[0]
