@@ -82,11 +82,14 @@ the task's process and ~0.2-0.35 ms in the brokers' request handling. The sink's
 (a dict of 17 columns, pull settings and an outage per range, a quadratic source-queue lookup without the link
 tables, every range's batch held until the task's end) was cut, but (e2) did not move: side by side in one run
 (``--queue-scaling --backlog-only --scaling-messages 100000 --per-trigger 25000 --warmup 5000``), before 0.65
-(23,775 / 36,763 msg/s), after 0.64 (23,228 / 36,261 msg/s); ``--max-in-flight 16`` did not help either (0.54
-vs 0.68 at 4). Both runs use less than one of the two cores: a batch's tasks wait on the brokers' per-request
-handling (Python brokers, ~0.2 ms a request), not on the sink. Until this change (e2) also polled the target with
-one GET_MAX_OFFSET per queue every 50 ms (10k requests/s at 512 queues, on the target broker it measures);
-``total_messages`` now asks GET_TOPIC_STATS_INFO once per topic and broker.
+(23,775 / 36,763 msg/s), after 0.64 (23,228 / 36,261 msg/s); again with the lighter polling below, before 0.52
+(27,753 / 53,330), after 0.59 (28,006 / 47,768); ``--max-in-flight 16`` did not help either (0.54 vs 0.68 at
+4). The runs keep 0.9-1.5 of the two cores busy; at 512 queues the extra CPU per batch is the brokers' request
+handling (Python brokers, ~0.2-0.3 ms a request; target broker 1.2-1.4 s vs 0.6-0.8 s per 100k messages), the
+task processes' client (~0.15 ms a range: framing, futures, the I/O thread) and Spark, not the sink's own work.
+Until this change (e2) also polled the target with one GET_MAX_OFFSET per queue every 50 ms (10k requests/s at
+512 queues, on the target broker it measures); ``total_messages`` now asks GET_TOPIC_STATS_INFO once per topic
+and broker, every 250 ms until 90 % of the messages are there.
 
 Results, 2026-11-23 (second session), 2 vCPUs, default settings (``.venv/bin/python benchmarks/replicator.py``),
 the last three runs (final code: the C forwarding loop, the page-cache warmer)::
