@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/replicator.py            # 400k x 1 KiB messages, ~4 minutes
     .venv/bin/python benchmarks/replicator.py --quick    # 40k messages, ~2 minutes
     .venv/bin/python benchmarks/replicator.py --queue-scaling   # only (e), 8 vs 512 queues, ~2 minutes
+    .venv/bin/python benchmarks/replicator.py --queue-scaling --backlog-only   # only (e2), ~1.5 minutes
 
 What one run does, in order (everything on this machine: brokers, Spark JVM and Python workers share
 its cores, so the numbers are for the whole pipeline on one box):
@@ -73,6 +74,22 @@ exit (also on Ctrl-C).
 The 512-queue backlog is now held back by the sink, not the trigger: per batch after the first, latestOffset
 94 -> 26 ms, but addBatch (the tasks pulling and sending 512 ranges of ~100 messages instead of 8 of ~6,250)
 takes 703 ms against 485 ms at 8 queues: ~0.4 ms per range of per-range pull and send overhead.
+
+Where that per-range cost is (later the same day): ``benchmarks/sink_task.py`` at 50k messages, 8 vs 512 queues
+(one task, CPU per message): task thread 1.2 -> 1.9-2.8 us, the task's process (with the client's I/O thread)
+2.7-2.9 -> 3.8-6.6 us, the two brokers 6.4-6.8 -> 8-14 us, i.e. per range (one pull and one send) ~0.15 ms in
+the task's process and ~0.2-0.35 ms in the brokers' request handling. The sink's own per-range Python work
+(a dict of 17 columns, pull settings and an outage per range, a quadratic source-queue lookup without the link
+tables, every range's batch held until the task's end) was cut, but (e2) did not move: side by side in one run
+(``--queue-scaling --backlog-only --scaling-messages 100000 --per-trigger 25000 --warmup 5000``), before 0.65
+(23,775 / 36,763 msg/s), after 0.64 (23,228 / 36,261 msg/s); again with the lighter polling below, before 0.52
+(27,753 / 53,330), after 0.59 (28,006 / 47,768); ``--max-in-flight 16`` did not help either (0.54 vs 0.68 at
+4). The runs keep 0.9-1.5 of the two cores busy; at 512 queues the extra CPU per batch is the brokers' request
+handling (Python brokers, ~0.2-0.3 ms a request; target broker 1.2-1.4 s vs 0.6-0.8 s per 100k messages), the
+task processes' client (~0.15 ms a range: framing, futures, the I/O thread) and Spark, not the sink's own work.
+Until this change (e2) also polled the target with one GET_MAX_OFFSET per queue every 50 ms (10k requests/s at
+512 queues, on the target broker it measures); ``total_messages`` now asks GET_TOPIC_STATS_INFO once per topic
+and broker, every 250 ms until 90 % of the messages are there.
 
 Results, 2026-11-23 (second session), 2 vCPUs, default settings (``.venv/bin/python benchmarks/replicator.py``),
 the last three runs (final code: the C forwarding loop, the page-cache warmer)::
@@ -276,7 +293,17 @@ def create_topic(namesrv: str, cluster: str, topic: str, queues: int) -> list[Me
 
 
 def total_messages(admin: Admin, queues: list[MessageQueue]) -> int:
-    return sum(admin.max_offset(mq) for mq in queues)
+    """Messages in ``queues``: one GET_TOPIC_STATS_INFO per topic and broker group, not one GET_MAX_OFFSET
+    per queue (polled every 50 ms, 512 queues' requests cost the target broker and this process more CPU
+    than the job's own sends, and skewed (e2)'s 512-queue run against itself)."""
+    groups: dict[tuple[str, str], set[int]] = {}
+    for mq in queues:
+        groups.setdefault((mq.topic, mq.broker_name), set()).add(mq.queue_id)
+    total = 0
+    for (topic, broker), ids in groups.items():
+        offsets = admin.topic_offsets(topic, broker)
+        total += sum(offsets[i].max_offset for i in ids if i in offsets)
+    return total
 
 
 # -- CPU accounting (/proc) ---------------------------------------------------------------------
@@ -555,16 +582,19 @@ def write_config(path: Path, work: Path, src: Cluster, dst: Cluster, per_trigger
 
 
 def wait_for(admin: Admin, queues: list[MessageQueue], want: int, timeout: float, query: Any) -> float:
-    """Poll the target until it holds ``want`` messages; the monotonic time it first did."""
+    """Poll the target until it holds ``want`` messages; the monotonic time it first did. Every 50 ms once
+    90 % are there (the time is that exact), every 250 ms before: the polls cost the target broker and this
+    process CPU that the job under measurement then lacks."""
     deadline = time.monotonic() + timeout
     while True:
-        if total_messages(admin, queues) >= want:
+        have = total_messages(admin, queues)
+        if have >= want:
             return time.monotonic()
         if time.monotonic() > deadline:
-            raise RuntimeError(f"target has {total_messages(admin, queues)} of {want} after {timeout}s")
+            raise RuntimeError(f"target has {have} of {want} after {timeout}s")
         if query is not None and not query.isActive and query.exception() is not None:
             raise RuntimeError(f"query failed: {query.exception()}")
-        time.sleep(0.05)
+        time.sleep(0.05 if have >= 0.9 * want else 0.25)
 
 
 def read_timestamps(namesrv: str, queues: list[MessageQueue], field: str) -> dict[str, int]:
@@ -765,6 +795,11 @@ def print_scaling_summary(idle: list[IdleRun], backlog: dict[int, BacklogRun]) -
     few, many = SCALING_QUEUES
     p50 = {run.queues: statistics.median(run.latest_offset_ms) for run in idle}
     ratio = backlog[many].rate / backlog[few].rate
+    if not idle:  # --backlog-only
+        print(f"queue scaling: backlog {many}/{few} queues {ratio:.2f} ({backlog[many].rate:,.0f} / "
+              f"{backlog[few].rate:,.0f} msg/s), target >= {TARGET_QUEUE_RATIO}: "
+              f"{'MET' if ratio >= TARGET_QUEUE_RATIO else 'NOT MET'}", flush=True)
+        return
     print("\nsummary (e)")
     for run in idle:
         print(f"  {run.queues:>4} queues: latestOffset p50 {p50[run.queues]:>5.0f} ms, spark.log "
@@ -901,6 +936,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idle-seconds", type=float, default=None, help="(e1): measured seconds per run (default 30; "
                                                                      "quick 15)")
     p.add_argument("--idle-rate", type=float, default=20.0, help="(e1): trickle msg/s over the idle topic's queues")
+    p.add_argument("--backlog-only", action="store_true",
+                   help="with --queue-scaling: skip (e1), run only the backlog runs (e2) and their ratio")
     p.add_argument("--py-spy", metavar="FILE", default=None,
                    help="record the Spark JVM's Python processes with py-spy (raw collapsed stacks) during (b)")
     args = p.parse_args(argv)
@@ -970,7 +1007,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         first_line = first_message_summary(firsts)
         idle_runs = [idle_trigger_run(work, src, dst, count, idle_seconds, args.trigger, args.idle_rate, args.body)
-                     for count in (SCALING_QUEUES if scaling else ())]
+                     for count in (SCALING_QUEUES if scaling and not args.backlog_only else ())]
         for idle in idle_runs:
             print_idle_run(idle, args.trigger, args.idle_rate)
 
@@ -1018,6 +1055,7 @@ def main(argv: list[str] | None = None) -> int:
                       + ", ".join(f"{k} {statistics.mean(x.get(k, 0) for x in d):.0f} ms"
                                   for k in ("triggerExecution", "latestOffset", "queryPlanning", "addBatch")),
                       flush=True)
+                print_cpu(run.total_s, run.cpu)
             print_scaling_summary(idle_runs, backlog)
             admin_src.close()
             admin_dst.close()

@@ -16,6 +16,10 @@ change in the task's cost is lost in the run-to-run noise (30-40 %). CPU time of
 a few percent, so this is the number to compare before and after changing the sink's hot path. It has no
 target of its own; throughput targets are in ``benchmarks/replicator.py``.
 
+``--queues 512`` spreads the messages over the queues (a range per queue, as a 512-queue link's task has) and
+prints the brokers' CPU per message too: what a range costs beyond its messages (see benchmarks/replicator.py,
+(e)). ``--profile FILE`` writes a cProfile of the measured repetitions.
+
 2026-11-23 (2 vCPUs): process 4.55-4.60 us/msg, task thread 2.91-2.94 us/msg, 1.4 s per 200k messages
 (one task alone: ~143k msg/s).
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import gc
 import shutil
 import sys
@@ -43,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--queues", type=int, default=4, help="source queues = ranges of the task (default 4)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--pull-batch", type=int, default=1024)
+    p.add_argument("--max-in-flight", type=int, default=4, help="the sink's maxInFlight (default 4, as a link)")
+    p.add_argument("--profile", metavar="FILE", help="write a cProfile of the measured repetitions to FILE")
     args = p.parse_args(argv)
 
     import pyarrow as pa
@@ -62,33 +69,49 @@ def main(argv: list[str] | None = None) -> int:
         bench.create_topic(src.addr, "bsrc", TOPIC, args.queues)
         bench.create_topic(dst.addr, "bdst", TOPIC, args.queues)
         asyncio.run(bench._preload(src.addr, TOPIC, [("bsrc-a", q) for q in range(args.queues)], args.messages,
-                                   args.body))
+                                   args.body, spread=args.queues > 8))
         with Admin(src.addr) as admin:
             ends = [admin.max_offset(MessageQueue(TOPIC, "bsrc-a", q)) for q in range(args.queues)]
         n = sum(ends)
         rows = [{"topic": TOPIC, "brokerName": "bsrc-a", "queueId": q, "startOffset": 0, "endOffset": ends[q],
                  "fromEarliest": False, "sourceCluster": "bsrc", "sourceNamesrv": src.addr,
                  "consumerGroup": "CID_BENCH_SINK_TASK", "tagFilter": None, "pullBatchSize": args.pull_batch,
-                 "pullTimeoutMs": 10_000, "failOnDataLoss": True} for q in range(args.queues)]
+                 "pullTimeoutMs": 10_000, "failOnDataLoss": True,
+                 # placed on the driver, as the job's placement planner does with config + link
+                 "targetTopic": TOPIC, "targetBroker": "bdst-a", "targetQueueId": q} for q in range(args.queues)]
         ranges = pa.RecordBatch.from_pylist(rows, schema=RANGES_ARROW_SCHEMA)
-        options = SinkOptions(namesrv=dst.addr, target_cluster="bdst", source_cluster="bsrc")
+        options = SinkOptions(namesrv=dst.addr, target_cluster="bdst", source_cluster="bsrc",
+                              max_in_flight=args.max_in_flight)
+        def brokers_cpu() -> float:
+            """CPU seconds of both brokers so far (their pull and send handling is per range too)."""
+            return sum(bench._proc_stat(c.broker.pid)[2] for c in (src, dst))
+
         warm = pa.RecordBatch.from_pylist([{**rows[0], "endOffset": min(ends[0], 2000)}], schema=RANGES_ARROW_SCHEMA)
         writer = PartitionWriter(options)  # connections, routes, imports: not measured
         writer.add_ranges([warm])
         writer.finish()
         gc.freeze()  # as freeze_worker_heap does in a Spark worker
         print(f"{n} messages of {args.body} B in {args.queues} queues, pulls of {args.pull_batch}", flush=True)
+        profiler = cProfile.Profile() if args.profile else None
         for rep in range(args.reps):
+            if profiler is not None:
+                profiler.enable()
+            brokers0 = brokers_cpu()
             cpu0, thread0, wall0 = time.process_time(), time.thread_time(), time.perf_counter()
             writer = PartitionWriter(options)
             writer.add_ranges([ranges])
             message = writer.finish()
+            if profiler is not None:
+                profiler.disable()
             cpu, thread, wall = (time.process_time() - cpu0, time.thread_time() - thread0,
                                  time.perf_counter() - wall0)
+            brokers = brokers_cpu() - brokers0
             if message.delivered != n or message.failures:
                 raise RuntimeError(f"delivered {message.delivered} of {n}, {len(message.failures)} failed")
             print(f"rep {rep}: process {1e6 * cpu / n:.2f} us/msg, task thread {1e6 * thread / n:.2f} us/msg, "
-                  f"{wall:.2f} s = {n / wall:,.0f} msg/s", flush=True)
+                  f"brokers {1e6 * brokers / n:.2f} us/msg, {wall:.2f} s = {n / wall:,.0f} msg/s", flush=True)
+        if profiler is not None:
+            profiler.dump_stats(args.profile)
         return 0
     finally:
         for cluster in clusters:

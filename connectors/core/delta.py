@@ -371,7 +371,9 @@ def _appended_files(commit: str) -> list[str] | None:
 
 S = TypeVar("S", bound=DeltaTableSet)
 
-_shared_lock = threading.Lock()
+_shared_lock = threading.RLock()
+"""Re-entrant: a set's ``create`` may itself ask for a set it uses (``LinkTables`` shares the link's
+``PlacementTable`` with the writer's commit)."""
 _shared: dict[tuple[Any, ...], DeltaTableSet] = {}
 
 

@@ -131,8 +131,11 @@ class TableMaintenance:
 
     def __init__(self, tables: DeltaTableSet, settings: HistorySettings, *,
                  retention: Mapping[str, Retention] | None = None, rewritten: frozenset[str] = frozenset(),
-                 background: bool = True) -> None:
+                 background: bool = True, companions: tuple[TableMaintenance, ...] = ()) -> None:
+        """``companions``: the maintenance of other table sets whose rounds run in this one's, after its
+        tables (a set without batch commits of its own, such as a link's placements, is never due by itself)."""
         self.tables = tables
+        self.companions = companions
         self.settings = settings
         self.retention = dict(retention or {})
         self.rewritten = rewritten
@@ -186,6 +189,8 @@ class TableMaintenance:
                          "%d file(s) vacuumed", self.tables.path(table), done.rows_removed, done.files_compacted,
                          done.files_vacuumed)
             rounds.append(done)
+        for companion in self.companions:
+            rounds += companion.run_round(now_ms)
         return rounds
 
     def _maintain(self, table: str, now_ms: int, done: TableRound) -> None:

@@ -10,7 +10,6 @@ per-row loops are the writer's hot path (see ``add_record_batch``); batching and
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -69,6 +68,13 @@ from connectors.replication.planning import QueueRange
 from connectors.replication.pulling import PullSettings, pull_results, source_outage
 from connectors.replication.sending import BatchSender, Item, ReplicationCommitMessage, StoredOrigin
 from connectors.replication.writer_options import SinkOptions
+
+_PULL_SETTING_COLUMNS = (COL_SOURCE_NAMESRV, COL_CONSUMER_GROUP, COL_SOURCE_CLUSTER, COL_TAG_FILTER,
+                         COL_PULL_BATCH_SIZE, COL_FAIL_ON_DATA_LOSS, COL_PULL_TIMEOUT_MS, COL_CONFIG_PATH)
+"""``rowFormat=ranges`` columns of the pull settings (the same in every row of a link), in ``PullSettings`` order."""
+_RANGE_COLUMNS = (COL_TOPIC, COL_BROKER, COL_QUEUE_ID, COL_START_OFFSET, COL_END_OFFSET, COL_FROM_EARLIEST,
+                  COL_TARGET_TOPIC, COL_TARGET_BROKER, COL_TARGET_QUEUE_ID)
+"""``rowFormat=ranges`` columns of one range and its placement."""
 
 
 class _Unknown(Enum):
@@ -178,25 +184,36 @@ class PartitionWriter(BatchSender):
         concurrently, one pull in flight per range, and handled round-robin, so this thread always has
         a response to forward while the next ones travel."""
         active: deque[tuple[QueueRange, str, str | None, Iterator[tuple[int, PullResult]]]] = deque()
-        for row in itertools.chain.from_iterable(rb.to_pylist() for rb in batches):
-            settings = PullSettings(
-                namesrv=row[COL_SOURCE_NAMESRV], group=row[COL_CONSUMER_GROUP], cluster=row[COL_SOURCE_CLUSTER],
-                tags=row[COL_TAG_FILTER], pull_batch_size=row[COL_PULL_BATCH_SIZE],
-                fail_on_data_loss=row[COL_FAIL_ON_DATA_LOSS], pull_timeout_ms=row[COL_PULL_TIMEOUT_MS],
-                row_format="raw", credentials=self.o.source_credentials, link=self.o.link or "",
-                retry=self.outage.policy, config_path=row.get(COL_CONFIG_PATH))
-            outage = source_outage(settings)  # the link's retry settings ride out a source outage too
-            self.source_outages.append(outage)
-            queue = QueueRange(row[COL_TOPIC], row[COL_BROKER], row[COL_QUEUE_ID], row[COL_START_OFFSET],
-                               row[COL_END_OFFSET], row[COL_FROM_EARLIEST])
-            self.placement.pulled_from(queue.topic, settings.namesrv)
-            target_topic, target_broker = row.get(COL_TARGET_TOPIC), row.get(COL_TARGET_BROKER)
-            if target_topic and target_broker is not None and row.get(COL_TARGET_QUEUE_ID) is not None:
-                # placed on the driver (placement_planner): used as is
-                self.placement.pin(target_topic, queue.queue,
-                                   MessageQueue(target_topic, target_broker, row[COL_TARGET_QUEUE_ID]))
-            active.append((queue, settings.cluster, target_topic,
-                           pull_results(settings, queue, decode=False, outage=outage)))
+        pulling: dict[tuple[Any, ...], tuple[PullSettings, SourceOutage]] = {}
+        for rb in batches:
+            # Column by column (one Arrow conversion per column, not a dict per row); the pull settings and
+            # their outage are the link's, the same for every range of it: built once per task, not per range.
+            names = rb.schema.names
+
+            def col(name: str, rb: pa.RecordBatch = rb, names: list[str] = names) -> list[Any]:
+                return rb.column(names.index(name)).to_pylist() if name in names else [None] * rb.num_rows
+
+            per_link = zip(*(col(c) for c in _PULL_SETTING_COLUMNS), strict=True)
+            for key, topic, broker, queue_id, start, end, from_earliest, target_topic, target_broker, target_qid in zip(
+                    per_link, *(col(c) for c in _RANGE_COLUMNS), strict=True):
+                if key not in pulling:
+                    namesrv, group, cluster, tags, batch_size, fail_on_loss, timeout_ms, config_path = key
+                    settings = PullSettings(
+                        namesrv=namesrv, group=group, cluster=cluster, tags=tags, pull_batch_size=batch_size,
+                        fail_on_data_loss=fail_on_loss, pull_timeout_ms=timeout_ms, row_format="raw",
+                        credentials=self.o.source_credentials, link=self.o.link or "", retry=self.outage.policy,
+                        config_path=config_path)
+                    outage = source_outage(settings)  # the link's retry settings ride out a source outage too
+                    self.source_outages.append(outage)
+                    pulling[key] = settings, outage
+                settings, outage = pulling[key]
+                queue = QueueRange(topic, broker, queue_id, start, end, from_earliest)
+                self.placement.pulled_from(topic, settings.namesrv)
+                if target_topic and target_broker is not None and target_qid is not None:
+                    # placed on the driver (placement_planner): used as is
+                    self.placement.pin(target_topic, queue.queue, MessageQueue(target_topic, target_broker, target_qid))
+                active.append((queue, settings.cluster, target_topic,
+                               pull_results(settings, queue, decode=False, outage=outage)))
         while active:
             queue, cluster, target, pulls = active.popleft()
             pulled = next(pulls, None)
@@ -206,6 +223,11 @@ class PartitionWriter(BatchSender):
             if result.raw:
                 self.add_pull(result.raw, queue.topic, queue.broker_name, queue.queue_id, cluster, target, begin,
                               queue.end)
+            if result.next_begin_offset >= queue.end:
+                # The range is complete: its last batch goes out now, while the other ranges' pulls are
+                # forwarded, instead of in ``finish``, where a task of hundreds of short ranges would
+                # otherwise send one batch per range back to back, ``maxInFlight`` at a time, idle between.
+                self.flush_source(queue.queue)
             active.append((queue, cluster, target, pulls))
 
     def _source_key(self, topic: str, broker: str, queue_id: int) -> QueueKey:

@@ -86,6 +86,7 @@ class QueuePlacement:
         self._target: dict[str, list[MessageQueue] | None] = {}
         self._source: dict[str, list[MessageQueue] | None] = {}
         self._source_namesrv: dict[str, str] = {}
+        self._positions: dict[str, dict[MessageQueue, int]] = {}
         self._placed: dict[tuple[str, QueueKey], MessageQueue] = {}
         self._rule: queue_placement.QueuePlacement | None = None
         self._recorded = bool(options.delta_location and options.link)
@@ -139,6 +140,17 @@ class QueuePlacement:
                 self._source[topic] = None
         return self._source[topic]
 
+    def _source_positions(self, topic: str) -> dict[MessageQueue, int] | None:
+        """Source queue -> its position in ``_source_queues(topic)`` (a dict: a task of hundreds of ranges
+        looked each up in the list, quadratic in the queue count)."""
+        positions = self._positions.get(topic)
+        if positions is None:
+            sources = self._source_queues(topic)
+            if sources is None:
+                return None
+            positions = self._positions[topic] = {mq: i for i, mq in enumerate(sources)}
+        return positions
+
     def forget(self, target_topic: str) -> None:
         """Drop a topic's cached "no writable queue" answer so the next ``place`` looks again."""
         if self._target.get(target_topic, ()) is None:
@@ -163,7 +175,8 @@ class QueuePlacement:
             targets = self._target_queues(target_topic)
             if not targets:
                 return None
-            return self._stateless(targets, self._source_queues(source.topic) if o.preserve_queues else None, source)
+            return self._stateless(targets, self._source_positions(source.topic) if o.preserve_queues else None,
+                                   source)
         if self._rule is None:
             self._rule = queue_placement.QueuePlacement(
                 _decided_placements(str(Path(o.delta_location) / o.link), o.source_cluster or ""))
@@ -195,12 +208,10 @@ class QueuePlacement:
         return sorted(publish_queues(topic, route)) or self._target_queues(topic)
 
     @staticmethod
-    def _stateless(targets: list[MessageQueue], sources: list[MessageQueue] | None,
+    def _stateless(targets: list[MessageQueue], sources: dict[MessageQueue, int] | None,
                    source: QueueKey) -> MessageQueue:
         if sources is not None and len(sources) == len(targets):
-            mq = MessageQueue(source.topic, source.broker_name, source.queue_id)
-            try:
-                return targets[sources.index(mq)]
-            except ValueError:
-                pass
+            position = sources.get(MessageQueue(source.topic, source.broker_name, source.queue_id))
+            if position is not None:
+                return targets[position]
         return targets[zlib.crc32(f"{source.broker_name}/{source.queue_id}".encode()) % len(targets)]

@@ -1,6 +1,7 @@
 """The ``placements`` Delta table of a replication link: every queue placement decision
 (``connectors.replication.queue_placement``) the link ever made, so a source queue's target queue never
-changes while the link lives, across restarts too.
+changes while the link lives, across restarts too. Retention (``connectors.replication.retention``, run by
+the link's maintenance rounds) deletes only the decisions of source queues idle for ``placements_retention``.
 
 Written on the driver by ``connectors.replication.placement_planner`` (``rowFormat=ranges``: decided
 before any message uses them) and by the writer's ``commit`` (decisions executors made for the other row

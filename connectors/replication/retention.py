@@ -5,6 +5,12 @@
 * ``offsets`` (history) and ``metrics``: rows older than the retention are deleted
   (``connectors.core.maintenance.delete_older_than``).
   The resume point is in ``current_offsets``, which has no retention.
+* ``failures``: rows replayed longer ago than ``replayed_failures_retention`` are deleted
+  (``delete_failures``); rows never replayed only with ``failures_retention`` set (default: kept until
+  replayed), with a WARNING, since those messages can then no longer be replayed.
+* ``placements``: the decisions of source queues idle for ``placements_retention`` (``stale_placements``:
+  no ``current_offsets`` advance for that long, or none since the decision) are deleted
+  (``delete_placements``); without the resume point's table nothing is deleted (no evidence of idleness).
 * ``offset_map``: the checkpoint translation (``connectors.checkpoint.translation``) maps a group's source
   offset S through the run holding the first replicated message at or after S, and an S past every run
   through the queue's highest run. So the rows it needs exactly are, per source queue, the runs at or above
@@ -57,6 +63,8 @@ checkpointed; None: cannot tell now (the round leaves ``offset_map`` alone: an u
 group")."""
 
 _QUEUE = ("source_topic", "source_broker", "source_queue_id")
+_PREDICATE_CHUNK = 200
+"""Decisions per delete of ``delete_placements`` (bounds the predicate's length)."""
 _TARGET = ("target_topic", "target_broker", "target_queue_id")
 
 
@@ -161,5 +169,88 @@ def fold_offset_map(retention_s: float, floors: MapFloors) -> Retention:
                         f"({queues})", writer_properties=COMPACTED_FILES, commit_properties=RETENTION_COMMIT,
                         post_commithook_properties=NO_HOOKS)
         return fold.folded - len(fold.summaries)
+
+    return apply
+
+
+def delete_failures(replayed_s: float, unreplayed_s: float | None) -> Retention:
+    """The ``failures`` rule of the module docstring, at the round's time."""
+
+    def apply(dt: DeltaTable, now_ms: int) -> int:
+        removed = 0
+        replayed_cutoff = now_ms - round(replayed_s * 1000)
+        if has_rows_before(dt, "replayed_at", replayed_cutoff):
+            stats = dt.delete(f"replayed = true AND replayed_at < {predicate_time(replayed_cutoff)}",
+                              writer_properties=COMPACTED_FILES, commit_properties=RETENTION_COMMIT,
+                              post_commithook_properties=NO_HOOKS)
+            removed += int(stats.get("num_deleted_rows", 0))
+        if unreplayed_s is not None:
+            cutoff = now_ms - round(unreplayed_s * 1000)
+            if has_rows_before(dt, "failed_at", cutoff):
+                dt.update_incremental()
+                stats = dt.delete(f"replayed = false AND failed_at < {predicate_time(cutoff)}",
+                                  writer_properties=COMPACTED_FILES, commit_properties=RETENTION_COMMIT,
+                                  post_commithook_properties=NO_HOOKS)
+                dropped = int(stats.get("num_deleted_rows", 0))
+                if dropped:
+                    log.warning("failures %s: %d failed message(s) never replayed and older than failures_retention "
+                                "(%.0f s) deleted; they can no longer be replayed", dt.table_uri, dropped,
+                                unreplayed_s)
+                removed += dropped
+        return removed
+
+    return apply
+
+
+PlacementKey = tuple[str, str, str, int, str]
+"""(source cluster, source topic, source broker, source queue id, target topic): one decision."""
+
+LastAdvanced = Callable[[], Mapping[tuple[str, str, str, int], int] | None]
+"""Per source queue (cluster, topic, broker, queue id), when its resume point last advanced (ms since the
+epoch, ``current_offsets.updated_at``); None: cannot tell now (the round deletes nothing)."""
+
+
+def stale_placements(decisions: Iterable[Mapping[str, Any]], advanced: Mapping[tuple[str, str, str, int], int],
+                     now_ms: int, retention_ms: int) -> list[PlacementKey]:
+    """The decisions (rows of ``placements``) whose source queue has been idle for ``retention_ms`` at
+    ``now_ms``: its last advance, or the decision itself when it never advanced (or advanced only before it),
+    is older than that. Every row of a key must be that old (duplicates of a decision go with it). Pure."""
+    newest: dict[PlacementKey, int] = {}
+    for row in decisions:
+        queue = (row["source_cluster"], row["source_topic"], row["source_broker"], int(row["source_queue_id"]))
+        key = (*queue, row["target_topic"])
+        decided = row["decided_at"]
+        decided_ms = int(decided.timestamp() * 1000) if isinstance(decided, datetime) else int(decided)
+        last = max(decided_ms, advanced.get(queue, decided_ms))
+        newest[key] = max(last, newest.get(key, last))
+    return sorted(key for key, last in newest.items() if now_ms - last >= retention_ms)
+
+
+def delete_placements(retention_s: float, last_advanced: LastAdvanced) -> Retention:
+    """The ``placements`` rule of the module docstring, at the round's time."""
+
+    def apply(dt: DeltaTable, now_ms: int) -> int:
+        retention_ms = round(retention_s * 1000)
+        if not has_rows_before(dt, "decided_at", now_ms - retention_ms):
+            return 0
+        advanced = last_advanced()
+        if advanced is None:
+            return 0
+        stale = stale_placements(dt.to_pyarrow_table().to_pylist(), advanced, now_ms, retention_ms)
+        removed = 0
+        for chunk in range(0, len(stale), _PREDICATE_CHUNK):
+            keys = " OR ".join(
+                f"(source_cluster = {_quote(c)} AND source_topic = {_quote(t)} AND source_broker = {_quote(b)} "
+                f"AND source_queue_id = {q} AND target_topic = {_quote(target)})"
+                for c, t, b, q, target in stale[chunk:chunk + _PREDICATE_CHUNK])
+            dt.update_incremental()
+            stats = dt.delete(keys, writer_properties=COMPACTED_FILES, commit_properties=RETENTION_COMMIT,
+                              post_commithook_properties=NO_HOOKS)
+            removed += int(stats.get("num_deleted_rows", 0))
+        if removed:
+            log.info("placements %s: %d decision(s) of source queues idle for placements_retention (%.0f s) "
+                     "deleted; such a queue is decided anew if it replicates again", dt.table_uri, removed,
+                     retention_s)
+        return removed
 
     return apply

@@ -190,6 +190,8 @@ class BatchSender:
         self.open: dict[tuple[str, MessageQueue | None], Batch] = {}
         """The batch being filled per target queue (a task's source queues are pulled concurrently, so
         messages for several target queues arrive interleaved)."""
+        self._open_by_source: dict[QueueKey, tuple[str, MessageQueue | None]] = {}
+        """The open batch a source queue's messages went to last (``flush_source``)."""
         self.delivered = 0
         self.bytes = 0
         self.skipped = 0
@@ -210,6 +212,14 @@ class BatchSender:
         del self.open[(batch.topic, batch.queue)]
         self._submit(batch)
 
+    def flush_source(self, source: QueueKey) -> None:
+        """Send the open batch that ends with ``source``'s messages now (its range is complete: nothing
+        more of it will join that batch)."""
+        key = self._open_by_source.pop(source, None)
+        batch = self.open.get(key) if key is not None else None
+        if batch is not None and batch.runs[-1][0] == source:
+            self._submit_open(batch)
+
     def _append(self, topic: str, queue: MessageQueue | None, source: QueueKey, entry: bytes, size: int,
                 offset: int, born_ms: int, origin: Any) -> None:
         batch = self._batch_for(topic, queue)
@@ -219,6 +229,7 @@ class BatchSender:
             batch = self._batch_for(topic, queue)
         if not batch.runs or batch.runs[-1][0] != source:
             batch.runs.append((source, len(batch.entries)))
+            self._open_by_source[source] = (topic, queue)
         batch.entries.append(entry)
         batch.offsets.append(offset)
         batch.borns.append(born_ms)
@@ -252,6 +263,7 @@ class BatchSender:
             if j > i:
                 if not batch.runs or batch.runs[-1][0] != source:
                     batch.runs.append((source, len(batch.entries)))
+                    self._open_by_source[source] = (topic, queue)
                 batch.entries.extend(pulled.entries[i:j])
                 batch.offsets.extend(pulled.offsets[i:j])
                 batch.borns.extend(pulled.borns[i:j])

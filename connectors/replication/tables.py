@@ -13,10 +13,12 @@ Layout, one directory per link (``LinkConfig.tables_location``)::
                                               by every commit (one small file)
     <delta_location>/<link>/offsets/      history: a row per queue that advanced, per batch; retention
     <delta_location>/<link>/offset_map/   source offset runs -> target offset runs; retention with summaries
-    <delta_location>/<link>/failures/     one row per failed message; `replayed` updated in place
+    <delta_location>/<link>/failures/     one row per failed message; `replayed` updated in place; retention
+                                          of replayed rows (unreplayed ones only if configured)
     <delta_location>/<link>/metrics/      one row per batch; retention
     <delta_location>/<link>/placements/   queue placement decisions (``connectors.replication.placement_table``,
-                                          written when decided, not per batch)
+                                          written when decided, not per batch; maintained in this set's
+                                          rounds; retention of idle source queues' decisions)
 
 A batch commit is five commits: failures, offset_map, metrics and the offsets history concurrently, then
 current_offsets once all four succeeded (``COMMIT_ORDER``), so a resume point never moves past a failure or
@@ -51,12 +53,14 @@ from connectors.core.delta import (
     Rewrite,
     RowBuilder,
     epoch_ms,
+    shared_table_set,
     timestamp,
 )
 from connectors.core.errors import TableError
 from connectors.core.history_settings import HistorySettings
 from connectors.core.maintenance import Retention, TableMaintenance, delete_older_than
 from connectors.core.offsets import QueueKey
+from connectors.replication.placement_table import PLACEMENTS, PlacementTable
 from connectors.replication.records import (
     BatchMetrics,
     FailedMessage,
@@ -67,6 +71,8 @@ from connectors.replication.records import (
 from connectors.replication.retention import (
     SUMMARY_QUERY_ID,
     MapFloors,
+    delete_failures,
+    delete_placements,
     fold_offset_map,
 )
 
@@ -240,7 +246,32 @@ class LinkTables(DeltaTableSet):
         """(current_offsets version, its rows) as this set wrote them: the next commit's base without a read."""
         if history is not None:
             self.maintain(TableMaintenance(self, history, retention=self._retention(history, map_floors),
-                                           rewritten=frozenset({CURRENT_OFFSETS}), background=background_maintenance))
+                                           rewritten=frozenset({CURRENT_OFFSETS}), background=background_maintenance,
+                                           companions=(self._placements_maintenance(history),)))
+
+    def _placements_maintenance(self, history: HistorySettings) -> TableMaintenance:
+        """The maintenance of the link's ``placements`` table (``connectors.replication.placement_table``), run
+        in this set's rounds: the process's shared ``PlacementTable`` (the writer's ``commit`` appends through
+        it), so its appends and the round's operations take turns on one ``commit_lock``."""
+        location = str(self.location)
+        placements = shared_table_set((location, self.source_cluster), PlacementTable,
+                                      lambda: PlacementTable(location, source_cluster=self.source_cluster,
+                                                             clock_ms=self.now_ms))
+        retention = ({} if history.placements_retention is None else
+                     {PLACEMENTS: delete_placements(history.placements_retention, self._last_advanced)})
+        maintenance = TableMaintenance(placements, history, retention=retention, background=False)
+        placements.maintain(maintenance)
+        return maintenance
+
+    def _last_advanced(self) -> dict[tuple[str, str, str, int], int] | None:
+        """Per source queue (cluster, topic, broker, queue id), when its resume point last advanced (ms); None
+        while ``current_offsets`` does not exist (then idleness cannot be told)."""
+        dt = self.open(CURRENT_OFFSETS)
+        if dt is None:
+            return None
+        rows = self.rows_of(CURRENT_OFFSETS, dt, columns=[*_QUEUE_COLUMNS, "updated_at"])
+        return {(r["cluster"], r["topic"], r["broker_name"], r["queue_id"]): int(r["updated_at"].timestamp() * 1000)
+                for r in rows.to_pylist()}
 
     def _retention(self, history: HistorySettings, map_floors: MapFloors | None) -> dict[str, Retention]:
         """The link's row retention per table (``connectors.replication.retention``). The history is trimmed
@@ -255,6 +286,7 @@ class LinkTables(DeltaTableSet):
         return {
             OFFSETS: offsets,
             METRICS: delete_older_than("committed_at", history.metrics_retention),
+            FAILURES: delete_failures(history.replayed_failures_retention, history.failures_retention),
             OFFSET_MAP: fold_offset_map(history.offset_map_retention, map_floors or (lambda: {})),
         }
 

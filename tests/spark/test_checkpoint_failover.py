@@ -147,7 +147,8 @@ def test_recovery_point_while_everything_runs(spark: Any, clusters: tuple[Cluste
     and checkpoints (1 s) all running: the age of the newest complete checkpoint, sampled every 0.25 s for
     20 s after a warm-up, keeps moving: its median is within interval + 1 s and no sample exceeds 4 intervals
     (a stalled or broken checkpoint loop). The p99 <= interval + 1 s target is a performance figure on a
-    shared machine, printed here and not asserted: on a loaded machine one checkpoint in ~55 took 2.0-2.1 s.
+    shared machine, printed here and not asserted (on a loaded machine one checkpoint in ~55 took 2.0-2.1 s):
+    ``benchmarks/checkpoint_progress.py`` measures it on a running ``jobs/run_all.py``.
     (A consumer at the very head of its queues is only translated once replication has passed it: its
     recovery point adds the replication lag.)"""
     src, dst = clusters
