@@ -22,6 +22,9 @@ serves: applies for an id, registers with the controller, heartbeats it, and cha
 controller says (NOTIFY_BROKER_ROLE_CHANGED, answered here, and a poll); a replica follows the primary the
 controller names, not the one a name server's answer names.
 
+ACL (``acl_enable``): every request whose code has a processor first passes ``broker.acl_guard`` (ACL 1.0,
+RocketMQ's semantics); a refusal is answered SYSTEM_ERROR with the AclException text and never dispatched.
+
 Start order: bind the port (so the advertised address and STOREHOST carry the real port), load
 metadata, recover the store, start the replication side of the role (``broker.replication``: the HA
 port of a primary, the HA client of a replica), install processors, register with the name servers (whose
@@ -39,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from broker_store.background import cancel_and_wait
+from broker_store.broker.acl_guard import AclGuard
 from broker_store.broker.admin_processor import AdminContext, AdminProcessor
 from broker_store.broker.client_processor import ClientContext, ClientProcessor
 from broker_store.broker.client_registry import ClientRegistry
@@ -147,6 +151,10 @@ class BrokerServer:
             self._fast_server = RemotingServer(self._handle, host, port - 2)
             self._fast_server.disconnect_listeners.append(self.clients.connection_closed)
         self._processors: dict[int, Processor] = {}
+        self.acl: AclGuard | None = None
+        """With ``acl_enable``: the ACL 1.0 gate every dispatched request passes first (``broker.acl_guard``)."""
+        if config.acl_enable and config.acl_file is not None:
+            self.acl = AclGuard(config.acl_file, clock=clock, check_interval=config.acl_reload_check_seconds)
         self._store: MessageStore | None = None
         self.epoch_store: EpochStore | None = None
         """Controller mode: the store with its epoch file (valid after start; None in static groups)."""
@@ -209,6 +217,8 @@ class BrokerServer:
         try:
             self.addr = f"{self.config.advertised_ip}:{self._server.port}"
             await self._load_assigned_id()
+            if self.acl is not None:
+                self.acl.load()
             self.topic_configs.load()
             self.consumer_offsets.load()
             self.subscription_groups.load()
@@ -587,6 +597,10 @@ class BrokerServer:
             return cmd.response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
             )
+        if self.acl is not None:  # as RocketMQ's RPC hook: after the code is known, before the processor
+            refusal = self.acl.refuse(cmd, conn)
+            if refusal is not None:
+                return refusal
         return processor(cmd, conn)
 
 
