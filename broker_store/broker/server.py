@@ -43,6 +43,7 @@ from pathlib import Path
 
 from broker_store.background import cancel_and_wait
 from broker_store.broker.acl_guard import AclGuard
+from broker_store.broker.acl_processor import AclAdminContext, AclAdminProcessor
 from broker_store.broker.admin_processor import AdminContext, AdminProcessor
 from broker_store.broker.client_processor import ClientContext, ClientProcessor
 from broker_store.broker.client_registry import ClientRegistry
@@ -489,6 +490,9 @@ class BrokerServer:
                                             auto_create_topic_enable=cfg.auto_create_topic_enable,
                                             ha_status=self._ha_status))
         clients = ClientProcessor(ClientContext(self.clients, topics, role))
+        acl = AclAdminProcessor(AclAdminContext(self.acl, cfg.cluster_name, cfg.broker_name,
+                                                broker_addr=lambda: self.addr,
+                                                clock_ms=lambda: int(self._clock.time() * 1000)))
         self._processors = {
             RequestCode.SEND_MESSAGE: send.send_message,
             RequestCode.SEND_MESSAGE_V2: send.send_message,
@@ -513,6 +517,11 @@ class BrokerServer:
             RequestCode.HEART_BEAT: clients.heart_beat,
             RequestCode.UNREGISTER_CLIENT: clients.unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: clients.get_consumer_list_by_group,
+            RequestCode.UPDATE_AND_CREATE_ACL_CONFIG: acl.update_and_create_acl_config,
+            RequestCode.DELETE_ACL_CONFIG: acl.delete_acl_config,
+            RequestCode.GET_BROKER_CLUSTER_ACL_INFO: acl.get_broker_cluster_acl_info,
+            RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: acl.update_global_white_addrs_config,
+            RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG: acl.get_broker_cluster_acl_config,
         }
         if self.config.enable_controller_mode:
             self._processors[RequestCode.NOTIFY_BROKER_ROLE_CHANGED] = self._role_changed

@@ -208,3 +208,105 @@ def test_a_broker_does_not_start_with_a_bad_acl_file(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match=r"accounts\[0\]\.secretKey"):
         acl_run(tmp_path, body, "accounts: [{accessKey: adminAK01, secretKey: short}]\n")
+
+
+# -- ACL admin requests 50-54 and the CLI ---------------------------------------------------------------------
+
+
+def test_acl_admin_requests_edit_the_file_crash_safely_and_take_effect_at_once(tmp_path: Path) -> None:
+    from broker_store.acl.plain_file import PlainAccount, read_plain_acl
+    from broker_store.client.acl_admin import AsyncAclAdmin
+    from broker_store.protocol.errors import BrokerResponseError
+
+    acl_file = tmp_path / "plain_acl.yml"
+    newcomer = SessionCredentials("newcomerAK", "newcomerSK")
+
+    async def body(env: Env) -> None:
+        await create_topic(env, "orders")
+        addr = env.broker.addr
+        async with AsyncAdmin(env.namesrv.addr, credentials=ADMIN) as admin:
+            acl = AsyncAclAdmin(admin)
+            info = await acl.acl_info(addr)
+            assert (info["brokerName"], info["brokerAddr"], info["clusterName"]) == ("broker-a", addr, "c1")
+            await acl.update_account(addr, PlainAccount(accessKey="newcomerAK", secretKey="newcomerSK",
+                                                        topicPerms=["orders=PUB"]))
+            on_disk = read_plain_acl(acl_file)
+            assert on_disk.account("newcomerAK") is not None and on_disk.data_version[0].counter == 1
+            assert not list(tmp_path.glob("*.tmp"))
+            async with AsyncProducer(env.namesrv.addr, credentials=newcomer) as producer:
+                await producer.send(Message("orders", b"from the new account"))
+                config = await acl.acl_config(addr)
+                assert [a.access_key for a in config.accounts] == ["adminAK01", "producerAK", "consumerAK",
+                                                                   "newcomerAK"]
+                # a merge keeps what the request leaves out, and replaces the lists it carries
+                await acl.update_account(addr, PlainAccount(accessKey="newcomerAK", secretKey="newcomerSK",
+                                                            defaultTopicPerm="PUB"))
+                merged = (await acl.acl_config(addr)).accounts[-1]
+                assert (merged.default_topic_perm, merged.topic_perms) == ("PUB", [])
+                resp = await env.client.invoke(addr, sign(RemotingCommand(
+                    code=RequestCode.UPDATE_AND_CREATE_ACL_CONFIG,
+                    ext_fields={"accessKey": "newcomerAK", "secretKey": "newcomerSK", "topicPerms": "orders=ALL"}),
+                    ADMIN), 5)
+                assert resp.code == ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED
+                assert resp.remark.startswith("Parse resource permission error for orders=ALL")
+                await acl.delete_account(addr, "newcomerAK")
+                with pytest.raises(AclPermissionError, match="No acl config for newcomerAK"):
+                    await producer.send(Message("orders", b"after deletion"))
+            with pytest.raises(BrokerResponseError) as missing:
+                await acl.delete_account(addr, "newcomerAK")
+            assert missing.value.code == ResponseCode.DELETE_ACL_CONFIG_FAILED
+            assert missing.value.remark == \
+                "The accessKey[newcomerAK] corresponding to accessConfig has been deleted failed."
+            async with AsyncAdmin(env.namesrv.addr, credentials=PRODUCER) as producer_admin:
+                with pytest.raises(AclPermissionError, match="Need admin permission for request code=54"):
+                    await AsyncAclAdmin(producer_admin).acl_config(addr)
+            await acl.update_global_white_addrs(addr, ["127.0.0.1"])  # from now on, everything from here passes
+            assert (await env.send("orders", b"unsigned from a white address")).code == ResponseCode.SUCCESS
+            assert read_plain_acl(acl_file).global_white_remote_addresses == ["127.0.0.1"]
+            assert json_counter((await acl.acl_info(addr))["version"]) == 4  # two updates, a deletion, the whitelist
+
+    acl_run(tmp_path, body)
+
+
+def json_counter(version: str) -> int:
+    import json
+
+    return int(json.loads(version)["counter"])
+
+
+def test_acl_cli_commands(tmp_path: Path) -> None:
+    import asyncio
+    import sys
+
+    async def cli(env: Env, *argv: str, account_secret: str | None = None) -> tuple[int, str]:
+        environ = dict(os.environ, BROKER_STORE_ACL_ACCESS_KEY="adminAK01", BROKER_STORE_ACL_SECRET_KEY="adminSK01")
+        if account_secret is not None:
+            environ["BROKER_STORE_ACL_ACCOUNT_SECRET"] = account_secret
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "broker_store", "acl", "-n", env.namesrv.addr, *argv, env=environ,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        out, _ = await proc.communicate()
+        return proc.returncode or 0, out.decode()
+
+    async def body(env: Env) -> None:
+        code, out = await cli(env, "update", "--account", "cliAccount", "--topic-perms", "orders=PUB,audit=SUB",
+                              "--default-group-perm", "SUB", account_secret="cliSecret1")
+        assert code == 0, out
+        assert "updated account cliAccount on broker-a" in out
+        code, out = await cli(env, "list")
+        assert code == 0, out
+        assert "cliAccount\tadmin=false" in out and "topicPerms=orders=PUB,audit=SUB" in out
+        assert "cliSecret1" not in out and "adminSK01" not in out
+        code, out = await cli(env, "whitelist", "--addresses", "10.0.0.*,192.168.1.7")
+        assert code == 0, out
+        assert env.broker.acl is not None
+        assert env.broker.acl.acl_file.global_white_remote_addresses == ["10.0.0.*", "192.168.1.7"]
+        code, out = await cli(env, "delete", "--account", "cliAccount")
+        assert code == 0 and env.broker.acl.acl_file.account("cliAccount") is None, out
+        code, out = await cli(env, "update", "--account", "cliAccount", "--topic-perms", "orders=ALL",
+                              account_secret="cliSecret1")
+        assert code == 2 and "topicPerms" in out, out
+        code, out = await cli(env, "update", "--account", "cliAccount")
+        assert code == 2 and "BROKER_STORE_ACL_ACCOUNT_SECRET" in out, out
+
+    acl_run(tmp_path, body)
