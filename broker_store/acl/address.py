@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from functools import lru_cache
 
 _ALL = frozenset({"*", "*.*.*.*", "*:*:*:*:*:*:*:*"})
 
 
+@lru_cache(maxsize=4096)
 def _ipv4(text: str) -> str | None:
     try:
         return str(ipaddress.IPv4Address(text))
@@ -50,6 +52,7 @@ def _exact(text: str, pattern: str) -> str:
     raise ValueError(f"{text!r} in remote address pattern {pattern!r} is not an IPv4 or IPv6 address")
 
 
+@lru_cache(maxsize=4096)  # asked for every request's peer, and peers are few
 def _canonical_host(host: str) -> str | None:
     v4 = _ipv4(host)
     if v4 is not None:

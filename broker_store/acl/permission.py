@@ -21,6 +21,8 @@ class Permission(IntFlag):
     SUB = 8
 
 
+_DENY, _ANY, _PUB_SUB = int(Permission.DENY), int(Permission.ANY), int(Permission.PUB | Permission.SUB)
+
 PERM_SPELLINGS: dict[str, Permission] = {
     "DENY": Permission.DENY,
     "PUB": Permission.PUB,
@@ -53,8 +55,9 @@ def perm_name(perm: Permission) -> str:
 def covers(needed: Permission, owned: Permission) -> bool:
     """True when ``owned`` grants ``needed``: never with DENY owned; ANY needs PUB or SUB; otherwise the
     needed and owned flags must share one."""
-    if owned & Permission.DENY:
+    need, own = int(needed), int(owned)  # plain ints: IntFlag's operators run in Python, this is per request
+    if own & _DENY:
         return False
-    if needed & Permission.ANY:
-        return bool(owned & (Permission.PUB | Permission.SUB))
-    return bool(needed & owned)
+    if need & _ANY:
+        return bool(own & _PUB_SUB)
+    return bool(need & own)

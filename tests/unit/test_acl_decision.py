@@ -282,3 +282,37 @@ def test_any_signed_request_passes_and_any_changed_value_fails(ext: dict[str, st
     cmd.body = body + extra.encode()
     with pytest.raises(AclDenied):
         check(table, cmd, HOST)
+
+
+# -- hostile input: every decoder fails only in its own way --------------------------------------------------
+
+ADDRESS_ALPHABET = st.text(alphabet="0123456789abcdef.:*-{},: ", max_size=24)
+
+
+@given(ADDRESS_ALPHABET, st.one_of(st.ip_addresses().map(str), ADDRESS_ALPHABET))
+def test_address_patterns_refuse_with_value_error_and_never_raise_on_match(pattern: str, host: str) -> None:
+    try:
+        parsed = parse_address_pattern(pattern)
+    except ValueError:
+        return
+    assert parsed.matches(host) in (True, False)
+
+
+@given(st.one_of(st.binary(max_size=200), st.text(max_size=200).map(str.encode)))
+def test_any_acl_file_bytes_parse_or_raise_config_error(raw: bytes) -> None:
+    try:
+        parse_plain_acl(raw, "fuzz.yml")
+    except ConfigError:
+        pass
+
+
+@given(st.binary(max_size=200), st.dictionaries(st.sampled_from(["topic", "b", "group", "consumerGroup"]),
+                                                 st.text(max_size=10), max_size=4),
+       st.sampled_from([int(c) for c in RequestCode]))
+def test_any_request_is_decided_without_an_unexpected_error(body: bytes, ext: dict[str, str], code: int) -> None:
+    table = AclTable.compile(parse_plain_acl(ACL_YAML, "plain_acl.yml"))
+    cmd = request(code, ext, body, PRODUCER)
+    try:
+        check(table, cmd, HOST)
+    except AclDenied:
+        pass
