@@ -8,6 +8,7 @@ The decision is ``broker_store.acl.decision``; this module adds the file's life:
   (mtime, size, inode); when they changed the file is read again. A file that no longer validates (or
   vanished) is logged once with the field path and the accounts in force are kept, as RocketMQ keeps its
   old table when a reload throws.
+- refusals are counted (``refusals``) and logged at most once a second (with the number not logged).
 - admin writes (``broker.acl_processor``) go through ``store``: the crash-safe ``replace_file``, then the
   new table is in force at once (its fingerprint recorded, so the write is not read back as a change).
 
@@ -55,6 +56,10 @@ class AclGuard:
         self._seen: _Fingerprint = None
         """The fingerprint of the file last read (good or bad), so one bad version is logged once."""
         self._next_check = 0.0
+        self.refusals = 0
+        """Requests refused since start."""
+        self._next_log = 0.0
+        self._unlogged = 0
 
     def load(self) -> None:
         """Read the file at start; ConfigError when it is missing or does not validate."""
@@ -97,7 +102,14 @@ class AclGuard:
         try:
             check(self.table, cmd, remote_host(conn.remote_addr))
         except AclDenied as exc:
-            log.warning("ACL refused request code %d from %s: %s", cmd.code, conn.remote_addr, exc)
+            self.refusals += 1
+            # at most one line a second: a peer sending refused requests in a loop must not flood the log
+            if now >= self._next_log:
+                more = f" ({self._unlogged} more refusals not logged)" if self._unlogged else ""
+                log.warning("ACL refused request code %d from %s: %s%s", cmd.code, conn.remote_addr, exc, more)
+                self._next_log, self._unlogged = now + 1.0, 0
+            else:
+                self._unlogged += 1
             return cmd.response(ResponseCode.SYSTEM_ERROR, exc.remark)
         return None
 

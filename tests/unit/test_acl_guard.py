@@ -109,3 +109,19 @@ def test_the_refusal_is_a_system_error_with_the_acl_exception_text(tmp_path: Pat
     resp = guard.refuse(RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields={"b": "orders"}), PEER)
     assert resp is not None and resp.code == ResponseCode.SYSTEM_ERROR
     assert resp.remark == "org.apache.rocketmq.acl.common.AclException: No accessKey is configured"
+
+
+def test_refusals_are_counted_and_logged_at_most_once_a_second(tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    path, clock = tmp_path / "plain_acl.yml", ManualClock()
+    write(path, GOOD, 1000)
+    guard = AclGuard(path, clock=clock, check_interval=1.0)
+    guard.load()
+    with caplog.at_level(logging.WARNING):
+        for _ in range(50):
+            assert refused(guard, "audit") is not None
+        clock.advance(1.0)
+        assert refused(guard, "audit") is not None
+    lines = [r.getMessage() for r in caplog.records if r.name == "broker_store.broker.acl_guard"]
+    assert guard.refusals == 51
+    assert len(lines) == 2 and lines[1].endswith("(49 more refusals not logged)")
