@@ -1,6 +1,6 @@
 """`python -m broker_store ...`: run name servers and brokers, a whole local cluster, and small
 mqadmin-style commands (cluster, topics, create-topic, produce, consume, offsets; ha-status, controller-status and
-elect live in ``cli_ha``).
+elect live in ``cli_ha``, ACL accounts in ``cli_acl``).
 
 Server commands print `READY <address>` on stdout once serving (the launcher and tests wait for it);
 logs go to stderr. Exit codes: 0 ok, 1 runtime failure, 2 bad configuration or arguments.
@@ -244,6 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = admin_parser("offsets", cmd_offsets, "min/max offsets per queue and a group's committed offset")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("--group")
+    from broker_store.cli_acl import add_acl_commands
+
+    add_acl_commands(admin_parser)
     return parser
 
 

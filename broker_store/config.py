@@ -43,6 +43,7 @@ from broker_store.ha.settings import HARole, HASettings
 from broker_store.protocol.errors import ConfigError
 from broker_store.store.config import StoreConfig, StoreSettings
 from broker_store.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DelayLevels
+from broker_store.validation import describe_validation_error
 
 __all__ = ["BrokerConfig", "BrokerSettings", "ClusterConfig", "ControllerConfig", "ControllersConfig", "HostPort",
            "LocalClustersConfig", "NamesrvConfig",
@@ -239,6 +240,16 @@ class BrokerSettings(_Model):
     with delayLevel 0 waits level 3 + reconsumeTimes (``broker.schedule``)."""
     client_channel_expiry_seconds: float = Field(default=120.0, gt=0)
     """A producer/consumer without HEART_BEAT for this long is dropped from the registry."""
+    acl_enable: bool = False
+    """RocketMQ's aclEnable: every request is checked against ``acl_file`` (ACL 1.0: signature, whitelists,
+    permissions; ``broker_store.acl``) before it is dispatched; a refusal answers SYSTEM_ERROR with RocketMQ's
+    AclException text."""
+    acl_file: Path | None = None
+    """The plain_acl.yml (RocketMQ's layout, ``acl.plain_file``) read at start (a bad or missing file stops the
+    start), re-read when it changes (a bad one is logged and the previous accounts kept) and rewritten by the ACL
+    admin requests. Required with ``acl_enable``."""
+    acl_reload_check_seconds: float = Field(default=1.0, gt=0)
+    """How often a request may look at ``acl_file``'s modification time and size for a change."""
 
     @model_validator(mode="before")
     @classmethod
@@ -288,6 +299,8 @@ class BrokerSettings(_Model):
             raise ValueError(f"ha.role {role.value} does not fit broker_id {self.broker_id} (0 = primary, > 0 = "
                              f"replica); allowed roles for broker_id {self.broker_id}: {allowed}")
         self.ha_port()  # raises if listen + 1 is no port
+        if self.acl_enable and self.acl_file is None:
+            raise ValueError("acl_enable needs acl_file, the plain_acl.yml holding the accounts")
         return self
 
     def _controller_mode_checks(self) -> None:
@@ -459,24 +472,6 @@ class LocalClustersConfig(_Model):
 
 
 M = TypeVar("M", bound=BaseModel)
-
-
-def _loc(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "<root>"
-
-
-def describe_validation_error(source: str, exc: ValidationError) -> str:
-    """One line per problem: ``file: field.path: reason (got value)``."""
-    lines = []
-    for err in exc.errors():
-        reason = err["msg"]
-        got = err.get("input")
-        shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
-        lines.append(f"{source}: {_loc(err['loc'])}: {reason}{shown}")
-    return "\n".join(lines)
 
 
 def load_yaml(path: str | Path, model: type[M]) -> M:

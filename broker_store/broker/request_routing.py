@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from broker_store.broker.acl_processor import AclAdminContext, AclAdminProcessor
 from broker_store.broker.admin_processor import AdminContext, AdminProcessor
 from broker_store.broker.client_processor import ClientContext, ClientProcessor
 from broker_store.broker.client_registry import ClientRegistry
@@ -62,6 +63,8 @@ class BrokerParts:
     """Controller mode: the agent NOTIFY_BROKER_ROLE_CHANGED is handed to (None while it does not run)."""
     epoch_cache: Callable[[], bytes | None]
     """Controller mode: GET_BROKER_EPOCH_CACHE's body (None while the epoch file is not open)."""
+    acl_admin: AclAdminContext
+    """The ACL admin requests' context (50-54)."""
 
 
 def processor_table(parts: BrokerParts) -> dict[int, Processor]:
@@ -88,6 +91,7 @@ def processor_table(parts: BrokerParts) -> dict[int, Processor]:
                                         auto_create_topic_enable=cfg.auto_create_topic_enable,
                                         ha_status=parts.ha_status))
     clients = ClientProcessor(ClientContext(parts.clients, topics, role))
+    acl = AclAdminProcessor(parts.acl_admin)
     table: dict[int, Processor] = {
         RequestCode.SEND_MESSAGE: send.send_message,
         RequestCode.SEND_MESSAGE_V2: send.send_message,
@@ -112,6 +116,11 @@ def processor_table(parts: BrokerParts) -> dict[int, Processor]:
         RequestCode.HEART_BEAT: clients.heart_beat,
         RequestCode.UNREGISTER_CLIENT: clients.unregister_client,
         RequestCode.GET_CONSUMER_LIST_BY_GROUP: clients.get_consumer_list_by_group,
+        RequestCode.UPDATE_AND_CREATE_ACL_CONFIG: acl.update_and_create_acl_config,
+        RequestCode.DELETE_ACL_CONFIG: acl.delete_acl_config,
+        RequestCode.GET_BROKER_CLUSTER_ACL_INFO: acl.get_broker_cluster_acl_info,
+        RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: acl.update_global_white_addrs_config,
+        RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG: acl.get_broker_cluster_acl_config,
     }
     if cfg.enable_controller_mode:
         agent = parts.controller_agent

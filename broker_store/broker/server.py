@@ -24,6 +24,9 @@ controller, heartbeats it, and changes the role as the controller says (NOTIFY_B
 through ``broker.request_routing``, and a poll); a replica follows the primary the controller names, not the
 one a name server's answer names.
 
+ACL (``acl_enable``): every request whose code has a processor first passes ``broker.acl_guard`` (ACL 1.0,
+RocketMQ's semantics); a refusal is answered SYSTEM_ERROR with the AclException text and never dispatched.
+
 Start order: bind the port (so the advertised address and STOREHOST carry the real port), load
 metadata, recover the store, start the replication side of the role (``broker.replication``: the HA
 port of a primary, the HA client of a replica), install processors, register with the name servers (whose
@@ -41,6 +44,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from broker_store.background import cancel_and_wait
+from broker_store.broker.acl_guard import AclGuard
+from broker_store.broker.acl_processor import AclAdminContext
 from broker_store.broker.client_registry import ClientRegistry
 from broker_store.broker.consumer_offset import FILE_NAME as OFFSETS_FILE
 from broker_store.broker.consumer_offset import ConsumerOffsetManager
@@ -139,6 +144,10 @@ class BrokerServer:
             self._fast_server = RemotingServer(self._handle, host, port - 2)
             self._fast_server.disconnect_listeners.append(self.clients.connection_closed)
         self._processors: dict[int, Processor] = {}
+        self.acl: AclGuard | None = None
+        """With ``acl_enable``: the ACL 1.0 gate every dispatched request passes first (``broker.acl_guard``)."""
+        if config.acl_enable and config.acl_file is not None:
+            self.acl = AclGuard(config.acl_file, clock=clock, check_interval=config.acl_reload_check_seconds)
         self._store: MessageStore | None = None
         self.epoch_store: EpochStore | None = None
         """Controller mode: the store with its epoch file (valid after start; None in static groups)."""
@@ -200,6 +209,8 @@ class BrokerServer:
         try:
             self.addr = f"{self.config.advertised_ip}:{self._server.port}"
             self.identity_files, self._id_assigned = await load_assigned_id(self.config, self.role_state)
+            if self.acl is not None:
+                self.acl.load()
             self.topic_configs.load()
             self.consumer_offsets.load()
             self.subscription_groups.load()
@@ -396,7 +407,10 @@ class BrokerServer:
             self.config, self.store, self.topic_configs, self.role_state, self.clients, self.consumer_offsets,
             self.delay_offsets, self.subscription_groups, self.pull_waiters, self.delay_levels, self._clock,
             stopping=lambda: self.stopping, ha_status=self._ha_status, controller_agent=lambda: self.controller_agent,
-            epoch_cache=self._epoch_cache_body))
+            epoch_cache=self._epoch_cache_body,
+            acl_admin=AclAdminContext(self.acl, self.config.cluster_name, self.config.broker_name,
+                                      broker_addr=lambda: self.addr,
+                                      clock_ms=lambda: int(self._clock.time() * 1000))))
 
     def _epoch_cache_body(self) -> bytes | None:
         """GET_BROKER_EPOCH_CACHE's body: this broker's epoch entries and max offset (None before the epoch file
@@ -469,6 +483,10 @@ class BrokerServer:
         if processor is None:
             return unrouted(cmd, broker_name=self.config.broker_name, started=self._store is not None,
                             stopping=self.stopping)
+        if self.acl is not None:  # as RocketMQ's RPC hook: after the code is known, before the processor
+            refusal = self.acl.refuse(cmd, conn)
+            if refusal is not None:
+                return refusal
         return processor(cmd, conn)
 
 

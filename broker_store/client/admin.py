@@ -86,6 +86,12 @@ class AsyncAdmin:
     def routes(self) -> RouteCache:
         return self._session.routes
 
+    @property
+    def session(self) -> ClientSession:
+        """The session every request goes through (signed with this admin's credentials): for request
+        families kept in their own modules (``client.acl_admin``)."""
+        return self._session
+
     async def start(self) -> None:
         """Nothing to connect up front. Kept for symmetry."""
 

@@ -20,7 +20,7 @@ from broker_store.net.client import RemotingClient
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.acl import sign as acl_sign
 from broker_store.protocol.codes import ResponseCode
-from broker_store.protocol.errors import ConfigError, error_for_response
+from broker_store.protocol.errors import ConfigError, error_for_response, is_acl_refusal
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.headers import Header
 
@@ -63,8 +63,17 @@ class ClientSession:
         return cmd
 
     async def send(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
-        """A prepared request, signed, and its response whatever its code (the caller interprets it)."""
-        return await self.remoting.invoke(addr, self.sign(cmd), timeout)
+        """A prepared request, signed, and its response whatever its code (the caller interprets it), except
+        an ACL refusal: ``AclPermissionError`` naming this client's access key, raised at once (it is not
+        retriable and says nothing about routes, so no caller may retry it elsewhere)."""
+        resp = await self.remoting.invoke(addr, self.sign(cmd), timeout)
+        if is_acl_refusal(resp.code, resp.remark):
+            raise error_for_response(resp.code, resp.remark, addr=addr, access_key=self.access_key)
+        return resp
+
+    @property
+    def access_key(self) -> str | None:
+        return None if self.credentials is None else self.credentials.access_key
 
     async def send_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         """A prepared request, signed, without waiting for (or getting) a response."""

@@ -1,8 +1,9 @@
 """RocketMQ 4.x ACL request signing, as clients with an AclClientRPCHook do it.
 
 The client (``broker_store.client.session``) signs every outgoing request when it has credentials;
-a broker or name server with ACL enabled recomputes the signature and answers NO_PERMISSION (16)
-when it differs. Pure functions: no socket, no clock.
+a broker with ACL enabled (``broker_store.acl.decision``) recomputes the signature and refuses the
+request when it differs (SYSTEM_ERROR with RocketMQ's AclException text, as ACL 1.0 does).
+Pure functions: no socket, no clock.
 
 Signature input (bytes, UTF-8)::
 
@@ -12,6 +13,10 @@ Signature input (bytes, UTF-8)::
     +-----------------------------------------------------------+----------------+
 
     Signature = Base64(HMAC-SHA1(key = secret key UTF-8, message = the bytes above))
+
+A broker checking a request from a client of version V4_9_3 or older (``version`` <= 399) also leaves
+``_UNIQUE_KEY_QUERY`` out: those clients added it after signing (RocketMQ's PlainAccessResource does the
+same); newer clients sign it like any field.
 
 The request then carries ``AccessKey``, ``Signature`` and, for temporary credentials,
 ``SecurityToken`` as extFields. Keys sort by UTF-16 code units, as Java's ``TreeMap<String, ...>``
@@ -33,6 +38,10 @@ ACCESS_KEY = "AccessKey"
 SECRET_KEY = "SecretKey"
 SIGNATURE = "Signature"
 SECURITY_TOKEN = "SecurityToken"
+UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
+VERSION_V4_9_3 = 399
+"""Ordinal of RocketMQ's MQVersion.Version.V4_9_3, the last client version that signed without
+``_UNIQUE_KEY_QUERY``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +68,12 @@ def _utf16_key(key: str) -> bytes:
     return key.encode("utf-16-be")
 
 
-def signature_input(ext_fields: Mapping[str, str], body: bytes) -> bytes:
-    """The bytes that are signed: extField values in key order (``Signature`` skipped), then the body."""
-    values = "".join(ext_fields[k] for k in sorted(ext_fields, key=_utf16_key) if k != SIGNATURE)
+def signature_input(ext_fields: Mapping[str, str], body: bytes, *, leave_out: str | None = None) -> bytes:
+    """The bytes that are signed: extField values in key order (``Signature`` and ``leave_out`` skipped),
+    then the body."""
+    # For ASCII keys (every RocketMQ header name) code-point order is UTF-16 order: the cheap sort.
+    keys = sorted(ext_fields) if "".join(ext_fields).isascii() else sorted(ext_fields, key=_utf16_key)
+    values = "".join(ext_fields[k] for k in keys if k not in (SIGNATURE, leave_out))
     return values.encode() + body
 
 
@@ -82,9 +94,14 @@ def sign(cmd: RemotingCommand, credentials: SessionCredentials) -> RemotingComma
 
 
 def verify(cmd: RemotingCommand, secret_key: str) -> bool:
-    """True when ``cmd`` carries a ``Signature`` made with ``secret_key`` (constant-time compare)."""
+    """True when ``cmd`` carries a ``Signature`` made with ``secret_key`` (constant-time compare);
+    ``_UNIQUE_KEY_QUERY`` is left out for clients of V4_9_3 and older (module docstring)."""
     given = cmd.ext_fields.get(SIGNATURE)
     if given is None:
         return False
-    expected = calculate_signature(signature_input(cmd.ext_fields, cmd.body), secret_key)
+    leave_out = UNIQUE_KEY_QUERY if cmd.version <= VERSION_V4_9_3 else None
+    # signature_input's bytes, fed in two parts: a large body (batches) is not copied per request
+    mac = hmac.new(secret_key.encode(), signature_input(cmd.ext_fields, b"", leave_out=leave_out), hashlib.sha1)
+    mac.update(cmd.body)
+    expected = base64.b64encode(mac.digest()).decode("ascii")
     return hmac.compare_digest(given.encode(), expected.encode())

@@ -21,6 +21,7 @@ Each class carries behaviour flags the caller acts on instead of matching types:
         +-- FlushSlaveTimeoutError      yes
         +-- SlaveNotAvailableError      yes
         +-- PullOffsetMovedError
+        +-- AclPermissionError                      (ACL refusal: raised at once, never retried)
 
 ``error_for_response(code, remark)`` maps a response code to its class (registry below).
 Lower-level exceptions (OSError, struct.error, ValueError) are translated at module boundaries with
@@ -137,6 +138,28 @@ class RetriableSystemError(BrokerResponseError):
     retriable = True
 
 
+ACL_EXCEPTION_MARK = "AclException"
+"""ACL 1.0 refusals answer SYSTEM_ERROR with a remark naming RocketMQ's AclException (``acl.decision``)."""
+
+
+class AclPermissionError(BrokerResponseError):
+    """The broker's ACL refused the request (bad signature, unknown key, missing permission). Neither
+    retriable nor a stale route: the same credentials get the same answer from every broker."""
+
+    def __init__(self, code: int, remark: str | None = None, *, addr: str | None = None,
+                 access_key: str | None = None) -> None:
+        super().__init__(code, remark, addr=addr)
+        self.access_key = access_key
+        """The access key the refused request was signed with (None: the request was not signed)."""
+        where = f" by {addr}" if addr else ""
+        self.args = (f"permission denied{where} for accessKey={access_key}: {self.remark}",)
+
+
+def is_acl_refusal(code: int, remark: str | None) -> bool:
+    """A response that is an ACL refusal (ACL 1.0: SYSTEM_ERROR naming AclException)."""
+    return code == ResponseCode.SYSTEM_ERROR and remark is not None and ACL_EXCEPTION_MARK in remark
+
+
 _REGISTRY: dict[int, type[BrokerResponseError]] = {
     ResponseCode.SYSTEM_ERROR: RetriableSystemError,
     ResponseCode.SYSTEM_BUSY: SystemBusyError,
@@ -151,6 +174,10 @@ _REGISTRY: dict[int, type[BrokerResponseError]] = {
 }
 
 
-def error_for_response(code: int, remark: str | None = None, *, addr: str | None = None) -> BrokerResponseError:
-    """The exception instance for a non-success response code."""
+def error_for_response(code: int, remark: str | None = None, *, addr: str | None = None,
+                       access_key: str | None = None) -> BrokerResponseError:
+    """The exception instance for a non-success response code (an ACL refusal: ``AclPermissionError``
+    naming ``access_key``)."""
+    if is_acl_refusal(code, remark):
+        return AclPermissionError(code, remark, addr=addr, access_key=access_key)
     return _REGISTRY.get(code, BrokerResponseError)(code, remark, addr=addr)

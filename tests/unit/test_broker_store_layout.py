@@ -1,7 +1,8 @@
 """The layers of ``broker_store`` (DESIGN.md "Layout", issue #18 "Guards"): every import between its units points
 down the layers below, never up or sideways, and the low layers import only what the design gives them:
 ``protocol`` nothing of the project, ``net`` only ``protocol``, ``store`` only ``clock`` and ``protocol``,
-``client`` only ``net`` and ``protocol``, ``ha`` nothing of the store but its package API and its epoch values.
+``client`` only ``net``, ``protocol`` and ``acl``'s account format, ``acl`` (ACL 1.0's pure decisions) only
+``protocol`` and the validation formatter, ``ha`` nothing of the store but its package API and its epoch values.
 No module passes 600 lines. Read from the source (ast) by the shared checker, ``tests/support/import_graph.py``.
 
 A unit is a subpackage or a top-level module; two modules of ``controller`` are units of their own because they
@@ -23,8 +24,8 @@ from tests.support.import_graph import (
 )
 
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"protocol", "clock", "address", "background"}),
-    frozenset({"net", "store"}),
+    frozenset({"protocol", "clock", "address", "background", "validation"}),
+    frozenset({"net", "store", "acl"}),
     frozenset({"client", "ha"}),
     frozenset({"controller"}),
     frozenset({"config"}),
@@ -32,7 +33,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"namesrv"}),
     frozenset({"launcher"}),
     frozenset({"controller.etcd_members"}),
-    frozenset({"up", "cli_ha"}),
+    frozenset({"up", "cli_ha", "cli_acl"}),
     frozenset({"cli"}),
     frozenset({"__main__"}),
 )
@@ -43,21 +44,26 @@ ALLOWED: dict[str, frozenset[str]] = {
     "clock": frozenset(),
     "address": frozenset(),
     "background": frozenset(),
+    "validation": frozenset(),
+    "acl": frozenset({"protocol", "validation"}),  # ACL 1.0's pure decisions and its account format
     "net": frozenset({"protocol"}),
     "store": frozenset({"clock", "protocol"}),
-    "client": frozenset({"net", "protocol"}),
+    "client": frozenset({"acl", "net", "protocol"}),  # acl: the account format of the ACL admin requests
     "ha": frozenset({"address", "clock", "protocol", "store"}),  # the store only through HA_STORE_API
     "controller": frozenset({"background", "clock", "net", "protocol", "store"}),
-    "config": frozenset({"address", "controller", "ha", "protocol", "store"}),  # each part's settings model
+    # config: each part's settings model
+    "config": frozenset({"address", "controller", "ha", "protocol", "store", "validation"}),
     "controller.server": frozenset({"address", "clock", "config", "controller", "net", "protocol"}),
-    "broker": frozenset({"address", "background", "clock", "config", "ha", "net", "protocol", "store"}),
+    "broker": frozenset({"acl", "address", "background", "clock", "config", "ha", "net", "protocol", "store",
+                         "validation"}),
     "namesrv": frozenset({"background", "clock", "config", "controller.server", "net", "protocol"}),
     "launcher": frozenset({"client", "config", "ha", "protocol"}),
     "controller.etcd_members": frozenset({"launcher"}),
     "up": frozenset({"config", "controller.etcd_members", "launcher"}),
     "cli_ha": frozenset({"client", "controller.etcd_members", "net", "protocol"}),
-    "cli": frozenset({"broker", "cli_ha", "client", "config", "controller.server", "launcher", "namesrv", "net",
-                      "protocol", "up"}),
+    "cli_acl": frozenset({"acl", "client", "config", "protocol", "validation"}),
+    "cli": frozenset({"broker", "cli_acl", "cli_ha", "client", "config", "controller.server", "launcher", "namesrv",
+                      "net", "protocol", "up"}),
     "__main__": frozenset({"cli"}),
 }
 """unit -> the units it may import: DESIGN.md's layers, as the import graph has them (issue #18). A new edge

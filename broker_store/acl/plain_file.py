@@ -1,0 +1,174 @@
+"""plain_acl.yml, RocketMQ's ACL 1.0 account file: its model, validated when read, and its writer.
+
+Read by ``broker.acl_guard`` (at start and whenever the file changes) and written by the ACL admin requests
+(``broker.acl_processor``). Layout, RocketMQ's key names::
+
+    globalWhiteRemoteAddresses:       # peers from these addresses pass without any check
+      - 10.10.103.*
+    accounts:
+      - accessKey: RocketMQ           # more than 6 characters
+        secretKey: 12345678           # more than 6 characters
+        whiteRemoteAddress: 192.168.0.*   # this account's peers from here pass without signature or perms
+        admin: false                  # admin: every request, topic and group creation/deletion included
+        defaultTopicPerm: DENY        # DENY / PUB / SUB / PUB|SUB for topics not listed (absent = DENY)
+        defaultGroupPerm: SUB         # the same for consumer groups
+        topicPerms: [topicA=DENY, topicB=PUB|SUB]
+        groupPerms: [groupA=DENY, groupB=PUB|SUB]
+    dataVersion:                      # written by RocketMQ (and here) on every admin update
+      - counter: 1
+        timestamp: 1700000000000
+
+Where RocketMQ reads an unknown permission word as DENY and lets a bad address pattern fail at the first
+request, this model refuses the whole file with the field path (``accounts[1].topicPerms[0]: ...``); the
+broker then keeps the accounts it had. Access keys must be unique (RocketMQ warns and keeps one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from broker_store.acl.address import parse_address_pattern
+from broker_store.acl.permission import Permission, parse_perm
+from broker_store.protocol.errors import ConfigError
+from broker_store.validation import describe_validation_error
+
+KEY_MIN_LENGTH = 7
+"""Access and secret keys must be longer than 6 characters (RocketMQ's ACCESS_KEY_MIN_LENGTH 6)."""
+
+
+def split_resource_perm(entry: str) -> tuple[str, Permission]:
+    """``name=PERM`` of a topicPerms / groupPerms entry; ValueError when it is not one name and one
+    permission word."""
+    items = [item.strip() for item in entry.split("=") if item.strip()]
+    if len(items) != 2:
+        raise ValueError(f"{entry!r} is not of the form name=PERM (for example topicA=SUB)")
+    return items[0], parse_perm(items[1])
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class PlainAccount(_Model):
+    """One account (RocketMQ's PlainAccessConfig)."""
+
+    access_key: str = Field(alias="accessKey", min_length=KEY_MIN_LENGTH)
+    """Sent in clear by clients as the ``AccessKey`` extField."""
+    secret_key: str = Field(alias="secretKey", min_length=KEY_MIN_LENGTH)
+    """HMAC key of the account's signatures."""
+    white_remote_address: str | None = Field(default=None, alias="whiteRemoteAddress")
+    """Address pattern (``acl.address``) whose peers skip the signature and permission checks."""
+    admin: bool = False
+    """May send every request, admin ones (topic/group creation and deletion, ACL changes) included."""
+    default_topic_perm: str | None = Field(default=None, alias="defaultTopicPerm")
+    """Permission on topics ``topic_perms`` does not name; absent = DENY."""
+    default_group_perm: str | None = Field(default=None, alias="defaultGroupPerm")
+    """Permission on consumer groups ``group_perms`` does not name; absent = DENY."""
+    topic_perms: list[str] = Field(default_factory=list, alias="topicPerms")
+    """``topic=PERM`` entries."""
+    group_perms: list[str] = Field(default_factory=list, alias="groupPerms")
+    """``group=PERM`` entries."""
+
+    @field_validator("white_remote_address")
+    @classmethod
+    def _pattern(cls, value: str | None) -> str | None:
+        parse_address_pattern(value)
+        return value
+
+    @field_validator("default_topic_perm", "default_group_perm")
+    @classmethod
+    def _perm(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_perm(value)
+        return value
+
+    @field_validator("topic_perms", "group_perms", mode="before")
+    @classmethod
+    def _null_list(cls, value: object) -> object:
+        return [] if value is None else value
+
+    @field_validator("topic_perms", "group_perms")
+    @classmethod
+    def _resource_perms(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            split_resource_perm(entry)
+        return value
+
+
+class AclDataVersion(_Model):
+    counter: int = Field(ge=0)
+    timestamp: int = Field(ge=0)
+
+
+class PlainAclFile(_Model):
+    """The whole plain_acl.yml."""
+
+    global_white_remote_addresses: list[str] = Field(default_factory=list, alias="globalWhiteRemoteAddresses")
+    """Address patterns whose peers pass every request without any check."""
+    accounts: list[PlainAccount] = Field(default_factory=list)
+    data_version: list[AclDataVersion] = Field(default_factory=list, alias="dataVersion")
+    """Bumped by every admin update (RocketMQ keeps one entry: counter and timestamp in ms)."""
+
+    @field_validator("global_white_remote_addresses", "accounts", "data_version", mode="before")
+    @classmethod
+    def _null_list(cls, value: object) -> object:
+        return [] if value is None else value
+
+    @field_validator("global_white_remote_addresses")
+    @classmethod
+    def _patterns(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            parse_address_pattern(pattern)
+        return value
+
+    @model_validator(mode="after")
+    def _unique_keys(self) -> PlainAclFile:
+        seen: set[str] = set()
+        for account in self.accounts:
+            if account.access_key in seen:
+                raise ValueError(f"accounts: access key {account.access_key!r} appears more than once")
+            seen.add(account.access_key)
+        return self
+
+    def account(self, access_key: str) -> PlainAccount | None:
+        return next((a for a in self.accounts if a.access_key == access_key), None)
+
+    def to_yaml(self) -> bytes:
+        """The file's bytes in RocketMQ's key names (fields left at their defaults are omitted)."""
+        data = self.model_dump(by_alias=True, exclude_defaults=True)
+        for account in data.get("accounts", []):
+            account.setdefault("admin", False)
+        return yaml.safe_dump(data, sort_keys=False, allow_unicode=True).encode()
+
+
+def parse_plain_acl(text: bytes | str, source: str) -> PlainAclFile:
+    """Validate the bytes of a plain_acl.yml; ConfigError naming ``source``, the field path and the reason
+    (an empty file is an empty table)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"{source}: invalid YAML{where}: {getattr(exc, 'problem', None) or exc}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: <root>: expected a mapping, got {type(data).__name__}")
+    try:
+        return PlainAclFile.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(source, exc)) from exc
+
+
+def read_plain_acl(path: Path) -> PlainAclFile:
+    """``parse_plain_acl`` of the file at ``path``; a missing file is an empty table; ConfigError otherwise."""
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        return PlainAclFile()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the ACL file: {exc.strerror or exc}") from exc
+    return parse_plain_acl(text, str(path))
