@@ -8,7 +8,9 @@ The decision is ``broker_store.acl.decision``; this module adds the file's life:
   (mtime, size, inode); when they changed the file is read again. A file that no longer validates (or
   vanished) is logged once with the field path and the accounts in force are kept, as RocketMQ keeps its
   old table when a reload throws.
-- refusals are counted (``refusals``) and logged at most once a second (with the number not logged).
+- refusals are counted (``refusals``); a refusal whose text differs from the last one logged is logged at once,
+  repeats of it at most once a second (with the number not logged), so a peer looping on one refused request
+  does not flood the log and no distinct reason is hidden.
 - admin writes (``broker.acl_processor``) go through ``store``: the crash-safe ``replace_file``, then the
   new table is in force at once (its fingerprint recorded, so the write is not read back as a change).
 
@@ -60,6 +62,7 @@ class AclGuard:
         """Requests refused since start."""
         self._next_log = 0.0
         self._unlogged = 0
+        self._last_logged = ""
 
     def load(self) -> None:
         """Read the file at start; ConfigError when it is missing or does not validate."""
@@ -103,11 +106,12 @@ class AclGuard:
             check(self.table, cmd, remote_host(conn.remote_addr))
         except AclDenied as exc:
             self.refusals += 1
-            # at most one line a second: a peer sending refused requests in a loop must not flood the log
-            if now >= self._next_log:
+            # a new reason at once, repeats at most once a second: a peer looping must not flood the log
+            text = str(exc)
+            if now >= self._next_log or text != self._last_logged:
                 more = f" ({self._unlogged} more refusals not logged)" if self._unlogged else ""
                 log.warning("ACL refused request code %d from %s: %s%s", cmd.code, conn.remote_addr, exc, more)
-                self._next_log, self._unlogged = now + 1.0, 0
+                self._next_log, self._unlogged, self._last_logged = now + 1.0, 0, text
             else:
                 self._unlogged += 1
             return cmd.response(ResponseCode.SYSTEM_ERROR, exc.remark)

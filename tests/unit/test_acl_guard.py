@@ -125,3 +125,17 @@ def test_refusals_are_counted_and_logged_at_most_once_a_second(tmp_path: Path,
     lines = [r.getMessage() for r in caplog.records if r.name == "broker_store.broker.acl_guard"]
     assert guard.refusals == 51
     assert len(lines) == 2 and lines[1].endswith("(49 more refusals not logged)")
+
+
+def test_a_refusal_with_another_reason_is_logged_at_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "plain_acl.yml"
+    write(path, GOOD, 1000)
+    guard = AclGuard(path, clock=ManualClock(), check_interval=1.0)
+    guard.load()
+    with caplog.at_level(logging.WARNING):
+        assert refused(guard, "audit") is not None
+        assert refused(guard, "audit") is not None  # a repeat within the second: counted, not logged
+        unsigned = guard.refuse(RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields={"b": "orders"}), PEER)
+        assert unsigned is not None  # another reason within the same second: logged
+    lines = [r.getMessage() for r in caplog.records if r.name == "broker_store.broker.acl_guard"]
+    assert len(lines) == 2 and "No accessKey is configured" in lines[1], lines
