@@ -821,19 +821,6 @@ def test_started_client_survives_fork(cluster: Cluster) -> None:
     assert bodies == [b"child", b"parent", b"parent-again"]
 
 
-def test_producer_send_header_matches_the_typed_header() -> None:
-    producer = AsyncProducer("127.0.0.1:9876", "G1")
-    mq = MessageQueue("T1", "broker-a", 3)
-    for batch in (False, True):
-        ext = producer._header("T1", mq, "K\x01v\x02", 1, 7, batch=batch)
-        typed = SendMessageRequestHeader(
-            producer_group="G1", topic="T1", default_topic=producer.default_topic,
-            default_topic_queue_nums=producer.default_topic_queue_nums, queue_id=3, sys_flag=1,
-            born_timestamp=int(ext["g"]), flag=7, properties="K\x01v\x02", reconsume_times=0, unit_mode=False,
-            batch=batch, broker_name="broker-a").to_ext(SEND_V2_NAMES)
-        assert list(ext.items()) == list(typed.items())
-
-
 def test_read_only_topic_refuses_every_send_with_topic_not_exist(cluster: Cluster) -> None:
     """A route without writable queues is cached; every later send must still get a clear error, not an
     empty queue list (a Spark sink sends many batches to a read-only target topic)."""

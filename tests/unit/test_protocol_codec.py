@@ -20,7 +20,13 @@ from broker_store.protocol.frame import (
     encode_frame,
     read_frame_length,
 )
-from broker_store.protocol.headers import SEND_V2_NAMES, PullMessageRequestHeader, SendMessageRequestHeader
+from broker_store.protocol.headers import (
+    SEND_V2_NAMES,
+    PullMessageRequestHeader,
+    SendMessageRequestHeader,
+    decode_send_header,
+    encode_send_v2,
+)
 from broker_store.protocol.message import (
     MAGIC_V1,
     decode_properties,
@@ -173,6 +179,59 @@ def test_send_v2_short_names() -> None:
     header = SendMessageRequestHeader.from_ext(ext, SEND_V2_NAMES)
     assert header.topic == "T" and header.queue_id == 2 and header.batch is False
     assert header.to_ext(SEND_V2_NAMES) == ext
+
+
+def test_send_v2_names_are_declared_with_the_fields() -> None:
+    assert SEND_V2_NAMES == {
+        "producerGroup": "a", "topic": "b", "defaultTopic": "c", "defaultTopicQueueNums": "d", "queueId": "e",
+        "sysFlag": "f", "bornTimestamp": "g", "flag": "h", "properties": "i", "reconsumeTimes": "j",
+        "unitMode": "k", "maxReconsumeTimes": "l", "batch": "m", "brokerName": "n"}
+
+
+_SEND_HEADERS = [
+    SendMessageRequestHeader(producer_group="p", topic="T", default_topic="TBW102", default_topic_queue_nums=4,
+                             queue_id=2, sys_flag=0, born_timestamp=123, flag=7, properties="TAGS\x01a\x02",
+                             reconsume_times=1, max_reconsume_times=3),
+    SendMessageRequestHeader(producer_group="p", topic="T", default_topic="TBW102", default_topic_queue_nums=4,
+                             queue_id=-1, sys_flag=1, born_timestamp=2**62, flag=0),
+    SendMessageRequestHeader(producer_group="p", topic="T", default_topic="TBW102", default_topic_queue_nums=8,
+                             queue_id=0, sys_flag=0, born_timestamp=1, flag=0, properties="", reconsume_times=0,
+                             unit_mode=True, batch=False, max_reconsume_times=16, broker_name="broker-a"),
+]
+
+
+@pytest.mark.parametrize("header", _SEND_HEADERS)
+@pytest.mark.parametrize("short", [True, False])
+def test_send_header_fast_decoder_is_the_typed_decoder(header: SendMessageRequestHeader, short: bool) -> None:
+    ext = header.to_ext(SEND_V2_NAMES if short else None)
+    assert decode_send_header(ext, short) == header == SendMessageRequestHeader.from_ext(
+        ext, SEND_V2_NAMES if short else None)
+
+
+def test_send_header_fast_decoder_hands_the_unusual_to_the_typed_decoder() -> None:
+    ext = _SEND_HEADERS[2].to_ext(SEND_V2_NAMES)
+    assert decode_send_header({**ext, "k": "1", "m": " TRUE"}, True) == SendMessageRequestHeader.from_ext(
+        {**ext, "k": "1", "m": " TRUE"}, SEND_V2_NAMES)
+    bad = dict(ext)
+    del bad["b"]
+    with pytest.raises(ProtocolError, match="'topic'"):
+        decode_send_header(bad, True)
+    with pytest.raises(ProtocolError, match="queueId"):
+        decode_send_header({**_SEND_HEADERS[0].to_ext(), "queueId": "x"}, False)
+    with pytest.raises(ProtocolError, match="bornTimestamp.*64-bit"):
+        decode_send_header({**ext, "g": str(2**63)}, True)
+    with pytest.raises(ProtocolError, match="unitMode.*boolean"):
+        decode_send_header({**ext, "k": "yes"}, True)
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_send_v2_encoder_is_the_typed_encoder(batch: bool) -> None:
+    ext = encode_send_v2("G1", "T1", "TBW102", 4, 3, 1, 1700000000000, 7, "K\x01v\x02", batch, "broker-a")
+    typed = SendMessageRequestHeader(
+        producer_group="G1", topic="T1", default_topic="TBW102", default_topic_queue_nums=4, queue_id=3,
+        sys_flag=1, born_timestamp=1700000000000, flag=7, properties="K\x01v\x02", reconsume_times=0,
+        unit_mode=False, batch=batch, broker_name="broker-a").to_ext(SEND_V2_NAMES)
+    assert list(ext.items()) == list(typed.items())
 
 
 def test_header_errors_name_the_field() -> None:
