@@ -40,7 +40,7 @@ import re
 import socket
 import struct
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -114,8 +114,33 @@ def host_from_bytes(ip: bytes, port: int) -> str:
     return f"{socket.inet_ntoa(ip)}:{port}"
 
 
+def msg_id_prefix(store_ip: bytes, store_port: int) -> str:
+    """The first 16 hex digits of every offset message id of one store host (STOREHOST ip 4 + port 4)."""
+    return (store_ip + struct.pack(">i", store_port)).hex().upper()
+
+
+@functools.lru_cache(maxsize=4096)
+def host_msg_id_prefix(store_host: str) -> str:
+    """``msg_id_prefix`` of an 'ip:port' store host, cached (readers make one id per message)."""
+    return msg_id_prefix(*host_to_bytes(store_host))
+
+
+def msg_id_from_prefix(prefix: str, commit_log_offset: int) -> str:
+    """The offset message id of ``commit_log_offset`` on the store host of ``prefix``."""
+    return f"{prefix}{commit_log_offset & 0xFFFF_FFFF_FFFF_FFFF:016X}"  # the offset as a big-endian int64
+
+
+def msg_ids_from_prefix(prefix: str, commit_log_offsets: Sequence[int]) -> tuple[str, ...]:
+    """``msg_id_from_prefix`` of each offset (a batch put's ids), all offsets hexed by one call."""
+    if not commit_log_offsets:
+        return ()
+    ids = struct.pack(f">{len(commit_log_offsets)}q", *commit_log_offsets).hex(",", 8).upper()
+    return tuple((prefix + ids.replace(",", "," + prefix)).split(","))
+
+
 def make_msg_id(store_ip: bytes, store_port: int, commit_log_offset: int) -> str:
-    return (store_ip + struct.pack(">iq", store_port, commit_log_offset)).hex().upper()
+    """The offset message id (see the module docstring): the one definition the functions above split up."""
+    return msg_id_from_prefix(msg_id_prefix(store_ip, store_port), commit_log_offset)
 
 
 def parse_msg_id(msg_id: str) -> tuple[str, int]:
@@ -182,8 +207,7 @@ class StoredMessage:
 
     @property
     def offset_msg_id(self) -> str:
-        ip, port = host_to_bytes(self.store_host)
-        return make_msg_id(ip, port, self.commit_log_offset)
+        return msg_id_from_prefix(host_msg_id_prefix(self.store_host), self.commit_log_offset)
 
     @property
     def tags(self) -> str | None:

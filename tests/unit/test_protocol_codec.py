@@ -35,8 +35,12 @@ from broker_store.protocol.message import (
     encode_batch,
     encode_properties,
     encode_stored_message,
+    host_msg_id_prefix,
     iter_batch,
     make_msg_id,
+    msg_id_from_prefix,
+    msg_id_prefix,
+    msg_ids_from_prefix,
     parse_msg_id,
     split_batch,
     stored_record_spans,
@@ -295,6 +299,18 @@ def test_compressed_body_is_inflated() -> None:
                                 body=zlib.compress(b"x" * 100), properties=b"", sys_flag=1)
     assert decode_stored_message(raw).body == b"x" * 100
     assert decode_stored_message(raw, decompress=False).body == zlib.compress(b"x" * 100)
+
+
+def test_msg_id_parts_compose_the_one_definition() -> None:
+    ip, port = bytes([10, 0, 0, 2]), 10911
+    assert make_msg_id(ip, port, 300) == "0A00000200002A9F000000000000012C"  # the layout, written out
+    prefix = msg_id_prefix(ip, port)
+    assert prefix == host_msg_id_prefix("10.0.0.2:10911") == "0A00000200002A9F"
+    offsets = [0, 300, 2**40 + 7, 2**63 - 1]
+    assert [msg_id_from_prefix(prefix, o) for o in offsets] == [make_msg_id(ip, port, o) for o in offsets]
+    assert msg_ids_from_prefix(prefix, offsets) == tuple(make_msg_id(ip, port, o) for o in offsets)
+    assert msg_ids_from_prefix(prefix, []) == ()
+    assert make_msg_id(ip, port, 2**63 - 1).endswith("7FFFFFFFFFFFFFFF")
 
 
 def test_msg_id_round_trip() -> None:
