@@ -91,6 +91,15 @@ def test_corrupt_topic_file_is_an_error_naming_it(tmp_path: Path) -> None:
         _topics(path).load()
 
 
+def test_topic_config_json_missing_fields_take_rocketmq_defaults() -> None:
+    """One reading of the TopicConfig JSON for broker, name server and admin client: an absent field is the
+    Java default (16/16 queues, perm RW, SINGLE_TAG, no attributes), the table key names the topic."""
+    assert TopicConfig.from_json({}, "T") == TopicConfig("T", 16, 16, PERM_READ | PERM_WRITE, "SINGLE_TAG", 0,
+                                                         False, {})
+    with pytest.raises(ProtocolError, match="malformed topic config T"):
+        TopicConfig.from_json({"readQueueNums": "x"}, "T")
+
+
 def test_topic_table_wire_json_roundtrip() -> None:
     table = TopicConfigTable({"T": TopicConfig("T", 2, 2, 6)}, data_version=DataVersion(5, 1))
     raw = table.encode()
