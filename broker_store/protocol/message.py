@@ -3,7 +3,7 @@
 The stored layout is both the CommitLog record (``broker_store.store``) and the pull-response body
 (``broker_store.client``), so it is defined once, here.
 
-Stored message, V1 (big-endian; STORED_HEADER is everything up to and including BODYLEN)::
+Stored message, V1 (big-endian; ``STORED_FIELDS`` declares everything up to and including BODYLEN)::
 
     offset size field
        0    4  TOTALSIZE            whole record, this field included
@@ -68,8 +68,51 @@ from broker_store.protocol.properties import parse_properties_text
 
 MAGIC_V1 = -626843481
 BLANK_MAGIC = -875286124
-STORED_HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")
+STORED_FIELDS: tuple[tuple[str, str], ...] = (
+    ("TOTALSIZE", "i"), ("MAGICCODE", "i"), ("BODYCRC", "i"), ("QUEUEID", "i"), ("FLAG", "i"),
+    ("QUEUEOFFSET", "q"), ("PHYSICALOFFSET", "q"), ("SYSFLAG", "i"), ("BORNTIMESTAMP", "q"),
+    ("BORNHOST", "4s"), ("BORNHOST_PORT", "i"), ("STORETIMESTAMP", "q"), ("STOREHOST", "4s"), ("STOREHOST_PORT", "i"),
+    ("RECONSUMETIMES", "i"), ("PREPARED_TX_OFFSET", "q"), ("BODYLEN", "i"),
+)
+"""The fixed part of a stored record (the layout above, up to BODYLEN), as (name, struct code): the one
+statement of it. Every reader and writer of records takes its structs or offsets from here: the codec below,
+the store's encoder (``store.record_encoding``), the replicator's forwarding loop (``stored_header_view``)
+and its C twin (connectors/replication/_forward.c, whose #defines a test compares with ``STORED_OFFSETS``)."""
+STORED_HEADER = struct.Struct(">" + "".join(code for _name, code in STORED_FIELDS))
 STORED_HEADER_SIZE = STORED_HEADER.size  # 88
+STORED_OFFSETS: dict[str, int] = {
+    name: struct.calcsize(">" + "".join(code for _n, code in STORED_FIELDS[:i]))
+    for i, (name, _c) in enumerate(STORED_FIELDS)
+}
+"""Byte offset of each field of ``STORED_FIELDS`` from the start of the record."""
+
+
+def stored_fields_struct(first: str, last: str) -> struct.Struct:
+    """The fields ``first`` .. ``last`` of ``STORED_FIELDS`` (a contiguous run), packed as one Struct."""
+    names = [name for name, _code in STORED_FIELDS]
+    run = STORED_FIELDS[names.index(first):names.index(last) + 1]
+    return struct.Struct(">" + "".join(code for _name, code in run))
+
+
+def stored_header_view(*names: str) -> struct.Struct:
+    """A Struct that unpacks only ``names`` (in layout order) from the start of a stored record, the fields
+    between them skipped as padding; it ends with the last field named."""
+    wanted = set(names)
+    unknown = wanted - set(STORED_OFFSETS)
+    if unknown:
+        raise ValueError(f"not fields of a stored record: {sorted(unknown)}")
+    fmt, skipped = ">", 0
+    for name, code in STORED_FIELDS:
+        if not wanted:
+            break
+        if name in wanted:
+            fmt += (f"{skipped}x" if skipped else "") + code
+            skipped = 0
+            wanted.discard(name)
+        else:
+            skipped += struct.calcsize(">" + code)
+    return struct.Struct(fmt)
+
 BATCH_HEADER = struct.Struct(">iiiii")
 MAX_TOPIC_LENGTH = 127
 MAX_PROPERTIES_LENGTH = 32767
@@ -299,7 +342,7 @@ def decode_stored_message(buf: bytes | memoryview, pos: int = 0, *, decompress: 
                          reconsume_times=reconsume, prepared_tx_offset=prepared, body_crc=crc, store_size=total)
 
 
-_SPAN_HEADER = struct.Struct(">ii12xq")
+_SPAN_HEADER = stored_header_view("TOTALSIZE", "MAGICCODE", "QUEUEOFFSET")
 """TOTALSIZE, MAGICCODE and QUEUEOFFSET of a stored record (BODYCRC, QUEUEID and FLAG skipped)."""
 
 

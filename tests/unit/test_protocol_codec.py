@@ -3,6 +3,7 @@ tests showing every decoder either decodes or raises ProtocolError (never anythi
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker_store.protocol import message as message_module
 from broker_store.protocol.codes import LanguageCode, SerializeType
 from broker_store.protocol.errors import FrameTooLargeError, ProtocolError
 from broker_store.protocol.frame import (
@@ -29,6 +31,8 @@ from broker_store.protocol.headers import (
 )
 from broker_store.protocol.message import (
     MAGIC_V1,
+    STORED_HEADER_SIZE,
+    STORED_OFFSETS,
     decode_properties,
     decode_stored_message,
     decode_stored_messages,
@@ -299,6 +303,14 @@ def test_compressed_body_is_inflated() -> None:
                                 body=zlib.compress(b"x" * 100), properties=b"", sys_flag=1)
     assert decode_stored_message(raw).body == b"x" * 100
     assert decode_stored_message(raw, decompress=False).body == zlib.compress(b"x" * 100)
+
+
+def test_stored_layout_table_in_the_docstring_is_the_declared_one() -> None:
+    rows = re.findall(r"^\s+(\d+)\s+(\d+)\s+([A-Z_]+)\b", message_module.__doc__ or "", re.MULTILINE)
+    documented = {name: int(offset) for offset, _size, name in rows}
+    declared = {name: offset for name, offset in STORED_OFFSETS.items() if not name.endswith("_PORT")}
+    assert documented == declared
+    assert STORED_HEADER_SIZE == 88
 
 
 def test_msg_id_parts_compose_the_one_definition() -> None:
