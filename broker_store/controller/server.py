@@ -47,7 +47,7 @@ class EmbeddedController:
         self.store = store or open_state_store(settings, member_id=address)
         self.processor = ControllerProcessor(Controller(self.store, settings, clock=clock), address=address)
         self.controller = self.processor.controller
-        self.controller._notify = self.processor.notify  # noqa: SLF001 - the processor owns the sockets
+        self.controller.set_notify(self.processor.notify)  # the processor owns the sockets
 
     def on_disconnect(self, conn: Connection) -> None:
         self.processor.on_disconnect(conn)
