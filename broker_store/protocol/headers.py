@@ -332,6 +332,10 @@ class UnregisterBrokerRequestHeader(Header):
 
 @dataclass(frozen=True, slots=True)
 class BrokerHeartbeatRequestHeader(Header):
+    """BROKER_HEARTBEAT (904), sent in two forms: the name server's lite heartbeat (cluster, address, name:
+    keeps the route alive) and the controller heartbeat, which adds the broker id, epoch and offsets an
+    election compares (``is_controller_heartbeat``)."""
+
     cluster_name: str
     broker_addr: str
     broker_name: str
@@ -341,6 +345,13 @@ class BrokerHeartbeatRequestHeader(Header):
     confirm_offset: int | None = None
     heartbeat_timeout_mills: int | None = None
     election_priority: int | None = None
+
+    @property
+    def is_controller_heartbeat(self) -> bool:
+        """The one rule telling the two forms apart: a controller heartbeat names the broker id and its max
+        offset. A lite heartbeat has neither (its id is 0 while primary), and must not reach a controller,
+        whose elections would see a max offset of 0."""
+        return self.broker_id is not None and self.max_offset is not None
 
 
 @dataclass(frozen=True, slots=True)

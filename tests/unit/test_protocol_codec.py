@@ -24,6 +24,7 @@ from broker_store.protocol.frame import (
 )
 from broker_store.protocol.headers import (
     SEND_V2_NAMES,
+    BrokerHeartbeatRequestHeader,
     PullMessageRequestHeader,
     SendMessageRequestHeader,
     decode_send_header,
@@ -240,6 +241,16 @@ def test_send_v2_encoder_is_the_typed_encoder(batch: bool) -> None:
         sys_flag=1, born_timestamp=1700000000000, flag=7, properties="K\x01v\x02", reconsume_times=0,
         unit_mode=False, batch=batch, broker_name="broker-a").to_ext(SEND_V2_NAMES)
     assert list(ext.items()) == list(typed.items())
+
+
+def test_broker_heartbeat_forms() -> None:
+    """The name server's lite heartbeat vs the controller heartbeat: the one rule both servers use."""
+    lite = BrokerHeartbeatRequestHeader.from_ext({"clusterName": "c", "brokerAddr": "a:1", "brokerName": "b"})
+    assert not lite.is_controller_heartbeat
+    assert not BrokerHeartbeatRequestHeader("c", "a:1", "b", broker_id=0).is_controller_heartbeat
+    assert not BrokerHeartbeatRequestHeader("c", "a:1", "b", max_offset=5).is_controller_heartbeat
+    full = BrokerHeartbeatRequestHeader("c", "a:1", "b", broker_id=2, epoch=3, max_offset=0, confirm_offset=0)
+    assert BrokerHeartbeatRequestHeader.from_ext(full.to_ext()).is_controller_heartbeat
 
 
 def test_header_errors_name_the_field() -> None:
