@@ -86,6 +86,7 @@ class EpochReplicaClient(ReplicaClient):
         self._pending = [f for f in pending if isinstance(f, TransferFrame)]
 
     def _ack(self) -> bytes:
+        """The opening ack and the heartbeat: 0 while a SHIP_FROM_PRIMARY log waits for its first frame."""
         return encode_replica_ack(0 if self._fresh else self._elog.max_physical_offset)
 
     async def _follow(self, data: bytes, writer: asyncio.StreamWriter) -> None:
@@ -101,8 +102,8 @@ class EpochReplicaClient(ReplicaClient):
             wrote = self._apply_frames(frames)
         else:
             wrote = await asyncio.get_running_loop().run_in_executor(self._appender, self._apply_frames, frames)
-        if wrote:
-            writer.write(self._ack())
+        if wrote:  # the bytes are in: the true max offset, also while ``_fresh`` (the heartbeat's 0 is a placeholder)
+            writer.write(encode_replica_ack(self._elog.max_physical_offset))
 
     def _start_from(self, handshake: PrimaryHandshake) -> None:
         """Worker thread: decide (``epoch_start``) and truncate before the first ack."""
