@@ -4,8 +4,8 @@ Called by ``BrokerServer`` for those request codes, with a ``SendContext``. Orde
 follow RocketMQ's SendMessageProcessor / AbstractSendMessageProcessor.msgCheck so clients see familiar
 answers: role (SERVICE_NOT_AVAILABLE; a fenced broker, changing role, says so in the remark) -> topic name ->
 forbidden system topic -> topic config (auto-create from TBW102) -> queue id -> sizes -> store. The put path
-is the broker's hottest: the header is parsed by hand (falling back to the typed header only to name a bad
-field), properties stay bytes, and the only per-message property edit is appending CLUSTER. A message whose
+is the broker's hottest: the header is parsed by ``decode_send_header`` (the typed header's fast path),
+properties stay bytes, and the only per-message property edit is appending CLUSTER. A message whose
 properties hold DELAY (a level > 0) is stored in SCHEDULE_TOPIC_XXXX for the schedule service
 (``delayed_send``, ``schedule``); others pay one bytes search for it. A batch whose header asks for a delay is
 refused, as RocketMQ's CommitLog does (its client refuses delay levels in batches); DELAY inside a batch's
@@ -25,9 +25,9 @@ from broker_store.protocol.codes import PERM_READ, PERM_WRITE, RequestCode, Resp
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.headers import (
-    SEND_V2_NAMES,
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
+    decode_send_header,
 )
 from broker_store.protocol.message import (
     MAX_PROPERTIES_LENGTH,
@@ -57,7 +57,6 @@ from broker_store.protocol.properties import (
 )
 from broker_store.protocol.topic import (
     RETRY_GROUP_TOPIC_PREFIX,
-    TopicConfig,
     dlq_topic,
     is_writeable,
     retry_topic,
@@ -107,75 +106,6 @@ _CLUSTER_KEY = property_key(PROPERTY_CLUSTER)
 _ENDS_A_PROPERTY = (PROPERTY_SEPARATOR.encode(), b"")
 """Last byte of properties the CLUSTER property is appended to without a separator (b"": empty): the
 batch path's inlined ``ends_a_property``."""
-
-
-@dataclass(slots=True)
-class SendRequest:
-    """The fields of SendMessageRequestHeader the put path needs (parsed without the generic codec)."""
-
-    producer_group: str
-    topic: str
-    default_topic: str
-    default_topic_queue_nums: int
-    queue_id: int
-    sys_flag: int
-    born_timestamp: int
-    flag: int
-    properties: str
-    reconsume_times: int
-    max_reconsume_times: int | None
-
-
-def parse_send_header(ext: dict[str, str], short_names: bool) -> SendRequest:
-    """Fast path of SendMessageRequestHeader.from_ext; on any problem the typed header names it."""
-    g = ext.get
-    try:
-        if short_names:
-            most = g("l")
-            return SendRequest(
-                ext["a"],
-                ext["b"],
-                ext["c"],
-                int(ext["d"]),
-                int(ext["e"]),
-                int(ext["f"]),
-                int(ext["g"]),
-                int(ext["h"]),
-                g("i") or "",
-                int(g("j") or 0),
-                int(most) if most else None,
-            )
-        most = g("maxReconsumeTimes")
-        return SendRequest(
-            ext["producerGroup"],
-            ext["topic"],
-            ext["defaultTopic"],
-            int(ext["defaultTopicQueueNums"]),
-            int(ext["queueId"]),
-            int(ext["sysFlag"]),
-            int(ext["bornTimestamp"]),
-            int(ext["flag"]),
-            g("properties") or "",
-            int(g("reconsumeTimes") or 0),
-            int(most) if most else None,
-        )
-    except (KeyError, ValueError):
-        h = SendMessageRequestHeader.from_ext(
-            ext, SEND_V2_NAMES if short_names else None
-        )  # raises, naming it
-        return SendRequest(
-            h.producer_group,
-            h.topic,
-            h.default_topic,
-            h.default_topic_queue_nums,
-            h.queue_id,
-            h.sys_flag,
-            h.born_timestamp,
-            h.flag,
-            h.properties or "",
-            h.reconsume_times or 0,
-            h.max_reconsume_times,
-        )
 
 
 _DURABLE_NOW = resolved(PutStatus.PUT_OK)
@@ -262,9 +192,10 @@ class SendProcessor:
         return append_properties(props, self._cluster_suffix)
 
     def _check(
-        self, cmd: RemotingCommand, req: SendRequest, conn: Connection
-    ) -> RemotingCommand | TopicConfig:
-        """msgCheck: the topic config to write to, or the error response."""
+        self, cmd: RemotingCommand, req: SendMessageRequestHeader, conn: Connection
+    ) -> RemotingCommand | int:
+        """msgCheck: the queue id to write to (the request's, or a random writable one for -1), or the error
+        response."""
         if not self.ctx.role.is_primary:
             return self._not_primary(cmd)
         topics = self.ctx.topic_configs
@@ -299,8 +230,8 @@ class SendProcessor:
                 f"request queueId[{req.queue_id}] is illegal, {tc} Producer: {conn.remote_addr}",
             )
         if req.queue_id < 0:
-            req.queue_id = random.randrange(max(tc.write_queue_nums, 1))
-        return tc
+            return random.randrange(max(tc.write_queue_nums, 1))
+        return req.queue_id
 
     def _not_primary(self, cmd: RemotingCommand) -> RemotingCommand:
         role = self.ctx.role
@@ -359,17 +290,16 @@ class SendProcessor:
         self, cmd: RemotingCommand, conn: Connection
     ) -> RemotingCommand | None:
         short = cmd.code != RequestCode.SEND_MESSAGE and "b" in cmd.ext_fields
-        req = parse_send_header(cmd.ext_fields, short)
-        checked = self._check(cmd, req, conn)
-        if isinstance(checked, RemotingCommand):
-            return checked
+        req = decode_send_header(cmd.ext_fields, short)
+        queue_id = self._check(cmd, req, conn)
+        if isinstance(queue_id, RemotingCommand):
+            return queue_id
         body = cmd.body
         if len(body) > self._max_message_size:
             return self._illegal_size(cmd, len(body))
-        props = req.properties.encode()
+        props = (req.properties or "").encode()
         topic = req.topic
-        queue_id = req.queue_id
-        reconsume_times = req.reconsume_times
+        reconsume_times = req.reconsume_times or 0
         to_dlq = False
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             max_times = (
@@ -412,7 +342,7 @@ class SendProcessor:
     def send_batch_message(
         self, cmd: RemotingCommand, conn: Connection
     ) -> RemotingCommand | None:
-        req = parse_send_header(cmd.ext_fields, "b" in cmd.ext_fields)
+        req = decode_send_header(cmd.ext_fields, "b" in cmd.ext_fields)
         if len(req.topic.encode()) > 127:
             return cmd.response(
                 ResponseCode.MESSAGE_ILLEGAL,
@@ -422,11 +352,12 @@ class SendProcessor:
             return cmd.response(
                 ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {req.topic}"
             )
-        checked = self._check(cmd, req, conn)
-        if isinstance(checked, RemotingCommand):
-            return checked
-        if PROPERTY_DELAY in req.properties:
-            refusal = batch_delay_refusal(req.properties)
+        queue_id = self._check(cmd, req, conn)
+        if isinstance(queue_id, RemotingCommand):
+            return queue_id
+        properties = req.properties or ""
+        if PROPERTY_DELAY in properties:
+            refusal = batch_delay_refusal(properties)
             if refusal is not None:
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"the message is illegal: {refusal}")
         if len(cmd.body) > self._max_batch_size:
@@ -449,13 +380,13 @@ class SendProcessor:
             return self._illegal_props(cmd, prepared)
         result = self.ctx.store.put_messages(
             req.topic,
-            req.queue_id,
+            queue_id,
             prepared,
             sys_flag=req.sys_flag,
             born_timestamp=req.born_timestamp,
             born_host=self._born_host(conn),
         )
-        return self._answer(cmd, result, req.queue_id, conn)
+        return self._answer(cmd, result, queue_id, conn)
 
     def _batch_entries(self, batch: list[tuple[memoryview, bytes, int]]) -> list[PutEntry] | int:
         """Store entries with CLUSTER set, or an illegal properties length.

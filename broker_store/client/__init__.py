@@ -6,7 +6,7 @@ shared background event loop (see ``runtime``) and are what Spark connectors use
 Errors are the classes of ``broker_store.protocol.errors``.
 """
 
-from broker_store.client.admin import Admin, AsyncAdmin, TopicConfig
+from broker_store.client.admin import Admin, AsyncAdmin
 from broker_store.client.consumer import AsyncPullConsumer, PullConsumer, Subscription
 from broker_store.client.producer import AsyncProducer, Producer, QueueSelector, new_message
 from broker_store.client.records import MessageQueue, PullResult, PullStatus, SendResult, SendStatus
@@ -14,6 +14,7 @@ from broker_store.client.route_cache import DEFAULT_TOPIC, RouteCache
 from broker_store.client.unique_id import UniqueIdGenerator, create_unique_id
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.message import Message, StoredMessage
+from broker_store.protocol.topic import TopicConfig
 
 __all__ = [
     "DEFAULT_TOPIC",

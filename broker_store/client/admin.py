@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from broker_store.client.consumer import query_consumer_offset
@@ -44,32 +43,10 @@ from broker_store.protocol.headers import (
 )
 from broker_store.protocol.message import validate_topic
 from broker_store.protocol.route import MASTER_ID, ClusterInfo, TopicRouteData, dumps_rocketmq, loads_rocketmq
+from broker_store.protocol.topic import TOPIC_FILTER_SINGLE_TAG, TopicConfig, TopicConfigTable
 from broker_store.protocol.topic_stats import TopicOffset, TopicStatsTable
 
-TOPIC_FILTER_SINGLE_TAG = "SINGLE_TAG"
 DEFAULT_PERM = PERM_READ | PERM_WRITE
-
-
-@dataclass(frozen=True, slots=True)
-class TopicConfig:
-    """A broker's configuration of one topic (GET_ALL_TOPIC_CONFIG entry)."""
-
-    topic_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_filter_type: str = TOPIC_FILTER_SINGLE_TAG
-    topic_sys_flag: int = 0
-    order: bool = False
-    attributes: Mapping[str, str] | None = None
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> TopicConfig:
-        return cls(topic_name=d["topicName"], read_queue_nums=int(d["readQueueNums"]),
-                   write_queue_nums=int(d["writeQueueNums"]), perm=int(d["perm"]),
-                   topic_filter_type=d.get("topicFilterType") or TOPIC_FILTER_SINGLE_TAG,
-                   topic_sys_flag=int(d.get("topicSysFlag") or 0), order=bool(d.get("order", False)),
-                   attributes=dict(d["attributes"]) if d.get("attributes") else None)
 
 
 class AsyncAdmin:
@@ -200,9 +177,9 @@ class AsyncAdmin:
         if not isinstance(table, dict):
             raise ProtocolError(f"GET_ALL_TOPIC_CONFIG body from {broker_addr} has no topicConfigTable")
         try:
-            return {name: TopicConfig.from_json(cfg) for name, cfg in table.items()}
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ProtocolError(f"malformed topic config from {broker_addr}: {exc!r}") from exc
+            return dict(TopicConfigTable.from_json(body).topic_configs)
+        except ProtocolError as exc:
+            raise ProtocolError(f"GET_ALL_TOPIC_CONFIG body from {broker_addr}: {exc}") from exc
 
     async def delete_topic(self, topic: str, cluster: str | None = None) -> list[str]:
         """DELETE_TOPIC_IN_BROKER on every primary of ``cluster`` (None: every cluster), then

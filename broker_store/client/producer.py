@@ -56,7 +56,7 @@ from broker_store.protocol.errors import (
     error_for_response,
 )
 from broker_store.protocol.frame import RemotingCommand
-from broker_store.protocol.headers import SendMessageResponseHeader
+from broker_store.protocol.headers import SendMessageResponseHeader, encode_send_v2
 from broker_store.protocol.message import (
     MAX_PROPERTIES_LENGTH,
     PROPERTY_DELAY,
@@ -292,13 +292,9 @@ class AsyncProducer:
 
     def _header(self, topic: str, mq: MessageQueue, properties: str, sys_flag: int, flag: int,
                 batch: bool) -> dict[str, str]:
-        """SendMessageRequestHeader.to_ext(SEND_V2_NAMES), written out: this runs once per send."""
-        return {
-            "a": self.group, "b": topic, "c": self.default_topic, "d": str(self.default_topic_queue_nums),
-            "e": str(mq.queue_id), "f": str(sys_flag), "g": str(time.time_ns() // 1_000_000),
-            "h": str(flag), "i": properties, "j": "0", "k": "false", "m": "true" if batch else "false",
-            "n": mq.broker_name,
-        }
+        """The SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE header (``protocol.headers.encode_send_v2``)."""
+        return encode_send_v2(self.group, topic, self.default_topic, self.default_topic_queue_nums, mq.queue_id,
+                              sys_flag, time.time_ns() // 1_000_000, flag, properties, batch, mq.broker_name)
 
     # -- sending --------------------------------------------------------------------------------
 

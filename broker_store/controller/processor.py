@@ -114,12 +114,10 @@ class ControllerProcessor:
         """BROKER_HEARTBEAT (904): also called by the name server that embeds this controller."""
         async def run() -> RemotingCommand:
             h = BrokerHeartbeatRequestHeader.from_ext(cmd.ext_fields)
-            if h.broker_id is None or h.max_offset is None:
-                # the name server's lite heartbeat (no epoch, no offsets; id 0 while primary): not for the
-                # controller, whose elections must not see a max offset of 0
-                return cmd.response(ResponseCode.SUCCESS)
-            info = BrokerLiveInfo(h.broker_id, h.broker_addr, h.epoch or 0, h.max_offset or 0, h.confirm_offset or 0,
-                                  h.election_priority or 0)
+            if not h.is_controller_heartbeat:
+                return cmd.response(ResponseCode.SUCCESS)  # a lite heartbeat: the name server's, not ours
+            info = BrokerLiveInfo(h.broker_id or 0, h.broker_addr, h.epoch or 0, h.max_offset or 0,
+                                  h.confirm_offset or 0, h.election_priority or 0)
             self.controller.heartbeat(h.cluster_name, h.broker_name, info, h.heartbeat_timeout_mills)
             self._brokers_by_conn.setdefault(conn, set()).add(h.broker_addr)
             return cmd.response(ResponseCode.SUCCESS)

@@ -49,7 +49,7 @@ class EmbeddedController:
         self.processor = ControllerProcessor(Controller(self.store, settings, clock=clock), address=address,
                                              peers=peers)
         self.controller = self.processor.controller
-        self.controller._notify = self.processor.notify  # noqa: SLF001 - the processor owns the sockets
+        self.controller.set_notify(self.processor.notify)  # the processor owns the sockets
 
     def on_disconnect(self, conn: Connection) -> None:
         self.processor.on_disconnect(conn)

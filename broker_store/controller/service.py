@@ -58,6 +58,12 @@ class Controller:
         self._leading = False
         self._scan_task: asyncio.Task[None] | None = None
 
+    def set_notify(self, notify: Notify) -> None:
+        """Where elections tell a group its new state, for a Controller built before the remoting side that
+        owns the sockets (``controller.server.EmbeddedController`` hands it its processor's ``notify``).
+        Contract: set before ``start``; it replaces the ``notify`` given to the constructor."""
+        self._notify = notify
+
     # -- state ------------------------------------------------------------------------------------------
 
     async def read_group(self, broker_name: str) -> tuple[GroupState | None, int | None]:

@@ -1,7 +1,8 @@
 """A controller-mode replica's HA link: the epoch handshake, the truncation it decides, then following.
 
-asyncio I/O only, a ``ReplicaClient`` with its session replaced; the bytes are ``wire_epoch``, the decision
-``epoch_start``, the crash-safe truncation the log's (``store.epoch_store.EpochStore.truncate_to``). The session:
+asyncio I/O only: ``ReplicaClient``'s session loop with the controller-mode hooks (opening, handshake, ack,
+follow); the bytes are ``wire_epoch``, the decision ``epoch_start``, the crash-safe truncation the log's
+(``store.epoch_store.EpochStore.truncate_to``). The session:
 
     1. send the 16-byte handshake (this broker's controller id, from ``broker_id()`` at connect time)
     2. read the primary's handshake (max offset, epoch entries); ``decide_epoch_start``: REFUSE stops following
@@ -23,12 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
-from broker_store.clock import Clock, TimerHandle
+from broker_store.clock import Clock
 from broker_store.ha.epoch_start import EpochStartAction, decide_epoch_start
-from broker_store.ha.errors import HALinkError, HAProtocolError, ReplicaLogDivergedError
-from broker_store.ha.replica_client import _INLINE_APPLY_BYTES, _READ_CHUNK, ReplicaClient
+from broker_store.ha.errors import HAProtocolError, ReplicaLogDivergedError
+from broker_store.ha.replica_client import _INLINE_APPLY_BYTES, ReplicaClient
 from broker_store.ha.settings import HASettings
 from broker_store.ha.store_view import EpochReplicaLog
 from broker_store.ha.wire_epoch import (
@@ -58,76 +59,51 @@ class EpochReplicaClient(ReplicaClient):
         """SHIP_FROM_PRIMARY: the (empty) log restarts wherever the first frame starts."""
         self.last_decision: str = ""
         """The last handshake's decision, for ``ha-status`` and logs."""
+        self._frame_decoder = PrimaryStreamDecoder()
+        """The current session's (``_begin``)."""
+        self._pending: list[TransferFrame] = []
+        """Frames that arrived with the handshake, followed before the first read."""
 
-    async def _session(self) -> None:
-        try:
-            async with self._clock.timeout(self._dead_after):
-                reader, writer = await asyncio.open_connection(self._host, self._port)
-        except (OSError, TimeoutError) as exc:
-            raise HALinkError(f"cannot connect to the primary's HA port {self._host}:{self._port}: "
-                              f"{exc or 'timed out'}") from exc
-        self.sessions += 1
-        heartbeat: asyncio.Task[None] | None = None
-        loop = asyncio.get_running_loop()
-        clock, dead_after = self._clock, self._dead_after
-        read_since: float | None = None
-        watchdog: TimerHandle | None = None
+    # -- the controller-mode hooks of ``ReplicaClient._session`` ---------------------------------------------
 
-        def check_silence() -> None:
-            nonlocal watchdog
-            silent = 0.0 if read_since is None else clock.monotonic() - read_since
-            if silent >= dead_after:
-                watchdog = None
-                reader.set_exception(HALinkError(f"nothing from the primary for {dead_after:g} s: dead link"))
-            else:
-                watchdog = clock.call_later(dead_after - silent, check_silence)
+    def _begin(self) -> bytes:
+        """A new session's decoder, and the first bytes to send: the handshake with this broker's id."""
+        self._frame_decoder = PrimaryStreamDecoder()
+        self._pending = []
+        return encode_replica_handshake(ReplicaHandshake(self._broker_id()))
 
-        try:
-            writer.write(encode_replica_handshake(ReplicaHandshake(self._broker_id())))
-            decoder = PrimaryStreamDecoder()
-            watchdog = clock.call_later(dead_after, check_silence)
-            pending: list[PrimaryHandshake | TransferFrame] = []
-            while not pending:
-                read_since = clock.monotonic()
-                data = await reader.read(_READ_CHUNK)
-                read_since = None
-                if not data:
-                    raise HALinkError("the primary closed the link during the handshake")
-                pending = decoder.feed(data)
-            handshake = pending.pop(0)
-            if not isinstance(handshake, PrimaryHandshake):
-                raise HAProtocolError("the primary sent a transfer frame before its handshake")
-            await loop.run_in_executor(self._appender, self._start_from, handshake)
-            self.connected = True
-            writer.write(encode_replica_ack(0 if self._fresh else self._elog.max_physical_offset))
-            heartbeat = asyncio.create_task(self._heartbeat_loop(writer))
-            frames = [f for f in pending if isinstance(f, TransferFrame)]
-            while True:
-                if frames:
-                    size = sum(len(f.data) for f in frames)
-                    if size <= _INLINE_APPLY_BYTES:
-                        wrote = self._apply_frames(frames)
-                    else:
-                        wrote = await loop.run_in_executor(self._appender, self._apply_frames, frames)
-                    if wrote:
-                        writer.write(encode_replica_ack(self._elog.max_physical_offset))
-                read_since = clock.monotonic()
-                data = await reader.read(_READ_CHUNK)
-                read_since = None
-                if not data:
-                    raise HALinkError("the primary closed the link")
-                units = decoder.feed(data)
-                if any(isinstance(u, PrimaryHandshake) for u in units):
-                    raise HAProtocolError("the primary sent a second handshake")
-                frames = [u for u in units if isinstance(u, TransferFrame)]
-        except OSError as exc:
-            raise HALinkError(f"HA link to {self._host}:{self._port} failed: {exc}") from exc
-        finally:
-            if watchdog is not None:
-                watchdog.cancel()
-            if heartbeat is not None:
-                heartbeat.cancel()
-            writer.close()
+    async def _start(self, read: Callable[[str], Awaitable[bytes]], writer: asyncio.StreamWriter) -> None:
+        """Read the primary's handshake, decide and truncate (worker thread), ack; the frames that came with
+        the handshake are followed first."""
+        pending: list[PrimaryHandshake | TransferFrame] = []
+        while not pending:
+            pending = self._frame_decoder.feed(await read(" during the handshake"))
+        handshake = pending.pop(0)
+        if not isinstance(handshake, PrimaryHandshake):
+            raise HAProtocolError("the primary sent a transfer frame before its handshake")
+        await asyncio.get_running_loop().run_in_executor(self._appender, self._start_from, handshake)
+        writer.write(self._ack())
+        self._pending = [f for f in pending if isinstance(f, TransferFrame)]
+
+    def _ack(self) -> bytes:
+        """The opening ack and the heartbeat: 0 while a SHIP_FROM_PRIMARY log waits for its first frame."""
+        return encode_replica_ack(0 if self._fresh else self._elog.max_physical_offset)
+
+    async def _follow(self, data: bytes, writer: asyncio.StreamWriter) -> None:
+        """Apply the frames ``data`` completed (and any the handshake left), then ack once if bytes were written."""
+        units = self._frame_decoder.feed(data)
+        if any(isinstance(u, PrimaryHandshake) for u in units):
+            raise HAProtocolError("the primary sent a second handshake")
+        frames = self._pending + [u for u in units if isinstance(u, TransferFrame)]
+        self._pending = []
+        if not frames:
+            return
+        if sum(len(f.data) for f in frames) <= _INLINE_APPLY_BYTES:
+            wrote = self._apply_frames(frames)
+        else:
+            wrote = await asyncio.get_running_loop().run_in_executor(self._appender, self._apply_frames, frames)
+        if wrote:  # the bytes are in: the true max offset, also while ``_fresh`` (the heartbeat's 0 is a placeholder)
+            writer.write(encode_replica_ack(self._elog.max_physical_offset))
 
     def _start_from(self, handshake: PrimaryHandshake) -> None:
         """Worker thread: decide (``epoch_start``) and truncate before the first ack."""
@@ -186,11 +162,3 @@ class EpochReplicaClient(ReplicaClient):
         elif entry != last:
             raise HAProtocolError(f"the primary shipped bytes of epoch entry {entry} at {frame.offset}; this replica's "
                                   f"newest is {last}")
-
-    async def _heartbeat_loop(self, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                await self._clock.sleep(self._heartbeat)
-                writer.write(encode_replica_ack(0 if self._fresh else self._elog.max_physical_offset))
-        except OSError:
-            return

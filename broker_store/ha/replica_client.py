@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from broker_store.address import split_host_port
@@ -72,6 +73,8 @@ class ReplicaClient:
         """Why the last session ended."""
         self.diverged: ReplicaLogDivergedError | None = None
         """Set when the replica stopped following because its log reaches past the primary's."""
+        self._decoder = BatchDecoder()
+        """The current session's (``_begin``)."""
 
     async def start(self) -> None:
         if self._task is None:
@@ -107,6 +110,9 @@ class ReplicaClient:
             await self._clock.sleep(self._reconnect_delay)
 
     async def _session(self) -> None:
+        """One connection, the loop both link formats share: connect, send the opening (``_begin``), the
+        format's start (``_start``: the controller-mode handshake and truncation; nothing here), then
+        heartbeats beside ``_follow`` of every read until the link fails. The format is in the hooks."""
         try:
             async with self._clock.timeout(self._dead_after):
                 reader, writer = await asyncio.open_connection(self._host, self._port)
@@ -114,9 +120,7 @@ class ReplicaClient:
             raise HALinkError(f"cannot connect to the primary's HA port {self._host}:{self._port}: "
                               f"{exc or 'timed out'}") from exc
         self.sessions += 1
-        self.connected = True
         heartbeat: asyncio.Task[None] | None = None
-        loop = asyncio.get_running_loop()
         clock, dead_after = self._clock, self._dead_after
         read_since: float | None = None
         watchdog: TimerHandle | None = None
@@ -133,30 +137,25 @@ class ReplicaClient:
             else:
                 watchdog = clock.call_later(dead_after - silent, check_silence)
 
+        async def read(during: str = "") -> bytes:
+            nonlocal read_since
+            read_since = clock.monotonic()
+            data = await reader.read(_READ_CHUNK)
+            read_since = None
+            if not data:
+                raise HALinkError(f"the primary closed the link{during}")
+            return data
+
         try:
-            writer.write(encode_report(self._log.max_physical_offset))
-            heartbeat = asyncio.create_task(self._heartbeat_loop(writer))
-            decoder = BatchDecoder()
+            writer.write(self._begin())
             watchdog = clock.call_later(dead_after, check_silence)
+            await self._start(read, writer)
+            self.connected = True
+            heartbeat = asyncio.create_task(self._heartbeat_loop(writer))
+            data = b""  # units the start left buffered are followed before the first read
             while True:
-                read_since = clock.monotonic()
-                data = await reader.read(_READ_CHUNK)
-                read_since = None
-                if not data:
-                    raise HALinkError("the primary closed the link")
-                batches = decoder.feed(data)
-                if not batches:
-                    continue
-                if len(data) <= _INLINE_APPLY_BYTES:
-                    # Following closely (a few puts per read): write on the loop, ack at once, index after
-                    # the ack is on its way. A thread hop each way would add two wake-ups to every
-                    # synchronous put's round trip for a write of a few KiB to the page cache.
-                    self._write(batches)
-                    writer.write(encode_report(self._log.max_physical_offset))
-                    self._log.index_commit_log()
-                else:
-                    await loop.run_in_executor(self._appender, self._apply, batches)
-                    writer.write(encode_report(self._log.max_physical_offset))
+                await self._follow(data, writer)
+                data = await read()
         except OSError as exc:
             raise HALinkError(f"HA link to {self._host}:{self._port} failed: {exc}") from exc
         finally:
@@ -165,6 +164,36 @@ class ReplicaClient:
             if heartbeat is not None:
                 heartbeat.cancel()
             writer.close()
+
+    # -- the classic format's hooks (``EpochReplicaClient`` has the controller-mode ones) --------------------
+
+    def _begin(self) -> bytes:
+        """A new session's decoder, and the first bytes to send: the max offset report."""
+        self._decoder = BatchDecoder()
+        return self._ack()
+
+    async def _start(self, read: Callable[[str], Awaitable[bytes]], writer: asyncio.StreamWriter) -> None:
+        """Before following: nothing in the classic format (the primary places its stream at the report)."""
+
+    def _ack(self) -> bytes:
+        """The ack / heartbeat: the max offset report, which the primary's quorum counts."""
+        return encode_report(self._log.max_physical_offset)
+
+    async def _follow(self, data: bytes, writer: asyncio.StreamWriter) -> None:
+        """Apply the batches ``data`` completed, then ack once."""
+        batches = self._decoder.feed(data)
+        if not batches:
+            return
+        if len(data) <= _INLINE_APPLY_BYTES:
+            # Following closely (a few puts per read): write on the loop, ack at once, index after
+            # the ack is on its way. A thread hop each way would add two wake-ups to every
+            # synchronous put's round trip for a write of a few KiB to the page cache.
+            self._write(batches)
+            writer.write(self._ack())
+            self._log.index_commit_log()
+        else:
+            await asyncio.get_running_loop().run_in_executor(self._appender, self._apply, batches)
+            writer.write(self._ack())
 
     def _apply(self, batches: list[TransferBatch]) -> None:
         """Worker thread: write the batches, then index them."""
@@ -191,4 +220,4 @@ class ReplicaClient:
         with contextlib.suppress(OSError):
             while True:
                 await self._clock.sleep(self._heartbeat)
-                writer.write(encode_report(self._log.max_physical_offset))
+                writer.write(self._ack())

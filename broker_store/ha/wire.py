@@ -35,7 +35,8 @@ format from the bytes.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from broker_store.ha.errors import HAProtocolError
 
@@ -98,8 +99,9 @@ def encode_heartbeat(next_offset: int) -> bytes:
 class StreamDecoder:
     """Buffering for an unframed byte stream: ``feed`` whatever arrived, complete units come out.
 
-    Subclasses say how long the unit at the buffer's head is and how to decode it. Not thread-safe:
-    one decoder per connection direction, fed by that connection's reader.
+    Subclasses say how long the unit at the buffer's head is and how to decode it, most through ``_frames``
+    (a fixed header, then a body whose size the header gives). Not thread-safe: one decoder per connection
+    direction, fed by that connection's reader.
     """
 
     def __init__(self) -> None:
@@ -109,6 +111,29 @@ class StreamDecoder:
     def buffered(self) -> int:
         """Bytes received but not yet part of a complete unit (0 at a unit boundary)."""
         return len(self._buf)
+
+    def _frames(self, pos: int, header: struct.Struct,
+                body_size: Callable[[tuple[Any, ...]], int]) -> tuple[list[tuple[tuple[Any, ...], bytes]], int]:
+        """The complete frames buffered from ``pos``, as (header fields, body), and where the first incomplete
+        one starts. ``body_size(fields)`` checks a header as soon as it is complete (raising
+        ``HAProtocolError`` before its body is buffered) and returns the body's length. The caller drops the
+        consumed bytes (``_consume``)."""
+        buf = self._buf
+        size = header.size
+        frames: list[tuple[tuple[Any, ...], bytes]] = []
+        while len(buf) - pos >= size:
+            fields = header.unpack_from(buf, pos)
+            end = pos + size + body_size(fields)
+            if end > len(buf):
+                break
+            frames.append((fields, bytes(buf[pos + size:end])))
+            pos = end
+        return frames, pos
+
+    def _consume(self, pos: int) -> None:
+        """Drop the first ``pos`` buffered bytes (decoded units)."""
+        if pos:
+            del self._buf[:pos]
 
 
 class ReportDecoder(StreamDecoder):
@@ -141,20 +166,14 @@ class BatchDecoder(StreamDecoder):
         self._max = max_batch_bytes
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[TransferBatch]:
-        buf = self._buf
-        buf += data
-        out: list[TransferBatch] = []
-        pos = 0
-        while len(buf) - pos >= BATCH_HEADER_SIZE:
-            offset, size = BATCH_HEADER.unpack_from(buf, pos)
-            if offset < 0 or not 0 <= size <= self._max:
-                raise HAProtocolError(f"malformed transfer batch header: offset {offset}, size {size} "
-                                      f"(allowed: offset >= 0, 0 <= size <= {self._max})")
-            end = pos + BATCH_HEADER_SIZE + size
-            if end > len(buf):
-                break
-            out.append(TransferBatch(offset, bytes(buf[pos + BATCH_HEADER_SIZE:end])))
-            pos = end
-        if pos:
-            del buf[:pos]
-        return out
+        self._buf += data
+        frames, pos = self._frames(0, BATCH_HEADER, self._body_size)
+        self._consume(pos)
+        return [TransferBatch(offset, body) for (offset, _size), body in frames]
+
+    def _body_size(self, fields: tuple[Any, ...]) -> int:
+        offset, size = fields
+        if offset < 0 or not 0 <= size <= self._max:
+            raise HAProtocolError(f"malformed transfer batch header: offset {offset}, size {size} "
+                                  f"(allowed: offset >= 0, 0 <= size <= {self._max})")
+        return int(size)

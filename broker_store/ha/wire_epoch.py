@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from typing import NamedTuple
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from broker_store.ha.errors import HAProtocolError
 from broker_store.ha.wire import MAX_BATCH_BYTES, StreamDecoder
@@ -174,6 +174,9 @@ def encode_transfer(offset: int, data: bytes, epoch_entry: EpochEntry, confirm_o
 
 # -- decoders -------------------------------------------------------------------------------------------
 
+H = TypeVar("H")
+F = TypeVar("F")
+
 
 def _check_state(state: int, expected: LinkState, what: str) -> None:
     if state != expected:
@@ -181,42 +184,71 @@ def _check_state(state: int, expected: LinkState, what: str) -> None:
         raise HAProtocolError(f"{what} in link state {name}, expected {expected.name}")
 
 
-class ReplicaStreamDecoder(StreamDecoder):
-    """Primary side: the replica's stream as one ``ReplicaHandshake`` followed by acked offsets (ints)."""
+class _HandshakeThenFrames(StreamDecoder, Generic[H, F]):
+    """A stream that opens with one handshake, then carries frames of one header struct (``_frames``):
+    the shape of both directions of the link. Subclasses read the handshake and check and build frames."""
+
+    _frame_header: ClassVar[struct.Struct]
 
     def __init__(self) -> None:
         super().__init__()
         self._handshake_seen = False
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[ReplicaHandshake | int]:
-        buf = self._buf
-        buf += data
-        out: list[ReplicaHandshake | int] = []
+    def feed(self, data: bytes | bytearray | memoryview) -> list[H | F]:
+        self._buf += data
+        out: list[H | F] = []
         pos = 0
         if not self._handshake_seen:
-            if len(buf) < REPLICA_HANDSHAKE_SIZE:
+            opened = self._handshake()
+            if opened is None:
                 return out
-            state, last_file, learner, broker_id = REPLICA_HANDSHAKE.unpack_from(buf, 0)
-            _check_state(state, LinkState.HANDSHAKE, "replica handshake")
-            if broker_id < 0 or last_file not in (0, 1) or learner not in (0, 1):
-                raise HAProtocolError(f"malformed replica handshake: broker id {broker_id}, flags "
-                                      f"{last_file}/{learner} (allowed: id >= 0, flags 0 or 1)")
-            out.append(ReplicaHandshake(broker_id, bool(last_file), bool(learner)))
+            handshake, pos = opened
+            out.append(handshake)
             self._handshake_seen = True
-            pos = REPLICA_HANDSHAKE_SIZE
-        while len(buf) - pos >= REPLICA_ACK_SIZE:
-            state, offset = REPLICA_ACK.unpack_from(buf, pos)
-            _check_state(state, LinkState.TRANSFER, "replica ack")
-            if offset < 0:
-                raise HAProtocolError(f"replica acked a negative offset {offset}")
-            out.append(offset)
-            pos += REPLICA_ACK_SIZE
-        if pos:
-            del buf[:pos]
+        frames, pos = self._frames(pos, self._frame_header, self._body_size)
+        self._consume(pos)
+        out.extend(self._frame(fields, body) for fields, body in frames)
         return out
 
+    def _handshake(self) -> tuple[H, int] | None:
+        """The handshake at the buffer's head and its length, or None while it is incomplete."""
+        raise NotImplementedError
 
-class PrimaryStreamDecoder(StreamDecoder):
+    def _body_size(self, fields: tuple[Any, ...]) -> int:
+        """Check a frame header (``HAProtocolError``) and return its body's length."""
+        raise NotImplementedError
+
+    def _frame(self, fields: tuple[Any, ...], body: bytes) -> F:
+        raise NotImplementedError
+
+
+class ReplicaStreamDecoder(_HandshakeThenFrames[ReplicaHandshake, int]):
+    """Primary side: the replica's stream as one ``ReplicaHandshake`` followed by acked offsets (ints)."""
+
+    _frame_header = REPLICA_ACK
+
+    def _handshake(self) -> tuple[ReplicaHandshake, int] | None:
+        if len(self._buf) < REPLICA_HANDSHAKE_SIZE:
+            return None
+        state, last_file, learner, broker_id = REPLICA_HANDSHAKE.unpack_from(self._buf, 0)
+        _check_state(state, LinkState.HANDSHAKE, "replica handshake")
+        if broker_id < 0 or last_file not in (0, 1) or learner not in (0, 1):
+            raise HAProtocolError(f"malformed replica handshake: broker id {broker_id}, flags "
+                                  f"{last_file}/{learner} (allowed: id >= 0, flags 0 or 1)")
+        return ReplicaHandshake(broker_id, bool(last_file), bool(learner)), REPLICA_HANDSHAKE_SIZE
+
+    def _body_size(self, fields: tuple[Any, ...]) -> int:
+        state, offset = fields
+        _check_state(state, LinkState.TRANSFER, "replica ack")
+        if offset < 0:
+            raise HAProtocolError(f"replica acked a negative offset {offset}")
+        return 0
+
+    def _frame(self, fields: tuple[Any, ...], body: bytes) -> int:
+        return int(fields[1])
+
+
+class PrimaryStreamDecoder(_HandshakeThenFrames[PrimaryHandshake, TransferFrame]):
     """Replica side: the primary's stream as one ``PrimaryHandshake`` followed by ``TransferFrame`` units.
 
     ``max_batch_bytes`` bounds a transfer's bodySize: a larger or negative one, a negative offset, a body
@@ -224,57 +256,50 @@ class PrimaryStreamDecoder(StreamDecoder):
     header (or the handshake body) is complete.
     """
 
+    _frame_header = TRANSFER_HEADER
+
     def __init__(self, max_batch_bytes: int = MAX_BATCH_BYTES) -> None:
         super().__init__()
         self._max = max_batch_bytes
-        self._handshake_seen = False
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[PrimaryHandshake | TransferFrame]:
+    def _handshake(self) -> tuple[PrimaryHandshake, int] | None:
         buf = self._buf
-        buf += data
-        out: list[PrimaryHandshake | TransferFrame] = []
-        pos = 0
-        if not self._handshake_seen:
-            if len(buf) < PRIMARY_HANDSHAKE_SIZE:
-                return out
-            state, body_size, max_offset, epoch = PRIMARY_HANDSHAKE.unpack_from(buf, 0)
-            _check_state(state, LinkState.HANDSHAKE, "primary handshake")
-            if (max_offset < 0 or body_size < 0 or body_size % EPOCH_ENTRY_SIZE
-                    or body_size > MAX_EPOCH_ENTRIES * EPOCH_ENTRY_SIZE):
-                raise HAProtocolError(f"malformed primary handshake: max offset {max_offset}, body size {body_size} "
-                                      f"(allowed: max offset >= 0, whole {EPOCH_ENTRY_SIZE}-byte entries, at most "
-                                      f"{MAX_EPOCH_ENTRIES})")
-            end = PRIMARY_HANDSHAKE_SIZE + body_size
-            if len(buf) < end:
-                return out
-            body = memoryview(buf)[PRIMARY_HANDSHAKE_SIZE:end]
-            entries = [EpochEntry(e, s) for e, s in EPOCH_ENTRY.iter_unpack(body)]
-            body.release()  # a live view would stop ``del buf[:pos]`` below from resizing the buffer
-            try:
-                epochs = EpochCache(entries)
-            except StoreError as exc:
-                raise HAProtocolError(f"primary handshake carries invalid epoch entries: {exc}") from exc
-            if (epochs.last_epoch or 0) != epoch:
-                raise HAProtocolError(f"primary handshake names epoch {epoch}, its newest entry is {epochs.last_entry}")
-            if epochs.last_entry is not None and epochs.last_entry.start_offset > max_offset:
-                raise HAProtocolError(f"primary handshake: newest epoch entry {epochs.last_entry} starts past the "
-                                      f"max offset {max_offset}")
-            out.append(PrimaryHandshake(max_offset, epochs))
-            self._handshake_seen = True
-            pos = end
-        while len(buf) - pos >= TRANSFER_HEADER_SIZE:
-            state, size, offset, epoch, epoch_start, confirm = TRANSFER_HEADER.unpack_from(buf, pos)
-            _check_state(state, LinkState.TRANSFER, "transfer frame")
-            if offset < 0 or not 0 <= size <= self._max or epoch < 0 or not 0 <= epoch_start <= offset \
-                    or confirm < 0:
-                raise HAProtocolError(f"malformed transfer header: offset {offset}, size {size}, epoch {epoch} "
-                                      f"from {epoch_start}, confirm offset {confirm} (allowed: 0 <= epoch start "
-                                      f"<= offset, 0 <= size <= {self._max}, epoch and confirm offset >= 0)")
-            end = pos + TRANSFER_HEADER_SIZE + size
-            if end > len(buf):
-                break
-            out.append(TransferFrame(offset, epoch, epoch_start, confirm, bytes(buf[pos + TRANSFER_HEADER_SIZE:end])))
-            pos = end
-        if pos:
-            del buf[:pos]
-        return out
+        if len(buf) < PRIMARY_HANDSHAKE_SIZE:
+            return None
+        state, body_size, max_offset, epoch = PRIMARY_HANDSHAKE.unpack_from(buf, 0)
+        _check_state(state, LinkState.HANDSHAKE, "primary handshake")
+        if (max_offset < 0 or body_size < 0 or body_size % EPOCH_ENTRY_SIZE
+                or body_size > MAX_EPOCH_ENTRIES * EPOCH_ENTRY_SIZE):
+            raise HAProtocolError(f"malformed primary handshake: max offset {max_offset}, body size {body_size} "
+                                  f"(allowed: max offset >= 0, whole {EPOCH_ENTRY_SIZE}-byte entries, at most "
+                                  f"{MAX_EPOCH_ENTRIES})")
+        end = PRIMARY_HANDSHAKE_SIZE + body_size
+        if len(buf) < end:
+            return None
+        body = memoryview(buf)[PRIMARY_HANDSHAKE_SIZE:end]
+        entries = [EpochEntry(e, s) for e, s in EPOCH_ENTRY.iter_unpack(body)]
+        body.release()  # a live view would stop ``_consume`` from resizing the buffer
+        try:
+            epochs = EpochCache(entries)
+        except StoreError as exc:
+            raise HAProtocolError(f"primary handshake carries invalid epoch entries: {exc}") from exc
+        if (epochs.last_epoch or 0) != epoch:
+            raise HAProtocolError(f"primary handshake names epoch {epoch}, its newest entry is {epochs.last_entry}")
+        if epochs.last_entry is not None and epochs.last_entry.start_offset > max_offset:
+            raise HAProtocolError(f"primary handshake: newest epoch entry {epochs.last_entry} starts past the "
+                                  f"max offset {max_offset}")
+        return PrimaryHandshake(max_offset, epochs), end
+
+    def _body_size(self, fields: tuple[Any, ...]) -> int:
+        state, size, offset, epoch, epoch_start, confirm = fields
+        _check_state(state, LinkState.TRANSFER, "transfer frame")
+        if offset < 0 or not 0 <= size <= self._max or epoch < 0 or not 0 <= epoch_start <= offset \
+                or confirm < 0:
+            raise HAProtocolError(f"malformed transfer header: offset {offset}, size {size}, epoch {epoch} "
+                                  f"from {epoch_start}, confirm offset {confirm} (allowed: 0 <= epoch start "
+                                  f"<= offset, 0 <= size <= {self._max}, epoch and confirm offset >= 0)")
+        return int(size)
+
+    def _frame(self, fields: tuple[Any, ...], body: bytes) -> TransferFrame:
+        _state, _size, offset, epoch, epoch_start, confirm = fields
+        return TransferFrame(offset, epoch, epoch_start, confirm, body)

@@ -174,7 +174,7 @@ class NamesrvServer:
     async def _broker_heartbeat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = BrokerHeartbeatRequestHeader.from_ext(cmd.ext_fields)
         self.routes.heartbeat(cluster=h.cluster_name, broker_addr=h.broker_addr)
-        if self.controller is not None and h.broker_id is not None and h.max_offset is not None:
+        if self.controller is not None and h.is_controller_heartbeat:
             return await self.controller.processor.heartbeat(cmd, conn)
         return cmd.response(ResponseCode.SUCCESS)
 

@@ -3,7 +3,7 @@
 The stored layout is both the CommitLog record (``broker_store.store``) and the pull-response body
 (``broker_store.client``), so it is defined once, here.
 
-Stored message, V1 (big-endian; STORED_HEADER is everything up to and including BODYLEN)::
+Stored message, V1 (big-endian; ``STORED_FIELDS`` declares everything up to and including BODYLEN)::
 
     offset size field
        0    4  TOTALSIZE            whole record, this field included
@@ -40,7 +40,7 @@ import re
 import socket
 import struct
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -68,8 +68,51 @@ from broker_store.protocol.properties import parse_properties_text
 
 MAGIC_V1 = -626843481
 BLANK_MAGIC = -875286124
-STORED_HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")
+STORED_FIELDS: tuple[tuple[str, str], ...] = (
+    ("TOTALSIZE", "i"), ("MAGICCODE", "i"), ("BODYCRC", "i"), ("QUEUEID", "i"), ("FLAG", "i"),
+    ("QUEUEOFFSET", "q"), ("PHYSICALOFFSET", "q"), ("SYSFLAG", "i"), ("BORNTIMESTAMP", "q"),
+    ("BORNHOST", "4s"), ("BORNHOST_PORT", "i"), ("STORETIMESTAMP", "q"), ("STOREHOST", "4s"), ("STOREHOST_PORT", "i"),
+    ("RECONSUMETIMES", "i"), ("PREPARED_TX_OFFSET", "q"), ("BODYLEN", "i"),
+)
+"""The fixed part of a stored record (the layout above, up to BODYLEN), as (name, struct code): the one
+statement of it. Every reader and writer of records takes its structs or offsets from here: the codec below,
+the store's encoder (``store.record_encoding``), the replicator's forwarding loop (``stored_header_view``)
+and its C twin (connectors/replication/_forward.c, whose #defines a test compares with ``STORED_OFFSETS``)."""
+STORED_HEADER = struct.Struct(">" + "".join(code for _name, code in STORED_FIELDS))
 STORED_HEADER_SIZE = STORED_HEADER.size  # 88
+STORED_OFFSETS: dict[str, int] = {
+    name: struct.calcsize(">" + "".join(code for _n, code in STORED_FIELDS[:i]))
+    for i, (name, _c) in enumerate(STORED_FIELDS)
+}
+"""Byte offset of each field of ``STORED_FIELDS`` from the start of the record."""
+
+
+def stored_fields_struct(first: str, last: str) -> struct.Struct:
+    """The fields ``first`` .. ``last`` of ``STORED_FIELDS`` (a contiguous run), packed as one Struct."""
+    names = [name for name, _code in STORED_FIELDS]
+    run = STORED_FIELDS[names.index(first):names.index(last) + 1]
+    return struct.Struct(">" + "".join(code for _name, code in run))
+
+
+def stored_header_view(*names: str) -> struct.Struct:
+    """A Struct that unpacks only ``names`` (in layout order) from the start of a stored record, the fields
+    between them skipped as padding; it ends with the last field named."""
+    wanted = set(names)
+    unknown = wanted - set(STORED_OFFSETS)
+    if unknown:
+        raise ValueError(f"not fields of a stored record: {sorted(unknown)}")
+    fmt, skipped = ">", 0
+    for name, code in STORED_FIELDS:
+        if not wanted:
+            break
+        if name in wanted:
+            fmt += (f"{skipped}x" if skipped else "") + code
+            skipped = 0
+            wanted.discard(name)
+        else:
+            skipped += struct.calcsize(">" + code)
+    return struct.Struct(fmt)
+
 BATCH_HEADER = struct.Struct(">iiiii")
 MAX_TOPIC_LENGTH = 127
 MAX_PROPERTIES_LENGTH = 32767
@@ -114,8 +157,33 @@ def host_from_bytes(ip: bytes, port: int) -> str:
     return f"{socket.inet_ntoa(ip)}:{port}"
 
 
+def msg_id_prefix(store_ip: bytes, store_port: int) -> str:
+    """The first 16 hex digits of every offset message id of one store host (STOREHOST ip 4 + port 4)."""
+    return (store_ip + struct.pack(">i", store_port)).hex().upper()
+
+
+@functools.lru_cache(maxsize=4096)
+def host_msg_id_prefix(store_host: str) -> str:
+    """``msg_id_prefix`` of an 'ip:port' store host, cached (readers make one id per message)."""
+    return msg_id_prefix(*host_to_bytes(store_host))
+
+
+def msg_id_from_prefix(prefix: str, commit_log_offset: int) -> str:
+    """The offset message id of ``commit_log_offset`` on the store host of ``prefix``."""
+    return f"{prefix}{commit_log_offset & 0xFFFF_FFFF_FFFF_FFFF:016X}"  # the offset as a big-endian int64
+
+
+def msg_ids_from_prefix(prefix: str, commit_log_offsets: Sequence[int]) -> tuple[str, ...]:
+    """``msg_id_from_prefix`` of each offset (a batch put's ids), all offsets hexed by one call."""
+    if not commit_log_offsets:
+        return ()
+    ids = struct.pack(f">{len(commit_log_offsets)}q", *commit_log_offsets).hex(",", 8).upper()
+    return tuple((prefix + ids.replace(",", "," + prefix)).split(","))
+
+
 def make_msg_id(store_ip: bytes, store_port: int, commit_log_offset: int) -> str:
-    return (store_ip + struct.pack(">iq", store_port, commit_log_offset)).hex().upper()
+    """The offset message id (see the module docstring): the one definition the functions above split up."""
+    return msg_id_from_prefix(msg_id_prefix(store_ip, store_port), commit_log_offset)
 
 
 def parse_msg_id(msg_id: str) -> tuple[str, int]:
@@ -182,8 +250,7 @@ class StoredMessage:
 
     @property
     def offset_msg_id(self) -> str:
-        ip, port = host_to_bytes(self.store_host)
-        return make_msg_id(ip, port, self.commit_log_offset)
+        return msg_id_from_prefix(host_msg_id_prefix(self.store_host), self.commit_log_offset)
 
     @property
     def tags(self) -> str | None:
@@ -275,7 +342,7 @@ def decode_stored_message(buf: bytes | memoryview, pos: int = 0, *, decompress: 
                          reconsume_times=reconsume, prepared_tx_offset=prepared, body_crc=crc, store_size=total)
 
 
-_SPAN_HEADER = struct.Struct(">ii12xq")
+_SPAN_HEADER = stored_header_view("TOTALSIZE", "MAGICCODE", "QUEUEOFFSET")
 """TOTALSIZE, MAGICCODE and QUEUEOFFSET of a stored record (BODYCRC, QUEUEID and FLAG skipped)."""
 
 

@@ -27,6 +27,8 @@ DEFAULT_TOPIC = "TBW102"
 """RocketMQ's AUTO_CREATE_TOPIC_KEY_TOPIC: the template topic for auto-created topics."""
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+TOPIC_FILTER_SINGLE_TAG = "SINGLE_TAG"
+"""TopicFilterType.SINGLE_TAG, the only filter type RocketMQ uses."""
 
 
 def retry_topic(group: str) -> str:
@@ -60,7 +62,11 @@ def perm_to_string(perm: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class TopicConfig:
-    """One topic's configuration on one broker."""
+    """One topic's configuration on one broker: the broker's table entry, the REGISTER_BROKER and
+    GET_ALL_TOPIC_CONFIG JSON, and what ``broker_store.client.Admin.all_topic_config`` returns.
+
+    ``from_json`` fills a missing field with the default of RocketMQ's TopicConfig (fastjson leaves
+    a Java field at its default when the key is absent), so only the table key is needed."""
 
     topic_name: str
     read_queue_nums: int = 16
@@ -69,7 +75,7 @@ class TopicConfig:
     """Queues producers write; usually equal to read_queue_nums."""
     perm: int = PERM_READ | PERM_WRITE
     """PERM_* bits: READ 4, WRITE 2, INHERIT 1 (template for auto-created topics)."""
-    topic_filter_type: str = "SINGLE_TAG"
+    topic_filter_type: str = TOPIC_FILTER_SINGLE_TAG
     topic_sys_flag: int = 0
     order: bool = False
     attributes: Mapping[str, str] = field(default_factory=dict)
@@ -96,7 +102,7 @@ class TopicConfig:
                 read_queue_nums=int(d.get("readQueueNums", 16)),
                 write_queue_nums=int(d.get("writeQueueNums", 16)),
                 perm=int(d.get("perm", PERM_READ | PERM_WRITE)),
-                topic_filter_type=str(d.get("topicFilterType") or "SINGLE_TAG"),
+                topic_filter_type=str(d.get("topicFilterType") or TOPIC_FILTER_SINGLE_TAG),
                 topic_sys_flag=int(d.get("topicSysFlag") or 0),
                 order=bool(d.get("order", False)),
                 attributes={str(k): str(v) for k, v in attrs.items()},

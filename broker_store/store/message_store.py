@@ -33,13 +33,19 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import os
-import struct
 import threading
 from collections.abc import Callable, Sequence
 
 from broker_store.clock import SYSTEM_CLOCK, Clock, StopSignal
 from broker_store.protocol.errors import ConfigError, ProtocolError, StoreError
-from broker_store.protocol.message import MAX_PROPERTIES_LENGTH, STORED_HEADER_SIZE, host_to_bytes, validate_topic
+from broker_store.protocol.message import (
+    MAX_PROPERTIES_LENGTH,
+    STORED_HEADER_SIZE,
+    host_to_bytes,
+    msg_id_prefix,
+    msg_ids_from_prefix,
+    validate_topic,
+)
 from broker_store.protocol.properties import PROPERTY_WAIT, any_has_property, property_entry
 from broker_store.store.checkpoint import load_checkpoint
 from broker_store.store.commit_log import CommitLog
@@ -87,7 +93,7 @@ class MessageStore:
         self.config = config
         self._clock = clock
         self._store_host = (ip, port)
-        self._msg_id_prefix = (ip + struct.pack(">i", port)).hex().upper()  # make_msg_id's first 16 digits
+        self._msg_id_prefix = msg_id_prefix(ip, port)
         self._pool = FdPool(max(config.max_open_files - 1, 1))
         self._commit_log = CommitLog(config.store_dir / COMMIT_LOG_DIR, config.commit_log_segment_size,
                                      self._pool, delay_levels)
@@ -276,15 +282,12 @@ class MessageStore:
         elif cq is None:
             for write_listener in self._write_listeners:
                 write_listener()
-        # every id is the STOREHOST prefix + the offset in hex: all offsets hexed by one call
-        prefix = self._msg_id_prefix
-        ids = struct.pack(f">{len(offsets)}q", *offsets).hex(",", 8).upper().replace(",", "," + prefix)
+        ids = msg_ids_from_prefix(self._msg_id_prefix, offsets)
         end = wrote + total
         if not durability.steps:  # nothing to wait for: PutResult's default, an already resolved PUT_OK
-            return PutResult(PutStatus.PUT_OK, "", tuple((prefix + ids).split(",")), queue_offset, len(entries),
-                             wrote, end)
-        return PutResult(PutStatus.PUT_OK, "", tuple((prefix + ids).split(",")), queue_offset, len(entries),
-                         wrote, end, durability.durable(end, wait))
+            return PutResult(PutStatus.PUT_OK, "", ids, queue_offset, len(entries), wrote, end)
+        return PutResult(PutStatus.PUT_OK, "", ids, queue_offset, len(entries), wrote, end,
+                         durability.durable(end, wait))
 
     def _new_topic(self, topic: str) -> bytes | PutResult:
         """A put's topic missing from the cache: its stored TOPICLEN + topic (cached), or the refusal."""

@@ -12,13 +12,14 @@ from itertools import accumulate, chain, count, repeat
 from operator import add, and_
 from zlib import crc32
 
-from broker_store.protocol.message import MAGIC_V1, STORED_HEADER, STORED_HEADER_SIZE
+from broker_store.protocol.message import MAGIC_V1, STORED_HEADER, STORED_HEADER_SIZE, stored_fields_struct
 from broker_store.store.consume_queue import CQ_ENTRY
 
 # STORED_HEADER split for the batch put: the fields every record of one put shares (SYSFLAG at byte 36
 # through PREPARED_TX_OFFSET, 48 bytes) are packed once per put and passed as one "48s" field.
-RECORD_MIDDLE = struct.Struct(">iq4siq4siiq")
-_RECORD_HEAD = struct.Struct(f">iiiiiqq{RECORD_MIDDLE.size}si")
+RECORD_MIDDLE = stored_fields_struct("SYSFLAG", "PREPARED_TX_OFFSET")
+_RECORD_HEAD = struct.Struct(f"{stored_fields_struct('TOTALSIZE', 'PHYSICALOFFSET').format}{RECORD_MIDDLE.size}s"
+                             f"{stored_fields_struct('BODYLEN', 'BODYLEN').format[1:]}")
 assert _RECORD_HEAD.size == STORED_HEADER_SIZE and RECORD_MIDDLE.size == 48
 _PROPS_LEN = struct.Struct(">H")  # PROPERTIESLEN
 

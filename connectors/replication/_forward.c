@@ -21,8 +21,24 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The stored-record layout is owned by broker_store/protocol/message.py (STORED_FIELDS): these are its
+ * STORED_OFFSETS, STORED_HEADER_SIZE and MAGIC_V1, the batch entry header is its BATCH_HEADER, and the flags
+ * protocol/codes.py's MSG_FLAG_*. tests/unit/test_connectors_forwarding.py compares every #define below with
+ * the Python owner, so a layout change there fails the test until this file follows. */
 #define HEADER_SIZE 88
 #define MAGIC_V1 (-626843481)
+#define OFF_TOTALSIZE 0
+#define OFF_MAGICCODE 4
+#define OFF_QUEUEID 12
+#define OFF_FLAG 16
+#define OFF_QUEUEOFFSET 20
+#define OFF_PHYSICALOFFSET 28
+#define OFF_SYSFLAG 36
+#define OFF_BORNTIMESTAMP 40
+#define OFF_STORETIMESTAMP 56
+#define OFF_STOREHOST 64
+#define OFF_STOREHOST_PORT 68
+#define OFF_BODYLEN 84
 #define ENTRY_HEADER 20
 #define FLAG_UNUSUAL (0x1 | 0x10 | 0x20) /* compressed, born host v6, store host v6 */
 
@@ -126,11 +142,12 @@ static PyObject *forward_plain(PyObject *self, PyObject *args) {
     while (pos < n) {
         if (n - pos < HEADER_SIZE) goto plain_no;
         const unsigned char *r = b + pos;
-        int32_t total = be32(r), magic = be32(r + 4), qid = be32(r + 12), flag = be32(r + 16);
-        int64_t offset = be64(r + 20), phys = be64(r + 28);
-        int32_t sys_flag = be32(r + 36);
-        int64_t born = be64(r + 40), store = be64(r + 56);
-        int32_t body_len = be32(r + 84);
+        int32_t total = be32(r + OFF_TOTALSIZE), magic = be32(r + OFF_MAGICCODE), qid = be32(r + OFF_QUEUEID);
+        int32_t flag = be32(r + OFF_FLAG);
+        int64_t offset = be64(r + OFF_QUEUEOFFSET), phys = be64(r + OFF_PHYSICALOFFSET);
+        int32_t sys_flag = be32(r + OFF_SYSFLAG);
+        int64_t born = be64(r + OFF_BORNTIMESTAMP), store = be64(r + OFF_STORETIMESTAMP);
+        int32_t body_len = be32(r + OFF_BODYLEN);
         Py_ssize_t end = pos + total, p = pos + HEADER_SIZE, t = p + body_len, q = t + 1 + tlen;
         if (magic != MAGIC_V1 || total < HEADER_SIZE + 3 + tlen || end > n || body_len < 0 || q + 2 > end
             || b[t] != (unsigned char)tlen || q + 2 + ((b[q] << 8) | b[q + 1]) != end) goto plain_no;
@@ -163,10 +180,10 @@ static PyObject *forward_plain(PyObject *self, PyObject *args) {
             if (w > 0 && work[w - 1] != 2) work[w++] = 2;
             memcpy(work + w, UNIQ_FIRST, 9);
             w += 9;
-            const unsigned char *ip = r + 64;
+            const unsigned char *ip = r + OFF_STOREHOST;
             unsigned char id[16];
             memcpy(id, ip, 4);
-            put32(id + 4, be32(r + 68));
+            put32(id + 4, be32(r + OFF_STOREHOST_PORT));
             put32(id + 8, (int32_t)(phys >> 32));
             put32(id + 12, (int32_t)phys);
             for (int k = 0; k < 16; k++) { work[w++] = HEX[id[k] >> 4]; work[w++] = HEX[id[k] & 15]; }

@@ -1,19 +1,17 @@
 """Pulled messages as Spark rows of the per-message schema (``connectors.core.rows.ARROW_SCHEMA``).
 
-Executor only: the reader's ``read`` with ``rowFormat=arrow`` (the default) and ``tuples``. The writer
-uses ``offset_msg_id`` to rebuild a failed raw record's message id.
+Executor only: the reader's ``read`` with ``rowFormat=arrow`` (the default) and ``tuples``.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from broker_store.client import StoredMessage
-from broker_store.protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, host_to_bytes
+from broker_store.protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from connectors.core.rows import ARROW_SCHEMA
 
 _TIMESTAMP_US = pa.timestamp("us", tz="UTC")
@@ -22,18 +20,6 @@ _MS = pa.scalar(1000, pa.int64())
 
 def _ms_to_us(values: list[int]) -> pa.Array:
     return pc.multiply(pa.array(values, pa.int64()), _MS).cast(_TIMESTAMP_US)
-
-
-@functools.lru_cache(maxsize=256)
-def _offset_msg_id_prefix(store_host: str) -> str:
-    """The first 16 hex digits of an offset message id (store IPv4 + port), per store host."""
-    ip, port = host_to_bytes(store_host)
-    return (ip + port.to_bytes(4, "big", signed=True)).hex().upper()
-
-
-def offset_msg_id(m: StoredMessage) -> str:
-    """``m.offset_msg_id`` (store host + commit-log offset, 32 hex digits) with the host part cached."""
-    return f"{_offset_msg_id_prefix(m.store_host)}{m.commit_log_offset:016X}"
 
 
 def messages_to_arrow(messages: Sequence[StoredMessage], broker_name: str, cluster: str) -> pa.RecordBatch:
@@ -61,7 +47,7 @@ def messages_to_arrow(messages: Sequence[StoredMessage], broker_name: str, clust
     reconsume: list[int] = []
     for m in messages:
         props = m.properties
-        offset_id = offset_msg_id(m)
+        offset_id = m.offset_msg_id
         topics.append(m.topic)
         queue_ids.append(m.queue_id)
         queue_offsets.append(m.queue_offset)

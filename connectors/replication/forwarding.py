@@ -27,7 +27,6 @@ it) | FLAG 4 | BODYLEN 4 | body | PROPLEN 2 | properties.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Collection, Iterable, Mapping
 from enum import Enum
 from typing import NamedTuple
@@ -41,6 +40,7 @@ from broker_store.protocol.message import (
     STORED_HEADER_SIZE,
     decode_stored_message,
     make_msg_id,
+    stored_header_view,
 )
 from broker_store.protocol.properties import (
     PROPERTY_REPLICATOR_SOURCE,
@@ -54,10 +54,10 @@ from broker_store.protocol.properties import (
 )
 from connectors.replication import loop_guard
 
-_HEADER = struct.Struct(">ii4xiiqqiq8xq4si12xi")
-"""The stored-record fields forwarding needs: TOTALSIZE, MAGICCODE, QUEUEID, FLAG, QUEUEOFFSET,
-PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP, STORETIMESTAMP, STOREHOST ip, STOREHOST port, BODYLEN (BODYCRC,
-BORNHOST, RECONSUMETIMES and PREPARED_TX_OFFSET skipped)."""
+_HEADER = stored_header_view("TOTALSIZE", "MAGICCODE", "QUEUEID", "FLAG", "QUEUEOFFSET", "PHYSICALOFFSET", "SYSFLAG",
+                             "BORNTIMESTAMP", "STORETIMESTAMP", "STOREHOST", "STOREHOST_PORT", "BODYLEN")
+"""The stored-record fields forwarding needs (BODYCRC, BORNHOST, RECONSUMETIMES and PREPARED_TX_OFFSET
+skipped); _forward.c reads the same fields at ``STORED_OFFSETS``."""
 assert _HEADER.size == STORED_HEADER_SIZE
 _ENTRY_HEADER = BATCH_HEADER.pack
 _ENTRY_OVERHEAD = BATCH_HEADER.size + 2

@@ -45,7 +45,6 @@ from broker_store.protocol.message import (
 from connectors.core.executor import executor_producer
 from connectors.core.offsets import QueueKey
 from connectors.replication import outage
-from connectors.replication.arrow_rows import offset_msg_id
 from connectors.replication.forwarding import ForwardedPull, entry_body_length
 from connectors.replication.outage import TargetOutage, retriable, stale_primary
 from connectors.replication.placement import QueuePlacement
@@ -388,7 +387,7 @@ class BatchSender:
             m = decode_stored_message(stored.buffer, start)
             self.failures.append(FailedMessage(
                 topic=m.topic, broker_name=stored.broker_name, queue_id=m.queue_id, queue_offset=m.queue_offset,
-                msg_id=offset_msg_id(m), target_topic=target, body=m.body, properties=dict(m.properties),
+                msg_id=m.offset_msg_id, target_topic=target, body=m.body, properties=dict(m.properties),
                 error=error, attempts=attempts, tags=m.properties.get(PROPERTY_TAGS),
                 keys=m.properties.get(PROPERTY_KEYS), born_timestamp=m.born_timestamp,
                 store_timestamp=m.store_timestamp))

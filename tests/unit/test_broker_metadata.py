@@ -11,14 +11,13 @@ import pytest
 from broker_store.broker.client_registry import ClientRegistry, decode_heartbeat
 from broker_store.broker.consumer_offset import ConsumerOffsetManager
 from broker_store.broker.long_polling import PullWaiters
-from broker_store.broker.send_processor import born_host_of, parse_send_header
+from broker_store.broker.send_processor import born_host_of
 from broker_store.broker.subscription import SubscriptionParseError, build_subscription
 from broker_store.broker.subscription_group import SubscriptionGroupConfig, SubscriptionGroupManager
 from broker_store.broker.topic_config import TopicConfigManager
 from broker_store.clock import ManualClock
 from broker_store.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
 from broker_store.protocol.errors import ProtocolError, StoreError
-from broker_store.protocol.headers import SEND_V2_NAMES, SendMessageRequestHeader
 from broker_store.protocol.message import tags_hash_code
 from broker_store.protocol.route import loads_rocketmq
 from broker_store.protocol.topic import DEFAULT_TOPIC, DataVersion, TopicConfig, TopicConfigTable
@@ -90,6 +89,15 @@ def test_corrupt_topic_file_is_an_error_naming_it(tmp_path: Path) -> None:
     path.write_text('{"version": 99}')
     with pytest.raises(StoreError, match="format version 99"):
         _topics(path).load()
+
+
+def test_topic_config_json_missing_fields_take_rocketmq_defaults() -> None:
+    """One reading of the TopicConfig JSON for broker, name server and admin client: an absent field is the
+    Java default (16/16 queues, perm RW, SINGLE_TAG, no attributes), the table key names the topic."""
+    assert TopicConfig.from_json({}, "T") == TopicConfig("T", 16, 16, PERM_READ | PERM_WRITE, "SINGLE_TAG", 0,
+                                                         False, {})
+    with pytest.raises(ProtocolError, match="malformed topic config T"):
+        TopicConfig.from_json({"readQueueNums": "x"}, "T")
 
 
 def test_topic_table_wire_json_roundtrip() -> None:
@@ -237,41 +245,6 @@ def test_heartbeat_without_client_id_is_rejected() -> None:
 
 
 # -- put-path helpers -------------------------------------------------------------------------------
-
-
-def test_parse_send_header_fast_path_matches_typed_header() -> None:
-    h = SendMessageRequestHeader(
-        producer_group="p",
-        topic="T",
-        default_topic="TBW102",
-        default_topic_queue_nums=4,
-        queue_id=2,
-        sys_flag=0,
-        born_timestamp=123,
-        flag=7,
-        properties="TAGS\x01a\x02",
-        reconsume_times=1,
-        max_reconsume_times=3,
-    )
-    for short, ext in ((True, h.to_ext(SEND_V2_NAMES)), (False, h.to_ext())):
-        req = parse_send_header(ext, short)
-        assert (
-            req.topic,
-            req.queue_id,
-            req.flag,
-            req.born_timestamp,
-            req.properties,
-            req.reconsume_times,
-            req.max_reconsume_times,
-        ) == ("T", 2, 7, 123, "TAGS\x01a\x02", 1, 3)
-    bad = h.to_ext(SEND_V2_NAMES)
-    del bad["b"]
-    with pytest.raises(ProtocolError, match="'topic'"):
-        parse_send_header(bad, True)
-    bad = h.to_ext()
-    bad["queueId"] = "x"
-    with pytest.raises(ProtocolError, match="queueId"):
-        parse_send_header(bad, False)
 
 
 def test_born_host_is_ipv4() -> None:

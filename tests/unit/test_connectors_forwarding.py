@@ -3,21 +3,31 @@
 
 from __future__ import annotations
 
+import re
 import zlib
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker_store.protocol.codes import MSG_FLAG_COMPRESSED
+from broker_store.protocol.codes import MSG_FLAG_BORNHOST_V6, MSG_FLAG_COMPRESSED, MSG_FLAG_STOREHOST_V6
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.message import (
+    BATCH_HEADER,
+    MAGIC_V1,
     MAX_PROPERTIES_LENGTH,
+    STORED_FIELDS,
+    STORED_HEADER,
+    STORED_HEADER_SIZE,
+    STORED_OFFSETS,
     decode_properties,
     decode_stored_messages,
     encode_properties,
     encode_stored_message,
     iter_batch,
+    stored_fields_struct,
+    stored_header_view,
 )
 from broker_store.protocol.properties import dropped_entries_pattern
 from connectors.replication import forwarding, loop_guard
@@ -229,3 +239,33 @@ def test_the_c_loop_declines_foreign_and_broken_records() -> None:
                 record(1, encode_properties({"UNIQ_KEY": "U1"}), queue_id=4),
                 record(1, encode_properties({"UNIQ_KEY": ""})), plain[:-1], plain[:40], b"\0" * 200):
         assert c_loop(plain + bad) is None
+
+
+def test_c_loop_reads_the_stored_layout_of_the_protocol() -> None:
+    """_forward.c cannot import the layout, so its #defines are compared with the one owner
+    (``protocol.message.STORED_FIELDS``): a layout change fails here until the C file follows."""
+    source = (Path(forwarding.__file__).parent / "_forward.c").read_text()
+    defines = dict(re.findall(r"^#define (\w+) (.+?)\s*(?:/\*.*)?$", source, re.MULTILINE))
+    offsets = {name[len("OFF_"):]: int(value) for name, value in defines.items() if name.startswith("OFF_")}
+    assert offsets, "no OFF_ field offsets found in _forward.c"
+    assert offsets == {name: STORED_OFFSETS[name] for name in offsets}
+    assert int(defines["HEADER_SIZE"]) == STORED_HEADER_SIZE
+    assert int(defines["MAGIC_V1"].strip("()")) == MAGIC_V1
+    assert int(defines["ENTRY_HEADER"]) == BATCH_HEADER.size
+    unusual = 0
+    for flag in re.findall(r"0x[0-9a-fA-F]+", defines["FLAG_UNUSUAL"]):
+        unusual |= int(flag, 16)
+    assert unusual == MSG_FLAG_COMPRESSED | MSG_FLAG_BORNHOST_V6 | MSG_FLAG_STOREHOST_V6
+
+
+def test_stored_layout_views_are_the_owner_s_fields() -> None:
+    """The structs built from ``STORED_FIELDS`` read the same values as the full header."""
+    rec = record(5, b"K\x01v\x02", body=b"payload", flag=9)
+    full = dict(zip((name for name, _code in STORED_FIELDS), STORED_HEADER.unpack_from(rec), strict=True))
+    names = ("QUEUEID", "FLAG", "PHYSICALOFFSET", "STOREHOST", "STOREHOST_PORT", "BODYLEN")
+    assert stored_header_view(*names).unpack_from(rec) == tuple(full[n] for n in names)
+    assert stored_fields_struct("SYSFLAG", "PREPARED_TX_OFFSET").unpack_from(rec, STORED_OFFSETS["SYSFLAG"]) == tuple(
+        full[n] for n in ("SYSFLAG", "BORNTIMESTAMP", "BORNHOST", "BORNHOST_PORT", "STORETIMESTAMP", "STOREHOST",
+                          "STOREHOST_PORT", "RECONSUMETIMES", "PREPARED_TX_OFFSET"))
+    with pytest.raises(ValueError, match="NOPE"):
+        stored_header_view("NOPE")

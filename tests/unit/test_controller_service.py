@@ -6,9 +6,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from broker_store.clock import ManualClock
 from broker_store.controller.file_store import FileStateStore
+from broker_store.controller.processor import ControllerProcessor
 from broker_store.controller.replicas import BrokerLiveInfo, GroupState
+from broker_store.controller.server import EmbeddedController
 from broker_store.controller.service import Controller
 from broker_store.controller.settings import ControllerSettings
 from broker_store.controller.state_store import Versioned
@@ -61,6 +65,28 @@ def test_a_silent_primary_is_replaced_after_the_heartbeat_timeout_and_the_group_
         assert await controller.scan_once() == []  # nothing more to do
 
     asyncio.run(scenario())
+
+
+def test_the_embedded_controller_notifies_through_its_processor(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """EmbeddedController builds the Controller before the processor that owns the sockets and hands it the
+    processor's notify (Controller.set_notify)."""
+    notified: list[int | None] = []
+
+    async def notify(self: ControllerProcessor, group: GroupState, alive: object) -> None:
+        notified.append(group.master_id)
+
+    monkeypatch.setattr(ControllerProcessor, "notify", notify)
+
+    async def scenario() -> None:
+        embedded = EmbeddedController(SETTINGS, address="127.0.0.1:9876", clock=ManualClock(),
+                                      store=FileStateStore(tmp_path / "state.json"))
+        await join(embedded.controller, 1)
+        assert (await embedded.controller.elect_master("g", requester=1)).ok
+        await embedded.processor.close()
+
+    asyncio.run(scenario())
+    assert notified == [1]
 
 
 def test_a_closed_connection_makes_the_primary_inactive_at_once(tmp_path: Path) -> None:

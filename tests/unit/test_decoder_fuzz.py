@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from broker_store.broker.admin_processor import parse_attributes
 from broker_store.broker.client_registry import decode_heartbeat
-from broker_store.broker.send_processor import parse_send_header
 from broker_store.broker.subscription import build_subscription
 from broker_store.protocol import headers
 from broker_store.protocol.errors import ProtocolError
@@ -76,11 +75,29 @@ def test_header_decoders(cls: type[headers.Header], data: st.DataObject) -> None
     decodes_or_protocol_error(cls.from_ext, ext)
 
 
-@settings(max_examples=300)
+_SEND_BASE = headers.SendMessageRequestHeader(
+    producer_group="p", topic="T", default_topic="TBW102", default_topic_queue_nums=4, queue_id=1, sys_flag=0,
+    born_timestamp=1, flag=0, properties="", reconsume_times=0, unit_mode=False, batch=True,
+    max_reconsume_times=16, broker_name="b")
+
+
+@settings(max_examples=400)
 @given(st.dictionaries(st.sampled_from([*headers.SEND_V2_NAMES.values(), *headers.SEND_V2_NAMES]), ext_values,
-                       max_size=20), st.booleans())
-def test_send_header_parser(ext: dict[str, str], short: bool) -> None:
-    decodes_or_protocol_error(parse_send_header, ext, short)
+                       max_size=20), st.booleans(), st.booleans())
+def test_send_header_fast_path_is_the_typed_decoder(changes: dict[str, str], short: bool, from_valid: bool) -> None:
+    """``decode_send_header`` answers exactly what ``from_ext`` does: the same header or a ProtocolError
+    (on random fields, and on a well-formed header with some fields changed)."""
+    names = headers.SEND_V2_NAMES if short else None
+    ext = {**_SEND_BASE.to_ext(names), **changes} if from_valid else changes
+    try:
+        typed: headers.SendMessageRequestHeader | ProtocolError = headers.SendMessageRequestHeader.from_ext(ext, names)
+    except ProtocolError as exc:
+        typed = exc
+    try:
+        fast: headers.SendMessageRequestHeader | ProtocolError = headers.decode_send_header(ext, short)
+    except ProtocolError as exc:
+        fast = exc
+    assert repr(fast) == repr(typed)
 
 
 @given(st.text(max_size=40), st.text(max_size=40), st.none() | st.text(max_size=6))

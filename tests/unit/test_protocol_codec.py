@@ -3,6 +3,7 @@ tests showing every decoder either decodes or raises ProtocolError (never anythi
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker_store.protocol import message as message_module
 from broker_store.protocol.codes import LanguageCode, SerializeType
 from broker_store.protocol.errors import FrameTooLargeError, ProtocolError
 from broker_store.protocol.frame import (
@@ -20,17 +22,30 @@ from broker_store.protocol.frame import (
     encode_frame,
     read_frame_length,
 )
-from broker_store.protocol.headers import SEND_V2_NAMES, PullMessageRequestHeader, SendMessageRequestHeader
+from broker_store.protocol.headers import (
+    SEND_V2_NAMES,
+    BrokerHeartbeatRequestHeader,
+    PullMessageRequestHeader,
+    SendMessageRequestHeader,
+    decode_send_header,
+    encode_send_v2,
+)
 from broker_store.protocol.message import (
     MAGIC_V1,
+    STORED_HEADER_SIZE,
+    STORED_OFFSETS,
     decode_properties,
     decode_stored_message,
     decode_stored_messages,
     encode_batch,
     encode_properties,
     encode_stored_message,
+    host_msg_id_prefix,
     iter_batch,
     make_msg_id,
+    msg_id_from_prefix,
+    msg_id_prefix,
+    msg_ids_from_prefix,
     parse_msg_id,
     split_batch,
     stored_record_spans,
@@ -175,6 +190,69 @@ def test_send_v2_short_names() -> None:
     assert header.to_ext(SEND_V2_NAMES) == ext
 
 
+def test_send_v2_names_are_declared_with_the_fields() -> None:
+    assert SEND_V2_NAMES == {
+        "producerGroup": "a", "topic": "b", "defaultTopic": "c", "defaultTopicQueueNums": "d", "queueId": "e",
+        "sysFlag": "f", "bornTimestamp": "g", "flag": "h", "properties": "i", "reconsumeTimes": "j",
+        "unitMode": "k", "maxReconsumeTimes": "l", "batch": "m", "brokerName": "n"}
+
+
+_SEND_HEADERS = [
+    SendMessageRequestHeader(producer_group="p", topic="T", default_topic="TBW102", default_topic_queue_nums=4,
+                             queue_id=2, sys_flag=0, born_timestamp=123, flag=7, properties="TAGS\x01a\x02",
+                             reconsume_times=1, max_reconsume_times=3),
+    SendMessageRequestHeader(producer_group="p", topic="T", default_topic="TBW102", default_topic_queue_nums=4,
+                             queue_id=-1, sys_flag=1, born_timestamp=2**62, flag=0),
+    SendMessageRequestHeader(producer_group="p", topic="T", default_topic="TBW102", default_topic_queue_nums=8,
+                             queue_id=0, sys_flag=0, born_timestamp=1, flag=0, properties="", reconsume_times=0,
+                             unit_mode=True, batch=False, max_reconsume_times=16, broker_name="broker-a"),
+]
+
+
+@pytest.mark.parametrize("header", _SEND_HEADERS)
+@pytest.mark.parametrize("short", [True, False])
+def test_send_header_fast_decoder_is_the_typed_decoder(header: SendMessageRequestHeader, short: bool) -> None:
+    ext = header.to_ext(SEND_V2_NAMES if short else None)
+    assert decode_send_header(ext, short) == header == SendMessageRequestHeader.from_ext(
+        ext, SEND_V2_NAMES if short else None)
+
+
+def test_send_header_fast_decoder_hands_the_unusual_to_the_typed_decoder() -> None:
+    ext = _SEND_HEADERS[2].to_ext(SEND_V2_NAMES)
+    assert decode_send_header({**ext, "k": "1", "m": " TRUE"}, True) == SendMessageRequestHeader.from_ext(
+        {**ext, "k": "1", "m": " TRUE"}, SEND_V2_NAMES)
+    bad = dict(ext)
+    del bad["b"]
+    with pytest.raises(ProtocolError, match="'topic'"):
+        decode_send_header(bad, True)
+    with pytest.raises(ProtocolError, match="queueId"):
+        decode_send_header({**_SEND_HEADERS[0].to_ext(), "queueId": "x"}, False)
+    with pytest.raises(ProtocolError, match="bornTimestamp.*64-bit"):
+        decode_send_header({**ext, "g": str(2**63)}, True)
+    with pytest.raises(ProtocolError, match="unitMode.*boolean"):
+        decode_send_header({**ext, "k": "yes"}, True)
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_send_v2_encoder_is_the_typed_encoder(batch: bool) -> None:
+    ext = encode_send_v2("G1", "T1", "TBW102", 4, 3, 1, 1700000000000, 7, "K\x01v\x02", batch, "broker-a")
+    typed = SendMessageRequestHeader(
+        producer_group="G1", topic="T1", default_topic="TBW102", default_topic_queue_nums=4, queue_id=3,
+        sys_flag=1, born_timestamp=1700000000000, flag=7, properties="K\x01v\x02", reconsume_times=0,
+        unit_mode=False, batch=batch, broker_name="broker-a").to_ext(SEND_V2_NAMES)
+    assert list(ext.items()) == list(typed.items())
+
+
+def test_broker_heartbeat_forms() -> None:
+    """The name server's lite heartbeat vs the controller heartbeat: the one rule both servers use."""
+    lite = BrokerHeartbeatRequestHeader.from_ext({"clusterName": "c", "brokerAddr": "a:1", "brokerName": "b"})
+    assert not lite.is_controller_heartbeat
+    assert not BrokerHeartbeatRequestHeader("c", "a:1", "b", broker_id=0).is_controller_heartbeat
+    assert not BrokerHeartbeatRequestHeader("c", "a:1", "b", max_offset=5).is_controller_heartbeat
+    full = BrokerHeartbeatRequestHeader("c", "a:1", "b", broker_id=2, epoch=3, max_offset=0, confirm_offset=0)
+    assert BrokerHeartbeatRequestHeader.from_ext(full.to_ext()).is_controller_heartbeat
+
+
 def test_header_errors_name_the_field() -> None:
     with pytest.raises(ProtocolError, match="queueOffset"):
         PullMessageRequestHeader.from_ext({"consumerGroup": "g", "topic": "t", "queueId": "1", "queueOffset": "x",
@@ -236,6 +314,26 @@ def test_compressed_body_is_inflated() -> None:
                                 body=zlib.compress(b"x" * 100), properties=b"", sys_flag=1)
     assert decode_stored_message(raw).body == b"x" * 100
     assert decode_stored_message(raw, decompress=False).body == zlib.compress(b"x" * 100)
+
+
+def test_stored_layout_table_in_the_docstring_is_the_declared_one() -> None:
+    rows = re.findall(r"^\s+(\d+)\s+(\d+)\s+([A-Z_]+)\b", message_module.__doc__ or "", re.MULTILINE)
+    documented = {name: int(offset) for offset, _size, name in rows}
+    declared = {name: offset for name, offset in STORED_OFFSETS.items() if not name.endswith("_PORT")}
+    assert documented == declared
+    assert STORED_HEADER_SIZE == 88
+
+
+def test_msg_id_parts_compose_the_one_definition() -> None:
+    ip, port = bytes([10, 0, 0, 2]), 10911
+    assert make_msg_id(ip, port, 300) == "0A00000200002A9F000000000000012C"  # the layout, written out
+    prefix = msg_id_prefix(ip, port)
+    assert prefix == host_msg_id_prefix("10.0.0.2:10911") == "0A00000200002A9F"
+    offsets = [0, 300, 2**40 + 7, 2**63 - 1]
+    assert [msg_id_from_prefix(prefix, o) for o in offsets] == [make_msg_id(ip, port, o) for o in offsets]
+    assert msg_ids_from_prefix(prefix, offsets) == tuple(make_msg_id(ip, port, o) for o in offsets)
+    assert msg_ids_from_prefix(prefix, []) == ()
+    assert make_msg_id(ip, port, 2**63 - 1).endswith("7FFFFFFFFFFFFFFF")
 
 
 def test_msg_id_round_trip() -> None:
