@@ -15,9 +15,13 @@ One run:
    recorded (key, queue, offset, time). Anything else (a timeout, FLUSH_SLAVE_TIMEOUT, an error) is not
    acknowledged and may or may not be stored.
 3. The nemesis, ``--faults`` times, ``--interval`` s apart: finds the group's primary (id 0 on the name server)
-   and kill -9s it (restarted ``--down`` s later, same store and address) or SIGSTOPs it for ``--pause`` s;
-   ``--kinds`` chooses (default both, alternating). Recovery time of a fault: injection -> the first SEND_OK at
-   the client of a send started after it.
+   and, by ``--kinds`` in turn (default ``kill,pause``): ``kill`` kill -9s it (restarted ``--down`` s later,
+   same store and address); ``pause`` SIGSTOPs it for ``--pause`` s; ``both`` kill -9s it together with the
+   name server and its embedded controller (apache/rocketmq#7689's shape; both restarted ``--down`` s later);
+   ``catchup`` kill -9s it, waits for the controller's new primary and kill -9s that one too while the last
+   replica is still catching up with it (both restarted ``--down`` s later: with unclean election off the group
+   waits for the second victim, the only SyncStateSet member). Recovery time of a fault: injection -> the first
+   SEND_OK at the client of a send started after it (for ``both`` and ``catchup`` it includes ``--down``).
 4. The check, after the last fault healed and the group settled: every process is stopped; each member's
    CommitLog is read from its files. *Acknowledged lost*: recorded SEND_OKs whose key is not in the final
    primary's log. *Divergent*: members whose CommitLog bytes differ from the final primary's over their
@@ -150,6 +154,17 @@ async def produce(run: Run, namesrv: str, stop: asyncio.Event, args: argparse.Na
         await asyncio.gather(*(one(i) for i in range(args.producers)))
 
 
+async def new_primary(admin: AsyncAdmin, cluster: Cluster, old: str, timeout: float = 10.0) -> ManagedProcess | None:
+    """The member the name server lists as primary once it is not ``old`` any more (None after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        addr = await primary_addr(admin)
+        if addr is not None and addr != old:
+            return cluster.by_listen(addr)
+        await asyncio.sleep(0.02)
+    return None
+
+
 async def nemesis(run: Run, cluster: Cluster, admin: AsyncAdmin, args: argparse.Namespace) -> None:
     kinds = args.kinds.split(",")
     for n in range(args.faults):
@@ -165,10 +180,27 @@ async def nemesis(run: Run, cluster: Cluster, admin: AsyncAdmin, args: argparse.
             await asyncio.to_thread(victim.kill)
             await asyncio.sleep(args.down)
             await asyncio.to_thread(victim.start)
-        else:
+        elif kind == "both":
+            await asyncio.to_thread(victim.kill)
+            await asyncio.to_thread(cluster.namesrv.kill)
+            await asyncio.sleep(args.down)
+            await asyncio.to_thread(cluster.namesrv.start)
+            await asyncio.to_thread(victim.start)
+        elif kind == "catchup":
+            await asyncio.to_thread(victim.kill)
+            second = await new_primary(admin, cluster, victim.config.listen)
+            if second is not None:
+                await asyncio.to_thread(second.kill)
+            await asyncio.sleep(args.down)
+            for member in (second, victim):
+                if member is not None:
+                    await asyncio.to_thread(member.start)
+        elif kind == "pause":
             os.kill(victim.pid, signal.SIGSTOP)
             await asyncio.sleep(args.pause)
             os.kill(victim.pid, signal.SIGCONT)
+        else:
+            raise SystemExit(f"--kinds: unknown fault kind {kind!r} (kill, pause, both, catchup)")
         print(f"fault {n + 1}/{args.faults}: {kind} {victim.name}", flush=True)
 
 
@@ -209,17 +241,19 @@ async def main_async(args: argparse.Namespace, root: Path) -> str:
         await admin.close()
         await asyncio.to_thread(cluster.stop)
     lost, divergent, duplicates = check(run, cluster, final)
-    rtos = []
-    for _kind, at in run.faults:
+    rtos: list[float] = []
+    by_kind: dict[str, list[float]] = {}
+    for kind, at in run.faults:
         after = [a.at for a in run.acks if a.started >= at]
         if after:
             rtos.append(min(after) - at)
+            by_kind.setdefault(kind, []).append(round(min(after) - at, 2))
     rtos.sort()
     p50 = statistics.median(rtos) if rtos else float("nan")
     p99 = rtos[min(len(rtos) - 1, int(len(rtos) * 0.99))] if rtos else float("nan")
     print(f"sent {run.sent}, acknowledged {len(run.acks)}, not acknowledged {dict(run.errors)}, duplicates "
           f"{duplicates}, faults injected {len(run.faults)} ({Counter(k for k, _ in run.faults)}), RTO per fault "
-          f"{[round(r, 2) for r in rtos]}")
+          f"{[round(r, 2) for r in rtos]}; by kind {by_kind}")
     return (f"faults {len(run.faults)}, acknowledged lost {lost}, divergent {divergent}, "
             f"RTO p50 {p50:.2f} s, p99 {p99:.2f} s")
 
@@ -228,7 +262,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--faults", type=int, default=10)
     parser.add_argument("--interval", type=float, default=4.0, help="seconds between faults")
-    parser.add_argument("--kinds", default="kill,pause", help="comma-separated: kill, pause")
+    parser.add_argument("--kinds", default="kill,pause", help="comma-separated, in turn: kill, pause, both, catchup")
     parser.add_argument("--down", type=float, default=2.0, help="seconds a killed primary stays down")
     parser.add_argument("--pause", type=float, default=4.0, help="seconds a primary stays SIGSTOPped")
     parser.add_argument("--replicas", type=int, default=3)

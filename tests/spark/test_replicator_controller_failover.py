@@ -187,7 +187,15 @@ def test_run_all_keeps_replicating_through_source_and_target_primary_failovers(
     assert placed == {mq: {mq.queue_id} for mq, messages in source.items() if messages}, placed
     changes = delta / "config_changes"
     rows = DeltaTable(str(changes)).to_pyarrow_table().to_pylist() if (changes / "_delta_log").exists() else []
-    assert [r for r in rows if r["status"] != "applied" or str(r["kind"]).startswith("delete")] == [], rows
+    # nothing deleted, nothing refused or failed; a config-sync round that read the source while its group had no
+    # primary (the second or so between the old primary leaving the name server and the new one registering)
+    # defers its names as unknown and clears them at the next round: deferred/cleared rows, never a deletion
+    transient = {"source_topic_unknown", "source_group_unknown"}
+    def expected(r: dict[str, object]) -> bool:
+        if str(r["kind"]).startswith("delete"):
+            return False
+        return r["status"] == "applied" or (r["kind"] in transient and r["status"] in ("deferred", "cleared"))
+    assert [r for r in rows if not expected(r)] == [], rows
     # while the target had no primary a checkpoint is a target_error (retried at the next one); every checkpoint
     # of the position the group committed after both failovers translates
     after_kill = [(r["snapshot_at"].timestamp() * 1000, r["outcome"], r["detail"])
