@@ -145,13 +145,15 @@ class Controller:
         the others keep the settings of their configuration files, and a controller that takes over the lead
         later decides by its own. Not persisted either: a restart reads the configuration file again."""
         try:
-            new = updated_settings(self.settings, update)
+            updated_settings(self.settings, update)  # a bad request is refused as such by any controller
+            if not await self._is_leader():
+                leader = await asyncio.to_thread(self.store.leader)
+                return Outcome(ResponseCode.CONTROLLER_NOT_LEADER,
+                               f"this controller ({self.store.member_id}) is not the leader; the leader is {leader}")
+            new = updated_settings(self.settings, update)  # again, with no await before the assignment: another
+            # update may have landed while the leadership was checked, and it must not be undone
         except SettingsUpdateRefused as exc:
             return Outcome(exc.code, str(exc))
-        if not await self._is_leader():
-            leader = await asyncio.to_thread(self.store.leader)
-            return Outcome(ResponseCode.CONTROLLER_NOT_LEADER,
-                           f"this controller ({self.store.member_id}) is not the leader; the leader is {leader}")
         if new != self.settings:
             log.warning("controller: settings updated: %s", ", ".join(
                 f"{field}={getattr(new, field)}" for field in type(new).model_fields
@@ -228,7 +230,7 @@ class Controller:
 
     async def run(self) -> None:
         """Scan every ``scan_interval_ms`` until cancelled; a store that cannot be reached skips a scan. A changed
-        interval re-times the wait at once: the next scan is due the new interval after the previous one."""
+        interval re-times the wait at once: the next scan is due the new interval after the previous one ended."""
         last = self._clock.monotonic()
         while True:
             wait = last + self.settings.scan_interval_ms / 1000 - self._clock.monotonic()
@@ -236,11 +238,11 @@ class Controller:
                 self._retimed.clear()
                 await self._clock.wait_for(self._retimed.wait(), wait)
                 continue  # due now, or the interval changed: recompute
-            last = self._clock.monotonic()
             try:
                 await self.scan_once()
             except StateStoreError as exc:
                 log.warning("controller: scan skipped: %s", exc)
+            last = self._clock.monotonic()
 
     def start(self) -> None:
         self._scan_task = asyncio.get_running_loop().create_task(self.run())
