@@ -18,7 +18,13 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from broker_store.cli_ha import cmd_controller_status, cmd_elect, cmd_ha_status
+from broker_store.cli_ha import (
+    cmd_controller_config,
+    cmd_controller_status,
+    cmd_elect,
+    cmd_ha_status,
+    setting_assignment,
+)
 from broker_store.protocol.errors import ConfigError, RocketMQError
 
 
@@ -233,7 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "primary, in-sync state, epochs; for controller-mode groups the controller's view"),
                              ("controller-status", cmd_controller_status,
                               "the controllers, their leader and each broker group's master, epochs and SyncStateSet"),
-                             ("elect", cmd_elect, "elect a broker group's master now (controller mode)")):
+                             ("elect", cmd_elect, "elect a broker group's master now (controller mode)"),
+                             ("controller-config", cmd_controller_config,
+                              "each controller's settings; --set KEY=VALUE changes the leader's at runtime")):
         p = admin_parser(name, func, text)
         p.add_argument("--controller", help="controller address(es), ';'-separated (default: the first name server, "
                                             "the embedded controller)")
@@ -241,6 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("-b", "--broker-name", required=True)
             p.add_argument("-c", "--cluster", default="", help="the group's cluster")
             p.add_argument("--prefer", type=int, help="elect this broker id by force (it must be a live candidate)")
+        if name == "controller-config":
+            p.add_argument("--set", type=setting_assignment, action="append", metavar="KEY=VALUE",
+                           help="change a runtime setting (enableElectUncleanMaster, controllerHeartBeatTimeoutMills, "
+                                "scanInactiveMasterInterval, notifyBrokerRoleChanged); repeatable, applied together")
     p = admin_parser("offsets", cmd_offsets, "min/max offsets per queue and a group's committed offset")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("--group")

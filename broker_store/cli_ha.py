@@ -3,6 +3,8 @@ for controller-mode groups the controller's view), ``controller-status`` (the co
 group's master, epochs and SyncStateSet) and ``elect``. Called by ``cli.main``; output is tab-separated tables on
 stdout. The formats they read have one owner each: ``protocol.ha_status`` (GET_BROKER_HA_STATUS,
 GET_BROKER_EPOCH_CACHE, the in-sync rule) and ``protocol.controller`` (the controller's answers).
+``controller-config`` prints each controller's settings and changes the leader's (``--set KEY=VALUE``; the text
+is ``protocol.config_text``'s, the keys ``controller.runtime_settings``').
 
 Controllers are ``--controller A[;B;C]`` (default: the first name server, where the controller is embedded by
 default); a read goes to the first that answers, as every controller answers reads.
@@ -232,5 +234,44 @@ def cmd_elect(args: argparse.Namespace) -> int:
         print(f"{args.broker_name}: master {header.master_broker_id} at {header.master_address}, epoch "
               f"{header.master_epoch}{'' if elected else ' (unchanged: the master is alive)'}")
         return 0
+
+    return _controller_call(args, call)
+
+
+def setting_assignment(text: str) -> tuple[str, str]:
+    """``--set KEY=VALUE`` (split at the first '='; the key stripped, the value as given)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
+def cmd_controller_config(args: argparse.Namespace) -> int:
+    """Each controller's settings as ``key=value`` lines under a ``# controller ADDR`` line (settings are per
+    controller); with ``--set KEY=VALUE ...`` first the update, sent to the first controller that takes it (the
+    leader: followers refuse writes), then that controller's settings. Exit 1 when no controller answers or the
+    update is refused (the refusal, naming the key, on stderr)."""
+    from broker_store.client.controller_admin import controller_config, update_controller_config
+    from broker_store.net.client import RemotingClient
+
+    async def call(client: object, addrs: list[str]) -> int:
+        assert isinstance(client, RemotingClient)
+        update = dict(args.set or [])
+        if update:
+            addr, _ = await first_answer(addrs, lambda a: update_controller_config(client, a, update))
+            print(f"# controller {addr}: updated {', '.join(update)}")
+            addrs = [addr]
+        answering = 0
+        for addr in addrs:
+            try:
+                entries = await controller_config(client, addr)
+            except RocketMQError as exc:
+                print(f"# controller {addr}: not answering ({exc})")
+                continue
+            answering += 1
+            print(f"# controller {addr}")
+            for key, value in entries.items():
+                print(f"{key}={value}")
+        return 0 if answering else 1
 
     return _controller_call(args, call)

@@ -1,15 +1,17 @@
 """Admin requests to a controller (embedded in a name server, or standalone): who leads, each group's
-SyncStateSet and epochs, and an operator's election. Used by ``python -m broker_store elect`` and
-``controller-status``; async over one ``RemotingClient`` (the CLI runs them with ``asyncio.run``).
+SyncStateSet and epochs, an operator's election, and the controller's own settings (GET_CONTROLLER_CONFIG,
+UPDATE_CONTROLLER_CONFIG). Used by ``python -m broker_store elect``, ``controller-status`` and
+``controller-config``; async over one ``RemotingClient`` (the CLI runs them with ``asyncio.run``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from broker_store.net.client import RemotingClient
 from broker_store.protocol.codes import RequestCode, ResponseCode
+from broker_store.protocol.config_text import decode_config, encode_config
 from broker_store.protocol.controller import (
     ElectMasterRequestHeader,
     ElectMasterResponseHeader,
@@ -52,3 +54,18 @@ async def elect_master(client: RemotingClient, addr: str, cluster: str, broker_n
                                                        ext_fields=header.to_ext()),
                          ok=(ResponseCode.SUCCESS, ResponseCode.CONTROLLER_MASTER_STILL_EXIST))
     return ElectMasterResponseHeader.from_ext(resp.ext_fields), resp.code == ResponseCode.SUCCESS
+
+
+async def controller_config(client: RemotingClient, addr: str) -> dict[str, str]:
+    """GET_CONTROLLER_CONFIG: the addressed controller's settings (properties key -> text value). Each controller
+    has its own: ask the one you mean."""
+    resp = await _invoke(client, addr, RemotingCommand(code=RequestCode.GET_CONTROLLER_CONFIG))
+    return decode_config(resp.body)
+
+
+async def update_controller_config(client: RemotingClient, addr: str, update: Mapping[str, str]) -> None:
+    """UPDATE_CONTROLLER_CONFIG: change the addressed controller's runtime settings (all or none). Raises the
+    controller's refusal: CONTROLLER_NOT_LEADER from a follower, NO_PERMISSION for a setting that cannot change
+    at runtime, CONTROLLER_INVALID_REQUEST for an unknown key or a bad value (the remark names the key)."""
+    await _invoke(client, addr, RemotingCommand(code=RequestCode.UPDATE_CONTROLLER_CONFIG,
+                                                body=encode_config(update)))

@@ -20,8 +20,9 @@ class _Live:
     cluster: str
     last_seen: float
     """``Clock.monotonic`` of the newest heartbeat."""
-    timeout: float
-    """Seconds without a heartbeat after which the broker is inactive."""
+    timeout: float | None
+    """Seconds without a heartbeat after which the broker is inactive, as the broker sent it; None: the table's
+    default, read at each ``expire`` (so a changed default applies to brokers already in the table)."""
 
 
 class BrokerLiveTable:
@@ -29,7 +30,9 @@ class BrokerLiveTable:
 
     def __init__(self, clock: Clock, default_timeout: float) -> None:
         self._clock = clock
-        self._default_timeout = default_timeout
+        self.default_timeout = default_timeout
+        """Seconds: the timeout of brokers that send none (the controller's ``heartbeat_timeout_ms``); may be
+        changed at any time, the next ``expire`` uses it."""
         self._table: dict[tuple[str, int], _Live] = {}
 
     def heartbeat(self, cluster: str, broker_name: str, info: BrokerLiveInfo, timeout: float | None = None) -> bool:
@@ -37,7 +40,7 @@ class BrokerLiveTable:
         key = (broker_name, info.broker_id)
         new = key not in self._table
         self._table[key] = _Live(info, cluster, self._clock.monotonic(),
-                                 self._default_timeout if timeout is None or timeout <= 0 else timeout)
+                                 None if timeout is None or timeout <= 0 else timeout)
         return new
 
     def alive(self, broker_name: str) -> dict[int, BrokerLiveInfo]:
@@ -47,7 +50,8 @@ class BrokerLiveTable:
     def expire(self) -> list[tuple[str, int]]:
         """Drop every broker whose heartbeat is older than its timeout; their (broker name, id)."""
         now = self._clock.monotonic()
-        gone = [key for key, live in self._table.items() if now - live.last_seen > live.timeout]
+        gone = [key for key, live in self._table.items()
+                if now - live.last_seen > (self.default_timeout if live.timeout is None else live.timeout)]
         for key in gone:
             del self._table[key]
         return gone

@@ -1,4 +1,4 @@
-"""The controller's remoting side: decodes controller requests (BROKER_HEARTBEAT 904, 1001-1013), calls
+"""The controller's remoting side: decodes controller requests (BROKER_HEARTBEAT 904, 1001-1006, 1009-1013), calls
 ``controller.service.Controller``, encodes RocketMQ's responses, and pushes NOTIFY_BROKER_ROLE_CHANGED to a
 group's brokers after an election. Registered on the name server's remoting server (the embedded controller)
 or on a standalone controller's (``controller.server``).
@@ -12,11 +12,13 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 
 from broker_store.controller.replicas import BrokerLiveInfo, GroupState, Outcome
+from broker_store.controller.runtime_settings import settings_properties
 from broker_store.controller.service import Controller
 from broker_store.controller.state_store import StateStoreError
 from broker_store.net.client import RemotingClient
 from broker_store.net.server import Connection
 from broker_store.protocol.codes import RequestCode, ResponseCode
+from broker_store.protocol.config_text import decode_config, encode_config
 from broker_store.protocol.controller import (
     AlterSyncStateSetRequestHeader,
     AlterSyncStateSetResponseHeader,
@@ -74,6 +76,8 @@ class ControllerProcessor:
             RequestCode.CONTROLLER_GET_SYNC_STATE_DATA: self._get_sync_state_data,
             RequestCode.CONTROLLER_GET_METADATA_INFO: self._get_metadata,
             RequestCode.CLEAN_BROKER_DATA: self._clean_broker_data,
+            RequestCode.UPDATE_CONTROLLER_CONFIG: self._update_config,
+            RequestCode.GET_CONTROLLER_CONFIG: self._get_config,
         }
 
     def on_disconnect(self, conn: Connection) -> None:
@@ -222,6 +226,21 @@ class ControllerProcessor:
                 raise ProtocolError("CLEAN_BROKER_DATA: required field 'brokerName' is missing")
             return _answer(cmd, await self.controller.clean_broker_data(name), None)
         return await self._guarded(cmd, run)
+
+    async def _update_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """UPDATE_CONTROLLER_CONFIG (1009): the body is properties text (``protocol.config_text``) of the settings
+        to change; ``Controller.update_settings`` applies it or refuses it whole. No body changes nothing (as
+        RocketMQ)."""
+        async def run() -> RemotingCommand:
+            update = decode_config(cmd.body) if cmd.body else {}
+            log.info("controller: UPDATE_CONTROLLER_CONFIG from %s: %s", conn.remote_addr, update)
+            return _answer(cmd, await self.controller.update_settings(update), None)
+        return await self._guarded(cmd, run)
+
+    async def _get_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """GET_CONTROLLER_CONFIG (1010): this controller's settings as properties text (any controller answers:
+        each has its own settings)."""
+        return cmd.response(ResponseCode.SUCCESS, body=encode_config(settings_properties(self.controller.settings)))
 
 
 def _sync_state_set(g: GroupState | None) -> bytes:

@@ -12,6 +12,9 @@ leader (brokers then ask the next controller).
 Failover timing: a primary whose connection closes (kill -9) is inactive at once (``broker_closed``), one that
 stops heartbeating (frozen, partitioned) after ``heartbeat_timeout_ms``; the next scan, within
 ``scan_interval_ms``, elects its successor and notifies the group.
+
+Settings change at runtime (UPDATE_CONTROLLER_CONFIG, ``update_settings``): every decision reads
+``self.settings`` when it is taken, so the next election, expiry and scan use the new values.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.controller import replicas
 from broker_store.controller.heartbeats import BrokerLiveTable
 from broker_store.controller.replicas import BrokerLiveInfo, GroupState, Outcome
+from broker_store.controller.runtime_settings import SettingsUpdateRefused, updated_settings
 from broker_store.controller.settings import ControllerSettings
 from broker_store.controller.state_store import StateStore, StateStoreError
 from broker_store.protocol.codes import ResponseCode
@@ -36,6 +40,11 @@ GROUPS_PREFIX = "controller/groups/"
 CAS_ATTEMPTS = 8
 """Read-decide-write rounds before a request gives up with SYSTEM_ERROR (each lost round means another writer
 changed the group in between: the next round decides on its state)."""
+
+SCAN_EARLY_S = 0.001
+"""A scan this close to its time runs now: timers may wake a hair early (float rounding of deadlines, the event
+loop's clock resolution), and waiting again for the rest would be a wasted wake-up (or, on a ManualClock, a scan
+that never comes)."""
 
 Notify = Callable[[GroupState, Mapping[int, BrokerLiveInfo]], Awaitable[None]]
 """Tell a group's live brokers its new state (NOTIFY_BROKER_ROLE_CHANGED); errors are the callee's to log."""
@@ -57,6 +66,8 @@ class Controller:
         self.live = BrokerLiveTable(clock, settings.heartbeat_timeout_ms / 1000)
         self._leading = False
         self._scan_task: asyncio.Task[None] | None = None
+        self._retimed = asyncio.Event()
+        """Set by ``update_settings``: wakes the scan loop to re-time its wait by the new interval."""
 
     def set_notify(self, notify: Notify) -> None:
         """Where elections tell a group its new state, for a Controller built before the remoting side that
@@ -124,6 +135,34 @@ class Controller:
         for name, broker_id in self.live.drop_address(address):
             log.warning("controller: broker %s/%d at %s disconnected", name, broker_id, address)
 
+    async def update_settings(self, update: Mapping[str, str]) -> Outcome:
+        """UPDATE_CONTROLLER_CONFIG: apply ``update`` (properties key or field name -> text) to this controller's
+        settings by ``runtime_settings.updated_settings`` (all or nothing; a refusal's remark names the key).
+        Leader only, like every write: a follower answers CONTROLLER_NOT_LEADER naming the leader.
+
+        Settings are per controller, not replicated state (RocketMQ keeps each controller's config in its own
+        process the same way): with replicated controllers the update changes the addressed controller only,
+        the others keep the settings of their configuration files, and a controller that takes over the lead
+        later decides by its own. Not persisted either: a restart reads the configuration file again."""
+        try:
+            updated_settings(self.settings, update)  # a bad request is refused as such by any controller
+            if not await self._is_leader():
+                leader = await asyncio.to_thread(self.store.leader)
+                return Outcome(ResponseCode.CONTROLLER_NOT_LEADER,
+                               f"this controller ({self.store.member_id}) is not the leader; the leader is {leader}")
+            new = updated_settings(self.settings, update)  # again, with no await before the assignment: another
+            # update may have landed while the leadership was checked, and it must not be undone
+        except SettingsUpdateRefused as exc:
+            return Outcome(exc.code, str(exc))
+        if new != self.settings:
+            log.warning("controller: settings updated: %s", ", ".join(
+                f"{field}={getattr(new, field)}" for field in type(new).model_fields
+                if getattr(new, field) != getattr(self.settings, field)))
+        self.settings = new
+        self.live.default_timeout = new.heartbeat_timeout_ms / 1000
+        self._retimed.set()
+        return Outcome(ResponseCode.SUCCESS)
+
     async def next_broker_id(self, cluster: str, broker_name: str) -> Outcome:
         group, _ = await self.read_group(broker_name)
         return replicas.next_broker_id(group)
@@ -190,13 +229,20 @@ class Controller:
         return out
 
     async def run(self) -> None:
-        """Scan every ``scan_interval_ms`` until cancelled; a store that cannot be reached skips a scan."""
+        """Scan every ``scan_interval_ms`` until cancelled; a store that cannot be reached skips a scan. A changed
+        interval re-times the wait at once: the next scan is due the new interval after the previous one ended."""
+        last = self._clock.monotonic()
         while True:
-            await self._clock.sleep(self.settings.scan_interval_ms / 1000)
+            wait = last + self.settings.scan_interval_ms / 1000 - self._clock.monotonic()
+            if wait > SCAN_EARLY_S:
+                self._retimed.clear()
+                await self._clock.wait_for(self._retimed.wait(), wait)
+                continue  # due now, or the interval changed: recompute
             try:
                 await self.scan_once()
             except StateStoreError as exc:
                 log.warning("controller: scan skipped: %s", exc)
+            last = self._clock.monotonic()
 
     def start(self) -> None:
         self._scan_task = asyncio.get_running_loop().create_task(self.run())

@@ -26,6 +26,9 @@ class EtcdSettings(BaseModel):
 
 
 class ControllerSettings(BaseModel):
+    """Frozen: a runtime change (UPDATE_CONTROLLER_CONFIG: the first four fields only, ``controller.runtime_settings``)
+    replaces the controller's whole settings object with a newly validated one."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     enable_elect_unclean_master: bool = False

@@ -1,7 +1,8 @@
 """The controller embedded in a name server (NamesrvConfig.controller), over real sockets: a broker group's
 join protocol (next id, apply, register, heartbeat, first election), the SyncStateSet altered by its primary,
 a primary whose connection closes replaced at once by a SyncStateSet member that is notified, and the admin
-commands ``controller-status`` and ``elect`` reading and acting on the same state."""
+commands ``controller-status`` and ``elect`` reading and acting on the same state, and ``controller-config``
+changing the controller's settings at runtime."""
 
 from __future__ import annotations
 
@@ -116,6 +117,56 @@ def test_a_group_joins_elects_and_fails_over_through_the_name_servers_controller
             assert "ELECT_MASTER_FAILED" in refused or "failed to elect" in refused, refused  # 2 is not in {3}
             still = await cli(namesrv.addr, "elect", "-b", "g", "-c", "c", "--prefer", "3")
             assert "master 3" in still and "unchanged" in still, still
+        finally:
+            for b in brokers:
+                await b.client.close()
+                await b.server.stop()
+            await namesrv.stop()
+
+    asyncio.run(scenario())
+
+
+def test_controller_config_shows_and_changes_the_embedded_controllers_settings(tmp_path: Path) -> None:
+    """``controller-config``: GET_CONTROLLER_CONFIG shows the settings by RocketMQ's names; an update of
+    enableElectUncleanMaster is in force at the next scan (the replica outside the SyncStateSet of a dead
+    primary is elected); a setting that cannot change at runtime is refused by name."""
+    async def scenario() -> None:
+        settings = ControllerSettings(state_dir=tmp_path / "controller", heartbeat_timeout_ms=10_000,
+                                      scan_interval_ms=50)
+        namesrv = NamesrvServer(NamesrvConfig(listen=f"{HOST}:{free_port()}", controller=settings))
+        await namesrv.start()
+        assert namesrv.controller is not None
+        controller = namesrv.controller.controller
+        brokers = [FakeBroker() for _ in range(2)]
+        try:
+            for b in brokers:
+                await b.server.start()
+                await b.join(namesrv.addr)
+            first = await brokers[0].call(namesrv.addr, RequestCode.CONTROLLER_ELECT_MASTER,
+                                          ElectMasterRequestHeader("c", "g", 1).to_ext())
+            assert first.code == ResponseCode.SUCCESS, first.remark  # SyncStateSet {1}: 2 is not in sync
+            shown = await cli(namesrv.addr, "controller-config")
+            assert f"# controller {namesrv.addr}\n" in shown and "enableElectUncleanMaster=false\n" in shown, shown
+            assert "scanInactiveMasterInterval=50\n" in shown, shown
+
+            await brokers[0].client.close()  # the primary is gone; CP: no SyncStateSet member to elect
+            for _ in range(100):
+                group, _ = await controller.read_group("g")
+                if group is not None and group.master_id is None:
+                    break
+                await asyncio.sleep(0.05)
+            assert group is not None and group.master_id is None, group
+            assert [(n.master_broker_id, n.master_epoch) for n in brokers[1].notified] == [(1, 1)]
+
+            refused = await cli(namesrv.addr, "controller-config", "--set", "controllerStorePath=/elsewhere", code=1)
+            assert "controllerStorePath" in refused and "at runtime" in refused, refused
+            changed = await cli(namesrv.addr, "controller-config", "--set", "enableElectUncleanMaster=true")
+            assert "enableElectUncleanMaster=true\n" in changed, changed
+            for _ in range(100):
+                if len(brokers[1].notified) == 2:
+                    break
+                await asyncio.sleep(0.05)
+            assert [(n.master_broker_id, n.master_epoch) for n in brokers[1].notified] == [(1, 1), (2, 3)]
         finally:
             for b in brokers:
                 await b.client.close()

@@ -50,7 +50,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "store": frozenset({"clock", "protocol"}),
     "client": frozenset({"acl", "net", "protocol"}),  # acl: the account format of the ACL admin requests
     "ha": frozenset({"address", "clock", "protocol", "store"}),  # the store only through HA_STORE_API
-    "controller": frozenset({"background", "clock", "net", "protocol", "store"}),
+    # validation: UPDATE_CONTROLLER_CONFIG's refusals name the field as every settings error does
+    "controller": frozenset({"background", "clock", "net", "protocol", "store", "validation"}),
     # config: each part's settings model
     "config": frozenset({"address", "controller", "ha", "protocol", "store", "validation"}),
     "controller.server": frozenset({"address", "clock", "config", "controller", "net", "protocol"}),
