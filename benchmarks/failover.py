@@ -52,6 +52,7 @@ from broker_store.client import AsyncAdmin, AsyncProducer, SendStatus, new_messa
 from broker_store.config import BrokerConfig, NamesrvConfig  # noqa: E402
 from broker_store.launcher import HOST, ManagedProcess, broker_listen_port, free_port  # noqa: E402
 from broker_store.protocol.errors import RocketMQError  # noqa: E402
+from tests.support.controller_group import master_addr  # noqa: E402
 from tests.support.log_check import commitlog_image, diverges, stored_keys  # noqa: E402
 
 CLUSTER, GROUP, TOPIC = "fc", "fc-a", "FaultCheck"
@@ -120,15 +121,6 @@ class Cluster:
         return next((b for b in self.brokers if b.config.listen == addr), None)
 
 
-async def primary_addr(admin: AsyncAdmin) -> str | None:
-    try:
-        info = await admin.cluster_info()
-    except RocketMQError:
-        return None
-    data = info.broker_addr_table.get(GROUP)
-    return None if data is None else data.master_addr
-
-
 async def produce(run: Run, namesrv: str, stop: asyncio.Event, args: argparse.Namespace) -> None:
     async with AsyncProducer(namesrv, "FaultCheckProducers", send_timeout=3.0,
                              attempt_timeout=args.attempt_timeout) as producer:
@@ -158,7 +150,7 @@ async def new_primary(admin: AsyncAdmin, cluster: Cluster, old: str, timeout: fl
     """The member the name server lists as primary once it is not ``old`` any more (None after ``timeout``)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        addr = await primary_addr(admin)
+        addr = await master_addr(admin, GROUP)
         if addr is not None and addr != old:
             return cluster.by_listen(addr)
         await asyncio.sleep(0.02)
@@ -169,7 +161,7 @@ async def nemesis(run: Run, cluster: Cluster, admin: AsyncAdmin, args: argparse.
     kinds = args.kinds.split(",")
     for n in range(args.faults):
         await asyncio.sleep(args.interval)
-        addr = await primary_addr(admin)
+        addr = await master_addr(admin, GROUP)
         victim = None if addr is None else cluster.by_listen(addr)
         if victim is None:
             print(f"fault {n + 1}: no primary registered; skipped", flush=True)
@@ -224,7 +216,7 @@ async def main_async(args: argparse.Namespace, root: Path) -> str:
     await admin.start()
     try:
         deadline = time.monotonic() + 60
-        while await primary_addr(admin) is None:
+        while await master_addr(admin, GROUP) is None:
             if time.monotonic() > deadline:
                 raise SystemExit("no primary elected within 60 s")
             await asyncio.sleep(0.2)
@@ -236,7 +228,7 @@ async def main_async(args: argparse.Namespace, root: Path) -> str:
         await asyncio.sleep(args.settle)
         stop.set()
         await producing
-        final = await primary_addr(admin)
+        final = await master_addr(admin, GROUP)
     finally:
         await admin.close()
         await asyncio.to_thread(cluster.stop)

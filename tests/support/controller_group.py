@@ -1,9 +1,10 @@
 """A controller-mode broker group for integration tests: its configs and the questions tests ask of it.
 
 One owner of what a test's controller-mode group looks like (a name server with the embedded controller at
-test timing, SYNC_MASTER brokers with no fixed id), used by the partition tests, the restart tests and the
-fault checker. The processes themselves are ``tests.support.processes`` ones (``ClusterProcess`` /
-``Broker``), on loopback or, with ``wrap``, inside a network namespace.
+test timing, SYNC_MASTER brokers with no fixed id), used by the partition and restart tests; the fault
+checker (benchmarks/failover.py, its own configs) asks its questions here too. The processes themselves are
+``tests.support.processes`` ones (``ClusterProcess`` / ``Broker``), on loopback or, with ``wrap``, inside a
+network namespace.
 """
 
 from __future__ import annotations
