@@ -161,14 +161,15 @@ class AsyncAdmin:
     async def primary_addrs(self, cluster: str | None = None) -> dict[str, str]:
         """Broker group name -> primary address, for every group of ``cluster`` (None: every cluster)
         that has a primary registered."""
+        return {name: addr for name, addr in (await self.broker_groups(cluster)).items() if addr is not None}
+
+    async def broker_groups(self, cluster: str | None = None) -> dict[str, str | None]:
+        """Broker group name -> primary address, or None for a group registered by its replicas alone (no
+        primary: down, or a failover under way), for every group of ``cluster`` (None: every cluster)."""
         info = await self.cluster_info()
         names = sorted(info.broker_addr_table) if cluster is None else sorted(info.cluster_addr_table.get(cluster, ()))
-        addrs = {}
-        for name in names:
-            broker = info.broker_addr_table.get(name)
-            if broker is not None and broker.master_addr is not None:
-                addrs[name] = broker.master_addr
-        return addrs
+        return {name: broker.master_addr for name in names
+                if (broker := info.broker_addr_table.get(name)) is not None}
 
     async def all_topic_config(self, broker_addr: str) -> dict[str, TopicConfig]:
         resp = await self._session.invoke(broker_addr, RequestCode.GET_ALL_TOPIC_CONFIG)
@@ -428,6 +429,9 @@ class Admin(SyncClient[AsyncAdmin]):
 
     def primary_addrs(self, cluster: str | None = None) -> dict[str, str]:
         return self._call(lambda a: a.primary_addrs(cluster), self._t())
+
+    def broker_groups(self, cluster: str | None = None) -> dict[str, str | None]:
+        return self._call(lambda a: a.broker_groups(cluster), self._t())
 
     def all_topic_config(self, broker_addr: str) -> dict[str, TopicConfig]:
         return self._call(lambda a: a.all_topic_config(broker_addr), self._t())

@@ -4,7 +4,11 @@ Used by the Spark source on executors (one queue per partition, offsets owned by
 and by tests and the CLI. Pulls are stateless except for one thing the broker asks for: the
 ``suggestWhichBrokerId`` of a pull response says which broker of the group to read that queue
 from next (a replica when the primary is far behind in memory); the next pull follows it, falling
-back to the primary when that id is not in the route.
+back to the primary when that id is not in the route. A replica that may not serve reads answers a
+pull PULL_RETRY_IMMEDIATELY at the same offset with suggestWhichBrokerId 0: the pull goes to the
+primary at once, or, when the route names no other primary (a failover under way: the route lists only a
+replica, or a demoted primary as id 0), fails with a retriable ServiceNotAvailableError and drops the route,
+instead of looking like an empty read.
 
 Tag filtering works as in Java: the broker filters by tag hash code only, so the client keeps a
 message only if its TAGS is one of the expression's tags ("*" keeps everything).
@@ -45,6 +49,7 @@ from broker_store.protocol.errors import (
     ConfigError,
     ProtocolError,
     RocketMQError,
+    ServiceNotAvailableError,
     TransportError,
 )
 from broker_store.protocol.headers import (
@@ -233,6 +238,20 @@ class AsyncPullConsumer:
         except ProtocolError as exc:
             raise ProtocolError(f"pull response from {addr} for {mq}: {exc}") from exc
         self._pull_from[mq] = rh.suggest_which_broker_id
+        if (status is PullStatus.NO_MATCHED_MSG and rh.next_begin_offset == offset
+                and rh.suggest_which_broker_id == MASTER_ID):
+            # A replica that may not serve reads sent the pull back to the primary without reading.
+            if broker_id != MASTER_ID and routes.master_addr(mq.broker_name) is not None:
+                return await self.pull(mq, offset, max_nums, expression=expression,
+                                       suspend_timeout_ms=suspend_timeout_ms, timeout=timeout,
+                                       commit_offset=commit_offset, decode=decode)
+            # The route names no primary (a failover under way), or names as primary a broker that now
+            # answers as a replica: a stale route, not an empty queue.
+            routes.invalidate(mq.topic)
+            raise ServiceNotAvailableError(
+                ResponseCode.SERVICE_NOT_AVAILABLE,
+                f"pull of {mq.topic}/{mq.broker_name}/{mq.queue_id} at {offset}: broker id {broker_id} of "
+                f"{mq.broker_name} sends reads to the primary and the route names no other primary", addr=addr)
         if sub.tags:
             matching = [sub.matches(m.tags) for m in messages]
             if not decode:

@@ -180,7 +180,7 @@ class ConfigApplier:
         except RocketMQError as exc:
             return AppliedRound([ConfigChange(ChangeKind.READ_TARGET, "", ChangeStatus.FAILED, detail=str(exc))],
                                 whole_view=False)
-        missing = {g: why for g, why in evidence.missing_target_groups.items() if g not in target.brokers}
+        missing = evidence.target_gaps(target)
         if missing:
             target = dataclasses.replace(target, unreachable={**missing, **target.unreachable})
         changes = plan_changes(source, target, self._mapper, self._settings, evidence, queue_floors)

@@ -17,7 +17,9 @@ A broker group holding a remembered name but not registered now is added to the 
 (``judge`` returns the amended state), so the applier sees a partial view and clears nothing on it. The same
 holds for the target: the target's broker groups seen registered before (``Memory.target_groups``) and missing
 now are handed to the applier as unreachable target groups, so a target broker that is down or expired never
-makes a topic look missing there.
+makes a topic look missing there; every target group seen so far travels too (``Evidence.known_target_groups``),
+so one that leaves between the snapshot and the applier's own read of the target counts as unreachable as well
+(``Evidence.target_gaps``).
 
 The memory is the reader's Spark offset (``Memory.to_offset`` / ``from_offset``), so a restart keeps it::
 
@@ -92,17 +94,29 @@ class Evidence:
     unknown_groups: Mapping[str, str] = field(default_factory=dict)
     missing_target_groups: Mapping[str, str] = field(default_factory=dict)
     """Target broker group seen before and not registered now -> why it counts as unreachable."""
+    known_target_groups: tuple[str, ...] = ()
+    """Every target broker group seen registered so far (sorted): one the applier's own, later read of the
+    target lacks counts as unreachable too (it left between the snapshot and the apply)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"deletedTopics": dict(self.deleted_topics), "deletedGroups": dict(self.deleted_groups),
                 "unknownTopics": dict(self.unknown_topics), "unknownGroups": dict(self.unknown_groups),
-                "missingTargetGroups": dict(self.missing_target_groups)}
+                "missingTargetGroups": dict(self.missing_target_groups),
+                "knownTargetGroups": list(self.known_target_groups)}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Evidence:
         return cls(dict(d.get("deletedTopics", {})), dict(d.get("deletedGroups", {})),
                    dict(d.get("unknownTopics", {})), dict(d.get("unknownGroups", {})),
-                   dict(d.get("missingTargetGroups", {})))
+                   dict(d.get("missingTargetGroups", {})), tuple(d.get("knownTargetGroups", ())))
+
+    def target_gaps(self, target: ClusterState) -> dict[str, str]:
+        """The target broker groups this evidence expects and ``target`` (read later) neither lists with a
+        primary nor already calls unreachable -> why they count as unreachable."""
+        gaps = {g: why for g, why in self.missing_target_groups.items() if g not in target.brokers}
+        gaps.update((g, NOT_REGISTERED) for g in self.known_target_groups
+                    if g not in target.brokers and g not in gaps)
+        return {g: why for g, why in gaps.items() if g not in target.unreachable}
 
     def retrying(self, topics: Iterable[str], groups: Iterable[str]) -> Evidence:
         """With the deletions judged in an earlier round and not applied yet (``standing.unfinished_deletions``)
@@ -174,7 +188,8 @@ def judge(memory: Memory, state: ClusterState, target_groups: Iterable[str] | No
         missing_target = {g: NOT_REGISTERED for g in sorted(known_target - now)}
         known_target |= now
     amended = dataclasses.replace(state, unreachable=unreachable)
-    return Judgement(amended, Evidence(d_topics, d_groups, u_topics, u_groups, missing_target),
+    return Judgement(amended, Evidence(d_topics, d_groups, u_topics, u_groups, missing_target,
+                                       tuple(sorted(known_target))),
                      Memory(k_topics, k_groups, a_topics, a_groups, tuple(sorted(known_target)), memory.tick + 1))
 
 

@@ -3,8 +3,9 @@ attributes) and subscription groups, read from every broker group's primary.
 
 Read on the Spark driver: the source by ``connectors.config_sync.data_source.ConfigStreamReader.read`` once
 per trigger (``ConfigPoller.next_item``, the polling shape of bytewax's ``SimplePollingSource``), the target
-by ``connectors.config_sync.applier.ConfigApplier`` before it plans. A broker group that does not answer is
-reported (``unreachable``), never taken for one without topics; one that is no longer registered on the name
+by ``connectors.config_sync.applier.ConfigApplier`` before it plans. A broker group that does not answer, or
+is registered by its replicas alone (no primary: a failover under way), is reported (``unreachable``), never
+taken for one without topics (a target topic is then not "missing" there); one that is no longer registered on the name
 server is absent from a snapshot, so what it held is judged by ``connectors.config_sync.evidence``, never by
 this listing alone.
 
@@ -106,16 +107,21 @@ def _merge(name: str, configs: list[tuple[str, TopicConfig]]) -> TopicState:
                       {b: (c.read_queue_nums, c.write_queue_nums) for b, c in sorted(configs, key=lambda bc: bc[0])})
 
 
+NO_PRIMARY = "registered by its replicas only: no primary (down, or a failover under way)"
+"""Why a broker group listed without a primary is ``unreachable``: what it holds is not known."""
+
+
 def read_cluster_state(admin: Admin, cluster: str | None, *, subscription_groups: bool = True,
                        clock_ms: Callable[[], int] | None = None) -> ClusterState:
     """Every primary of ``cluster`` (None: every cluster the name servers know). Raises ``RocketMQError``
     only when the cluster cannot be listed at all."""
     taken_ms = (clock_ms or (lambda: int(time.time() * 1000)))()
-    primaries = admin.primary_addrs(cluster)
+    registered = admin.broker_groups(cluster)
+    primaries = {broker: addr for broker, addr in registered.items() if addr is not None}
     per_topic: dict[str, list[tuple[str, TopicConfig]]] = {}
     groups: dict[str, Mapping[str, Any]] = {}
     group_holders: dict[str, list[str]] = {}
-    unreachable: dict[str, str] = {}
+    unreachable: dict[str, str] = {broker: NO_PRIMARY for broker, addr in registered.items() if addr is None}
     for broker, addr in sorted(primaries.items()):
         try:
             for name, config in admin.all_topic_config(addr).items():

@@ -19,7 +19,7 @@ from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import RequestTimeoutError, RocketMQError
 from broker_store.protocol.message import stored_record_spans
 from connectors.core.config import RetrySettings
-from connectors.core.errors import DataLossError, ReplicatorError
+from connectors.core.errors import DataLossError
 from connectors.core.executor import executor_admin, executor_consumer
 from connectors.core.outage import OutagePolicy, OutageTimer, SourceOutage
 from connectors.replication.planning import QueueRange
@@ -53,6 +53,12 @@ class PullSettings:
     retry: OutagePolicy = DEFAULT_SOURCE_RETRY
     """How long and how often a pull is retried while the source is unavailable (the link's
     ``retry_timeout_ms`` / ``retry_backoff_ms`` / ``retry_backoff_max_ms``)."""
+
+
+class QueueNotServedError(RocketMQError):
+    """A pull answered without data and without progress at an offset the queue holds (``_follow_pulls``)."""
+
+    retriable = True
 
 
 def source_outage(settings: PullSettings) -> SourceOutage:
@@ -143,7 +149,9 @@ def pull_results(settings: PullSettings, partition: QueueRange, consumer: PullCo
     a broker missing from the route, no broker registered) the failed pull is repeated at the same
     offset with backoff, for up to ``settings.retry.timeout_ms``; then ``SourceUnavailableError``. The first
     repeat after a stale route's error (a dead or replaced primary) goes out at once, on the route the client
-    fetches anew (``connectors.core.outage.once_more_on_new_route``'s rule).
+    fetches anew (``connectors.core.outage.once_more_on_new_route``'s rule). A pull answered at its own offset
+    without reading while the queue holds that offset (a broker changing role serves only up to its confirm
+    offset) is waited out the same way (``QueueNotServedError``), never looped on at once nor reported lost.
     Nothing is skipped and nothing read twice by the retries: a failed pull yielded nothing.
     ``outage``: the task's (counts its retries); default one per call.
     """
@@ -196,16 +204,24 @@ def _follow_pulls(settings: PullSettings, partition: QueueRange, pull: Callable[
                 pending = pull(offset)
                 continue
             new_route_asked = False
+            pending = None
+            status = result.status
+            found = status is PullStatus.FOUND or status is PullStatus.NO_MATCHED_MSG
+            if result.next_begin_offset <= offset and (
+                    found or (status is PullStatus.NO_NEW_MSG and result.max_offset >= partition.end)):
+                # Answered without reading although the queue holds the offset: a broker changing role serves
+                # only up to its confirm offset. Wait like an outage (bounded by retry_timeout_ms), never
+                # loop at once and never report the range lost.
+                outage.record_wait(timer, QueueNotServedError(
+                    f"{status.name} at {offset} (nextBeginOffset {result.next_begin_offset}, queue max offset "
+                    f"{result.max_offset})"), f"pulling {mq} at offset {offset}")
+                pending = pull(offset)
+                continue
             if timer.waits:
                 log.info("link %s: source queue %s readable again after %.1fs (%d retries)", outage.link, mq,
                          timer.elapsed, timer.waits)
                 timer.reset()
-            pending = None
-            status = result.status
-            if status is PullStatus.FOUND or status is PullStatus.NO_MATCHED_MSG:
-                if result.next_begin_offset <= offset:
-                    raise ReplicatorError(f"{mq}: pull at {offset} did not advance (nextBeginOffset "
-                                          f"{result.next_begin_offset}); refusing to loop")
+            if found:
                 begin, offset = offset, result.next_begin_offset
                 if offset < partition.end:
                     pending = pull(offset)

@@ -63,12 +63,6 @@ def test_forever_runs_until_ctrl_c_then_prints_the_summary_and_exits_0(tmp_path:
     print(f"SIGINT to exit 0: {time.monotonic() - producing - 3 * SECONDS - 5:.0f} s")
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known bug, issue 15 (open): a pull that reached the new source primary right after its promotion was "
-    "answered FOUND/NO_MATCHED_MSG without advancing (nextBeginOffset == the pull's offset; not the fenced "
-    "path, which answers PULL_NOT_FOUND: look at the store's reads during the promotion's rebuild), and "
-    "pulling.py's guard failed the link ('did not advance; refusing to loop'); seen once in CI on 2026-11-26. "
-    "Such a pull should look like no new message and the reader retry; fix and drop this marker"))
 def test_failover_kills_the_source_primary_once_and_reports_the_election_and_nothing_missing(tmp_path: Path) -> None:
     """`make demo DEMO_ARGS=--failover`, bounded and short: the controller-mode source's primary is killed under
     the load; the summary's failover line gives the election time and 0 missing, and every other check holds."""

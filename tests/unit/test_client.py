@@ -51,6 +51,7 @@ from broker_store.protocol.errors import (
     NoWritableQueueError,
     RequestTimeoutError,
     RetriableSystemError,
+    ServiceNotAvailableError,
     TopicNotExistError,
     TransportError,
 )
@@ -743,6 +744,58 @@ def test_failing_replica_sends_next_pull_to_primary(cluster: Cluster) -> None:
             consumer.pull(mq, 1)
         cluster.a.suggest = 0
         assert consumer.pull(mq, 1).messages[0].body == b"m1"
+
+
+def _read_disabled(cmd: RemotingCommand) -> RemotingCommand | None:
+    """A replica without slave_read_enable: every pull back to the primary, unread (the real broker's answer)."""
+    if cmd.code != RequestCode.PULL_MESSAGE:
+        return None
+    offset = PullMessageRequestHeader.from_ext(cmd.ext_fields).queue_offset
+    return cmd.response(ResponseCode.PULL_RETRY_IMMEDIATELY, "slave read is disabled on this broker", {
+        "suggestWhichBrokerId": "0", "nextBeginOffset": str(offset), "minOffset": "0", "maxOffset": "2"})
+
+
+def test_read_disabled_replica_sends_the_pull_to_the_primary_at_once(cluster: Cluster) -> None:
+    mq = MessageQueue("t", "broker-a", 0)
+    _fill(cluster, mq, [None] * 2)
+    cluster.namesrv.routes["t"] = make_route([cluster.a, cluster.a1, cluster.b])
+    cluster.a.suggest = 1
+    cluster.a1.hook = _read_disabled
+    with PullConsumer(cluster.namesrv.addr, "g", heartbeat_interval=None) as consumer:
+        consumer.pull(mq, 0, max_nums=1)
+        cluster.a.suggest = 0
+        r = consumer.pull(mq, 1)  # replica 1 first (the suggestion), then the primary in the same call
+        assert [m.body for m in r.messages] == [b"m1"] and r.next_begin_offset == 2
+        assert cluster.a1.count(RequestCode.PULL_MESSAGE) == 1 and consumer.pull_from_broker_id(mq) == 0
+
+
+def test_read_disabled_replica_without_a_primary_in_the_route_is_a_stale_route(cluster: Cluster) -> None:
+    # Right after a primary died the route may list only the replica about to be promoted: its answer
+    # must not look like an empty read at the same offset (a reader would loop or give up on the queue).
+    mq = MessageQueue("t", "broker-a", 0)
+    _fill(cluster, mq, [None] * 2)
+    cluster.namesrv.routes["t"] = make_route([cluster.a1, cluster.b])
+    cluster.a1.hook = _read_disabled
+    with PullConsumer(cluster.namesrv.addr, "g", heartbeat_interval=None) as consumer:
+        with pytest.raises(ServiceNotAvailableError, match="route names no other primary") as err:
+            consumer.pull(mq, 0)
+        assert err.value.retriable and err.value.invalid_route
+        asked = cluster.namesrv.route_requests("t")
+        cluster.namesrv.routes["t"] = make_route([cluster.a, cluster.a1, cluster.b])  # the election is over
+        assert [m.body for m in consumer.pull(mq, 0).messages] == [b"m0", b"m1"]
+        assert cluster.namesrv.route_requests("t") == asked + 1  # the route was dropped, then asked again
+
+
+def test_primary_in_a_stale_route_answering_as_a_replica_is_a_stale_route(cluster: Cluster) -> None:
+    # A demoted primary (restarted as a replica at its old address) still listed as id 0.
+    mq = MessageQueue("t", "broker-a", 0)
+    _fill(cluster, mq, [None] * 2)
+    cluster.a.hook = _read_disabled
+    with PullConsumer(cluster.namesrv.addr, "g", heartbeat_interval=None) as consumer:
+        with pytest.raises(ServiceNotAvailableError, match="broker id 0 of broker-a sends reads to the primary"):
+            consumer.pull(mq, 0)
+        cluster.a.hook = None
+        assert [m.body for m in consumer.pull(mq, 0).messages] == [b"m0", b"m1"]
 
 
 def test_heartbeat_and_unregister(cluster: Cluster) -> None:

@@ -79,6 +79,39 @@ def test_target_broker_groups_seen_before_and_missing_now_are_reported() -> None
     assert unlisted.evidence.missing_target_groups == {} and unlisted.memory.target_groups == ("x", "y")
 
 
+def test_a_target_group_that_leaves_between_the_snapshot_and_the_apply_counts_as_unreachable() -> None:
+    # Registered when the reader judged, gone (or without a primary) when the applier reads the target: a
+    # failover of the target's group in that second must not make its topics look missing there.
+    evidence = judge(Memory(), snapshot(1000, {}), ("x", "y")).evidence
+    assert evidence.known_target_groups == ("x", "y") and evidence.missing_target_groups == {}
+    read_later = snapshot(1001, {}, brokers=("y",))
+    assert evidence.target_gaps(read_later) == {"x": NOT_REGISTERED}
+    replicas_only = snapshot(1001, {}, brokers=("y",), unreachable={"x": "no primary"})
+    assert evidence.target_gaps(replicas_only) == {}  # already unreachable, with its own reason
+    assert evidence.target_gaps(snapshot(1001, {}, brokers=("x", "y"))) == {}
+    assert type(evidence).from_json(evidence.to_json()) == evidence
+
+
+def test_a_group_registered_by_its_replicas_alone_is_read_as_unreachable_not_as_empty() -> None:
+    from broker_store.client import TopicConfig
+    from connectors.config_sync.state import NO_PRIMARY, read_cluster_state
+
+    class Admin:  # the target mid-failover: group x lists only its replica
+        def broker_groups(self, cluster: str | None) -> dict[str, str | None]:
+            return {"x": None, "y": "127.0.0.1:2"}
+
+        def all_topic_config(self, addr: str) -> dict[str, TopicConfig]:
+            assert addr == "127.0.0.1:2"
+            return {"T": TopicConfig("T", 4, 4)}
+
+        def all_subscription_groups(self, addr: str) -> dict[str, dict[str, object]]:
+            return {}
+
+    state = read_cluster_state(Admin(), "dst", clock_ms=lambda: 5)  # type: ignore[arg-type]
+    assert state.brokers == ("y",) and state.unreachable == {"x": NO_PRIMARY}
+    assert state.topics["T"].brokers == ("y",)
+
+
 def test_the_memory_survives_its_offset_and_a_version_1_offset_is_read() -> None:
     memory = judge(judge(Memory(), snapshot(1000, {"T": ("a",), "U": ("b",)}, groups={"g": ("a",)}), ("x",)).memory,
                    snapshot(2000, {"U": ("b",)}, groups={"g": ("a",)}), ("x",)).memory

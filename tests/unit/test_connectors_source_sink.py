@@ -4,6 +4,7 @@ property rules and the offset-log reader (no Spark session, no broker)."""
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors.core.errors import ConfigError
+from broker_store.client import PullResult, PullStatus
+from connectors.core.errors import ConfigError, DataLossError, SourceUnavailableError
 from connectors.core.offsets import QueueKey, SourceOffset
 from connectors.core.spark_checkpoint import read_offset_log
 from connectors.replication.forwarding import DROPPED_PROPERTIES, target_properties
@@ -170,6 +172,82 @@ def test_pull_range_raw_trims_to_whole_records_inside_the_range() -> None:
     assert [(r.first_offset, r.last_offset, r.count) for r in got] == [(10, 13, 4), (14, 16, 3)]
     assert [m.queue_offset for r in got for m in decode_stored_messages(r.records)] == list(range(10, 17))
     assert stub.asked == [10, 14]
+
+
+class _StepClock:
+    """connectors.core.outage.Clock whose sleeps only add up."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _scripted_pulls(answers: list[tuple[PullStatus, int, int]]) -> tuple[list[int], Callable[..., Future[PullResult]]]:
+    """A pull_async answering (status, nextBeginOffset, maxOffset) in turn, then the last one forever; FOUND and
+    NO_MATCHED_MSG carry the records in [at, nextBeginOffset)."""
+    from broker_store.protocol.message import encode_stored_message
+
+    asked: list[int] = []
+
+    def pull_async(mq: object, at: int, n: int, *, expression: str, decode: bool) -> Future[PullResult]:
+        status, next_begin, max_offset = answers[min(len(asked), len(answers) - 1)]
+        asked.append(at)
+        raw = b"".join(encode_stored_message(topic=b"T", queue_id=0, queue_offset=o, physical_offset=o * 200,
+                                             body=b"m%d" % o, properties=b"") for o in range(at, next_begin))
+        future: Future[PullResult] = Future()
+        future.set_result(PullResult(status, next_begin, 0, max_offset, [], 0, raw=raw))
+        return future
+
+    return asked, pull_async
+
+
+def test_a_pull_answered_without_progress_is_retried_like_an_outage_never_lost_or_looped() -> None:
+    # A source primary right after its promotion (fenced: serves only up to its confirm offset) or a replica
+    # that sends reads to the primary answers at the pulled offset without reading; the reader waits with
+    # backoff and goes on, reporting neither a loop nor data loss.
+    from connectors.core.outage import OutagePolicy, SourceOutage
+    from connectors.replication.pulling import PullSettings, pull_range_raw
+
+    settings = PullSettings(namesrv="h:1", group="g", cluster="c", tags="*", pull_batch_size=4,
+                            fail_on_data_loss=True, pull_timeout_ms=1000, row_format="raw",
+                            retry=OutagePolicy(timeout_ms=5000, backoff_ms=100, backoff_max_ms=400))
+    clock = _StepClock()
+
+    def outage() -> SourceOutage:
+        return SourceOutage(link="l", cluster="c", namesrv="h:1", policy=settings.retry,
+                            cluster_has_brokers=lambda: True, clock=clock)
+
+    class Stub:
+        def __init__(self, answers: list[tuple[PullStatus, int, int]]) -> None:
+            self.asked, self.pull_async = _scripted_pulls(answers)
+
+        def pull_wait_budget(self) -> float:
+            return 1.0
+
+    stub = Stub([(PullStatus.NO_MATCHED_MSG, 10, 20), (PullStatus.NO_NEW_MSG, 10, 20),
+                 (PullStatus.FOUND, 14, 20), (PullStatus.FOUND, 16, 20)])
+    task_outage = outage()
+    got = list(pull_range_raw(settings, QueueRange("T", "b", 0, 10, 16), stub,  # type: ignore[arg-type]
+                              outage=task_outage))
+    assert [(r.first_offset, r.last_offset) for r in got] == [(10, 13), (14, 15)]
+    assert stub.asked == [10, 10, 10, 14] and task_outage.retries == 2 and clock.now > 0
+    # an answer that never advances ends the task after retry_timeout_ms, naming what it saw
+    stuck = Stub([(PullStatus.NO_MATCHED_MSG, 10, 20)])
+    with pytest.raises(SourceUnavailableError, match=r"pulling T/b/0 at offset 10: QueueNotServedError: "
+                                                      r"NO_MATCHED_MSG at 10 \(nextBeginOffset 10"):
+        list(pull_range_raw(settings, QueueRange("T", "b", 0, 10, 16), stuck,  # type: ignore[arg-type]
+                            outage=outage()))
+    # a queue that really ends before the planned end is still data loss at once
+    short = Stub([(PullStatus.NO_NEW_MSG, 10, 12)])
+    with pytest.raises(DataLossError, match="the queue ends at 12, before the planned end 16"):
+        list(pull_range_raw(settings, QueueRange("T", "b", 0, 10, 16), short,  # type: ignore[arg-type]
+                            outage=outage()))
+    assert short.asked == [10]
 
 
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 500)), min_size=1, max_size=12),
