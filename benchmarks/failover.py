@@ -20,8 +20,16 @@ One run:
    name server and its embedded controller (apache/rocketmq#7689's shape; both restarted ``--down`` s later);
    ``catchup`` kill -9s it, waits for the controller's new primary and kill -9s that one too while the last
    replica is still catching up with it (both restarted ``--down`` s later: with unclean election off the group
-   waits for the second victim, the only SyncStateSet member). Recovery time of a fault: injection -> the first
-   SEND_OK at the client of a send started after it (for ``both`` and ``catchup`` it includes ``--down``).
+   waits for the second victim, the only SyncStateSet member); ``partition`` (needs ``--lan``) cuts it off from
+   the name server (its controller) and every replica for ``--pause`` s while the producers still reach it
+   (apache/rocketmq#6662's two primaries), then heals; ``controller`` (needs ``--controllers 3``) kill -9s it
+   together with the controllers' leader and one etcd member (all restarted ``--down`` s later). Recovery time
+   of a fault: injection -> the first SEND_OK at the client of a send started after it (for ``both``,
+   ``catchup`` and ``controller`` it includes ``--down``).
+
+   ``--lan``: every process in a network namespace of its own on one private LAN (``tests/support/netns.py``,
+   root needed), the producers in the root namespace. ``--controllers 3``: three standalone controllers over
+   three etcd members (``make etcd``) on loopback instead of the name server's embedded controller.
 4. The check, after the last fault healed and the group settled: every process is stopped; each member's
    CommitLog is read from its files. *Acknowledged lost*: recorded SEND_OKs whose key is not in the final
    primary's log. *Divergent*: members whose CommitLog bytes differ from the final primary's over their
@@ -49,13 +57,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from broker_store.client import AsyncAdmin, AsyncProducer, SendStatus, new_message  # noqa: E402
-from broker_store.config import BrokerConfig, NamesrvConfig  # noqa: E402
+from broker_store.client.controller_admin import controller_metadata  # noqa: E402
+from broker_store.config import BrokerConfig, ControllerConfig, NamesrvConfig  # noqa: E402
+from broker_store.controller.etcd_members import EtcdCluster  # noqa: E402
+from broker_store.controller.settings import ControllerSettings  # noqa: E402
 from broker_store.launcher import HOST, ManagedProcess, broker_listen_port, free_port  # noqa: E402
+from broker_store.net.client import RemotingClient  # noqa: E402
 from broker_store.protocol.errors import RocketMQError  # noqa: E402
 from tests.support.controller_group import master_addr  # noqa: E402
 from tests.support.log_check import commitlog_image, diverges, stored_keys  # noqa: E402
+from tests.support.netns import Lan  # noqa: E402
 
 CLUSTER, GROUP, TOPIC = "fc", "fc-a", "FaultCheck"
+KINDS = ("kill", "pause", "both", "catchup", "partition", "controller")
 
 
 @dataclass
@@ -77,11 +91,12 @@ class Run:
     errors: Counter[str] = field(default_factory=Counter)
 
 
-def broker_config(root: Path, name: str, namesrv: str, args: argparse.Namespace) -> BrokerConfig:
+def broker_config(root: Path, name: str, listen: str, namesrv: str, controllers: list[str],
+                  args: argparse.Namespace) -> BrokerConfig:
     return BrokerConfig(
-        cluster_name=CLUSTER, broker_name=GROUP, listen=f"{HOST}:{broker_listen_port(False)}",
+        cluster_name=CLUSTER, broker_name=GROUP, listen=listen,
         store_dir=root / name, namesrv_addrs=[namesrv], enable_controller_mode=True,
-        controller={"controller_addrs": [namesrv], "replica_info_poll_interval_ms": 500},
+        controller={"controller_addrs": controllers, "replica_info_poll_interval_ms": 500},
         fast_listen_enable=False, commit_log_segment_size=64 * 1024 * 1024,
         ha={"role": "SYNC_MASTER", "total_replicas": args.replicas, "in_sync_replicas": 2,
             "min_in_sync_replicas": 2, "all_ack_in_sync_state_set": args.all_ack,
@@ -90,35 +105,80 @@ def broker_config(root: Path, name: str, namesrv: str, args: argparse.Namespace)
 
 
 class Cluster:
-    def __init__(self, root: Path, args: argparse.Namespace) -> None:
-        port = free_port()
-        controller = {"heartbeat_timeout_ms": args.heartbeat_timeout_ms, "scan_interval_ms": 200,
-                      "state_dir": str(root / "controller")}
-        self.namesrv = ManagedProcess("namesrv", NamesrvConfig(listen=f"{HOST}:{port}", broker_expiry_seconds=3.0,
-                                                               controller=controller), root, "namesrv")
-        self.brokers = [ManagedProcess("broker", broker_config(root, f"b{i}", f"{HOST}:{port}", args), root, f"b{i}")
-                        for i in range(1, args.replicas + 1)]
+    """The name server, the group's brokers and, with ``--controllers 3``, the controllers and their etcd; with
+    ``lan``, each broker and the name server in a namespace of its own (named as the process)."""
+
+    def __init__(self, root: Path, args: argparse.Namespace, lan: Lan | None) -> None:
+        self.lan = lan
+        timing = {"heartbeat_timeout_ms": args.heartbeat_timeout_ms, "scan_interval_ms": 200}
+        self.etcd: EtcdCluster | None = None
+        self.controllers: list[ManagedProcess] = []
+        namesrv_listen = f"{lan.add_node('namesrv')}:9876" if lan is not None else f"{HOST}:{free_port()}"
+        if args.controllers:
+            self.etcd = EtcdCluster(root / "etcd", 3)
+            settings = ControllerSettings.model_validate(
+                {**timing, "etcd": {"endpoints": self.etcd.endpoints, "lease_ttl_seconds": 2}})
+            self.controllers = [
+                ManagedProcess("controller", ControllerConfig(listen=f"{HOST}:{free_port()}", controller=settings),
+                               root, f"controller-{i}") for i in range(args.controllers)]
+            namesrv = NamesrvConfig(listen=namesrv_listen, broker_expiry_seconds=3.0)
+            controller_addrs = [c.config.listen for c in self.controllers]
+        else:
+            namesrv = NamesrvConfig(listen=namesrv_listen, broker_expiry_seconds=3.0,
+                                    controller={**timing, "state_dir": str(root / "controller")})
+            controller_addrs = [namesrv_listen]
+        self.namesrv = ManagedProcess("namesrv", namesrv, root, "namesrv",
+                                      wrap=lan.wrap("namesrv") if lan is not None else ())
+        self.brokers = []
+        for i in range(1, args.replicas + 1):
+            name = f"b{i}"
+            listen = f"{lan.add_node(name)}:10911" if lan is not None else f"{HOST}:{broker_listen_port(False)}"
+            config = broker_config(root, name, listen, namesrv_listen, controller_addrs, args)
+            self.brokers.append(ManagedProcess("broker", config, root, name,
+                                               wrap=lan.wrap(name) if lan is not None else ()))
 
     @property
     def namesrv_addr(self) -> str:
         return self.namesrv.config.listen
 
     def start(self) -> None:
+        if self.etcd is not None:
+            self.etcd.start()
+        for c in self.controllers:
+            c.start()
         self.namesrv.start()
         for b in self.brokers:
             b.start()
 
     def stop(self) -> None:
-        for p in [*self.brokers, self.namesrv]:
+        if self.lan is not None:
+            self.lan.heal()
+        for p in [*self.brokers, self.namesrv, *self.controllers]:
             try:
                 if p.running():
                     os.kill(p.pid, signal.SIGCONT)
                 p.stop()
             except (OSError, RuntimeError):
                 pass
+        if self.etcd is not None:
+            self.etcd.stop()
 
     def by_listen(self, addr: str) -> ManagedProcess | None:
         return next((b for b in self.brokers if b.config.listen == addr), None)
+
+    async def controller_leader(self) -> ManagedProcess | None:
+        """The standalone controller a live one names as leader (None if none answers)."""
+        client = RemotingClient()
+        try:
+            for c in self.controllers:
+                try:
+                    leader = (await controller_metadata(client, c.config.listen)).controller_leader_id
+                except RocketMQError:
+                    continue
+                return next((p for p in self.controllers if p.config.listen == leader), None)
+            return None
+        finally:
+            await client.close()
 
 
 async def produce(run: Run, namesrv: str, stop: asyncio.Event, args: argparse.Namespace) -> None:
@@ -167,6 +227,8 @@ async def nemesis(run: Run, cluster: Cluster, admin: AsyncAdmin, args: argparse.
             print(f"fault {n + 1}: no primary registered; skipped", flush=True)
             continue
         kind = kinds[n % len(kinds)]
+        # asked before the injection time is taken: a send that succeeds meanwhile says nothing of recovery
+        leader = await cluster.controller_leader() if kind == "controller" else None
         run.faults.append((kind, time.monotonic()))
         if kind == "kill":
             await asyncio.to_thread(victim.kill)
@@ -187,12 +249,28 @@ async def nemesis(run: Run, cluster: Cluster, admin: AsyncAdmin, args: argparse.
             for member in (second, victim):
                 if member is not None:
                     await asyncio.to_thread(member.start)
+        elif kind == "partition":
+            assert cluster.lan is not None
+            cluster.lan.partition(victim.name, ["namesrv", *(b.name for b in cluster.brokers if b is not victim)])
+            await asyncio.sleep(args.pause)
+            cluster.lan.heal()
+        elif kind == "controller":
+            assert cluster.etcd is not None
+            member = cluster.etcd.members[n % len(cluster.etcd.members)]
+            for p in (victim, leader, member):
+                if p is not None:
+                    await asyncio.to_thread(p.kill)
+            await asyncio.sleep(args.down)
+            await asyncio.to_thread(cluster.etcd.start_member, member)
+            if leader is not None:
+                await asyncio.to_thread(leader.start)
+            await asyncio.to_thread(victim.start)
         elif kind == "pause":
             os.kill(victim.pid, signal.SIGSTOP)
             await asyncio.sleep(args.pause)
             os.kill(victim.pid, signal.SIGCONT)
         else:
-            raise SystemExit(f"--kinds: unknown fault kind {kind!r} (kill, pause, both, catchup)")
+            raise SystemExit(f"--kinds: unknown fault kind {kind!r} ({', '.join(KINDS)})")
         print(f"fault {n + 1}/{args.faults}: {kind} {victim.name}", flush=True)
 
 
@@ -208,8 +286,8 @@ def check(run: Run, cluster: Cluster, final_primary: str | None) -> tuple[int, i
     return lost, divergent, duplicates
 
 
-async def main_async(args: argparse.Namespace, root: Path) -> str:
-    cluster = Cluster(root, args)
+async def main_async(args: argparse.Namespace, root: Path, lan: Lan | None) -> str:
+    cluster = Cluster(root, args, lan)
     await asyncio.to_thread(cluster.start)
     run = Run()
     admin = AsyncAdmin(cluster.namesrv_addr)
@@ -254,7 +332,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--faults", type=int, default=10)
     parser.add_argument("--interval", type=float, default=4.0, help="seconds between faults")
-    parser.add_argument("--kinds", default="kill,pause", help="comma-separated, in turn: kill, pause, both, catchup")
+    parser.add_argument("--kinds", default="kill,pause", help=f"comma-separated, in turn: {', '.join(KINDS)}")
+    parser.add_argument("--lan", action="store_true",
+                        help="every process in a network namespace of its own (root; needed by partition)")
+    parser.add_argument("--controllers", type=int, choices=(0, 3), default=0,
+                        help="0: the name server's embedded controller; 3: standalone controllers over etcd")
     parser.add_argument("--down", type=float, default=2.0, help="seconds a killed primary stays down")
     parser.add_argument("--pause", type=float, default=4.0, help="seconds a primary stays SIGSTOPped")
     parser.add_argument("--replicas", type=int, default=3)
@@ -267,8 +349,23 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     random.seed(args.seed)
+    kinds = args.kinds.split(",")
+    if unknown := [k for k in kinds if k not in KINDS]:
+        parser.error(f"--kinds: unknown fault kind(s) {', '.join(unknown)} (known: {', '.join(KINDS)})")
+    if "partition" in kinds and not args.lan:
+        parser.error("--kinds partition needs --lan (the partition cuts network namespaces)")
+    if "controller" in kinds and not args.controllers:
+        parser.error("--kinds controller needs --controllers 3 (it kills the controllers' leader and an etcd member)")
+    if args.lan and args.controllers:
+        parser.error("--lan runs with the embedded controller only (etcd listens on loopback)")
+    if args.lan and (why := Lan.available()) is not None:
+        parser.error(f"--lan: {why}")
     with tempfile.TemporaryDirectory(prefix="failover-") as tmp:
-        line = asyncio.run(main_async(args, Path(tmp)))
+        if args.lan:
+            with Lan() as lan:
+                line = asyncio.run(main_async(args, Path(tmp), lan))
+        else:
+            line = asyncio.run(main_async(args, Path(tmp), None))
     print(line)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,11 +44,14 @@ def namesrv_config(listen: str, state_dir: Path, **controller: Any) -> NamesrvCo
 
 
 def broker_config(listen: str, namesrv: str, store_dir: Path, *, cluster: str, group: str,
-                  ha: Mapping[str, Any] = CP_HA, **options: Any) -> BrokerConfig:
-    """A controller-mode member of ``group`` (no id, no fixed role) whose controller is the name server."""
+                  ha: Mapping[str, Any] = CP_HA, controllers: Sequence[str] | None = None,
+                  **options: Any) -> BrokerConfig:
+    """A controller-mode member of ``group`` (no id, no fixed role) whose controller is the name server, or
+    ``controllers`` (standalone ones)."""
     return BrokerConfig(cluster_name=cluster, broker_name=group, listen=listen, store_dir=store_dir,
                         namesrv_addrs=[namesrv], enable_controller_mode=True,
-                        controller={"controller_addrs": [namesrv], "replica_info_poll_interval_ms": 500},
+                        controller={"controller_addrs": list(controllers or [namesrv]),
+                                    "replica_info_poll_interval_ms": 500},
                         fast_listen_enable=False, commit_log_segment_size=8 * 1024 * 1024, ha=dict(ha),
                         **options)
 
