@@ -9,7 +9,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 # `make demo DEMO_ARGS="--rate 500 --seconds 60"`; empty: the bounded demo.
 DEMO_ARGS ?=
 
-.PHONY: test demo bench lint unit integration clean etcd
+.PHONY: test demo bench lint unit integration clean etcd test-containers
 
 $(STAMP): pyproject.toml setup.py connectors/replication/_forward.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ unit: $(STAMP)
 
 integration: $(STAMP) etcd
 	$(PY) -m pytest -q tests/integration
+
+# The container tier (tests/containers): only where a docker daemon answers; otherwise each test is skipped with
+# the daemon's error printed (header, summary and -ra), never silently. Not part of `make test` (testpaths).
+test-containers: $(STAMP)
+	$(PY) -m pytest -q -m containers tests/containers
 
 demo: $(STAMP)
 	$(PY) -m jobs.demo --config conf/cluster-local.yaml $(DEMO_ARGS)
