@@ -198,10 +198,11 @@ def plot(path: Path, procs: Sequence[ProcSample], lags: Sequence[LagSample], win
     ax_rss.set_ylabel("RSS (MiB)")
     ax_rss.set_yscale("log")
     ax_rss.legend(fontsize=7, ncol=4, loc="upper left")
-    ax_lag.plot([s.t / 60 for s in lags if s.lag_s is not None], [s.lag_s for s in lags if s.lag_s is not None],
-                label="heartbeat lag (s)")
-    ax_lag.plot([s.t / 60 for s in lags if s.age_s is not None], [s.age_s for s in lags if s.age_s is not None],
-                label="heartbeat age (s)", alpha=0.6)
+    # NaN where the endpoint did not answer: the line breaks there instead of bridging the gap
+    minutes = [s.t / 60 for s in lags]
+    ax_lag.plot(minutes, [math.nan if s.lag_s is None else s.lag_s for s in lags], label="replication lag (s)")
+    ax_lag.plot(minutes, [math.nan if s.age_s is None else s.age_s for s in lags], label="heartbeat age (s)",
+                alpha=0.6)
     ax_lag.set_ylabel("seconds")
     ax_lag.set_yscale("symlog", linthresh=1.0)
     ax_lag.legend(fontsize=8, loc="upper left")
