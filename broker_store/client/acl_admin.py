@@ -1,8 +1,9 @@
 """ACL 1.0 admin requests (codes 50-54, RocketMQ's header names) sent to one broker: what mqadmin's
 updateAclConfig, deleteAclConfig, updateGlobalWhiteAddr, clusterAclConfigVersion and getAclConfig do.
 
-Used by ``broker_store.cli_acl`` (and the config connector later) over an ``AsyncAdmin``'s session, so the
-requests are signed with its credentials; the broker answers only an admin account. Non-success answers
+Used by ``broker_store.cli_acl`` over an ``AsyncAdmin``'s session (``AclAdmin``: the blocking form over an
+``Admin``, for the config connector), so the requests are signed with its credentials; the broker answers only
+an admin account. Non-success answers
 raise ``protocol.errors`` (an ACL refusal: ``AclPermissionError``).
 """
 
@@ -14,8 +15,8 @@ from typing import Any
 
 import orjson
 
-from broker_store.acl.plain_file import PlainAccount
-from broker_store.client.admin import AsyncAdmin
+from broker_store.acl.plain_file import PlainAccount as PlainAccount  # re-exported: what these requests carry
+from broker_store.client.admin import Admin, AsyncAdmin
 from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.errors import ProtocolError, error_for_response
 from broker_store.protocol.frame import RemotingCommand
@@ -89,3 +90,16 @@ class AsyncAclAdmin:
                 tuple(PlainAccount.model_validate(a) for a in data.get("plainAccessConfigs") or ()))
         except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError) as exc:
             raise ProtocolError(f"GET_BROKER_CLUSTER_ACL_CONFIG body from {addr} does not decode: {exc}") from exc
+
+
+class AclAdmin:
+    """``AsyncAclAdmin``'s reads and account updates, blocking, over a synchronous ``Admin``."""
+
+    def __init__(self, admin: Admin) -> None:
+        self._admin = admin
+
+    def acl_config(self, addr: str) -> BrokerAclConfig:
+        return self._admin.call(lambda a: AsyncAclAdmin(a).acl_config(addr))
+
+    def update_account(self, addr: str, account: PlainAccount) -> None:
+        self._admin.call(lambda a: AsyncAclAdmin(a).update_account(addr, account))

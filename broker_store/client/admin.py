@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
 
 from broker_store.client.consumer import query_consumer_offset
 from broker_store.client.records import MessageQueue
@@ -47,6 +47,8 @@ from broker_store.protocol.topic import TOPIC_FILTER_SINGLE_TAG, TopicConfig, To
 from broker_store.protocol.topic_stats import TopicOffset, TopicStatsTable
 
 DEFAULT_PERM = PERM_READ | PERM_WRITE
+
+T = TypeVar("T")
 
 
 class AsyncAdmin:
@@ -403,6 +405,11 @@ class Admin(SyncClient[AsyncAdmin]):
 
     def _t(self, n: int = 3) -> float:
         return self.request_timeout * n
+
+    def call(self, factory: Callable[[AsyncAdmin], Coroutine[Any, Any, T]], requests: int = 3) -> T:
+        """``factory(the async admin)`` run on the client's loop with the time of ``requests`` requests: for
+        request families of their own modules (``client.acl_admin.AclAdmin``)."""
+        return self._call(factory, self._t(requests))
 
     def cluster_info(self) -> ClusterInfo:
         return self._call(lambda a: a.cluster_info(), self._t())

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from broker_store.client import Admin
 from broker_store.protocol.errors import RocketMQError
+from connectors.config_sync.acl_sync import AclSync
 from connectors.config_sync.evidence import Evidence
 from connectors.config_sync.plan import ChangeKind, ChangeStatus, ConfigChange, plan_changes
 from connectors.config_sync.standing import (
@@ -162,10 +163,11 @@ class ConfigApplier:
     """Plans and applies source snapshots on one link's target. Driver only; not thread-safe."""
 
     def __init__(self, *, target_admin: Admin, mapper: TopicMapper, settings: ConfigSyncSettings,
-                 read_target: Callable[[], ClusterState] | None = None) -> None:
+                 read_target: Callable[[], ClusterState] | None = None, acl: AclSync | None = None) -> None:
         self._admin = target_admin
         self._mapper = mapper
         self._settings = settings
+        self._acl = acl
         self._read_target = read_target or (lambda: read_cluster_state(
             target_admin, None, subscription_groups=settings.subscription_groups))
 
@@ -184,8 +186,10 @@ class ConfigApplier:
         if missing:
             target = dataclasses.replace(target, unreachable={**missing, **target.unreachable})
         changes = plan_changes(source, target, self._mapper, self._settings, evidence, queue_floors)
-        return AppliedRound([apply_change(self._admin, c) if c.status is ChangeStatus.PLANNED else c
-                             for c in changes], not (source.unreachable or target.unreachable))
+        applied = [apply_change(self._admin, c) if c.status is ChangeStatus.PLANNED else c for c in changes]
+        if self._acl is not None:
+            applied.extend(self._acl.round())
+        return AppliedRound(applied, not (source.unreachable or target.unreachable))
 
 
 def apply_change(admin: Admin, c: ConfigChange) -> ConfigChange:

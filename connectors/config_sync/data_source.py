@@ -32,6 +32,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from broker_store.client import Admin
+from connectors.config_sync.acl_sync import AclSync
 from connectors.config_sync.applier import ConfigApplier, ConfigTables, sync_round
 from connectors.config_sync.evidence import Evidence, Judgement, Memory, judge
 from connectors.config_sync.state import ClusterState, ConfigPoller, registered_groups
@@ -136,8 +137,11 @@ class ConfigStreamWriter(DataSourceStreamWriter):
         for _taken, snapshot, evidence in rows:
             state = ClusterState.from_json(json.loads(snapshot))
             mapper = TopicMapper(o.link.topics, reserved_names=[source.name, *state.brokers])
-            applier = ConfigApplier(target_admin=executor_admin(";".join(target.namesrv), target.credentials()),
-                                    mapper=mapper, settings=o.link.config_sync)
+            target_admin = executor_admin(";".join(target.namesrv), target.credentials())
+            acl = AclSync(source_admin=executor_admin(";".join(source.namesrv), source.credentials()),
+                          source_cluster=source.name, target_admin=target_admin, mapper=mapper,
+                          settings=o.link.config_sync.acl) if o.link.config_sync.acl.enabled else None
+            applier = ConfigApplier(target_admin=target_admin, mapper=mapper, settings=o.link.config_sync, acl=acl)
             sync_round(tables, applier, state, Evidence.from_json(json.loads(evidence)), link=o.link.name,
                        query_id=query_id, batch_id=batchId)
 

@@ -79,6 +79,12 @@ class ChangeKind(enum.Enum):
     """A source topic's state is unknown (a broker group that held it is unreachable): DEFERRED, not deleted."""
     SOURCE_GROUP_UNKNOWN = "source_group_unknown"
     """The same for a subscription group."""
+    CREATE_ACCOUNT = "create_account"
+    """An ACL account no target broker group holds (``connectors.config_sync.acl_sync``)."""
+    UPDATE_ACCOUNT = "update_account"
+    """An ACL account missing on some target broker group, or with other permissions there."""
+    READ_ACL = "read_acl"
+    """A cluster's ACL could not be read: no account change this round (failed, retried next round)."""
 
 
 class ChangeStatus(enum.Enum):

@@ -21,6 +21,7 @@ YAML (every key optional)::
           interval: 10 seconds
           subscription_groups: true
           propagate_deletion: false
+          acl: {enabled: false, copy_secrets: false}   # ACL 1.0 accounts, topic perms through the mapping
 """
 
 from __future__ import annotations
@@ -126,6 +127,19 @@ class CheckpointSettings(SettingsModel):
         return f"{round(self.interval * 1000)} milliseconds"
 
 
+class AclSyncSettings(SettingsModel):
+    """The copy of the source's ACL 1.0 accounts to the target (``connectors.config_sync.acl_sync``)."""
+
+    enabled: bool = False
+    """Copy every source account's permissions to the target's primaries, topic permissions through the link's
+    topic mapping (entries for topics the link does not copy are left out). The link's target credentials must
+    be an admin account there; nothing is ever deleted on the target."""
+    copy_secrets: bool = False
+    """Also copy secret keys: a source account missing on the target is created with the source's secret, and an
+    existing one takes it. False: an existing target account keeps its own secret, a missing one is reported
+    (refused) until someone creates it on the target."""
+
+
 class ConfigSyncSettings(SettingsModel):
     """A link's copy of topic configuration and subscription groups (``connectors.config_sync``)."""
 
@@ -147,6 +161,8 @@ class ConfigSyncSettings(SettingsModel):
     """Queues per target broker group at most: a source broker group with more is refused on the target
     (recorded as a refused change); the source's total spread over the target's groups is capped here (those
     source queues then share target queues, ``connectors.config_sync.sizing``)."""
+    acl: AclSyncSettings = AclSyncSettings()
+    """The ACL accounts' copy (off by default)."""
 
     @field_validator("interval", mode="before")
     @classmethod
