@@ -62,6 +62,8 @@ class ClientAuth(StrEnum):
 
 
 def _existing_file(value: Path | None) -> Path | None:
+    if value is not None and "-----BEGIN" in str(value):
+        raise ValueError("inline PEM text is not allowed (a key is a secret); name the file that holds it")
     if value is not None and not value.is_file():
         raise ValueError(f"file not found: {value}")
     return value
