@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from broker_store.net.framing import FrameReader
 from broker_store.net.tls_settings import ClientAuth, TlsClientSettings, TlsMode, TlsServerSettings
 from broker_store.protocol.codes import ResponseCode
-from broker_store.protocol.errors import ConfigError, ProtocolError
+from broker_store.protocol.errors import TLS_REQUIRED_MARK, ConfigError, ProtocolError
 from broker_store.protocol.frame import encode_frame
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ HANDSHAKE_TIMEOUT_S = 10.0
 """How long a TLS handshake may take once its ClientHello arrived."""
 PLAIN_REFUSAL_TIMEOUT_S = 5.0
 """Enforcing mode: how long a plain client has to complete the frame its refusal answers."""
-TLS_REQUIRED_REMARK = ("TLS required: this server runs tls.server.mode=enforcing and refuses plain "
+TLS_REQUIRED_REMARK = (f"{TLS_REQUIRED_MARK} this server runs tls.server.mode=enforcing and refuses plain "
                        "connections; connect with TLS (tls.enable=true)")
 """The SYSTEM_ERROR remark a plain client's first request gets from an enforcing server."""
 

@@ -17,7 +17,7 @@ import pytest
 
 from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, new_message
 from broker_store.net.tls_settings import TlsClientSettings
-from broker_store.protocol.errors import RocketMQError
+from broker_store.protocol.errors import RocketMQError, TlsRequiredError
 from connectors.core.executor import executor_admin
 from connectors.replication.planning import QueueRange
 from connectors.replication.pulling import PullSettings, pull_results
@@ -85,7 +85,7 @@ def test_enforcing_serves_tls_clients_and_the_cli_and_refuses_plain_ones(tmp_pat
             plain.cluster_info()
         broker = cluster.brokers[0].listen
         with Producer(cluster.namesrv_addr, "plain-producer") as plain_producer, \
-                pytest.raises(RocketMQError, match="TLS required"):
+                pytest.raises(TlsRequiredError, match="TLS required"):  # not retried: the same answer each time
             plain_producer.send(new_message("Secured", b"x"))
         with Admin(broker) as plain_to_broker, pytest.raises(RocketMQError, match="TLS required"):
             plain_to_broker.ha_status(broker)  # the broker's port enforces too, not only the name server's
