@@ -1,5 +1,6 @@
 """The event loop behind the synchronous clients: a daemon thread running asyncio plus one
-``RemotingClient`` (one multiplexed connection per broker address) shared by every client on it.
+``RemotingClient`` (one multiplexed connection per broker address) shared by every client on it, and
+one more per distinct TLS settings (``remoting_for``: clients of a TLS cluster share theirs).
 
 ``Producer``, ``PullConsumer`` and ``Admin`` acquire the process-wide runtime when they start and
 release it on close; the last release stops the thread. Any number of threads may call into the

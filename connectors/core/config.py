@@ -47,7 +47,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from broker_store.net.tls_settings import TlsClientSettings
+from broker_store.client import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.message import PROPERTY_REPLICATOR_SOURCE
 from connectors.core.errors import ConfigError, CredentialError, OffsetFormatError

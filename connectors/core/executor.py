@@ -13,8 +13,7 @@ from __future__ import annotations
 import gc
 import threading
 
-from broker_store.client import Admin, Producer, PullConsumer
-from broker_store.net.tls_settings import TlsClientSettings
+from broker_store.client import Admin, Producer, PullConsumer, TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 
 CLIENT_MAX_MESSAGE_SIZE = 1 << 30

@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from broker_store.client import SessionCredentials
-from broker_store.net.tls_settings import TlsClientSettings
+from broker_store.client import SessionCredentials, TlsClientSettings
 from connectors.core.config import load_replicator_config
 from connectors.core.errors import ConfigError
 from connectors.core.options import lowered

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import logging
 
-from broker_store.client import Admin, MessageQueue, PullConsumer, PullStatus, SessionCredentials
+from broker_store.client import Admin, MessageQueue, PullConsumer, PullStatus, SessionCredentials, TlsClientSettings
 from broker_store.client.route_cache import subscribe_queues
-from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.errors import RocketMQError, TopicNotExistError
 from connectors.core.monitoring import HEARTBEAT_TOPIC
 from connectors.heartbeat.records import Heartbeat, HeartbeatFormatError, Observed

@@ -24,8 +24,7 @@ import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-from broker_store.client import MessageQueue
-from broker_store.net.tls_settings import TlsClientSettings
+from broker_store.client import MessageQueue, TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import RocketMQError
 from connectors.core.executor import executor_consumer

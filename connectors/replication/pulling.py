@@ -14,8 +14,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
 
-from broker_store.client import MessageQueue, PullConsumer, PullResult, PullStatus, StoredMessage
-from broker_store.net.tls_settings import TlsClientSettings
+from broker_store.client import MessageQueue, PullConsumer, PullResult, PullStatus, StoredMessage, TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import RequestTimeoutError, RocketMQError
 from broker_store.protocol.message import stored_record_spans

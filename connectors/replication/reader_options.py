@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from pydantic import ConfigDict, Field, model_validator
 
-from broker_store.net.tls_settings import TlsClientSettings
+from broker_store.client import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 from connectors.core.config import (
     DEFAULT_CONSUMER_GROUP_PREFIX,
