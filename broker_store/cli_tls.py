@@ -57,8 +57,9 @@ def tls_from_args(args: argparse.Namespace) -> TlsClientSettings | None:
         for err in exc.errors():
             loc = err["loc"]
             field = str(loc[0]) if loc else ""
-            flag = _FLAGS.get(_python_name(field), "")
-            where = f"{flag} (tls.client.{field})" if flag else "TLS options"
+            name = _python_name(field)
+            flag = _FLAGS.get(name, "")
+            where = f"{flag} (tls.client.{TlsClientSettings.model_fields[name].alias})" if flag else "TLS options"
             problems.append(f"{where}: {err['msg']}")
         raise ConfigError("; ".join(problems)) from exc
 

@@ -64,9 +64,10 @@ class _ClientConnection(asyncio.Protocol):
         self.closed = True
         self._drained.set()
         reason = f": {exc}" if exc else ""
-        if self._tls and not self._heard and exc is None:
-            reason = (": the server ended the TLS session before answering; it may require a client certificate "
-                      "signed by a CA it trusts (tls.server.need.client.auth; tls.client.certPath / keyPath)")
+        if self._tls and not self._heard and (exc is None or isinstance(exc, OSError)):  # OSError: SSLError too
+            reason = (f": the server ended the TLS session before answering{f' ({exc})' if exc else ''}; it may "
+                      "require a client certificate signed by a CA it trusts (tls.server.need.client.auth; "
+                      "tls.client.certPath / keyPath)")
         error = TransportError(f"connection to {self.addr} closed{reason}")
         for fut in self.pending.values():
             if not fut.done():

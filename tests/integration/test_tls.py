@@ -21,7 +21,7 @@ from broker_store.protocol.errors import RocketMQError, TlsRequiredError
 from connectors.core.executor import executor_admin
 from connectors.replication.planning import QueueRange
 from connectors.replication.pulling import PullSettings, pull_results
-from tests.support.certs import TestCerts, make_test_certs
+from tests.support.certs import CertSet, make_test_certs
 from tests.support.processes import LocalCluster, local_cluster
 
 pytestmark = pytest.mark.integration
@@ -30,11 +30,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> TestCerts:
+def certs(tmp_path_factory: pytest.TempPathFactory) -> CertSet:
     return make_test_certs(tmp_path_factory.mktemp("certs"))
 
 
-def tls_cluster(tmp_path: Path, certs: TestCerts, mode: str, need_client_auth: str = "none",
+def tls_cluster(tmp_path: Path, certs: CertSet, mode: str, need_client_auth: str = "none",
                 **extra: Any) -> LocalCluster:
     """A name server and one broker both serving ``mode``; the broker registers over TLS with a client certificate
     (it passes any need.client.auth), the harness's admin calls too."""
@@ -77,7 +77,7 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           timeout=60, cwd=cwd, env=env)
 
 
-def test_enforcing_serves_tls_clients_and_the_cli_and_refuses_plain_ones(tmp_path: Path, certs: TestCerts) -> None:
+def test_enforcing_serves_tls_clients_and_the_cli_and_refuses_plain_ones(tmp_path: Path, certs: CertSet) -> None:
     tls = TlsClientSettings(**certs.client_tls())
     with tls_cluster(tmp_path, certs, "enforcing") as cluster:
         assert round_trip(cluster.namesrv_addr, "Secured", tls) == expected("Secured")
@@ -107,7 +107,7 @@ def test_enforcing_serves_tls_clients_and_the_cli_and_refuses_plain_ones(tmp_pat
         assert missing.returncode == 2 and "--tls-trust-cert" in missing.stderr and "nope.pem" in missing.stderr
 
 
-def test_permissive_serves_tls_and_plain_clients_on_one_port(tmp_path: Path, certs: TestCerts) -> None:
+def test_permissive_serves_tls_and_plain_clients_on_one_port(tmp_path: Path, certs: CertSet) -> None:
     tls = TlsClientSettings(**certs.client_tls())
     with tls_cluster(tmp_path, certs, "permissive") as cluster:
         assert round_trip(cluster.namesrv_addr, "OverTls", tls) == expected("OverTls")
@@ -120,7 +120,7 @@ def test_permissive_serves_tls_and_plain_clients_on_one_port(tmp_path: Path, cer
         assert sorted(seen) == expected("OverTls")
 
 
-def test_permissive_serves_apache_rocketmqs_cpp_client_in_plain_mode(tmp_path: Path, certs: TestCerts) -> None:
+def test_permissive_serves_apache_rocketmqs_cpp_client_in_plain_mode(tmp_path: Path, certs: CertSet) -> None:
     pytest.importorskip("rocketmq.client", reason="the rocketmq C++ client wheel is x86_64 Linux only")
     from tests.integration.test_wire_compat import CPP_PRODUCE, run_cpp
 
@@ -134,7 +134,7 @@ def test_permissive_serves_apache_rocketmqs_cpp_client_in_plain_mode(tmp_path: P
         assert {s["msg_id"] for s in sent} <= ids
 
 
-def test_disabled_serves_plain_clients_only(tmp_path: Path, certs: TestCerts) -> None:
+def test_disabled_serves_plain_clients_only(tmp_path: Path, certs: CertSet) -> None:
     with local_cluster(tmp_path, "tls-off", brokers=1) as cluster:
         assert round_trip(cluster.namesrv_addr, "Plain", None) == expected("Plain")
         tls = TlsClientSettings(**certs.client_tls())
@@ -146,7 +146,7 @@ def test_disabled_serves_plain_clients_only(tmp_path: Path, certs: TestCerts) ->
 
 
 def test_need_client_auth_require_refuses_clients_without_a_trusted_certificate(tmp_path: Path,
-                                                                               certs: TestCerts) -> None:
+                                                                               certs: CertSet) -> None:
     with tls_cluster(tmp_path, certs, "enforcing", need_client_auth="require") as cluster:
         with Admin(cluster.namesrv_addr, tls=TlsClientSettings(**certs.client_tls())) as no_cert, \
                 pytest.raises(RocketMQError, match="may require a client certificate"):
@@ -159,7 +159,7 @@ def test_need_client_auth_require_refuses_clients_without_a_trusted_certificate(
         assert round_trip(cluster.namesrv_addr, "Mutual", mutual) == expected("Mutual")
 
 
-def test_replicator_reader_clients_read_a_tls_source(tmp_path: Path, certs: TestCerts) -> None:
+def test_replicator_reader_clients_read_a_tls_source(tmp_path: Path, certs: CertSet) -> None:
     """The connectors' cluster settings (a ``tls`` block in replicator.yaml) reach the reader's Admin and its
     executor PullConsumer: a link's pulls work against an enforcing source."""
     from connectors.core.config import parse_replicator_config

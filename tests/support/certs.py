@@ -36,7 +36,7 @@ def _signed(directory: Path, name: str, ca: tuple[Path, Path], extensions: str) 
 
 
 @dataclass(frozen=True)
-class TestCerts:
+class CertSet:
     ca: Path
     server_cert: Path
     server_key: Path
@@ -61,7 +61,7 @@ class TestCerts:
         return out
 
 
-def make_test_certs(directory: Path) -> TestCerts:
+def make_test_certs(directory: Path) -> CertSet:
     """Write the CA, server and client certificates into ``directory`` (created)."""
     directory.mkdir(parents=True, exist_ok=True)
     ca = _ca(directory, "ca")
@@ -70,5 +70,5 @@ def make_test_certs(directory: Path) -> TestCerts:
     client = _signed(directory, "client", ca, "extendedKeyUsage=clientAuth\n")
     other = _ca(directory, "other-ca")
     stranger = _signed(directory, "stranger", other, "extendedKeyUsage=clientAuth\n")
-    return TestCerts(ca=ca[0], server_cert=server[0], server_key=server[1], client_cert=client[0],
+    return CertSet(ca=ca[0], server_cert=server[0], server_key=server[1], client_cert=client[0],
                      client_key=client[1], other_ca=other[0], stranger_cert=stranger[0], stranger_key=stranger[1])

@@ -19,11 +19,11 @@ from broker_store.net.tls_settings import ClientAuth, TlsClientSettings, TlsMode
 from broker_store.protocol.errors import ConfigError
 from connectors.core.config import parse_replicator_config
 from connectors.core.errors import ConfigError as ReplicatorConfigError
-from tests.support.certs import TestCerts, make_test_certs
+from tests.support.certs import CertSet, make_test_certs
 
 
 @pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> TestCerts:
+def certs(tmp_path_factory: pytest.TempPathFactory) -> CertSet:
     return make_test_certs(tmp_path_factory.mktemp("certs"))
 
 
@@ -33,7 +33,7 @@ def load_broker(tmp_path: Path, tls: dict[str, object]) -> BrokerConfig:
     return load_yaml(path, BrokerConfig)
 
 
-def test_rocketmq_key_names_load(tmp_path: Path, certs: TestCerts) -> None:
+def test_rocketmq_key_names_load(tmp_path: Path, certs: CertSet) -> None:
     cfg = load_broker(tmp_path, {"server": certs.server_tls("permissive", "optional"), "enable": True,
                                  "client": certs.client_tls(with_cert=True)})
     server = cfg.tls.server
@@ -45,7 +45,7 @@ def test_rocketmq_key_names_load(tmp_path: Path, certs: TestCerts) -> None:
     assert BrokerConfig(broker_name="b", store_dir=tmp_path).tls.client_settings() is None
 
 
-def test_a_missing_certificate_file_is_named_with_its_key(tmp_path: Path, certs: TestCerts) -> None:
+def test_a_missing_certificate_file_is_named_with_its_key(tmp_path: Path, certs: CertSet) -> None:
     server = {**certs.server_tls("enforcing"), "certPath": str(tmp_path / "gone.pem")}
     with pytest.raises(ConfigError) as info:
         load_broker(tmp_path, {"server": server})
@@ -64,7 +64,7 @@ def test_unknown_keys_are_refused(tmp_path: Path) -> None:
         load_broker(tmp_path, {"server": {"keyPassword": "123456"}})
 
 
-def test_enforcing_needs_a_certificate_and_key(certs: TestCerts) -> None:
+def test_enforcing_needs_a_certificate_and_key(certs: CertSet) -> None:
     with pytest.raises(ValueError, match="mode enforcing needs keyPath"):
         TlsServerSettings(mode="enforcing", certPath=certs.server_cert)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="mode permissive needs certPath and keyPath"):
@@ -72,13 +72,13 @@ def test_enforcing_needs_a_certificate_and_key(certs: TestCerts) -> None:
     assert TlsServerSettings(mode="disabled").mode is TlsMode.DISABLED  # type: ignore[arg-type]
 
 
-def test_client_auth_needs_trusted_cas(certs: TestCerts) -> None:
+def test_client_auth_needs_trusted_cas(certs: CertSet) -> None:
     with pytest.raises(ValueError, match="need.client.auth require needs trustCertPath"):
         TlsServerSettings(mode="enforcing", certPath=certs.server_cert, keyPath=certs.server_key,  # type: ignore[arg-type]
                           **{"need.client.auth": "require"})
 
 
-def test_a_client_certificate_needs_its_key(certs: TestCerts) -> None:
+def test_a_client_certificate_needs_its_key(certs: CertSet) -> None:
     with pytest.raises(ValueError, match="keyPath is missing"):
         TlsClientSettings(certPath=certs.client_cert)
 
@@ -88,7 +88,7 @@ def test_inline_pem_is_refused() -> None:
         TlsClientSettings(keyPath="-----BEGIN PRIVATE KEY-----\nMIG...", certPath="x")  # type: ignore[arg-type]
 
 
-def test_contexts_load_and_name_files_that_do_not(certs: TestCerts) -> None:
+def test_contexts_load_and_name_files_that_do_not(certs: CertSet) -> None:
     server = server_context(TlsServerSettings(**certs.server_tls("enforcing", "require")))  # type: ignore[arg-type]
     assert server.verify_mode == ssl.CERT_REQUIRED
     client = client_context(TlsClientSettings(**certs.client_tls(with_cert=True)))  # type: ignore[arg-type]
@@ -104,7 +104,7 @@ def test_contexts_load_and_name_files_that_do_not(certs: TestCerts) -> None:
     assert ServerTls.from_settings(TlsServerSettings()).context is None
 
 
-def test_a_launcher_written_config_reloads(tmp_path: Path, certs: TestCerts) -> None:
+def test_a_launcher_written_config_reloads(tmp_path: Path, certs: CertSet) -> None:
     cfg = NamesrvConfig(tls={"server": certs.server_tls("enforcing"), "enable": True,  # type: ignore[arg-type]
                              "client": certs.client_tls()})
     path = write_config(tmp_path, "ns", cfg)
@@ -117,7 +117,7 @@ def cli_args(*argv: str) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def test_cli_options(tmp_path: Path, certs: TestCerts, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_options(tmp_path: Path, certs: CertSet, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("TLS_ENABLE", "TLS_CLIENT_TRUST_CERT_PATH", "TLS_CLIENT_CERT_PATH", "TLS_CLIENT_KEY_PATH"):
         monkeypatch.delenv(name, raising=False)
     assert tls_from_args(cli_args()) is None
@@ -139,7 +139,7 @@ def replicator(tls: object) -> dict[str, object]:
                        "checkpoint_location": "cp", "delta_location": "delta"}]}
 
 
-def test_replicator_cluster_tls_block(tmp_path: Path, certs: TestCerts) -> None:
+def test_replicator_cluster_tls_block(tmp_path: Path, certs: CertSet) -> None:
     config = parse_replicator_config(replicator(certs.client_tls(with_cert=True)))
     assert config.cluster("A").tls == TlsClientSettings(**certs.client_tls(with_cert=True))  # type: ignore[arg-type]
     assert config.cluster("B").tls is None
