@@ -25,6 +25,7 @@ from broker_store.cli_ha import (
     cmd_ha_status,
     setting_assignment,
 )
+from broker_store.cli_tls import add_tls_arguments, tls_from_args
 from broker_store.protocol.errors import ConfigError, RocketMQError
 
 
@@ -69,7 +70,7 @@ def _queues(admin: Any, topic: str) -> list[Any]:
 def cmd_cluster(args: argparse.Namespace) -> int:
     from broker_store.client import Admin
 
-    with Admin(args.namesrv) as admin:
+    with Admin(args.namesrv, tls=tls_from_args(args)) as admin:
         info = admin.cluster_info()
     for cluster, names in sorted(info.cluster_addr_table.items()):
         for name in sorted(names):
@@ -82,7 +83,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 def cmd_topics(args: argparse.Namespace) -> int:
     from broker_store.client import Admin
 
-    with Admin(args.namesrv) as admin:
+    with Admin(args.namesrv, tls=tls_from_args(args)) as admin:
         for topic in sorted(admin.topic_list()):
             print(topic)
     return 0
@@ -91,7 +92,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
 def cmd_create_topic(args: argparse.Namespace) -> int:
     from broker_store.client import Admin
 
-    with Admin(args.namesrv) as admin:
+    with Admin(args.namesrv, tls=tls_from_args(args)) as admin:
         created = admin.create_topic(args.topic, args.queues, cluster=args.cluster)
         admin.wait_for_route(args.topic, timeout=10)
     print(f"created {args.topic} with {args.queues} queues on {', '.join(created)}")
@@ -104,7 +105,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     body = args.body.encode() if args.body is not None else os.urandom(args.size)
     started = time.monotonic()
     sent = 0
-    with Producer(args.namesrv, args.group) as producer:
+    with Producer(args.namesrv, args.group, tls=tls_from_args(args)) as producer:
         while sent < args.count:
             n = min(args.batch, args.count - sent)
             msgs = [new_message(args.topic, body, tags=args.tag, keys=args.keys) for _ in range(n)]
@@ -126,7 +127,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
     from broker_store.client import Admin, PullConsumer, PullStatus
 
     received = 0
-    with Admin(args.namesrv) as admin, PullConsumer(args.namesrv, args.group) as consumer:
+    tls = tls_from_args(args)
+    with Admin(args.namesrv, tls=tls) as admin, PullConsumer(args.namesrv, args.group, tls=tls) as consumer:
         queues = _queues(admin, args.topic)
         positions = {}
         for mq in queues:
@@ -166,7 +168,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
 def cmd_offsets(args: argparse.Namespace) -> int:
     from broker_store.client import Admin
 
-    with Admin(args.namesrv) as admin:
+    with Admin(args.namesrv, tls=tls_from_args(args)) as admin:
         print("queue\tmin\tmax" + ("\tconsumer\tlag" if args.group else ""))
         for mq in _queues(admin, args.topic):
             lo, hi = admin.min_offset(mq), admin.max_offset(mq)
@@ -206,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
         ap = sub.add_parser(name, help=help_text)
         ap.add_argument("-n", "--namesrv", default=os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"),
                         help="name server address(es), ';'-separated (env NAMESRV_ADDR)")
+        add_tls_arguments(ap)
         ap.set_defaults(func=func)
         return ap
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from broker_store.cli_tls import tls_from_args
 from broker_store.protocol.errors import ConfigError
 
 ACCESS_KEY_ENV = "BROKER_STORE_ACL_ACCESS_KEY"
@@ -77,7 +78,7 @@ def _run(args: argparse.Namespace, action: Callable[[Any, str, str], Any]) -> in
     from broker_store.client.acl_admin import AsyncAclAdmin
 
     async def main() -> int:
-        async with AsyncAdmin(args.namesrv, credentials=_credentials(args)) as admin:
+        async with AsyncAdmin(args.namesrv, credentials=_credentials(args), tls=tls_from_args(args)) as admin:
             if args.broker_addr:
                 targets = {addr: addr for addr in args.broker_addr}
             else:

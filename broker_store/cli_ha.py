@@ -17,6 +17,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
+from broker_store.cli_tls import tls_from_args
+from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.controller import ReplicasInfo
 from broker_store.protocol.errors import BrokerResponseError, RocketMQError, TransportError
@@ -115,7 +117,7 @@ def cmd_ha_status(args: argparse.Namespace) -> int:
     from broker_store.client import Admin
 
     groups: list[tuple[str, str, dict[int, str], dict[int, HAStatus], dict[int, EpochEntryCacheStatus]]] = []
-    with Admin(args.namesrv) as admin:
+    with Admin(args.namesrv, tls=tls_from_args(args)) as admin:
         info = admin.cluster_info()
         for cluster, names in sorted(info.cluster_addr_table.items()):
             for name in sorted(names):
@@ -142,16 +144,17 @@ def cmd_ha_status(args: argparse.Namespace) -> int:
     if controlled:
         print()
         print("\t".join(CONTROLLER_COLUMNS))
-        for row in asyncio.run(_controller_view(controller_addrs(args), controlled)):
+        for row in asyncio.run(_controller_view(controller_addrs(args), controlled, tls_from_args(args))):
             print("\t".join(row))
     return 0
 
 
-async def _controller_view(addrs: Sequence[str], names: Sequence[str]) -> list[tuple[str, ...]]:
+async def _controller_view(addrs: Sequence[str], names: Sequence[str],
+                           tls: TlsClientSettings | None = None) -> list[tuple[str, ...]]:
     from broker_store.client.controller_admin import sync_state_data
     from broker_store.net.client import RemotingClient
 
-    client = RemotingClient()
+    client = RemotingClient(tls=tls)
     try:
         addr, table = await first_answer(addrs, lambda a: sync_state_data(client, a, names))
         return [controller_row(name, addr, table.get(name)) for name in names]
@@ -167,7 +170,7 @@ def _controller_call(args: argparse.Namespace,
     from broker_store.net.client import RemotingClient
 
     async def run() -> int:
-        client = RemotingClient()
+        client = RemotingClient(tls=tls_from_args(args))
         try:
             return await call(client, controller_addrs(args))
         finally:

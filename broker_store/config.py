@@ -40,6 +40,7 @@ from pydantic import (
 from broker_store.address import HostPort, split_host_port
 from broker_store.controller.settings import ControllerSettings
 from broker_store.ha.settings import HARole, HASettings
+from broker_store.net.tls_settings import TlsSettings
 from broker_store.protocol.errors import ConfigError
 from broker_store.store.config import StoreConfig, StoreSettings
 from broker_store.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DelayLevels
@@ -74,6 +75,10 @@ class NamesrvConfig(_Model):
     controller: ControllerSettings | None = None
     """The embedded controller (RocketMQ's enableControllerInNamesrv): brokers in controller mode register,
     heartbeat and are elected here. None: this name server runs no controller."""
+    tls: TlsSettings = Field(default_factory=lambda: TlsSettings())
+    """RocketMQ's TLS settings under their key names (``net.tls_settings``): ``tls.server.mode`` disabled /
+    permissive / enforcing with its certificate, key, trust certificates and need.client.auth, and
+    ``tls.enable`` + ``tls.client.*`` for the embedded controller's connections to brokers."""
 
 
 class ControllerConfig(_Model):
@@ -83,6 +88,10 @@ class ControllerConfig(_Model):
     listen: HostPort = "127.0.0.1:9878"
     """Where brokers and admin tools reach this controller."""
     controller: ControllerSettings = Field(default_factory=lambda: ControllerSettings())
+    tls: TlsSettings = Field(default_factory=lambda: TlsSettings())
+    """RocketMQ's TLS settings under their key names (``net.tls_settings``): ``tls.server.mode`` disabled /
+    permissive / enforcing with its certificate, key, trust certificates and need.client.auth, and
+    ``tls.enable`` + ``tls.client.*`` for its connections to brokers (role-change notices)."""
 
 
 class ControllersConfig(_Model):
@@ -250,6 +259,10 @@ class BrokerSettings(_Model):
     admin requests. Required with ``acl_enable``."""
     acl_reload_check_seconds: float = Field(default=1.0, gt=0)
     """How often a request may look at ``acl_file``'s modification time and size for a change."""
+    tls: TlsSettings = Field(default_factory=lambda: TlsSettings())
+    """RocketMQ's TLS settings under their key names (``net.tls_settings``): ``tls.server.mode`` disabled /
+    permissive / enforcing with its certificate, key, trust certificates and need.client.auth, and
+    ``tls.enable`` + ``tls.client.*`` for the broker's connections to name servers and controllers."""
 
     @model_validator(mode="before")
     @classmethod

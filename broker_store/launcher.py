@@ -228,7 +228,8 @@ def clusters_registered(clusters: Iterable[ClusterConfig]) -> bool:
     from broker_store.client import Admin  # noqa: PLC0415 - the client is only needed once children run
 
     for cluster in clusters:
-        with Admin(cluster.namesrv.listen) as admin:
+        # The name server's own client side (tls.enable) is how up reaches it: needed when it enforces TLS.
+        with Admin(cluster.namesrv.listen, tls=cluster.namesrv.tls.client_settings()) as admin:
             try:
                 info = admin.cluster_info()
             except RocketMQError:  # not up yet; the caller polls until its deadline

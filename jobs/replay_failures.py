@@ -47,7 +47,8 @@ def replay(config_path: str, link_name: str, *, dry_run: bool = False) -> tuple[
     with Producer(namesrv, f"{DEFAULT_PRODUCER_GROUP_PREFIX}{link.name}_replay",
                   retry_times_when_send_failed=link.max_retries,
                   max_message_size=CLIENT_MAX_MESSAGE_SIZE,
-                  credentials=config.cluster(link.target).credentials()) as producer:
+                  credentials=config.cluster(link.target).credentials(),
+                  tls=config.cluster(link.target).tls) as producer:
         for f in pending:
             m = f.message
             where = f"{m.topic}/{m.broker_name}/{m.queue_id}@{m.queue_offset}"

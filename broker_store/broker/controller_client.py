@@ -23,6 +23,7 @@ from typing import TypeVar
 
 from broker_store.broker.role_decision import ReplicaInfo
 from broker_store.net.client import RemotingClient
+from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.controller import (
     AlterSyncStateSetRequestHeader,
@@ -76,12 +77,12 @@ class ControllerClient:
     """Requests to the controllers at ``addresses`` (see the module docstring). Runs on the broker's loop."""
 
     def __init__(self, addresses: Sequence[str], *, request_timeout: float,
-                 client: RemotingClient | None = None) -> None:
+                 client: RemotingClient | None = None, tls: TlsClientSettings | None = None) -> None:
         if not addresses:
             raise ValueError("a controller client needs at least one controller address")
         self.addresses = list(addresses)
         self.request_timeout = request_timeout
-        self._client = client or RemotingClient()
+        self._client = client or RemotingClient(tls=tls)
         self._owns_client = client is None
         self._current = 0
         """Index of the controller that answered last (the leader, as far as this broker knows)."""

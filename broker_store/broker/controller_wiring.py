@@ -80,7 +80,8 @@ def controller_agent(config: BrokerConfig, broker: ControlledBroker, files: Brok
     """The broker's controller client and agent (not started); the HA primary's SyncStateSet changes go through
     the client (ALTER_SYNC_STATE_SET under the role's replica id and epoch at the time of each call)."""
     link = config.controller
-    client = ControllerClient(config.controller_addresses(), request_timeout=link.request_timeout_ms / 1000)
+    client = ControllerClient(config.controller_addresses(), request_timeout=link.request_timeout_ms / 1000,
+                              tls=config.tls.client_settings())
     agent = ControllerAgent(client, broker, files, cluster_name=config.cluster_name,
                             broker_name=config.broker_name, settings=link, clock=clock)
     if replication is not None:

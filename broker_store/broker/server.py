@@ -79,6 +79,7 @@ from broker_store.config import BrokerConfig, split_host_port
 from broker_store.net.client import RemotingClient
 from broker_store.net.server import Connection, HandlerResult, RemotingServer
 from broker_store.net.signals import wait_for_termination
+from broker_store.net.tls import ServerTls
 from broker_store.protocol.errors import RocketMQError
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.ha_status import EpochEntryCacheStatus
@@ -136,12 +137,13 @@ class BrokerServer:
         """Delivery of delayed messages; runs while PRIMARY (valid after start)."""
         self._stage_loops: StageLoops | None = None
         host, port = split_host_port(config.listen)
-        self._server = RemotingServer(self._handle, host, port)
+        server_tls = ServerTls.from_settings(config.tls.server)  # one context for both ports
+        self._server = RemotingServer(self._handle, host, port, tls=server_tls)
         self._server.disconnect_listeners.append(self.clients.connection_closed)
         # RocketMQ's fast remoting server ("VIP channel") on listen port - 2: same processors.
         self._fast_server: RemotingServer | None = None
         if config.fast_listen_enable and port > 2:
-            self._fast_server = RemotingServer(self._handle, host, port - 2)
+            self._fast_server = RemotingServer(self._handle, host, port - 2, tls=server_tls)
             self._fast_server.disconnect_listeners.append(self.clients.connection_closed)
         self._processors: dict[int, Processor] = {}
         self.acl: AclGuard | None = None
@@ -231,7 +233,7 @@ class BrokerServer:
             await self.replication.start()
             self._role_transition = RoleTransition(self.role_state, self.replication,
                                                    promotion_steps(self._promotion_steps, store, self.epoch_store))
-            self._client = RemotingClient()
+            self._client = RemotingClient(tls=self.config.tls.client_settings())
             replication = self.replication
             self.registration = NamesrvRegistration(
                 self._client,

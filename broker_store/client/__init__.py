@@ -12,6 +12,7 @@ from broker_store.client.producer import AsyncProducer, Producer, QueueSelector,
 from broker_store.client.records import MessageQueue, PullResult, PullStatus, SendResult, SendStatus
 from broker_store.client.route_cache import DEFAULT_TOPIC, RouteCache
 from broker_store.client.unique_id import UniqueIdGenerator, create_unique_id
+from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.message import Message, StoredMessage
 from broker_store.protocol.topic import TopicConfig
@@ -35,6 +36,7 @@ __all__ = [
     "SessionCredentials",
     "StoredMessage",
     "Subscription",
+    "TlsClientSettings",
     "TopicConfig",
     "UniqueIdGenerator",
     "create_unique_id",

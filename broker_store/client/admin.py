@@ -18,6 +18,7 @@ from broker_store.client.route_cache import DEFAULT_TOPIC, RouteCache, publish_q
 from broker_store.client.runtime import SyncClient
 from broker_store.client.session import ClientSession
 from broker_store.net.client import RemotingClient
+from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from broker_store.protocol.delay_offset import decode_delay_offsets
@@ -56,9 +57,10 @@ class AsyncAdmin:
 
     def __init__(self, namesrv_addr: str | Sequence[str], *, request_timeout: float = 3.0,
                  route_ttl: float = 30.0, remoting: RemotingClient | None = None,
-                 clock: Callable[[], float] = time.monotonic, credentials: SessionCredentials | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, credentials: SessionCredentials | None = None,
+                 tls: TlsClientSettings | None = None) -> None:
         self._session = ClientSession(namesrv_addr, remoting=remoting, request_timeout=request_timeout,
-                                      route_ttl=route_ttl, clock=clock, credentials=credentials)
+                                      route_ttl=route_ttl, clock=clock, credentials=credentials, tls=tls)
         self._clock = clock
 
     @property
@@ -391,10 +393,11 @@ class Admin(SyncClient[AsyncAdmin]):
 
     def __init__(self, namesrv_addr: str | Sequence[str], *, request_timeout: float = 3.0,
                  route_ttl: float = 30.0, clock: Callable[[], float] = time.monotonic,
-                 credentials: SessionCredentials | None = None, shared_runtime: bool = True) -> None:
+                 credentials: SessionCredentials | None = None, tls: TlsClientSettings | None = None,
+                 shared_runtime: bool = True) -> None:
         super().__init__(shared_runtime=shared_runtime)
         self._init_kwargs = dict(namesrv_addr=namesrv_addr, request_timeout=request_timeout,
-                                 route_ttl=route_ttl, clock=clock, credentials=credentials)
+                                 route_ttl=route_ttl, clock=clock, credentials=credentials, tls=tls)
         self.request_timeout: float = AsyncAdmin(**self._init_kwargs)._session.request_timeout
 
     def _make_core(self, remoting: RemotingClient) -> AsyncAdmin:

@@ -36,6 +36,7 @@ from broker_store.client.runtime import SyncClient
 from broker_store.client.session import ClientSession, require_positive
 from broker_store.client.unique_id import local_ipv4
 from broker_store.net.client import RemotingClient
+from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.codes import (
     PULL_FLAG_COMMIT_OFFSET,
@@ -120,7 +121,7 @@ class AsyncPullConsumer:
                  request_timeout: float = 3.0, route_ttl: float = 30.0,
                  heartbeat_interval: float | None = 30.0, client_id: str | None = None,
                  remoting: RemotingClient | None = None, clock: Callable[[], float] = time.monotonic,
-                 credentials: SessionCredentials | None = None) -> None:
+                 credentials: SessionCredentials | None = None, tls: TlsClientSettings | None = None) -> None:
         try:
             validate_topic(group)
         except ProtocolError as exc:
@@ -133,7 +134,7 @@ class AsyncPullConsumer:
         self.heartbeat_interval = heartbeat_interval
         self.client_id = client_id or make_client_id()
         self._session = ClientSession(namesrv_addr, remoting=remoting, request_timeout=request_timeout,
-                                      route_ttl=route_ttl, clock=clock, credentials=credentials)
+                                      route_ttl=route_ttl, clock=clock, credentials=credentials, tls=tls)
         self._pull_from: dict[MessageQueue, int] = {}
         self._subscriptions: dict[str, Subscription] = {}
         self._heartbeat_addrs: set[str] = set()
@@ -396,12 +397,12 @@ class PullConsumer(SyncClient[AsyncPullConsumer]):
                  request_timeout: float = 3.0, route_ttl: float = 30.0,
                  heartbeat_interval: float | None = 30.0, client_id: str | None = None,
                  clock: Callable[[], float] = time.monotonic, credentials: SessionCredentials | None = None,
-                 shared_runtime: bool = True) -> None:
+                 tls: TlsClientSettings | None = None, shared_runtime: bool = True) -> None:
         super().__init__(shared_runtime=shared_runtime)
         self._init_kwargs = dict(
             namesrv_addr=namesrv_addr, group=group, pull_timeout=pull_timeout,
             request_timeout=request_timeout, route_ttl=route_ttl, heartbeat_interval=heartbeat_interval,
-            client_id=client_id, clock=clock, credentials=credentials)
+            client_id=client_id, clock=clock, credentials=credentials, tls=tls)
         probe = AsyncPullConsumer(**self._init_kwargs)  # validates options on the caller's thread
         self.pull_timeout = probe.pull_timeout
         self.request_timeout = probe._session.request_timeout

@@ -42,6 +42,7 @@ from broker_store.client.runtime import SyncClient
 from broker_store.client.session import ClientSession, require_positive
 from broker_store.client.unique_id import UniqueIdGenerator, create_unique_id
 from broker_store.net.client import RemotingClient
+from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.codes import MSG_FLAG_COMPRESSED, RequestCode, ResponseCode
 from broker_store.protocol.errors import (
@@ -137,7 +138,8 @@ class AsyncProducer:
                  default_topic: str = DEFAULT_TOPIC, default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
                  route_ttl: float = 30.0, fault_isolation: float = 10.0,
                  remoting: RemotingClient | None = None, clock: Callable[[], float] = time.monotonic,
-                 id_generator: UniqueIdGenerator | None = None, credentials: SessionCredentials | None = None) -> None:
+                 id_generator: UniqueIdGenerator | None = None, credentials: SessionCredentials | None = None,
+                 tls: TlsClientSettings | None = None) -> None:
         try:
             validate_topic(group)
         except ProtocolError as exc:
@@ -172,7 +174,8 @@ class AsyncProducer:
         self.default_topic_queue_nums = default_topic_queue_nums
         self._session = ClientSession(namesrv_addr, remoting=remoting, request_timeout=send_timeout,
                                       route_ttl=route_ttl, clock=clock, default_topic=default_topic,
-                                      default_topic_queue_nums=default_topic_queue_nums, credentials=credentials)
+                                      default_topic_queue_nums=default_topic_queue_nums, credentials=credentials,
+                                      tls=tls)
         self._clock = clock
         self._faults = BrokerFaultTable(fault_isolation, clock)
         self._next_index: dict[str, int] = {}
@@ -491,10 +494,11 @@ class Producer(SyncClient[AsyncProducer]):
                  default_topic: str = DEFAULT_TOPIC, default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
                  route_ttl: float = 30.0, fault_isolation: float = 10.0,
                  clock: Callable[[], float] = time.monotonic, id_generator: UniqueIdGenerator | None = None,
-                 credentials: SessionCredentials | None = None, shared_runtime: bool = True) -> None:
+                 credentials: SessionCredentials | None = None, tls: TlsClientSettings | None = None,
+                 shared_runtime: bool = True) -> None:
         super().__init__(shared_runtime=shared_runtime)
         self._init_kwargs = dict(
-            namesrv_addr=namesrv_addr, group=group, send_timeout=send_timeout,
+            namesrv_addr=namesrv_addr, group=group, send_timeout=send_timeout, tls=tls,
             retry_times_when_send_failed=retry_times_when_send_failed, attempt_timeout=attempt_timeout,
             compress_over=compress_over, compress_level=compress_level, max_message_size=max_message_size,
             auto_create_topic=auto_create_topic, default_topic=default_topic,

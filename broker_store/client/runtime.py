@@ -1,5 +1,6 @@
 """The event loop behind the synchronous clients: a daemon thread running asyncio plus one
-``RemotingClient`` (one multiplexed connection per broker address) shared by every client on it.
+``RemotingClient`` (one multiplexed connection per broker address) shared by every client on it, and
+one more per distinct TLS settings (``remoting_for``: clients of a TLS cluster share theirs).
 
 ``Producer``, ``PullConsumer`` and ``Admin`` acquire the process-wide runtime when they start and
 release it on close; the last release stops the thread. Any number of threads may call into the
@@ -20,6 +21,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Generic, Self, TypeVar
 
 from broker_store.net.client import RemotingClient
+from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.errors import RequestTimeoutError
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,9 @@ class ClientRuntime:
         self.pid = os.getpid()
         self.loop = _new_loop()
         self.remoting = RemotingClient()
+        """Plain connections, shared by every client without TLS."""
+        self._tls_remoting: dict[TlsClientSettings, RemotingClient] = {}
+        self._tls_lock = threading.Lock()
         self._stopped = False
         ready = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(ready,), name=name, daemon=True)
@@ -65,6 +70,21 @@ class ClientRuntime:
             self.loop.run_until_complete(self.loop.shutdown_asyncgens())
         finally:
             self.loop.close()
+
+    def remoting_for(self, tls: TlsClientSettings | None) -> RemotingClient:
+        """The remoting client for clients with these TLS settings (one per distinct settings, so a TLS
+        cluster's connections and a plain cluster's never mix); ``self.remoting`` without TLS."""
+        if tls is None:
+            return self.remoting
+        with self._tls_lock:
+            client = self._tls_remoting.get(tls)
+            if client is None:
+                client = self._tls_remoting[tls] = RemotingClient(tls=tls)
+            return client
+
+    async def _close_remoting(self) -> None:
+        for client in (self.remoting, *self._tls_remoting.values()):
+            await client.close()
 
     @property
     def alive(self) -> bool:
@@ -100,7 +120,7 @@ class ClientRuntime:
         if self.pid != os.getpid() or not self.thread.is_alive():
             return
         with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(self.remoting.close(), self.loop).result(timeout)
+            asyncio.run_coroutine_threadsafe(self._close_remoting(), self.loop).result(timeout)
         self.loop.call_soon_threadsafe(self.loop.stop)
         if threading.current_thread() is not self.thread:
             self.thread.join(timeout)
@@ -188,7 +208,7 @@ class SyncClient(Generic[CoreT]):
             if self._runtime is None or self._core is None:
                 runtime = acquire_runtime() if self._shared_runtime else ClientRuntime()
                 try:
-                    core = self._make_core(runtime.remoting)
+                    core = self._make_core(runtime.remoting_for(self._init_kwargs.get("tls")))
                     runtime.run(self._start_core(core), timeout=30.0)
                 except BaseException:
                     release_runtime(runtime)

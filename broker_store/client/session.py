@@ -17,6 +17,7 @@ from broker_store.client.route_cache import (
     parse_namesrv_addrs,
 )
 from broker_store.net.client import RemotingClient
+from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.acl import sign as acl_sign
 from broker_store.protocol.codes import ResponseCode
@@ -39,7 +40,7 @@ class ClientSession:
                  request_timeout: float = 3.0, route_ttl: float = 30.0,
                  clock: Callable[[], float] = time.monotonic, default_topic: str = DEFAULT_TOPIC,
                  default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
-                 credentials: SessionCredentials | None = None) -> None:
+                 credentials: SessionCredentials | None = None, tls: TlsClientSettings | None = None) -> None:
         require_positive("request_timeout", request_timeout)
         self.credentials = credentials
         """ACL identity every request of this client is signed with (``protocol.acl``); None = no ACL."""
@@ -48,7 +49,8 @@ class ClientSession:
         self.request_timeout = request_timeout
         self.clock = clock
         self._owns_remoting = remoting is None
-        self.remoting = remoting if remoting is not None else RemotingClient()
+        # ``tls`` applies to a remoting client made here; a passed one carries its own (``runtime.remoting_for``).
+        self.remoting = remoting if remoting is not None else RemotingClient(tls=tls)
         self.routes = RouteCache(self.namesrv_addrs, remoting=self.remoting, ttl=route_ttl,
                                  request_timeout=request_timeout, clock=clock, default_topic=default_topic,
                                  default_topic_queue_nums=default_topic_queue_nums,

@@ -17,6 +17,7 @@ from broker_store.controller.service import Controller
 from broker_store.controller.state_store import StateStoreError
 from broker_store.net.client import RemotingClient
 from broker_store.net.server import Connection
+from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.config_text import decode_config, encode_config
 from broker_store.protocol.controller import (
@@ -54,14 +55,16 @@ Handler = Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]
 class ControllerProcessor:
     """Request handlers for one ``Controller`` (see the module docstring)."""
 
-    def __init__(self, controller: Controller, *, address: str = "", peers: str | None = None) -> None:
+    def __init__(self, controller: Controller, *, address: str = "", peers: str | None = None,
+                 tls: TlsClientSettings | None = None) -> None:
         self.controller = controller
         self.address = address
         """This controller's own remoting address (reported by CONTROLLER_GET_METADATA_INFO)."""
         self.peers = peers
         """Reported as CONTROLLER_GET_METADATA_INFO's ``peers``: where the replicated state lives (the etcd
         endpoints, ';'-separated; RocketMQ names its DLedger peers there), None for the embedded file store."""
-        self._client = RemotingClient()
+        self._client = RemotingClient(tls=tls)
+        """Role-change notices to brokers (with TLS when the process's ``tls.enable`` is on)."""
         self._brokers_by_conn: dict[Connection, set[str]] = {}
 
     def handlers(self) -> dict[int, Handler]:

@@ -21,6 +21,8 @@ from broker_store.controller.settings import ControllerSettings
 from broker_store.controller.state_store import StateStore
 from broker_store.net.server import Connection, RemotingServer
 from broker_store.net.signals import wait_for_termination
+from broker_store.net.tls import ServerTls
+from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.frame import RemotingCommand
 
@@ -43,11 +45,11 @@ class EmbeddedController:
     """The controller inside another server's remoting listener: its handlers, its disconnect hook, its scan."""
 
     def __init__(self, settings: ControllerSettings, *, address: str, clock: Clock = SYSTEM_CLOCK,
-                 store: StateStore | None = None) -> None:
+                 store: StateStore | None = None, tls: TlsClientSettings | None = None) -> None:
         self.store = store or open_state_store(settings, member_id=address)
         peers = ";".join(str(u).rstrip("/") for u in settings.etcd.endpoints) if settings.etcd is not None else None
         self.processor = ControllerProcessor(Controller(self.store, settings, clock=clock), address=address,
-                                             peers=peers)
+                                             peers=peers, tls=tls)
         self.controller = self.processor.controller
         self.controller.set_notify(self.processor.notify)  # the processor owns the sockets
 
@@ -67,7 +69,7 @@ class EmbeddedController:
 
 async def run_controller(cfg: ControllerConfig, ready: Callable[[str], None] | None = None) -> None:
     """Serve one standalone controller until cancelled or SIGTERM; ``ready(addr)`` once it listens."""
-    embedded = EmbeddedController(cfg.controller, address=cfg.listen)
+    embedded = EmbeddedController(cfg.controller, address=cfg.listen, tls=cfg.tls.client_settings())
     handlers = embedded.processor.handlers()
 
     async def handle(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -77,7 +79,7 @@ async def run_controller(cfg: ControllerConfig, ready: Callable[[str], None] | N
         return await handler(cmd, conn)
 
     host, port = split_host_port(cfg.listen)
-    server = RemotingServer(handle, host, port)
+    server = RemotingServer(handle, host, port, tls=ServerTls.from_settings(cfg.tls.server))
     server.disconnect_listeners.append(embedded.on_disconnect)
     await server.start()
     embedded.start()

@@ -19,6 +19,7 @@ from broker_store.controller.server import EmbeddedController
 from broker_store.namesrv.route_info import BrokerKey, RouteInfoManager
 from broker_store.net.server import Connection, RemotingServer
 from broker_store.net.signals import wait_for_termination
+from broker_store.net.tls import ServerTls
 from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.frame import RemotingCommand
@@ -49,7 +50,7 @@ class NamesrvServer:
         self._clock = clock
         self.routes = RouteInfoManager(default_timeout=config.broker_expiry_seconds, clock=clock)
         host, port = split_host_port(config.listen)
-        self._server = RemotingServer(self._handle, host, port)
+        self._server = RemotingServer(self._handle, host, port, tls=ServerTls.from_settings(config.tls.server))
         self._server.disconnect_listeners.append(self._on_disconnect)
         self._scan_task: asyncio.Task[None] | None = None
         # The connection each broker last registered on: a broker whose connection closes is removed
@@ -58,7 +59,8 @@ class NamesrvServer:
         self._broker_conns: dict[BrokerKey, Connection] = {}
         self.controller: EmbeddedController | None = None
         if config.controller is not None:
-            self.controller = EmbeddedController(config.controller, address=config.listen, clock=clock)
+            self.controller = EmbeddedController(config.controller, address=config.listen, clock=clock,
+                                                 tls=config.tls.client_settings())
             self._server.disconnect_listeners.append(self.controller.on_disconnect)
         self._processors: dict[int, _Processor] = {
             RequestCode.REGISTER_BROKER: self._register_broker,

@@ -2,6 +2,7 @@
 
 ``RemotingServer`` hands each decoded request to an async handler and writes back what it returns;
 ``RemotingClient`` keeps one multiplexed connection per address and matches responses by opaque.
+``tls`` / ``tls_settings``: RocketMQ's TLS modes on both sides (stdlib ``ssl``).
 """
 
 from broker_store.net.client import RemotingClient

@@ -10,10 +10,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 
 from broker_store.net.call_order import CallOrder
 from broker_store.net.framing import FrameReader
+from broker_store.net.tls import client_context
+from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import ProtocolError, RequestTimeoutError, TransportError
 from broker_store.protocol.frame import FLAG_ONEWAY, RemotingCommand, encode_frame
@@ -37,8 +40,12 @@ def _expire(fut: asyncio.Future[RemotingCommand], code: int, addr: str, timeout:
 
 
 class _ClientConnection(asyncio.Protocol):
-    def __init__(self, addr: str, push_handler: PushHandler | None) -> None:
+    def __init__(self, addr: str, push_handler: PushHandler | None, *, tls: bool = False) -> None:
         self.addr = addr
+        self._tls = tls
+        self._heard = False
+        """Whether the server sent anything (with TLS: a connection closed before that was refused by the
+        server's certificate check, which TLS 1.3 makes after the client's side of the handshake is done)."""
         self._reader = FrameReader()
         self._push_handler = push_handler
         self.transport: asyncio.Transport | None = None
@@ -56,7 +63,12 @@ class _ClientConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._drained.set()
-        error = TransportError(f"connection to {self.addr} closed" + (f": {exc}" if exc else ""))
+        reason = f": {exc}" if exc else ""
+        if self._tls and not self._heard and (exc is None or isinstance(exc, OSError)):  # OSError: SSLError too
+            reason = (f": the server ended the TLS session before answering{f' ({exc})' if exc else ''}; it may "
+                      "require a client certificate signed by a CA it trusts (tls.server.need.client.auth; "
+                      "tls.client.certPath / keyPath)")
+        error = TransportError(f"connection to {self.addr} closed{reason}")
         for fut in self.pending.values():
             if not fut.done():
                 fut.set_exception(error)
@@ -69,6 +81,7 @@ class _ClientConnection(asyncio.Protocol):
         self._drained.set()
 
     def data_received(self, data: bytes) -> None:
+        self._heard = True
         try:
             commands = self._reader.feed(data)
         except ProtocolError as exc:
@@ -111,10 +124,17 @@ class _ClientConnection(asyncio.Protocol):
 
 
 class RemotingClient:
-    """Async request/response over pooled connections. ``timeout`` is per request, in seconds."""
+    """Async request/response over pooled connections. ``timeout`` is per request, in seconds.
 
-    def __init__(self, *, connect_timeout: float = 3.0, push_handler: PushHandler | None = None) -> None:
+    ``tls``: connect with TLS (RocketMQ's tls.enable with its tls.client.* settings) to every address;
+    None: plain connections. Raises ``ConfigError`` when a certificate file does not load.
+    """
+
+    def __init__(self, *, connect_timeout: float = 3.0, push_handler: PushHandler | None = None,
+                 tls: TlsClientSettings | None = None) -> None:
         self.connect_timeout = connect_timeout
+        self.tls = tls
+        self._ssl: ssl.SSLContext | None = None if tls is None else client_context(tls)
         self._push_handler = push_handler
         self._conns: dict[str, _ClientConnection] = {}
         self._connecting: dict[str, asyncio.Future[_ClientConnection]] = {}
@@ -153,12 +173,23 @@ class RemotingClient:
         self._connecting[addr] = fut
         try:
             host, port = _split_addr(addr)
+            context = self._ssl
+            tls = context is not None
             try:
                 _, new_conn = await asyncio.wait_for(
-                    loop.create_connection(lambda: _ClientConnection(addr, self._push_handler), host, port),
+                    loop.create_connection(lambda: _ClientConnection(addr, self._push_handler, tls=tls), host, port,
+                                           ssl=context, server_hostname=host if tls else None),
                     self.connect_timeout)
             except TimeoutError as exc:
                 raise TransportError(f"connect to {addr} timed out after {self.connect_timeout}s") from exc
+            except ssl.SSLError as exc:
+                raise TransportError(f"TLS handshake with {addr} failed: {exc.reason or exc}") from exc
+            except ConnectionError as exc:
+                if context is None or isinstance(exc, ConnectionRefusedError):
+                    raise TransportError(f"cannot connect to {addr}: {exc.strerror or exc}") from exc
+                raise TransportError(f"TLS handshake with {addr} failed: the server closed the connection "
+                                     f"({exc.strerror or type(exc).__name__}); a server with tls.server.mode "
+                                     "disabled refuses TLS") from exc
             except OSError as exc:
                 raise TransportError(f"cannot connect to {addr}: {exc.strerror or exc}") from exc
             self._conns[addr] = new_conn

@@ -23,6 +23,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from broker_store.net.framing import FrameReader
+from broker_store.net.tls import TLS_HANDSHAKE_BYTE, ServerTls, TlsAcceptor
+from broker_store.net.tls_settings import TlsMode
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import ProtocolError, RocketMQError
 from broker_store.protocol.frame import RemotingCommand, encode_frame
@@ -79,7 +81,12 @@ class Connection(asyncio.Protocol):
         try:
             commands = self._reader.feed(data)
         except ProtocolError as exc:
-            log.warning("closing connection from %s: %s", self.remote_addr, exc)
+            if data[:1] == bytes([TLS_HANDSHAKE_BYTE]) and self._server.tls_mode is TlsMode.DISABLED:
+                # A ClientHello reads as a frame of ~370 MB: say what it is (RocketMQ closes these too).
+                log.warning("closing connection from %s: a TLS handshake, and tls.server.mode is disabled",
+                            self.remote_addr)
+            else:
+                log.warning("closing connection from %s: %s", self.remote_addr, exc)
             self.close()
             return
         handler = self._server.handler
@@ -190,28 +197,48 @@ class Connection(asyncio.Protocol):
 
 
 class RemotingServer:
-    """TCP server for remoting frames bound to ``host:port`` (port 0 picks a free one)."""
+    """TCP server for remoting frames bound to ``host:port`` (port 0 picks a free one).
 
-    def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 0) -> None:
+    ``tls``: RocketMQ's tls.server.mode (``net.tls``); None or disabled serves plain connections only.
+    """
+
+    def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 0, *,
+                 tls: ServerTls | None = None) -> None:
         self.handler = handler
         self.host = host
         self._port = port
+        self.tls_mode = TlsMode.DISABLED if tls is None else tls.mode
+        self._tls = tls
+        self._acceptor: TlsAcceptor | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
         self.disconnect_listeners: list[Callable[[Connection], None]] = []
 
     @property
     def port(self) -> int:
+        if self._acceptor is not None:
+            return self._acceptor.port
         if self._server is None:
             return self._port
         return int(self._server.sockets[0].getsockname()[1])
 
     async def start(self) -> None:
+        if self._tls is not None and self._tls.mode is not TlsMode.DISABLED:
+            acceptor = TlsAcceptor(lambda: Connection(self), self._tls)
+            await acceptor.start(self.host, self._port)
+            self._acceptor = acceptor
+            return
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: Connection(self), self.host, self._port,
                                                 reuse_address=True, backlog=1024)
 
     async def stop(self) -> None:
+        if self._acceptor is not None:
+            await self._acceptor.stop()
+            self._acceptor = None
+            for conn in list(self._connections):
+                conn.close()
+            return
         if self._server is None:
             return
         self._server.close()

@@ -22,6 +22,7 @@ Each class carries behaviour flags the caller acts on instead of matching types:
         +-- SlaveNotAvailableError      yes
         +-- PullOffsetMovedError
         +-- AclPermissionError                      (ACL refusal: raised at once, never retried)
+        +-- TlsRequiredError                        (a plain connection to a TLS-enforcing server)
 
 ``error_for_response(code, remark)`` maps a response code to its class (registry below).
 Lower-level exceptions (OSError, struct.error, ValueError) are translated at module boundaries with
@@ -155,6 +156,15 @@ class AclPermissionError(BrokerResponseError):
         self.args = (f"permission denied{where} for accessKey={access_key}: {self.remark}",)
 
 
+TLS_REQUIRED_MARK = "TLS required:"
+"""How an enforcing server's answer to a plain client's request starts (``net.tls``)."""
+
+
+class TlsRequiredError(BrokerResponseError):
+    """The server runs tls.server.mode=enforcing and this client connected in plain. Not retriable: every
+    attempt without TLS gets the same answer."""
+
+
 def is_acl_refusal(code: int, remark: str | None) -> bool:
     """A response that is an ACL refusal (ACL 1.0: SYSTEM_ERROR naming AclException)."""
     return code == ResponseCode.SYSTEM_ERROR and remark is not None and ACL_EXCEPTION_MARK in remark
@@ -180,4 +190,6 @@ def error_for_response(code: int, remark: str | None = None, *, addr: str | None
     naming ``access_key``)."""
     if is_acl_refusal(code, remark):
         return AclPermissionError(code, remark, addr=addr, access_key=access_key)
+    if code == ResponseCode.SYSTEM_ERROR and remark is not None and remark.startswith(TLS_REQUIRED_MARK):
+        return TlsRequiredError(code, remark, addr=addr)
     return _REGISTRY.get(code, BrokerResponseError)(code, remark, addr=addr)

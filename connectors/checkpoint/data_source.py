@@ -93,7 +93,7 @@ class CheckpointStreamReader(SimpleDataSourceStreamReader):
         if self._poller is None:
             o = LinkOptions.from_options(self._raw)
             source = o.config.cluster(o.link.source)
-            admin = executor_admin(";".join(source.namesrv), source.credentials())
+            admin = executor_admin(";".join(source.namesrv), source.credentials(), source.tls)
             try:
                 reserved = [source.name, *admin.cluster_info().broker_addr_table]
             except RocketMQError as exc:  # reported with this trigger's snapshot; retried next trigger
@@ -152,11 +152,11 @@ class CheckpointStreamWriter(DataSourceStreamWriter):
                 credentials = target.credentials()
                 producer = (executor_producer(namesrv, f"PID_RMQ_SYS_CHECKPOINT_{o.link.name}",
                                               send_timeout_ms=SEND_TIMEOUT_MS, auto_create_topic=False,
-                                              credentials=credentials)
+                                              credentials=credentials, tls=target.tls)
                             if o.link.checkpoints.produce_topic else None)
                 committer = _committers[key] = CheckpointCommitter(
                     link=o.link.name, source_cluster=o.link.source, target_cluster=o.link.target,
-                    target_admin=executor_admin(namesrv, credentials), target_producer=producer,
+                    target_admin=executor_admin(namesrv, credentials, target.tls), target_producer=producer,
                     progress=LinkProgressReader(link_tables).read,
                     max_runs_per_queue=o.link.checkpoints.max_runs_per_queue)
         return committer, tables

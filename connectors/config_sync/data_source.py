@@ -82,10 +82,11 @@ class ConfigStreamReader(SimpleDataSourceStreamReader):
             o = LinkOptions.from_options(self._raw)
             source = o.config.cluster(o.link.source)
             target = o.config.cluster(o.link.target)
-            self._poller = ConfigPoller(executor_admin(";".join(source.namesrv), source.credentials()), source.name,
+            source_admin = executor_admin(";".join(source.namesrv), source.credentials(), source.tls)
+            self._poller = ConfigPoller(source_admin, source.name,
                                         interval=o.link.config_sync.interval,
                                         subscription_groups=o.link.config_sync.subscription_groups)
-            self._target = executor_admin(";".join(target.namesrv), target.credentials())
+            self._target = executor_admin(";".join(target.namesrv), target.credentials(), target.tls)
         state = self._poller.next_item()
         return judge(Memory.from_offset(start), state, registered_groups(self._target))
 
@@ -137,8 +138,8 @@ class ConfigStreamWriter(DataSourceStreamWriter):
         for _taken, snapshot, evidence in rows:
             state = ClusterState.from_json(json.loads(snapshot))
             mapper = TopicMapper(o.link.topics, reserved_names=[source.name, *state.brokers])
-            target_admin = executor_admin(";".join(target.namesrv), target.credentials())
-            acl = AclSync(source_admin=executor_admin(";".join(source.namesrv), source.credentials()),
+            target_admin = executor_admin(";".join(target.namesrv), target.credentials(), target.tls)
+            acl = AclSync(source_admin=executor_admin(";".join(source.namesrv), source.credentials(), source.tls),
                           source_cluster=source.name, target_admin=target_admin, mapper=mapper,
                           settings=o.link.config_sync.acl) if o.link.config_sync.acl.enabled else None
             applier = ConfigApplier(target_admin=target_admin, mapper=mapper, settings=o.link.config_sync, acl=acl)

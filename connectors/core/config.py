@@ -47,6 +47,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from broker_store.client import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.message import PROPERTY_REPLICATOR_SOURCE
 from connectors.core.errors import ConfigError, CredentialError, OffsetFormatError
@@ -118,6 +119,10 @@ class ClusterConfig(_Model):
     """Name of the environment variable holding the access key (ACL); ``None`` = no ACL."""
     secret_key_env: str | None = None
     """Name of the environment variable holding the secret key; set iff ``access_key_env`` is."""
+    tls: TlsClientSettings | None = None
+    """Connect to this cluster with TLS (RocketMQ's tls.enable with its tls.client.* keys): ``trustCertPath``,
+    ``certPath``, ``keyPath`` name PEM files (checked at load; inline PEM is refused), ``authServer`` (true:
+    verify the servers' certificates). None: plain connections. Executors read the same paths."""
 
     @model_validator(mode="before")
     @classmethod

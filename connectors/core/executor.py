@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import threading
 
-from broker_store.client import Admin, Producer, PullConsumer
+from broker_store.client import Admin, Producer, PullConsumer, TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 
 CLIENT_MAX_MESSAGE_SIZE = 1 << 30
@@ -39,44 +39,45 @@ def freeze_worker_heap() -> None:
 
 
 _lock = threading.Lock()
-_consumers: dict[tuple[str, str, int, SessionCredentials | None], PullConsumer] = {}
-_producers: dict[tuple[str, str, int, bool, SessionCredentials | None], Producer] = {}
-_admins: dict[tuple[str, SessionCredentials | None], Admin] = {}
+_consumers: dict[tuple[str, str, int, SessionCredentials | None, TlsClientSettings | None], PullConsumer] = {}
+_producers: dict[tuple[str, str, int, bool, SessionCredentials | None, TlsClientSettings | None], Producer] = {}
+_admins: dict[tuple[str, SessionCredentials | None, TlsClientSettings | None], Admin] = {}
 
 
 def executor_consumer(namesrv: str, group: str, pull_timeout_ms: int,
-                      credentials: SessionCredentials | None = None) -> PullConsumer:
+                      credentials: SessionCredentials | None = None, *,
+                      tls: TlsClientSettings | None = None) -> PullConsumer:
     """The process's PullConsumer for (name servers, group, timeout, credentials). No heartbeats:
     executors only pull by offset, they are not group members."""
-    key = (namesrv, group, pull_timeout_ms, credentials)
+    key = (namesrv, group, pull_timeout_ms, credentials, tls)
     with _lock:
         consumer = _consumers.get(key)
         if consumer is None:
             consumer = PullConsumer(namesrv, group, pull_timeout=pull_timeout_ms / 1000, heartbeat_interval=None,
-                                    credentials=credentials)
+                                    credentials=credentials, tls=tls)
             _consumers[key] = consumer
         return consumer
 
 
 def executor_producer(namesrv: str, group: str, *, send_timeout_ms: int, auto_create_topic: bool,
-                      credentials: SessionCredentials | None) -> Producer:
+                      credentials: SessionCredentials | None, tls: TlsClientSettings | None = None) -> Producer:
     """The process's Producer for these target settings. Its own retries are off (the connectors retry
     with their backoff policy and pin the queue) and so is its size check (``CLIENT_MAX_MESSAGE_SIZE``)."""
-    key = (namesrv, group, send_timeout_ms, auto_create_topic, credentials)
+    key = (namesrv, group, send_timeout_ms, auto_create_topic, credentials, tls)
     with _lock:
         producer = _producers.get(key)
         if producer is None:
             producer = Producer(namesrv, group, send_timeout=send_timeout_ms / 1000, retry_times_when_send_failed=0,
                                 max_message_size=CLIENT_MAX_MESSAGE_SIZE, auto_create_topic=auto_create_topic,
-                                credentials=credentials)
+                                credentials=credentials, tls=tls)
             _producers[key] = producer
         return producer
 
 
-def executor_admin(namesrv: str, credentials: SessionCredentials | None) -> Admin:
-    """The process's Admin for (name servers, credentials): routes and cluster info."""
+def executor_admin(namesrv: str, credentials: SessionCredentials | None, tls: TlsClientSettings | None = None) -> Admin:
+    """The process's Admin for (name servers, credentials, TLS settings): routes and cluster info."""
     with _lock:
-        admin = _admins.get((namesrv, credentials))
+        admin = _admins.get((namesrv, credentials, tls))
         if admin is None:
-            admin = _admins[(namesrv, credentials)] = Admin(namesrv, credentials=credentials)
+            admin = _admins[(namesrv, credentials, tls)] = Admin(namesrv, credentials=credentials, tls=tls)
         return admin

@@ -55,7 +55,8 @@ class HeartbeatMonitorLoop:
         self._clock_ms = clock_ms
         clusters = {link.source for link in self.links} | {link.target for link in self.links}
         self._tails = {name: HeartbeatTail(";".join(config.cluster(name).namesrv),
-                                           credentials=config.cluster(name).credentials())
+                                           credentials=config.cluster(name).credentials(),
+                                           tls=config.cluster(name).tls)
                        for name in sorted(clusters)}
         self._sources = sorted({link.source for link in self.links})
         self._targets = sorted({link.target for link in self.links})

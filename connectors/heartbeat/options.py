@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from broker_store.client import SessionCredentials
+from broker_store.client import SessionCredentials, TlsClientSettings
 from connectors.core.config import load_replicator_config
 from connectors.core.errors import ConfigError
 from connectors.core.options import lowered
@@ -30,6 +30,8 @@ class LinkEndpoints:
     """``host:port[;host:port]`` of the source's name servers."""
     credentials: SessionCredentials | None
     """The source cluster's ACL keys, read on the driver (masked in ``repr``)."""
+    tls: TlsClientSettings | None = None
+    """TLS to the source cluster (its ``tls`` in the config); None: plain."""
 
 
 @dataclass(frozen=True)
@@ -61,5 +63,5 @@ class HeartbeatOptions:
             link = config.link(name)
             source = config.cluster(link.source)
             links.append(LinkEndpoints(link.name, link.source, link.target, ";".join(source.namesrv),
-                                       source.credentials()))
+                                       source.credentials(), source.tls))
         return cls(config.heartbeat.interval_ms, tuple(links))

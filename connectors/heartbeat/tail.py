@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from broker_store.client import Admin, MessageQueue, PullConsumer, PullStatus, SessionCredentials
+from broker_store.client import Admin, MessageQueue, PullConsumer, PullStatus, SessionCredentials, TlsClientSettings
 from broker_store.client.route_cache import subscribe_queues
 from broker_store.protocol.errors import RocketMQError, TopicNotExistError
 from connectors.core.monitoring import HEARTBEAT_TOPIC
@@ -32,12 +32,13 @@ class HeartbeatTail:
     """See the module docstring. Not thread-safe: one poller thread."""
 
     def __init__(self, namesrv: str, *, credentials: SessionCredentials | None = None,
-                 topic: str = HEARTBEAT_TOPIC, request_timeout: float = 3.0) -> None:
+                 topic: str = HEARTBEAT_TOPIC, request_timeout: float = 3.0,
+                 tls: TlsClientSettings | None = None) -> None:
         self.namesrv = namesrv
         self.topic = topic
-        self._admin = Admin(namesrv, credentials=credentials)
+        self._admin = Admin(namesrv, credentials=credentials, tls=tls)
         self._consumer = PullConsumer(namesrv, MONITOR_GROUP, pull_timeout=request_timeout,
-                                      heartbeat_interval=None, credentials=credentials)
+                                      heartbeat_interval=None, credentials=credentials, tls=tls)
         self._offsets: dict[MessageQueue, int] = {}
         self._located = False
         """True once the topic's queues were seen: queues found after that are read from the start."""

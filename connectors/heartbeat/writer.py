@@ -73,7 +73,7 @@ def ensure_heartbeat_topic(endpoints: LinkEndpoints) -> None:
     with _topic_lock:
         if endpoints.source_namesrv in _topic_ready:
             return
-        admin = executor_admin(endpoints.source_namesrv, endpoints.credentials)
+        admin = executor_admin(endpoints.source_namesrv, endpoints.credentials, endpoints.tls)
         try:
             admin.topic_route(HEARTBEAT_TOPIC)
         except TopicNotExistError:
@@ -124,7 +124,8 @@ class HeartbeatStreamWriter(DataSourceStreamWriter):
         try:
             ensure_heartbeat_topic(endpoints)
             producer = executor_producer(endpoints.source_namesrv, PRODUCER_GROUP, send_timeout_ms=SEND_TIMEOUT_MS,
-                                         auto_create_topic=False, credentials=endpoints.credentials)
+                                         auto_create_topic=False, credentials=endpoints.credentials,
+                                         tls=endpoints.tls)
             message = new_message(HEARTBEAT_TOPIC, heartbeat.encode(), tags=link_name, keys=heartbeat.keys)
             # the producer's own retries are off: a route naming a primary that died is refreshed and tried once
             result = once_more_on_new_route(lambda: producer.send(message))

@@ -168,7 +168,7 @@ def source_mirror(o: SinkOptions) -> SourceGroupMirror | None:
     group = o.mirrored_group
     if group is None or o.source_namesrv is None:
         return None
-    return source_group_mirror(o.source_namesrv, group, o.source_credentials, label=o.label)
+    return source_group_mirror(o.source_namesrv, group, o.source_credentials, label=o.label, tls=o.source_tls)
 
 
 def warn_dismissed(o: SinkOptions, batch_id: int, failures: Sequence[FailedMessage], committed: str) -> None:

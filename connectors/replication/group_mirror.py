@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-from broker_store.client import MessageQueue
+from broker_store.client import MessageQueue, TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import RocketMQError
 from connectors.core.executor import executor_consumer
@@ -128,19 +128,19 @@ class SourceGroupMirror:
 
 
 _mirrors_lock = threading.Lock()
-_mirrors: dict[tuple[str, str, SessionCredentials | None], SourceGroupMirror] = {}
+_mirrors: dict[tuple[str, str, SessionCredentials | None, TlsClientSettings | None], SourceGroupMirror] = {}
 
 
 def source_group_mirror(namesrv: str, group: str, credentials: SessionCredentials | None, *,
-                        label: str = "") -> SourceGroupMirror:
+                        label: str = "", tls: TlsClientSettings | None = None) -> SourceGroupMirror:
     """The process's mirror of ``group`` on the source cluster at ``namesrv`` (driver: the Python worker
     that runs the writer's commits, reused across batches)."""
-    key = (namesrv, group, credentials)
+    key = (namesrv, group, credentials, tls)
     with _mirrors_lock:
         mirror = _mirrors.get(key)
         if mirror is None:
             def update(queue: QueueKey, offset: int) -> None:
-                consumer = executor_consumer(namesrv, group, 10_000, credentials)
+                consumer = executor_consumer(namesrv, group, 10_000, credentials, tls=tls)
                 mq = MessageQueue(queue.topic, queue.broker_name, queue.queue_id)
                 once_more_on_new_route(lambda: consumer.update_consumer_offset(mq, offset))
 

@@ -69,7 +69,7 @@ class TargetOutage:
         if not error.invalid_route:
             return False
         try:
-            info = executor_admin(self.o.namesrv, self.o.credentials).cluster_info()
+            info = executor_admin(self.o.namesrv, self.o.credentials, self.o.tls).cluster_info()
         except RocketMQError:
             return True
         return not info.broker_addr_table

@@ -201,7 +201,8 @@ class PartitionWriter(BatchSender):
                     settings = PullSettings(
                         namesrv=namesrv, group=group, cluster=cluster, tags=tags, pull_batch_size=batch_size,
                         fail_on_data_loss=fail_on_loss, pull_timeout_ms=timeout_ms, row_format="raw",
-                        credentials=self.o.source_credentials, link=self.o.link or "", retry=self.outage.policy,
+                        credentials=self.o.source_credentials, tls=self.o.source_tls, link=self.o.link or "",
+                        retry=self.outage.policy,
                         config_path=config_path)
                     outage = source_outage(settings)  # the link's retry settings ride out a source outage too
                     self.source_outages.append(outage)

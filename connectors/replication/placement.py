@@ -133,7 +133,7 @@ class QueuePlacement:
             return None
         if topic not in self._source:
             try:
-                admin = executor_admin(namesrv, self.options.source_credentials)
+                admin = executor_admin(namesrv, self.options.source_credentials, self.options.source_tls)
                 self._source[topic] = subscribe_queues(topic, admin.topic_route(topic))
             except RocketMQError as exc:
                 log.warning("cannot list source queues of %s (placement falls back to hashing): %s", topic, exc)
@@ -202,7 +202,7 @@ class QueuePlacement:
         just grew or shrank; the producer's route cache may be seconds old), else as ``_target_queues``
         (a topic without a route yet is auto-created by the first send; an outage waits)."""
         try:
-            route = executor_admin(self.options.namesrv, self.options.credentials).topic_route(topic)
+            route = executor_admin(self.options.namesrv, self.options.credentials, self.options.tls).topic_route(topic)
         except RocketMQError:
             return self._target_queues(topic)
         return sorted(publish_queues(topic, route)) or self._target_queues(topic)

@@ -116,7 +116,7 @@ class RangesPlacementPlanner:
         def admin(side: str) -> Admin:
             if side not in admins:
                 cluster = source if side == "source" else target
-                admins[side] = Admin(";".join(cluster.namesrv), credentials=cluster.credentials())
+                admins[side] = Admin(";".join(cluster.namesrv), credentials=cluster.credentials(), tls=cluster.tls)
             return admins[side]
 
         def source_queues(topic: str) -> list[QueueKey]:

@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
 
-from broker_store.client import MessageQueue, PullConsumer, PullResult, PullStatus, StoredMessage
+from broker_store.client import MessageQueue, PullConsumer, PullResult, PullStatus, StoredMessage, TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import RequestTimeoutError, RocketMQError
 from broker_store.protocol.message import stored_record_spans
@@ -46,6 +46,7 @@ class PullSettings:
     pull_timeout_ms: int
     row_format: str = "arrow"
     credentials: SessionCredentials | None = None
+    tls: TlsClientSettings | None = None
     link: str = ""
     """Names the link in the source-outage warnings, ``SourceUnavailableError`` and the data-loss advice."""
     config_path: str | None = None
@@ -66,7 +67,7 @@ def source_outage(settings: PullSettings) -> SourceOutage:
     return SourceOutage(
         link=settings.link or settings.group, cluster=settings.cluster, namesrv=settings.namesrv,
         policy=settings.retry,
-        cluster_has_brokers=lambda: bool(executor_admin(settings.namesrv, settings.credentials)
+        cluster_has_brokers=lambda: bool(executor_admin(settings.namesrv, settings.credentials, settings.tls)
                                          .cluster_info().broker_addr_table))
 
 
@@ -156,7 +157,7 @@ def pull_results(settings: PullSettings, partition: QueueRange, consumer: PullCo
     ``outage``: the task's (counts its retries); default one per call.
     """
     consumer = consumer or executor_consumer(settings.namesrv, settings.group, settings.pull_timeout_ms,
-                                              settings.credentials)
+                                              settings.credentials, tls=settings.tls)
     mq = MessageQueue(partition.topic, partition.broker_name, partition.queue_id)
     budget = consumer.pull_wait_budget()
 

@@ -201,7 +201,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.settings = PullSettings(namesrv=o.namesrv, group=o.group, cluster=o.cluster, tags=o.tag_filter,
                                      pull_batch_size=o.pull_batch_size, fail_on_data_loss=o.fail_on_data_loss,
                                      pull_timeout_ms=o.pull_timeout_ms, row_format=o.row_format,
-                                     credentials=o.credentials, link=o.link or "", config_path=o.config,
+                                     credentials=o.credentials, tls=o.tls, link=o.link or "", config_path=o.config,
                                      retry=OutagePolicy(o.retry_timeout_ms, o.retry_backoff_ms,
                                                         o.retry_backoff_max_ms))
         self._state = _DriverState(placer=RangesPlacementPlanner.from_options(
@@ -220,7 +220,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def _admin(self) -> Admin:
         if self._state.admin is None:
-            self._state.admin = Admin(self.options.namesrv, credentials=self.options.credentials)
+            self._state.admin = Admin(self.options.namesrv, credentials=self.options.credentials, tls=self.options.tls)
         return self._state.admin
 
     @property
@@ -450,7 +450,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         if state.committer is None:
             state.committer = PullConsumer(self.options.namesrv, self.options.group, heartbeat_interval=None,
-                                           credentials=self.options.credentials)
+                                           credentials=self.options.credentials, tls=self.options.tls)
         committer = state.committer
 
         def update(item: tuple[QueueKey, int]) -> tuple[QueueKey, int, RocketMQError | None]:

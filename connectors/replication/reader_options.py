@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from pydantic import ConfigDict, Field, model_validator
 
+from broker_store.client import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 from connectors.core.config import (
     DEFAULT_CONSUMER_GROUP_PREFIX,
@@ -118,7 +119,10 @@ class SourceOptions(ReadSettings):
     """ACL identity for the source cluster (from the link's cluster or accessKeyEnv / secretKeyEnv),
     resolved on the driver; reaches executors inside the pickled reader, never as a Spark option."""
 
-    DERIVED: ClassVar[frozenset[str]] = frozenset({"selection", "group", "credentials", "link", "config"})
+    tls: TlsClientSettings | None = None
+    """TLS to the source cluster (the link's cluster's ``tls``), like ``credentials`` resolved on the driver."""
+
+    DERIVED: ClassVar[frozenset[str]] = frozenset({"selection", "group", "credentials", "tls", "link", "config"})
     """Fields computed by ``from_options``, not taken from an option of their name."""
 
     @model_validator(mode="before")
@@ -189,4 +193,5 @@ class SourceOptions(ReadSettings):
         else:
             credentials = cluster_cfg.credentials() if link_cfg is not None else None
         return validate_options(cls, {**values, "selection": selection, "group": group, "link": link_name,
-                                      "credentials": credentials, "config": opts.get("config")})
+                                      "credentials": credentials, "config": opts.get("config"),
+                                      "tls": cluster_cfg.tls if link_cfg is not None else None})

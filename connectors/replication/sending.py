@@ -64,7 +64,8 @@ def now_ms() -> int:
 def target_producer(options: SinkOptions) -> Producer:
     """The executor process's Producer for the writer's target settings (``connectors.core.executor``)."""
     return executor_producer(options.namesrv, options.producer_group, send_timeout_ms=options.send_timeout_ms,
-                             auto_create_topic=options.auto_create_topic, credentials=options.credentials)
+                             auto_create_topic=options.auto_create_topic, credentials=options.credentials,
+                             tls=options.tls)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from pydantic import ConfigDict, Field, model_validator
 
+from broker_store.client import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 from connectors.core.config import (
     DEFAULT_CONSUMER_GROUP_PREFIX,
@@ -76,6 +77,10 @@ class SinkOptions(WriteSettings):
     """The ``config`` option (replicator.yaml), named in the replay advice of dismissed failures."""
     source_credentials: SessionCredentials | None = None
     """ACL identity for ``source_namesrv`` (queue-count look-ups); None = no ACL."""
+    tls: TlsClientSettings | None = None
+    """TLS to the target cluster (its ``tls`` in the config); None: plain."""
+    source_tls: TlsClientSettings | None = None
+    """TLS to ``source_namesrv``; None: plain."""
     history: HistorySettings = HistorySettings()
     """The link's table retention and maintenance (config + link: its ``history``; else the defaults)."""
     checkpoints_enabled: bool = True
@@ -83,7 +88,7 @@ class SinkOptions(WriteSettings):
     retention then keeps the runs their positions need (``connectors.replication.retention``)."""
 
     DERIVED: ClassVar[frozenset[str]] = frozenset({"mapping", "topic_map", "link", "producer_group", "credentials",
-                                                   "source_credentials", "config_path", "history",
+                                                   "source_credentials", "tls", "source_tls", "config_path", "history",
                                                    "checkpoints_enabled"})
     """Fields computed by ``from_options``, not taken from an option of their name."""
 
@@ -131,6 +136,7 @@ class SinkOptions(WriteSettings):
                 checkpoint_location=link.checkpoint_location,
                 credentials=replicator.cluster(link.target).credentials(),
                 source_credentials=replicator.cluster(link.source).credentials(), config_path=opts["config"],
+                tls=replicator.cluster(link.target).tls, source_tls=replicator.cluster(link.source).tls,
                 history=link.history, checkpoints_enabled=link.checkpoints.enabled)
         values.update(given_options(cls, opts, derived=cls.DERIVED))
         if "topicmapping" in opts:

@@ -29,6 +29,7 @@ from broker_store.config import BrokerConfig, NamesrvConfig
 from broker_store.launcher import HOST, LOG_TAIL_CHARS, ManagedProcess, poll_until, wait_in_sync
 from broker_store.launcher import broker_listen_port as broker_listen_port  # re-exported with free_port:
 from broker_store.launcher import free_port as free_port  # the tests take ports from here
+from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.errors import RocketMQError
 
 
@@ -155,8 +156,11 @@ class LocalCluster:
 
     def __init__(self, root: Path, name: str = "test", brokers: int | Sequence[GroupSpec] = 1, *,
                  replicas: int = 1, namesrv: Mapping[str, Any] | None = None,
-                 controller: Mapping[str, Any] | None = None, **broker_options: Any) -> None:
+                 controller: Mapping[str, Any] | None = None, client_tls: TlsClientSettings | None = None,
+                 **broker_options: Any) -> None:
         self.root = root / name
+        self.client_tls = client_tls
+        """How the harness's own admin calls connect (TLS for a name server in enforcing mode)."""
         self.root.mkdir(parents=True, exist_ok=True)
         self.name = name
         self.closed = False
@@ -215,7 +219,7 @@ class LocalCluster:
     def listed_primary(self, group: str) -> Broker | None:
         """The member the name server lists as the group's id 0, or None (none listed, or no answer)."""
         try:
-            with Admin(self.namesrv_addr) as admin:
+            with Admin(self.namesrv_addr, tls=self.client_tls) as admin:
                 data = admin.cluster_info().broker_addr_table.get(group)
         except RocketMQError:
             return None
@@ -250,7 +254,7 @@ class LocalCluster:
                     for group, members in self.groups.items()}
         running = {group: sorted(b.listen for b in members if b.running()) for group, members in self.groups.items()}
         seen: dict[str, dict[int, str]] = {}
-        with Admin(self.namesrv_addr) as admin:
+        with Admin(self.namesrv_addr, tls=self.client_tls) as admin:
             def registered() -> bool:
                 nonlocal seen
                 try:

@@ -26,7 +26,7 @@ from tests.support.import_graph import (
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"protocol", "clock", "address", "background", "validation"}),
     frozenset({"net", "store", "acl"}),
-    frozenset({"client", "ha"}),
+    frozenset({"client", "ha", "cli_tls"}),
     frozenset({"controller"}),
     frozenset({"config"}),
     frozenset({"controller.server", "broker"}),
@@ -53,7 +53,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # validation: UPDATE_CONTROLLER_CONFIG's refusals name the field as every settings error does
     "controller": frozenset({"background", "clock", "net", "protocol", "store", "validation"}),
     # config: each part's settings model
-    "config": frozenset({"address", "controller", "ha", "protocol", "store", "validation"}),
+    "config": frozenset({"address", "controller", "ha", "net", "protocol", "store", "validation"}),
     "controller.server": frozenset({"address", "clock", "config", "controller", "net", "protocol"}),
     "broker": frozenset({"acl", "address", "background", "clock", "config", "ha", "net", "protocol", "store",
                          "validation"}),
@@ -61,10 +61,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     "launcher": frozenset({"client", "config", "ha", "protocol"}),
     "controller.etcd_members": frozenset({"launcher"}),
     "up": frozenset({"config", "controller.etcd_members", "launcher"}),
-    "cli_ha": frozenset({"client", "controller.etcd_members", "net", "protocol"}),
-    "cli_acl": frozenset({"acl", "client", "config", "protocol", "validation"}),
-    "cli": frozenset({"broker", "cli_acl", "cli_ha", "client", "config", "controller.server", "launcher", "namesrv",
-                      "net", "protocol", "up"}),
+    "cli_tls": frozenset({"net", "protocol"}),  # the admin commands' TLS options -> net's client settings
+    "cli_ha": frozenset({"cli_tls", "client", "controller.etcd_members", "net", "protocol"}),
+    "cli_acl": frozenset({"acl", "cli_tls", "client", "config", "protocol", "validation"}),
+    "cli": frozenset({"broker", "cli_acl", "cli_ha", "cli_tls", "client", "config", "controller.server", "launcher",
+                      "namesrv", "net", "protocol", "up"}),
     "__main__": frozenset({"cli"}),
 }
 """unit -> the units it may import: DESIGN.md's layers, as the import graph has them (issue #18). A new edge
