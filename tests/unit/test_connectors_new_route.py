@@ -68,7 +68,7 @@ class FakeProducer:
 
 
 def _writer(monkeypatch: pytest.MonkeyPatch, producer: FakeProducer) -> HeartbeatStreamWriter:
-    endpoints = SimpleNamespace(link="l1", source="src", target="dst", source_namesrv="127.0.0.1:9876",
+    endpoints = SimpleNamespace(link="l1", tls=None, source="src", target="dst", source_namesrv="127.0.0.1:9876",
                                 credentials=None)
     monkeypatch.setattr(heartbeat_writer, "ensure_heartbeat_topic", lambda e: None)
     monkeypatch.setattr(heartbeat_writer, "executor_producer", lambda *a, **k: producer)

@@ -125,7 +125,7 @@ class FakeProducer:
 def executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, source: int, target: int,
              delta: bool = True) -> ExecutorPlacement:
     route = SimpleNamespace()
-    monkeypatch.setattr(executor_placement, "executor_admin", lambda _n, _c: SimpleNamespace(
+    monkeypatch.setattr(executor_placement, "executor_admin", lambda _n, _c, _tls=None: SimpleNamespace(
         topic_route=lambda topic: route))
     monkeypatch.setattr(executor_placement, "subscribe_queues",
                         lambda topic, _r: [MessageQueue(topic, "src-a", i) for i in range(source)])

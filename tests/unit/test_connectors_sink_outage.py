@@ -91,7 +91,7 @@ def _writer(monkeypatch: pytest.MonkeyPatch, producer: FakeProducer, *, brokers_
     table = {"dst-a": object()} if brokers_registered else {}
     admin = SimpleNamespace(cluster_info=lambda: SimpleNamespace(broker_addr_table=table))
     monkeypatch.setattr(sending, "target_producer", lambda _o: producer)
-    monkeypatch.setattr(outage, "executor_admin", lambda _n, _c: admin)
+    monkeypatch.setattr(outage, "executor_admin", lambda _n, _c, _tls=None: admin)
     base = dict(namesrv="127.0.0.1:1", target_cluster="dst", source_cluster="src", max_retries=2,
                 retry_backoff_ms=100, retry_timeout_ms=60_000, retry_backoff_max_ms=2_000)
     return PartitionWriter(SinkOptions(**{**base, **options}))  # type: ignore[arg-type]

@@ -342,7 +342,7 @@ def test_queue_placement_counts_source_queues_where_the_rows_pull_from(monkeypat
         def topic_route(self, topic: str) -> str:
             return topic
 
-    def fake_admin(namesrv: str, credentials: object) -> FakeAdmin:
+    def fake_admin(namesrv: str, credentials: object, tls: object = None) -> FakeAdmin:
         asked.append(namesrv)
         return FakeAdmin()
 
