@@ -49,9 +49,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     "net": frozenset({"protocol"}),
     "store": frozenset({"clock", "protocol"}),
     "client": frozenset({"acl", "net", "protocol"}),  # acl: the account format of the ACL admin requests
-    "ha": frozenset({"address", "clock", "protocol", "store"}),  # the store only through HA_STORE_API
+    # the store only through HA_STORE_API; acl: the peer allow-list and refusal log of the HA port (issue 17)
+    "ha": frozenset({"acl", "address", "clock", "protocol", "store"}),
     # validation: UPDATE_CONTROLLER_CONFIG's refusals name the field as every settings error does
-    "controller": frozenset({"background", "clock", "net", "protocol", "store", "validation"}),
+    # acl: the controller's peer allow-list and refusal log (issue 17)
+    "controller": frozenset({"acl", "background", "clock", "net", "protocol", "store", "validation"}),
     # config: each part's settings model
     "config": frozenset({"address", "controller", "ha", "protocol", "store", "validation"}),
     "controller.server": frozenset({"address", "clock", "config", "controller", "net", "protocol"}),
