@@ -248,7 +248,7 @@ class BrokerServer:
             self.metadata_sync = MetadataSync(
                 self._client, self._primary_broker_addr, self.topic_configs, self.consumer_offsets,
                 self.subscription_groups, interval=self.config.ha.metadata_sync_interval_ms / 1000, clock=self._clock,
-                on_topics_changed=self._request_register, delay_offsets=self.delay_offsets)
+                on_topics_changed=self._request_register, delay_offsets=self.delay_offsets, acl=self.acl)
             self.schedule = ScheduleService(store, DelaySchedule(self.delay_levels, self.delay_offsets),
                                             clock=self._clock)
             stage_loops = self._stage_loops = StageLoops(self.metadata_sync, self.schedule,
