@@ -136,12 +136,13 @@ class BrokerServer:
         """Delivery of delayed messages; runs while PRIMARY (valid after start)."""
         self._stage_loops: StageLoops | None = None
         host, port = split_host_port(config.listen)
-        self._server = RemotingServer(self._handle, host, port)
+        limits = config.connection_limits()
+        self._server = RemotingServer(self._handle, host, port, limits=limits, clock=clock)
         self._server.disconnect_listeners.append(self.clients.connection_closed)
         # RocketMQ's fast remoting server ("VIP channel") on listen port - 2: same processors.
         self._fast_server: RemotingServer | None = None
         if config.fast_listen_enable and port > 2:
-            self._fast_server = RemotingServer(self._handle, host, port - 2)
+            self._fast_server = RemotingServer(self._handle, host, port - 2, limits=limits, clock=clock)
             self._fast_server.disconnect_listeners.append(self.clients.connection_closed)
         self._processors: dict[int, Processor] = {}
         self.acl: AclGuard | None = None
