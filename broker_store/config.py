@@ -40,6 +40,7 @@ from pydantic import (
 from broker_store.address import HostPort, split_host_port
 from broker_store.controller.settings import ControllerSettings
 from broker_store.ha.settings import HARole, HASettings
+from broker_store.net.hygiene import ConnectionLimits
 from broker_store.net.tls_settings import TlsSettings
 from broker_store.protocol.errors import ConfigError
 from broker_store.store.config import StoreConfig, StoreSettings
@@ -263,6 +264,18 @@ class BrokerSettings(_Model):
     """RocketMQ's TLS settings under their key names (``net.tls_settings``): ``tls.server.mode`` disabled /
     permissive / enforcing with its certificate, key, trust certificates and need.client.auth, and
     ``tls.enable`` + ``tls.client.*`` for the broker's connections to name servers and controllers."""
+    server_channel_max_idle_seconds: float | None = Field(default=120.0, gt=0)
+    """A client connection with nothing received or sent for this long and no request in flight is closed
+    (RocketMQ serverChannelMaxIdleTimeSeconds, 120 s; ``net.hygiene``). None: never."""
+    server_partial_frame_timeout_seconds: float | None = Field(default=30.0, gt=0)
+    """A frame whose first bytes arrived this long ago and that is still incomplete closes its connection.
+    None: never."""
+    server_max_connections: int | None = Field(default=10_000, ge=1)
+    """Open client connections per listener; past it a new one is answered SYSTEM_BUSY "[OVERLOAD] ..." and
+    closed. None: no cap."""
+    server_max_requests_in_flight: int | None = Field(default=10_000, ge=1)
+    """Requests of one connection awaiting their answer (held pulls, puts waiting for flush or replicas); past
+    it the next is answered SYSTEM_BUSY "[OVERLOAD] ...". None: no cap."""
 
     @model_validator(mode="before")
     @classmethod
@@ -325,6 +338,11 @@ class BrokerSettings(_Model):
             raise ValueError("ha.role SLAVE does not fit enable_controller_mode (the controller decides who is "
                              "primary, and whom to follow: ha.ha_primary_address goes with SLAVE only); allowed: "
                              "ASYNC_MASTER or SYNC_MASTER, how the broker acts while primary")
+
+    def connection_limits(self) -> ConnectionLimits:
+        """The remoting listeners' hygiene (``net.hygiene``) from the ``server_*`` settings."""
+        return ConnectionLimits(self.server_channel_max_idle_seconds, self.server_partial_frame_timeout_seconds,
+                                self.server_max_connections, self.server_max_requests_in_flight)
 
     def delay_levels(self) -> DelayLevels:
         """The parsed ``message_delay_level``."""

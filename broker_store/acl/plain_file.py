@@ -25,7 +25,9 @@ broker then keeps the accounts it had. Access keys must be unique (RocketMQ warn
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -172,3 +174,18 @@ def read_plain_acl(path: Path) -> PlainAclFile:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the ACL file: {exc.strerror or exc}") from exc
     return parse_plain_acl(text, str(path))
+
+
+def plain_acl_from_broker(config: Mapping[str, Any], version: Mapping[str, Any] | None, source: str) -> PlainAclFile:
+    """The file a broker describes over the wire: GET_BROKER_CLUSTER_ACL_CONFIG's body (``globalWhiteAddrs``,
+    ``plainAccessConfigs``) with GET_BROKER_CLUSTER_ACL_INFO's ``version`` (counter 0 and timestamp 0: none
+    recorded). Validated as a whole file; ConfigError naming ``source``, the field path and the reason. Used by a
+    replica's metadata sync to copy its primary's file."""
+    data: dict[str, Any] = {"globalWhiteRemoteAddresses": config.get("globalWhiteAddrs"),
+                            "accounts": config.get("plainAccessConfigs")}
+    if version and (version.get("counter") or version.get("timestamp")):
+        data["dataVersion"] = [{"counter": version.get("counter"), "timestamp": version.get("timestamp")}]
+    try:
+        return PlainAclFile.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(source, exc)) from exc

@@ -13,10 +13,21 @@ restarted replica (or one that becomes primary) starts from the last copy:
     GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201)  -> subscription_groups.json  (SubscriptionGroupWrapper JSON)
     GET_ALL_DELAY_OFFSET (45)               -> delayOffset.json          (DelayOffsetSerializeWrapper JSON)
 
+With ACL on (``acl_enable``: the broker has an ``AclGuard``) the round also copies the primary's plain_acl.yml, so
+a replica enforces the same accounts now and after a promotion (RocketMQ leaves each broker's file to the operator):
+
+    GET_BROKER_CLUSTER_ACL_INFO (52)       -> the file's dataVersion         together: plain_acl.yml (``acl_file``),
+    GET_BROKER_CLUSTER_ACL_CONFIG (54)     -> accounts and global whitelist  written only when it differs
+
+The copy is validated as a whole file (a bad one fails the round, the accounts in force stay), written through
+``AclGuard.store`` (temp file, fsync, rename, fsync of the directory) and in force at once. Both are admin
+requests: the primary must let the replica's address pass (its ``globalWhiteRemoteAddresses``), as every
+metadata sync request under ACL (unsigned, like RocketMQ's slave sync). Asked last, after the delay offsets.
+
 Delay offsets are the progress of the primary's schedule service over SCHEDULE_TOPIC_XXXX
 (``broker.schedule``, which never runs on a replica): a replica that becomes primary delivers from its copy,
-so messages due since the last round are delivered again, none is skipped. They are asked last, so a
-primary that does not answer code 45 still gets the other tables copied (the round then fails, logged).
+so messages due since the last round are delivered again, none is skipped. They are asked after the tables, so
+a primary that does not answer code 45 still gets the other tables copied (the round then fails, logged).
 """
 
 from __future__ import annotations
@@ -25,6 +36,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from broker_store.acl.plain_file import plain_acl_from_broker
+from broker_store.broker.acl_guard import AclGuard
 from broker_store.broker.consumer_offset import ConsumerOffsetManager
 from broker_store.broker.delay_offsets import DelayOffsetTable
 from broker_store.broker.subscription_group import SubscriptionGroupConfig, SubscriptionGroupManager
@@ -33,7 +46,7 @@ from broker_store.clock import Clock
 from broker_store.net.client import RemotingClient
 from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.delay_offset import decode_delay_offsets
-from broker_store.protocol.errors import ProtocolError, RocketMQError
+from broker_store.protocol.errors import ConfigError, ProtocolError, RocketMQError
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.route import loads_rocketmq
 from broker_store.protocol.topic import DataVersion, TopicConfigTable
@@ -48,13 +61,13 @@ class MetadataSync:
 
     ``primary_addr`` is read each round (None: not known yet, the round is skipped); ``on_topics_changed``
     runs after the topic table was replaced (the server re-registers, so routes list the replica's queues).
-    Without ``delay_offsets`` the round does not ask for them.
+    Without ``delay_offsets`` the round does not ask for them; without ``acl`` it does not copy the ACL file.
     """
 
     def __init__(self, client: RemotingClient, primary_addr: Callable[[], str | None], topics: TopicConfigManager,
                  offsets: ConsumerOffsetManager, groups: SubscriptionGroupManager, *, interval: float, clock: Clock,
                  on_topics_changed: Callable[[], None] = lambda: None,
-                 delay_offsets: DelayOffsetTable | None = None) -> None:
+                 delay_offsets: DelayOffsetTable | None = None, acl: AclGuard | None = None) -> None:
         self._client = client
         self._primary_addr = primary_addr
         self._topics = topics
@@ -64,6 +77,7 @@ class MetadataSync:
         self._clock = clock
         self._on_topics_changed = on_topics_changed
         self._delay_offsets = delay_offsets
+        self._acl = acl
         self.rounds = 0
         """Rounds completed against a primary (tests, admin)."""
 
@@ -104,13 +118,35 @@ class MetadataSync:
             delay = decode_delay_offsets(await self._get_json(addr, RequestCode.GET_ALL_DELAY_OFFSET), addr)
             self._delay_offsets.replace_all(delay)
             self._delay_offsets.persist()
+        if self._acl is not None:
+            await self._sync_acl(addr, self._acl)
         self.rounds += 1
         return True
 
-    async def _get_json(self, addr: str, code: RequestCode) -> dict[str, Any]:
+    async def _sync_acl(self, addr: str, acl: AclGuard) -> None:
+        """Copy the primary's ACL file when it differs from the one in force (see the module docstring)."""
+        info = await self._invoke(addr, RequestCode.GET_BROKER_CLUSTER_ACL_INFO)
+        version = loads_rocketmq(info.ext_fields["version"]) if info.ext_fields.get("version") else None
+        config = await self._get_json(addr, RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG)
+        try:
+            copy = plain_acl_from_broker(config, version if isinstance(version, dict) else None,
+                                         f"the ACL file of the primary {addr}")
+        except ConfigError as exc:
+            raise ProtocolError(str(exc)) from exc
+        if copy == acl.acl_file:
+            return
+        acl.store(copy)  # StoreError (a RocketMQError) fails the round; the accounts in force stay
+        log.info("metadata sync: ACL file %s copied from the primary %s (%d accounts)", acl.path, addr,
+                 len(copy.accounts))
+
+    async def _invoke(self, addr: str, code: RequestCode) -> RemotingCommand:
         resp = await self._client.invoke(addr, RemotingCommand(code=code), REQUEST_TIMEOUT)
         if resp.code != ResponseCode.SUCCESS:
             raise ProtocolError(f"{code.name} to the primary {addr}: code {resp.code} {resp.remark or ''}")
+        return resp
+
+    async def _get_json(self, addr: str, code: RequestCode) -> dict[str, Any]:
+        resp = await self._invoke(addr, code)
         body = loads_rocketmq(resp.body) if resp.body else {}
         if not isinstance(body, dict):
             raise ProtocolError(f"{code.name} from the primary {addr}: the body is not a JSON object")

@@ -66,6 +66,7 @@ class BrokerReplication:
         self._host, self._ha_port = host, ha_port
         self._advertised_ip = advertised_ip
         self._clock = clock
+        self._peers = settings.peer_policy()  # reads ha.ha_secret_file: a bad one stops the start (ConfigError)
         self._quorum: Quorum | None = None
         self._service: PrimaryService | None = None
         self._step: ReplicaAckStep | None = None
@@ -190,12 +191,13 @@ class BrokerReplication:
         if self._epoch_store is not None:
             epoch_service = EpochPrimaryService(
                 self._epoch_store, quorum, self._settings, host=self._host, port=self._ha_port, clock=self._clock,
-                self_id=self._role.replica_id, sync_state_set=self._sync_state_set, alterer=self._alter)
+                self_id=self._role.replica_id, sync_state_set=self._sync_state_set, alterer=self._alter,
+                peers=self._peers)
             epoch_service.on_sync_state_set_changed = self._remember_sync_state_set
             service = epoch_service
         else:
             service = PrimaryService(self._store, quorum, self._settings, host=self._host, port=self._ha_port,
-                                     clock=self._clock)
+                                     clock=self._clock, peers=self._peers)
         await service.start()
         self._quorum, self._service = quorum, service
         if self._settings.role is HARole.SYNC_MASTER:
@@ -229,9 +231,10 @@ class BrokerReplication:
         if self._epoch_store is not None:
             role = self._role
             client = EpochReplicaClient(self._epoch_store, self._settings, clock=self._clock, primary_address=address,
-                                        broker_id=lambda: role.replica_id)
+                                        broker_id=lambda: role.replica_id, peers=self._peers)
         else:
-            client = ReplicaClient(self._store, self._settings, clock=self._clock, primary_address=address)
+            client = ReplicaClient(self._store, self._settings, clock=self._clock, primary_address=address,
+                                   peers=self._peers)
         await client.start()
         self._client = client
         log.info("HA: replica following %s", address)

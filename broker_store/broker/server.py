@@ -138,12 +138,14 @@ class BrokerServer:
         self._stage_loops: StageLoops | None = None
         host, port = split_host_port(config.listen)
         server_tls = ServerTls.from_settings(config.tls.server)  # one context for both ports
-        self._server = RemotingServer(self._handle, host, port, tls=server_tls)
+        limits = config.connection_limits()
+        self._server = RemotingServer(self._handle, host, port, tls=server_tls, limits=limits, clock=clock)
         self._server.disconnect_listeners.append(self.clients.connection_closed)
         # RocketMQ's fast remoting server ("VIP channel") on listen port - 2: same processors.
         self._fast_server: RemotingServer | None = None
         if config.fast_listen_enable and port > 2:
-            self._fast_server = RemotingServer(self._handle, host, port - 2, tls=server_tls)
+            self._fast_server = RemotingServer(self._handle, host, port - 2, tls=server_tls, limits=limits,
+                                               clock=clock)
             self._fast_server.disconnect_listeners.append(self.clients.connection_closed)
         self._processors: dict[int, Processor] = {}
         self.acl: AclGuard | None = None
@@ -250,7 +252,7 @@ class BrokerServer:
             self.metadata_sync = MetadataSync(
                 self._client, self._primary_broker_addr, self.topic_configs, self.consumer_offsets,
                 self.subscription_groups, interval=self.config.ha.metadata_sync_interval_ms / 1000, clock=self._clock,
-                on_topics_changed=self._request_register, delay_offsets=self.delay_offsets)
+                on_topics_changed=self._request_register, delay_offsets=self.delay_offsets, acl=self.acl)
             self.schedule = ScheduleService(store, DelaySchedule(self.delay_levels, self.delay_offsets),
                                             clock=self._clock)
             stage_loops = self._stage_loops = StageLoops(self.metadata_sync, self.schedule,

@@ -1,7 +1,8 @@
 """The controller's remoting side: decodes controller requests (BROKER_HEARTBEAT 904, 1001-1006, 1009-1013), calls
 ``controller.service.Controller``, encodes RocketMQ's responses, and pushes NOTIFY_BROKER_ROLE_CHANGED to a
 group's brokers after an election. Registered on the name server's remoting server (the embedded controller)
-or on a standalone controller's (``controller.server``).
+or on a standalone controller's (``controller.server``). With ``controller.allowed_peers`` every request from a
+peer the list does not name is answered NO_PERMISSION before it is decoded (``acl.peers``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
+from broker_store.acl.decision import remote_host
+from broker_store.acl.peers import decide_peer
+from broker_store.acl.refusal_log import RefusalLog, unlogged_suffix
+from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.controller.replicas import BrokerLiveInfo, GroupState, Outcome
 from broker_store.controller.runtime_settings import settings_properties
 from broker_store.controller.service import Controller
@@ -56,7 +61,7 @@ class ControllerProcessor:
     """Request handlers for one ``Controller`` (see the module docstring)."""
 
     def __init__(self, controller: Controller, *, address: str = "", peers: str | None = None,
-                 tls: TlsClientSettings | None = None) -> None:
+                 tls: TlsClientSettings | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self.controller = controller
         self.address = address
         """This controller's own remoting address (reported by CONTROLLER_GET_METADATA_INFO)."""
@@ -66,6 +71,10 @@ class ControllerProcessor:
         self._client = RemotingClient(tls=tls)
         """Role-change notices to brokers (with TLS when the process's ``tls.enable`` is on)."""
         self._brokers_by_conn: dict[Connection, set[str]] = {}
+        self._allow_list = controller.settings.peer_allow_list()  # not a runtime setting: fixed here
+        self._clock = clock
+        self.refused = RefusalLog()
+        """Requests refused by ``controller.allowed_peers`` (``refused.refusals``) and their log's rate limit."""
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -109,7 +118,24 @@ class ControllerProcessor:
 
     # -- handlers ---------------------------------------------------------------------------------------
 
-    async def _guarded(self, cmd: RemotingCommand, body: Callable[[], Awaitable[RemotingCommand]]) -> RemotingCommand:
+    def _refusal(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand | None:
+        """None when ``conn``'s peer may send controller requests (``controller.allowed_peers``); else the answer:
+        NO_PERMISSION naming the peer and the key, logged once per peer (repeats at most once a second)."""
+        decision = decide_peer(remote_host(conn.remote_addr), self._allow_list, setting="controller.allowed_peers")
+        if decision.allowed:
+            return None
+        unlogged = self.refused.note(decision.reason, self._clock.monotonic())
+        if unlogged is not None:
+            log.warning("controller refused request code %d from %s: %s%s", cmd.code, conn.remote_addr,
+                        decision.reason, unlogged_suffix(unlogged))
+        return cmd.response(ResponseCode.NO_PERMISSION, f"controller {self.address or ''} refuses the request: "
+                                                        f"{decision.reason}")
+
+    async def _guarded(self, cmd: RemotingCommand, conn: Connection,
+                       body: Callable[[], Awaitable[RemotingCommand]]) -> RemotingCommand:
+        refusal = self._refusal(cmd, conn)
+        if refusal is not None:
+            return refusal
         try:
             return await body()
         except ProtocolError as exc:
@@ -128,14 +154,14 @@ class ControllerProcessor:
             self.controller.heartbeat(h.cluster_name, h.broker_name, info, h.heartbeat_timeout_mills)
             self._brokers_by_conn.setdefault(conn, set()).add(h.broker_addr)
             return cmd.response(ResponseCode.SUCCESS)
-        return await self._guarded(cmd, run)
+        return await self._guarded(cmd, conn, run)
 
     async def _next_broker_id(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         async def run() -> RemotingCommand:
             h = GetNextBrokerIdRequestHeader.from_ext(cmd.ext_fields)
             out = await self.controller.next_broker_id(h.cluster_name, h.broker_name)
             return _answer(cmd, out, GetNextBrokerIdResponseHeader(h.cluster_name, h.broker_name, out.broker_id))
-        return await self._guarded(cmd, run)
+        return await self._guarded(cmd, conn, run)
 
     async def _apply_broker_id(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         async def run() -> RemotingCommand:
@@ -143,7 +169,7 @@ class ControllerProcessor:
             out = await self.controller.apply_broker_id(h.cluster_name, h.broker_name, h.applied_broker_id,
                                                         h.register_check_code)
             return _answer(cmd, out, ApplyBrokerIdResponseHeader(h.cluster_name, h.broker_name))
-        return await self._guarded(cmd, run)
+        return await self._guarded(cmd, conn, run)
 
     async def _register_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         async def run() -> RemotingCommand:
@@ -155,7 +181,7 @@ class ControllerProcessor:
                 None if g is None else g.master_address, None if g is None else g.master_epoch,
                 None if g is None else g.sync_state_set_epoch)
             return _answer(cmd, out, header, _sync_state_set(g))
-        return await self._guarded(cmd, run)
+        return await self._guarded(cmd, conn, run)
 
     async def _elect_master(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         async def run() -> RemotingCommand:
@@ -169,7 +195,7 @@ class ControllerProcessor:
             body = encode_elect_master_body(g.cluster, g.broker_name, {i: m.address for i, m in g.members.items()},
                                             g.sync_state_set)
             return _answer(cmd, out, header, body)
-        return await self._guarded(cmd, run)
+        return await self._guarded(cmd, conn, run)
 
     async def _alter_sync_state_set(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         async def run() -> RemotingCommand:
@@ -180,7 +206,7 @@ class ControllerProcessor:
             g = out.state
             return _answer(cmd, out, AlterSyncStateSetResponseHeader(None if g is None else g.sync_state_set_epoch),
                            _sync_state_set(g))
-        return await self._guarded(cmd, run)
+        return await self._guarded(cmd, conn, run)
 
     async def _get_replica_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         async def run() -> RemotingCommand:
@@ -191,7 +217,7 @@ class ControllerProcessor:
                                     f"broker set {h.broker_name}: metadata does not exist")
             header = GetReplicaInfoResponseHeader(g.master_id, g.master_address, g.master_epoch)
             return cmd.response(ResponseCode.SUCCESS, None, header.to_ext(), _sync_state_set(g))
-        return await self._guarded(cmd, run)
+        return await self._guarded(cmd, conn, run)
 
     async def _get_sync_state_data(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """Body: a JSON list of broker names (RocketMQ's), or empty for every group."""
@@ -211,7 +237,7 @@ class ControllerProcessor:
                                            tuple(r for r in rows if r.broker_id in g.sync_state_set),
                                            tuple(r for r in rows if r.broker_id not in g.sync_state_set))
             return cmd.response(ResponseCode.SUCCESS, body=encode_replicas_info(table))
-        return await self._guarded(cmd, run)
+        return await self._guarded(cmd, conn, run)
 
     async def _get_metadata(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         async def run() -> RemotingCommand:
@@ -220,7 +246,7 @@ class ControllerProcessor:
             header = GetMetaDataResponseHeader(None, leader, self.address if leader == store.member_id else None,
                                                leader == store.member_id, self.peers)
             return cmd.response(ResponseCode.SUCCESS, None, header.to_ext())
-        return await self._guarded(cmd, run)
+        return await self._guarded(cmd, conn, run)
 
     async def _clean_broker_data(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         async def run() -> RemotingCommand:
@@ -228,7 +254,7 @@ class ControllerProcessor:
             if not name:
                 raise ProtocolError("CLEAN_BROKER_DATA: required field 'brokerName' is missing")
             return _answer(cmd, await self.controller.clean_broker_data(name), None)
-        return await self._guarded(cmd, run)
+        return await self._guarded(cmd, conn, run)
 
     async def _update_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """UPDATE_CONTROLLER_CONFIG (1009): the body is properties text (``protocol.config_text``) of the settings
@@ -238,11 +264,14 @@ class ControllerProcessor:
             update = decode_config(cmd.body) if cmd.body else {}
             log.info("controller: UPDATE_CONTROLLER_CONFIG from %s: %s", conn.remote_addr, update)
             return _answer(cmd, await self.controller.update_settings(update), None)
-        return await self._guarded(cmd, run)
+        return await self._guarded(cmd, conn, run)
 
     async def _get_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_CONTROLLER_CONFIG (1010): this controller's settings as properties text (any controller answers:
         each has its own settings)."""
+        refusal = self._refusal(cmd, conn)
+        if refusal is not None:
+            return refusal
         return cmd.response(ResponseCode.SUCCESS, body=encode_config(settings_properties(self.controller.settings)))
 
 

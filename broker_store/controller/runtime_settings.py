@@ -10,11 +10,13 @@ directory). The heartbeat timeout is ``controllerHeartBeatTimeoutMills``, Rocket
 which sends it in every heartbeat: here too a broker's own timeout wins, and this is the controller's default
 for brokers that send none (ours by default). ``etcd`` has no RocketMQ counterpart (DLedger's peers play its
 role) and is shown as ``etcdEndpoints`` (';'-separated), ``etcdPrefix``, ``etcdLeaseTtlSeconds``. An update
-may also name a field as the YAML does (``enable_elect_unclean_master``).
+may also name a field as the YAML does (``enable_elect_unclean_master``). ``allowed_peers`` (no RocketMQ
+counterpart) is shown as ``controllerAllowedPeers``, ','-separated.
 
 Update rules, in this order, the first failing one refusing the whole update (nothing applied):
 unknown key -> CONTROLLER_INVALID_REQUEST; a key that cannot change at runtime (the store: ``state_dir``,
-``etcd``; RocketMQ's config blacklist answers the same NO_PERMISSION) -> NO_PERMISSION; one setting named
+``etcd``, ``allowed_peers``: a peer allowed in must not widen the list; RocketMQ's config blacklist answers the same
+NO_PERMISSION) -> NO_PERMISSION; one setting named
 twice -> CONTROLLER_INVALID_REQUEST; a value the ``ControllerSettings`` model rejects ->
 CONTROLLER_INVALID_REQUEST with the model's error naming the key and the field. RocketMQ ignores unknown
 keys; refusing them here keeps a typo from reading as a change.
@@ -51,6 +53,7 @@ KEYS: tuple[SettingKey, ...] = (
     SettingKey("etcdEndpoints", "etcd", False),
     SettingKey("etcdPrefix", "etcd", False),
     SettingKey("etcdLeaseTtlSeconds", "etcd", False),
+    SettingKey("controllerAllowedPeers", "allowed_peers", False),
 )
 _BY_NAME: dict[str, SettingKey] = {k.key: k for k in KEYS} | {k.field: k for k in KEYS if k.field != "etcd"}
 
@@ -121,6 +124,8 @@ def _validated(fields: dict[str, object], keys: str) -> ControllerSettings:
 
 
 def _text(value: object) -> str:
+    if isinstance(value, list):
+        return ",".join(str(item) for item in value)
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)

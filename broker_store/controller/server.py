@@ -49,7 +49,7 @@ class EmbeddedController:
         self.store = store or open_state_store(settings, member_id=address)
         peers = ";".join(str(u).rstrip("/") for u in settings.etcd.endpoints) if settings.etcd is not None else None
         self.processor = ControllerProcessor(Controller(self.store, settings, clock=clock), address=address,
-                                             peers=peers, tls=tls)
+                                             peers=peers, tls=tls, clock=clock)
         self.controller = self.processor.controller
         self.controller.set_notify(self.processor.notify)  # the processor owns the sockets
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator
+
+from broker_store.acl.peers import PeerAllowList
 
 
 class EtcdSettings(BaseModel):
@@ -45,3 +47,22 @@ class ControllerSettings(BaseModel):
     server's working directory (``./controller``). Ignored with ``etcd``."""
     etcd: EtcdSettings | None = None
     """Replicated controllers: the state lives in etcd; none kept locally."""
+    allowed_peers: list[str] | None = None
+    """Addresses whose controller requests are served (exact IPv4/IPv6 addresses, CIDR networks such as
+    10.0.0.0/24, or ``*``): a request from any other is answered NO_PERMISSION with a remark naming this key
+    (``acl.peers``). The brokers of every group and the admin tools' hosts belong in it. None (the default)
+    serves anyone, as RocketMQ does. Embedded in a name server it guards the controller's requests only: routes
+    stay public. Not changeable at runtime (UPDATE_CONTROLLER_CONFIG refuses it)."""
+
+    @field_validator("allowed_peers")
+    @classmethod
+    def _parsable_peers(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("an empty list would refuse every broker; leave allowed_peers out to serve anyone, "
+                                 "or list the brokers' addresses")
+            PeerAllowList.parse(value)  # raises, naming the bad entry and the forms allowed
+        return value
+
+    def peer_allow_list(self) -> PeerAllowList | None:
+        return None if self.allowed_peers is None else PeerAllowList.parse(self.allowed_peers)

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 
 from broker_store.clock import Clock, TimerHandle
 from broker_store.ha.errors import HALinkError, HAProtocolError
+from broker_store.ha.peer_auth import OPEN, PeerPolicy
 from broker_store.ha.primary_service import _READ_CHUNK, PrimaryService, _Stream
 from broker_store.ha.quorum import Quorum
 from broker_store.ha.replica_links import LinkId
@@ -51,10 +52,12 @@ class EpochPrimaryService(PrimaryService):
     with (``set_sync_state_set`` takes later ones). Contract as ``PrimaryService``'s.
     """
 
+    _controller_mode = True
+
     def __init__(self, log_: EpochPrimaryLog, quorum: Quorum, settings: HASettings, *, host: str = "127.0.0.1",
                  port: int = 0, clock: Clock, self_id: int, sync_state_set: SyncStateSet | None = None,
-                 alterer: SyncStateSetAlterer | None = None) -> None:
-        super().__init__(log_, quorum, settings, host=host, port=port, clock=clock)
+                 alterer: SyncStateSetAlterer | None = None, peers: PeerPolicy = OPEN) -> None:
+        super().__init__(log_, quorum, settings, host=host, port=port, clock=clock, peers=peers)
         self._elog = log_
         last = log_.epoch_cache.last_entry
         self.tracker = SyncStateSetTracker(

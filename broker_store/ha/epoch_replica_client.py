@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from broker_store.clock import Clock
 from broker_store.ha.epoch_start import EpochStartAction, decide_epoch_start
 from broker_store.ha.errors import HAProtocolError, ReplicaLogDivergedError
+from broker_store.ha.peer_auth import OPEN, PeerPolicy
 from broker_store.ha.replica_client import _INLINE_APPLY_BYTES, ReplicaClient
 from broker_store.ha.settings import HASettings
 from broker_store.ha.store_view import EpochReplicaLog
@@ -49,10 +50,12 @@ class EpochReplicaClient(ReplicaClient):
     """Follows a controller-mode primary into ``log`` (see the module docstring). Contract as ``ReplicaClient``'s:
     ``log`` is written only by this client, one step at a time."""
 
+    _controller_mode = True
+
     def __init__(self, log_: EpochReplicaLog, settings: HASettings, *, clock: Clock, primary_address: str,
-                 broker_id: Callable[[], int], reconnect_delay: float = 1.0) -> None:
+                 broker_id: Callable[[], int], reconnect_delay: float = 1.0, peers: PeerPolicy = OPEN) -> None:
         super().__init__(log_, settings, clock=clock, primary_address=primary_address,
-                         reconnect_delay=reconnect_delay)
+                         reconnect_delay=reconnect_delay, peers=peers)
         self._elog = log_
         self._broker_id = broker_id
         self._fresh = False

@@ -26,8 +26,20 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from broker_store.acl.peers import PeerDecision
+from broker_store.acl.refusal_log import RefusalLog, unlogged_suffix
 from broker_store.clock import Clock, TimerHandle
 from broker_store.ha.errors import HALinkError, HAProtocolError
+from broker_store.ha.peer_auth import (
+    HELLO_SIZE,
+    MAGIC_SIZE,
+    OPEN,
+    PROOF_SIZE,
+    PeerPolicy,
+    encode_challenge,
+    is_hello_magic,
+    random_nonce,
+)
 from broker_store.ha.quorum import Quorum
 from broker_store.ha.replica_links import LinkId
 from broker_store.ha.replica_start import StartAction, decide_replica_start
@@ -68,11 +80,16 @@ class PrimaryService:
     """Listens on the HA port and ships ``log`` to every replica that connects.
 
     Contract: runs on one event loop; ``log`` is read on that loop's thread; ``quorum`` is only touched
-    from it (the send path must call ``Quorum.admit``/``wait`` on the same loop).
+    from it (the send path must call ``Quorum.admit``/``wait`` on the same loop). ``peers`` (``peer_auth``)
+    decides who may connect before anything else is read: a refused peer is closed and logged (each reason at
+    once, its repeats at most once a second).
     """
 
+    _controller_mode = False
+    """Which link format this service speaks (the HA hello names it, so a mismatch is refused by name)."""
+
     def __init__(self, log_: PrimaryLog, quorum: Quorum, settings: HASettings, *, host: str = "127.0.0.1",
-                 port: int = 0, clock: Clock) -> None:
+                 port: int = 0, clock: Clock, peers: PeerPolicy = OPEN) -> None:
         self._log = log_
         self._quorum = quorum
         self._host, self._port = host, port
@@ -88,6 +105,9 @@ class PrimaryService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ship_scheduled = False
         self._stopped = False
+        self._peers = peers
+        self.refused = RefusalLog()
+        """Peers refused so far (``refused.refusals``) and the rate limit of their log lines."""
 
     @property
     def port(self) -> int:
@@ -173,6 +193,8 @@ class PrimaryService:
         stream = _Stream(link, writer)
         registered = False
         try:
+            if not await self._admit(reader, stream, str(peer[0]) if peer else "?"):
+                return
             opened = await self._open_stream(reader, stream)
             if opened is None:
                 return
@@ -205,6 +227,40 @@ class PrimaryService:
                 with contextlib.suppress(asyncio.CancelledError, OSError):
                     await stream.sender
             writer.close()
+
+    async def _admit(self, reader: asyncio.StreamReader, stream: _Stream, host: str) -> bool:
+        """The peer policy before the link's opening: the address, then (with a secret) the challenge-response.
+        False after refusing the peer (logged per reason, repeats rate-limited); the caller closes."""
+        decision = self._peers.address(host)
+        if decision.allowed and self._peers.secret is not None:
+            decision = await self._authenticate(reader, stream.writer, self._peers.secret)
+        if not decision.allowed:
+            unlogged = self.refused.note(f"{host}: {decision.reason}", self._clock.monotonic())
+            if unlogged is not None:
+                log.warning("HA port refused %s: %s%s", stream.link, decision.reason, unlogged_suffix(unlogged))
+        return decision.allowed
+
+    async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                            secret: bytes) -> PeerDecision:
+        """The primary's half of ``peer_auth``'s exchange: hello in, challenge out, proof in."""
+        policy = self._peers
+        try:
+            async with self._clock.timeout(self._first_report_timeout):
+                head = await reader.readexactly(MAGIC_SIZE)
+                if is_hello_magic(head):  # a secretless replica's opening is refused on its first 4 bytes
+                    head += await reader.readexactly(HELLO_SIZE - MAGIC_SIZE)
+                decision, hello = policy.hello(head, controller_mode=self._controller_mode)
+                if hello is None:
+                    return decision
+                nonce = random_nonce()
+                writer.write(encode_challenge(secret, hello, nonce))
+                proof = await reader.readexactly(PROOF_SIZE)
+        except TimeoutError:
+            return PeerDecision(False, f"no HA authentication within {self._first_report_timeout:g} s")
+        except asyncio.IncompleteReadError:
+            return PeerDecision(False, "the peer closed the link during HA authentication (it may have refused "
+                                       "this primary's proof: ha.ha_secret_file differs)")
+        return policy.replica_proved(hello, nonce, proof)
 
     async def _open_stream(self, reader: asyncio.StreamReader,
                            stream: _Stream) -> tuple[int, list[int], Callable[[bytes], list[int]]] | None:

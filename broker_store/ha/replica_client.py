@@ -29,6 +29,15 @@ from concurrent.futures import ThreadPoolExecutor
 from broker_store.address import split_host_port
 from broker_store.clock import Clock, TimerHandle
 from broker_store.ha.errors import HALinkError, HAProtocolError, ReplicaLogDivergedError
+from broker_store.ha.peer_auth import (
+    CHALLENGE_SIZE,
+    OPEN,
+    PeerPolicy,
+    encode_hello,
+    random_nonce,
+    replica_proof,
+    split_challenge,
+)
 from broker_store.ha.replica_start import StartAction, interpret_batch_offset
 from broker_store.ha.settings import HASettings
 from broker_store.ha.store_view import ReplicaLog
@@ -47,11 +56,15 @@ class ReplicaClient:
     """Follows the primary at ``primary_address`` (default: ``settings.ha_primary_address``) into ``log``.
 
     Contract: ``log`` is written only by this client, one append at a time (on the loop thread or its
-    one worker thread).
+    one worker thread). With ``peers.secret`` every session first proves the secret and checks the primary's
+    proof (``peer_auth``); a primary that fails it is never followed (the session ends, and is retried).
     """
 
+    _controller_mode = False
+    """Which link format this client speaks (named in the HA hello)."""
+
     def __init__(self, log_: ReplicaLog, settings: HASettings, *, clock: Clock, primary_address: str | None = None,
-                 reconnect_delay: float = 1.0) -> None:
+                 reconnect_delay: float = 1.0, peers: PeerPolicy = OPEN) -> None:
         address = primary_address or settings.ha_primary_address
         if address is None:
             raise HALinkError("a replica needs the primary's HA address (ha.ha_primary_address)")
@@ -61,6 +74,7 @@ class ReplicaClient:
         self._heartbeat = settings.ha_send_heartbeat_interval_ms / 1000
         self._dead_after = settings.ha_housekeeping_interval_ms / 1000
         self._reconnect_delay = reconnect_delay
+        self._peers = peers
         self._task: asyncio.Task[None] | None = None
         self._appender: ThreadPoolExecutor | None = None
         """One worker thread for appends, so a stopped client's last append ends before anyone reads the
@@ -147,6 +161,8 @@ class ReplicaClient:
             return data
 
         try:
+            if self._peers.secret is not None:
+                await self._authenticate(reader, writer, self._peers.secret)
             writer.write(self._begin())
             watchdog = clock.call_later(dead_after, check_silence)
             await self._start(read, writer)
@@ -164,6 +180,27 @@ class ReplicaClient:
             if heartbeat is not None:
                 heartbeat.cancel()
             writer.close()
+
+    async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: bytes) -> None:
+        """The replica's half of ``peer_auth``'s exchange: hello out, the primary's challenge in (its proof
+        checked before anything else is believed), this replica's proof out. HALinkError when it fails."""
+        where = f"{self._host}:{self._port}"
+        hello = encode_hello(random_nonce(), controller_mode=self._controller_mode)
+        writer.write(hello)
+        try:
+            async with self._clock.timeout(self._dead_after):
+                challenge = await reader.readexactly(CHALLENGE_SIZE)
+        except asyncio.IncompleteReadError as exc:
+            raise HALinkError(f"the primary {where} closed the link during HA authentication: it refused this "
+                              "replica (its ha.ha_allowed_peers or ha.ha_secret_file) or has no ha_secret_file"
+                              ) from exc
+        except TimeoutError as exc:
+            raise HALinkError(f"no HA challenge from the primary {where} within {self._dead_after:g} s") from exc
+        nonce, proof = split_challenge(challenge)
+        if not self._peers.primary_proved(hello, nonce, proof):
+            raise HALinkError(f"the primary {where} failed the HA secret proof (ha.ha_secret_file differs): "
+                              "not following it")
+        writer.write(replica_proof(secret, hello, nonce))
 
     # -- the classic format's hooks (``EpochReplicaClient`` has the controller-mode ones) --------------------
 

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import enum
 import os
+from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from broker_store.acl.peers import PeerAllowList
 from broker_store.address import HostPort
+from broker_store.ha.peer_auth import PeerPolicy, peer_policy
 from broker_store.ha.wire import MAX_BATCH_BYTES
 from broker_store.protocol.errors import ConfigError
 
@@ -108,6 +111,27 @@ class HASettings(BaseModel):
     """Period at which a replica copies topics, consumer offsets, subscription groups and delay offsets from
     its primary (RocketMQ SlaveSynchronize: 10 s; ``broker.metadata_sync``)."""
 
+    ha_allowed_peers: list[str] | None = None
+    """Addresses that may connect to this broker's HA port (exact IPv4/IPv6 addresses, CIDR networks such as
+    10.0.0.0/24, or ``*``): a connection from any other is closed before a byte is read (``ha.peer_auth``).
+    None (the default) accepts anyone, as RocketMQ does. List every member of the group: a replica promoted
+    later needs the others too."""
+    ha_secret_file: Path | None = None
+    """A file holding the group's shared HA secret (at least 16 bytes; surrounding whitespace ignored), the same
+    file content on every member. Set, every HA link opens with a mutual HMAC-SHA256 challenge-response
+    (``ha.peer_auth``; the secret never crosses the wire) and a peer without it is refused; unset, the link's
+    bytes are RocketMQ's. Read when the broker starts; the secret itself is never written into a config."""
+
+    @field_validator("ha_allowed_peers")
+    @classmethod
+    def _parsable_peers(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("an empty list would refuse every peer; leave ha_allowed_peers out to accept "
+                                 "anyone, or list the group's addresses")
+            PeerAllowList.parse(value)  # raises, naming the bad entry and the forms allowed
+        return value
+
     @model_validator(mode="after")
     def _cross_checks(self) -> HASettings:
         if not self.min_in_sync_replicas <= self.in_sync_replicas <= self.total_replicas:
@@ -134,6 +158,11 @@ class HASettings(BaseModel):
             raise ConfigError(f"ha.ha_listen_port: the default (listen port + 1) of listen port {listen_port} "
                               "is not a valid port; set ha_listen_port (0..65535)")
         return listen_port + 1
+
+    def peer_policy(self) -> PeerPolicy:
+        """Who may use the HA link (``ha_allowed_peers``, ``ha_secret_file``): the secret file is read now, a
+        ConfigError naming the field when it cannot be or is too short."""
+        return peer_policy(self.ha_allowed_peers, self.ha_secret_file)
 
     def memory_basis(self) -> int:
         """Bytes the in-memory ratio is a share of (``memory_basis_bytes`` or physical memory)."""

@@ -13,6 +13,11 @@ class FrameReader:
     def __init__(self) -> None:
         self._buf = bytearray()
 
+    @property
+    def buffered(self) -> int:
+        """Bytes of an incomplete frame held (0 at a frame boundary)."""
+        return len(self._buf)
+
     def feed(self, data: bytes) -> list[RemotingCommand]:
         # Whole frames are decoded straight from ``data`` when nothing is buffered (the common case):
         # only a trailing partial frame is copied into the buffer.

@@ -10,6 +10,10 @@ therefore always takes the task path; the broker's hot processors answer synchro
 waiting on a ``concurrent.futures.Future`` (a put's durability: SYNC_FLUSH, replica acks) returns None
 after ``conn.reply_when_done``, which answers from the future's callback: no task, no asyncio future,
 and no cross-thread wake-up when the future is resolved on the loop's own thread (replica acks are).
+
+With ``limits`` (``net.hygiene``) the server closes idle connections and frames that never complete (a timer
+on the injected clock looks every ``sweep_interval``) and answers requests past its caps SYSTEM_BUSY
+"[OVERLOAD] ...".
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from broker_store.clock import SYSTEM_CLOCK, Clock, TimerHandle
 from broker_store.net.framing import FrameReader
+from broker_store.net.hygiene import ConnectionLimits, close_reason, connection_overload, request_overload
 from broker_store.net.tls import TLS_HANDSHAKE_BYTE, ServerTls, TlsAcceptor
 from broker_store.net.tls_settings import TlsMode
 from broker_store.protocol.codes import ResponseCode
@@ -55,16 +61,31 @@ class Connection(asyncio.Protocol):
         self._loop_thread = threading.get_ident()
         self._replies: dict[concurrent.futures.Future[Any], list[_PendingReply]] = {}
         """Requests waiting on each durability future (``reply_when_done``), answered in arrival order."""
+        self.in_flight = 0
+        """Requests received and not answered yet (tasks and ``reply_when_done``)."""
+        self.last_activity = server.clock.monotonic()
+        self.partial_since: float | None = None
+        """When the buffered incomplete frame's first byte arrived (None: at a frame boundary)."""
+        self.overloaded: str | None = None
+        """Past the server's connection cap: every request is answered SYSTEM_BUSY with this, then closed."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.remote_addr = f"{peer[0]}:{peer[1]}" if peer else "?"
+        limits = self._server.limits
+        if limits is not None:
+            self.overloaded = connection_overload(limits, len(self._server._connections))
+            if self.overloaded is not None:
+                log.warning("connection from %s over the cap: %s", self.remote_addr, self.overloaded)
+                self._server._overloaded.add(self)  # not counted; answered SYSTEM_BUSY, closed by the next sweep
+                return
         self._server._connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._server._connections.discard(self)
+        self._server._overloaded.discard(self)
         for listener in self._server.disconnect_listeners:
             listener(self)
 
@@ -89,10 +110,20 @@ class Connection(asyncio.Protocol):
                 log.warning("closing connection from %s: %s", self.remote_addr, exc)
             self.close()
             return
+        limits = self._server.limits
+        if limits is not None:
+            now = self.last_activity = self._server.clock.monotonic()
+            self.partial_since = (self.partial_since or now) if self._reader.buffered else None
         handler = self._server.handler
         for cmd in commands:
             if cmd.is_response:
                 continue  # we never send requests on accepted connections
+            if limits is not None:
+                busy = self.overloaded or request_overload(limits, self.in_flight)
+                if busy is not None:
+                    if not cmd.is_oneway:
+                        self.send(cmd.response(ResponseCode.SYSTEM_BUSY, busy))
+                    continue
             try:
                 result = handler(cmd, self)
             except Exception as exc:  # noqa: BLE001 - one bad request must not take the server down
@@ -107,9 +138,12 @@ class Connection(asyncio.Protocol):
                 if not cmd.is_oneway:
                     self.send(result)
                 continue
+            self.in_flight += 1
             task = self._loop.create_task(self._serve(cmd, result))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+        if self.overloaded is not None:
+            self.close()
 
     def _error_response(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
         if not isinstance(exc, RocketMQError):
@@ -122,6 +156,8 @@ class Connection(asyncio.Protocol):
             response = await pending
         except Exception as exc:  # noqa: BLE001 - one bad request must not take the server down
             response = self._error_response(cmd, exc)
+        finally:
+            self.in_flight -= 1
         if response is not None and not cmd.is_oneway:
             self.send(response)
 
@@ -135,6 +171,7 @@ class Connection(asyncio.Protocol):
         ack waiter) are answered by one callback, in arrival order. A failed or cancelled future, or a
         raising ``respond``, answers SYSTEM_ERROR naming the error.
         """
+        self.in_flight += 1
         replies = self._replies.get(future)
         if replies is not None:  # puts sharing one durability future: one callback answers them all
             replies.append((cmd, respond))
@@ -159,6 +196,7 @@ class Connection(asyncio.Protocol):
         self._flush_scheduled = True
         try:
             for cmd, respond in self._replies.pop(future, ()):
+                self.in_flight -= 1
                 try:
                     response = respond(future.result())
                 except (Exception, concurrent.futures.CancelledError) as exc:  # noqa: BLE001 - answered, not raised
@@ -189,6 +227,8 @@ class Connection(asyncio.Protocol):
         out, self._out = self._out, []
         if self._transport is not None and not self.closed and out:
             self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+            if self._server.limits is not None:
+                self.last_activity = self._server.clock.monotonic()
 
     def close(self) -> None:
         if self._transport is not None:
@@ -200,11 +240,17 @@ class RemotingServer:
     """TCP server for remoting frames bound to ``host:port`` (port 0 picks a free one).
 
     ``tls``: RocketMQ's tls.server.mode (``net.tls``); None or disabled serves plain connections only.
+    ``limits``: connection hygiene (``net.hygiene``; None: none), timed by ``clock``; the same for plain and
+    TLS connections.
     """
 
     def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 0, *,
-                 tls: ServerTls | None = None) -> None:
+                 tls: ServerTls | None = None, limits: ConnectionLimits | None = None,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.handler = handler
+        self.limits = limits
+        self.clock = clock
+        self._sweep_timer: TimerHandle | None = None
         self.host = host
         self._port = port
         self.tls_mode = TlsMode.DISABLED if tls is None else tls.mode
@@ -212,6 +258,8 @@ class RemotingServer:
         self._acceptor: TlsAcceptor | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
+        self._overloaded: set[Connection] = set()
+        """Connections past ``limits.max_connections``: answered SYSTEM_BUSY, closed by the next sweep."""
         self.disconnect_listeners: list[Callable[[Connection], None]] = []
 
     @property
@@ -227,12 +275,37 @@ class RemotingServer:
             acceptor = TlsAcceptor(lambda: Connection(self), self._tls)
             await acceptor.start(self.host, self._port)
             self._acceptor = acceptor
+            self._arm_sweep()
             return
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: Connection(self), self.host, self._port,
                                                 reuse_address=True, backlog=1024)
+        self._arm_sweep()
+
+    def _arm_sweep(self) -> None:
+        if self.limits is not None and (self.limits.sweeps or self.limits.max_connections is not None):
+            self._sweep_timer = self.clock.call_later(self.limits.sweep_interval(), self._sweep)
+
+    def _sweep(self) -> None:
+        """Close the connections ``net.hygiene`` says are idle or stuck in a frame; look again later."""
+        self._sweep_timer = None
+        if (self._server is None and self._acceptor is None) or self.limits is None:
+            return
+        now = self.clock.monotonic()
+        for conn in list(self._overloaded):
+            conn.close()
+        for conn in list(self._connections):
+            reason = close_reason(self.limits, now, last_activity=conn.last_activity,
+                                  partial_since=conn.partial_since, in_flight=conn.in_flight)
+            if reason is not None:
+                log.info("closing connection from %s: %s", conn.remote_addr, reason)
+                conn.close()
+        self._arm_sweep()
 
     async def stop(self) -> None:
+        if self._sweep_timer is not None:
+            self._sweep_timer.cancel()
+            self._sweep_timer = None
         if self._acceptor is not None:
             await self._acceptor.stop()
             self._acceptor = None
