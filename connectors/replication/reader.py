@@ -67,11 +67,11 @@ Options (case-insensitive)::
     commitOffsetsToSource true (default): UPDATE_CONSUMER_OFFSET for ``group`` on every commit(end)
     deltaLocation, link   resume point from ``LinkTables.latest_offsets()`` when the checkpoint is new
     pullTimeoutMs         per-pull timeout (default 10000)
-    rowFormat             arrow (default) | tuples: one row per message (``SOURCE_SCHEMA_DDL``,
+    rowFormat             arrow (default) | tuples: one row per message (``ARROW_SCHEMA``,
                           ``connectors.core.rows``), handed to
                           Spark as Arrow batches or as tuples (slower); raw: one row per pull with the
-                          records undecoded (``RAW_SCHEMA_DDL``), for the rocketmq sink; ranges: one row per
-                          planned queue range and no data (``RANGES_SCHEMA_DDL``): the rocketmq sink pulls
+                          records undecoded (``RAW_ARROW_SCHEMA``), for the rocketmq sink; ranges: one row per
+                          planned queue range and no data (``RANGES_ARROW_SCHEMA``): the rocketmq sink pulls
                           the ranges itself (see "Row formats" below)
     createTopicsLikeSource  false (default) | true: with rowFormat=ranges and config+link, a target topic the
                           target lacks is created like its source topic(s) (config sync's rule) on the driver
