@@ -259,6 +259,11 @@ class StopSignal:
             return False
 
 
+def wall_ms(clock: Clock) -> int:
+    """``clock``'s wall time in milliseconds since the epoch (RocketMQ's stamps: data versions, timestamps)."""
+    return int(clock.time() * 1000)
+
+
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)

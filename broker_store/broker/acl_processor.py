@@ -35,6 +35,7 @@ from pydantic import ValidationError
 from broker_store.acl.permission import PERM_SPELLINGS
 from broker_store.acl.plain_file import KEY_MIN_LENGTH, AclDataVersion, PlainAccount, PlainAclFile
 from broker_store.broker.acl_guard import AclGuard
+from broker_store.clock import Clock, wall_ms
 from broker_store.net.server import Connection
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import StoreError
@@ -53,7 +54,8 @@ class AclAdminContext:
     cluster_name: str
     broker_name: str
     broker_addr: Callable[[], str]
-    clock_ms: Callable[[], int]
+    clock: Clock
+    """Stamps the file's dataVersion."""
 
 
 def _split(value: str | None) -> list[str] | None:
@@ -86,7 +88,7 @@ class AclAdminProcessor:
         """Validate ``new`` as a whole file, bump its dataVersion, write it and put it in force."""
         old = new.data_version[0] if new.data_version else AclDataVersion(counter=0, timestamp=0)
         data = new.model_dump(by_alias=True)
-        data["dataVersion"] = [{"counter": old.counter + 1, "timestamp": self.ctx.clock_ms()}]
+        data["dataVersion"] = [{"counter": old.counter + 1, "timestamp": wall_ms(self.ctx.clock)}]
         try:
             checked = PlainAclFile.model_validate(data)
         except ValidationError as exc:

@@ -28,7 +28,7 @@ def processor(tmp_path: Path, enabled: bool = True) -> tuple[AclAdminProcessor, 
     if enabled:
         guard = AclGuard(path, clock=ManualClock(), check_interval=1.0)
         guard.load()
-    ctx = AclAdminContext(guard, "c1", "b1", lambda: "127.0.0.1:10911", lambda: 1_700_000_000_000)
+    ctx = AclAdminContext(guard, "c1", "b1", lambda: "127.0.0.1:10911", ManualClock(wall=1_700_000_000.0))
     return AclAdminProcessor(ctx), path
 
 
