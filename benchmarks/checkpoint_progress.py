@@ -206,7 +206,6 @@ def traffic(namesrv: str, queues: list[Any], rate: float, behind: int, stop: thr
 def recovery_point(args: argparse.Namespace) -> int:
     """The default mode (see the module docstring)."""
     import shutil
-    import signal
     import subprocess
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -237,9 +236,7 @@ def recovery_point(args: argparse.Namespace) -> int:
             dict.fromkeys([str(bench.PROJECT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))}
         launched = time.monotonic()
         with open(work / "console.txt", "wb") as console:
-            job = subprocess.Popen([sys.executable, str(bench.PROJECT / "jobs" / "run_all.py"), "--config", str(config),
-                                    "--log-dir", str(work / "logs"), "--metrics-port", "0"],
-                                   stdout=console, stderr=subprocess.STDOUT, cwd=work, env=env)
+            job = bench.launch_job("run_all.py", config, work / "logs", console, env)
         tables = CheckpointTables(work / "delta" / LINK)
         deadline = time.monotonic() + args.timeout
         while tables.newest_translated_ms(GROUP) is None:
@@ -274,12 +271,7 @@ def recovery_point(args: argparse.Namespace) -> int:
         if worker is not None:
             worker.join(10)
         if job is not None and job.poll() is None:
-            job.send_signal(signal.SIGTERM)
-            try:
-                job.wait(60)
-            except subprocess.TimeoutExpired:
-                job.kill()
-                job.wait()
+            bench.stop_job(job)
         for cluster in clusters:
             bench.stop_cluster(cluster)
         shutil.rmtree(root, ignore_errors=True)

@@ -203,12 +203,14 @@ import os
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 PROJECT = Path(__file__).resolve().parent.parent
 if str(PROJECT) not in sys.path:
@@ -375,8 +377,6 @@ def cpu_snapshot(labels: dict[int, str]) -> dict[str, float]:
 def start_py_spy(out: str) -> Any:
     """py-spy (not a project dependency: ``pip install py-spy`` into the venv) on the Spark JVM,
     following its Python children (daemon, forked workers, data source runners)."""
-    import subprocess
-
     me = os.getpid()
     jvm = next(pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
                if _safe_stat(pid)[:2] == (me, "java"))
@@ -639,8 +639,6 @@ def first_message_run(run: int, work: Path, src: Cluster, dst: Cluster, queues: 
     """(d): launch ``python jobs/replicate.py`` as an operator does (its own process, JVM and all) on a
     new link whose source topic already holds ``messages``; time the launch, the job's session-up log
     line and the first message's store timestamp on the target; then SIGTERM the job."""
-    import subprocess
-
     from jobs.spark_session import SESSION_UP
 
     topic, name = f"{TOPIC_FIRST}{run}", f"bench-first-{run}"
@@ -655,22 +653,35 @@ def first_message_run(run: int, work: Path, src: Cluster, dst: Cluster, queues: 
     log_dir = run_dir / "logs"
     with Admin(dst.addr) as admin, open(run_dir / "console.txt", "wb") as console:
         launched = time.time()
-        job = subprocess.Popen([sys.executable, str(PROJECT / "jobs" / "replicate.py"), "--config", str(config),
-                                "--log-dir", str(log_dir), "--metrics-port", "0"],
-                               stdout=console, stderr=subprocess.STDOUT, cwd=run_dir)
+        job = launch_job("replicate.py", config, log_dir, console)
         try:
             wait_for(admin, target_queues, 1, timeout, None)
             first_ms = min(read_timestamps(dst.addr, target_queues, "store_timestamp").values())
         finally:
-            job.send_signal(signal.SIGTERM)
-            try:
-                job.wait(60)
-            except subprocess.TimeoutExpired:
-                job.kill()
-                job.wait()
+            stop_job(job)
     with open(log_dir / "replicator.log") as f:
         up = next(_log_time(line) for line in f if f"jobs.replicate: {SESSION_UP} up" in line)
     return FirstMessage(session_s=up - launched, first_s=first_ms / 1000 - launched)
+
+
+def launch_job(script: str, config: Path, log_dir: Path, console: IO[bytes],
+               env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """``python jobs/<script> --config <config>`` as its own process (its own JVM, as an operator starts it): logs
+    to ``log_dir``, metrics on an ephemeral port, stdout and stderr to ``console``, run in the config's folder."""
+    return subprocess.Popen([sys.executable, str(PROJECT / "jobs" / script), "--config", str(config), "--log-dir",
+                             str(log_dir), "--metrics-port", "0"], stdout=console, stderr=subprocess.STDOUT,
+                            cwd=config.parent, env=env)
+
+
+def stop_job(job: subprocess.Popen[bytes], grace: float = 60.0) -> None:
+    """Stop a ``launch_job`` process as an operator does: SIGTERM, ``grace`` seconds for its clean stop, then
+    SIGKILL."""
+    job.send_signal(signal.SIGTERM)
+    try:
+        job.wait(grace)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        job.wait()
 
 
 def print_first_messages(runs: list[FirstMessage], messages: int, trigger: float) -> None:
@@ -739,7 +750,6 @@ def idle_trigger_run(work: Path, src: Cluster, dst: Cluster, queues: int, second
     (Spark reports progress only for a trigger that has a batch); once two batches are done, measure
     ``seconds`` of batches: latestOffset of each (from the job's progress lines) and the growth of spark.log
     and replicator.log. Then SIGTERM the job."""
-    import subprocess
 
     topic, name = f"{TOPIC_IDLE}{queues}", f"bench-idle-{queues}"
     source_queues = create_topic(src.addr, src.name, topic, queues)
@@ -752,9 +762,7 @@ def idle_trigger_run(work: Path, src: Cluster, dst: Cluster, queues: int, second
     trickle, _ = start_child("paced", namesrv=src.addr, topic=topic, rate=rate, seconds=seconds + timeout,
                              body=body, batch=1, queues=[(mq.broker_name, mq.queue_id) for mq in source_queues])
     with open(run_dir / "console.txt", "wb") as console:
-        job = subprocess.Popen([sys.executable, str(PROJECT / "jobs" / "replicate.py"), "--config", str(config),
-                                "--log-dir", str(log_dir), "--metrics-port", "0"],
-                               stdout=console, stderr=subprocess.STDOUT, cwd=run_dir)
+        job = launch_job("replicate.py", config, log_dir, console)
         try:
             deadline = time.monotonic() + timeout
             while max(_idle_batches(log_dir, name), default=-1) < 1:
@@ -769,12 +777,7 @@ def idle_trigger_run(work: Path, src: Cluster, dst: Cluster, queues: int, second
         finally:
             trickle.kill()
             trickle.join(30)
-            job.send_signal(signal.SIGTERM)
-            try:
-                job.wait(60)
-            except subprocess.TimeoutExpired:
-                job.kill()
-                job.wait()
+            stop_job(job)
     measured = [ms for batch, ms in sorted(after.items()) if batch not in before]
     if not measured:
         raise RuntimeError(f"{name}: no batch in {seconds:.0f} s (see {run_dir})")

@@ -11,6 +11,11 @@ store's threads (``wait`` on a condition). The HA link (heartbeats both ways, de
 in-sync expiry and slave timeouts: ``sleep``, ``timeout``, ``call_later``) and the name server's broker expiry
 take it the same way; ``BrokerServer`` and ``NamesrvServer`` default to ``SYSTEM_CLOCK``, the parts below them
 take it by constructor without a default.
+
+Blocking code (the connectors' retry loops on Spark executors and the driver: threads without an event loop)
+reads the same clocks through ``ThreadClock``, the thread-side part of the shape: ``monotonic`` and ``block``
+(sleep the calling thread). ``SystemClock`` and ``ManualClock`` are both; a test of such a loop may pass a
+smaller fake that only has those two.
 """
 
 from __future__ import annotations
@@ -71,6 +76,18 @@ class Clock(Protocol):
         ...
 
 
+class ThreadClock(Protocol):
+    """Time for blocking retry loops (threads, no event loop): the thread side of ``Clock``."""
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (deadlines, intervals)."""
+        ...
+
+    def block(self, seconds: float) -> None:
+        """Block the calling thread for ``seconds`` of this clock."""
+        ...
+
+
 class SystemClock:
     """The real clock: ``time.monotonic``, ``time.time``, asyncio and threading timeouts."""
 
@@ -100,6 +117,9 @@ class SystemClock:
 
     def wait(self, cond: threading.Condition, timeout: float) -> None:
         cond.wait(max(timeout, 0))
+
+    def block(self, seconds: float) -> None:
+        time.sleep(max(seconds, 0))
 
 
 SYSTEM_CLOCK = SystemClock()
@@ -205,6 +225,10 @@ class ManualClock:
         self._conds.add(cond)
         cond.wait()
 
+    def block(self, seconds: float) -> None:
+        """Returns once another thread has advanced this clock by ``seconds``."""
+        StopSignal(self).sleep(seconds)
+
 
 class StopSignal:
     """A stop flag that background threads sleep on: ``sleep`` returns early once ``stop`` is called."""
@@ -233,6 +257,11 @@ class StopSignal:
                     return True
                 clock.wait(self._cond, deadline - now)
             return False
+
+
+def wall_ms(clock: Clock) -> int:
+    """``clock``'s wall time in milliseconds since the epoch (RocketMQ's stamps: data versions, timestamps)."""
+    return int(clock.time() * 1000)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

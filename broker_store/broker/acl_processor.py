@@ -25,7 +25,7 @@ UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED 211) with the reason as remark.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from pydantic import ValidationError
 from broker_store.acl.permission import PERM_SPELLINGS
 from broker_store.acl.plain_file import KEY_MIN_LENGTH, AclDataVersion, PlainAccount, PlainAclFile
 from broker_store.broker.acl_guard import AclGuard
+from broker_store.clock import Clock, wall_ms
 from broker_store.net.server import Connection
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import StoreError
@@ -53,7 +54,8 @@ class AclAdminContext:
     cluster_name: str
     broker_name: str
     broker_addr: Callable[[], str]
-    clock_ms: Callable[[], int]
+    clock: Clock
+    """Stamps the file's dataVersion."""
 
 
 def _split(value: str | None) -> list[str] | None:
@@ -86,7 +88,7 @@ class AclAdminProcessor:
         """Validate ``new`` as a whole file, bump its dataVersion, write it and put it in force."""
         old = new.data_version[0] if new.data_version else AclDataVersion(counter=0, timestamp=0)
         data = new.model_dump(by_alias=True)
-        data["dataVersion"] = [{"counter": old.counter + 1, "timestamp": self.ctx.clock_ms()}]
+        data["dataVersion"] = [{"counter": old.counter + 1, "timestamp": wall_ms(self.ctx.clock)}]
         try:
             checked = PlainAclFile.model_validate(data)
         except ValidationError as exc:
@@ -96,82 +98,51 @@ class AclAdminProcessor:
         except StoreError as exc:
             raise _Refused(str(exc)) from exc
 
-    def update_and_create_acl_config(self, cmd: RemotingCommand, _conn: Connection) -> RemotingCommand:
-        """UPDATE_AND_CREATE_ACL_CONFIG (50)."""
+    def _edit(self, cmd: RemotingCommand, failed: ResponseCode,
+              change: Callable[[AclGuard], PlainAclFile]) -> RemotingCommand:
+        """The editing requests' one shape: refused while ACL is off; else ``change`` makes the new file from the
+        guard's current one (raising ``_Refused`` when the request cannot apply) and ``_commit`` puts it in force.
+        A refusal answers ``failed`` with its reason as remark."""
         guard = self._guard_or_refusal(cmd)
         if isinstance(guard, RemotingCommand):
             return guard
-        ext = cmd.ext_fields
-        access_key, secret_key = ext.get("accessKey"), ext.get("secretKey")
         try:
-            if (access_key is None or secret_key is None or len(access_key) < KEY_MIN_LENGTH
-                    or len(secret_key) < KEY_MIN_LENGTH):  # RocketMQ asks for both on every update
-                shown = "***" if secret_key else secret_key
-                raise _Refused(f"The accessKey={access_key} and secretKey={shown} cannot be null and length "
-                               "should longer than 6")
-            topic_perms, group_perms = _split(ext.get("topicPerms")), _split(ext.get("groupPerms"))
-            _check_resource_perms(topic_perms)
-            _check_resource_perms(group_perms)
-            existing = guard.acl_file.account(access_key)
-            merged: dict[str, Any] = existing.model_dump(by_alias=True) if existing is not None else {}
-            merged["accessKey"], merged["secretKey"] = access_key, secret_key
-            if "whiteRemoteAddress" in ext:
-                merged["whiteRemoteAddress"] = ext["whiteRemoteAddress"]
-            merged["admin"] = ext.get("admin", "false").strip().lower() == "true"
-            for key in ("defaultTopicPerm", "defaultGroupPerm"):
-                if ext.get(key):
-                    merged[key] = ext[key]
-            if topic_perms is not None:
-                merged["topicPerms"] = topic_perms
-            if group_perms is not None:
-                merged["groupPerms"] = group_perms
-            try:
-                account = PlainAccount.model_validate(merged)
-            except ValidationError as exc:
-                raise _Refused(describe_validation_error(f"account {access_key}", exc)) from exc
-            current = guard.acl_file
-            accounts = [account if a.access_key == access_key else a for a in current.accounts]
-            if existing is None:
-                accounts.append(account)
-            self._commit(guard, current.model_copy(update={"accounts": accounts}))
+            self._commit(guard, change(guard))
         except _Refused as exc:
-            return cmd.response(ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED, str(exc))
+            return cmd.response(failed, str(exc))
         return cmd.response(ResponseCode.SUCCESS)
+
+    def update_and_create_acl_config(self, cmd: RemotingCommand, _conn: Connection) -> RemotingCommand:
+        """UPDATE_AND_CREATE_ACL_CONFIG (50)."""
+        return self._edit(cmd, ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED,
+                          lambda guard: _updated(guard.acl_file, cmd.ext_fields))
 
     def delete_acl_config(self, cmd: RemotingCommand, _conn: Connection) -> RemotingCommand:
         """DELETE_ACL_CONFIG (51): an access key the file does not hold is refused, as RocketMQ does."""
-        guard = self._guard_or_refusal(cmd)
-        if isinstance(guard, RemotingCommand):
-            return guard
         access_key = cmd.ext_fields.get("accessKey")
-        current = guard.acl_file
-        if not access_key or current.account(access_key) is None:
-            return cmd.response(ResponseCode.DELETE_ACL_CONFIG_FAILED,
-                                f"The accessKey[{access_key}] corresponding to accessConfig has been deleted failed.")
-        try:
-            self._commit(guard, current.model_copy(
-                update={"accounts": [a for a in current.accounts if a.access_key != access_key]}))
-        except _Refused as exc:
-            return cmd.response(ResponseCode.DELETE_ACL_CONFIG_FAILED, str(exc))
-        return cmd.response(ResponseCode.SUCCESS)
+
+        def deleted(guard: AclGuard) -> PlainAclFile:
+            current = guard.acl_file
+            if not access_key or current.account(access_key) is None:
+                raise _Refused(f"The accessKey[{access_key}] corresponding to accessConfig has been deleted failed.")
+            return current.model_copy(update={"accounts": [a for a in current.accounts if a.access_key != access_key]})
+
+        return self._edit(cmd, ResponseCode.DELETE_ACL_CONFIG_FAILED, deleted)
 
     def update_global_white_addrs_config(self, cmd: RemotingCommand, _conn: Connection) -> RemotingCommand:
         """UPDATE_GLOBAL_WHITE_ADDRS_CONFIG (53): replaces globalWhiteRemoteAddresses."""
-        guard = self._guard_or_refusal(cmd)
-        if isinstance(guard, RemotingCommand):
-            return guard
         addrs = _split(cmd.ext_fields.get("globalWhiteAddrs"))
         file_path = cmd.ext_fields.get("aclFileFullPath")
-        try:
+
+        def replaced(guard: AclGuard) -> PlainAclFile:
             if addrs is None:
                 raise _Refused("globalWhiteAddrs is missing")
             if file_path and Path(file_path).resolve() != guard.path.resolve():
                 raise _Refused(f"Parameter value {file_path} is not the ACL file of broker {self.ctx.broker_name} "
                                f"({guard.path})")
-            self._commit(guard, guard.acl_file.model_copy(update={"global_white_remote_addresses": addrs}))
-        except _Refused as exc:
-            return cmd.response(ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED, str(exc))
-        return cmd.response(ResponseCode.SUCCESS)
+            return guard.acl_file.model_copy(update={"global_white_remote_addresses": addrs})
+
+        return self._edit(cmd, ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED, replaced)
 
     def get_broker_cluster_acl_info(self, cmd: RemotingCommand, _conn: Connection) -> RemotingCommand:
         """GET_BROKER_CLUSTER_ACL_INFO (52): the file's data version and this broker's names."""
@@ -200,3 +171,38 @@ class AclAdminProcessor:
             "plainAccessConfigs": [a.model_dump(by_alias=True) for a in acl_file.accounts],
         }
         return cmd.response(ResponseCode.SUCCESS, body=json.dumps(body).encode())
+
+
+def _updated(current: PlainAclFile, ext: Mapping[str, str]) -> PlainAclFile:
+    """UPDATE_AND_CREATE_ACL_CONFIG's new file: the request's account merged into ``current`` as RocketMQ merges
+    (see the module docstring)."""
+    access_key, secret_key = ext.get("accessKey"), ext.get("secretKey")
+    if (access_key is None or secret_key is None or len(access_key) < KEY_MIN_LENGTH
+            or len(secret_key) < KEY_MIN_LENGTH):  # RocketMQ asks for both on every update
+        shown = "***" if secret_key else secret_key
+        raise _Refused(f"The accessKey={access_key} and secretKey={shown} cannot be null and length "
+                       "should longer than 6")
+    topic_perms, group_perms = _split(ext.get("topicPerms")), _split(ext.get("groupPerms"))
+    _check_resource_perms(topic_perms)
+    _check_resource_perms(group_perms)
+    existing = current.account(access_key)
+    merged: dict[str, Any] = existing.model_dump(by_alias=True) if existing is not None else {}
+    merged["accessKey"], merged["secretKey"] = access_key, secret_key
+    if "whiteRemoteAddress" in ext:
+        merged["whiteRemoteAddress"] = ext["whiteRemoteAddress"]
+    merged["admin"] = ext.get("admin", "false").strip().lower() == "true"
+    for key in ("defaultTopicPerm", "defaultGroupPerm"):
+        if ext.get(key):
+            merged[key] = ext[key]
+    if topic_perms is not None:
+        merged["topicPerms"] = topic_perms
+    if group_perms is not None:
+        merged["groupPerms"] = group_perms
+    try:
+        account = PlainAccount.model_validate(merged)
+    except ValidationError as exc:
+        raise _Refused(describe_validation_error(f"account {access_key}", exc)) from exc
+    accounts = [account if a.access_key == access_key else a for a in current.accounts]
+    if existing is None:
+        accounts.append(account)
+    return current.model_copy(update={"accounts": accounts})

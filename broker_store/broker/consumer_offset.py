@@ -12,11 +12,11 @@ crash loses at most that interval of commits (consumers then re-read: at least o
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from broker_store.broker.metadata_file import read_metadata_file, write_metadata_file
+from broker_store.clock import Clock, wall_ms
 from broker_store.protocol.errors import ProtocolError, StoreError
 from broker_store.protocol.route import dumps_rocketmq
 from broker_store.protocol.topic import DataVersion
@@ -32,9 +32,9 @@ def offset_key(topic: str, group: str) -> str:
 class ConsumerOffsetManager:
     """In-memory offset table with explicit persistence. Single-threaded (the broker's loop)."""
 
-    def __init__(self, path: Path, *, clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+    def __init__(self, path: Path, *, clock: Clock) -> None:
         self.path = path
-        self._clock_ms = clock_ms
+        self._clock = clock
         self._table: dict[str, dict[int, int]] = {}
         self.data_version = DataVersion()
         self._dirty = False
@@ -110,7 +110,7 @@ class ConsumerOffsetManager:
         """Write the table if it changed since the last write (or ``force``); True if written."""
         if not self._dirty and not force:
             return False
-        self.data_version = self.data_version.next(self._clock_ms())
+        self.data_version = self.data_version.next(wall_ms(self._clock))
         write_metadata_file(
             self.path,
             {

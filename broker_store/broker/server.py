@@ -120,17 +120,16 @@ class BrokerServer:
         self.role_state.listeners.append(self._follow_role)
         self._role_transition: RoleTransition | None = None
         meta = Path(config.store_dir) / METADATA_DIR
-        clock_ms = lambda: int(clock.time() * 1000)  # noqa: E731
         self.topic_configs = TopicConfigManager(
             meta / TOPICS_FILE,
             auto_create_topic_enable=config.auto_create_topic_enable,
             default_topic_queue_nums=config.default_topic_queue_nums,
-            clock_ms=clock_ms,
+            clock=clock,
         )
-        self.consumer_offsets = ConsumerOffsetManager(meta / OFFSETS_FILE, clock_ms=clock_ms)
+        self.consumer_offsets = ConsumerOffsetManager(meta / OFFSETS_FILE, clock=clock)
         self.clients = ClientRegistry(clock=clock)
         self.subscription_groups = SubscriptionGroupManager(
-            meta / SUBSCRIPTION_GROUPS_FILE, auto_create=config.auto_create_subscription_group, clock_ms=clock_ms)
+            meta / SUBSCRIPTION_GROUPS_FILE, auto_create=config.auto_create_subscription_group, clock=clock)
         self.delay_levels = config.delay_levels()
         self.delay_offsets = DelayOffsetTable(meta / DELAY_OFFSETS_FILE)
         self.schedule: ScheduleService | None = None
@@ -413,8 +412,7 @@ class BrokerServer:
             stopping=lambda: self.stopping, ha_status=self._ha_status, controller_agent=lambda: self.controller_agent,
             epoch_cache=self._epoch_cache_body,
             acl_admin=AclAdminContext(self.acl, self.config.cluster_name, self.config.broker_name,
-                                      broker_addr=lambda: self.addr,
-                                      clock_ms=lambda: int(self._clock.time() * 1000))))
+                                      broker_addr=lambda: self.addr, clock=self._clock)))
 
     def _epoch_cache_body(self) -> bytes | None:
         """GET_BROKER_EPOCH_CACHE's body: this broker's epoch entries and max offset (None before the epoch file

@@ -17,13 +17,13 @@ admin-driven, or a group's first pull).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from broker_store.broker.metadata_file import read_metadata_file, write_metadata_file
+from broker_store.clock import Clock, wall_ms
 from broker_store.protocol.errors import ProtocolError, StoreError
 from broker_store.protocol.message import validate_topic
 from broker_store.protocol.route import dumps_rocketmq
@@ -86,12 +86,11 @@ class SubscriptionGroupConfig:
 class SubscriptionGroupManager:
     """The broker's subscription group table with persistence. Single-threaded (the broker's loop)."""
 
-    def __init__(self, path: Path, *, auto_create: bool = True,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+    def __init__(self, path: Path, *, clock: Clock, auto_create: bool = True) -> None:
         self.path = path
         self.auto_create = auto_create
         """``BrokerSettings.auto_create_subscription_group``."""
-        self._clock_ms = clock_ms
+        self._clock = clock
         self._table: dict[str, SubscriptionGroupConfig] = {}
         self.data_version = DataVersion()
 
@@ -149,7 +148,7 @@ class SubscriptionGroupManager:
         return config
 
     def _persist(self) -> None:
-        self.data_version = self.data_version.next(self._clock_ms())
+        self.data_version = self.data_version.next(wall_ms(self._clock))
         write_metadata_file(self.path, self._payload())
 
     def _payload(self) -> dict[str, Any]:

@@ -14,11 +14,11 @@ controller re-registers with the name servers).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from broker_store.broker.metadata_file import read_metadata_file, write_metadata_file
+from broker_store.clock import Clock, wall_ms
 from broker_store.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
 from broker_store.protocol.errors import ProtocolError, StoreError
 from broker_store.protocol.topic import (
@@ -37,7 +37,7 @@ FILE_NAME = "topics.json"
 class TopicConfigManager:
     """Topic name -> TopicConfig. Single-threaded (the broker's event loop).
 
-    ``clock_ms`` stamps data versions; ``auto_create_topic_enable`` decides whether TBW102 (perm
+    ``clock`` stamps data versions; ``auto_create_topic_enable`` decides whether TBW102 (perm
     READ|WRITE|INHERIT, ``default_topic_queue_nums`` queues) is present.
     """
 
@@ -47,12 +47,12 @@ class TopicConfigManager:
         *,
         auto_create_topic_enable: bool,
         default_topic_queue_nums: int,
-        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        clock: Clock,
     ) -> None:
         self.path = path
         self.auto_create_topic_enable = auto_create_topic_enable
         self.default_topic_queue_nums = default_topic_queue_nums
-        self._clock_ms = clock_ms
+        self._clock = clock
         self._table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion()
         self.change_listeners: list[Callable[[TopicConfig], None]] = []
@@ -84,7 +84,7 @@ class TopicConfigManager:
             del self._table[DEFAULT_TOPIC]
             changed = True
         if changed or data is None:
-            self.data_version = self.data_version.next(self._clock_ms())
+            self.data_version = self.data_version.next(wall_ms(self._clock))
             self.persist()
 
     def persist(self) -> None:
@@ -124,7 +124,7 @@ class TopicConfigManager:
         return True
 
     def _changed(self, tc: TopicConfig) -> None:
-        self.data_version = self.data_version.next(self._clock_ms())
+        self.data_version = self.data_version.next(wall_ms(self._clock))
         self.persist()
         for listener in self.change_listeners:
             listener(tc)

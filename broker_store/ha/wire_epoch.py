@@ -122,14 +122,7 @@ class TransferFrame(NamedTuple):
     confirm_offset: int
     """The primary's confirm offset: a replica may show consumers its records up to min(this, its max)."""
     data: bytes
-
-    @property
-    def is_heartbeat(self) -> bool:
-        return not self.data
-
-    @property
-    def end_offset(self) -> int:
-        return self.offset + len(self.data)
+    """Raw CommitLog bytes, as in ``wire.TransferBatch`` (empty for a heartbeat)."""
 
 
 # -- encoders -------------------------------------------------------------------------------------------

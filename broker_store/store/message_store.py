@@ -426,7 +426,7 @@ class MessageStore:
         return self._queues.dispatched
 
     def read_commit_log(self, offset: int, max_bytes: int) -> bytes:
-        """Raw CommitLog bytes from ``offset``, never crossing a segment end; b"" outside [min, max)."""
+        """Raw CommitLog bytes from ``offset`` (``ReplicaCommitLog.read``)."""
         return self._replica_log.read(offset, max_bytes)
 
     def append_commit_log(self, offset: int, data: bytes) -> None:

@@ -34,14 +34,6 @@ class ReplicaCommitLog:
         self._lock = lock
         self._notify = notify
 
-    @property
-    def min_physical_offset(self) -> int:
-        return self._commit_log.min_offset
-
-    @property
-    def max_physical_offset(self) -> int:
-        return self._commit_log.max_offset
-
     def read(self, offset: int, max_bytes: int) -> bytes:
         """Raw CommitLog bytes from ``offset``, never crossing a segment end; b"" outside [min, max)."""
         with self._lock:

@@ -384,14 +384,19 @@ class WriteSettings(RetrySettings):
     with the reader's (``connectors.replication.writer_options.SinkOptions`` derives from this model)."""
 
     preserve_queues: bool = True
-    """Write to the same queue id as the source when the target topic has as many queues."""
+    """True: the n-th queue (by broker name, queue id) of the source topic goes to the n-th queue of the target
+    topic when both have as many queues; otherwise to the target queue with the fewest source queues, each
+    decision recorded in the link's ``placements`` table and kept while the link lives (without the link's
+    tables: a hash of the source broker and queue id)."""
     failure_policy: FailurePolicy = FailurePolicy.DISMISS
+    """A message that still fails after ``max_retries``: ``dismiss`` records it in the failures table and the
+    batch commits; ``custom`` hands the batch's failures to ``failure_hook``."""
     failure_hook: str | None = None
     """``"package.module:function"``; required iff ``failure_policy`` is ``custom``."""
     max_retries: int = Field(default=3, ge=0)
     """Retries of a failed send (after the first attempt) before the failure policy applies."""
     max_in_flight: int = Field(default=4, gt=0)
-    """Concurrent batch sends per Spark task."""
+    """Concurrent batch sends per Spark task (1 keeps strict order under retries)."""
 
 
 class LinkConfig(ReadSettings, WriteSettings):

@@ -4,18 +4,19 @@ link: the target side (``connectors.replication.outage.TargetOutage``, executor 
 the source side (``SourceOutage`` below: executor pulls in ``connectors.replication.pulling`` and the
 reader's driver-side admin calls in ``connectors.replication.reader``).
 
-Time is a parameter (``Clock``): unit tests drive ``OutageTimer`` with a fake clock instead of sleeping.
+Time is a parameter (``broker_store.clock.ThreadClock``, the one clock's thread side): unit tests drive
+``OutageTimer`` with a fake clock instead of sleeping.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from broker_store.protocol.errors import RequestTimeoutError, RocketMQError
 from connectors.core.errors import SourceUnavailableError
 
@@ -44,24 +45,6 @@ def once_more_on_new_route(call: Callable[[], T]) -> T:
             raise
     return call()
 
-
-class Clock(Protocol):
-    """Where an outage reads time and waits; ``SYSTEM_CLOCK`` in production, a fake one in tests."""
-
-    def monotonic(self) -> float: ...
-
-    def sleep(self, seconds: float) -> None: ...
-
-
-class _SystemClock:
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
-
-
-SYSTEM_CLOCK: Clock = _SystemClock()
 
 
 @dataclass(frozen=True)
@@ -94,7 +77,7 @@ class OutageTimer:
     (or returns ``None`` when the budget is spent, the caller then raises its typed error); ``reset``
     after a success, so the next outage gets the whole budget again. Not thread-safe: one per loop."""
 
-    def __init__(self, policy: OutagePolicy, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, policy: OutagePolicy, clock: ThreadClock = SYSTEM_CLOCK) -> None:
         self.policy = policy
         self.clock = clock
         self.started: float | None = None
@@ -119,7 +102,7 @@ class OutageTimer:
         """``next_delay`` and sleep it; returns the seconds slept (``None``: budget spent, no sleep)."""
         delay = self.next_delay()
         if delay is not None:
-            self.clock.sleep(delay)
+            self.clock.block(delay)
         return delay
 
     def reset(self) -> None:
@@ -138,7 +121,7 @@ class SourceOutage:
     expired is an outage, while a permission error on a live cluster is not)."""
 
     def __init__(self, *, link: str, cluster: str, namesrv: str, policy: OutagePolicy,
-                 cluster_has_brokers: Callable[[], bool], clock: Clock = SYSTEM_CLOCK) -> None:
+                 cluster_has_brokers: Callable[[], bool], clock: ThreadClock = SYSTEM_CLOCK) -> None:
         self.link = link
         self.cluster = cluster
         self.namesrv = namesrv
@@ -178,7 +161,7 @@ class SourceOutage:
             log.warning("link %s: source cluster %s (namesrv %s) unavailable while %s (%s: %s); retrying in "
                         "%.2fs (%.1fs of %.0fs retry_timeout_ms spent)", self.link, self.cluster, self.namesrv,
                         what, type(error).__name__, error, delay, timer.elapsed, self.policy.timeout_ms / 1000)
-        timer.clock.sleep(delay)
+        timer.clock.block(delay)
 
     def call(self, fn: Callable[[], T], what: str) -> T:
         """``fn()``, repeated with backoff while the source is unavailable (``unavailable``); any other

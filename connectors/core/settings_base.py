@@ -33,7 +33,7 @@ class SettingsModel(BaseModel):
     settings' Spark option names (``connectors.core.options``), never accepted from YAML."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, validate_by_name=True,
-                              validate_by_alias=False)
+                              validate_by_alias=False, use_attribute_docstrings=True)
 
 
 def field_error(field_path: str, reason: str) -> PydanticCustomError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
-from connectors.core.rows import schema_ddl
+from connectors.core.rows import spark_schema
 
 # The reader and writer modules are imported where used: Spark starts a Python process (or forks one from a
 # fresh daemon) for each data source call of a query's first batch, and each unpickles this class. Data
@@ -30,9 +30,9 @@ class RocketMQDataSource(DataSource):
     def name(cls) -> str:
         return DATA_SOURCE_NAME
 
-    def schema(self) -> str:
+    def schema(self) -> StructType:
         fmt = next((str(v) for k, v in self.options.items() if str(k).lower() == "rowformat"), "")
-        return schema_ddl(fmt)
+        return spark_schema(fmt)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from connectors.replication.reader import RocketMQStreamReader  # start-up cost: see the imports

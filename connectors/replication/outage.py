@@ -9,10 +9,11 @@ from __future__ import annotations
 import logging
 import time
 
+from broker_store.clock import ThreadClock
 from broker_store.protocol.errors import RequestTimeoutError, RocketMQError
 from connectors.core.errors import TargetUnavailableError
 from connectors.core.executor import executor_admin
-from connectors.core.outage import WARN_EVERY_WAITS, Clock, OutagePolicy
+from connectors.core.outage import WARN_EVERY_WAITS, OutagePolicy
 from connectors.replication.writer_options import SinkOptions
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class _ModuleClock:
     def monotonic(self) -> float:
         return monotonic()
 
-    def sleep(self, seconds: float) -> None:
+    def block(self, seconds: float) -> None:
         sleep(seconds)
 
 
@@ -53,10 +54,10 @@ class TargetOutage:
     task, shared by queue placement and sends. Executor only. The backoff and the budget are the one
     rule of ``connectors.core.outage.OutagePolicy``, shared with the source side."""
 
-    def __init__(self, options: SinkOptions, clock: Clock | None = None) -> None:
+    def __init__(self, options: SinkOptions, clock: ThreadClock | None = None) -> None:
         self.o = options
         self.policy = OutagePolicy(options.retry_timeout_ms, options.retry_backoff_ms, options.retry_backoff_max_ms)
-        self.clock: Clock = clock or _ModuleClock()
+        self.clock: ThreadClock = clock or _ModuleClock()
         self.retries = 0
         """Attempts (sends and route look-ups) repeated because the target was unavailable."""
 
@@ -89,4 +90,4 @@ class TargetOutage:
                         "(%.1fs of %.0fs retryTimeoutMs spent)", o.label, type(error).__name__, error, what,
                         delay, elapsed, o.retry_timeout_ms / 1000)
         self.retries += 1
-        self.clock.sleep(delay)
+        self.clock.block(delay)

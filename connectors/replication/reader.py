@@ -33,53 +33,9 @@ Offsets are ``connectors.core.offsets.SourceOffset`` documents (``{"queues": {"<
 A queue absent from ``start`` but present in ``end`` is a queue discovered while running: it is read
 from its earliest offset (``QueueRange.from_earliest``), never reported as data loss.
 
-Options (case-insensitive)::
-
-    namesrv               source name servers "host:port[;host:port]"   (or from config+link)
-    topics                "A,B,C" fixed topics                     } exactly one of these three,
-    topicPattern          regex, full match; + topicExclude regex  } or config+link (the link's
-    config, link          replicator.yaml path + link name         } TopicMapper, re-listed each trigger)
-    cluster               source cluster name written to every row (sourceCluster) and the Delta rows
-    tags                  "*" | "TagA || TagB"   (broker hash filter + exact client re-filter)
-    startingOffsets       earliest | latest | timestamp:<ms> | offset JSON  (default latest; a link's
-                          starting_offsets, earliest by default, with config+link; a queue missing from the
-                          JSON starts at earliest). Only for a new query without Delta resume point
-    maxMessagesPerTrigger admission control (ReadMaxRows), split by backlog; default: no limit
-    failOnDataLoss        true (default): DataLossError when a start offset fell below the queue's min
-                          offset (it names jobs.reset_offsets and the link key); false: log the lost range
-                          as a WARNING and skip to the min offset
-    retryTimeoutMs, retryBackoffMs, retryBackoffMaxMs  while the source is unavailable, pulls and the
-                          driver's admin calls retry with doubling backoff (retryBackoffMs, capped at
-                          retryBackoffMaxMs) for up to retryTimeoutMs, then SourceUnavailableError
-                          (defaults 600000 / 1000 / 10000; a link's retry_* keys with config+link)
-    pullBatchSize         messages per PULL_MESSAGE (default 256, 1024 with rowFormat=ranges; the broker caps
-                          it at 1024)
-    minPartitions         split queue ranges until at least this many partitions (default: one per queue)
-    maxPartitions         group queue ranges into at most this many partitions, each reading its queues one
-                          after the other (default: one per queue). Every task has a fixed cost (its
-                          Python workers, scheduling), so many small queues per trigger are cheaper grouped:
-                          8 queues on local[2] at ~9.5k msg/s with a 1 s trigger spend 598 ms per batch as
-                          2 partitions, 736 ms as 8 (benchmarks/replicator.py; throughput is the same within
-                          noise). The replicate job sets it to the application's cores
-    reportLatestOffset    true (default): report the queues' max offsets in the query progress
-    group                 consumer group committed on the source in commit(end)
-                          (default CID_RMQ_SYS_REPLICATOR_<link>, or ..._<hash of the topic selection>)
-    commitOffsetsToSource true (default): UPDATE_CONSUMER_OFFSET for ``group`` on every commit(end)
-    deltaLocation, link   resume point from ``LinkTables.latest_offsets()`` when the checkpoint is new
-    pullTimeoutMs         per-pull timeout (default 10000)
-    rowFormat             arrow (default) | tuples: one row per message (``SOURCE_SCHEMA_DDL``,
-                          ``connectors.core.rows``), handed to
-                          Spark as Arrow batches or as tuples (slower); raw: one row per pull with the
-                          records undecoded (``RAW_SCHEMA_DDL``), for the rocketmq sink; ranges: one row per
-                          planned queue range and no data (``RANGES_SCHEMA_DDL``): the rocketmq sink pulls
-                          the ranges itself (see "Row formats" below)
-    createTopicsLikeSource  false (default) | true: with rowFormat=ranges and config+link, a target topic the
-                          target lacks is created like its source topic(s) (config sync's rule) on the driver
-                          before its first batch is placed (``jobs/run_all.py`` sets it when it runs the
-                          link's config sync)
-    accessKeyEnv, secretKeyEnv  NAMES of environment variables holding the source cluster's ACL keys
-                          (default with config+link: the cluster's access_key_env / secret_key_env).
-                          Read on the driver; every request is signed (``broker_store.protocol.acl``)
+Options (case-insensitive): the fields of ``reader_options.SourceOptions`` (the link's ``ReadSettings`` and the
+reader's own), listed with their defaults in the README's generated table ("The replicator (Spark)").
+The replicate job sets ``maxPartitions`` to the application's cores.
 """
 
 from __future__ import annotations

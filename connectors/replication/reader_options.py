@@ -1,7 +1,7 @@
 """The replication reader's options (``format("rocketmq")`` on ``readStream``) and its topic selection.
 
 Validated once on the driver by ``RocketMQStreamReader.__init__`` (``SourceOptions.from_options``); the
-result is pickled to executors with the reader. The options are listed in ``connectors.replication.reader``.
+result is pickled to executors with the reader. Each field's docstring is its option's meaning in the README's table.
 """
 
 from __future__ import annotations
@@ -84,32 +84,44 @@ class TopicSelection:
 
 
 class SourceOptions(ReadSettings):
-    """The reader's options (the module docstring of ``connectors.replication.reader`` lists them),
+    """The reader's options (the README's generated table lists them: ``options_doc``),
     validated once on the driver (``from_options``). The link's reader settings are ``ReadSettings``
     fields, so the options and the link YAML share their definitions; the rest are reader-only options."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     namesrv: str = Field(min_length=1)
-    """Source name servers ``host:port[;host:port]``."""
+    """Source name servers ``host:port[;host:port]`` (config+link: the source cluster's)."""
     selection: TopicSelection
     """Derived from topics / topicPattern / topicExclude / config+link."""
     cluster: str = Field(min_length=1)
     """Source cluster name, written to every row and the Delta rows."""
     pull_batch_size: int = Field(default=DEFAULT_PULL_BATCH_SIZE, gt=0)
-    """``DEFAULT_PULL_BATCH_SIZE``, or ``RANGES_PULL_BATCH_SIZE`` with ``rowFormat=ranges`` when not given."""
+    """Messages per PULL_MESSAGE (the broker caps a pull at 1024); with ``rowFormat=ranges`` 1024 when not given."""
     min_partitions: int | None = Field(default=None, gt=0)
+    """Split queue ranges until a micro-batch has at least this many partitions; none: one per queue."""
     report_latest_offset: bool = True
+    """Report the queues' max offsets in the query progress."""
     group: str = ""
-    """Consumer group committed on the source (derived when not given)."""
+    """Consumer group committed on the source in commit(end); default ``CID_RMQ_SYS_REPLICATOR_<link>`` (config+link:
+    the link's ``consumer_group``), without a link ``CID_RMQ_SYS_REPLICATOR_<hash of the topic selection>``."""
     commit_offsets_to_source: bool = True
+    """UPDATE_CONSUMER_OFFSET for ``group`` on the source on every commit(end)."""
     delta_location: str | None = None
-    """Root of the link tables; the link's tables are ``<deltaLocation>/<link>``."""
+    """Root of the link tables (``<deltaLocation>/<link>``): a new checkpoint resumes from them
+    (``LinkTables.latest_offsets()``). Needs ``link``."""
     link: str | None = None
+    """The link's name: with ``config``, the link of replicator.yaml that fills every option (explicit options
+    win); with ``deltaLocation``, the folder of its tables."""
     config: str | None = None
-    """The replicator.yaml the link was read from (``config`` option); named in the data-loss advice."""
+    """A replicator.yaml (with ``link``): the link's source cluster, topics and reader settings fill the options
+    (explicit options win); named in the data-loss advice."""
     pull_timeout_ms: int = Field(default=DEFAULT_PULL_TIMEOUT_MS, gt=0)
+    """Timeout of one pull."""
     row_format: RowFormat = "arrow"
+    """``arrow`` / ``tuples``: one row per message, handed to Spark as Arrow batches or as tuples (slower);
+    ``raw``: one row per pull, the records undecoded, for the rocketmq sink; ``ranges``: one row per planned
+    queue range and no data, the rocketmq sink pulls the ranges itself (``connectors.core.rows``)."""
     create_topics_like_source: bool = False
     """With ``rowFormat=ranges`` and config+link: the driver creates a target topic the target lacks like its
     source topic(s), by config sync's rule, before placing its first batch (``connectors.config_sync.creation``).
@@ -124,6 +136,19 @@ class SourceOptions(ReadSettings):
 
     DERIVED: ClassVar[frozenset[str]] = frozenset({"selection", "group", "credentials", "tls", "link", "config"})
     """Fields computed by ``from_options``, not taken from an option of their name."""
+    OPTIONLESS: ClassVar[frozenset[str]] = frozenset({"selection", "credentials"})
+    """Fields no option of their name sets (the options below and config+link make them)."""
+    OTHER_OPTIONS: ClassVar[Mapping[str, str]] = {
+        "topics": "``A,B,C``: fixed topics. Exactly one of ``topics``, ``topicPattern`` or ``config`` + ``link`` "
+                  "selects the topics, again on every trigger.",
+        "topicPattern": "Full-match regex over the source's non-system topics.",
+        "topicExclude": "With ``topicPattern``: full-match regex of topics left out.",
+        "accessKeyEnv": "NAME of the environment variable holding the source cluster's ACL access key (config+link: "
+                        "the cluster's ``access_key_env``); read on the driver, every request is signed.",
+        "secretKeyEnv": "NAME of the environment variable holding the secret key (config+link: the cluster's "
+                        "``secret_key_env``).",
+    }
+    """Options that are not a field of their name (``from_options`` reads them)."""
 
     @model_validator(mode="before")
     @classmethod

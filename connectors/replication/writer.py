@@ -56,43 +56,12 @@ offset log cannot be read (a non-local checkpoint, or a source other than ``rock
 offsets are used, so only queues with rows advance in the table (resuming from it re-reads the rest:
 duplicates, never loss).
 
-Options (case-insensitive; ``config`` + ``link`` fill every one from replicator.yaml, explicit
-options win)::
-
-    namesrv            target name servers              targetCluster    target cluster name (loop guard)
-    sourceCluster      default: each row's sourceCluster  sourceNamesrv   source name servers (queue counts)
-    topic              one fixed target topic; else a non-null ``targetTopic`` column; else the link's
-                       TopicMapper (config+link); else ``topicMapping`` JSON {"src": "dst"}; else same name
-    preserveQueues     true: the n-th queue (by broker name, queue id) of the source topic goes to the n-th
-                       queue of the target topic when both have as many queues; otherwise the target queue
-                       with the fewest source queues (``queue_placement``). Each decision is recorded in the
-                       link's ``placements`` table and never changes while the link lives, whatever either
-                       topic's queue count does: ``rowFormat=ranges`` rows carry the target queue the driver
-                       decided (``placement_planner``); for the other formats the task decides with the same
-                       rule and table and the commit records it. Without deltaLocation nothing is recorded
-                       and the stateless rule applies (same position when the counts match, else a hash of
-                       (source broker, queue id))
-    maxInFlight        outstanding batch sends per task (default 4; 1 keeps strict order under retries)
-    maxRetries         retries of a refused message (default 3)        retryBackoffMs  first wait (1000)
-    retryTimeoutMs     how long to keep retrying while the target is unavailable (default 600000)
-    retryBackoffMaxMs  cap of the doubling backoff during an outage (default 10000)
-    sendTimeoutMs      per attempt (default 3000)
-    batchMaxMessages   messages per SEND_BATCH_MESSAGE (default 256)
-    batchMaxBytes      encoded bytes per SEND_BATCH_MESSAGE, entry headers and properties included (1 MiB)
-    targetMaxMessageSize  the target brokers' max_message_size (default 4 MiB): no batch's encoding exceeds
-                       it, and a message whose entry alone does is sent as one SEND_MESSAGE_V2, where the
-                       broker checks its body only; so every message the target takes alone is sent
-    failurePolicy      dismiss | custom                                failureHook    "module:function"
-    deltaLocation, link   the link's tables (<deltaLocation>/<link>)  checkpointLocation  (writeStream's)
-    producerGroup      default PID_RMQ_SYS_REPLICATOR_<link>           autoCreateTopic  default true
-    sourceGroup        the source consumer group the commit mirrors (default CID_RMQ_SYS_REPLICATOR_<link>;
-                       config+link: the link's consumer_group)
-    commitOffsetsToSource  true (default): mirror each committed batch's end offsets to sourceGroup on
-                       sourceNamesrv, in the background (see "The source consumer group" above)
-    accessKeyEnv, secretKeyEnv              NAMES of environment variables with the target's ACL keys
-    sourceAccessKeyEnv, sourceSecretKeyEnv  the same for sourceNamesrv (default with config+link: the
-                       clusters' access_key_env / secret_key_env). Read on the driver; the keys reach
-                       executors inside the pickled writer, never as Spark options
+Options (case-insensitive; ``config`` + ``link`` fill every one from replicator.yaml, explicit options win):
+the fields of ``writer_options.SinkOptions`` (the link's ``WriteSettings`` and the writer's own), listed with
+their defaults in the README's generated table ("The replicator (Spark)"). Queue placement
+(``preserveQueues``): ``rowFormat=ranges`` rows carry the target queue the driver decided
+(``placement_planner``); for the other formats the task decides with the same rule and table and the commit
+records it.
 
 Property handling (``target_properties``): every user and system property is copied, except those a
 broker or client generates for the cluster it is on, or that would make the target act on the message

@@ -1,7 +1,7 @@
 """The replication writer's options (``format("rocketmq")`` on ``writeStream``).
 
 Validated once on the driver by ``RocketMQStreamWriter.__init__`` (``SinkOptions.from_options``); the
-result is pickled to executors with the writer. The options are listed in ``connectors.replication.writer``.
+result is pickled to executors with the writer. Each field's docstring is its option's meaning in the README's table.
 """
 
 from __future__ import annotations
@@ -36,35 +36,49 @@ DEFAULT_TARGET_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
 
 class SinkOptions(WriteSettings):
-    """The writer's options (listed in ``connectors.replication.writer``), validated on the driver;
+    """The writer's options (the README's table lists them: ``options_doc``), validated on the driver;
     pickled to executors with the writer. The link's writer settings are ``WriteSettings`` fields, so
     the options and the link YAML share their definitions; the rest are writer-only options."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     namesrv: str = Field(min_length=1)
-    """Target name servers."""
+    """Target name servers ``host:port[;host:port]`` (config+link: the target cluster's)."""
     target_cluster: str = Field(min_length=1)
     """Target cluster name (loop guard)."""
     source_cluster: str | None = None
+    """Source cluster of the rows (none: each row's ``sourceCluster``); needed with ``deltaLocation``."""
     source_namesrv: str | None = None
+    """Source name servers: the source topics' queue counts (queue placement) and the group mirror."""
     topic: str | None = None
+    """One fixed target topic; else a non-null ``targetTopic`` column; else the link's topic mapping
+    (config+link); else ``topicMapping``; else the source topic's name."""
     mapping: TopicMappingConfig | None = None
     """The link's topic mapping (config + link)."""
     topic_map: dict[str, str] | None = Field(default=None, alias="topicMapping")
     """``topicMapping`` JSON {"source topic": "target topic"}."""
     send_timeout_ms: int = Field(default=DEFAULT_SEND_TIMEOUT_MS, gt=0)
+    """Timeout of one send attempt."""
     batch_max_messages: int = Field(default=DEFAULT_BATCH_MAX_MESSAGES, gt=0)
+    """Messages per SEND_BATCH_MESSAGE."""
     batch_max_bytes: int = Field(default=DEFAULT_BATCH_MAX_BYTES, gt=0)
     """Encoded bytes per SEND_BATCH_MESSAGE (entry headers and properties included)."""
     target_max_message_size: int = Field(default=DEFAULT_TARGET_MAX_MESSAGE_SIZE, gt=0)
     """The target brokers' ``max_message_size``: bounds a batch's encoded size; a message whose entry
-    alone exceeds it is sent as a single SEND_MESSAGE_V2 (``connectors.replication.sending``)."""
+    alone exceeds it is sent as a single SEND_MESSAGE_V2, where the broker checks its body only, so every
+    message the target takes alone is sent (``connectors.replication.sending``)."""
     delta_location: str | None = None
+    """Root of the link tables (``<deltaLocation>/<link>``) the driver commits each batch to; needs ``link``,
+    ``sourceCluster`` and ``checkpointLocation``. Without it nothing is recorded."""
     link: str | None = None
+    """The link's name: with ``config``, the link of replicator.yaml that fills every option (explicit options
+    win); with ``deltaLocation``, the folder of its tables."""
     checkpoint_location: str | None = None
+    """The query's checkpoint location (writeStream's): the Delta commits are idempotent per its query id."""
     producer_group: str = f"{DEFAULT_PRODUCER_GROUP_PREFIX}spark"
+    """Producer group of the sends (default ``PID_RMQ_SYS_REPLICATOR_<link>``)."""
     auto_create_topic: bool = True
+    """Send to a target topic the target lacks through its TBW102 route, so the broker creates it."""
     credentials: SessionCredentials | None = None
     """ACL identity for the target cluster; None = no ACL."""
     source_group: str | None = None
@@ -91,6 +105,21 @@ class SinkOptions(WriteSettings):
                                                    "source_credentials", "tls", "source_tls", "config_path", "history",
                                                    "checkpoints_enabled"})
     """Fields computed by ``from_options``, not taken from an option of their name."""
+    OPTIONLESS: ClassVar[frozenset[str]] = frozenset({"mapping", "credentials", "source_credentials", "config_path",
+                                                      "history", "checkpoints_enabled"})
+    """Fields no option of their name sets (the options below and config+link make them)."""
+    OTHER_OPTIONS: ClassVar[Mapping[str, str]] = {
+        "config": "A replicator.yaml (with ``link``): the link's clusters, topic mapping, tables and writer settings "
+                  "fill the options (explicit options win); named in the replay advice of dismissed failures.",
+        "accessKeyEnv": "NAME of the environment variable holding the target cluster's ACL access key (config+link: "
+                        "the cluster's ``access_key_env``); read on the driver, the keys reach executors inside the "
+                        "pickled writer, never as Spark options.",
+        "secretKeyEnv": "NAME of the environment variable holding the target's secret key.",
+        "sourceAccessKeyEnv": "The same as ``accessKeyEnv`` for ``sourceNamesrv`` (config+link: the source "
+                              "cluster's).",
+        "sourceSecretKeyEnv": "The same as ``secretKeyEnv`` for ``sourceNamesrv``.",
+    }
+    """Options that are not a field of their name (``from_options`` reads them)."""
 
     @property
     def label(self) -> str:

@@ -28,48 +28,44 @@ accounts:
 ADMIN = SessionCredentials("adminAK01", "adminSK01")
 TOPIC = "CppAcl"
 
-CPP_SEND = textwrap.dedent("""
-    import json, os, sys, time
-    from rocketmq.client import Producer, Message
-    from rocketmq.exceptions import ProducerSendSyncFailed
-    namesrv, topic, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    p = Producer("PID_CPP_ACL")
-    p.set_namesrv_addr(namesrv)
-    p.set_session_credentials(os.environ["ACL_AK"], os.environ["ACL_SK"], "LOCAL")
-    p.start()
-    out = []
+def cpp_script(client: str, group: str, steps: str) -> str:
+    """A script for the C++ client's wheel: a ``client`` (Producer / PullConsumer) of ``group`` started on
+    argv[1]'s name server, signed with the ACL_AK / ACL_SK account, runs ``steps`` (``namesrv, topic, n`` from
+    argv; ``out`` is a list), shuts down and prints ``out`` as its last line (JSON), for ``run_cpp``."""
+    return textwrap.dedent(f"""
+        import json, os, sys, time
+        from rocketmq.client import {client}, Message
+        from rocketmq.exceptions import ProducerSendSyncFailed
+        namesrv, topic, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+        c = {client}("{group}")
+        c.set_namesrv_addr(namesrv)
+        c.set_session_credentials(os.environ["ACL_AK"], os.environ["ACL_SK"], "LOCAL")
+        c.start()
+        out = []
+    """) + textwrap.dedent(steps) + "c.shutdown()\nprint(json.dumps(out))\n"
+
+
+CPP_SEND = cpp_script("Producer", "PID_CPP_ACL", """
     for i in range(n):
         m = Message(topic)
         m.set_keys("key-%d" % i)
         m.set_body(b"cpp acl %d" % i)
         for retries in range(5):  # librocketmq's transport lock (apache/rocketmq-client-cpp#455), as test_wire_compat
             try:
-                r = p.send_sync(m)
+                r = c.send_sync(m)
                 out.append({"status": int(r.status), "msg_id": r.msg_id})
                 break
             except ProducerSendSyncFailed as exc:
                 if retries == 4:
                     out.append({"error": str(exc)})
                 time.sleep(0.2)
-    p.shutdown()
-    print(json.dumps(out))
 """)
 
-CPP_PULL = textwrap.dedent("""
-    import json, os, sys
-    from rocketmq.client import PullConsumer
-    namesrv, topic, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    c = PullConsumer("CID_CPP_ACL")
-    c.set_namesrv_addr(namesrv)
-    c.set_session_credentials(os.environ["ACL_AK"], os.environ["ACL_SK"], "LOCAL")
-    c.start()
-    out = []
+CPP_PULL = cpp_script("PullConsumer", "CID_CPP_ACL", """
     for msg in c.pull(topic):
         out.append({"id": msg.id, "body": msg.body.decode()})
         if len(out) >= n:
             break
-    c.shutdown()
-    print(json.dumps(out))
 """)
 
 

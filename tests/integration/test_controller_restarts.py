@@ -6,7 +6,7 @@ unclean election off vs on when no SyncStateSet member is alive.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,32 @@ class Group:
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}:\n{p.log_tail()}" for p in (*self.brokers.values(), self.namesrv))
 
+    def run(self, scenario: Callable[[AsyncAdmin, RemotingClient, str], Awaitable[None]]) -> None:
+        """Start the group, wait for its first primary, all three brokers in the SyncStateSet and the topic
+        routed, then run ``scenario(admin, client, primary)``. Every process's log tail is printed when anything
+        fails; the admin, the client and every process are gone afterwards."""
+        async def main() -> None:
+            admin, client = AsyncAdmin(self.addr), RemotingClient()
+            await admin.start()
+            try:
+                primary = await until(lambda: master_addr(admin, GROUP), "a primary elected")
+                await until(lambda: in_sync_ids(client, self, 3), "all three in the SyncStateSet")
+                await admin.create_topic(TOPIC, 4, cluster=CLUSTER)
+                await admin.wait_for_route(TOPIC, timeout=30)
+                await scenario(admin, client, primary)
+            finally:
+                await admin.close()
+                await client.close()
+
+        try:
+            self.start()
+            asyncio.run(main())
+        except BaseException:
+            print(self.logs())
+            raise
+        finally:
+            self.stop()
+
 
 async def in_sync_ids(client: RemotingClient, group: Group, n: int) -> set[int] | None:
     info = await replicas_info(client, group.addr, GROUP)
@@ -88,50 +114,33 @@ async def send_ok(producer: AsyncProducer, n: int, tag: str) -> None:
 def test_the_embedded_controller_restarted_keeps_the_group_and_elects_again(tmp_path: Path) -> None:
     group = Group(tmp_path)
 
-    async def main() -> None:
-        admin, client = AsyncAdmin(group.addr), RemotingClient()
-        await admin.start()
-        try:
-            primary = await until(lambda: master_addr(admin, GROUP), "a primary elected")
-            await until(lambda: in_sync_ids(client, group, 3), "all three in the SyncStateSet")
-            before = await replicas_info(client, group.addr, GROUP)
-            assert before is not None
-            await admin.create_topic(TOPIC, 4, cluster=CLUSTER)
-            await admin.wait_for_route(TOPIC, timeout=30)
-            async with AsyncProducer(group.addr, "RestartProducers", send_timeout=5.0) as producer:
-                await send_ok(producer, 20, "before")
-                group.namesrv.kill()  # the name server and its controller: no routes, no elections
-                await send_ok(producer, 20, "controller-down")  # brokers keep serving (cached route)
-                group.namesrv.start()
-                after = await until(lambda: replicas_info(client, group.addr, GROUP), "the controller answers")
-                assert (after.master_broker_id, after.master_epoch, after.sync_state_set_epoch) == (
-                    before.master_broker_id, before.master_epoch, before.sync_state_set_epoch)
-                assert {r.broker_id for r in after.in_sync} == {r.broker_id for r in before.in_sync}
-                await until(lambda: master_addr(admin, GROUP), "the primary registered again")
+    async def scenario(admin: AsyncAdmin, client: RemotingClient, primary: str) -> None:
+        before = await replicas_info(client, group.addr, GROUP)
+        assert before is not None
+        async with AsyncProducer(group.addr, "RestartProducers", send_timeout=5.0) as producer:
+            await send_ok(producer, 20, "before")
+            group.namesrv.kill()  # the name server and its controller: no routes, no elections
+            await send_ok(producer, 20, "controller-down")  # brokers keep serving (cached route)
+            group.namesrv.start()
+            after = await until(lambda: replicas_info(client, group.addr, GROUP), "the controller answers")
+            assert (after.master_broker_id, after.master_epoch, after.sync_state_set_epoch) == (
+                before.master_broker_id, before.master_epoch, before.sync_state_set_epoch)
+            assert {r.broker_id for r in after.in_sync} == {r.broker_id for r in before.in_sync}
+            await until(lambda: master_addr(admin, GROUP), "the primary registered again")
 
-                group.by_listen(primary).kill()
+            group.by_listen(primary).kill()
 
-                async def replaced() -> str | None:
-                    now = await master_addr(admin, GROUP)
-                    return now if now not in (None, primary) else None
+            async def replaced() -> str | None:
+                now = await master_addr(admin, GROUP)
+                return now if now not in (None, primary) else None
 
-                await until(replaced, "a new primary after the restart", timeout=15)
-                elected = await replicas_info(client, group.addr, GROUP)
-                assert elected is not None and elected.master_epoch == before.master_epoch + 1
-                await writable(producer)
-                await send_ok(producer, 20, "after")
-        finally:
-            await admin.close()
-            await client.close()
+            await until(replaced, "a new primary after the restart", timeout=15)
+            elected = await replicas_info(client, group.addr, GROUP)
+            assert elected is not None and elected.master_epoch == before.master_epoch + 1
+            await writable(producer)
+            await send_ok(producer, 20, "after")
 
-    try:
-        group.start()
-        asyncio.run(main())
-    except BaseException:
-        print(group.logs())
-        raise
-    finally:
-        group.stop()
+    group.run(scenario)
 
 
 @pytest.mark.parametrize("unclean", [False, True], ids=["unclean-off", "unclean-on"])
@@ -141,43 +150,26 @@ def test_unclean_election_with_no_sync_state_set_member_alive(tmp_path: Path, un
     On (AP: unclean election and the downgrade to one copy): b_out is elected and takes writes alone."""
     group = Group(tmp_path, AP_HA if unclean else CP_HA, enable_elect_unclean_master=unclean)
 
-    async def main() -> None:
-        admin, client = AsyncAdmin(group.addr), RemotingClient()
-        await admin.start()
-        try:
-            primary = await until(lambda: master_addr(admin, GROUP), "a primary elected")
-            await until(lambda: in_sync_ids(client, group, 3), "all three in the SyncStateSet")
-            await admin.create_topic(TOPIC, 4, cluster=CLUSTER)
-            await admin.wait_for_route(TOPIC, timeout=30)
-            old = group.by_listen(primary)
-            out, other = [b for b in group.brokers.values() if b is not old]
-            out.kill()
-            await until(lambda: in_sync_ids(client, group, 2), f"{out.name} removed from the SyncStateSet")
-            other.kill()
-            old.kill()
-            out.start()
-            await asyncio.sleep(4.0)  # > heartbeat timeout + scans: the controller has decided by now
-            listed = await master_addr(admin, GROUP)
-            info = await replicas_info(client, group.addr, GROUP)
-            assert info is not None
-            if not unclean:
-                assert listed is None, f"elected {listed} from outside the SyncStateSet with unclean election off"
-                old.start()
-                back = await until(lambda: master_addr(admin, GROUP), "the old primary elected again", timeout=15)
-                assert back == old.listen
-            else:
-                assert listed == out.listen, f"unclean election on: expected {out.listen}, name server lists {listed}"
-            async with AsyncProducer(group.addr, "UncleanProducers", send_timeout=5.0) as producer:
-                await writable(producer)
-        finally:
-            await admin.close()
-            await client.close()
+    async def scenario(admin: AsyncAdmin, client: RemotingClient, primary: str) -> None:
+        old = group.by_listen(primary)
+        out, other = [b for b in group.brokers.values() if b is not old]
+        out.kill()
+        await until(lambda: in_sync_ids(client, group, 2), f"{out.name} removed from the SyncStateSet")
+        other.kill()
+        old.kill()
+        out.start()
+        await asyncio.sleep(4.0)  # > heartbeat timeout + scans: the controller has decided by now
+        listed = await master_addr(admin, GROUP)
+        info = await replicas_info(client, group.addr, GROUP)
+        assert info is not None
+        if not unclean:
+            assert listed is None, f"elected {listed} from outside the SyncStateSet with unclean election off"
+            old.start()
+            back = await until(lambda: master_addr(admin, GROUP), "the old primary elected again", timeout=15)
+            assert back == old.listen
+        else:
+            assert listed == out.listen, f"unclean election on: expected {out.listen}, name server lists {listed}"
+        async with AsyncProducer(group.addr, "UncleanProducers", send_timeout=5.0) as producer:
+            await writable(producer)
 
-    try:
-        group.start()
-        asyncio.run(main())
-    except BaseException:
-        print(group.logs())
-        raise
-    finally:
-        group.stop()
+    group.run(scenario)

@@ -203,7 +203,8 @@ def test_tags_codes_of_properties_match_one_at_a_time(props: list[bytes]) -> Non
 
 def _send_batch(store: MessageStore, tmp_path: Path, entries: list[tuple[bytes, bytes, int]]) -> RemotingCommand:
     """SEND_BATCH_MESSAGE through a SendProcessor over a real store and topic table, no socket."""
-    topics = TopicConfigManager(tmp_path / "topics.json", auto_create_topic_enable=True, default_topic_queue_nums=4)
+    topics = TopicConfigManager(tmp_path / "topics.json", auto_create_topic_enable=True, default_topic_queue_nums=4,
+                                clock=ManualClock())
     topics.load()
     limits = store.config
     sp = SendProcessor(SendContext(store=store, topic_configs=topics, role=RoleState(0), broker_name="b",

@@ -23,11 +23,9 @@ from broker_store.protocol.route import loads_rocketmq
 from broker_store.protocol.topic import DEFAULT_TOPIC, DataVersion, TopicConfig, TopicConfigTable
 
 
-def _topics(path: Path, *, auto: bool = True, now: list[int] | None = None) -> TopicConfigManager:
-    ticks = now if now is not None else [1_000]
-    return TopicConfigManager(
-        path, auto_create_topic_enable=auto, default_topic_queue_nums=8, clock_ms=lambda: ticks[0]
-    )
+def _topics(path: Path, *, auto: bool = True, clock: ManualClock | None = None) -> TopicConfigManager:
+    return TopicConfigManager(path, auto_create_topic_enable=auto, default_topic_queue_nums=8,
+                              clock=clock or ManualClock(wall=1.0))
 
 
 # -- topics -----------------------------------------------------------------------------------------
@@ -35,15 +33,15 @@ def _topics(path: Path, *, auto: bool = True, now: list[int] | None = None) -> T
 
 def test_topic_table_persists_atomically_with_version(tmp_path: Path) -> None:
     path = tmp_path / "config" / "topics.json"
-    now = [1_000]
-    mgr = _topics(path, now=now)
+    clock = ManualClock(wall=1.0)
+    mgr = _topics(path, clock=clock)
     mgr.load()
     tbw = mgr.select(DEFAULT_TOPIC)
     assert tbw is not None and tbw.perm == PERM_READ | PERM_WRITE | PERM_INHERIT and tbw.write_queue_nums == 8
     v1 = mgr.data_version
     changes: list[str] = []
     mgr.change_listeners.append(lambda tc: changes.append(tc.topic_name))
-    now[0] = 2_000
+    clock.set_time(2.0)
     mgr.update(TopicConfig("Orders", read_queue_nums=4, write_queue_nums=4, perm=6))
     assert changes == ["Orders"]
     assert mgr.data_version.counter == v1.counter + 1 and mgr.data_version.timestamp == 2_000
@@ -114,7 +112,7 @@ def test_topic_table_wire_json_roundtrip() -> None:
 
 def test_consumer_offsets_persist_only_when_dirty(tmp_path: Path) -> None:
     path = tmp_path / "consumer_offsets.json"
-    mgr = ConsumerOffsetManager(path, clock_ms=lambda: 7)
+    mgr = ConsumerOffsetManager(path, clock=ManualClock(wall=0.007))
     mgr.load()
     assert mgr.query("g", "T", 0) == -1
     assert not mgr.persist()
@@ -123,7 +121,7 @@ def test_consumer_offsets_persist_only_when_dirty(tmp_path: Path) -> None:
     mgr.commit("g", "T", 0, 12)  # the last commit wins, as in RocketMQ
     assert mgr.persist()
     assert not mgr.persist()
-    again = ConsumerOffsetManager(path)
+    again = ConsumerOffsetManager(path, clock=ManualClock())
     again.load()
     assert again.query_all("g", "T") == {0: 12, 3: 4}
     assert again.groups_of("T") == ["g"]
@@ -137,20 +135,20 @@ def test_consumer_offsets_persist_only_when_dirty(tmp_path: Path) -> None:
 
 def test_unknown_group_is_created_on_first_use_and_persisted(tmp_path: Path) -> None:
     path = tmp_path / "subscription_groups.json"
-    groups = SubscriptionGroupManager(path, clock_ms=lambda: 5)
+    groups = SubscriptionGroupManager(path, clock=ManualClock(wall=0.005))
     groups.load()
     created = groups.find_or_create("g1")
     assert created == SubscriptionGroupConfig(group_name="g1")  # RocketMQ's defaults
     assert (created.consume_enable, created.broker_id, created.which_broker_when_consume_slowly) == (True, 0, 1)
     assert groups.data_version.counter == 1
     assert groups.find_or_create("g1") is created and groups.data_version.counter == 1  # found, not re-created
-    again = SubscriptionGroupManager(path)
+    again = SubscriptionGroupManager(path, clock=ManualClock())
     again.load()
     assert again.select("g1") == created
 
 
 def test_auto_create_off_creates_only_system_groups(tmp_path: Path) -> None:
-    groups = SubscriptionGroupManager(tmp_path / "subscription_groups.json", auto_create=False)
+    groups = SubscriptionGroupManager(tmp_path / "subscription_groups.json", clock=ManualClock(), auto_create=False)
     assert groups.find_or_create("plain") is None and groups.select("plain") is None
     replicator = "CID_RMQ_SYS_REPLICATOR_link"
     assert groups.find_or_create(replicator) == SubscriptionGroupConfig(group_name=replicator)
@@ -162,7 +160,7 @@ def test_auto_create_off_creates_only_system_groups(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["", "bad group", "x" * 300])
 def test_a_group_name_breaking_the_rules_is_never_created(tmp_path: Path, name: str) -> None:
-    groups = SubscriptionGroupManager(tmp_path / "subscription_groups.json")
+    groups = SubscriptionGroupManager(tmp_path / "subscription_groups.json", clock=ManualClock())
     with pytest.raises(ProtocolError):
         groups.find_or_create(name)
     assert groups.select(name) is None and not (tmp_path / "subscription_groups.json").exists()
@@ -171,7 +169,7 @@ def test_a_group_name_breaking_the_rules_is_never_created(tmp_path: Path, name: 
 def test_a_group_created_without_store_is_not_kept(tmp_path: Path) -> None:
     """A replica's table is the primary's copy: the group is used with the defaults, nothing is written."""
     path = tmp_path / "subscription_groups.json"
-    groups = SubscriptionGroupManager(path)
+    groups = SubscriptionGroupManager(path, clock=ManualClock())
     assert groups.find_or_create("g", store=False) == SubscriptionGroupConfig(group_name="g")
     assert groups.select("g") is None and groups.data_version.counter == 0 and not path.exists()
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from broker_store.clock import SYSTEM_CLOCK, ManualClock, StopSignal
+from broker_store.clock import SYSTEM_CLOCK, ManualClock, StopSignal, ThreadClock
 
 
 def test_manual_sleep_and_wait_for_end_when_advanced() -> None:
@@ -42,6 +42,27 @@ def test_stop_signal_sleeps_on_the_clock_and_stops_at_once() -> None:
     stop.stop()
     thread.join(5)
     assert not thread.is_alive() and results[-1] is False and stop.is_set()
+
+
+def test_manual_block_holds_the_thread_until_the_clock_has_moved_that_far() -> None:
+    clock = ManualClock()
+    thread_side: ThreadClock = clock  # the connectors' retry loops read it through this shape
+    started = clock.monotonic()
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (thread_side.block(5), done.set()))
+    thread.start()
+    while not done.is_set():
+        assert clock.monotonic() - started < 60, "block never returned"
+        clock.advance(0.5)
+        done.wait(0.01)
+    thread.join(5)
+    assert clock.monotonic() - started >= 5
+
+
+def test_system_clock_block_is_a_thread_sleep() -> None:
+    thread_side: ThreadClock = SYSTEM_CLOCK
+    thread_side.block(0)
+    thread_side.block(-1)  # a spent budget's negative delay returns at once
 
 
 def test_system_clock_wait_for_cancels_a_timed_out_coroutine() -> None:

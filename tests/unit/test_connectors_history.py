@@ -33,32 +33,12 @@ from connectors.replication.tables import (
     LinkTables,
     next_current_rows,
 )
+from tests.support.link_history import DAY_MS, START_MS, ManualClock, link, round_now
 
 Q0 = QueueKey("Orders", "src-a", 0)
 Q1 = QueueKey("Orders", "src-a", 1)
 T0 = TargetQueueKey("Orders", "dst-a", 0)
 T1 = TargetQueueKey("Orders", "dst-a", 1)
-DAY_MS = 86_400_000
-START_MS = 1_700_000_000_000
-
-
-class ManualClock:
-    """The tables' clock: tests move it; nothing sleeps."""
-
-    def __init__(self) -> None:
-        self.now = START_MS
-
-    def __call__(self) -> int:
-        return self.now
-
-
-def link(tmp_path: Path, clock: ManualClock, floors: dict[QueueKey, int] | None = None,
-         **settings: Any) -> LinkTables:
-    history = HistorySettings(maintenance_interval=3600, **settings)
-    return LinkTables(tmp_path / "l", source_cluster="src", clock_ms=clock, history=history,
-                      map_floors=(lambda: floors), background_maintenance=False)
-
-
 def run(first: int, last: int, target_first: int, queue: QueueKey = Q0, target: TargetQueueKey = T0) -> OffsetMapping:
     return OffsetMapping(queue.topic, queue.broker_name, queue.queue_id, first, last, target.topic,
                          target.broker_name, target.queue_id, target_first, target_first + last - first,
@@ -67,12 +47,6 @@ def run(first: int, last: int, target_first: int, queue: QueueKey = Q0, target: 
 
 def rows(t: LinkTables, table: str) -> list[dict[str, Any]]:
     return DeltaTable(t.path(table)).to_pyarrow_table().to_pylist()
-
-
-def round_now(t: LinkTables) -> None:
-    assert t.maintenance is not None
-    for done in t.maintenance.run_round(t.now_ms()):
-        assert not done.errors, done
 
 
 # -- current_offsets ---------------------------------------------------------------------------------

@@ -23,36 +23,11 @@ from connectors.replication.queue_placement import Placement, TargetQueue
 from connectors.replication.records import BatchMetrics, FailedMessage, FailureOutcome, RecordedFailure
 from connectors.replication.retention import stale_placements
 from connectors.replication.tables import FAILURES, LinkTables, failure_id
+from tests.support.link_history import DAY_MS, START_MS, ManualClock, link, round_now
 
 Q0 = QueueKey("Orders", "src-a", 0)
 Q1 = QueueKey("Orders", "src-a", 1)
 Q2 = QueueKey("Daily-1", "src-a", 0)
-DAY_MS = 86_400_000
-START_MS = 1_700_000_000_000
-
-
-class ManualClock:
-    """The tables' clock: tests move it; nothing sleeps."""
-
-    def __init__(self) -> None:
-        self.now = START_MS
-
-    def __call__(self) -> int:
-        return self.now
-
-
-def link(tmp_path: Path, clock: ManualClock, **settings: Any) -> LinkTables:
-    history = HistorySettings(maintenance_interval=3600, **settings)
-    return LinkTables(tmp_path / "l", source_cluster="src", clock_ms=clock, history=history,
-                      map_floors=lambda: {}, background_maintenance=False)
-
-
-def round_now(t: LinkTables) -> None:
-    assert t.maintenance is not None
-    for done in t.maintenance.run_round(t.now_ms()):
-        assert not done.errors, done
-
-
 def failed(offset: int) -> RecordedFailure:
     message = FailedMessage(Q0.topic, Q0.broker_name, Q0.queue_id, offset, f"MSG{offset}", "Orders", b"body", {},
                             "SystemBusyError", 4)
@@ -65,7 +40,7 @@ def failure_offsets(t: LinkTables) -> list[int]:
 
 def test_replayed_failures_go_after_their_retention_and_unreplayed_ones_stay(tmp_path: Path) -> None:
     clock = ManualClock()
-    t = link(tmp_path, clock, replayed_failures_retention="2 days")
+    t = link(tmp_path, clock, {}, replayed_failures_retention="2 days")
     t.commit_batch("q", 0, {Q0: 10}, [], [failed(o) for o in (1, 2, 3)], BatchMetrics(7, 7))
     ids = {o: failure_id("q", 0, Q0, o) for o in (1, 2, 3)}
     clock.now += DAY_MS // 2
@@ -83,7 +58,7 @@ def test_replayed_failures_go_after_their_retention_and_unreplayed_ones_stay(tmp
 def test_unreplayed_failures_go_only_with_failures_retention_and_a_warning(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     clock = ManualClock()
-    t = link(tmp_path, clock, failures_retention="5 days")
+    t = link(tmp_path, clock, {}, failures_retention="5 days")
     t.commit_batch("q", 0, {Q0: 10}, [], [failed(1)], BatchMetrics(1, 1))
     clock.now += 3 * DAY_MS
     t.commit_batch("q", 1, {Q0: 20}, [], [failed(11)], BatchMetrics(1, 1))
@@ -106,7 +81,7 @@ def decided(t: LinkTables) -> list[tuple[str, int]]:
 
 def test_decisions_of_idle_source_queues_go_after_placements_retention(tmp_path: Path) -> None:
     clock = ManualClock()
-    t = link(tmp_path, clock, placements_retention="10 days")
+    t = link(tmp_path, clock, {}, placements_retention="10 days")
     record(t, clock, Q0, Q1, Q2)
     for day in range(12):
         clock.now = START_MS + day * DAY_MS
@@ -119,12 +94,12 @@ def test_decisions_of_idle_source_queues_go_after_placements_retention(tmp_path:
 
 def test_decisions_stay_without_the_resume_point_or_with_no_retention(tmp_path: Path) -> None:
     clock = ManualClock()
-    t = link(tmp_path / "a", clock, placements_retention="1 day")
+    t = link(tmp_path / "a", clock, {}, placements_retention="1 day")
     record(t, clock, Q0)  # no batch committed: current_offsets does not exist, idleness is unknown
     clock.now += 5 * DAY_MS
     round_now(t)
     assert decided(t) == [("Orders", 0)]
-    kept = link(tmp_path / "b", clock, placements_retention=None)
+    kept = link(tmp_path / "b", clock, {}, placements_retention=None)
     record(kept, clock, Q0)
     kept.commit_batch("q", 0, {Q1: 1}, [], [], BatchMetrics(1, 1))
     clock.now += 400 * DAY_MS

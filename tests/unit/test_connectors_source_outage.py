@@ -35,6 +35,8 @@ from connectors.replication.pulling import PullSettings, pull_range_raw
 
 
 class FakeClock:
+    """A ``broker_store.clock.ThreadClock`` whose blocking sleeps only move it (and are recorded)."""
+
     def __init__(self) -> None:
         self.now = 500.0
         self.sleeps: list[float] = []
@@ -42,7 +44,7 @@ class FakeClock:
     def monotonic(self) -> float:
         return self.now
 
-    def sleep(self, seconds: float) -> None:
+    def block(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.now += seconds
 

@@ -175,7 +175,7 @@ def test_pull_range_raw_trims_to_whole_records_inside_the_range() -> None:
 
 
 class _StepClock:
-    """connectors.core.outage.Clock whose sleeps only add up."""
+    """A ``broker_store.clock.ThreadClock`` whose blocking sleeps only add up."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -183,7 +183,7 @@ class _StepClock:
     def monotonic(self) -> float:
         return self.now
 
-    def sleep(self, seconds: float) -> None:
+    def block(self, seconds: float) -> None:
         self.now += seconds
 
 

@@ -27,11 +27,10 @@ class Tables:
     """One broker's metadata tables under ``root/config``."""
 
     def __init__(self, root: Path, clock: ManualClock) -> None:
-        clock_ms = lambda: int(clock.time() * 1000)  # noqa: E731
         self.topics = TopicConfigManager(root / "topics.json", auto_create_topic_enable=False,
-                                         default_topic_queue_nums=4, clock_ms=clock_ms)
-        self.offsets = ConsumerOffsetManager(root / "consumer_offsets.json", clock_ms=clock_ms)
-        self.groups = SubscriptionGroupManager(root / "subscription_groups.json", clock_ms=clock_ms)
+                                         default_topic_queue_nums=4, clock=clock)
+        self.offsets = ConsumerOffsetManager(root / "consumer_offsets.json", clock=clock)
+        self.groups = SubscriptionGroupManager(root / "subscription_groups.json", clock=clock)
         for table in (self.topics, self.offsets, self.groups):
             table.load()
 
@@ -107,7 +106,7 @@ def test_groups_created_and_updated_on_the_primary_reach_the_replica_within_one_
 
     asyncio.run(main())
 
-    reloaded = SubscriptionGroupManager(tmp_path / "r" / "subscription_groups.json")
+    reloaded = SubscriptionGroupManager(tmp_path / "r" / "subscription_groups.json", clock=ManualClock())
     reloaded.load()  # a restarted replica starts from its last copy
     assert reloaded.select("g2") == primary.groups.select("g2") and reloaded.select("g1") is None
 
