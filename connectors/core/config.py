@@ -50,7 +50,9 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from broker_store.client import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.message import PROPERTY_REPLICATOR_SOURCE
-from connectors.core.errors import ConfigError, CredentialError, OffsetFormatError
+from connectors.core.credentials import INLINE_SECRET_KEYS as INLINE_SECRET_KEYS  # re-exported
+from connectors.core.credentials import resolve_credentials as resolve_credentials  # re-exported
+from connectors.core.errors import ConfigError, OffsetFormatError
 from connectors.core.history_settings import HistorySettings
 from connectors.core.monitoring import HEARTBEAT_TOPIC, HeartbeatSettings, MetricsSettings
 from connectors.core.offsets import OffsetSpec
@@ -77,36 +79,6 @@ HOOK_PATTERN = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-
 """``package.module:function`` (the attribute part may be dotted: ``module:Class.method``)."""
 TOPIC_PLACEHOLDER = "topic"
 """The only field a pattern rule's target template may use: ``"DR_{topic}"``."""
-
-INLINE_SECRET_KEYS = frozenset({
-    "access_key", "secret_key", "accessKey", "secretKey", "password", "secret", "token",
-    "security_token", "securityToken",
-})
-"""Keys that would hold a credential inline; rejected with a pointer to ``*_env``."""
-
-
-
-def resolve_credentials(access_key_env: str | None, secret_key_env: str | None, *, fields: tuple[str, str],
-                        environ: Mapping[str, str] | None = None) -> SessionCredentials | None:
-    """ACL credentials from the environment variables NAMED by the two arguments (both or neither);
-    ``None`` without ACL. Raises ``CredentialError`` naming the field (``fields``: the names of the
-    two settings as the user wrote them) and the variable when one is missing, unset or empty.
-    The resolved secret is never written to config, logs or Spark options: it travels to executors
-    only inside the pickled reader / writer (``SessionCredentials`` masks it in ``repr``)."""
-    if access_key_env is None and secret_key_env is None:
-        return None
-    if access_key_env is None or secret_key_env is None:
-        missing = fields[1] if secret_key_env is None else fields[0]
-        raise CredentialError(f"{fields[0]} and {fields[1]} must be set together", field=missing)
-    env = os.environ if environ is None else environ
-    values = []
-    for name, var in zip(fields, (access_key_env, secret_key_env), strict=True):
-        value = env.get(var)
-        if not value:
-            raise CredentialError(f"environment variable {var} is not set (or empty)", field=name)
-        values.append(value)
-    return SessionCredentials(access_key=values[0], secret_key=values[1])
-
 
 class ClusterConfig(_Model):
     """One RocketMQ cluster, reached through its name servers."""
