@@ -39,12 +39,13 @@ class ContainerGroup:
 
     def __init__(self, image: str, root: Path) -> None:
         self.addr = f"{HOST}:{free_port()}"
-        self.namesrv = ContainerProcess(image, "namesrv", namesrv_config(self.addr, root / "controller"), root,
-                                        "namesrv", memory="256m")
+        self.namesrv = ContainerProcess.server(image, "namesrv", namesrv_config(self.addr, root / "controller"),
+                                               root, "namesrv", memory="256m")
         self.brokers = {
-            name: ContainerProcess(image, "broker", broker_config(f"{HOST}:{broker_listen_port(False)}", self.addr,
-                                                                  root / name, cluster=CLUSTER, group=GROUP),
-                                   root, name, memory=BROKER_MEMORY)
+            name: ContainerProcess.server(image, "broker", broker_config(f"{HOST}:{broker_listen_port(False)}",
+                                                                         self.addr, root / name, cluster=CLUSTER,
+                                                                         group=GROUP),
+                                          root, name, memory=BROKER_MEMORY)
             for name in ("b1", "b2", "b3")}
 
     def by_listen(self, addr: str) -> ContainerProcess:

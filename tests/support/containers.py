@@ -30,21 +30,29 @@ _live: set[ContainerProcess] = set()
 
 
 class ContainerProcess:
-    """``python -m broker_store <kind> --config <run_dir>/<name>.yaml`` in a container of ``image``."""
+    """``command`` in a container of ``image``; ``server`` makes the name server / broker ones."""
 
-    def __init__(self, image: str, kind: str, config: NamesrvConfig | BrokerConfig, run_dir: Path, name: str, *,
-                 memory: str = "512m") -> None:
+    def __init__(self, image: str, command: list[str], run_dir: Path, name: str, *, memory: str = "512m",
+                 env: dict[str, str] | None = None, config: NamesrvConfig | BrokerConfig | None = None) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.name, self.kind, self.config, self.memory = name, kind, config, memory
-        self.listen = config.listen
-        config_file = write_config(run_dir, name, config)
+        self.name, self.memory, self.config = name, memory, config
+        self.listen = "" if config is None else config.listen
         self.container_name = f"rmq-{name}-{uuid.uuid4().hex[:8]}"
         self.container = (DockerContainer(image)
                           .with_name(self.container_name)
-                          .with_command(["python", "-m", "broker_store", kind, "--config", str(config_file)])
+                          .with_command(command)
+                          .with_envs(**(env or {}))
                           .with_volume_mapping(str(run_dir), str(run_dir), "rw")
                           .with_kwargs(network_mode="host", mem_limit=memory, memswap_limit=memory))
         self._ready_seen = 0
+
+    @classmethod
+    def server(cls, image: str, kind: str, config: NamesrvConfig | BrokerConfig, run_dir: Path, name: str, *,
+               memory: str = "512m") -> ContainerProcess:
+        """``python -m broker_store <kind> --config <run_dir>/<name>.yaml``."""
+        config_file = write_config(run_dir, name, config)
+        return cls(image, ["python", "-m", "broker_store", kind, "--config", str(config_file)], run_dir, name,
+                   memory=memory, config=config)
 
     @property
     def store_dir(self) -> Path:
@@ -54,11 +62,12 @@ class ContainerProcess:
     def _docker(self) -> Any:
         return self.container.get_wrapped_container()
 
-    def start(self, timeout: float = 60.0) -> ContainerProcess:
-        """Create and start the container; returns once the process printed READY (its log since start)."""
+    def start(self, timeout: float = 60.0, *, wait_ready: bool = True) -> ContainerProcess:
+        """Create and start the container; with ``wait_ready``, returns once the process printed READY."""
         self.container.start()
         _live.add(self)
-        self._wait_ready(timeout)
+        if wait_ready:
+            self._wait_ready(timeout)
         return self
 
     def _wait_ready(self, timeout: float) -> None:
