@@ -11,7 +11,7 @@ DEMO_ARGS ?=
 # Extra flags of `make soak` for benchmarks/soak.py, e.g. `SOAK_ARGS="--minutes 3 --fault-every 25"`.
 SOAK_ARGS ?=
 
-.PHONY: test demo bench lint unit integration clean etcd test-containers soak
+.PHONY: test demo bench lint unit integration clean etcd test-containers soak image
 
 $(STAMP): pyproject.toml setup.py connectors/replication/_forward.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,10 +29,17 @@ unit: $(STAMP)
 integration: $(STAMP) etcd
 	$(PY) -m pytest -q tests/integration
 
-# The container tier (tests/containers): only where a docker daemon answers; otherwise each test is skipped with
+# The container tier (tests/containers): .ci/docker.sh installs Debian's docker.io where dockerd is missing and
+# runs a dockerd of its own for the run (its data root, with the image cache, in /var/tmp/rmq-dockerd; stopped
+# after); the tier builds or reuses the image (`make image`). Where no daemon can run each test is skipped with
 # the daemon's error printed (header, summary and -ra), never silently. Not part of `make test` (testpaths).
 test-containers: $(STAMP)
-	$(PY) -m pytest -q -m containers tests/containers
+	.ci/docker.sh run $(PY) -m pytest -q -m containers tests/containers
+
+# The container tier's image (python -m broker_store image build): Debian bookworm + this project's wheel, cached
+# by the hash of its inputs. Run inside `.ci/docker.sh run` when no docker daemon is running.
+image: $(STAMP)
+	.ci/docker.sh run $(PY) -m broker_store image build
 
 demo: $(STAMP)
 	$(PY) -m jobs.demo --config conf/cluster-local.yaml $(DEMO_ARGS)

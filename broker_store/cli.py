@@ -26,6 +26,7 @@ from broker_store.cli_ha import (
     setting_assignment,
 )
 from broker_store.cli_tls import add_tls_arguments, tls_from_args
+from broker_store.image import DEFAULT_MIRROR
 from broker_store.protocol.errors import ConfigError, RocketMQError
 
 
@@ -256,6 +257,26 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--set", type=setting_assignment, action="append", metavar="KEY=VALUE",
                            help="change a runtime setting (enableElectUncleanMaster, controllerHeartBeatTimeoutMills, "
                                 "scanInactiveMasterInterval, notifyBrokerRoleChanged); repeatable, applied together")
+    p = sub.add_parser("image", help="the container tier's image (Debian + this project's wheel), built here")
+    image_sub = p.add_subparsers(dest="image_command", required=True)
+    p = image_sub.add_parser("build", help="build the image, or reuse it when its inputs did not change")
+    p.add_argument("--mirror", default=DEFAULT_MIRROR, help="Debian mirror for debootstrap")
+    p.add_argument("--force", action="store_true", help="rebuild the top layer even when cached")
+
+    def run_image_build(a: argparse.Namespace) -> int:
+        from broker_store.image import cmd_image_build
+
+        return cmd_image_build(a.mirror, a.force)
+
+    p.set_defaults(func=run_image_build)
+    p = image_sub.add_parser("tag", help="print the tag the image of this checkout has (its inputs' hash)")
+
+    def run_image_tag(a: argparse.Namespace) -> int:
+        from broker_store.image import cmd_image_tag
+
+        return cmd_image_tag()
+
+    p.set_defaults(func=run_image_tag)
     p = admin_parser("offsets", cmd_offsets, "min/max offsets per queue and a group's committed offset")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("--group")

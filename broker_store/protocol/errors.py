@@ -11,6 +11,7 @@ Each class carries behaviour flags the caller acts on instead of matching types:
     +-- StoreError                      (store-level failures, corruption, I/O)
     |   +-- CorruptRecordError
     +-- ConfigError                     (invalid configuration; names file, field, reason)
+    +-- ImageBuildError                 (the container image could not be built: the failing step's output)
     +-- BrokerResponseError             by code    by code (non-success response; .code, .remark)
         +-- SystemBusyError             yes
         +-- ServiceNotAvailableError    yes        yes
@@ -70,6 +71,10 @@ class CorruptRecordError(StoreError):
 
 class ConfigError(RocketMQError):
     pass
+
+
+class ImageBuildError(RocketMQError):
+    """A step of ``python -m broker_store image build`` failed; the message names it with its output's tail."""
 
 
 class BrokerResponseError(RocketMQError):

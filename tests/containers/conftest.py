@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 
 import pytest
 
@@ -43,3 +44,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     reason = _skip_reason()
     if reason is not None:
         terminalreporter.write_line(f"containers tier SKIPPED (no docker daemon): {reason}", yellow=True)
+
+
+@pytest.fixture(scope="session")
+def tier_image() -> str:
+    """The tier's image of this checkout (``python -m broker_store image build``): reused when the daemon holds
+    its tag, built otherwise (minutes when the Debian base is missing too)."""
+    from broker_store.image import build_image
+
+    result = build_image(log=lambda line: print(line, file=sys.stderr))
+    return result.tag
