@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,14 @@ def _produce(namesrv: str, mq: MessageQueue, count: int, tag: str) -> list[str]:
         return keys
 
 
+def _run_both(config: Path, dl_log: Path, skip_log: Path) -> tuple[tuple[int, str], tuple[int, str]]:
+    """One available-now run of each link, as two jobs at once: (exit code, log) of ``dl`` and of ``skip``."""
+    with ThreadPoolExecutor(2) as pool:
+        dl = pool.submit(_run, config, "dl", dl_log)
+        skip = pool.submit(_run, config, "skip", skip_log)
+        return dl.result(), skip.result()
+
+
 def _run(config: Path, link: str, log_file: Path) -> tuple[int, str]:
     job = submit_replicate(config, [link], log_file, available_now=True)
     try:
@@ -159,16 +168,16 @@ def test_data_loss_error_reset_and_skip(clusters: tuple[Cluster, Cluster], reten
         links={"dl": {"topic": topics["dl"], "trigger_interval": "200 milliseconds"},
                "skip": {"topic": topics["skip"], "trigger_interval": "200 milliseconds", "fail_on_data_loss": False}})
     first = {link: _produce(src.namesrv_addr, mq, 40, f"{link}-a") for link, mq in mqs.items()}
-    code, log = _run(config, "dl", tmp_path / "run-1.log")
+    (code, log), (skip_code, skip_log) = _run_both(config, tmp_path / "run-1.log", tmp_path / "run-1-skip.log")
     assert code == 0, log[-4000:]
-    code, log = _run(config, "skip", tmp_path / "run-1-skip.log")
-    assert code == 0, log[-4000:]
+    assert skip_code == 0, skip_log[-4000:]
     later = {link: _produce(src.namesrv_addr, mq, 400, f"{link}-b") for link, mq in mqs.items()}
     with Admin(src.namesrv_addr) as admin:
         wait_for(lambda: all(admin.min_offset(mq) > 40 for mq in mqs.values()), 60, "retention deleted unread offsets")
         mins = {link: admin.min_offset(mq) for link, mq in mqs.items()}
 
-    code, log = _run(config, "dl", tmp_path / "run-2.log")
+    # the two links' second runs side by side (independent links and topics): dl fails, skip goes on
+    (code, log), (skip_code, skip_log) = _run_both(config, tmp_path / "run-2.log", tmp_path / "run-2-skip.log")
     assert code == 1, log[-4000:]
     command = f"python -m jobs.reset_offsets --config {config.resolve()} --link dl --to earliest"
     assert "DataLossError" in log and command in log and "fail_on_data_loss: false" in log, log[-4000:]
@@ -188,11 +197,10 @@ def test_data_loss_error_reset_and_skip(clusters: tuple[Cluster, Cluster], reten
     assert code == 0, log[-4000:]
     assert "resuming 1 queue(s) from the Delta offsets table of link dl" in log
 
-    code, log = _run(config, "skip", tmp_path / "run-2-skip.log")
-    assert code == 0, log[-4000:]
+    assert skip_code == 0, skip_log[-4000:]
     assert re.search(rf"data loss on {topics['skip']}/dl-a/0 of source cluster dl while reading \[40, \d+\): "
                      rf"offsets \[40, {mins['skip']}\) were deleted .*; fail_on_data_loss is false: the lost range "
-                     rf"is skipped", log), log[-4000:]
+                     rf"is skipped", skip_log), skip_log[-4000:]
 
     for link, topic in topics.items():
         copies = {m.msg_id for msgs in read_topic(dst.namesrv, dst.queues(topic)).values() for m in msgs}

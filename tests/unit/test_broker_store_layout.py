@@ -33,7 +33,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"namesrv"}),
     frozenset({"launcher"}),
     frozenset({"controller.etcd_members"}),
-    frozenset({"up", "cli_ha", "cli_acl"}),
+    frozenset({"up", "cli_ha", "cli_acl", "image"}),
     frozenset({"cli"}),
     frozenset({"__main__"}),
 )
@@ -63,11 +63,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "launcher": frozenset({"client", "config", "ha", "protocol"}),
     "controller.etcd_members": frozenset({"launcher"}),
     "up": frozenset({"config", "controller.etcd_members", "launcher"}),
+    "image": frozenset({"protocol"}),  # the container image build: subprocesses (debootstrap, docker) and its error
     "cli_tls": frozenset({"net", "protocol"}),  # the admin commands' TLS options -> net's client settings
     "cli_ha": frozenset({"cli_tls", "client", "controller.etcd_members", "net", "protocol"}),
     "cli_acl": frozenset({"acl", "cli_tls", "client", "config", "protocol", "validation"}),
-    "cli": frozenset({"broker", "cli_acl", "cli_ha", "cli_tls", "client", "config", "controller.server", "launcher",
-                      "namesrv", "net", "protocol", "up"}),
+    "cli": frozenset({"broker", "cli_acl", "cli_ha", "cli_tls", "client", "config", "controller.server", "image",
+                      "launcher", "namesrv", "net", "protocol", "up"}),
     "__main__": frozenset({"cli"}),
 }
 """unit -> the units it may import: DESIGN.md's layers, as the import graph has them (issue #18). A new edge
