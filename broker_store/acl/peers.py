@@ -89,6 +89,18 @@ class PeerAllowList:
         return any(address.version == net.version and address in net for net in self.networks)
 
 
+def checked_peer_list(value: list[str] | None, *, key: str, members: str) -> list[str] | None:
+    """An allow-list setting as configured, checked: None (anyone) stays None; an empty list is refused (it would
+    refuse every peer, ``members`` saying whom: leave ``key`` out instead); a bad entry raises ValueError naming it.
+    The one validator of ``ha.ha_allowed_peers`` and ``controller.allowed_peers``."""
+    if value is not None:
+        if not value:
+            raise ValueError(f"an empty list would refuse every {members}; leave {key} out to accept anyone, "
+                             f"or list the {members}' addresses")
+        PeerAllowList.parse(value)  # raises, naming the bad entry and the forms allowed
+    return value
+
+
 @dataclass(frozen=True)
 class PeerDecision:
     """Whether a peer may go on; ``reason`` says why not in words an operator can act on (names the setting)."""

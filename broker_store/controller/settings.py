@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator
 
-from broker_store.acl.peers import PeerAllowList
+from broker_store.acl.peers import PeerAllowList, checked_peer_list
 
 
 class EtcdSettings(BaseModel):
@@ -57,12 +57,7 @@ class ControllerSettings(BaseModel):
     @field_validator("allowed_peers")
     @classmethod
     def _parsable_peers(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None:
-            if not value:
-                raise ValueError("an empty list would refuse every broker; leave allowed_peers out to serve anyone, "
-                                 "or list the brokers' addresses")
-            PeerAllowList.parse(value)  # raises, naming the bad entry and the forms allowed
-        return value
+        return checked_peer_list(value, key="allowed_peers", members="broker")
 
     def peer_allow_list(self) -> PeerAllowList | None:
         return None if self.allowed_peers is None else PeerAllowList.parse(self.allowed_peers)

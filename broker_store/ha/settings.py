@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from broker_store.acl.peers import PeerAllowList
+from broker_store.acl.peers import checked_peer_list
 from broker_store.address import HostPort
 from broker_store.ha.peer_auth import PeerPolicy, peer_policy
 from broker_store.ha.wire import MAX_BATCH_BYTES
@@ -125,12 +125,7 @@ class HASettings(BaseModel):
     @field_validator("ha_allowed_peers")
     @classmethod
     def _parsable_peers(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None:
-            if not value:
-                raise ValueError("an empty list would refuse every peer; leave ha_allowed_peers out to accept "
-                                 "anyone, or list the group's addresses")
-            PeerAllowList.parse(value)  # raises, naming the bad entry and the forms allowed
-        return value
+        return checked_peer_list(value, key="ha_allowed_peers", members="peer")
 
     @model_validator(mode="after")
     def _cross_checks(self) -> HASettings:
