@@ -35,8 +35,12 @@ class Cluster:
     producer: Producer
 
     def create_topic(self, topic: str, queues: int = 4, perm: int = 6) -> None:
-        self.admin.create_topic(topic, queues, perm, cluster=self.name)
-        self.admin.wait_for_route(topic, timeout=15, writable=bool(perm & 2))
+        """Create ``topic`` with ``queues`` queues on every broker group of the cluster and wait until the
+        route lists all of them (not just the first group to register it: a test that counts queues
+        right after would otherwise see half the topic)."""
+        created_on = self.admin.create_topic(topic, queues, perm, cluster=self.name)
+        self.admin.wait_for_route(topic, timeout=15, writable=bool(perm & 2),
+                                  min_queues=queues * max(1, len(created_on)))
 
     def queues(self, topic: str) -> list[MessageQueue]:
         route = self.admin.topic_route(topic)
