@@ -942,7 +942,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backlog-only", action="store_true",
                    help="with --queue-scaling: skip (e1), run only the backlog runs (e2) and their ratio")
     p.add_argument("--py-spy", metavar="FILE", default=None,
-                   help="record the Spark JVM's Python processes with py-spy (raw collapsed stacks) during (b)")
+                   help="record the Spark JVM's Python processes with py-spy (raw collapsed stacks) during (b), "
+                        "or during each (e2) run as FILE.<queues>")
     args = p.parse_args(argv)
     scaling = args.queue_scaling
     n = 0 if args.latency_rate or args.first_only or scaling else args.messages or (40_000 if args.quick else 400_000)
@@ -1050,7 +1051,9 @@ def main(argv: list[str] | None = None) -> int:
         if scaling:
             backlog = {count: replicate_backlog(spark, config_path, config, f"bench-backlog-{count}",
                                                 qs[f"{TOPIC_BACKLOG}{count}"][1], scaling_n, args.body,
-                                                args.row_format, admin_dst, labels) for count in SCALING_QUEUES}
+                                                args.row_format, admin_dst, labels,
+                                                f"{args.py_spy}.{count}" if args.py_spy else None)
+                       for count in SCALING_QUEUES}
             for count, run in backlog.items():
                 d = [dict(pr.durationMs) for pr in run.batches[1:]] or [dict(run.batches[0].durationMs)]
                 print(f"(e2) {count} queues, {scaling_n} messages backlog, AvailableNow, max {per_trigger}/trigger, "

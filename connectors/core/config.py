@@ -319,6 +319,12 @@ class ReadSettings(RetrySettings):
     max_messages_per_trigger: int | None = Field(default=None, gt=0)
     """Upper bound on messages per micro-batch, across all queues read; None: no bound (a reader given
     no link; a link always has one, see ``LinkConfig``)."""
+    min_messages_per_queue: int | None = Field(default=None, gt=0)
+    """When ``max_messages_per_trigger`` cannot give every queue with a backlog this many messages, queues
+    take turns (in order of queue key, continuing where the previous batch stopped), each reading this
+    many (or its whole backlog) per turn, instead of every queue reading a sliver per batch: a queue waits
+    at most ceil(queues x this / max_messages_per_trigger) batches, and each pull is a full one. None: the
+    pull batch size (``pull_batch_size``). Set 1 to let every queue advance in every batch."""
     max_partitions: int | None = Field(default=None, gt=0)
     """Spark partitions per micro-batch at most (queues grouped into them); ``None`` = the Spark
     application's default parallelism (its cores), which keeps per-task overhead off many small queues."""

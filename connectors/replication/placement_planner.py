@@ -196,6 +196,9 @@ class RangesPlacementPlanner:
         for (source_topic, target_topic), sources in sorted(wanted.items()):
             try:
                 source_queues = self._source_queues(source_topic)
+                # every undecided queue of the source topic at once (as the sink's placement does): one durable
+                # write per topic, not one per batch while queues take turns under maxMessagesPerTrigger
+                sources = {q for q in sources.union(source_queues) if self._rule.get(q, target_topic) is None}
                 target_queues = self._target_queues_creating(target_topic)
                 already = sum(self._rule.load(target_topic).values())
                 if (self._grow_target_topic is not None and len(target_queues) < already + len(sources)

@@ -1,5 +1,5 @@
 """Planning a micro-batch of the replication reader: how many messages each queue may give
-(``distribute_limit``) and the Spark input partitions that read them (``plan_ranges``, ``group_ranges``).
+(``admit``, ``distribute_limit``) and the Spark input partitions that read them (``plan_ranges``, ``group_ranges``).
 
 Called on the driver by ``connectors.replication.reader`` (``latestOffset`` and ``partitions``); the
 partitions it returns are pickled to executors (``read``) or, with ``rowFormat=ranges``, become the rows
@@ -41,6 +41,63 @@ def distribute_limit(backlog: Mapping[QueueKey, int], max_rows: int) -> dict[Que
             alloc[q] += 1
             left -= 1
     return {q: n for q, n in alloc.items() if n > 0}
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What ``admit`` grants one micro-batch: messages per queue, and where the next batch's rotation starts."""
+
+    take: dict[QueueKey, int]
+    next_after: QueueKey | None
+    """The last queue served from the rotation (None: every queue with a backlog got its share)."""
+
+
+def admit(backlog: Mapping[QueueKey, int], max_rows: int, min_range: int,
+          after: QueueKey | None = None) -> Admission:
+    """Grant at most ``max_rows`` messages over the queues with a backlog, in ranges of at least
+    ``min_range`` messages (or the queue's whole backlog when smaller).
+
+    * Everything fits: every queue's whole backlog.
+    * The budget gives every queue with a backlog an equal share of at least ``min_range``: each gets
+      min(backlog, max_rows // queues), and what is left goes to the remaining backlogs in proportion
+      (``admit``, ``distribute_limit``). Every queue advances in every batch.
+    * It does not (many queues, a small ``max_messages_per_trigger``): queues are served in a rotation
+      by queue key, starting after ``after`` (the previous batch's ``next_after``), each given
+      min(backlog, ``min_range``) until the budget is spent (the last one served gets the rest). Each
+      pull is then a full one instead of ``queues`` tiny ones per batch (a 25k budget over 512 queues
+      is ~49 messages a queue: 512 pulls and 512 sends a batch, each costing a request of fixed overhead
+      on both brokers), and a queue waits at most ceil(queues * min_range / max_rows) batches.
+
+    The sum is min(max_rows, total backlog) exactly; no queue gets more than its backlog. Pure.
+    """
+    if max_rows < 0:
+        raise ValueError(f"max_rows must be >= 0, got {max_rows}")
+    if min_range < 1:
+        raise ValueError(f"min_range must be >= 1, got {min_range}")
+    positive = {q: n for q, n in backlog.items() if n > 0}
+    if sum(positive.values()) <= max_rows:
+        return Admission(dict(positive), None)
+    equal = max_rows // len(positive)
+    if equal >= min_range:
+        shares = {q: min(n, equal) for q, n in positive.items()}
+        rest = distribute_limit({q: n - shares[q] for q, n in positive.items()}, max_rows - sum(shares.values()))
+        return Admission({q: n + rest.get(q, 0) for q, n in shares.items()}, None)
+    order = sorted(positive, key=QueueKey.to_key)
+    if after is not None:
+        first = next((i for i, q in enumerate(order) if q.to_key() > after.to_key()), 0)
+        order = order[first:] + order[:first]
+    take: dict[QueueKey, int] = {}
+    left, last = max_rows, None
+    for q in order:
+        if left == 0:
+            break
+        take[q] = min(positive[q], min_range, left)
+        left -= take[q]
+        last = q
+    if left:  # every queue served and budget left (a few large backlogs among many small ones): share it out
+        rest = distribute_limit({q: n - take[q] for q, n in positive.items()}, left)
+        return Admission({q: take[q] + rest.get(q, 0) for q in positive}, None)
+    return Admission(take, last)
 
 
 @dataclass(frozen=True)

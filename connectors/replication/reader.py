@@ -92,7 +92,7 @@ from connectors.replication.placement_planner import RangesPlacementPlanner, pla
 from connectors.replication.planning import (
     QueueRange,
     QueueRangeGroup,
-    distribute_limit,
+    admit,
     group_ranges,
     plan_ranges,
     skip_delivered,
@@ -139,6 +139,8 @@ class _DriverState:
     initial: dict[str, Any] | None = None
     """What ``initialOffset`` decided, returned again by its later calls (see there)."""
     planned: bool = False
+    rotation_after: QueueKey | None = None
+    """Where the next batch's turn-taking starts when the read limit makes queues take turns (``admit``)."""
     """``partitions`` ran once (the first batch of a query resumed from its checkpoint may be a replay)."""
 
 
@@ -327,7 +329,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         reading = {**begin, **first}
         backlog = {q: max(0, maxes[q] - reading[q]) for q in queues}
         if isinstance(limit, ReadMaxRows):
-            take = distribute_limit(backlog, limit.max_rows)
+            admission = admit(backlog, limit.max_rows, self.options.min_messages_per_queue or
+                              self.options.pull_batch_size, self._state.rotation_after)
+            self._state.rotation_after = admission.next_after
+            take = admission.take
         elif isinstance(limit, ReadMinRows) and sum(backlog.values()) < limit.min_rows and target is None:
             take = {}
         else:

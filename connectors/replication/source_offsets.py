@@ -4,7 +4,8 @@ Called by ``connectors.replication.reader`` (``initialOffset``, ``latestOffset``
 it, by ``jobs.reset_offsets``. Every request rides out a source outage (``SourceOutage.call``, the link's
 ``retry_*``). Max offsets, asked on every trigger, cost one GET_TOPIC_STATS_INFO per (topic, broker group)
 instead of one GET_MAX_OFFSET per queue: at 512 idle queues the per-queue look-up was ~70 ms p50 of every
-trigger (``benchmarks/replicator.py``). Min offsets (new queues only) and timestamp searches stay per queue.
+trigger (``benchmarks/replicator.py``); min offsets (queues read for the first time) the same way. Timestamp
+searches stay per queue.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import functools
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from broker_store.client import Admin, MessageQueue
 from broker_store.protocol.codes import ResponseCode
@@ -56,8 +57,11 @@ def per_queue(outage: SourceOutage, fn: Callable[[MessageQueue], int], queues: S
 
 
 def min_offsets(admin: Admin, outage: SourceOutage, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
-    """Each queue's min offset, one GET_MIN_OFFSET per queue."""
-    return per_queue(outage, admin.min_offset, queues, "min offset")
+    """Each queue's min offset, as GET_MIN_OFFSET answers it: one GET_TOPIC_STATS_INFO per (topic, broker group)
+    (see ``max_offsets``). Asked for the queues a batch reads for the first time: with hundreds of new queues
+    (a new link, a grown topic, queues taking turns under ``max_messages_per_trigger``) one request per queue
+    cost a request per queue on every trigger."""
+    return _queue_offsets(admin, outage, queues, "min")
 
 
 def max_offsets(admin: Admin, outage: SourceOutage, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
@@ -67,26 +71,34 @@ def max_offsets(admin: Admin, outage: SourceOutage, queues: Sequence[QueueKey]) 
     the request (``_PER_QUEUE_ON``), is asked alone with GET_MAX_OFFSET, as before this request existed. Any
     other error is raised as the per-queue look-up raised it (after the outage budget for an unavailable
     source)."""
+    return _queue_offsets(admin, outage, queues, "max")
+
+
+def _queue_offsets(admin: Admin, outage: SourceOutage, queues: Sequence[QueueKey],
+                   bound: Literal["min", "max"]) -> dict[QueueKey, int]:
+    """``min_offsets`` / ``max_offsets``: topic stats per (topic, broker group), per-queue requests for the rest."""
     groups: dict[tuple[str, str], list[QueueKey]] = {}
     for queue in queues:
         groups.setdefault((queue.topic, queue.broker_name), []).append(queue)
 
-    def group_maxes(key: tuple[str, str]) -> dict[int, int]:
+    def group_offsets(key: tuple[str, str]) -> dict[int, int]:
         topic, broker = key
         try:
             stats = outage.call(functools.partial(admin.topic_offsets, topic, broker),
-                                f"reading the max offsets of topic {topic} on broker group {broker}")
+                                f"reading the {bound} offsets of topic {topic} on broker group {broker}")
         except BrokerResponseError as exc:
             if exc.code not in _PER_QUEUE_ON:
                 raise
             log.debug("topic stats of %s on %s refused (%s); asking its queues one by one", topic, broker, exc)
             return {}
-        return {queue_id: offsets.max_offset for queue_id, offsets in stats.items()}
+        return {queue_id: offsets.min_offset if bound == "min" else offsets.max_offset
+                for queue_id, offsets in stats.items()}
 
     found: dict[QueueKey, int] = {}
-    for key, maxes in zip(groups, parallel(group_maxes, list(groups)), strict=True):
-        found.update((q, maxes[q.queue_id]) for q in groups[key] if q.queue_id in maxes)
+    for key, offsets in zip(groups, parallel(group_offsets, list(groups)), strict=True):
+        found.update((q, offsets[q.queue_id]) for q in groups[key] if q.queue_id in offsets)
     missing = [q for q in queues if q not in found]
     if missing:
-        found.update(per_queue(outage, admin.max_offset, missing, "max offset"))
+        one = admin.min_offset if bound == "min" else admin.max_offset
+        found.update(per_queue(outage, one, missing, f"{bound} offset"))
     return {q: found[q] for q in queues}

@@ -20,7 +20,7 @@ from connectors.core.topic_mapping import TopicMapper
 from connectors.replication import placement as executor_placement
 from connectors.replication.placement import QueuePlacement as ExecutorPlacement
 from connectors.replication.placement_planner import PlacedRange, RangesPlacementPlanner, placement_columns
-from connectors.replication.placement_table import DRIVER, PlacementTable
+from connectors.replication.placement_table import DRIVER, PLACEMENTS, PlacementTable
 from connectors.replication.planning import QueueRange
 from connectors.replication.queue_placement import PRESERVED, Placement, TargetQueue
 from connectors.replication.writer_options import SinkOptions
@@ -112,6 +112,19 @@ def test_planner_logs_each_decision_once(tmp_path: Path, caplog: pytest.LogCaptu
         p.place(ranges(2))
         p.place(ranges(2))
     assert len([r for r in caplog.records if "queue placement" in r.getMessage()]) == 2
+
+
+def test_planner_places_every_queue_of_a_topic_with_its_first_range_in_one_write(tmp_path: Path) -> None:
+    """Queues taking turns under maxMessagesPerTrigger reach the planner a few at a time: the first batch decides
+    the whole topic (one Delta commit), later batches find their queues decided."""
+    p = planner(tmp_path, Topics(source=6, target=6))
+    table = p.table
+    assert targets(p.place(ranges(2))) == {0: 0, 1: 1}
+    version = table.open(PLACEMENTS).version()  # type: ignore[union-attr]
+    later = [QueueRange("A", "src-a", i, 0, 10) for i in (4, 5)]
+    assert targets(p.place(later)) == {4: 4, 5: 5}
+    assert table.open(PLACEMENTS).version() == version  # type: ignore[union-attr]
+    assert len(table.load()) == 6
 
 
 class FakeProducer:

@@ -18,7 +18,7 @@ from connectors.core.offsets import QueueKey, SourceOffset
 from connectors.core.spark_checkpoint import read_offset_log
 from connectors.replication.forwarding import DROPPED_PROPERTIES, target_properties
 from connectors.replication.loop_guard import CHAIN_PROPERTY
-from connectors.replication.planning import QueueRange, distribute_limit, plan_ranges
+from connectors.replication.planning import QueueRange, admit, distribute_limit, plan_ranges
 from connectors.replication.reader_options import SourceOptions
 from connectors.replication.writer_options import SinkOptions
 
@@ -36,6 +36,39 @@ def test_distribute_limit_never_exceeds(backlogs: list[int], limit: int) -> None
 def test_distribute_limit_is_proportional() -> None:
     alloc = distribute_limit({Q[0]: 900, Q[1]: 100, Q[2]: 0}, 100)
     assert alloc == {Q[0]: 90, Q[1]: 10}
+
+
+@given(st.lists(st.integers(0, 5_000), min_size=1, max_size=6), st.integers(0, 12_000), st.integers(1, 3_000),
+       st.sampled_from([None, *Q]))
+def test_admit_grants_exactly_the_budget_in_ranges_of_at_least_min_range(
+        backlogs: list[int], limit: int, min_range: int, after: QueueKey | None) -> None:
+    backlog = dict(zip(Q, backlogs, strict=False))
+    granted = admit(backlog, limit, min_range, after)
+    assert sum(granted.take.values()) == min(limit, sum(backlog.values()))
+    assert all(0 < n <= backlog[q] for q, n in granted.take.items())
+    if sum(backlog.values()) > limit:  # only the last queue served may get less than min(backlog, min_range)
+        short = [q for q, n in granted.take.items() if n < min(backlog[q], min_range)]
+        assert len(short) <= 1
+
+
+def test_admit_takes_turns_when_the_budget_cannot_give_every_queue_min_range() -> None:
+    queues = [QueueKey("T", "b", i) for i in range(10)]
+    backlog = dict.fromkeys(queues, 5_000)
+    served: list[set[QueueKey]] = []
+    after = None
+    for _ in range(4):  # 3 queues a batch (3,000 / 1,000), continuing where the previous batch stopped
+        granted = admit(backlog, 3_000, 1_000, after)
+        assert set(granted.take.values()) == {1_000}
+        served.append(set(granted.take))
+        after = granted.next_after
+    assert [sorted(q.queue_id for q in s) for s in served] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [0, 1, 9]]
+
+
+def test_admit_gives_every_queue_an_equal_share_when_the_budget_allows_then_the_rest_in_proportion() -> None:
+    granted = admit({Q[0]: 10_000, Q[1]: 10_000, Q[2]: 300}, 9_000, 1_000)
+    assert granted == admit({Q[2]: 300, Q[1]: 10_000, Q[0]: 10_000}, 9_000, 1_000)
+    assert granted.take == {Q[0]: 4_350, Q[1]: 4_350, Q[2]: 300} and granted.next_after is None
+    assert admit({Q[0]: 10, Q[1]: 20}, 100, 1_000).take == {Q[0]: 10, Q[1]: 20}  # everything fits
 
 
 def test_plan_ranges_one_per_moved_queue_and_new_queues_from_earliest() -> None:

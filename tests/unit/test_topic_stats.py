@@ -89,11 +89,13 @@ class StatsAdmin:
         if (topic, broker_name) in self.refuse:
             raise self.refuse[(topic, broker_name)]
         ids = (0, 1) if (topic, broker_name) in self.short else (0, 1, 2)
-        return {q: TopicOffset(0, self.expected(topic, broker_name, q), 0) for q in ids}
+        return {q: TopicOffset(self.expected(topic, broker_name, q) // 2, self.expected(topic, broker_name, q), 0)
+                for q in ids}
 
     def min_offset(self, mq: MessageQueue) -> int:
         self.requests.append(("min", mq.topic, mq.broker_name, str(mq.queue_id)))
-        return 0
+        self._reachable()
+        return self.expected(mq.topic, mq.broker_name, mq.queue_id) // 2
 
     def max_offset(self, mq: MessageQueue) -> int:
         self.requests.append(("max", mq.topic, mq.broker_name, str(mq.queue_id)))
@@ -113,6 +115,14 @@ def test_max_offsets_cost_one_request_per_topic_and_broker_group(monkeypatch: py
     admin = StatsAdmin()
     assert _stats_reader(monkeypatch, admin).max_offsets(QUEUES) == TRUTH
     assert sorted(admin.requests) == [("stats", t, b) for t in ("A", "B") for b in ("g1", "g2")]
+
+
+def test_min_offsets_cost_one_request_per_topic_and_broker_group_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """New queues (a new link, queues taking turns under maxMessagesPerTrigger) ask topic stats, not each queue."""
+    admin = StatsAdmin(short=frozenset({("B", "g1")}))
+    assert _stats_reader(monkeypatch, admin).min_offsets(QUEUES) == {q: n // 2 for q, n in TRUTH.items()}
+    assert sorted(admin.requests) == sorted([("stats", t, b) for t in ("A", "B") for b in ("g1", "g2")]
+                                            + [("min", "B", "g1", "2")])
 
 
 def test_latest_offset_of_an_idle_trigger_asks_each_group_once(monkeypatch: pytest.MonkeyPatch) -> None:
