@@ -29,13 +29,15 @@ SESSION_UP = "Spark session"
 
 
 TUNED_SETTINGS = {
-    # Rows per Arrow batch between the JVM and the sink's Python worker. The sink waits for a whole
-    # batch before sending, so a large one (the default is 10000 rows) serialises reading and sending.
-    # With rowFormat=raw (one row per pull of up to 256 messages) 1 row per batch lets the sink send each
-    # pull while the next is read (256 rows: 15.1k msg/s, 1 row: 18.1k msg/s on local[2],
-    # benchmarks/replicator.py --row-format raw); the job's rowFormat=ranges sends a handful of rows per
-    # batch, which this does not slow. Only Arrow transfers are affected; the replicator runs no other.
-    "spark.sql.execution.arrow.maxRecordsPerBatch": "1",
+    # Rows per Arrow batch between the JVM and the sink's Python worker. The job's rowFormat=ranges rows
+    # are a few dozen bytes of plan each (one per queue range) and the sink gathers a task's ranges before
+    # pulling them concurrently, so each Arrow batch is pure overhead: at 1 row per batch (the setting
+    # rowFormat=raw wants, where each row is a pull the sink can send while the next is read) a batch of
+    # 128 ranges cost ~1.3 ms per range more than one of 8 in benchmarks/replicator.py (e2), the 512/8
+    # backlog ratio 0.67 at "1" vs 0.71-0.9 at Spark's default 10000 in back-to-back runs. A raw-format
+    # comparison passes --conf spark.sql.execution.arrow.maxRecordsPerBatch=1. Only Arrow transfers are
+    # affected; the replicator runs no other.
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
     # The driver JVM only orchestrates: with rowFormat=ranges no message passes through it. The C2 JIT
     # kept ~0.3 of a core busy compiling for minutes into a run (every micro-batch plans and generates
     # code anew), C1 alone settles within seconds: during benchmarks/replicator.py (c) the JVM's threads

@@ -41,9 +41,14 @@ def once_more_on_new_route(call: Callable[[], T]) -> T:
     try:
         return call()
     except RocketMQError as exc:
-        if not exc.invalid_route or isinstance(exc, RequestTimeoutError):
+        if not worth_once_more(exc):
             raise
     return call()
+
+
+def worth_once_more(exc: RocketMQError) -> bool:
+    """The rule of ``once_more_on_new_route``: an ``invalid_route`` error that is not a timeout."""
+    return exc.invalid_route and not isinstance(exc, RequestTimeoutError)
 
 
 

@@ -21,25 +21,22 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
 
 from broker_store.client import MessageQueue, TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import RocketMQError
 from connectors.core.executor import executor_consumer
 from connectors.core.offsets import QueueKey
-from connectors.core.outage import once_more_on_new_route
+from connectors.core.outage import worth_once_more
 
 log = logging.getLogger(__name__)
 
-UPDATE_PARALLELISM = 16
-"""Concurrent UPDATE_CONSUMER_OFFSET requests of one flush."""
 EXIT_FLUSH_TIMEOUT_S = 10.0
 """How long the process's exit waits for the last offsets to go out."""
 
-Update = Callable[[QueueKey, int], None]
-"""Sends one queue's offset for the group; raises ``RocketMQError`` on failure."""
+Update = Callable[[Sequence[tuple[QueueKey, int]]], list[RocketMQError | None]]
+"""Sends queues' offsets for the group (concurrently); each one's error or None, in order."""
 
 
 class SourceGroupMirror:
@@ -98,20 +95,7 @@ class SourceGroupMirror:
     def _send(self, changed: list[tuple[QueueKey, int]]) -> None:
         if not changed:
             return
-
-        def one(item: tuple[QueueKey, int]) -> RocketMQError | None:
-            try:
-                self._update(*item)
-            except RocketMQError as exc:
-                return exc
-            return None
-
-        if len(changed) == 1:
-            errors = [one(changed[0])]
-        else:
-            with ThreadPoolExecutor(max_workers=min(UPDATE_PARALLELISM, len(changed)),
-                                    thread_name_prefix="source-group-update") as pool:
-                errors = list(pool.map(one, changed))
+        errors = self._update(changed)
         failed = 0
         with self._cond:
             for (queue, offset), error in zip(changed, errors, strict=True):
@@ -139,10 +123,16 @@ def source_group_mirror(namesrv: str, group: str, credentials: SessionCredential
     with _mirrors_lock:
         mirror = _mirrors.get(key)
         if mirror is None:
-            def update(queue: QueueKey, offset: int) -> None:
+            def update(changed: Sequence[tuple[QueueKey, int]]) -> list[RocketMQError | None]:
                 consumer = executor_consumer(namesrv, group, 10_000, credentials, tls=tls)
-                mq = MessageQueue(queue.topic, queue.broker_name, queue.queue_id)
-                once_more_on_new_route(lambda: consumer.update_consumer_offset(mq, offset))
+                offsets = [(MessageQueue(q.topic, q.broker_name, q.queue_id), n) for q, n in changed]
+                errors = consumer.update_consumer_offsets(offsets)
+                again = [i for i, error in enumerate(errors) if error is not None and worth_once_more(error)]
+                if again:  # once more on the new route, as once_more_on_new_route does for one call
+                    retried = consumer.update_consumer_offsets([offsets[i] for i in again])
+                    for i, error in zip(again, retried, strict=True):
+                        errors[i] = error
+                return errors
 
             if not _mirrors:
                 atexit.register(_flush_all)

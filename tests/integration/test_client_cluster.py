@@ -41,7 +41,7 @@ def test_create_send_pull_and_offsets(cluster: LocalCluster) -> None:
         info = admin.cluster_info()
         assert sorted(info.cluster_addr_table["it"]) == ["broker-a", "broker-b"]
         admin.create_topic("it-topic", queue_nums=2, cluster="it")
-        admin.wait_for_route("it-topic", timeout=10)
+        admin.wait_for_route("it-topic", timeout=10, min_queues=4)  # both groups' queues, not the first one's
         assert "it-topic" in admin.topic_list()
         queues = consumer.fetch_message_queues("it-topic")
         assert len(queues) == 4
@@ -67,6 +67,9 @@ def test_create_send_pull_and_offsets(cluster: LocalCluster) -> None:
         consumer.update_consumer_offset(mq, 3)
         assert consumer.query_consumer_offset(mq) == 3
         assert admin.consumer_offset("it-cg", mq) == 3
+        both = [(MessageQueue("it-topic", mq.broker_name, q), 10 + q) for q in (0, 1)]
+        assert consumer.update_consumer_offsets(both) == [None, None]  # one call, concurrent requests
+        assert [consumer.query_consumer_offset(q) for q, _ in both] == [10, 11]
         assert admin.search_offset(mq, 0) == 0
 
         configs = admin.all_topic_config(cluster.primary("broker-a").listen)

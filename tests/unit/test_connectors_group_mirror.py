@@ -5,11 +5,12 @@ The real-process counterpart is tests/spark/test_source_group.py."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 import pytest
 
 from broker_store.protocol.codes import ResponseCode
-from broker_store.protocol.errors import SystemBusyError
+from broker_store.protocol.errors import RocketMQError, SystemBusyError
 from connectors.core.offsets import QueueKey
 from connectors.replication.group_mirror import SourceGroupMirror
 
@@ -25,13 +26,18 @@ class Recorder:
         self.fail: set[QueueKey] = set()
         self.lock = threading.Lock()
 
-    def __call__(self, queue: QueueKey, offset: int) -> None:
+    def __call__(self, changed: Sequence[tuple[QueueKey, int]]) -> list[RocketMQError | None]:
         self.entered.set()
         self.gate.wait(5)
-        if queue in self.fail:
-            raise SystemBusyError(ResponseCode.SYSTEM_BUSY, "busy")
-        with self.lock:
-            self.sent.append((queue, offset))
+        errors: list[RocketMQError | None] = []
+        for queue, offset in changed:
+            if queue in self.fail:
+                errors.append(SystemBusyError(ResponseCode.SYSTEM_BUSY, "busy"))
+                continue
+            with self.lock:
+                self.sent.append((queue, offset))
+            errors.append(None)
+        return errors
 
 
 def test_offers_are_mirrored_and_only_changes_are_sent() -> None:

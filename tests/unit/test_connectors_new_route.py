@@ -92,13 +92,14 @@ def test_the_source_group_mirror_commits_on_the_new_primary(monkeypatch: pytest.
     errors: list[RocketMQError] = [TransportError("cannot connect to 127.0.0.1:10911: Connection refused")]
 
     class Consumer:
-        def update_consumer_offset(self, mq: MessageQueue, offset: int) -> None:
+        def update_consumer_offsets(self, offsets: list[tuple[MessageQueue, int]]) -> list[RocketMQError | None]:
             if errors:
-                raise errors.pop(0)
-            commits.append((mq, offset))
+                return [errors.pop(0) for _ in offsets]
+            commits.extend(offsets)
+            return [None] * len(offsets)
 
     monkeypatch.setattr(group_mirror, "executor_consumer", lambda *a, **k: Consumer())
     monkeypatch.setattr(group_mirror, "_mirrors", {})
     mirror = group_mirror.source_group_mirror("127.0.0.1:9876", "CID_test", None, label="l1")
-    mirror._update(QueueKey("Orders", "src-a", 1), 42)
+    assert mirror._update([(QueueKey("Orders", "src-a", 1), 42)]) == [None]
     assert commits == [(MessageQueue("Orders", "src-a", 1), 42)]
