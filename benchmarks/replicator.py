@@ -91,6 +91,19 @@ Until this change (e2) also polled the target with one GET_MAX_OFFSET per queue 
 512 queues, on the target broker it measures); ``total_messages`` now asks GET_TOPIC_STATS_INFO once per topic
 and broker, every 250 ms until 90 % of the messages are there.
 
+(e2) again, 2026-11-26 (fourth session), ``--queue-scaling [--backlog-only] --scaling-messages 200000 --per-trigger
+50000``, helpers' test runs sharing the 2 cores (so +-20 %): the 512-queue batch no longer reads a sliver of every
+queue. Before: 0.44 (100k messages, 25k per trigger), 0.64-0.67. After, four runs: **0.75, 1.06, 0.83, 0.98**
+(512 queues 52-73k msg/s, 8 queues 65-75k). What changed, in order of effect:
+
+* admission (``planning.admit``): when ``maxMessagesPerTrigger`` cannot give every queue with a backlog a full
+  pull (``minMessagesPerQueue``, default the pull batch), queues take turns in full ranges instead of 512
+  ranges of ~100 messages a batch (2,048 pulls and 2,048 sends for 200k messages -> ~512 of each);
+* min offsets of new queues from GET_TOPIC_STATS_INFO (a queue waiting its turn is "new" every trigger: 512
+  GET_MIN_OFFSET a trigger before), the driver's placement deciding a whole topic in one Delta write;
+* ``spark.sql.execution.arrow.maxRecordsPerBatch`` back at 10000 for the job (one Arrow batch per range row cost
+  ~1.3 ms a range), the source group mirror's offsets in one client call (was a thread round trip per queue).
+
 Results, 2026-11-23 (second session), 2 vCPUs, default settings (``.venv/bin/python benchmarks/replicator.py``),
 the last three runs (final code: the C forwarding loop, the page-cache warmer)::
 
