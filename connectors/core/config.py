@@ -51,6 +51,7 @@ from broker_store.client import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.message import PROPERTY_REPLICATOR_SOURCE
 from connectors.core.credentials import INLINE_SECRET_KEYS as INLINE_SECRET_KEYS  # re-exported
+from connectors.core.credentials import read_credentials_file as read_credentials_file  # re-exported
 from connectors.core.credentials import resolve_credentials as resolve_credentials  # re-exported
 from connectors.core.errors import ConfigError, OffsetFormatError
 from connectors.core.history_settings import HistorySettings
@@ -91,6 +92,10 @@ class ClusterConfig(_Model):
     """Name of the environment variable holding the access key (ACL); ``None`` = no ACL."""
     secret_key_env: str | None = None
     """Name of the environment variable holding the secret key; set iff ``access_key_env`` is."""
+    credentials_file: str | None = None
+    """Instead of the two variables: a file of RocketMQ's tools.yml layout (``accessKey:``, ``secretKey:``,
+    optional ``securityToken:``), read when the job starts; a relative path is taken from where the job runs.
+    Mode 0600 expected (a WARNING otherwise)."""
     tls: TlsClientSettings | None = None
     """Connect to this cluster with TLS (RocketMQ's tls.enable with its tls.client.* keys): ``trustCertPath``,
     ``certPath``, ``keyPath`` name PEM files (checked at load; inline PEM is refused), ``authServer`` (true:
@@ -146,15 +151,22 @@ class ClusterConfig(_Model):
         if (self.access_key_env is None) != (self.secret_key_env is None):
             missing = "secret_key_env" if self.secret_key_env is None else "access_key_env"
             raise field_error(missing, "access_key_env and secret_key_env must be set together")
+        if self.credentials_file is not None and self.access_key_env is not None:
+            raise field_error("credentials_file", "give either credentials_file or access_key_env / "
+                                                  "secret_key_env, not both")
         return self
 
     def credentials(self, environ: Mapping[str, str] | None = None) -> SessionCredentials | None:
-        """The cluster's credentials read from ``environ`` (default ``os.environ``); ``None`` without ACL.
+        """The cluster's credentials read from ``environ`` (default ``os.environ``) or its ``credentials_file``;
+        ``None`` without ACL.
         Every client the jobs open on this cluster signs its requests with them (``protocol.acl``).
 
-        Raises ``CredentialError`` naming the variable when it is unset or empty.
+        Raises ``CredentialError`` naming the variable when it is unset or empty, or the file when it is
+        missing or malformed.
         """
         where = f"clusters[{self.name}]."
+        if self.credentials_file is not None:
+            return read_credentials_file(self.credentials_file, field=where + "credentials_file")
         return resolve_credentials(self.access_key_env, self.secret_key_env, environ=environ,
                                    fields=(where + "access_key_env", where + "secret_key_env"))
 

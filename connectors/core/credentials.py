@@ -1,14 +1,22 @@
-"""A link's ACL credentials: read from environment variables the configuration NAMES, never inline (issue 17).
+"""A link's ACL credentials: read from environment variables or a file the configuration NAMES, never inline
+(issue 17).
 One owner of the rule for the YAML clusters (``connectors.core.config.ClusterConfig``) and the data sources'
 options (``connectors.replication.reader_options`` / ``writer_options``)."""
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
 
 from broker_store.protocol.acl import SessionCredentials
 from connectors.core.errors import CredentialError
+
+log = logging.getLogger(__name__)
 
 INLINE_SECRET_KEYS = frozenset({
     "access_key", "secret_key", "accessKey", "secretKey", "password", "secret", "token",
@@ -38,3 +46,43 @@ def resolve_credentials(access_key_env: str | None, secret_key_env: str | None, 
             raise CredentialError(f"environment variable {var} is not set (or empty)", field=name)
         values.append(value)
     return SessionCredentials(access_key=values[0], secret_key=values[1])
+
+
+def read_credentials_file(path: str | Path, *, field: str) -> SessionCredentials:
+    """ACL credentials from a file of RocketMQ's layout (its tools' ``conf/tools.yml``): a YAML mapping with
+    ``accessKey`` and ``secretKey`` (strings, not empty), and nothing else but an optional ``securityToken``.
+    Read where the job starts (the driver), like the environment variables. Raises ``CredentialError``
+    naming ``field`` and the file (never its content) when it is missing, unreadable or malformed. A file
+    that group or others may read is used with a WARNING: a secret belongs in a file of mode 0600."""
+    file = Path(path).expanduser()
+    try:
+        mode = file.stat().st_mode
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CredentialError(f"cannot read credentials file {file}: {exc.strerror or exc}", field=field) from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise CredentialError(f"credentials file {file} is not YAML (line "
+                              f"{getattr(getattr(exc, 'problem_mark', None), 'line', -1) + 1})", field=field) from None
+    if not isinstance(data, dict):
+        raise CredentialError(f"credentials file {file} must be a mapping with accessKey and secretKey", field=field)
+    unknown = sorted(str(k) for k in data if k not in ("accessKey", "secretKey", "securityToken"))
+    if unknown:
+        raise CredentialError(f"credentials file {file} has unknown key(s) {', '.join(unknown)} (allowed: "
+                              "accessKey, secretKey, securityToken)", field=field)
+    values = {}
+    for key in ("accessKey", "secretKey"):
+        value = data.get(key)
+        if not isinstance(value, str | int) or not str(value):
+            raise CredentialError(f"credentials file {file} has no {key} (a non-empty string)", field=field)
+        values[key] = str(value)
+    token = data.get("securityToken")
+    if token is not None and not isinstance(token, str):
+        raise CredentialError(f"credentials file {file}: securityToken must be a string", field=field)
+    if stat.S_IMODE(mode) & 0o077:
+        log.warning("credentials file %s can be read by group or others (mode %o); chmod 600 it", file,
+                    stat.S_IMODE(mode))
+    return SessionCredentials(access_key=values["accessKey"], secret_key=values["secretKey"],
+                              security_token=token or None)
+

@@ -22,6 +22,7 @@ from connectors.core.config import (
     TopicMappingConfig,
     field_error,
     load_replicator_config,
+    read_credentials_file,
     resolve_credentials,
 )
 from connectors.core.errors import ConfigError
@@ -147,6 +148,8 @@ class SourceOptions(ReadSettings):
                         "the cluster's ``access_key_env``); read on the driver, every request is signed.",
         "secretKeyEnv": "NAME of the environment variable holding the secret key (config+link: the cluster's "
                         "``secret_key_env``).",
+        "credentialsFile": "Instead of the two variables: a file with ``accessKey:`` and ``secretKey:`` (RocketMQ's "
+                           "tools.yml layout; config+link: the cluster's ``credentials_file``), read on the driver.",
     }
     """Options that are not a field of their name (``from_options`` reads them)."""
 
@@ -212,7 +215,13 @@ class SourceOptions(ReadSettings):
             else:
                 digest = hashlib.sha1(selection.describe().encode()).hexdigest()[:12]
                 group = f"{DEFAULT_CONSUMER_GROUP_PREFIX}{digest}"
-        if "accesskeyenv" in opts or "secretkeyenv" in opts:
+        credentials: SessionCredentials | None
+        if "credentialsfile" in opts:
+            if "accesskeyenv" in opts or "secretkeyenv" in opts:
+                raise ConfigError("give either credentialsFile or accessKeyEnv / secretKeyEnv, not both",
+                                  field="credentialsFile")
+            credentials = read_credentials_file(opts["credentialsfile"], field="credentialsFile")
+        elif "accesskeyenv" in opts or "secretkeyenv" in opts:
             credentials = resolve_credentials(opts.get("accesskeyenv"), opts.get("secretkeyenv"),
                                               fields=("accessKeyEnv", "secretKeyEnv"))
         else:

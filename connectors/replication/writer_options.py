@@ -22,6 +22,7 @@ from connectors.core.config import (
     WriteSettings,
     field_error,
     load_replicator_config,
+    read_credentials_file,
     resolve_credentials,
 )
 from connectors.core.errors import ConfigError
@@ -118,6 +119,9 @@ class SinkOptions(WriteSettings):
         "sourceAccessKeyEnv": "The same as ``accessKeyEnv`` for ``sourceNamesrv`` (config+link: the source "
                               "cluster's).",
         "sourceSecretKeyEnv": "The same as ``secretKeyEnv`` for ``sourceNamesrv``.",
+        "credentialsFile": "Instead of ``accessKeyEnv`` / ``secretKeyEnv``: a file with ``accessKey:`` and "
+                           "``secretKey:`` (RocketMQ's tools.yml layout), read on the driver.",
+        "sourceCredentialsFile": "The same as ``credentialsFile`` for ``sourceNamesrv``.",
     }
     """Options that are not a field of their name (``from_options`` reads them)."""
 
@@ -179,10 +183,16 @@ class SinkOptions(WriteSettings):
             values["topic_map"] = mapping
         if "failure_policy" in values:
             values["failure_policy"] = values["failure_policy"].strip().lower()
-        for ak_option, sk_option, name in (("accessKeyEnv", "secretKeyEnv", "credentials"),
-                                           ("sourceAccessKeyEnv", "sourceSecretKeyEnv", "source_credentials")):
-            ak, sk = opts.get(ak_option.lower()), opts.get(sk_option.lower())
-            if ak is not None or sk is not None:
+        for ak_option, sk_option, file_option, name in (
+                ("accessKeyEnv", "secretKeyEnv", "credentialsFile", "credentials"),
+                ("sourceAccessKeyEnv", "sourceSecretKeyEnv", "sourceCredentialsFile", "source_credentials")):
+            ak, sk, file = (opts.get(o.lower()) for o in (ak_option, sk_option, file_option))
+            if file is not None:
+                if ak is not None or sk is not None:
+                    raise ConfigError(f"give either {file_option} or {ak_option} / {sk_option}, not both",
+                                      field=file_option)
+                values[name] = read_credentials_file(file, field=file_option)
+            elif ak is not None or sk is not None:
                 values[name] = resolve_credentials(ak, sk, fields=(ak_option, sk_option))
         if link_name:
             values["link"] = link_name
