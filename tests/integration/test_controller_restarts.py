@@ -23,6 +23,7 @@ from tests.support.controller_group import (
     master_addr,
     namesrv_config,
     replicas_info,
+    run_started,
     until,
 )
 from tests.support.processes import Broker, ClusterProcess, broker_listen_port
@@ -77,14 +78,7 @@ class Group:
                 await admin.close()
                 await client.close()
 
-        try:
-            self.start()
-            asyncio.run(main())
-        except BaseException:
-            print(self.logs())
-            raise
-        finally:
-            self.stop()
+        run_started(self, main)
 
 
 async def in_sync_ids(client: RemotingClient, group: Group, n: int) -> set[int] | None:

@@ -20,7 +20,15 @@ from broker_store.launcher import HOST, free_port
 from broker_store.net.client import RemotingClient
 from broker_store.protocol.controller import ReplicasInfo
 from broker_store.protocol.errors import RocketMQError
-from tests.support.controller_group import CONTROLLER_TIMING, CP_HA, broker_config, master_addr, replicas_info, until
+from tests.support.controller_group import (
+    CONTROLLER_TIMING,
+    CP_HA,
+    broker_config,
+    master_addr,
+    replicas_info,
+    run_started,
+    until,
+)
 from tests.support.log_check import commitlog_image, diverges, stored_keys
 from tests.support.processes import Broker, ClusterProcess, broker_listen_port
 
@@ -168,14 +176,7 @@ def test_every_controller_and_etcd_member_killed_and_restarted_at_once(tmp_path:
             await admin.close()
             await client.close()
 
-    try:
-        d.start()
-        asyncio.run(main())
-    except BaseException:
-        print(d.logs())
-        raise
-    finally:
-        d.stop()
+    run_started(d, main)
     # every acknowledged message on every member; no two members' logs differ where both hold bytes
     images = {name: commitlog_image(b.store_dir) for name, b in d.brokers.items()}
     for name, image in images.items():

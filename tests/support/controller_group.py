@@ -13,7 +13,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from broker_store.client import AsyncAdmin
 from broker_store.client.controller_admin import sync_state_data
@@ -35,6 +35,30 @@ CP_HA: Mapping[str, Any] = {
 
 AP_HA: Mapping[str, Any] = {**CP_HA, "min_in_sync_replicas": 1, "enable_auto_in_sync_replicas": True}
 """AP: the primary downgrades to acknowledging alone when its replicas are gone."""
+
+
+class Deployment(Protocol):
+    """Processes a test starts and stops as one (``ClusterProcess``-like)."""
+
+    def start(self) -> Any: ...
+    def stop(self) -> Any: ...
+    def logs(self) -> str: ...
+
+
+def run_started(deployment: Deployment, main: Callable[[], Awaitable[None]]) -> None:
+    """Start ``deployment``, run ``main`` on a fresh event loop, print the processes' logs when anything
+    fails (the only trace a CI failure leaves of what the brokers and controllers did), stop them."""
+    async def run() -> None:
+        await main()
+
+    try:
+        deployment.start()
+        asyncio.run(run())
+    except BaseException:
+        print(deployment.logs())
+        raise
+    finally:
+        deployment.stop()
 
 
 def namesrv_config(listen: str, state_dir: Path, **controller: Any) -> NamesrvConfig:
