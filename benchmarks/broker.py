@@ -260,7 +260,7 @@ def _client_entry(spec: Spec, barrier: Any, results: Any) -> None:
 
     try:
         results.put(uvloop.run(_client_main(spec, barrier)))
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the run
+    except BaseException as exc:  # reported to the parent, which fails the run
         results.put({"error": f"{type(exc).__name__}: {exc}"})
         raise
 

@@ -59,8 +59,8 @@ from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from connectors.checkpoint import link_state  # noqa: E402
-from connectors.replication.tables import OFFSET_MAP, OFFSETS, LinkTables  # noqa: E402
+from connectors.checkpoint import link_state
+from connectors.replication.tables import OFFSET_MAP, OFFSETS, LinkTables
 
 if TYPE_CHECKING:
     from benchmarks.replicator import Cluster

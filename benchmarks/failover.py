@@ -56,17 +56,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from broker_store.client import AsyncAdmin, AsyncProducer, SendStatus, new_message  # noqa: E402
-from broker_store.client.controller_admin import controller_metadata  # noqa: E402
-from broker_store.config import BrokerConfig, ControllerConfig, NamesrvConfig  # noqa: E402
-from broker_store.controller.etcd_members import EtcdCluster  # noqa: E402
-from broker_store.controller.settings import ControllerSettings  # noqa: E402
-from broker_store.launcher import HOST, ManagedProcess, broker_listen_port, free_port  # noqa: E402
-from broker_store.net.client import RemotingClient  # noqa: E402
-from broker_store.protocol.errors import RocketMQError  # noqa: E402
-from tests.support.controller_group import master_addr  # noqa: E402
-from tests.support.log_check import commitlog_image, diverges, stored_keys  # noqa: E402
-from tests.support.netns import Lan  # noqa: E402
+from broker_store.client import AsyncAdmin, AsyncProducer, SendStatus, new_message
+from broker_store.client.controller_admin import controller_metadata
+from broker_store.config import BrokerConfig, ControllerConfig, NamesrvConfig
+from broker_store.controller.etcd_members import EtcdCluster
+from broker_store.controller.settings import ControllerSettings
+from broker_store.launcher import HOST, ManagedProcess, broker_listen_port, free_port
+from broker_store.net.client import RemotingClient
+from broker_store.protocol.errors import RocketMQError
+from tests.support.controller_group import master_addr
+from tests.support.log_check import commitlog_image, diverges, stored_keys
+from tests.support.netns import Lan
 
 CLUSTER, GROUP, TOPIC = "fc", "fc-a", "FaultCheck"
 KINDS = ("kill", "pause", "both", "catchup", "partition", "controller")

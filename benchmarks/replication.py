@@ -97,9 +97,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from broker_store.client import Admin, AsyncProducer, new_message  # noqa: E402
-from broker_store.launcher import ClusterProcesses, loopback_cluster  # noqa: E402
-from broker_store.protocol.errors import RocketMQError  # noqa: E402
+from broker_store.client import Admin, AsyncProducer, new_message
+from broker_store.launcher import ClusterProcesses, loopback_cluster
+from broker_store.protocol.errors import RocketMQError
 
 MiB = 1024 * 1024
 BODY = b"r" * 1024

@@ -405,7 +405,7 @@ def _child(kind: str, args: dict[str, Any], results: Any) -> None:
 
     try:
         results.put(uvloop.run(_CHILDREN[kind](**args)))
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the run
+    except BaseException as exc:  # reported to the parent, which fails the run
         results.put({"error": f"{type(exc).__name__}: {exc}"})
         raise
 

@@ -360,11 +360,11 @@ def test_stale_entries_below_commit_log_min_are_skipped(tmp_path: Path) -> None:
     cq_first = int(sorted(os.listdir(tmp_path / "consumequeue" / "Rm" / "0"))[0]) // 20
     assert cq_first < lo, "the first ConsumeQueue segment still holds entries of deleted records"
     # what a pull at a stale offset inside that window would scan (get_messages itself refuses it)
-    cq = store._queues.queues[("Rm", 0)]  # noqa: SLF001
-    g = store._reader._read_queue(cq, cq_first, 4, None, 1 << 20, lo, 300)  # noqa: SLF001
+    cq = store._queues.queues[("Rm", 0)]
+    g = store._reader._read_queue(cq, cq_first, 4, None, 1 << 20, lo, 300)
     assert g.status is GetStatus.FOUND
     assert decode_stored_messages(g.body)[0].queue_offset == lo
-    g = store._reader._read_queue(cq, cq_first, 4, frozenset({99}), 1 << 20, lo, 300)  # noqa: SLF001
+    g = store._reader._read_queue(cq, cq_first, 4, frozenset({99}), 1 << 20, lo, 300)
     assert g.status is GetStatus.NO_MATCHED_MESSAGE
     store.shutdown()
 
