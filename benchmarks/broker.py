@@ -260,7 +260,7 @@ def _client_entry(spec: Spec, barrier: Any, results: Any) -> None:
 
     try:
         results.put(uvloop.run(_client_main(spec, barrier)))
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the run
+    except BaseException as exc:  # reported to the parent, which fails the run
         results.put({"error": f"{type(exc).__name__}: {exc}"})
         raise
 
@@ -487,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
             acl = {"acl_enable": True, "acl_file": root / "plain_acl.yml"}
         br_cfg = BrokerConfig(cluster_name="bench", broker_name="bench-a", listen="127.0.0.1:0",
                               fast_listen_enable=False, store_dir=store_dir, namesrv_addrs=[namesrv_addr],
-                              flush_mode="ASYNC_FLUSH", **acl)
+                              store={"flush_mode": "ASYNC_FLUSH"}, **acl)
         broker = ManagedProcess("broker", br_cfg, root, "broker")
         broker.start()
         sampler = RssSampler(broker.pid)
@@ -557,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rss: final {final / MB:.0f} MB, peak {peak / MB:.0f} MB", flush=True)
     except BaseException as exc:  # noqa: BLE001 - reported, then the finally block cleans up
         print(f"benchmark failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        if broker is not None:
+        if broker is not None and broker.log_file is not None:
             print(f"broker log tail:\n{broker.log_file.read_text(errors='replace')[-2000:]}", file=sys.stderr)
         return 1
     finally:

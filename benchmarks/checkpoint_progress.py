@@ -55,12 +55,15 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from connectors.checkpoint import link_state  # noqa: E402
-from connectors.replication.tables import OFFSET_MAP, OFFSETS, LinkTables  # noqa: E402
+from connectors.checkpoint import link_state
+from connectors.replication.tables import OFFSET_MAP, OFFSETS, LinkTables
+
+if TYPE_CHECKING:
+    from benchmarks.replicator import Cluster
 
 
 class Link:
@@ -167,8 +170,10 @@ GROUP = "CID_BENCH_RPO"
 SAMPLE_S = 0.25
 
 
-def config_text(bench: Any, src: Any, dst: Any, work: Path, interval: float) -> str:
+def config_text(src: Cluster, dst: Cluster, work: Path, interval: float) -> str:
     """replicator.yaml: one link with checkpoints every ``interval`` seconds (the replicator benchmark's layout)."""
+    from benchmarks import replicator as bench
+
     link = bench.link_yaml(LINK, TOPIC, 1.0, work, 100_000, 4)
     return bench.config_yaml(src, dst, [link + f"    checkpoints:\n      interval: {interval}\n"])
 
@@ -208,9 +213,7 @@ def recovery_point(args: argparse.Namespace) -> int:
     import shutil
     import subprocess
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import replicator as bench  # the sibling benchmark's cluster helpers
-
+    from benchmarks import replicator as bench  # the sibling benchmark's cluster helpers
     from connectors.checkpoint.tables import CheckpointTables, checkpoint_age_ms
 
     root = bench.choose_data_root()
@@ -228,7 +231,7 @@ def recovery_point(args: argparse.Namespace) -> int:
         work = root / "job"
         work.mkdir()
         config = work / "replicator.yaml"
-        config.write_text(config_text(bench, src, dst, work, args.interval))
+        config.write_text(config_text(src, dst, work, args.interval))
         worker = threading.Thread(target=traffic, args=(src.addr, queues, args.rate, args.behind, stop), daemon=True)
         worker.start()
         # The job's Spark workers import this checkout, not whatever the interpreter's path has (a .pth file)

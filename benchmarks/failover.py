@@ -56,17 +56,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from broker_store.client import AsyncAdmin, AsyncProducer, SendStatus, new_message  # noqa: E402
-from broker_store.client.controller_admin import controller_metadata  # noqa: E402
-from broker_store.config import BrokerConfig, ControllerConfig, NamesrvConfig  # noqa: E402
-from broker_store.controller.etcd_members import EtcdCluster  # noqa: E402
-from broker_store.controller.settings import ControllerSettings  # noqa: E402
-from broker_store.launcher import HOST, ManagedProcess, broker_listen_port, free_port  # noqa: E402
-from broker_store.net.client import RemotingClient  # noqa: E402
-from broker_store.protocol.errors import RocketMQError  # noqa: E402
-from tests.support.controller_group import master_addr  # noqa: E402
-from tests.support.log_check import commitlog_image, diverges, stored_keys  # noqa: E402
-from tests.support.netns import Lan  # noqa: E402
+from broker_store.client import AsyncAdmin, AsyncProducer, SendStatus, new_message
+from broker_store.client.controller_admin import controller_metadata
+from broker_store.config import BrokerConfig, ControllerConfig, NamesrvConfig
+from broker_store.controller.etcd_members import EtcdCluster
+from broker_store.controller.settings import ControllerSettings
+from broker_store.launcher import HOST, ManagedProcess, broker_listen_port, free_port
+from broker_store.net.client import RemotingClient
+from broker_store.protocol.errors import RocketMQError
+from tests.support.controller_group import master_addr
+from tests.support.log_check import commitlog_image, diverges, stored_keys
+from tests.support.netns import Lan
 
 CLUSTER, GROUP, TOPIC = "fc", "fc-a", "FaultCheck"
 KINDS = ("kill", "pause", "both", "catchup", "partition", "controller")
@@ -97,7 +97,7 @@ def broker_config(root: Path, name: str, listen: str, namesrv: str, controllers:
         cluster_name=CLUSTER, broker_name=GROUP, listen=listen,
         store_dir=root / name, namesrv_addrs=[namesrv], enable_controller_mode=True,
         controller={"controller_addrs": controllers, "replica_info_poll_interval_ms": 500},
-        fast_listen_enable=False, commit_log_segment_size=64 * 1024 * 1024,
+        fast_listen_enable=False, store={"commit_log_segment_size": 64 * 1024 * 1024},
         ha={"role": "SYNC_MASTER", "total_replicas": args.replicas, "in_sync_replicas": 2,
             "min_in_sync_replicas": 2, "all_ack_in_sync_state_set": args.all_ack,
             "ha_send_heartbeat_interval_ms": 500, "ha_housekeeping_interval_ms": 3000,
@@ -256,12 +256,12 @@ async def nemesis(run: Run, cluster: Cluster, admin: AsyncAdmin, args: argparse.
             cluster.lan.heal()
         elif kind == "controller":
             assert cluster.etcd is not None
-            member = cluster.etcd.members[n % len(cluster.etcd.members)]
-            for p in (victim, leader, member):
+            etcd_member = cluster.etcd.members[n % len(cluster.etcd.members)]
+            for p in (victim, leader, etcd_member):
                 if p is not None:
                     await asyncio.to_thread(p.kill)
             await asyncio.sleep(args.down)
-            await asyncio.to_thread(cluster.etcd.start_member, member)
+            await asyncio.to_thread(cluster.etcd.start_member, etcd_member)
             if leader is not None:
                 await asyncio.to_thread(leader.start)
             await asyncio.to_thread(victim.start)
@@ -274,10 +274,15 @@ async def nemesis(run: Run, cluster: Cluster, admin: AsyncAdmin, args: argparse.
         print(f"fault {n + 1}/{args.faults}: {kind} {victim.name}", flush=True)
 
 
+def store_dir(broker: ManagedProcess) -> Path:
+    assert isinstance(broker.config, BrokerConfig)
+    return broker.config.store_dir
+
+
 def check(run: Run, cluster: Cluster, final_primary: str | None) -> tuple[int, int, int]:
     """(acknowledged lost, divergent members, duplicates)."""
     primary = cluster.by_listen(final_primary or "") or cluster.brokers[0]
-    images = {b.name: commitlog_image(b.config.store_dir) for b in cluster.brokers}
+    images = {b.name: commitlog_image(store_dir(b)) for b in cluster.brokers}
     keys = stored_keys(images[primary.name], TOPIC)
     lost = sum(1 for a in run.acks if keys[a.key] == 0)
     duplicates = sum(n - 1 for n in keys.values() if n > 1)

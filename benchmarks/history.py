@@ -42,13 +42,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from connectors.core.history_settings import HistorySettings  # noqa: E402
-from connectors.core.offsets import QueueKey  # noqa: E402
-from connectors.replication.records import BatchMetrics, OffsetMapping  # noqa: E402
-from connectors.replication.tables import CURRENT_OFFSETS, METRICS, OFFSET_MAP, OFFSETS, LinkTables  # noqa: E402
+from connectors.core.history_settings import HistorySettings
+from connectors.core.offsets import QueueKey
+from connectors.replication.records import BatchMetrics, OffsetMapping
+from connectors.replication.tables import CURRENT_OFFSETS, METRICS, OFFSET_MAP, OFFSETS, LinkTables
 
 START_MS = 1_700_000_000_000
 TRIGGER_MS = 1000

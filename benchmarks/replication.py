@@ -93,12 +93,13 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from broker_store.client import Admin, AsyncProducer, new_message  # noqa: E402
-from broker_store.launcher import ClusterProcesses, loopback_cluster  # noqa: E402
-from broker_store.protocol.errors import RocketMQError  # noqa: E402
+from broker_store.client import Admin, AsyncProducer, new_message
+from broker_store.launcher import ClusterProcesses, loopback_cluster
+from broker_store.protocol.errors import RocketMQError
 
 MiB = 1024 * 1024
 BODY = b"r" * 1024
@@ -223,8 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     seconds = args.seconds or (5.0 if args.quick else 15.0)
     backlog = (args.backlog_mib or (128 if args.quick else 1024)) * MiB
-    groups = {"a": ({"ha": {"role": "ASYNC_MASTER"}}, {}),
-              "s": ({"ha": {"role": "SYNC_MASTER", "total_replicas": 2, "in_sync_replicas": 2}}, {})}
+    groups: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {  # member overrides, as loopback_cluster takes
+        "a": ({"ha": {"role": "ASYNC_MASTER"}}, {}),
+        "s": ({"ha": {"role": "SYNC_MASTER", "total_replicas": 2, "in_sync_replicas": 2}}, {})}
     with tempfile.TemporaryDirectory(prefix="bench-repl-") as tmp:
         config = loopback_cluster("bench", groups, Path(tmp), ha=HA, commit_log_segment_size=128 * MiB,
                                   fast_listen_enable=False, max_message_size=MiB)

@@ -220,7 +220,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -418,7 +418,7 @@ def _child(kind: str, args: dict[str, Any], results: Any) -> None:
 
     try:
         results.put(uvloop.run(_CHILDREN[kind](**args)))
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the run
+    except BaseException as exc:  # reported to the parent, which fails the run
         results.put({"error": f"{type(exc).__name__}: {exc}"})
         raise
 
@@ -435,7 +435,7 @@ def start_child(kind: str, **args: Any) -> tuple[Any, Any]:
 def run_child(kind: str, **args: Any) -> dict[str, Any]:
     proc, results = start_child(kind, **args)
     try:
-        out = results.get()
+        out: dict[str, Any] = results.get()  # what _child put: the child's answer or {"error": ...}
     finally:
         proc.join(30)
         if proc.is_alive():
@@ -550,7 +550,8 @@ async def _paced(namesrv: str, topic: str, queues: list[tuple[str, int]], rate: 
     return {"messages": sent, "seconds": elapsed, "max_late_s": late, "cpu_s": time.process_time()}
 
 
-_CHILDREN = {"preload": _preload, "raw_pull": _raw_pull, "paced": _paced}
+_CHILDREN: dict[str, Callable[..., Coroutine[Any, Any, dict[str, Any]]]] = {
+    "preload": _preload, "raw_pull": _raw_pull, "paced": _paced}
 
 
 # -- the Spark part -----------------------------------------------------------------------------
@@ -903,7 +904,7 @@ def replicate_backlog(spark: Any, config_path: Path, config: Any, link: str, tar
                       t_done - t0, t_end - t0, batches, cpu_delta(cpu0, cpu1))
 
 
-def pct(values: list[float], p: float) -> float:
+def pct(values: Sequence[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
 
@@ -1068,10 +1069,10 @@ def main(argv: list[str] | None = None) -> int:
                                                 f"{args.py_spy}.{count}" if args.py_spy else None)
                        for count in SCALING_QUEUES}
             for count, run in backlog.items():
-                d = [dict(pr.durationMs) for pr in run.batches[1:]] or [dict(run.batches[0].durationMs)]
+                per_batch = [dict(pr.durationMs) for pr in run.batches[1:]] or [dict(run.batches[0].durationMs)]
                 print(f"(e2) {count} queues, {scaling_n} messages backlog, AvailableNow, max {per_trigger}/trigger, "
                       f"{len(run.batches)} batches: {run.rate:,.0f} msg/s sustained; mean per batch after the first: "
-                      + ", ".join(f"{k} {statistics.mean(x.get(k, 0) for x in d):.0f} ms"
+                      + ", ".join(f"{k} {statistics.mean(x.get(k, 0) for x in per_batch):.0f} ms"
                                   for k in ("triggerExecution", "latestOffset", "queryPlanning", "addBatch")),
                       flush=True)
                 print_cpu(run.total_s, run.cpu)

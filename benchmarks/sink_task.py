@@ -35,8 +35,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import replicator as bench  # noqa: E402 - the sibling benchmark's cluster helpers
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import replicator as bench  # the sibling benchmark's cluster helpers
 
 TOPIC = "BENCH_SINK_TASK"
 

@@ -55,7 +55,7 @@ from typing import TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.soak_metrics import (  # noqa: E402
+from benchmarks.soak_metrics import (
     BASELINE_S,
     FaultWindow,
     LagSample,
@@ -70,7 +70,7 @@ from benchmarks.soak_metrics import (  # noqa: E402
     summary_line,
     worst,
 )
-from broker_store.client import (  # noqa: E402
+from broker_store.client import (
     Admin,
     MessageQueue,
     Producer,
@@ -80,16 +80,16 @@ from broker_store.client import (  # noqa: E402
     StoredMessage,
     new_message,
 )
-from broker_store.launcher import free_port  # noqa: E402
-from jobs.lag import EndpointUnreachableError, LinkLag, Status, link_lags, scrape  # noqa: E402
-from tests.spark.spark_processes import (  # noqa: E402
+from broker_store.launcher import free_port
+from jobs.lag import EndpointUnreachableError, LinkLag, Status, link_lags, scrape
+from tests.spark.spark_processes import (
     TaggedProcess,
     python_driver_pid,
     read_topic,
     submit_job,
     write_replicator_config,
 )
-from tests.support.processes import Broker, LocalCluster  # noqa: E402
+from tests.support.processes import Broker, LocalCluster
 
 SCRIPT, LINK, TOPIC, GROUP = "run_all.py", "soak", "SoakTopic", "GID_soak_consumer"
 HA = {"total_replicas": 3, "in_sync_replicas": 2, "min_in_sync_replicas": 2}

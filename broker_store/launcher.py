@@ -225,7 +225,7 @@ def clusters_registered(clusters: Iterable[ClusterConfig]) -> bool:
     """Whether each cluster's name server lists every broker group of its config with all its members: a static
     group's members under their configured ids; a controller-mode group (ids assigned by the controller) with a
     primary (id 0) and as many members as configured. False while a name server does not answer."""
-    from broker_store.client import Admin  # noqa: PLC0415 - the client is only needed once children run
+    from broker_store.client import Admin  # the client is only needed once children run
 
     for cluster in clusters:
         # The name server's own client side (tls.enable) is how up reaches it: needed when it enforces TLS.
@@ -393,7 +393,7 @@ def wait_in_sync(primary_addr: str, replicas: int, timeout: float = 30.0) -> Non
     """Until the primary at ``primary_addr`` counts ``replicas`` replicas in sync (GET_BROKER_HA_STATUS):
     a replica started before its primary listened connects on its next retry, a second later. Raises
     TimeoutError naming the last count seen."""
-    from broker_store.client import Admin  # noqa: PLC0415 - the client is only needed once children run
+    from broker_store.client import Admin  # the client is only needed once children run
 
     seen: object = None
     with Admin(primary_addr) as admin:

@@ -23,17 +23,17 @@ from typing import Any
 if __package__ in (None, ""):  # `spark-submit jobs/checkpoint.py` / `python jobs/checkpoint.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from connectors.checkpoint.data_source import DATA_SOURCE_NAME, CheckpointDataSource  # noqa: E402
-from connectors.core.config import LinkConfig, ReplicatorConfig  # noqa: E402
-from jobs import job_logging  # noqa: E402
-from jobs.query_supervisor import (  # noqa: E402
+from connectors.checkpoint.data_source import DATA_SOURCE_NAME, CheckpointDataSource
+from connectors.core.config import LinkConfig, ReplicatorConfig
+from jobs import job_logging
+from jobs.query_supervisor import (
     exit_job,
     polling_query_location,
     prepare_job,
     run_job,
     start_polling_query,
 )
-from jobs.spark_session import APP_NAME  # noqa: E402
+from jobs.spark_session import APP_NAME
 
 log = logging.getLogger("jobs.checkpoint")
 

@@ -20,10 +20,10 @@ from typing import Any
 if __package__ in (None, ""):  # `spark-submit jobs/config_sync.py` / `python jobs/config_sync.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from connectors.config_sync.data_source import DATA_SOURCE_NAME, ConfigDataSource  # noqa: E402
-from connectors.core.config import ReplicatorConfig  # noqa: E402
-from jobs.checkpoint import run_queries  # noqa: E402
-from jobs.query_supervisor import exit_job, polling_query_location, start_polling_query  # noqa: E402
+from connectors.config_sync.data_source import DATA_SOURCE_NAME, ConfigDataSource
+from connectors.core.config import ReplicatorConfig
+from jobs.checkpoint import run_queries
+from jobs.query_supervisor import exit_job, polling_query_location, start_polling_query
 
 log = logging.getLogger("jobs.config_sync")
 

@@ -26,11 +26,11 @@ from typing import Any
 if __package__ in (None, ""):  # `spark-submit jobs/heartbeat.py` / `python jobs/heartbeat.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from connectors.core.config import ReplicatorConfig  # noqa: E402
-from connectors.heartbeat.data_source import DATA_SOURCE_NAME, HeartbeatDataSource  # noqa: E402
-from jobs import job_logging  # noqa: E402
-from jobs.query_supervisor import exit_job, prepare_job, run_job  # noqa: E402
-from jobs.spark_session import APP_NAME  # noqa: E402
+from connectors.core.config import ReplicatorConfig
+from connectors.heartbeat.data_source import DATA_SOURCE_NAME, HeartbeatDataSource
+from jobs import job_logging
+from jobs.query_supervisor import exit_job, prepare_job, run_job
+from jobs.spark_session import APP_NAME
 
 log = logging.getLogger("jobs.heartbeat")
 

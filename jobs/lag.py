@@ -52,10 +52,10 @@ if __package__ in (None, ""):  # pragma: no cover - `python jobs/lag.py`
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from connectors.core.config import load_replicator_config  # noqa: E402
-from connectors.core.errors import ReplicatorError  # noqa: E402
-from connectors.core.monitoring import STALE_INTERVALS  # noqa: E402
-from jobs.metrics import PREFIX  # noqa: E402
+from connectors.core.config import load_replicator_config
+from connectors.core.errors import ReplicatorError
+from connectors.core.monitoring import STALE_INTERVALS
+from jobs.metrics import PREFIX
 
 
 class Status(StrEnum):

@@ -99,18 +99,18 @@ def make_progress_listener() -> Any:
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
     class ProgressLogger(StreamingQueryListener):
-        def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
+        def onQueryStarted(self, event: Any) -> None:  # Spark's API
             log.info("query %s started (id %s, run %s)", event.name, event.id, event.runId)
 
-        def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+        def onQueryProgress(self, event: Any) -> None:
             log.info("%s", describe_progress(event.progress))
             if log.isEnabledFor(logging.DEBUG):  # the JSON is ~60 KB a batch at 512 queues
                 log.debug("query progress: %s", event.progress.json)
 
-        def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+        def onQueryIdle(self, event: Any) -> None:
             pass
 
-        def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+        def onQueryTerminated(self, event: Any) -> None:
             if event.exception:
                 log.debug("query %s terminated with an error: %s", event.id, event.exception)
             else:

@@ -28,13 +28,13 @@ from typing import Any
 if __package__ in (None, ""):  # `spark-submit jobs/replicate.py` / `python jobs/replicate.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from connectors.core.config import ReplicatorConfig  # noqa: E402
-from connectors.core.errors import ReplicatorError  # noqa: E402
-from connectors.replication.failure_policy import FailurePolicyRunner  # noqa: E402
-from connectors.replication.tables import LinkTables  # noqa: E402
-from jobs import job_logging  # noqa: E402
-from jobs.query_supervisor import exit_job, prepare_job, run_job  # noqa: E402
-from jobs.spark_session import APP_NAME  # noqa: E402
+from connectors.core.config import ReplicatorConfig
+from connectors.core.errors import ReplicatorError
+from connectors.replication.failure_policy import FailurePolicyRunner
+from connectors.replication.tables import LinkTables
+from jobs import job_logging
+from jobs.query_supervisor import exit_job, prepare_job, run_job
+from jobs.spark_session import APP_NAME
 
 log = logging.getLogger("jobs.replicate")
 

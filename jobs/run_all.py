@@ -32,16 +32,16 @@ from typing import Any
 if __package__ in (None, ""):  # `spark-submit jobs/run_all.py` / `python jobs/run_all.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from connectors.checkpoint.data_source import CheckpointDataSource  # noqa: E402
-from connectors.config_sync.data_source import ConfigDataSource  # noqa: E402
-from connectors.core.config import ReplicatorConfig  # noqa: E402
-from connectors.heartbeat.data_source import HeartbeatDataSource  # noqa: E402
-from jobs.checkpoint import checkpoint_query_location, start_checkpoints  # noqa: E402
-from jobs.config_sync import config_query_location, start_config_sync  # noqa: E402
-from jobs.heartbeat import start_heartbeat_query  # noqa: E402
-from jobs.query_supervisor import exit_job, prepare_job, run_job  # noqa: E402
-from jobs.replicate import parse_args, start_link, summaries  # noqa: E402
-from jobs.spark_session import APP_NAME  # noqa: E402
+from connectors.checkpoint.data_source import CheckpointDataSource
+from connectors.config_sync.data_source import ConfigDataSource
+from connectors.core.config import ReplicatorConfig
+from connectors.heartbeat.data_source import HeartbeatDataSource
+from jobs.checkpoint import checkpoint_query_location, start_checkpoints
+from jobs.config_sync import config_query_location, start_config_sync
+from jobs.heartbeat import start_heartbeat_query
+from jobs.query_supervisor import exit_job, prepare_job, run_job
+from jobs.replicate import parse_args, start_link, summaries
+from jobs.spark_session import APP_NAME
 
 log = logging.getLogger("jobs.run_all")
 

@@ -42,16 +42,6 @@ def parse_perm(text: str) -> Permission:
     return perm
 
 
-def perm_name(perm: Permission) -> str:
-    """The plain_acl.yml spelling of ``perm`` (PUB|SUB for both)."""
-    if perm & Permission.DENY:
-        return "DENY"
-    both = Permission.PUB | Permission.SUB
-    if perm & both == both:
-        return "PUB|SUB"
-    return "PUB" if perm & Permission.PUB else "SUB" if perm & Permission.SUB else "DENY"
-
-
 def covers(needed: Permission, owned: Permission) -> bool:
     """True when ``owned`` grants ``needed``: never with DENY owned; ANY needs PUB or SUB; otherwise the
     needed and owned flags must share one."""

@@ -180,9 +180,6 @@ class ClientRegistry:
     def producer_clients(self, group: str) -> list[str]:
         return sorted(self._producers.get(group, {}))
 
-    def consumer_groups(self) -> list[str]:
-        return sorted(self._consumers)
-
     def snapshot(self) -> dict[str, Any]:
         """For diagnostics: group -> client ids."""
         return {

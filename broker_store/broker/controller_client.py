@@ -87,10 +87,6 @@ class ControllerClient:
         self._current = 0
         """Index of the controller that answered last (the leader, as far as this broker knows)."""
 
-    @property
-    def current_address(self) -> str:
-        return self.addresses[self._current]
-
     async def close(self) -> None:
         if self._owns_client:
             await self._client.close()

@@ -529,10 +529,6 @@ class Producer(SyncClient[AsyncProducer]):
                    timeout: float | None = None) -> SendResult:
         return self._call(lambda p: p.send_batch(messages, queue, timeout=timeout), self._budget(timeout))
 
-    def send_batch_async(self, messages: Sequence[Message], queue: QueueChoice = None, *,
-                         timeout: float | None = None) -> concurrent.futures.Future[SendResult]:
-        return self._submit(lambda p: p.send_batch(messages, queue, timeout=timeout))
-
     def send_encoded_batch_async(self, topic: str, body: bytes, queue: MessageQueue, *,
                                  timeout: float | None = None) -> concurrent.futures.Future[SendResult]:
         """``AsyncProducer.send_encoded_batch``, started at once; the future resolves to the result."""

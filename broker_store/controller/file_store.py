@@ -35,7 +35,7 @@ class FileStateStore:
         self.member_id = member_id
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._lock_file = open(self.path.with_name(self.path.name + ".lock"), "a+")  # noqa: SIM115 - held open
+        self._lock_file = open(self.path.with_name(self.path.name + ".lock"), "a+")  # held open
         try:
             fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

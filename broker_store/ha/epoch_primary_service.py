@@ -24,7 +24,6 @@ from broker_store.ha.errors import HALinkError, HAProtocolError
 from broker_store.ha.peer_auth import OPEN, PeerPolicy
 from broker_store.ha.primary_service import _READ_CHUNK, PrimaryService, _Stream
 from broker_store.ha.quorum import Quorum
-from broker_store.ha.replica_links import LinkId
 from broker_store.ha.settings import HASettings
 from broker_store.ha.store_view import EpochPrimaryLog
 from broker_store.ha.sync_state_set import SyncStateSet, SyncStateSetTracker
@@ -225,7 +224,3 @@ class EpochPrimaryService(PrimaryService):
     def _on_sss_timer(self) -> None:
         self._sss_timer = self._sss_at = None
         self._sync()
-
-    def links_by_broker(self) -> dict[int, LinkId]:
-        """Connected replicas' broker ids and links (admin views)."""
-        return {s.broker_id: link for link, s in self._streams.items()}

@@ -180,10 +180,6 @@ class PrimaryService:
             stream.last_sent = self._clock.monotonic()
         return len(data)
 
-    def shipped_offsets(self) -> dict[LinkId, int]:
-        """Next offset each connected replica will be sent (admin views, tests)."""
-        return {link: s.next_offset for link, s in self._streams.items()}
-
     # -- one replica -----------------------------------------------------------------------------------
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

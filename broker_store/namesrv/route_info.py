@@ -214,9 +214,6 @@ class RouteInfoManager:
             )
         return expired
 
-    def live_brokers(self) -> dict[BrokerKey, BrokerLiveInfo]:
-        return dict(self._broker_live_table)
-
     def brokers_at(self, broker_addr: str) -> list[tuple[BrokerKey, BrokerLiveInfo]]:
         """Registrations of the process at ``broker_addr`` (any cluster)."""
         return [(k, v) for k, v in self._broker_live_table.items() if k.addr == broker_addr]

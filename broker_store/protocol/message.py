@@ -272,7 +272,7 @@ def _stored_message_maker() -> Callable[..., StoredMessage]:
     env: dict[str, Any] = {"_new": object.__new__, "_cls": StoredMessage}
     env.update({f"_set_{n}": getattr(StoredMessage, n).__set__ for n in names})
     body = "\n".join(f"    _set_{n}(m, {n})" for n in names)
-    exec(f"def make({', '.join(names)}):\n    m = _new(_cls)\n{body}\n    return m", env)  # noqa: S102
+    exec(f"def make({', '.join(names)}):\n    m = _new(_cls)\n{body}\n    return m", env)
     maker: Callable[..., StoredMessage] = env["make"]
     return maker
 

@@ -16,7 +16,7 @@ writes it, keys sorted::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from broker_store.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
@@ -109,9 +109,6 @@ class TopicConfig:
             )
         except (TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"malformed topic config {name or ''}: {exc}") from exc
-
-    def with_perm(self, perm: int) -> TopicConfig:
-        return replace(self, perm=perm)
 
     def __str__(self) -> str:
         # The shape RocketMQ's TopicConfig.toString has; it appears in error remarks.

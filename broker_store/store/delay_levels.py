@@ -81,10 +81,6 @@ def queue_id_of_level(level: int) -> int:
     return level - 1
 
 
-def level_of_queue_id(queue_id: int) -> int:
-    return queue_id + 1
-
-
 def requested_level(props: bytes) -> int | None:
     """The DELAY property's value as an integer; None without one. ValueError if it is not an integer.
 

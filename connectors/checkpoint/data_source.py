@@ -161,7 +161,7 @@ class CheckpointStreamWriter(DataSourceStreamWriter):
                     max_runs_per_queue=o.link.checkpoints.max_runs_per_queue)
         return committer, tables
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver: translate, commit on the target, record (``CheckpointCommitter``)."""
         driver_logging()
         o = LinkOptions.from_options(self._raw)
@@ -179,5 +179,5 @@ class CheckpointStreamWriter(DataSourceStreamWriter):
         if log.isEnabledFor(logging.DEBUG) and report.problems():
             log.debug("link %s checkpoint %d problems: %s", o.link.name, batchId, "; ".join(report.problems()))
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver: nothing was applied (``commit`` does all the work)."""

@@ -123,7 +123,7 @@ class ConfigStreamWriter(DataSourceStreamWriter):
     def write(self, iterator: Iterator[Any]) -> ConfigRows:
         return ConfigRows(tuple(tuple(row) for row in iterator))
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         driver_logging()
         o = LinkOptions.from_options(self._raw)
         if any(not isinstance(m, ConfigRows) for m in messages):
@@ -146,6 +146,6 @@ class ConfigStreamWriter(DataSourceStreamWriter):
             sync_round(tables, applier, state, Evidence.from_json(json.loads(evidence)), link=o.link.name,
                        query_id=query_id, batch_id=batchId)
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing was applied (``commit`` does the work)."""
 

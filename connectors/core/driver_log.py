@@ -116,11 +116,11 @@ class SharedRotatingFileHandler(logging.handlers.RotatingFileHandler):
             self.stream = self._open()
             self._opened = self._identity()
 
-    def shouldRollover(self, record: logging.LogRecord) -> bool:  # noqa: N802 - logging's API
+    def shouldRollover(self, record: logging.LogRecord) -> bool:  # logging's API
         self._reopen_if_rolled()
         return bool(super().shouldRollover(record))
 
-    def doRollover(self) -> None:  # noqa: N802 - logging's API
+    def doRollover(self) -> None:  # logging's API
         with open(self._lock_path, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
             full = self._opened

@@ -137,7 +137,7 @@ class HeartbeatStreamWriter(DataSourceStreamWriter):
         mq = result.message_queue
         return SentHeartbeat(link_name, seq, born, f"{mq.topic}/{mq.broker_name}/{mq.queue_id}", result.queue_offset)
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         driver_logging()
         for message in messages:
             if not isinstance(message, HeartbeatCommitMessage):
@@ -154,7 +154,7 @@ class HeartbeatStreamWriter(DataSourceStreamWriter):
                     log.info("link %s: heartbeats produced again (seq %d)", sent.link, sent.seq)
                 log.debug("link %s: heartbeat %d stored at %s@%s", sent.link, sent.seq, sent.queue, sent.offset)
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver: a write task failed, or the job's stop cancelled the batch (then INFO, ``abort_level``)."""
         driver_logging()
         log.log(abort_level(), "heartbeat batch %d aborted; the next interval sends the next heartbeat", batchId)

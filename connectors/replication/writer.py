@@ -156,7 +156,7 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
 
     # -- driver ----------------------------------------------------------------------------------
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver: failure policy, then the Delta tables (idempotent per query id and batch id); the steps are
         ``batch_commit.commit_batch``'s."""
         from connectors.replication.batch_commit import commit_batch
@@ -164,7 +164,7 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
         driver_logging()
         commit_batch(self.options, messages, batchId)
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver: a write task failed, or the job's stop cancelled the batch (then INFO, not WARNING:
         ``connectors.core.job_stop.abort_level``). Messages already sent stay on the target (they are re-sent
         when the batch re-runs: at-least-once); nothing is recorded for this batch."""

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from broker_store.broker import BrokerRole, BrokerServer, run_broker
+from broker_store.broker.controller_wiring import PromotionStepsFactory
 from broker_store.broker.role_transition import StorePromotionSteps
-from broker_store.broker.server import PromotionStepsFactory
 from broker_store.broker.subscription_group import SubscriptionGroupConfig
 from broker_store.clock import SYSTEM_CLOCK, Clock, ManualClock
 from broker_store.config import BrokerConfig, NamesrvConfig
@@ -469,7 +469,7 @@ def test_auto_create_off_and_explicit_create(tmp_path: Path) -> None:
         assert resp.code == ResponseCode.TOPIC_NOT_EXIST
         assert (
             "topic[Nope] not exist" in (resp.remark or "")
-            and "auto_create_topic_enable is off" in resp.remark
+            and "auto_create_topic_enable is off" in (resp.remark or "")
         )
         h = CreateTopicRequestHeader(
             topic="Made",
@@ -1177,31 +1177,31 @@ def test_broker_connection_close_removes_it_at_once(tmp_path: Path) -> None:
 
 def test_register_broker_body_checks(tmp_path: Path) -> None:
     async def body(env: Env) -> None:
-        base = {
-            "broker_name": "x",
-            "broker_addr": "127.0.0.9:1",
-            "cluster_name": "c1",
-            "ha_server_addr": "",
-            "broker_id": 0,
-        }
+        base = RegisterBrokerRequestHeader(
+            broker_name="x",
+            broker_addr="127.0.0.9:1",
+            cluster_name="c1",
+            ha_server_addr="",
+            broker_id=0,
+        )
         body_bytes = encode_register_broker_body(TopicConfigTable({}, DataVersion()))
         resp = await env.call(
             RequestCode.REGISTER_BROKER,
-            RegisterBrokerRequestHeader(**base, compressed=True).to_ext(),
+            dataclasses.replace(base, compressed=True).to_ext(),
             body_bytes,
             addr=env.namesrv.addr,
         )
         assert resp.code == ResponseCode.SYSTEM_ERROR and "compressed" in (resp.remark or "")
         resp = await env.call(
             RequestCode.REGISTER_BROKER,
-            RegisterBrokerRequestHeader(**base, body_crc32=12345).to_ext(),
+            dataclasses.replace(base, body_crc32=12345).to_ext(),
             body_bytes,
             addr=env.namesrv.addr,
         )
         assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark == "crc32 not match"
         resp = await env.call(
             RequestCode.REGISTER_BROKER,
-            RegisterBrokerRequestHeader(**base).to_ext(),
+            base.to_ext(),
             b"{[",
             addr=env.namesrv.addr,
         )

@@ -151,7 +151,7 @@ def test_a_source_broker_killed_deletes_nothing(link: Link, clusters: tuple[Loca
     if restart:
         src.primary("src-a").start()
         src.wait_registered()
-        eventually(lambda: link.round() and cleared(link), 20, "the deferral cleared once src-a answers")
+        eventually(lambda: bool(link.round()) and cleared(link), 20, "the deferral cleared once src-a answers")
         link.rounds_for(1.0)
         assert_nothing_deleted_or_shrunk(link, dst)
 
@@ -168,7 +168,7 @@ def test_a_source_broker_frozen_past_expiry_deletes_nothing(link: Link, clusters
     assert {(r["kind"], r["subject"]) for r in link.rows() if r["status"] == "deferred"} == {
         ("source_topic_unknown", "CfgOnA")}
     src.wait_registered()
-    eventually(lambda: link.round() and cleared(link), 20, "the deferral cleared once src-a answers")
+    eventually(lambda: bool(link.round()) and cleared(link), 20, "the deferral cleared once src-a answers")
     assert_nothing_deleted_or_shrunk(link, dst)
 
 
@@ -187,7 +187,7 @@ def test_a_target_broker_killed_creates_nothing_elsewhere(link: Link, clusters: 
     assert ("create_topic", "CfgNew", "deferred") in {(r["kind"], r["subject"], r["status"]) for r in rows}
     dst.primary("dst-a").start()
     dst.wait_registered()
-    eventually(lambda: link.round() and "CfgNew" in queues(dst, link.target_admin), 20,
+    eventually(lambda: bool(link.round()) and "CfgNew" in queues(dst, link.target_admin), 20,
                "CfgNew created once the whole target answers")
     assert queues(dst, link.target_admin) == {**EXPECTED, "CfgNew": {"dst-a": (2, 2), "dst-b": (2, 2)}}
 

@@ -121,7 +121,8 @@ def test_requests_past_the_in_flight_cap_and_connections_past_the_cap_are_answer
             writer.write(encode_frame(RemotingCommand(code=HOLD, opaque=opaque)))
         busy = await call(reader, writer, 1, 3)
         assert busy.code == ResponseCode.SYSTEM_BUSY and busy.opaque == 3
-        assert (busy.remark or "").startswith("[OVERLOAD]") and "server_max_requests_in_flight 2" in busy.remark
+        remark = busy.remark or ""
+        assert remark.startswith("[OVERLOAD]") and "server_max_requests_in_flight 2" in remark
 
         other = await connect(server)  # the second connection: past max_connections 1
         refused = await call(*other, 1, 4)

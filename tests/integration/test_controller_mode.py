@@ -81,7 +81,7 @@ def broker(root: Path, name: str, namesrv: str, controller: str, store_dir: Path
         cluster_name=CLUSTER, broker_name=GROUP, listen=f"{HOST}:{broker_listen_port(False)}",
         store_dir=store_dir or root / name, namesrv_addrs=[namesrv], enable_controller_mode=True,
         controller={"controller_addrs": [controller], "replica_info_poll_interval_ms": 1000},
-        fast_listen_enable=False, commit_log_segment_size=8 * 1024 * 1024, max_message_size=1024 * 1024,
+        fast_listen_enable=False, store={"commit_log_segment_size": 8 * 1024 * 1024, "max_message_size": 1024 * 1024},
         ha={"metadata_sync_interval_ms": 500, "ha_send_heartbeat_interval_ms": 500,
             "ha_housekeeping_interval_ms": 3000})
     return Broker("broker", config, root, name)

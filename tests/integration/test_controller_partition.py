@@ -32,7 +32,7 @@ from tests.support.log_check import commitlog_image, diverges, stored_keys
 from tests.support.netns import Lan
 from tests.support.processes import Broker, ClusterProcess
 
-pytestmark = pytest.mark.integration
+pytestmark: list[pytest.MarkDecorator] = [pytest.mark.integration]
 
 CLUSTER, GROUP, TOPIC = "pc", "pc-a", "Partition"
 WAIT = 30.0

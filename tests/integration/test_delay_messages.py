@@ -14,7 +14,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, SendStatus, new_message
+from broker_store.client import (
+    Admin,
+    MessageQueue,
+    Producer,
+    PullConsumer,
+    PullStatus,
+    SendStatus,
+    StoredMessage,
+    new_message,
+)
 from tests.support.processes import GroupSpec, LocalCluster
 from tests.support.waiting import eventually
 
@@ -50,7 +59,7 @@ def test_a_level_1_message_is_pulled_from_its_topic_after_one_second_and_not_bef
         # the answer names the queue sent to and the message's offset in its level's schedule queue
         assert sent.message_queue.queue_id == 1
 
-        found = []
+        found: list[StoredMessage] = []
 
         def delivered() -> bool:
             found[:] = consumer.pull(mq, start).messages
@@ -92,7 +101,7 @@ def test_levels_above_the_last_wait_the_last_delay(cluster: LocalCluster) -> Non
         start = consumer.pull(mq, 0).next_begin_offset
         sent_at = time.time()
         producer.send(new_message("Delayed", b"capped", properties={"DELAY": "18"}), mq)
-        found = []
+        found: list[StoredMessage] = []
 
         def delivered() -> bool:
             found[:] = consumer.pull(mq, start).messages

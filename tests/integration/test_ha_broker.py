@@ -153,8 +153,11 @@ def test_replica_copies_topics_consumer_offsets_and_groups_from_its_primary(clus
         for retries in (16, 5):  # created, then updated: each reaches the replica within a few periods
             admin.create_subscription_group({"groupName": "meta-sub", "whichBrokerWhenConsumeSlowly": 1,
                                              "retryMaxTimes": retries})
-            eventually(lambda want=retries: admin.all_subscription_groups(replica.listen).get("meta-sub", {}).get(
-                "retryMaxTimes") == want, timeout=10 * period, what="subscription group copied")
+
+            def copied(want: int = retries) -> bool:
+                return admin.all_subscription_groups(replica.listen).get("meta-sub", {}).get("retryMaxTimes") == want
+
+            eventually(copied, timeout=10 * period, what="subscription group copied")
             assert admin.all_subscription_groups(replica.listen)["meta-sub"] == \
                 admin.all_subscription_groups(primary.listen)["meta-sub"]
     stored = json.loads((replica.store_dir / "config" / "subscription_groups.json").read_text())

@@ -35,8 +35,8 @@ def config(tmp: Path, name: str) -> BrokerConfig:
     its role changes by hand, as the controller agent would."""
     return BrokerConfig(cluster_name="c1", broker_name="g", listen="127.0.0.1:0", store_dir=tmp / name,
                         namesrv_addrs=[], enable_controller_mode=True, controller={"controller_addrs": ["127.0.0.1:1"]},
-                        ha=HA, commit_log_segment_size=4 * 1024 * 1024,
-                        max_message_size=64 * 1024, flush_interval_ms=50, fast_listen_enable=False)
+                        ha=HA, store={"commit_log_segment_size": 4 * 1024 * 1024, "max_message_size": 64 * 1024,
+                                      "flush_interval_ms": 50}, fast_listen_enable=False)
 
 
 async def eventually(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
@@ -53,12 +53,12 @@ async def put(broker: BrokerServer, body: bytes, *, wait: bool = True) -> PutSta
     if result.status is not PutStatus.PUT_OK:
         return result.status
     durable = result.durable
-    return durable.result() if durable.done() else await asyncio.wrap_future(durable)  # type: ignore[arg-type]
+    return durable.result() if durable.done() else await asyncio.wrap_future(durable)
 
 
 def bodies(broker: BrokerServer) -> list[bytes]:
     """What consumers of queue T/0 see, in order."""
-    store, out, offset = broker.store, [], 0
+    store, out, offset = broker.store, list[bytes](), 0
     while True:
         got = store.get_messages(TOPIC, 0, offset, 64)
         if not got.count:

@@ -69,8 +69,8 @@ def intruder(cluster: LocalCluster, primary: Broker, name: str, ha: dict[str, An
     """A replica process outside the cluster following ``primary``'s HA port (no name server)."""
     config = BrokerConfig(cluster_name=cluster.name, broker_name=primary.broker_name, broker_id=9,
                           listen=f"127.0.0.1:{broker_listen_port(False)}", store_dir=cluster.root / name,
-                          fast_listen_enable=False, commit_log_segment_size=8 * 1024 * 1024,
-                          max_message_size=1024 * 1024,
+                          fast_listen_enable=False,
+                          store={"commit_log_segment_size": 8 * 1024 * 1024, "max_message_size": 1024 * 1024},
                           ha={**FAST_HA, "role": "SLAVE", "ha_primary_address": f"127.0.0.1:{primary.ha_port}", **ha})
     broker = Broker("broker", config, cluster.root, name)
     broker.start()

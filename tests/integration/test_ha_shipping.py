@@ -244,6 +244,12 @@ def test_every_put_ok_is_on_the_replica_when_the_primary_stops_under_load(tmp_pa
             acked: list[int] = []
             pending: set[asyncio.Future[ReplicationStatus]] = set()
 
+            def record_if_ok(end: int) -> Callable[[asyncio.Future[ReplicationStatus]], None]:
+                def record(f: asyncio.Future[ReplicationStatus]) -> None:
+                    if f.result() is ReplicationStatus.PUT_OK:
+                        acked.append(end)
+                return record
+
             async def producer() -> None:
                 while True:
                     decision = group.quorum.admit(group.primary.max_physical_offset)
@@ -252,8 +258,7 @@ def test_every_put_ok_is_on_the_replica_when_the_primary_stops_under_load(tmp_pa
                     end = _put(group.primary, 1, size=500)
                     future = asyncio.wrap_future(group.quorum.wait(end, decision))
                     pending.add(future)
-                    future.add_done_callback(
-                        lambda f, end=end: acked.append(end) if f.result() is ReplicationStatus.PUT_OK else None)
+                    future.add_done_callback(record_if_ok(end))
                     if len(pending) >= 32:             # 32 puts in flight
                         done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                         pending.difference_update(done)

@@ -121,4 +121,5 @@ def test_processes_die_and_logs_stay_when_the_test_body_fails(tmp_path: Path) ->
         assert "f-namesrv" in failure_logs() and str(started.brokers[0].log_file) in failure_logs()
         raise RuntimeError("test body failed")
     assert not any(p.running() for p in processes)
-    assert all(p.log_file.exists() and p.log_file.parent == tmp_path / "f" for p in processes)
+    assert all(p.log_file is not None and p.log_file.exists() and p.log_file.parent == tmp_path / "f"
+               for p in processes)

@@ -14,17 +14,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, new_message
+from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, StoredMessage, new_message
+from broker_store.config import BrokerConfig
 from broker_store.launcher import ClusterProcesses, loopback_cluster, wait_in_sync
 from tests.support.processes import broker_listen_port, free_port, local_cluster
 
 pytestmark = pytest.mark.integration
 
 
-def pull_all(consumer: PullConsumer, queues: list[MessageQueue]) -> dict[MessageQueue, list]:
+def pull_all(consumer: PullConsumer, queues: list[MessageQueue]) -> dict[MessageQueue, list[StoredMessage]]:
     out = {}
     for mq in queues:
-        offset, msgs = 0, []
+        offset, msgs = 0, list[StoredMessage]()
         while True:
             result = consumer.pull(mq, offset, 256)
             if result.status is not PullStatus.FOUND:
@@ -182,7 +183,7 @@ def test_cluster_processes_start_a_replica_group_in_sync_and_restart_a_member(tm
     with ClusterProcesses(config, tmp_path / "run") as cluster:
         primary, replica = cluster.member("g", 0), cluster.member("g", 1)
         # No address configured: the replica learns the primary's HA address from its registration.
-        assert replica.config.ha.ha_primary_address is None
+        assert isinstance(replica.config, BrokerConfig) and replica.config.ha.ha_primary_address is None
         with Admin(cluster.namesrv_addr) as admin:
             admin.create_topic("LC", 2, broker_names=["g"])
             admin.wait_for_route("LC")

@@ -40,7 +40,7 @@ def tls_cluster(tmp_path: Path, certs: CertSet, mode: str, need_client_auth: str
     (it passes any need.client.auth), the harness's admin calls too."""
     server = certs.server_tls(mode, need_client_auth)
     own = {"enable": mode != "disabled", "client": certs.client_tls(with_cert=True)}
-    client = TlsClientSettings(**certs.client_tls(with_cert=True)) if mode != "disabled" else None
+    client = TlsClientSettings.model_validate(certs.client_tls(with_cert=True)) if mode != "disabled" else None
     return LocalCluster(tmp_path, f"tls-{mode}", brokers=1, namesrv={"tls": {"server": server, **own}},
                         tls={"server": server, **own}, client_tls=client, **extra)
 
@@ -78,7 +78,7 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_enforcing_serves_tls_clients_and_the_cli_and_refuses_plain_ones(tmp_path: Path, certs: CertSet) -> None:
-    tls = TlsClientSettings(**certs.client_tls())
+    tls = TlsClientSettings.model_validate(certs.client_tls())
     with tls_cluster(tmp_path, certs, "enforcing") as cluster:
         assert round_trip(cluster.namesrv_addr, "Secured", tls) == expected("Secured")
         with Admin(cluster.namesrv_addr) as plain, pytest.raises(RocketMQError, match="TLS required"):
@@ -108,7 +108,7 @@ def test_enforcing_serves_tls_clients_and_the_cli_and_refuses_plain_ones(tmp_pat
 
 
 def test_permissive_serves_tls_and_plain_clients_on_one_port(tmp_path: Path, certs: CertSet) -> None:
-    tls = TlsClientSettings(**certs.client_tls())
+    tls = TlsClientSettings.model_validate(certs.client_tls())
     with tls_cluster(tmp_path, certs, "permissive") as cluster:
         assert round_trip(cluster.namesrv_addr, "OverTls", tls) == expected("OverTls")
         assert round_trip(cluster.namesrv_addr, "InPlain", None) == expected("InPlain")
@@ -127,7 +127,7 @@ def test_permissive_serves_apache_rocketmqs_cpp_client_in_plain_mode(tmp_path: P
     with tls_cluster(tmp_path, certs, "permissive") as cluster:
         sent = run_cpp(CPP_PRODUCE, cluster.namesrv_addr, "CppPlain", "5", cwd=tmp_path)
         assert [s["status"] for s in sent] == [0] * 5  # SEND_OK through a permissive name server and broker
-        tls = TlsClientSettings(**certs.client_tls())
+        tls = TlsClientSettings.model_validate(certs.client_tls())
         with Admin(cluster.namesrv_addr, tls=tls) as admin, \
                 PullConsumer(cluster.namesrv_addr, "cpp-reader", heartbeat_interval=None, tls=tls) as consumer:
             ids = {m.msg_id for mq in queues(admin, "CppPlain") for m in consumer.pull(mq, 0, 32).messages}
@@ -137,7 +137,7 @@ def test_permissive_serves_apache_rocketmqs_cpp_client_in_plain_mode(tmp_path: P
 def test_disabled_serves_plain_clients_only(tmp_path: Path, certs: CertSet) -> None:
     with local_cluster(tmp_path, "tls-off", brokers=1) as cluster:
         assert round_trip(cluster.namesrv_addr, "Plain", None) == expected("Plain")
-        tls = TlsClientSettings(**certs.client_tls())
+        tls = TlsClientSettings.model_validate(certs.client_tls())
         with Admin(cluster.namesrv_addr, tls=tls) as admin, \
                 pytest.raises(RocketMQError, match=r"TLS handshake with .* failed.*tls.server.mode disabled"):
             admin.cluster_info()
@@ -148,14 +148,14 @@ def test_disabled_serves_plain_clients_only(tmp_path: Path, certs: CertSet) -> N
 def test_need_client_auth_require_refuses_clients_without_a_trusted_certificate(tmp_path: Path,
                                                                                certs: CertSet) -> None:
     with tls_cluster(tmp_path, certs, "enforcing", need_client_auth="require") as cluster:
-        with Admin(cluster.namesrv_addr, tls=TlsClientSettings(**certs.client_tls())) as no_cert, \
+        with Admin(cluster.namesrv_addr, tls=TlsClientSettings.model_validate(certs.client_tls())) as no_cert, \
                 pytest.raises(RocketMQError, match="may require a client certificate"):
             no_cert.cluster_info()
-        stranger = TlsClientSettings(trustCertPath=certs.ca, certPath=certs.stranger_cert,
-                                     keyPath=certs.stranger_key)
+        stranger = TlsClientSettings.model_validate({"trustCertPath": certs.ca, "certPath": certs.stranger_cert,
+                                                     "keyPath": certs.stranger_key})
         with Admin(cluster.namesrv_addr, tls=stranger) as wrong_ca, pytest.raises(RocketMQError):
             wrong_ca.cluster_info()
-        mutual = TlsClientSettings(**certs.client_tls(with_cert=True))
+        mutual = TlsClientSettings.model_validate(certs.client_tls(with_cert=True))
         assert round_trip(cluster.namesrv_addr, "Mutual", mutual) == expected("Mutual")
 
 

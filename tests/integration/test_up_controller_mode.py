@@ -29,10 +29,11 @@ import yaml
 from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, SendStatus, new_message
 from broker_store.client.controller_admin import controller_metadata, sync_state_data
 from broker_store.controller.etcd_members import INSTALL_HINT, find_etcd
+from broker_store.launcher import HOST
 from broker_store.net.client import RemotingClient
 from broker_store.protocol.controller import ReplicasInfo
 from broker_store.protocol.errors import RocketMQError
-from tests.support.processes import HOST, broker_listen_port, free_port
+from tests.support.processes import broker_listen_port, free_port
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.integration,

@@ -14,10 +14,19 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, new_message
+from broker_store.client import (
+    Admin,
+    MessageQueue,
+    Producer,
+    PullConsumer,
+    PullStatus,
+    StoredMessage,
+    new_message,
+)
 from tests.support.processes import GroupSpec, local_cluster
 from tests.support.waiting import eventually
 
@@ -97,11 +106,12 @@ def cpp_env(cwd: Path) -> dict[str, str]:
     return {"HOME": str(cwd), "PATH": "/usr/bin:/bin"}
 
 
-def run_cpp(script: str, *args: str, cwd: Path) -> list[dict]:
+def run_cpp(script: str, *args: str, cwd: Path) -> list[dict[str, Any]]:
     result = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120,
                             cwd=cwd, env=cpp_env(cwd))
     assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    rows: list[dict[str, Any]] = json.loads(result.stdout.strip().splitlines()[-1])  # the script's JSON report
+    return rows
 
 
 def test_cpp_client_produces_and_our_client_consumes(tmp_path: Path) -> None:
@@ -137,7 +147,7 @@ def test_a_cpp_clients_delay_level_is_honoured(tmp_path: Path) -> None:
             route = admin.topic_route("CppDelayed")
         queues = [MessageQueue("CppDelayed", q.broker_name, i) for q in route.queue_datas
                   for i in range(q.read_queue_nums)]
-        found = []
+        found: list[StoredMessage] = []
         with PullConsumer(cluster.namesrv_addr, "our-group") as consumer:
             def delivered() -> bool:
                 found[:] = [m for mq in queues for m in consumer.pull(mq, 0, 8).messages if m.msg_id == sent["msg_id"]]
@@ -230,7 +240,12 @@ class ChildLines:
         self.lines: queue.Queue[str] = queue.Queue()
         assert proc.stdout is not None
         stdout = proc.stdout
-        threading.Thread(target=lambda: [self.lines.put(line.strip()) for line in stdout], daemon=True).start()
+
+        def read_lines() -> None:
+            for line in stdout:
+                self.lines.put(line.strip())
+
+        threading.Thread(target=read_lines, daemon=True).start()
 
     def next(self, timeout: float) -> str | None:
         """The next line, or None when none came within ``timeout`` seconds."""

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -20,6 +21,9 @@ from broker_store.client import Admin, MessageQueue, Producer, StoredMessage
 from jobs.worker_python import bytecode_worker_environment
 from tests.spark.spark_processes import read_topic
 from tests.support.processes import LocalCluster
+
+if TYPE_CHECKING:  # imported inside the fixture, after the environment Spark reads is set
+    from pyspark.sql import SparkSession
 
 DST_MAX_MESSAGE_SIZE = 2 * 1024 * 1024
 SRC_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
@@ -86,7 +90,7 @@ def hook_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def spark(hook_log: Path) -> Iterator[object]:
+def spark(hook_log: Path) -> Iterator[SparkSession]:
     os.environ["RMQ_TEST_HOOK_LOG"] = str(hook_log)
     # Spark's Python workers must run this interpreter (pyspark, the project) and find the tests
     # package (failure hooks live in tests/spark/hooks.py).

@@ -5,9 +5,26 @@ from __future__ import annotations
 import random
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 from broker_store.client import MessageQueue, Producer, SendResult, new_message
+
+
+class LinkArgs(TypedDict):
+    """The keyword arguments of ``run_link`` that name the link's two ends, its topics and where it keeps state
+    (a test that runs one link several times keeps them in one of these)."""
+
+    source_namesrv: str
+    source_cluster: str
+    target_namesrv: str
+    target_cluster: str
+    topics: str
+    work: Path
+    link: str
+    reader: NotRequired[dict[str, str]]
 
 
 def unique(prefix: str) -> str:
@@ -35,10 +52,10 @@ def produce_random(producer: Producer, topic: str, queues: list[MessageQueue], c
     return results
 
 
-def run_link(spark: Any, *, source_namesrv: str, source_cluster: str, target_namesrv: str, target_cluster: str,
+def run_link(spark: SparkSession, *, source_namesrv: str, source_cluster: str, target_namesrv: str, target_cluster: str,
              topics: str, work: Path, link: str, reader: dict[str, str] | None = None,
              writer: dict[str, str] | None = None, available_now: bool = True, wait: bool = True,
-             timeout: float = 120, processing_time: str | None = None) -> Any:
+             timeout: int = 120, processing_time: str | None = None) -> StreamingQuery:
     """Run src -> dst for ``topics`` as one streaming query; AvailableNow by default, else every
     ``processing_time`` (None: batches back to back). Returns the query."""
     read = (spark.readStream.format("rocketmq").option("namesrv", source_namesrv).option("topics", topics)

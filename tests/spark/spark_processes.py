@@ -55,7 +55,7 @@ def tagged_pids(tag: str) -> list[int]:
 
 
 def _socket_inodes(pid: int) -> set[str]:
-    inodes = set()
+    inodes: set[str] = set()
     try:
         fds = list(Path(f"/proc/{pid}/fd").iterdir())
     except OSError:

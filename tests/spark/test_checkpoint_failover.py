@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pyspark.sql import SparkSession
 
 from broker_store.client import MessageQueue, PullConsumer, PullStatus, StoredMessage, new_message
 from connectors.checkpoint.data_source import CheckpointDataSource
@@ -63,7 +64,7 @@ def write_config(work: Path, src: Cluster, dst: Cluster, link: str, topics: dict
     return path
 
 
-def start_checkpoints(spark: Any, config: Path, link: str, work: Path) -> Any:
+def start_checkpoints(spark: SparkSession, config: Path, link: str, work: Path) -> Any:
     """The checkpoint job's own query start (``jobs.checkpoint.start_checkpoints``) on the test session;
     its Spark checkpoint is ``<work>/checkpoints/<link>-checkpoint``."""
     spark.dataSource.register(CheckpointDataSource)
@@ -98,7 +99,7 @@ def _key(mq: MessageQueue) -> QueueKey:
     return QueueKey(mq.topic, mq.broker_name, mq.queue_id)
 
 
-def translate_once(spark: Any, config: Path, link: str, work: Path, *groups: str,
+def translate_once(spark: SparkSession, config: Path, link: str, work: Path, *groups: str,
                    timeout: float = 60) -> CheckpointTables:
     """Run the link's checkpoint query until every one of ``groups`` has a translated checkpoint, stop it,
     and return its tables."""
@@ -106,14 +107,16 @@ def translate_once(spark: Any, config: Path, link: str, work: Path, *groups: str
     tables = CheckpointTables(work / "delta" / link)
     try:
         for group in groups:
-            wait_for(lambda group=group: tables.newest_translated_ms(group) is not None, timeout,
-                     f"a translated checkpoint of {group}")
+            def translated(group: str = group) -> bool:
+                return tables.newest_translated_ms(group) is not None
+
+            wait_for(translated, timeout, f"a translated checkpoint of {group}")
     finally:
         checkpoints.stop()
     return tables
 
 
-def test_group_fails_over_to_the_target_without_loss_or_repeat(spark: Any, clusters: tuple[Cluster, Cluster],
+def test_group_fails_over_to_the_target_without_loss_or_repeat(spark: SparkSession, clusters: tuple[Cluster, Cluster],
                                                                tmp_path: Path) -> None:
     """Renamed topic (Orders -> OrdersDR): the target group continues exactly where the source group stopped."""
     src, dst = clusters
@@ -142,7 +145,8 @@ def test_group_fails_over_to_the_target_without_loss_or_repeat(spark: Any, clust
     assert sorted(consumed_src + consumed_dst) == sorted(everything)
 
 
-def test_recovery_point_while_everything_runs(spark: Any, clusters: tuple[Cluster, Cluster], tmp_path: Path) -> None:
+def test_recovery_point_while_everything_runs(spark: SparkSession, clusters: tuple[Cluster, Cluster],
+                                              tmp_path: Path) -> None:
     """Producer, source consumer (about 40 messages per queue behind the producer), replication (1 s trigger)
     and checkpoints (1 s) all running: the age of the newest complete checkpoint, sampled every 0.25 s for
     20 s after a warm-up, keeps moving: its median is within interval + 1 s and no sample exceeds 4 intervals
@@ -210,7 +214,7 @@ def test_recovery_point_while_everything_runs(spark: Any, clusters: tuple[Cluste
     assert statistics.median(ages) <= 1000 + 1000 and ages[-1] <= 4 * 1000, ages
 
 
-def test_several_topics_into_one_fail_over_without_loss(spark: Any, clusters: tuple[Cluster, Cluster],
+def test_several_topics_into_one_fail_over_without_loss(spark: SparkSession, clusters: tuple[Cluster, Cluster],
                                                         tmp_path: Path) -> None:
     """N:1 (EU + US -> All): each target queue gets the minimum over the source queues feeding it, so the target
     consumer misses nothing; it re-reads only messages of the other topic that the group had consumed."""
@@ -241,7 +245,7 @@ def test_several_topics_into_one_fail_over_without_loss(spark: Any, clusters: tu
     assert len(repeated) < len(consumed_src)  # only the other topic's consumed messages above the minimum
 
 
-def test_a_re_sent_batch_translates_to_its_newest_copy(spark: Any, clusters: tuple[Cluster, Cluster],
+def test_a_re_sent_batch_translates_to_its_newest_copy(spark: SparkSession, clusters: tuple[Cluster, Cluster],
                                                       tmp_path: Path) -> None:
     """A batch sent but not committed (the driver killed before its Delta commit) is sent again when the query
     restarts: the target holds it twice and the offset map only the second copy. Simulated in one process:
@@ -288,7 +292,7 @@ def _copies(target: dict[MessageQueue, list[StoredMessage]]) -> dict[str, list[t
     return where
 
 
-def test_a_batch_re_sent_after_a_driver_kill_translates_exactly(spark: Any, clusters: tuple[Cluster, Cluster],
+def test_a_batch_re_sent_after_a_driver_kill_translates_exactly(spark: SparkSession, clusters: tuple[Cluster, Cluster],
                                                                  tmp_path: Path) -> None:
     """The replication job runs as ``spark-submit jobs/replicate.py``. Its batch carrying the second half of
     the topic is sent to the target, then held in the writer's driver-side commit (before the Delta commit)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pyspark.sql import SparkSession
 
 from connectors.config_sync.applier import CONFIG_CHANGES, ConfigTables
 from connectors.config_sync.data_source import ConfigDataSource
@@ -43,7 +44,8 @@ def wait_until(predicate: Any, timeout: float, what: str) -> float:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def test_topics_and_groups_follow_the_source(spark: Any, clusters: tuple[Cluster, Cluster], tmp_path: Path) -> None:
+def test_topics_and_groups_follow_the_source(spark: SparkSession, clusters: tuple[Cluster, Cluster],
+                                             tmp_path: Path) -> None:
     src, dst = clusters
     prefix = unique("Cfg")
     group = unique("cfggroup")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
 
 from broker_store.client import Admin, MessageQueue, Producer
 from connectors.checkpoint.tables import CHECKPOINTS, SHARED_DETAIL, TRANSLATED_OUTCOMES
@@ -53,7 +54,7 @@ def one_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         processes.stop()
 
 
-def replicate(spark: Any, config: Path, link: str, work: Path) -> None:
+def replicate(spark: SparkSession, config: Path, link: str, work: Path) -> None:
     """The link once through (AvailableNow), as ``jobs/replicate.py`` starts it under run_all."""
     delta = str(work / "delta")
     frame = (spark.readStream.format("rocketmq").option("config", str(config)).option("link", link)
@@ -86,7 +87,7 @@ def setup_link(src: Cluster, dst: Cluster, work: Path, link: str, messages: int,
     return topic, config, group, queues, consumed
 
 
-def test_two_source_brokers_into_one_fail_over_exactly(spark: Any, clusters: tuple[Cluster, Cluster],
+def test_two_source_brokers_into_one_fail_over_exactly(spark: SparkSession, clusters: tuple[Cluster, Cluster],
                                                        one_broker: Cluster, tmp_path: Path) -> None:
     src, dst, link = clusters[0], one_broker, "fewer"
     topic, config, group, queues, consumed_src = setup_link(src, dst, tmp_path, link, 800)
@@ -109,7 +110,7 @@ def test_two_source_brokers_into_one_fail_over_exactly(spark: Any, clusters: tup
     assert len(consumed_src) + len(consumed_dst) == 800
 
 
-def test_a_capped_target_topic_shares_queues_and_says_so(spark: Any, clusters: tuple[Cluster, Cluster],
+def test_a_capped_target_topic_shares_queues_and_says_so(spark: SparkSession, clusters: tuple[Cluster, Cluster],
                                                           one_broker: Cluster, tmp_path: Path) -> None:
     src, dst, link = clusters[0], one_broker, "shared"
     topic, config, group, queues, consumed_src = setup_link(src, dst, tmp_path, link, 800, max_queue_nums=4)
@@ -134,7 +135,8 @@ def test_a_capped_target_topic_shares_queues_and_says_so(spark: Any, clusters: t
           f"again on the target")
 
 
-def test_source_growth_grows_the_target_before_new_queues_are_placed(spark: Any, clusters: tuple[Cluster, Cluster],
+def test_source_growth_grows_the_target_before_new_queues_are_placed(spark: SparkSession,
+                                                                     clusters: tuple[Cluster, Cluster],
                                                                      one_broker: Cluster, tmp_path: Path) -> None:
     """The source topic grows from 2 x 2 to 2 x 4 queues between two runs of the link, with no config-sync round
     in between: the replication driver grows the target topic (4 -> 8 queues on its one broker) before it

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pyspark.sql import SparkSession
 
 from broker_store.client import new_message
 from connectors.core.offsets import QueueKey
-from connectors.replication.tables import LinkTables
+from connectors.replication.tables import LinkTables, StoredFailure
 from tests.spark.conftest import DST_MAX_MESSAGE_SIZE, Cluster
-from tests.spark.helpers import produce_random, run_link, unique
+from tests.spark.helpers import LinkArgs, produce_random, run_link, unique
 
 pytestmark = pytest.mark.integration
 
@@ -22,12 +23,13 @@ PERM_READ = 4
 PERM_READ_WRITE = 6
 
 
-def _args(src: Cluster, dst: Cluster, topic: str, work: Path, link: str) -> dict[str, object]:
-    return dict(source_namesrv=src.namesrv, source_cluster="src", target_namesrv=dst.namesrv,
-                target_cluster="dst", topics=topic, work=work, link=link)
+def _args(src: Cluster, dst: Cluster, topic: str, work: Path, link: str) -> LinkArgs:
+    return LinkArgs(source_namesrv=src.namesrv, source_cluster="src", target_namesrv=dst.namesrv,
+                    target_cluster="dst", topics=topic, work=work, link=link)
 
 
-def test_dismiss_records_not_writable_and_too_big(spark, clusters: tuple[Cluster, Cluster], tmp_path: Path) -> None:
+def test_dismiss_records_not_writable_and_too_big(spark: SparkSession, clusters: tuple[Cluster, Cluster],
+                                                  tmp_path: Path) -> None:
     src, dst = clusters
     closed, big = unique("Closed"), unique("Big")
     src.create_topic(closed, 1)
@@ -45,7 +47,7 @@ def test_dismiss_records_not_writable_and_too_big(spark, clusters: tuple[Cluster
     assert query.exception() is None
     tables = LinkTables(tmp_path / "delta" / "dismiss", source_cluster="src")
     failures = tables.unreplayed_failures()
-    by_topic: dict[str, list] = {}
+    by_topic: dict[str, list[StoredFailure]] = {}
     for f in failures:
         by_topic.setdefault(f.message.topic, []).append(f)
     assert len(by_topic[closed]) == 5 and len(by_topic[big]) == 1
@@ -80,8 +82,8 @@ def test_dismiss_records_not_writable_and_too_big(spark, clusters: tuple[Cluster
     assert [f.message.topic for f in tables.unreplayed_failures()] == [big]
 
 
-def test_custom_hook_dismisses_or_fails_the_batch(spark, clusters: tuple[Cluster, Cluster], tmp_path: Path,
-                                                  hook_log: Path) -> None:
+def test_custom_hook_dismisses_or_fails_the_batch(spark: SparkSession, clusters: tuple[Cluster, Cluster],
+                                                  tmp_path: Path, hook_log: Path) -> None:
     src, dst = clusters
     topic = unique("Hook")
     src.create_topic(topic, 1)

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from broker_store.client import Admin, MessageQueue, StoredMessage
 from connectors.core.offsets import QueueKey
@@ -117,8 +118,11 @@ def test_driver_killed_three_times_mid_stream(clusters: tuple[Cluster, Cluster],
             job = submit_replicate(config, ["kill"], tmp_path / f"driver-{kill}.log")
             jobs.append(job)
             before = len(committed_batches(checkpoint))
-            wait_for(lambda before=before: len(committed_batches(checkpoint)) > before, 180,
-                     f"run {kill}: a batch committed", alive=job)
+
+            def committed_another(before: int = before) -> bool:
+                return len(committed_batches(checkpoint)) > before
+
+            wait_for(committed_another, 180, f"run {kill}: a batch committed", alive=job)
             time.sleep(rng.uniform(0.1, 2.0))
             job.kill()
             ranges = in_flight_ranges(checkpoint)
@@ -192,7 +196,10 @@ def test_target_outage_blocks_and_retries(clusters: tuple[Cluster, Cluster], out
     job = submit_replicate(config, list(topics), tmp_path / "driver.log", env={"RMQ_TEST_HOOK_LOG": str(hook_log)})
     try:
         for link in topics:
-            wait_for(lambda link=link: tables[link].latest_offsets() != {}, 180, f"{link}: first batch", alive=job)
+            def committed_one(link: str = link) -> bool:
+                return tables[link].latest_offsets() != {}
+
+            wait_for(committed_one, 180, f"{link}: first batch", alive=job)
         down_at = time.monotonic()
         for broker in target.brokers:
             broker.kill()
@@ -203,8 +210,10 @@ def test_target_outage_blocks_and_retries(clusters: tuple[Cluster, Cluster], out
         sent = {link: p.join(120) for link, p in producers.items()}
         with Admin(src.namesrv) as admin:
             for link, topic in topics.items():
-                wait_for(lambda link=link, topic=topic: _caught_up(tables[link], admin, src.queues(topic)), 180,
-                         f"{link}: caught up", alive=job)
+                def caught_up(link: str = link, topic: str = topic) -> bool:
+                    return _caught_up(tables[link], admin, src.queues(topic))
+
+                wait_for(caught_up, 180, f"{link}: caught up", alive=job)
         assert job.alive(), "the job died during the outage"
         log = job.log()
     finally:
@@ -218,7 +227,11 @@ def test_target_outage_blocks_and_retries(clusters: tuple[Cluster, Cluster], out
         copies = read_topic(target.namesrv_addr, queues)
         refused = {p.uniq_key for p in sent[link] if len(p.body) > 64 * 1024}
         assert len(refused) == 2
-        result = compare(sent[link], copies, skip=lambda p, refused=refused: p.uniq_key in refused)
+
+        def was_refused(p: Produced, refused: set[str] = refused) -> bool:
+            return p.uniq_key in refused
+
+        result = compare(sent[link], copies, skip=was_refused)
         assert not result.missing and not result.mismatched and not result.unexpected, link
         _assert_same_queue(sent[link], copies)
         failures = tables[link].unreplayed_failures()
@@ -310,7 +323,8 @@ def test_standalone_cluster_executors_in_their_own_processes(clusters: tuple[Clu
 
 
 @pytest.mark.slow
-def test_100k_messages_byte_exact_queue_preserving(spark, clusters: tuple[Cluster, Cluster], tmp_path: Path) -> None:
+def test_100k_messages_byte_exact_queue_preserving(spark: SparkSession, clusters: tuple[Cluster, Cluster],
+                                                   tmp_path: Path) -> None:
     started = time.monotonic()
     src, dst = clusters
     topic = unique("Large")

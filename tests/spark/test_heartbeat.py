@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from deltalake import DeltaTable
+from pyspark.sql import SparkSession
 
 from broker_store.client import Admin
 from connectors.core.config import load_replicator_config
@@ -55,7 +56,7 @@ def _heartbeat_job(config: Path, tmp_path: Path, *extra: str) -> TaggedProcess:
 
 
 def test_heartbeat_lag_on_the_target_then_stale_when_replication_stops(
-        spark: Any, pair: tuple[LocalCluster, LocalCluster], tmp_path: Path) -> None:
+        spark: SparkSession, pair: tuple[LocalCluster, LocalCluster], tmp_path: Path) -> None:
     """"Heartbeat lag appears on the target within two intervals", read as: once the link is up (it has
     carried one heartbeat from source to target: link l1 OK on the endpoint; measured from there, not from
     process launch, since Spark's start-up on a loaded machine is no part of the link's lag), the first

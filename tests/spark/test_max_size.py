@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from broker_store.client import new_message
 from connectors.replication.tables import FAILURES, LinkTables
@@ -33,7 +34,7 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 @pytest.mark.parametrize("row_format", ["ranges", "arrow"])
-def test_max_size_bodies_replicate_byte_exact(spark, clusters: tuple[Cluster, Cluster], twin: Cluster,
+def test_max_size_bodies_replicate_byte_exact(spark: SparkSession, clusters: tuple[Cluster, Cluster], twin: Cluster,
                                               tmp_path: Path, row_format: str) -> None:
     src, _ = clusters
     assert SRC_MAX_MESSAGE_SIZE == 4 * MIB

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
 
 from connectors.replication.placement_table import PLACEMENTS, PlacementTable
 from connectors.replication.tables import OFFSET_MAP, LinkTables
@@ -21,7 +22,7 @@ from tests.spark.spark_processes import wait_for, write_replicator_config
 pytestmark = pytest.mark.integration
 
 
-def start(spark: Any, config: Path, work: Path, row_format: str) -> Any:
+def start(spark: SparkSession, config: Path, work: Path, row_format: str) -> Any:
     delta = str(work / "delta")
     frame = (spark.readStream.format("rocketmq").option("config", str(config)).option("link", "place")
              .option("deltaLocation", delta).option("startingOffsets", "earliest").option("rowFormat", row_format)
@@ -46,7 +47,8 @@ def mapping(tables: LinkTables) -> dict[tuple[str, int], set[tuple[str, int]]]:
 
 
 @pytest.mark.parametrize(("row_format", "decided_by"), [("ranges", "driver"), ("arrow", "executor")])
-def test_placement_survives_source_growth_target_shrink_and_restart(spark, clusters: tuple[Cluster, Cluster],
+def test_placement_survives_source_growth_target_shrink_and_restart(spark: SparkSession,
+                                                                    clusters: tuple[Cluster, Cluster],
                                                                     tmp_path: Path, row_format: str,
                                                                     decided_by: str) -> None:
     """ranges: the driver places the queues (the job's format); arrow: the sink's tasks do, with the same

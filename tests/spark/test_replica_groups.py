@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from broker_store.client import Admin, MessageQueue, Producer
 from connectors.core.offsets import QueueKey
@@ -30,7 +31,7 @@ def ha_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Loca
         yield src, dst
 
 
-def test_replication_between_replica_groups(spark, ha_clusters: tuple[LocalCluster, LocalCluster],
+def test_replication_between_replica_groups(spark: SparkSession, ha_clusters: tuple[LocalCluster, LocalCluster],
                                             tmp_path: Path) -> None:
     src, dst = ha_clusters
     topic = unique("HA")

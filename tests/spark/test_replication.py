@@ -8,12 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from connectors.core.offsets import QueueKey
 from connectors.replication.loop_guard import CHAIN_PROPERTY
 from connectors.replication.tables import LinkTables
 from tests.spark.conftest import Cluster
-from tests.spark.helpers import produce_random, run_link, unique
+from tests.spark.helpers import LinkArgs, produce_random, run_link, unique
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +22,7 @@ IGNORED = {"CLUSTER", CHAIN_PROPERTY}
 
 
 @pytest.mark.parametrize("row_format", ["arrow", "raw", "ranges"])
-def test_byte_exact_queue_preserving(spark, clusters: tuple[Cluster, Cluster], tmp_path: Path,
+def test_byte_exact_queue_preserving(spark: SparkSession, clusters: tuple[Cluster, Cluster], tmp_path: Path,
                                      row_format: str) -> None:
     """Per-message rows (arrow), raw pulls forwarded by the sink, and queue ranges the sink pulls itself
     (ranges, as the replicate job runs), queues grouped into fewer partitions for raw and ranges."""
@@ -66,11 +67,11 @@ def test_byte_exact_queue_preserving(spark, clusters: tuple[Cluster, Cluster], t
     by_src = {(m.broker_name, m.queue_id): source[m] for m in source}
     by_dst = {(m.broker_name, m.queue_id): target[m] for m in target}
     for r in rows:
-        s_msgs = {m.queue_offset: m for m in by_src[(r["source_broker"], r["source_queue_id"])]}
-        t_msgs = {m.queue_offset: m for m in by_dst[(r["target_broker"], r["target_queue_id"])]}
+        s_at = {m.queue_offset: m for m in by_src[(r["source_broker"], r["source_queue_id"])]}
+        t_at = {m.queue_offset: m for m in by_dst[(r["target_broker"], r["target_queue_id"])]}
         assert r["source_last_offset"] - r["source_first_offset"] == r["target_last_offset"] - r["target_first_offset"]
         for k in range(r["messages"]):
-            assert t_msgs[r["target_first_offset"] + k].body == s_msgs[r["source_first_offset"] + k].body
+            assert t_at[r["target_first_offset"] + k].body == s_at[r["source_first_offset"] + k].body
     metrics = tables.read("metrics").to_pylist()
     assert sum(m["messages"] for m in metrics) == 3000
     assert all(m["messages"] <= 1000 for m in metrics)
@@ -79,7 +80,7 @@ def test_byte_exact_queue_preserving(spark, clusters: tuple[Cluster, Cluster], t
 
 @pytest.mark.parametrize("row_format", ["raw", "ranges"])
 def test_pulls_by_the_sink_apply_the_tag_filter_and_advance_past_filtered_messages(
-        spark, clusters: tuple[Cluster, Cluster], tmp_path: Path, row_format: str) -> None:
+        spark: SparkSession, clusters: tuple[Cluster, Cluster], tmp_path: Path, row_format: str) -> None:
     src, dst = clusters
     topic = unique("RawTags")
     src.create_topic(topic, 2)
@@ -115,7 +116,8 @@ def _write_config(path: Path, src: Cluster, dst: Cluster, topic: str, work: Path
     return path
 
 
-def test_loop_prevention_between_two_links(spark, clusters: tuple[Cluster, Cluster], tmp_path: Path) -> None:
+def test_loop_prevention_between_two_links(spark: SparkSession, clusters: tuple[Cluster, Cluster],
+                                           tmp_path: Path) -> None:
     """A->B and B->A on the same topics (regex links, started through jobs.replicate): every message
     ends up once on each side, and messages that came from the other side are skipped, not echoed."""
     from connectors.core.config import load_replicator_config
@@ -145,7 +147,7 @@ def test_loop_prevention_between_two_links(spark, clusters: tuple[Cluster, Clust
     assert sum(m["skipped_loop"] for m in metrics_a) == 120
 
 
-def test_resume_from_delta_when_checkpoint_is_deleted(spark, clusters: tuple[Cluster, Cluster],
+def test_resume_from_delta_when_checkpoint_is_deleted(spark: SparkSession, clusters: tuple[Cluster, Cluster],
                                                       tmp_path: Path) -> None:
     import shutil
 
@@ -155,8 +157,8 @@ def test_resume_from_delta_when_checkpoint_is_deleted(spark, clusters: tuple[Clu
     dst.create_topic(topic, 2)
     queues = src.queues(topic)
     produce_random(src.producer, topic, queues, 300, seed=3)
-    kwargs = dict(source_namesrv=src.namesrv, source_cluster="src", target_namesrv=dst.namesrv,
-                  target_cluster="dst", topics=topic, work=tmp_path, link="resume")
+    kwargs = LinkArgs(source_namesrv=src.namesrv, source_cluster="src", target_namesrv=dst.namesrv,
+                      target_cluster="dst", topics=topic, work=tmp_path, link="resume")
     assert run_link(spark, **kwargs).exception() is None
     assert dst.count(topic) == 300
     shutil.rmtree(tmp_path / "checkpoints")
@@ -170,7 +172,7 @@ def test_resume_from_delta_when_checkpoint_is_deleted(spark, clusters: tuple[Clu
         assert [m.body for m in source[smq]] == [m.body for m in target[tmq]]
 
 
-def test_a_batch_replayed_after_a_restart_is_not_sent_twice(spark, clusters: tuple[Cluster, Cluster],
+def test_a_batch_replayed_after_a_restart_is_not_sent_twice(spark: SparkSession, clusters: tuple[Cluster, Cluster],
                                                              tmp_path: Path) -> None:
     """The job stopped after the sink committed its batch to Delta but before Spark wrote the batch's commit
     (here: that commit file removed): the restarted query re-runs the batch with the same offsets, and the
@@ -180,9 +182,9 @@ def test_a_batch_replayed_after_a_restart_is_not_sent_twice(spark, clusters: tup
     src.create_topic(topic, 2)
     dst.create_topic(topic, 2)
     produce_random(src.producer, topic, src.queues(topic), 300, seed=5)
-    kwargs = dict(source_namesrv=src.namesrv, source_cluster="src", target_namesrv=dst.namesrv,
-                  target_cluster="dst", topics=topic, work=tmp_path, link="replay",
-                  reader={"maxMessagesPerTrigger": "100"})  # 3 batches: the last one is re-run
+    kwargs = LinkArgs(source_namesrv=src.namesrv, source_cluster="src", target_namesrv=dst.namesrv,
+                      target_cluster="dst", topics=topic, work=tmp_path, link="replay",
+                      reader={"maxMessagesPerTrigger": "100"})  # 3 batches: the last one is re-run
     assert run_link(spark, **kwargs).exception() is None
     assert dst.count(topic) == 300
     commits = sorted((tmp_path / "checkpoints" / "replay" / "commits").glob("[0-9]*"), key=lambda f: int(f.name))
@@ -194,7 +196,7 @@ def test_a_batch_replayed_after_a_restart_is_not_sent_twice(spark, clusters: tup
     assert sum(m["messages"] for m in metrics) == 300
 
 
-def test_available_now_stops_at_the_end_and_limit_bounds_batches(spark, clusters: tuple[Cluster, Cluster],
+def test_available_now_stops_at_the_end_and_limit_bounds_batches(spark: SparkSession, clusters: tuple[Cluster, Cluster],
                                                                   tmp_path: Path) -> None:
     """maxMessagesPerTrigger=150 over 1000 messages: every batch <= 150; messages produced after the
     query started (after its first batch) are not read by this AvailableNow run."""
@@ -218,7 +220,7 @@ def test_available_now_stops_at_the_end_and_limit_bounds_batches(spark, clusters
     assert dst.count(topic) == 1000
 
 
-def test_progress_is_mirrored_to_the_source_consumer_group(spark, clusters: tuple[Cluster, Cluster],
+def test_progress_is_mirrored_to_the_source_consumer_group(spark: SparkSession, clusters: tuple[Cluster, Cluster],
                                                            tmp_path: Path) -> None:
     """commit(end) writes the query's offsets as CID_RMQ_SYS_REPLICATOR_<link> on the source, so
     mqadmin-style tools see the replicator's progress and lag (one batch behind: Spark commits a

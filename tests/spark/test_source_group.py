@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from tests.spark.conftest import Cluster
 from tests.spark.helpers import produce_random, run_link, unique
@@ -35,7 +36,8 @@ def wait_for_no_lag(src: Cluster, topic: str, group: str, timeout: float = 10) -
              f"lag 0 of group {group} on {topic} (lag when the wait began: {lag(src, topic, group)})")
 
 
-def test_lag_is_zero_after_an_available_now_run(spark, clusters: tuple[Cluster, Cluster], tmp_path: Path) -> None:
+def test_lag_is_zero_after_an_available_now_run(spark: SparkSession, clusters: tuple[Cluster, Cluster],
+                                                tmp_path: Path) -> None:
     src, dst = clusters
     topic = unique("LagNow")
     src.create_topic(topic, 4)
@@ -48,7 +50,8 @@ def test_lag_is_zero_after_an_available_now_run(spark, clusters: tuple[Cluster, 
     wait_for_no_lag(src, topic, "CID_RMQ_SYS_REPLICATOR_lag-now", timeout=5)
 
 
-def test_lag_is_zero_when_idle_and_after_stop(spark, clusters: tuple[Cluster, Cluster], tmp_path: Path) -> None:
+def test_lag_is_zero_when_idle_and_after_stop(spark: SparkSession, clusters: tuple[Cluster, Cluster],
+                                              tmp_path: Path) -> None:
     src, dst = clusters
     topic = unique("LagIdle")
     group = "CID_RMQ_SYS_REPLICATOR_lag-idle"

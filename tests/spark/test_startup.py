@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
 
 from connectors.replication.warmup import join_worker_warmup, start_worker_warmup
 
 
-def test_worker_warmup_completes(spark: Any, caplog: pytest.LogCaptureFixture) -> None:
+def test_worker_warmup_completes(spark: SparkSession, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG, logger="connectors.replication.warmup"):
         threads = start_worker_warmup(spark)
         join_worker_warmup(threads)

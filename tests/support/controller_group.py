@@ -76,7 +76,7 @@ def broker_config(listen: str, namesrv: str, store_dir: Path, *, cluster: str, g
                         namesrv_addrs=[namesrv], enable_controller_mode=True,
                         controller={"controller_addrs": list(controllers or [namesrv]),
                                     "replica_info_poll_interval_ms": 500},
-                        fast_listen_enable=False, commit_log_segment_size=8 * 1024 * 1024, ha=dict(ha),
+                        fast_listen_enable=False, store={"commit_log_segment_size": 8 * 1024 * 1024}, ha=dict(ha),
                         **options)
 
 

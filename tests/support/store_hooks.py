@@ -14,10 +14,10 @@ from broker_store.store import MessageStore
 def crash(store: MessageStore) -> None:
     """Stop ``store`` as a crash would: no final ConsumeQueue flush and no checkpoint (its ``shutdown`` with
     that step skipped); its threads stop and its descriptors are released so the test can reopen the directory."""
-    with mock.patch.object(store._flush, "flush_queues_and_checkpoint"):  # noqa: SLF001
+    with mock.patch.object(store._flush, "flush_queues_and_checkpoint"):
         store.shutdown()
 
 
 def flush_queues_and_checkpoint(store: MessageStore) -> None:
     """The flush thread's periodic ConsumeQueue fsync and checkpoint, now."""
-    store._flush.flush_queues_and_checkpoint()  # noqa: SLF001
+    store._flush.flush_queues_and_checkpoint()

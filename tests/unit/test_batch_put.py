@@ -103,8 +103,9 @@ def test_batch_records_match_encode_stored_message(store: MessageStore, messages
 
 
 def test_single_put_matches_encode_stored_message(store: MessageStore) -> None:
-    entry: PutEntry = (b"body", b"K\x01v\x02", 7, 99)
-    r = store.put_message("One", 2, entry[0], entry[1], tags_code=99, flag=7, sys_flag=1, born_timestamp=5,
+    body, properties = b"body", b"K\x01v\x02"
+    entry: PutEntry = (body, properties, 7, 99)
+    r = store.put_message("One", 2, body, properties, tags_code=99, flag=7, sys_flag=1, born_timestamp=5,
                           born_host=BORN_HOST, reconsume_times=0)
     records, _, ids = _expected_records("One", 2, [entry], 0, 0, 1, 5)
     assert store.read_commit_log(0, len(records)) == records and list(r.msg_ids) == ids

@@ -103,13 +103,14 @@ def test_namesrv_defaults() -> None:
 
 
 def test_to_store_config(tmp_path: Path) -> None:
-    cfg = BrokerConfig(
-        broker_name="a",
-        store_dir=tmp_path,
-        flush_mode="SYNC_FLUSH",
-        flush_timeout_ms=1234,
-        max_commit_log_bytes=10 * 1024 * 1024,
-    )
+    # The flat store keys are raw input (folded into ``store`` by a validator), so they go through model_validate.
+    cfg = BrokerConfig.model_validate({
+        "broker_name": "a",
+        "store_dir": tmp_path,
+        "flush_mode": "SYNC_FLUSH",
+        "flush_timeout_ms": 1234,
+        "max_commit_log_bytes": 10 * 1024 * 1024,
+    })
     sc = cfg.to_store_config()
     assert sc.store_dir == tmp_path and sc.flush_mode is FlushMode.SYNC_FLUSH and sc.flush_timeout_ms == 1234
     assert sc.max_commit_log_bytes == 10 * 1024 * 1024 and sc.max_message_size == cfg.store.max_message_size

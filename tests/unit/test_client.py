@@ -15,8 +15,9 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import orjson
 import pytest
@@ -83,6 +84,9 @@ from broker_store.protocol.topic import TopicConfig
 # -- fakes ---------------------------------------------------------------------------------------
 
 
+T = TypeVar("T")
+
+
 class LoopThread:
     """An event loop in a thread for the fake servers (the client has its own)."""
 
@@ -91,7 +95,7 @@ class LoopThread:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="fake-servers")
         self.thread.start()
 
-    def run(self, coro):  # type: ignore[no-untyped-def]
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(10)
 
     def stop(self) -> None:
@@ -282,7 +286,7 @@ class Cluster:
         self.b = FakeBroker("broker-b")
         self.a1 = FakeBroker("broker-a", broker_id=1, store=self.a.store)
         self.brokers = [self.a, self.b, self.a1]
-        for server in [self.namesrv, *self.brokers]:
+        for server in self.servers():
             loop.run(server.server.start())
         self.namesrv.routes["t"] = make_route([self.a, self.b])
         self.namesrv.routes["TBW102"] = make_route([self.a, self.b], queues=8, perm=7)
@@ -291,8 +295,11 @@ class Cluster:
                                "broker-b": BrokerData("c1", "broker-b", {0: self.b.addr})},
             cluster_addr_table={"c1": ("broker-a", "broker-b")})
 
+    def servers(self) -> list[FakeNamesrv | FakeBroker]:
+        return [self.namesrv, *self.brokers]
+
     def stop(self) -> None:
-        for server in [self.namesrv, *self.brokers]:
+        for server in self.servers():
             self.loop.run(server.server.stop())
 
 
@@ -324,7 +331,8 @@ def test_route_json_with_bare_numeric_keys_decodes() -> None:
            b'"topicSysFlag":0,"writeQueueNums":2},{"brokerName":"broker-a","perm":6,"readQueueNums":3,'
            b'"topicSysFlag":0,"writeQueueNums":3}]}')
     route = TopicRouteData.decode(raw)
-    assert route.broker("broker-a").broker_addrs == {0: "10.0.0.1:10911", 1: "10.0.0.2:10911"}
+    broker_a = route.broker("broker-a")
+    assert broker_a is not None and broker_a.broker_addrs == {0: "10.0.0.1:10911", 1: "10.0.0.2:10911"}
     # broker-b has no primary: readable but not writable.
     assert publish_queues("t", route) == [MessageQueue("t", "broker-a", i) for i in range(3)]
     assert [q.broker_name for q in subscribe_queues("t", route)] == ["broker-a"] * 3 + ["broker-b"] * 2
@@ -827,7 +835,8 @@ def test_admin_metadata_and_offsets(cluster: Cluster) -> None:
         info = admin.cluster_info()
         assert info.cluster_addr_table["c1"] == ("broker-a", "broker-b")
         assert admin.topic_list() == ["TBW102", "t"]
-        assert admin.topic_route("t").broker("broker-b").master_addr == cluster.b.addr
+        broker_b = admin.topic_route("t").broker("broker-b")
+        assert broker_b is not None and broker_b.master_addr == cluster.b.addr
         with pytest.raises(TopicNotExistError):
             admin.topic_route("nope")
         assert admin.max_offset(mq) == 3 and admin.min_offset(mq) == 0

@@ -49,7 +49,12 @@ def test_manual_block_holds_the_thread_until_the_clock_has_moved_that_far() -> N
     thread_side: ThreadClock = clock  # the connectors' retry loops read it through this shape
     started = clock.monotonic()
     done = threading.Event()
-    thread = threading.Thread(target=lambda: (thread_side.block(5), done.set()))
+
+    def blocked() -> None:
+        thread_side.block(5)
+        done.set()
+
+    thread = threading.Thread(target=blocked)
     thread.start()
     while not done.is_set():
         assert clock.monotonic() - started < 60, "block never returned"

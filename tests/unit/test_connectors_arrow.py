@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import Any
@@ -93,8 +94,10 @@ def test_raw_rows_send_exactly_what_per_message_rows_send(monkeypatch: pytest.Mo
     monkeypatch.setattr(sending, "target_producer", lambda _o: Capture())
     options = SinkOptions(namesrv="127.0.0.1:1", target_cluster="dst", preserve_queues=False)
     results = []
-    for feed in (lambda w: w.add_record_batch(messages_to_arrow(messages, "src-a", "src")),
-                 lambda w: w.add_raw_batch(raw_rb)):
+    feeds: list[Callable[[PartitionWriter], object]] = [
+        lambda w: w.add_record_batch(messages_to_arrow(messages, "src-a", "src")),
+        lambda w: w.add_raw_batch(raw_rb)]
+    for feed in feeds:
         sent.append([])
         writer = PartitionWriter(options)
         feed(writer)

@@ -40,14 +40,15 @@ def test_group_selection() -> None:
 
 
 def test_link_yaml_takes_checkpoint_settings_and_names_a_bad_field() -> None:
+    link_doc: dict[str, object] = {"name": "l", "source": "a", "target": "b", "topics": {"all_topics": True},
+                                   "checkpoint_location": "c", "delta_location": "d",
+                                   "checkpoints": {"interval": "2 seconds", "groups": {"include": ["app_.*"]}}}
     doc = {"clusters": [{"name": "a", "namesrv": ["127.0.0.1:1"]}, {"name": "b", "namesrv": ["127.0.0.1:2"]}],
-           "links": [{"name": "l", "source": "a", "target": "b", "topics": {"all_topics": True},
-                      "checkpoint_location": "c", "delta_location": "d",
-                      "checkpoints": {"interval": "2 seconds", "groups": {"include": ["app_.*"]}}}]}
+           "links": [link_doc]}
     link = parse_replicator_config(doc).links[0]
     assert link.checkpoints.interval == 2.0 and link.checkpoints.groups.selects("app_1")
     assert link.config_sync.propagate_deletion is False
-    doc["links"][0]["checkpoints"] = {"groups": {"include": ["("]}}
+    link_doc["checkpoints"] = {"groups": {"include": ["("]}}
     with pytest.raises(ConfigError, match=r"links\[0\]\.checkpoints\.groups\.include\[0\]"):
         parse_replicator_config(doc, file="x.yaml")
 
@@ -101,10 +102,10 @@ def test_link_progress_from_the_replication_tables(tmp_path: Path) -> None:
 def _same_as_full_read(progress: LinkProgress, tables: LinkTables) -> None:
     full = read_link_progress(tables)
     assert progress.replicated_next == full.replicated_next == tables.latest_offsets()
-    progress_translator, full = progress.translator, full.translator
-    assert progress_translator.sources() == full.sources()
-    for q in full.sources():
-        assert progress_translator.runs(q) == full.runs(q), q
+    progress_translator, full_translator = progress.translator, full.translator
+    assert progress_translator.sources() == full_translator.sources()
+    for q in full_translator.sources():
+        assert progress_translator.runs(q) == full_translator.runs(q), q
 
 
 def test_incremental_progress_equals_a_full_read(tmp_path: Path) -> None:

@@ -36,6 +36,8 @@ from connectors.replication.forwarding import (
     SKIP,
     ForwardedPull,
     RecordForwarder,
+    Skip,
+    Stamp,
     target_properties,
 )
 
@@ -50,8 +52,8 @@ def record(offset: int, props: bytes, body: bytes = b"body", *, topic: bytes = b
                                  store_ip=STORE_IP, store_port=STORE_PORT)
 
 
-def stamp_for(source: str | None, target: str = "dst"):  # noqa: ANN201 - the Stamp callable
-    def stamp(chain: str | None) -> object:
+def stamp_for(source: str | None, target: str = "dst") -> Stamp:
+    def stamp(chain: str | None) -> str | None | Skip:
         props = {loop_guard.CHAIN_PROPERTY: chain} if chain is not None else {}
         if loop_guard.should_skip(props, target, source):
             return SKIP
@@ -171,7 +173,7 @@ def test_dropped_entries_pattern_removes_whole_entries_only() -> None:
 
 
 names = st.text(alphabet="ABCKLMNOPQRSTUVWXYZ_", min_size=1, max_size=12)
-values = st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=20)
+values = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x01\x02"), max_size=20)
 
 
 @settings(max_examples=200, deadline=None)
@@ -213,10 +215,10 @@ def test_the_c_loop_equals_the_python_loop(messages: list[tuple[dict[str, str], 
     forwarder = RecordForwarder(DROPPED_PROPERTIES, stamp_for(source))
     each = forwarder.forward_each(buf, "T", 3, first, stop)
     assert forwarder.forward(buf, "T", 3, first, stop) == each
-    if forwarding._forward_plain is None:  # noqa: SLF001
+    if forwarding._forward_plain is None:
         pytest.skip("connectors.replication._forward is not built")
-    plain = forwarding._forward_plain(buf, b"T", 3, first, stop, forwarder._dropped_names,  # noqa: SLF001
-                                      forwarder._suffix_for_unchained(), MAX_PROPERTIES_LENGTH)  # noqa: SLF001
+    plain = forwarding._forward_plain(buf, b"T", 3, first, stop, forwarder._dropped_names,
+                                      forwarder._suffix_for_unchained(), MAX_PROPERTIES_LENGTH)
     if all(plain_ones[first:stop]) and not each.refused:
         assert plain is not None
     if plain is not None:
@@ -224,14 +226,15 @@ def test_the_c_loop_equals_the_python_loop(messages: list[tuple[dict[str, str], 
 
 
 def test_the_c_loop_declines_foreign_and_broken_records() -> None:
-    if forwarding._forward_plain is None:  # noqa: SLF001
+    forward_plain = forwarding._forward_plain
+    if forward_plain is None:
         pytest.skip("connectors.replication._forward is not built")
     forwarder = RecordForwarder(DROPPED_PROPERTIES, stamp_for("src"))
     plain = record(0, encode_properties({"UNIQ_KEY": "U0"}))
 
     def c_loop(buf: bytes) -> object:
-        return forwarding._forward_plain(buf, b"T", 3, 0, (1 << 63) - 1, forwarder._dropped_names,  # noqa: SLF001
-                                         forwarder._suffix_for_unchained(), MAX_PROPERTIES_LENGTH)  # noqa: SLF001
+        return forward_plain(buf, b"T", 3, 0, (1 << 63) - 1, forwarder._dropped_names,
+                             forwarder._suffix_for_unchained(), MAX_PROPERTIES_LENGTH)
 
     assert c_loop(plain) is not None and c_loop(b"") is not None
     for bad in (record(1, encode_properties({"UNIQ_KEY": "U1"}), topic=b"Other"),

@@ -46,7 +46,8 @@ def run(first: int, last: int, target_first: int, queue: QueueKey = Q0, target: 
 
 
 def rows(t: LinkTables, table: str) -> list[dict[str, Any]]:
-    return DeltaTable(t.path(table)).to_pyarrow_table().to_pylist()
+    table_rows: list[dict[str, Any]] = DeltaTable(t.path(table)).to_pyarrow_table().to_pylist()  # pyarrow: untyped
+    return table_rows
 
 
 # -- current_offsets ---------------------------------------------------------------------------------

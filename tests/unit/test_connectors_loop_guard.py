@@ -32,6 +32,7 @@ def test_message_produced_on_b_goes_to_a_once() -> None:
 
 def test_chain_order_through_three_clusters() -> None:
     on_b = replicate({}, "A", "B")
+    assert on_b is not None
     on_c = replicate(on_b, "B", "C")
     assert on_c is not None and parse_chain(on_c[CHAIN_PROPERTY]) == ("A", "B")
     assert replicate(on_c, "C", "A") is None and replicate(on_c, "C", "B") is None

@@ -257,7 +257,7 @@ def _reader(monkeypatch: pytest.MonkeyPatch, admin: FakeAdmin, clock: FakeClock,
     reader = reader_module.RocketMQStreamReader({"namesrv": "127.0.0.1:9", "cluster": "src", "link": "L",
                                                  "retryBackoffMs": "100", "retryBackoffMaxMs": "2000",
                                                  "retryTimeoutMs": "30000", **options})
-    reader._state.admin = admin
+    monkeypatch.setattr(reader._state, "admin", admin)  # a fake in the Admin's place
     reader._state.clock = clock.monotonic
     reader.outage.clock = clock
     return reader

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from deltalake import DeltaTable
@@ -66,8 +67,9 @@ def metrics(n: int) -> BatchMetrics:
                         latency=summarise_latencies(range(1, n + 1)), record_age_ms=50, wall_time_ms=9)
 
 
-def rows(t: LinkTables, table: str) -> list[dict[str, object]]:
-    return DeltaTable(t.path(table)).to_pyarrow_table().to_pylist()
+def rows(t: LinkTables, table: str) -> list[dict[str, Any]]:
+    table_rows: list[dict[str, Any]] = DeltaTable(t.path(table)).to_pyarrow_table().to_pylist()  # pyarrow: untyped
+    return table_rows
 
 
 def test_same_query_and_batch_is_recorded_once(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 from broker_store.clock import ManualClock
 from broker_store.controller.file_store import FileStateStore
 from broker_store.controller.processor import ControllerProcessor
-from broker_store.controller.replicas import BrokerLiveInfo
+from broker_store.controller.replicas import BrokerLiveInfo, Outcome
 from broker_store.controller.runtime_settings import (
     SettingsUpdateRefused,
     settings_properties,
@@ -162,7 +162,7 @@ def test_a_changed_scan_interval_retimes_the_running_scan(tmp_path: Path) -> Non
         controller = Controller(FileStateStore(tmp_path / "state.json"), slow, clock=clock)
         scans: list[float] = []
 
-        async def counted() -> list[object]:  # when the loop scans is the point here, not what a scan does
+        async def counted() -> list[Outcome]:  # when the loop scans is the point here, not what a scan does
             scans.append(clock.monotonic())
             return []
 

@@ -4,6 +4,7 @@ sleeping: a ManualClock is advanced by hand."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -249,9 +250,13 @@ def test_many_pipelined_waiters_resolve_in_offset_order() -> None:
         quorum.replica_reported(link, 0)
     order: list[int] = []
     futures = []
+
+    def record(end: int) -> Callable[[object], None]:
+        return lambda _: order.append(end)
+
     for end in range(100, 100_100, 100):
         f = quorum.wait(end, quorum.admit(end))
-        f.add_done_callback(lambda _, end=end: order.append(end))
+        f.add_done_callback(record(end))
         futures.append(f)
     assert quorum.acks.pending == 1000
     quorum.replica_reported("r1", 100_000)
@@ -285,8 +290,12 @@ def test_mixed_needs_resolve_independently_and_in_offset_order() -> None:
     clock = ManualClock()
     tracker = AckTracker(clock, timeout=1.0)
     order: list[tuple[int, int]] = []
+
+    def record(end: int, need: int) -> Callable[[object], None]:
+        return lambda _: order.append((end, need))
+
     for end, need in [(10, 3), (20, 2), (30, 3), (40, 2)]:
-        tracker.wait(end, need, []).add_done_callback(lambda _, e=end, n=need: order.append((e, n)))
+        tracker.wait(end, need, []).add_done_callback(record(end, need))
     tracker.on_acks([40])            # one replica at 40: the need-2 puts are done, need-3 wait
     assert order == [(20, 2), (40, 2)]
     tracker.on_acks([40, 35])

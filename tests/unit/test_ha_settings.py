@@ -42,10 +42,10 @@ def test_min_le_in_sync_le_total(counts: tuple[int, int, int], ok: bool) -> None
     total, in_sync, min_in_sync = counts
     kwargs = {"total_replicas": total, "in_sync_replicas": in_sync, "min_in_sync_replicas": min_in_sync}
     if ok:
-        HASettings(**kwargs)  # type: ignore[arg-type]
+        HASettings.model_validate(kwargs)
         return
     with pytest.raises(ValidationError, match="min_in_sync_replicas <= in_sync_replicas <= total_replicas"):
-        HASettings(**kwargs)  # type: ignore[arg-type]
+        HASettings.model_validate(kwargs)
 
 
 def test_errors_name_file_field_and_allowed_values(tmp_path: Path) -> None:

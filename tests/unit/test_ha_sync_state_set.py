@@ -31,7 +31,7 @@ def test_a_replica_joins_once_its_ack_reaches_the_confirm_offset_and_the_epoch_s
     t.acked(2, "a", 99, primary_max=100)
     assert t.proposal() is None  # below the confirm offset
     t.acked(2, "a", 100, primary_max=100)
-    assert t.proposal() == {PRIMARY, 2}
+    assert t.proposal() == frozenset({PRIMARY, 2})
 
 
 def test_a_joiner_must_hold_something_of_the_current_epoch() -> None:
@@ -40,7 +40,7 @@ def test_a_joiner_must_hold_something_of_the_current_epoch() -> None:
     t.acked(2, "a", 400, primary_max=400)
     assert t.proposal() is None
     t.acked(2, "a", 500, primary_max=500)
-    assert t.proposal() == {PRIMARY, 2}
+    assert t.proposal() == frozenset({PRIMARY, 2})
 
 
 def test_an_async_learner_never_joins() -> None:
@@ -58,7 +58,7 @@ def test_alter_round_trip_and_the_union_while_in_flight() -> None:
     t.acked(2, "a", 200, primary_max=200)
     t.acked(3, "b", 200, primary_max=200)
     proposed = t.proposal()
-    assert proposed == {PRIMARY, 2, 3}
+    assert proposed == frozenset({PRIMARY, 2, 3})
     t.alter_started(proposed)
     assert t.proposal() is None  # one alter at a time
     assert t.counted() == {PRIMARY, 2, 3}  # #5663: the joiner counts before the controller answers
@@ -107,7 +107,7 @@ def test_confirm_offset_freezes_while_a_member_is_disconnected_then_moves_once_i
     assert t.confirm_offset(400) == 200  # #6662: frozen, 3 may hold less than 2
     assert t.frozen_by == [3]
     proposed = t.proposal()
-    assert proposed == {PRIMARY, 2}  # leaves on disconnect
+    assert proposed == frozenset({PRIMARY, 2})  # leaves on disconnect
     t.alter_started(proposed)
     assert t.confirm_offset(400) == 200  # still counted while the alter is in flight
     t.alter_done(SyncStateSet(frozenset({PRIMARY, 2}), 2))
@@ -133,7 +133,7 @@ def test_a_member_that_does_not_catch_up_leaves_after_the_timeout() -> None:
     clock.advance(4.9)
     assert t.proposal() is None
     clock.advance(0.1)
-    assert t.proposal() == {PRIMARY}  # and not re-admitted: its ack is past the confirm offset it held back
+    assert t.proposal() == frozenset({PRIMARY})  # and not re-admitted: its ack is past the confirm offset it held back
 
 
 def test_a_replica_that_never_caught_up_does_not_join() -> None:

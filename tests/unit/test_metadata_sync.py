@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from broker_store.broker.consumer_offset import ConsumerOffsetManager
@@ -46,10 +47,12 @@ class PrimaryClient:
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         assert addr == PRIMARY
         self.asked.append(cmd.code)
-        body = {RequestCode.GET_ALL_TOPIC_CONFIG: lambda: self.primary.topics.table().encode(),
-                RequestCode.GET_ALL_CONSUMER_OFFSET: self.primary.offsets.encode_wrapper,
-                RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.primary.groups.encode_wrapper,
-                RequestCode.GET_ALL_DELAY_OFFSET: self.delay_offsets.encode_wrapper}[cmd.code]()
+        answers: dict[int, Callable[[], bytes]] = {
+            RequestCode.GET_ALL_TOPIC_CONFIG: lambda: self.primary.topics.table().encode(),
+            RequestCode.GET_ALL_CONSUMER_OFFSET: self.primary.offsets.encode_wrapper,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.primary.groups.encode_wrapper,
+            RequestCode.GET_ALL_DELAY_OFFSET: self.delay_offsets.encode_wrapper}
+        body = answers[cmd.code]()
         return cmd.response(ResponseCode.SUCCESS, body=body)
 
 

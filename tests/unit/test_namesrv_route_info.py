@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from broker_store.clock import ManualClock
 from broker_store.namesrv.route_info import BrokerKey, RouteInfoManager
 from broker_store.protocol.route import TopicRouteData, loads_rocketmq
 from broker_store.protocol.topic import DataVersion, TopicConfig
+
+
+class _Where(TypedDict):
+    """The broker-identifying keyword arguments of ``register_broker`` a test repeats."""
+
+    cluster: str
+    broker_addr: str
+    broker_name: str
+
+
+class _WhereWithId(_Where):
+    broker_id: int
 
 
 def _topics(*specs: tuple[str, int]) -> dict[str, TopicConfig]:
@@ -67,7 +81,7 @@ def test_replica_registration_reports_primary() -> None:
 
 def test_queue_data_updates_only_when_data_version_changes() -> None:
     routes, _ = _manager()
-    kw = {"cluster": "c", "broker_addr": "10.0.0.1:10911", "broker_name": "b", "broker_id": 0}
+    kw: _WhereWithId = {"cluster": "c", "broker_addr": "10.0.0.1:10911", "broker_name": "b", "broker_id": 0}
     routes.register_broker(**kw, topic_configs=_topics(("A", 4)), data_version=DataVersion(10, 1))
     routes.register_broker(**kw, topic_configs=_topics(("A", 4), ("B", 2)), data_version=DataVersion(10, 1))
     assert routes.all_topics() == ["A"]
@@ -143,8 +157,8 @@ def test_a_promoted_replica_s_topics_become_the_group_s_at_the_same_data_version
     """Controller mode: the replica registered (id 1) while the old primary was listed; promoted, it registers
     as id 0 with the data version it had, over the old primary's entry: its topics still become the route."""
     routes, _ = _manager()
-    old = {"cluster": "c", "broker_name": "b", "broker_addr": "h:1"}
-    new = {"cluster": "c", "broker_name": "b", "broker_addr": "h:2"}
+    old: _Where = {"cluster": "c", "broker_name": "b", "broker_addr": "h:1"}
+    new: _Where = {"cluster": "c", "broker_name": "b", "broker_addr": "h:2"}
     routes.register_broker(**old, broker_id=0, topic_configs=_topics(("A", 4)), data_version=DataVersion(5, 1))
     routes.register_broker(**new, broker_id=1, topic_configs=_topics(("A", 4), ("B", 2)),
                            data_version=DataVersion(7, 1))

@@ -19,7 +19,7 @@ from broker_store.net import client as net_client
 from broker_store.net.client import RemotingClient
 from broker_store.net.server import Connection, RemotingServer
 from broker_store.protocol.codes import RequestCode, ResponseCode
-from broker_store.protocol.frame import RemotingCommand
+from broker_store.protocol.frame import RemotingCommand, encode_frame
 from broker_store.protocol.route import BrokerData, QueueData, TopicRouteData
 
 NAMESRV, BROKER = "127.0.0.1:9876", "127.0.0.1:10911"
@@ -137,7 +137,7 @@ def test_a_request_started_as_the_connection_opens_waits_for_the_earlier_request
         client = RemotingClient()
         addr = f"127.0.0.1:{server.port}"
         late: list[asyncio.Task[RemotingCommand]] = []
-        real_encode = net_client.encode_frame
+        real_encode = encode_frame  # the function net.client calls, patched there below
 
         def encode_then_start_one_more(cmd: RemotingCommand) -> bytes:
             # Runs as the first request is written, the connection just published: start a request now.

@@ -32,7 +32,7 @@ def open_store(d: Path, *, hold: bool = False, **kw: object) -> MessageStore:
                                  "flush_interval_ms": 60_000, "retention_interval_ms": 0,
                                  "commit_log_warm_ahead": 0}
     params.update(kw)
-    store = MessageStore(StoreConfig(store_dir=d, **params), store_host=HOST,  # type: ignore[arg-type]
+    store = MessageStore(StoreConfig(store_dir=d, **params), store_host=HOST,
                          hold_confirm_offset=hold)
     store.start()
     return store

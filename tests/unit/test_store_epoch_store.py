@@ -97,7 +97,7 @@ def test_a_crash_inside_the_store_truncation_recovers(tmp_path: Path, monkeypatc
     the log's end, open() drops the epoch past it."""
     es, fork = forked_store(tmp_path)
     point = rejoin_point(es, primary_max=10**9 + 500)
-    queues = es.store._queues  # noqa: SLF001 - the crash lands between the store's own steps
+    queues = es.store._queues  # the crash lands between the store's own steps
 
     def crash(*_args: object) -> None:
         raise Crash

@@ -30,7 +30,7 @@ def open_store(d: Path, **kw: object) -> MessageStore:
     params: dict[str, object] = {"commit_log_segment_size": SEG, "consume_queue_segment_entries": 32,
                                  "flush_interval_ms": 60_000, "retention_interval_ms": 0}
     params.update(kw)
-    store = MessageStore(StoreConfig(store_dir=d, **params), store_host=HOST)  # type: ignore[arg-type]
+    store = MessageStore(StoreConfig(store_dir=d, **params), store_host=HOST)
     store.start()
     return store
 
@@ -251,9 +251,9 @@ def test_kill_dash_nine_keeps_every_acked_message(tmp_path: Path) -> None:
             n = gen.choice([1, 1, 4])
             bodies = [gen.randbytes(gen.randrange(1, 3000)) for _ in range(n)]
             if i in by_i:
-                _, q, qo, _, _, ids = by_i[i]
+                _, q_text, qo_text, _, _, ids = by_i[i]
                 for k, msg_id in enumerate(ids.split(",")):
-                    acked[int(msg_id[16:], 16)] = (int(q), int(qo) + k, bodies[k])
+                    acked[int(msg_id[16:], 16)] = (int(q_text), int(qo_text) + k, bodies[k])
         store = MessageStore(StoreConfig(store_dir=tmp_path, commit_log_segment_size=64 * 1024,
                                          consume_queue_segment_entries=100, flush_mode=FlushMode.SYNC_FLUSH),
                              store_host="127.0.0.1:10911")

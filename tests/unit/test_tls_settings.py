@@ -66,47 +66,47 @@ def test_unknown_keys_are_refused(tmp_path: Path) -> None:
 
 def test_enforcing_needs_a_certificate_and_key(certs: CertSet) -> None:
     with pytest.raises(ValueError, match="mode enforcing needs keyPath"):
-        TlsServerSettings(mode="enforcing", certPath=certs.server_cert)  # type: ignore[arg-type]
+        TlsServerSettings.model_validate({"mode": "enforcing", "certPath": certs.server_cert})
     with pytest.raises(ValueError, match="mode permissive needs certPath and keyPath"):
-        TlsServerSettings(mode="permissive")  # type: ignore[arg-type]
-    assert TlsServerSettings(mode="disabled").mode is TlsMode.DISABLED  # type: ignore[arg-type]
+        TlsServerSettings.model_validate({"mode": "permissive"})
+    assert TlsServerSettings.model_validate({"mode": "disabled"}).mode is TlsMode.DISABLED
 
 
 def test_client_auth_needs_trusted_cas(certs: CertSet) -> None:
     with pytest.raises(ValueError, match="need.client.auth require needs trustCertPath"):
-        TlsServerSettings(mode="enforcing", certPath=certs.server_cert, keyPath=certs.server_key,  # type: ignore[arg-type]
-                          **{"need.client.auth": "require"})
+        TlsServerSettings.model_validate({"mode": "enforcing", "certPath": certs.server_cert,
+                                           "keyPath": certs.server_key, "need.client.auth": "require"})
 
 
 def test_a_client_certificate_needs_its_key(certs: CertSet) -> None:
     with pytest.raises(ValueError, match="keyPath is missing"):
-        TlsClientSettings(certPath=certs.client_cert)
+        TlsClientSettings.model_validate({"certPath": certs.client_cert})
 
 
 def test_inline_pem_is_refused() -> None:
     with pytest.raises(ValueError, match="inline PEM text is not allowed"):
-        TlsClientSettings(keyPath="-----BEGIN PRIVATE KEY-----\nMIG...", certPath="x")  # type: ignore[arg-type]
+        TlsClientSettings.model_validate({"keyPath": "-----BEGIN PRIVATE KEY-----\nMIG...", "certPath": "x"})
 
 
 def test_contexts_load_and_name_files_that_do_not(certs: CertSet) -> None:
-    server = server_context(TlsServerSettings(**certs.server_tls("enforcing", "require")))  # type: ignore[arg-type]
+    server = server_context(TlsServerSettings.model_validate(certs.server_tls("enforcing", "require")))
     assert server.verify_mode == ssl.CERT_REQUIRED
-    client = client_context(TlsClientSettings(**certs.client_tls(with_cert=True)))  # type: ignore[arg-type]
+    client = client_context(TlsClientSettings.model_validate(certs.client_tls(with_cert=True)))
     assert (client.verify_mode, client.check_hostname) == (ssl.CERT_REQUIRED, False)
-    assert client_context(TlsClientSettings(authServer=False)).verify_mode == ssl.CERT_NONE
-    mismatched = TlsServerSettings(mode="enforcing", certPath=certs.server_cert,  # type: ignore[arg-type]
-                                   keyPath=certs.client_key)
+    assert client_context(TlsClientSettings.model_validate({"authServer": False})).verify_mode == ssl.CERT_NONE
+    mismatched = TlsServerSettings.model_validate({"mode": "enforcing", "certPath": certs.server_cert,
+                                                 "keyPath": certs.client_key})
     with pytest.raises(ConfigError, match=r"tls\.server\.certPath / tls\.server\.keyPath .*cannot load"):
         server_context(mismatched)
-    not_pem = TlsClientSettings(trustCertPath=certs.client_key)  # a key where CA certificates belong
+    not_pem = TlsClientSettings.model_validate({"trustCertPath": certs.client_key})  # a key where CA certs belong
     with pytest.raises(ConfigError, match=r"tls\.client\.trustCertPath .*cannot load"):
         client_context(not_pem)
     assert ServerTls.from_settings(TlsServerSettings()).context is None
 
 
 def test_a_launcher_written_config_reloads(tmp_path: Path, certs: CertSet) -> None:
-    cfg = NamesrvConfig(tls={"server": certs.server_tls("enforcing"), "enable": True,  # type: ignore[arg-type]
-                             "client": certs.client_tls()})
+    cfg = NamesrvConfig.model_validate({"tls": {"server": certs.server_tls("enforcing"), "enable": True,
+                                                   "client": certs.client_tls()}})
     path = write_config(tmp_path, "ns", cfg)
     assert load_yaml(path, NamesrvConfig) == cfg
 
@@ -124,8 +124,9 @@ def test_cli_options(tmp_path: Path, certs: CertSet, monkeypatch: pytest.MonkeyP
     assert tls_from_args(cli_args("--tls")) == TlsClientSettings()
     settings = tls_from_args(cli_args("--tls-trust-cert", str(certs.ca), "--tls-cert", str(certs.client_cert),
                                       "--tls-key", str(certs.client_key)))
-    assert settings == TlsClientSettings(trustCertPath=certs.ca, certPath=certs.client_cert, keyPath=certs.client_key)
-    assert tls_from_args(cli_args("--tls-no-verify")) == TlsClientSettings(authServer=False)
+    assert settings == TlsClientSettings.model_validate(
+        {"trustCertPath": certs.ca, "certPath": certs.client_cert, "keyPath": certs.client_key})
+    assert tls_from_args(cli_args("--tls-no-verify")) == TlsClientSettings.model_validate({"authServer": False})
     with pytest.raises(ConfigError, match=r"--tls-trust-cert \(tls.client.trustCertPath\): .*file not found: .*x.pem"):
         tls_from_args(cli_args("--tls-trust-cert", str(tmp_path / "x.pem")))
     with pytest.raises(ConfigError, match="keyPath is missing"):
@@ -141,7 +142,7 @@ def replicator(tls: object) -> dict[str, object]:
 
 def test_replicator_cluster_tls_block(tmp_path: Path, certs: CertSet) -> None:
     config = parse_replicator_config(replicator(certs.client_tls(with_cert=True)))
-    assert config.cluster("A").tls == TlsClientSettings(**certs.client_tls(with_cert=True))  # type: ignore[arg-type]
+    assert config.cluster("A").tls == TlsClientSettings.model_validate(certs.client_tls(with_cert=True))
     assert config.cluster("B").tls is None
     with pytest.raises(ReplicatorConfigError) as info:
         parse_replicator_config(replicator({"trustCertPath": str(tmp_path / "ca-missing.pem")}))

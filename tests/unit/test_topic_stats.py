@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from broker_store.client import MessageQueue
 from broker_store.protocol.codes import ResponseCode
@@ -128,13 +129,12 @@ def test_min_offsets_cost_one_request_per_topic_and_broker_group_too(monkeypatch
 def test_latest_offset_of_an_idle_trigger_asks_each_group_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The per-trigger path: ``latestOffset`` of a query whose every queue is at its max offset."""
     from connectors.core.offsets import SourceOffset
-    from connectors.replication import reader as reader_module
 
     admin = StatsAdmin()
     reader = _stats_reader(monkeypatch, admin)
     monkeypatch.setattr(reader, "discover_queues", lambda: list(QUEUES))
     start = SourceOffset.of(TRUTH).to_dict()
-    assert reader.latestOffset(start, reader_module.ReadAllAvailable()) == start
+    assert reader.latestOffset(start, ReadAllAvailable()) == start
     assert [r[0] for r in admin.requests] == ["stats"] * 4
 
 
