@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.replicator import (  # noqa: E402
+from benchmarks.replicator import (
     Cluster,
     choose_data_root,
     config_yaml,
@@ -45,7 +45,7 @@ from benchmarks.replicator import (  # noqa: E402
     stop_job,
     total_messages,
 )
-from broker_store.client import Admin, MessageQueue  # noqa: E402
+from broker_store.client import Admin, MessageQueue
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 

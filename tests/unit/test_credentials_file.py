@@ -59,9 +59,10 @@ def test_clusters_and_data_source_options_name_a_file(tmp_path: Path) -> None:
     src = secret_file(tmp_path, "src.yml", "accessKey: src-ak\nsecretKey: src-secret\n")
     dst = secret_file(tmp_path, "dst.yml", "accessKey: dst-ak\nsecretKey: dst-secret\n")
     config = tmp_path / "replicator.yaml"
+    clusters: list[dict[str, str]] = [{"name": "A", "namesrv": "127.0.0.1:9876", "credentials_file": str(src)},
+                                      {"name": "B", "namesrv": "127.0.0.1:9886", "credentials_file": str(dst)}]
     doc = {
-        "clusters": [{"name": "A", "namesrv": "127.0.0.1:9876", "credentials_file": str(src)},
-                     {"name": "B", "namesrv": "127.0.0.1:9886", "credentials_file": str(dst)}],
+        "clusters": clusters,
         "links": [{"name": "ab", "source": "A", "target": "B", "topics": {"explicit": [{"source": "T"}]},
                    "checkpoint_location": str(tmp_path / "cp"), "delta_location": str(tmp_path / "d")}]}
     config.write_text(yaml.safe_dump(doc))
@@ -77,7 +78,7 @@ def test_clusters_and_data_source_options_name_a_file(tmp_path: Path) -> None:
         SinkOptions.from_options({"namesrv": "h:1", "targetCluster": "B", "sourceCredentialsFile": str(src),
                                   "sourceAccessKeyEnv": "X", "sourceSecretKeyEnv": "Y"})
     assert err.value.field == "sourceCredentialsFile"
-    doc["clusters"][0].update(access_key_env="AK", secret_key_env="SK")
+    clusters[0].update(access_key_env="AK", secret_key_env="SK")
     config.write_text(yaml.safe_dump(doc))
     with pytest.raises(ConfigError, match="not both") as err:
         load_replicator_config(config)
