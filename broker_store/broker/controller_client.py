@@ -125,13 +125,13 @@ class ControllerClient:
                 log.debug("controller %s refused the heartbeat: %s %s", addr, resp.code, resp.remark)
             return resp.code == ResponseCode.SUCCESS
 
-        beats = []
+        sent: list[asyncio.Task[bool]] = []
         for addr in self.addresses:
-            beat = self._beats.get(addr)
-            if beat is None or beat.done():
-                beat = self._beats[addr] = asyncio.create_task(one(addr))
-            beats.append(beat)
-        for answered in asyncio.as_completed(beats):
+            pending = self._beats.get(addr)
+            if pending is None or pending.done():
+                pending = self._beats[addr] = asyncio.create_task(one(addr))
+            sent.append(pending)
+        for answered in asyncio.as_completed(sent):
             if await answered:
                 return True
         return False

@@ -143,6 +143,9 @@ def deployment(tier_image: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         dep.start()
         dep.produce(100)
         dep.wait_replicated(240)  # the job's start: the driver's and the executors' JVMs, the first batches
+        executors = list((dep.root / "spark").glob("app-*/*/stderr"))
+        assert any("Starting Python task execution" in p.read_text() for p in executors), \
+            f"no executor of the worker's container ran a Python task: {executors}"
         yield dep
     except BaseException:
         print(dep.logs())
@@ -162,6 +165,7 @@ def test_the_driver_alone_frozen(deployment: Deployment) -> None:
     finally:
         driver.unpause()
     deployment.wait_replicated(120)
+    print(f"driver frozen {FROZEN_S:g} s: {len(deployment.acked)} acknowledged so far, all on the target")
 
 
 def test_a_source_broker_killed_and_started_again(deployment: Deployment) -> None:
@@ -172,6 +176,7 @@ def test_a_source_broker_killed_and_started_again(deployment: Deployment) -> Non
     broker.restart()
     deployment.produce(50)
     deployment.wait_replicated(120)
+    print(f"source broker killed: {len(deployment.acked)} acknowledged so far, all on the target")
 
 
 def test_a_source_broker_frozen_and_thawed(deployment: Deployment) -> None:
@@ -183,3 +188,4 @@ def test_a_source_broker_frozen_and_thawed(deployment: Deployment) -> None:
         broker.unpause()
     deployment.produce(50)
     deployment.wait_replicated(120)
+    print(f"source broker frozen: {len(deployment.acked)} acknowledged so far, all on the target")
