@@ -277,6 +277,16 @@ def build_parser() -> argparse.ArgumentParser:
         return cmd_image_tag()
 
     p.set_defaults(func=run_image_tag)
+    p = image_sub.add_parser("constraints", help="regenerate image/constraints.txt (the image's pins) from the "
+                                                 "installed runtime dependencies; the build does it too")
+    p.add_argument("--check", action="store_true", help="only say whether it is stale (exit 1 when it is)")
+
+    def run_image_constraints(a: argparse.Namespace) -> int:
+        from broker_store.image import cmd_image_constraints
+
+        return cmd_image_constraints(a.check)
+
+    p.set_defaults(func=run_image_constraints)
     p = admin_parser("offsets", cmd_offsets, "min/max offsets per queue and a group's committed offset")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("--group")

@@ -4,12 +4,14 @@ Debian packages and the project's own wheel, since no image registry is reachabl
 Two layers, each cached in the docker daemon under a tag that is a content hash of what made it:
 
 - the base, ``rocketmq-replicator-base:<hash>``: ``debootstrap --variant=minbase`` of Debian ``SUITE`` with
-  ``BASE_PACKAGES`` (Python 3.11, its venv module, Java 17), ``docker import``-ed. Its hash covers the suite and
-  the package list, so it is made once per machine (the slow step) and again only when they change;
+  ``BASE_PACKAGES`` (Python 3.11, its venv module, Java 17, etcd 3.4), ``docker import``-ed. Its hash covers the
+  suite and the package list, so it is made once per machine (the slow step) and again only when they change;
 - the image, ``rocketmq-replicator:<hash>``: ``image/Dockerfile`` on the base installs the project's wheel (built
   here from a copy of its inputs) into /opt/venv with its runtime dependencies from PyPI, pinned by
-  ``image/constraints.txt``. Its hash covers the base tag and every input of the wheel (pyproject.toml, setup.py,
-  README.md, the packages' sources) and of the Dockerfile, so any change there rebuilds it and nothing else does.
+  ``image/constraints.txt`` (``broker_store.image_constraints``: regenerated from the installed runtime
+  dependencies at the start of every build). Its hash covers the base tag and every input of the wheel
+  (pyproject.toml, setup.py, README.md, the packages' sources) and of the Dockerfile, so any change there
+  rebuilds it and nothing else does.
 
 Used by the CLI and by the container tier (``tests/containers``), which builds or reuses the image through
 ``build_image``. Needs a docker daemon (``DOCKER_HOST``, ``.ci/docker.sh``) and, for the base, root and debootstrap.
@@ -31,8 +33,10 @@ from pathlib import Path
 from broker_store.protocol.errors import ImageBuildError
 
 SUITE = "bookworm"
-BASE_PACKAGES = ("python3.11", "python3.11-venv", "openjdk-17-jre-headless", "procps")
-"""procps: ``ps``/``kill`` for whoever debugs inside a container; the JRE pulls in its own certificates."""
+BASE_PACKAGES = ("python3.11", "python3.11-venv", "openjdk-17-jre-headless", "procps", "etcd-server")
+"""procps: ``ps``/``kill`` for whoever debugs inside a container; the JRE pulls in its own certificates;
+etcd-server: Debian's etcd 3.4, the replicated controllers' store, so the tier runs etcd members in containers of
+this image too."""
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 IMAGE_NAME = "rocketmq-replicator"
 BASE_NAME = "rocketmq-replicator-base"
@@ -202,6 +206,14 @@ def build_image(root: Path | None = None, *, mirror: str = DEFAULT_MIRROR, force
     missing). ``force`` rebuilds the top layer even when cached (the base stays cached)."""
     started = time.monotonic()
     root = root or repo_root()
+    # Before hashing: a dependency change must reach the pins, and the tag must name the pins inside.
+    # Not imported at the top: `cli` imports this module, and the image lacks packaging (a dev dependency), which
+    # every `python -m broker_store` in a container would then need.
+    from broker_store.image_constraints import CONSTRAINTS, regenerate
+
+    stale = regenerate(root)
+    if stale:
+        log(f"image: {CONSTRAINTS} regenerated ({stale.describe()})")
     base, tag = base_tag(), image_tag(root)
     built: list[str] = []
     with tempfile.TemporaryDirectory(prefix="rmq-image-", dir="/var/tmp") as tmp:
@@ -227,3 +239,9 @@ def cmd_image_build(mirror: str, force: bool) -> int:
 def cmd_image_tag() -> int:
     print(image_tag(repo_root()))
     return 0
+
+
+def cmd_image_constraints(check_only: bool) -> int:
+    from broker_store.image_constraints import cmd_image_constraints as run
+
+    return run(repo_root(), check_only=check_only)

@@ -92,6 +92,12 @@ def is_local_path(location: str) -> bool:
     return location.startswith("file:") or "://" not in location
 
 
+def choose_master(master: str | None, configured: str | None, env_master: str | None) -> str:
+    """The master a session runs on: ``master`` when given, else the one spark-submit or spark-defaults
+    configured, else ``SPARK_MASTER`` (``env_master``), else ``local[*]``."""
+    return master or configured or env_master or "local[*]"
+
+
 def build_spark(app_name: str = APP_NAME, master: str | None = None,
                 settings: dict[str, str] | None = None, checkpoint_locations: Sequence[str] = (),
                 log_dir: Path | None = None) -> Any:
@@ -111,11 +117,12 @@ def build_spark(app_name: str = APP_NAME, master: str | None = None,
         SparkContext._ensure_initialized()
     conf = SparkConf()
     options = {"spark.app.name": app_name, "spark.ui.showConsoleProgress": "false"}
-    if master is not None:
-        options["spark.master"] = master
-    elif not conf.contains("spark.master") and not os.environ.get("SPARK_MASTER"):
-        options["spark.master"] = "local[*]"
-    chosen = master or conf.get("spark.master", os.environ.get("SPARK_MASTER", "local[*]"))
+    configured = conf.get("spark.master") if conf.contains("spark.master") else None
+    chosen = choose_master(master, configured, os.environ.get("SPARK_MASTER"))
+    if chosen != configured:
+        # Set explicitly: the JVM launched below reads neither SPARK_MASTER nor our choice otherwise (spark-submit
+        # knows only MASTER), and a job told spark://... would run local[*] while believing otherwise.
+        options["spark.master"] = chosen
     if chosen.startswith("local") or "127.0.0.1" in chosen:
         # A local (or loopback standalone) run stays on loopback: otherwise Spark binds the driver to
         # the host's first non-loopback interface. Real cluster deployments choose their own addresses.

@@ -6,7 +6,11 @@ Addresses: the configured controllers (``controller.controller_addrs``, else the
 controller), tried in order from the one that last answered; a controller that cannot be reached or answers
 CONTROLLER_NOT_LEADER (a replicated controller that does not lead) passes the request to the next. When none
 answers, ``TransportError``. Heartbeats go to every controller at once: each keeps its own table of live
-brokers, so whichever leads (now or after a failover) has fresh ones.
+brokers, so whichever leads (now or after a failover) has fresh ones. A heartbeat round ends when one controller
+accepted it, never waiting for one that does not answer: a frozen controller (a paused container, a long GC)
+would otherwise stretch every round to the request timeout, past the other controllers' heartbeat timeout, and
+the leader would see live brokers expire and elect on stale offsets. A controller whose previous heartbeat is
+still unanswered is not sent another.
 
 Answers: a response code that is not the call's expected outcome raises ``BrokerResponseError`` (``.code``
 names RocketMQ's code); the expected refusals are values (``apply_broker_id`` False for
@@ -86,15 +90,20 @@ class ControllerClient:
         self._owns_client = client is None
         self._current = 0
         """Index of the controller that answered last (the leader, as far as this broker knows)."""
+        self._beats: dict[str, asyncio.Task[bool]] = {}
+        """The latest heartbeat to each controller, possibly still waiting for its answer."""
 
     async def close(self) -> None:
+        for beat in self._beats.values():
+            beat.cancel()
         if self._owns_client:
             await self._client.close()
 
     # -- requests ---------------------------------------------------------------------------------------
 
     async def heartbeat(self, beat: BrokerBeat) -> bool:
-        """BROKER_HEARTBEAT (904) to every controller; True when at least one accepted it."""
+        """BROKER_HEARTBEAT (904) to every controller; True as soon as one accepted it, False when none did (see
+        the module docstring: an unanswered one goes on in the background and blocks nothing)."""
         ext = BrokerHeartbeatRequestHeader(
             cluster_name=beat.cluster_name, broker_addr=beat.broker_addr, broker_name=beat.broker_name,
             broker_id=beat.broker_id, epoch=beat.epoch, max_offset=beat.max_offset,
@@ -112,7 +121,16 @@ class ControllerClient:
                 log.debug("controller %s refused the heartbeat: %s %s", addr, resp.code, resp.remark)
             return resp.code == ResponseCode.SUCCESS
 
-        return any(await asyncio.gather(*(one(a) for a in self.addresses)))
+        sent: list[asyncio.Task[bool]] = []
+        for addr in self.addresses:
+            pending = self._beats.get(addr)
+            if pending is None or pending.done():
+                pending = self._beats[addr] = asyncio.create_task(one(addr))
+            sent.append(pending)
+        for answered in asyncio.as_completed(sent):
+            if await answered:
+                return True
+        return False
 
     async def next_broker_id(self, cluster_name: str, broker_name: str) -> int:
         """CONTROLLER_GET_NEXT_BROKER_ID (1012): the id to apply for."""

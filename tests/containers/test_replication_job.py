@@ -2,7 +2,9 @@
 limit, replicating between two local clusters (processes on loopback; the job reaches them over the host
 network), through a ``docker pause`` / ``unpause`` of its container (driver and executors frozen, the shape of
 a long GC pause) and a ``docker kill`` followed by a new container on the same checkpoints: nothing the source
-acknowledged is missing on the target (its CommitLog read from the target broker's store).
+acknowledged is missing on the target (its CommitLog read from the target broker's store). The driver frozen
+alone, its executors running in another container, and source brokers killed or frozen are
+test_replication_faults.py's.
 """
 
 from __future__ import annotations

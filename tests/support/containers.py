@@ -83,10 +83,12 @@ class ContainerProcess:
                                      f"{state['ExitCode']}, OOM {state['OOMKilled']}):\n{self.log_tail()}")
             time.sleep(0.1)
 
-    def restart(self, timeout: float = 60.0) -> None:
-        """The same container started again after it exited (same config, same store)."""
+    def restart(self, timeout: float = 60.0, *, wait_ready: bool = True) -> None:
+        """The same container started again after it exited (same config, same store); with ``wait_ready``,
+        returns once the process printed READY again."""
         self._docker().start()
-        self._wait_ready(timeout)
+        if wait_ready:
+            self._wait_ready(timeout)
 
     def kill(self) -> None:
         """``docker kill`` (SIGKILL to the container's processes); returns once the daemon says it exited."""
@@ -94,6 +96,7 @@ class ContainerProcess:
         self._docker().wait(timeout=30)
 
     def pause(self) -> None:
+        """``docker pause``: every process of the container frozen (cgroup freezer) until ``unpause``."""
         self._docker().pause()
 
     def unpause(self) -> None:

@@ -32,7 +32,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"controller.server", "broker"}),
     frozenset({"namesrv"}),
     frozenset({"launcher"}),
-    frozenset({"controller.etcd_members"}),
+    frozenset({"controller.etcd_members", "image_constraints"}),
     frozenset({"up", "cli_ha", "cli_acl", "image"}),
     frozenset({"cli"}),
     frozenset({"__main__"}),
@@ -63,7 +63,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "launcher": frozenset({"client", "config", "ha", "protocol"}),
     "controller.etcd_members": frozenset({"launcher"}),
     "up": frozenset({"config", "controller.etcd_members", "launcher"}),
-    "image": frozenset({"protocol"}),  # the container image build: subprocesses (debootstrap, docker) and its error
+    "image_constraints": frozenset({"protocol"}),  # the image's pins from the installed runtime dependencies
+    # the container image build: subprocesses (debootstrap, docker), its pins and its error
+    "image": frozenset({"image_constraints", "protocol"}),
     "cli_tls": frozenset({"net", "protocol"}),  # the admin commands' TLS options -> net's client settings
     "cli_ha": frozenset({"cli_tls", "client", "controller.etcd_members", "net", "protocol"}),
     "cli_acl": frozenset({"acl", "cli_tls", "client", "config", "protocol", "validation"}),
