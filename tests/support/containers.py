@@ -20,8 +20,10 @@ from typing import Any
 from docker.errors import DockerException, NotFound
 from testcontainers.core.container import DockerContainer
 
-from broker_store.config import BrokerConfig, NamesrvConfig
+from broker_store.config import BrokerConfig, ControllerConfig, NamesrvConfig
 from broker_store.launcher import write_config
+
+ServerConfig = NamesrvConfig | BrokerConfig | ControllerConfig
 
 READY = "READY "
 LOG_TAIL_CHARS = 3000
@@ -33,7 +35,7 @@ class ContainerProcess:
     """``command`` in a container of ``image``; ``server`` makes the name server / broker ones."""
 
     def __init__(self, image: str, command: list[str], run_dir: Path, name: str, *, memory: str = "512m",
-                 env: dict[str, str] | None = None, config: NamesrvConfig | BrokerConfig | None = None) -> None:
+                 env: dict[str, str] | None = None, config: ServerConfig | None = None) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.name, self.memory, self.config = name, memory, config
         self.listen = "" if config is None else config.listen
@@ -47,7 +49,7 @@ class ContainerProcess:
         self._ready_seen = 0
 
     @classmethod
-    def server(cls, image: str, kind: str, config: NamesrvConfig | BrokerConfig, run_dir: Path, name: str, *,
+    def server(cls, image: str, kind: str, config: ServerConfig, run_dir: Path, name: str, *,
                memory: str = "512m") -> ContainerProcess:
         """``python -m broker_store <kind> --config <run_dir>/<name>.yaml``."""
         config_file = write_config(run_dir, name, config)
