@@ -2,11 +2,9 @@
 environment literally (``.venv/bin/python``, ``.venv/bin/spark-submit``; a bare ``python`` is the system's, which
 lacks the dependencies), names a module, script or make target that exists, and its arguments parse with the
 entry point's own argparse parser. Parsing is the dry form: each entry point runs in this process up to its
-``parse_args`` and stops there, so nothing connects or starts (the whole file takes a few seconds).
-
-How a line is read: backslash continuations joined, heredoc bodies skipped, comments dropped; ``[--opt V]`` is
-taken as written without the brackets (``...`` dropped), ``a|b|c`` as its first alternative, and the
-placeholders below replaced by a sample value.
+``parse_args`` and stops there, so nothing connects or starts (the whole file takes a few seconds). How a line is
+read: ``tests/support/readme_commands.py``; ``tests/integration/test_readme_admin.py`` runs the admin block for
+real against a cluster.
 """
 
 from __future__ import annotations
@@ -16,96 +14,16 @@ import contextlib
 import io
 import re
 import runpy
-import shlex
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
-SHELL_FENCES = {"", "bash", "sh", "shell"}
-PLACEHOLDERS = {"N": "0", "R": "1000", "NAME": "source-to-target", "FILE": "offsets.json", "ID": "1"}
-NOT_LITERAL = {"python", "python3", "spark-submit", "pip", "pytest", "ruff", "mypy"}
+from tests.support.readme_commands import NOT_LITERAL, ROOT, Command, readme_commands
 
-
-@dataclass(frozen=True)
-class Command:
-    """One logical command line of a README shell block."""
-
-    line: int
-    """README line number where the command starts."""
-    words: tuple[str, ...]
-    """The command's words, environment assignments and a trailing ``&`` removed, placeholders filled in."""
-
-
-def shell_lines(text: str) -> Iterator[tuple[int, str]]:
-    """(line number, logical line) of every shell block: continuations joined, heredoc bodies skipped."""
-    fence: str | None = None
-    heredoc_end: str | None = None
-    pending: tuple[int, str] | None = None
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.startswith("```"):
-            fence = line[3:].strip() if fence is None else None
-            continue
-        if fence not in SHELL_FENCES:
-            continue
-        if heredoc_end is not None:
-            heredoc_end = None if line.strip() == heredoc_end else heredoc_end
-            continue
-        start, joined = pending if pending else (number, "")
-        joined += line
-        if joined.rstrip().endswith("\\"):
-            pending = (start, joined.rstrip()[:-1] + " ")
-            continue
-        pending = None
-        if (match := re.search(r"<<-?\s*'?(\w+)'?", joined)) is not None:
-            heredoc_end = match.group(1)
-        yield start, joined
-
-
-def words_of(line: str) -> list[str]:
-    """The line's words as a shell splits them, alternatives (unquoted ``a|b``) reduced to the first."""
-    lexer = shlex.shlex(line, posix=True, punctuation_chars="|&")
-    lexer.whitespace_split = True
-    raw = list(lexer)
-    words: list[str] = []
-    skip_next = False
-    for word in raw:
-        if skip_next:
-            skip_next = False
-        elif word == "|":
-            skip_next = True
-        else:
-            words.append(word)
-    return words
-
-
-def commands(text: str) -> list[Command]:
-    found = []
-    for number, line in shell_lines(text):
-        program = re.sub(r"^(\s*[A-Z_][A-Z0-9_]*=\S*)*\s*", "", line).split(" ", 1)[0]
-        if not (program.startswith(".venv/") or program == "make" or program in NOT_LITERAL):
-            continue  # other programs (openssl, kill) and blocks of output or diagrams
-        words = words_of(line)
-        while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
-            words.pop(0)
-        if words and words[-1] == "&":
-            words.pop()
-        filled = []
-        for word in words:
-            word = word.removeprefix("[").removesuffix("]")
-            if word and word != "...":
-                filled.append(PLACEHOLDERS.get(word, word))
-        if filled:
-            found.append(Command(number, tuple(filled)))
-    return found
-
-
-README_COMMANDS = commands(README.read_text())
+README_COMMANDS = readme_commands()
 PROJECT_COMMANDS = [c for c in README_COMMANDS if c.words[0].startswith(".venv/bin/")]
 MAKE_COMMANDS = [c for c in README_COMMANDS if c.words[0] == "make"]
 
