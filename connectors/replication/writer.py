@@ -169,12 +169,14 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
         ``connectors.core.job_stop.abort_level``). Messages already sent stay on the target (they are re-sent
         when the batch re-runs: at-least-once); nothing is recorded for this batch."""
         from connectors.core.job_stop import abort_level
-        from connectors.replication.batch_commit import source_mirror
+        from connectors.replication.batch_commit import record_aborted, source_mirror
         from connectors.replication.group_mirror import EXIT_FLUSH_TIMEOUT_S
         from connectors.replication.sending import ReplicationCommitMessage
 
         driver_logging()
         sent = sum(m.delivered for m in messages if isinstance(m, ReplicationCommitMessage))
+        if sent and self.options.link:
+            record_aborted(self.options.link, sent)
         mirror = source_mirror(self.options)
         if mirror is not None:  # the offsets of batches committed before this one go out now
             mirror.flush(EXIT_FLUSH_TIMEOUT_S)
