@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from connectors.core.errors import OffsetFormatError
 from connectors.core.offsets import SourceOffset
 
-log = logging.getLogger("jobs.replicate")
+log = logging.getLogger("jobs.progress")
 
 
 _NO_OFFSET = ("None", "null")

@@ -39,7 +39,7 @@ from jobs.metrics import MetricsEndpoint, metrics_settings
 from jobs.progress import make_progress_listener
 from jobs.spark_session import SESSION_UP, build_spark
 
-log = logging.getLogger("jobs.replicate")
+log = logging.getLogger("jobs.query_supervisor")
 
 
 @dataclass
