@@ -32,14 +32,14 @@ TUNED_SETTINGS = {
     # Rows per Arrow batch between the JVM and the sink's Python worker. The sink waits for a whole
     # batch before sending, so a large one (the default is 10000 rows) serialises reading and sending.
     # With rowFormat=raw (one row per pull of up to 256 messages) 1 row per batch lets the sink send each
-    # pull while the next is read (256 rows: 15.1k msg/s, 1 row: 18.1k msg/s on local[2],
-    # benchmarks/replicator.py --row-format raw); the job's rowFormat=ranges sends a handful of rows per
+    # pull while the next is read (faster: benchmarks/replicator.py --row-format raw, figures in
+    # benchmarks/MEASUREMENTS.md); the job's rowFormat=ranges sends a handful of rows per
     # batch, which this does not slow. Only Arrow transfers are affected; the replicator runs no other.
     "spark.sql.execution.arrow.maxRecordsPerBatch": "1",
     # The driver JVM only orchestrates: with rowFormat=ranges no message passes through it. The C2 JIT
-    # kept ~0.3 of a core busy compiling for minutes into a run (every micro-batch plans and generates
-    # code anew), C1 alone settles within seconds: during benchmarks/replicator.py (c) the JVM's threads
-    # used ~0.13 instead of ~0.42 cores (/proc/<pid>/task/*/stat over 15 s). Takes effect when this
+    # kept a good part of a core busy compiling for minutes into a run (every micro-batch plans and generates
+    # code anew), C1 alone settles within seconds (the JVM's threads' CPU during benchmarks/replicator.py (c),
+    # from /proc/<pid>/task/*/stat; figures in benchmarks/MEASUREMENTS.md). Takes effect when this
     # process launches the JVM (python jobs/replicate.py); under spark-submit pass --driver-java-options.
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
     # The task workers fork from a daemon that has the replication modules imported already
@@ -50,9 +50,10 @@ TUNED_SETTINGS = {
 
 LOCAL_CHECKPOINT_SETTINGS = {
     # Hadoop's local file system without its native library forks `readlink` and `chmod` for every
-    # checkpoint file Spark writes through FileContext (~5 process spawns per micro-batch, measured with
-    # strace); the FileSystem-based manager does without the readlink ones: walCommit + commitOffsets went
-    # from ~175 to ~115 ms per batch. Its rename is as atomic as FileContext's on a local disk (and on
+    # checkpoint file Spark writes through FileContext (several process spawns per micro-batch, seen with
+    # strace); the FileSystem-based manager does without the readlink ones, which shortens walCommit +
+    # commitOffsets of every batch (figures in benchmarks/MEASUREMENTS.md). Its rename is as atomic as
+    # FileContext's on a local disk (and on
     # HDFS), which is why it is chosen only when every checkpoint is local.
     "spark.sql.streaming.checkpointFileManagerClass":
         "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",

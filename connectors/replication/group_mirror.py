@@ -8,8 +8,8 @@ last batch of an AvailableNow run, or the last before the link went idle or stop
 
 No latency per batch: ``offer`` only hands the offsets to a background thread of this process (one per
 source group), which sends UPDATE_CONSUMER_OFFSET for the queues whose offset changed since it last
-succeeded (measured on loopback, 2 brokers, 16 queues: ``offer`` ~6 us on the commit path, the
-background update ~4 ms). Offers made while an update runs are coalesced (newest offset per queue wins). ``flush``
+succeeded, so the commit path pays only a hand-over (figures in ``benchmarks/MEASUREMENTS.md``). Offers made
+while an update runs are coalesced (newest offset per queue wins). ``flush``
 waits for what was offered; the writer's ``abort`` and the process's exit (``atexit``) call it, so the
 last batch's offsets go out before the commit worker ends. Advisory only: the checkpoint and the Delta
 offsets table are what the query resumes from, so a failed update is retried with the next offer, never
