@@ -105,8 +105,8 @@ if TYPE_CHECKING:
 
 # connectors.replication.tables (deltalake) and .arrow_rows (pyarrow.compute) are imported where used:
 # Spark launches a fresh Python worker for most reader calls (the source runner, the read-planning worker,
-# each task's worker), every launch imports this module, and those two cost ~35 ms of each launch
-# (python -X importtime) for one driver call and one row format.
+# each task's worker), every launch imports this module, and those two are a measurable part of each launch
+# (python -X importtime; benchmarks/MEASUREMENTS.md) for one driver call and one row format.
 
 log = logging.getLogger(__name__)
 

@@ -98,9 +98,9 @@ if TYPE_CHECKING:
     from connectors.replication.sending import ReplicationCommitMessage
 
 # Write planning (a fresh Python worker per query start, on the first batch's critical path) only builds and
-# pickles this class: the modules of the tasks (partition_writer, sending, executor: ~0.1 s of imports) and of
-# the driver's commit (``batch_commit``: Delta tables, checkpoint, group mirror) are imported where used
-# (python -X importtime: the module took 0.21 s beyond pyspark and pyarrow, 0.09 s this way). The task daemon
+# pickles this class: the modules of the tasks (partition_writer, sending, executor) and of the driver's
+# commit (``batch_commit``: Delta tables, checkpoint, group mirror) are imported where used, which halves this
+# module's import beyond pyspark and pyarrow (python -X importtime; benchmarks/MEASUREMENTS.md). The task daemon
 # (connectors.replication.worker_daemon) imports them all before it forks.
 
 log = logging.getLogger(__name__)
