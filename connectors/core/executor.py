@@ -30,9 +30,8 @@ def freeze_worker_heap() -> None:
     pyspark's daemon runs ``gc.collect()`` after every task of a reused Python worker; with those
     modules loaded a full collection scans tens of thousands of objects, a cost per task (and per
     trigger with several partitions; figures in ``benchmarks/MEASUREMENTS.md``). ``gc.freeze()`` moves
-    them to the permanent generation: they are still freed
-    by reference counting, only cycles among them are never collected, which long-lived module state
-    does not form."""
+    them to the permanent generation: they are still freed by reference counting, only cycles among
+    them are never collected, which long-lived module state does not form."""
     global _heap_frozen
     if not _heap_frozen:
         _heap_frozen = True
