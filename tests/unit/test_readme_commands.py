@@ -96,6 +96,8 @@ def test_command_parses_with_its_entry_point(command: Command, monkeypatch: pyte
     with parse_only(monkeypatch) as stderr:
         try:
             if kind == "module":
+                # as `python -m` runs it: not already imported (runpy warns when another test imported it)
+                monkeypatch.delitem(sys.modules, name, raising=False)
                 runpy.run_module(name, run_name="__main__", alter_sys=False)
             else:
                 runpy.run_path(str(ROOT / name), run_name="__main__")
