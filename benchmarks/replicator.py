@@ -674,7 +674,7 @@ def first_message_run(run: int, work: Path, src: Cluster, dst: Cluster, queues: 
         finally:
             stop_job(job)
     with open(log_dir / "replicator.log") as f:
-        up = next(_log_time(line) for line in f if f"jobs.replicate: {SESSION_UP} up" in line)
+        up = next(_log_time(line) for line in f if f"jobs.query_supervisor: {SESSION_UP} up" in line)
     return FirstMessage(session_s=up - launched, first_s=first_ms / 1000 - launched)
 
 
@@ -746,7 +746,7 @@ def _idle_batches(log_dir: Path, link: str) -> dict[int, int]:
     ... in T ms (part ms, ...)``; a part of 0 ms is left out of the line)."""
     import re
 
-    line = re.compile(rf"jobs\.replicate: link {re.escape(link)} batch (\d+): .*\(([^()]*)\)$")
+    line = re.compile(rf"jobs\.progress: link {re.escape(link)} batch (\d+): .*\(([^()]*)\)$")
     out: dict[int, int] = {}
     for p in sorted(log_dir.glob("replicator.log*")):
         for text in p.read_text(errors="replace").splitlines():

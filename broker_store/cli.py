@@ -25,9 +25,11 @@ from broker_store.cli_ha import (
     cmd_ha_status,
     setting_assignment,
 )
+from broker_store.cli_table import print_table
 from broker_store.cli_tls import add_tls_arguments, tls_from_args
 from broker_store.image import DEFAULT_MIRROR
 from broker_store.protocol.errors import ConfigError, RocketMQError
+from broker_store.protocol.message import StoredMessage
 
 
 def _event_loop_run(main: Coroutine[Any, Any, None]) -> None:
@@ -73,11 +75,13 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
     with Admin(args.namesrv, tls=tls_from_args(args)) as admin:
         info = admin.cluster_info()
+    rows = []
     for cluster, names in sorted(info.cluster_addr_table.items()):
         for name in sorted(names):
             broker = info.broker_addr_table.get(name)
             addrs = ", ".join(f"{bid}={addr}" for bid, addr in sorted((broker.broker_addrs if broker else {}).items()))
-            print(f"{cluster}\t{name}\t{addrs}")
+            rows.append((cluster, name, addrs or None))
+    print_table(("cluster", "broker group", "addresses (broker id=address)"), rows)
     return 0
 
 
@@ -151,8 +155,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
                 if result.status is not PullStatus.FOUND:
                     continue
                 for msg in result.messages[: args.count - received]:
-                    body = msg.body.decode(errors="replace") if args.show_body else f"{len(msg.body)} bytes"
-                    print(f"{mq} offset={msg.queue_offset} msgId={msg.msg_id} tags={msg.tags} keys={msg.keys} {body}")
+                    print(consumed_line(mq, msg, show_body=args.show_body))
                     received += 1
                 positions[mq] = result.next_begin_offset
                 progressed = True
@@ -166,18 +169,29 @@ def cmd_consume(args: argparse.Namespace) -> int:
     return 0
 
 
+def consumed_line(mq: object, msg: StoredMessage, *, show_body: bool) -> str:
+    """``consume``'s line for one message: tags and keys only when the message has them."""
+    body = msg.body.decode(errors="replace") if show_body else f"{len(msg.body)} bytes"
+    tags = f" tags={msg.tags}" if msg.tags else ""
+    keys = f" keys={msg.keys}" if msg.keys else ""
+    return f"{mq} offset={msg.queue_offset} msgId={msg.msg_id}{tags}{keys} {body}"
+
+
 def cmd_offsets(args: argparse.Namespace) -> int:
     from broker_store.client import Admin
 
+    columns = ["queue", "min", "max"] + (["consumer offset", "lag"] if args.group else [])
+    rows: list[list[object]] = []
     with Admin(args.namesrv, tls=tls_from_args(args)) as admin:
-        print("queue\tmin\tmax" + ("\tconsumer\tlag" if args.group else ""))
         for mq in _queues(admin, args.topic):
             lo, hi = admin.min_offset(mq), admin.max_offset(mq)
-            line = f"{mq}\t{lo}\t{hi}"
+            row: list[object] = [mq, lo, hi]
             if args.group:
+                # no committed offset: the group has not consumed here (or never committed: consume --commit)
                 committed = admin.consumer_offset(args.group, mq)
-                line += f"\t{committed if committed is not None else '-'}\t{hi - (committed or lo)}"
-            print(line)
+                row += [committed, hi - (committed if committed is not None else lo)]
+            rows.append(row)
+    print_table(columns, rows, numeric=("min", "max", "consumer offset", "lag"))
     return 0
 
 

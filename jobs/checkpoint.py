@@ -80,7 +80,7 @@ def run_queries(argv: list[str] | None, *, prog: str, data_source: Any,
     names = [name for name in job.names if enabled(job.config.link(name))]
     if not names:
         job.stop()
-        log.error("error: %s is disabled for every link selected", prog)
+        log.error("%s is disabled for every link selected", prog)
         return 2
     return run_job(job, lambda spark: [start(spark, args.config, job.config, name) for name in names],
                    app_name=f"{APP_NAME}-{prog}", checkpoint_locations=[location(job.config, n) for n in names],

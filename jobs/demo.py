@@ -62,17 +62,27 @@ DEMO_INTERVALS = {"trigger_interval": 1.0, "checkpoints": 2.0, "config_sync": 2.
 about a minute must show the heartbeat lag, a translated checkpoint and the topics config sync created."""
 
 
+CLUSTERS_LOG = "clusters.log"
+"""The name servers' and brokers' log (``up``'s stderr) in the demo's ``logs`` directory, beside the job's: the
+demo's console carries only its own lines."""
+
+
 def start_clusters(config: Path, data_dir: Path) -> tuple[subprocess.Popen[str], list[str]]:
+    """``up`` for ``config`` with its stores under ``data_dir``, its log in ``data_dir/logs/clusters.log``."""
+    log_path = data_dir / "logs" / CLUSTERS_LOG
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     # own session: a Ctrl-C of --forever reaches the demo, which then stops the children in order
-    proc = subprocess.Popen([sys.executable, "-m", "broker_store", "up", "--config", str(config),
-                             "--data-dir", str(data_dir), "--run-dir", str(data_dir / "run")],
-                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    with log_path.open("ab") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "broker_store", "up", "--config", str(config),
+                                 "--data-dir", str(data_dir), "--run-dir", str(data_dir / "run")],
+                                stdout=subprocess.PIPE, stderr=log_file, text=True, start_new_session=True)
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     if not line.startswith("READY "):
         proc.wait(10)
-        raise SystemExit(f"local clusters did not start (exit {proc.returncode}); is something already "
-                         f"listening on the ports of {config}?")
+        tail = "".join(log_path.read_text(errors="replace").splitlines(keepends=True)[-20:])
+        raise SystemExit(f"{tail}local clusters did not start (exit {proc.returncode}; their log: {log_path}); is "
+                         f"something already listening on the ports of {config}?")
     return proc, line.split()[1:]
 
 
@@ -358,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
             proc, namesrvs = start_clusters(config, Path(tmp))
             try:
                 print("local clusters up: " + ", ".join(f"{c.name}={addr}" for c, addr in zip(
-                    clusters.clusters, namesrvs, strict=True)))
+                    clusters.clusters, namesrvs, strict=True)) + f"  (logs: {Path(tmp) / 'logs' / CLUSTERS_LOG})")
                 by_name = {c.name: addr for c, addr in zip(clusters.clusters, namesrvs, strict=True)}
                 if failover is not None:
                     by_name["source"] = failover.namesrv_addr

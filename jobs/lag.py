@@ -38,12 +38,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
@@ -182,13 +183,46 @@ def render(rows: Sequence[LinkLag], url: str, error: str | None) -> Table:
                                    f"yet, within the start-up limit")
     for column in ("link", "lag now", "p99 1h", "heartbeat age", "status", "monitor", "batch latency p99",
                    "failover"):
-        table.add_column(column, justify="left" if column in ("link", "status", "monitor", "failover") else "right")
+        # a long link name folds onto the next line of the cell rather than being cut to "a-very…"
+        table.add_column(column, justify="left" if column in ("link", "status", "monitor", "failover") else "right",
+                         overflow="fold")
     colour = {Status.OK: "green", Status.STARTING: "blue", Status.LAGGING: "yellow", Status.STALE: "red"}
     for r in rows:
         table.add_row(r.link, _fmt(r.lag_s), _fmt(r.p99_1h_s), _fmt(r.age_s),
                       f"[{colour[r.status]}]{r.status}[/]", r.monitor or "-", _fmt(r.latency_p99_s),
                       f"[yellow]{r.failover()}[/]" if r.shared_queues else r.failover())
     return table
+
+
+UNBOUNDED_WIDTH = 10_000
+"""Console width off a terminal: rows are never cut (rich's default there is 80 columns)."""
+
+
+def watch(once: Callable[[], list[LinkLag]], url: str, refresh_s: float, console: Console | None = None) -> None:
+    """The live table until Ctrl-C. On a terminal it redraws in place; to a pipe or a file each refresh is
+    printed whole, as wide as its rows and ending with a newline, one after the other."""
+    console = console or Console()
+    if not console.is_terminal:
+        console.width = UNBOUNDED_WIDTH
+    rows: list[LinkLag] = []
+
+    def scrape_render() -> Table:
+        nonlocal rows
+        error = None
+        try:
+            rows = once()
+        except EndpointUnreachableError as exc:
+            error = f"[red]unreachable[/]: {exc}"
+        return render(rows, url, error)
+
+    if not console.is_terminal:
+        while True:
+            console.print(scrape_render())
+            time.sleep(refresh_s)
+    with Live(render(rows, url, "connecting..."), console=console, auto_refresh=False) as live:
+        while True:
+            live.update(scrape_render(), refresh=True)
+            time.sleep(refresh_s)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,19 +259,11 @@ def main(argv: list[str] | None = None) -> int:
             code, line = 1, f"UNREACHABLE: {exc}"
         print(line)
         return code
-    rows: list[LinkLag] = []
     try:
-        with Live(render(rows, url, "connecting..."), auto_refresh=False) as live:
-            while True:
-                error = None
-                try:
-                    rows = once()
-                except EndpointUnreachableError as exc:
-                    error = f"[red]unreachable[/]: {exc}"
-                live.update(render(rows, url, error), refresh=True)
-                time.sleep(args.refresh)
+        watch(once, url, args.refresh)
     except KeyboardInterrupt:
         return 0
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
-"""The replicate job's progress lines: one per micro-batch, counting messages, not Spark rows.
+"""The replicate job's progress lines: one per micro-batch, counting source offsets, not Spark rows.
 
 The job's source hands Spark one row per queue *range* (``rowFormat=ranges``), so Spark's own
-``numInputRows`` says "4 rows" for a batch of 40,000 messages. The messages a batch read are the
-distance its source offsets moved, which the query progress carries as the source's start and end
-offset documents (``connectors.core.offsets.SourceOffset``); ``batch_messages`` sums that. The sink's
-own line (``link L batch N: X delivered ...``, from its driver commit) says what reached the target.
-Used by ``jobs/replicate.py`` on the driver.
+``numInputRows`` says "4 rows" for a batch of 40,000 messages. What a batch read is the distance its
+source offsets moved, which the query progress carries as the source's start and end offset documents
+(``connectors.core.offsets.SourceOffset``); ``batch_messages`` sums that. The line says "source offsets
++N", not "N messages": the distance includes a lost range that ``fail_on_data_loss: false`` skipped, and
+a queue the batch read for the first time is not in it (its start point, earliest or a reset point, is not
+in the progress). What reached the target is the sink's own line (``link L batch N: X delivered ...``,
+from its driver commit). Used by ``jobs/replicate.py`` on the driver.
 
 The progress event itself holds three offset documents with one entry per queue (start, end, latest: ~60 KB
 a batch at 512 queues), so it is summarised, never printed at INFO: the line names how many queues moved
@@ -21,7 +23,7 @@ from typing import Any, NamedTuple
 from connectors.core.errors import OffsetFormatError
 from connectors.core.offsets import SourceOffset
 
-log = logging.getLogger("jobs.replicate")
+log = logging.getLogger("jobs.progress")
 
 
 _NO_OFFSET = ("None", "null")
@@ -34,7 +36,7 @@ class BatchMessages(NamedTuple):
     messages: int
     """Sum over the queues present before and after the batch of (end - start)."""
     new_queues: int
-    """Queues that appeared during the batch (read from their earliest offset, not counted above)."""
+    """Queues the batch read for the first time, from their start point (not counted above)."""
     moved_queues: int = 0
     """Queues whose offset moved (counted in ``messages``)."""
     queues: int = 0
@@ -71,7 +73,9 @@ def batch_messages(start_json: str | None, end_json: str | None,
 
 
 def describe_progress(p: Any) -> str:
-    """One line for a ``StreamingQueryProgress``: messages read, rate, the batch's time and its parts."""
+    """One line for a ``StreamingQueryProgress``: how far the source offsets moved, rate, backlog, the batch's time
+    and its parts. A replication query (its source offsets are ``SourceOffset``s) is named ``link <name>`` as the
+    sink's line names it; another query (heartbeat, checkpoint, config sync) ``query <name>``."""
     source = p.sources[0] if p.sources else None
     counted = None
     if source is not None:
@@ -81,15 +85,16 @@ def describe_progress(p: Any) -> str:
     if counted is None:
         what = f"{p.numInputRows} rows"
     else:
-        what = f"{counted.messages} messages from {counted.moved_queues} of {counted.queues} queue(s)"
+        what = f"source offsets +{counted.messages} on {counted.moved_queues} of {counted.queues} queue(s)"
         if counted.new_queues:
-            what += f" (+ {counted.new_queues} new queue(s) from their earliest offset)"
+            what += f" (+ {counted.new_queues} queue(s) read for the first time from their start point, not counted)"
         if total_ms:
-            what += f", {counted.messages * 1000 / total_ms:.0f} msg/s"
+            what += f", {counted.messages * 1000 / total_ms:.0f}/s"
         if counted.backlog is not None:
             what += f", backlog {counted.backlog}"
     parts = ", ".join(f"{k} {v}" for k, v in sorted(durations.items()) if k != "triggerExecution" and v)
-    return f"link {p.name} batch {p.batchId}: {what} in {total_ms} ms ({parts})"
+    kind = "query" if counted is None else "link"
+    return f"{kind} {p.name} batch {p.batchId}: {what} in {total_ms} ms ({parts})"
 
 
 def make_progress_listener() -> Any:

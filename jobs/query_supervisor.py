@@ -39,7 +39,7 @@ from jobs.metrics import MetricsEndpoint, metrics_settings
 from jobs.progress import make_progress_listener
 from jobs.spark_session import SESSION_UP, build_spark
 
-log = logging.getLogger("jobs.replicate")
+log = logging.getLogger("jobs.query_supervisor")
 
 
 @dataclass
@@ -84,7 +84,7 @@ def prepare_job(args: argparse.Namespace, *, heartbeat_monitor: bool = False) ->
             endpoint = MetricsEndpoint(metrics, links, monitor=None if monitor is None else monitor.monitor)
             endpoint.start()
     except ReplicatorError as exc:
-        log.error("error: %s", exc)
+        log.error("%s", exc)  # the console line is "HH:MM:SS ERROR <what>": no second "error"
         return 2
     prepare_stop_marker()  # exported before Spark starts: its Python workers inherit it
     return PreparedJob(log_dir, config, names, endpoint, monitor)
@@ -125,7 +125,7 @@ def run_job(job: PreparedJob, start: Callable[[Any], Sequence[Any]], *, app_name
         log.info("running %d quer(ies): %s", len(queries), ", ".join(q.name for q in queries))
         failures = supervise(spark, queries, stop, job.log_dir)
     except ReplicatorError as exc:
-        log.error("error: %s", exc)
+        log.error("%s", exc)  # the console line is "HH:MM:SS ERROR <what>": no second "error"
         return 2
     finally:
         job.stop()

@@ -21,7 +21,7 @@ import argparse
 import logging
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ if __package__ in (None, ""):  # `spark-submit jobs/replicate.py` / `python jobs
 
 from connectors.core.config import ReplicatorConfig
 from connectors.core.errors import ReplicatorError
+from connectors.replication.batch_commit import aborted_on_target
 from connectors.replication.failure_policy import FailurePolicyRunner
 from connectors.replication.tables import LinkTables
 from jobs import job_logging
@@ -119,6 +120,18 @@ def summaries(config_path: str, config: ReplicatorConfig, started_ms: int,
     return summarize
 
 
+def summary_line(link: str, total: Mapping[str, int], aborted_sent: int, *, failed: bool) -> str:
+    """A link's summary line: the committed batches' totals (the metrics table) and, when batches were aborted
+    after their messages reached the target (a stop right after the sends), those messages too: they are on
+    the target, uncommitted, and are sent again when the link resumes."""
+    line = (f"link {link} {'stopped after an error' if failed else 'done'}: {total['messages']} messages "
+            f"({total['bytes']} bytes) replicated in {total['batches']} committed batch(es)")
+    if aborted_sent:
+        line += (f" + {aborted_sent} sent to the target by batch(es) stopped before their commit (sent again "
+                 f"when the link resumes)")
+    return line + f", {total['skipped_loop']} skipped by the loop guard, {total['failed']} failed"
+
+
 def log_summary(config_path: str, config: ReplicatorConfig, query: Any, started_ms: int, *, failed: bool) -> None:
     """The run's totals for one link, from the Delta metrics its batches committed since ``started_ms``."""
     link = config.link(query.name)
@@ -127,9 +140,7 @@ def log_summary(config_path: str, config: ReplicatorConfig, query: Any, started_
     except ReplicatorError as exc:
         log.warning("link %s: no summary (%s)", link.name, exc)
         return
-    line = (f"link {link.name} {'stopped after an error' if failed else 'done'}: {total['messages']} messages "
-            f"({total['bytes']} bytes) replicated in {total['batches']} batch(es), {total['skipped_loop']} skipped "
-            f"by the loop guard, {total['failed']} failed")
+    line = summary_line(link.name, total, aborted_on_target(link.name), failed=failed)
     if total["failed"]:
         log.warning("%s (recorded in the failures table; replay them with: python -m jobs.replay_failures "
                     "--config %s --link %s)", line, config_path, link.name)

@@ -32,17 +32,16 @@ SESSION_UP = "Spark session"
 TUNED_SETTINGS = {
     # Rows per Arrow batch between the JVM and the sink's Python worker. The job's rowFormat=ranges rows
     # are a few dozen bytes of plan each (one per queue range) and the sink gathers a task's ranges before
-    # pulling them concurrently, so each Arrow batch is pure overhead: at 1 row per batch (the setting
-    # rowFormat=raw wants, where each row is a pull the sink can send while the next is read) a batch of
-    # 128 ranges cost ~1.3 ms per range more than one of 8 in benchmarks/replicator.py (e2), the 512/8
-    # backlog ratio 0.67 at "1" vs 0.71-0.9 at Spark's default 10000 in back-to-back runs. A raw-format
-    # comparison passes --conf spark.sql.execution.arrow.maxRecordsPerBatch=1. Only Arrow transfers are
-    # affected; the replicator runs no other.
+    # pulling them concurrently, so one Arrow batch per row is pure overhead that grows with the ranges of a
+    # batch (benchmarks/replicator.py --queue-scaling, figures in benchmarks/MEASUREMENTS.md): Spark's
+    # default of 10000. rowFormat=raw (one row per pull) wants 1 row per batch, so the sink sends each pull
+    # while the next is read: a raw-format comparison passes --conf spark.sql.execution.arrow.maxRecordsPerBatch=1.
+    # Only Arrow transfers are affected; the replicator runs no other.
     "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
     # The driver JVM only orchestrates: with rowFormat=ranges no message passes through it. The C2 JIT
-    # kept ~0.3 of a core busy compiling for minutes into a run (every micro-batch plans and generates
-    # code anew), C1 alone settles within seconds: during benchmarks/replicator.py (c) the JVM's threads
-    # used ~0.13 instead of ~0.42 cores (/proc/<pid>/task/*/stat over 15 s). Takes effect when this
+    # kept a good part of a core busy compiling for minutes into a run (every micro-batch plans and generates
+    # code anew), C1 alone settles within seconds (the JVM's threads' CPU during benchmarks/replicator.py (c),
+    # from /proc/<pid>/task/*/stat; figures in benchmarks/MEASUREMENTS.md). Takes effect when this
     # process launches the JVM (python jobs/replicate.py); under spark-submit pass --driver-java-options.
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
     # The task workers fork from a daemon that has the replication modules imported already
@@ -53,9 +52,10 @@ TUNED_SETTINGS = {
 
 LOCAL_CHECKPOINT_SETTINGS = {
     # Hadoop's local file system without its native library forks `readlink` and `chmod` for every
-    # checkpoint file Spark writes through FileContext (~5 process spawns per micro-batch, measured with
-    # strace); the FileSystem-based manager does without the readlink ones: walCommit + commitOffsets went
-    # from ~175 to ~115 ms per batch. Its rename is as atomic as FileContext's on a local disk (and on
+    # checkpoint file Spark writes through FileContext (several process spawns per micro-batch, seen with
+    # strace); the FileSystem-based manager does without the readlink ones, which shortens walCommit +
+    # commitOffsets of every batch (figures in benchmarks/MEASUREMENTS.md). Its rename is as atomic as
+    # FileContext's on a local disk (and on
     # HDFS), which is why it is chosen only when every checkpoint is local.
     "spark.sql.streaming.checkpointFileManagerClass":
         "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",

@@ -3,12 +3,11 @@
 Called by ``jobs.spark_session.build_spark`` before it launches the driver JVM. Spark puts
 ``$SPARK_HOME/python/lib/pyspark.zip`` first on every Python worker's PYTHONPATH (PythonWorkerFactory,
 PythonUtils.sparkPythonPath). Python never caches bytecode for modules imported from a zip, so every worker
-process compiles the pyspark modules it imports from source: ``import pyspark.sql.worker.plan_data_source_read``
-takes 0.53-0.57 s from the zip and 0.11-0.14 s from the installed package (``python -X importtime``, this
-machine). A streaming query's first batch starts about seven such processes one after another (the source's
-driver-side runner, a daemon per planner module: data source creation, read and write planning, commit; the
-task daemon), which made up ~2.4 s of the ~7 s from session up to the first replicated message
-(benchmarks/replicator.py (d)).
+process compiles the pyspark modules it imports from source, several times slower than importing them from
+the installed package (``python -X importtime``). A streaming query's first batch starts about seven such
+processes one after another (the source's driver-side runner, a daemon per planner module: data source
+creation, read and write planning, commit; the task daemon), a large part of the time from session up to the
+first replicated message (``benchmarks/replicator.py`` (d); figures in ``benchmarks/MEASUREMENTS.md``).
 
 With a pip-installed pyspark, SPARK_HOME *is* the installed package and the zip is a copy of the same files,
 so dropping the zip from the workers' PYTHONPATH changes which copy is read, not what runs. That is the only

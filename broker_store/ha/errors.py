@@ -28,6 +28,11 @@ class HALinkError(TransportError):
     """An HA link failed: connection refused, reset, closed, or nothing heard within the dead-link timeout."""
 
 
+class HALinkClosedError(HALinkError):
+    """The primary closed the link: its clean stop, a restart or a crash alike (a replica cannot tell which; a
+    crashed primary then refuses the reconnection, which is reported as a failure of its own)."""
+
+
 class ReplicaLogDivergedError(StoreError):
     """A replica's log reaches past the primary's (or starts past its end).
 

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from broker_store.address import split_host_port
 from broker_store.clock import Clock, TimerHandle
-from broker_store.ha.errors import HALinkError, HAProtocolError, ReplicaLogDivergedError
+from broker_store.ha.errors import HALinkClosedError, HALinkError, HAProtocolError, ReplicaLogDivergedError
 from broker_store.ha.peer_auth import (
     CHALLENGE_SIZE,
     OPEN,
@@ -50,6 +50,17 @@ _READ_CHUNK = 1024 * 1024
 _INLINE_APPLY_BYTES = 64 * 1024
 """A read up to this size is written and indexed on the loop thread; larger ones (catching up) on the
 worker thread, so the loop keeps reading the next chunk while the last one is indexed."""
+
+
+def link_end_level(error: Exception, *, was_up: bool, failures_in_row: int) -> int:
+    """The log level of a session's end. A link that was up and that the primary closed is INFO: a clean stop
+    of the primary (every ``up`` shutdown, a restart) looks the same, and a crash shows as the next attempt's
+    failure. Otherwise (a dead link, a refused or failed attempt) WARNING for the first failure of a run, DEBUG
+    for the repeats every reconnect delay (``failures_in_row`` counts attempts that never came up, this one
+    included); the link coming back is reported at INFO."""
+    if was_up and isinstance(error, HALinkClosedError):
+        return logging.INFO
+    return logging.WARNING if failures_in_row <= 1 else logging.DEBUG
 
 
 class ReplicaClient:
@@ -89,6 +100,10 @@ class ReplicaClient:
         """Set when the replica stopped following because its log reaches past the primary's."""
         self._decoder = BatchDecoder()
         """The current session's (``_begin``)."""
+        self._failures_in_row = 0
+        """Sessions in a row that ended without coming up (``link_end_level``)."""
+        self._reported_down = False
+        """A WARNING said the link is down: its return is reported once at INFO."""
 
     async def start(self) -> None:
         if self._task is None:
@@ -118,7 +133,12 @@ class ReplicaClient:
                 return
             except (HALinkError, HAProtocolError, StoreError) as exc:
                 self.last_error = str(exc)
-                log.warning("HA link to %s:%s ended: %s", self._host, self._port, exc)
+                was_up = self.connected
+                self._failures_in_row = 0 if was_up else self._failures_in_row + 1
+                level = link_end_level(exc, was_up=was_up, failures_in_row=self._failures_in_row)
+                self._reported_down = self._reported_down or level >= logging.WARNING
+                log.log(level, "HA link to %s:%s ended: %s (reconnecting every %g s)", self._host, self._port, exc,
+                        self._reconnect_delay)
             finally:
                 self.connected = False
             await self._clock.sleep(self._reconnect_delay)
@@ -157,7 +177,7 @@ class ReplicaClient:
             data = await reader.read(_READ_CHUNK)
             read_since = None
             if not data:
-                raise HALinkError(f"the primary closed the link{during}")
+                raise HALinkClosedError(f"the primary closed the link{during}")
             return data
 
         try:
@@ -167,6 +187,9 @@ class ReplicaClient:
             watchdog = clock.call_later(dead_after, check_silence)
             await self._start(read, writer)
             self.connected = True
+            if self._reported_down:
+                log.info("HA link to %s:%s is up again", self._host, self._port)
+                self._reported_down = False
             heartbeat = asyncio.create_task(self._heartbeat_loop(writer))
             data = b""  # units the start left buffered are followed before the first read
             while True:

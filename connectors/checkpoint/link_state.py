@@ -15,8 +15,8 @@ group found below the runs kept is translated conservatively, never past a messa
 ``LinkProgressReader`` keeps the translator between checkpoints and reads only the offset-map commits made
 since the last one (``DeltaTableSet.appended_since``; the committed offsets are the link's small
 ``current_offsets`` table, read whole each round through ``LatestOffsets``): a round
-costs what the link replicated since, not the whole map (100k offset-map and offsets rows, 20 queues:
-~9 ms a round instead of ~1 s for a full read, ``benchmarks/checkpoint_progress.py``). It reads the table
+costs what the link replicated since, not the whole map (``benchmarks/checkpoint_progress.py``; figures in
+``benchmarks/MEASUREMENTS.md``). It reads the table
 whole at the first round and whenever the commits since cannot be told apart (compaction is fine; a
 delete, an overwrite, a cleaned-up log, a vacuumed file are not), and when new rows carry an older
 ``committed_at`` than rows already read (a driver clock behind the previous one), so it always holds what

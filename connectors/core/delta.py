@@ -140,8 +140,8 @@ class DeltaTableSet:
         self._storage_options = dict(storage_options) if storage_options else None
         self._opened: dict[str, DeltaTable] = {}
         """Tables opened before, brought up to date incrementally on the next ``open`` (re-reading the
-        whole log costs ~40 ms per table at 60 versions, once per batch and table: a streaming query's
-        fixed cost per trigger)."""
+        whole log grows with its versions, once per batch and table: a streaming query's fixed cost per
+        trigger; figures in ``benchmarks/MEASUREMENTS.md``)."""
 
     @property
     def storage_options(self) -> dict[str, str] | None:

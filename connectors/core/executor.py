@@ -28,10 +28,10 @@ def freeze_worker_heap() -> None:
     cyclic garbage collection of this process. Executor only, called at the start of each task.
 
     pyspark's daemon runs ``gc.collect()`` after every task of a reused Python worker; with those
-    modules loaded a full collection scans ~60k objects, ~25 ms per task (and per trigger with
-    several partitions). ``gc.freeze()`` moves them to the permanent generation: they are still freed
-    by reference counting, only cycles among them are never collected, which long-lived module state
-    does not form."""
+    modules loaded a full collection scans tens of thousands of objects, a cost per task (and per
+    trigger with several partitions; figures in ``benchmarks/MEASUREMENTS.md``). ``gc.freeze()`` moves
+    them to the permanent generation: they are still freed by reference counting, only cycles among
+    them are never collected, which long-lived module state does not form."""
     global _heap_frozen
     if not _heap_frozen:
         _heap_frozen = True

@@ -7,7 +7,7 @@ injected clock) it runs on a background thread (``background=True``, the running
 benchmark). The writer's Python worker is reused across batches, so the thread lives as long as the query.
 
 Why rounds of small operations. A Delta table appended once per batch grows a file and a log entry per
-batch; compacting everything at once stalls the batch that runs it (~1 s every 500 batches on main) and
+batch; compacting everything at once stalls the batch that runs it (``benchmarks/MEASUREMENTS.md``) and
 rewrites ever larger files. A round instead, per table:
 
 1. applies the table's retention (``Retention``: a delete or a fold of old rows; only files holding old rows

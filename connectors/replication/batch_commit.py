@@ -16,11 +16,16 @@ it commits, keeping write planning light (see ``writer``).
    commit);
 6. logging: one WARNING per target topic of dismissed failures (``warn_dismissed``), one INFO line for the
    batch (``log_batch``).
+
+An aborted batch records nothing, but what its tasks had sent is on the target: ``record_aborted`` keeps that
+count per link for the job's summary (``aborted_on_target``), so a job stopped right after a batch reached the
+target does not report "0 messages".
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -169,6 +174,23 @@ def source_mirror(o: SinkOptions) -> SourceGroupMirror | None:
     if group is None or o.source_namesrv is None:
         return None
     return source_group_mirror(o.source_namesrv, group, o.source_credentials, label=o.label, tls=o.source_tls)
+
+
+_aborted_lock = threading.Lock()
+_aborted_on_target: dict[str, int] = {}
+"""link -> messages on the target from this driver process's aborted batches (never committed)."""
+
+
+def record_aborted(link: str, sent: int) -> None:
+    """Count ``sent`` messages an aborted batch of ``link`` left on the target (driver; ``writer.abort``)."""
+    with _aborted_lock:
+        _aborted_on_target[link] = _aborted_on_target.get(link, 0) + sent
+
+
+def aborted_on_target(link: str) -> int:
+    """Messages this driver process's aborted batches of ``link`` left on the target (sent again on resume)."""
+    with _aborted_lock:
+        return _aborted_on_target.get(link, 0)
 
 
 def warn_dismissed(o: SinkOptions, batch_id: int, failures: Sequence[FailedMessage], committed: str) -> None:

@@ -14,8 +14,8 @@ from connectors.core.rows import spark_schema
 
 # The reader and writer modules are imported where used: Spark starts a Python process (or forks one from a
 # fresh daemon) for each data source call of a query's first batch, and each unpickles this class. Data
-# source creation needs neither module, the sink's processes no reader and the source's no writer; the
-# reader's import takes ~0.2 s and the writer's ~0.05 s of each such process (python -X importtime).
+# source creation needs neither module, the sink's processes no reader and the source's no writer, and each
+# import is a measurable part of such a process's start (python -X importtime; benchmarks/MEASUREMENTS.md).
 
 DATA_SOURCE_NAME = "rocketmq"
 

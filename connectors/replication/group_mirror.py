@@ -8,12 +8,14 @@ last batch of an AvailableNow run, or the last before the link went idle or stop
 
 No latency per batch: ``offer`` only hands the offsets to a background thread of this process (one per
 source group), which sends UPDATE_CONSUMER_OFFSET for the queues whose offset changed since it last
-succeeded (measured on loopback, 2 brokers, 16 queues: ``offer`` ~6 us on the commit path, the
-background update ~4 ms). Offers made while an update runs are coalesced (newest offset per queue wins). ``flush``
+succeeded, so the commit path pays only a hand-over (figures in ``benchmarks/MEASUREMENTS.md``). Offers made
+while an update runs are coalesced (newest offset per queue wins). ``flush``
 waits for what was offered; the writer's ``abort`` and the process's exit (``atexit``) call it, so the
 last batch's offsets go out before the commit worker ends. Advisory only: the checkpoint and the Delta
-offsets table are what the query resumes from, so a failed update is logged (WARNING) and retried with
-the next offer, never raised.
+offsets table are what the query resumes from, so a failed update is retried with the next offer, never
+raised. Failures are a standing condition per source broker group (``connectors.core.standing``): one WARNING
+when a group's updates start failing (a broker down fails every batch's update until it is back), one INFO
+when they succeed again, not a line per batch.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from broker_store.protocol.errors import RocketMQError
 from connectors.core.executor import executor_consumer
 from connectors.core.offsets import QueueKey
 from connectors.core.outage import worth_once_more
+from connectors.core.standing import StandingConditions
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,8 @@ class SourceGroupMirror:
         self._thread: threading.Thread | None = None
         self.updates = 0
         """Queue offsets sent successfully (for tests and the debug line)."""
+        self._failing: StandingConditions[str, str] = StandingConditions()
+        """Broker group -> the error type its updates fail with (reported when it starts and clears)."""
 
     def offer(self, offsets: Mapping[QueueKey, int]) -> None:
         """Mirror ``offsets`` (next offset per source queue) soon; returns at once."""
@@ -96,17 +101,28 @@ class SourceGroupMirror:
         if not changed:
             return
         errors = self._update(changed)
-        failed = 0
+        failures: dict[str, tuple[QueueKey, int, RocketMQError, int]] = {}
         with self._cond:
             for (queue, offset), error in zip(changed, errors, strict=True):
                 if error is None:
                     self._committed[queue] = offset
                     self.updates += 1
                     continue
-                failed += 1
-                if failed == 1:
-                    log.warning("link %s: could not mirror offset %d of %s to source group %s (retried with the "
-                                "next batch): %s", self.label, offset, queue.to_key(), self.group, error)
+                first = failures.get(queue.broker_name)
+                failures[queue.broker_name] = (first[0], first[1], first[2], first[3] + 1) if first else (
+                    queue, offset, error, 1)
+        tried = {queue.broker_name for queue, _ in changed}
+        done = self._failing.update({broker: type(f[2]).__name__ for broker, f in failures.items()},
+                                    judged=tried.__contains__)
+        for broker, _ in (*done.started, *done.changed):
+            queue, offset, error, count = failures[broker]
+            log.warning("link %s: could not mirror offsets to source group %s on broker group %s (%d queue(s); "
+                        "first: offset %d of %s): %s; retried with each batch, reported again when it clears",
+                        self.label, self.group, broker, count, offset, queue.to_key(), error)
+        for broker, _ in done.cleared:
+            log.info("link %s: offsets mirrored to source group %s on broker group %s again", self.label,
+                     self.group, broker)
+        failed = sum(f[3] for f in failures.values())
         log.debug("link %s: mirrored %d queue offset(s) to source group %s (%d failed)", self.label,
                   len(changed) - failed, self.group, failed)
 

@@ -77,17 +77,20 @@ class TargetOutage:
 
     def wait(self, error: RocketMQError, what: str, started: float, waits: int) -> None:
         """Sleep before retry number ``waits`` of an outage that began at ``started`` (``clock``'s
-        monotonic time), or raise ``TargetUnavailableError`` when ``retryTimeoutMs`` is spent."""
+        monotonic time), or raise ``TargetUnavailableError`` when ``retry_timeout_ms`` is spent. The messages
+        name the cluster as the source side's do (``connectors.core.outage.SourceOutage``): its configured name,
+        its name servers, and the link's setting by its YAML key (the Spark option is ``retryTimeoutMs``)."""
         o = self.o
         elapsed = self.clock.monotonic() - started
         delay = self.policy.delay(started, waits, started + elapsed)
         if delay is None:
             raise TargetUnavailableError(
-                f"link {o.label}: target {o.namesrv} unavailable for {elapsed:.1f}s while sending to {what} "
-                f"(retryTimeoutMs {o.retry_timeout_ms}); last error {type(error).__name__}: {error}") from error
+                f"link {o.label}: target cluster {o.target_cluster} (namesrv {o.namesrv}) unavailable for "
+                f"{elapsed:.1f}s while sending to {what} (retry_timeout_ms {o.retry_timeout_ms}): "
+                f"{type(error).__name__}: {error}") from error
         if waits % WARN_EVERY_WAITS == 0:
-            log.warning("link %s: target unavailable (%s: %s) while sending to %s; retrying in %.2fs "
-                        "(%.1fs of %.0fs retryTimeoutMs spent)", o.label, type(error).__name__, error, what,
-                        delay, elapsed, o.retry_timeout_ms / 1000)
+            log.warning("link %s: target cluster %s (namesrv %s) unavailable while sending to %s (%s: %s); "
+                        "retrying in %.2fs (%.1fs of %.0fs retry_timeout_ms spent)", o.label, o.target_cluster,
+                        o.namesrv, what, type(error).__name__, error, delay, elapsed, o.retry_timeout_ms / 1000)
         self.retries += 1
         self.clock.block(delay)

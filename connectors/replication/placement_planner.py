@@ -22,8 +22,8 @@ listed (it will be auto-created, the target is down) leaves its ranges unplaced:
 (``placement.QueuePlacement``) with the same rule and the same decided placements, and the writer's commit
 records what it decided.
 
-Cost on the driver (16 queues, local Delta table): the first batch's 16 decisions and their append
-~8 ms; a batch with nothing to decide ~0.6 ms (the table's version check).
+Cost on the driver: a batch with new queues pays their decisions and one append; a batch with nothing to
+decide only the table's version check (figures in ``benchmarks/MEASUREMENTS.md``).
 """
 
 from __future__ import annotations

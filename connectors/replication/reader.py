@@ -22,9 +22,9 @@ Row formats. ``arrow`` / ``tuples`` give any Spark query one row per message. ``
 for the ``rocketmq`` sink when a query only copies (the replicate job): ``raw`` hands each pull's records
 to Spark undecoded (one row per pull; the sink forwards them record by record), ``ranges`` hands Spark
 only the plan, one row per queue range ``[startOffset, endOffset)``, and the sink's task pulls the range
-and sends as it pulls. With ``ranges`` the messages never cross Spark's JVM or a second Python worker:
-measured with benchmarks/replicator.py, per message ~41 us of Python worker and ~17 us of JVM CPU (raw)
-became ~15 us and ~2 us. Progress then counts ranges as input rows (the per-batch log line of the sink
+and sends as it pulls. With ``ranges`` the messages never cross Spark's JVM or a second Python worker, which
+cuts the CPU per message of both (``benchmarks/replicator.py``; figures in ``benchmarks/MEASUREMENTS.md``).
+Progress then counts ranges as input rows (the per-batch log line of the sink
 and the Delta ``metrics`` table count messages). Delivery, offsets and data-loss rules are the same in
 every format: the pulls stop exactly at the planned end offsets either way (``pull_results``).
 
@@ -105,8 +105,8 @@ if TYPE_CHECKING:
 
 # connectors.replication.tables (deltalake) and .arrow_rows (pyarrow.compute) are imported where used:
 # Spark launches a fresh Python worker for most reader calls (the source runner, the read-planning worker,
-# each task's worker), every launch imports this module, and those two cost ~35 ms of each launch
-# (python -X importtime) for one driver call and one row format.
+# each task's worker), every launch imports this module, and those two are a measurable part of each launch
+# (python -X importtime; benchmarks/MEASUREMENTS.md) for one driver call and one row format.
 
 log = logging.getLogger(__name__)
 

@@ -322,10 +322,10 @@ class BatchSender:
         self._delivered(batch, result)
 
     def _retry(self, batch: Batch, error: RocketMQError, attempts: int = 1) -> None:
-        """Retry a failed send (blocking, exponential backoff): without limit but ``retryTimeoutMs`` while
+        """Retry a failed send (blocking, exponential backoff): without limit but ``retry_timeout_ms`` while
         the target is unavailable, ``maxRetries`` times when it refuses the message; split a refused
         batch into single sends so one bad message does not fail its neighbours; record what still
-        fails. Raises ``TargetUnavailableError`` when an outage outlasts ``retryTimeoutMs``. The first
+        fails. Raises ``TargetUnavailableError`` when an outage outlasts ``retry_timeout_ms``. The first
         retry after a dead or fenced primary's error (``stale_primary``) goes out at once."""
         outage_started: float | None = None
         waits = 0

@@ -3,9 +3,9 @@
 Called by ``connectors.replication.reader`` (``initialOffset``, ``latestOffset``, AvailableNow) and, through
 it, by ``jobs.reset_offsets``. Every request rides out a source outage (``SourceOutage.call``, the link's
 ``retry_*``). Max offsets, asked on every trigger, cost one GET_TOPIC_STATS_INFO per (topic, broker group)
-instead of one GET_MAX_OFFSET per queue: at 512 idle queues the per-queue look-up was ~70 ms p50 of every
-trigger (``benchmarks/replicator.py``); min offsets (queues read for the first time) the same way. Timestamp
-searches stay per queue.
+instead of one GET_MAX_OFFSET per queue, whose cost grew with the queue count on every trigger, idle or not
+(``benchmarks/replicator.py``; figures in ``benchmarks/MEASUREMENTS.md``); min offsets (queues read for the first
+time) the same way. Timestamp searches stay per queue.
 """
 
 from __future__ import annotations

@@ -5,21 +5,15 @@ the source's driver-side runner, a daemon and a worker for read planning
 (``pyspark.sql.worker.plan_data_source_read``), one for write planning (``write_into_data_source``), then
 the task daemon (``spark.python.daemon.module``, ``connectors.replication.worker_daemon``) and its workers.
 Spark keeps a daemon per worker module for the application's life. ``start_worker_warmup`` runs one Python UDF
-task on a thread of its own while the query itself starts: it starts the task daemon (~0.45 s: it imports
-the replication modules before it forks) before the query's first tasks need it.
+task on a thread of its own while the query itself starts: it starts the task daemon (which imports the
+replication modules before it forks) before the query's first tasks need it. ``benchmarks/replicator.py`` (d),
+session up -> first message, measures the gain (figures: ``benchmarks/MEASUREMENTS.md``).
 
-Measured with benchmarks/replicator.py (d), session up -> first message, median of 3 launches: 4.12-4.16 s
-without, 3.1-3.3 s with (the machine's 2 cores shared by everything).
-
-Planning is not warmed. A read-planning warm-up (a batch read of a one-row Python data source) ran here
-until 2026-11-24, but ``queryExecution().executedPlan()`` does not call the read planner (Spark plans a
-Python scan's partitions when the RDD is built), so it only added a data source creation and JVM planning
-on the busy cores: (d) 3.35 s (3.23-3.60) with it, 3.14 s (3.06-3.29) without, back to back, 5 launches each.
-With ``toRdd()`` it does reach the planner, but ~1.7 s after the session is up (its JVM planning competes
-with the query's), about when the query needs a planner worker itself: when the warm-up's worker is still
-busy the query's call forks another one that imports everything again (3.57 s, 3.29-3.69). A
-write-planning warm-up (an empty batch write) also runs a task and a commit process: 3.4-4.0 s in single
-launches, and 3.46 s (3.14-3.73) against 3.61 s (3.50-3.68) in an earlier back-to-back comparison.
+Planning is not warmed. ``queryExecution().executedPlan()`` does not call the read planner (Spark plans a
+Python scan's partitions when the RDD is built), so a read-planning warm-up only added a data source creation
+and JVM planning on the busy cores; with ``toRdd()`` it reaches the planner, but about when the query needs a
+planner worker itself, and a query call that finds the warm-up's worker busy forks another one that imports
+everything again. A write-planning warm-up also runs a task and a commit process. Each was slower by (d).
 
 Driver only; the warm-up computes one row, writes nothing, and a failed warm-up is logged and changes nothing
 but the start-up time.

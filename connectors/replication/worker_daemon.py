@@ -5,10 +5,10 @@ once before it forks the task workers.
 pyspark's daemon forks one worker per task slot and imports the worker module only after the fork, so each
 new task worker of a query's first batch imports pyspark.worker, pyarrow, the Python data source machinery
 and this package by itself: four processes (a source read and a sink write per task, two tasks) importing the
-same ~0.5 s of modules at once on the executor's cores. Spark starts this daemon once per executor, and the
-forked workers inherit its modules: the first batch's tasks took 0.75 instead of ~1.7 s on local[2] (their
-workers' "init" ~0.1 s instead of 0.65-1.5 s in spark.log's "Times" lines; benchmarks/replicator.py (d),
-session up -> first message 4.55 -> 4.16 s with the lazy imports of ``data_source``).
+same modules at once on the executor's cores. Spark starts this daemon once per executor, and the forked
+workers inherit its modules, so the first batch's tasks start without importing (their workers' "init" in
+spark.log's "Times" lines; ``benchmarks/replicator.py`` (d), session up -> first message; figures in
+``benchmarks/MEASUREMENTS.md``).
 
 Nothing imported here may start a thread that holds state a forked child would need (pyspark.daemon imports
 the worker module after the fork for that reason: a child has only the forking thread). Our modules define

@@ -98,9 +98,9 @@ if TYPE_CHECKING:
     from connectors.replication.sending import ReplicationCommitMessage
 
 # Write planning (a fresh Python worker per query start, on the first batch's critical path) only builds and
-# pickles this class: the modules of the tasks (partition_writer, sending, executor: ~0.1 s of imports) and of
-# the driver's commit (``batch_commit``: Delta tables, checkpoint, group mirror) are imported where used
-# (python -X importtime: the module took 0.21 s beyond pyspark and pyarrow, 0.09 s this way). The task daemon
+# pickles this class: the modules of the tasks (partition_writer, sending, executor) and of the driver's
+# commit (``batch_commit``: Delta tables, checkpoint, group mirror) are imported where used, which halves this
+# module's import beyond pyspark and pyarrow (python -X importtime; benchmarks/MEASUREMENTS.md). The task daemon
 # (connectors.replication.worker_daemon) imports them all before it forks.
 
 log = logging.getLogger(__name__)
@@ -169,12 +169,14 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
         ``connectors.core.job_stop.abort_level``). Messages already sent stay on the target (they are re-sent
         when the batch re-runs: at-least-once); nothing is recorded for this batch."""
         from connectors.core.job_stop import abort_level
-        from connectors.replication.batch_commit import source_mirror
+        from connectors.replication.batch_commit import record_aborted, source_mirror
         from connectors.replication.group_mirror import EXIT_FLUSH_TIMEOUT_S
         from connectors.replication.sending import ReplicationCommitMessage
 
         driver_logging()
         sent = sum(m.delivered for m in messages if isinstance(m, ReplicationCommitMessage))
+        if sent and self.options.link:
+            record_aborted(self.options.link, sent)
         mirror = source_mirror(self.options)
         if mirror is not None:  # the offsets of batches committed before this one go out now
             mirror.flush(EXIT_FLUSH_TIMEOUT_S)

@@ -24,7 +24,7 @@ from tests.support.import_graph import (
 )
 
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"protocol", "clock", "address", "background", "validation"}),
+    frozenset({"protocol", "clock", "address", "background", "validation", "cli_table"}),
     frozenset({"net", "store", "acl"}),
     frozenset({"client", "ha", "cli_tls"}),
     frozenset({"controller"}),
@@ -45,6 +45,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "address": frozenset(),
     "background": frozenset(),
     "validation": frozenset(),
+    "cli_table": frozenset(),  # the admin commands' tables (rich)
     "acl": frozenset({"protocol", "validation"}),  # ACL 1.0's pure decisions and its account format
     "net": frozenset({"clock", "protocol"}),  # clock: the connection hygiene's timers (issue 17)
     "store": frozenset({"clock", "protocol"}),
@@ -69,8 +70,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "cli_tls": frozenset({"net", "protocol"}),  # the admin commands' TLS options -> net's client settings
     "cli_ha": frozenset({"cli_tls", "client", "controller.etcd_members", "net", "protocol"}),
     "cli_acl": frozenset({"acl", "cli_tls", "client", "config", "protocol", "validation"}),
-    "cli": frozenset({"broker", "cli_acl", "cli_ha", "cli_tls", "client", "config", "controller.server", "image",
-                      "launcher", "namesrv", "net", "protocol", "up"}),
+    "cli": frozenset({"broker", "cli_acl", "cli_ha", "cli_table", "cli_tls", "client", "config", "controller.server",
+                      "image", "launcher", "namesrv", "net", "protocol", "up"}),
     "__main__": frozenset({"cli"}),
 }
 """unit -> the units it may import: DESIGN.md's layers, as the import graph has them (issue #18). A new edge

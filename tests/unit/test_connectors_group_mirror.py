@@ -79,6 +79,27 @@ def test_a_failed_update_is_logged_and_retried_with_the_next_offer(caplog: pytes
     assert mirror.committed() == {Q0: 3, Q1: 4}
 
 
+def test_failures_are_reported_when_they_start_and_when_they_clear(caplog: pytest.LogCaptureFixture) -> None:
+    """A source broker down fails the mirror's update of every batch: one WARNING, then one INFO when it is back,
+    not a line per batch."""
+    rec = Recorder()
+    rec.fail = {Q0, Q1}
+    mirror = SourceGroupMirror("G", rec, label="orders")
+    with caplog.at_level("INFO", logger="connectors.replication.group_mirror"):
+        for n in range(1, 6):  # five batches while broker group a is down
+            mirror.offer({Q0: n, Q1: n})
+            assert mirror.flush(5)
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1 and "broker group a (2 queue(s); first: offset 1 of" in warnings[0], warnings
+        rec.fail = set()
+        for n in range(6, 9):
+            mirror.offer({Q0: n, Q1: n})
+            assert mirror.flush(5)
+    infos = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    assert infos == ["link orders: offsets mirrored to source group G on broker group a again"]
+    assert mirror.committed() == {Q0: 8, Q1: 8}
+
+
 def test_flush_times_out_while_an_update_hangs() -> None:
     rec = Recorder()
     rec.gate.clear()

@@ -167,7 +167,10 @@ def test_refused_by_a_live_target_gets_max_retries_then_is_recorded(monkeypatch:
 def test_outage_longer_than_retry_timeout_fails_the_task(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> None:
     producer = FakeProducer(_down)
     writer = _writer(monkeypatch, producer, retry_timeout_ms=30_000)
-    with pytest.raises(TargetUnavailableError, match="retryTimeoutMs 30000") as raised:
+    # named as the source side names its cluster (its configured name, then the name servers), and the budget by
+    # its YAML key as the source side's error does
+    with pytest.raises(TargetUnavailableError, match=r": target cluster dst \(namesrv 127\.0\.0\.1:1\) unavailable "
+                                                     r"for 30\.0s while .* \(retry_timeout_ms 30000\): ") as raised:
         _send(writer)
     assert isinstance(raised.value.__cause__, TransportError)
     assert 29.9 <= sum(clock.sleeps) <= 30.0 + 1e-6  # the last wait is cut to the budget

@@ -5,11 +5,16 @@ heartbeat arrived in time or the start-up limit passed, and then apply the 3-int
 
 from __future__ import annotations
 
+import io
+
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from rich.console import Console
 
 from connectors.core.monitoring import STALE_INTERVALS
 from connectors.heartbeat.monitor import HeartbeatMonitor
 from connectors.heartbeat.records import Heartbeat, Observed
+from jobs import lag
 from jobs.lag import LinkLag, Status, check_line, link_lags
 from jobs.metrics import HeartbeatCollector
 
@@ -120,3 +125,20 @@ def test_a_link_warming_up_after_the_start_is_starting() -> None:
     job.arrive("l1", lag_ms=300)
     rows, code, line = job.probe()
     assert code == 0 and rows["l1"].status is Status.OK, line
+
+
+def test_the_live_table_to_a_pipe_keeps_whole_link_names_and_ends_each_refresh_with_a_newline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    name = "source-to-target-eu-west-1-orders-and-payments-with-a-name-longer-than-eighty-columns"
+    row = LinkLag(name, Status.OK, 0.1, 0.2, 1.0, 1.0, "ok", 0.5, 120.0, 0)
+    scrapes = iter([[row], [row]])
+
+    def once() -> list[LinkLag]:
+        return next(scrapes)  # the third refresh ends the loop (StopIteration), as Ctrl-C would
+
+    monkeypatch.setattr("jobs.lag.time.sleep", lambda _s: None)
+    out = io.StringIO()
+    with pytest.raises(StopIteration):
+        lag.watch(once, "http://127.0.0.1:9/metrics", 2.0, Console(file=out))
+    text = out.getvalue()
+    assert text.count(name) == 2 and text.endswith("\n"), text  # two refreshes, printed one after the other

@@ -50,13 +50,16 @@ def test_a_bad_config_or_link_is_one_error_line_and_exit_2(script: str, tmp_path
         done = _job(script, *args, cwd=tmp_path)
         assert done.returncode == 2, done
         lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and "error: " in lines[0] and expected in lines[0], done.stderr
+        # printed before logging is set up ("error: ..."), else logged ("HH:MM:SS ERROR ..."), never both words
+        assert len(lines) == 1 and expected in lines[0], done.stderr
+        assert lines[0].startswith("error: ") or " ERROR " in lines[0], done.stderr
+        assert "ERROR error" not in lines[0], done.stderr
         assert "Traceback" not in done.stderr + done.stdout
 
 
 def test_checkpoints_disabled_for_every_link_is_exit_2(tmp_path: Path) -> None:
     done = _job("checkpoint.py", "--config", str(_config(tmp_path, checkpoints=False)), cwd=tmp_path)
-    assert done.returncode == 2 and "checkpoint is disabled for every link selected" in done.stderr, done
+    assert done.returncode == 2 and " ERROR checkpoint is disabled for every link selected" in done.stderr, done
     assert len(done.stderr.strip().splitlines()) == 1
 
 

@@ -32,7 +32,9 @@ def test_progress_line() -> None:
         sources=[SimpleNamespace(startOffset=_doc({A0: 0, A1: 3}), endOffset=_doc({A0: 4000, A1: 3, B0: 2}),
                                  latestOffset=_doc({A0: 4100, A1: 3, B0: 2}))])
     assert describe_progress(progress) == (
-        "link l1 batch 7: 4000 messages from 1 of 3 queue(s) (+ 1 new queue(s) from their earliest offset), "
-        "8000 msg/s, backlog 100 in 500 ms (addBatch 400)")
+        "link l1 batch 7: source offsets +4000 on 1 of 3 queue(s) (+ 1 queue(s) read for the first time from their "
+        "start point, not counted), 8000/s, backlog 100 in 500 ms (addBatch 400)")
+    # not a replication query (no SourceOffset documents): named as a query, not as a link
+    progress.name = "heartbeat"
     progress.sources = []
-    assert describe_progress(progress).startswith("link l1 batch 7: 4 rows in 500 ms")
+    assert describe_progress(progress).startswith("query heartbeat batch 7: 4 rows in 500 ms")
