@@ -67,9 +67,9 @@ IDLE_WORKER_POOL = "spark.python.factory.idleWorkerMaxPoolSize"
 """Spark keeps every Python worker it ever forked idle in a pool per worker kind (task workers, and on the
 driver each data source planner and streaming runner kind), so a pool grows to the most calls that ever ran at
 once and stays there: the queries of a job start together, so N queries left N idle workers of each planner
-kind behind (~65 MB each; benchmarks/links.py at 4 links: 66 processes, 4.9 GB). ``idle_worker_pool`` caps
-each pool at the cores that run tasks at once: 35 processes, 2.9 GB, start-up 32.8 -> 23.4 s, and no task
-worker is evicted while the executors are busy (an evicted task worker's successor reconnects its clients)."""
+kind behind. ``idle_worker_pool`` caps each pool at the cores that run tasks at once, so no task worker is
+evicted while the executors are busy (an evicted task worker's successor reconnects its clients).
+``benchmarks/links.py`` measures it (figures in benchmarks/MEASUREMENTS.md)."""
 
 
 def idle_worker_pool(master: str, executor_cores: str | None) -> str | None:
