@@ -1,7 +1,8 @@
-"""The replication writer's driver commit of one batch, as steps (``writer.RocketMQStreamWriter.commit`` calls
-``commit_batch``; ``abort`` uses ``source_mirror``). Runs on the driver only, once per batch, so it imports the
-Delta tables, the checkpoint reader and the group mirror at the top: the writer imports this module only when
-it commits, keeping write planning light (see ``writer``).
+"""The replication writer's driver side after a batch ran: its commit, as steps (``writer.RocketMQStreamWriter.commit``
+calls ``commit_batch``), and its abort (``abort_batch``). Runs on the driver only, once per batch, so it imports
+the Delta tables, the checkpoint reader and the group mirror at the top; it shares nothing with the executor's
+task modules but their report (``records.ReplicationCommitMessage``). The writer imports this module only when
+it commits or aborts, keeping write planning light (see ``writer``).
 
 ``commit_batch`` runs, in this order (the order is the contract; see "At-least-once" in ``writer``):
 
@@ -30,15 +31,21 @@ from pyspark.sql.datasource import WriterCommitMessage
 from connectors.core.delta import shared_table_set
 from connectors.core.errors import ReplicatorError
 from connectors.core.group_positions import group_floors
+from connectors.core.job_stop import abort_level
 from connectors.core.offsets import QueueKey
 from connectors.core.spark_checkpoint import checkpoint_dir, query_id_from_checkpoint, read_offset_log
 from connectors.replication.failure_policy import PolicyDecision, apply_failure_policy, load_failure_hook
-from connectors.replication.group_mirror import SourceGroupMirror, source_group_mirror
+from connectors.replication.group_mirror import EXIT_FLUSH_TIMEOUT_S, SourceGroupMirror, source_group_mirror
 from connectors.replication.placement_planner import log_decision
 from connectors.replication.placement_table import EXECUTOR, PlacementTable
 from connectors.replication.queue_placement import Placement
-from connectors.replication.records import BatchMetrics, FailedMessage, LatencySummary, summarise_latencies
-from connectors.replication.sending import ReplicationCommitMessage, now_ms
+from connectors.replication.records import (
+    BatchMetrics,
+    FailedMessage,
+    LatencySummary,
+    ReplicationCommitMessage,
+    summarise_latencies,
+)
 from connectors.replication.tables import FAILURES, LinkTables
 from connectors.replication.writer_options import SinkOptions
 
@@ -54,7 +61,7 @@ def commit_batch(o: SinkOptions, messages: Sequence[WriterCommitMessage | None],
     results = [m for m in messages if isinstance(m, ReplicationCommitMessage)]
     failures = [f for m in results for f in m.failures]
     decision = _failure_decision(o, batch_id, failures)
-    metrics = batch_metrics(results, len(failures), now_ms())
+    metrics = batch_metrics(results, len(failures), time.time_ns() // 1_000_000)
     batch_end, advanced = end_offsets(o, batch_id, results)
     committed = _commit_tables(o, batch_id, results, advanced, decision, metrics)
     mirror = source_mirror(o)
@@ -63,6 +70,19 @@ def commit_batch(o: SinkOptions, messages: Sequence[WriterCommitMessage | None],
     if failures:
         warn_dismissed(o, batch_id, failures, committed)
     log_batch(o, batch_id, results, metrics, len(advanced), committed)
+
+
+def abort_batch(o: SinkOptions, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
+    """The driver's abort of batch ``batch_id``: a write task failed, or the job's stop cancelled the batch (then
+    INFO, not WARNING: ``connectors.core.job_stop.abort_level``). Messages already sent stay on the target (they
+    are re-sent when the batch re-runs: at-least-once); nothing is recorded for this batch. The offsets of the
+    batches committed before it go out to the source group now."""
+    sent = sum(m.delivered for m in messages if isinstance(m, ReplicationCommitMessage))
+    mirror = source_mirror(o)
+    if mirror is not None:
+        mirror.flush(EXIT_FLUSH_TIMEOUT_S)
+    log.log(abort_level(), "link %s batch %d aborted; %d message(s) already on the target will be sent again "
+            "when the batch re-runs", o.label, batch_id, sent)
 
 
 def _failure_decision(o: SinkOptions, batch_id: int, failures: Sequence[FailedMessage]) -> PolicyDecision:

@@ -1,7 +1,7 @@
 """Batching and sending of one write task: consecutive messages of one target queue go out as one
 SEND_BATCH_MESSAGE (bounded count and bytes), at most ``maxInFlight`` sends outstanding, retried with
 backoff; what the target still refuses becomes a ``FailedMessage``; the task's result for the driver is a
-``ReplicationCommitMessage``.
+``records.ReplicationCommitMessage``.
 
 Size limits. A target broker checks a single send's body against its ``max_message_size`` but a whole
 SEND_BATCH_MESSAGE body (entry headers and properties included) against the same limit, so a batch is
@@ -29,8 +29,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql.datasource import WriterCommitMessage
-
 from broker_store.client import MessageQueue, Producer, SendResult
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import MessageIllegalError, RequestTimeoutError, RocketMQError, TopicNotExistError
@@ -48,8 +46,7 @@ from connectors.replication import outage
 from connectors.replication.forwarding import ForwardedPull, entry_body_length
 from connectors.replication.outage import TargetOutage, retriable, stale_primary
 from connectors.replication.placement import QueuePlacement
-from connectors.replication.queue_placement import Placement
-from connectors.replication.records import FailedMessage, LatencySummary, OffsetMapping, summarise_latencies
+from connectors.replication.records import FailedMessage, OffsetMapping, ReplicationCommitMessage, summarise_latencies
 from connectors.replication.writer_options import SinkOptions
 
 log = logging.getLogger(__name__)
@@ -66,37 +63,6 @@ def target_producer(options: SinkOptions) -> Producer:
     return executor_producer(options.namesrv, options.producer_group, send_timeout_ms=options.send_timeout_ms,
                              auto_create_topic=options.auto_create_topic, credentials=options.credentials,
                              tls=options.tls)
-
-
-@dataclass(frozen=True)
-class ReplicationCommitMessage(WriterCommitMessage):
-    """What one write task reports to the driver's commit. Plain data; picklable."""
-
-    delivered: int
-    """Messages the target stored."""
-    bytes: int
-    """Body bytes the target stored."""
-    skipped_loop: int
-    """Messages not sent because the target cluster was already in their chain."""
-    failures: tuple[FailedMessage, ...]
-    """Messages still refused after retries (whole messages, source properties)."""
-    offset_map: tuple[OffsetMapping, ...]
-    """Source offset runs -> target offset runs, from the SendResults."""
-    source_next: Mapping[QueueKey, int]
-    """max(queueOffset) + 1 per source queue seen by this task (cross-check of the end offsets)."""
-    latency_samples_ms: tuple[int, ...]
-    """Up to LATENCY_SAMPLES_PER_TASK samples of (ack time - source born time)."""
-    latency: LatencySummary
-    """Exact p50 / p99 / max over all of this task's messages."""
-    oldest_store_ms: int | None
-    started_ms: int
-    finished_ms: int
-    target_unavailable_retries: int = 0
-    """Attempts this task repeated because the target was unavailable (logged by the driver commit)."""
-    source_unavailable_retries: int = 0
-    """Pulls this task repeated because the source was unavailable (``rowFormat=ranges``; logged likewise)."""
-    placements: tuple[Placement, ...] = ()
-    """Queue placements this task decided (``placement.QueuePlacement``); the driver commit records them."""
 
 
 @dataclass

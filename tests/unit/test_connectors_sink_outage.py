@@ -30,7 +30,8 @@ from connectors.core.offsets import QueueKey
 from connectors.replication import outage, placement, sending
 from connectors.replication.forwarding import encode_entry
 from connectors.replication.partition_writer import PartitionWriter
-from connectors.replication.sending import Item, ReplicationCommitMessage
+from connectors.replication.records import ReplicationCommitMessage
+from connectors.replication.sending import Item
 from connectors.replication.writer_options import SinkOptions
 
 TOPIC = "T"
