@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from broker_store.client import MessageQueue, PullResult
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, encode_properties
 from connectors.core.errors import ReplicatorError
@@ -122,8 +123,8 @@ class _Unmapped:
 class PartitionWriter(BatchSender):
     """Sends one task's rows; see ``RocketMQStreamWriter.write``. Executor only, one thread."""
 
-    def __init__(self, options: SinkOptions) -> None:
-        super().__init__(options)
+    def __init__(self, options: SinkOptions, clock: ThreadClock = SYSTEM_CLOCK) -> None:
+        super().__init__(options, clock)
         self.mapper = TopicMapper(options.mapping) if options.mapping is not None else None
         self._source_keys: dict[tuple[str, str, int], QueueKey] = {}
         self._targets: dict[str, str] = {}
@@ -228,7 +229,7 @@ class PartitionWriter(BatchSender):
                         credentials=self.o.source_credentials, tls=self.o.source_tls, link=self.o.link or "",
                         retry=self.outage.policy,
                         config_path=config_path)
-                    outage = source_outage(settings)  # the link's retry settings ride out a source outage too
+                    outage = source_outage(settings, self.clock)  # the link's retry settings: a source outage too
                     self.source_outages.append(outage)
                     pulling[key] = settings, outage
                 settings, outage = pulling[key]

@@ -22,7 +22,6 @@ from __future__ import annotations
 import itertools
 import logging
 import random
-import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker_store.client import MessageQueue, Producer, SendResult
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock, wall_ms
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import MessageIllegalError, RequestTimeoutError, RocketMQError, TopicNotExistError
 from broker_store.protocol.message import (
@@ -42,7 +42,6 @@ from broker_store.protocol.message import (
 )
 from connectors.core.executor import executor_producer
 from connectors.core.offsets import QueueKey
-from connectors.replication import outage
 from connectors.replication.forwarding import ForwardedPull, entry_body_length
 from connectors.replication.outage import TargetOutage, retriable, stale_primary
 from connectors.replication.placement import QueuePlacement
@@ -52,10 +51,6 @@ from connectors.replication.writer_options import SinkOptions
 log = logging.getLogger(__name__)
 
 LATENCY_SAMPLES_PER_TASK = 2048
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def target_producer(options: SinkOptions) -> Producer:
@@ -143,10 +138,12 @@ def entry_message(topic: str, entry: bytes) -> Message:
 class BatchSender:
     """Sends one task's entries; see the module docstring. Executor only, one thread."""
 
-    def __init__(self, options: SinkOptions) -> None:
+    def __init__(self, options: SinkOptions, clock: ThreadClock = SYSTEM_CLOCK) -> None:
         self.o = options
         self.producer = target_producer(options)
-        self.outage = TargetOutage(options)
+        self.clock = clock
+        """Times the retries and stamps the latencies (``wall_ms``); the task's outages share it."""
+        self.outage = TargetOutage(options, clock)
         self.placement = QueuePlacement(options, self.producer, self.outage)
         self.batch_bound = min(options.batch_max_bytes, options.target_max_message_size)
         """Encoded bytes per SEND_BATCH_MESSAGE (see "Size limits" in the module docstring)."""
@@ -166,7 +163,7 @@ class BatchSender:
         self.source_next: dict[QueueKey, int] = {}
         self.latencies: list[int] = []
         self.oldest_store_ms: int | None = None
-        self.started_ms = now_ms()
+        self.started_ms = wall_ms(clock)
 
     def _batch_for(self, topic: str, queue: MessageQueue | None) -> Batch:
         batch = self.open.get((topic, queue))
@@ -303,12 +300,12 @@ class BatchSender:
                 # its own route, so each would otherwise wait a backoff after every failover)
                 new_route_asked = True
             elif self.outage.unavailable(error):
-                outage_started = outage.monotonic() if outage_started is None else outage_started
+                outage_started = self.clock.monotonic() if outage_started is None else outage_started
                 self.outage.wait(error, str(batch.queue or batch.topic), outage_started, waits)
                 waits += 1
             elif retriable(error) and attempts <= self.o.max_retries:
                 outage_started, waits = None, 0
-                outage.sleep(self.o.retry_backoff_ms * (2 ** (attempts - 1)) / 1000)
+                self.clock.block(self.o.retry_backoff_ms * (2 ** (attempts - 1)) / 1000)
                 attempts += 1
             else:
                 break
@@ -360,7 +357,7 @@ class BatchSender:
                 store_timestamp=m.store_timestamp))
 
     def _delivered(self, batch: Batch, result: SendResult) -> None:
-        now = now_ms()
+        now = wall_ms(self.clock)
         mq = result.message_queue
         first_target = result.queue_offset
         runs, offsets, n = batch.runs, batch.offsets, len(batch.entries)
@@ -410,5 +407,5 @@ class BatchSender:
             delivered=self.delivered, bytes=self.bytes, skipped_loop=self.skipped,
             failures=tuple(self.failures), offset_map=tuple(self.mappings), source_next=dict(self.source_next),
             latency_samples_ms=tuple(samples), latency=summarise_latencies(self.latencies),
-            oldest_store_ms=self.oldest_store_ms, started_ms=self.started_ms, finished_ms=now_ms(),
+            oldest_store_ms=self.oldest_store_ms, started_ms=self.started_ms, finished_ms=wall_ms(self.clock),
             target_unavailable_retries=self.outage.retries, placements=tuple(self.placement.decided))
