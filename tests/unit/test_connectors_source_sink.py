@@ -183,6 +183,9 @@ class _StepClock:
     def monotonic(self) -> float:
         return self.now
 
+    def time(self) -> float:
+        return 1_700_000_000.0 + self.now
+
     def block(self, seconds: float) -> None:
         self.now += seconds
 
