@@ -49,6 +49,7 @@ from connectors.core.history_settings import HistorySettings
 from connectors.core.offsets import QueueKey
 from connectors.replication.records import BatchMetrics, OffsetMapping
 from connectors.replication.tables import CURRENT_OFFSETS, METRICS, OFFSET_MAP, OFFSETS, LinkTables
+from tests.support.clocks import MillisClock
 
 START_MS = 1_700_000_000_000
 TRIGGER_MS = 1000
@@ -56,14 +57,6 @@ MESSAGES = 50
 """Messages per advancing queue per batch."""
 TOPIC, BROKER, TARGET_BROKER = "Orders", "src-a", "dst-a"
 QUERY_ID = "0d6f4f0e-8a55-4a43-9c1e-5a1f3c2b7e91"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = START_MS
-
-    def __call__(self) -> int:
-        return self.now
 
 
 def next_offset(batch: Any, queue: Any) -> Any:
@@ -113,8 +106,8 @@ def chunk_tables(first: int, last: int, queues: int, advancing: int) -> dict[str
 
 
 def build(location: Path, batches: int, queues: int, advancing: int, chunk: int, tail: int) -> dict[str, Any]:
-    clock = Clock()
-    tables = LinkTables(location, source_cluster="src", clock_ms=clock, history=HistorySettings(),
+    clock = MillisClock(START_MS)
+    tables = LinkTables(location, source_cluster="src", clock=clock, history=HistorySettings(),
                         map_floors=lambda: {}, background_maintenance=False)
     assert tables.maintenance is not None
     tables.create(CURRENT_OFFSETS)  # as a new link's first commit does (not a link upgraded from its history)
@@ -125,14 +118,14 @@ def build(location: Path, batches: int, queues: int, advancing: int, chunk: int,
         last = min(bulk, first + chunk)
         for name, rows in chunk_tables(first, last, queues, advancing).items():
             tables.append(name, rows)
-        clock.now = START_MS + last * TRIGGER_MS
+        clock.now_ms = START_MS + last * TRIGGER_MS
         t0 = time.monotonic()
-        tables.maintenance.run_round(clock.now)
+        tables.maintenance.run_round(clock.now_ms)
         rounds.append(time.monotonic() - t0)
     built = time.monotonic() - started
     commits = []
     for batch in range(bulk, batches):
-        clock.now = START_MS + batch * TRIGGER_MS
+        clock.now_ms = START_MS + batch * TRIGGER_MS
         advanced = {QueueKey(TOPIC, BROKER, (batch * advancing + i) % queues): 0 for i in range(advancing)}
         end = chunk_tables(batch, batch + 1, queues, advancing)
         offsets = dict(zip([QueueKey(TOPIC, BROKER, q) for q in end[OFFSETS]["queue_id"].to_pylist()],
@@ -144,8 +137,8 @@ def build(location: Path, batches: int, queues: int, advancing: int, chunk: int,
         t0 = time.monotonic()
         tables.commit_batch(QUERY_ID, batch, offsets, maps, [], BatchMetrics(MESSAGES * advancing, 0))
         commits.append(time.monotonic() - t0)
-    clock.now = START_MS + batches * TRIGGER_MS
-    tables.maintenance.run_round(clock.now)
+    clock.now_ms = START_MS + batches * TRIGGER_MS
+    tables.maintenance.run_round(clock.now_ms)
     return {"build_s": built, "rounds": len(rounds), "round_p50_s": statistics.median(rounds) if rounds else 0.0,
             "round_max_s": max(rounds, default=0.0),
             "commit_p50_ms": 1000 * statistics.median(commits) if commits else 0.0,

@@ -12,10 +12,10 @@ in-sync expiry and slave timeouts: ``sleep``, ``timeout``, ``call_later``) and t
 take it the same way; ``BrokerServer`` and ``NamesrvServer`` default to ``SYSTEM_CLOCK``, the parts below them
 take it by constructor without a default.
 
-Blocking code (the connectors' retry loops on Spark executors and the driver: threads without an event loop)
-reads the same clocks through ``ThreadClock``, the thread-side part of the shape: ``monotonic`` and ``block``
-(sleep the calling thread). ``SystemClock`` and ``ManualClock`` are both; a test of such a loop may pass a
-smaller fake that only has those two.
+Blocking code (the connectors: retry loops, Delta commits, heartbeats and checkpoints on Spark executors and the
+driver, threads without an event loop) reads the same clocks through ``ThreadClock``, the thread-side part of the
+shape: ``monotonic``, ``time`` and ``block`` (sleep the calling thread). ``SystemClock`` and ``ManualClock`` are
+both; a test of such a loop may pass a smaller fake that has those three.
 """
 
 from __future__ import annotations
@@ -77,10 +77,14 @@ class Clock(Protocol):
 
 
 class ThreadClock(Protocol):
-    """Time for blocking retry loops (threads, no event loop): the thread side of ``Clock``."""
+    """Time for blocking code (threads, no event loop: the connectors): the thread side of ``Clock``."""
 
     def monotonic(self) -> float:
         """Seconds on a clock that never goes back (deadlines, intervals)."""
+        ...
+
+    def time(self) -> float:
+        """Seconds since the epoch (timestamps written to tables or the wire)."""
         ...
 
     def block(self, seconds: float) -> None:
@@ -259,7 +263,7 @@ class StopSignal:
             return False
 
 
-def wall_ms(clock: Clock) -> int:
+def wall_ms(clock: Clock | ThreadClock) -> int:
     """``clock``'s wall time in milliseconds since the epoch (RocketMQ's stamps: data versions, timestamps)."""
     return int(clock.time() * 1000)
 

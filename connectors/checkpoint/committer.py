@@ -44,13 +44,13 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
 from broker_store.client import Admin, MessageQueue, Producer, new_message
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock, wall_ms
 from broker_store.protocol.errors import RocketMQError
 from connectors.checkpoint.link_state import LinkProgress
 from connectors.checkpoint.snapshot import GroupOffset, GroupOffsetSnapshot
@@ -250,7 +250,7 @@ class CheckpointCommitter:
 
     def __init__(self, *, link: str, source_cluster: str, target_cluster: str, target_admin: Admin,
                  target_producer: Producer | None, progress: Callable[[], LinkProgress],
-                 clock_ms: Callable[[], int] | None = None, max_runs_per_queue: int = DEFAULT_MAX_RUNS) -> None:
+                 clock: ThreadClock = SYSTEM_CLOCK, max_runs_per_queue: int = DEFAULT_MAX_RUNS) -> None:
         """``progress`` brings the link's offset map and committed offsets up to date, once per ``apply``
         (``link_state.LinkProgressReader.read``: incremental, so it is kept with the committer);
         ``target_producer`` None: no checkpoint messages (``CheckpointSettings.produce_topic`` off).
@@ -262,7 +262,7 @@ class CheckpointCommitter:
         self._admin = target_admin
         self._producer = target_producer
         self._progress = progress
-        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._clock = clock
         self._topic_ready = False
         self.max_runs_per_queue = max_runs_per_queue
         self._problems: StandingConditions[ProblemKey, str] = StandingConditions()
@@ -374,7 +374,7 @@ class CheckpointCommitter:
         body = json.dumps({
             "version": CHECKPOINT_MESSAGE_VERSION, "link": self.link, "sourceCluster": self.source_cluster,
             "targetCluster": self.target_cluster, "group": checkpoint.group, "snapshotMs": snapshot_ms,
-            "committedMs": self._clock_ms(),
+            "committedMs": wall_ms(self._clock),
             "offsets": [{"topic": q.topic, "brokerName": q.broker_name, "queueId": q.queue_id, "offset": off}
                         for q, off in sorted(checkpoint.committed.items())],
         }, sort_keys=True).encode()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock, wall_ms
 from broker_store.protocol.errors import RocketMQError
 from connectors.checkpoint.committer import CheckpointCommitter
 from connectors.checkpoint.link_state import LinkProgressReader
@@ -81,6 +81,9 @@ class CheckpointDataSource(DataSource):
 class CheckpointStreamReader(SimpleDataSourceStreamReader):
     """One snapshot of the link's source groups per trigger (driver). Offsets: ``{"tick": n}``."""
 
+    clock: ThreadClock = SYSTEM_CLOCK
+    """Stamps the snapshots (a test sets its own on the instance)."""
+
     def __init__(self, options: Mapping[str, str]) -> None:
         self._raw = dict(options)
         self._poller: GroupOffsetPoller | None = None
@@ -98,9 +101,10 @@ class CheckpointStreamReader(SimpleDataSourceStreamReader):
                 reserved = [source.name, *admin.cluster_info().broker_addr_table]
             except RocketMQError as exc:  # reported with this trigger's snapshot; retried next trigger
                 down = Condition(ConditionKind.SOURCE_UNREACHABLE, source.name, f"cannot list brokers: {exc}")
-                return list(snapshot_rows(GroupOffsetSnapshot(int(time.time() * 1000), (), (down,))))
+                return list(snapshot_rows(GroupOffsetSnapshot(wall_ms(self.clock), (), (down,))))
             self._poller = GroupOffsetPoller(admin, source.name, TopicMapper(o.link.topics, reserved_names=reserved),
-                                             o.link.checkpoints.groups, interval=o.link.checkpoints.interval)
+                                             o.link.checkpoints.groups, interval=o.link.checkpoints.interval,
+                                             clock=self.clock)
         return list(snapshot_rows(self._poller.next_item()))
 
     def initialOffset(self) -> dict[str, Any]:

@@ -16,12 +16,12 @@ the source, a broker group that did not answer, a topic whose mapping fails.
 from __future__ import annotations
 
 import enum
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from broker_store.client import Admin
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock, wall_ms
 from broker_store.protocol.errors import RocketMQError
 from connectors.core.errors import TopicMappingError
 from connectors.core.offsets import QueueKey
@@ -73,7 +73,7 @@ class GroupOffsetPoller:
     """Snapshots of the selected source groups' offsets on the linked topics, one per ``next_item()``."""
 
     def __init__(self, admin: Admin, source_cluster: str, mapper: TopicMapper, groups: GroupSelection, *,
-                 interval: float, clock_ms: Callable[[], int] | None = None) -> None:
+                 interval: float, clock: ThreadClock = SYSTEM_CLOCK) -> None:
         """``admin``: a client of the source cluster; ``interval``: seconds between two calls of
         ``next_item`` (the caller's trigger; kept here so the polling shape is explicit)."""
         self.interval = interval
@@ -81,13 +81,13 @@ class GroupOffsetPoller:
         self._cluster = source_cluster
         self._mapper = mapper
         self._groups = groups
-        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._clock = clock
 
     def next_item(self) -> GroupOffsetSnapshot:
         """Read every primary of the source cluster once. Never raises for the source: a broker group, a
         topic or the whole cluster that cannot be read becomes a ``condition`` of the snapshot (the query
         keeps running and reports it every interval)."""
-        taken_ms = self._clock_ms()
+        taken_ms = wall_ms(self._clock)
         conditions: list[Condition] = []
         try:
             primaries = self._admin.primary_addrs(self._cluster)

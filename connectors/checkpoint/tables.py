@@ -20,7 +20,7 @@ source queues (``translation``'s module docstring says why no translation can be
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from connectors.core.delta import CommitResult, DeltaTableSet, RowBuilder, epoch_ms, timestamp
 from connectors.core.group_positions import CHECKPOINTS as CHECKPOINTS
 from connectors.core.group_positions import POSITION_COLUMNS
@@ -110,13 +111,13 @@ class CheckpointRow:
 class CheckpointTables(DeltaTableSet):
     """The ``checkpoints`` table of one link. Driver only; one writer query per link."""
 
-    def __init__(self, location: str | Path, *, clock_ms: Callable[[], int] | None = None,
+    def __init__(self, location: str | Path, *, clock: ThreadClock = SYSTEM_CLOCK,
                  storage_options: Mapping[str, str] | None = None, history: HistorySettings | None = None,
                  background_maintenance: bool = True) -> None:
         """``location``: the link's directory (``LinkConfig.tables_location``). ``history``: the link's
         retention (``checkpoints_retention``) and maintenance (``connectors.core.maintenance``); None: none
         (readers)."""
-        super().__init__(location, {CHECKPOINTS: CHECKPOINTS_SCHEMA}, (CHECKPOINTS,), clock_ms=clock_ms,
+        super().__init__(location, {CHECKPOINTS: CHECKPOINTS_SCHEMA}, (CHECKPOINTS,), clock=clock,
                          storage_options=storage_options)
         if history is not None:
             self.maintain(TableMaintenance(self, history, background=background_maintenance, retention={

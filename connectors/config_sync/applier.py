@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from broker_store.client import Admin
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from broker_store.protocol.errors import RocketMQError
 from connectors.config_sync.acl_sync import AclSync
 from connectors.config_sync.evidence import Evidence
@@ -70,8 +71,8 @@ CONFIG_CHANGES_SCHEMA = pa.schema([
 class ConfigTables(DeltaTableSet):
     """The ``config_changes`` table of one link. Driver only; one writer query per link."""
 
-    def __init__(self, location: str | Path, *, clock_ms: Callable[[], int] | None = None) -> None:
-        super().__init__(location, {CONFIG_CHANGES: CONFIG_CHANGES_SCHEMA}, (CONFIG_CHANGES,), clock_ms=clock_ms)
+    def __init__(self, location: str | Path, *, clock: ThreadClock = SYSTEM_CLOCK) -> None:
+        super().__init__(location, {CONFIG_CHANGES: CONFIG_CHANGES_SCHEMA}, (CONFIG_CHANGES,), clock=clock)
 
     def commit_changes(self, query_id: str, batch_id: int, snapshot_ms: int,
                        changes: Sequence[ConfigChange]) -> CommitResult:

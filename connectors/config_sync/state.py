@@ -17,12 +17,12 @@ and the groups holding it.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from broker_store.client import Admin, TopicConfig
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock, wall_ms
 from broker_store.protocol.errors import RocketMQError
 
 
@@ -112,10 +112,10 @@ NO_PRIMARY = "registered by its replicas only: no primary (down, or a failover u
 
 
 def read_cluster_state(admin: Admin, cluster: str | None, *, subscription_groups: bool = True,
-                       clock_ms: Callable[[], int] | None = None) -> ClusterState:
+                       clock: ThreadClock = SYSTEM_CLOCK) -> ClusterState:
     """Every primary of ``cluster`` (None: every cluster the name servers know). Raises ``RocketMQError``
     only when the cluster cannot be listed at all."""
-    taken_ms = (clock_ms or (lambda: int(time.time() * 1000)))()
+    taken_ms = wall_ms(clock)
     registered = admin.broker_groups(cluster)
     primaries = {broker: addr for broker, addr in registered.items() if addr is not None}
     per_topic: dict[str, list[tuple[str, TopicConfig]]] = {}
@@ -149,16 +149,19 @@ def registered_groups(admin: Admin, cluster: str | None = None) -> tuple[str, ..
 class ConfigPoller:
     """One ``ClusterState`` of the source per ``next_item()``; ``interval`` is the caller's trigger."""
 
-    def __init__(self, admin: Admin, cluster: str, *, interval: float, subscription_groups: bool = True) -> None:
+    def __init__(self, admin: Admin, cluster: str, *, interval: float, subscription_groups: bool = True,
+                 clock: ThreadClock = SYSTEM_CLOCK) -> None:
         self.interval = interval
         self._admin = admin
         self._cluster = cluster
         self._subscription_groups = subscription_groups
+        self._clock = clock
 
     def next_item(self) -> ClusterState:
         """Never raises for the source: a cluster that cannot be listed is a state with no topics and the
         reason in ``unreachable`` (the applier then deletes nothing)."""
         try:
-            return read_cluster_state(self._admin, self._cluster, subscription_groups=self._subscription_groups)
+            return read_cluster_state(self._admin, self._cluster, subscription_groups=self._subscription_groups,
+                                      clock=self._clock)
         except RocketMQError as exc:
-            return ClusterState(int(time.time() * 1000), {}, {}, (), {self._cluster: f"cannot list brokers: {exc}"})
+            return ClusterState(wall_ms(self._clock), {}, {}, (), {self._cluster: f"cannot list brokers: {exc}"})

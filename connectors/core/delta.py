@@ -48,7 +48,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -63,6 +62,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.fs import DeltaStorageHandler
 
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock, wall_ms
 from connectors.core.errors import TableError
 from connectors.core.maintenance import NO_HOOKS, RETENTION_MARK, TableMaintenance, table_properties
 
@@ -122,10 +122,10 @@ class DeltaTableSet:
     thread-safe; one writer query per set. Subclasses add the domain's rows and reads."""
 
     def __init__(self, location: str | Path, schemas: Mapping[str, pa.Schema], commit_order: Sequence[str], *,
-                 clock_ms: Callable[[], int] | None = None, storage_options: Mapping[str, str] | None = None,
+                 clock: ThreadClock = SYSTEM_CLOCK, storage_options: Mapping[str, str] | None = None,
                  description: str = "rocketmq-replicator") -> None:
         """``location``: the set's directory; tables are created lazily. ``commit_order``: every table,
-        the one committed last at the end. ``clock_ms`` (ms since the epoch) stamps the txns and the rows
+        the one committed last at the end. ``clock`` (its wall time) stamps the txns and the rows
         and times the maintenance rounds. Maintenance: ``maintain`` (subclasses call it)."""
         if sorted(commit_order) != sorted(schemas):
             raise ValueError(f"commit_order {list(commit_order)} must list every table of {sorted(schemas)}")
@@ -136,7 +136,7 @@ class DeltaTableSet:
         self.maintenance: TableMaintenance | None = None
         self.commit_lock = threading.RLock()
         """Held by a batch commit for its whole commit and by each maintenance operation (see Maintenance)."""
-        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.clock = clock
         self._storage_options = dict(storage_options) if storage_options else None
         self._opened: dict[str, DeltaTable] = {}
         """Tables opened before, brought up to date incrementally on the next ``open`` (re-reading the
@@ -242,7 +242,8 @@ class DeltaTableSet:
     # -- writing ---------------------------------------------------------------------------------
 
     def now_ms(self) -> int:
-        return self._clock_ms()
+        """The clock's wall time, ms since the epoch."""
+        return wall_ms(self.clock)
 
     def commit_tables(self, query_id: str, batch_id: int, builders: Mapping[str, RowBuilder],
                       now_ms: int) -> CommitResult:

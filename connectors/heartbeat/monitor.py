@@ -40,10 +40,11 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from broker_store.clock import ThreadClock, wall_ms
 from connectors.heartbeat.records import Observed
 
 LAG_WINDOW_MS = 3_600_000
@@ -101,7 +102,7 @@ class HeartbeatMonitor:
     """The heartbeat state of a set of links (see the module docstring)."""
 
     def __init__(self, links: Iterable[str], *, interval_ms: int, lagging_threshold_ms: int, stale_intervals: int,
-                 startup_limit_ms: int, clock_ms: Callable[[], int]) -> None:
+                 startup_limit_ms: int, clock: ThreadClock) -> None:
         self.interval_ms = interval_ms
         self.lagging_threshold_ms = lagging_threshold_ms
         self.stale_after_ms = stale_intervals * interval_ms
@@ -109,8 +110,8 @@ class HeartbeatMonitor:
         # link is not stale for stale_after anyway; the limit only ever lengthens that grace.
         self.startup_limit_ms = max(startup_limit_ms, self.stale_after_ms)
         """How long after the monitor start a link that has not started up is STARTING, not stale."""
-        self._clock_ms = clock_ms
-        self._started_ms = clock_ms()
+        self._clock = clock
+        self._started_ms = wall_ms(clock)
         self._links = {name: _LinkState() for name in links}
         self._lock = threading.Lock()
 
@@ -132,7 +133,7 @@ class HeartbeatMonitor:
         ``heartbeats`` table records). An arrival not newer than the newest one (late, or a second copy
         of a batch the replication re-sent: at-least-once) only joins the window: the newest keeps its
         first arrival."""
-        now = self._clock_ms()
+        now = wall_ms(self._clock)
         kept: list[Observed] = []
         with self._lock:
             for o in observed:
@@ -166,7 +167,7 @@ class HeartbeatMonitor:
 
     def state(self, link: str) -> LinkHeartbeat:
         """The link's state now; ``KeyError`` for a link not monitored."""
-        now = self._clock_ms()
+        now = wall_ms(self._clock)
         with self._lock:
             s = self._links[link]
             newest = s.newest

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock, wall_ms
 from connectors.core.config import ReplicatorConfig
 from connectors.core.errors import ReplicatorError
 from connectors.core.monitoring import STALE_INTERVALS
@@ -35,24 +35,20 @@ MAX_POLL_INTERVAL = 2.0
 """Seconds between two polls at most; with short heartbeat intervals, half an interval."""
 
 
-def _wall_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class HeartbeatMonitorLoop:
     """See the module docstring. ``start`` / ``stop`` from the job's main thread."""
 
     def __init__(self, config: ReplicatorConfig, links: Sequence[str], *,
-                 clock_ms: Callable[[], int] = _wall_ms) -> None:
+                 clock: ThreadClock = SYSTEM_CLOCK) -> None:
         self.config = config
         self.links = [config.link(name) for name in links]
         settings = config.heartbeat
         self.monitor = HeartbeatMonitor(links, interval_ms=settings.interval_ms,
                                         lagging_threshold_ms=round(settings.lagging_threshold * 1000),
                                         stale_intervals=STALE_INTERVALS, startup_limit_ms=settings.startup_limit_ms,
-                                        clock_ms=clock_ms)
+                                        clock=clock)
         self.poll_interval = min(settings.interval / 2, MAX_POLL_INTERVAL)
-        self._clock_ms = clock_ms
+        self._clock = clock
         clusters = {link.source for link in self.links} | {link.target for link in self.links}
         self._tails = {name: HeartbeatTail(";".join(config.cluster(name).namesrv),
                                            credentials=config.cluster(name).credentials(),
@@ -60,7 +56,7 @@ class HeartbeatMonitorLoop:
                        for name in sorted(clusters)}
         self._sources = sorted({link.source for link in self.links})
         self._targets = sorted({link.target for link in self.links})
-        self._tables = {link.name: HeartbeatTables.for_link(link) for link in self.links}
+        self._tables = {link.name: HeartbeatTables.for_link(link, clock=clock) for link in self.links}
         self._run_id = f"heartbeat-monitor-{uuid.uuid4()}"
         self._poll = 0
         self._unreachable: set[str] = set()
@@ -94,7 +90,7 @@ class HeartbeatMonitorLoop:
         kept = self.monitor.on_arrived(arrivals)
         if not kept:
             return
-        seen = self._clock_ms()
+        seen = wall_ms(self._clock)
         per_link: dict[str, list[Observed]] = defaultdict(list)
         for o in kept:
             per_link[o.heartbeat.link].append(o)

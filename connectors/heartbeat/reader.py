@@ -13,13 +13,13 @@ Rows (``HEARTBEAT_SCHEMA_DDL``): ``link``, ``seq`` and ``due_at`` (when the tick
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from connectors.core.driver_log import driver_logging
 from connectors.heartbeat.options import HeartbeatOptions
 from connectors.heartbeat.schedule import HeartbeatSchedule, ScheduleState, Tick
@@ -27,18 +27,12 @@ from connectors.heartbeat.schedule import HeartbeatSchedule, ScheduleState, Tick
 HEARTBEAT_SCHEMA_DDL = "link STRING, seq BIGINT, due_at TIMESTAMP"
 
 
-def _wall_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class HeartbeatStreamReader(SimpleDataSourceStreamReader):
     """See the module docstring. ``read`` never blocks; ``readBetweenOffsets`` re-reads a batch exactly."""
 
-    clock_ms: Callable[[], int] = staticmethod(_wall_ms)
-
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str], clock: ThreadClock = SYSTEM_CLOCK) -> None:
         self.options = HeartbeatOptions.from_options(options)
-        self.schedule = HeartbeatSchedule(self.options.interval_ms, lambda: self.clock_ms())
+        self.schedule = HeartbeatSchedule(self.options.interval_ms, clock)
 
     def _rows(self, ticks: list[Tick]) -> Iterator[tuple[Any, ...]]:
         # a list's iterator, not a generator: Spark pickles what ``read`` returns

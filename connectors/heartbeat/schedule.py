@@ -7,9 +7,11 @@ documents); pure, with an injected clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from broker_store.clock import ThreadClock, wall_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,19 +47,19 @@ class HeartbeatSchedule:
     trigger was slow) is not caught up: the missed ones are skipped and the next is due one interval
     after now, so a restart never sends a burst that would look like recovered lag."""
 
-    def __init__(self, interval_ms: int, clock_ms: Callable[[], int]) -> None:
+    def __init__(self, interval_ms: int, clock: ThreadClock) -> None:
         if interval_ms <= 0:
             raise ValueError(f"interval_ms must be > 0, got {interval_ms}")
         self.interval_ms = interval_ms
-        self._clock_ms = clock_ms
+        self._clock = clock
 
     def initial_state(self) -> ScheduleState:
         """A new schedule: the first heartbeat is due at once."""
-        return ScheduleState(0, self._clock_ms())
+        return ScheduleState(0, wall_ms(self._clock))
 
     def next_item(self, state: ScheduleState) -> tuple[Tick | None, ScheduleState]:
         """The tick due now (or None) and the state after it."""
-        now = self._clock_ms()
+        now = wall_ms(self._clock)
         if now < state.due_ms:
             return None, state
         following = state.due_ms + self.interval_ms

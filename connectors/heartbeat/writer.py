@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +28,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from broker_store.client import new_message
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock, wall_ms
 from broker_store.protocol.errors import RocketMQError, TopicNotExistError
 from connectors.core.driver_log import driver_logging
 from connectors.core.executor import executor_admin, executor_producer, freeze_worker_heap
@@ -91,14 +91,11 @@ def forget_heartbeat_topic(endpoints: LinkEndpoints) -> None:
         _topic_ready.discard(endpoints.source_namesrv)
 
 
-def _wall_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class HeartbeatStreamWriter(DataSourceStreamWriter):
     """See the module docstring."""
 
-    clock_ms: Callable[[], int] = staticmethod(_wall_ms)
+    clock: ThreadClock = SYSTEM_CLOCK
+    """Stamps the heartbeats' born time (a test sets its own on the instance)."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.options = HeartbeatOptions.from_options(options)
@@ -119,7 +116,7 @@ class HeartbeatStreamWriter(DataSourceStreamWriter):
     def send(self, link_name: str, seq: int) -> SentHeartbeat:
         """Produce one heartbeat of ``link_name`` on its source (executor)."""
         endpoints = self.options.link(link_name)
-        born = self.clock_ms()
+        born = wall_ms(self.clock)
         heartbeat = Heartbeat(link_name, seq, born, endpoints.source, endpoints.target)
         try:
             ensure_heartbeat_topic(endpoints)

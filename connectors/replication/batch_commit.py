@@ -1,7 +1,8 @@
-"""The replication writer's driver commit of one batch, as steps (``writer.RocketMQStreamWriter.commit`` calls
-``commit_batch``; ``abort`` uses ``source_mirror``). Runs on the driver only, once per batch, so it imports the
-Delta tables, the checkpoint reader and the group mirror at the top: the writer imports this module only when
-it commits, keeping write planning light (see ``writer``).
+"""The replication writer's driver side after a batch ran: its commit, as steps (``writer.RocketMQStreamWriter.commit``
+calls ``commit_batch``), and its abort (``abort_batch``). Runs on the driver only, once per batch, so it imports
+the Delta tables, the checkpoint reader and the group mirror at the top; it shares nothing with the executor's
+task modules but their report (``records.ReplicationCommitMessage``). The writer imports this module only when
+it commits or aborts, keeping write planning light (see ``writer``).
 
 ``commit_batch`` runs, in this order (the order is the contract; see "At-least-once" in ``writer``):
 
@@ -26,31 +27,38 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pyspark.sql.datasource import WriterCommitMessage
 
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock, wall_ms
 from connectors.core.delta import shared_table_set
 from connectors.core.errors import ReplicatorError
 from connectors.core.group_positions import group_floors
+from connectors.core.job_stop import abort_level
 from connectors.core.offsets import QueueKey
 from connectors.core.spark_checkpoint import checkpoint_dir, query_id_from_checkpoint, read_offset_log
 from connectors.replication.failure_policy import PolicyDecision, apply_failure_policy, load_failure_hook
-from connectors.replication.group_mirror import SourceGroupMirror, source_group_mirror
+from connectors.replication.group_mirror import EXIT_FLUSH_TIMEOUT_S, SourceGroupMirror, source_group_mirror
 from connectors.replication.placement_planner import log_decision
 from connectors.replication.placement_table import EXECUTOR, PlacementTable
 from connectors.replication.queue_placement import Placement
-from connectors.replication.records import BatchMetrics, FailedMessage, LatencySummary, summarise_latencies
-from connectors.replication.sending import ReplicationCommitMessage, now_ms
+from connectors.replication.records import (
+    BatchMetrics,
+    FailedMessage,
+    LatencySummary,
+    ReplicationCommitMessage,
+    summarise_latencies,
+)
 from connectors.replication.tables import FAILURES, LinkTables
 from connectors.replication.writer_options import SinkOptions
 
 log = logging.getLogger(__name__)
 
 
-def commit_batch(o: SinkOptions, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
+def commit_batch(o: SinkOptions, messages: Sequence[WriterCommitMessage | None], batch_id: int,
+                 clock: ThreadClock = SYSTEM_CLOCK) -> None:
     """The driver commit of batch ``batch_id`` (the steps of the module docstring). Raises when a task
     returned no commit message, when the failure policy fails the batch and when rows lie past the batch's
     end offsets; the batch is then not committed."""
@@ -59,15 +67,30 @@ def commit_batch(o: SinkOptions, messages: Sequence[WriterCommitMessage | None],
     results = [m for m in messages if isinstance(m, ReplicationCommitMessage)]
     failures = [f for m in results for f in m.failures]
     decision = _failure_decision(o, batch_id, failures)
-    metrics = batch_metrics(results, len(failures), now_ms())
+    metrics = batch_metrics(results, len(failures), wall_ms(clock))
     batch_end, advanced = end_offsets(o, batch_id, results)
-    committed = _commit_tables(o, batch_id, results, advanced, decision, metrics)
+    committed = _commit_tables(o, batch_id, results, advanced, decision, metrics, clock)
     mirror = source_mirror(o)
     if mirror is not None:  # after the Delta offsets commit; in the background (no latency per batch)
         mirror.offer(batch_end)
     if failures:
         warn_dismissed(o, batch_id, failures, committed)
     log_batch(o, batch_id, results, metrics, len(advanced), committed)
+
+
+def abort_batch(o: SinkOptions, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
+    """The driver's abort of batch ``batch_id``: a write task failed, or the job's stop cancelled the batch (then
+    INFO, not WARNING: ``connectors.core.job_stop.abort_level``). Messages already sent stay on the target (they
+    are re-sent when the batch re-runs: at-least-once); nothing is recorded for this batch. The offsets of the
+    batches committed before it go out to the source group now."""
+    sent = sum(m.delivered for m in messages if isinstance(m, ReplicationCommitMessage))
+    if sent and o.link:
+        record_aborted(o.link, sent)
+    mirror = source_mirror(o)
+    if mirror is not None:
+        mirror.flush(EXIT_FLUSH_TIMEOUT_S)
+    log.log(abort_level(), "link %s batch %d aborted; %d message(s) already on the target will be sent again "
+            "when the batch re-runs", o.label, batch_id, sent)
 
 
 def _failure_decision(o: SinkOptions, batch_id: int, failures: Sequence[FailedMessage]) -> PolicyDecision:
@@ -120,36 +143,38 @@ def end_offsets(o: SinkOptions, batch_id: int,
 
 
 def _commit_tables(o: SinkOptions, batch_id: int, results: Sequence[ReplicationCommitMessage],
-                   advanced: dict[QueueKey, int], decision: PolicyDecision, metrics: BatchMetrics) -> str:
+                   advanced: dict[QueueKey, int], decision: PolicyDecision, metrics: BatchMetrics,
+                   clock: ThreadClock) -> str:
     """Placements, then the batch's rows of the link's Delta tables (``advanced``: the queues whose end offset
     moved); returns what was done, for the log."""
     if not (o.delta_location and o.link and o.checkpoint_location):
         return "no Delta tables (deltaLocation not set)"
-    tables = link_tables(str(Path(o.delta_location) / o.link), o)
+    tables = link_tables(str(Path(o.delta_location) / o.link), o, clock)
     query_id = query_id_from_checkpoint(checkpoint_dir(o.checkpoint_location) or Path(o.checkpoint_location))
-    commit_started = time.monotonic()
-    record_placements(o, results)  # before the offsets: a decision outlives the batch that used it
+    commit_started = clock.monotonic()
+    record_placements(o, results, clock)  # before the offsets: a decision outlives the batch that used it
     result = tables.commit_batch(query_id, batch_id, advanced, [mp for m in results for mp in m.offset_map],
                                  decision.recorded(), metrics)
     return ("already committed (replayed batch)" if result.duplicate else
-            f"committed to Delta in {(time.monotonic() - commit_started) * 1000:.0f} ms")
+            f"committed to Delta in {(clock.monotonic() - commit_started) * 1000:.0f} ms")
 
 
-def link_tables(location: str, o: SinkOptions) -> LinkTables:
+def link_tables(location: str, o: SinkOptions, clock: ThreadClock = SYSTEM_CLOCK) -> LinkTables:
     """The driver process's ``LinkTables`` of a link, kept across batches (``shared_table_set``), with the
     link's retention and maintenance running after its commits. The offset map's retention asks the
     checkpoint connector's table for the groups' positions (``connectors.core.group_positions``), so it never
     removes a run a checkpointed group's translation needs."""
 
     def floors() -> Mapping[QueueKey, int] | None:
-        return group_floors(location, int(time.time() * 1000), enabled=o.checkpoints_enabled)
+        return group_floors(location, wall_ms(clock), enabled=o.checkpoints_enabled)
 
     return shared_table_set((location, o.source_cluster or ""), LinkTables,
                             lambda: LinkTables(location, source_cluster=o.source_cluster or "", history=o.history,
-                                               map_floors=floors))
+                                               map_floors=floors, clock=clock))
 
 
-def record_placements(o: SinkOptions, results: Sequence[ReplicationCommitMessage]) -> None:
+def record_placements(o: SinkOptions, results: Sequence[ReplicationCommitMessage],
+                      clock: ThreadClock = SYSTEM_CLOCK) -> None:
     """Record the queue placements the tasks decided (the first per source queue and target topic; the
     table's first row stands if an earlier one exists) and log each once."""
     decided: dict[tuple[QueueKey, str], Placement] = {}
@@ -160,7 +185,7 @@ def record_placements(o: SinkOptions, results: Sequence[ReplicationCommitMessage
         return
     table = shared_table_set((str(Path(o.delta_location) / o.link), o.source_cluster or ""), PlacementTable,
                              lambda: PlacementTable(Path(o.delta_location or "") / (o.link or ""),
-                                                    source_cluster=o.source_cluster or ""))
+                                                    source_cluster=o.source_cluster or "", clock=clock))
     known = {(p.source, p.target_topic) for p in table.load()}
     new = [p for key, p in decided.items() if key not in known]
     table.record(new, EXECUTOR)

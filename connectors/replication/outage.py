@@ -7,9 +7,8 @@ sends (``sending``); see "Target unavailable vs. message refused" in ``connector
 from __future__ import annotations
 
 import logging
-import time
 
-from broker_store.clock import ThreadClock
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from broker_store.protocol.errors import RequestTimeoutError, RocketMQError
 from connectors.core.errors import TargetUnavailableError
 from connectors.core.executor import executor_admin
@@ -31,33 +30,15 @@ def stale_primary(exc: RocketMQError) -> bool:
     return bool(exc.retriable and exc.invalid_route and not isinstance(exc, RequestTimeoutError))
 
 
-sleep = time.sleep
-monotonic = time.monotonic
-"""Module-level because ``sending`` and ``placement`` time their retries with them (and their unit
-tests patch them). Transitional: the outage rule itself is ``connectors.core.outage`` with an injected
-clock; once those callers use ``TargetOutage.clock`` these two go."""
-
-
-class _ModuleClock:
-    """The default ``TargetOutage.clock``: this module's ``sleep`` / ``monotonic``, looked up per call so
-    the callers that still use them and the outage agree on time (see above)."""
-
-    def monotonic(self) -> float:
-        return monotonic()
-
-    def block(self, seconds: float) -> None:
-        sleep(seconds)
-
-
 class TargetOutage:
     """Blocking retries while the target cluster is unavailable (see the module docstring); one per
     task, shared by queue placement and sends. Executor only. The backoff and the budget are the one
     rule of ``connectors.core.outage.OutagePolicy``, shared with the source side."""
 
-    def __init__(self, options: SinkOptions, clock: ThreadClock | None = None) -> None:
+    def __init__(self, options: SinkOptions, clock: ThreadClock = SYSTEM_CLOCK) -> None:
         self.o = options
         self.policy = OutagePolicy(options.retry_timeout_ms, options.retry_backoff_ms, options.retry_backoff_max_ms)
-        self.clock: ThreadClock = clock or _ModuleClock()
+        self.clock = clock
         self.retries = 0
         """Attempts (sends and route look-ups) repeated because the target was unavailable."""
 

@@ -2,9 +2,9 @@
 message, for every row format the reader produces (per-message rows, ``raw`` pulls, ``ranges`` the task
 pulls itself).
 
-Executor only: ``RocketMQStreamWriter.write`` makes one ``PartitionWriter`` per task and partition. The
-per-row loops are the writer's hot path (see ``add_record_batch``); batching and sending is the base class
-(``connectors.replication.sending``).
+Executor only: ``RocketMQStreamWriter.write`` calls ``write_partition``, which makes one ``PartitionWriter`` per
+task and partition. The per-row loops are the writer's hot path (see ``add_record_batch``); batching and sending
+is the base class (``connectors.replication.sending``).
 """
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from broker_store.client import MessageQueue, PullResult
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, encode_properties
 from connectors.core.errors import ReplicatorError
+from connectors.core.executor import freeze_worker_heap
 from connectors.core.offsets import QueueKey
 from connectors.core.outage import SourceOutage
 from connectors.core.rows import (
@@ -66,7 +68,8 @@ from connectors.replication.forwarding import (
 )
 from connectors.replication.planning import QueueRange
 from connectors.replication.pulling import PullSettings, pull_results, source_outage
-from connectors.replication.sending import BatchSender, Item, ReplicationCommitMessage, StoredOrigin
+from connectors.replication.records import ReplicationCommitMessage
+from connectors.replication.sending import BatchSender, Item, StoredOrigin
 from connectors.replication.writer_options import SinkOptions
 
 _PULL_SETTING_COLUMNS = (COL_SOURCE_NAMESRV, COL_CONSUMER_GROUP, COL_SOURCE_CLUSTER, COL_TAG_FILTER,
@@ -75,6 +78,28 @@ _PULL_SETTING_COLUMNS = (COL_SOURCE_NAMESRV, COL_CONSUMER_GROUP, COL_SOURCE_CLUS
 _RANGE_COLUMNS = (COL_TOPIC, COL_BROKER, COL_QUEUE_ID, COL_START_OFFSET, COL_END_OFFSET, COL_FROM_EARLIEST,
                   COL_TARGET_TOPIC, COL_TARGET_BROKER, COL_TARGET_QUEUE_ID)
 """``rowFormat=ranges`` columns of one range and its placement."""
+
+
+def write_partition(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> ReplicationCommitMessage:
+    """Executor: send one task's rows (``RocketMQStreamWriter.write``) and return its report for the driver's
+    commit. Every row is stored by the target or recorded as a ``FailedMessage`` before this returns."""
+    freeze_worker_heap()
+    writer = PartitionWriter(options)
+    ranges: list[pa.RecordBatch] = []
+    for rb in batches:
+        names = rb.schema.names
+        if COL_START_OFFSET in names:
+            # Range rows are a few dozen bytes of plan each, and Spark may hand them over one per Arrow
+            # batch (the job sets spark.sql.execution.arrow.maxRecordsPerBatch to 1 for the raw format):
+            # the task's ranges are gathered first so that add_ranges pulls them all concurrently.
+            ranges.append(rb)
+        elif COL_RECORDS in names:
+            writer.add_raw_batch(rb)
+        else:
+            writer.add_record_batch(rb)
+    if ranges:
+        writer.add_ranges(ranges)
+    return writer.finish()
 
 
 class _Unknown(Enum):
@@ -98,8 +123,8 @@ class _Unmapped:
 class PartitionWriter(BatchSender):
     """Sends one task's rows; see ``RocketMQStreamWriter.write``. Executor only, one thread."""
 
-    def __init__(self, options: SinkOptions) -> None:
-        super().__init__(options)
+    def __init__(self, options: SinkOptions, clock: ThreadClock = SYSTEM_CLOCK) -> None:
+        super().__init__(options, clock)
         self.mapper = TopicMapper(options.mapping) if options.mapping is not None else None
         self._source_keys: dict[tuple[str, str, int], QueueKey] = {}
         self._targets: dict[str, str] = {}
@@ -204,7 +229,7 @@ class PartitionWriter(BatchSender):
                         credentials=self.o.source_credentials, tls=self.o.source_tls, link=self.o.link or "",
                         retry=self.outage.policy,
                         config_path=config_path)
-                    outage = source_outage(settings)  # the link's retry settings ride out a source outage too
+                    outage = source_outage(settings, self.clock)  # the link's retry settings: a source outage too
                     self.source_outages.append(outage)
                     pulling[key] = settings, outage
                 settings, outage = pulling[key]

@@ -27,7 +27,6 @@ from broker_store.client.route_cache import publish_queues, subscribe_queues
 from broker_store.protocol.errors import RocketMQError
 from connectors.core.executor import executor_admin
 from connectors.core.offsets import QueueKey
-from connectors.replication import outage as outage_clock
 from connectors.replication import queue_placement
 from connectors.replication.outage import TargetOutage
 from connectors.replication.placement_table import PLACEMENTS, PlacementTable
@@ -122,7 +121,7 @@ class QueuePlacement:
                     log.warning("no writable queue for target topic %s: %s", topic, exc)
                     self._target[topic] = None
                     break
-                started = outage_clock.monotonic() if started is None else started
+                started = self.outage.clock.monotonic() if started is None else started
                 self.outage.wait(exc, f"topic {topic} (route)", started, waits)
                 waits += 1
         return self._target[topic]

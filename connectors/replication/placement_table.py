@@ -28,12 +28,13 @@ The first row per (source queue, target topic), in table order, stands: a decisi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from connectors.core.delta import DeltaTableSet, timestamp
 from connectors.core.offsets import QueueKey
 from connectors.replication.queue_placement import Placement, TargetQueue
@@ -60,9 +61,9 @@ class PlacementTable(DeltaTableSet):
     """The placements table of one link (see the module docstring). Not thread-safe."""
 
     def __init__(self, location: str | Path, *, source_cluster: str,
-                 clock_ms: Callable[[], int] | None = None) -> None:
+                 clock: ThreadClock = SYSTEM_CLOCK) -> None:
         """``location``: the link's directory (``<delta_location>/<link>``); the table is created lazily."""
-        super().__init__(location, {PLACEMENTS: PLACEMENTS_SCHEMA}, (PLACEMENTS,), clock_ms=clock_ms)
+        super().__init__(location, {PLACEMENTS: PLACEMENTS_SCHEMA}, (PLACEMENTS,), clock=clock)
         self.source_cluster = source_cluster
 
     def load(self) -> list[Placement]:

@@ -15,6 +15,7 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
 
 from broker_store.client import MessageQueue, PullConsumer, PullResult, PullStatus, StoredMessage, TlsClientSettings
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import RequestTimeoutError, RocketMQError
 from broker_store.protocol.message import stored_record_spans
@@ -62,13 +63,13 @@ class QueueNotServedError(RocketMQError):
     retriable = True
 
 
-def source_outage(settings: PullSettings) -> SourceOutage:
+def source_outage(settings: PullSettings, clock: ThreadClock = SYSTEM_CLOCK) -> SourceOutage:
     """A ``SourceOutage`` for pulls with ``settings``: one per task, so its ``retries`` count the task's."""
     return SourceOutage(
         link=settings.link or settings.group, cluster=settings.cluster, namesrv=settings.namesrv,
         policy=settings.retry,
         cluster_has_brokers=lambda: bool(executor_admin(settings.namesrv, settings.credentials, settings.tls)
-                                         .cluster_info().broker_addr_table))
+                                         .cluster_info().broker_addr_table), clock=clock)
 
 
 def data_loss_advice(link: str | None, config_path: str | None) -> str:

@@ -44,8 +44,7 @@ import functools
 import itertools
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -64,6 +63,7 @@ from pyspark.sql.streaming.datasource import (
 
 from broker_store.client import Admin, PullConsumer
 from broker_store.client.route_cache import subscribe_queues
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from broker_store.protocol.errors import RocketMQError, TopicNotExistError
 from connectors.core.driver_log import driver_logging
 from connectors.core.executor import freeze_worker_heap
@@ -132,8 +132,8 @@ class _DriverState:
     outage: SourceOutage | None = None
     missing_warned: dict[str, float] = field(default_factory=dict)
     """Explicit topics found missing -> ``clock`` time of their last WARNING."""
-    clock: Callable[[], float] = time.monotonic
-    """Seconds, for rate-limiting warnings (a fake in unit tests)."""
+    clock: ThreadClock = SYSTEM_CLOCK
+    """Rate-limits warnings and times the driver's outage retries (a fake in unit tests)."""
     placer: RangesPlacementPlanner | None = None
     """Queue placement of ``rowFormat=ranges`` batches with config+link (``placement_planner``)."""
     initial: dict[str, Any] | None = None
@@ -188,7 +188,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             o = self.options
             self._state.outage = SourceOutage(
                 link=o.link or o.group, cluster=o.cluster, namesrv=o.namesrv, policy=self.settings.retry,
-                cluster_has_brokers=lambda: bool(self._admin.cluster_info().broker_addr_table))
+                cluster_has_brokers=lambda: bool(self._admin.cluster_info().broker_addr_table), clock=self._state.clock)
         return self._state.outage
 
     def _reserved_names(self) -> list[str]:
@@ -223,7 +223,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _warn_missing(self, topic: str) -> None:
         """WARNING for an explicitly named source topic the cluster does not have: at the first trigger
         that misses it, then at most once per ``MISSING_TOPIC_WARN_INTERVAL_S`` while it stays missing."""
-        now = self._state.clock()
+        now = self._state.clock.monotonic()
         last = self._state.missing_warned.get(topic)
         if last is not None and now - last < MISSING_TOPIC_WARN_INTERVAL_S:
             return

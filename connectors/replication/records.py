@@ -1,7 +1,9 @@
 """Immutable records the sink's executors hand to the driver, and the driver to the Delta tables.
 
 Executors build ``FailedMessage`` and ``OffsetMapping`` while sending and put them in the commit
-message of their partition (records are plain frozen dataclasses: picklable, no handles); the
+message of their partition (``ReplicationCommitMessage``; records are plain frozen dataclasses: picklable, no
+handles). The one module both sides of the sink share: the executor's task modules (``partition_writer``,
+``sending``) and the driver's commit (``batch_commit``) import each other's records from here, never each other; the
 driver's commit applies the failure policy (``connectors.replication.failure_policy``) and writes everything with
 ``LinkTables.commit_batch`` together with one ``BatchMetrics``.
 """
@@ -14,7 +16,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
+from pyspark.sql.datasource import WriterCommitMessage
+
 from connectors.core.offsets import QueueKey
+from connectors.replication.queue_placement import Placement
 
 
 class FailureOutcome(StrEnum):
@@ -138,3 +143,34 @@ class BatchMetrics:
     """Age of the oldest message of the batch at commit (commit time - its source store time)."""
     wall_time_ms: int = 0
     """Wall time of the batch, from planning to the driver's commit."""
+
+
+@dataclass(frozen=True)
+class ReplicationCommitMessage(WriterCommitMessage):
+    """What one write task reports to the driver's commit. Plain data; picklable."""
+
+    delivered: int
+    """Messages the target stored."""
+    bytes: int
+    """Body bytes the target stored."""
+    skipped_loop: int
+    """Messages not sent because the target cluster was already in their chain."""
+    failures: tuple[FailedMessage, ...]
+    """Messages still refused after retries (whole messages, source properties)."""
+    offset_map: tuple[OffsetMapping, ...]
+    """Source offset runs -> target offset runs, from the SendResults."""
+    source_next: Mapping[QueueKey, int]
+    """max(queueOffset) + 1 per source queue seen by this task (cross-check of the end offsets)."""
+    latency_samples_ms: tuple[int, ...]
+    """Up to LATENCY_SAMPLES_PER_TASK samples of (ack time - source born time)."""
+    latency: LatencySummary
+    """Exact p50 / p99 / max over all of this task's messages."""
+    oldest_store_ms: int | None
+    started_ms: int
+    finished_ms: int
+    target_unavailable_retries: int = 0
+    """Attempts this task repeated because the target was unavailable (logged by the driver commit)."""
+    source_unavailable_retries: int = 0
+    """Pulls this task repeated because the source was unavailable (``rowFormat=ranges``; logged likewise)."""
+    placements: tuple[Placement, ...] = ()
+    """Queue placements this task decided (``placement.QueuePlacement``); the driver commit records them."""

@@ -1,7 +1,7 @@
 """Batching and sending of one write task: consecutive messages of one target queue go out as one
 SEND_BATCH_MESSAGE (bounded count and bytes), at most ``maxInFlight`` sends outstanding, retried with
 backoff; what the target still refuses becomes a ``FailedMessage``; the task's result for the driver is a
-``ReplicationCommitMessage``.
+``records.ReplicationCommitMessage``.
 
 Size limits. A target broker checks a single send's body against its ``max_message_size`` but a whole
 SEND_BATCH_MESSAGE body (entry headers and properties included) against the same limit, so a batch is
@@ -22,16 +22,14 @@ from __future__ import annotations
 import itertools
 import logging
 import random
-import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql.datasource import WriterCommitMessage
-
 from broker_store.client import MessageQueue, Producer, SendResult
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock, wall_ms
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import MessageIllegalError, RequestTimeoutError, RocketMQError, TopicNotExistError
 from broker_store.protocol.message import (
@@ -44,12 +42,10 @@ from broker_store.protocol.message import (
 )
 from connectors.core.executor import executor_producer
 from connectors.core.offsets import QueueKey
-from connectors.replication import outage
 from connectors.replication.forwarding import ForwardedPull, entry_body_length
 from connectors.replication.outage import TargetOutage, retriable, stale_primary
 from connectors.replication.placement import QueuePlacement
-from connectors.replication.queue_placement import Placement
-from connectors.replication.records import FailedMessage, LatencySummary, OffsetMapping, summarise_latencies
+from connectors.replication.records import FailedMessage, OffsetMapping, ReplicationCommitMessage, summarise_latencies
 from connectors.replication.writer_options import SinkOptions
 
 log = logging.getLogger(__name__)
@@ -57,46 +53,11 @@ log = logging.getLogger(__name__)
 LATENCY_SAMPLES_PER_TASK = 2048
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def target_producer(options: SinkOptions) -> Producer:
     """The executor process's Producer for the writer's target settings (``connectors.core.executor``)."""
     return executor_producer(options.namesrv, options.producer_group, send_timeout_ms=options.send_timeout_ms,
                              auto_create_topic=options.auto_create_topic, credentials=options.credentials,
                              tls=options.tls)
-
-
-@dataclass(frozen=True)
-class ReplicationCommitMessage(WriterCommitMessage):
-    """What one write task reports to the driver's commit. Plain data; picklable."""
-
-    delivered: int
-    """Messages the target stored."""
-    bytes: int
-    """Body bytes the target stored."""
-    skipped_loop: int
-    """Messages not sent because the target cluster was already in their chain."""
-    failures: tuple[FailedMessage, ...]
-    """Messages still refused after retries (whole messages, source properties)."""
-    offset_map: tuple[OffsetMapping, ...]
-    """Source offset runs -> target offset runs, from the SendResults."""
-    source_next: Mapping[QueueKey, int]
-    """max(queueOffset) + 1 per source queue seen by this task (cross-check of the end offsets)."""
-    latency_samples_ms: tuple[int, ...]
-    """Up to LATENCY_SAMPLES_PER_TASK samples of (ack time - source born time)."""
-    latency: LatencySummary
-    """Exact p50 / p99 / max over all of this task's messages."""
-    oldest_store_ms: int | None
-    started_ms: int
-    finished_ms: int
-    target_unavailable_retries: int = 0
-    """Attempts this task repeated because the target was unavailable (logged by the driver commit)."""
-    source_unavailable_retries: int = 0
-    """Pulls this task repeated because the source was unavailable (``rowFormat=ranges``; logged likewise)."""
-    placements: tuple[Placement, ...] = ()
-    """Queue placements this task decided (``placement.QueuePlacement``); the driver commit records them."""
 
 
 @dataclass
@@ -177,10 +138,12 @@ def entry_message(topic: str, entry: bytes) -> Message:
 class BatchSender:
     """Sends one task's entries; see the module docstring. Executor only, one thread."""
 
-    def __init__(self, options: SinkOptions) -> None:
+    def __init__(self, options: SinkOptions, clock: ThreadClock = SYSTEM_CLOCK) -> None:
         self.o = options
         self.producer = target_producer(options)
-        self.outage = TargetOutage(options)
+        self.clock = clock
+        """Times the retries and stamps the latencies (``wall_ms``); the task's outages share it."""
+        self.outage = TargetOutage(options, clock)
         self.placement = QueuePlacement(options, self.producer, self.outage)
         self.batch_bound = min(options.batch_max_bytes, options.target_max_message_size)
         """Encoded bytes per SEND_BATCH_MESSAGE (see "Size limits" in the module docstring)."""
@@ -200,7 +163,7 @@ class BatchSender:
         self.source_next: dict[QueueKey, int] = {}
         self.latencies: list[int] = []
         self.oldest_store_ms: int | None = None
-        self.started_ms = now_ms()
+        self.started_ms = wall_ms(clock)
 
     def _batch_for(self, topic: str, queue: MessageQueue | None) -> Batch:
         batch = self.open.get((topic, queue))
@@ -337,12 +300,12 @@ class BatchSender:
                 # its own route, so each would otherwise wait a backoff after every failover)
                 new_route_asked = True
             elif self.outage.unavailable(error):
-                outage_started = outage.monotonic() if outage_started is None else outage_started
+                outage_started = self.clock.monotonic() if outage_started is None else outage_started
                 self.outage.wait(error, str(batch.queue or batch.topic), outage_started, waits)
                 waits += 1
             elif retriable(error) and attempts <= self.o.max_retries:
                 outage_started, waits = None, 0
-                outage.sleep(self.o.retry_backoff_ms * (2 ** (attempts - 1)) / 1000)
+                self.clock.block(self.o.retry_backoff_ms * (2 ** (attempts - 1)) / 1000)
                 attempts += 1
             else:
                 break
@@ -394,7 +357,7 @@ class BatchSender:
                 store_timestamp=m.store_timestamp))
 
     def _delivered(self, batch: Batch, result: SendResult) -> None:
-        now = now_ms()
+        now = wall_ms(self.clock)
         mq = result.message_queue
         first_target = result.queue_offset
         runs, offsets, n = batch.runs, batch.offsets, len(batch.entries)
@@ -444,5 +407,5 @@ class BatchSender:
             delivered=self.delivered, bytes=self.bytes, skipped_loop=self.skipped,
             failures=tuple(self.failures), offset_map=tuple(self.mappings), source_next=dict(self.source_next),
             latency_samples_ms=tuple(samples), latency=summarise_latencies(self.latencies),
-            oldest_store_ms=self.oldest_store_ms, started_ms=self.started_ms, finished_ms=now_ms(),
+            oldest_store_ms=self.oldest_store_ms, started_ms=self.started_ms, finished_ms=wall_ms(self.clock),
             target_unavailable_retries=self.outage.retries, placements=tuple(self.placement.decided))

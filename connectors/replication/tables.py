@@ -36,7 +36,7 @@ version: ``connectors.core.delta``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from connectors.core.config import LinkConfig
 from connectors.core.delta import (
     CommitResult,
@@ -228,7 +229,7 @@ class LinkTables(DeltaTableSet):
     """The four Delta tables of one link. Driver only; not thread-safe; one writer query per link."""
 
     def __init__(self, location: str | Path, *, source_cluster: str,
-                 clock_ms: Callable[[], int] | None = None,
+                 clock: ThreadClock = SYSTEM_CLOCK,
                  storage_options: Mapping[str, str] | None = None, history: HistorySettings | None = None,
                  map_floors: MapFloors | None = None, background_maintenance: bool = True) -> None:
         """``location``: the link's directory (``<delta_location>/<link>``); tables are created lazily.
@@ -237,10 +238,10 @@ class LinkTables(DeltaTableSet):
         (readers, tools). ``map_floors``: the lowest source offset per queue a checkpointed group is at
         (``connectors.replication.retention``); None: no group is checkpointed.
 
-        ``clock_ms`` (ms since the epoch) stamps ``updated_at`` / ``failed_at`` / ``replayed_at`` and times
+        ``clock`` (its wall time) stamps ``updated_at`` / ``failed_at`` / ``replayed_at`` and times
         the retention.
         """
-        super().__init__(location, SCHEMAS, COMMIT_ORDER, clock_ms=clock_ms, storage_options=storage_options)
+        super().__init__(location, SCHEMAS, COMMIT_ORDER, clock=clock, storage_options=storage_options)
         self.source_cluster = source_cluster
         self._current: tuple[int, list[dict[str, Any]]] | None = None
         """(current_offsets version, its rows) as this set wrote them: the next commit's base without a read."""
@@ -256,7 +257,7 @@ class LinkTables(DeltaTableSet):
         location = str(self.location)
         placements = shared_table_set((location, self.source_cluster), PlacementTable,
                                       lambda: PlacementTable(location, source_cluster=self.source_cluster,
-                                                             clock_ms=self.now_ms))
+                                                             clock=self.clock))
         retention = ({} if history.placements_retention is None else
                      {PLACEMENTS: delete_placements(history.placements_retention, self._last_advanced)})
         maintenance = TableMaintenance(placements, history, retention=retention, background=False)

@@ -76,7 +76,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
@@ -94,14 +93,15 @@ from connectors.core.rows import (
 from connectors.replication.failure_policy import load_failure_hook
 from connectors.replication.writer_options import SinkOptions
 
-if TYPE_CHECKING:
-    from connectors.replication.sending import ReplicationCommitMessage
-
-# Write planning (a fresh Python worker per query start, on the first batch's critical path) only builds and
-# pickles this class: the modules of the tasks (partition_writer, sending, executor) and of the driver's
-# commit (``batch_commit``: Delta tables, checkpoint, group mirror) are imported where used, which halves this
-# module's import beyond pyspark and pyarrow (python -X importtime; benchmarks/MEASUREMENTS.md). The task daemon
-# (connectors.replication.worker_daemon) imports them all before it forks.
+# Driver code and executor code live apart: a task's is ``partition_writer.write_partition`` (with sending,
+# placement, pulling, forwarding), the driver's after a batch is ``batch_commit`` (Delta tables, checkpoint, group
+# mirror); they share only their records (``records``). This module imports neither side at its top because every
+# process that runs any part of the sink unpickles this one class (pyspark's API): write planning, a fresh Python
+# worker on the first batch's critical path, only builds and pickles it, and would otherwise import both sides
+# (python -X importtime: about a third more than this module's own); the commit's worker needs no task module
+# and a task no Delta table. Hence one import per side, where that side starts. The task daemon
+# (connectors.replication.worker_daemon) imports the task modules before it forks. The layering test
+# (tests/unit/test_connectors_layout.py) keeps the sides apart and this module's imports light.
 
 log = logging.getLogger(__name__)
 
@@ -130,55 +130,27 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
 
     # -- executors -------------------------------------------------------------------------------
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> ReplicationCommitMessage:
-        """Executor: send this partition's rows; see ``PartitionWriter``."""
-        from connectors.core.executor import freeze_worker_heap
-        from connectors.replication.partition_writer import PartitionWriter
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        """Executor: send this partition's rows; see ``partition_writer.write_partition``."""
+        from connectors.replication.partition_writer import write_partition  # the task side: see the imports
 
-        freeze_worker_heap()
         driver_logging()  # executor tasks log like the job (console line, log file), not via lastResort
-        writer = PartitionWriter(self.options)
-        ranges: list[pa.RecordBatch] = []
-        for rb in iterator:
-            names = rb.schema.names
-            if COL_START_OFFSET in names:
-                # Range rows are a few dozen bytes of plan each, and Spark may hand them over one per Arrow
-                # batch (the job sets spark.sql.execution.arrow.maxRecordsPerBatch to 1 for the raw format):
-                # the task's ranges are gathered first so that add_ranges pulls them all concurrently.
-                ranges.append(rb)
-            elif COL_RECORDS in names:
-                writer.add_raw_batch(rb)
-            else:
-                writer.add_record_batch(rb)
-        if ranges:
-            writer.add_ranges(ranges)
-        return writer.finish()
+        return write_partition(self.options, iterator)
 
     # -- driver ----------------------------------------------------------------------------------
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver: failure policy, then the Delta tables (idempotent per query id and batch id); the steps are
         ``batch_commit.commit_batch``'s."""
-        from connectors.replication.batch_commit import commit_batch
+        from connectors.replication import batch_commit  # the driver side: see the imports
 
         driver_logging()
-        commit_batch(self.options, messages, batchId)
+        batch_commit.commit_batch(self.options, messages, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver: a write task failed, or the job's stop cancelled the batch (then INFO, not WARNING:
-        ``connectors.core.job_stop.abort_level``). Messages already sent stay on the target (they are re-sent
-        when the batch re-runs: at-least-once); nothing is recorded for this batch."""
-        from connectors.core.job_stop import abort_level
-        from connectors.replication.batch_commit import record_aborted, source_mirror
-        from connectors.replication.group_mirror import EXIT_FLUSH_TIMEOUT_S
-        from connectors.replication.sending import ReplicationCommitMessage
+        """Driver: a write task failed, or the job's stop cancelled the batch; see ``batch_commit.abort_batch``.
+        Messages already sent stay on the target; nothing is recorded for this batch."""
+        from connectors.replication import batch_commit  # the driver side: see the imports
 
         driver_logging()
-        sent = sum(m.delivered for m in messages if isinstance(m, ReplicationCommitMessage))
-        if sent and self.options.link:
-            record_aborted(self.options.link, sent)
-        mirror = source_mirror(self.options)
-        if mirror is not None:  # the offsets of batches committed before this one go out now
-            mirror.flush(EXIT_FLUSH_TIMEOUT_S)
-        log.log(abort_level(), "link %s batch %d aborted; %d message(s) already on the target will be sent again "
-                "when the batch re-runs", self.options.label, batchId, sent)
+        batch_commit.abort_batch(self.options, messages, batchId)

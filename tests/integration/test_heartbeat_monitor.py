@@ -18,17 +18,10 @@ from connectors.core.monitoring import HEARTBEAT_TOPIC
 from connectors.heartbeat.monitor import LinkStatus
 from connectors.heartbeat.monitor_loop import HeartbeatMonitorLoop
 from connectors.heartbeat.records import Heartbeat
+from tests.support.clocks import MillisClock
 from tests.support.processes import LocalCluster
 
 pytestmark = pytest.mark.integration
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now_ms = int(time.time() * 1000)
-
-    def __call__(self) -> int:
-        return self.now_ms
 
 
 @pytest.fixture
@@ -50,8 +43,8 @@ def test_broken_is_distinct_from_idle(pair: tuple[LocalCluster, LocalCluster], t
         "links": [{"name": "l1", "checkpoint_location": str(tmp_path / "c1"), **link},
                   {"name": "l2", "checkpoint_location": str(tmp_path / "c2"), "consumer_group": "G2", **link}],
         "heartbeat": {"interval": 1, "startup_limit": 1}})  # no start-up grace beyond 3 intervals: the age rules
-    clock = FakeClock()
-    loop = HeartbeatMonitorLoop(config, ["l1", "l2"], clock_ms=clock)
+    clock = MillisClock(int(time.time() * 1000))
+    loop = HeartbeatMonitorLoop(config, ["l1", "l2"], clock=clock)
     with Producer(src.namesrv_addr) as on_src, Producer(dst.namesrv_addr) as on_dst:
         def beat(producer: Producer, seq: int, *, target: str = "mdst") -> None:
             hb = Heartbeat("l1", seq, clock.now_ms, "msrc", target)

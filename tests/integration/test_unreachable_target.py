@@ -23,6 +23,7 @@ from connectors.core.sync_settings import ConfigSyncSettings
 from connectors.core.topic_mapping import TopicMapper
 from connectors.heartbeat.monitor import LinkStatus
 from connectors.heartbeat.monitor_loop import HeartbeatMonitorLoop
+from tests.support.clocks import ReadingClock
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +46,7 @@ def test_heartbeat_monitor_with_both_clusters_down_reports_once_and_keeps_pollin
                    "checkpoint_location": str(tmp_path / "c"), "delta_location": str(tmp_path / "d")}],
         "heartbeat": {"interval": 1}})
     now = [int(time.time() * 1000)]
-    loop = HeartbeatMonitorLoop(config, ["l1"], clock_ms=lambda: now[0])
+    loop = HeartbeatMonitorLoop(config, ["l1"], clock=ReadingClock(lambda: now[0]))
     try:
         with caplog.at_level(logging.WARNING, logger="connectors.heartbeat.monitor_loop"):
             for _ in range(4):

@@ -104,3 +104,58 @@ def oversized(roots: Iterable[str], max_lines: int) -> dict[str, int]:
     sizes = {str(p.relative_to(REPO)): len(p.read_text().splitlines())
              for root in roots for p in (REPO / root).rglob("*.py")}
     return {p: n for p, n in sizes.items() if n > max_lines}
+
+
+def _module_path(module: str) -> Path | None:
+    """The source file of a dotted project module (``a/b.py`` or ``a/b/__init__.py``), None when there is none."""
+    base = REPO / module.replace(".", "/")
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _direct_modules(path: Path, prefix: str, *, at_import: bool) -> set[str]:
+    """The project modules ``path`` imports whose names start with ``prefix``, ``from p import m`` counting the
+    submodule ``p.m`` when it is one. ``at_import``: only what importing ``path`` runs (module and class bodies;
+    not function bodies, nor ``if TYPE_CHECKING:`` blocks)."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if at_import and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            return
+        if at_import and isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING",
+                                                                                "typing.TYPE_CHECKING"):
+            for branch in node.orelse:
+                visit(branch)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names
+                         if _module_path(f"{node.module}.{alias.name}") is not None)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    return {m for m in found if m == prefix or m.startswith(prefix + ".")}
+
+
+def reachable(module: str, prefix: str, *, at_import: bool) -> set[str]:
+    """Every project module under ``prefix`` that ``module`` reaches through imports, itself included (a package
+    counts as reached with its ``__init__``). ``at_import``: only the imports importing ``module`` runs, so the
+    result is what ``import module`` loads; otherwise the lazy ones inside functions count too."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        path = _module_path(name)
+        if name in seen or path is None:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        parents = (".".join(parts[:i]) for i in range(1, len(parts)))  # importing a.b.c runs a and a.b
+        todo.extend(p for p in parents if p == prefix or p.startswith(prefix + "."))
+        todo.extend(_direct_modules(path, prefix, at_import=at_import))
+    return seen

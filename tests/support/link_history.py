@@ -11,27 +11,18 @@ from typing import Any
 from connectors.core.history_settings import HistorySettings
 from connectors.core.offsets import QueueKey
 from connectors.replication.tables import LinkTables
+from tests.support.clocks import MillisClock
 
 DAY_MS = 86_400_000
 START_MS = 1_700_000_000_000
 
 
-class ManualClock:
-    """The tables' clock: tests move it; nothing sleeps."""
-
-    def __init__(self) -> None:
-        self.now = START_MS
-
-    def __call__(self) -> int:
-        return self.now
-
-
-def link(tmp_path: Path, clock: ManualClock, floors: dict[QueueKey, int] | None = None,
+def link(tmp_path: Path, clock: MillisClock, floors: dict[QueueKey, int] | None = None,
          **settings: Any) -> LinkTables:
     """The link ``l`` of source cluster ``src`` under ``tmp_path``, with an hourly maintenance interval and the
     ``history:`` ``settings``; ``floors`` is what the offset map's fold may not pass (None: no floors read)."""
     history = HistorySettings(maintenance_interval=3600, **settings)
-    return LinkTables(tmp_path / "l", source_cluster="src", clock_ms=clock, history=history,
+    return LinkTables(tmp_path / "l", source_cluster="src", clock=clock, history=history,
                       map_floors=lambda: floors, background_maintenance=False)
 
 

@@ -7,8 +7,7 @@ import pytest
 
 from connectors.core.errors import ReplicatorError
 from connectors.replication.batch_commit import batch_metrics, commit_batch
-from connectors.replication.records import LatencySummary
-from connectors.replication.sending import ReplicationCommitMessage
+from connectors.replication.records import LatencySummary, ReplicationCommitMessage
 from connectors.replication.writer_options import SinkOptions
 
 

@@ -26,6 +26,7 @@ from connectors.core.offsets import QueueKey
 from connectors.core.sync_settings import GroupSelection
 from connectors.replication.records import BatchMetrics, OffsetMapping
 from connectors.replication.tables import LinkTables
+from tests.support.clocks import MillisClock, ReadingClock
 
 A0, A1 = QueueKey("Orders", "src-a", 0), QueueKey("Orders", "src-a", 1)
 T0, T1 = TargetQueueKey("OrdersDR", "dst-a", 0), TargetQueueKey("OrdersDR", "dst-a", 1)
@@ -86,7 +87,7 @@ def _mapping(first: int, last: int, target_first: int, messages: int) -> OffsetM
 
 def test_link_progress_from_the_replication_tables(tmp_path: Path) -> None:
     clock = iter(range(1_000, 100_000, 1_000))
-    tables = LinkTables(tmp_path / "l", source_cluster="src", clock_ms=lambda: next(clock))
+    tables = LinkTables(tmp_path / "l", source_cluster="src", clock=ReadingClock(lambda: next(clock)))
     assert read_link_progress(tables).runs == 0
     tables.commit_batch("q1", 0, {A0: 10}, [_mapping(0, 9, 0, 10)], [], BatchMetrics(10, 10))
     tables.commit_batch("q1", 1, {A0: 20}, [_mapping(10, 14, 10, 5), _mapping(17, 19, 15, 3)], [],
@@ -113,7 +114,7 @@ def test_incremental_progress_equals_a_full_read(tmp_path: Path) -> None:
     range already mapped is replicated again (a new query after the Spark checkpoint was lost: new rows for
     old source offsets), after a batch re-run (its txn is there: nothing written), and across compaction."""
     clock = iter(range(1_000, 10_000_000, 1_000))
-    tables = LinkTables(tmp_path / "l", source_cluster="src", clock_ms=lambda: next(clock),
+    tables = LinkTables(tmp_path / "l", source_cluster="src", clock=ReadingClock(lambda: next(clock)),
                         history=HistorySettings(maintenance_interval=3600), background_maintenance=False)
     reader = LinkProgressReader(tables)
     assert reader.read().runs == 0
@@ -151,7 +152,7 @@ def test_incremental_progress_falls_back_to_a_full_read(tmp_path: Path) -> None:
     """A commit file gone (log clean-up), rows rewritten (a delete), rows older than those read (a driver
     clock behind): the reader reads the table whole and still equals a full read."""
     times = iter([1_000, 2_000, 3_000, 500, 4_000, 5_000, 6_000])
-    tables = LinkTables(tmp_path / "l", source_cluster="src", clock_ms=lambda: next(times))
+    tables = LinkTables(tmp_path / "l", source_cluster="src", clock=ReadingClock(lambda: next(times)))
     reader = LinkProgressReader(tables)
     tables.commit_batch("q1", 0, {A0: 10}, [_mapping(0, 9, 0, 10)], [], BatchMetrics(10, 10))
     assert reader.read().full_read
@@ -178,7 +179,7 @@ def test_incremental_progress_falls_back_to_a_full_read(tmp_path: Path) -> None:
 
 
 def test_recovery_point_counts_only_complete_checkpoints(tmp_path: Path) -> None:
-    tables = CheckpointTables(tmp_path / "l", clock_ms=lambda: 50_000)
+    tables = CheckpointTables(tmp_path / "l", clock=MillisClock(50_000))
     assert checkpoint_age_ms(tables, 60_000) is None
     tables.commit_checkpoint("q", 0, [CheckpointRow("g", CheckpointOutcome.COMMITTED, 10_000)])
     tables.commit_checkpoint("q", 1, [CheckpointRow("g", CheckpointOutcome.CURRENT, 20_000),

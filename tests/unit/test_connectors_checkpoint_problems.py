@@ -20,6 +20,7 @@ from connectors.core.config import TopicMappingConfig
 from connectors.core.offsets import QueueKey
 from connectors.core.sync_settings import GroupSelection
 from connectors.core.topic_mapping import TopicMapper
+from tests.support.clocks import MillisClock
 
 SOURCE_Q = QueueKey("Orders", "src-a", 0)
 TARGET_Q = TargetQueueKey("Orders", "dst-a", 0)
@@ -69,7 +70,7 @@ class FakeCluster:
 def _link() -> tuple[FakeCluster, FakeCluster, GroupOffsetPoller, CheckpointCommitter]:
     source, target = FakeCluster(), FakeCluster()
     poller = GroupOffsetPoller(cast(Admin, source), "src", TopicMapper(TopicMappingConfig(all_topics=True)),
-                               GroupSelection(), interval=1.0, clock_ms=lambda: 1)
+                               GroupSelection(), interval=1.0, clock=MillisClock(1))
     progress = LinkProgress(OffsetTranslator([(SOURCE_Q, Run(0, 9, TARGET_Q, 0, 9, 10))]), {SOURCE_Q: 10}, 1)
     committer = CheckpointCommitter(link="l", source_cluster="src", target_cluster="dst",
                                     target_admin=cast(Admin, target), target_producer=None,

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from connectors.config_sync.evidence import NOT_REGISTERED, Memory, judge
 from connectors.config_sync.state import ClusterState, TopicState
+from tests.support.clocks import MillisClock
 
 
 def snapshot(ms: int, topics: dict[str, tuple[str, ...]], brokers: tuple[str, ...] = ("a", "b"),
@@ -107,7 +108,7 @@ def test_a_group_registered_by_its_replicas_alone_is_read_as_unreachable_not_as_
         def all_subscription_groups(self, addr: str) -> dict[str, dict[str, object]]:
             return {}
 
-    state = read_cluster_state(Admin(), "dst", clock_ms=lambda: 5)  # type: ignore[arg-type]
+    state = read_cluster_state(Admin(), "dst", clock=MillisClock(5))  # type: ignore[arg-type]
     assert state.brokers == ("y",) and state.unreachable == {"x": NO_PRIMARY}
     assert state.topics["T"].brokers == ("y",)
 

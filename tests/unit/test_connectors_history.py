@@ -33,7 +33,8 @@ from connectors.replication.tables import (
     LinkTables,
     next_current_rows,
 )
-from tests.support.link_history import DAY_MS, START_MS, ManualClock, link, round_now
+from tests.support.clocks import MillisClock
+from tests.support.link_history import DAY_MS, START_MS, link, round_now
 
 Q0 = QueueKey("Orders", "src-a", 0)
 Q1 = QueueKey("Orders", "src-a", 1)
@@ -54,10 +55,10 @@ def rows(t: LinkTables, table: str) -> list[dict[str, Any]]:
 
 
 def test_the_resume_point_is_read_from_current_offsets_alone(tmp_path: Path) -> None:
-    clock = ManualClock()
+    clock = MillisClock()
     t = link(tmp_path, clock)
     for batch in range(20):
-        clock.now += 1000
+        clock.now_ms += 1000
         t.commit_batch("q", batch, {Q0: 10 * (batch + 1), **({Q1: batch} if batch % 2 else {})}, [], [],
                        BatchMetrics(1, 1))
     assert len(rows(t, OFFSETS)) == 30 and len(rows(t, CURRENT_OFFSETS)) == 2  # one row per queue
@@ -67,7 +68,7 @@ def test_the_resume_point_is_read_from_current_offsets_alone(tmp_path: Path) -> 
 
 
 def test_a_reset_point_is_latest_until_the_next_batch_and_never_delivered(tmp_path: Path) -> None:
-    clock = ManualClock()
+    clock = MillisClock()
     t = link(tmp_path, clock)
     t.commit_batch("q", 0, {Q0: 50, Q1: 5}, [], [], BatchMetrics(1, 1))
     t.append_resume_point({Q0: 20})
@@ -98,7 +99,7 @@ def test_a_crash_between_the_history_and_current_offsets_never_moves_the_resume_
     """current_offsets is committed last: a crash after the history (and the map, failures, metrics) leaves
     the resume point at the previous batch (the batch is re-sent: at-least-once); the re-run completes it
     without a second history row. A failure before it never writes current_offsets."""
-    clock = ManualClock()
+    clock = MillisClock()
     t = link(tmp_path, clock)
     t.commit_batch("q", 0, {Q0: 10}, [run(0, 9, 0)], [], BatchMetrics(10, 10))
     real = LinkTables._append_once
@@ -129,7 +130,7 @@ def test_a_crash_between_the_history_and_current_offsets_never_moves_the_resume_
 
 
 def test_a_link_without_current_offsets_resumes_from_its_history_then_writes_it(tmp_path: Path) -> None:
-    clock = ManualClock()
+    clock = MillisClock()
     t = link(tmp_path, clock)
     t.commit_batch("q", 0, {Q0: 10, Q1: 4}, [], [], BatchMetrics(1, 1))
     t.commit_batch("q", 1, {Q0: 20}, [], [], BatchMetrics(1, 1))
@@ -147,10 +148,10 @@ def test_a_link_without_current_offsets_resumes_from_its_history_then_writes_it(
 
 
 def test_history_and_metrics_keep_their_retention_and_the_resume_point_stays(tmp_path: Path) -> None:
-    clock = ManualClock()
+    clock = MillisClock()
     t = link(tmp_path, clock, offsets_retention="2 days", metrics_retention="1 day")
     for day in range(5):
-        clock.now = START_MS + day * DAY_MS
+        clock.now_ms = START_MS + day * DAY_MS
         t.commit_batch("q", day, {Q0: 10 * (day + 1), **({Q1: 1} if day == 0 else {})}, [], [], BatchMetrics(1, 1))
     round_now(t)
     history = rows(t, OFFSETS)
@@ -161,11 +162,11 @@ def test_history_and_metrics_keep_their_retention_and_the_resume_point_stays(tmp
 
 
 def test_the_history_is_not_trimmed_while_it_is_the_resume_point(tmp_path: Path) -> None:
-    clock = ManualClock()
+    clock = MillisClock()
     t = link(tmp_path, clock, offsets_retention="1 day")
     t.commit_batch("q", 0, {Q0: 10}, [], [], BatchMetrics(1, 1))
     shutil.rmtree(t.path(CURRENT_OFFSETS))  # an old link's tables
-    clock.now += 3 * DAY_MS
+    clock.now_ms += 3 * DAY_MS
     round_now(t)
     assert len(rows(t, OFFSETS)) == 1 and t.latest_offsets() == {Q0: 10}
 
@@ -201,12 +202,12 @@ def test_retention_never_removes_a_run_a_group_needs_and_translation_stays_exact
     """Runs with gaps (one message skipped per batch) so nothing merges: each batch is its own run. After the
     map's retention, a group at or above the floor translates exactly as before; a group below the kept runs
     lands in a summary: conservatively (inexact, at or before its true target offset), never past it."""
-    clock = ManualClock()
+    clock = MillisClock()
     floors: dict[QueueKey, int] = {Q0: 255}
     t = link(tmp_path, clock, floors, offset_map_retention="1 day")
     target = 0
     for batch in range(40):  # 40 batches of 10 offsets over 4 days, 9 messages each (offset 10b+5 skipped)
-        clock.now = START_MS + batch * DAY_MS // 10
+        clock.now_ms = START_MS + batch * DAY_MS // 10
         first = 10 * batch
         mapping = OffsetMapping("Orders", "src-a", 0, first, first + 9, "Orders", "dst-a", 0, target, target + 8, 9)
         t.commit_batch("q", batch, {Q0: first + 10}, [mapping], [], BatchMetrics(9, 9))
@@ -247,12 +248,12 @@ def test_retention_never_removes_a_run_a_group_needs_and_translation_stays_exact
 
 
 def test_the_map_is_left_alone_while_the_groups_positions_are_unknown(tmp_path: Path) -> None:
-    clock = ManualClock()
-    t2 = LinkTables(tmp_path / "l", source_cluster="src", clock_ms=clock, map_floors=lambda: None,
+    clock = MillisClock()
+    t2 = LinkTables(tmp_path / "l", source_cluster="src", clock=clock, map_floors=lambda: None,
                     history=HistorySettings(offset_map_retention="1 day", maintenance_interval=3600),
                     background_maintenance=False)
     for batch in range(3):
-        clock.now = START_MS + batch * DAY_MS
+        clock.now_ms = START_MS + batch * DAY_MS
         t2.commit_batch("q", batch, {Q0: 10 * batch + 10}, [run(10 * batch, 10 * batch + 8, 9 * batch)], [],
                         BatchMetrics(9, 9))
     round_now(t2)
@@ -276,11 +277,11 @@ def test_floors_are_the_lowest_newest_position_of_the_groups() -> None:
 
 
 def test_rounds_compact_vacuum_and_keep_the_files_of_recent_versions(tmp_path: Path) -> None:
-    clock = ManualClock()
-    t = LinkTables(tmp_path / "l", source_cluster="src", clock_ms=clock, background_maintenance=False,
+    clock = MillisClock()
+    t = LinkTables(tmp_path / "l", source_cluster="src", clock=clock, background_maintenance=False,
                    history=HistorySettings(maintenance_interval=10, file_retention=30))
     for batch in range(100):
-        clock.now += 1000
+        clock.now_ms += 1000
         t.commit_batch("q", batch, {Q0: batch + 1, Q1: batch + 1}, [run(batch, batch, batch)], [], BatchMetrics(1, 1))
     for table in (OFFSETS, OFFSET_MAP, METRICS, CURRENT_OFFSETS):
         parquet = list(Path(t.path(table)).glob("*.parquet"))
@@ -310,10 +311,10 @@ def test_history_settings_validate_and_name_the_field() -> None:
 
 
 def test_a_round_reports_a_failing_table_and_carries_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = ManualClock()
+    clock = MillisClock()
     t = link(tmp_path, clock)
     t.commit_batch("q", 0, {Q0: 1}, [run(0, 0, 0)], [], BatchMetrics(1, 1))
     maintenance = TableMaintenance(t, HistorySettings(), background=False,
                                    retention={METRICS: lambda dt, now: (_ for _ in ()).throw(OSError("disk"))})
-    done = {r.table: r for r in maintenance.run_round(clock.now)}
+    done = {r.table: r for r in maintenance.run_round(clock.now_ms)}
     assert done[METRICS].errors == ["disk"] and not done[OFFSETS].errors

@@ -103,10 +103,12 @@ def test_the_sinks_runs_never_span_a_skipped_source_offset() -> None:
     from types import SimpleNamespace
 
     from broker_store.client import MessageQueue
+    from broker_store.clock import SYSTEM_CLOCK
     from connectors.replication.sending import Batch, BatchSender
 
     sender = object.__new__(BatchSender)
     sender.mappings, sender.latencies, sender.bytes, sender.delivered = [], [], 0, 0
+    sender.clock = SYSTEM_CLOCK
     mq = MessageQueue("Orders", "dst-a", 0)
     first = Batch("Orders", mq, entries=[b""] * 5, offsets=[0, 1, 2, 4, 5], borns=[0] * 5, runs=[(SRC, 0)])
     second = Batch("Orders", mq, entries=[b""] * 2, offsets=[6, 8], borns=[0] * 2, runs=[(SRC, 0)])

@@ -23,7 +23,8 @@ from connectors.replication.queue_placement import Placement, TargetQueue
 from connectors.replication.records import BatchMetrics, FailedMessage, FailureOutcome, RecordedFailure
 from connectors.replication.retention import stale_placements
 from connectors.replication.tables import FAILURES, LinkTables, failure_id
-from tests.support.link_history import DAY_MS, START_MS, ManualClock, link, round_now
+from tests.support.clocks import MillisClock
+from tests.support.link_history import DAY_MS, START_MS, link, round_now
 
 Q0 = QueueKey("Orders", "src-a", 0)
 Q1 = QueueKey("Orders", "src-a", 1)
@@ -39,17 +40,17 @@ def failure_offsets(t: LinkTables) -> list[int]:
 
 
 def test_replayed_failures_go_after_their_retention_and_unreplayed_ones_stay(tmp_path: Path) -> None:
-    clock = ManualClock()
+    clock = MillisClock()
     t = link(tmp_path, clock, {}, replayed_failures_retention="2 days")
     t.commit_batch("q", 0, {Q0: 10}, [], [failed(o) for o in (1, 2, 3)], BatchMetrics(7, 7))
     ids = {o: failure_id("q", 0, Q0, o) for o in (1, 2, 3)}
-    clock.now += DAY_MS // 2
+    clock.now_ms += DAY_MS // 2
     assert t.mark_replayed([ids[1]]) == 1
-    clock.now += 3 * DAY_MS
+    clock.now_ms += 3 * DAY_MS
     assert t.mark_replayed([ids[2]]) == 1
     round_now(t)
     assert failure_offsets(t) == [2, 3]  # 1 was replayed 3 days ago; 2 just now; 3 never: kept until replayed
-    clock.now += 30 * DAY_MS
+    clock.now_ms += 30 * DAY_MS
     round_now(t)
     assert failure_offsets(t) == [3]
     assert [f.message.queue_offset for f in t.unreplayed_failures()] == [3]
@@ -57,20 +58,20 @@ def test_replayed_failures_go_after_their_retention_and_unreplayed_ones_stay(tmp
 
 def test_unreplayed_failures_go_only_with_failures_retention_and_a_warning(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    clock = ManualClock()
+    clock = MillisClock()
     t = link(tmp_path, clock, {}, failures_retention="5 days")
     t.commit_batch("q", 0, {Q0: 10}, [], [failed(1)], BatchMetrics(1, 1))
-    clock.now += 3 * DAY_MS
+    clock.now_ms += 3 * DAY_MS
     t.commit_batch("q", 1, {Q0: 20}, [], [failed(11)], BatchMetrics(1, 1))
-    clock.now += 3 * DAY_MS
+    clock.now_ms += 3 * DAY_MS
     with caplog.at_level(logging.WARNING, logger="connectors.replication.retention"):
         round_now(t)
     assert failure_offsets(t) == [11]
     assert "1 failed message(s) never replayed" in caplog.text and "can no longer be replayed" in caplog.text
 
 
-def record(t: LinkTables, clock: ManualClock, *queues: QueueKey) -> None:
-    table = PlacementTable(t.location, source_cluster="src", clock_ms=clock)
+def record(t: LinkTables, clock: MillisClock, *queues: QueueKey) -> None:
+    table = PlacementTable(t.location, source_cluster="src", clock=clock)
     table.record([Placement(q, q.topic, TargetQueue("dst-a", q.queue_id), "preserved") for q in queues], "driver")
 
 
@@ -80,11 +81,11 @@ def decided(t: LinkTables) -> list[tuple[str, int]]:
 
 
 def test_decisions_of_idle_source_queues_go_after_placements_retention(tmp_path: Path) -> None:
-    clock = ManualClock()
+    clock = MillisClock()
     t = link(tmp_path, clock, {}, placements_retention="10 days")
     record(t, clock, Q0, Q1, Q2)
     for day in range(12):
-        clock.now = START_MS + day * DAY_MS
+        clock.now_ms = START_MS + day * DAY_MS
         # Q0 advances daily, Q1 advanced on day 0 only, Q2 (a topic of one day, gone) never did
         t.commit_batch("q", day, {Q0: day + 1, **({Q1: 5} if day == 0 else {})}, [], [], BatchMetrics(1, 1))
     round_now(t)  # day 11: Q1 idle 11 days, Q2 decided 11 days ago; Q0 advanced today
@@ -93,16 +94,16 @@ def test_decisions_of_idle_source_queues_go_after_placements_retention(tmp_path:
 
 
 def test_decisions_stay_without_the_resume_point_or_with_no_retention(tmp_path: Path) -> None:
-    clock = ManualClock()
+    clock = MillisClock()
     t = link(tmp_path / "a", clock, {}, placements_retention="1 day")
     record(t, clock, Q0)  # no batch committed: current_offsets does not exist, idleness is unknown
-    clock.now += 5 * DAY_MS
+    clock.now_ms += 5 * DAY_MS
     round_now(t)
     assert decided(t) == [("Orders", 0)]
     kept = link(tmp_path / "b", clock, {}, placements_retention=None)
     record(kept, clock, Q0)
     kept.commit_batch("q", 0, {Q1: 1}, [], [], BatchMetrics(1, 1))
-    clock.now += 400 * DAY_MS
+    clock.now_ms += 400 * DAY_MS
     round_now(kept)
     assert decided(kept) == [("Orders", 0)]
 

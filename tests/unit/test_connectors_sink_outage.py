@@ -30,7 +30,8 @@ from connectors.core.offsets import QueueKey
 from connectors.replication import outage, placement, sending
 from connectors.replication.forwarding import encode_entry
 from connectors.replication.partition_writer import PartitionWriter
-from connectors.replication.sending import Item, ReplicationCommitMessage
+from connectors.replication.records import ReplicationCommitMessage
+from connectors.replication.sending import Item
 from connectors.replication.writer_options import SinkOptions
 
 TOPIC = "T"
@@ -69,32 +70,37 @@ class FakeProducer:
 
 
 class FakeClock:
+    """A ``broker_store.clock.ThreadClock`` whose blocking sleeps only move it (and are recorded)."""
+
     def __init__(self) -> None:
         self.now = 1000.0
         self.sleeps: list[float] = []
 
-    def sleep(self, seconds: float) -> None:
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return 1_700_000_000.0 + self.now
+
+    def block(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.now += seconds
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    fake = FakeClock()
-    monkeypatch.setattr(outage, "sleep", fake.sleep)
-    monkeypatch.setattr(outage, "monotonic", lambda: fake.now)
-    return fake
+def clock() -> FakeClock:
+    return FakeClock()
 
 
-def _writer(monkeypatch: pytest.MonkeyPatch, producer: FakeProducer, *, brokers_registered: bool = True,
-            **options: object) -> PartitionWriter:
+def _writer(monkeypatch: pytest.MonkeyPatch, producer: FakeProducer, *, clock: FakeClock | None = None,
+            brokers_registered: bool = True, **options: object) -> PartitionWriter:
     table = {"dst-a": object()} if brokers_registered else {}
     admin = SimpleNamespace(cluster_info=lambda: SimpleNamespace(broker_addr_table=table))
     monkeypatch.setattr(sending, "target_producer", lambda _o: producer)
     monkeypatch.setattr(outage, "executor_admin", lambda _n, _c, _tls=None: admin)
     base = dict(namesrv="127.0.0.1:1", target_cluster="dst", source_cluster="src", max_retries=2,
                 retry_backoff_ms=100, retry_timeout_ms=60_000, retry_backoff_max_ms=2_000)
-    return PartitionWriter(SinkOptions(**{**base, **options}))
+    return PartitionWriter(SinkOptions(**{**base, **options}), clock or FakeClock())
 
 
 def _send(writer: PartitionWriter, count: int = 3) -> ReplicationCommitMessage:
@@ -114,7 +120,7 @@ def _down(attempt: int) -> RocketMQError:
 
 def test_target_down_blocks_past_max_retries_then_delivers(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> None:
     producer = FakeProducer(lambda n: _down(n) if n < 12 else None)  # 12 failures >> maxRetries=2
-    result = _send(_writer(monkeypatch, producer))
+    result = _send(_writer(monkeypatch, producer, clock=clock))
     assert result.failures == () and result.delivered == 3
     assert result.target_unavailable_retries == 11  # the first retry went out at once (the route may be stale)
     assert result.offset_map[0].target_first_offset == 0 and result.offset_map[0].messages == 3
@@ -131,14 +137,14 @@ def test_a_send_refused_by_a_dead_or_fenced_primary_goes_to_the_new_one_at_once(
     """A target failover: this worker's route names the old primary. The client dropped the route on the error,
     so the batch is sent again at once (no backoff, no outage counted) and lands on the new primary."""
     producer = FakeProducer(lambda n: error if n == 0 else None)
-    result = _send(_writer(monkeypatch, producer))
+    result = _send(_writer(monkeypatch, producer, clock=clock))
     assert result.failures == () and result.delivered == 3 and producer.calls == 2
     assert result.target_unavailable_retries == 0 and clock.sleeps == []
 
 
 def test_a_timed_out_send_waits_its_backoff(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> None:
     producer = FakeProducer(lambda n: RequestTimeoutError("no answer") if n == 0 else None)
-    result = _send(_writer(monkeypatch, producer))
+    result = _send(_writer(monkeypatch, producer, clock=clock))
     assert result.delivered == 3 and clock.sleeps == [0.1]
 
 
@@ -147,7 +153,7 @@ def test_no_broker_registered_counts_as_unavailable(monkeypatch: pytest.MonkeyPa
     TOPIC_NOT_EXIST; that is an outage, not a refused message."""
     gone = TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST, "no route")
     producer = FakeProducer(lambda n: gone if n < 6 else None)
-    result = _send(_writer(monkeypatch, producer, brokers_registered=False))
+    result = _send(_writer(monkeypatch, producer, clock=clock, brokers_registered=False))
     assert result.failures == () and result.delivered == 3 and result.target_unavailable_retries == 6
 
 
@@ -155,18 +161,18 @@ def test_refused_by_a_live_target_gets_max_retries_then_is_recorded(monkeypatch:
                                                                     clock: FakeClock) -> None:
     missing = TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST, "no route")
     producer = FakeProducer(lambda n: missing)
-    result = _send(_writer(monkeypatch, producer, brokers_registered=True))
+    result = _send(_writer(monkeypatch, producer, clock=clock, brokers_registered=True))
     assert result.delivered == 0 and result.target_unavailable_retries == 0
     assert [f.queue_offset for f in result.failures] == [0, 1, 2]
     assert {f.attempts for f in result.failures} == {3}  # first attempt + maxRetries=2
     illegal = FakeProducer(lambda n: MessageIllegalError(ResponseCode.MESSAGE_ILLEGAL, "too big"))
-    result = _send(_writer(monkeypatch, illegal))
+    result = _send(_writer(monkeypatch, illegal, clock=clock))
     assert len(result.failures) == 3 and all("MessageIllegal" in f.error for f in result.failures)
 
 
 def test_outage_longer_than_retry_timeout_fails_the_task(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> None:
     producer = FakeProducer(_down)
-    writer = _writer(monkeypatch, producer, retry_timeout_ms=30_000)
+    writer = _writer(monkeypatch, producer, clock=clock, retry_timeout_ms=30_000)
     # named as the source side names its cluster (its configured name, then the name servers), and the budget by
     # its YAML key as the source side's error does
     with pytest.raises(TargetUnavailableError, match=r": target cluster dst \(namesrv 127\.0\.0\.1:1\) unavailable "

@@ -44,6 +44,9 @@ class FakeClock:
     def monotonic(self) -> float:
         return self.now
 
+    def time(self) -> float:
+        return 1_700_000_000.0 + self.now
+
     def block(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.now += seconds
@@ -258,8 +261,7 @@ def _reader(monkeypatch: pytest.MonkeyPatch, admin: FakeAdmin, clock: FakeClock,
                                                  "retryBackoffMs": "100", "retryBackoffMaxMs": "2000",
                                                  "retryTimeoutMs": "30000", **options})
     monkeypatch.setattr(reader._state, "admin", admin)  # a fake in the Admin's place
-    reader._state.clock = clock.monotonic
-    reader.outage.clock = clock
+    reader._state.clock = clock  # before the outage is made: it takes the reader's clock
     return reader
 
 

@@ -20,6 +20,7 @@ from connectors.replication.forwarding import DROPPED_PROPERTIES, target_propert
 from connectors.replication.loop_guard import CHAIN_PROPERTY
 from connectors.replication.planning import QueueRange, admit, distribute_limit, plan_ranges
 from connectors.replication.reader_options import SourceOptions
+from connectors.replication.records import ReplicationCommitMessage
 from connectors.replication.writer_options import SinkOptions
 
 Q = [QueueKey("T", f"b{i % 2}", i) for i in range(6)]
@@ -216,6 +217,9 @@ class _StepClock:
     def monotonic(self) -> float:
         return self.now
 
+    def time(self) -> float:
+        return 1_700_000_000.0 + self.now
+
     def block(self, seconds: float) -> None:
         self.now += seconds
 
@@ -356,6 +360,7 @@ def test_sink_pulls_every_range_of_a_task_concurrently(monkeypatch: pytest.Monke
     message = stream_writer.write(iter(rows))
     assert events[:3] == [("start", 0), ("start", 1), ("start", 2)]
     assert [q for kind, q in events[3:]] == [0, 1, 2, 0, 1, 2]
+    assert isinstance(message, ReplicationCommitMessage)
     assert message.delivered == 0 and not message.failures
 
 

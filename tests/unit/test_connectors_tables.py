@@ -32,22 +32,19 @@ from connectors.replication.tables import (
     LinkTables,
     failure_id,
 )
+from tests.support.clocks import MillisClock
 
 Q0 = QueueKey("Orders", "src-a", 0)
 Q1 = QueueKey("Orders", "src-a", 1)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000_000
-
-    def __call__(self) -> int:
-        self.now += 1000
-        return self.now
+def clock() -> MillisClock:
+    """A clock one second later at every reading."""
+    return MillisClock(1_700_000_001_000, step_ms=1000)
 
 
-def tables(tmp_path: Path, clock: Clock | None = None) -> LinkTables:
-    return LinkTables(tmp_path / "a-to-b", source_cluster="A", clock_ms=clock or Clock())
+def tables(tmp_path: Path, tables_clock: MillisClock | None = None) -> LinkTables:
+    return LinkTables(tmp_path / "a-to-b", source_cluster="A", clock=tables_clock or clock())
 
 
 def dismissed(offset: int, queue: QueueKey = Q0) -> RecordedFailure:
@@ -127,8 +124,7 @@ def test_latest_offsets_takes_newest_batch_per_queue_across_queries(tmp_path: Pa
 
 
 def test_failures_replay_marking_is_idempotent(tmp_path: Path) -> None:
-    clock = Clock()
-    t = tables(tmp_path, clock)
+    t = tables(tmp_path, clock())
     t.commit_batch("q", 0, {Q0: 10}, [], [dismissed(4), dismissed(2)], metrics(10))
     t.commit_batch("q", 1, {Q1: 3}, [], [dismissed(1, Q1)], metrics(3))
     pending = t.unreplayed_failures()
@@ -210,7 +206,7 @@ def test_concurrent_commit_of_the_same_batch_is_detected(tmp_path: Path,
 
 
 def test_periodic_compaction_keeps_data_txns_and_idempotency(tmp_path: Path) -> None:
-    t = LinkTables(tmp_path / "a-to-b", source_cluster="A", clock_ms=Clock(),
+    t = LinkTables(tmp_path / "a-to-b", source_cluster="A", clock=clock(),
                    history=HistorySettings(maintenance_interval=5), background_maintenance=False)
     for batch in range(12):
         t.commit_batch("q1", batch, {Q0: 10 * (batch + 1)}, [], [], metrics(batch))

@@ -16,23 +16,12 @@ from connectors.core.topic_mapping import TopicMapper
 from connectors.heartbeat.monitor import HeartbeatMonitor, LinkStatus, percentile
 from connectors.heartbeat.records import Heartbeat, HeartbeatFormatError, Observed
 from connectors.heartbeat.schedule import HeartbeatSchedule, ScheduleState, Tick
-
-
-class FakeClock:
-    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def advance(self, ms: int) -> None:
-        self.now_ms += ms
-
+from tests.support.clocks import MillisClock
 
 # -- schedule ------------------------------------------------------------------------------------
 
 def test_one_tick_per_interval_and_none_in_between() -> None:
-    clock = FakeClock()
+    clock = MillisClock()
     schedule = HeartbeatSchedule(10_000, clock)
     state = schedule.initial_state()
     tick, state = schedule.next_item(state)
@@ -47,7 +36,7 @@ def test_one_tick_per_interval_and_none_in_between() -> None:
 
 
 def test_missed_ticks_are_skipped_not_burst() -> None:
-    clock = FakeClock()
+    clock = MillisClock()
     schedule = HeartbeatSchedule(1_000, clock)
     _, state = schedule.next_item(schedule.initial_state())
     clock.advance(60_000)  # the job was down for a minute
@@ -58,7 +47,7 @@ def test_missed_ticks_are_skipped_not_burst() -> None:
 
 
 def test_resume_state_round_trips_and_rereads_the_same_ticks() -> None:
-    clock = FakeClock()
+    clock = MillisClock()
     schedule = HeartbeatSchedule(1_000, clock)
     start = ScheduleState(41, clock.now_ms - 5)
     tick, end = schedule.next_item(start)
@@ -90,15 +79,15 @@ def observed(link: str, seq: int, born_ms: int, lag_ms: int) -> Observed:
     return Observed(Heartbeat(link, seq, born_ms, "src", "dst"), born_ms + lag_ms, f"{HEARTBEAT_TOPIC}/b/0", seq)
 
 
-def make_monitor(clock: FakeClock, links: tuple[str, ...] = ("l1",), *,
+def make_monitor(clock: MillisClock, links: tuple[str, ...] = ("l1",), *,
                  startup_limit_ms: int = 0) -> HeartbeatMonitor:
     """A monitor on ``clock``; by default with no start-up grace beyond the 3 intervals (the age rules)."""
     return HeartbeatMonitor(links, interval_ms=INTERVAL, lagging_threshold_ms=500, stale_intervals=STALE_INTERVALS,
-                            startup_limit_ms=startup_limit_ms, clock_ms=clock)
+                            startup_limit_ms=startup_limit_ms, clock=clock)
 
 
 def test_lag_born_arrival_last_seen_and_ok() -> None:
-    clock = FakeClock()
+    clock = MillisClock()
     monitor = make_monitor(clock)
     assert monitor.state("l1").status is LinkStatus.STARTING
     born = clock.now_ms
@@ -111,14 +100,14 @@ def test_lag_born_arrival_last_seen_and_ok() -> None:
 
 
 def test_lagging_above_threshold() -> None:
-    clock = FakeClock()
+    clock = MillisClock()
     monitor = make_monitor(clock)
     monitor.on_arrived([observed("l1", 0, clock.now_ms - 700, 700)])
     assert monitor.state("l1").status is LinkStatus.LAGGING
 
 
 def test_missing_heartbeats_while_the_source_produces_is_broken() -> None:
-    clock = FakeClock()
+    clock = MillisClock()
     monitor = make_monitor(clock)
     monitor.on_arrived([observed("l1", 0, clock.now_ms, 10)])
     for seq in range(1, STALE_INTERVALS + 1):  # the source keeps producing, nothing arrives
@@ -132,7 +121,7 @@ def test_missing_heartbeats_while_the_source_produces_is_broken() -> None:
 
 
 def test_nothing_produced_is_idle_not_broken() -> None:
-    clock = FakeClock()
+    clock = MillisClock()
     monitor = make_monitor(clock)
     monitor.on_produced([observed("l1", 0, clock.now_ms, 0)])
     monitor.on_arrived([observed("l1", 0, clock.now_ms, 10)])
@@ -144,7 +133,7 @@ def test_nothing_produced_is_idle_not_broken() -> None:
 
 
 def test_never_arrived_is_broken_when_produced_and_idle_otherwise() -> None:
-    clock = FakeClock()
+    clock = MillisClock()
     produced, silent = make_monitor(clock), make_monitor(clock)
     clock.advance(STALE_INTERVALS * INTERVAL + 1)
     produced.on_produced([observed("l1", 0, clock.now_ms - 100, 0)])
@@ -152,7 +141,7 @@ def test_never_arrived_is_broken_when_produced_and_idle_otherwise() -> None:
     assert silent.state("l1").status is LinkStatus.IDLE
 
 
-def flow(monitor: HeartbeatMonitor, clock: FakeClock, link: str, intervals: int, *, lag_ms: int = 100) -> None:
+def flow(monitor: HeartbeatMonitor, clock: MillisClock, link: str, intervals: int, *, lag_ms: int = 100) -> None:
     """``intervals`` intervals of a running link: one heartbeat each, produced and arriving ``lag_ms`` later."""
     for _ in range(intervals):
         clock.advance(INTERVAL)
@@ -163,7 +152,7 @@ def flow(monitor: HeartbeatMonitor, clock: FakeClock, link: str, intervals: int,
 def test_starting_until_the_first_heartbeat_then_broken_once_the_startup_limit_passed() -> None:
     """Issue 14 (3): the heartbeat query produces well before the replication carries anything (Spark
     starting). That is STARTING for the whole start-up limit, not BROKEN after 3 intervals."""
-    clock = FakeClock()
+    clock = MillisClock()
     monitor = make_monitor(clock, ("l1", "l2"), startup_limit_ms=STARTUP_LIMIT)
     started = clock.now_ms
     for seq in range(STARTUP_LIMIT // INTERVAL):  # l1's source produces every interval, nothing arrives
@@ -182,7 +171,7 @@ def test_a_link_warming_up_is_starting_until_its_heartbeats_flow_for_three_inter
     """Measured on jobs/run_all.py with 1 s heartbeats: the first heartbeats arrive late, then seconds apart
     while the queries warm up. Within the start-up limit that is STARTING; once they have arrived in time
     for 3 intervals in a row the link has started up, and a gap is BROKEN as before."""
-    clock = FakeClock()
+    clock = MillisClock()
     monitor = make_monitor(clock, startup_limit_ms=STARTUP_LIMIT)
     clock.advance(20 * INTERVAL)
     monitor.on_arrived([observed("l1", 0, clock.now_ms - 5 * INTERVAL, 5 * INTERVAL - 100)])  # born at start-up
@@ -206,7 +195,7 @@ def test_a_link_warming_up_is_starting_until_its_heartbeats_flow_for_three_inter
 
 
 def test_each_link_starts_up_on_its_own() -> None:
-    clock = FakeClock()
+    clock = MillisClock()
     monitor = make_monitor(clock, ("l1", "l2"), startup_limit_ms=STARTUP_LIMIT)
     clock.advance(10 * INTERVAL)
     flow(monitor, clock, "l1", STALE_INTERVALS + 1)
@@ -221,7 +210,7 @@ def test_each_link_starts_up_on_its_own() -> None:
 
 
 def test_heartbeats_that_only_ever_arrive_late_are_broken_once_the_startup_limit_passed() -> None:
-    clock = FakeClock()
+    clock = MillisClock()
     monitor = make_monitor(clock, startup_limit_ms=STARTUP_LIMIT)
     for seq in range(STARTUP_LIMIT // INTERVAL):
         clock.advance(INTERVAL)
@@ -233,7 +222,7 @@ def test_heartbeats_that_only_ever_arrive_late_are_broken_once_the_startup_limit
 
 
 def test_a_startup_limit_below_three_intervals_keeps_the_three_interval_grace() -> None:
-    clock = FakeClock()
+    clock = MillisClock()
     monitor = make_monitor(clock, startup_limit_ms=1)
     assert monitor.startup_limit_ms == STALE_INTERVALS * INTERVAL == make_monitor(clock).startup_limit_ms
     clock.advance(STALE_INTERVALS * INTERVAL)
@@ -243,7 +232,7 @@ def test_a_startup_limit_below_three_intervals_keeps_the_three_interval_grace() 
 
 
 def test_p99_over_the_last_hour_and_out_of_order_arrivals() -> None:
-    clock = FakeClock()
+    clock = MillisClock()
     monitor = make_monitor(clock)
     monitor.on_arrived([observed("l1", 0, clock.now_ms, 5_000)])  # an old spike
     clock.advance(3_600_001)

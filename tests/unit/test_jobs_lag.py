@@ -17,6 +17,7 @@ from connectors.heartbeat.records import Heartbeat, Observed
 from jobs import lag
 from jobs.lag import LinkLag, Status, check_line, link_lags
 from jobs.metrics import HeartbeatCollector
+from tests.support.clocks import ReadingClock
 
 INTERVAL = 1_000
 STARTUP_LIMIT = 120_000
@@ -30,7 +31,7 @@ class Job:
         self.now_ms = 1_700_000_000_000
         self.monitor = HeartbeatMonitor(LINKS, interval_ms=INTERVAL, lagging_threshold_ms=10_000,
                                         stale_intervals=STALE_INTERVALS, startup_limit_ms=STARTUP_LIMIT,
-                                        clock_ms=lambda: self.now_ms)
+                                        clock=ReadingClock(lambda: self.now_ms))
         self.registry = CollectorRegistry()
         self.registry.register(HeartbeatCollector(self.monitor))
         self.seq = 0

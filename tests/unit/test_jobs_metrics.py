@@ -21,6 +21,7 @@ from connectors.replication.records import BatchMetrics, LatencySummary
 from connectors.replication.tables import LinkTables
 from jobs.lag import Status, check_line, link_lags
 from jobs.metrics import HeartbeatCollector, MetricsPortInUseError, MetricsTableFeed, ReplicationMetrics, serve
+from tests.support.clocks import ReadingClock
 
 
 def _link(tmp_path: Path, name: str = "l1") -> LinkConfig:
@@ -63,7 +64,7 @@ def test_replication_metrics_are_fed_incrementally_from_the_delta_table(tmp_path
 
 def _monitor_scrape(now: list[int], *, lag_ms: int) -> str:
     monitor = HeartbeatMonitor(["l1", "l2"], interval_ms=1000, lagging_threshold_ms=500, stale_intervals=3,
-                               startup_limit_ms=120_000, clock_ms=lambda: now[0])
+                               startup_limit_ms=120_000, clock=ReadingClock(lambda: now[0]))
     monitor.on_arrived([Observed(Heartbeat("l1", 0, now[0] - lag_ms, "a", "b"), now[0], "t/b/0", 0)])
     registry = CollectorRegistry()
     registry.register(HeartbeatCollector(monitor))

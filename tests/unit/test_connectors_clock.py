@@ -1,0 +1,75 @@
+"""The connectors read the one clock (``broker_store.clock``, issue 18 "One clock"): a ``ManualClock`` the test
+moves drives the heartbeat schedule and monitor, stamps the link's Delta tables and the checkpoint snapshots, and
+no connector module reads the time module itself (so none can slip past the injected clock)."""
+
+from __future__ import annotations
+
+import ast
+from datetime import UTC, datetime
+from pathlib import Path
+
+from deltalake import DeltaTable
+
+from broker_store.clock import ManualClock
+from connectors.core.offsets import QueueKey
+from connectors.heartbeat.monitor import HeartbeatMonitor, LinkStatus
+from connectors.heartbeat.schedule import HeartbeatSchedule
+from connectors.replication.records import BatchMetrics
+from connectors.replication.tables import CURRENT_OFFSETS, METRICS, LinkTables
+from tests.support.import_graph import REPO
+
+WALL = 1_800_000_000.0
+
+
+def test_a_manual_clock_drives_the_heartbeat_schedule() -> None:
+    clock = ManualClock(wall=WALL)
+    schedule = HeartbeatSchedule(2_000, clock)
+    tick, state = schedule.next_item(schedule.initial_state())
+    assert tick is not None and tick.due_ms == WALL * 1000  # the first one at once
+    clock.advance(1.5)
+    assert schedule.next_item(state)[0] is None
+    clock.advance(0.5)
+    assert schedule.next_item(state)[0] is not None
+
+
+def test_a_manual_clock_ends_a_silent_links_start_up() -> None:
+    clock = ManualClock(wall=WALL)
+    monitor = HeartbeatMonitor(["l1"], interval_ms=1_000, lagging_threshold_ms=500, stale_intervals=3,
+                               startup_limit_ms=10_000, clock=clock)
+    assert monitor.state("l1").status is LinkStatus.STARTING
+    clock.advance(10.0)
+    assert monitor.state("l1").status is LinkStatus.STARTING  # exactly at the limit
+    clock.advance(1.0)
+    state = monitor.state("l1")
+    assert state.status is not LinkStatus.STARTING and state.age_ms == 11_000, state
+
+
+def test_the_link_tables_stamp_their_rows_with_their_clock(tmp_path: Path) -> None:
+    clock = ManualClock(wall=WALL)
+    tables = LinkTables(tmp_path / "l", source_cluster="src", clock=clock)
+    tables.commit_batch("q", 0, {QueueKey("T", "b", 0): 5}, [], [], BatchMetrics(5, 50))
+    clock.advance(60.0)
+    tables.commit_batch("q", 1, {QueueKey("T", "b", 0): 9}, [], [], BatchMetrics(4, 40))
+    committed = [r["committed_at"] for r in DeltaTable(tables.path(METRICS)).to_pyarrow_table().to_pylist()]
+    assert sorted(committed) == [datetime.fromtimestamp(WALL, UTC), datetime.fromtimestamp(WALL + 60, UTC)]
+    current = DeltaTable(tables.path(CURRENT_OFFSETS)).to_pyarrow_table().to_pylist()
+    assert [r["updated_at"] for r in current] == [datetime.fromtimestamp(WALL + 60, UTC)]
+
+
+TIME_READS = frozenset({"time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "sleep"})
+
+
+def test_no_connector_module_reads_the_time_module() -> None:
+    """Every timer and stamp of the connectors goes through an injected ``ThreadClock`` (``SYSTEM_CLOCK`` by
+    default): none imports ``time`` or calls ``time.<clock>``."""
+    found = []
+    for path in sorted((REPO / "connectors").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import) and any(alias.name == "time" for alias in node.names):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} imports time")
+            elif isinstance(node, ast.ImportFrom) and node.module == "time":
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} imports from time")
+            elif (isinstance(node, ast.Attribute) and node.attr in TIME_READS and isinstance(node.value, ast.Name)
+                  and node.value.id == "time"):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} calls time.{node.attr}")
+    assert found == []
