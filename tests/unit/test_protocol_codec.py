@@ -114,6 +114,14 @@ def test_binary_rocketmq_header_golden() -> None:
     assert encode_frame(reply) == frame
 
 
+def test_binary_header_refuses_values_it_cannot_carry() -> None:
+    """Code and version are i16 in the binary header: a ProtocolError naming them, never a bare struct.error
+    (found by benchmarks/fuzz.py building binary frames of random codes)."""
+    with pytest.raises(ProtocolError, match="code 40000"):
+        encode_frame(RemotingCommand(code=40000, serialize_type=SerializeType.ROCKETMQ))
+    assert encode_frame(RemotingCommand(code=40000))  # the JSON header carries any int32 code
+
+
 def test_frame_length_limits() -> None:
     with pytest.raises(FrameTooLargeError):
         read_frame_length(struct.pack(">i", MAX_FRAME_SIZE + 1))
