@@ -53,6 +53,7 @@ import tempfile
 import threading
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -361,19 +362,27 @@ def start_cluster(root: Path) -> LocalCluster:
     return cluster
 
 
-def traceback_count(cluster: LocalCluster) -> tuple[int, str]:
-    """Tracebacks in every process's log so far, and the last one (what a crash looks like in a log)."""
-    count, last = 0, ""
+def log_sizes(cluster: LocalCluster) -> dict[str, int]:
+    return {p.name: p.log_file.stat().st_size if p.log_file is not None and p.log_file.exists() else 0
+            for p in cluster.processes()}
+
+
+def new_tracebacks(cluster: LocalCluster, since: dict[str, int]) -> list[str]:
+    """Each traceback logged since ``since`` (``log_sizes``), as its process, last frame and exception line:
+    an unexpected exception in a handler or an HA link is a crash even when the broker keeps serving."""
+    found = []
     for proc in cluster.processes():
         if proc.log_file is None or not proc.log_file.exists():
             continue
-        text = proc.log_file.read_text(errors="replace")
-        count += text.count("Traceback (most recent call last)")
-        at = text.rfind("Traceback (most recent call last)")
-        if at >= 0:
-            start = text.rfind("\n", 0, max(0, at - 1))
-            last = f"{proc.name}: {text[start + 1:at + 3000]}"
-    return count, last
+        with proc.log_file.open("rb") as log:
+            log.seek(since.get(proc.name, 0))
+            text = log.read().decode(errors="replace")
+        for chunk in text.split("Traceback (most recent call last)")[1:]:
+            lines = chunk.splitlines()
+            frames = [line.strip() for line in lines if line.strip().startswith('File "')]
+            error = next((line for line in lines if line and not line.startswith((" ", ":"))), "?")
+            found.append(f"{proc.name}: {error} at {frames[-1] if frames else '?'}")
+    return found
 
 
 # -- running inputs -------------------------------------------------------------------------------------------
@@ -470,23 +479,22 @@ async def run_socket_inputs(name: str, makers: Sequence[tuple[Callable[[random.R
 
 def fuzz_socket(name: str, makers: Sequence[tuple[Callable[[random.Random], bytes], int]], cluster: LocalCluster,
                 health: Health, checker: Checker, args: argparse.Namespace) -> Outcome:
-    before, _ = traceback_count(cluster)
+    before = log_sizes(cluster)
     remoting = frozenset(_port(b.listen) for b in cluster.brokers)
     answers, unanswered, problems = asyncio.run(run_socket_inputs(
         name, makers, args.seed, args.first, args.inputs, args.concurrency, args.timeout, remoting_ports=remoting,
         answer_wait=args.answer_wait))
     outcome = Outcome(args.inputs, detail=f"{answers} answered")
     dead = [p.name for p in cluster.processes() if not p.running()]
-    after, last = traceback_count(cluster)
+    tracebacks = new_tracebacks(cluster, before)
     hurt = checker.take()
     final = health.check()
     if final is not None:
         hurt.append(f"after the inputs: {final}")
-    outcome.crashes = len(dead) + (after - before) + unanswered
+    outcome.crashes = len(dead) + len(tracebacks) + unanswered
     outcome.hurt = len(hurt)
     outcome.notes += [f"process died: {d}" for d in dead] + problems + hurt[:5]
-    if after > before:
-        outcome.notes.append(f"{after - before} new tracebacks; the last: {last}")
+    outcome.notes += [f"{count} x traceback {where}" for where, count in Counter(tracebacks).most_common(5)]
     if dead:
         cluster.stop()
         cluster.start()
