@@ -54,8 +54,8 @@ def _convert(header: str, name: str, kind: type, raw: str) -> Any:
         value = int(raw)
     except ValueError as exc:
         raise ProtocolError(f"{header}.{name}: {raw!r} is not an integer") from exc
-    low, high = _I32_RANGE if kind is I32 else _INT_RANGE
-    if not low <= value <= high:
+    least, most = _I32_RANGE if kind is I32 else _INT_RANGE
+    if not least <= value <= most:
         raise ProtocolError(f"{header}.{name}: {raw!r} is out of the {32 if kind is I32 else 64}-bit range")
     return value
 
