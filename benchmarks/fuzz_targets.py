@@ -238,7 +238,7 @@ def _yaml_dump(doc: Any) -> bytes:
 
 
 def yaml_seeds() -> list[bytes]:
-    broker = BrokerConfig(broker_name="b-a", listen="127.0.0.1:10911", store_dir="/tmp/fuzz-never-written",
+    broker = BrokerConfig(broker_name="b-a", listen="127.0.0.1:10911", store_dir=Path("/tmp/fuzz-never-written"),
                           namesrv_addrs=["127.0.0.1:9876"])
     namesrv = NamesrvConfig(listen="127.0.0.1:9876")
     return [_yaml_dump(broker.model_dump(mode="json", exclude_defaults=True)),

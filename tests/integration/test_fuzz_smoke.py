@@ -4,6 +4,7 @@ undocumented exception as a crash."""
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def test_an_undocumented_exception_is_a_crash() -> None:
         raise ValueError("documented")
 
     target = Target("t", lambda rng: bytes([rng.choice((0, 0xFF))]), decode, (ValueError,))
-    args = fuzz.argparse.Namespace(inputs=50, first=0, seed=1)
+    args = argparse.Namespace(inputs=50, first=0, seed=1)
     outcome = fuzz.fuzz_in_process(target, args)
     expected = sum(fuzz.input_rng(1, "t", i).choice((0, 0xFF)) == 0xFF for i in range(50))
     assert outcome.crashes == expected > 0
