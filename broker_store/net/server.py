@@ -14,6 +14,10 @@ and no cross-thread wake-up when the future is resolved on the loop's own thread
 With ``limits`` (``net.hygiene``) the server closes idle connections and frames that never complete (a timer
 on the injected clock looks every ``sweep_interval``) and answers requests past its caps SYSTEM_BUSY
 "[OVERLOAD] ...".
+
+A peer that sends requests without reading the answers holds at most ``MAX_QUEUED_ANSWER_BYTES`` of answers (plus
+one) in the server: past that its further requests wait undecoded (and its socket unread) until it reads, so
+pipelined requests from a slow reader cost the server neither unbounded memory nor the CPU other clients need.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ from broker_store.protocol.errors import ProtocolError, RocketMQError
 from broker_store.protocol.frame import RemotingCommand, encode_frame
 
 log = logging.getLogger(__name__)
+
+MAX_QUEUED_ANSWER_BYTES = 256 * 1024
+"""Answers queued for one connection (not yet taken by its peer) past which its next requests wait."""
 
 T = TypeVar("T")
 _PendingReply = tuple[RemotingCommand, Callable[[Any], RemotingCommand]]
@@ -68,6 +75,11 @@ class Connection(asyncio.Protocol):
         """When the buffered incomplete frame's first byte arrived (None: at a frame boundary)."""
         self.overloaded: str | None = None
         """Past the server's connection cap: every request is answered SYSTEM_BUSY with this, then closed."""
+        self._out_bytes = 0
+        """Bytes in ``_out`` (answers queued in this loop iteration, not yet written)."""
+        self._backlog: list[RemotingCommand] = []
+        """Requests decoded while the peer was not taking its answers: dispatched once it does."""
+        self._write_paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -91,11 +103,32 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         # The peer is not reading its responses: stop reading its requests until it catches up.
+        self._write_paused = True
         if self._transport is not None:
             self._transport.pause_reading()
 
     def resume_writing(self) -> None:
+        self._write_paused = False
         if self._transport is not None and not self.closed:
+            self._dispatch_backlog()
+
+    def _answers_backed_up(self) -> bool:
+        """Whether the peer leaves more than ``MAX_QUEUED_ANSWER_BYTES`` of answers untaken."""
+        if self._write_paused:
+            return True
+        queued = self._out_bytes
+        if queued < MAX_QUEUED_ANSWER_BYTES and self._transport is not None:
+            queued += self._transport.get_write_buffer_size()
+        return queued >= MAX_QUEUED_ANSWER_BYTES
+
+    def _dispatch_backlog(self) -> None:
+        """Dispatch the waiting requests while the answers flow; read the socket again once none wait."""
+        if self._transport is None or self.closed:
+            return
+        if self._backlog:
+            waiting, self._backlog = self._backlog, []
+            self._dispatch(waiting)
+        if not self._backlog and not self._write_paused:
             self._transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
@@ -114,8 +147,22 @@ class Connection(asyncio.Protocol):
         if limits is not None:
             now = self.last_activity = self._server.clock.monotonic()
             self.partial_since = (self.partial_since or now) if self._reader.buffered else None
+        if self._backlog:  # requests before these are still waiting for the peer to read
+            self._backlog.extend(commands)
+            return
+        self._dispatch(commands)
+
+    def _dispatch(self, commands: list[RemotingCommand]) -> None:
+        """Run the handler for each request in order; the rest wait in ``_backlog`` (and the socket is not read)
+        as soon as the peer leaves too many answers untaken."""
+        limits = self._server.limits
         handler = self._server.handler
-        for cmd in commands:
+        for index, cmd in enumerate(commands):
+            if self._answers_backed_up():
+                self._backlog = commands[index:]
+                if self._transport is not None:
+                    self._transport.pause_reading()
+                break
             if cmd.is_response:
                 continue  # we never send requests on accepted connections
             if limits is not None:
@@ -218,6 +265,7 @@ class Connection(asyncio.Protocol):
                 code=ResponseCode.SYSTEM_ERROR, opaque=cmd.opaque, flag=cmd.flag, remark=str(exc),
                 serialize_type=cmd.serialize_type))
         self._out.append(frame)
+        self._out_bytes += len(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
@@ -225,10 +273,13 @@ class Connection(asyncio.Protocol):
     def _flush(self) -> None:
         self._flush_scheduled = False
         out, self._out = self._out, []
+        self._out_bytes = 0
         if self._transport is not None and not self.closed and out:
             self._transport.write(out[0] if len(out) == 1 else b"".join(out))
             if self._server.limits is not None:
                 self.last_activity = self._server.clock.monotonic()
+            if self._backlog and not self._answers_backed_up():  # the answers left: serve the next requests
+                self._loop.call_soon(self._dispatch_backlog)
 
     def close(self) -> None:
         if self._transport is not None:

@@ -102,7 +102,11 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
 
 
 def _encode_binary_header(cmd: RemotingCommand) -> bytes:
-    parts = [_BIN_FIXED.pack(cmd.code, int(cmd.language), cmd.version, cmd.opaque, cmd.flag)]
+    try:
+        parts = [_BIN_FIXED.pack(cmd.code, int(cmd.language), cmd.version, cmd.opaque, cmd.flag)]
+    except struct.error as exc:  # the binary header's code and version are i16, opaque and flag i32
+        raise ProtocolError(f"code {cmd.code}, version {cmd.version}, opaque {cmd.opaque} or flag {cmd.flag} does "
+                            f"not fit the binary (ROCKETMQ) header: {exc}") from exc
     remark = (cmd.remark or "").encode()
     parts.append(_I32.pack(len(remark)) + remark if cmd.remark is not None else _I32.pack(0))
     ext = bytearray()

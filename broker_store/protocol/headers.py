@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import typing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import Annotated, Any, ClassVar, Self
 
 from broker_store.protocol.errors import ProtocolError
 
@@ -31,6 +31,13 @@ def _camel(name: str) -> str:
 
 
 _INT_RANGE = (-(2**63), 2**63 - 1)
+_I32_RANGE = (-(2**31), 2**31 - 1)
+
+
+class I32:
+    """Marks an int field Java declares ``int``/``Integer`` (``Annotated[int, I32]``): a value past 32 bits is
+    refused as RocketMQ's ``Integer.parseInt`` refuses it, instead of reaching a 4-byte field of the store.
+    Plain ``int`` fields are Java ``long``s."""
 
 
 def _convert(header: str, name: str, kind: type, raw: str) -> Any:
@@ -47,8 +54,9 @@ def _convert(header: str, name: str, kind: type, raw: str) -> Any:
         value = int(raw)
     except ValueError as exc:
         raise ProtocolError(f"{header}.{name}: {raw!r} is not an integer") from exc
-    if not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
-        raise ProtocolError(f"{header}.{name}: {raw!r} is out of the 64-bit range")
+    least, most = _I32_RANGE if kind is I32 else _INT_RANGE
+    if not least <= value <= most:
+        raise ProtocolError(f"{header}.{name}: {raw!r} is out of the {32 if kind is I32 else 64}-bit range")
     return value
 
 
@@ -60,12 +68,15 @@ class Header:
     @classmethod
     @functools.cache
     def _fields(cls) -> tuple[tuple[str, str, type, bool], ...]:
-        hints = typing.get_type_hints(cls)
+        hints = typing.get_type_hints(cls, include_extras=True)
         spec = []
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             hint = hints[f.name]
-            args = [a for a in typing.get_args(hint) if a is not type(None)]
+            args = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_origin(hint) is not \
+                Annotated else []
             kind = args[0] if args else hint
+            if typing.get_origin(kind) is Annotated:
+                kind = I32 if I32 in kind.__metadata__ else typing.get_args(kind)[0]
             required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
             spec.append((f.name, f.metadata.get("wire", _camel(f.name)), kind, required))
         return tuple(spec)
@@ -118,17 +129,17 @@ class SendMessageRequestHeader(Header):
     producer_group: str = v2("a")
     topic: str = v2("b")
     default_topic: str = v2("c")
-    default_topic_queue_nums: int = v2("d")
-    queue_id: int = v2("e")
+    default_topic_queue_nums: Annotated[int, I32] = v2("d")
+    queue_id: Annotated[int, I32] = v2("e")
     """-1: any writable queue (the broker picks one)."""
-    sys_flag: int = v2("f")
+    sys_flag: Annotated[int, I32] = v2("f")
     born_timestamp: int = v2("g")
-    flag: int = v2("h")
+    flag: Annotated[int, I32] = v2("h")
     properties: str | None = v2("i", None)
-    reconsume_times: int | None = v2("j", None)
+    reconsume_times: Annotated[int, I32] | None = v2("j", None)
     unit_mode: bool | None = v2("k", None)
     batch: bool | None = v2("m", None)
-    max_reconsume_times: int | None = v2("l", None)
+    max_reconsume_times: Annotated[int, I32] | None = v2("l", None)
     broker_name: str | None = v2("n", None)
 
 
@@ -140,6 +151,7 @@ SEND_V2_NAMES = {
 
 _BOOLS = {"true": True, "false": False}
 _INT_MIN, _INT_MAX = _INT_RANGE
+_I32_MIN, _I32_MAX = _I32_RANGE
 
 
 def decode_send_header(ext: dict[str, str], short_names: bool) -> SendMessageRequestHeader:
@@ -147,7 +159,7 @@ def decode_send_header(ext: dict[str, str], short_names: bool) -> SendMessageReq
     (the same header, or the ProtocolError naming the field), fast for SEND_MESSAGE_V2.
 
     The broker's put path parses one header per request, and clients send V2. The well-formed V2 case
-    (required fields present, integers in the 64-bit range, booleans spelled "true"/"false") is read here
+    (required fields present, integers in their 32- or 64-bit range, booleans spelled "true"/"false") is read here
     in one pass with the short names written out; anything else, and V1, goes to ``from_ext``.
     """
     if short_names:
@@ -157,10 +169,10 @@ def decode_send_header(ext: dict[str, str], short_names: bool) -> SendMessageReq
             j, k, l_, m = g("j"), g("k"), g("l"), g("m")
             reconsume = None if j is None else int(j)
             max_reconsume = None if l_ is None else int(l_)
-            if (_INT_MIN <= d <= _INT_MAX and _INT_MIN <= e <= _INT_MAX and _INT_MIN <= f <= _INT_MAX
-                    and _INT_MIN <= born <= _INT_MAX and _INT_MIN <= h <= _INT_MAX
-                    and (reconsume is None or _INT_MIN <= reconsume <= _INT_MAX)
-                    and (max_reconsume is None or _INT_MIN <= max_reconsume <= _INT_MAX)):
+            if (_I32_MIN <= d <= _I32_MAX and _I32_MIN <= e <= _I32_MAX and _I32_MIN <= f <= _I32_MAX
+                    and _INT_MIN <= born <= _INT_MAX and _I32_MIN <= h <= _I32_MAX
+                    and (reconsume is None or _I32_MIN <= reconsume <= _I32_MAX)
+                    and (max_reconsume is None or _I32_MIN <= max_reconsume <= _I32_MAX)):
                 return SendMessageRequestHeader(
                     ext["a"], ext["b"], ext["c"], d, e, f, born, h, g("i"), reconsume,
                     None if k is None else _BOOLS[k], None if m is None else _BOOLS[m], max_reconsume, g("n"))

@@ -587,6 +587,8 @@ def load_replicator_config(path: str | os.PathLike[str]) -> ReplicatorConfig:
             data = yaml.safe_load(fh)
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror or exc}", file=file) from exc
+    except UnicodeDecodeError as exc:  # raised from inside safe_load as it reads the file
+        raise ConfigError(f"not UTF-8: {exc}", file=file) from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"not valid YAML: {exc}", file=file) from exc
     return parse_replicator_config(data, file=file)

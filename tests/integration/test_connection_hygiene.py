@@ -134,3 +134,47 @@ def test_requests_past_the_in_flight_cap_and_connections_past_the_cap_are_answer
     limits = ConnectionLimits(max_idle_seconds=None, partial_frame_seconds=None, max_connections=1,
                               max_requests_in_flight=2)
     asyncio.run(serve(limits, clock, body))
+
+
+def test_a_peer_that_does_not_read_its_answers_gets_no_more_served_until_it_does() -> None:
+    """Requests pipelined by a peer that reads nothing: the server answers until about
+    ``MAX_QUEUED_ANSWER_BYTES`` (plus what the kernel buffers) wait for it, keeps the rest undispatched, serves
+    other connections meanwhile, and answers every request in order once the peer reads."""
+    import socket
+
+    handled = 0
+
+    def handler(cmd: RemotingCommand, _conn: Connection) -> HandlerResult:
+        nonlocal handled
+        handled += 1
+        return cmd.response(ResponseCode.SUCCESS, ext_fields={}, body=b"a" * 16384)
+
+    async def main() -> None:
+        server = RemotingServer(handler, "127.0.0.1", 0)
+        await server.start()
+        try:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", server.port))
+            reader, writer = await asyncio.open_connection(sock=sock)
+            count = 2000
+            writer.write(b"".join(encode_frame(RemotingCommand(code=1, opaque=i)) for i in range(count)))
+            await writer.drain()
+            for _ in range(20):
+                await asyncio.sleep(0.05)
+            assert handled < count // 2, f"{handled} of {count} answered for a peer that reads nothing"
+            other = await connect(server)
+            assert (await call(*other, code=1, opaque=99999)).opaque == 99999
+            frames, opaques = FrameReader(), list[int]()
+            while len(opaques) < count:
+                data = await asyncio.wait_for(reader.read(1 << 20), 5)
+                assert data, "the server closed the connection"
+                opaques += [f.opaque for f in frames.feed(data)]
+            assert opaques == list(range(count))
+            writer.close()
+            other[1].close()
+        finally:
+            await server.stop()
+
+    asyncio.run(main())

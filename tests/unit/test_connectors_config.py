@@ -200,6 +200,16 @@ def test_file_level_errors(tmp_path: Path) -> None:
         parse_replicator_config(BASE).link("zz")
 
 
+def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    """Found by benchmarks/fuzz.py: safe_load reads the file itself, so the UnicodeDecodeError came from inside
+    it, past the OSError handler, instead of a ConfigError naming the file."""
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes(b"version: 1\nclusters: []\n# caf\xe9\n")
+    with pytest.raises(ConfigError, match="not UTF-8") as caught:
+        load_replicator_config(bad)
+    assert str(bad) in str(caught.value)
+
+
 def test_several_errors_are_all_reported(tmp_path: Path) -> None:
     err = error_of(tmp_path, with_link(max_retries=-1, max_in_flight=0))
     assert err.field == "links[0].max_retries"

@@ -114,6 +114,34 @@ def test_binary_rocketmq_header_golden() -> None:
     assert encode_frame(reply) == frame
 
 
+def test_binary_header_refuses_values_it_cannot_carry() -> None:
+    """Code and version are i16 in the binary header: a ProtocolError naming them, never a bare struct.error
+    (found by benchmarks/fuzz.py building binary frames of random codes)."""
+    with pytest.raises(ProtocolError, match="code 40000"):
+        encode_frame(RemotingCommand(code=40000, serialize_type=SerializeType.ROCKETMQ))
+    assert encode_frame(RemotingCommand(code=40000))  # the JSON header carries any int32 code
+
+
+@pytest.mark.parametrize("short", [True, False])
+def test_send_header_int_fields_are_java_ints(short: bool) -> None:
+    """queueId, sysFlag, flag, reconsumeTimes... are Java ints: past 32 bits a ProtocolError naming the field,
+    as RocketMQ's Integer.parseInt refuses them. Found by benchmarks/fuzz.py: a flag of 2**31 passed the 64-bit
+    check and failed in the store's 4-byte FLAG field as a bare struct.error (SYSTEM_ERROR and a traceback).
+    bornTimestamp is a long."""
+    names = SEND_V2_NAMES if short else None
+    base = SendMessageRequestHeader(
+        producer_group="p", topic="T", default_topic="TBW102", default_topic_queue_nums=4, queue_id=1, sys_flag=0,
+        born_timestamp=2**40, flag=0, properties="", reconsume_times=0, unit_mode=False, batch=False,
+        max_reconsume_times=16, broker_name="b").to_ext(names)
+    assert decode_send_header(base, short).born_timestamp == 2**40
+    for field_name in ("defaultTopicQueueNums", "queueId", "sysFlag", "flag", "reconsumeTimes", "maxReconsumeTimes"):
+        key = SEND_V2_NAMES[field_name] if short else field_name
+        for bad in (2**31, -(2**31) - 1):
+            with pytest.raises(ProtocolError, match=f"{field_name}.*32-bit"):
+                decode_send_header({**base, key: str(bad)}, short)
+        assert decode_send_header({**base, key: str(2**31 - 1)}, short)
+
+
 def test_frame_length_limits() -> None:
     with pytest.raises(FrameTooLargeError):
         read_frame_length(struct.pack(">i", MAX_FRAME_SIZE + 1))
