@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker_store.broker.metadata_file import read_metadata_file, write_metadata_file
+from broker_store.broker.metadata_file import load_metadata_file, write_metadata_file
 from broker_store.clock import Clock, wall_ms
 from broker_store.protocol.errors import ProtocolError, StoreError
 from broker_store.protocol.message import validate_topic
@@ -95,16 +95,9 @@ class SubscriptionGroupManager:
         self.data_version = DataVersion()
 
     def load(self) -> None:
-        data = read_metadata_file(self.path)
-        if data is None:
-            return
-        try:
-            table = {str(name): SubscriptionGroupConfig.from_json(cfg)
-                     for name, cfg in (data.get("subscriptionGroupTable") or {}).items()}
-            self.data_version = DataVersion.from_json(data.get("dataVersion"))
-        except (AttributeError, TypeError, ValueError, ProtocolError) as exc:
-            raise StoreError(f"{self.path}: malformed subscription group table: {exc}") from exc
-        self._table = table
+        loaded = load_metadata_file(self.path, _parse_groups)
+        if loaded is not None:
+            self._table, self.data_version = loaded
 
     def update(self, config: SubscriptionGroupConfig) -> None:
         self._table[config.group_name] = config
@@ -158,3 +151,12 @@ class SubscriptionGroupManager:
     def encode_wrapper(self) -> bytes:
         """SubscriptionGroupWrapper JSON for GET_ALL_SUBSCRIPTIONGROUP_CONFIG."""
         return dumps_rocketmq(self._payload())
+
+
+def _parse_groups(data: dict[str, Any]) -> tuple[dict[str, SubscriptionGroupConfig], DataVersion]:
+    try:
+        table = {str(name): SubscriptionGroupConfig.from_json(cfg)
+                 for name, cfg in (data.get("subscriptionGroupTable") or {}).items()}
+        return table, DataVersion.from_json(data.get("dataVersion"))
+    except (AttributeError, TypeError, ValueError, ProtocolError) as exc:
+        raise StoreError(f"malformed subscription group table: {exc}") from exc
