@@ -24,6 +24,7 @@ store has not written and fsynced.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -144,7 +145,11 @@ class ConsumeQueue:
         tail += data
         self.max_index = index + len(data) // CQ_ENTRY_SIZE
         if len(tail) >= TAIL_LIMIT_BYTES:
-            self.write_tail()
+            # On OSError (a full disk) the entries stay in the tail, served from memory, and the flush thread
+            # writes them, retrying and logging until it can: the put that got here is in the CommitLog, and
+            # failing it now would make its producer send it again.
+            with contextlib.suppress(OSError):
+                self.write_tail()
 
     def write_tail(self) -> None:
         """Write the in-memory tail to the segment files (the store's flush does this first)."""
