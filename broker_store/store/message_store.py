@@ -138,8 +138,10 @@ class MessageStore:
             with self._lock:
                 checkpoint = load_checkpoint(self.config.store_dir)
                 limit = self._dispatch.recovery_limit(checkpoint)
-                self._flush.recovered(recover(self.config.store_dir, self._commit_log, self._queues, checkpoint,
-                                              dispatch_limit=limit))
+                recovered = recover(self.config.store_dir, self._commit_log, self._queues, checkpoint,
+                                    dispatch_limit=limit)
+                self._flush.recovered(recovered.flushed)
+                self._reader.trust(recovered.verified_from, recovered.damaged)
                 self._dispatch.recovered(checkpoint)
             self._flush.flush_queues_and_checkpoint()
         except OSError as exc:

@@ -35,6 +35,17 @@ class QueueReader:
         self._lock = lock
         self._reported: set[int] = set()
         """CommitLog offsets of damaged records already logged (a stuck consumer pulls the same one again)."""
+        self._trusted_from = 0
+        """Records from this offset on were checked at start or written since (``trust``): not checked again."""
+        self._damaged: frozenset[int] = frozenset()
+        """Damaged records recovery found and kept (checked, so below ``_trusted_from`` or not: refused)."""
+
+    def trust(self, verified_from: int, damaged: frozenset[int]) -> None:
+        """At start, after recovery: the records from ``verified_from`` on were checked (or are new), except the
+        ``damaged`` ones. Reads check only the others: checking every record served costs ~70% of pull throughput,
+        and records this process checked or wrote are the ones consumers mostly read."""
+        self._trusted_from = verified_from
+        self._damaged = damaged
 
     def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int, *,
                      tags_codes: frozenset[int] | None = None, max_bytes: int = 4 * 1024 * 1024) -> GetResult:
@@ -105,7 +116,8 @@ class QueueReader:
         body = self._read_records(plan) if plan else b""
         next_offset = offset + scanned
         if plan:
-            kept, problem = self._check_records(body, plan)
+            kept, problem = (self._check_records(body, plan) if plan[0][0] < self._trusted_from or self._damaged
+                             else (len(plan), None))
             if problem is not None:  # serve the intact records before the damaged one, never the damaged one
                 next_offset = plan[kept][2]
                 if not kept:
@@ -124,11 +136,11 @@ class QueueReader:
         for k, (phys, size, _) in enumerate(plan):
             problem = record_problem(view[pos:pos + size], phys, size)
             if problem is not None:
-                return k, self._damaged(phys, problem)
+                return k, self._report_damage(phys, problem)
             pos += size
         return len(plan), None
 
-    def _damaged(self, phys: int, problem: str) -> str:
+    def _report_damage(self, phys: int, problem: str) -> str:
         """The remark for the damaged record at ``phys``, logged the first time it is met."""
         cl = self._commit_log
         where = f"{cl.path(phys - phys % cl.segment_size)} at offset {phys} (byte {phys % cl.segment_size})"
@@ -244,8 +256,10 @@ class QueueReader:
                     or physical_offset + total > cl.max_offset:
                 return None
             record = cl.read(physical_offset, total)
+            if physical_offset >= self._trusted_from and physical_offset not in self._damaged:
+                return record if len(record) == total else None
             problem = record_problem(record, physical_offset)
             if problem is not None:
-                self._damaged(physical_offset, problem)
+                self._report_damage(physical_offset, problem)
                 return None
             return record

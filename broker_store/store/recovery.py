@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from broker_store.store.checkpoint import Checkpoint
 from broker_store.store.commit_log import BLANK_RECORD, CommitLog
@@ -36,8 +37,19 @@ measured ~180 MB/s. RocketMQ checks the last three files; a bound in bytes keeps
 the segment size."""
 
 
+class Recovered(NamedTuple):
+    """What recovery found, for the store's flush service and reader."""
+
+    flushed: int
+    """The offset known to be on disk (the flushed offset to start from)."""
+    verified_from: int
+    """Every record from here on was checked (the verification and the scan) or is written by this process."""
+    damaged: frozenset[int]
+    """Offsets of the damaged records found below the checkpoint and kept (never to be served)."""
+
+
 def recover(store_dir: Path, cl: CommitLog, queues: ConsumeQueueTable, checkpoint: Checkpoint | None, *,
-            dispatch_limit: int | None = None) -> int:
+            dispatch_limit: int | None = None) -> Recovered:
     """Load segments and queues, scan from the checkpoint's safe offset (or the first segment) and truncate
     whatever does not check out. Returns the offset known to be on disk (the flushed offset to start from);
     leaves ``cl.max_offset`` at the end of the valid records and ``queues.dispatched`` there too, or, with a
@@ -64,9 +76,10 @@ def recover(store_dir: Path, cl: CommitLog, queues: ConsumeQueueTable, checkpoin
             log.warning("commit log in %s: indexing again from offset %d to rebuild damaged consume queues",
                         store_dir, rebuild)
             start = rebuild
-        verify_below(cl, start)
+        verified_from, damaged = verify_below(cl, start)
     else:
-        start = 0
+        start = verified_from = 0
+        damaged = []
     queues.resume_at(start)
     cl.max_offset = start
     limit = _SCAN_ALL if dispatch_limit is None else max(dispatch_limit, start)
@@ -87,7 +100,7 @@ def recover(store_dir: Path, cl: CommitLog, queues: ConsumeQueueTable, checkpoin
         cq.delete_segments_below(cl_min)
     log.info("store %s recovered: commit log [%d, %d), %d queues, scanned from %d, indexed to %d",
              store_dir, cl_min, pos, len(queues.queues), start, dispatched)
-    return start
+    return Recovered(start, verified_from, frozenset(damaged))
 
 
 def describe_damage(cl: CommitLog, pos: int) -> str:
@@ -101,12 +114,13 @@ def describe_damage(cl: CommitLog, pos: int) -> str:
     return f"damaged record in commit log segment {cl.path(seg)} at offset {pos} (byte {pos - seg}): {problem}"
 
 
-def verify_below(cl: CommitLog, start: int) -> list[int]:
+def verify_below(cl: CommitLog, start: int) -> tuple[int, list[int]]:
     """Check the records of the ``VERIFY_BELOW_SCAN_BYTES`` below ``start`` (from a segment start), log each
     damaged one and go on past it (by its TOTALSIZE when that is plausible, else from the next segment).
-    Changes nothing; returns the offsets of the damaged records."""
+    Changes nothing; returns (where the verification began, the offsets of the damaged records)."""
     lo = max(cl.min_offset, start - VERIFY_BELOW_SCAN_BYTES)
     pos = lo - lo % cl.segment_size if lo > cl.min_offset else cl.min_offset
+    verified_from = pos
     damaged: list[int] = []
     while pos < start:
         _, pos, stopped = cl.scan(pos, start)
@@ -119,4 +133,4 @@ def verify_below(cl: CommitLog, start: int) -> list[int]:
         total = BLANK_RECORD.unpack(head)[0] if len(head) == BLANK_RECORD.size else 0
         pos = pos + total if MIN_RECORD_SIZE <= total <= seg_end - pos and cl.is_record_boundary(pos + total) \
             else seg_end
-    return damaged
+    return verified_from, damaged

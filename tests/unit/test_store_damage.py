@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from broker_store.protocol.message import STORED_HEADER_SIZE, decode_stored_messages
-from broker_store.store import GetStatus, MessageStore, PutStatus
+from broker_store.store import GetStatus, MessageStore, PutStatus, recovery
 from broker_store.store.checkpoint import CHECKPOINT_FILE
 from broker_store.store.files import segment_name
 from tests.support.store_hooks import crash
@@ -140,5 +140,24 @@ def test_damaged_checkpoint_is_named_and_everything_is_recovered(tmp_path: Path,
         want = {"flip": "the CRC at byte 48", "truncate": "at byte 30", "empty": "at byte 0"}[damage]
         assert any(str(path) in r.message and want in r.message for r in caplog.records), caplog.text
         check_survivors(store, written)
+    finally:
+        store.shutdown()
+
+
+def test_a_flipped_byte_older_than_the_start_verification_is_caught_when_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = open_store(tmp_path)
+    written = write_messages(store, random.Random(25), 120)
+    store.shutdown()
+    phys, _, topic, queue_id, queue_offset, _ = mid_segment_record(written)
+    flip_body_byte(tmp_path, phys)
+    monkeypatch.setattr(recovery, "VERIFY_BELOW_SCAN_BYTES", 0)  # a store larger than the window
+    store = open_store(tmp_path)
+    try:
+        offsets, status, remark = pull_all(store, topic, queue_id)
+        assert offsets == list(range(queue_offset))
+        assert status is GetStatus.MESSAGE_DAMAGED and str(segment_path(tmp_path, phys)) in remark
+        assert store.read_record(phys) is None
+        check_survivors_except(store, written, phys)
     finally:
         store.shutdown()
