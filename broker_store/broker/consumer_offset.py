@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from broker_store.broker.metadata_file import read_metadata_file, write_metadata_file
+from broker_store.broker.metadata_file import load_metadata_file, write_metadata_file
 from broker_store.clock import Clock, wall_ms
 from broker_store.protocol.errors import ProtocolError, StoreError
 from broker_store.protocol.route import dumps_rocketmq
@@ -40,18 +41,10 @@ class ConsumerOffsetManager:
         self._dirty = False
 
     def load(self) -> None:
-        data = read_metadata_file(self.path)
-        if data is None:
-            return
-        try:
-            table = {
-                str(key): {int(q): int(o) for q, o in queues.items()}
-                for key, queues in (data.get("offsetTable") or {}).items()
-            }
-            self.data_version = DataVersion.from_json(data.get("dataVersion"))
-        except (AttributeError, TypeError, ValueError, ProtocolError) as exc:
-            raise StoreError(f"{self.path}: malformed offset table: {exc}") from exc
-        self._table = table
+        """Read the file, or its ``.bak`` when it is damaged (``metadata_file.load_metadata_file``)."""
+        loaded = load_metadata_file(self.path, _parse)
+        if loaded is not None:
+            self._table, self.data_version = loaded
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record a consumer's position (as RocketMQ: the last commit wins, even if lower)."""
@@ -132,3 +125,14 @@ class ConsumerOffsetManager:
                 "offsetTable": {k: dict(v) for k, v in self._table.items()},
             }
         )
+
+
+def _parse(data: dict[str, Any]) -> tuple[dict[str, dict[int, int]], DataVersion]:
+    try:
+        table = {
+            str(key): {int(q): int(o) for q, o in queues.items()}
+            for key, queues in (data.get("offsetTable") or {}).items()
+        }
+        return table, DataVersion.from_json(data.get("dataVersion"))
+    except (AttributeError, TypeError, ValueError, ProtocolError) as exc:
+        raise StoreError(f"malformed offset table: {exc}") from exc

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
-from broker_store.broker.metadata_file import read_metadata_file, write_metadata_file
+from broker_store.broker.metadata_file import load_metadata_file, write_metadata_file
 from broker_store.protocol.delay_offset import parse_offset_table
 from broker_store.protocol.errors import StoreError
 from broker_store.protocol.route import dumps_rocketmq
@@ -37,13 +38,10 @@ class DelayOffsetTable:
         self._dirty = False
 
     def load(self) -> None:
-        data = read_metadata_file(self.path)
-        if data is None:
-            return
-        try:
-            self._table = parse_offset_table(data)
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise StoreError(f"{self.path}: malformed delay offset table: {exc}") from exc
+        """Read the file, or its ``.bak`` when it is damaged (``metadata_file.load_metadata_file``)."""
+        table = load_metadata_file(self.path, _parse)
+        if table is not None:
+            self._table = table
 
     def offset(self, level: int) -> int:
         return self._table.get(level, 0)
@@ -93,3 +91,10 @@ class DelayOffsetTable:
     def encode_wrapper(self) -> bytes:
         """DelayOffsetSerializeWrapper JSON for GET_ALL_DELAY_OFFSET (bare numeric level keys)."""
         return dumps_rocketmq({"offsetTable": dict(self._table)})
+
+
+def _parse(data: dict[str, Any]) -> dict[int, int]:
+    try:
+        return parse_offset_table(data)
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise StoreError(f"malformed delay offset table: {exc}") from exc

@@ -77,6 +77,7 @@ _STATUS_CODE = {
     GetStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
     GetStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
     GetStatus.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
+    GetStatus.MESSAGE_DAMAGED: ResponseCode.SYSTEM_ERROR,
 }
 
 
@@ -313,4 +314,4 @@ class PullProcessor:
         }
         if code == ResponseCode.SUCCESS:
             return cmd.response(code, None, ext, result.body)
-        return cmd.response(code, result.status.name, ext)
+        return cmd.response(code, result.remark or result.status.name, ext)

@@ -469,6 +469,10 @@ class BrokerServer:
                 self.consumer_offsets.persist()
             except RocketMQError:
                 log.exception("periodic persistence of consumer offsets failed; retrying next period")
+            try:
+                self.subscription_groups.persist_pending()
+            except RocketMQError:
+                log.exception("persistence of auto-created subscription groups failed; retrying next period")
             self._persist_delay_offsets()
 
     async def _client_scan_loop(self) -> None:

@@ -17,17 +17,20 @@ admin-driven, or a group's first pull).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker_store.broker.metadata_file import read_metadata_file, write_metadata_file
+from broker_store.broker.metadata_file import load_metadata_file, write_metadata_file
 from broker_store.clock import Clock, wall_ms
 from broker_store.protocol.errors import ProtocolError, StoreError
 from broker_store.protocol.message import validate_topic
 from broker_store.protocol.route import dumps_rocketmq
 from broker_store.protocol.topic import DataVersion
+
+log = logging.getLogger(__name__)
 
 FILE_NAME = "subscription_groups.json"
 SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
@@ -93,18 +96,13 @@ class SubscriptionGroupManager:
         self._clock = clock
         self._table: dict[str, SubscriptionGroupConfig] = {}
         self.data_version = DataVersion()
+        self._pending = False
+        """An auto-created group is not on disk yet (``find_or_create`` could not write it)."""
 
     def load(self) -> None:
-        data = read_metadata_file(self.path)
-        if data is None:
-            return
-        try:
-            table = {str(name): SubscriptionGroupConfig.from_json(cfg)
-                     for name, cfg in (data.get("subscriptionGroupTable") or {}).items()}
-            self.data_version = DataVersion.from_json(data.get("dataVersion"))
-        except (AttributeError, TypeError, ValueError, ProtocolError) as exc:
-            raise StoreError(f"{self.path}: malformed subscription group table: {exc}") from exc
-        self._table = table
+        loaded = load_metadata_file(self.path, _parse_groups)
+        if loaded is not None:
+            self._table, self.data_version = loaded
 
     def update(self, config: SubscriptionGroupConfig) -> None:
         self._table[config.group_name] = config
@@ -144,12 +142,28 @@ class SubscriptionGroupManager:
         validate_topic(group)  # a persisted blank or malformed name would fail the next load
         config = SubscriptionGroupConfig(group_name=group)
         if store:
-            self.update(config)
+            self._table[group] = config
+            try:
+                self._persist()
+            except StoreError as exc:
+                # A pull must not fail because the disk is full: the group lives in memory, and the next
+                # ``persist_pending`` (the broker's offset loop) or change writes it.
+                self._pending = True
+                log.warning("auto-created subscription group %s kept in memory only for now: %s", group, exc)
         return config
+
+    def persist_pending(self) -> bool:
+        """Write the table if an auto-created group could not be written when it was made; True if written.
+        StoreError if it still cannot be."""
+        if not self._pending:
+            return False
+        self._persist()
+        return True
 
     def _persist(self) -> None:
         self.data_version = self.data_version.next(wall_ms(self._clock))
         write_metadata_file(self.path, self._payload())
+        self._pending = False
 
     def _payload(self) -> dict[str, Any]:
         return {"dataVersion": self.data_version.to_json(),
@@ -158,3 +172,12 @@ class SubscriptionGroupManager:
     def encode_wrapper(self) -> bytes:
         """SubscriptionGroupWrapper JSON for GET_ALL_SUBSCRIPTIONGROUP_CONFIG."""
         return dumps_rocketmq(self._payload())
+
+
+def _parse_groups(data: dict[str, Any]) -> tuple[dict[str, SubscriptionGroupConfig], DataVersion]:
+    try:
+        table = {str(name): SubscriptionGroupConfig.from_json(cfg)
+                 for name, cfg in (data.get("subscriptionGroupTable") or {}).items()}
+        return table, DataVersion.from_json(data.get("dataVersion"))
+    except (AttributeError, TypeError, ValueError, ProtocolError) as exc:
+        raise StoreError(f"malformed subscription group table: {exc}") from exc

@@ -16,8 +16,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from broker_store.broker.metadata_file import read_metadata_file, write_metadata_file
+from broker_store.broker.metadata_file import load_metadata_file, write_metadata_file
 from broker_store.clock import Clock, wall_ms
 from broker_store.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
 from broker_store.protocol.errors import ProtocolError, StoreError
@@ -60,12 +61,8 @@ class TopicConfigManager:
 
     def load(self) -> None:
         """Read ``topics.json`` (if any), then apply the TBW102 rule of the current configuration."""
-        data = read_metadata_file(self.path)
-        if data is not None:
-            try:
-                table = TopicConfigTable.from_json(data)
-            except ProtocolError as exc:
-                raise StoreError(f"{self.path}: {exc}") from exc
+        table = load_metadata_file(self.path, _parse_topics)
+        if table is not None:
             self._table = dict(table.topic_configs)
             self.data_version = table.data_version
         changed = False
@@ -83,7 +80,7 @@ class TopicConfigManager:
             # The template must not outlive the option that asked for it.
             del self._table[DEFAULT_TOPIC]
             changed = True
-        if changed or data is None:
+        if changed or table is None:
             self.data_version = self.data_version.next(wall_ms(self._clock))
             self.persist()
 
@@ -180,3 +177,10 @@ class TopicConfigManager:
         log.info("created topic %s: %s", topic, tc)
         self.update(tc)
         return tc
+
+
+def _parse_topics(data: dict[str, Any]) -> TopicConfigTable:
+    try:
+        return TopicConfigTable.from_json(data)
+    except ProtocolError as exc:
+        raise StoreError(str(exc)) from exc

@@ -24,6 +24,7 @@ Version 1 (48 bytes) is the same without CONFIRM_OFFSET: CRC at 40 over bytes 0.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import zlib
@@ -42,6 +43,8 @@ CHECKPOINT_SIZE = CHECKPOINT_BODY.size + CHECKPOINT_TRAILER.size  # 56
 CHECKPOINT_V1_SIZE = CHECKPOINT_V1_BODY.size + CHECKPOINT_TRAILER.size  # 48
 CHECKPOINT_FILE = "checkpoint"
 UNKNOWN_CONFIRM_OFFSET = -1
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -88,12 +91,35 @@ class Checkpoint:
         return cls(flushed, dispatched, cl_min, written, None if confirm == UNKNOWN_CONFIRM_OFFSET else confirm)
 
 
+def checkpoint_damage(raw: bytes) -> str:
+    """What is wrong with ``raw``, a checkpoint ``Checkpoint.decode`` refused, naming the byte offset."""
+    if len(raw) not in (CHECKPOINT_SIZE, CHECKPOINT_V1_SIZE):
+        return (f"{len(raw)} bytes where a checkpoint has {CHECKPOINT_SIZE} (version 1: {CHECKPOINT_V1_SIZE}): "
+                f"cut short or extended at byte {min(len(raw), CHECKPOINT_SIZE)}")
+    layout = CHECKPOINT_BODY if len(raw) == CHECKPOINT_SIZE else CHECKPOINT_V1_BODY
+    crc, _ = CHECKPOINT_TRAILER.unpack_from(raw, layout.size)
+    if zlib.crc32(raw[:layout.size]) != crc:
+        return f"the CRC at byte {layout.size} does not match bytes 0..{layout.size - 1}"
+    magic, version = raw[:4], int.from_bytes(raw[4:6], "big")
+    if magic != CHECKPOINT_MAGIC:
+        return f"MAGIC {magic!r} at byte 0 (expected {CHECKPOINT_MAGIC!r})"
+    return (f"VERSION {version} at byte 4 with a {len(raw)}-byte file, or a negative offset in bytes "
+            f"8..{layout.size - 1}")
+
+
 def load_checkpoint(store_dir: Path) -> Checkpoint | None:
+    """The checkpoint of ``store_dir``; None when there is none, or when it is damaged (logged with the file and
+    the byte at fault): recovery then scans every CommitLog segment, which loses nothing, only time."""
+    path = store_dir / CHECKPOINT_FILE
     try:
-        raw = (store_dir / CHECKPOINT_FILE).read_bytes()
+        raw = path.read_bytes()
     except FileNotFoundError:
         return None
-    return Checkpoint.decode(raw)
+    checkpoint = Checkpoint.decode(raw)
+    if checkpoint is None:
+        log.warning("store checkpoint %s is damaged: %s; ignoring it and scanning every commit log segment",
+                    path, checkpoint_damage(raw))
+    return checkpoint
 
 
 def write_checkpoint(store_dir: Path, checkpoint: Checkpoint) -> None:

@@ -26,6 +26,7 @@ Fewer than 8 bytes left: no blank, the zero padding alone ends the segment.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import zlib
@@ -153,8 +154,13 @@ class CommitLog:
         start = offset - offset % self.segment_size
         fd = self._activate(start) if start >= self._active_start else self._fd(start, create=True)
         written = os.pwrite(fd, data, offset - start)
-        if written != len(data):
-            raise OSError(f"short write to {self.path(start)}: {written} of {len(data)} bytes")
+        if written != len(data):  # a short write (the disk filling up): the rest raises the real error
+            view = memoryview(data)
+            while written < len(data):
+                n = os.pwrite(fd, view[written:], offset - start + written)
+                if n <= 0:
+                    raise OSError(errno.EIO, f"short write to {self.path(start)}: {written} of {len(data)} bytes")
+                written += n
         if offset + len(data) > self.max_offset:
             self.max_offset = offset + len(data)
 

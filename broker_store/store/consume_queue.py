@@ -24,12 +24,16 @@ store has not written and fsynced.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import struct
 from pathlib import Path
 
 from broker_store.protocol.errors import StoreError
 from broker_store.store.files import FdPool, list_segments, segment_name
+
+log = logging.getLogger(__name__)
 
 CQ_ENTRY = struct.Struct(">qiq")
 CQ_ENTRY_SIZE = CQ_ENTRY.size  # 20
@@ -84,21 +88,51 @@ class ConsumeQueue:
                                  f"size {seg_bytes}; was consume_queue_segment_entries changed?")
         return [s // CQ_ENTRY_SIZE for s in starts]
 
-    def load(self) -> None:
-        """Derive max/first index from the files present; a torn trailing partial entry is cut off."""
+    def load(self) -> bool:
+        """Derive max/first index from the files present. Returns whether the files were damaged: a segment
+        before the last one short of full (it and every later segment are deleted) or a trailing partial entry
+        (cut off); each is logged with the file and byte offset. The entries lost are rebuilt by recovery from
+        the CommitLog (``rebuild_from``)."""
         segs = self.segment_starts()
         if not segs:
-            return
+            return False
         self._dir_made = True
+        damaged = False
+        full = self.seg_entries * CQ_ENTRY_SIZE
+        for i, seg in enumerate(segs[:-1]):
+            size = os.path.getsize(self.path(seg))
+            if size != full:
+                log.warning("consume queue segment %s is damaged: %d bytes where a segment before the last holds "
+                            "%d; cut at byte %d, later segments deleted, entries rebuilt from the commit log",
+                            self.path(seg), size, full, size - size % CQ_ENTRY_SIZE)
+                for later in segs[i + 1:]:
+                    self._pool.close(self.path(later))
+                    os.unlink(self.path(later))
+                segs = segs[:i + 1]
+                damaged = True
+                break
         last = segs[-1]
         path = self.path(last)
         size = os.path.getsize(path)
         if size % CQ_ENTRY_SIZE:
+            log.warning("consume queue segment %s is damaged: a partial entry at byte %d (file of %d bytes); "
+                        "cut there, entries rebuilt from the commit log", path, size - size % CQ_ENTRY_SIZE, size)
             os.truncate(path, size - size % CQ_ENTRY_SIZE)
+            damaged = True
         self.max_index = last + min(size // CQ_ENTRY_SIZE, self.seg_entries)
         self.first_seg = segs[0]
         self.min_index = segs[0]
         self.flushed_index = self.max_index
+        return damaged
+
+    def rebuild_from(self) -> int:
+        """The CommitLog offset from which records of this queue may be missing: just past its last intact
+        entry's record (0 when it has none)."""
+        for index in range(self.max_index - 1, max(self.first_seg, self.max_index - _BACKWARD_SCAN_ENTRIES) - 1, -1):
+            entry = self.entry(index)
+            if entry is not None:
+                return entry[0] + entry[1]
+        return 0
 
     def append(self, index: int, data: bytes | bytearray) -> None:
         """Add whole entries at ``index``; kept in the in-memory tail when ``index`` is the max index."""
@@ -111,7 +145,11 @@ class ConsumeQueue:
         tail += data
         self.max_index = index + len(data) // CQ_ENTRY_SIZE
         if len(tail) >= TAIL_LIMIT_BYTES:
-            self.write_tail()
+            # On OSError (a full disk) the entries stay in the tail, served from memory, and the flush thread
+            # writes them, retrying and logging until it can: the put that got here is in the CommitLog, and
+            # failing it now would make its producer send it again.
+            with contextlib.suppress(OSError):
+                self.write_tail()
 
     def write_tail(self) -> None:
         """Write the in-memory tail to the segment files (the store's flush does this first)."""

@@ -40,8 +40,11 @@ class ConsumeQueueTable:
     def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         return self.queues.get((topic, queue_id)) or self._new_queue(topic, queue_id)
 
-    def load(self) -> None:
-        """Open every queue directory present (``<topic>/<queueId>``); anything else is logged and skipped."""
+    def load(self) -> int | None:
+        """Open every queue directory present (``<topic>/<queueId>``); anything else is logged and skipped.
+        Returns the CommitLog offset recovery must index from so that every damaged queue (``ConsumeQueue.load``)
+        gets its lost entries back, None when no queue was damaged."""
+        rebuild: int | None = None
         for topic in sorted(os.listdir(self.root)):
             try:
                 validate_topic(topic)
@@ -51,7 +54,10 @@ class ConsumeQueueTable:
             for name in sorted(os.listdir(self.root / topic)):
                 if name.isdigit() and int(name) <= MAX_QUEUE_ID:
                     cq = self._new_queue(topic, int(name))
-                    cq.load()
+                    if cq.load():
+                        start = cq.rebuild_from()
+                        rebuild = start if rebuild is None else min(rebuild, start)
+        return rebuild
 
     def _new_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = ConsumeQueue(topic, queue_id, self.root / topic / str(queue_id), self._seg_entries, self._pool)

@@ -24,6 +24,7 @@ from broker_store.clock import Clock
 from broker_store.store.checkpoint import Checkpoint, write_checkpoint
 from broker_store.store.commit_log import CommitLog
 from broker_store.store.consume_queues import ConsumeQueueTable
+from broker_store.store.disk_space import is_disk_full
 from broker_store.store.files import FdPool, fdatasync
 from broker_store.store.results import DurableFuture, PutStatus
 
@@ -113,6 +114,7 @@ class FlushService:
         clock = self._clock
         next_checkpoint = clock.monotonic() + interval
         cond = self._cond
+        disk_full = False  # logged once per spell, not every retry
         while True:
             with cond:
                 while not self._stopping:
@@ -134,8 +136,16 @@ class FlushService:
                 if clock.monotonic() >= next_checkpoint:
                     self.flush_queues_and_checkpoint()
                     next_checkpoint = clock.monotonic() + interval
-            except OSError:
-                log.exception("flush of %s failed; retrying", self._store_dir)
+                if disk_full:
+                    disk_full = False
+                    log.warning("flush of %s works again: disk space is back", self._store_dir)
+            except OSError as exc:
+                if not is_disk_full(exc):
+                    log.exception("flush of %s failed; retrying", self._store_dir)
+                elif not disk_full:
+                    disk_full = True
+                    log.error("flush of %s failed: disk full (%s); ConsumeQueue entries stay in memory and the "
+                              "checkpoint stays where it was until space is freed; retrying", self._store_dir, exc)
                 self.resolve_waiters(self.flushed)
                 with cond:
                     if not self._stopping:

@@ -53,6 +53,7 @@ from broker_store.store.config import FlushMode, StoreConfig
 from broker_store.store.consume_queue import CQ_ENTRY
 from broker_store.store.consume_queues import MAX_QUEUE_ID, ConsumeQueueTable
 from broker_store.store.delay_levels import DEFAULT_DELAY_LEVELS, SCHEDULE_TOPIC, DelayLevels, schedule_tags_code
+from broker_store.store.disk_space import DiskFullSpell, is_disk_full
 from broker_store.store.dispatch import Arrival, Dispatcher
 from broker_store.store.durability import DurabilityPolicy
 from broker_store.store.files import FdPool
@@ -115,6 +116,8 @@ class MessageStore:
         self._running = False
         self._started = False
         self._writable = True
+        self._disk = DiskFullSpell(str(config.store_dir))
+        """Whether puts fail for lack of space (``store.disk_space``); guarded by the store lock."""
         self._stop = StopSignal(clock)
         self._threads: list[threading.Thread] = []
         self._topic_bytes: dict[str, bytes] = {}
@@ -135,8 +138,10 @@ class MessageStore:
             with self._lock:
                 checkpoint = load_checkpoint(self.config.store_dir)
                 limit = self._dispatch.recovery_limit(checkpoint)
-                self._flush.recovered(recover(self.config.store_dir, self._commit_log, self._queues, checkpoint,
-                                              dispatch_limit=limit))
+                recovered = recover(self.config.store_dir, self._commit_log, self._queues, checkpoint,
+                                    dispatch_limit=limit)
+                self._flush.recovered(recovered.flushed)
+                self._reader.trust(recovered.verified_from, recovered.damaged)
                 self._dispatch.recovered(checkpoint)
             self._flush.flush_queues_and_checkpoint()
         except OSError as exc:
@@ -269,9 +274,19 @@ class MessageStore:
                 if cq is not None:
                     cq.append(queue_offset, cq_entries)
             except OSError as exc:
+                if is_disk_full(exc):  # nothing damaged: the next put tries again (store.disk_space)
+                    remark, began = self._disk.write_failed(exc, self._clock.monotonic())
+                    if began:
+                        log.error("%s", remark)
+                    return self._failed(PutStatus.SERVICE_NOT_AVAILABLE, remark)
                 self._writable = False
                 log.exception("write to %s failed; the store is now read-only", self.config.store_dir)
                 return self._failed(PutStatus.UNKNOWN_ERROR, f"store write failed: {exc}")
+            if self._disk.since is not None:
+                ended = self._disk.write_succeeded(self._clock.monotonic())
+                if ended is not None:
+                    log.warning("disk space is back in %s: writes resumed after %.1f s, %d sends refused meanwhile",
+                                self.config.store_dir, *ended)
             if cq is None:
                 self._dispatch.put_written((topic, queue_id), queue_offset + len(entries))
             else:

@@ -6,6 +6,7 @@ and offset processors. Every read holds the store lock for its preads only.
 
 from __future__ import annotations
 
+import logging
 import struct
 import threading
 
@@ -14,11 +15,15 @@ from broker_store.protocol.message import MAGIC_V1, STORED_HEADER, STORED_HEADER
 from broker_store.store.commit_log import BLANK_RECORD, MIN_RECORD_SIZE, CommitLog
 from broker_store.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
 from broker_store.store.consume_queues import ConsumeQueueTable
+from broker_store.store.record_check import record_problem
 from broker_store.store.results import GetResult, GetStatus, QueueEntry
+
+log = logging.getLogger(__name__)
 
 _STORE_TIMESTAMP_AT = 56  # byte offset of STORETIMESTAMP in a stored record (see protocol.message)
 _I64 = struct.Struct(">q")
 _READ_GAP = 16 * 1024  # records this close together are fetched with one pread
+_REPORTED_LIMIT = 1024  # damaged offsets logged once each, this many remembered
 
 
 class QueueReader:
@@ -28,6 +33,19 @@ class QueueReader:
         self._commit_log = commit_log
         self._queues = queues.queues
         self._lock = lock
+        self._reported: set[int] = set()
+        """CommitLog offsets of damaged records already logged (a stuck consumer pulls the same one again)."""
+        self._trusted_from = 0
+        """Records from this offset on were checked at start or written since (``trust``): not checked again."""
+        self._damaged: frozenset[int] = frozenset()
+        """Damaged records recovery found and kept (checked, so below ``_trusted_from`` or not: refused)."""
+
+    def trust(self, verified_from: int, damaged: frozenset[int]) -> None:
+        """At start, after recovery: the records from ``verified_from`` on were checked (or are new), except the
+        ``damaged`` ones. Reads check only the others: checking every record served costs ~70% of pull throughput,
+        and records this process checked or wrote are the ones consumers mostly read."""
+        self._trusted_from = verified_from
+        self._damaged = damaged
 
     def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int, *,
                      tags_codes: frozenset[int] | None = None, max_bytes: int = 4 * 1024 * 1024) -> GetResult:
@@ -61,7 +79,7 @@ class QueueReader:
         max_scan = max(16000, max_count * 20)
         chunk = max_count if tags_codes is None else min(max_scan, max(max_count * 4, 256))
         status = GetStatus.NO_MATCHED_MESSAGE
-        plan: list[tuple[int, int]] = []
+        plan: list[tuple[int, int, int]] = []  # (physical offset, size, queue offset)
         total_bytes = 0
         scanned = 0
         last_phys = -1
@@ -91,31 +109,63 @@ class QueueReader:
                     if not plan:
                         status = GetStatus.MESSAGE_WAS_REMOVING
                     continue
-                plan.append((phys, size))
+                plan.append((phys, size, offset + scanned - 1))
                 total_bytes += size
             if len(raw) < want * CQ_ENTRY_SIZE:
                 break  # end of a ConsumeQueue segment or of the queue
         body = self._read_records(plan) if plan else b""
+        next_offset = offset + scanned
         if plan:
+            kept, problem = (self._check_records(body, plan) if plan[0][0] < self._trusted_from or self._damaged
+                             else (len(plan), None))
+            if problem is not None:  # serve the intact records before the damaged one, never the damaged one
+                next_offset = plan[kept][2]
+                if not kept:
+                    return GetResult(GetStatus.MESSAGE_DAMAGED, next_offset, min_offset, max_offset, remark=problem)
+                body = body[:sum(size for _, size, _ in plan[:kept])]
+                del plan[kept:]
             status = GetStatus.FOUND
             last_phys = plan[-1][0]
-        return GetResult(status, offset + scanned, min_offset, max_offset, body=body, count=len(plan),
+        return GetResult(status, next_offset, min_offset, max_offset, body=body, count=len(plan),
                          max_physical_offset_lag=cl_max - last_phys if last_phys >= 0 else 0)
 
-    def _read_records(self, plan: list[tuple[int, int]]) -> bytes:
+    def _check_records(self, body: bytes, plan: list[tuple[int, int, int]]) -> tuple[int, str | None]:
+        """(how many records of ``body`` are intact before the first damaged one, what is wrong with that one)."""
+        view = memoryview(body)
+        pos = 0
+        for k, (phys, size, _) in enumerate(plan):
+            problem = record_problem(view[pos:pos + size], phys, size)
+            if problem is not None:
+                return k, self._report_damage(phys, problem)
+            pos += size
+        return len(plan), None
+
+    def _report_damage(self, phys: int, problem: str) -> str:
+        """The remark for the damaged record at ``phys``, logged the first time it is met."""
+        cl = self._commit_log
+        where = f"{cl.path(phys - phys % cl.segment_size)} at offset {phys} (byte {phys % cl.segment_size})"
+        remark = f"damaged record in commit log segment {where}: {problem}; not served"
+        if phys not in self._reported:
+            if len(self._reported) >= _REPORTED_LIMIT:
+                self._reported.clear()
+            self._reported.add(phys)
+            log.error("%s", remark)
+        return remark
+
+    def _read_records(self, plan: list[tuple[int, int, int]]) -> bytes:
         """One pread per run of nearby records in one segment; the records concatenated in plan order."""
         cl = self._commit_log
         seg_size = cl.segment_size
         parts: list[bytes | memoryview] = []
         i, n = 0, len(plan)
         while i < n:
-            a, size = plan[i]
+            a, size, _ = plan[i]
             seg_end = a - a % seg_size + seg_size
             b = a + size
             gapless = True
             j = i + 1
             while j < n:
-                o, s = plan[j]
+                o, s, _ = plan[j]
                 if o < b or o - b > _READ_GAP or o + s > seg_end:
                     break
                 if o != b:
@@ -130,7 +180,7 @@ class QueueReader:
             else:
                 view = memoryview(data)
                 for k in range(i, j):
-                    o, s = plan[k]
+                    o, s, _ = plan[k]
                     parts.append(view[o - a:o - a + s])
             i = j
         return parts[0] if len(parts) == 1 and isinstance(parts[0], bytes) else b"".join(parts)
@@ -206,4 +256,10 @@ class QueueReader:
                     or physical_offset + total > cl.max_offset:
                 return None
             record = cl.read(physical_offset, total)
-            return record if len(record) == total else None
+            if physical_offset >= self._trusted_from and physical_offset not in self._damaged:
+                return record if len(record) == total else None
+            problem = record_problem(record, physical_offset)
+            if problem is not None:
+                self._report_damage(physical_offset, problem)
+                return None
+            return record

@@ -3,6 +3,17 @@
 Called once by ``MessageStore.start`` under the store lock, before any put or read. It indexes records only
 up to the dispatch limit the store's ``Dispatcher`` derives from the checkpoint (a held confirm offset);
 records past it are validated and kept, but stay out of the ConsumeQueues.
+
+Damage is reported with the file and the offset, never served, and costs as little as it can:
+
+- past the checkpoint (the bytes a crash may have torn): the scan stops at the first record that fails its
+  checks and everything from there is truncated, as RocketMQ's recovery does;
+- below the checkpoint (fsynced, possibly acknowledged and replicated): the last ``VERIFY_BELOW_SCAN_BYTES``
+  are verified and each damaged record is logged but kept, as are the intact records after it; truncating
+  there would drop acknowledged messages a replica still holds. Reads refuse the damaged record
+  (``store.reads``), so it is never served;
+- a damaged ConsumeQueue (``ConsumeQueue.load``): the scan starts early enough to rebuild its lost entries;
+- a damaged checkpoint (``checkpoint.load_checkpoint``): every segment is scanned.
 """
 
 from __future__ import annotations
@@ -10,24 +21,41 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from broker_store.store.checkpoint import Checkpoint
-from broker_store.store.commit_log import CommitLog
+from broker_store.store.commit_log import BLANK_RECORD, CommitLog
 from broker_store.store.consume_queues import ConsumeQueueTable
+from broker_store.store.record_check import MIN_RECORD_SIZE, record_problem
 
 log = logging.getLogger(__name__)
 
 _SCAN_ALL = 1 << 62
+VERIFY_BELOW_SCAN_BYTES = 256 << 20
+"""How much of the CommitLog below the scan start is verified at start (whole segments from there): ~1.5 s at the
+measured ~180 MB/s. RocketMQ checks the last three files; a bound in bytes keeps the start time independent of
+the segment size."""
+
+
+class Recovered(NamedTuple):
+    """What recovery found, for the store's flush service and reader."""
+
+    flushed: int
+    """The offset known to be on disk (the flushed offset to start from)."""
+    verified_from: int
+    """Every record from here on was checked (the verification and the scan) or is written by this process."""
+    damaged: frozenset[int]
+    """Offsets of the damaged records found below the checkpoint and kept (never to be served)."""
 
 
 def recover(store_dir: Path, cl: CommitLog, queues: ConsumeQueueTable, checkpoint: Checkpoint | None, *,
-            dispatch_limit: int | None = None) -> int:
+            dispatch_limit: int | None = None) -> Recovered:
     """Load segments and queues, scan from the checkpoint's safe offset (or the first segment) and truncate
     whatever does not check out. Returns the offset known to be on disk (the flushed offset to start from);
     leaves ``cl.max_offset`` at the end of the valid records and ``queues.dispatched`` there too, or, with a
     ``dispatch_limit``, at the end of the last record ending at or below max(limit, scan start)."""
     cl.load_segments()
-    queues.load()
+    rebuild = queues.load()
     seg_size = cl.segment_size
     for i, start in enumerate(cl.segments):
         if start != cl.segments[0] + i * seg_size:
@@ -43,8 +71,15 @@ def recover(store_dir: Path, cl: CommitLog, queues: ConsumeQueueTable, checkpoin
         else:
             log.warning("no usable checkpoint in %s; scanning all commit log segments", store_dir)
             start = first
+        if rebuild is not None and rebuild < start:
+            rebuild = rebuild if rebuild > first and cl.is_record_boundary(rebuild) else first
+            log.warning("commit log in %s: indexing again from offset %d to rebuild damaged consume queues",
+                        store_dir, rebuild)
+            start = rebuild
+        verified_from, damaged = verify_below(cl, start)
     else:
-        start = 0
+        start = verified_from = 0
+        damaged = []
     queues.resume_at(start)
     cl.max_offset = start
     limit = _SCAN_ALL if dispatch_limit is None else max(dispatch_limit, start)
@@ -56,8 +91,8 @@ def recover(store_dir: Path, cl: CommitLog, queues: ConsumeQueueTable, checkpoin
         while not stopped:
             _, pos, stopped = cl.scan(pos, _SCAN_ALL)
     if cl.segments and pos < file_end and cl.read(pos, 8).strip(b"\0"):  # not the zeros past the end
-        log.warning("commit log in %s: valid records end at %d, truncating %d trailing bytes",
-                    store_dir, pos, file_end - pos)
+        log.warning("%s; valid records end there: truncating the %d bytes from it on",
+                    describe_damage(cl, pos), file_end - pos)
     cl.truncate(pos)
     cl.max_offset = pos
     cl_min = cl.min_offset
@@ -65,4 +100,37 @@ def recover(store_dir: Path, cl: CommitLog, queues: ConsumeQueueTable, checkpoin
         cq.delete_segments_below(cl_min)
     log.info("store %s recovered: commit log [%d, %d), %d queues, scanned from %d, indexed to %d",
              store_dir, cl_min, pos, len(queues.queues), start, dispatched)
-    return start
+    return Recovered(start, verified_from, frozenset(damaged))
+
+
+def describe_damage(cl: CommitLog, pos: int) -> str:
+    """"damaged record in <segment file> at offset <pos> (byte <in file>): <what is wrong>"."""
+    seg = pos - pos % cl.segment_size
+    head = cl.read(pos, BLANK_RECORD.size)
+    total = BLANK_RECORD.unpack(head)[0] if len(head) == BLANK_RECORD.size else 0
+    room = seg + cl.segment_size - pos
+    record = cl.read(pos, total) if MIN_RECORD_SIZE <= total <= room else head
+    problem = record_problem(record, pos) or "not where a record may start"
+    return f"damaged record in commit log segment {cl.path(seg)} at offset {pos} (byte {pos - seg}): {problem}"
+
+
+def verify_below(cl: CommitLog, start: int) -> tuple[int, list[int]]:
+    """Check the records of the ``VERIFY_BELOW_SCAN_BYTES`` below ``start`` (from a segment start), log each
+    damaged one and go on past it (by its TOTALSIZE when that is plausible, else from the next segment).
+    Changes nothing; returns (where the verification began, the offsets of the damaged records)."""
+    lo = max(cl.min_offset, start - VERIFY_BELOW_SCAN_BYTES)
+    pos = lo - lo % cl.segment_size if lo > cl.min_offset else cl.min_offset
+    verified_from = pos
+    damaged: list[int] = []
+    while pos < start:
+        _, pos, stopped = cl.scan(pos, start)
+        if not stopped or pos >= start:
+            continue
+        log.error("%s; kept (below the checkpoint), never served", describe_damage(cl, pos))
+        damaged.append(pos)
+        seg_end = pos - pos % cl.segment_size + cl.segment_size
+        head = cl.read(pos, BLANK_RECORD.size)
+        total = BLANK_RECORD.unpack(head)[0] if len(head) == BLANK_RECORD.size else 0
+        pos = pos + total if MIN_RECORD_SIZE <= total <= seg_end - pos and cl.is_record_boundary(pos + total) \
+            else seg_end
+    return verified_from, damaged

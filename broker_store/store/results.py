@@ -87,6 +87,9 @@ class GetStatus(enum.Enum):
     OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
     NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+    MESSAGE_DAMAGED = "MESSAGE_DAMAGED"
+    """The record at the pulled offset fails its checks (``store.record_check``): not served; the remark names
+    the file, the offset and the fault. Not a RocketMQ status (its store serves what it reads)."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,8 @@ class GetResult:
     count: int = 0
     max_physical_offset_lag: int = 0
     """CommitLog max offset minus the physical offset of the last record returned (or scanned)."""
+    remark: str = ""
+    """Why nothing was served, for MESSAGE_DAMAGED."""
 
 
 class QueueEntry(NamedTuple):
