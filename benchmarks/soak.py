@@ -138,6 +138,7 @@ class Soak:
     consumed_n: list[int] = field(default_factory=list)
     consumer_errors: Counter[str] = field(default_factory=Counter)
     procs: list[ProcSample] = field(default_factory=list)
+    known_roles: dict[str, str] = field(default_factory=dict)
     lags: list[LagSample] = field(default_factory=list)
     windows: list[FaultWindow] = field(default_factory=list)
     job_restarts: int = 0
@@ -258,8 +259,18 @@ class Soak:
             roles.update(job_processes(job.pids(), SCRIPT))
         return roles
 
+    def broker_roles(self) -> dict[str, str]:
+        """Each broker member's role as the name servers list it now; a group listing no primary (an election
+        under way, a name server down) keeps its members' last known roles."""
+        for cluster in (self.src, self.dst):
+            for group, members in cluster.groups.items():
+                primary = cluster.listed_primary(group)
+                if primary is not None:
+                    self.known_roles.update({b.name: "primary" if b is primary else "replica" for b in members})
+        return dict(self.known_roles)
+
     def sample_procs(self) -> None:
-        taken = sample_roles(self.now(), self.roles())
+        taken = sample_roles(self.now(), self.roles(), self.broker_roles())
         self.procs.extend(taken)
         rss = sum(s.rss for s in taken) / 2**20
         fds = sum(s.fds for s in taken)
@@ -448,8 +459,10 @@ def run(args: argparse.Namespace, out: Path) -> str:
     duplicates = sum(n - 1 for n in on_target.values() if n > 1)
     source_dups = sum(n - 1 for n in on_source.values() if n > 1)
     baseline = BASELINE_S  # growth() takes the first sample when the run has none after minute 5 but its last
-    rss_name, rss_growth = worst(growth(soak.procs, "rss", baseline))
-    fd_name, fd_growth = worst(growth(soak.procs, "fds", baseline))
+    rss_growths = growth(soak.procs, "rss", baseline)
+    fd_growths = growth(soak.procs, "fds", baseline, same_broker_role=True)
+    rss_name, rss_growth = worst(rss_growths)
+    fd_name, fd_growth = worst(fd_growths)
     outside = lag_outside(soak.lags, soak.windows)
     p99 = percentile(outside, 99)
     png = out / "soak.png"
@@ -461,9 +474,10 @@ def run(args: argparse.Namespace, out: Path) -> str:
         f"{sum(on_target.values())}; worst RSS growth {rss_name}, worst fd growth {fd_name} (from minute "
         f"{baseline / 60:g}, or the first sample); {len(outside)} lag samples outside {len(soak.windows)} fault "
         f"windows, max {max(outside, default=float('nan')):.2f} s")
-    for name, pct in sorted(growth(soak.procs, "rss", baseline).items()):
+    for name, pct in sorted(rss_growths.items()):
         last = max((s for s in soak.procs if s.name == name), key=lambda s: s.t)
-        log(f"  {name}: RSS {last.rss / 2**20:.0f} MiB ({pct:+.1f} %), fds {last.fds}"
+        log(f"  {name}: RSS {last.rss / 2**20:.0f} MiB ({pct:+.1f} %), fds {last.fds} ({fd_growths[name]:+.1f} %"
+            + (f" as {last.broker_role})" if last.broker_role else ")")
             + (f" (largest of {last.processes} processes)" if last.processes > 1 else ""))
     log(f"plot: {png}")
     log.close()

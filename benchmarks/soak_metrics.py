@@ -9,6 +9,12 @@ Rules (issue 19):
   the line reports the worst process. A process is named by its role (``ssrc-a-1``, ``job:jvm``...), not its pid:
   a member restarted by a fault is the same process for this rule, so its growth compares two incarnations
   (a restart can only make it look smaller).
+* fd growth of a broker compares samples taken in the same broker role (primary or replica) as its last one: a
+  failover moves the clients' connections (producers, consumers, the replicator, HA links of the replicas) from
+  one member to another, so a replica promoted after minute 5 holds twice the sockets it held as a replica
+  without leaking any. A broker sampled only in its last role since minute 5 counts from its first sample in
+  that role. RSS keeps the whole-run rule: connections cost a broker little memory, and a leak must not hide
+  behind a late role change.
 * lag p99: nearest-rank 99th percentile of the lag samples taken outside every fault window; a window runs from
   the injection until the link is healthy again after the heal, plus a grace period.
 """
@@ -36,6 +42,8 @@ class ProcSample:
     fds: int
     processes: int = 1
     """Live processes of the role (PySpark forks and reaps workers as the job runs)."""
+    broker_role: str = ""
+    """"primary" or "replica" for a broker member (as the name server listed it when sampled); "" otherwise."""
 
 
 @dataclass(frozen=True)
@@ -106,22 +114,26 @@ def job_processes(pids: Iterable[int], script: str) -> dict[str, list[int]]:
     return dict(roles)
 
 
-def sample_roles(t: float, roles: Mapping[str, Sequence[int]]) -> list[ProcSample]:
+def sample_roles(t: float, roles: Mapping[str, Sequence[int]],
+                 broker_roles: Mapping[str, str] | None = None) -> list[ProcSample]:
     """One sample per role (a role with no live pid is left out). A role of several processes is its largest
     one (by RSS): forked PySpark workers share most of their pages with the daemon they forked from, so a sum
-    of RSS would count those pages once per worker, and their number changes as Spark forks and reaps them."""
+    of RSS would count those pages once per worker, and their number changes as Spark forks and reaps them.
+    ``broker_roles``: the broker role of each broker member by name (see ``ProcSample.broker_role``)."""
     out = []
     for name, pids in roles.items():
         read = [r for r in (read_proc(p) for p in pids) if r is not None]
         if read:
             rss, fds = max(read)
-            out.append(ProcSample(t, name, rss, fds, len(read)))
+            out.append(ProcSample(t, name, rss, fds, len(read), (broker_roles or {}).get(name, "")))
     return out
 
 
-def growth(samples: Iterable[ProcSample], field: str, baseline_s: float = BASELINE_S) -> dict[str, float]:
+def growth(samples: Iterable[ProcSample], field: str, baseline_s: float = BASELINE_S,
+           same_broker_role: bool = False) -> dict[str, float]:
     """Per process: percent growth of ``field`` ("rss" or "fds") from its baseline sample to its last one (see the
-    module docstring for the baseline). A process sampled once has grown 0 %."""
+    module docstring for the baseline). ``same_broker_role``: only samples in the broker role of the last one
+    count (the fd rule). A process sampled once has grown 0 %."""
     by_name: dict[str, list[ProcSample]] = defaultdict(list)
     for s in samples:
         by_name[s.name].append(s)
@@ -129,6 +141,8 @@ def growth(samples: Iterable[ProcSample], field: str, baseline_s: float = BASELI
     for name, series in by_name.items():
         series.sort(key=lambda s: s.t)
         last = series[-1]
+        if same_broker_role:
+            series = [s for s in series if s.broker_role == last.broker_role]
         after = [s for s in series[:-1] if s.t >= baseline_s]
         first = after[0] if after else series[0]
         base, end = getattr(first, field), getattr(last, field)

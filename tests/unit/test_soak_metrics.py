@@ -84,3 +84,20 @@ def test_a_role_of_several_processes_is_its_largest_and_gone_ones_are_left_out()
     (me,) = sample_roles(7.0, {"me": [os.getpid(), 2**22 + 1], "gone": [2**22 + 1]})
     assert (me.t, me.name, me.processes) == (7.0, "me", 1)
     assert me.rss > 10 * MIB and me.fds >= 3
+
+
+def test_fd_growth_of_a_broker_compares_samples_in_its_last_broker_role() -> None:
+    # a replica promoted at minute 12 takes the clients' connections: 29 -> 53 fds without a leak
+    samples = [ProcSample(t, "b", MIB, fds, broker_role=role)
+               for t, fds, role in ((300, 29, "replica"), (600, 30, "replica"),
+                                     (720, 52, "primary"), (1800, 53, "primary"))]
+    assert round(growth(samples, "fds", same_broker_role=True)["b"], 1) == round(100 / 52, 1)
+    assert round(growth(samples, "fds")["b"]) == round(24 * 100 / 29)
+    # a leak within one role still shows, across an earlier stretch in another role too
+    leaking = [ProcSample(t, "b", MIB, fds, broker_role=role)
+               for t, fds, role in ((300, 50, "primary"), (600, 30, "replica"),
+                                     (1200, 60, "primary"), (1800, 70, "primary"))]
+    assert growth(leaking, "fds", same_broker_role=True) == {"b": 40.0}
+    # processes that are not brokers (role "") keep the whole-run rule
+    job = [ProcSample(300, "job:jvm", MIB, 400), ProcSample(1800, "job:jvm", MIB, 410)]
+    assert growth(job, "fds", same_broker_role=True) == {"job:jvm": 2.5}
