@@ -44,7 +44,8 @@ PACKAGES = ("broker_store", "connectors", "jobs")
 SOURCE_SUFFIXES = frozenset({".py", ".pyi", ".c", ".h"})
 TOP_LEVEL_INPUTS = ("pyproject.toml", "setup.py", "README.md", "image/Dockerfile", "image/constraints.txt")
 KEEP_IMAGES = 3
-"""Older ``rocketmq-replicator`` tags beyond the newest few are removed after a build (each is ~1.3 GB)."""
+"""Older ``rocketmq-replicator`` tags beyond the newest few (and base images but the current one) are removed
+after a build (each is ~1.3 GB)."""
 TAG_HEX = 16
 """64 bits of SHA-256: no accidental clash among the few images one machine keeps."""
 
@@ -191,13 +192,31 @@ def _classic_builder_env() -> dict[str, str]:
     return {**os.environ, "DOCKER_BUILDKIT": "0"}
 
 
-def _remove_old_images(log: Log) -> None:
-    done = subprocess.run(["docker", "images", IMAGE_NAME, "--format", "{{.Tag}}"], capture_output=True, text=True,
+def _remove_old_images(base: str, log: Log) -> None:
+    """``rocketmq-replicator`` tags beyond the newest ``KEEP_IMAGES`` and base images other than ``base``, with
+    the stopped containers that still name them (a tier run killed before its cleanup leaves those, and the
+    daemon refuses to remove an image a container names). Running containers are left alone, and a base that
+    a kept image is built on stays: the daemon refuses to remove a parent image."""
+    old = [f"{IMAGE_NAME}:{t}" for t in _tags(IMAGE_NAME)[KEEP_IMAGES:]]  # newest first
+    old += [f"{BASE_NAME}:{t}" for t in _tags(BASE_NAME) if f"{BASE_NAME}:{t}" != base]
+    if not old:
+        return
+    stopped = []
+    for image in old:
+        done = subprocess.run(["docker", "ps", "-aq", "--filter", f"ancestor={image}", "--filter", "status=exited",
+                               "--filter", "status=created"], capture_output=True, text=True, timeout=60)
+        stopped += done.stdout.split()
+    if stopped:
+        subprocess.run(["docker", "rm", *stopped], capture_output=True, timeout=300)
+    log(f"image: removing older images {' '.join(old)}" + (f" and {len(stopped)} stopped container(s)" if stopped
+                                                         else ""))
+    subprocess.run(["docker", "rmi", *old], capture_output=True, timeout=300)
+
+
+def _tags(name: str) -> list[str]:
+    done = subprocess.run(["docker", "images", name, "--format", "{{.Tag}}"], capture_output=True, text=True,
                           timeout=60)
-    old = [f"{IMAGE_NAME}:{t}" for t in done.stdout.split()[KEEP_IMAGES:]]  # newest first
-    if old:
-        log(f"image: removing older images {' '.join(old)}")
-        subprocess.run(["docker", "rmi", *old], capture_output=True, timeout=300)
+    return done.stdout.split()
 
 
 def build_image(root: Path | None = None, *, mirror: str = DEFAULT_MIRROR, force: bool = False,
@@ -225,7 +244,7 @@ def build_image(root: Path | None = None, *, mirror: str = DEFAULT_MIRROR, force
             (Path(tmp) / "image").mkdir()
             _build_image(root, tag, base, Path(tmp) / "image", log)
             built.append("image")
-            _remove_old_images(log)
+            _remove_old_images(base, log)
     return BuildResult(tag, base, tuple(built), time.monotonic() - started)
 
 

@@ -51,6 +51,11 @@ def tier_image() -> str:
     """The tier's image of this checkout (``python -m broker_store image build``): reused when the daemon holds
     its tag, built otherwise (minutes when the Debian base is missing too)."""
     from broker_store.image import build_image
+    from tests.support.containers import remove_leftovers
 
+    gone = remove_leftovers()
+    if gone:
+        print(f"containers tier: removed {len(gone)} stopped container(s) of an earlier run: {' '.join(gone)}",
+              file=sys.stderr)
     result = build_image(log=lambda line: print(line, file=sys.stderr))
     return result.tag

@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,32 @@ class ContainerProcess:
             self.container.stop(force=True, delete_volume=True)
         except NotFound:  # already removed
             pass
+
+
+LEFTOVER_AGE_S = 1800.0
+"""A stopped ``rmq-`` container older than this is a leftover of a run killed before its cleanup; a younger one
+may be a concurrent run's victim waiting for its restart."""
+
+
+def remove_leftovers(age_s: float = LEFTOVER_AGE_S) -> list[str]:
+    """Remove stopped tier containers (``rmq-`` names) created more than ``age_s`` ago; their names. A run killed
+    by SIGKILL or a timeout skips ``remove`` and the interpreter-exit hook, and a stopped container keeps its
+    image from being removed after the next build."""
+    import docker
+
+    client = docker.from_env()
+    gone = []
+    now = time.time()
+    for container in client.containers.list(all=True, filters={"name": "rmq-", "status": "exited"}):
+        created = container.attrs.get("Created", "")
+        try:
+            age = now - datetime.fromisoformat(created.split(".")[0].rstrip("Z")).replace(tzinfo=UTC).timestamp()
+        except ValueError:
+            continue
+        if container.name.startswith("rmq-") and age > age_s:
+            container.remove(force=True)
+            gone.append(container.name)
+    return gone
 
 
 @atexit.register
