@@ -81,6 +81,7 @@ from broker_store.client import (
     new_message,
 )
 from broker_store.launcher import free_port
+from broker_store.store.config import StoreConfig
 from jobs.lag import EndpointUnreachableError, LinkLag, Status, link_lags, scrape
 from tests.spark.spark_processes import (
     TaggedProcess,
@@ -93,6 +94,8 @@ from tests.support.processes import Broker, LocalCluster
 
 SCRIPT, LINK, TOPIC, GROUP = "run_all.py", "soak", "SoakTopic", "GID_soak_consumer"
 HA = {"total_replicas": 3, "in_sync_replicas": 2, "min_in_sync_replicas": 2}
+STORE_FD_CAP = StoreConfig.model_fields["max_open_files"].default
+"""The brokers here run with the store's default cap on open store files."""
 KINDS = ("primary-kill", "primary-pause", "replica-kill", "driver-kill", "source-restart")
 HEALTHY_AGE_S = 3.0
 """A link is healthy again once ``jobs.lag`` says OK and its newest heartbeat is younger than this (heartbeats
@@ -477,7 +480,8 @@ def run(args: argparse.Namespace, out: Path) -> str:
     for name, pct in sorted(rss_growths.items()):
         last = max((s for s in soak.procs if s.name == name), key=lambda s: s.t)
         log(f"  {name}: RSS {last.rss / 2**20:.0f} MiB ({pct:+.1f} %), fds {last.fds} ({fd_growths[name]:+.1f} %"
-            + (f" as {last.broker_role})" if last.broker_role else ")")
+            + (f" as {last.broker_role}" if last.broker_role else "")
+            + (f"; store files {last.store_fds} of max_open_files {STORE_FD_CAP})" if last.store_fds else ")")
             + (f" (largest of {last.processes} processes)" if last.processes > 1 else ""))
     log(f"plot: {png}")
     log.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 
 from benchmarks.soak_metrics import (
     FaultWindow,
@@ -12,10 +13,12 @@ from benchmarks.soak_metrics import (
     ProcSample,
     effective_lag,
     growth,
+    is_store_file,
     job_role,
     lag_outside,
     percentile,
     rate_series,
+    read_proc,
     sample_roles,
     summary_line,
     worst,
@@ -101,3 +104,19 @@ def test_fd_growth_of_a_broker_compares_samples_in_its_last_broker_role() -> Non
     # processes that are not brokers (role "") keep the whole-run rule
     job = [ProcSample(300, "job:jvm", MIB, 400), ProcSample(1800, "job:jvm", MIB, 410)]
     assert growth(job, "fds", same_broker_role=True) == {"job:jvm": 2.5}
+
+
+def test_store_files_are_counted_apart_from_other_fds(tmp_path: Path) -> None:
+    assert is_store_file("/run/b-0/commitlog/00000000000008388608")
+    assert is_store_file("/run/b-0/consumequeue/T/3/00000000000000000000")
+    assert not is_store_file("socket:[123]") and not is_store_file("/run/b-0/config/topics.json")
+    assert not is_store_file("/run/commitlog")  # a file named so is not in such a directory
+    before = read_proc(os.getpid())
+    assert before is not None
+    (tmp_path / "commitlog").mkdir()
+    fd = os.open(tmp_path / "commitlog" / "0", os.O_CREAT | os.O_RDWR)
+    try:
+        after = read_proc(os.getpid())
+        assert after is not None and after[1:] == (before[1], before[2] + 1)
+    finally:
+        os.close(fd)
