@@ -113,6 +113,9 @@ class ControllersConfig(_Model):
     etcd_data_dir: Path = Path("data/etcd")
     """The etcd members' data directories (``etcd-<i>.data`` inside), relative to where ``up`` runs;
     ``up --data-dir D`` uses ``D/etcd`` instead."""
+    tls: TlsSettings = Field(default_factory=lambda: TlsSettings())
+    """Every controller's TLS settings, as a standalone controller's ``tls`` (``tls.server.*`` for the port brokers
+    and admin tools dial, ``tls.enable`` + ``tls.client.*`` for its role-change notices to brokers)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ControllersConfig:
@@ -140,7 +143,7 @@ class ControllersConfig(_Model):
         return [int(url.port or 0) for url in self.controller.etcd.endpoints]
 
     def controller_configs(self) -> list[ControllerConfig]:
-        return [ControllerConfig(listen=addr, controller=self.controller) for addr in self.listen]
+        return [ControllerConfig(listen=addr, controller=self.controller, tls=self.tls) for addr in self.listen]
 
 
 MAX_ELECTION_PRIORITY = (1 << 31) - 1
