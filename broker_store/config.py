@@ -113,6 +113,9 @@ class ControllersConfig(_Model):
     etcd_data_dir: Path = Path("data/etcd")
     """The etcd members' data directories (``etcd-<i>.data`` inside), relative to where ``up`` runs;
     ``up --data-dir D`` uses ``D/etcd`` instead."""
+    tls: TlsSettings = Field(default_factory=lambda: TlsSettings())
+    """Every controller's TLS settings, as a standalone controller's ``tls`` (``tls.server.*`` for the port brokers
+    and admin tools dial, ``tls.enable`` + ``tls.client.*`` for its role-change notices to brokers)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ControllersConfig:
@@ -140,7 +143,7 @@ class ControllersConfig(_Model):
         return [int(url.port or 0) for url in self.controller.etcd.endpoints]
 
     def controller_configs(self) -> list[ControllerConfig]:
-        return [ControllerConfig(listen=addr, controller=self.controller) for addr in self.listen]
+        return [ControllerConfig(listen=addr, controller=self.controller, tls=self.tls) for addr in self.listen]
 
 
 MAX_ELECTION_PRIORITY = (1 << 31) - 1
@@ -260,6 +263,12 @@ class BrokerSettings(_Model):
     admin requests. Required with ``acl_enable``."""
     acl_reload_check_seconds: float = Field(default=1.0, gt=0)
     """How often a request may look at ``acl_file``'s modification time and size for a change."""
+    acl_credentials_file: Path | None = None
+    """The broker's own ACL account, a file of RocketMQ's tools.yml layout (``accessKey``, ``secretKey``, optional
+    ``securityToken``; ``acl.credentials_file``), read at start. A replica signs its metadata-sync requests to its
+    primary with it, so a primary with ACL lets the replica in by account, not by a whitelisted address (the
+    account needs ``admin`` when the primary has ACL: the round copies its ACL file with admin requests). None:
+    those requests go unsigned (RocketMQ's slave sync), and a primary with ACL must whitelist the replicas."""
     tls: TlsSettings = Field(default_factory=lambda: TlsSettings())
     """RocketMQ's TLS settings under their key names (``net.tls_settings``): ``tls.server.mode`` disabled /
     permissive / enforcing with its certificate, key, trust certificates and need.client.auth, and

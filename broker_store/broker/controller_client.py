@@ -28,6 +28,7 @@ from typing import TypeVar
 from broker_store.broker.role_decision import ReplicaInfo
 from broker_store.net.client import RemotingClient
 from broker_store.net.tls_settings import TlsClientSettings
+from broker_store.protocol.acl import SessionCredentials, sign
 from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.controller import (
     AlterSyncStateSetRequestHeader,
@@ -81,13 +82,16 @@ class ControllerClient:
     """Requests to the controllers at ``addresses`` (see the module docstring). Runs on the broker's loop."""
 
     def __init__(self, addresses: Sequence[str], *, request_timeout: float,
-                 client: RemotingClient | None = None, tls: TlsClientSettings | None = None) -> None:
+                 client: RemotingClient | None = None, tls: TlsClientSettings | None = None,
+                 credentials: SessionCredentials | None = None) -> None:
         if not addresses:
             raise ValueError("a controller client needs at least one controller address")
         self.addresses = list(addresses)
         self.request_timeout = request_timeout
         self._client = client or RemotingClient(tls=tls)
         self._owns_client = client is None
+        self._credentials = credentials
+        """The broker's ``acl_credentials_file`` account: every request is signed with it (``controller.acl_file``)."""
         self._current = 0
         """Index of the controller that answered last (the leader, as far as this broker knows)."""
         self._beats: dict[str, asyncio.Task[bool]] = {}
@@ -111,7 +115,7 @@ class ControllerClient:
             election_priority=beat.election_priority).to_ext()
 
         async def one(addr: str) -> bool:
-            cmd = RemotingCommand(code=RequestCode.BROKER_HEARTBEAT, ext_fields=dict(ext))
+            cmd = self._signed(RemotingCommand(code=RequestCode.BROKER_HEARTBEAT, ext_fields=dict(ext)))
             try:
                 resp = await self._client.invoke(addr, cmd, self.request_timeout)
             except RocketMQError as exc:
@@ -207,6 +211,9 @@ class ControllerClient:
 
     # -- transport ---------------------------------------------------------------------------------------
 
+    def _signed(self, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd if self._credentials is None else sign(cmd, self._credentials)
+
     async def _request(self, code: int, header: Header, body: bytes = b"") -> RemotingCommand:
         """Send to the controller that answered last, then the others in order (see the module docstring)."""
         problems = []
@@ -214,7 +221,7 @@ class ControllerClient:
         for step in range(count):
             index = (self._current + step) % count
             addr = self.addresses[index]
-            cmd = RemotingCommand(code=code, ext_fields=header.to_ext(), body=body)
+            cmd = self._signed(RemotingCommand(code=code, ext_fields=header.to_ext(), body=body))
             try:
                 resp = await self._client.invoke(addr, cmd, self.request_timeout)
             except TransportError as exc:

@@ -22,6 +22,7 @@ from broker_store.broker.role_transition import ControllerPromotionSteps, Promot
 from broker_store.clock import Clock
 from broker_store.config import BrokerConfig
 from broker_store.ha.sync_state_set import SyncStateSet
+from broker_store.protocol.acl import SessionCredentials
 from broker_store.store import MessageStore
 from broker_store.store.epoch_store import EpochStore
 
@@ -76,12 +77,14 @@ def promotion_steps(factory: PromotionStepsFactory | None, store: MessageStore,
 
 def controller_agent(config: BrokerConfig, broker: ControlledBroker, files: BrokerIdentityFiles,
                      role_state: RoleState, replication: BrokerReplication | None,
-                     clock: Clock) -> tuple[ControllerClient, ControllerAgent]:
+                     clock: Clock, credentials: SessionCredentials | None = None
+                     ) -> tuple[ControllerClient, ControllerAgent]:
     """The broker's controller client and agent (not started); the HA primary's SyncStateSet changes go through
-    the client (ALTER_SYNC_STATE_SET under the role's replica id and epoch at the time of each call)."""
+    the client (ALTER_SYNC_STATE_SET under the role's replica id and epoch at the time of each call), every request
+    signed with ``credentials`` (the broker's ``acl_credentials_file``) when given."""
     link = config.controller
     client = ControllerClient(config.controller_addresses(), request_timeout=link.request_timeout_ms / 1000,
-                              tls=config.tls.client_settings())
+                              tls=config.tls.client_settings(), credentials=credentials)
     agent = ControllerAgent(client, broker, files, cluster_name=config.cluster_name,
                             broker_name=config.broker_name, settings=link, clock=clock)
     if replication is not None:

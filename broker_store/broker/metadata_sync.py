@@ -21,8 +21,12 @@ a replica enforces the same accounts now and after a promotion (RocketMQ leaves 
 
 The copy is validated as a whole file (a bad one fails the round, the accounts in force stay), written through
 ``AclGuard.store`` (temp file, fsync, rename, fsync of the directory) and in force at once. Both are admin
-requests: the primary must let the replica's address pass (its ``globalWhiteRemoteAddresses``), as every
-metadata sync request under ACL (unsigned, like RocketMQ's slave sync). Asked last, after the delay offsets.
+requests. Asked last, after the delay offsets.
+
+A primary with ACL checks every metadata-sync request like any other: a replica with ``acl_credentials_file``
+signs them with its account (an admin one, for the ACL copy); one without sends them unsigned, as RocketMQ's
+slave sync does, and the primary refuses them ("No accessKey is configured") unless its
+``globalWhiteRemoteAddresses`` names the replica's address.
 
 Delay offsets are the progress of the primary's schedule service over SCHEDULE_TOPIC_XXXX
 (``broker.schedule``, which never runs on a replica): a replica that becomes primary delivers from its copy,
@@ -44,6 +48,7 @@ from broker_store.broker.subscription_group import SubscriptionGroupConfig, Subs
 from broker_store.broker.topic_config import TopicConfigManager
 from broker_store.clock import Clock
 from broker_store.net.client import RemotingClient
+from broker_store.protocol.acl import SessionCredentials, sign
 from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.delay_offset import decode_delay_offsets
 from broker_store.protocol.errors import ConfigError, ProtocolError, RocketMQError
@@ -62,12 +67,14 @@ class MetadataSync:
     ``primary_addr`` is read each round (None: not known yet, the round is skipped); ``on_topics_changed``
     runs after the topic table was replaced (the server re-registers, so routes list the replica's queues).
     Without ``delay_offsets`` the round does not ask for them; without ``acl`` it does not copy the ACL file.
+    With ``credentials`` (the broker's ``acl_credentials_file``) every request is signed (ACL 1.0).
     """
 
     def __init__(self, client: RemotingClient, primary_addr: Callable[[], str | None], topics: TopicConfigManager,
                  offsets: ConsumerOffsetManager, groups: SubscriptionGroupManager, *, interval: float, clock: Clock,
                  on_topics_changed: Callable[[], None] = lambda: None,
-                 delay_offsets: DelayOffsetTable | None = None, acl: AclGuard | None = None) -> None:
+                 delay_offsets: DelayOffsetTable | None = None, acl: AclGuard | None = None,
+                 credentials: SessionCredentials | None = None) -> None:
         self._client = client
         self._primary_addr = primary_addr
         self._topics = topics
@@ -78,6 +85,7 @@ class MetadataSync:
         self._on_topics_changed = on_topics_changed
         self._delay_offsets = delay_offsets
         self._acl = acl
+        self._credentials = credentials
         self.rounds = 0
         """Rounds completed against a primary (tests, admin)."""
 
@@ -140,7 +148,10 @@ class MetadataSync:
                  len(copy.accounts))
 
     async def _invoke(self, addr: str, code: RequestCode) -> RemotingCommand:
-        resp = await self._client.invoke(addr, RemotingCommand(code=code), REQUEST_TIMEOUT)
+        cmd = RemotingCommand(code=code)
+        if self._credentials is not None:
+            sign(cmd, self._credentials)
+        resp = await self._client.invoke(addr, cmd, REQUEST_TIMEOUT)
         if resp.code != ResponseCode.SUCCESS:
             raise ProtocolError(f"{code.name} to the primary {addr}: code {resp.code} {resp.remark or ''}")
         return resp

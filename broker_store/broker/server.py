@@ -43,6 +43,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from broker_store.acl.credentials_file import CredentialsFileError, read_credentials_file
 from broker_store.background import cancel_and_wait
 from broker_store.broker.acl_guard import AclGuard
 from broker_store.broker.acl_processor import AclAdminContext
@@ -80,7 +81,8 @@ from broker_store.net.client import RemotingClient
 from broker_store.net.server import Connection, HandlerResult, RemotingServer
 from broker_store.net.signals import wait_for_termination
 from broker_store.net.tls import ServerTls
-from broker_store.protocol.errors import RocketMQError
+from broker_store.protocol.acl import SessionCredentials
+from broker_store.protocol.errors import ConfigError, RocketMQError
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.ha_status import EpochEntryCacheStatus
 from broker_store.store import MessageStore
@@ -151,6 +153,13 @@ class BrokerServer:
         """With ``acl_enable``: the ACL 1.0 gate every dispatched request passes first (``broker.acl_guard``)."""
         if config.acl_enable and config.acl_file is not None:
             self.acl = AclGuard(config.acl_file, clock=clock, check_interval=config.acl_reload_check_seconds)
+        self.own_credentials: SessionCredentials | None = None
+        """``acl_credentials_file``'s account: this broker signs its requests to its primary with it."""
+        if config.acl_credentials_file is not None:
+            try:
+                self.own_credentials = read_credentials_file(config.acl_credentials_file)
+            except CredentialsFileError as exc:
+                raise ConfigError(f"acl_credentials_file: {exc}") from None
         self._store: MessageStore | None = None
         self.epoch_store: EpochStore | None = None
         """Controller mode: the store with its epoch file (valid after start; None in static groups)."""
@@ -251,7 +260,8 @@ class BrokerServer:
             self.metadata_sync = MetadataSync(
                 self._client, self._primary_broker_addr, self.topic_configs, self.consumer_offsets,
                 self.subscription_groups, interval=self.config.ha.metadata_sync_interval_ms / 1000, clock=self._clock,
-                on_topics_changed=self._request_register, delay_offsets=self.delay_offsets, acl=self.acl)
+                on_topics_changed=self._request_register, delay_offsets=self.delay_offsets, acl=self.acl,
+                credentials=self.own_credentials)
             self.schedule = ScheduleService(store, DelaySchedule(self.delay_levels, self.delay_offsets),
                                             clock=self._clock)
             stage_loops = self._stage_loops = StageLoops(self.metadata_sync, self.schedule,
@@ -288,7 +298,7 @@ class BrokerServer:
 
     def _start_controller_agent(self, files: BrokerIdentityFiles) -> None:
         self._controller_client, self.controller_agent = controller_agent(
-            self.config, self, files, self.role_state, self.replication, self._clock)
+            self.config, self, files, self.role_state, self.replication, self._clock, self.own_credentials)
 
     # -- what the controller agent needs (``controller_agent.ControlledBroker``) ----------------------------
 

@@ -2,7 +2,8 @@
 ``controller.service.Controller``, encodes RocketMQ's responses, and pushes NOTIFY_BROKER_ROLE_CHANGED to a
 group's brokers after an election. Registered on the name server's remoting server (the embedded controller)
 or on a standalone controller's (``controller.server``). With ``controller.allowed_peers`` every request from a
-peer the list does not name is answered NO_PERMISSION before it is decoded (``acl.peers``).
+peer the list does not name is answered NO_PERMISSION before it is decoded (``acl.peers``); with
+``controller.acl_file`` a request must then pass ACL 1.0's check against that file's accounts (signed by one).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
-from broker_store.acl.decision import remote_host
+from broker_store.acl.decision import AclDenied, AclTable, check, remote_host
 from broker_store.acl.peers import decide_peer
+from broker_store.acl.plain_file import read_plain_acl
 from broker_store.acl.refusal_log import RefusalLog, unlogged_suffix
 from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.controller.replicas import BrokerLiveInfo, GroupState, Outcome
@@ -72,6 +74,9 @@ class ControllerProcessor:
         """Role-change notices to brokers (with TLS when the process's ``tls.enable`` is on)."""
         self._brokers_by_conn: dict[Connection, set[str]] = {}
         self._allow_list = controller.settings.peer_allow_list()  # not a runtime setting: fixed here
+        acl_file = controller.settings.acl_file
+        self._acl: AclTable | None = None if acl_file is None else AclTable.compile(read_plain_acl(acl_file))
+        """``controller.acl_file``'s accounts (read now: ConfigError stops the start), None: no signature asked."""
         self._clock = clock
         self.refused = RefusalLog()
         """Requests refused by ``controller.allowed_peers`` (``refused.refusals``) and their log's rate limit."""
@@ -121,15 +126,30 @@ class ControllerProcessor:
     def _refusal(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand | None:
         """None when ``conn``'s peer may send controller requests (``controller.allowed_peers``); else the answer:
         NO_PERMISSION naming the peer and the key, logged once per peer (repeats at most once a second)."""
-        decision = decide_peer(remote_host(conn.remote_addr), self._allow_list, setting="controller.allowed_peers")
+        host = remote_host(conn.remote_addr)
+        decision = decide_peer(host, self._allow_list, setting="controller.allowed_peers")
         if decision.allowed:
-            return None
+            return None if self._acl is None else self._acl_refusal(self._acl, cmd, conn, host)
         unlogged = self.refused.note(decision.reason, self._clock.monotonic())
         if unlogged is not None:
             log.warning("controller refused request code %d from %s: %s%s", cmd.code, conn.remote_addr,
                         decision.reason, unlogged_suffix(unlogged))
         return cmd.response(ResponseCode.NO_PERMISSION, f"controller {self.address or ''} refuses the request: "
                                                         f"{decision.reason}")
+
+    def _acl_refusal(self, table: AclTable, cmd: RemotingCommand, conn: Connection,
+                     host: str) -> RemotingCommand | None:
+        """``controller.acl_file``'s check (ACL 1.0's rule, ``acl.decision``): None when ``cmd`` is signed by one of
+        its accounts (or its address is whitelisted there); else SYSTEM_ERROR with RocketMQ's AclException text."""
+        try:
+            check(table, cmd, host)
+        except AclDenied as exc:
+            unlogged = self.refused.note(str(exc), self._clock.monotonic())
+            if unlogged is not None:
+                log.warning("controller refused request code %d from %s (controller.acl_file): %s%s", cmd.code,
+                            conn.remote_addr, exc, unlogged_suffix(unlogged))
+            return cmd.response(ResponseCode.SYSTEM_ERROR, exc.remark)
+        return None
 
     async def _guarded(self, cmd: RemotingCommand, conn: Connection,
                        body: Callable[[], Awaitable[RemotingCommand]]) -> RemotingCommand:

@@ -11,12 +11,12 @@ which sends it in every heartbeat: here too a broker's own timeout wins, and thi
 for brokers that send none (ours by default). ``etcd`` has no RocketMQ counterpart (DLedger's peers play its
 role) and is shown as ``etcdEndpoints`` (';'-separated), ``etcdPrefix``, ``etcdLeaseTtlSeconds``. An update
 may also name a field as the YAML does (``enable_elect_unclean_master``). ``allowed_peers`` (no RocketMQ
-counterpart) is shown as ``controllerAllowedPeers``, ','-separated.
+counterpart) is shown as ``controllerAllowedPeers``, ','-separated, ``acl_file`` as ``controllerAclFile``.
 
 Update rules, in this order, the first failing one refusing the whole update (nothing applied):
 unknown key -> CONTROLLER_INVALID_REQUEST; a key that cannot change at runtime (the store: ``state_dir``,
-``etcd``, ``allowed_peers``: a peer allowed in must not widen the list; RocketMQ's config blacklist answers the same
-NO_PERMISSION) -> NO_PERMISSION; one setting named
+``etcd``, ``allowed_peers``, ``acl_file``: a peer allowed in must not widen the list; RocketMQ's config
+blacklist answers the same NO_PERMISSION) -> NO_PERMISSION; one setting named
 twice -> CONTROLLER_INVALID_REQUEST; a value the ``ControllerSettings`` model rejects ->
 CONTROLLER_INVALID_REQUEST with the model's error naming the key and the field. RocketMQ ignores unknown
 keys; refusing them here keeps a typo from reading as a change.
@@ -54,6 +54,7 @@ KEYS: tuple[SettingKey, ...] = (
     SettingKey("etcdPrefix", "etcd", False),
     SettingKey("etcdLeaseTtlSeconds", "etcd", False),
     SettingKey("controllerAllowedPeers", "allowed_peers", False),
+    SettingKey("controllerAclFile", "acl_file", False),
 )
 _BY_NAME: dict[str, SettingKey] = {k.key: k for k in KEYS} | {k.field: k for k in KEYS if k.field != "etcd"}
 

@@ -54,6 +54,14 @@ class ControllerSettings(BaseModel):
     serves anyone, as RocketMQ does. Embedded in a name server it guards the controller's requests only: routes
     stay public. Not changeable at runtime (UPDATE_CONTROLLER_CONFIG refuses it)."""
 
+    acl_file: Path | None = None
+    """A plain_acl.yml (RocketMQ's layout, ``acl.plain_file``) whose accounts may send controller requests: with it,
+    a request must be signed by one of its accounts (ACL 1.0's signature: brokers sign with their
+    ``acl_credentials_file``) or come from one of its ``globalWhiteRemoteAddresses`` / the account's
+    ``whiteRemoteAddress``; any other is answered SYSTEM_ERROR with RocketMQ's AclException text. Checked after
+    ``allowed_peers``; read when the controller starts (a bad file stops it), not reloaded. None: no signature is
+    asked for, as RocketMQ's controller. Not changeable at runtime."""
+
     @field_validator("allowed_peers")
     @classmethod
     def _parsable_peers(cls, value: list[str] | None) -> list[str] | None:

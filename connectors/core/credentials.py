@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-import yaml
-
+from broker_store.acl.credentials_file import CredentialsFileError
+from broker_store.acl.credentials_file import read_credentials_file as read_tools_yml
 from broker_store.protocol.acl import SessionCredentials
 from connectors.core.errors import CredentialError
 
@@ -50,39 +49,13 @@ def resolve_credentials(access_key_env: str | None, secret_key_env: str | None, 
 
 def read_credentials_file(path: str | Path, *, field: str) -> SessionCredentials:
     """ACL credentials from a file of RocketMQ's layout (its tools' ``conf/tools.yml``): a YAML mapping with
-    ``accessKey`` and ``secretKey`` (strings, not empty), and nothing else but an optional ``securityToken``.
-    Read where the job starts (the driver), like the environment variables. Raises ``CredentialError``
-    naming ``field`` and the file (never its content) when it is missing, unreadable or malformed. A file
-    that group or others may read is used with a WARNING: a secret belongs in a file of mode 0600."""
-    file = Path(path).expanduser()
+    ``accessKey`` and ``secretKey`` (strings, not empty), and nothing else but an optional ``securityToken``
+    (the format's one reader is ``broker_store.acl.credentials_file``). Read where the job starts (the driver),
+    like the environment variables. Raises ``CredentialError`` naming ``field`` and the file (never its content)
+    when it is missing, unreadable or malformed. A file that group or others may read is used with a WARNING: a
+    secret belongs in a file of mode 0600."""
     try:
-        mode = file.stat().st_mode
-        text = file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CredentialError(f"cannot read credentials file {file}: {exc.strerror or exc}", field=field) from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise CredentialError(f"credentials file {file} is not YAML (line "
-                              f"{getattr(getattr(exc, 'problem_mark', None), 'line', -1) + 1})", field=field) from None
-    if not isinstance(data, dict):
-        raise CredentialError(f"credentials file {file} must be a mapping with accessKey and secretKey", field=field)
-    unknown = sorted(str(k) for k in data if k not in ("accessKey", "secretKey", "securityToken"))
-    if unknown:
-        raise CredentialError(f"credentials file {file} has unknown key(s) {', '.join(unknown)} (allowed: "
-                              "accessKey, secretKey, securityToken)", field=field)
-    values = {}
-    for key in ("accessKey", "secretKey"):
-        value = data.get(key)
-        if not isinstance(value, str | int) or not str(value):
-            raise CredentialError(f"credentials file {file} has no {key} (a non-empty string)", field=field)
-        values[key] = str(value)
-    token = data.get("securityToken")
-    if token is not None and not isinstance(token, str):
-        raise CredentialError(f"credentials file {file}: securityToken must be a string", field=field)
-    if stat.S_IMODE(mode) & 0o077:
-        log.warning("credentials file %s can be read by group or others (mode %o); chmod 600 it", file,
-                    stat.S_IMODE(mode))
-    return SessionCredentials(access_key=values["accessKey"], secret_key=values["secretKey"],
-                              security_token=token or None)
+        return read_tools_yml(path)
+    except CredentialsFileError as exc:
+        raise CredentialError(str(exc), field=field) from None
 

@@ -78,3 +78,40 @@ def test_replica_copies_the_primarys_acl_file_and_enforces_its_accounts(tmp_path
         eventually(lambda: "No acl config for newAdmin01" in (acl_info_from_outside(replica, NEW_ADMIN).remark or ""),
                    timeout=15, what="the replica refusing the account deleted on the primary")
         assert same_file()
+
+
+SIGNED_PRIMARY_ACL = """\
+accounts:
+  - {accessKey: replicaAK01, secretKey: replicaSK01, admin: true}
+  - {accessKey: appAK01, secretKey: appSK01}
+"""
+
+
+def test_metadata_sync_is_signed_with_the_replicas_account_and_refused_unsigned(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No whitelist on the primary: a replica with ``acl_credentials_file`` signs its metadata-sync requests and
+    gets the primary's ACL file; one without is refused ("No accessKey is configured") and keeps its own."""
+    # the harness's in-sync wait asks the primary unsigned, which this primary refuses; HA is not what is tested
+    monkeypatch.setattr(LocalCluster, "wait_in_sync", lambda self, timeout=30.0: None)
+    primary_file = tmp_path / "primary_acl.yml"
+    primary_file.write_text(SIGNED_PRIMARY_ACL)
+    replica_files = [tmp_path / "signed_acl.yml", tmp_path / "unsigned_acl.yml"]
+    for path in replica_files:
+        path.write_text(REPLICA_ACL)
+    credentials = tmp_path / "replica-credentials.yml"
+    credentials.write_text("accessKey: replicaAK01\nsecretKey: replicaSK01\n")
+    credentials.chmod(0o600)
+    acl = {"acl_enable": True, "acl_reload_check_seconds": 0.05}
+    spec = GroupSpec("signed", ({**acl, "acl_file": str(primary_file)},
+                                {**acl, "acl_file": str(replica_files[0]), "acl_credentials_file": str(credentials)},
+                                {**acl, "acl_file": str(replica_files[1])}))
+    with LocalCluster(tmp_path, "aclsigned", [spec], ha=FAST_HA) as cluster:
+        primary = cluster.groups["signed"][0]
+        eventually(lambda: read_plain_acl(replica_files[0]) == read_plain_acl(primary_file), timeout=15,
+                   what="the signing replica's ACL file copied from the primary's")
+        eventually(lambda: "No accessKey is configured" in primary.log_tail(1_000_000), timeout=15,
+                   what="the primary refusing the unsigned replica's metadata sync")
+        log = primary.log_tail(1_000_000)
+        assert "Check signature failed" not in log and "No acl config" not in log
+        unsigned = read_plain_acl(replica_files[1])
+        assert unsigned.account("localAK01") is not None and unsigned.account("replicaAK01") is None

@@ -23,6 +23,7 @@ from broker_store.client import Admin, Producer, SendStatus, new_message
 from broker_store.config import BrokerConfig
 from broker_store.ha.wire import encode_report
 from broker_store.ha.wire_epoch import ReplicaHandshake, encode_replica_handshake
+from broker_store.protocol.acl import SessionCredentials, sign
 from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.frame import RemotingCommand, decode_frame, encode_frame
 from tests.integration.test_ha_broker import FAST_HA, SYNC_2_OF_2, commit_log, ha_status, max_offset
@@ -143,3 +144,30 @@ def test_controller_group_with_secret_elects_replicates_and_the_controller_refus
         route = request_from(UNLISTED, cluster.namesrv_addr, RemotingCommand(
             code=RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": "T-c"}))
         assert route.code == ResponseCode.SUCCESS  # the name server's routes are not the controller's to guard
+
+
+def test_controller_with_an_acl_file_serves_signed_brokers_and_refuses_unsigned_requests(tmp_path: Path) -> None:
+    """``controller.acl_file``: brokers sign every controller request with their ``acl_credentials_file`` account, so
+    the group registers and elects; an unsigned request, or one signed with a wrong secret, is refused with ACL
+    1.0's text."""
+    acl_file = tmp_path / "controller_acl.yml"
+    acl_file.write_text("accounts:\n  - {accessKey: brokerAK01, secretKey: brokerSK01}\n")
+    credentials = tmp_path / "broker-credentials.yml"
+    credentials.write_text("accessKey: brokerAK01\nsecretKey: brokerSK01\n")
+    credentials.chmod(0o600)
+    with LocalCluster(tmp_path, "cacl", [GroupSpec("c", ({}, {}))], controller={"acl_file": str(acl_file)},
+                      acl_credentials_file=str(credentials)) as cluster:
+        cluster.primary("c")  # registered and elected through the signing-only controller
+
+        def config_request(credentials: SessionCredentials | None) -> RemotingCommand:
+            cmd = RemotingCommand(code=RequestCode.GET_CONTROLLER_CONFIG, ext_fields={"probe": "1"})
+            return request_from("127.0.0.1", cluster.namesrv_addr,
+                                cmd if credentials is None else sign(cmd, credentials))
+
+        unsigned = config_request(None)
+        assert unsigned.code == ResponseCode.SYSTEM_ERROR and "No accessKey is configured" in (unsigned.remark or "")
+        forged = config_request(SessionCredentials("brokerAK01", "not-the-secret"))
+        assert forged.code == ResponseCode.SYSTEM_ERROR
+        assert "Check signature failed for accessKey=brokerAK01" in (forged.remark or "")
+        signed = config_request(SessionCredentials("brokerAK01", "brokerSK01"))
+        assert signed.code == ResponseCode.SUCCESS and b"controllerAclFile=" in signed.body

@@ -26,6 +26,8 @@ from typing import Any
 import yaml
 
 from broker_store.client import MessageQueue, Producer, PullConsumer, PullStatus, StoredMessage, new_message
+from broker_store.net.tls_settings import TlsClientSettings
+from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import RocketMQError
 from connectors.core.offsets import QueueKey, SourceOffset
 from connectors.core.spark_checkpoint import read_offset_log
@@ -390,13 +392,16 @@ class BackgroundProducer:
             self.done.set()
 
 
-def read_topic(namesrv: str, queues: Sequence[MessageQueue]) -> dict[MessageQueue, list[StoredMessage]]:
-    """Every stored message of ``queues`` (from the min offset), in queue order."""
+def read_topic(namesrv: str, queues: Sequence[MessageQueue], *, credentials: SessionCredentials | None = None,
+               tls: TlsClientSettings | None = None) -> dict[MessageQueue, list[StoredMessage]]:
+    """Every stored message of ``queues`` (from the min offset), in queue order (signed with ``credentials``
+    and over ``tls`` when given)."""
     from broker_store.client import Admin
 
     out: dict[MessageQueue, list[StoredMessage]] = {}
-    with Admin(namesrv) as admin, PullConsumer(namesrv, f"CID_TEST_{uuid.uuid4().hex[:8]}",
-                                               heartbeat_interval=None) as consumer:
+    with Admin(namesrv, credentials=credentials, tls=tls) as admin, \
+            PullConsumer(namesrv, f"CID_TEST_{uuid.uuid4().hex[:8]}", heartbeat_interval=None,
+                         credentials=credentials, tls=tls) as consumer:
         for mq in queues:
             offset, end = admin.min_offset(mq), admin.max_offset(mq)
             messages: list[StoredMessage] = []

@@ -310,6 +310,29 @@ def test_up_plans_etcd_controllers_and_controlled_groups_of_cluster_ha_yaml(tmp_
         assert f.ha.in_sync_replicas == 2 and not f.ha.enable_auto_in_sync_replicas
 
 
+def test_up_gives_standalone_controllers_the_controllers_tls_section(tmp_path: Path) -> None:
+    """``controllers.tls`` reaches every controller's config file: it serves and dials with TLS (up used to drop it,
+    so controllers served plain while the brokers dialing them used TLS)."""
+    from broker_store.config import ControllerConfig
+    from broker_store.up import plan_up
+
+    for name in ("server.pem", "server.key", "ca.pem"):
+        (tmp_path / name).write_text("not read when planned\n")
+    text = (CONF / "cluster-ha.yaml").read_text().replace(
+        "  etcd_data_dir: data/etcd\n",
+        f"  etcd_data_dir: data/etcd\n  tls: {{server: {{mode: enforcing, certPath: {tmp_path}/server.pem, "
+        f"keyPath: {tmp_path}/server.key}}, enable: true, client: {{trustCertPath: {tmp_path}/ca.pem}}}}\n")
+    cfg = load_yaml(_write(tmp_path, text), LocalClustersConfig)
+    plan = plan_up(cfg, tmp_path / "run", tmp_path / "data", console=False)
+    controllers = [load_yaml(c.config_file, ControllerConfig) for c in plan.controllers]
+    assert len(controllers) == 3
+    for controller in controllers:
+        assert controller.tls.server.mode.value == "enforcing"
+        assert controller.tls.server.cert_path == tmp_path / "server.pem"
+        client = controller.tls.client_settings()
+        assert client is not None and client.trust_cert_path == tmp_path / "ca.pem"
+
+
 CONTROLLERS = CONTROLLED.replace('namesrv: {listen: "127.0.0.1:9876", controller: {}}',
                                  'namesrv: {listen: "127.0.0.1:9876"}') + """
 controllers:
