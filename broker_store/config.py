@@ -265,7 +265,7 @@ class BrokerSettings(_Model):
     """How often a request may look at ``acl_file``'s modification time and size for a change."""
     acl_credentials_file: Path | None = None
     """The broker's own ACL account, a file of RocketMQ's tools.yml layout (``accessKey``, ``secretKey``, optional
-    ``securityToken``; ``acl.credentials_file``), read at start. A replica signs its metadata-sync requests to its
+    ``securityToken``; ``protocol.credentials_file``), read at start. A replica signs its metadata-sync requests to its
     primary with it, so a primary with ACL lets the replica in by account, not by a whitelisted address (the
     account needs ``admin`` when the primary has ACL: the round copies its ACL file with admin requests). None:
     those requests go unsigned (RocketMQ's slave sync), and a primary with ACL must whitelist the replicas."""

@@ -43,7 +43,6 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from broker_store.acl.credentials_file import CredentialsFileError, read_credentials_file
 from broker_store.background import cancel_and_wait
 from broker_store.broker.acl_guard import AclGuard
 from broker_store.broker.acl_processor import AclAdminContext
@@ -82,6 +81,7 @@ from broker_store.net.server import Connection, HandlerResult, RemotingServer
 from broker_store.net.signals import wait_for_termination
 from broker_store.net.tls import ServerTls
 from broker_store.protocol.acl import SessionCredentials
+from broker_store.protocol.credentials_file import CredentialsFileError, read_credentials_file
 from broker_store.protocol.errors import ConfigError, RocketMQError
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.ha_status import EpochEntryCacheStatus

@@ -10,9 +10,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from broker_store.acl.credentials_file import CredentialsFileError
-from broker_store.acl.credentials_file import read_credentials_file as read_tools_yml
 from broker_store.protocol.acl import SessionCredentials
+from broker_store.protocol.credentials_file import CredentialsFileError
+from broker_store.protocol.credentials_file import read_credentials_file as read_tools_yml
 from connectors.core.errors import CredentialError
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ def resolve_credentials(access_key_env: str | None, secret_key_env: str | None, 
 def read_credentials_file(path: str | Path, *, field: str) -> SessionCredentials:
     """ACL credentials from a file of RocketMQ's layout (its tools' ``conf/tools.yml``): a YAML mapping with
     ``accessKey`` and ``secretKey`` (strings, not empty), and nothing else but an optional ``securityToken``
-    (the format's one reader is ``broker_store.acl.credentials_file``). Read where the job starts (the driver),
+    (the format's one reader is ``broker_store.protocol.credentials_file``). Read where the job starts (the driver),
     like the environment variables. Raises ``CredentialError`` naming ``field`` and the file (never its content)
     when it is missing, unreadable or malformed. A file that group or others may read is used with a WARNING: a
     secret belongs in a file of mode 0600."""
