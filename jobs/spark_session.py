@@ -9,6 +9,7 @@ JVM, launches it in a session of its own with the bytecode worker fix (``jobs.wo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -147,7 +148,7 @@ def build_spark(app_name: str = APP_NAME, master: str | None = None,
             options.setdefault(f"spark.executorEnv.{name}", os.environ[name])
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         os.environ.update(bytecode_worker_environment(chosen, launching_jvm=SparkContext._gateway is None))
-        _launch_jvm_in_own_session(options)
+        _launch_jvm_in_own_session(options, log_dir)
     builder = SparkSession.builder
     for key, value in options.items():
         builder = builder.config(key, value)
@@ -158,19 +159,26 @@ def build_spark(app_name: str = APP_NAME, master: str | None = None,
     return spark
 
 
-def _launch_jvm_in_own_session(options: dict[str, str]) -> None:
+def _launch_jvm_in_own_session(options: dict[str, str], log_dir: Path | None = None) -> None:
     """Launch the driver JVM as SparkSession would (spark-submit with ``options`` as --conf), but in a
     session and process group of its own. A SIGTERM or Ctrl-C sent to the job's whole process group
     (systemd's default, `timeout`, a terminal) then reaches only this process, which stops the queries and
     then Spark in order; otherwise the JVM's shutdown hook stops Spark under the running queries and the
     job ends in Py4J tracebacks. The JVM still dies with this process: pyspark's gateway exits when its
-    stdin, a pipe from here, closes. Does nothing when a JVM is already attached."""
+    stdin, a pipe from here, closes. With ``log_dir``, the JVM's own stdout and stderr (start-up notices
+    log4j does not route) go to ``<log_dir>/spark-console.log`` (``job_logging.JVM_CONSOLE_LOG``), not to this
+    process's console. Does nothing when a JVM is already attached."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
     if SparkContext._gateway is not None:
         return
     conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
-    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
+    popen_kwargs: dict[str, Any] = {"start_new_session": True}
+    with contextlib.ExitStack() as files:  # the JVM holds its own descriptor of the file once started
+        if log_dir is not None:
+            console = files.enter_context((Path(log_dir) / job_logging.JVM_CONSOLE_LOG).open("ab"))
+            popen_kwargs.update(stdout=console, stderr=console)
+        gateway = launch_gateway(conf, popen_kwargs=popen_kwargs)  # type: ignore[no-untyped-call]
     SparkContext._ensure_initialized(gateway=gateway)
 
