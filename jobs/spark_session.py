@@ -10,6 +10,7 @@ JVM, launches it in a session of its own with the bytecode worker fix (``jobs.wo
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import sys
@@ -21,6 +22,8 @@ from connectors.core.driver_log import LOG_DIR_ENV, LOG_LEVEL_ENV, LOG_ROTATION_
 from connectors.core.job_stop import STOP_MARKER_ENV
 from jobs import job_logging
 from jobs.worker_python import bytecode_worker_environment
+
+log = logging.getLogger(__name__)
 
 JOB_ENVIRONMENT = (LOG_DIR_ENV, LOG_LEVEL_ENV, LOG_ROTATION_ENV, STOP_MARKER_ENV)
 """Variables the job sets for Spark's Python workers (``build_spark`` passes them on under spark-submit)."""
@@ -153,10 +156,29 @@ def build_spark(app_name: str = APP_NAME, master: str | None = None,
     for key, value in options.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    quiet_accumulator_server(spark)
     from connectors.replication.data_source import RocketMQDataSource
 
     spark.dataSource.register(RocketMQDataSource)
     return spark
+
+
+def quiet_accumulator_server(spark: Any) -> None:
+    """When a query or Spark stops, the JVM closes its connection to pyspark's accumulator server, whose
+    handler thread may then read EOF, and socketserver prints an EOFError traceback on the console. That
+    is the expected end of the connection (no update is lost: the sender has stopped): log it at DEBUG;
+    any other error of that server as one WARNING line (its traceback goes to the log file)."""
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is None:
+        return
+
+    def handle_error(_request: Any, address: Any) -> None:
+        if isinstance(sys.exc_info()[1], EOFError):
+            log.debug("accumulator connection from %s closed", address, exc_info=True)
+        else:
+            log.warning("pyspark's accumulator server failed on a connection from %s", address, exc_info=True)
+
+    server.handle_error = handle_error
 
 
 def _launch_jvm_in_own_session(options: dict[str, str], log_dir: Path | None = None) -> None:
