@@ -232,6 +232,7 @@ if str(PROJECT) not in sys.path:
 from broker_store.client import Admin, MessageQueue  # noqa: E402
 from broker_store.config import BrokerConfig, NamesrvConfig  # noqa: E402
 from broker_store.launcher import ManagedProcess  # noqa: E402
+from connectors.core.job_stop import mark_stopping, prepare_stop_marker, remove_stop_marker  # noqa: E402
 
 MB = 1_000_000
 TOPIC_MAIN, TOPIC_WARM, TOPIC_LAT, TOPIC_FIRST = "BenchRepl", "BenchWarm", "BenchLat", "BenchFirst"
@@ -1039,9 +1040,16 @@ def main(argv: list[str] | None = None) -> int:
 
         config = load_replicator_config(config_path)
         t0 = time.monotonic()
+        # As a job runs Spark: its JVM's log4j output and console in a log dir (a query stopped with a batch in
+        # flight makes Spark log the batch's abort at ERROR; that is the stop's doing, not news for the console),
+        # and the stop marked, so the sink logs that abort at INFO.
+        logs = PROJECT / "run" / "logs" / "replicator-bench"  # kept after the run (its data root is removed)
+        logs.mkdir(parents=True, exist_ok=True)
+        print(f"Spark's logs: {logs}", flush=True)
+        prepare_stop_marker()
         spark = build_spark("replicator-bench", master=args.master,
                             settings=dict(kv.split("=", 1) for kv in args.conf),
-                            checkpoint_locations=[str(work / "checkpoints")])
+                            checkpoint_locations=[str(work / "checkpoints")], log_dir=logs)
         spark.sparkContext.setLogLevel("WARN")
         jvm_s = time.monotonic() - t0
         conf = spark.sparkContext.getConf()
@@ -1122,6 +1130,7 @@ def main(argv: list[str] | None = None) -> int:
         cpu1 = cpu_snapshot(labels)
         window = time.monotonic() - t0
         wait_for(admin_dst, qs[TOPIC_LAT][1], paced["messages"], 300, q)
+        mark_stopping()
         q.stop()
         born = read_timestamps(src.addr, qs[TOPIC_LAT][0], "born_timestamp")
         stored = read_timestamps(dst.addr, qs[TOPIC_LAT][1], "store_timestamp")
@@ -1163,6 +1172,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted; cleaning up", file=sys.stderr)
         return 1
     finally:
+        mark_stopping()
         for q in queries:
             try:
                 if q.isActive:
@@ -1171,6 +1181,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"stopping query: {exc}", file=sys.stderr)
         if spark is not None:
             spark.stop()
+        remove_stop_marker()
         for c in clusters:
             stop_cluster(c)
         shutil.rmtree(root, ignore_errors=True)

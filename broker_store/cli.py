@@ -263,6 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = admin_parser(name, func, text)
         p.add_argument("--controller", help="controller address(es), ';'-separated (default: the first name server, "
                                             "the embedded controller)")
+        if name in ("ha-status", "controller-status"):
+            p.add_argument("--json", action="store_true",
+                           help="one JSON document (the same cells under the column names) instead of tables")
         if name == "elect":
             p.add_argument("-b", "--broker-name", required=True)
             p.add_argument("-c", "--cluster", default="", help="the group's cluster")

@@ -1,10 +1,12 @@
 """The replication admin commands of ``python -m broker_store``: ``ha-status`` (every broker group's members, and
 for controller-mode groups the controller's view), ``controller-status`` (the controllers, their leader, each
-group's master, epochs and SyncStateSet) and ``elect``. Called by ``cli.main``; output is tab-separated tables on
-stdout. The formats they read have one owner each: ``protocol.ha_status`` (GET_BROKER_HA_STATUS,
-GET_BROKER_EPOCH_CACHE, the in-sync rule) and ``protocol.controller`` (the controller's answers).
-``controller-config`` prints each controller's settings and changes the leader's (``--set KEY=VALUE``; the text
-is ``protocol.config_text``'s, the keys ``controller.runtime_settings``').
+group's master, epochs and SyncStateSet) and ``elect``. Called by ``cli.main``; ``ha-status`` and
+``controller-status`` print rich tables (``cli_table``) for people, and with ``--json`` one JSON document for scripts
+and tests (the same cells under the column names). The formats they read have one owner each:
+``protocol.ha_status`` (GET_BROKER_HA_STATUS, GET_BROKER_EPOCH_CACHE, the in-sync rule) and
+``protocol.controller`` (the controller's answers). ``controller-config`` prints each controller's settings and
+changes the leader's (``--set KEY=VALUE``; the text is ``protocol.config_text``'s, the keys
+``controller.runtime_settings``').
 
 Controllers are ``--controller A[;B;C]`` (default: the first name server, where the controller is embedded by
 default); a read goes to the first that answers, as every controller answers reads.
@@ -14,13 +16,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from broker_store.cli_table import print_table
 from broker_store.cli_tls import tls_from_args
 from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.codes import ResponseCode
-from broker_store.protocol.controller import ReplicasInfo
+from broker_store.protocol.controller import GetMetaDataResponseHeader, ReplicaIdentity, ReplicasInfo
 from broker_store.protocol.errors import BrokerResponseError, RocketMQError, TransportError
 from broker_store.protocol.ha_status import EpochEntryCacheStatus, HAStatus, replica_in_sync
 
@@ -30,6 +34,18 @@ MEMBER_COLUMNS = ("cluster", "group", "id", "addr", "role", "min", "max", "confi
                   "epochs", "ha")
 CONTROLLER_COLUMNS = ("group", "controller", "master", "masterAddr", "masterEpoch", "syncStateSet",
                       "syncStateSetEpoch", "notInSync")
+GROUP_COLUMNS = ("group", "master", "masterEpoch", "syncStateSetEpoch", "inSync", "notInSync")
+"""``controller-status``'s table of broker groups, as the controller holds them."""
+
+
+def print_json(document: object) -> None:
+    """``--json``: one document on stdout (what scripts and tests parse; the tables are for people)."""
+    print(json.dumps(document, indent=2))
+
+
+def records(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[dict[str, str]]:
+    """Rows as ``{column: cell}`` objects (``--json``); cells stay the table's strings ('-' for none)."""
+    return [dict(zip(columns, row, strict=True)) for row in rows]
 
 
 def controller_addrs(args: argparse.Namespace) -> list[str]:
@@ -136,16 +152,17 @@ def cmd_ha_status(args: argparse.Namespace) -> int:
                     except RocketMQError:
                         pass
                 groups.append((cluster, name, addrs, status, epochs))
-    print("\t".join(MEMBER_COLUMNS))
-    for cluster, name, addrs, status, epochs in groups:
-        for row in member_rows(cluster, name, addrs, status, epochs):
-            print("\t".join(row))
+    members = [row for cluster, name, addrs, status, epochs in groups
+               for row in member_rows(cluster, name, addrs, status, epochs)]
     controlled = [name for _, name, _, _, epochs in groups if epochs]
-    if controlled:
+    view = asyncio.run(_controller_view(controller_addrs(args), controlled, tls_from_args(args))) if controlled else []
+    if args.json:
+        print_json({"members": records(MEMBER_COLUMNS, members), "controller": records(CONTROLLER_COLUMNS, view)})
+        return 0
+    print_table(MEMBER_COLUMNS, members, numeric=("min", "max", "confirm", "behind"))
+    if view:
         print()
-        print("\t".join(CONTROLLER_COLUMNS))
-        for row in asyncio.run(_controller_view(controller_addrs(args), controlled, tls_from_args(args))):
-            print("\t".join(row))
+        print_table(CONTROLLER_COLUMNS, view, numeric=("masterEpoch", "syncStateSetEpoch"))
     return 0
 
 
@@ -189,39 +206,67 @@ def cmd_controller_status(args: argparse.Namespace) -> int:
 
     async def call(client: object, addrs: list[str]) -> int:
         assert isinstance(client, RemotingClient)
-        leaders: set[str] = set()
-        peers: set[str] = set()
-        answering = []
-        for addr in addrs:
-            try:
-                meta = await controller_metadata(client, addr)
-            except RocketMQError as exc:
-                print(f"controller {addr}: not answering ({exc})")
-                continue
-            answering.append(addr)
-            peers.update(p for p in (meta.peers or "").split(";") if p.startswith(("http://", "https://")))
-            if meta.controller_leader_id:
-                leaders.add(meta.controller_leader_id)
-            print(f"controller {addr}: leader {meta.controller_leader_id or 'none'} "
-                  f"({'this one' if meta.is_leader else 'another'})")
-        print(f"controllers: {len(addrs)} listed, {len(answering)} answering, leader "
-              f"{', '.join(sorted(leaders)) or 'none'}")
-        if not answering:
-            return 1
-        for url in sorted(peers):  # the etcd members holding the state, as the controllers name them
-            healthy = await asyncio.to_thread(etcd_healthy, url)
-            print(f"etcd {url}: {'healthy' if healthy else 'not healthy (down, or no quorum)'}")
-        _, table = await first_answer(answering, lambda a: sync_state_data(client, a))
-        print("group\tmaster\tmasterEpoch\tsyncStateSetEpoch\tinSync\tnotInSync")
-        for name, info in sorted(table.items()):
-            def ids(rows: Sequence[object]) -> str:
-                return ",".join(f"{r.broker_id}@{r.broker_address}{'' if r.alive else '(down)'}"  # type: ignore[attr-defined]
-                                for r in rows) or "-"
-            print(f"{name}\t{info.master_broker_id if info.master_broker_id is not None else '-'}\t"
-                  f"{info.master_epoch}\t{info.sync_state_set_epoch}\t{ids(info.in_sync)}\t{ids(info.not_in_sync)}")
-        return 0
+        report = await controller_report(addrs, lambda a: controller_metadata(client, a),
+                                         lambda a: sync_state_data(client, a), etcd_healthy)
+        if args.json:
+            print_json(report)
+        else:
+            print_controller_report(report)
+        return 0 if report["answering"] else 1
 
     return _controller_call(args, call)
+
+
+async def controller_report(addrs: Sequence[str], metadata: Callable[[str], Awaitable[GetMetaDataResponseHeader]],
+                            sync_state: Callable[[str], Awaitable[Mapping[str, ReplicasInfo]]],
+                            etcd_healthy: Callable[[str], bool]) -> dict[str, Any]:
+    """``controller-status``'s findings as one document (its ``--json``): each listed controller's answer,
+    how many answer, the leaders they name, the etcd members' health and the broker groups (``GROUP_COLUMNS``)
+    as the first answering controller holds them."""
+    controllers: list[dict[str, Any]] = []
+    leaders: set[str] = set()
+    peers: set[str] = set()
+    for addr in addrs:
+        try:
+            meta = await metadata(addr)
+        except RocketMQError as exc:
+            controllers.append({"addr": addr, "answering": False, "error": str(exc)})
+            continue
+        peers.update(p for p in (meta.peers or "").split(";") if p.startswith(("http://", "https://")))
+        if meta.controller_leader_id:
+            leaders.add(meta.controller_leader_id)
+        controllers.append({"addr": addr, "answering": True, "leader": meta.controller_leader_id or None,
+                            "isLeader": bool(meta.is_leader)})
+    answering = [c["addr"] for c in controllers if c["answering"]]
+    etcd = [{"url": url, "healthy": await asyncio.to_thread(etcd_healthy, url)} for url in sorted(peers)]
+    groups: list[tuple[str, ...]] = []
+    if answering:
+        _, table = await first_answer(answering, sync_state)
+
+        def ids(rows: Sequence[ReplicaIdentity]) -> str:
+            return ",".join(f"{r.broker_id}@{r.broker_address}{'' if r.alive else '(down)'}" for r in rows) or "-"
+        groups = [(name, "-" if info.master_broker_id is None else str(info.master_broker_id), str(info.master_epoch),
+                   str(info.sync_state_set_epoch), ids(info.in_sync), ids(info.not_in_sync))
+                  for name, info in sorted(table.items())]
+    return {"controllers": controllers, "listed": len(addrs), "answering": len(answering),
+            "leaders": sorted(leaders), "etcd": etcd, "groups": records(GROUP_COLUMNS, groups)}
+
+
+def print_controller_report(report: Mapping[str, Any]) -> None:
+    """``controller-status`` for people: a line per controller and etcd member, then the groups' table."""
+    for c in report["controllers"]:
+        if not c["answering"]:
+            print(f"controller {c['addr']}: not answering ({c['error']})")
+        else:
+            print(f"controller {c['addr']}: leader {c['leader'] or 'none'} "
+                  f"({'this one' if c['isLeader'] else 'another'})")
+    print(f"controllers: {report['listed']} listed, {report['answering']} answering, leader "
+          f"{', '.join(report['leaders']) or 'none'}")
+    for member in report["etcd"]:  # the etcd members holding the state, as the controllers name them
+        print(f"etcd {member['url']}: {'healthy' if member['healthy'] else 'not healthy (down, or no quorum)'}")
+    if report["answering"]:
+        print_table(GROUP_COLUMNS, [[g[c] for c in GROUP_COLUMNS] for g in report["groups"]],
+                    numeric=("masterEpoch", "syncStateSetEpoch"))
 
 
 def cmd_elect(args: argparse.Namespace) -> int:

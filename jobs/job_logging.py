@@ -11,7 +11,11 @@ the console; a developer reads the log files. So:
 * ``<log dir>/spark.log``: the Spark JVM's log4j output (``spark_java_options`` points log4j at a
   configuration in ``conf/log4j2.properties``); only FATAL reaches the console from the JVM, so
   Spark's own ERROR lines and stacks for a failed or stopped query stay in the file.
-* both roll by size (``--log-file-mb``, ``--log-files``: ``connectors.core.driver_log.LogRotation``), so a job
+* ``<log dir>/spark-console.log``: the driver JVM's own stdout and stderr when the job launches it (the
+  ``python jobs/...`` launch): the JDK launcher's and Spark's start-up notices ("Using incubator modules",
+  "Setting default log level"), which log4j does not route, and the FATAL lines the console appender passes.
+  They would otherwise interleave with the job's console lines (and the demo's output).
+* both logs roll by size (``--log-file-mb``, ``--log-files``: ``connectors.core.driver_log.LogRotation``), so a job
   running for months keeps a bounded amount of log on disk.
 
 Runs on the driver only.
@@ -29,9 +33,10 @@ from connectors.core import driver_log
 from connectors.core.driver_log import LOG_ROTATION_ENV, PYTHON_LOG, LogRotation
 
 SPARK_LOG = "spark.log"
+JVM_CONSOLE_LOG = "spark-console.log"
 LOG4J_CONFIG = "log4j2.properties"
-__all__ = ["PYTHON_LOG", "SPARK_LOG", "LOG4J_CONFIG", "LOG4J_PROPERTIES", "setup", "spark_java_options",
-           "add_rotation_arguments", "rotation_of", "failure_reason", "failure_line"]
+__all__ = ["PYTHON_LOG", "SPARK_LOG", "JVM_CONSOLE_LOG", "LOG4J_CONFIG", "LOG4J_PROPERTIES", "setup",
+           "spark_java_options", "add_rotation_arguments", "rotation_of", "failure_reason", "failure_line"]
 MIB = 1024 * 1024
 
 LOG4J_PROPERTIES = Path(__file__).resolve().parents[1] / "conf" / LOG4J_CONFIG

@@ -118,7 +118,6 @@ def run_job(job: PreparedJob, start: Callable[[Any], Sequence[Any]], *, app_name
             spark.dataSource.register(data_source)
         if progress:
             spark.streams.addListener(make_progress_listener())
-        quiet_accumulator_server(spark)
         if job.monitor is not None:
             job.monitor.start()
         queries = list(start(spark))
@@ -188,24 +187,6 @@ def report_failure(query: Any, log_dir: Path, failures: dict[str, str]) -> None:
     failures[query.name] = job_logging.failure_line(query.name, error, log_dir)
     log.error("%s", failures[query.name])
     log.info("link %s failed; the query's exception:\n%s", query.name, error, extra=FILE_ONLY)
-
-
-def quiet_accumulator_server(spark: Any) -> None:
-    """When a query or Spark stops, the JVM closes its connection to pyspark's accumulator server, whose
-    handler thread may then read EOF, and socketserver prints an EOFError traceback on the console. That
-    is the expected end of the connection (no update is lost: the sender has stopped): log it at DEBUG;
-    any other error of that server as one WARNING line (its traceback goes to the log file)."""
-    server = getattr(spark.sparkContext, "_accumulatorServer", None)
-    if server is None:
-        return
-
-    def handle_error(_request: Any, address: Any) -> None:
-        if isinstance(sys.exc_info()[1], EOFError):
-            log.debug("accumulator connection from %s closed", address, exc_info=True)
-        else:
-            log.warning("pyspark's accumulator server failed on a connection from %s", address, exc_info=True)
-
-    server.handle_error = handle_error
 
 
 def polling_query_location(config: ReplicatorConfig, name: str, suffix: str) -> str:

@@ -9,6 +9,8 @@ JVM, launches it in a session of its own with the bytecode worker fix (``jobs.wo
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
 import sys
@@ -20,6 +22,8 @@ from connectors.core.driver_log import LOG_DIR_ENV, LOG_LEVEL_ENV, LOG_ROTATION_
 from connectors.core.job_stop import STOP_MARKER_ENV
 from jobs import job_logging
 from jobs.worker_python import bytecode_worker_environment
+
+log = logging.getLogger(__name__)
 
 JOB_ENVIRONMENT = (LOG_DIR_ENV, LOG_LEVEL_ENV, LOG_ROTATION_ENV, STOP_MARKER_ENV)
 """Variables the job sets for Spark's Python workers (``build_spark`` passes them on under spark-submit)."""
@@ -147,30 +151,56 @@ def build_spark(app_name: str = APP_NAME, master: str | None = None,
             options.setdefault(f"spark.executorEnv.{name}", os.environ[name])
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         os.environ.update(bytecode_worker_environment(chosen, launching_jvm=SparkContext._gateway is None))
-        _launch_jvm_in_own_session(options)
+        _launch_jvm_in_own_session(options, log_dir)
     builder = SparkSession.builder
     for key, value in options.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    quiet_accumulator_server(spark)
     from connectors.replication.data_source import RocketMQDataSource
 
     spark.dataSource.register(RocketMQDataSource)
     return spark
 
 
-def _launch_jvm_in_own_session(options: dict[str, str]) -> None:
+def quiet_accumulator_server(spark: Any) -> None:
+    """When a query or Spark stops, the JVM closes its connection to pyspark's accumulator server, whose
+    handler thread may then read EOF, and socketserver prints an EOFError traceback on the console. That
+    is the expected end of the connection (no update is lost: the sender has stopped): log it at DEBUG;
+    any other error of that server as one WARNING line (its traceback goes to the log file)."""
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is None:
+        return
+
+    def handle_error(_request: Any, address: Any) -> None:
+        if isinstance(sys.exc_info()[1], EOFError):
+            log.debug("accumulator connection from %s closed", address, exc_info=True)
+        else:
+            log.warning("pyspark's accumulator server failed on a connection from %s", address, exc_info=True)
+
+    server.handle_error = handle_error
+
+
+def _launch_jvm_in_own_session(options: dict[str, str], log_dir: Path | None = None) -> None:
     """Launch the driver JVM as SparkSession would (spark-submit with ``options`` as --conf), but in a
     session and process group of its own. A SIGTERM or Ctrl-C sent to the job's whole process group
     (systemd's default, `timeout`, a terminal) then reaches only this process, which stops the queries and
     then Spark in order; otherwise the JVM's shutdown hook stops Spark under the running queries and the
     job ends in Py4J tracebacks. The JVM still dies with this process: pyspark's gateway exits when its
-    stdin, a pipe from here, closes. Does nothing when a JVM is already attached."""
+    stdin, a pipe from here, closes. With ``log_dir``, the JVM's own stdout and stderr (start-up notices
+    log4j does not route) go to ``<log_dir>/spark-console.log`` (``job_logging.JVM_CONSOLE_LOG``), not to this
+    process's console. Does nothing when a JVM is already attached."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
     if SparkContext._gateway is not None:
         return
     conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
-    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
+    popen_kwargs: dict[str, Any] = {"start_new_session": True}
+    with contextlib.ExitStack() as files:  # the JVM holds its own descriptor of the file once started
+        if log_dir is not None:
+            console = files.enter_context((Path(log_dir) / job_logging.JVM_CONSOLE_LOG).open("ab"))
+            popen_kwargs.update(stdout=console, stderr=console)
+        gateway = launch_gateway(conf, popen_kwargs=popen_kwargs)  # type: ignore[no-untyped-call]
     SparkContext._ensure_initialized(gateway=gateway)
 

@@ -9,8 +9,8 @@
 
 from __future__ import annotations
 
+import argparse
 import enum
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,13 @@ def with_generated_block(readme: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    path = Path((argv if argv is not None else sys.argv[1:] or [str(README)])[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m connectors.replication.options_doc",
+        description="Rewrite the README's generated tables of the rocketmq data source's options from the "
+                    "option models (SourceOptions, SinkOptions).")
+    parser.add_argument("readme", nargs="?", type=Path, default=README,
+                        help="the README whose generated block to rewrite (default: the project's README.md)")
+    path: Path = parser.parse_args(argv).readme
     path.write_text(with_generated_block(path.read_text()))
     print(f"{path}: option tables written")
     return 0

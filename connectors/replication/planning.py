@@ -60,7 +60,7 @@ def admit(backlog: Mapping[QueueKey, int], max_rows: int, min_range: int,
     * Everything fits: every queue's whole backlog.
     * The budget gives every queue with a backlog an equal share of at least ``min_range``: each gets
       min(backlog, max_rows // queues), and what is left goes to the remaining backlogs in proportion
-      (``admit``, ``distribute_limit``). Every queue advances in every batch.
+      (``distribute_limit``). Every queue advances in every batch.
     * It does not (many queues, a small ``max_messages_per_trigger``): queues are served in a rotation
       by queue key, starting after ``after`` (the previous batch's ``next_after``), each given
       min(backlog, ``min_range``) until the budget is spent (the last one served gets the rest). Each

@@ -321,8 +321,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if target is not None:
             queues = [q for q in queues if q in target.queues]
         new = [q for q in queues if q not in begin]
-        first = self.min_offsets(new)
-        maxes = self.max_offsets(queues)
+        bounds = source_offsets.queue_offsets(self._admin, self.outage, queues)  # one request per group for both
+        first = {q: bounds[q][0] for q in new}
+        maxes = {q: bounds[q][1] for q in queues}
         self._state.latest = SourceOffset.of({**begin, **maxes})
         if target is not None:
             maxes = {q: min(m, target.queues[q]) for q, m in maxes.items()}

@@ -5,7 +5,8 @@ it, by ``jobs.reset_offsets``. Every request rides out a source outage (``Source
 ``retry_*``). Max offsets, asked on every trigger, cost one GET_TOPIC_STATS_INFO per (topic, broker group)
 instead of one GET_MAX_OFFSET per queue, whose cost grew with the queue count on every trigger, idle or not
 (``benchmarks/replicator.py``; figures in ``benchmarks/MEASUREMENTS.md``); min offsets (queues read for the first
-time) the same way. Timestamp searches stay per queue.
+time) the same way, and ``queue_offsets`` returns both from the one answer (``latestOffset`` needs both). Timestamp
+searches stay per queue.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import functools
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 from broker_store.client import Admin, MessageQueue
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import BrokerResponseError
+from broker_store.protocol.topic_stats import TopicOffset
 from connectors.core.offsets import QueueKey
 from connectors.core.outage import SourceOutage
 
@@ -48,57 +50,70 @@ def message_queue(queue: QueueKey) -> MessageQueue:
     return MessageQueue(queue.topic, queue.broker_name, queue.queue_id)
 
 
-def per_queue(outage: SourceOutage, fn: Callable[[MessageQueue], int], queues: Sequence[QueueKey],
-              what: str) -> dict[QueueKey, int]:
+def per_queue(outage: SourceOutage, fn: Callable[[MessageQueue], R], queues: Sequence[QueueKey],
+              what: str) -> dict[QueueKey, R]:
     """``fn`` of every queue (concurrently), each call riding out a source outage."""
-    def one(queue: QueueKey) -> int:
+    def one(queue: QueueKey) -> R:
         return outage.call(lambda: fn(message_queue(queue)), f"reading the {what} of {queue.to_key()}")
     return dict(zip(queues, parallel(one, list(queues)), strict=True))
 
 
 def min_offsets(admin: Admin, outage: SourceOutage, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
     """Each queue's min offset, as GET_MIN_OFFSET answers it: one GET_TOPIC_STATS_INFO per (topic, broker group)
-    (see ``max_offsets``). Asked for the queues a batch reads for the first time: with hundreds of new queues
+    (see ``queue_offsets``). Asked for the queues a batch reads for the first time: with hundreds of new queues
     (a new link, a grown topic, queues taking turns under ``max_messages_per_trigger``) one request per queue
     cost a request per queue on every trigger."""
-    return _queue_offsets(admin, outage, queues, "min")
+    found, missing = _topic_stats(admin, outage, queues, "min")
+    found_min = {q: offsets.min_offset for q, offsets in found.items()}
+    found_min.update(per_queue(outage, admin.min_offset, missing, "min offset"))
+    return {q: found_min[q] for q in queues}
 
 
 def max_offsets(admin: Admin, outage: SourceOutage, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
-    """Each queue's max offset: one GET_TOPIC_STATS_INFO per (topic, broker group) of ``queues``,
+    """Each queue's max offset (see ``queue_offsets``); a queue the topic stats do not cover is asked alone with
+    GET_MAX_OFFSET."""
+    found, missing = _topic_stats(admin, outage, queues, "max")
+    found_max = {q: offsets.max_offset for q, offsets in found.items()}
+    found_max.update(per_queue(outage, admin.max_offset, missing, "max offset"))
+    return {q: found_max[q] for q in queues}
+
+
+def queue_offsets(admin: Admin, outage: SourceOutage,
+                  queues: Sequence[QueueKey]) -> dict[QueueKey, tuple[int, int]]:
+    """Each queue's (min offset, max offset): one GET_TOPIC_STATS_INFO per (topic, broker group) of ``queues``,
     concurrently, at the broker GET_MAX_OFFSET would ask (``Admin.topic_offsets``), so the values are the ones
-    GET_MAX_OFFSET answers. A queue the answer does not cover, and every queue of a group whose broker refuses
-    the request (``_PER_QUEUE_ON``), is asked alone with GET_MAX_OFFSET, as before this request existed. Any
-    other error is raised as the per-queue look-up raised it (after the outage budget for an unavailable
-    source)."""
-    return _queue_offsets(admin, outage, queues, "max")
+    GET_MIN_OFFSET and GET_MAX_OFFSET answer. A queue the answer does not cover, and every queue of a group whose
+    broker refuses the request (``_PER_QUEUE_ON``), is asked alone with GET_MIN_OFFSET and GET_MAX_OFFSET, as
+    before this request existed. Any other error is raised as the per-queue look-up raised it (after the outage
+    budget for an unavailable source). Both bounds come from one answer, so a trigger that needs the min offsets
+    of its new queues and the max offsets of all (``latestOffset``) asks each group once, not twice."""
+    found, missing = _topic_stats(admin, outage, queues, "min and max")
+    both = {q: (offsets.min_offset, offsets.max_offset) for q, offsets in found.items()}
+    both.update(per_queue(outage, lambda mq: (admin.min_offset(mq), admin.max_offset(mq)), missing,
+                          "min and max offsets"))
+    return {q: both[q] for q in queues}
 
 
-def _queue_offsets(admin: Admin, outage: SourceOutage, queues: Sequence[QueueKey],
-                   bound: Literal["min", "max"]) -> dict[QueueKey, int]:
-    """``min_offsets`` / ``max_offsets``: topic stats per (topic, broker group), per-queue requests for the rest."""
+def _topic_stats(admin: Admin, outage: SourceOutage, queues: Sequence[QueueKey],
+                 what: str) -> tuple[dict[QueueKey, TopicOffset], list[QueueKey]]:
+    """The topic stats of ``queues`` per (topic, broker group), and the queues they do not cover (to be asked
+    one by one): those the answer lacks and those of a group whose broker refused (``_PER_QUEUE_ON``)."""
     groups: dict[tuple[str, str], list[QueueKey]] = {}
     for queue in queues:
         groups.setdefault((queue.topic, queue.broker_name), []).append(queue)
 
-    def group_offsets(key: tuple[str, str]) -> dict[int, int]:
+    def group_offsets(key: tuple[str, str]) -> dict[int, TopicOffset]:
         topic, broker = key
         try:
-            stats = outage.call(functools.partial(admin.topic_offsets, topic, broker),
-                                f"reading the {bound} offsets of topic {topic} on broker group {broker}")
+            return outage.call(functools.partial(admin.topic_offsets, topic, broker),
+                               f"reading the {what} offsets of topic {topic} on broker group {broker}")
         except BrokerResponseError as exc:
             if exc.code not in _PER_QUEUE_ON:
                 raise
             log.debug("topic stats of %s on %s refused (%s); asking its queues one by one", topic, broker, exc)
             return {}
-        return {queue_id: offsets.min_offset if bound == "min" else offsets.max_offset
-                for queue_id, offsets in stats.items()}
 
-    found: dict[QueueKey, int] = {}
+    found: dict[QueueKey, TopicOffset] = {}
     for key, offsets in zip(groups, parallel(group_offsets, list(groups)), strict=True):
         found.update((q, offsets[q.queue_id]) for q in groups[key] if q.queue_id in offsets)
-    missing = [q for q in queues if q not in found]
-    if missing:
-        one = admin.min_offset if bound == "min" else admin.max_offset
-        found.update(per_queue(outage, one, missing, f"{bound} offset"))
-    return {q: found[q] for q in queues}
+    return found, [q for q in queues if q not in found]

@@ -19,9 +19,8 @@ import pytest
 from broker_store.client import AsyncAdmin
 from broker_store.launcher import HOST, free_port
 from broker_store.net.client import RemotingClient
-from tests.support.containers import ContainerProcess
+from tests.support.containers import ContainerProcess, assert_acked_kept, bring_back, new_primary
 from tests.support.controller_group import broker_config, master_addr, namesrv_config, replicas_info, until
-from tests.support.log_check import commitlog_image, stored_keys
 from tests.support.processes import broker_listen_port
 from tests.support.send_loop import Writer
 
@@ -116,16 +115,9 @@ async def _fail_over(group: ContainerGroup, fault: str) -> tuple[float, list[str
             state = victim.state()
             assert (state["ExitCode"], state["OOMKilled"]) == (137, fault == "memory"), state
 
-        async def replaced() -> str | None:
-            now = await master_addr(admin, GROUP)
-            return now if now not in (None, old) else None
-        new = await until(replaced, "a new primary", timeout=30)
-        rto = time.monotonic() - started
+        new, rto = await new_primary(admin, GROUP, old, started)
         await writer.until_acked(100)
-        if fault == "pause":
-            await asyncio.to_thread(victim.unpause)
-        else:
-            await asyncio.to_thread(victim.restart)  # the same container again: same config, same store
+        await bring_back(victim, fault == "pause")
         await writer.until_acked(50)  # the old primary back must not take writes of its own (it is fenced)
 
         async def rejoined() -> bool:
@@ -160,9 +152,7 @@ def _fail_over_checked(group: ContainerGroup, fault: str) -> None:
         if fault == "pause":
             assert all(b.state()["Status"] == "running" for b in group.brokers.values())
         # Read while the brokers run (the writer has stopped): the group serves the module's next test.
-        stored = stored_keys(commitlog_image(group.by_listen(new).store_dir), f"{TOPIC}-{fault}")
-        lost = [k for k in acked if k not in stored]
-        assert not lost, f"{len(lost)} of {len(acked)} acknowledged keys missing on the new primary: {lost[:10]}"
+        assert_acked_kept(group.by_listen(new), f"{TOPIC}-{fault}", acked)
     except BaseException:
         print(group.logs())
         raise

@@ -32,9 +32,8 @@ from broker_store.controller.settings import ControllerSettings
 from broker_store.launcher import HOST, free_port
 from broker_store.net.client import RemotingClient
 from broker_store.protocol.errors import RocketMQError
-from tests.support.containers import ContainerProcess
+from tests.support.containers import ContainerProcess, assert_acked_kept, bring_back, new_primary
 from tests.support.controller_group import CONTROLLER_TIMING, broker_config, master_addr, replicas_info, until
-from tests.support.log_check import commitlog_image, stored_keys
 from tests.support.processes import broker_listen_port
 from tests.support.send_loop import Writer
 
@@ -191,17 +190,10 @@ async def _scenario(dep: Deployment, target: str, how: str) -> tuple[float, list
         started = time.monotonic()
         await asyncio.to_thread(killed.kill)
 
-        async def replaced() -> str | None:
-            now = await master_addr(admin, GROUP)
-            return now if now not in (None, old) else None
-        new = await until(replaced, "a new primary", timeout=30)
-        rto = time.monotonic() - started
+        new, rto = await new_primary(admin, GROUP, old, started)
         await writer.until_acked(100)
 
-        if how == "pause":
-            await asyncio.to_thread(victim.unpause)
-        else:
-            await asyncio.to_thread(victim.restart, wait_ready=target == "controller")
+        await bring_back(victim, how == "pause", wait_ready=target == "controller")
         if target == "etcd":
             await asyncio.to_thread(dep.wait_etcd_healthy, list(dep.etcd))
         await asyncio.to_thread(killed.restart)
@@ -226,9 +218,7 @@ def test_a_controller_or_etcd_fault_then_a_primary_kill(deployment: Deployment, 
     try:
         rto, acked, new = asyncio.run(_scenario(deployment, target, how))
         assert rto <= RTO_TARGET_S, f"new primary after {rto:.2f} s, target {RTO_TARGET_S} s"
-        stored = stored_keys(commitlog_image(deployment.by_listen(new).store_dir), f"Ctl-{target}-{how}")
-        lost = [k for k in acked if k not in stored]
-        assert not lost, f"{len(lost)} of {len(acked)} acknowledged keys missing on the new primary: {lost[:10]}"
+        assert_acked_kept(deployment.by_listen(new), f"Ctl-{target}-{how}", acked)
     except BaseException:
         print(deployment.logs())
         raise

@@ -29,6 +29,7 @@ from tests.spark.spark_processes import write_replicator_config
 from tests.support.containers import ContainerProcess
 from tests.support.log_check import commitlog_image, stored_keys
 from tests.support.processes import LocalCluster
+from tests.support.waiting import eventually
 
 TOPIC = "ContainerSourceFaults"
 SPARK_CLASS = "/opt/venv/bin/spark-class"
@@ -81,8 +82,8 @@ class Deployment:
             f"--port {free_port()} --webui-port {free_port()} --cores 2 --memory 1g --work-dir {work}")],
             self.root, "spark", memory="2g",
             env={**SPARK_ENV, "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}).start(wait_ready=False)
-        _wait(lambda: "Successfully registered with master" in self.spark_logs(), 120,
-              lambda: f"the worker registered:\n{self.spark_logs()[-3000:]}")
+        eventually(lambda: "Successfully registered with master" in self.spark_logs(), 120,
+                   lambda: f"the worker registered:\n{self.spark_logs()[-3000:]}", interval=0.5)
         config = write_replicator_config(
             self.root / "replicator.yaml", source=("fsrc", self.source_namesrv),
             target=("fdst", self.target_namesrv),
@@ -116,8 +117,9 @@ class Deployment:
         return [k for k in self.acked if k not in stored]
 
     def wait_replicated(self, timeout: float) -> None:
-        _wait(lambda: not self.missing(), timeout, lambda: f"{len(self.missing())} of {len(self.acked)} acknowledged "
-                                                           f"keys missing on the target\n{self.logs()}")
+        eventually(lambda: not self.missing(), timeout,
+                   lambda: f"{len(self.missing())} of {len(self.acked)} acknowledged keys missing on the target\n"
+                           f"{self.logs()}", interval=0.5)
         assert self.driver is not None and self.driver.state()["Status"] == "running", self.logs()
 
     def remove(self) -> None:
@@ -126,14 +128,6 @@ class Deployment:
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name} ({p.container_name}):\n{p.log_tail()}" for p in self.all())
-
-
-def _wait(check: Callable[[], bool], timeout: float, what: Callable[[], str]) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"after {timeout} s: {what()}")
-        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")

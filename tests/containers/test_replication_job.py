@@ -10,7 +10,6 @@ test_replication_faults.py's.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from broker_store.client import Admin, Producer, SendStatus, new_message
@@ -18,6 +17,7 @@ from tests.spark.spark_processes import write_replicator_config
 from tests.support.containers import ContainerProcess
 from tests.support.log_check import commitlog_image, stored_keys
 from tests.support.processes import LocalCluster
+from tests.support.waiting import eventually
 
 TOPIC = "ContainerJob"
 JOB_MEMORY = "2g"
@@ -32,14 +32,6 @@ def _produce(namesrv: str, start: int, n: int) -> list[str]:
             assert result.status is SendStatus.SEND_OK, result
             keys.append(f"k-{i}")
     return keys
-
-
-def _wait(check: Callable[[], bool], timeout: float, what: Callable[[], str]) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"after {timeout} s: {what()}")
-        time.sleep(0.5)
 
 
 def _job(image: str, config: Path, root: Path, name: str) -> ContainerProcess:
@@ -72,18 +64,18 @@ def test_the_job_in_a_container_rides_out_pause_and_kill(tier_image: str, tmp_pa
 
         try:
             jobs.append(_job(tier_image, config, tmp_path, "job-1").start(wait_ready=False))
-            _wait(lambda: not missing(), 240, report)
+            eventually(lambda: not missing(), 240, report, interval=0.5)
             jobs[0].pause()
             acked += _produce(src.namesrv_addr, 200, 100)
             time.sleep(5.0)
             jobs[0].unpause()
-            _wait(lambda: not missing(), 120, report)
+            eventually(lambda: not missing(), 120, report, interval=0.5)
             jobs[0].kill()
             assert jobs[0].state()["ExitCode"] == 137
             acked += _produce(src.namesrv_addr, 300, 100)  # only a new job can copy these
             assert missing(), "the killed job's container still replicating"
             jobs.append(_job(tier_image, config, tmp_path, "job-2").start(wait_ready=False))
-            _wait(lambda: not missing(), 240, report)
+            eventually(lambda: not missing(), 240, report, interval=0.5)
             assert jobs[1].state()["Status"] == "running", report()
         finally:
             for job in jobs:

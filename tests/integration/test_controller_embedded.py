@@ -7,6 +7,7 @@ changing the controller's settings at runtime."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 
@@ -102,8 +103,13 @@ def test_a_group_joins_elects_and_fails_over_through_the_name_servers_controller
                                           AlterSyncStateSetRequestHeader("g", 1, 1).to_ext(),
                                           SyncStateSet(frozenset({1, 3}), 1).encode())
             assert alter.code == ResponseCode.SUCCESS, alter.remark
-            status = await cli(namesrv.addr, "controller-status")
-            assert "g\t1\t1\t2\t1@" in status and "3@" in status, status
+            status = json.loads(await cli(namesrv.addr, "controller-status", "--json"))
+            assert (status["listed"], status["answering"]) == (1, 1), status
+            [group] = status["groups"]
+            assert [group[c] for c in ("group", "master", "masterEpoch", "syncStateSetEpoch")] == ["g", "1", "1", "2"]
+            assert sorted(r.split("@")[0] for r in group["inSync"].split(",")) == ["1", "3"], status
+            human = await cli(namesrv.addr, "controller-status")  # for people: lines and a table, no tabs
+            assert "controllers: 1 listed, 1 answering" in human and "\t" not in human, human
 
             await brokers[0].client.close()  # the primary's connection closes: inactive at once
             for _ in range(100):
@@ -111,7 +117,9 @@ def test_a_group_joins_elects_and_fails_over_through_the_name_servers_controller
                     break
                 await asyncio.sleep(0.05)
             assert [(n.master_broker_id, n.master_epoch) for n in brokers[2].notified] == [(1, 1), (3, 2)]
-            assert "g\t3\t2\t3\t3@" in await cli(namesrv.addr, "controller-status")
+            [group] = json.loads(await cli(namesrv.addr, "controller-status", "--json"))["groups"]
+            assert [group[c] for c in ("group", "master", "masterEpoch", "syncStateSetEpoch")] == ["g", "3", "2", "3"]
+            assert group["inSync"].startswith("3@"), group
 
             refused = await cli(namesrv.addr, "elect", "-b", "g", "-c", "c", "--prefer", "2", code=1)
             assert "ELECT_MASTER_FAILED" in refused or "failed to elect" in refused, refused  # 2 is not in {3}

@@ -14,6 +14,7 @@ members' logs ``<run>/etcd-<i>.log``.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -191,12 +192,12 @@ def test_up_runs_replicated_controllers_over_etcd_and_survives_losing_leaders(up
     started = time.monotonic()
     up.start()
     print(f"up ready in {time.monotonic() - started:.1f} s")
-    status = cli(up, "controller-status")
-    assert "controllers: 3 listed, 3 answering, leader " in status, status
-    leader = status.split("controllers: 3 listed, 3 answering, leader ")[1].split()[0]
+    status = json.loads(cli(up, "controller-status", "--json"))
+    assert (status["listed"], status["answering"], len(status["leaders"])) == (3, 3, 1), status
+    [leader] = status["leaders"]
     assert leader in up.controllers, status
     etcd = up.config["controllers"]["controller"]["etcd"]["endpoints"]
-    assert all(f"etcd {url}: healthy" in status for url in etcd), status
+    assert {m["url"]: m["healthy"] for m in status["etcd"]} == dict.fromkeys(etcd, True), status
 
     # -- writes are acknowledged by 2 of 3 copies once the SyncStateSet holds every member ----------------
     with Admin(up.namesrv) as admin:
@@ -231,9 +232,10 @@ def test_up_runs_replicated_controllers_over_etcd_and_survives_losing_leaders(up
     _, after = seen
     assert after is not None and (after.master_broker_id, after.master_epoch) == (master, epoch)
     assert {r.broker_id for r in after.in_sync} == {r.broker_id for r in info.in_sync}
-    status = cli(up, "controller-status")
-    assert "controllers: 3 listed, 2 answering" in status and f"controller {leader}: not answering" in status, status
-    assert f"etcd {etcd[0]}: not healthy" in status and all(f"etcd {url}: healthy" in status for url in etcd[1:])
+    status = json.loads(cli(up, "controller-status", "--json"))
+    assert (status["listed"], status["answering"]) == (3, 2), status
+    assert [c["addr"] for c in status["controllers"] if not c["answering"]] == [leader], status
+    assert {m["url"]: m["healthy"] for m in status["etcd"]} == {url: url != etcd[0] for url in etcd}, status
 
     # -- kill -9 the primary: a SyncStateSet member is primary at the next epoch and has every acked message --
     up.kill(up.broker_name(info.master_address))
@@ -252,17 +254,15 @@ def test_up_runs_replicated_controllers_over_etcd_and_survives_losing_leaders(up
     assert now.master_broker_id in {r.broker_id for r in info.in_sync}
     assert bodies(up.namesrv) == sorted([*before, b"after the primary died"])
 
-    report = cli(up, "ha-status")
-    members, _, controller_table = report.partition("\n\n")
-    rows = [line.split("\t") for line in controller_table.splitlines()]
-    assert rows[0][:7] == ["group", "controller", "master", "masterAddr", "masterEpoch", "syncStateSet",
-                           "syncStateSetEpoch"], report
-    assert rows[1][0] == GROUP and rows[1][2] == str(now.master_broker_id) and rows[1][4] == str(epoch + 1), report
-    assert rows[1][5] == ",".join(str(r.broker_id) for r in now.in_sync), report
-    primary_row = next(line.split("\t") for line in members.splitlines() if line.split("\t")[2].startswith("0 "))
-    assert primary_row[2] == f"0 (id {now.master_broker_id})" and primary_row[10] == str(epoch + 1), report
-    assert primary_row[11].startswith("1@0,") and f",{epoch + 1}@" in primary_row[11], report  # its epoch entries
-    assert primary_row[7] != "-", report  # confirm offset
+    report = json.loads(cli(up, "ha-status", "--json"))
+    [view] = report["controller"]
+    assert view["group"] == GROUP and view["master"] == str(now.master_broker_id), report
+    assert view["masterEpoch"] == str(epoch + 1), report
+    assert view["syncStateSet"] == ",".join(str(r.broker_id) for r in now.in_sync), report
+    primary_row = next(m for m in report["members"] if m["id"].startswith("0 "))
+    assert primary_row["id"] == f"0 (id {now.master_broker_id})" and primary_row["epoch"] == str(epoch + 1), report
+    assert primary_row["epochs"].startswith("1@0,") and f",{epoch + 1}@" in primary_row["epochs"], report
+    assert primary_row["confirm"] != "-", report  # confirm offset
 
     # -- every controller down: the brokers keep serving sends and pulls (only elections stop) ------------
     for addr in survivors:

@@ -5,15 +5,19 @@ testcontainers: host networking (the process listens on 127.0.0.1 like the loopb
 with no swap beyond it, and its run directory (config, store) bind-mounted at the same path, so the config file
 the host wrote names paths valid on both sides and the host reads the store after the container is gone.
 Faults are the daemon's: ``kill`` (SIGKILL), ``pause`` / ``unpause`` (the cgroup freezer); ``restart`` starts the
-same container again. Every container is removed by ``remove`` (the tests' ``finally``) and, for one a test left
-behind, at interpreter exit: testcontainers' reaper is off here (its image cannot be pulled).
+same container again; ``new_primary``, ``bring_back`` and ``assert_acked_kept`` are the failover tests' shared steps
+(wait for a new primary and time it, revive the faulted container, check every acknowledged key). Every container
+is removed by ``remove`` (the tests' ``finally``) and, for one a test left behind, at interpreter exit:
+testcontainers' reaper is off here (its image cannot be pulled).
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import time
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,8 +25,11 @@ from typing import Any
 from docker.errors import DockerException, NotFound
 from testcontainers.core.container import DockerContainer
 
+from broker_store.client import AsyncAdmin
 from broker_store.config import BrokerConfig, ControllerConfig, NamesrvConfig
 from broker_store.launcher import write_config
+from tests.support.controller_group import master_addr, until
+from tests.support.log_check import commitlog_image, stored_keys
 
 ServerConfig = NamesrvConfig | BrokerConfig | ControllerConfig
 
@@ -159,3 +166,29 @@ def remove_leftovers(age_s: float = LEFTOVER_AGE_S) -> list[str]:
 def _remove_left_behind() -> None:
     for proc in list(_live):
         proc.remove()
+
+
+async def new_primary(admin: AsyncAdmin, group: str, old: str, started: float,
+                      timeout: float = 30.0) -> tuple[str, float]:
+    """The group's primary once the name server lists one other than ``old``, and the seconds from ``started``
+    (``time.monotonic()`` at the fault) until then: the recovery time the failover tests hold to their target."""
+    async def replaced() -> str | None:
+        now = await master_addr(admin, group)
+        return now if now not in (None, old) else None
+    new = await until(replaced, "a new primary", timeout=timeout)
+    return new, time.monotonic() - started
+
+
+async def bring_back(victim: ContainerProcess, paused: bool, *, wait_ready: bool = True) -> None:
+    """The faulted container back: thawed if ``paused``, else started again (same config, same store)."""
+    if paused:
+        await asyncio.to_thread(victim.unpause)
+    else:
+        await asyncio.to_thread(victim.restart, wait_ready=wait_ready)
+
+
+def assert_acked_kept(primary: ContainerProcess, topic: str, acked: Sequence[str]) -> None:
+    """Every acknowledged key of ``topic`` is in ``primary``'s CommitLog (read from its store on the host)."""
+    stored = stored_keys(commitlog_image(primary.store_dir), topic)
+    lost = [k for k in acked if k not in stored]
+    assert not lost, f"{len(lost)} of {len(acked)} acknowledged keys missing on the new primary: {lost[:10]}"

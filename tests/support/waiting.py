@@ -7,9 +7,11 @@ from collections.abc import Callable
 from broker_store.launcher import poll_until
 
 
-def eventually(check: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-    """Poll ``check`` every 50 ms until it returns True; AssertionError naming ``what`` after ``timeout`` s."""
+def eventually(check: Callable[[], bool], timeout: float = 20.0, what: str | Callable[[], str] = "condition",
+               interval: float = 0.05) -> None:
+    """Poll ``check`` every ``interval`` s until it returns True; AssertionError naming ``what`` after ``timeout`` s
+    (a callable ``what`` is called then, so the message can carry the last state seen, e.g. the containers' logs)."""
     try:
-        poll_until(check, timeout, what)
+        poll_until(check, timeout, what, interval)
     except TimeoutError as exc:
         raise AssertionError(str(exc)) from None

@@ -114,3 +114,41 @@ def test_the_controller_row_shows_master_epochs_and_sync_state_set() -> None:
                         (ReplicaIdentity("g", 4, "r:4", True),))
     assert controller_row("g", "c:1", info) == ("g", "c:1", "2", "p:1", "3", "2,3(down)", "7", "4@r:4")
     assert controller_row("g", "c:1;c:2", None, "refused")[-1] == "unknown: refused"
+
+
+def test_controller_status_reports_one_document_and_prints_a_table_for_people(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``controller-status --json`` is the document scripts parse; without it the same findings as lines and a rich
+    table (the groups' cells once separated by tabs)."""
+    import asyncio
+
+    from broker_store.cli_ha import controller_report, print_controller_report
+    from broker_store.protocol.controller import GetMetaDataResponseHeader
+    from broker_store.protocol.errors import TransportError
+
+    info = ReplicasInfo(2, "p:1", 3, 7, (ReplicaIdentity("g", 2, "p:1", True),),
+                        (ReplicaIdentity("g", 4, "r:4", False),))
+
+    async def metadata(addr: str) -> GetMetaDataResponseHeader:
+        if addr == "c:2":
+            raise TransportError("cannot connect to c:2")
+        return GetMetaDataResponseHeader(controller_leader_id="c1", is_leader=addr == "c:1",
+                                         peers="http://127.0.0.1:2379;c:1")
+
+    async def sync_state(addr: str) -> dict[str, ReplicasInfo]:
+        return {"g": info}
+
+    report = asyncio.run(controller_report(["c:1", "c:2", "c:3"], metadata, sync_state, lambda url: True))
+    assert json.loads(json.dumps(report)) == report
+    assert (report["listed"], report["answering"], report["leaders"]) == (3, 2, ["c1"])
+    assert report["controllers"][1] == {"addr": "c:2", "answering": False, "error": "cannot connect to c:2"}
+    assert report["etcd"] == [{"url": "http://127.0.0.1:2379", "healthy": True}]
+    assert report["groups"] == [{"group": "g", "master": "2", "masterEpoch": "3", "syncStateSetEpoch": "7",
+                                 "inSync": "2@p:1", "notInSync": "4@r:4(down)"}]
+    print_controller_report(report)
+    out = capsys.readouterr().out
+    assert "\t" not in out and "controllers: 3 listed, 2 answering, leader c1" in out
+    assert "controller c:2: not answering (cannot connect to c:2)" in out
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["group", "master"])
+    assert lines[header + 2].split() == ["g", "2", "3", "7", "2@p:1", "4@r:4(down)"]

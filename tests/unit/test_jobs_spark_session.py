@@ -1,4 +1,5 @@
-"""``jobs.spark_session``'s choice of Spark's idle Python worker pool size, without Spark."""
+"""``jobs.spark_session`` without Spark: its choice of the idle Python worker pool size, and the quieted accumulator
+server of every session it builds."""
 
 from __future__ import annotations
 
@@ -22,3 +23,29 @@ from jobs.spark_session import idle_worker_pool
 def test_the_pool_is_the_task_slots_of_an_executor(master: str, executor_cores: str | None,
                                                    expected: str | None) -> None:
     assert idle_worker_pool(master, executor_cores) == expected
+
+
+def test_the_accumulator_servers_end_of_connection_is_no_traceback(caplog: pytest.LogCaptureFixture,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """At a clean stop the JVM closes its connection to pyspark's accumulator server, whose handler reads EOF;
+    socketserver would print an EOFError traceback on the console. ``build_spark`` quiets it for every session
+    (the jobs' and the benchmarks'): EOF at DEBUG, any other error one WARNING line."""
+    import socketserver
+    from types import SimpleNamespace
+
+    from jobs.spark_session import quiet_accumulator_server
+
+    server = socketserver.TCPServer(("127.0.0.1", 0), socketserver.BaseRequestHandler, bind_and_activate=False)
+    quiet_accumulator_server(SimpleNamespace(sparkContext=SimpleNamespace(_accumulatorServer=server)))
+    caplog.set_level("DEBUG", logger="jobs.spark_session")
+    for error in (EOFError(), OSError("reset")):
+        try:
+            raise error
+        except Exception:  # noqa: BLE001 - socketserver calls handle_error inside its except clause
+            server.handle_error(None, ("127.0.0.1", 1))  # type: ignore[arg-type]
+    assert "Traceback" not in capsys.readouterr().err
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("DEBUG", "accumulator connection from ('127.0.0.1', 1) closed"),
+        ("WARNING", "pyspark's accumulator server failed on a connection from ('127.0.0.1', 1)")]
+    quiet_accumulator_server(SimpleNamespace(sparkContext=SimpleNamespace()))  # no server: nothing to do
+    server.server_close()

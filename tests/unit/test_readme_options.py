@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from connectors.replication.options_doc import BEGIN, END, README, generated_block, options_table, with_generated_block
+from connectors.replication.options_doc import (
+    BEGIN,
+    END,
+    README,
+    generated_block,
+    main,
+    options_table,
+    with_generated_block,
+)
 from connectors.replication.reader_options import SourceOptions
 from connectors.replication.writer_options import SinkOptions
 
@@ -43,3 +51,16 @@ def test_defaults_are_the_models(tmp_path: Path) -> None:
     assert with_generated_block(stale.read_text()) == f"intro\n{generated_block()}\nrest\n"
     with pytest.raises(ValueError):
         with_generated_block("no markers")
+
+
+def test_help_prints_usage_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """``--help`` is an option, not the README's path (it used to be read as one)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0 and "usage:" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{BEGIN}\nold\n{END}\n")
+    assert main([str(readme)]) == 0 and readme.read_text() == f"intro\n{generated_block()}\n"

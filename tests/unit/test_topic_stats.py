@@ -138,6 +138,32 @@ def test_latest_offset_of_an_idle_trigger_asks_each_group_once(monkeypatch: pyte
     assert [r[0] for r in admin.requests] == ["stats"] * 4
 
 
+def test_latest_offset_with_new_queues_reads_their_min_and_every_max_from_one_answer_per_group(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trigger with queues read for the first time needs their min offsets and every queue's max offset: one
+    GET_TOPIC_STATS_INFO per (topic, broker group) serves both (``source_offsets.queue_offsets``), not two."""
+    from connectors.core.offsets import SourceOffset
+
+    admin = StatsAdmin()
+    reader = _stats_reader(monkeypatch, admin)
+    monkeypatch.setattr(reader, "discover_queues", lambda: list(QUEUES))
+    old = [q for q in QUEUES if q.topic == "A"]
+    start = SourceOffset.of({q: TRUTH[q] for q in old}).to_dict()
+    end = SourceOffset.from_dict(reader.latestOffset(start, ReadAllAvailable())).queues
+    assert end == TRUTH  # the new queues (topic B) read from their min offset up to their max
+    assert sorted(admin.requests) == [("stats", t, b) for t in ("A", "B") for b in ("g1", "g2")]
+
+
+def test_queue_offsets_asks_both_bounds_of_a_queue_the_stats_do_not_cover(monkeypatch: pytest.MonkeyPatch) -> None:
+    from connectors.replication import source_offsets
+
+    admin = StatsAdmin(short=frozenset({("A", "g1")}))
+    reader = _stats_reader(monkeypatch, admin)
+    got = source_offsets.queue_offsets(admin, reader.outage, QUEUES)  # type: ignore[arg-type]
+    assert got == {q: (n // 2, n) for q, n in TRUTH.items()}
+    assert sorted(r for r in admin.requests if r[0] != "stats") == [("max", "A", "g1", "2"), ("min", "A", "g1", "2")]
+
+
 def test_refused_groups_and_uncovered_queues_are_asked_queue_by_queue(monkeypatch: pytest.MonkeyPatch) -> None:
     refuse: dict[tuple[str, str], RocketMQError] = {
         ("A", "g1"): TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST, "topic[A] not exist"),
