@@ -26,17 +26,20 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
 from connectors.core import driver_log
+from connectors.core.disk_full import DiskFull, find_disk_full
 from connectors.core.driver_log import LOG_ROTATION_ENV, PYTHON_LOG, LogRotation
 
 SPARK_LOG = "spark.log"
 JVM_CONSOLE_LOG = "spark-console.log"
 LOG4J_CONFIG = "log4j2.properties"
 __all__ = ["PYTHON_LOG", "SPARK_LOG", "JVM_CONSOLE_LOG", "LOG4J_CONFIG", "LOG4J_PROPERTIES", "setup",
-           "spark_java_options", "add_rotation_arguments", "rotation_of", "failure_reason", "failure_line"]
+           "spark_java_options", "add_rotation_arguments", "rotation_of", "failure_reason", "failure_line",
+           "disk_full_reason", "full_locations"]
 MIB = 1024 * 1024
 
 LOG4J_PROPERTIES = Path(__file__).resolve().parents[1] / "conf" / LOG4J_CONFIG
@@ -108,9 +111,47 @@ def failure_reason(text: str) -> str:
     return _NOISE.sub("", first).strip()
 
 
-def failure_line(link: str, error: BaseException | str, log_dir: Path | None = None) -> str:
-    """``link <name> failed: <reason>`` (plus where the details are)."""
-    line = f"link {link} failed: {failure_reason(str(error)).removeprefix(f'link {link}: ')}"
+def failure_line(link: str, error: BaseException | str, log_dir: Path | None = None,
+                 storage: Sequence[str] = ()) -> str:
+    """``link <name> failed: <reason>`` (plus where the details are). A full disk anywhere in ``error``
+    (``connectors.core.disk_full``) is the reason, whatever else the text says (``disk_full_reason``; ``storage``:
+    the job's checkpoint and Delta locations, named when the error does not name its path)."""
+    found = find_disk_full(error)
+    reason = disk_full_reason(found, storage) if found is not None else failure_reason(str(error))
+    line = f"link {link} failed: {reason.removeprefix(f'link {link}: ')}"
     if log_dir is not None:
         line += f" (details: {log_dir / PYTHON_LOG}, {log_dir / SPARK_LOG})"
     return line
+
+
+FULL_BELOW = 64 * MIB
+"""A location whose file system has less free space than this is named as the full one."""
+
+
+def disk_full_reason(found: DiskFull, storage: Sequence[str] = ()) -> str:
+    """``disk full: no space left on device for <path> (<the line that said so>); ...``: the path the error
+    named, else those of ``storage`` that are on a full file system (``full_locations``)."""
+    where = found.path or " or ".join(full_locations(storage)) or "the job's checkpoint or Delta tables"
+    detail = f" ({found.detail})" if found.detail else ""
+    return (f"disk full: no space left on device for {where}{detail}; free space there and start the job "
+            f"again: it resumes from its checkpoint")
+
+
+def full_locations(storage: Sequence[str]) -> list[str]:
+    """Of ``storage`` (local paths or ``file:`` URIs), those on a file system with less than ``FULL_BELOW`` free,
+    emptiest first; all of the local ones when none is (the space was freed meanwhile, or the quota is
+    the user's). Runs on the driver: ``os.statvfs`` of each location's nearest existing directory."""
+    free: dict[str, int] = {}
+    for location in dict.fromkeys(storage):
+        if "://" in location.removeprefix("file://"):
+            continue  # not a local file system
+        path = Path(location.removeprefix("file://").removeprefix("file:")).absolute()
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        try:
+            stat = os.statvfs(path)
+        except OSError:
+            continue
+        free[location] = stat.f_bavail * stat.f_frsize
+    full = sorted((n, loc) for loc, n in free.items() if n < FULL_BELOW)
+    return [loc for _, loc in full] or list(free)

@@ -8,8 +8,9 @@ connectors' jobs through ``jobs.checkpoint.run_queries``) is ``prepare_job`` the
 starts, stops, fails and exits the same way: a signal stops every query gracefully (the running batch
 finishes or is re-run from the checkpoint on the next start); the first failed query stops the others (the
 sinks' "batch aborted" lines that stop causes are INFO, ``connectors.core.job_stop``); exit code 1 when a
-query failed, 2 for ``prepare_job``'s refusal (a bad config, a metrics port in use) or a configuration error
-found while starting the queries; the process ends through ``exit_job``.
+query failed (a full disk included: one line naming the path, ``connectors.core.disk_full``; also when it
+stops the queries' start), 2 for ``prepare_job``'s refusal (a bad config, a metrics port in use) or a
+configuration error found while starting the queries; the process ends through ``exit_job``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from connectors.core.config import ReplicatorConfig, load_replicator_config
+from connectors.core.disk_full import find_disk_full
 from connectors.core.driver_log import FILE_ONLY
 from connectors.core.errors import ReplicatorError
 from connectors.core.job_stop import mark_stopping, prepare_stop_marker, remove_stop_marker
@@ -101,6 +103,7 @@ def run_job(job: PreparedJob, start: Callable[[Any], Sequence[Any]], *, app_name
     monitor and stop marker, and Spark. ``summarize(queries, failures)`` runs after Spark stopped. 0 after
     a clean stop, 1 when a query failed, 2 on a ``ReplicatorError`` while starting."""
     stop = stop_on_signals()
+    storage = [*checkpoint_locations, *(str(job.config.link(n).tables_location) for n in job.names)]
     spark: Any = None
     warmup: Any = None
     queries: list[Any] = []
@@ -122,10 +125,19 @@ def run_job(job: PreparedJob, start: Callable[[Any], Sequence[Any]], *, app_name
             job.monitor.start()
         queries = list(start(spark))
         log.info("running %d quer(ies): %s", len(queries), ", ".join(q.name for q in queries))
-        failures = supervise(spark, queries, stop, job.log_dir)
+        failures = supervise(spark, queries, stop, job.log_dir, storage)
     except ReplicatorError as exc:
         log.error("%s", exc)  # the console line is "HH:MM:SS ERROR <what>": no second "error"
         return 2
+    except Exception as exc:
+        # a full disk while starting (Spark writes a new query's checkpoint metadata in start()): one line,
+        # as when a running query meets it; anything else keeps its traceback
+        found = find_disk_full(exc)
+        if found is None:
+            raise
+        log.error("%s", job_logging.disk_full_reason(found, storage))
+        log.info("the job could not start its queries:", exc_info=True, extra=FILE_ONLY)
+        return 1
     finally:
         job.stop()
         if warmup is not None:
@@ -154,10 +166,12 @@ def stop_on_signals() -> threading.Event:
     return stop
 
 
-def supervise(spark: Any, queries: Sequence[Any], stop: threading.Event, log_dir: Path) -> dict[str, str]:
+def supervise(spark: Any, queries: Sequence[Any], stop: threading.Event, log_dir: Path,
+              storage: Sequence[str] = ()) -> dict[str, str]:
     """Wait until ``stop`` is set, every query has finished (AvailableNow) or one failed; then stop the
     active ones. Returns query name -> its one-line failure (logged once, the whole exception in the log
-    file); empty after a clean stop."""
+    file); empty after a clean stop. ``storage``: the job's checkpoint and Delta locations, for the line of a
+    full disk that its error does not locate (``job_logging.failure_line``)."""
     from pyspark.errors import StreamingQueryException
 
     failures: dict[str, str] = {}
@@ -169,7 +183,7 @@ def supervise(spark: Any, queries: Sequence[Any], stop: threading.Event, log_dir
         spark.streams.resetTerminated()
         for q in queries:
             if not q.isActive and q.exception() is not None and q.name not in failures:
-                report_failure(q, log_dir, failures)
+                report_failure(q, log_dir, failures, storage)
                 stop.set()
     if any(q.isActive for q in queries):
         mark_stopping()  # the batches this cancels are aborted by the stop, not by a fault (INFO, not WARNING)
@@ -177,14 +191,14 @@ def supervise(spark: Any, queries: Sequence[Any], stop: threading.Event, log_dir
         if q.isActive:
             q.stop()
         if q.exception() is not None and q.name not in failures:
-            report_failure(q, log_dir, failures)
+            report_failure(q, log_dir, failures, storage)
     return failures
 
 
-def report_failure(query: Any, log_dir: Path, failures: dict[str, str]) -> None:
+def report_failure(query: Any, log_dir: Path, failures: dict[str, str], storage: Sequence[str] = ()) -> None:
     """One console line for a failed query; its whole exception (Python and JVM stacks) in the log file."""
     error = query.exception()
-    failures[query.name] = job_logging.failure_line(query.name, error, log_dir)
+    failures[query.name] = job_logging.failure_line(query.name, error, log_dir, storage)
     log.error("%s", failures[query.name])
     log.info("link %s failed; the query's exception:\n%s", query.name, error, extra=FILE_ONLY)
 

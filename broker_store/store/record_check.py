@@ -1,12 +1,14 @@
 """Whether bytes read from the CommitLog hold the record they should, and if not, what is wrong with them.
 
 The one statement of "a damaged record" outside the recovery scan (``CommitLog.scan`` applies the same checks
-inline, for speed): ``QueueReader`` checks every record before serving it, and recovery calls
-``record_problem`` to say why its scan stopped. Pure functions over bytes; callers name the file.
+inline, for speed): ``QueueReader`` checks every record before serving it, recovery calls ``record_problem``
+to say why its scan stopped, and a replica checks what its HA link brings before writing it
+(``check_arrival``). Pure functions over bytes; callers name the file.
 """
 
 from __future__ import annotations
 
+import struct
 import zlib
 
 from broker_store.protocol.message import BLANK_MAGIC, MAGIC_V1, STORED_HEADER, STORED_HEADER_SIZE
@@ -51,3 +53,59 @@ def record_problem(record: bytes | memoryview, offset: int, expected_size: int |
     if actual != crc:
         return f"BODYCRC {crc} does not match the body's CRC {actual}"
     return None
+
+
+_HEAD = struct.Struct(">iii")  # TOTALSIZE, MAGICCODE, BODYCRC (a blank end record has the first two only)
+_PHYS = struct.Struct(">q")  # PHYSICALOFFSET, at byte 28
+_BODY_LEN = struct.Struct(">i")  # BODYLEN, at byte 84
+_PHYS_AT, _BODY_LEN_AT, _BLANK_HEAD = 28, STORED_HEADER_SIZE - 4, 8
+
+
+def check_arrival(data: bytes | memoryview, start: int, segment_size: int) -> tuple[int, str | None]:
+    """Walk the records of ``data``, CommitLog bytes from offset ``start`` (a record boundary) within one
+    segment, as a replica's HA link delivers them (the last record may be cut short: the rest comes next).
+
+    Returns (the boundary after the last whole valid record, None) when every whole record checks out, or
+    (the offset of the first damaged one, what is wrong with it: ``record_problem``'s checks, the first
+    three inline, as this runs for every record a replica receives). A blank end record must fill its
+    segment; a tail shorter than a blank record's header is padding.
+    """
+    view = memoryview(data)
+    pos, end = start, start + len(view)
+    crc32 = zlib.crc32
+    while pos < end:
+        room = segment_size - pos % segment_size
+        if room < _BLANK_HEAD:  # the segment's padding
+            if end < pos + room:
+                break
+            pos += room
+            continue
+        if end - pos < _BLANK_HEAD:
+            break
+        rel = pos - start
+        total, magic = _HEAD.unpack_from(view, rel)[:2] if end - pos >= _HEAD.size else \
+            (int.from_bytes(view[rel:rel + 4], "big", signed=True), int.from_bytes(view[rel + 4:rel + 8], "big",
+                                                                                  signed=True))
+        if magic == BLANK_MAGIC:
+            if total != room:
+                return pos, f"a blank end record of {total} bytes where the segment has {room} left"
+            if end < pos + room:
+                break
+            pos += room
+            continue
+        if magic == MAGIC_V1 and MIN_RECORD_SIZE <= total <= room:
+            if end < pos + total:
+                break  # cut short: checked when the rest arrives
+            crc = _HEAD.unpack_from(view, rel)[2]
+            body_len = _BODY_LEN.unpack_from(view, rel + _BODY_LEN_AT)[0]
+            t = rel + STORED_HEADER_SIZE + body_len
+            if (0 <= body_len and t + 3 <= rel + total and _PHYS.unpack_from(view, rel + _PHYS_AT)[0] == pos
+                    and crc32(view[rel + STORED_HEADER_SIZE:t]) & 0x7FFFFFFF == crc):
+                p = t + 1 + view[t]
+                if p + 2 <= rel + total and p + 2 + int.from_bytes(view[p:p + 2], "big") == rel + total:
+                    pos += total
+                    continue
+        elif magic == MAGIC_V1 and total > room:
+            return pos, f"TOTALSIZE {total} runs past the segment's end ({room} bytes left)"
+        return pos, record_problem(view[rel:rel + max(total, _BLANK_HEAD)], pos) or "not a valid record"
+    return pos, None

@@ -7,7 +7,9 @@ records past it are validated and kept, but stay out of the ConsumeQueues.
 Damage is reported with the file and the offset, never served, and costs as little as it can:
 
 - past the checkpoint (the bytes a crash may have torn): the scan stops at the first record that fails its
-  checks and everything from there is truncated, as RocketMQ's recovery does;
+  checks and everything from there is truncated, as RocketMQ's recovery does; the truncated bytes are first
+  copied aside, one ``<segment file>.truncated-<offset>`` per segment they were in (``set_aside``), so an
+  operator can still look at what was cut;
 - below the checkpoint (fsynced, possibly acknowledged and replicated): the last ``VERIFY_BELOW_SCAN_BYTES``
   are verified and each damaged record is logged but kept, as are the intact records after it; truncating
   there would drop acknowledged messages a replica still holds. Reads refuse the damaged record
@@ -91,8 +93,8 @@ def recover(store_dir: Path, cl: CommitLog, queues: ConsumeQueueTable, checkpoin
         while not stopped:
             _, pos, stopped = cl.scan(pos, _SCAN_ALL)
     if cl.segments and pos < file_end and cl.read(pos, 8).strip(b"\0"):  # not the zeros past the end
-        log.warning("%s; valid records end there: truncating the %d bytes from it on",
-                    describe_damage(cl, pos), file_end - pos)
+        log.warning("%s; valid records end there: truncating the %d bytes from it on, copied aside to %s",
+                    describe_damage(cl, pos), file_end - pos, ", ".join(set_aside(cl, pos)) or "nothing")
     cl.truncate(pos)
     cl.max_offset = pos
     cl_min = cl.min_offset
@@ -112,6 +114,58 @@ def describe_damage(cl: CommitLog, pos: int) -> str:
     record = cl.read(pos, total) if MIN_RECORD_SIZE <= total <= room else head
     problem = record_problem(record, pos) or "not where a record may start"
     return f"damaged record in commit log segment {cl.path(seg)} at offset {pos} (byte {pos - seg}): {problem}"
+
+
+SET_ASIDE_SUFFIX = ".truncated-"
+"""``<segment file>.truncated-<offset>``: bytes recovery cut from a segment, from CommitLog offset ``<offset>`` on
+(the file's first byte), up to the segment's last non-zero byte. Not segment names: the store ignores them."""
+_COPY_CHUNK = 1 << 20
+
+
+def set_aside(cl: CommitLog, offset: int) -> list[str]:
+    """Copy the CommitLog's bytes from ``offset`` to its end into ``SET_ASIDE_SUFFIX`` files beside the segments,
+    one per segment holding any (the zeros a segment ends with are left out; a file keeps its holes). Returns
+    the files written. A copy that fails (a full disk) is logged and skipped: recovery must go on, and the
+    bytes it truncates were never confirmed whole."""
+    written: list[str] = []
+    seg = offset - offset % cl.segment_size
+    for start in [s for s in cl.segments if s >= seg]:
+        source = cl.path(start)
+        first = max(offset, start)
+        aside = f"{source}{SET_ASIDE_SUFFIX}{first}"
+        try:
+            if _copy_data(source, first - start, aside):
+                written.append(aside)
+        except OSError as exc:
+            log.error("cannot copy the bytes past offset %d of %s aside to %s (%s); truncating them anyway",
+                      first, source, aside, exc)
+    return written
+
+
+def _copy_data(source: str, skip: int, target: str) -> bool:
+    """Copy ``source`` from byte ``skip`` to its last non-zero byte into ``target`` (holes for zero chunks);
+    False, writing nothing, when there is no such byte."""
+    end = 0
+    fd_in = os.open(source, os.O_RDONLY)
+    fd_out: int | None = None
+    try:
+        pos = skip
+        while chunk := os.pread(fd_in, _COPY_CHUNK, pos):
+            data = chunk.rstrip(b"\0")
+            if data:
+                if fd_out is None:
+                    fd_out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.pwrite(fd_out, data, pos - skip)
+                end = pos - skip + len(data)
+            pos += len(chunk)
+        if fd_out is not None:
+            os.ftruncate(fd_out, end)
+            os.fsync(fd_out)
+    finally:
+        os.close(fd_in)
+        if fd_out is not None:
+            os.close(fd_out)
+    return fd_out is not None
 
 
 def verify_below(cl: CommitLog, start: int) -> tuple[int, list[int]]:

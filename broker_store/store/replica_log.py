@@ -19,6 +19,7 @@ from broker_store.store.commit_log import CommitLog
 from broker_store.store.consume_queues import ConsumeQueueTable
 from broker_store.store.dispatch import Arrival, Dispatcher
 from broker_store.store.flush import FlushService
+from broker_store.store.record_check import check_arrival
 
 
 class ReplicaCommitLog:
@@ -33,6 +34,9 @@ class ReplicaCommitLog:
         self._flush = flush
         self._lock = lock
         self._notify = notify
+        self._checked: int | None = None
+        """Where the records not yet checked begin (the last whole record written ends there; None: at the
+        max offset, a record boundary after recovery, a truncation or a restart)."""
 
     def read(self, offset: int, max_bytes: int) -> bytes:
         """Raw CommitLog bytes from ``offset``, never crossing a segment end; b"" outside [min, max)."""
@@ -55,6 +59,12 @@ class ReplicaCommitLog:
 
         The max offset moves past ``data`` at once (what a replica acks: RocketMQ's replica reports after
         the CommitLog append and builds its ConsumeQueues behind it); ``index`` indexes later.
+
+        Each whole record is checked first (``record_check.check_arrival``, with the start of a record an
+        earlier write left cut short): a damaged one is refused. The records before it are written, it and
+        what follows are not (a start of it written earlier is cut off again), and a StoreError naming its
+        offset and fault ends the HA session: the replica neither acks nor ever serves it, and asks the
+        primary for it again from its max offset when it reconnects.
         """
         with self._lock:
             cl = self._commit_log
@@ -65,11 +75,24 @@ class ReplicaCommitLog:
                 raise StoreError(f"append of {len(data)} bytes at {offset} crosses a segment end")
             if not data:
                 return
+            start = offset if self._checked is None or not 0 <= offset - self._checked < cl.segment_size \
+                else self._checked
+            pending = cl.read(start, offset - start) + data if start < offset else data
+            checked, problem = check_arrival(pending, start, cl.segment_size)
+            keep = data if problem is None else data[:max(0, checked - offset)]
             self._dispatch.written()
             try:
-                cl.write(offset, data)
+                if keep:
+                    cl.write(offset, keep)
             except OSError as exc:
                 raise StoreError(f"append to the commit log at {offset} failed: {exc}") from exc
+            self._checked = checked
+        if problem is None:
+            return
+        if checked < offset:
+            self.truncate(checked)  # the start of the damaged record, written by an earlier read
+        raise StoreError(f"refused a damaged record from the primary at commit log offset {checked} "
+                         f"(segment {cl.path(checked - checked % cl.segment_size)}): {problem}")
 
     def index(self) -> None:
         """Index every complete record written so far, up to the confirm offset (ConsumeQueues, arrival
@@ -101,7 +124,7 @@ class ReplicaCommitLog:
                 return
             # The dispatched offset is a boundary by construction (dispatch stops only between records); a
             # promotion cuts there a record received in part, which may be shorter than a header.
-            if offset != self._queues.dispatched and not cl.is_record_boundary(offset):
+            if offset not in (self._queues.dispatched, self._checked) and not cl.is_record_boundary(offset):
                 raise StoreError(f"commit log offset {offset} is not a record boundary")
             flush.truncated(offset)
             try:
@@ -115,6 +138,7 @@ class ReplicaCommitLog:
                 cl.truncate(offset)
                 self._queues.cut_at(offset)
                 self._dispatch.truncated(offset)
+                self._checked = None
                 flush.write_checkpoint(flush.flushed, self._queues.dispatched, self._dispatch.confirm_offset)
             except OSError as exc:
                 raise StoreError(f"truncating the commit log to {offset} failed: {exc}") from exc
@@ -136,6 +160,7 @@ class ReplicaCommitLog:
                 self._queues.restart_at(offset)
                 flush.restarted_at(offset)
                 self._dispatch.restarted(offset)
+                self._checked = None
                 flush.write_checkpoint(offset, offset, self._dispatch.confirm_offset)
             except OSError as exc:
                 raise StoreError(f"restarting the commit log at {offset} failed: {exc}") from exc

@@ -4,6 +4,7 @@ without Spark or a broker unless noted:
 * ``config``            typed ``conf/replicator.yaml`` (clusters, links, topic mappings, policies)
 * ``options``           Spark data source options (case-insensitive strings) read into typed values
 * ``errors``            the ``ReplicatorError`` hierarchy
+* ``disk_full``         whether a failure was a full disk (ENOSPC in any of its Python, Rust or Java texts)
 * ``offsets``           the canonical source-offset JSON Spark checkpoints
 * ``topic_mapping``     which source topics a link copies and under which target names
 * ``rows``              row schemas and column names the readers produce and the writers take

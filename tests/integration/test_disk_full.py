@@ -2,15 +2,12 @@
 namespace, held by a ``sleep`` the test starts (so the files outlive a broker restart) and entered by the broker
 through ``nsenter``. Sends are refused SERVICE_NOT_AVAILABLE with a remark saying the disk is full, reads go on,
 and once a filler file is deleted sends go in again; every acknowledged message is there, also after a restart.
-The state machine and the put path under ENOSPC are tests/unit/test_store_disk_full.py.
+The state machine and the put path under ENOSPC are tests/unit/test_store_disk_full.py; the tmpfs is
+tests/support/private_tmpfs.py's.
 """
 
 from __future__ import annotations
 
-import errno
-import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +18,7 @@ from broker_store.config import BrokerConfig
 from broker_store.launcher import HOST
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import ServiceNotAvailableError
+from tests.support.private_tmpfs import PrivateTmpfs, fill, private_tmpfs
 from tests.support.processes import DEFAULT_BROKER_OPTIONS, Broker, LocalCluster, broker_listen_port
 
 pytestmark = pytest.mark.integration
@@ -31,52 +29,20 @@ BODY = bytes(range(256)) * 16  # 4 KiB
 
 
 @pytest.fixture
-def private_tmpfs(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
-    """A tmpfs of TMPFS_SIZE at ``tmp_path/store``, visible only in a mount namespace held by a sleeping child."""
-    missing = [tool for tool in ("unshare", "nsenter", "mount") if shutil.which(tool) is None]
-    if missing:
-        pytest.skip(f"needs {', '.join(missing)}")
-    mountpoint = tmp_path / "store"
-    holder = subprocess.Popen(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-         'mkdir -p "$0" && mount -t tmpfs -o size="$1" tmpfs "$0" && echo READY && exec sleep 600',
-         str(mountpoint), TMPFS_SIZE], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert holder.stdout is not None and holder.stderr is not None
-    if holder.stdout.readline().strip() != b"READY":
-        holder.wait(10)
-        pytest.skip(f"cannot mount a tmpfs in a private mount namespace: {holder.stderr.read().decode().strip()}")
-    try:
-        yield mountpoint, holder
-    finally:
-        holder.kill()  # the last process of the namespace: the tmpfs goes with it
-        holder.wait(10)
-
-
-def fill(path: Path) -> int:
-    """Write zeros to ``path`` until the file system is full; returns the bytes written."""
-    written = 0
-    chunk = b"\0" * 65536
-    with path.open("wb", buffering=0) as f:
-        while True:
-            try:
-                written += f.write(chunk) or 0
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC, exc
-                return written
+def tmpfs(tmp_path: Path) -> Iterator[PrivateTmpfs]:
+    with private_tmpfs(tmp_path / "store", TMPFS_SIZE) as mounted:
+        yield mounted
 
 
 def test_sends_refused_while_the_disk_is_full_then_resumed_and_nothing_acknowledged_lost(
-        tmp_path: Path, private_tmpfs: tuple[Path, subprocess.Popen[bytes]]) -> None:
-    mountpoint, holder = private_tmpfs
-    inside = Path(f"/proc/{holder.pid}/root") / mountpoint.relative_to("/")  # the tmpfs, seen from here
+        tmp_path: Path, tmpfs: PrivateTmpfs) -> None:
+    mountpoint, inside = tmpfs.mountpoint, tmpfs.inside()  # the tmpfs, as the broker and as this test see it
     with LocalCluster(tmp_path, "df", []) as cluster:
         config = BrokerConfig(cluster_name="df", broker_name="df-a", listen=f"{HOST}:{broker_listen_port(False)}",
                               store_dir=mountpoint, namesrv_addrs=[cluster.namesrv_addr], broker_id=0,
                               **{**DEFAULT_BROKER_OPTIONS, "commit_log_segment_size": 1024 * 1024,
                                  "max_message_size": 64 * 1024})
-        broker = Broker("broker", config, tmp_path, "df-a-0", wrap=[
-            # --wd: entering a mount namespace moves nsenter to "/"; the broker must import this checkout's code
-            "nsenter", "-t", str(holder.pid), "-m", f"--wd={os.getcwd()}", "--"])
+        broker = Broker("broker", config, tmp_path, "df-a-0", wrap=tmpfs.nsenter_argv())
         cluster.groups["df-a"] = [broker]
         cluster.brokers.append(broker)
         broker.start()

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,8 @@ def test_the_job_binds_no_metrics_port_and_keeps_a_stop_marker_while_it_runs(
         seen.update(app=app, log_dir=log_dir, locations=checkpoint_locations)
         return spark
 
-    def supervise(_spark: Any, queries: list[Any], stop: threading.Event, log_dir: Path) -> dict[str, str]:
+    def supervise(_spark: Any, queries: list[Any], stop: threading.Event, log_dir: Path,
+                  _storage: Sequence[str] = ()) -> dict[str, str]:
         seen.update(queries=queries, marker=os.environ.get(job_stop.STOP_MARKER_ENV))
         return {}
 

@@ -96,6 +96,36 @@ def test_flipped_byte_past_the_checkpoint_truncates_there_and_keeps_the_prefix(
         store.shutdown()
 
 
+def test_bytes_recovery_truncates_are_copied_aside_and_named(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store = open_store(tmp_path)
+    written = write_messages(store, random.Random(22), 120)
+    crash(store)
+    (tmp_path / CHECKPOINT_FILE).unlink(missing_ok=True)
+    phys = mid_segment_record(written)[0]
+    flip_body_byte(tmp_path, phys)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "commitlog").iterdir()}
+    with caplog.at_level(logging.WARNING):
+        store = open_store(tmp_path)
+    store.shutdown()
+    seg = phys - phys % SEG
+    later = sorted(int(name) for name in before if int(name) > seg)
+    assert later, "the test needs records in a segment after the damaged one"
+    expected = {f"{segment_name(seg)}{recovery.SET_ASIDE_SUFFIX}{phys}": before[segment_name(seg)][phys - seg:]}
+    expected |= {f"{segment_name(s)}{recovery.SET_ASIDE_SUFFIX}{s}": before[segment_name(s)] for s in later}
+    aside = {p.name: p.read_bytes() for p in (tmp_path / "commitlog").iterdir() if recovery.SET_ASIDE_SUFFIX in p.name}
+    assert aside == {name: data.rstrip(b"\0") for name, data in expected.items()}
+    line = next(r.message for r in caplog.records if "truncating the" in r.message)
+    assert all(str(tmp_path / "commitlog" / name) in line for name in expected), line
+    # the copies are not segments: the store opens again with the same records and leaves them alone
+    store = open_store(tmp_path)
+    try:
+        assert store.max_physical_offset == phys
+        check_survivors(store, surviving(written, phys))
+    finally:
+        store.shutdown()
+    assert {p.name for p in (tmp_path / "commitlog").iterdir() if recovery.SET_ASIDE_SUFFIX in p.name} == set(aside)
+
+
 @pytest.mark.parametrize("cut", ["mid-entry", "earlier-segment"])
 def test_truncated_consume_queue_is_reported_and_rebuilt(tmp_path: Path, caplog: pytest.LogCaptureFixture,
                                                          cut: str) -> None:
