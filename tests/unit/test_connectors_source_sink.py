@@ -4,6 +4,7 @@ property rules and the offset-log reader (no Spark session, no broker)."""
 from __future__ import annotations
 
 import pickle
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -222,6 +223,9 @@ class _StepClock:
 
     def block(self, seconds: float) -> None:
         self.now += seconds
+
+    def wait(self, cond: threading.Condition, timeout: float) -> None:
+        self.block(timeout)
 
 
 def _scripted_pulls(answers: list[tuple[PullStatus, int, int]]) -> tuple[list[int], Callable[..., Future[PullResult]]]:
