@@ -16,7 +16,7 @@ from deltalake import DeltaTable
 from connectors.checkpoint.link_state import LinkProgressReader, read_link_progress
 from connectors.checkpoint.translation import Outcome, TargetQueueKey
 from connectors.core.config import parse_replicator_config
-from connectors.core.errors import ConfigError, TableError
+from connectors.core.errors import ReplicatorConfigError, TableError
 from connectors.core.group_positions import floors_from_rows
 from connectors.core.history_settings import HistorySettings
 from connectors.core.maintenance import TableMaintenance
@@ -306,7 +306,7 @@ def test_history_settings_validate_and_name_the_field() -> None:
     for bad in ({"metrics_retention": "0 days"}, {"offsets_retention": "a week"}, {"target_file_size": 10},
                 {"vacuum": True}):
         base["links"][0]["history"] = bad  # type: ignore[index]
-        with pytest.raises(ConfigError, match=f"history.{next(iter(bad))}"):
+        with pytest.raises(ReplicatorConfigError, match=f"history.{next(iter(bad))}"):
             parse_replicator_config(base)
 
 
