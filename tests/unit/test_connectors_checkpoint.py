@@ -18,7 +18,7 @@ from connectors.checkpoint.snapshot import (
     snapshot_rows,
 )
 from connectors.checkpoint.tables import CheckpointOutcome, CheckpointRow, CheckpointTables, checkpoint_age_ms
-from connectors.checkpoint.translation import OffsetTranslator, Outcome, Run, TargetQueueKey
+from connectors.checkpoint.translation import OffsetTranslator, Outcome, Run
 from connectors.core.config import parse_replicator_config
 from connectors.core.errors import ReplicatorConfigError
 from connectors.core.history_settings import HistorySettings
@@ -29,7 +29,7 @@ from connectors.replication.tables import LinkTables
 from tests.support.clocks import MillisClock, ReadingClock
 
 A0, A1 = QueueKey("Orders", "src-a", 0), QueueKey("Orders", "src-a", 1)
-T0, T1 = TargetQueueKey("OrdersDR", "dst-a", 0), TargetQueueKey("OrdersDR", "dst-a", 1)
+T0, T1 = QueueKey("OrdersDR", "dst-a", 0), QueueKey("OrdersDR", "dst-a", 1)
 
 
 def test_group_selection() -> None:
