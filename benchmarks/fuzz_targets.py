@@ -47,7 +47,7 @@ from broker_store.store.checkpoint import CHECKPOINT_SIZE, CHECKPOINT_V1_SIZE, C
 from broker_store.store.epoch_cache import EpochCache, EpochEntry
 from broker_store.store.epoch_file import decode_epoch_file, encode_epoch_file, entry_lines_crc
 from connectors.core.config import load_replicator_config
-from connectors.core.errors import ConfigError as ReplicatorConfigError
+from connectors.core.errors import ReplicatorConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,8 +14,9 @@ take it by constructor without a default.
 
 Blocking code (the connectors: retry loops, Delta commits, heartbeats and checkpoints on Spark executors and the
 driver, threads without an event loop) reads the same clocks through ``ThreadClock``, the thread-side part of the
-shape: ``monotonic``, ``time`` and ``block`` (sleep the calling thread). ``SystemClock`` and ``ManualClock`` are
-both; a test of such a loop may pass a smaller fake that has those three.
+shape: ``monotonic``, ``time``, ``block`` (sleep the calling thread) and ``wait`` (on a condition, so that a stop
+can cut the wait short: ``StopSignal``). ``SystemClock`` and ``ManualClock`` are both; a test of such a loop may
+pass a smaller fake that has those four.
 """
 
 from __future__ import annotations
@@ -77,7 +78,9 @@ class Clock(Protocol):
 
 
 class ThreadClock(Protocol):
-    """Time for blocking code (threads, no event loop: the connectors): the thread side of ``Clock``."""
+    """Time for blocking code (threads, no event loop: the connectors): the thread side of ``Clock``, plus
+    ``block``. A protocol of its own, not ``Clock``, because ``Clock.sleep`` is a coroutine these threads cannot
+    await, and a test fake of a blocking loop need not implement the event-loop half."""
 
     def monotonic(self) -> float:
         """Seconds on a clock that never goes back (deadlines, intervals)."""
@@ -89,6 +92,11 @@ class ThreadClock(Protocol):
 
     def block(self, seconds: float) -> None:
         """Block the calling thread for ``seconds`` of this clock."""
+        ...
+
+    def wait(self, cond: threading.Condition, timeout: float) -> None:
+        """``cond.wait`` for at most ``timeout`` seconds of this clock (as ``Clock.wait``): the caller holds
+        ``cond`` and re-checks its predicate and the time afterwards."""
         ...
 
 
@@ -235,9 +243,10 @@ class ManualClock:
 
 
 class StopSignal:
-    """A stop flag that background threads sleep on: ``sleep`` returns early once ``stop`` is called."""
+    """A stop flag that background threads sleep on: ``sleep`` returns early once ``stop`` is called. Waits on
+    ``clock`` (either side's: it reads ``monotonic`` and ``wait`` only), so a ``ManualClock`` drives it."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock | ThreadClock) -> None:
         self._clock = clock
         self._cond = threading.Condition()
         self._stopped = False

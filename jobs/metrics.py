@@ -77,7 +77,7 @@ from connectors.config_sync.plan import ChangeStatus
 from connectors.config_sync.standing import ChangeKey
 from connectors.core.config import LinkConfig
 from connectors.core.delta import DeltaTableSet
-from connectors.core.errors import ConfigError, ReplicatorError, TableError
+from connectors.core.errors import ReplicatorConfigError, ReplicatorError, TableError
 from connectors.core.monitoring import MetricsSettings
 from connectors.heartbeat.monitor import HeartbeatMonitor, LinkStatus
 from connectors.replication.tables import METRICS, LinkTables
@@ -89,7 +89,7 @@ FEED_INTERVAL = 2.0
 """Seconds between two reads of the links' Delta metrics tables."""
 
 
-class MetricsPortInUseError(ConfigError):
+class MetricsPortInUseError(ReplicatorConfigError):
     """The configured metrics port is taken: the job stops before starting any query."""
 
 
@@ -293,8 +293,8 @@ def serve(settings: MetricsSettings, registry: CollectorRegistry, *, where: str 
             raise MetricsPortInUseError(
                 f"port {settings.port} on {settings.host} is already in use; stop what holds it or choose another "
                 f"port (0 = no endpoint)", field=where) from exc
-        raise ConfigError(f"cannot serve metrics on {settings.host}:{settings.port}: {exc.strerror or exc}",
-                          field=where) from exc
+        raise ReplicatorConfigError(f"cannot serve metrics on {settings.host}:{settings.port}: {exc.strerror or exc}",
+                                    field=where) from exc
     return server
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from connectors.core.config import STARTING_OFFSETS_FORMS, LinkConfig, load_replicator_config
 from connectors.core.driver_log import LOG_FORMAT
-from connectors.core.errors import ConfigError, OffsetFormatError, ReplicatorError
+from connectors.core.errors import OffsetFormatError, ReplicatorConfigError, ReplicatorError
 from connectors.core.offsets import OffsetSpec, QueueKey, parse_queue_offsets
 from connectors.core.spark_checkpoint import checkpoint_dir
 from connectors.replication.reader import RocketMQStreamReader
@@ -58,17 +58,18 @@ def parse_target(to: str) -> OffsetSpec:
         try:
             return OffsetSpec.parse(text)
         except OffsetFormatError as exc:
-            raise ConfigError(str(exc), field="--to") from exc
+            raise ReplicatorConfigError(str(exc), field="--to") from exc
     path = Path(text)
     try:
         content = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"{text!r} is not {STARTING_OFFSETS_FORMS.replace('per-queue offsets JSON', 'FILE')}, "
-                          f"and reading it as a file failed: {exc.strerror or exc}", field="--to") from exc
+        forms = STARTING_OFFSETS_FORMS.replace("per-queue offsets JSON", "FILE")
+        raise ReplicatorConfigError(f"{text!r} is not {forms}, and reading it as a file failed: "
+                                    f"{exc.strerror or exc}", field="--to") from exc
     try:
         return OffsetSpec("offsets", offsets=parse_queue_offsets(content))
     except OffsetFormatError as exc:
-        raise ConfigError(str(exc), file=text, field="--to") from exc
+        raise ReplicatorConfigError(str(exc), file=text, field="--to") from exc
 
 
 def plan(spec: OffsetSpec, queues: Sequence[QueueKey], resolved: Mapping[QueueKey, int],
@@ -76,18 +77,19 @@ def plan(spec: OffsetSpec, queues: Sequence[QueueKey], resolved: Mapping[QueueKe
          maxes: Mapping[QueueKey, int], link: str) -> list[QueueReset]:
     """The per-queue resets of ``spec`` (``resolved``: its offsets, ``RocketMQStreamReader.resolve``).
     Given per-queue offsets reset only the queues they name, each of which must be one of ``queues``
-    and within its [min, max]; ``ConfigError`` naming the first queue that is not."""
+    and within its [min, max]; ``ReplicatorConfigError`` naming the first queue that is not."""
     if spec.offsets is not None:
         named = list(spec.offsets.queues)
         known = set(queues)
         for queue in named:
             if queue not in known:
-                raise ConfigError(f"queue {queue.to_key()} is not a source queue of link {link} now (its queues: "
-                                  f"{', '.join(q.to_key() for q in queues) or 'none'})", field="--to")
+                raise ReplicatorConfigError(f"queue {queue.to_key()} is not a source queue of link {link} now (its "
+                                            f"queues: {', '.join(q.to_key() for q in queues) or 'none'})",
+                                            field="--to")
             offset = spec.offsets.queues[queue]
             if not mins[queue] <= offset <= maxes[queue]:
-                raise ConfigError(f"queue {queue.to_key()}: offset {offset} is outside the queue's "
-                                  f"[{mins[queue]}, {maxes[queue]}]", field="--to")
+                raise ReplicatorConfigError(f"queue {queue.to_key()}: offset {offset} is outside the queue's "
+                                            f"[{mins[queue]}, {maxes[queue]}]", field="--to")
         targets = named
     else:
         targets = list(queues)
@@ -160,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format=LOG_FORMAT)
     try:
         return reset(args.config, args.link, args.to, dry_run=args.dry_run)
-    except ConfigError as exc:
+    except ReplicatorConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except ReplicatorError as exc:

@@ -4,6 +4,14 @@
 shared background event loop (see ``runtime``) and are what Spark connectors use on executors.
 ``AsyncProducer``, ``AsyncPullConsumer`` and ``AsyncAdmin`` are the same clients for asyncio code.
 Errors are the classes of ``broker_store.protocol.errors``.
+
+Time: every client that keeps a deadline or a TTL (route cache, fault isolation, send and admin deadlines) takes
+``clock: Callable[[], float]``, a monotonic reading in seconds, default ``time.monotonic``, not a
+``broker_store.clock.Clock``. A reading is all the client uses of a clock, and it keeps the client below the
+clock module (client imports only net, protocol and acl: tests/unit/test_broker_store_layout.py). Callers holding
+the one clock pass its reading, ``clock.monotonic`` (a ``ManualClock``'s in tests, which then drives the TTLs and
+isolation with no sleep). Not through the clock: the back-off sleeps between a send's retries and
+``wait_for_route``'s polls (``asyncio.sleep`` on the client's loop, real time while a server answers).
 """
 
 from broker_store.client.admin import Admin, AsyncAdmin

@@ -258,7 +258,8 @@ class AsyncProducer:
 
     def _prepare_properties(self, message: Message) -> dict[str, str]:
         props = dict(message.properties)
-        if PROPERTY_UNIQ_KEY not in props:  # not setdefault: a new id costs ~5 us, most re-sends carry one
+        # not setdefault: making a new id is not free (benchmarks/MEASUREMENTS.md) and most re-sends carry one
+        if PROPERTY_UNIQ_KEY not in props:
             props[PROPERTY_UNIQ_KEY] = self._new_id()
         props.setdefault(PROPERTY_WAIT, "true")
         return props

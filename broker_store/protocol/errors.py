@@ -70,7 +70,8 @@ class CorruptRecordError(StoreError):
 
 
 class ConfigError(RocketMQError):
-    pass
+    """An invalid setting of a broker, name server, controller or client (a YAML file, a constructor argument, a
+    CLI option); the message names the field. The connectors' own is ``ReplicatorConfigError`` (their hierarchy)."""
 
 
 class ImageBuildError(RocketMQError):

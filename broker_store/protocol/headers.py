@@ -122,8 +122,8 @@ class SendMessageRequestHeader(Header):
     tests (tests/unit/test_protocol_codec.py, test_decoder_fuzz.py).
 
     Not frozen, unlike the other headers: the broker builds one per send, and a frozen ``__init__`` (one
-    ``object.__setattr__`` per field) cost more than parsing the fields (~1 us of ~2.5). Read-only by
-    contract: nothing assigns to it after decoding.
+    ``object.__setattr__`` per field) cost a large share of decoding it (benchmarks/MEASUREMENTS.md). Read-only
+    by contract: nothing assigns to it after decoding.
     """
 
     producer_group: str = v2("a")

@@ -34,9 +34,9 @@ log = logging.getLogger(__name__)
 
 _SCAN_ALL = 1 << 62
 VERIFY_BELOW_SCAN_BYTES = 256 << 20
-"""How much of the CommitLog below the scan start is verified at start (whole segments from there): ~1.5 s at the
-measured ~180 MB/s. RocketMQ checks the last three files; a bound in bytes keeps the start time independent of
-the segment size."""
+"""How much of the CommitLog below the scan start is verified at start (whole segments from there): a bounded
+share of the start time (benchmarks/MEASUREMENTS.md). RocketMQ checks the last three files; a bound in bytes keeps
+the start time independent of the segment size."""
 
 
 class Recovered(NamedTuple):

@@ -58,7 +58,6 @@ from connectors.checkpoint.tables import SHARED_DETAIL, CheckpointOutcome, Check
 from connectors.checkpoint.translation import (
     DEFAULT_MAX_RUNS,
     Outcome,
-    TargetQueueKey,
     Translation,
     target_offsets,
 )
@@ -85,7 +84,7 @@ class GroupCheckpoint:
     """What one group's checkpoint did."""
 
     group: str
-    committed: Mapping[TargetQueueKey, int]
+    committed: Mapping[QueueKey, int]
     """Target queues set this time -> their new next offset."""
     rows: tuple[CheckpointRow, ...]
 
@@ -181,24 +180,24 @@ def translate_group(offsets: Sequence[GroupOffset], progress: LinkProgress) -> l
 
 
 def outcome_rows(group: str, snapshot_ms: int, translations: Sequence[Translation],
-                 current: Mapping[TargetQueueKey, int], committed: Mapping[TargetQueueKey, int],
-                 errors: Mapping[TargetQueueKey, str],
-                 shared: Mapping[TargetQueueKey, Collection[QueueKey]] | None = None) -> list[CheckpointRow]:
+                 current: Mapping[QueueKey, int], committed: Mapping[QueueKey, int],
+                 errors: Mapping[QueueKey, str],
+                 shared: Mapping[QueueKey, Collection[QueueKey]] | None = None) -> list[CheckpointRow]:
     """One row per source queue: what became of its translation (pure; see ``CheckpointOutcome``); a row on
     a target queue of ``shared`` (-> the source queues feeding it) is marked ``SHARED_DETAIL``, inexact."""
     return mark_shared(_outcome_rows(group, snapshot_ms, translations, current, committed, errors), shared or {})
 
 
 def mark_shared(rows: Sequence[CheckpointRow],
-                shared: Mapping[TargetQueueKey, Collection[QueueKey]]) -> list[CheckpointRow]:
+                shared: Mapping[QueueKey, Collection[QueueKey]]) -> list[CheckpointRow]:
     """``rows`` with those on a target queue of ``shared`` marked ``SHARED_DETAIL`` and inexact."""
     return [_shared(r, shared[key]) if (key := _target_of(r)) is not None and key in shared else r for r in rows]
 
 
-def _target_of(row: CheckpointRow) -> TargetQueueKey | None:
+def _target_of(row: CheckpointRow) -> QueueKey | None:
     if row.target_topic is None or row.target_broker is None or row.target_queue_id is None:
         return None
-    return TargetQueueKey(row.target_topic, row.target_broker, row.target_queue_id)
+    return QueueKey(row.target_topic, row.target_broker, row.target_queue_id)
 
 
 def _shared(row: CheckpointRow, feeders: Collection[QueueKey]) -> CheckpointRow:
@@ -208,8 +207,8 @@ def _shared(row: CheckpointRow, feeders: Collection[QueueKey]) -> CheckpointRow:
 
 
 def _outcome_rows(group: str, snapshot_ms: int, translations: Sequence[Translation],
-                  current: Mapping[TargetQueueKey, int], committed: Mapping[TargetQueueKey, int],
-                  errors: Mapping[TargetQueueKey, str]) -> list[CheckpointRow]:
+                  current: Mapping[QueueKey, int], committed: Mapping[QueueKey, int],
+                  errors: Mapping[QueueKey, str]) -> list[CheckpointRow]:
     blocked = {t.target for t in translations if t.outcome is Outcome.PENDING and t.target is not None}
     rows = []
     for t in translations:
@@ -241,7 +240,7 @@ def _with(row: CheckpointRow, outcome: CheckpointOutcome, detail: str, committed
                          row.target_queue_id, row.target_offset, committed, row.exact, detail)
 
 
-def _mq(q: TargetQueueKey) -> MessageQueue:
+def _mq(q: QueueKey) -> MessageQueue:
     return MessageQueue(q.topic, q.broker_name, q.queue_id)
 
 
@@ -325,8 +324,8 @@ class CheckpointCommitter:
         targets = sorted({t.target for t in translations if t.outcome is Outcome.TRANSLATED and t.target})
         shared = {q: feeders for q in {t.target for t in translations if t.target is not None}
                   if len(feeders := progress.translator.feeders(q)) > 1}
-        current: dict[TargetQueueKey, int] = {}
-        errors: dict[TargetQueueKey, str] = {}
+        current: dict[QueueKey, int] = {}
+        errors: dict[QueueKey, str] = {}
         online: dict[str, list[str]] = {}
         for topic in sorted({q.topic for q in targets}):
             queues = [q for q in targets if q.topic == topic]
@@ -345,7 +344,7 @@ class CheckpointCommitter:
                                 for r in outcome_rows(group, snapshot_ms, translations, {}, {}, errors)], shared)
             return GroupCheckpoint(group, {}, tuple(rows))
         planned = target_offsets([t for t in translations if t.target not in errors], current)
-        committed: dict[TargetQueueKey, int] = {}
+        committed: dict[QueueKey, int] = {}
         for q, offset in sorted(planned.commit.items()):
             try:
                 once_more_on_new_route(partial(self._admin.update_consumer_offset, group, _mq(q), offset))
@@ -356,13 +355,13 @@ class CheckpointCommitter:
                                                                     committed, errors, shared)))
 
     def _read_target(self, group: str, topic: str,
-                     queues: Sequence[TargetQueueKey]) -> tuple[list[str], dict[TargetQueueKey, int]]:
+                     queues: Sequence[QueueKey]) -> tuple[list[str], dict[QueueKey, int]]:
         """The group's online consumers of ``topic`` on the target and, when there are none, its committed
         offsets on ``queues`` (a queue it never committed is left out)."""
         ids = self._admin.consumer_list(group, topic)
         if ids:
             return ids, {}
-        current: dict[TargetQueueKey, int] = {}
+        current: dict[QueueKey, int] = {}
         for q in queues:
             offset = self._admin.consumer_offset(group, _mq(q))
             if offset is not None:

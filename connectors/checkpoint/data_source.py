@@ -48,7 +48,7 @@ from connectors.checkpoint.snapshot import (
 from connectors.checkpoint.tables import CheckpointTables
 from connectors.core.delta import shared_table_set
 from connectors.core.driver_log import driver_logging
-from connectors.core.errors import ConfigError, ReplicatorError
+from connectors.core.errors import ReplicatorConfigError, ReplicatorError
 from connectors.core.executor import executor_admin, executor_producer
 from connectors.core.link_options import LinkOptions
 from connectors.core.spark_checkpoint import checkpoint_dir, query_id_from_checkpoint
@@ -172,7 +172,8 @@ class CheckpointStreamWriter(DataSourceStreamWriter):
         if any(not isinstance(m, SnapshotRows) for m in messages):
             raise ReplicatorError(f"link {o.link.name} checkpoint {batchId}: a write task returned no rows")
         if not o.checkpoint_location:
-            raise ConfigError("the checkpoint writer needs option 'checkpointLocation'", field="checkpointLocation")
+            raise ReplicatorConfigError("the checkpoint writer needs option 'checkpointLocation'",
+                                        field="checkpointLocation")
         rows = [r for m in messages if isinstance(m, SnapshotRows) for r in m.rows]
         committer, tables = self._committer(o)
         report = committer.apply(snapshot_from_rows(rows))

@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake.exceptions import DeltaError
 
-from connectors.checkpoint.translation import OffsetTranslator, Run, TargetQueueKey
+from connectors.checkpoint.translation import OffsetTranslator, Run
 from connectors.core.errors import TableError
 from connectors.core.offsets import QueueKey
 from connectors.replication.tables import OFFSET_MAP, LatestOffsets, LinkTables, is_map_summary
@@ -67,7 +67,7 @@ def _add_rows(translator: OffsetTranslator, rows: pa.Table) -> None:
             continue  # nothing delivered: no run
         translator.add(QueueKey(r["source_topic"], r["source_broker"], r["source_queue_id"]),
                        Run(r["source_first_offset"], r["source_last_offset"],
-                           TargetQueueKey(r["target_topic"], r["target_broker"], r["target_queue_id"]),
+                           QueueKey(r["target_topic"], r["target_broker"], r["target_queue_id"]),
                            r["target_first_offset"], r["target_last_offset"], r["messages"],
                            summary=is_map_summary(r["query_id"])))
 

@@ -60,21 +60,13 @@ DEFAULT_MAX_RUNS = DEFAULT_MAX_RUNS_PER_QUEUE
 it with ``checkpoints.max_runs_per_queue`` (``CheckpointSettings``, which owns the default)."""
 
 
-class TargetQueueKey(NamedTuple):
-    """One queue of a target topic."""
-
-    topic: str
-    broker_name: str
-    queue_id: int
-
-
 class Run(NamedTuple):
     """Source offsets ``source_first..source_last`` landed at ``target_first..target_last`` of ``target``;
     ``messages`` of them were delivered (= the target span)."""
 
     source_first: int
     source_last: int
-    target: TargetQueueKey
+    target: QueueKey
     target_first: int
     target_last: int
     messages: int
@@ -105,7 +97,7 @@ class Translation:
     source: QueueKey
     source_offset: int
     outcome: Outcome
-    target: TargetQueueKey | None = None
+    target: QueueKey | None = None
     """The target queue (None when unmapped)."""
     target_offset: int | None = None
     """Next target offset to consume (TRANSLATED only)."""
@@ -119,11 +111,11 @@ class OffsetTranslator:
     def __init__(self, runs: Iterable[tuple[QueueKey, Run]] = ()) -> None:
         self._runs: dict[QueueKey, list[Run]] = {}
         self._firsts: dict[QueueKey, list[int]] = {}
-        self._feeders: dict[TargetQueueKey, set[QueueKey]] = {}
+        self._feeders: dict[QueueKey, set[QueueKey]] = {}
         for source, run in runs:
             self.add(source, run)
 
-    def feeders(self, target: TargetQueueKey) -> frozenset[QueueKey]:
+    def feeders(self, target: QueueKey) -> frozenset[QueueKey]:
         """Every source queue any run ever added put into ``target`` (folding and cutting runs keep them):
         more than one means the target queue is shared and its translation may re-read."""
         return frozenset(self._feeders.get(target, ()))
@@ -282,7 +274,7 @@ def _merge_continuations(runs: list[Run]) -> list[Run]:
 class TargetQueueOffsets:
     """The target group's offsets to commit, per target queue, from one snapshot of the source group."""
 
-    commit: Mapping[TargetQueueKey, int]
+    commit: Mapping[QueueKey, int]
     """Target queue -> next offset, only where it moves forward."""
     pending: tuple[Translation, ...]
     """Source queues whose offset is not replicated yet; their target queues are not committed."""
@@ -292,12 +284,12 @@ class TargetQueueOffsets:
     """Translations that fell inside a run with gaps (conservative)."""
 
 
-def target_offsets(translations: Iterable[Translation], current: Mapping[TargetQueueKey, int]) -> TargetQueueOffsets:
+def target_offsets(translations: Iterable[Translation], current: Mapping[QueueKey, int]) -> TargetQueueOffsets:
     """Fold per-source-queue translations into target-queue offsets: the minimum over the source queues
     feeding a target queue, none for a target queue fed by a pending source queue, and only offsets above
     ``current`` (the target group's committed offsets; never backwards)."""
-    lowest: dict[TargetQueueKey, int] = {}
-    blocked: set[TargetQueueKey] = set()
+    lowest: dict[QueueKey, int] = {}
+    blocked: set[QueueKey] = set()
     pending: list[Translation] = []
     unmapped: list[Translation] = []
     inexact: list[Translation] = []

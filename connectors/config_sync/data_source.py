@@ -38,7 +38,7 @@ from connectors.config_sync.evidence import Evidence, Judgement, Memory, judge
 from connectors.config_sync.state import ClusterState, ConfigPoller, registered_groups
 from connectors.core.delta import shared_table_set
 from connectors.core.driver_log import driver_logging
-from connectors.core.errors import ConfigError, ReplicatorError
+from connectors.core.errors import ReplicatorConfigError, ReplicatorError
 from connectors.core.executor import executor_admin
 from connectors.core.link_options import LinkOptions
 from connectors.core.spark_checkpoint import checkpoint_dir, query_id_from_checkpoint
@@ -129,7 +129,8 @@ class ConfigStreamWriter(DataSourceStreamWriter):
         if any(not isinstance(m, ConfigRows) for m in messages):
             raise ReplicatorError(f"link {o.link.name} config sync {batchId}: a write task returned no rows")
         if not o.checkpoint_location:
-            raise ConfigError("the config writer needs option 'checkpointLocation'", field="checkpointLocation")
+            raise ReplicatorConfigError("the config writer needs option 'checkpointLocation'",
+                                        field="checkpointLocation")
         rows = sorted(r for m in messages if isinstance(m, ConfigRows) for r in m.rows)[-1:]  # one per trigger
         target = o.config.cluster(o.link.target)
         source = o.config.cluster(o.link.source)

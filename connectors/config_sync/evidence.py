@@ -15,11 +15,10 @@ held it (its *holders*), never by the whole listing:
 
 A broker group holding a remembered name but not registered now is added to the snapshot's ``unreachable``
 (``judge`` returns the amended state), so the applier sees a partial view and clears nothing on it. The same
-holds for the target: the target's broker groups seen registered before (``Memory.target_groups``) and missing
-now are handed to the applier as unreachable target groups, so a target broker that is down or expired never
-makes a topic look missing there; every target group seen so far travels too (``Evidence.known_target_groups``),
-so one that leaves between the snapshot and the applier's own read of the target counts as unreachable as well
-(``Evidence.target_gaps``).
+holds for the target: every target broker group seen registered so far (``Memory.target_groups``, travelling as
+``Evidence.known_target_groups``) that the applier's own read of the target lacks counts as unreachable there
+(``Evidence.target_gaps``), so a target broker that is down or expired, before the snapshot or between it and
+the apply, never makes a topic look missing there.
 
 The memory is the reader's Spark offset (``Memory.to_offset`` / ``from_offset``), so a restart keeps it::
 
@@ -92,31 +91,29 @@ class Evidence:
     unknown_topics: Mapping[str, str] = field(default_factory=dict)
     """Source topic not in the snapshot whose holders did not all answer -> why its state is unknown."""
     unknown_groups: Mapping[str, str] = field(default_factory=dict)
-    missing_target_groups: Mapping[str, str] = field(default_factory=dict)
-    """Target broker group seen before and not registered now -> why it counts as unreachable."""
     known_target_groups: tuple[str, ...] = ()
-    """Every target broker group seen registered so far (sorted): one the applier's own, later read of the
-    target lacks counts as unreachable too (it left between the snapshot and the apply)."""
+    """Every target broker group seen registered so far (sorted), those missing at the snapshot included: one
+    the applier's own, later read of the target lacks counts as unreachable (``target_gaps``). The groups missing
+    at the snapshot are not stored apart: they are among these and the later read lacks them too, unless they
+    came back, when they are not unreachable any more."""
 
     def to_json(self) -> dict[str, Any]:
         return {"deletedTopics": dict(self.deleted_topics), "deletedGroups": dict(self.deleted_groups),
                 "unknownTopics": dict(self.unknown_topics), "unknownGroups": dict(self.unknown_groups),
-                "missingTargetGroups": dict(self.missing_target_groups),
                 "knownTargetGroups": list(self.known_target_groups)}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Evidence:
+        """Reads a row written before ``missingTargetGroups`` went too (its groups are among ``knownTargetGroups``)."""
         return cls(dict(d.get("deletedTopics", {})), dict(d.get("deletedGroups", {})),
                    dict(d.get("unknownTopics", {})), dict(d.get("unknownGroups", {})),
-                   dict(d.get("missingTargetGroups", {})), tuple(d.get("knownTargetGroups", ())))
+                   tuple(d.get("knownTargetGroups", ())))
 
     def target_gaps(self, target: ClusterState) -> dict[str, str]:
         """The target broker groups this evidence expects and ``target`` (read later) neither lists with a
         primary nor already calls unreachable -> why they count as unreachable."""
-        gaps = {g: why for g, why in self.missing_target_groups.items() if g not in target.brokers}
-        gaps.update((g, NOT_REGISTERED) for g in self.known_target_groups
-                    if g not in target.brokers and g not in gaps)
-        return {g: why for g, why in gaps.items() if g not in target.unreachable}
+        return {g: NOT_REGISTERED for g in self.known_target_groups
+                if g not in target.brokers and g not in target.unreachable}
 
     def retrying(self, topics: Iterable[str], groups: Iterable[str]) -> Evidence:
         """With the deletions judged in an earlier round and not applied yet (``standing.unfinished_deletions``)
@@ -181,15 +178,9 @@ def judge(memory: Memory, state: ClusterState, target_groups: Iterable[str] | No
         memory.topics, {n: t.brokers for n, t in state.topics.items()}, memory.absent_topics)
     d_groups, u_groups, k_groups, a_groups = items(
         memory.groups, {g: state.group_holders.get(g, ()) for g in state.groups}, memory.absent_groups)
-    missing_target: dict[str, str] = {}
-    known_target = set(memory.target_groups)
-    if target_groups is not None:
-        now = set(target_groups)
-        missing_target = {g: NOT_REGISTERED for g in sorted(known_target - now)}
-        known_target |= now
+    known_target = set(memory.target_groups) | set(target_groups or ())
     amended = dataclasses.replace(state, unreachable=unreachable)
-    return Judgement(amended, Evidence(d_topics, d_groups, u_topics, u_groups, missing_target,
-                                       tuple(sorted(known_target))),
+    return Judgement(amended, Evidence(d_topics, d_groups, u_topics, u_groups, tuple(sorted(known_target))),
                      Memory(k_topics, k_groups, a_topics, a_groups, tuple(sorted(known_target)), memory.tick + 1))
 
 

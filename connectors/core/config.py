@@ -3,7 +3,7 @@
 Loaded once on the driver by the ``jobs/`` entry points with ``load_replicator_config(path)``; the
 link objects (frozen, picklable) are then handed to the Spark source and sink options and to
 ``TopicMapper`` / ``LinkTables`` / ``FailurePolicyRunner``. Every check happens at load time and fails
-with ``ConfigError("<file>: <field.path>: <reason>")``; only credentials are resolved later, at use
+with ``ReplicatorConfigError("<file>: <field.path>: <reason>")``; only credentials are resolved later, at use
 time, from the environment (``ClusterConfig.credentials``).
 
 File layout (``conf/replicator.yaml`` is the commented example)::
@@ -53,7 +53,7 @@ from broker_store.protocol.message import PROPERTY_REPLICATOR_SOURCE
 from connectors.core.credentials import INLINE_SECRET_KEYS as INLINE_SECRET_KEYS  # re-exported
 from connectors.core.credentials import read_credentials_file as read_credentials_file  # re-exported
 from connectors.core.credentials import resolve_credentials as resolve_credentials  # re-exported
-from connectors.core.errors import ConfigError, OffsetFormatError
+from connectors.core.errors import OffsetFormatError, ReplicatorConfigError
 from connectors.core.history_settings import HistorySettings
 from connectors.core.monitoring import HEARTBEAT_TOPIC, HeartbeatSettings, MetricsSettings
 from connectors.core.offsets import OffsetSpec
@@ -529,19 +529,19 @@ class ReplicatorConfig(_Model):
         return self
 
     def cluster(self, name: str) -> ClusterConfig:
-        """The cluster called ``name``; ``ConfigError`` listing the defined names otherwise."""
+        """The cluster called ``name``; ``ReplicatorConfigError`` listing the defined names otherwise."""
         for cluster in self.clusters:
             if cluster.name == name:
                 return cluster
         defined = [c.name for c in self.clusters]
-        raise ConfigError(f"no cluster {name!r}; defined: {defined}", field="clusters")
+        raise ReplicatorConfigError(f"no cluster {name!r}; defined: {defined}", field="clusters")
 
     def link(self, name: str) -> LinkConfig:
-        """The link called ``name``; ``ConfigError`` listing the defined names otherwise."""
+        """The link called ``name``; ``ReplicatorConfigError`` listing the defined names otherwise."""
         for link in self.links:
             if link.name == name:
                 return link
-        raise ConfigError(f"no link {name!r}; defined: {[link.name for link in self.links]}", field="links")
+        raise ReplicatorConfigError(f"no link {name!r}; defined: {[link.name for link in self.links]}", field="links")
 
 
 def _render_location(loc: tuple[int | str, ...], extra: str | None) -> str:
@@ -553,8 +553,8 @@ def _render_location(loc: tuple[int | str, ...], extra: str | None) -> str:
     return path or "<root>"
 
 
-def config_error_from_validation(exc: ValidationError, *, file: str | None) -> ConfigError:
-    """Translate pydantic's errors into one ``ConfigError`` (first field named; every error listed)."""
+def config_error_from_validation(exc: ValidationError, *, file: str | None) -> ReplicatorConfigError:
+    """Translate pydantic's errors into one ``ReplicatorConfigError`` (first field named; every error listed)."""
     entries: list[tuple[str, str]] = []
     for error in exc.errors():
         ctx = error.get("ctx") or {}
@@ -565,14 +565,14 @@ def config_error_from_validation(exc: ValidationError, *, file: str | None) -> C
                   else error_reason(error))
         entries.append((_render_location(loc, extra), reason))
     field, reason = combine_errors(entries)
-    return ConfigError(reason, file=file, field=field)
+    return ReplicatorConfigError(reason, file=file, field=field)
 
 
 def parse_replicator_config(data: Any, *, file: str | None = None) -> ReplicatorConfig:
     """Validate an already-parsed YAML document; ``file`` only labels errors."""
     if not isinstance(data, Mapping):
-        raise ConfigError(f"expected a mapping with 'clusters' and 'links', got {type(data).__name__}",
-                          file=file)
+        raise ReplicatorConfigError(f"expected a mapping with 'clusters' and 'links', got {type(data).__name__}",
+                                    file=file)
     try:
         return ReplicatorConfig.model_validate(data)
     except ValidationError as exc:
@@ -580,15 +580,15 @@ def parse_replicator_config(data: Any, *, file: str | None = None) -> Replicator
 
 
 def load_replicator_config(path: str | os.PathLike[str]) -> ReplicatorConfig:
-    """Read and validate a replicator YAML file; every problem raises ``ConfigError`` naming the file."""
+    """Read and validate a replicator YAML file; every problem raises ``ReplicatorConfigError`` naming the file."""
     file = os.fspath(path)
     try:
         with open(file, encoding="utf-8") as fh:
             data = yaml.safe_load(fh)
     except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror or exc}", file=file) from exc
+        raise ReplicatorConfigError(f"cannot read: {exc.strerror or exc}", file=file) from exc
     except UnicodeDecodeError as exc:  # raised from inside safe_load as it reads the file
-        raise ConfigError(f"not UTF-8: {exc}", file=file) from exc
+        raise ReplicatorConfigError(f"not UTF-8: {exc}", file=file) from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {exc}", file=file) from exc
+        raise ReplicatorConfigError(f"not valid YAML: {exc}", file=file) from exc
     return parse_replicator_config(data, file=file)

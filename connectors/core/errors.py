@@ -4,7 +4,7 @@ Everything the replicator's connector layer raises derives from ``ReplicatorErro
 the behaviour flag instead of matching types::
 
     ReplicatorError                 retriable
-    +-- ConfigError                 (bad replicator config; names file, field path, reason)
+    +-- ReplicatorConfigError       (bad replicator config; names file, field path, reason)
     |   +-- CredentialError         (a credential's environment variable is unset at use time)
     |   +-- FailureHookError        (failure_hook "module:function" is not importable / callable)
     +-- TopicMappingError           (a mapping rule produced an invalid target topic name)
@@ -32,8 +32,13 @@ class ReplicatorError(Exception):
     """Running the same operation again (e.g. re-running the batch) may succeed."""
 
 
-class ConfigError(ReplicatorError):
-    """Invalid replicator configuration.
+class ReplicatorConfigError(ReplicatorError):
+    """Invalid replicator configuration (the replicator YAML, a Spark option, a job's argument).
+
+    Not ``broker_store.protocol.errors.ConfigError``: that one is a broker's, name server's or client's setting
+    (a ``RocketMQError``, caught by the broker CLI), while this one belongs to the connectors' own hierarchy
+    (``ReplicatorError``, what a Spark job catches) and carries the file and field apart. The names differ so
+    that a module seeing both, a test or a fuzz target, never needs an alias to tell them apart.
 
     ``str(err)`` reads ``<file>: <field.path>: <reason>``; the parts are kept as attributes so tools
     can point at the field.
@@ -47,11 +52,11 @@ class ConfigError(ReplicatorError):
         super().__init__(": ".join([*parts, reason]))
 
 
-class CredentialError(ConfigError):
+class CredentialError(ReplicatorConfigError):
     """A cluster's credentials name an environment variable that is unset or empty."""
 
 
-class FailureHookError(ConfigError):
+class FailureHookError(ReplicatorConfigError):
     """``failure_hook`` does not resolve to a callable (import error, missing attribute, not callable)."""
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from connectors.core.config import LinkConfig, ReplicatorConfig, load_replicator_config
-from connectors.core.errors import ConfigError
+from connectors.core.errors import ReplicatorConfigError
 from connectors.core.options import lowered
 
 
@@ -30,12 +30,12 @@ class LinkOptions:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> LinkOptions:
-        """``ConfigError`` naming ``config`` or ``link`` when one is missing, or what the YAML gets wrong."""
+        """``ReplicatorConfigError`` naming ``config`` or ``link`` when one is missing, or what the YAML gets wrong."""
         opts = lowered(options)
         path, name = opts.get("config"), opts.get("link")
         if not path or not name:
-            raise ConfigError("options 'config' (the replicator YAML) and 'link' are both required",
-                              field="config" if not path else "link")
+            raise ReplicatorConfigError("options 'config' (the replicator YAML) and 'link' are both required",
+                                        field="config" if not path else "link")
         config = load_replicator_config(path)
         link = config.link(name)
         delta = opts.get("deltalocation") or str(Path(link.delta_location).resolve())

@@ -32,10 +32,18 @@ KEY_SEPARATOR = "/"
 
 
 class QueueKey(NamedTuple):
-    """One source queue (same shape as the client's ``MessageQueue``)."""
+    """One queue of a topic on one broker group, on either cluster of a link: the connectors' key for a queue in
+    offsets, offset mappings, placements and checkpoints. Which cluster is said by the name holding it
+    (``source`` / ``target``), not by a second type (the checkpoint's ``TargetQueueKey`` was one).
+
+    The same triple as the client's ``broker_store.client.MessageQueue``, kept a type of its own (converted at
+    the client calls) because it is a tuple: the connectors build and look it up from plain tuples and Spark rows
+    (``QueueKey(*row)``, keys equal to tuples) and it owns the offset document's key format (``to_key`` /
+    ``from_key``), which the client has no business knowing; ``MessageQueue`` is a frozen dataclass that equals
+    only itself."""
 
     topic: str
-    """Source topic name."""
+    """Topic name."""
     broker_name: str
     """Broker group the queue lives on."""
     queue_id: int

@@ -5,7 +5,7 @@ data source its options as strings with case-insensitive names; a settings model
 once, as a field (type, default, constraints, docstring) whose Spark name is the field's alias
 (camelCase of the field name, ``connectors.core.settings_base.SettingsModel``). ``given_options`` picks the options a
 model knows from what the user gave, ``validate_options`` validates them with pydantic's lax coercion
-("3" -> 3, "true" -> True) and reports a problem as ``ConfigError`` naming the option as the user spells
+("3" -> 3, "true" -> True) and reports a problem as ``ReplicatorConfigError`` naming the option as the user spells
 it. The link YAML is validated by the same models (``LinkConfig`` derives from the reader's and writer's
 settings), so an option and its YAML key cannot disagree on a default or a bound.
 """
@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from connectors.core.errors import ConfigError
+from connectors.core.errors import ReplicatorConfigError
 from connectors.core.settings_base import combine_errors, error_reason
 
 M = TypeVar("M", bound=BaseModel)
@@ -51,15 +51,15 @@ def given_options(model: type[BaseModel], options: Mapping[str, str], *,
 
 def validate_options(model: type[M], values: Mapping[str, Any]) -> M:
     """``model`` from field values (option strings and values derived by the caller); a validation
-    error becomes one ``ConfigError`` naming the first bad option (every problem listed)."""
+    error becomes one ``ReplicatorConfigError`` naming the first bad option (every problem listed)."""
     try:
         return model.model_validate(dict(values))
     except ValidationError as exc:
         raise options_error(model, exc) from exc
 
 
-def options_error(model: type[BaseModel], exc: ValidationError) -> ConfigError:
-    """``exc`` as a ``ConfigError`` whose field is the Spark option name."""
+def options_error(model: type[BaseModel], exc: ValidationError) -> ReplicatorConfigError:
+    """``exc`` as a ``ReplicatorConfigError`` whose field is the Spark option name."""
     entries: list[tuple[str, str]] = []
     for error in exc.errors():
         ctx = error.get("ctx") or {}
@@ -68,4 +68,4 @@ def options_error(model: type[BaseModel], exc: ValidationError) -> ConfigError:
         reason = "required (or give config + link)" if error["type"] == "missing" else error_reason(error)
         entries.append((option_name(model, field), reason))
     first_field, first_reason = combine_errors(entries)
-    return ConfigError(first_reason, field=first_field)
+    return ReplicatorConfigError(first_reason, field=first_field)

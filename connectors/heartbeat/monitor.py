@@ -31,8 +31,8 @@ checkpoints (those outlive a restart and appear only once Spark is up), nor the 
 (there is none until the heartbeat query runs, and the topic keeps those of earlier runs). A link's
 start-up ends when its heartbeats flow, not with its first arrival: with 1 s heartbeats the first ones
 after a start arrive late (born while its replication query was starting) and then seconds apart while
-the job's queries and Python workers warm up (measured on ``jobs/run_all.py``: 2-3 s of lag, gaps over
-3 intervals during the first seconds). After that, or once startup_limit has passed, only the age rules
+the job's queries and Python workers warm up (several intervals of lag and gaps, benchmarks/MEASUREMENTS.md).
+After that, or once startup_limit has passed, only the age rules
 apply: a link that never starts up is BROKEN or IDLE after startup_limit, as before after stale_after.
 """
 

@@ -20,7 +20,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 
-from broker_store.clock import SYSTEM_CLOCK, ThreadClock, wall_ms
+from broker_store.clock import SYSTEM_CLOCK, StopSignal, ThreadClock, wall_ms
 from connectors.core.config import ReplicatorConfig
 from connectors.core.errors import ReplicatorError
 from connectors.core.monitoring import STALE_INTERVALS
@@ -36,7 +36,8 @@ MAX_POLL_INTERVAL = 2.0
 
 
 class HeartbeatMonitorLoop:
-    """See the module docstring. ``start`` / ``stop`` from the job's main thread."""
+    """See the module docstring. ``start`` / ``stop`` from the job's main thread. The thread waits between polls
+    on ``clock`` (a ``StopSignal``), so ``stop`` ends the wait at once and a ``ManualClock`` paces the polls."""
 
     def __init__(self, config: ReplicatorConfig, links: Sequence[str], *,
                  clock: ThreadClock = SYSTEM_CLOCK) -> None:
@@ -60,7 +61,7 @@ class HeartbeatMonitorLoop:
         self._run_id = f"heartbeat-monitor-{uuid.uuid4()}"
         self._poll = 0
         self._unreachable: set[str] = set()
-        self._stop = threading.Event()
+        self._stop = StopSignal(clock)
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -68,7 +69,7 @@ class HeartbeatMonitorLoop:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stop.stop()
         if self._thread is not None:
             self._thread.join(timeout=30)
         for tail in self._tails.values():
@@ -77,7 +78,7 @@ class HeartbeatMonitorLoop:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.poll_once()
-            self._stop.wait(self.poll_interval)
+            self._stop.sleep(self.poll_interval)
 
     def poll_once(self) -> None:
         """One round: produced heartbeats from the sources, arrivals from the targets, the table rows."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from broker_store.client import SessionCredentials, TlsClientSettings
 from connectors.core.config import load_replicator_config
-from connectors.core.errors import ConfigError
+from connectors.core.errors import ReplicatorConfigError
 from connectors.core.options import lowered
 
 
@@ -47,14 +47,15 @@ class HeartbeatOptions:
         for link in self.links:
             if link.link == name:
                 return link
-        raise ConfigError(f"no link {name!r} in this heartbeat source; links: {self.link_names}", field="links")
+        raise ReplicatorConfigError(f"no link {name!r} in this heartbeat source; links: {self.link_names}",
+                                    field="links")
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> HeartbeatOptions:
         opts = lowered(options)
         path = opts.get("config")
         if not path:
-            raise ConfigError("required: the replicator.yaml path", field="config")
+            raise ReplicatorConfigError("required: the replicator.yaml path", field="config")
         config = load_replicator_config(path)
         names = [n.strip() for n in opts.get("links", "").split(",") if n.strip()]
         names = names or [link.name for link in config.links]

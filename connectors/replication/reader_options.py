@@ -25,7 +25,7 @@ from connectors.core.config import (
     read_credentials_file,
     resolve_credentials,
 )
-from connectors.core.errors import ConfigError
+from connectors.core.errors import ReplicatorConfigError
 from connectors.core.options import given_options, lowered, validate_options
 from connectors.core.rows import RowFormat
 from connectors.core.topic_mapping import TopicMapper, is_system_topic
@@ -178,8 +178,8 @@ class SourceOptions(ReadSettings):
         link_name = opts.get("link")
         if opts.get("config") is not None:
             if not link_name:
-                raise ConfigError("option 'config' needs option 'link' (which link of the file to read)",
-                                  field="link")
+                raise ReplicatorConfigError("option 'config' needs option 'link' (which link of the file to read)",
+                                            field="link")
             replicator = load_replicator_config(opts["config"])
             link_cfg = replicator.link(link_name)
             cluster_cfg = replicator.cluster(link_cfg.source)
@@ -191,15 +191,15 @@ class SourceOptions(ReadSettings):
         given = [name for name, value in (("topics", topics), ("topicPattern", pattern),
                                           ("config", link_cfg)) if value]
         if len(given) != 1:
-            raise ConfigError(f"give exactly one of topics, topicPattern or config+link (got {given or 'none'})",
-                              field="topics")
+            raise ReplicatorConfigError(
+                f"give exactly one of topics, topicPattern or config+link (got {given or 'none'})", field="topics")
         if pattern is not None:
             try:
                 re.compile(pattern)
                 if opts.get("topicexclude"):
                     re.compile(opts["topicexclude"])
             except re.error as exc:
-                raise ConfigError(f"invalid regular expression: {exc}", field="topicPattern") from exc
+                raise ReplicatorConfigError(f"invalid regular expression: {exc}", field="topicPattern") from exc
         selection = TopicSelection(
             topics=topics, pattern=pattern, exclude=opts.get("topicexclude"),
             mapping=link_cfg.topics if link_cfg is not None else None)
@@ -218,8 +218,8 @@ class SourceOptions(ReadSettings):
         credentials: SessionCredentials | None
         if "credentialsfile" in opts:
             if "accesskeyenv" in opts or "secretkeyenv" in opts:
-                raise ConfigError("give either credentialsFile or accessKeyEnv / secretKeyEnv, not both",
-                                  field="credentialsFile")
+                raise ReplicatorConfigError("give either credentialsFile or accessKeyEnv / secretKeyEnv, not both",
+                                            field="credentialsFile")
             credentials = read_credentials_file(opts["credentialsfile"], field="credentialsFile")
         elif "accesskeyenv" in opts or "secretkeyenv" in opts:
             credentials = resolve_credentials(opts.get("accesskeyenv"), opts.get("secretkeyenv"),

@@ -82,7 +82,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from connectors.core.driver_log import driver_logging
-from connectors.core.errors import ConfigError
+from connectors.core.errors import ReplicatorConfigError
 from connectors.core.rows import (
     COL_RECORDS,
     COL_START_OFFSET,
@@ -121,10 +121,10 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
                     else RAW_REQUIRED_COLUMNS if COL_RECORDS in names else REQUIRED_COLUMNS)
         missing = [c for c in required if c not in names]
         if missing:
-            raise ConfigError(f"the rows lack column(s) {missing}; write the rocketmq source's rows "
-                              f"(columns {list(REQUIRED_COLUMNS)} at least, {list(RAW_REQUIRED_COLUMNS)} with "
-                              f"rowFormat=raw, or the {list(RANGES_REQUIRED_COLUMNS)} of rowFormat=ranges)",
-                              field="schema")
+            raise ReplicatorConfigError(f"the rows lack column(s) {missing}; write the rocketmq source's rows "
+                                        f"(columns {list(REQUIRED_COLUMNS)} at least, {list(RAW_REQUIRED_COLUMNS)} "
+                                        f"with rowFormat=raw, or the {list(RANGES_REQUIRED_COLUMNS)} of "
+                                        f"rowFormat=ranges)", field="schema")
         if self.options.failure_hook:
             load_failure_hook(self.options.failure_hook)  # fail the query now, not at the first failure
 

@@ -25,7 +25,7 @@ from connectors.core.config import (
     read_credentials_file,
     resolve_credentials,
 )
-from connectors.core.errors import ConfigError
+from connectors.core.errors import ReplicatorConfigError
 from connectors.core.history_settings import HistorySettings
 from connectors.core.options import given_options, lowered, validate_options
 
@@ -158,7 +158,7 @@ class SinkOptions(WriteSettings):
         link_name = opts.get("link")
         if "config" in opts:
             if not link_name:
-                raise ConfigError("option 'config' needs option 'link'", field="link")
+                raise ReplicatorConfigError("option 'config' needs option 'link'", field="link")
             replicator = load_replicator_config(opts["config"])
             link = replicator.link(link_name)
             values.update(
@@ -176,10 +176,11 @@ class SinkOptions(WriteSettings):
             try:
                 mapping = json.loads(opts["topicmapping"])
             except json.JSONDecodeError as exc:
-                raise ConfigError(f"not JSON: {exc}", field="topicMapping") from exc
+                raise ReplicatorConfigError(f"not JSON: {exc}", field="topicMapping") from exc
             if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                         for k, v in mapping.items()):
-                raise ConfigError('must be a JSON object {"source topic": "target topic"}', field="topicMapping")
+                raise ReplicatorConfigError('must be a JSON object {"source topic": "target topic"}',
+                                            field="topicMapping")
             values["topic_map"] = mapping
         if "failure_policy" in values:
             values["failure_policy"] = values["failure_policy"].strip().lower()
@@ -189,8 +190,8 @@ class SinkOptions(WriteSettings):
             ak, sk, file = (opts.get(o.lower()) for o in (ak_option, sk_option, file_option))
             if file is not None:
                 if ak is not None or sk is not None:
-                    raise ConfigError(f"give either {file_option} or {ak_option} / {sk_option}, not both",
-                                      field=file_option)
+                    raise ReplicatorConfigError(f"give either {file_option} or {ak_option} / {sk_option}, not both",
+                                                field=file_option)
                 values[name] = read_credentials_file(file, field=file_option)
             elif ak is not None or sk is not None:
                 values[name] = resolve_credentials(ak, sk, fields=(ak_option, sk_option))

@@ -7,6 +7,7 @@ set (1_700_000_000.001 s is stored as ...000.00099999...), which ``wall_ms`` tru
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 
 
@@ -18,8 +19,8 @@ def _seconds(ms: int) -> float:
 
 class MillisClock:
     """A ``broker_store.clock.ThreadClock`` whose wall and monotonic time is ``now_ms``, set or advanced by the test.
-    ``step_ms``: added after each wall-time read (a clock that has moved by the next stamp). ``block`` moves the
-    clock instead of sleeping (one thread: the test's)."""
+    ``step_ms``: added after each wall-time read (a clock that has moved by the next stamp). ``block`` and ``wait``
+    move the clock instead of sleeping (one thread: the test's)."""
 
     def __init__(self, now_ms: int = 1_700_000_000_000, *, step_ms: int = 0) -> None:
         self.now_ms = now_ms
@@ -36,13 +37,16 @@ class MillisClock:
     def block(self, seconds: float) -> None:
         self.advance(round(seconds * 1000))
 
+    def wait(self, cond: threading.Condition, timeout: float) -> None:
+        self.block(timeout)
+
     def advance(self, ms: int) -> None:
         self.now_ms += ms
 
 
 class ReadingClock:
     """A ``broker_store.clock.ThreadClock`` whose every reading is ``read_ms()`` (ms since the epoch): a test's own
-    sequence of times (``lambda: next(times)``) or a cell it moves (``lambda: now[0]``). It cannot block."""
+    sequence of times (``lambda: next(times)``) or a cell it moves (``lambda: now[0]``). It cannot block or wait."""
 
     def __init__(self, read_ms: Callable[[], int]) -> None:
         self._read_ms = read_ms
@@ -55,3 +59,6 @@ class ReadingClock:
 
     def block(self, seconds: float) -> None:
         raise AssertionError("a ReadingClock cannot block: use MillisClock")
+
+    def wait(self, cond: threading.Condition, timeout: float) -> None:
+        raise AssertionError("a ReadingClock cannot wait: use MillisClock")

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from broker_store.client.producer import BrokerFaultTable
 from broker_store.clock import SYSTEM_CLOCK, ManualClock, StopSignal, ThreadClock
 
 
@@ -153,3 +154,15 @@ def test_system_clock_timeout_and_call_later_are_asyncio_s() -> None:
         SYSTEM_CLOCK.call_later(0, lambda: None).cancel()
 
     asyncio.run(main())
+
+
+def test_the_clients_time_is_a_reading_of_the_one_clock() -> None:
+    # broker_store.client takes a monotonic reading, not a Clock (it stays below the clock module): a ManualClock's
+    # reading drives the producer's fault isolation with no sleep.
+    clock = ManualClock()
+    faults = BrokerFaultTable(isolation=10.0, clock=clock.monotonic)
+    faults.mark_failed("b1")
+    clock.advance(9.5)
+    assert not faults.available("b1") and faults.available("b2")
+    clock.advance(0.5)
+    assert faults.available("b1")

@@ -18,9 +18,9 @@ from connectors.checkpoint.snapshot import (
     snapshot_rows,
 )
 from connectors.checkpoint.tables import CheckpointOutcome, CheckpointRow, CheckpointTables, checkpoint_age_ms
-from connectors.checkpoint.translation import OffsetTranslator, Outcome, Run, TargetQueueKey
+from connectors.checkpoint.translation import OffsetTranslator, Outcome, Run
 from connectors.core.config import parse_replicator_config
-from connectors.core.errors import ConfigError
+from connectors.core.errors import ReplicatorConfigError
 from connectors.core.history_settings import HistorySettings
 from connectors.core.offsets import QueueKey
 from connectors.core.sync_settings import GroupSelection
@@ -29,7 +29,7 @@ from connectors.replication.tables import LinkTables
 from tests.support.clocks import MillisClock, ReadingClock
 
 A0, A1 = QueueKey("Orders", "src-a", 0), QueueKey("Orders", "src-a", 1)
-T0, T1 = TargetQueueKey("OrdersDR", "dst-a", 0), TargetQueueKey("OrdersDR", "dst-a", 1)
+T0, T1 = QueueKey("OrdersDR", "dst-a", 0), QueueKey("OrdersDR", "dst-a", 1)
 
 
 def test_group_selection() -> None:
@@ -50,7 +50,7 @@ def test_link_yaml_takes_checkpoint_settings_and_names_a_bad_field() -> None:
     assert link.checkpoints.interval == 2.0 and link.checkpoints.groups.selects("app_1")
     assert link.config_sync.propagate_deletion is False
     link_doc["checkpoints"] = {"groups": {"include": ["("]}}
-    with pytest.raises(ConfigError, match=r"links\[0\]\.checkpoints\.groups\.include\[0\]"):
+    with pytest.raises(ReplicatorConfigError, match=r"links\[0\]\.checkpoints\.groups\.include\[0\]"):
         parse_replicator_config(doc, file="x.yaml")
 
 

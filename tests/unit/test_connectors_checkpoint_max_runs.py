@@ -19,7 +19,7 @@ from connectors.checkpoint.link_state import LinkProgress
 from connectors.checkpoint.snapshot import GroupOffset, GroupOffsetSnapshot
 from connectors.checkpoint.translation import DEFAULT_MAX_RUNS, OffsetTranslator, Run
 from connectors.core.config import parse_replicator_config
-from connectors.core.errors import ConfigError
+from connectors.core.errors import ReplicatorConfigError
 from connectors.core.link_options import LinkOptions
 from tests.unit.test_connectors_checkpoint_problems import SOURCE_Q, TARGET_Q, FakeCluster
 
@@ -42,8 +42,8 @@ def test_max_runs_per_queue_is_a_link_setting_with_the_translators_default() -> 
 
 @pytest.mark.parametrize("value", [0, -1, 1])
 def test_max_runs_per_queue_below_two_is_refused_naming_file_and_field(value: int) -> None:
-    with pytest.raises(ConfigError, match=r"^x\.yaml: links\[0\]\.checkpoints\.max_runs_per_queue: Input should be "
-                                          r"greater than or equal to 2$"):
+    with pytest.raises(ReplicatorConfigError, match=r"^x\.yaml: links\[0\]\.checkpoints\.max_runs_per_queue: Input "
+                                                    r"should be greater than or equal to 2$"):
         parse_replicator_config(_doc(max_runs_per_queue=value), file="x.yaml")
 
 

@@ -15,7 +15,7 @@ from broker_store.protocol.errors import RocketMQError, TransportError, error_fo
 from connectors.checkpoint.committer import CheckpointCommitter
 from connectors.checkpoint.link_state import LinkProgress
 from connectors.checkpoint.snapshot import GroupOffsetPoller
-from connectors.checkpoint.translation import OffsetTranslator, Run, TargetQueueKey
+from connectors.checkpoint.translation import OffsetTranslator, Run
 from connectors.core.config import TopicMappingConfig
 from connectors.core.offsets import QueueKey
 from connectors.core.sync_settings import GroupSelection
@@ -23,7 +23,7 @@ from connectors.core.topic_mapping import TopicMapper
 from tests.support.clocks import MillisClock
 
 SOURCE_Q = QueueKey("Orders", "src-a", 0)
-TARGET_Q = TargetQueueKey("Orders", "dst-a", 0)
+TARGET_Q = QueueKey("Orders", "dst-a", 0)
 
 
 class FakeCluster:

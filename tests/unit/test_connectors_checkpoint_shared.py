@@ -12,11 +12,11 @@ from connectors.checkpoint.committer import SHARED, CheckpointCommitter
 from connectors.checkpoint.link_state import LinkProgress
 from connectors.checkpoint.snapshot import GroupOffset, GroupOffsetSnapshot
 from connectors.checkpoint.tables import SHARED_DETAIL, CheckpointOutcome
-from connectors.checkpoint.translation import OffsetTranslator, Run, TargetQueueKey
+from connectors.checkpoint.translation import OffsetTranslator, Run
 from connectors.core.offsets import QueueKey
 
 A0, B0 = QueueKey("Orders", "src-a", 0), QueueKey("Orders", "src-b", 0)
-T0, T1 = TargetQueueKey("Orders", "dst", 0), TargetQueueKey("Orders", "dst", 1)
+T0, T1 = QueueKey("Orders", "dst", 0), QueueKey("Orders", "dst", 1)
 
 
 class FakeTarget:

@@ -5,14 +5,18 @@ no connector module reads the time module itself (so none can slip past the inje
 from __future__ import annotations
 
 import ast
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from deltalake import DeltaTable
 
 from broker_store.clock import ManualClock
+from connectors.core.config import parse_replicator_config
 from connectors.core.offsets import QueueKey
 from connectors.heartbeat.monitor import HeartbeatMonitor, LinkStatus
+from connectors.heartbeat.monitor_loop import HeartbeatMonitorLoop
 from connectors.heartbeat.schedule import HeartbeatSchedule
 from connectors.replication.records import BatchMetrics
 from connectors.replication.tables import CURRENT_OFFSETS, METRICS, LinkTables
@@ -54,6 +58,47 @@ def test_the_link_tables_stamp_their_rows_with_their_clock(tmp_path: Path) -> No
     assert sorted(committed) == [datetime.fromtimestamp(WALL, UTC), datetime.fromtimestamp(WALL + 60, UTC)]
     current = DeltaTable(tables.path(CURRENT_OFFSETS)).to_pyarrow_table().to_pylist()
     assert [r["updated_at"] for r in current] == [datetime.fromtimestamp(WALL + 60, UTC)]
+
+
+class ParkingClock(ManualClock):
+    """A ManualClock that reports each time a thread parks in ``wait``; it still holds the condition's lock then, so
+    an ``advance`` after the report cannot slip in before the thread waits."""
+
+    def __init__(self) -> None:
+        super().__init__(wall=WALL)
+        self.parked = threading.Semaphore(0)
+
+    def wait(self, cond: threading.Condition, timeout: float) -> None:
+        self.parked.release()
+        super().wait(cond, timeout)
+
+
+def test_a_manual_clock_paces_the_heartbeat_monitor_loop_and_stop_ends_its_wait(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = parse_replicator_config({
+        "clusters": [{"name": "s", "namesrv": "127.0.0.1:1"}, {"name": "t", "namesrv": "127.0.0.1:2"}],
+        "links": [{"name": "l1", "source": "s", "target": "t", "topics": {"all_topics": True},
+                   "checkpoint_location": str(tmp_path / "c"), "delta_location": str(tmp_path / "d")}],
+        "heartbeat": {"interval": 1}})
+    clock = ParkingClock()
+    loop = HeartbeatMonitorLoop(config, ["l1"], clock=clock)
+    polls: list[float] = []
+    monkeypatch.setattr(loop, "poll_once", lambda: polls.append(clock.monotonic()))
+    start = clock.monotonic()
+    loop.start()
+    try:
+        assert clock.parked.acquire(timeout=30)  # first poll done, waiting on the clock
+        assert polls == [start]
+        clock.advance(loop.poll_interval / 2)
+        assert clock.parked.acquire(timeout=30)  # woken early, waits for the rest
+        assert polls == [start]
+        clock.advance(loop.poll_interval / 2)
+        assert clock.parked.acquire(timeout=30)
+        assert polls == [start, start + loop.poll_interval]
+    finally:
+        loop.stop()  # ends the wait without the clock moving
+    assert loop._thread is not None and not loop._thread.is_alive()
+    assert len(polls) == 2
 
 
 TIME_READS = frozenset({"time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "sleep"})

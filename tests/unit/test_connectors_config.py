@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from connectors.core.config import FailurePolicy, LinkConfig, load_replicator_config, parse_replicator_config
-from connectors.core.errors import ConfigError, CredentialError
+from connectors.core.errors import CredentialError, ReplicatorConfigError
 from connectors.core.monitoring import HeartbeatSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,8 +39,8 @@ def with_link(**changes: Any) -> dict[str, Any]:
     return doc
 
 
-def error_of(tmp_path: Path, doc: dict[str, Any]) -> ConfigError:
-    with pytest.raises(ConfigError) as info:
+def error_of(tmp_path: Path, doc: dict[str, Any]) -> ReplicatorConfigError:
+    with pytest.raises(ReplicatorConfigError) as info:
         load(tmp_path, doc)
     err = info.value
     assert err.file == str(tmp_path / "replicator.yaml")
@@ -188,24 +188,24 @@ def test_bidirectional_links_and_uniqueness(tmp_path: Path) -> None:
 
 
 def test_file_level_errors(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cannot read"):
+    with pytest.raises(ReplicatorConfigError, match="cannot read"):
         load_replicator_config(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("clusters: [\n")
-    with pytest.raises(ConfigError, match="not valid YAML"):
+    with pytest.raises(ReplicatorConfigError, match="not valid YAML"):
         load_replicator_config(bad)
-    with pytest.raises(ConfigError, match="expected a mapping"):
+    with pytest.raises(ReplicatorConfigError, match="expected a mapping"):
         parse_replicator_config(["x"], file="f.yaml")
-    with pytest.raises(ConfigError, match="no link 'zz'"):
+    with pytest.raises(ReplicatorConfigError, match="no link 'zz'"):
         parse_replicator_config(BASE).link("zz")
 
 
 def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
     """Found by benchmarks/fuzz.py: safe_load reads the file itself, so the UnicodeDecodeError came from inside
-    it, past the OSError handler, instead of a ConfigError naming the file."""
+    it, past the OSError handler, instead of a ReplicatorConfigError naming the file."""
     bad = tmp_path / "latin1.yaml"
     bad.write_bytes(b"version: 1\nclusters: []\n# caf\xe9\n")
-    with pytest.raises(ConfigError, match="not UTF-8") as caught:
+    with pytest.raises(ReplicatorConfigError, match="not UTF-8") as caught:
         load_replicator_config(bad)
     assert str(bad) in str(caught.value)
 

@@ -19,7 +19,7 @@ import yaml
 
 from broker_store.client import PullResult, PullStatus
 from connectors.core.config import parse_replicator_config
-from connectors.core.errors import ConfigError, DataLossError, OffsetFormatError
+from connectors.core.errors import DataLossError, OffsetFormatError, ReplicatorConfigError
 from connectors.core.offsets import OffsetSpec, QueueKey, SourceOffset, parse_queue_offsets
 from connectors.replication.planning import QueueRange
 from connectors.replication.pulling import PullSettings, pull_range_raw
@@ -48,16 +48,16 @@ def test_link_keys_have_defaults_and_are_validated_where_the_options_are() -> No
     link = _link(fail_on_data_loss=False, starting_offsets="timestamp:1700000000000")
     assert link.fail_on_data_loss is False and OffsetSpec.parse(link.starting_offsets).timestamp_ms == 1700000000000
     assert _link(starting_offsets='{"Orders/src-a/0": 5}').starting_offsets == '{"Orders/src-a/0": 5}'
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(ReplicatorConfigError) as err:
         _link(starting_offsets="newest")
     assert err.value.field == "links[0].starting_offsets" and "earliest | latest" in str(err.value)
-    with pytest.raises(ConfigError, match="failOnDataLoss"):  # camelCase is the Spark option, not a YAML key
+    with pytest.raises(ReplicatorConfigError, match="failOnDataLoss"):  # camelCase is the Spark option, not a YAML key
         _link(failOnDataLoss=False)
     # the reader's Spark options are the same fields (camelCase names, same check)
     opts = SourceOptions.from_options({"namesrv": "h:1", "topics": "T", "cluster": "A",
                                        "startingOffsets": " latest ", "failOnDataLoss": "false"})
     assert opts.starting_offsets == "latest" and opts.fail_on_data_loss is False
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(ReplicatorConfigError) as err:
         SourceOptions.from_options({"namesrv": "h:1", "topics": "T", "cluster": "A", "startingOffsets": "x"})
     assert err.value.field == "startingOffsets"
 
@@ -138,10 +138,11 @@ def test_reset_plan_checks_named_queues_and_their_ranges() -> None:
     assert table.splitlines()[2].split() == ["Orders/src-a/1", "-", "5", "0", "5"]
     only_q1 = OffsetSpec("offsets", offsets=SourceOffset.of({Q1: 4}))
     assert [(r.queue, r.new) for r in reset_offsets.plan(only_q1, queues, {Q1: 4}, {}, mins, maxes, "L")] == [(Q1, 4)]
-    with pytest.raises(ConfigError, match=r"queue Orders/src-a/0: offset 9 is outside the queue's \[10, 20\]"):
+    with pytest.raises(ReplicatorConfigError,
+                       match=r"queue Orders/src-a/0: offset 9 is outside the queue's \[10, 20\]"):
         reset_offsets.plan(OffsetSpec("offsets", offsets=SourceOffset.of({Q0: 9})), queues, {}, {}, mins, maxes, "L")
     unknown = QueueKey("Orderz", "src-a", 0)
-    with pytest.raises(ConfigError, match="queue Orderz/src-a/0 is not a source queue of link L now"):
+    with pytest.raises(ReplicatorConfigError, match="queue Orderz/src-a/0 is not a source queue of link L now"):
         reset_offsets.plan(OffsetSpec("offsets", offsets=SourceOffset.of({unknown: 1})), queues, {}, {}, mins,
                            maxes, "L")
 
@@ -151,10 +152,10 @@ def test_reset_target_from_a_file(tmp_path: Path) -> None:
     path.write_text(json.dumps({"Orders/src-a/1": 4}))
     assert reset_offsets.parse_target(str(path)).offsets == SourceOffset.of({Q1: 4})
     assert reset_offsets.parse_target("timestamp:5").timestamp_ms == 5
-    with pytest.raises(ConfigError, match="reading it as a file failed"):
+    with pytest.raises(ReplicatorConfigError, match="reading it as a file failed"):
         reset_offsets.parse_target(str(tmp_path / "missing.json"))
     path.write_text("{not json")
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(ReplicatorConfigError) as err:
         reset_offsets.parse_target(str(path))
     assert err.value.file == str(path)
 

@@ -14,9 +14,9 @@ import pytest
 from deltalake import DeltaTable
 
 from connectors.checkpoint.link_state import LinkProgressReader, read_link_progress
-from connectors.checkpoint.translation import Outcome, TargetQueueKey
+from connectors.checkpoint.translation import Outcome
 from connectors.core.config import parse_replicator_config
-from connectors.core.errors import ConfigError, TableError
+from connectors.core.errors import ReplicatorConfigError, TableError
 from connectors.core.group_positions import floors_from_rows
 from connectors.core.history_settings import HistorySettings
 from connectors.core.maintenance import TableMaintenance
@@ -38,9 +38,9 @@ from tests.support.link_history import DAY_MS, START_MS, link, round_now
 
 Q0 = QueueKey("Orders", "src-a", 0)
 Q1 = QueueKey("Orders", "src-a", 1)
-T0 = TargetQueueKey("Orders", "dst-a", 0)
-T1 = TargetQueueKey("Orders", "dst-a", 1)
-def run(first: int, last: int, target_first: int, queue: QueueKey = Q0, target: TargetQueueKey = T0) -> OffsetMapping:
+T0 = QueueKey("Orders", "dst-a", 0)
+T1 = QueueKey("Orders", "dst-a", 1)
+def run(first: int, last: int, target_first: int, queue: QueueKey = Q0, target: QueueKey = T0) -> OffsetMapping:
     return OffsetMapping(queue.topic, queue.broker_name, queue.queue_id, first, last, target.topic,
                          target.broker_name, target.queue_id, target_first, target_first + last - first,
                          last - first + 1)
@@ -171,7 +171,7 @@ def test_the_history_is_not_trimmed_while_it_is_the_resume_point(tmp_path: Path)
     assert len(rows(t, OFFSETS)) == 1 and t.latest_offsets() == {Q0: 10}
 
 
-def _map_row(first: int, last: int, target_first: int, at_ms: int, *, target: TargetQueueKey = T0,
+def _map_row(first: int, last: int, target_first: int, at_ms: int, *, target: QueueKey = T0,
              query: str = "q") -> dict[str, Any]:
     return {"source_topic": "Orders", "source_broker": "src-a", "source_queue_id": 0,
             "source_first_offset": first, "source_last_offset": last, "target_topic": target.topic,
@@ -306,7 +306,7 @@ def test_history_settings_validate_and_name_the_field() -> None:
     for bad in ({"metrics_retention": "0 days"}, {"offsets_retention": "a week"}, {"target_file_size": 10},
                 {"vacuum": True}):
         base["links"][0]["history"] = bad  # type: ignore[index]
-        with pytest.raises(ConfigError, match=f"history.{next(iter(bad))}"):
+        with pytest.raises(ReplicatorConfigError, match=f"history.{next(iter(bad))}"):
             parse_replicator_config(base)
 
 

@@ -9,13 +9,12 @@ from connectors.checkpoint.translation import (
     OffsetTranslator,
     Outcome,
     Run,
-    TargetQueueKey,
     target_offsets,
 )
 from connectors.core.offsets import QueueKey
 
 SRC = QueueKey("Orders", "src-a", 0)
-DST = TargetQueueKey("Orders", "dst-a", 0)
+DST = QueueKey("Orders", "dst-a", 0)
 
 
 def replicate(delivered: list[bool], target_start: int = 0, batch: int = 3) -> tuple[list[Run], dict[int, int]]:
@@ -85,7 +84,7 @@ def test_newest_run_wins_over_re_replicated_offsets() -> None:
 
 def test_several_source_queues_into_one_target_queue_take_the_minimum_and_never_go_back() -> None:
     a, b, c = QueueKey("A", "s", 0), QueueKey("B", "s", 0), QueueKey("C", "s", 0)
-    other = TargetQueueKey("All", "d", 1)
+    other = QueueKey("All", "d", 1)
     translator = OffsetTranslator([
         (a, Run(0, 4, DST, 0, 4, 5)), (b, Run(0, 4, DST, 5, 9, 5)), (c, Run(0, 4, other, 0, 4, 5))])
     translations = [translator.translate(a, 5, 5), translator.translate(b, 2, 5), translator.translate(c, 3, 5),
@@ -161,7 +160,7 @@ class ReferenceTranslator:
         return Outcome.TRANSLATED, self.runs[-1].target_last + 1, True
 
 
-OTHER = TargetQueueKey("Orders", "dst-b", 0)
+OTHER = QueueKey("Orders", "dst-b", 0)
 
 # One replication round: (reset the source position back by, deliver how many, skip how many after,
 # target queue switch, target gap) -- resets re-replicate offsets already mapped, as a new query or a

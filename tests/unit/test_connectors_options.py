@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from connectors.core.config import LinkConfig, ReadSettings, WriteSettings
-from connectors.core.errors import ConfigError
+from connectors.core.errors import ReplicatorConfigError
 from connectors.core.options import given_options, lowered, option_name
 from connectors.replication.reader_options import SourceOptions
 from connectors.replication.writer_options import SinkOptions
@@ -41,7 +41,7 @@ def test_options_are_case_insensitive_and_coerced() -> None:
     ({"targetCluster": "t"}, "namesrv"),
 ])
 def test_bad_sink_options_name_the_option(options: dict[str, str], field: str) -> None:
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(ReplicatorConfigError) as err:
         SinkOptions.from_options(options)
     assert err.value.field == field
 
@@ -49,6 +49,6 @@ def test_bad_sink_options_name_the_option(options: dict[str, str], field: str) -
 def test_bad_source_options_name_the_option() -> None:
     for options, field in (({**BASE_SOURCE, "tags": "a*"}, "tags"), ({**BASE_SOURCE, "rowFormat": "csv"}, "rowFormat"),
                            ({**BASE_SOURCE, "pullTimeoutMs": "-1"}, "pullTimeoutMs")):
-        with pytest.raises(ConfigError) as err:
+        with pytest.raises(ReplicatorConfigError) as err:
             SourceOptions.from_options(options)
         assert err.value.field == field

@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 
 from connectors.core.config import parse_replicator_config
 from connectors.core.delta import shared_table_set
-from connectors.core.errors import ConfigError
+from connectors.core.errors import ReplicatorConfigError
 from connectors.core.history_settings import HistorySettings
 from connectors.core.offsets import QueueKey
 from connectors.replication.placement_table import PLACEMENTS, PlacementTable
@@ -134,7 +134,7 @@ def test_failure_and_placement_settings_default_and_validate() -> None:
     for bad in ({"replayed_failures_retention": None}, {"failures_retention": "0 days"},
                 {"placements_retention": "a month"}):
         base["links"][0]["history"] = bad
-        with pytest.raises(ConfigError, match=f"history.{next(iter(bad))}"):
+        with pytest.raises(ReplicatorConfigError, match=f"history.{next(iter(bad))}"):
             parse_replicator_config(base)
 
 

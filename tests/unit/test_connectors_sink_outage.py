@@ -7,6 +7,7 @@ The producer and admin are fakes and the clock is driven by the fake sleep, so n
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from types import SimpleNamespace
@@ -85,6 +86,9 @@ class FakeClock:
     def block(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.now += seconds
+
+    def wait(self, cond: threading.Condition, timeout: float) -> None:
+        self.block(timeout)
 
 
 @pytest.fixture

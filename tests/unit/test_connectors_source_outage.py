@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from types import SimpleNamespace
@@ -50,6 +51,9 @@ class FakeClock:
     def block(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.now += seconds
+
+    def wait(self, cond: threading.Condition, timeout: float) -> None:
+        self.block(timeout)
 
 
 POLICY = OutagePolicy(timeout_ms=30_000, backoff_ms=100, backoff_max_ms=2_000)

@@ -4,6 +4,7 @@ property rules and the offset-log reader (no Spark session, no broker)."""
 from __future__ import annotations
 
 import pickle
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -13,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker_store.client import PullResult, PullStatus
-from connectors.core.errors import ConfigError, DataLossError, SourceUnavailableError
+from connectors.core.errors import DataLossError, ReplicatorConfigError, SourceUnavailableError
 from connectors.core.offsets import QueueKey, SourceOffset
 from connectors.core.spark_checkpoint import read_offset_log
 from connectors.replication.forwarding import DROPPED_PROPERTIES, target_properties
@@ -93,11 +94,11 @@ def test_plan_ranges_min_partitions_splits_contiguously() -> None:
 
 def test_source_options_validation() -> None:
     base = {"namesrv": "127.0.0.1:9876", "cluster": "c"}
-    with pytest.raises(ConfigError, match="exactly one"):
+    with pytest.raises(ReplicatorConfigError, match="exactly one"):
         SourceOptions.from_options(base)
-    with pytest.raises(ConfigError, match="maxMessagesPerTrigger"):
+    with pytest.raises(ReplicatorConfigError, match="maxMessagesPerTrigger"):
         SourceOptions.from_options({**base, "topics": "A", "maxMessagesPerTrigger": "0"})
-    with pytest.raises(ConfigError, match="startingOffsets"):
+    with pytest.raises(ReplicatorConfigError, match="startingOffsets"):
         SourceOptions.from_options({**base, "topics": "A", "startingOffsets": "yesterday"})
     opts = SourceOptions.from_options({**base, "TOPICS": "A, B", "maxmessagespertrigger": "10"})
     assert opts.selection.topics == ("A", "B") and opts.max_messages_per_trigger == 10
@@ -105,12 +106,12 @@ def test_source_options_validation() -> None:
 
 
 def test_sink_options_need_target_and_checkpoint_for_tables() -> None:
-    with pytest.raises(ConfigError, match="namesrv"):
+    with pytest.raises(ReplicatorConfigError, match="namesrv"):
         SinkOptions.from_options({"targetCluster": "t"})
-    with pytest.raises(ConfigError, match="checkpointLocation"):
+    with pytest.raises(ReplicatorConfigError, match="checkpointLocation"):
         SinkOptions.from_options({"namesrv": "h:1", "targetCluster": "t", "sourceCluster": "s",
                                   "deltaLocation": "/x", "link": "l"})
-    with pytest.raises(ConfigError, match="failureHook"):
+    with pytest.raises(ReplicatorConfigError, match="failureHook"):
         SinkOptions.from_options({"namesrv": "h:1", "targetCluster": "t", "failurePolicy": "custom"})
 
 
@@ -223,6 +224,9 @@ class _StepClock:
     def block(self, seconds: float) -> None:
         self.now += seconds
 
+    def wait(self, cond: threading.Condition, timeout: float) -> None:
+        self.block(timeout)
+
 
 def _scripted_pulls(answers: list[tuple[PullStatus, int, int]]) -> tuple[list[int], Callable[..., Future[PullResult]]]:
     """A pull_async answering (status, nextBeginOffset, maxOffset) in turn, then the last one forever; FOUND and
@@ -319,7 +323,7 @@ def test_group_ranges_balances_by_size() -> None:
     grouped = group_ranges(plan_ranges(SourceOffset.of(dict.fromkeys(sizes, 0)), SourceOffset.of(sizes)), 2)
     loads = sorted(sum(r.size for r in (p.ranges if isinstance(p, QueueRangeGroup) else (p,))) for p in grouped)
     assert loads == [1000, 1010]
-    with pytest.raises(ConfigError, match="minPartitions 4 exceeds maxPartitions 2"):
+    with pytest.raises(ReplicatorConfigError, match="minPartitions 4 exceeds maxPartitions 2"):
         SourceOptions.from_options({"namesrv": "h:1", "topics": "T", "cluster": "A", "minPartitions": "4",
                                     "maxPartitions": "2"})
 

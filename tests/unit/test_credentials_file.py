@@ -13,7 +13,7 @@ import yaml
 
 from broker_store.protocol.acl import SessionCredentials
 from connectors.core.config import load_replicator_config, read_credentials_file
-from connectors.core.errors import ConfigError, CredentialError
+from connectors.core.errors import CredentialError, ReplicatorConfigError
 from connectors.replication.reader_options import SourceOptions
 from connectors.replication.writer_options import SinkOptions
 
@@ -74,12 +74,12 @@ def test_clusters_and_data_source_options_name_a_file(tmp_path: Path) -> None:
     direct = SourceOptions.from_options({"namesrv": "h:1", "topics": "T", "cluster": "A",
                                          "credentialsFile": str(dst)})
     assert direct.credentials == SessionCredentials("dst-ak", "dst-secret")
-    with pytest.raises(ConfigError, match="not both") as err:
+    with pytest.raises(ReplicatorConfigError, match="not both") as err:
         SinkOptions.from_options({"namesrv": "h:1", "targetCluster": "B", "sourceCredentialsFile": str(src),
                                   "sourceAccessKeyEnv": "X", "sourceSecretKeyEnv": "Y"})
     assert err.value.field == "sourceCredentialsFile"
     clusters[0].update(access_key_env="AK", secret_key_env="SK")
     config.write_text(yaml.safe_dump(doc))
-    with pytest.raises(ConfigError, match="not both") as err:
+    with pytest.raises(ReplicatorConfigError, match="not both") as err:
         load_replicator_config(config)
     assert err.value.field == "clusters[0].credentials_file"

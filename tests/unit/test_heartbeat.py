@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from connectors.core.config import TopicMappingConfig, parse_replicator_config
-from connectors.core.errors import ConfigError
+from connectors.core.errors import ReplicatorConfigError
 from connectors.core.monitoring import HEARTBEAT_TOPIC, STALE_INTERVALS
 from connectors.core.topic_mapping import TopicMapper
 from connectors.heartbeat.monitor import HeartbeatMonitor, LinkStatus, percentile
@@ -272,23 +272,23 @@ def test_heartbeat_and_metrics_sections() -> None:
                                              metrics={"port": 0}))
     assert config.heartbeat.interval_ms == 1000 and config.heartbeat.stale_after == 3.0
     assert config.heartbeat.lagging_threshold == 0.5 and config.metrics.port == 0
-    with pytest.raises(ConfigError, match=r"heartbeat\.interval: must be >= 1 second"):
+    with pytest.raises(ReplicatorConfigError, match=r"heartbeat\.interval: must be >= 1 second"):
         parse_replicator_config(_config(heartbeat={"interval": "500 ms"}), file="r.yaml")
-    with pytest.raises(ConfigError, match=r"metrics\.port"):
+    with pytest.raises(ReplicatorConfigError, match=r"metrics\.port"):
         parse_replicator_config(_config(metrics={"port": 70000}))
     assert default.heartbeat.startup_limit == 120.0
     assert config.heartbeat.startup_limit_ms == 120_000
     slow = parse_replicator_config(_config(heartbeat={"startup_limit": "5 minutes"}))
     assert slow.heartbeat.startup_limit_ms == 300_000
     for bad, reason in ((0, "must be > 0"), ("soon", "is not a duration")):
-        with pytest.raises(ConfigError, match=rf"r\.yaml: heartbeat\.startup_limit: .*{reason}"):
+        with pytest.raises(ReplicatorConfigError, match=rf"r\.yaml: heartbeat\.startup_limit: .*{reason}"):
             parse_replicator_config(_config(heartbeat={"startup_limit": bad}), file="r.yaml")
-    with pytest.raises(ConfigError, match=r"metrics\.prot: unknown key"):
+    with pytest.raises(ReplicatorConfigError, match=r"metrics\.prot: unknown key"):
         parse_replicator_config(_config(metrics={"prot": 1}))
 
 
 def test_the_heartbeat_topic_cannot_be_renamed() -> None:
     data = _config()
     data["links"][0]["topics"] = {"explicit": [{"source": HEARTBEAT_TOPIC, "target": "Other"}]}
-    with pytest.raises(ConfigError, match="cannot be renamed"):
+    with pytest.raises(ReplicatorConfigError, match="cannot be renamed"):
         parse_replicator_config(data)

@@ -18,7 +18,7 @@ from broker_store.net.tls import ServerTls, client_context, server_context
 from broker_store.net.tls_settings import ClientAuth, TlsClientSettings, TlsMode, TlsServerSettings
 from broker_store.protocol.errors import ConfigError
 from connectors.core.config import parse_replicator_config
-from connectors.core.errors import ConfigError as ReplicatorConfigError
+from connectors.core.errors import ReplicatorConfigError
 from tests.support.certs import CertSet, make_test_certs
 
 
