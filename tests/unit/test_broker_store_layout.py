@@ -68,7 +68,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # the container image build: subprocesses (debootstrap, docker), its pins and its error
     "image": frozenset({"image_constraints", "protocol"}),
     "cli_tls": frozenset({"net", "protocol"}),  # the admin commands' TLS options -> net's client settings
-    "cli_ha": frozenset({"cli_tls", "client", "controller.etcd_members", "net", "protocol"}),
+    "cli_ha": frozenset({"cli_table", "cli_tls", "client", "controller.etcd_members", "net", "protocol"}),
     "cli_acl": frozenset({"acl", "cli_tls", "client", "config", "protocol", "validation"}),
     "cli": frozenset({"broker", "cli_acl", "cli_ha", "cli_table", "cli_tls", "client", "config", "controller.server",
                       "image", "launcher", "namesrv", "net", "protocol", "up"}),
