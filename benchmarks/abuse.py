@@ -23,8 +23,8 @@ open) and killed after it:
   such a reader is, to the broker, a client pulling at full speed; measuring starts once every one of them is
   blocked (no write accepted for 1 s) or after 15 s (the time this took is printed; with 50 readers the
   kernel keeps taking a little from some of them for longer than that). From then on the broker holds at most
-  ``net.server.MAX_QUEUED_ANSWER_BYTES`` of answers for each and reads none of their requests, so they cost it
-  memory, not CPU.
+  ``net.answer_flow``'s ``max_queued_answer_bytes`` of answers for each (``kernel_unsent_bytes`` more in its
+  socket) and reads none of their requests, so they cost it memory, not CPU.
 - ``--partial`` (50) connections holding the first bytes of a 1 MiB frame, never completed (closed after
   ``server_partial_frame_timeout_seconds``, 30 s; the abuser opens new ones as they close).
 - garbage: ``--garbage-rate`` (200) connections a second, each writing 1-512 random bytes (some starting with a
