@@ -83,6 +83,9 @@ async def _abuse(port: int, idle: int, slow: int, partial: int, garbage_rate: fl
 
     async def slow_reader(index: int) -> None:
         _reader, writer = await asyncio.open_connection(HOST, port)
+        # Never read, not even into the stream's buffer (asyncio reads up to 128 KiB into it unasked as soon as
+        # this loop is idle, which let the answers flow again just as measuring began).
+        writer.transport.pause_reading()
         held.append(writer)
         opaque = index * 1_000_000
         try:
