@@ -49,4 +49,4 @@ def test_defaults() -> None:
 @pytest.mark.parametrize("field", ["max_queued_answer_bytes", "max_requests_per_pass", "kernel_unsent_bytes"])
 def test_a_bound_that_is_not_positive_is_refused_by_name(field: str) -> None:
     with pytest.raises(ValueError, match=field):
-        AnswerFlow(**{field: 0})  # type: ignore[arg-type]
+        AnswerFlow(**{field: 0})
