@@ -19,12 +19,11 @@ open) and killed after it:
   s, longer than a phase); ``--max-connections N`` sets the cap instead, and the extras are refused with
   SYSTEM_BUSY "[OVERLOAD]" while the measured client, connected first, keeps working.
 - ``--slow`` (50) slow readers: each pipelines PULL_MESSAGE requests for 32 messages of the topic without
-  ever reading an answer. Until the kernel's socket buffers of both ends are full (several MiB a connection)
-  such a reader is, to the broker, a client pulling at full speed; measuring starts once every one of them is
-  blocked (no write accepted for 1 s) or after 15 s (the time this took is printed; with 50 readers the
-  kernel keeps taking a little from some of them for longer than that). From then on the broker holds at most
-  ``net.server.MAX_QUEUED_ANSWER_BYTES`` of answers for each and reads none of their requests, so they cost it
-  memory, not CPU.
+  ever reading an answer (its transport paused). The broker serves each a bounded amount (``net.answer_flow``:
+  ``max_queued_answer_bytes`` of answers, ``kernel_unsent_bytes`` more in its socket, and the reader's receive
+  window), then stops reading its requests; the reader keeps writing until the kernel buffers of its requests are
+  full. Measuring starts once every one of them is blocked (no write accepted for 1 s) or after 15 s (the time
+  this took is printed). From then on they cost the broker memory, not CPU.
 - ``--partial`` (50) connections holding the first bytes of a 1 MiB frame, never completed (closed after
   ``server_partial_frame_timeout_seconds``, 30 s; the abuser opens new ones as they close).
 - garbage: ``--garbage-rate`` (200) connections a second, each writing 1-512 random bytes (some starting with a
@@ -48,6 +47,7 @@ import struct
 import sys
 import tempfile
 import time
+import typing
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -83,6 +83,9 @@ async def _abuse(port: int, idle: int, slow: int, partial: int, garbage_rate: fl
 
     async def slow_reader(index: int) -> None:
         _reader, writer = await asyncio.open_connection(HOST, port)
+        # Never read, not even into the stream's buffer (asyncio reads up to 128 KiB into it unasked as soon as
+        # this loop is idle, which let the answers flow again just as measuring began).
+        typing.cast(asyncio.Transport, writer.transport).pause_reading()
         held.append(writer)
         opaque = index * 1_000_000
         try:

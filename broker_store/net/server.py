@@ -15,9 +15,14 @@ With ``limits`` (``net.hygiene``) the server closes idle connections and frames 
 on the injected clock looks every ``sweep_interval``) and answers requests past its caps SYSTEM_BUSY
 "[OVERLOAD] ...".
 
-A peer that sends requests without reading the answers holds at most ``MAX_QUEUED_ANSWER_BYTES`` of answers (plus
-one) in the server: past that its further requests wait undecoded (and its socket unread) until it reads, so
-pipelined requests from a slow reader cost the server neither unbounded memory nor the CPU other clients need.
+Flow control and fairness (``net.answer_flow``, the pure rules): a peer that sends requests without reading the
+answers holds at most ``max_queued_answer_bytes`` of answers (plus one) in the server and ``kernel_unsent_bytes`` in
+its socket (``TCP_NOTSENT_LOWAT``, so the kernel's send buffer cannot absorb megabytes first): past that its further
+requests wait undispatched (and its socket unread) until it reads, resumed by asyncio's ``resume_writing``. One
+connection runs at most ``max_requests_per_pass`` requests per event-loop pass, then the others have their turn.
+Pipelined requests from a peer that does not read cost the server neither unbounded memory nor the CPU other
+clients need, and none is dropped: each is answered once the peer reads, or the server closes the connection and
+logs how many it leaves unanswered.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from broker_store.clock import SYSTEM_CLOCK, Clock, TimerHandle
+from broker_store.net.answer_flow import DEFAULT_FLOW, AnswerFlow, Hold
 from broker_store.net.framing import FrameReader
 from broker_store.net.hygiene import ConnectionLimits, close_reason, connection_overload, request_overload
 from broker_store.net.tls import TLS_HANDSHAKE_BYTE, ServerTls, TlsAcceptor
@@ -40,9 +46,6 @@ from broker_store.protocol.errors import ProtocolError, RocketMQError
 from broker_store.protocol.frame import RemotingCommand, encode_frame
 
 log = logging.getLogger(__name__)
-
-MAX_QUEUED_ANSWER_BYTES = 256 * 1024
-"""Answers queued for one connection (not yet taken by its peer) past which its next requests wait."""
 
 T = TypeVar("T")
 _PendingReply = tuple[RemotingCommand, Callable[[Any], RemotingCommand]]
@@ -80,11 +83,20 @@ class Connection(asyncio.Protocol):
         self._backlog: list[RemotingCommand] = []
         """Requests decoded while the peer was not taking its answers: dispatched once it does."""
         self._write_paused = False
+        self._backlog_scheduled = False
+        self._flow = server.flow
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.remote_addr = f"{peer[0]}:{peer[1]}" if peer else "?"
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            for level, option, value in self._flow.socket_options():
+                try:
+                    sock.setsockopt(level, option, value)
+                except OSError as exc:  # not TCP: the server's own count of queued answers still bounds them
+                    log.debug("socket option %s for %s not set: %s", option, self.remote_addr, exc)
         limits = self._server.limits
         if limits is not None:
             self.overloaded = connection_overload(limits, len(self._server._connections))
@@ -112,17 +124,21 @@ class Connection(asyncio.Protocol):
         if self._transport is not None and not self.closed:
             self._dispatch_backlog()
 
-    def _answers_backed_up(self) -> bool:
-        """Whether the peer leaves more than ``MAX_QUEUED_ANSWER_BYTES`` of answers untaken."""
-        if self._write_paused:
-            return True
+    def _hold(self, run_this_pass: int) -> Hold | None:
+        """``AnswerFlow.hold`` for this connection now."""
         queued = self._out_bytes
-        if queued < MAX_QUEUED_ANSWER_BYTES and self._transport is not None:
+        if self._transport is not None:
             queued += self._transport.get_write_buffer_size()
-        return queued >= MAX_QUEUED_ANSWER_BYTES
+        return self._flow.hold(queued_bytes=queued, writer_paused=self._write_paused, run_this_pass=run_this_pass)
+
+    def _schedule_backlog(self) -> None:
+        if not self._backlog_scheduled:
+            self._backlog_scheduled = True
+            self._loop.call_soon(self._dispatch_backlog)
 
     def _dispatch_backlog(self) -> None:
         """Dispatch the waiting requests while the answers flow; read the socket again once none wait."""
+        self._backlog_scheduled = False
         if self._transport is None or self.closed:
             return
         if self._backlog:
@@ -154,14 +170,17 @@ class Connection(asyncio.Protocol):
 
     def _dispatch(self, commands: list[RemotingCommand]) -> None:
         """Run the handler for each request in order; the rest wait in ``_backlog`` (and the socket is not read)
-        as soon as the peer leaves too many answers untaken."""
+        as soon as ``AnswerFlow.hold`` says so: until the answers drain, or until the next pass of the loop."""
         limits = self._server.limits
         handler = self._server.handler
         for index, cmd in enumerate(commands):
-            if self._answers_backed_up():
+            hold = self._hold(index)
+            if hold is not None:
                 self._backlog = commands[index:]
                 if self._transport is not None:
                     self._transport.pause_reading()
+                if hold is Hold.TURN:
+                    self._schedule_backlog()
                 break
             if cmd.is_response:
                 continue  # we never send requests on accepted connections
@@ -278,10 +297,14 @@ class Connection(asyncio.Protocol):
             self._transport.write(out[0] if len(out) == 1 else b"".join(out))
             if self._server.limits is not None:
                 self.last_activity = self._server.clock.monotonic()
-            if self._backlog and not self._answers_backed_up():  # the answers left: serve the next requests
-                self._loop.call_soon(self._dispatch_backlog)
+            if self._backlog and self._hold(0) is None:  # the answers left: serve the next requests
+                self._schedule_backlog()
 
     def close(self) -> None:
+        if self._backlog and not self.closed:
+            log.warning("closing connection from %s with %d of its requests not served (it was not reading its "
+                        "answers)", self.remote_addr, len(self._backlog))
+            self._backlog = []
         if self._transport is not None:
             self._flush()
             self._transport.close()
@@ -292,14 +315,15 @@ class RemotingServer:
 
     ``tls``: RocketMQ's tls.server.mode (``net.tls``); None or disabled serves plain connections only.
     ``limits``: connection hygiene (``net.hygiene``; None: none), timed by ``clock``; the same for plain and
-    TLS connections.
+    TLS connections. ``flow``: answer flow control and per-pass fairness (``net.answer_flow``).
     """
 
     def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 0, *,
                  tls: ServerTls | None = None, limits: ConnectionLimits | None = None,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK, flow: AnswerFlow = DEFAULT_FLOW) -> None:
         self.handler = handler
         self.limits = limits
+        self.flow = flow
         self.clock = clock
         self._sweep_timer: TimerHandle | None = None
         self.host = host

@@ -178,3 +178,89 @@ def test_a_peer_that_does_not_read_its_answers_gets_no_more_served_until_it_does
             await server.stop()
 
     asyncio.run(main())
+
+
+def test_peers_that_do_not_read_their_answers_cannot_starve_a_client_that_does() -> None:
+    """Four peers pipeline requests for 16 KiB answers and read none. While a normal client makes 200 calls on its
+    own connection, each of them is served no more than the answers the server queues (``max_queued_answer_bytes``)
+    plus what its socket may hold unsent (``kernel_unsent_bytes``) and its peer's receive window: their requests
+    cost the server a bounded amount of work, not a share of it that grows with time. Without the socket's
+    unsent cap the kernel absorbs megabytes per peer first (``AnswerFlow(kernel_unsent_bytes=None)``)."""
+    import socket
+
+    from broker_store.net.answer_flow import DEFAULT_FLOW
+
+    answer = 16384
+    served: dict[Connection, int] = {}
+
+    def handler(cmd: RemotingCommand, conn: Connection) -> HandlerResult:
+        served[conn] = served.get(conn, 0) + 1
+        return cmd.response(ResponseCode.SUCCESS, ext_fields={}, body=b"a" * answer)
+
+    async def main() -> None:
+        server = RemotingServer(handler, "127.0.0.1", 0)
+        await server.start()
+        try:
+            writers = []
+            for _ in range(4):
+                sock = socket.socket()
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+                sock.setblocking(False)
+                await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", server.port))
+                _reader, writer = await asyncio.open_connection(sock=sock)
+                writer.write(b"".join(encode_frame(RemotingCommand(code=1, opaque=i)) for i in range(3000)))
+                writers.append(writer)
+            reader, writer = await connect(server)
+            for i in range(200):
+                assert (await call(reader, writer, code=1, opaque=i)).opaque == i
+            normal = next(conn for conn in served if conn.remote_addr.endswith(
+                f":{writer.get_extra_info('sockname')[1]}"))
+            slow = sorted(count for conn, count in served.items() if conn is not normal)
+            # per peer: queued answers + unsent in the socket + its receive window (SO_RCVBUF doubled by Linux)
+            # + the transport's high-water mark, in answers, with room for one more of each
+            assert DEFAULT_FLOW.kernel_unsent_bytes is not None
+            bound = (DEFAULT_FLOW.max_queued_answer_bytes + DEFAULT_FLOW.kernel_unsent_bytes + 2 * 65536
+                     + 65536) // answer + 4
+            assert len(slow) == 4 and slow[-1] <= bound, f"served {slow} to peers that read nothing (bound {bound})"
+            for w in [*writers, writer]:
+                w.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(main())
+
+
+def test_a_connection_pipelining_many_requests_yields_to_the_others_after_its_turn() -> None:
+    """One connection sends 1,000 cheap requests in one write, another one request right after: the second is
+    served after at most a few turns of the first (``max_requests_per_pass``), not after all 1,000."""
+    from broker_store.net.answer_flow import DEFAULT_FLOW
+
+    order: list[int] = []
+
+    def handler(cmd: RemotingCommand, _conn: Connection) -> HandlerResult:
+        order.append(cmd.opaque)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    async def main() -> None:
+        server = RemotingServer(handler, "127.0.0.1", 0)
+        await server.start()
+        try:
+            busy = await connect(server)
+            other = await connect(server)
+            busy[1].write(b"".join(encode_frame(RemotingCommand(code=1, opaque=i)) for i in range(1000)))
+            await busy[1].drain()
+            assert (await call(*other, code=1, opaque=-1)).opaque == -1
+            assert DEFAULT_FLOW.max_requests_per_pass is not None
+            assert order.index(-1) <= 4 * DEFAULT_FLOW.max_requests_per_pass, f"served after {order.index(-1)}"
+            frames, opaques = FrameReader(), list[int]()
+            while len(opaques) < 1000:  # and the busy connection has all its answers, in order
+                data = await asyncio.wait_for(busy[0].read(1 << 20), 5)
+                assert data, "the server closed the connection"
+                opaques += [f.opaque for f in frames.feed(data)]
+            assert opaques == list(range(1000))
+            for _, w in (busy, other):
+                w.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(main())
