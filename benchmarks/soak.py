@@ -463,7 +463,7 @@ def run(args: argparse.Namespace, out: Path) -> str:
     source_dups = sum(n - 1 for n in on_source.values() if n > 1)
     baseline = BASELINE_S  # growth() takes the first sample when the run has none after minute 5 but its last
     rss_growths = growth(soak.procs, "rss", baseline)
-    fd_growths = growth(soak.procs, "fds", baseline, same_broker_role=True)
+    fd_growths = growth(soak.procs, "fds", baseline)
     rss_name, rss_growth = worst(rss_growths)
     fd_name, fd_growth = worst(fd_growths)
     outside = lag_outside(soak.lags, soak.windows)
@@ -480,7 +480,7 @@ def run(args: argparse.Namespace, out: Path) -> str:
     for name, pct in sorted(rss_growths.items()):
         last = max((s for s in soak.procs if s.name == name), key=lambda s: s.t)
         log(f"  {name}: RSS {last.rss / 2**20:.0f} MiB ({pct:+.1f} %), fds {last.fds} ({fd_growths[name]:+.1f} %"
-            + (f" as {last.broker_role}" if last.broker_role else "")
+            + f"; {last.connections} connections" + (f" as {last.broker_role}" if last.broker_role else "")
             + (f"; store files {last.store_fds} of max_open_files {STORE_FD_CAP})" if last.store_fds else ")")
             + (f" (largest of {last.processes} processes)" if last.processes > 1 else ""))
     log(f"plot: {png}")

@@ -9,17 +9,13 @@ Rules (issue 19):
   the line reports the worst process. A process is named by its role (``ssrc-a-1``, ``job:jvm``...), not its pid:
   a member restarted by a fault is the same process for this rule, so its growth compares two incarnations
   (a restart can only make it look smaller).
-* fds are the open descriptors but a broker's store files (CommitLog segments and ConsumeQueue files, by a path
-  in a ``commitlog`` or ``consumequeue`` directory): the store keeps them in a pool of least recently used
-  descriptors capped by ``max_open_files``, one per file retained, so their number follows the data written (8 MiB
-  segments in the soak: +16 in 30 minutes), not a leak; they are sampled apart (``store_fds``) and logged beside
-  the cap.
-* fd growth of a broker compares samples taken in the same broker role (primary or replica) as its last one: a
-  failover moves the clients' connections (producers, consumers, the replicator, HA links of the replicas) from
-  one member to another, so a replica promoted after minute 5 holds twice the sockets it held as a replica
-  without leaking any. A broker sampled only in its last role since minute 5 counts from its first sample in
-  that role. RSS keeps the whole-run rule: connections cost a broker little memory, and a leak must not hide
-  behind a late role change.
+* fds: the open descriptors a leak would grow, i.e. all but two kinds sampled apart and logged beside them:
+  a broker's store files (a path in a ``commitlog`` or ``consumequeue`` directory: the store holds one per file
+  retained, in a pool capped by ``max_open_files``, so their number follows the data written; 8 MiB segments in
+  the soak: +16 in 30 minutes) and established TCP connections (their number is the clients' choice: a failover
+  moves the producers', consumers', the replicator's and the replicas' connections to the promoted member, and
+  each PySpark worker the job forks has its own). A socket the process forgot to close still counts: once its
+  peer is gone it sits in CLOSE_WAIT, not ESTABLISHED.
 * lag p99: nearest-rank 99th percentile of the lag samples taken outside every fault window; a window runs from
   the injection until the link is healthy again after the heal, plus a grace period.
 """
@@ -30,6 +26,7 @@ import math
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +46,8 @@ class ProcSample:
     """Live processes of the role (PySpark forks and reaps workers as the job runs)."""
     store_fds: int = 0
     """Descriptors of the role's store files, not in ``fds`` (see the module docstring)."""
+    connections: int = 0
+    """Established TCP connections, not in ``fds``."""
     broker_role: str = ""
     """"primary" or "replica" for a broker member (as the name server listed it when sampled); "" otherwise."""
 
@@ -85,20 +84,22 @@ def effective_lag(lag_s: float | None, age_s: float | None, interval_s: float | 
 
 
 STORE_DIRS = frozenset({"commitlog", "consumequeue"})
+ESTABLISHED = "01"
+"""The TCP state column of /proc/net/tcp for an established connection."""
 
 
-def read_proc(pid: int) -> tuple[int, int, int] | None:
-    """(RSS bytes, open fds but store files, store files' fds) of ``pid`` from /proc; None when it is gone (or a
-    zombie)."""
+def read_proc(pid: int, established: AbstractSet[int] = frozenset()) -> tuple[int, int, int, int] | None:
+    """(RSS bytes, other fds, store files, established connections) of ``pid`` from /proc (``count_fds``);
+    None when it is gone (or a zombie). ``established``: ``established_sockets()``."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
         names = os.listdir(f"/proc/{pid}/fd")
     except OSError:
         return None
-    store = sum(1 for name in names if is_store_file(_fd_target(pid, name)))
+    other, store, connections = count_fds((_fd_target(pid, name) for name in names), established)
     for line in status.splitlines():
         if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024, len(names) - store, store
+            return int(line.split()[1]) * 1024, other, store, connections
     return None  # a zombie has no VmRSS
 
 
@@ -107,6 +108,35 @@ def _fd_target(pid: int, fd: str) -> str:
         return os.readlink(f"/proc/{pid}/fd/{fd}")
     except OSError:  # closed meanwhile
         return ""
+
+
+def count_fds(targets: Iterable[str], established: AbstractSet[int]) -> tuple[int, int, int]:
+    """(other, store files, established connections) among fd targets as /proc/<pid>/fd links read
+    (``socket:[inode]`` for a socket); see the module docstring."""
+    other = store = connections = 0
+    for target in targets:
+        if is_store_file(target):
+            store += 1
+        elif target.startswith("socket:[") and int(target[8:-1]) in established:
+            connections += 1
+        else:
+            other += 1
+    return other, store, connections
+
+
+def established_sockets() -> frozenset[int]:
+    """Inodes of the established TCP sockets (IPv4 and IPv6) of this network namespace."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == ESTABLISHED:
+                inodes.add(int(fields[9]))
+    return frozenset(inodes)
 
 
 def is_store_file(target: str) -> bool:
@@ -145,19 +175,19 @@ def sample_roles(t: float, roles: Mapping[str, Sequence[int]],
     of RSS would count those pages once per worker, and their number changes as Spark forks and reaps them.
     ``broker_roles``: the broker role of each broker member by name (see ``ProcSample.broker_role``)."""
     out = []
+    established = established_sockets()
     for name, pids in roles.items():
-        read = [r for r in (read_proc(p) for p in pids) if r is not None]
+        read = [r for r in (read_proc(p, established) for p in pids) if r is not None]
         if read:
-            rss, fds, store_fds = max(read)
-            out.append(ProcSample(t, name, rss, fds, len(read), store_fds, (broker_roles or {}).get(name, "")))
+            rss, fds, store_fds, connections = max(read)
+            out.append(ProcSample(t, name, rss, fds, len(read), store_fds, connections,
+                                  (broker_roles or {}).get(name, "")))
     return out
 
 
-def growth(samples: Iterable[ProcSample], field: str, baseline_s: float = BASELINE_S,
-           same_broker_role: bool = False) -> dict[str, float]:
+def growth(samples: Iterable[ProcSample], field: str, baseline_s: float = BASELINE_S) -> dict[str, float]:
     """Per process: percent growth of ``field`` ("rss" or "fds") from its baseline sample to its last one (see the
-    module docstring for the baseline). ``same_broker_role``: only samples in the broker role of the last one
-    count (the fd rule). A process sampled once has grown 0 %."""
+    module docstring for the baseline). A process sampled once has grown 0 %."""
     by_name: dict[str, list[ProcSample]] = defaultdict(list)
     for s in samples:
         by_name[s.name].append(s)
@@ -165,8 +195,6 @@ def growth(samples: Iterable[ProcSample], field: str, baseline_s: float = BASELI
     for name, series in by_name.items():
         series.sort(key=lambda s: s.t)
         last = series[-1]
-        if same_broker_role:
-            series = [s for s in series if s.broker_role == last.broker_role]
         after = [s for s in series[:-1] if s.t >= baseline_s]
         first = after[0] if after else series[0]
         base, end = getattr(first, field), getattr(last, field)
