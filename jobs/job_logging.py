@@ -11,10 +11,11 @@ the console; a developer reads the log files. So:
 * ``<log dir>/spark.log``: the Spark JVM's log4j output (``spark_java_options`` points log4j at a
   configuration in ``conf/log4j2.properties``); only FATAL reaches the console from the JVM, so
   Spark's own ERROR lines and stacks for a failed or stopped query stay in the file.
-* ``<log dir>/spark-console.log``: the driver JVM's own stdout and stderr when the job launches it (the
-  ``python jobs/...`` launch): the JDK launcher's and Spark's start-up notices ("Using incubator modules",
-  "Setting default log level"), which log4j does not route, and the FATAL lines the console appender passes.
-  They would otherwise interleave with the job's console lines (and the demo's output).
+* ``<log dir>/spark-console.log``: when the job launches its driver JVM (the ``python jobs/...`` launch), the
+  JDK launcher's and Spark's start-up notices ("Using incubator modules", "Setting default log level"), which
+  log4j does not route and which would otherwise interleave with the job's console lines (and the demo's
+  output). The rest of the JVM's stdout and stderr still reaches the console: the Python workers it forks write
+  there (the sink's batch lines, their tracebacks), as do the FATAL lines of the console appender.
 * both logs roll by size (``--log-file-mb``, ``--log-files``: ``connectors.core.driver_log.LogRotation``), so a job
   running for months keeps a bounded amount of log on disk.
 

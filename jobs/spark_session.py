@@ -14,9 +14,10 @@ import logging
 import os
 import re
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from connectors.core.driver_log import LOG_DIR_ENV, LOG_LEVEL_ENV, LOG_ROTATION_ENV
 from connectors.core.job_stop import STOP_MARKER_ENV
@@ -181,15 +182,22 @@ def quiet_accumulator_server(spark: Any) -> None:
     server.handle_error = handle_error
 
 
+JVM_NOTICES = (b"WARNING: Using incubator modules", b"Setting default log level",
+               b"To adjust logging level use sc.setLogLevel")
+"""Start-up notices of the JDK launcher and Spark that log4j does not route: kept out of the job's console."""
+
+
 def _launch_jvm_in_own_session(options: dict[str, str], log_dir: Path | None = None) -> None:
     """Launch the driver JVM as SparkSession would (spark-submit with ``options`` as --conf), but in a
     session and process group of its own. A SIGTERM or Ctrl-C sent to the job's whole process group
     (systemd's default, `timeout`, a terminal) then reaches only this process, which stops the queries and
     then Spark in order; otherwise the JVM's shutdown hook stops Spark under the running queries and the
     job ends in Py4J tracebacks. The JVM still dies with this process: pyspark's gateway exits when its
-    stdin, a pipe from here, closes. With ``log_dir``, the JVM's own stdout and stderr (start-up notices
-    log4j does not route) go to ``<log_dir>/spark-console.log`` (``job_logging.JVM_CONSOLE_LOG``), not to this
-    process's console. Does nothing when a JVM is already attached."""
+    stdin, a pipe from here, closes. With ``log_dir``, the JVM's stdout and stderr come through a pipe
+    (``_relay_jvm_console``): its start-up notices (``JVM_NOTICES``) go to ``<log_dir>/spark-console.log``
+    (``job_logging.JVM_CONSOLE_LOG``), everything else to this process's stderr as before, since the Python
+    workers the JVM forks write their log lines (the sink's batch lines among them) and tracebacks there.
+    Does nothing when a JVM is already attached."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
@@ -197,10 +205,35 @@ def _launch_jvm_in_own_session(options: dict[str, str], log_dir: Path | None = N
         return
     conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
     popen_kwargs: dict[str, Any] = {"start_new_session": True}
-    with contextlib.ExitStack() as files:  # the JVM holds its own descriptor of the file once started
-        if log_dir is not None:
-            console = files.enter_context((Path(log_dir) / job_logging.JVM_CONSOLE_LOG).open("ab"))
-            popen_kwargs.update(stdout=console, stderr=console)
+    read_end = -1
+    if log_dir is not None:
+        read_end, write_end = os.pipe()
+        popen_kwargs.update(stdout=write_end, stderr=write_end)
+    try:
         gateway = launch_gateway(conf, popen_kwargs=popen_kwargs)  # type: ignore[no-untyped-call]
+    finally:
+        if log_dir is not None:
+            os.close(write_end)  # the JVM holds its own copy; EOF here when the JVM and its workers are gone
+    if log_dir is not None:
+        notices = (Path(log_dir) / job_logging.JVM_CONSOLE_LOG).open("ab")
+        threading.Thread(target=_relay_jvm_console, args=(os.fdopen(read_end, "rb"), notices, _console()),
+                         name="jvm-console", daemon=True).start()
     SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _console() -> BinaryIO:
+    """This process's stderr as bytes (a test's capture may have replaced ``sys.stderr`` by a text-only one)."""
+    stream = getattr(sys.stderr, "buffer", None) or getattr(sys.__stderr__, "buffer", None)
+    return cast(BinaryIO, stream) if stream is not None else open(os.devnull, "wb")
+
+
+def _relay_jvm_console(source: BinaryIO, notices: BinaryIO, console: BinaryIO) -> None:
+    """Copy the JVM's output line by line: ``JVM_NOTICES`` to ``notices``, the rest to ``console``. Reads on
+    until EOF whatever a write meets (a closed console, a full disk): the JVM would block on a full pipe."""
+    with source, notices:
+        for line in iter(source.readline, b""):
+            target = notices if line.startswith(JVM_NOTICES) else console
+            with contextlib.suppress(OSError, ValueError):
+                target.write(line)
+                target.flush()
 

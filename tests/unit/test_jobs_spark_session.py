@@ -3,10 +3,12 @@ server of every session it builds."""
 
 from __future__ import annotations
 
+import io
 import os
 
 import pytest
 
+from jobs import spark_session
 from jobs.spark_session import idle_worker_pool
 
 
@@ -49,3 +51,29 @@ def test_the_accumulator_servers_end_of_connection_is_no_traceback(caplog: pytes
         ("WARNING", "pyspark's accumulator server failed on a connection from ('127.0.0.1', 1)")]
     quiet_accumulator_server(SimpleNamespace(sparkContext=SimpleNamespace()))  # no server: nothing to do
     server.server_close()
+
+
+def test_the_jvm_console_relay_keeps_workers_lines_and_sets_the_notices_aside() -> None:
+    # the JVM's stdout/stderr carry its start-up notices and, from the Python workers it forks, the sink's batch
+    # lines and tracebacks: only the notices leave the console
+    source = io.BytesIO(b"WARNING: Using incubator modules: jdk.incubator.vector\n"
+                        b"Setting default log level to \"WARN\".\n"
+                        b"00:34:10 INFO link l1 batch 0: 50 delivered, 240 bytes\n"
+                        b"Traceback (most recent call last):\n")
+    notices, console = io.BytesIO(), io.BytesIO()
+    notices.close = console.close = lambda: None  # type: ignore[method-assign]
+    spark_session._relay_jvm_console(source, notices, console)
+    assert console.getvalue() == (b"00:34:10 INFO link l1 batch 0: 50 delivered, 240 bytes\n"
+                                  b"Traceback (most recent call last):\n")
+    assert notices.getvalue().count(b"\n") == 2
+
+
+def test_the_relay_drains_the_jvm_whatever_the_console_does() -> None:
+    class Closed(io.BytesIO):
+        def write(self, data: bytes) -> int:  # type: ignore[override]
+            raise OSError("closed console")
+
+    source = io.BytesIO(b"line 1\n" * 1000)
+    source.close = lambda: None  # type: ignore[method-assign]
+    spark_session._relay_jvm_console(source, io.BytesIO(), Closed())
+    assert source.read() == b""
