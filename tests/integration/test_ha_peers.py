@@ -10,8 +10,12 @@ tests/unit/test_peer_auth.py.
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import struct
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -151,7 +155,8 @@ def test_controller_with_an_acl_file_serves_signed_brokers_and_refuses_unsigned_
     the group registers and elects; an unsigned request, or one signed with a wrong secret, is refused with ACL
     1.0's text."""
     acl_file = tmp_path / "controller_acl.yml"
-    acl_file.write_text("accounts:\n  - {accessKey: brokerAK01, secretKey: brokerSK01}\n")
+    acl_file.write_text("accounts:\n  - {accessKey: brokerAK01, secretKey: brokerSK01}\n"
+                        "  - {accessKey: adminAK01, secretKey: adminSK01, admin: true}\n")
     credentials = tmp_path / "broker-credentials.yml"
     credentials.write_text("accessKey: brokerAK01\nsecretKey: brokerSK01\n")
     credentials.chmod(0o600)
@@ -171,3 +176,25 @@ def test_controller_with_an_acl_file_serves_signed_brokers_and_refuses_unsigned_
         assert "Check signature failed for accessKey=brokerAK01" in (forged.remark or "")
         signed = config_request(SessionCredentials("brokerAK01", "brokerSK01"))
         assert signed.code == ResponseCode.SUCCESS and b"controllerAclFile=" in signed.body
+
+        # the admin commands sign with the account ``acl ...`` takes (--access-key, the secret from the env)
+        def cli(*args: str, signed: bool) -> subprocess.CompletedProcess[str]:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_STORE_ACL_")}
+            extra = ["--access-key", "adminAK01"] if signed else []
+            if signed:
+                env["BROKER_STORE_ACL_SECRET_KEY"] = "adminSK01"
+            return subprocess.run([sys.executable, "-m", "broker_store", *args, "-n", cluster.namesrv_addr, *extra],
+                                  capture_output=True, text=True, timeout=60, env=env)
+
+        status = cli("controller-status", "--json", signed=True)
+        assert status.returncode == 0, status.stdout + status.stderr
+        [group] = json.loads(status.stdout)["groups"]
+        assert group["group"] == "c" and group["master"] != "-"
+        elect = cli("elect", "-b", "c", "-c", "cacl", signed=True)
+        assert elect.returncode == 0 and "unchanged: the master is alive" in elect.stdout, elect.stdout + elect.stderr
+        refused = cli("controller-status", "--json", signed=False)
+        assert refused.returncode == 1
+        [answer] = json.loads(refused.stdout)["controllers"]
+        assert not answer["answering"] and "No accessKey is configured" in answer["error"]
+        refused = cli("elect", "-b", "c", "-c", "cacl", signed=False)
+        assert refused.returncode == 1 and "No accessKey is configured" in refused.stderr, refused.stderr
