@@ -10,6 +10,7 @@ tests/unit/test_peer_auth.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -198,3 +199,55 @@ def test_controller_with_an_acl_file_serves_signed_brokers_and_refuses_unsigned_
         assert not answer["answering"] and "No accessKey is configured" in answer["error"]
         refused = cli("elect", "-b", "c", "-c", "cacl", signed=False)
         assert refused.returncode == 1 and "No accessKey is configured" in refused.stderr, refused.stderr
+
+
+def test_controller_signs_its_role_change_notices_and_a_broker_with_acl_acts_on_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``controller.acl_credentials_file``: the controller signs NOTIFY_BROKER_ROLE_CHANGED, so a broker with ACL
+    and no whitelist accepts it. The brokers poll the controller once an hour here, so the replica's promotion after
+    the primary dies can only come by the notice (its log names it); an unsigned notice is refused with ACL 1.0's
+    text."""
+    from broker_store.client.controller_admin import sync_state_data
+    from broker_store.net.client import RemotingClient
+    from broker_store.protocol.controller import NotifyBrokerRoleChangedRequestHeader
+
+    # the harness's in-sync wait asks the primary unsigned, which it refuses; the controller's SyncStateSet is asked
+    monkeypatch.setattr(LocalCluster, "wait_in_sync", lambda self, timeout=30.0: None)
+    broker_acl = tmp_path / "broker_acl.yml"  # no globalWhiteRemoteAddresses: everything here is 127.0.0.1
+    broker_acl.write_text("accounts:\n  - {accessKey: brokerAK01, secretKey: brokerSK01, admin: true}\n"
+                          "  - {accessKey: controllerAK01, secretKey: controllerSK01, admin: true}\n")
+    files = {}
+    for who in ("broker", "controller"):
+        files[who] = tmp_path / f"{who}-credentials.yml"
+        files[who].write_text(f"accessKey: {who}AK01\nsecretKey: {who}SK01\n")
+        files[who].chmod(0o600)
+    acl: dict[str, Any] = {"acl_enable": True, "acl_file": str(broker_acl),
+                           "acl_credentials_file": str(files["broker"])}
+    # both members poll the controller once an hour: after the join, a role changes only by a notice
+    slow_poll = {"controller": {"replica_info_poll_interval_ms": 3_600_000}}
+    with LocalCluster(tmp_path, "cnotify", [GroupSpec("c", (slow_poll, slow_poll))],
+                      controller={"acl_credentials_file": str(files["controller"])}, **acl) as cluster:
+        eventually(lambda: cluster.listed_primary("c") is not None, timeout=20, what="a primary elected")
+        first = cluster.primary("c")
+        [second] = [b for b in cluster.groups["c"] if b is not first]
+
+        def in_sync() -> bool:
+            async def ask() -> int:
+                client = RemotingClient()
+                try:
+                    info = (await sync_state_data(client, cluster.namesrv_addr, ["c"]))["c"]
+                    return len(info.in_sync)
+                finally:
+                    await client.close()
+            return asyncio.run(ask()) == 2
+
+        eventually(in_sync, timeout=30, what="the replica in the SyncStateSet")
+        first.kill()
+        eventually(lambda: cluster.listed_primary("c") is second, timeout=30,
+                   what=lambda: f"the replica promoted by the notice\n{second.log_tail(3000)}")
+        assert f"notified by the controller: master {second.listen}" in second.log_tail(1_000_000)
+
+        header = NotifyBrokerRoleChangedRequestHeader(second.listen, 99, 99, 2)
+        unsigned = request_from("127.0.0.1", second.listen, RemotingCommand(
+            code=RequestCode.NOTIFY_BROKER_ROLE_CHANGED, ext_fields=header.to_ext()))
+        assert unsigned.code == ResponseCode.SYSTEM_ERROR and "No accessKey is configured" in (unsigned.remark or "")
