@@ -18,6 +18,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+from broker_store.cli_credentials import add_credential_arguments
 from broker_store.cli_ha import (
     cmd_controller_config,
     cmd_controller_status,
@@ -263,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = admin_parser(name, func, text)
         p.add_argument("--controller", help="controller address(es), ';'-separated (default: the first name server, "
                                             "the embedded controller)")
+        add_credential_arguments(p, "account (of the controllers' controller.acl_file, or a broker's)")
         if name in ("ha-status", "controller-status"):
             p.add_argument("--json", action="store_true",
                            help="one JSON document (the same cells under the column names) instead of tables")

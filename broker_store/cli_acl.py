@@ -3,50 +3,28 @@
 updateGlobalWhiteAddr. Installed into the parser by ``broker_store.cli``.
 
 Secrets never appear on the command line (where ``ps`` shows them) nor in the output: the caller's
-secret comes from ``--secret-key-file`` or the environment variable BROKER_STORE_ACL_SECRET_KEY, an
-account's new secret from ``--account-secret-file`` or BROKER_STORE_ACL_ACCOUNT_SECRET. The requests go to
-the brokers named with ``-b`` or to every primary of ``-c`` (default: every primary the name server lists).
+account comes from ``cli_credentials`` (``--access-key``, ``--secret-key-file``), an account's new secret
+from ``--account-secret-file`` or BROKER_STORE_ACL_ACCOUNT_SECRET. The requests go to the brokers named with
+``-b`` or to every primary of ``-c`` (default: every primary the name server lists).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from broker_store.cli_credentials import add_credential_arguments, credentials_from_args, read_secret
 from broker_store.cli_tls import tls_from_args
 from broker_store.protocol.errors import ConfigError
 
-ACCESS_KEY_ENV = "BROKER_STORE_ACL_ACCESS_KEY"
-SECRET_KEY_ENV = "BROKER_STORE_ACL_SECRET_KEY"
 ACCOUNT_SECRET_ENV = "BROKER_STORE_ACL_ACCOUNT_SECRET"
 
 AdminParser = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
-
-
-def _secret(path: Path | None, env: str, what: str) -> str:
-    if path is not None:
-        try:
-            return path.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read {what}: {exc.strerror or exc}") from exc
-    value = os.environ.get(env)
-    if not value:
-        raise ConfigError(f"{what}: give a file with the secret or set {env}")
-    return value
-
-
-def _credentials(args: argparse.Namespace) -> Any:
-    from broker_store.protocol.acl import SessionCredentials
-
-    if not args.access_key:
-        return None
-    return SessionCredentials(args.access_key, _secret(args.secret_key_file, SECRET_KEY_ENV, "the secret key"))
 
 
 def _account(args: argparse.Namespace) -> Any:
@@ -58,7 +36,7 @@ def _account(args: argparse.Namespace) -> Any:
 
     data = {
         "accessKey": args.account,
-        "secretKey": _secret(args.account_secret_file, ACCOUNT_SECRET_ENV, "the account's secret key"),
+        "secretKey": read_secret(args.account_secret_file, ACCOUNT_SECRET_ENV, "the account's secret key"),
         "whiteRemoteAddress": args.white_address,
         "admin": args.admin,
         "defaultTopicPerm": args.default_topic_perm,
@@ -78,7 +56,7 @@ def _run(args: argparse.Namespace, action: Callable[[Any, str, str], Any]) -> in
     from broker_store.client.acl_admin import AsyncAclAdmin
 
     async def main() -> int:
-        async with AsyncAdmin(args.namesrv, credentials=_credentials(args), tls=tls_from_args(args)) as admin:
+        async with AsyncAdmin(args.namesrv, credentials=credentials_from_args(args), tls=tls_from_args(args)) as admin:
             if args.broker_addr:
                 targets = {addr: addr for addr in args.broker_addr}
             else:
@@ -138,10 +116,7 @@ def add_acl_commands(admin_parser: AdminParser) -> None:
     acl = admin_parser("acl", lambda _a: 2, "ACL 1.0 accounts and whitelist of the brokers (list, update, delete, "
                                             "whitelist)")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--access-key", default=os.environ.get(ACCESS_KEY_ENV),
-                        help=f"admin account to sign with (env {ACCESS_KEY_ENV}; none: unsigned)")
-    common.add_argument("--secret-key-file", type=Path,
-                        help=f"file holding that account's secret key (default: env {SECRET_KEY_ENV})")
+    add_credential_arguments(common, "admin account")
     common.add_argument("-b", "--broker-addr", action="append", help="broker address (repeatable)")
     common.add_argument("-c", "--cluster", help="every primary of this cluster (default: every primary)")
     sub = acl.add_subparsers(dest="acl_command", required=True)

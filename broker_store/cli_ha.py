@@ -9,7 +9,9 @@ changes the leader's (``--set KEY=VALUE``; the text is ``protocol.config_text``'
 ``controller.runtime_settings``').
 
 Controllers are ``--controller A[;B;C]`` (default: the first name server, where the controller is embedded by
-default); a read goes to the first that answers, as every controller answers reads.
+default); a read goes to the first that answers, as every controller answers reads. With ``--access-key`` (the
+account options of ``cli_credentials``, as ``acl ...``) every request, the brokers' and the controllers', is
+signed: a controller with ``controller.acl_file`` serves only accounts of that file or whitelisted addresses.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from broker_store.cli_credentials import credentials_from_args
 from broker_store.cli_table import print_table
 from broker_store.cli_tls import tls_from_args
 from broker_store.net.tls_settings import TlsClientSettings
+from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.controller import GetMetaDataResponseHeader, ReplicaIdentity, ReplicasInfo
 from broker_store.protocol.errors import BrokerResponseError, RocketMQError, TransportError
@@ -133,7 +137,8 @@ def cmd_ha_status(args: argparse.Namespace) -> int:
     from broker_store.client import Admin
 
     groups: list[tuple[str, str, dict[int, str], dict[int, HAStatus], dict[int, EpochEntryCacheStatus]]] = []
-    with Admin(args.namesrv, tls=tls_from_args(args)) as admin:
+    credentials = credentials_from_args(args)
+    with Admin(args.namesrv, tls=tls_from_args(args), credentials=credentials) as admin:
         info = admin.cluster_info()
         for cluster, names in sorted(info.cluster_addr_table.items()):
             for name in sorted(names):
@@ -155,7 +160,8 @@ def cmd_ha_status(args: argparse.Namespace) -> int:
     members = [row for cluster, name, addrs, status, epochs in groups
                for row in member_rows(cluster, name, addrs, status, epochs)]
     controlled = [name for _, name, _, _, epochs in groups if epochs]
-    view = asyncio.run(_controller_view(controller_addrs(args), controlled, tls_from_args(args))) if controlled else []
+    view = asyncio.run(_controller_view(controller_addrs(args), controlled, tls_from_args(args), credentials)) \
+        if controlled else []
     if args.json:
         print_json({"members": records(MEMBER_COLUMNS, members), "controller": records(CONTROLLER_COLUMNS, view)})
         return 0
@@ -167,13 +173,14 @@ def cmd_ha_status(args: argparse.Namespace) -> int:
 
 
 async def _controller_view(addrs: Sequence[str], names: Sequence[str],
-                           tls: TlsClientSettings | None = None) -> list[tuple[str, ...]]:
+                           tls: TlsClientSettings | None = None,
+                           credentials: SessionCredentials | None = None) -> list[tuple[str, ...]]:
     from broker_store.client.controller_admin import sync_state_data
     from broker_store.net.client import RemotingClient
 
     client = RemotingClient(tls=tls)
     try:
-        addr, table = await first_answer(addrs, lambda a: sync_state_data(client, a, names))
+        addr, table = await first_answer(addrs, lambda a: sync_state_data(client, a, names, credentials=credentials))
         return [controller_row(name, addr, table.get(name)) for name in names]
     except RocketMQError as exc:
         return [controller_row(name, ";".join(addrs), None, f"{exc} (pass --controller)") for name in names]
@@ -206,8 +213,9 @@ def cmd_controller_status(args: argparse.Namespace) -> int:
 
     async def call(client: object, addrs: list[str]) -> int:
         assert isinstance(client, RemotingClient)
-        report = await controller_report(addrs, lambda a: controller_metadata(client, a),
-                                         lambda a: sync_state_data(client, a), etcd_healthy)
+        credentials = credentials_from_args(args)
+        report = await controller_report(addrs, lambda a: controller_metadata(client, a, credentials=credentials),
+                                         lambda a: sync_state_data(client, a, credentials=credentials), etcd_healthy)
         if args.json:
             print_json(report)
         else:
@@ -278,7 +286,8 @@ def cmd_elect(args: argparse.Namespace) -> int:
     async def call(client: object, addrs: list[str]) -> int:
         assert isinstance(client, RemotingClient)
         _, (header, elected) = await first_answer(
-            addrs, lambda a: elect_master(client, a, args.cluster, args.broker_name, args.prefer))
+            addrs, lambda a: elect_master(client, a, args.cluster, args.broker_name, args.prefer,
+                                          credentials=credentials_from_args(args)))
         print(f"{args.broker_name}: master {header.master_broker_id} at {header.master_address}, epoch "
               f"{header.master_epoch}{'' if elected else ' (unchanged: the master is alive)'}")
         return 0
@@ -304,15 +313,17 @@ def cmd_controller_config(args: argparse.Namespace) -> int:
 
     async def call(client: object, addrs: list[str]) -> int:
         assert isinstance(client, RemotingClient)
+        credentials = credentials_from_args(args)
         update = dict(args.set or [])
         if update:
-            addr, _ = await first_answer(addrs, lambda a: update_controller_config(client, a, update))
+            addr, _ = await first_answer(addrs, lambda a: update_controller_config(client, a, update,
+                                                                                         credentials=credentials))
             print(f"# controller {addr}: updated {', '.join(update)}")
             addrs = [addr]
         answering = 0
         for addr in addrs:
             try:
-                entries = await controller_config(client, addr)
+                entries = await controller_config(client, addr, credentials=credentials)
             except RocketMQError as exc:
                 print(f"# controller {addr}: not answering ({exc})")
                 continue

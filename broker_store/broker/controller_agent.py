@@ -203,6 +203,8 @@ class ControllerAgent:
 
     def on_notification(self, info: ReplicaInfo) -> None:
         """NOTIFY_BROKER_ROLE_CHANGED arrived: act on it in the background (the push is answered at once)."""
+        log.info("controller mode: %s notified by the controller: master %s at epoch %d", self.broker_name,
+                 info.master_address or "none", info.master_epoch)
         task = asyncio.get_running_loop().create_task(self._act_logged(info), name="controller-push")
         self._pushed.add(task)
         task.add_done_callback(self._pushed.discard)

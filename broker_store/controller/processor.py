@@ -4,6 +4,7 @@ group's brokers after an election. Registered on the name server's remoting serv
 or on a standalone controller's (``controller.server``). With ``controller.allowed_peers`` every request from a
 peer the list does not name is answered NO_PERMISSION before it is decoded (``acl.peers``); with
 ``controller.acl_file`` a request must then pass ACL 1.0's check against that file's accounts (signed by one).
+With ``controller.acl_credentials_file`` the role-change pushes are signed with that account (ACL 1.0).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 
 from broker_store.acl.decision import AclDenied, AclTable, check, remote_host
 from broker_store.acl.peers import decide_peer
@@ -25,6 +27,7 @@ from broker_store.controller.state_store import StateStoreError
 from broker_store.net.client import RemotingClient
 from broker_store.net.server import Connection
 from broker_store.net.tls_settings import TlsClientSettings
+from broker_store.protocol.acl import SessionCredentials, sign
 from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.config_text import decode_config, encode_config
 from broker_store.protocol.controller import (
@@ -48,7 +51,8 @@ from broker_store.protocol.controller import (
     encode_elect_master_body,
     encode_replicas_info,
 )
-from broker_store.protocol.errors import ProtocolError, RocketMQError
+from broker_store.protocol.credentials_file import CredentialsFileError, read_credentials_file
+from broker_store.protocol.errors import ConfigError, ProtocolError, RocketMQError
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.headers import BrokerHeartbeatRequestHeader, Header
 
@@ -57,6 +61,16 @@ log = logging.getLogger(__name__)
 NOTIFY_TIMEOUT_S = 1.0
 
 Handler = Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]
+
+
+def _own_credentials(path: Path | None) -> SessionCredentials | None:
+    """``controller.acl_credentials_file`` read (ConfigError naming the key when it cannot be), None without one."""
+    if path is None:
+        return None
+    try:
+        return read_credentials_file(path)
+    except CredentialsFileError as exc:
+        raise ConfigError(f"controller.acl_credentials_file: {exc}") from None
 
 
 class ControllerProcessor:
@@ -77,6 +91,8 @@ class ControllerProcessor:
         acl_file = controller.settings.acl_file
         self._acl: AclTable | None = None if acl_file is None else AclTable.compile(read_plain_acl(acl_file))
         """``controller.acl_file``'s accounts (read now: ConfigError stops the start), None: no signature asked."""
+        self._credentials = _own_credentials(controller.settings.acl_credentials_file)
+        """``controller.acl_credentials_file``'s account the role-change pushes are signed with; None: unsigned."""
         self._clock = clock
         self.refused = RefusalLog()
         """Requests refused by ``controller.allowed_peers`` (``refused.refusals``) and their log's rate limit."""
@@ -110,11 +126,17 @@ class ControllerProcessor:
 
         async def one(address: str) -> None:
             cmd = RemotingCommand(code=RequestCode.NOTIFY_BROKER_ROLE_CHANGED, ext_fields=header.to_ext(), body=body)
+            if self._credentials is not None:
+                sign(cmd, self._credentials)
             try:
-                await self._client.invoke(address, cmd, NOTIFY_TIMEOUT_S)
+                resp = await self._client.invoke(address, cmd, NOTIFY_TIMEOUT_S)
             except RocketMQError as exc:
                 log.info("controller: notifying %s of %s's new role failed (it will poll): %s", address,
                          group.broker_name, exc)
+                return
+            if resp.code != ResponseCode.SUCCESS:  # e.g. a broker with ACL refusing an unsigned push
+                log.info("controller: %s refused the notice of %s's new role (it will poll): code %d %s", address,
+                         group.broker_name, resp.code, resp.remark)
 
         await asyncio.gather(*(one(info.address) for info in alive.values()))
 

@@ -55,6 +55,7 @@ KEYS: tuple[SettingKey, ...] = (
     SettingKey("etcdLeaseTtlSeconds", "etcd", False),
     SettingKey("controllerAllowedPeers", "allowed_peers", False),
     SettingKey("controllerAclFile", "acl_file", False),
+    SettingKey("controllerAclCredentialsFile", "acl_credentials_file", False),
 )
 _BY_NAME: dict[str, SettingKey] = {k.key: k for k in KEYS} | {k.field: k for k in KEYS if k.field != "etcd"}
 

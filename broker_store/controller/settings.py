@@ -61,6 +61,13 @@ class ControllerSettings(BaseModel):
     ``whiteRemoteAddress``; any other is answered SYSTEM_ERROR with RocketMQ's AclException text. Checked after
     ``allowed_peers``; read when the controller starts (a bad file stops it), not reloaded. None: no signature is
     asked for, as RocketMQ's controller. Not changeable at runtime."""
+    acl_credentials_file: Path | None = None
+    """The controller's own account (RocketMQ's tools.yml layout: ``accessKey``, ``secretKey``, optional
+    ``securityToken``; ``protocol.credentials_file``), read when the controller starts (a bad file stops it): its
+    NOTIFY_BROKER_ROLE_CHANGED pushes are signed with it, so brokers with ``acl_enable`` accept them without
+    whitelisting the controller (the account must be in their ``acl_file``). None: the pushes go unsigned, as
+    RocketMQ's controller sends them, and a broker with ACL refuses them (it still learns the role by polling).
+    Not changeable at runtime."""
 
     @field_validator("allowed_peers")
     @classmethod

@@ -10,8 +10,13 @@ tests/unit/test_peer_auth.py.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 import socket
 import struct
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -151,7 +156,8 @@ def test_controller_with_an_acl_file_serves_signed_brokers_and_refuses_unsigned_
     the group registers and elects; an unsigned request, or one signed with a wrong secret, is refused with ACL
     1.0's text."""
     acl_file = tmp_path / "controller_acl.yml"
-    acl_file.write_text("accounts:\n  - {accessKey: brokerAK01, secretKey: brokerSK01}\n")
+    acl_file.write_text("accounts:\n  - {accessKey: brokerAK01, secretKey: brokerSK01}\n"
+                        "  - {accessKey: adminAK01, secretKey: adminSK01, admin: true}\n")
     credentials = tmp_path / "broker-credentials.yml"
     credentials.write_text("accessKey: brokerAK01\nsecretKey: brokerSK01\n")
     credentials.chmod(0o600)
@@ -171,3 +177,77 @@ def test_controller_with_an_acl_file_serves_signed_brokers_and_refuses_unsigned_
         assert "Check signature failed for accessKey=brokerAK01" in (forged.remark or "")
         signed = config_request(SessionCredentials("brokerAK01", "brokerSK01"))
         assert signed.code == ResponseCode.SUCCESS and b"controllerAclFile=" in signed.body
+
+        # the admin commands sign with the account ``acl ...`` takes (--access-key, the secret from the env)
+        def cli(*args: str, signed: bool) -> subprocess.CompletedProcess[str]:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_STORE_ACL_")}
+            extra = ["--access-key", "adminAK01"] if signed else []
+            if signed:
+                env["BROKER_STORE_ACL_SECRET_KEY"] = "adminSK01"
+            return subprocess.run([sys.executable, "-m", "broker_store", *args, "-n", cluster.namesrv_addr, *extra],
+                                  capture_output=True, text=True, timeout=60, env=env)
+
+        status = cli("controller-status", "--json", signed=True)
+        assert status.returncode == 0, status.stdout + status.stderr
+        [group] = json.loads(status.stdout)["groups"]
+        assert group["group"] == "c" and group["master"] != "-"
+        elect = cli("elect", "-b", "c", "-c", "cacl", signed=True)
+        assert elect.returncode == 0 and "unchanged: the master is alive" in elect.stdout, elect.stdout + elect.stderr
+        refused = cli("controller-status", "--json", signed=False)
+        assert refused.returncode == 1
+        [answer] = json.loads(refused.stdout)["controllers"]
+        assert not answer["answering"] and "No accessKey is configured" in answer["error"]
+        refused = cli("elect", "-b", "c", "-c", "cacl", signed=False)
+        assert refused.returncode == 1 and "No accessKey is configured" in refused.stderr, refused.stderr
+
+
+def test_controller_signs_its_role_change_notices_and_a_broker_with_acl_acts_on_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``controller.acl_credentials_file``: the controller signs NOTIFY_BROKER_ROLE_CHANGED, so a broker with ACL
+    and no whitelist accepts it. The brokers poll the controller once an hour here, so the replica's promotion after
+    the primary dies can only come by the notice (its log names it); an unsigned notice is refused with ACL 1.0's
+    text."""
+    from broker_store.client.controller_admin import sync_state_data
+    from broker_store.net.client import RemotingClient
+    from broker_store.protocol.controller import NotifyBrokerRoleChangedRequestHeader
+
+    # the harness's in-sync wait asks the primary unsigned, which it refuses; the controller's SyncStateSet is asked
+    monkeypatch.setattr(LocalCluster, "wait_in_sync", lambda self, timeout=30.0: None)
+    broker_acl = tmp_path / "broker_acl.yml"  # no globalWhiteRemoteAddresses: everything here is 127.0.0.1
+    broker_acl.write_text("accounts:\n  - {accessKey: brokerAK01, secretKey: brokerSK01, admin: true}\n"
+                          "  - {accessKey: controllerAK01, secretKey: controllerSK01, admin: true}\n")
+    files = {}
+    for who in ("broker", "controller"):
+        files[who] = tmp_path / f"{who}-credentials.yml"
+        files[who].write_text(f"accessKey: {who}AK01\nsecretKey: {who}SK01\n")
+        files[who].chmod(0o600)
+    acl: dict[str, Any] = {"acl_enable": True, "acl_file": str(broker_acl),
+                           "acl_credentials_file": str(files["broker"])}
+    # both members poll the controller once an hour: after the join, a role changes only by a notice
+    slow_poll = {"controller": {"replica_info_poll_interval_ms": 3_600_000}}
+    with LocalCluster(tmp_path, "cnotify", [GroupSpec("c", (slow_poll, slow_poll))],
+                      controller={"acl_credentials_file": str(files["controller"])}, **acl) as cluster:
+        eventually(lambda: cluster.listed_primary("c") is not None, timeout=20, what="a primary elected")
+        first = cluster.primary("c")
+        [second] = [b for b in cluster.groups["c"] if b is not first]
+
+        def in_sync() -> bool:
+            async def ask() -> int:
+                client = RemotingClient()
+                try:
+                    info = (await sync_state_data(client, cluster.namesrv_addr, ["c"]))["c"]
+                    return len(info.in_sync)
+                finally:
+                    await client.close()
+            return asyncio.run(ask()) == 2
+
+        eventually(in_sync, timeout=30, what="the replica in the SyncStateSet")
+        first.kill()
+        eventually(lambda: cluster.listed_primary("c") is second, timeout=30,
+                   what=lambda: f"the replica promoted by the notice\n{second.log_tail(3000)}")
+        assert f"notified by the controller: master {second.listen}" in second.log_tail(1_000_000)
+
+        header = NotifyBrokerRoleChangedRequestHeader(second.listen, 99, 99, 2)
+        unsigned = request_from("127.0.0.1", second.listen, RemotingCommand(
+            code=RequestCode.NOTIFY_BROKER_ROLE_CHANGED, ext_fields=header.to_ext()))
+        assert unsigned.code == ResponseCode.SYSTEM_ERROR and "No accessKey is configured" in (unsigned.remark or "")

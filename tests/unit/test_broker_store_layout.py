@@ -26,7 +26,7 @@ from tests.support.import_graph import (
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"protocol", "clock", "address", "background", "validation", "cli_table"}),
     frozenset({"net", "store", "acl"}),
-    frozenset({"client", "ha", "cli_tls"}),
+    frozenset({"client", "ha", "cli_tls", "cli_credentials"}),
     frozenset({"controller"}),
     frozenset({"config"}),
     frozenset({"controller.server", "broker"}),
@@ -68,10 +68,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     # the container image build: subprocesses (debootstrap, docker), its pins and its error
     "image": frozenset({"image_constraints", "protocol"}),
     "cli_tls": frozenset({"net", "protocol"}),  # the admin commands' TLS options -> net's client settings
-    "cli_ha": frozenset({"cli_table", "cli_tls", "client", "controller.etcd_members", "net", "protocol"}),
-    "cli_acl": frozenset({"acl", "cli_tls", "client", "config", "protocol", "validation"}),
-    "cli": frozenset({"broker", "cli_acl", "cli_ha", "cli_table", "cli_tls", "client", "config", "controller.server",
-                      "image", "launcher", "namesrv", "net", "protocol", "up"}),
+    "cli_credentials": frozenset({"protocol"}),  # the admin commands' ACL account options -> SessionCredentials
+    "cli_ha": frozenset({"cli_credentials", "cli_table", "cli_tls", "client", "controller.etcd_members", "net",
+                         "protocol"}),
+    "cli_acl": frozenset({"acl", "cli_credentials", "cli_tls", "client", "config", "protocol", "validation"}),
+    "cli": frozenset({"broker", "cli_acl", "cli_credentials", "cli_ha", "cli_table", "cli_tls", "client", "config",
+                      "controller.server", "image", "launcher", "namesrv", "net", "protocol", "up"}),
     "__main__": frozenset({"cli"}),
 }
 """unit -> the units it may import: DESIGN.md's layers, as the import graph has them (issue #18). A new edge

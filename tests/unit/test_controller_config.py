@@ -26,7 +26,7 @@ from broker_store.net.server import Connection, RemotingServer
 from broker_store.protocol.codes import RequestCode
 from broker_store.protocol.codes import ResponseCode as R
 from broker_store.protocol.config_text import decode_config, encode_config
-from broker_store.protocol.errors import ProtocolError
+from broker_store.protocol.errors import ConfigError, ProtocolError
 from broker_store.protocol.frame import RemotingCommand
 
 SETTINGS = ControllerSettings(heartbeat_timeout_ms=2000, scan_interval_ms=500)
@@ -242,3 +242,26 @@ def test_the_processor_answers_and_applies_properties_bodies(tmp_path: Path) -> 
         await processor.close()
 
     asyncio.run(scenario())
+
+
+def test_a_bad_controller_credentials_file_stops_the_start_naming_the_key(tmp_path: Path) -> None:
+    """``controller.acl_credentials_file`` is read when the processor is built: a missing or malformed file is a
+    ConfigError naming the key and the file, never its content; a good one is shown, not runtime-changeable."""
+    bad = tmp_path / "controller-credentials.yml"
+    bad.write_text("accessKey: controllerAK01\nsecretKey: the-secret\npassword: x\n")
+    bad.chmod(0o600)
+    controller = Controller(FileStateStore(tmp_path / "state.json"),
+                            SETTINGS.model_copy(update={"acl_credentials_file": bad}), clock=ManualClock())
+    with pytest.raises(ConfigError, match="controller.acl_credentials_file: .*unknown key") as refused:
+        ControllerProcessor(controller, address="127.0.0.1:9876")
+    assert "the-secret" not in str(refused.value)
+    missing = Controller(FileStateStore(tmp_path / "state2.json"),
+                         SETTINGS.model_copy(update={"acl_credentials_file": tmp_path / "none.yml"}),
+                         clock=ManualClock())
+    with pytest.raises(ConfigError, match="controller.acl_credentials_file: cannot read"):
+        ControllerProcessor(missing, address="127.0.0.1:9876")
+    bad.write_text("accessKey: controllerAK01\nsecretKey: the-secret\n")
+    good = Controller(FileStateStore(tmp_path / "state3.json"),
+                      SETTINGS.model_copy(update={"acl_credentials_file": bad}), clock=ManualClock())
+    ControllerProcessor(good, address="127.0.0.1:9876")
+    assert settings_properties(good.settings)["controllerAclCredentialsFile"] == str(bad)
