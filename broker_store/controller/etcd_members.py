@@ -208,7 +208,7 @@ class EtcdCluster:
         Not all at once: a leader that is told to stop first hands Raft leadership to the peer it has been
         connected to longest and waits for that peer to take it, up to etcd's request timeout (5 s plus two
         election timeouts, ~7 s). With every member stopping together that peer is going away too, so the
-        leader waited the whole timeout (measured: 7.0 s of every ``up`` stop). One at a time, the transfer goes
+        leader waited the whole timeout (benchmarks/MEASUREMENTS.md). One at a time, the transfer goes
         to a member that stays up (milliseconds), and the last member has no peer to hand over to."""
         for member in self.members:
             stop_together([member], grace)
