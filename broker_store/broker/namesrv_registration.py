@@ -19,7 +19,7 @@ import asyncio
 import logging
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from broker_store.background import cancel_and_wait
 from broker_store.clock import Clock
@@ -53,6 +53,10 @@ class BrokerIdentity:
     broker_addr: str
     """Advertised ``ip:port``."""
     ha_server_addr: str = ""
+    state_version: int = 0
+    """RocketMQ's ``DataVersion.stateVersion`` of the registration: the master epoch in force (0 in static
+    groups). A name server ignores a registration for an id another address holds at a higher one, so a
+    primary that was frozen while it was replaced cannot take id 0 back when it resumes."""
 
 
 class NamesrvRegistration:
@@ -99,7 +103,9 @@ class NamesrvRegistration:
         if not self.namesrv_addrs:
             return True
         ident = self._identity()
-        body = encode_register_broker_body(self._topic_table())
+        table = self._topic_table()
+        version = replace(table.data_version, state_version=ident.state_version)
+        body = encode_register_broker_body(replace(table, data_version=version))
         header = RegisterBrokerRequestHeader(
             broker_name=ident.broker_name,
             broker_addr=ident.broker_addr,

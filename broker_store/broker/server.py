@@ -209,6 +209,7 @@ class BrokerServer:
             broker_id=self.broker_id,
             broker_addr=self.addr,
             ha_server_addr=self.replication.ha_address if self.replication is not None else "",
+            state_version=self.role_state.epoch,
         )
 
     # -- lifecycle ------------------------------------------------------------------------------

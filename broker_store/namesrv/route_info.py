@@ -11,6 +11,12 @@ Mirrors RocketMQ's RouteInfoManager:
 A broker is live while ``now - last_update <= timeout``; ``scan_not_active_brokers`` removes the
 others exactly like an UNREGISTER_BROKER. When the last address of a broker name goes, its queue
 data goes with it, so clients re-route.
+
+A registration naming a broker id that another live address holds with a higher ``stateVersion`` (the master
+epoch a broker in controller mode registers with, as RocketMQ 5's name server compares it) is stale and
+ignored: a primary frozen while the controller promoted a replica registers again as id 0 when it resumes,
+before it hears that it was replaced; taking id 0 back from the new primary, then leaving it when it demotes
+itself, would leave the group without a primary in the route until the new one's next full registration.
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ class RegisterResult:
 
     master_addr: str | None
     ha_server_addr: str | None
+    stale_over: str | None = None
+    """The address that keeps the id when the registration was ignored as stale (see the module docstring)."""
 
 
 @dataclass(slots=True)
@@ -94,6 +102,10 @@ class RouteInfoManager:
         before (a replica promoted by the controller: its data version is the one it had as a replica, and
         its topics become the group's); a replica's are ignored."""
         now = self._clock.monotonic()
+        version = data_version or DataVersion()
+        holder = self._newer_holder(cluster, broker_name, broker_id, broker_addr, version)
+        if holder is not None:
+            return RegisterResult(master_addr=None, ha_server_addr=None, stale_over=holder)
         self._cluster_addr_table.setdefault(cluster, set()).add(broker_name)
         group = self._broker_addr_table.get(broker_name)
         register_first = group is None
@@ -112,7 +124,6 @@ class RouteInfoManager:
         group.addrs[broker_id] = broker_addr
 
         key = BrokerKey(cluster, broker_addr)
-        version = data_version or DataVersion()
         prev = self._broker_live_table.get(key)
         if topic_configs is not None and broker_id == MASTER_ID:
             changed = prev is None or prev.data_version != version or prev.broker_id != broker_id
@@ -135,6 +146,19 @@ class RouteInfoManager:
         return RegisterResult(
             master_addr=master_addr, ha_server_addr=master_live.ha_server_addr if master_live else None
         )
+
+    def _newer_holder(self, cluster: str, broker_name: str, broker_id: int, broker_addr: str,
+                      version: DataVersion) -> str | None:
+        """The live address holding ``broker_id`` of the group at a higher state version than ``version``
+        (the registration is stale), else None."""
+        group = self._broker_addr_table.get(broker_name)
+        holder = group.addrs.get(broker_id) if group is not None else None
+        if holder is None or holder == broker_addr:
+            return None
+        live = self._broker_live_table.get(BrokerKey(cluster, holder))
+        if live is None or live.data_version.state_version <= version.state_version:
+            return None
+        return holder
 
     def _update_queue_data(self, broker_name: str, tc: TopicConfig) -> None:
         qd = QueueData(

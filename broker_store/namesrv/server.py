@@ -156,7 +156,12 @@ class NamesrvServer:
             data_version=table.data_version,
             heartbeat_timeout=timeout,
         )
-        self._broker_conns[BrokerKey(h.cluster_name, h.broker_addr)] = conn
+        if result.stale_over is not None:
+            log.warning("ignored the registration of %s/%d at %s: %s holds that id at a newer master epoch "
+                        "(state version %d is older); the broker has not heard of its replacement yet",
+                        h.broker_name, h.broker_id, h.broker_addr, result.stale_over, table.data_version.state_version)
+        else:
+            self._broker_conns[BrokerKey(h.cluster_name, h.broker_addr)] = conn
         header = RegisterBrokerResponseHeader(
             ha_server_addr=result.ha_server_addr, master_addr=result.master_addr
         )

@@ -13,7 +13,7 @@ from broker_store.clock import ManualClock
 from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.headers import RegisterBrokerResponseHeader
-from broker_store.protocol.topic import DataVersion, TopicConfigTable
+from broker_store.protocol.topic import DataVersion, TopicConfigTable, decode_register_broker_body
 
 PRIMARY_HA = "127.0.0.1:10912"
 
@@ -25,10 +25,12 @@ class NamesrvStub:
     def __init__(self) -> None:
         self.primary_registered = False
         self.registrations = 0
+        self.bodies: list[bytes] = []
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         assert cmd.code == RequestCode.REGISTER_BROKER
         self.registrations += 1
+        self.bodies.append(cmd.body)
         header = (RegisterBrokerResponseHeader(ha_server_addr=PRIMARY_HA, master_addr="127.0.0.1:10911")
                   if self.primary_registered else RegisterBrokerResponseHeader())
         return cmd.response(ResponseCode.SUCCESS, None, header.to_ext())
@@ -75,3 +77,16 @@ def test_replica_registers_every_second_until_the_answer_names_its_primary() -> 
             await registration.stop()
 
     asyncio.run(main())
+
+
+def test_a_registration_carries_the_master_epoch_as_its_state_version() -> None:
+    """The name server keeps the newer primary by it (route_info's stale rule); the topic table's own version
+    (counter, timestamp) goes as it is."""
+    namesrv = NamesrvStub()
+    registration = NamesrvRegistration(
+        namesrv, ["127.0.0.1:9876"],  # type: ignore[arg-type]
+        lambda: BrokerIdentity("c", "b", 0, "127.0.0.1:10915", state_version=7),
+        lambda: TopicConfigTable({}, DataVersion(timestamp=5, counter=3)), register_interval=30.0,
+        heartbeat_interval=30.0, clock=ManualClock())
+    assert asyncio.run(registration.register_all())
+    assert decode_register_broker_body(namesrv.bodies[0]).data_version == DataVersion(5, 3, 7)

@@ -197,3 +197,39 @@ def test_cluster_info_and_query_data_version() -> None:
     routes.query_data_version(cluster="c1", broker_addr="h:1", data_version=DataVersion(5, 3))
     clock.advance(4)
     assert routes.scan_not_active_brokers() == [BrokerKey("c2", "h:2")]
+
+
+def test_a_stale_primary_resuming_cannot_take_id_0_back_from_its_replacement() -> None:
+    """Controller mode: the primary h:1 (epoch 1) was frozen while h:2 was promoted at epoch 2. Resumed, h:1
+    registers once more as id 0 before it hears of its demotion, then as a replica: h:2 stays the primary
+    throughout (before, h:1 took id 0 over and then left it, and the route had no primary until h:2's next
+    full registration, ~30 s)."""
+    routes, _ = _manager()
+    old: _Where = {"cluster": "c", "broker_name": "b", "broker_addr": "h:1"}
+    new: _Where = {"cluster": "c", "broker_name": "b", "broker_addr": "h:2"}
+    topics = _topics(("A", 4))
+    routes.register_broker(**old, broker_id=0, topic_configs=topics, data_version=DataVersion(5, 1, 1))
+    routes.register_broker(**new, broker_id=2, topic_configs=topics, data_version=DataVersion(5, 1, 1))
+    routes.register_broker(**new, broker_id=0, topic_configs=topics, data_version=DataVersion(5, 1, 2))
+    stale = routes.register_broker(**old, broker_id=0, topic_configs=topics, data_version=DataVersion(5, 1, 1))
+    assert stale.stale_over == "h:2"
+    assert dict(routes.cluster_info().broker_addr_table["b"].broker_addrs) == {0: "h:2"}
+    assert routes.heartbeat(cluster="c", broker_addr="h:2")  # the new primary is still known: its heartbeats count
+    routes.register_broker(**old, broker_id=1, topic_configs=topics, data_version=DataVersion(5, 1, 2))
+    assert dict(routes.cluster_info().broker_addr_table["b"].broker_addrs) == {0: "h:2", 1: "h:1"}
+    route = routes.pickup_topic_route("A")
+    assert route is not None and route.broker_datas[0].broker_addrs[0] == "h:2"
+
+
+def test_an_id_taken_at_the_same_or_a_newer_state_version_moves_as_before() -> None:
+    """Static groups register at state version 0: a new process taking an id over still wins, and so does a
+    newer epoch over an older one."""
+    routes, _ = _manager()
+    where: _WhereWithId = {"cluster": "c", "broker_name": "b", "broker_addr": "h:1", "broker_id": 0}
+    routes.register_broker(**where, topic_configs={})
+    taken = routes.register_broker(cluster="c", broker_name="b", broker_addr="h:2", broker_id=0, topic_configs={})
+    assert taken.stale_over is None
+    assert dict(routes.cluster_info().broker_addr_table["b"].broker_addrs) == {0: "h:2"}
+    newer = routes.register_broker(**where, topic_configs={}, data_version=DataVersion(1, 1, 3))
+    assert newer.stale_over is None
+    assert dict(routes.cluster_info().broker_addr_table["b"].broker_addrs) == {0: "h:1"}
