@@ -1130,8 +1130,9 @@ def main(argv: list[str] | None = None) -> int:
         cpu1 = cpu_snapshot(labels)
         window = time.monotonic() - t0
         wait_for(admin_dst, qs[TOPIC_LAT][1], paced["messages"], 300, q)
-        mark_stopping()
-        q.stop()
+        from jobs.query_supervisor import stop_queries  # here: the spawned children import this module
+
+        stop_queries([q])  # between two triggers, as the jobs stop theirs
         born = read_timestamps(src.addr, qs[TOPIC_LAT][0], "born_timestamp")
         stored = read_timestamps(dst.addr, qs[TOPIC_LAT][1], "store_timestamp")
         lat = [stored[k] - born[k] for k in born if k in stored]

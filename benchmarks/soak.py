@@ -66,6 +66,7 @@ from benchmarks.soak_metrics import (
     lag_outside,
     percentile,
     plot,
+    process_line,
     sample_roles,
     summary_line,
     worst,
@@ -141,7 +142,6 @@ class Soak:
     consumed_n: list[int] = field(default_factory=list)
     consumer_errors: Counter[str] = field(default_factory=Counter)
     procs: list[ProcSample] = field(default_factory=list)
-    known_roles: dict[str, str] = field(default_factory=dict)
     lags: list[LagSample] = field(default_factory=list)
     windows: list[FaultWindow] = field(default_factory=list)
     job_restarts: int = 0
@@ -263,17 +263,18 @@ class Soak:
         return roles
 
     def broker_roles(self) -> dict[str, str]:
-        """Each broker member's role as the name servers list it now; a group listing no primary (an election
-        under way, a name server down) keeps its members' last known roles."""
+        """Each broker member's role ("primary" / "replica") as the name servers list it now; the members of a
+        group listing no primary (an election under way) are left out."""
+        roles: dict[str, str] = {}
         for cluster in (self.src, self.dst):
             for group, members in cluster.groups.items():
                 primary = cluster.listed_primary(group)
                 if primary is not None:
-                    self.known_roles.update({b.name: "primary" if b is primary else "replica" for b in members})
-        return dict(self.known_roles)
+                    roles.update({b.name: "primary" if b is primary else "replica" for b in members})
+        return roles
 
     def sample_procs(self) -> None:
-        taken = sample_roles(self.now(), self.roles(), self.broker_roles())
+        taken = sample_roles(self.now(), self.roles())
         self.procs.extend(taken)
         rss = sum(s.rss for s in taken) / 2**20
         fds = sum(s.fds for s in taken)
@@ -449,6 +450,7 @@ def run(args: argparse.Namespace, out: Path) -> str:
         if dead:
             log(f"WARNING: {dead} ended early")
         soak.sample_procs()  # the end sample, before the drain
+        broker_roles = soak.broker_roles()  # the end's roles, for the last sample's lines (the clusters stop below)
         # the configured length, unless the run was cut short (a thread of the load died)
         run_minutes = args.minutes if soak.now() >= end else round(soak.now() / 60, 1)
         target = soak.drain(args.drain_timeout)
@@ -479,10 +481,7 @@ def run(args: argparse.Namespace, out: Path) -> str:
         f"windows, max {max(outside, default=float('nan')):.2f} s")
     for name, pct in sorted(rss_growths.items()):
         last = max((s for s in soak.procs if s.name == name), key=lambda s: s.t)
-        log(f"  {name}: RSS {last.rss / 2**20:.0f} MiB ({pct:+.1f} %), fds {last.fds} ({fd_growths[name]:+.1f} %"
-            + f"; {last.connections} connections" + (f" as {last.broker_role}" if last.broker_role else "")
-            + (f"; store files {last.store_fds} of max_open_files {STORE_FD_CAP})" if last.store_fds else ")")
-            + (f" (largest of {last.processes} processes)" if last.processes > 1 else ""))
+        log(process_line(last, pct, fd_growths[name], broker_roles.get(name, ""), STORE_FD_CAP))
     log(f"plot: {png}")
     log.close()
     return summary_line(run_minutes, len(soak.windows), len(soak.acked), replicated, lost, duplicates,

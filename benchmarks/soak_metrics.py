@@ -48,8 +48,6 @@ class ProcSample:
     """Descriptors of the role's store files, not in ``fds`` (see the module docstring)."""
     connections: int = 0
     """Established TCP connections, not in ``fds``."""
-    broker_role: str = ""
-    """"primary" or "replica" for a broker member (as the name server listed it when sampled); "" otherwise."""
 
 
 @dataclass(frozen=True)
@@ -168,20 +166,17 @@ def job_processes(pids: Iterable[int], script: str) -> dict[str, list[int]]:
     return dict(roles)
 
 
-def sample_roles(t: float, roles: Mapping[str, Sequence[int]],
-                 broker_roles: Mapping[str, str] | None = None) -> list[ProcSample]:
+def sample_roles(t: float, roles: Mapping[str, Sequence[int]]) -> list[ProcSample]:
     """One sample per role (a role with no live pid is left out). A role of several processes is its largest
     one (by RSS): forked PySpark workers share most of their pages with the daemon they forked from, so a sum
-    of RSS would count those pages once per worker, and their number changes as Spark forks and reaps them.
-    ``broker_roles``: the broker role of each broker member by name (see ``ProcSample.broker_role``)."""
+    of RSS would count those pages once per worker, and their number changes as Spark forks and reaps them."""
     out = []
     established = established_sockets()
     for name, pids in roles.items():
         read = [r for r in (read_proc(p, established) for p in pids) if r is not None]
         if read:
             rss, fds, store_fds, connections = max(read)
-            out.append(ProcSample(t, name, rss, fds, len(read), store_fds, connections,
-                                  (broker_roles or {}).get(name, "")))
+            out.append(ProcSample(t, name, rss, fds, len(read), store_fds, connections))
     return out
 
 
@@ -243,6 +238,17 @@ def summary_line(minutes: float, faults: int, produced: int, replicated: int, lo
     return (f"soak {minutes:g} min, faults {faults}, produced {produced}, replicated {replicated}, lost {lost}, "
             f"duplicates {duplicates}, rss growth {rss_growth:.1f} %, fd growth {fd_growth:.1f} %, "
             f"lag p99 {lag_p99:.2f} s")
+
+
+def process_line(last: ProcSample, rss_pct: float, fd_pct: float, broker_role: str, store_fd_cap: int) -> str:
+    """The log's line for one process: ``last`` its end sample, its growths, and ``broker_role`` ("primary" /
+    "replica" as the name server lists the member at the end of the run; "" for others, or a group listing no
+    primary then). The role is the one thing of a broker's fds that tells its connections apart (clients follow
+    the primary), so it is read once, at the end, beside the last sample it explains."""
+    return (f"  {last.name}: RSS {last.rss / 2**20:.0f} MiB ({rss_pct:+.1f} %), fds {last.fds} ({fd_pct:+.1f} %"
+            + f"; {last.connections} connections" + (f" as {broker_role}" if broker_role else "")
+            + (f"; store files {last.store_fds} of max_open_files {store_fd_cap})" if last.store_fds else ")")
+            + (f" (largest of {last.processes} processes)" if last.processes > 1 else ""))
 
 
 def plot(path: Path, procs: Sequence[ProcSample], lags: Sequence[LagSample], windows: Sequence[FaultWindow],

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from connectors.core.config import ReplicatorConfig, load_replicator_config
 from connectors.core.disk_full import find_disk_full
 from connectors.core.driver_log import FILE_ONLY
@@ -185,14 +186,46 @@ def supervise(spark: Any, queries: Sequence[Any], stop: threading.Event, log_dir
             if not q.isActive and q.exception() is not None and q.name not in failures:
                 report_failure(q, log_dir, failures, storage)
                 stop.set()
-    if any(q.isActive for q in queries):
-        mark_stopping()  # the batches this cancels are aborted by the stop, not by a fault (INFO, not WARNING)
+    stop_queries(queries)
     for q in queries:
-        if q.isActive:
-            q.stop()
         if q.exception() is not None and q.name not in failures:
             report_failure(q, log_dir, failures, storage)
     return failures
+
+
+STOP_GRACE_S = 10.0
+"""How long ``stop_queries`` waits, for all the queries together, for their running triggers to end."""
+STOP_POLL_S = 0.05
+
+
+def stop_queries(queries: Sequence[Any], grace_s: float = STOP_GRACE_S, clock: ThreadClock = SYSTEM_CLOCK) -> None:
+    """Stop the active ``queries``, each between two of its triggers: a query whose trigger is running
+    (``status["isTriggerActive"]``) is stopped once that trigger ended, or when ``grace_s`` has passed. The job is
+    marked stopping first (the batches the stop cancels are aborted by it, not by a fault: INFO, not WARNING).
+
+    Why wait: ``StreamingQuery.stop`` interrupts the query's thread. Interrupted in a batch's write, Spark aborts
+    the batch on that thread (``V2TableWriteExec.writeWithV2``), and a Python sink's abort needs a Python worker
+    reached over a socket channel (``PythonStreamingWrite.abort`` -> ``PythonPlannerRunner.runInPython``), which
+    the pending interrupt closes (NIO: ``ClosedByInterruptException``): Spark logs "ERROR WriteToDataSourceV2Exec:
+    Data source write support MicroBatchWrite[...] failed to abort." and the sink's ``abort`` never runs. A thread
+    interrupted while it waits for its next trigger ends with nothing to abort. A trigger that starts between the
+    status read and the stop (a few milliseconds), or one still running after ``grace_s`` (a backlog, a target
+    outage), is interrupted as before: its batch is re-run from the checkpoint on the next start."""
+    active = [q for q in queries if q.isActive]
+    if not active:
+        return
+    mark_stopping()
+    deadline = clock.monotonic() + grace_s
+    while active:
+        late = clock.monotonic() >= deadline
+        for q in list(active):
+            if not q.isActive:
+                active.remove(q)
+            elif late or not q.status.get("isTriggerActive", False):
+                q.stop()
+                active.remove(q)
+        if active:
+            clock.block(STOP_POLL_S)
 
 
 def report_failure(query: Any, log_dir: Path, failures: dict[str, str], storage: Sequence[str] = ()) -> None:

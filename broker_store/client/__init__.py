@@ -10,8 +10,11 @@ Time: every client that keeps a deadline or a TTL (route cache, fault isolation,
 ``broker_store.clock.Clock``. A reading is all the client uses of a clock, and it keeps the client below the
 clock module (client imports only net, protocol and acl: tests/unit/test_broker_store_layout.py). Callers holding
 the one clock pass its reading, ``clock.monotonic`` (a ``ManualClock``'s in tests, which then drives the TTLs and
-isolation with no sleep). Not through the clock: the back-off sleeps between a send's retries and
-``wait_for_route``'s polls (``asyncio.sleep`` on the client's loop, real time while a server answers).
+isolation with no sleep). The client's waits (a send's back-off while its topic's route lists no primary,
+``wait_for_route``'s polls) go through ``sleep: Callable[[float], Awaitable[None]]`` of ``AsyncProducer`` /
+``AsyncAdmin`` (and their synchronous fronts), default ``asyncio.sleep``: callers holding the one clock pass
+``clock.sleep``, and tests a sleep that advances their ``ManualClock``. The wire's own request timeouts stay real
+time (``net.client``: a server's answer takes real time).
 """
 
 from broker_store.client.admin import Admin, AsyncAdmin

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from broker_store.client.consumer import query_consumer_offset
@@ -58,10 +58,12 @@ class AsyncAdmin:
     def __init__(self, namesrv_addr: str | Sequence[str], *, request_timeout: float = 3.0,
                  route_ttl: float = 30.0, remoting: RemotingClient | None = None,
                  clock: Callable[[], float] = time.monotonic, credentials: SessionCredentials | None = None,
-                 tls: TlsClientSettings | None = None) -> None:
+                 tls: TlsClientSettings | None = None,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self._session = ClientSession(namesrv_addr, remoting=remoting, request_timeout=request_timeout,
                                       route_ttl=route_ttl, clock=clock, credentials=credentials, tls=tls)
         self._clock = clock
+        self._sleep = sleep
 
     @property
     def routes(self) -> RouteCache:
@@ -124,7 +126,7 @@ class AsyncAdmin:
                 reason = str(exc)
             if self._clock() >= deadline:
                 raise RequestTimeoutError(f"topic {topic} has no usable route after {timeout}s: {reason}")
-            await asyncio.sleep(poll_interval)
+            await self._sleep(poll_interval)
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -394,10 +396,10 @@ class Admin(SyncClient[AsyncAdmin]):
     def __init__(self, namesrv_addr: str | Sequence[str], *, request_timeout: float = 3.0,
                  route_ttl: float = 30.0, clock: Callable[[], float] = time.monotonic,
                  credentials: SessionCredentials | None = None, tls: TlsClientSettings | None = None,
-                 shared_runtime: bool = True) -> None:
+                 shared_runtime: bool = True, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         super().__init__(shared_runtime=shared_runtime)
         self._init_kwargs = dict(namesrv_addr=namesrv_addr, request_timeout=request_timeout,
-                                 route_ttl=route_ttl, clock=clock, credentials=credentials, tls=tls)
+                                 route_ttl=route_ttl, clock=clock, credentials=credentials, tls=tls, sleep=sleep)
         self.request_timeout: float = AsyncAdmin(**self._init_kwargs)._session.request_timeout
 
     def _make_core(self, remoting: RemotingClient) -> AsyncAdmin:

@@ -27,7 +27,7 @@ import logging
 import random
 import time
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from broker_store.client.records import SEND_STATUS_BY_CODE, MessageQueue, SendResult
@@ -139,7 +139,8 @@ class AsyncProducer:
                  route_ttl: float = 30.0, fault_isolation: float = 10.0,
                  remoting: RemotingClient | None = None, clock: Callable[[], float] = time.monotonic,
                  id_generator: UniqueIdGenerator | None = None, credentials: SessionCredentials | None = None,
-                 tls: TlsClientSettings | None = None) -> None:
+                 tls: TlsClientSettings | None = None,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         try:
             validate_topic(group)
         except ProtocolError as exc:
@@ -177,6 +178,7 @@ class AsyncProducer:
                                       default_topic_queue_nums=default_topic_queue_nums, credentials=credentials,
                                       tls=tls)
         self._clock = clock
+        self._sleep = sleep
         self._faults = BrokerFaultTable(fault_isolation, clock)
         self._next_index: dict[str, int] = {}
         self._new_id = id_generator.create if id_generator is not None else create_unique_id
@@ -455,7 +457,7 @@ class AsyncProducer:
                 remaining = deadline - self._clock()
                 if remaining <= 0:
                     raise
-                await asyncio.sleep(min(delay, remaining))
+                await self._sleep(min(delay, remaining))
                 delay = min(delay * 2, 0.4)
 
     @staticmethod
@@ -496,7 +498,7 @@ class Producer(SyncClient[AsyncProducer]):
                  route_ttl: float = 30.0, fault_isolation: float = 10.0,
                  clock: Callable[[], float] = time.monotonic, id_generator: UniqueIdGenerator | None = None,
                  credentials: SessionCredentials | None = None, tls: TlsClientSettings | None = None,
-                 shared_runtime: bool = True) -> None:
+                 shared_runtime: bool = True, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         super().__init__(shared_runtime=shared_runtime)
         self._init_kwargs = dict(
             namesrv_addr=namesrv_addr, group=group, send_timeout=send_timeout, tls=tls,
@@ -504,7 +506,8 @@ class Producer(SyncClient[AsyncProducer]):
             compress_over=compress_over, compress_level=compress_level, max_message_size=max_message_size,
             auto_create_topic=auto_create_topic, default_topic=default_topic,
             default_topic_queue_nums=default_topic_queue_nums, route_ttl=route_ttl,
-            fault_isolation=fault_isolation, clock=clock, id_generator=id_generator, credentials=credentials)
+            fault_isolation=fault_isolation, clock=clock, id_generator=id_generator, credentials=credentials,
+            sleep=sleep)
         # Validate the options now, on the caller's thread; the real core is built on start().
         self.send_timeout: float = AsyncProducer(**self._init_kwargs).send_timeout
 

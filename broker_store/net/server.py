@@ -170,11 +170,28 @@ class Connection(asyncio.Protocol):
 
     def _dispatch(self, commands: list[RemotingCommand]) -> None:
         """Run the handler for each request in order; the rest wait in ``_backlog`` (and the socket is not read)
-        as soon as ``AnswerFlow.hold`` says so: until the answers drain, or until the next pass of the loop."""
+        as soon as ``AnswerFlow.hold`` says so: until the answers drain, or until the next pass of the loop.
+
+        ``hold`` is asked for the pass's first request, then again only once one of its limits is reached: the pass
+        counts its requests and the answers queued since (``_out_bytes`` and the pause flag are fields; the
+        transport's buffer is read again only when a reply was written during the pass, which swaps ``_out``:
+        nothing else adds to it while the pass runs). The same decisions as asking before every request, without
+        a call per request on the hot path."""
         limits = self._server.limits
         handler = self._server.handler
+        flow = self._flow
+        turns = flow.max_requests_per_pass if flow.max_requests_per_pass is not None else len(commands)
+        max_queued = flow.max_queued_answer_bytes
+        transport = self._transport
+        unsent = transport.get_write_buffer_size() if transport is not None else 0
+        out = self._out
         for index, cmd in enumerate(commands):
-            hold = self._hold(index)
+            if self._out is not out:  # a reply was written during the pass: the transport may hold part of it
+                out = self._out
+                unsent = transport.get_write_buffer_size() if transport is not None else 0
+            queued = self._out_bytes + unsent
+            hold = (flow.hold(queued_bytes=queued, writer_paused=self._write_paused, run_this_pass=index)
+                    if index == 0 or index >= turns or self._write_paused or queued >= max_queued else None)
             if hold is not None:
                 self._backlog = commands[index:]
                 if self._transport is not None:

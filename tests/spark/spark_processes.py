@@ -488,6 +488,22 @@ def in_flight_ranges(checkpoint: Path) -> dict[QueueKey, tuple[int, int]]:
     return {q: (begin.get(q) or 0, n) for q, n in end.queues.items() if n > (begin.get(q) or 0)}
 
 
+def console_noise(console: str) -> list[str]:
+    """Lines of a job's console an operator should not see: stacks, and JVM / Python error dumps."""
+    return [line for line in console.splitlines()
+            if "Traceback" in line or line.startswith(("\tat ", "  File ", "org.apache", "py4j"))]
+
+
+def assert_failed_in_one_line(rc: int, console: str, naming: str) -> None:
+    """A job that failed as an operator should see it: exit code 1, and exactly one ERROR line on its console,
+    containing ``naming``, with no stack or error dump beside it (the details are in the log directory)."""
+    assert rc == 1, console
+    errors = [line for line in console.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, console
+    assert naming in errors[0], errors
+    assert console_noise(console) == [], console
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str, *, interval: float = 0.25,
              alive: TaggedProcess | None = None) -> None:
     deadline = time.monotonic() + timeout

@@ -17,7 +17,13 @@ import pytest
 from broker_store.client import new_message
 from tests.spark.conftest import PROJECT_ROOT, Cluster
 from tests.spark.helpers import unique
-from tests.spark.spark_processes import TaggedProcess, spark_env, wait_for, write_replicator_config
+from tests.spark.spark_processes import (
+    TaggedProcess,
+    assert_failed_in_one_line,
+    spark_env,
+    wait_for,
+    write_replicator_config,
+)
 from tests.support.private_tmpfs import PrivateTmpfs, fill, private_tmpfs
 
 pytestmark = pytest.mark.integration
@@ -66,13 +72,8 @@ def test_full_disk_stops_the_job_in_one_line_and_its_restart_loses_nothing(
             rc = job.wait(120)
         finally:
             job.kill()
-        console = job.log()
-        assert rc == 1, console
-        errors = [line for line in console.splitlines() if " ERROR " in line]
-        assert len(errors) == 1, console
-        assert "link l1 failed: disk full: no space left on device for " + str(state) in errors[0], errors
-        assert [line for line in console.splitlines()
-                if "Traceback" in line or line.startswith(("\tat ", "  File ", "org.apache", "py4j"))] == [], console
+        assert_failed_in_one_line(rc, job.log(), "link l1 failed: disk full: no space left on device for "
+                                  + str(state))
 
         (tmpfs.inside() / "filler").unlink()
         job = _job(tmpfs, config, tmp_path, "--available-now")

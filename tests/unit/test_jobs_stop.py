@@ -1,7 +1,8 @@
 """A clean stop prints no "batch aborted" warning: the job marks itself stopping before it stops its queries
 (``jobs.query_supervisor.supervise``), and the sinks' ``abort`` lines are INFO then, WARNING otherwise
-(``connectors.core.job_stop``, the one rule). The marker reaches a child process through the environment,
-as it reaches Spark's Python workers."""
+(``connectors.core.job_stop``, the one rule); it stops each query between two of its triggers
+(``jobs.query_supervisor.stop_queries``), so Spark has no batch to abort. The marker reaches a child process
+through the environment, as it reaches Spark's Python workers."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 
 from connectors.core import job_stop
 from connectors.heartbeat.writer import HeartbeatStreamWriter
-from jobs.query_supervisor import supervise
+from jobs.query_supervisor import STOP_POLL_S, stop_queries, supervise
 
 
 @pytest.fixture
@@ -57,17 +58,44 @@ def test_heartbeat_abort_is_a_warning_unless_the_stop_caused_it(marker: Path,
 
 
 class _Query:
-    """What ``supervise`` uses of a StreamingQuery; records whether the job was stopping when stopped."""
+    """What ``supervise`` and ``stop_queries`` use of a StreamingQuery: its trigger runs for the first
+    ``busy_reads`` status reads; records whether the job was stopping, and the trigger running, when stopped."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, busy_reads: int = 0) -> None:
         self.name, self.isActive, self.stopped_while_stopping = name, True, False
+        self.busy_reads, self.reads, self.stopped_in_trigger = busy_reads, 0, False
+
+    @property
+    def status(self) -> dict[str, Any]:
+        self.reads += 1
+        return {"message": "", "isDataAvailable": False, "isTriggerActive": self.reads <= self.busy_reads}
 
     def stop(self) -> None:
         self.stopped_while_stopping = job_stop.stopping()
+        self.stopped_in_trigger = self.reads <= self.busy_reads
         self.isActive = False
 
     def exception(self) -> None:
         return None
+
+
+class _SteppingClock:
+    """A ThreadClock whose ``block`` moves its own time (the test's only thread: nothing else would advance it)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+    def block(self, seconds: float) -> None:
+        self.now += seconds
+
+    def wait(self, cond: threading.Condition, timeout: float) -> None:
+        self.now += timeout
 
 
 def test_supervise_marks_the_job_stopping_before_it_stops_the_queries(marker: Path, tmp_path: Path) -> None:
@@ -76,3 +104,23 @@ def test_supervise_marks_the_job_stopping_before_it_stops_the_queries(marker: Pa
     queries = [_Query("a"), _Query("b")]
     assert supervise(object(), queries, stop, tmp_path) == {}
     assert all(q.stopped_while_stopping for q in queries)
+
+
+def test_a_query_is_stopped_between_two_triggers_not_in_one(marker: Path) -> None:
+    """Spark interrupts a stopped query's thread; in a batch's write that makes its abort fail ("failed to abort",
+    see ``stop_queries``): each query is stopped once its running trigger ended, the others meanwhile."""
+    clock = _SteppingClock()
+    idle, short, longer = _Query("idle"), _Query("short", busy_reads=3), _Query("longer", busy_reads=40)
+    stop_queries([idle, short, longer], grace_s=10.0, clock=clock)
+    assert not any(q.isActive or q.stopped_in_trigger for q in (idle, short, longer))
+    assert (idle.reads, short.reads, longer.reads) == (1, 4, 41)  # stopped at their first read between triggers
+    assert clock.now < 10.0
+
+
+def test_a_trigger_that_outlasts_the_grace_is_stopped_at_its_end(marker: Path) -> None:
+    clock = _SteppingClock()
+    stuck, ended = _Query("stuck", busy_reads=10**6), _Query("ended")
+    ended.isActive = False  # AvailableNow done, or failed: nothing to stop
+    stop_queries([stuck, ended], grace_s=2.0, clock=clock)
+    assert not stuck.isActive and stuck.stopped_in_trigger and stuck.stopped_while_stopping
+    assert 2.0 <= clock.now < 2.0 + 2 * STOP_POLL_S and ended.reads == 0

@@ -20,6 +20,7 @@ from benchmarks.soak_metrics import (
     job_role,
     lag_outside,
     percentile,
+    process_line,
     rate_series,
     read_proc,
     sample_roles,
@@ -69,6 +70,16 @@ def test_the_last_line_is_exactly_the_issues() -> None:
         "soak 3 min, faults 5, produced 36000, replicated 35990, lost 10, duplicates 120, rss growth 12.3 %, "
         "fd growth -3.0 %, lag p99 0.99 s")
     assert summary_line(30, 0, 0, 0, 0, 0, 0, 0, math.nan).endswith("lag p99 nan s")
+
+
+def test_a_process_line_tags_a_broker_with_its_role_at_the_end_and_others_not() -> None:
+    broker = ProcSample(1800, "ssrc-a-0", 300 * MIB, 40, store_fds=12, connections=9)
+    assert process_line(broker, 7.21, -2.0, "primary", 256) == (
+        "  ssrc-a-0: RSS 300 MiB (+7.2 %), fds 40 (-2.0 %; 9 connections as primary; store files 12 of "
+        "max_open_files 256)")
+    workers = ProcSample(1800, "job:worker", 80 * MIB, 12, processes=3, connections=2)
+    assert process_line(workers, 0.0, 1.0, "", 256) == (
+        "  job:worker: RSS 80 MiB (+0.0 %), fds 12 (+1.0 %; 2 connections) (largest of 3 processes)")
 
 
 def test_rates_per_bin_and_job_roles() -> None:
