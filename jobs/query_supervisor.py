@@ -193,8 +193,9 @@ def supervise(spark: Any, queries: Sequence[Any], stop: threading.Event, log_dir
     return failures
 
 
-STOP_GRACE_S = 10.0
-"""How long ``stop_queries`` waits, for all the queries together, for their running triggers to end."""
+STOP_GRACE_S = 5.0
+"""How long ``stop_queries`` waits, for all the queries together, for their running triggers to end: short enough
+that the job's whole stop fits a container runtime's default stop timeout (``docker stop``: 10 s, then SIGKILL)."""
 STOP_POLL_S = 0.05
 
 
