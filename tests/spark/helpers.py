@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 import uuid
 from pathlib import Path
 from typing import NotRequired, TypedDict
@@ -11,6 +12,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from broker_store.client import MessageQueue, Producer, SendResult, new_message
+from connectors.core.config import load_replicator_config
+from jobs.replicate import start_link
 
 
 class LinkArgs(TypedDict):
@@ -78,3 +81,22 @@ def run_link(spark: SparkSession, *, source_namesrv: str, source_cluster: str, t
     if available_now and wait:
         query.awaitTermination(timeout)
     return query
+
+
+def run_job_links(spark: SparkSession, config: Path, links: list[str], timeout: float = 240) -> None:
+    """One available-now run of ``links`` of the replicator ``config`` as the job's own queries
+    (``jobs.replicate.start_link``: the same source and sink options, checkpoint and Delta locations as
+    ``spark-submit jobs/replicate.py --available-now``) on the test session, without a spark-submit start-up.
+    For runs that only have to move data and leave a checkpoint; a run whose console a test reads, or whose
+    driver it kills, stays a spark-submit job. Fails when a query fails or has not finished in ``timeout``."""
+    loaded = load_replicator_config(config)
+    queries = [start_link(spark, str(config), loaded, link, available_now=True) for link in links]
+    try:
+        deadline = time.monotonic() + timeout
+        for link, query in zip(links, queries, strict=True):
+            finished = query.awaitTermination(max(1.0, deadline - time.monotonic()))
+            assert finished, f"link {link}: the available-now run did not finish in {timeout}s"
+            assert query.exception() is None, f"link {link}: {query.exception()}"
+    finally:
+        for query in queries:
+            query.stop()
