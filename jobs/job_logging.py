@@ -132,10 +132,38 @@ FULL_BELOW = 64 * MIB
 def disk_full_reason(found: DiskFull, storage: Sequence[str] = ()) -> str:
     """``disk full: no space left on device for <path> (<the line that said so>); ...``: the path the error
     named, else those of ``storage`` that are on a full file system (``full_locations``)."""
-    where = found.path or " or ".join(full_locations(storage)) or "the job's checkpoint or Delta tables"
     detail = f" ({found.detail})" if found.detail else ""
-    return (f"disk full: no space left on device for {where}{detail}; free space there and start the job "
-            f"again: it resumes from its checkpoint")
+    return (f"disk full: no space left on device for {disk_full_where(found, storage)}{detail}; free space there "
+            f"and start the job again: it resumes from its checkpoint")
+
+
+def disk_full_where(found: DiskFull, storage: Sequence[str] = ()) -> str:
+    """The location ``disk_full_reason`` names."""
+    return found.path or " or ".join(full_locations(storage)) or "the job's checkpoint or Delta tables"
+
+
+def disk_full_key(found: DiskFull, storage: Sequence[str] = ()) -> str:
+    """What tells one full disk from another, for a job that reports each once however many of its queries meet
+    it: the file system (device) of the location named, when it is local and found; else the location's text."""
+    where = disk_full_where(found, storage)
+    path = _nearest_existing(where)
+    if path is None:
+        return where
+    try:
+        return f"device {os.stat(path).st_dev}"
+    except OSError:
+        return where
+
+
+def _nearest_existing(location: str) -> Path | None:
+    """The nearest existing directory or file at or above a local ``location`` (a path or ``file:`` URI), or None
+    for a remote one."""
+    if "://" in location.removeprefix("file://"):
+        return None
+    path = Path(location.removeprefix("file://").removeprefix("file:")).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
 
 
 def full_locations(storage: Sequence[str]) -> list[str]:
@@ -144,11 +172,9 @@ def full_locations(storage: Sequence[str]) -> list[str]:
     the user's). Runs on the driver: ``os.statvfs`` of each location's nearest existing directory."""
     free: dict[str, int] = {}
     for location in dict.fromkeys(storage):
-        if "://" in location.removeprefix("file://"):
+        path = _nearest_existing(location)
+        if path is None:
             continue  # not a local file system
-        path = Path(location.removeprefix("file://").removeprefix("file:")).absolute()
-        while not path.exists() and path != path.parent:
-            path = path.parent
         try:
             stat = os.statvfs(path)
         except OSError:

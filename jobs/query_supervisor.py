@@ -176,6 +176,7 @@ def supervise(spark: Any, queries: Sequence[Any], stop: threading.Event, log_dir
     from pyspark.errors import StreamingQueryException
 
     failures: dict[str, str] = {}
+    disks: dict[str, str] = {}  # one line per full disk (``report_failure``)
     while not stop.is_set() and any(q.isActive for q in queries):
         try:
             spark.streams.awaitAnyTermination(1)
@@ -184,12 +185,12 @@ def supervise(spark: Any, queries: Sequence[Any], stop: threading.Event, log_dir
         spark.streams.resetTerminated()
         for q in queries:
             if not q.isActive and q.exception() is not None and q.name not in failures:
-                report_failure(q, log_dir, failures, storage)
+                report_failure(q, log_dir, failures, storage, disks)
                 stop.set()
     stop_queries(queries)
     for q in queries:
         if q.exception() is not None and q.name not in failures:
-            report_failure(q, log_dir, failures, storage)
+            report_failure(q, log_dir, failures, storage, disks)
     return failures
 
 
@@ -229,11 +230,23 @@ def stop_queries(queries: Sequence[Any], grace_s: float = STOP_GRACE_S, clock: T
             clock.block(STOP_POLL_S)
 
 
-def report_failure(query: Any, log_dir: Path, failures: dict[str, str], storage: Sequence[str] = ()) -> None:
-    """One console line for a failed query; its whole exception (Python and JVM stacks) in the log file."""
+def report_failure(query: Any, log_dir: Path, failures: dict[str, str], storage: Sequence[str] = (),
+                   disks: dict[str, str] | None = None) -> None:
+    """One console line for a failed query; its whole exception (Python and JVM stacks) in the log file.
+    ``disks``: full disk (``job_logging.disk_full_key``) -> the query whose line named it. A query that fails on a
+    full disk already named adds no console line (several queries writing to one disk all fail on it, and each
+    line would say the same), only a line in the log file."""
     error = query.exception()
     failures[query.name] = job_logging.failure_line(query.name, error, log_dir, storage)
-    log.error("%s", failures[query.name])
+    found = find_disk_full(error) if disks is not None else None
+    key = job_logging.disk_full_key(found, storage) if found is not None else None
+    if disks is not None and key is not None and key in disks:
+        log.info("link %s failed on the full disk reported for link %s: %s", query.name, disks[key],
+                 failures[query.name], extra=FILE_ONLY)
+    else:
+        if disks is not None and key is not None:
+            disks[key] = query.name
+        log.error("%s", failures[query.name])
     log.info("link %s failed; the query's exception:\n%s", query.name, error, extra=FILE_ONLY)
 
 

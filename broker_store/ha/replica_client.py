@@ -42,7 +42,7 @@ from broker_store.ha.replica_start import StartAction, interpret_batch_offset
 from broker_store.ha.settings import HASettings
 from broker_store.ha.store_view import ReplicaLog
 from broker_store.ha.wire import BatchDecoder, TransferBatch, encode_report
-from broker_store.protocol.errors import StoreError
+from broker_store.protocol.errors import RefusedRecordError, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,33 @@ def link_end_level(error: Exception, *, was_up: bool, failures_in_row: int) -> i
     if was_up and isinstance(error, HALinkClosedError):
         return logging.INFO
     return logging.WARNING if failures_in_row <= 1 else logging.DEBUG
+
+
+class DamageReport:
+    """Whether a replica reports a damaged record its primary sends (``RefusedRecordError``). Pure.
+
+    While the primary's own copy is damaged every session ends on the same record (the replica reconnects every
+    ``reconnect_delay``, asks from its max offset, is sent it again): a WARNING when that starts (or moves to
+    another offset), DEBUG for the repeats, and an INFO when it clears (the replica's log reaches the record's
+    end: it came intact, e.g. from a new primary)."""
+
+    def __init__(self) -> None:
+        self.standing: RefusedRecordError | None = None
+        """The damage last refused and not cleared."""
+
+    def refused(self, error: RefusedRecordError) -> int:
+        """A session ended on ``error``: the log level to report it at."""
+        repeat = self.standing is not None and self.standing.offset == error.offset
+        self.standing = error
+        return logging.DEBUG if repeat else logging.WARNING
+
+    def progressed(self, max_offset: int) -> RefusedRecordError | None:
+        """The replica's log reached ``max_offset``: the damage that cleared with it (to report), else None."""
+        standing = self.standing
+        if standing is None or max_offset < standing.end:
+            return None
+        self.standing = None
+        return standing
 
 
 class ReplicaClient:
@@ -104,6 +131,7 @@ class ReplicaClient:
         """Sessions in a row that ended without coming up (``link_end_level``)."""
         self._reported_down = False
         """A WARNING said the link is down: its return is reported once at INFO."""
+        self._damage = DamageReport()
 
     async def start(self) -> None:
         if self._task is None:
@@ -131,6 +159,10 @@ class ReplicaClient:
                 self.last_error = str(exc)
                 log.error("HA replica stops following %s:%s: %s", self._host, self._port, exc)
                 return
+            except RefusedRecordError as exc:  # the link works; the primary's copy of a record is damaged
+                self.last_error = str(exc)
+                log.log(self._damage.refused(exc), "HA link to %s:%s ended: %s (asked again every %g s; reported "
+                        "again when it clears)", self._host, self._port, exc, self._reconnect_delay)
             except (HALinkError, HAProtocolError, StoreError) as exc:
                 self.last_error = str(exc)
                 was_up = self.connected
@@ -194,6 +226,8 @@ class ReplicaClient:
             data = b""  # units the start left buffered are followed before the first read
             while True:
                 await self._follow(data, writer)
+                if self._damage.standing is not None:
+                    self._report_cleared()
                 data = await read()
         except OSError as exc:
             raise HALinkError(f"HA link to {self._host}:{self._port} failed: {exc}") from exc
@@ -203,6 +237,12 @@ class ReplicaClient:
             if heartbeat is not None:
                 heartbeat.cancel()
             writer.close()
+
+    def _report_cleared(self) -> None:
+        cleared = self._damage.progressed(self._log.max_physical_offset)
+        if cleared is not None:
+            log.info("HA replica: the record at commit log offset %d came intact from %s:%s (it was refused: %s)",
+                     cleared.offset, self._host, self._port, cleared)
 
     async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: bytes) -> None:
         """The replica's half of ``peer_auth``'s exchange: hello out, the primary's challenge in (its proof

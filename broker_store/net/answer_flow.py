@@ -15,6 +15,10 @@ would be served that much (hundreds of pulls) before the server's transport saw 
 caps the bytes the kernel holds *unsent* (``TCP_NOTSENT_LOWAT``): past it the socket reports itself full, the
 answers stay in the transport, and flow control sees them. Bytes sent and awaiting their ACK are not capped, so a
 long fat link keeps its full window; a reading peer on loopback keeps nothing unsent.
+
+While a connection is held its requests wait as the bytes they came in: the server decodes at most
+``max_decoded_ahead`` of them at a time, and reads nothing more from the socket, so what a held peer costs is one
+read's bytes (asyncio reads up to 256 KiB), not hundreds of decoded requests.
 """
 
 from __future__ import annotations
@@ -37,12 +41,17 @@ class AnswerFlow:
     """Requests one connection runs per event-loop pass before the others' turn (None: no limit)."""
     kernel_unsent_bytes: int | None = 128 * 1024
     """``TCP_NOTSENT_LOWAT`` of accepted sockets (None: the system's, unlimited by default)."""
+    max_decoded_ahead: int = 16
+    """Requests decoded at a time from a connection's bytes: the most that can wait decoded while it is held (the
+    rest wait undecoded). More than ``max_requests_per_pass`` would be decoded only to wait for the next pass."""
 
     def __post_init__(self) -> None:
         if self.max_queued_answer_bytes <= 0:
             raise ValueError(f"max_queued_answer_bytes must be positive, not {self.max_queued_answer_bytes}")
         if self.max_requests_per_pass is not None and self.max_requests_per_pass <= 0:
             raise ValueError(f"max_requests_per_pass must be positive or None, not {self.max_requests_per_pass}")
+        if self.max_decoded_ahead <= 0:
+            raise ValueError(f"max_decoded_ahead must be positive, not {self.max_decoded_ahead}")
         if self.kernel_unsent_bytes is not None and self.kernel_unsent_bytes <= 0:
             raise ValueError(f"kernel_unsent_bytes must be positive or None, not {self.kernel_unsent_bytes}")
 

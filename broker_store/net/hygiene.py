@@ -3,7 +3,9 @@ completes, and when a request or a connection is refused as an overload. Pure (t
 caller from its injected clock); ``net.server`` applies it.
 
 - idle: a connection on which nothing was received or sent for ``max_idle_seconds`` and that has no request in
-  flight (a held pull is not idleness) is closed (RocketMQ's serverChannelMaxIdleTimeSeconds, 120 s).
+  flight (a held pull is not idleness, until its suspend timeout answers it) is closed (RocketMQ's
+  serverChannelMaxIdleTimeSeconds, 120 s). A peer that sends requests and never reads the answers is held by
+  ``net.answer_flow`` (nothing more read or dispatched): idle from its last answer written.
 - partial frame: bytes of a frame that has not completed ``partial_frame_seconds`` after its first byte arrived
   close the connection: a peer cannot park up to a 16 MiB buffer per connection forever.
 - caps: past ``max_connections`` open connections a new one is answered SYSTEM_BUSY for its requests and closed;

@@ -13,13 +13,15 @@ and no cross-thread wake-up when the future is resolved on the loop's own thread
 
 With ``limits`` (``net.hygiene``) the server closes idle connections and frames that never complete (a timer
 on the injected clock looks every ``sweep_interval``) and answers requests past its caps SYSTEM_BUSY
-"[OVERLOAD] ...".
+"[OVERLOAD] ...". A connection held because its peer does not read (below) is idle like any other once nothing of
+it is in flight, and its close does not wait for the peer to read the answers stuck in it (``Connection.close``).
 
 Flow control and fairness (``net.answer_flow``, the pure rules): a peer that sends requests without reading the
 answers holds at most ``max_queued_answer_bytes`` of answers (plus one) in the server and ``kernel_unsent_bytes`` in
 its socket (``TCP_NOTSENT_LOWAT``, so the kernel's send buffer cannot absorb megabytes first): past that its further
-requests wait undispatched (and its socket unread) until it reads, resumed by asyncio's ``resume_writing``. One
-connection runs at most ``max_requests_per_pass`` requests per event-loop pass, then the others have their turn.
+requests wait undispatched (and its socket unread) until it reads, resumed by asyncio's ``resume_writing``; they
+wait as the bytes they came in, at most ``max_decoded_ahead`` of them decoded. One connection runs at most
+``max_requests_per_pass`` requests per event-loop pass, then the others have their turn.
 Pipelined requests from a peer that does not read cost the server neither unbounded memory nor the CPU other
 clients need, and none is dropped: each is answered once the peer reads, or the server closes the connection and
 logs how many it leaves unanswered.
@@ -81,10 +83,26 @@ class Connection(asyncio.Protocol):
         self._out_bytes = 0
         """Bytes in ``_out`` (answers queued in this loop iteration, not yet written)."""
         self._backlog: list[RemotingCommand] = []
-        """Requests decoded while the peer was not taking its answers: dispatched once it does."""
+        """Requests decoded and held undispatched (at most ``flow.max_decoded_ahead``); those after them wait
+        undecoded in ``_reader``."""
+        self._held = False
+        """Requests wait (``_backlog``, or whole frames in ``_reader``) and the socket is not read."""
+        self._closing = False
+        """``close`` was called: nothing more is dispatched (``closed`` waits for the transport's end)."""
         self._write_paused = False
         self._backlog_scheduled = False
         self._flow = server.flow
+
+    @property
+    def held(self) -> bool:
+        """Requests wait for the peer to take its answers, or for the next pass of the loop (the socket is not
+        read meanwhile)."""
+        return self._held
+
+    @property
+    def decoded_waiting(self) -> int:
+        """Requests decoded and waiting (at most ``AnswerFlow.max_decoded_ahead``; the rest wait as bytes)."""
+        return len(self._backlog)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -139,66 +157,78 @@ class Connection(asyncio.Protocol):
     def _dispatch_backlog(self) -> None:
         """Dispatch the waiting requests while the answers flow; read the socket again once none wait."""
         self._backlog_scheduled = False
-        if self._transport is None or self.closed:
+        if self._transport is None or self._closing:
             return
-        if self._backlog:
+        if self._held:
+            self._held = False
             waiting, self._backlog = self._backlog, []
-            self._dispatch(waiting)
-        if not self._backlog and not self._write_paused:
+            ran = self._dispatch(waiting, 0) if waiting else 0
+            if not self._held and not self._closing:
+                self._serve_requests(b"", ran)
+        if not self._held and not self._write_paused and not self._closing:
             self._transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
-        try:
-            commands = self._reader.feed(data)
-        except ProtocolError as exc:
-            if data[:1] == bytes([TLS_HANDSHAKE_BYTE]) and self._server.tls_mode is TlsMode.DISABLED:
-                # A ClientHello reads as a frame of ~370 MB: say what it is (RocketMQ closes these too).
-                log.warning("closing connection from %s: a TLS handshake, and tls.server.mode is disabled",
-                            self.remote_addr)
-            else:
-                log.warning("closing connection from %s: %s", self.remote_addr, exc)
-            self.close()
+        if self._closing:
             return
+        if self._held:  # requests before these wait for the peer to read: keep the bytes, decode them later
+            self._reader.keep(data)
+        else:
+            self._serve_requests(data, 0)
         limits = self._server.limits
-        if limits is not None:
+        if limits is not None and not self._closing:
             now = self.last_activity = self._server.clock.monotonic()
-            self.partial_since = (self.partial_since or now) if self._reader.buffered else None
-        if self._backlog:  # requests before these are still waiting for the peer to read
-            self._backlog.extend(commands)
-            return
-        self._dispatch(commands)
+            self.partial_since = (self.partial_since or now) if self._reader.buffered and self._reader.partial \
+                else None
 
-    def _dispatch(self, commands: list[RemotingCommand]) -> None:
-        """Run the handler for each request in order; the rest wait in ``_backlog`` (and the socket is not read)
-        as soon as ``AnswerFlow.hold`` says so: until the answers drain, or until the next pass of the loop.
+    def _serve_requests(self, data: bytes, run_this_pass: int) -> None:
+        """Decode the requests of what ``_reader`` holds plus ``data``, ``max_decoded_ahead`` at a time, and
+        dispatch them until ``AnswerFlow.hold`` holds the connection (the rest stay undecoded)."""
+        batch = self._flow.max_decoded_ahead
+        while True:
+            if run_this_pass and self._reader.ready:  # decode no more than may run now
+                hold = self._hold(run_this_pass)
+                if hold is not None:
+                    self._hold_requests([], hold)
+                    return
+            try:
+                commands = self._reader.feed(data, batch)
+            except ProtocolError as exc:
+                if data[:1] == bytes([TLS_HANDSHAKE_BYTE]) and self._server.tls_mode is TlsMode.DISABLED:
+                    # A ClientHello reads as a frame of ~370 MB: say what it is (RocketMQ closes these too).
+                    log.warning("closing connection from %s: a TLS handshake, and tls.server.mode is disabled",
+                                self.remote_addr)
+                else:
+                    log.warning("closing connection from %s: %s", self.remote_addr, exc)
+                self.close()
+                return
+            data = b""
+            if commands:
+                run_this_pass = self._dispatch(commands, run_this_pass)
+            if self._held or self._closing or len(commands) < batch:
+                return
 
-        ``hold`` is asked for the pass's first request, then again only once one of its limits is reached: the pass
-        counts its requests and the answers queued since (``_out_bytes`` and the pause flag are fields; the
-        transport's buffer is read again only when a reply was written during the pass, which swaps ``_out``:
-        nothing else adds to it while the pass runs). The same decisions as asking before every request, without
-        a call per request on the hot path."""
+    def _hold_requests(self, waiting: list[RemotingCommand], hold: Hold | None) -> None:
+        """Hold the connection: ``waiting`` (decoded) and the undecoded rest wait, the socket is not read."""
+        self._backlog = waiting
+        self._held = True
+        if self._transport is not None:
+            self._transport.pause_reading()
+        if hold is Hold.TURN:
+            self._schedule_backlog()
+
+    def _dispatch(self, commands: list[RemotingCommand], run_this_pass: int) -> int:
+        """Run the handler for each request in order, ``run_this_pass`` having run before them; as soon as
+        ``AnswerFlow.hold`` says so the rest wait (``_hold_requests``): until the answers drain, or until the next
+        pass of the loop. Returns the requests run in this pass."""
         limits = self._server.limits
         handler = self._server.handler
-        flow = self._flow
-        turns = flow.max_requests_per_pass if flow.max_requests_per_pass is not None else len(commands)
-        max_queued = flow.max_queued_answer_bytes
-        transport = self._transport
-        unsent = transport.get_write_buffer_size() if transport is not None else 0
-        out = self._out
         for index, cmd in enumerate(commands):
-            if self._out is not out:  # a reply was written during the pass: the transport may hold part of it
-                out = self._out
-                unsent = transport.get_write_buffer_size() if transport is not None else 0
-            queued = self._out_bytes + unsent
-            hold = (flow.hold(queued_bytes=queued, writer_paused=self._write_paused, run_this_pass=index)
-                    if index == 0 or index >= turns or self._write_paused or queued >= max_queued else None)
+            hold = self._hold(run_this_pass)
             if hold is not None:
-                self._backlog = commands[index:]
-                if self._transport is not None:
-                    self._transport.pause_reading()
-                if hold is Hold.TURN:
-                    self._schedule_backlog()
+                self._hold_requests(commands[index:], hold)
                 break
+            run_this_pass += 1
             if cmd.is_response:
                 continue  # we never send requests on accepted connections
             if limits is not None:
@@ -227,6 +257,7 @@ class Connection(asyncio.Protocol):
             task.add_done_callback(self._tasks.discard)
         if self.overloaded is not None:
             self.close()
+        return run_this_pass
 
     def _error_response(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
         if not isinstance(exc, RocketMQError):
@@ -314,17 +345,26 @@ class Connection(asyncio.Protocol):
             self._transport.write(out[0] if len(out) == 1 else b"".join(out))
             if self._server.limits is not None:
                 self.last_activity = self._server.clock.monotonic()
-            if self._backlog and self._hold(0) is None:  # the answers left: serve the next requests
+            if self._held and self._hold(0) is None:  # the answers left: serve the next requests
                 self._schedule_backlog()
 
     def close(self) -> None:
-        if self._backlog and not self.closed:
-            log.warning("closing connection from %s with %d of its requests not served (it was not reading its "
-                        "answers)", self.remote_addr, len(self._backlog))
-            self._backlog = []
+        """Close the connection: the answers queued leave first, unless the peer is not taking them (its socket
+        is full): a graceful close would then wait for a peer that may never read, and the connection, its
+        descriptor and its buffers would stay, so it is aborted (a reset) and those answers are dropped."""
+        self._closing = True
+        if self._held and not self.closed:
+            waiting = len(self._backlog) + self._reader.whole_frames()
+            if waiting:
+                log.warning("closing connection from %s with %d of its requests not served (it was not reading "
+                            "its answers)", self.remote_addr, waiting)
+            self._backlog, self._held = [], False
         if self._transport is not None:
             self._flush()
-            self._transport.close()
+            if self._transport.get_write_buffer_size():
+                self._transport.abort()
+            else:
+                self._transport.close()
 
 
 class RemotingServer:

@@ -10,6 +10,7 @@ Each class carries behaviour flags the caller acts on instead of matching types:
     |   +-- RequestTimeoutError         yes        yes
     +-- StoreError                      (store-level failures, corruption, I/O)
     |   +-- CorruptRecordError
+    |       +-- RefusedRecordError      (a replica refused a damaged record its HA link brought; .offset, .end)
     +-- ConfigError                     (invalid configuration; names file, field, reason)
     +-- ImageBuildError                 (the container image could not be built: the failing step's output)
     +-- BrokerResponseError             by code    by code (non-success response; .code, .remark)
@@ -67,6 +68,18 @@ class StoreError(RocketMQError):
 
 class CorruptRecordError(StoreError):
     pass
+
+
+class RefusedRecordError(CorruptRecordError):
+    """A replica refused a damaged record its HA link brought (nothing of it is kept or acked)."""
+
+    def __init__(self, message: str, *, offset: int, end: int) -> None:
+        super().__init__(message)
+        self.offset = offset
+        """CommitLog offset of the damaged record."""
+        self.end = end
+        """Where the record ends by its TOTALSIZE (``offset`` + 8 when that is not believable): a replica whose max
+        offset reaches it has taken a record there intact."""
 
 
 class ConfigError(RocketMQError):

@@ -109,3 +109,11 @@ def check_arrival(data: bytes | memoryview, start: int, segment_size: int) -> tu
             return pos, f"TOTALSIZE {total} runs past the segment's end ({room} bytes left)"
         return pos, record_problem(view[rel:rel + max(total, _BLANK_HEAD)], pos) or "not a valid record"
     return pos, None
+
+
+def claimed_end(data: bytes | memoryview, start: int, at: int, segment_size: int) -> int:
+    """Where the record at offset ``at`` of ``data`` (CommitLog bytes from offset ``start``) ends by its TOTALSIZE,
+    when that fits its segment; else ``at`` + 8 (the bytes ``check_arrival`` needs to judge a record)."""
+    rel = at - start
+    total = int.from_bytes(bytes(data[rel:rel + 4]), "big", signed=True) if len(data) - rel >= 4 else 0
+    return at + total if _BLANK_HEAD <= total <= segment_size - at % segment_size else at + _BLANK_HEAD

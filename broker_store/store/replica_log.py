@@ -14,12 +14,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from broker_store.protocol.errors import StoreError
+from broker_store.protocol.errors import RefusedRecordError, StoreError
 from broker_store.store.commit_log import CommitLog
 from broker_store.store.consume_queues import ConsumeQueueTable
 from broker_store.store.dispatch import Arrival, Dispatcher
 from broker_store.store.flush import FlushService
-from broker_store.store.record_check import check_arrival
+from broker_store.store.record_check import check_arrival, claimed_end
 
 
 class ReplicaCommitLog:
@@ -62,7 +62,7 @@ class ReplicaCommitLog:
 
         Each whole record is checked first (``record_check.check_arrival``, with the start of a record an
         earlier write left cut short): a damaged one is refused. The records before it are written, it and
-        what follows are not (a start of it written earlier is cut off again), and a StoreError naming its
+        what follows are not (a start of it written earlier is cut off again), and a RefusedRecordError naming its
         offset and fault ends the HA session: the replica neither acks nor ever serves it, and asks the
         primary for it again from its max offset when it reconnects.
         """
@@ -91,8 +91,9 @@ class ReplicaCommitLog:
             return
         if checked < offset:
             self.truncate(checked)  # the start of the damaged record, written by an earlier read
-        raise StoreError(f"refused a damaged record from the primary at commit log offset {checked} "
-                         f"(segment {cl.path(checked - checked % cl.segment_size)}): {problem}")
+        raise RefusedRecordError(f"refused a damaged record from the primary at commit log offset {checked} "
+                                 f"(segment {cl.path(checked - checked % cl.segment_size)}): {problem}",
+                                 offset=checked, end=claimed_end(pending, start, checked, cl.segment_size))
 
     def index(self) -> None:
         """Index every complete record written so far, up to the confirm offset (ConsumeQueues, arrival

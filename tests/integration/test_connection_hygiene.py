@@ -138,9 +138,12 @@ def test_requests_past_the_in_flight_cap_and_connections_past_the_cap_are_answer
 
 def test_a_peer_that_does_not_read_its_answers_gets_no_more_served_until_it_does() -> None:
     """Requests pipelined by a peer that reads nothing: the server answers until about
-    ``MAX_QUEUED_ANSWER_BYTES`` (plus what the kernel buffers) wait for it, keeps the rest undispatched, serves
-    other connections meanwhile, and answers every request in order once the peer reads."""
+    ``MAX_QUEUED_ANSWER_BYTES`` (plus what the kernel buffers) wait for it, keeps the rest undispatched and (but for
+    ``max_decoded_ahead`` of them) undecoded, serves other connections meanwhile, and answers every request in order
+    once the peer reads."""
     import socket
+
+    from broker_store.net.answer_flow import DEFAULT_FLOW
 
     handled = 0
 
@@ -164,6 +167,9 @@ def test_a_peer_that_does_not_read_its_answers_gets_no_more_served_until_it_does
             for _ in range(20):
                 await asyncio.sleep(0.05)
             assert handled < count // 2, f"{handled} of {count} answered for a peer that reads nothing"
+            # what waits is held as the bytes it came in, not decoded: at most max_decoded_ahead requests are
+            (conn,) = server._connections
+            assert conn.held and conn.decoded_waiting <= DEFAULT_FLOW.max_decoded_ahead, conn.decoded_waiting
             other = await connect(server)
             assert (await call(*other, code=1, opaque=99999)).opaque == 99999
             frames, opaques = FrameReader(), list[int]()
@@ -260,6 +266,49 @@ def test_a_connection_pipelining_many_requests_yields_to_the_others_after_its_tu
             assert opaques == list(range(1000))
             for _, w in (busy, other):
                 w.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(main())
+
+
+def test_a_connection_held_because_its_peer_does_not_read_is_closed_as_idle() -> None:
+    """A peer pipelines requests and never reads: its connection is held (nothing more dispatched, its socket not
+    read) with answers stuck in the server's transport. Nothing of it is in flight, so the idle rule closes it
+    ``max_idle_seconds`` after its last answer was written, and really closes it: a graceful close would wait for
+    the stuck answers to be read, i.e. forever, keeping the connection, its descriptor and its buffers."""
+    import socket
+
+    clock = ManualClock()
+
+    def handler(cmd: RemotingCommand, _conn: Connection) -> HandlerResult:
+        return cmd.response(ResponseCode.SUCCESS, ext_fields={}, body=b"a" * 16384)
+
+    async def main() -> None:
+        limits = ConnectionLimits(max_idle_seconds=120, partial_frame_seconds=None)
+        server = RemotingServer(handler, "127.0.0.1", 0, limits=limits, clock=clock)
+        await server.start()
+        try:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", server.port))
+            reader, writer = await asyncio.open_connection(sock=sock)
+            writer.write(b"".join(encode_frame(RemotingCommand(code=1, opaque=i)) for i in range(2000)))
+            for _ in range(100):  # until the server holds it (real time: the bytes cross loopback)
+                await asyncio.sleep(0.02)
+                if server._connections and next(iter(server._connections)).held:
+                    break
+            (conn,) = server._connections
+            assert conn.held and conn.in_flight == 0
+            clock.advance(119)
+            await settle()
+            assert not conn.closed and conn in server._connections
+            clock.advance(31)  # past the deadline by up to one sweep interval (120 s / 4)
+            await settle()
+            assert conn.closed and not server._connections, "the held connection was not closed"
+            writer.close()
+            reader.feed_eof()
         finally:
             await server.stop()
 

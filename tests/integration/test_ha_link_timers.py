@@ -10,6 +10,7 @@ paths on the real clock are in test_ha_shipping.py; the decisions alone in tests
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -183,3 +184,64 @@ def test_replica_heartbeats_and_reconnects_after_a_silent_primary_by_its_clock(t
             store.shutdown()
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_damaged_record_the_primary_sends_on_every_reconnect_is_reported_when_it_starts_and_clears(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The primary's own copy of a record is damaged: each session the replica refuses it, ends, reconnects after
+    its delay and is sent it again. One WARNING for that, not one per reconnect; one INFO once it comes intact."""
+    from broker_store.ha.wire import encode_batch
+    from broker_store.protocol.message import STORED_HEADER_SIZE, encode_stored_message
+
+    record = encode_stored_message(topic=b"Dmg", queue_id=0, queue_offset=0, physical_offset=0, body=b"x" * 300,
+                                   properties=b"")
+    damaged = bytearray(record)
+    damaged[STORED_HEADER_SIZE + 5] ^= 0x5A
+    intact = False
+
+    async def main() -> None:
+        clock = ManualClock()
+
+        async def primary(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            decoder = ReportDecoder()
+            reported: list[int] = []
+            while not reported and (data := await reader.read(1024)):
+                reported += decoder.feed(data)
+            if reported:
+                writer.write(encode_batch(reported[0], record if intact else bytes(damaged)))
+            while await reader.read(1024):
+                pass
+            writer.close()
+
+        server = await asyncio.start_server(primary, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        store = _store(tmp_path / "replica", clock)
+        client = ReplicaClient(store, HASettings(role=HARole.SLAVE, ha_primary_address=f"127.0.0.1:{port}",
+                                                 **TIMERS), clock=clock, reconnect_delay=RECONNECT)
+        try:
+            def refusals() -> int:  # logged just before the reconnect's wait begins
+                return sum("ended: refused a damaged record" in r.getMessage() for r in caplog.records)
+
+            await client.start()
+            for session in range(1, 5):
+                await _until(lambda: refusals() == session, f"session {session} refuses the damaged record")  # noqa: B023
+                assert client.sessions == session and "refused a damaged record" in client.last_error
+                if session < 4:
+                    clock.advance(RECONNECT)
+            nonlocal intact
+            intact = True
+            clock.advance(RECONNECT)
+            await _until(lambda: store.max_physical_offset == len(record), "the intact record is taken")
+            await _until(lambda: any("came intact" in r.getMessage() for r in caplog.records), "the INFO")
+        finally:
+            await client.stop()
+            server.close()
+            await server.wait_closed()
+            store.shutdown()
+
+    with caplog.at_level(logging.DEBUG, logger="broker_store.ha.replica_client"):
+        asyncio.run(asyncio.wait_for(main(), 60))
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if "damaged" in r.getMessage()
+            or "came intact" in r.getMessage()]
+    assert [level for level, _ in said] == [logging.WARNING, logging.DEBUG, logging.DEBUG, logging.DEBUG,
+                                            logging.INFO], said

@@ -46,7 +46,8 @@ def test_defaults() -> None:
     assert DEFAULT_FLOW.max_queued_answer_bytes == 256 * 1024
 
 
-@pytest.mark.parametrize("field", ["max_queued_answer_bytes", "max_requests_per_pass", "kernel_unsent_bytes"])
+@pytest.mark.parametrize("field", ["max_queued_answer_bytes", "max_requests_per_pass", "kernel_unsent_bytes",
+                                   "max_decoded_ahead"])
 def test_a_bound_that_is_not_positive_is_refused_by_name(field: str) -> None:
     with pytest.raises(ValueError, match=field):
         AnswerFlow(**{field: 0})

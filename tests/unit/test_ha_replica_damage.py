@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from broker_store.protocol.errors import StoreError
+from broker_store.protocol.errors import RefusedRecordError
 from broker_store.protocol.message import STORED_HEADER_SIZE, decode_stored_messages, encode_stored_message
 from broker_store.store import MessageStore
-from broker_store.store.record_check import check_arrival
+from broker_store.store.record_check import check_arrival, claimed_end
 from tests.unit.test_store import SEG, make_store, pull_all, put
 
 TOPIC = "Dmg"
@@ -48,6 +48,8 @@ def test_check_arrival_walks_whole_records_and_names_the_damaged_one() -> None:
     assert at == third and problem is not None and "BODYCRC" in problem, problem
     at, problem = check_arrival(flipped(data, third - SEG + 5), SEG, SEG)  # its MAGICCODE
     assert at == third and problem is not None and "MAGICCODE" in problem, problem
+    assert claimed_end(data, SEG, third, SEG) == third + len(recs[2])  # where its TOTALSIZE says it ends
+    assert claimed_end(flipped(data, third - SEG), SEG, third, SEG) == third + 8  # a TOTALSIZE not to believe
 
 
 def follow(replica: MessageStore, primary: MessageStore, chunk: int, damage_at: int | None = None) -> None:
@@ -70,9 +72,11 @@ def test_replica_refuses_a_damaged_record_and_takes_it_when_it_comes_again(tmp_p
             put(primary, TOPIC, 0, os.urandom(200 + i * 7))
         wanted = decode_stored_messages(pull_all(primary, TOPIC, 0))
         victim = wanted[30].commit_log_offset
-        with pytest.raises(StoreError, match=f"refused a damaged record from the primary at commit log offset "
-                                             f"{victim} .*BODYCRC"):
+        with pytest.raises(RefusedRecordError, match=f"refused a damaged record from the primary at commit log "
+                                                     f"offset {victim} .*BODYCRC") as refused:
             follow(replica, primary, chunk, damage_at=victim + STORED_HEADER_SIZE + 3)
+        # where it ends (by its TOTALSIZE): the replica's log reaching there means it came intact
+        assert (refused.value.offset, refused.value.end) == (victim, wanted[31].commit_log_offset)
         # nothing of it is kept (a part received earlier is cut off again), so nothing past it is acked ...
         assert replica.max_physical_offset == victim
         replica.index_commit_log()  # what the link's next write is followed by

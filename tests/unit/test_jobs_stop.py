@@ -124,3 +124,43 @@ def test_a_trigger_that_outlasts_the_grace_is_stopped_at_its_end(marker: Path) -
     stop_queries([stuck, ended], grace_s=2.0, clock=clock)
     assert not stuck.isActive and stuck.stopped_in_trigger and stuck.stopped_while_stopping
     assert 2.0 <= clock.now < 2.0 + 2 * STOP_POLL_S and ended.reads == 0
+
+
+class _Failed:
+    """A query that already failed with ``error``."""
+
+    def __init__(self, name: str, error: BaseException) -> None:
+        self.name, self.isActive, self._error = name, False, error
+
+    def stop(self) -> None:
+        raise AssertionError("a failed query is not stopped")
+
+    def exception(self) -> BaseException:
+        return self._error
+
+
+def test_queries_that_fail_on_one_full_disk_print_its_line_once(tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """The replication, checkpoint and config-sync queries of a job write to one disk: when it fills they all
+    fail on it. The console has one line per full disk (the first query's), not one per query; every query is
+    still a failure (exit code, summaries) and each one's line is in the log file."""
+    import errno
+
+    def enospc(path: str) -> OSError:
+        return OSError(errno.ENOSPC, "No space left on device", path)
+
+    full = tmp_path / "full"
+    queries = [_Failed("l1", enospc(str(full / "ckpt-l1" / "offsets" / "7"))),
+               _Failed("l1-checkpoint", enospc(str(full / "ckpt-l1-checkpoint" / "commits" / "3"))),
+               _Failed("l2", enospc("hdfs://nn/ckpt-l2/offsets/1")),  # another disk (not a local one)
+               _Failed("l3", RuntimeError("source unreachable"))]
+    stop = threading.Event()
+    stop.set()
+    with caplog.at_level(logging.INFO, logger="jobs.query_supervisor"):
+        failures = supervise(object(), queries, stop, tmp_path)
+    assert set(failures) == {"l1", "l1-checkpoint", "l2", "l3"}
+    console = [r.getMessage() for r in caplog.records if not getattr(r, "file_only", False)]
+    assert [line.split(":")[0] for line in console] == ["link l1 failed", "link l2 failed", "link l3 failed"]
+    assert "disk full" in console[0] and "ckpt-l1/offsets/7" in console[0] and "hdfs://nn" in console[1]
+    assert any(r.getMessage().startswith("link l1-checkpoint failed on the full disk reported for link l1")
+               for r in caplog.records if getattr(r, "file_only", False))

@@ -1,5 +1,6 @@
-"""How many pipelined requests one read pass of a server connection runs (``Connection._dispatch``): the same as
-asking ``AnswerFlow.hold`` before every request, although the pass asks it only at its start and at a limit. A
+"""How many pipelined requests one read pass of a server connection runs (``Connection._dispatch``): as many as
+``AnswerFlow.hold`` allows when asked before every request, the rest held (decoded in the backlog, or left
+undecoded past the decode-ahead cap). A
 transport stand-in records the writes and holds every byte written (a peer that reads nothing); the real-socket
 tests of the same path are tests/integration/test_connection_hygiene.py (non-readers, pipelining)."""
 
@@ -82,6 +83,11 @@ def _run(flow: AnswerFlow, written_at_once: bool, count: int) -> tuple[list[int]
     return ran, conn, transport
 
 
+def _waiting(conn: Connection) -> int:
+    """Requests held: decoded ones in the backlog and whole frames left undecoded (the decode-ahead cap)."""
+    return len(conn._backlog) + conn._reader.whole_frames()
+
+
 def _frame(opaque: int) -> int:
     return len(encode_frame(_answer(RemotingCommand(code=1, opaque=opaque))))
 
@@ -99,7 +105,7 @@ def test_answers_queued_in_the_pass_hold_the_next_request_at_the_limit() -> None
     flow = AnswerFlow(max_requests_per_pass=None)
     ran, conn, transport = _run(flow, written_at_once=False, count=100)
     assert len(ran) == _run_before_hold(flow)
-    assert not transport.reading and len(conn._backlog) == 100 - len(ran)
+    assert not transport.reading and _waiting(conn) == 100 - len(ran)
 
 
 def test_answers_written_during_the_pass_count_as_the_transport_holds_them() -> None:
@@ -109,7 +115,7 @@ def test_answers_written_during_the_pass_count_as_the_transport_holds_them() -> 
     ran, conn, transport = _run(flow, written_at_once=True, count=100)
     assert transport.buffered == sum(_frame(i) for i in ran)  # every answer was written in the pass
     assert len(ran) == _run_before_hold(flow)
-    assert not transport.reading and len(conn._backlog) == 100 - len(ran)
+    assert not transport.reading and _waiting(conn) == 100 - len(ran)
 
 
 def test_a_pass_runs_its_turn_of_requests_and_the_next_pass_the_next_turn() -> None:
@@ -126,7 +132,7 @@ def test_a_pass_runs_its_turn_of_requests_and_the_next_pass_the_next_turn() -> N
         conn.connection_made(transport)
         conn.data_received(_requests(40))
         passes = [len(ran)]
-        while conn._backlog:
+        while _waiting(conn):
             await asyncio.sleep(0)  # one more pass of the loop: no time passes
             passes.append(len(ran))
         assert transport.reading
