@@ -7,6 +7,7 @@ tests/unit/test_net_hygiene.py.
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
 from collections.abc import Awaitable, Callable
 
@@ -44,6 +45,18 @@ async def serve(limits: ConnectionLimits, clock: ManualClock,
 
 async def connect(server: RemotingServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     return await asyncio.open_connection("127.0.0.1", server.port)
+
+
+async def non_reader(server: RemotingServer, requests: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A peer with a small receive window (64 KiB) that pipelines ``requests`` requests in one write; the caller
+    never reads the answers."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", server.port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(b"".join(encode_frame(RemotingCommand(code=1, opaque=i)) for i in range(requests)))
+    return reader, writer
 
 
 async def call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, code: int, opaque: int) -> RemotingCommand:
@@ -141,8 +154,6 @@ def test_a_peer_that_does_not_read_its_answers_gets_no_more_served_until_it_does
     ``MAX_QUEUED_ANSWER_BYTES`` (plus what the kernel buffers) wait for it, keeps the rest undispatched and (but for
     ``max_decoded_ahead`` of them) undecoded, serves other connections meanwhile, and answers every request in order
     once the peer reads."""
-    import socket
-
     from broker_store.net.answer_flow import DEFAULT_FLOW
 
     handled = 0
@@ -156,13 +167,8 @@ def test_a_peer_that_does_not_read_its_answers_gets_no_more_served_until_it_does
         server = RemotingServer(handler, "127.0.0.1", 0)
         await server.start()
         try:
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
-            sock.setblocking(False)
-            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", server.port))
-            reader, writer = await asyncio.open_connection(sock=sock)
             count = 2000
-            writer.write(b"".join(encode_frame(RemotingCommand(code=1, opaque=i)) for i in range(count)))
+            reader, writer = await non_reader(server, count)
             await writer.drain()
             for _ in range(20):
                 await asyncio.sleep(0.05)
@@ -192,8 +198,6 @@ def test_peers_that_do_not_read_their_answers_cannot_starve_a_client_that_does()
     plus what its socket may hold unsent (``kernel_unsent_bytes``) and its peer's receive window: their requests
     cost the server a bounded amount of work, not a share of it that grows with time. Without the socket's
     unsent cap the kernel absorbs megabytes per peer first (``AnswerFlow(kernel_unsent_bytes=None)``)."""
-    import socket
-
     from broker_store.net.answer_flow import DEFAULT_FLOW
 
     answer = 16384
@@ -209,13 +213,7 @@ def test_peers_that_do_not_read_their_answers_cannot_starve_a_client_that_does()
         try:
             writers = []
             for _ in range(4):
-                sock = socket.socket()
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
-                sock.setblocking(False)
-                await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", server.port))
-                _reader, writer = await asyncio.open_connection(sock=sock)
-                writer.write(b"".join(encode_frame(RemotingCommand(code=1, opaque=i)) for i in range(3000)))
-                writers.append(writer)
+                writers.append((await non_reader(server, 3000))[1])
             reader, writer = await connect(server)
             for i in range(200):
                 assert (await call(reader, writer, code=1, opaque=i)).opaque == i
@@ -277,8 +275,6 @@ def test_a_connection_held_because_its_peer_does_not_read_is_closed_as_idle() ->
     read) with answers stuck in the server's transport. Nothing of it is in flight, so the idle rule closes it
     ``max_idle_seconds`` after its last answer was written, and really closes it: a graceful close would wait for
     the stuck answers to be read, i.e. forever, keeping the connection, its descriptor and its buffers."""
-    import socket
-
     clock = ManualClock()
 
     def handler(cmd: RemotingCommand, _conn: Connection) -> HandlerResult:
@@ -289,12 +285,7 @@ def test_a_connection_held_because_its_peer_does_not_read_is_closed_as_idle() ->
         server = RemotingServer(handler, "127.0.0.1", 0, limits=limits, clock=clock)
         await server.start()
         try:
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
-            sock.setblocking(False)
-            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", server.port))
-            reader, writer = await asyncio.open_connection(sock=sock)
-            writer.write(b"".join(encode_frame(RemotingCommand(code=1, opaque=i)) for i in range(2000)))
+            reader, writer = await non_reader(server, 2000)
             for _ in range(100):  # until the server holds it (real time: the bytes cross loopback)
                 await asyncio.sleep(0.02)
                 if server._connections and next(iter(server._connections)).held:

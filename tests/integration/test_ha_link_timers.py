@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -41,6 +41,18 @@ def _store(path: Path, clock: ManualClock) -> MessageStore:
     store = MessageStore(config, store_host="127.0.0.1:10911", clock=clock)
     store.start()
     return store
+
+
+async def _replica_of(primary: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+                      tmp_path: Path, clock: ManualClock) -> tuple[asyncio.Server, MessageStore, ReplicaClient]:
+    """A stand-in primary serving ``primary`` on a loopback port, and a replica's store and HA client (not started)
+    following it on ``clock``'s timers."""
+    server = await asyncio.start_server(primary, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    store = _store(tmp_path / "replica", clock)
+    client = ReplicaClient(store, HASettings(role=HARole.SLAVE, ha_primary_address=f"127.0.0.1:{port}", **TIMERS),
+                           clock=clock, reconnect_delay=RECONNECT)
+    return server, store, client
 
 
 async def _settle() -> None:
@@ -154,11 +166,7 @@ def test_replica_heartbeats_and_reconnects_after_a_silent_primary_by_its_clock(t
                 session.extend(decoder.feed(data))
             writer.close()
 
-        server = await asyncio.start_server(mute_primary, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        store = _store(tmp_path / "replica", clock)
-        client = ReplicaClient(store, HASettings(role=HARole.SLAVE, ha_primary_address=f"127.0.0.1:{port}",
-                                                 **TIMERS), clock=clock, reconnect_delay=RECONNECT)
+        server, store, client = await _replica_of(mute_primary, tmp_path, clock)
         try:
             await client.start()
             await _until(lambda: reports == [[0]], "the replica's first report")
@@ -213,11 +221,7 @@ def test_a_damaged_record_the_primary_sends_on_every_reconnect_is_reported_when_
                 pass
             writer.close()
 
-        server = await asyncio.start_server(primary, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        store = _store(tmp_path / "replica", clock)
-        client = ReplicaClient(store, HASettings(role=HARole.SLAVE, ha_primary_address=f"127.0.0.1:{port}",
-                                                 **TIMERS), clock=clock, reconnect_delay=RECONNECT)
+        server, store, client = await _replica_of(primary, tmp_path, clock)
         try:
             def refusals() -> int:  # logged just before the reconnect's wait begins
                 return sum("ended: refused a damaged record" in r.getMessage() for r in caplog.records)
