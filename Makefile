@@ -13,7 +13,7 @@ SOAK_ARGS ?=
 
 .PHONY: test demo bench lint unit integration clean etcd test-containers soak image fuzz
 
-$(STAMP): pyproject.toml setup.py connectors/replication/_forward.c
+$(STAMP): pyproject.toml setup.py connectors/replication/_forward.c broker_store/store/_record_walk.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'

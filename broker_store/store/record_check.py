@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 
 from broker_store.protocol.message import BLANK_MAGIC, MAGIC_V1, STORED_HEADER, STORED_HEADER_SIZE
 
@@ -60,6 +61,12 @@ _PHYS = struct.Struct(">q")  # PHYSICALOFFSET, at byte 28
 _BODY_LEN = struct.Struct(">i")  # BODYLEN, at byte 84
 _PHYS_AT, _BODY_LEN_AT, _BLANK_HEAD = 28, STORED_HEADER_SIZE - 4, 8
 
+_walk_arrival_c: Callable[[bytes | memoryview, int, int], tuple[int, bool]] | None
+try:  # the walk in C (broker_store/store/_record_walk.c)
+    from broker_store.store._record_walk import walk_arrival as _walk_arrival_c
+except ImportError:  # pragma: no cover - depends on the build
+    _walk_arrival_c = None
+
 
 def check_arrival(data: bytes | memoryview, start: int, segment_size: int) -> tuple[int, str | None]:
     """Walk the records of ``data``, CommitLog bytes from offset ``start`` (a record boundary) within one
@@ -69,7 +76,21 @@ def check_arrival(data: bytes | memoryview, start: int, segment_size: int) -> tu
     (the offset of the first damaged one, what is wrong with it: ``record_problem``'s checks, the first
     three inline, as this runs for every record a replica receives). A blank end record must fill its
     segment; a tail shorter than a blank record's header is padding.
+
+    The walk runs in C (``_record_walk.walk_arrival``, built by pip install when a compiler is there) and
+    says which record is damaged; ``walk_arrival`` below, the same walk in Python, says what is wrong with it
+    (and runs everything where the C extension was not built).
     """
+    if _walk_arrival_c is None:  # pragma: no cover - depends on the build
+        return walk_arrival(data, start, segment_size)
+    pos, intact = _walk_arrival_c(data, start, segment_size)
+    if intact:
+        return pos, None
+    return walk_arrival(memoryview(data)[pos - start:], pos, segment_size)
+
+
+def walk_arrival(data: bytes | memoryview, start: int, segment_size: int) -> tuple[int, str | None]:
+    """``check_arrival`` in Python: the owner of its rules and messages."""
     view = memoryview(data)
     pos, end = start, start + len(view)
     crc32 = zlib.crc32
