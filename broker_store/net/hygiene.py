@@ -7,7 +7,9 @@ caller from its injected clock); ``net.server`` applies it.
   serverChannelMaxIdleTimeSeconds, 120 s). A peer that sends requests and never reads the answers is held by
   ``net.answer_flow`` (nothing more read or dispatched): idle from its last answer written.
 - partial frame: bytes of a frame that has not completed ``partial_frame_seconds`` after its first byte arrived
-  close the connection: a peer cannot park up to a 16 MiB buffer per connection forever.
+  close the connection: a peer cannot park up to a 16 MiB buffer per connection forever. The deadline runs only
+  while the server reads the socket: a connection held by ``net.answer_flow`` (its peer reads its answers
+  slowly) cannot complete its frame, and its time starts again when the server reads again.
 - caps: past ``max_connections`` open connections a new one is answered SYSTEM_BUSY for its requests and closed;
   past ``max_requests_in_flight`` requests awaiting their answer on one connection, the next is answered
   SYSTEM_BUSY. Both remarks start with RocketMQ's ``[OVERLOAD]``, which its clients treat as retriable.
@@ -41,10 +43,11 @@ class ConnectionLimits:
 
 
 def close_reason(limits: ConnectionLimits, now: float, *, last_activity: float, partial_since: float | None,
-                 in_flight: int) -> str | None:
-    """Why a connection must be closed now, or None."""
+                 in_flight: int, reading: bool = True) -> str | None:
+    """Why a connection must be closed now, or None. ``reading``: the server reads the connection's socket (not
+    held: see the module docstring)."""
     partial = limits.partial_frame_seconds
-    if partial is not None and partial_since is not None and now - partial_since >= partial:
+    if partial is not None and partial_since is not None and reading and now - partial_since >= partial:
         return f"a frame begun {now - partial_since:.1f} s ago is still incomplete (limit {partial:g} s)"
     idle = limits.max_idle_seconds
     if idle is not None and in_flight == 0 and now - last_activity >= idle:

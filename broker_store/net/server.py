@@ -100,6 +100,11 @@ class Connection(asyncio.Protocol):
         return self._held
 
     @property
+    def reading(self) -> bool:
+        """Whether the server reads the socket (not held, not paused for the peer to read its answers)."""
+        return not (self._held or self._write_paused)
+
+    @property
     def decoded_waiting(self) -> int:
         """Requests decoded and waiting (at most ``AnswerFlow.max_decoded_ahead``; the rest wait as bytes)."""
         return len(self._backlog)
@@ -166,6 +171,8 @@ class Connection(asyncio.Protocol):
             if not self._held and not self._closing:
                 self._serve_requests(b"", ran)
         if not self._held and not self._write_paused and not self._closing:
+            if self.partial_since is not None:  # the peer could not send the rest while we did not read
+                self.partial_since = self._server.clock.monotonic()
             self._transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
@@ -428,7 +435,7 @@ class RemotingServer:
             conn.close()
         for conn in list(self._connections):
             reason = close_reason(self.limits, now, last_activity=conn.last_activity,
-                                  partial_since=conn.partial_since, in_flight=conn.in_flight)
+                                  partial_since=conn.partial_since, in_flight=conn.in_flight, reading=conn.reading)
             if reason is not None:
                 log.info("closing connection from %s: %s", conn.remote_addr, reason)
                 conn.close()

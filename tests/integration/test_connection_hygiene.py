@@ -304,3 +304,51 @@ def test_a_connection_held_because_its_peer_does_not_read_is_closed_as_idle() ->
             await server.stop()
 
     asyncio.run(main())
+
+
+def test_a_held_connection_s_unfinished_frame_waits_for_the_server_to_read_again() -> None:
+    """A peer that reads its answers slowly is held (its socket not read), so the rest of a frame it began cannot
+    arrive: the partial-frame deadline does not run while held, and starts again when the server reads again."""
+    clock = ManualClock()
+
+    def handler(cmd: RemotingCommand, _conn: Connection) -> HandlerResult:
+        return cmd.response(ResponseCode.SUCCESS, ext_fields={}, body=b"a" * 16384)
+
+    async def main() -> None:
+        limits = ConnectionLimits(max_idle_seconds=None, partial_frame_seconds=30)
+        server = RemotingServer(handler, "127.0.0.1", 0, limits=limits, clock=clock)
+        await server.start()
+        try:
+            requests = 2000
+            reader, writer = await non_reader(server, requests)
+            writer.write(encode_frame(RemotingCommand(code=1, opaque=requests))[:20])  # a frame begun
+            for _ in range(100):  # until the server holds it (real time: the bytes cross loopback)
+                await asyncio.sleep(0.02)
+                if server._connections and next(iter(server._connections)).held:
+                    break
+            (conn,) = server._connections
+            assert conn.held and not conn.reading
+            # the server's last read ended mid-frame (set here: where a read ends is the kernel's choice)
+            conn.partial_since = clock.monotonic()
+            clock.advance(40)
+            await settle()
+            assert not conn.closed, "closed for a frame the server itself did not read"
+            frames, opaques = FrameReader(), list[int]()
+            while len(opaques) < requests:  # the peer reads its answers: the server reads again
+                data = await asyncio.wait_for(reader.read(1 << 20), 5)
+                assert data, "the server closed the connection"
+                opaques += [f.opaque for f in frames.feed(data)]
+            assert opaques == list(range(requests))
+            await settle()
+            assert conn.reading and conn.partial_since == clock.monotonic()  # the frame's time starts again
+            clock.advance(29)
+            await settle()
+            assert not conn.closed
+            clock.advance(7.5)  # past the deadline by up to one sweep interval (30 s / 4)
+            await settle()
+            assert conn.closed, "the frame never completed after the server read again"
+            writer.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(main())

@@ -26,6 +26,8 @@ def test_an_incomplete_frame_closes_its_connection_after_the_partial_frame_deadl
     assert close_reason(LIMITS, 1029, last_activity=1029, partial_since=1000, in_flight=0) is None
     reason = close_reason(LIMITS, 1030, last_activity=1029, partial_since=1000, in_flight=1)
     assert reason is not None and "still incomplete" in reason
+    # held by the server (its peer reads its answers slowly): the peer cannot complete the frame meanwhile
+    assert close_reason(LIMITS, 5000, last_activity=1029, partial_since=1000, in_flight=1, reading=False) is None
 
 
 def test_rules_set_to_none_are_off() -> None:
