@@ -45,8 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker_store.client import MessageQueue
 from connectors.core.history_settings import HistorySettings
-from connectors.core.offsets import QueueKey
 from connectors.replication.records import BatchMetrics, OffsetMapping
 from connectors.replication.tables import CURRENT_OFFSETS, METRICS, OFFSET_MAP, OFFSETS, LinkTables
 from tests.support.clocks import MillisClock
@@ -126,9 +126,9 @@ def build(location: Path, batches: int, queues: int, advancing: int, chunk: int,
     commits = []
     for batch in range(bulk, batches):
         clock.now_ms = START_MS + batch * TRIGGER_MS
-        advanced = {QueueKey(TOPIC, BROKER, (batch * advancing + i) % queues): 0 for i in range(advancing)}
+        advanced = {MessageQueue(TOPIC, BROKER, (batch * advancing + i) % queues): 0 for i in range(advancing)}
         end = chunk_tables(batch, batch + 1, queues, advancing)
-        offsets = dict(zip([QueueKey(TOPIC, BROKER, q) for q in end[OFFSETS]["queue_id"].to_pylist()],
+        offsets = dict(zip([MessageQueue(TOPIC, BROKER, q) for q in end[OFFSETS]["queue_id"].to_pylist()],
                            end[OFFSETS]["next_offset"].to_pylist(), strict=True))
         maps = [OffsetMapping(TOPIC, BROKER, r["source_queue_id"], r["source_first_offset"], r["source_last_offset"],
                               TOPIC, TARGET_BROKER, r["target_queue_id"], r["target_first_offset"],

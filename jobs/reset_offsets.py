@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from broker_store.client import MessageQueue
 from connectors.core.config import STARTING_OFFSETS_FORMS, LinkConfig, load_replicator_config
 from connectors.core.driver_log import LOG_FORMAT
 from connectors.core.errors import OffsetFormatError, ReplicatorConfigError, ReplicatorError
-from connectors.core.offsets import OffsetSpec, QueueKey, parse_queue_offsets
+from connectors.core.offsets import OffsetSpec, parse_queue_offsets, queue_key
 from connectors.core.spark_checkpoint import checkpoint_dir
 from connectors.replication.reader import RocketMQStreamReader
 from connectors.replication.tables import LinkTables
@@ -43,7 +44,7 @@ log = logging.getLogger("jobs.reset_offsets")
 class QueueReset:
     """One line of the plan."""
 
-    queue: QueueKey
+    queue: MessageQueue
     current: int | None
     """The link's Delta resume point of the queue (None: no row yet)."""
     new: int
@@ -72,9 +73,9 @@ def parse_target(to: str) -> OffsetSpec:
         raise ReplicatorConfigError(str(exc), file=text, field="--to") from exc
 
 
-def plan(spec: OffsetSpec, queues: Sequence[QueueKey], resolved: Mapping[QueueKey, int],
-         current: Mapping[QueueKey, int], mins: Mapping[QueueKey, int],
-         maxes: Mapping[QueueKey, int], link: str) -> list[QueueReset]:
+def plan(spec: OffsetSpec, queues: Sequence[MessageQueue], resolved: Mapping[MessageQueue, int],
+         current: Mapping[MessageQueue, int], mins: Mapping[MessageQueue, int],
+         maxes: Mapping[MessageQueue, int], link: str) -> list[QueueReset]:
     """The per-queue resets of ``spec`` (``resolved``: its offsets, ``RocketMQStreamReader.resolve``).
     Given per-queue offsets reset only the queues they name, each of which must be one of ``queues``
     and within its [min, max]; ``ReplicatorConfigError`` naming the first queue that is not."""
@@ -83,23 +84,23 @@ def plan(spec: OffsetSpec, queues: Sequence[QueueKey], resolved: Mapping[QueueKe
         known = set(queues)
         for queue in named:
             if queue not in known:
-                raise ReplicatorConfigError(f"queue {queue.to_key()} is not a source queue of link {link} now (its "
-                                            f"queues: {', '.join(q.to_key() for q in queues) or 'none'})",
+                raise ReplicatorConfigError(f"queue {queue_key(queue)} is not a source queue of link {link} now (its "
+                                            f"queues: {', '.join(queue_key(q) for q in queues) or 'none'})",
                                             field="--to")
             offset = spec.offsets.queues[queue]
             if not mins[queue] <= offset <= maxes[queue]:
-                raise ReplicatorConfigError(f"queue {queue.to_key()}: offset {offset} is outside the queue's "
+                raise ReplicatorConfigError(f"queue {queue_key(queue)}: offset {offset} is outside the queue's "
                                             f"[{mins[queue]}, {maxes[queue]}]", field="--to")
         targets = named
     else:
         targets = list(queues)
     return [QueueReset(q, current.get(q), resolved[q], mins[q], maxes[q])
-            for q in sorted(targets, key=QueueKey.to_key)]
+            for q in sorted(targets, key=queue_key)]
 
 
 def format_plan(rows: Sequence[QueueReset]) -> str:
     header = ("queue", "current (Delta)", "new", "min", "max")
-    lines = [(r.queue.to_key(), "-" if r.current is None else str(r.current), str(r.new), str(r.min_offset),
+    lines = [(queue_key(r.queue), "-" if r.current is None else str(r.current), str(r.new), str(r.min_offset),
               str(r.max_offset)) for r in rows]
     widths = [max(len(cells[i]) for cells in [header, *lines]) for i in range(len(header))]
     out = ["  ".join(cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i]) for i, cell in enumerate(cells))

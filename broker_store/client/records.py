@@ -1,26 +1,31 @@
 """Immutable records the client hands to its callers: queue addresses, send and pull results.
 
-Shared by the producer, the pull consumer and the admin client; connectors on Spark executors
-build their partitions from ``MessageQueue`` (a plain picklable tuple-like record).
+Shared by the producer, the pull consumer and the admin client; the connectors key their offsets,
+placements and checkpoints by ``MessageQueue`` too, on the driver and on Spark executors.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.message import StoredMessage
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class MessageQueue:
-    """One queue of a topic on one broker group (RocketMQ's MessageQueue)."""
+class MessageQueue(NamedTuple):
+    """One queue of a topic on one broker group (RocketMQ's MessageQueue), on whichever cluster the name
+    holding it says. A tuple, so it equals, hashes and sorts as ``(topic, broker_name, queue_id)``: callers
+    may build it from a plain tuple or a Spark row (``MessageQueue(*row)``) and look it up with one; it
+    pickles for Spark executors."""
 
     topic: str
+    """Topic name."""
     broker_name: str
     """Broker group name; resolve it to an address through the topic route."""
     queue_id: int
+    """Queue id within the topic on that broker group."""
 
     def __str__(self) -> str:
         return f"{self.topic}@{self.broker_name}#{self.queue_id}"

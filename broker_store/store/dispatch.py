@@ -34,7 +34,8 @@ from broker_store.store.checkpoint import Checkpoint
 from broker_store.store.commit_log import CommitLog
 from broker_store.store.consume_queues import ConsumeQueueTable
 
-QueueKey = tuple[str, int]
+TopicQueue = tuple[str, int]
+"""``(topic, queue_id)`` of one of this store's consume queues (one broker, so no broker name)."""
 Arrival = tuple[str, int, int]
 """``(topic, queue_id, new max queue offset)`` of a queue that got entries (for the store's arrival listeners)."""
 
@@ -54,7 +55,7 @@ class Dispatcher:
         """Whether a put indexes its records as it writes them (everything written is to be visible): following,
         or ``read_uncommitted``. An attribute, not a property: the put path reads it on every put."""
         self._hold(0 if hold_confirm_offset else None)
-        self._next_queue_offsets: dict[QueueKey, int] | None = {}
+        self._next_queue_offsets: dict[TopicQueue, int] | None = {}
         """Held mode: the next queue offset of each queue with records past ``dispatched``; None = recount
         (after a replica write, a truncation or recovery)."""
 
@@ -149,7 +150,7 @@ class Dispatcher:
 
     # -- the put path (held, not inline) ----------------------------------------------------------------
 
-    def next_queue_offset(self, key: QueueKey) -> int:
+    def next_queue_offset(self, key: TopicQueue) -> int:
         """The queue offset a put to ``key`` gets: past the records written but not yet indexed."""
         pending = self._next_queue_offsets
         if pending is None:
@@ -160,15 +161,15 @@ class Dispatcher:
         cq = self._queues.get(*key)
         return 0 if cq is None else cq.max_index
 
-    def put_written(self, key: QueueKey, next_queue_offset: int) -> None:
+    def put_written(self, key: TopicQueue, next_queue_offset: int) -> None:
         """A put wrote records to ``key`` up to (excluding) ``next_queue_offset`` without indexing them."""
         pending = self._next_queue_offsets
         if pending is None:
             pending = self._count_pending()
         pending[key] = next_queue_offset
 
-    def _count_pending(self) -> dict[QueueKey, int]:
-        pending: dict[QueueKey, int] = {}
+    def _count_pending(self) -> dict[TopicQueue, int]:
+        pending: dict[TopicQueue, int] = {}
         cl = self._commit_log
         pos, stopped = self._queues.dispatched, False
         while not stopped and pos < cl.max_offset:

@@ -61,7 +61,7 @@ from connectors.checkpoint.translation import (
     Translation,
     target_offsets,
 )
-from connectors.core.offsets import QueueKey
+from connectors.core.offsets import queue_key
 from connectors.core.outage import once_more_on_new_route
 from connectors.core.standing import StandingConditions, Transitions
 from connectors.core.sync_settings import CHECKPOINT_TOPIC
@@ -84,7 +84,7 @@ class GroupCheckpoint:
     """What one group's checkpoint did."""
 
     group: str
-    committed: Mapping[QueueKey, int]
+    committed: Mapping[MessageQueue, int]
     """Target queues set this time -> their new next offset."""
     rows: tuple[CheckpointRow, ...]
 
@@ -180,35 +180,35 @@ def translate_group(offsets: Sequence[GroupOffset], progress: LinkProgress) -> l
 
 
 def outcome_rows(group: str, snapshot_ms: int, translations: Sequence[Translation],
-                 current: Mapping[QueueKey, int], committed: Mapping[QueueKey, int],
-                 errors: Mapping[QueueKey, str],
-                 shared: Mapping[QueueKey, Collection[QueueKey]] | None = None) -> list[CheckpointRow]:
+                 current: Mapping[MessageQueue, int], committed: Mapping[MessageQueue, int],
+                 errors: Mapping[MessageQueue, str],
+                 shared: Mapping[MessageQueue, Collection[MessageQueue]] | None = None) -> list[CheckpointRow]:
     """One row per source queue: what became of its translation (pure; see ``CheckpointOutcome``); a row on
     a target queue of ``shared`` (-> the source queues feeding it) is marked ``SHARED_DETAIL``, inexact."""
     return mark_shared(_outcome_rows(group, snapshot_ms, translations, current, committed, errors), shared or {})
 
 
 def mark_shared(rows: Sequence[CheckpointRow],
-                shared: Mapping[QueueKey, Collection[QueueKey]]) -> list[CheckpointRow]:
+                shared: Mapping[MessageQueue, Collection[MessageQueue]]) -> list[CheckpointRow]:
     """``rows`` with those on a target queue of ``shared`` marked ``SHARED_DETAIL`` and inexact."""
     return [_shared(r, shared[key]) if (key := _target_of(r)) is not None and key in shared else r for r in rows]
 
 
-def _target_of(row: CheckpointRow) -> QueueKey | None:
+def _target_of(row: CheckpointRow) -> MessageQueue | None:
     if row.target_topic is None or row.target_broker is None or row.target_queue_id is None:
         return None
-    return QueueKey(row.target_topic, row.target_broker, row.target_queue_id)
+    return MessageQueue(row.target_topic, row.target_broker, row.target_queue_id)
 
 
-def _shared(row: CheckpointRow, feeders: Collection[QueueKey]) -> CheckpointRow:
-    names = ", ".join(sorted(q.to_key() for q in feeders))
+def _shared(row: CheckpointRow, feeders: Collection[MessageQueue]) -> CheckpointRow:
+    names = ", ".join(sorted(queue_key(q) for q in feeders))
     said = f"{SHARED_DETAIL} (source queues {names} feed this target queue)"
     return replace(row, exact=False, detail=f"{said}; {row.detail}" if row.detail else said)
 
 
 def _outcome_rows(group: str, snapshot_ms: int, translations: Sequence[Translation],
-                  current: Mapping[QueueKey, int], committed: Mapping[QueueKey, int],
-                  errors: Mapping[QueueKey, str]) -> list[CheckpointRow]:
+                  current: Mapping[MessageQueue, int], committed: Mapping[MessageQueue, int],
+                  errors: Mapping[MessageQueue, str]) -> list[CheckpointRow]:
     blocked = {t.target for t in translations if t.outcome is Outcome.PENDING and t.target is not None}
     rows = []
     for t in translations:
@@ -238,10 +238,6 @@ def _with(row: CheckpointRow, outcome: CheckpointOutcome, detail: str, committed
     return CheckpointRow(row.group, outcome, row.snapshot_ms, row.source_topic, row.source_broker,
                          row.source_queue_id, row.source_offset, row.target_topic, row.target_broker,
                          row.target_queue_id, row.target_offset, committed, row.exact, detail)
-
-
-def _mq(q: QueueKey) -> MessageQueue:
-    return MessageQueue(q.topic, q.broker_name, q.queue_id)
 
 
 class CheckpointCommitter:
@@ -310,7 +306,7 @@ class CheckpointCommitter:
         # Runs below every selected group's offset are needed exactly by no one now: fold them, so the
         # translator of a long-lived link stays small (a group showing up below later re-reads, reported
         # as inexact; translation.OffsetTranslator.forget_below).
-        floors: dict[QueueKey, int] = {}
+        floors: dict[MessageQueue, int] = {}
         for o in snapshot.offsets:
             floors[o.queue] = min(floors.get(o.queue, o.offset), o.offset)
         folded = progress.translator.forget_below(floors, self.max_runs_per_queue)
@@ -324,8 +320,8 @@ class CheckpointCommitter:
         targets = sorted({t.target for t in translations if t.outcome is Outcome.TRANSLATED and t.target})
         shared = {q: feeders for q in {t.target for t in translations if t.target is not None}
                   if len(feeders := progress.translator.feeders(q)) > 1}
-        current: dict[QueueKey, int] = {}
-        errors: dict[QueueKey, str] = {}
+        current: dict[MessageQueue, int] = {}
+        errors: dict[MessageQueue, str] = {}
         online: dict[str, list[str]] = {}
         for topic in sorted({q.topic for q in targets}):
             queues = [q for q in targets if q.topic == topic]
@@ -344,10 +340,10 @@ class CheckpointCommitter:
                                 for r in outcome_rows(group, snapshot_ms, translations, {}, {}, errors)], shared)
             return GroupCheckpoint(group, {}, tuple(rows))
         planned = target_offsets([t for t in translations if t.target not in errors], current)
-        committed: dict[QueueKey, int] = {}
+        committed: dict[MessageQueue, int] = {}
         for q, offset in sorted(planned.commit.items()):
             try:
-                once_more_on_new_route(partial(self._admin.update_consumer_offset, group, _mq(q), offset))
+                once_more_on_new_route(partial(self._admin.update_consumer_offset, group, q, offset))
                 committed[q] = offset
             except RocketMQError as exc:
                 errors[q] = f"UPDATE_CONSUMER_OFFSET on {self.target_cluster}: {exc}"
@@ -355,15 +351,15 @@ class CheckpointCommitter:
                                                                     committed, errors, shared)))
 
     def _read_target(self, group: str, topic: str,
-                     queues: Sequence[QueueKey]) -> tuple[list[str], dict[QueueKey, int]]:
+                     queues: Sequence[MessageQueue]) -> tuple[list[str], dict[MessageQueue, int]]:
         """The group's online consumers of ``topic`` on the target and, when there are none, its committed
         offsets on ``queues`` (a queue it never committed is left out)."""
         ids = self._admin.consumer_list(group, topic)
         if ids:
             return ids, {}
-        current: dict[QueueKey, int] = {}
+        current: dict[MessageQueue, int] = {}
         for q in queues:
-            offset = self._admin.consumer_offset(group, _mq(q))
+            offset = self._admin.consumer_offset(group, q)
             if offset is not None:
                 current[q] = offset
         return [], current

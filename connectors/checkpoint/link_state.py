@@ -34,9 +34,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake.exceptions import DeltaError
 
+from broker_store.client import MessageQueue
 from connectors.checkpoint.translation import OffsetTranslator, Run
 from connectors.core.errors import TableError
-from connectors.core.offsets import QueueKey
 from connectors.replication.tables import OFFSET_MAP, LatestOffsets, LinkTables, is_map_summary
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class LinkProgress:
     """The link's replication progress at one moment."""
 
     translator: OffsetTranslator
-    replicated_next: dict[QueueKey, int]
+    replicated_next: dict[MessageQueue, int]
     """Committed next source offset per source queue (``LinkTables.latest_offsets``)."""
     runs: int
     """Offset-map rows read to bring the translator up to date (all of them on a full read)."""
@@ -65,9 +65,9 @@ def _add_rows(translator: OffsetTranslator, rows: pa.Table) -> None:
     for r in rows.to_pylist():
         if r["messages"] <= 0 or r["source_last_offset"] < r["source_first_offset"]:
             continue  # nothing delivered: no run
-        translator.add(QueueKey(r["source_topic"], r["source_broker"], r["source_queue_id"]),
+        translator.add(MessageQueue(r["source_topic"], r["source_broker"], r["source_queue_id"]),
                        Run(r["source_first_offset"], r["source_last_offset"],
-                           QueueKey(r["target_topic"], r["target_broker"], r["target_queue_id"]),
+                           MessageQueue(r["target_topic"], r["target_broker"], r["target_queue_id"]),
                            r["target_first_offset"], r["target_last_offset"], r["messages"],
                            summary=is_map_summary(r["query_id"])))
 

@@ -20,11 +20,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from broker_store.client import Admin
+from broker_store.client import Admin, MessageQueue
 from broker_store.clock import SYSTEM_CLOCK, ThreadClock, wall_ms
 from broker_store.protocol.errors import RocketMQError
 from connectors.core.errors import TopicMappingError
-from connectors.core.offsets import QueueKey
 from connectors.core.sync_settings import GroupSelection
 from connectors.core.topic_mapping import TopicMapper
 
@@ -33,7 +32,7 @@ class GroupOffset(NamedTuple):
     """A source group's committed offset on one source queue."""
 
     group: str
-    queue: QueueKey
+    queue: MessageQueue
     offset: int
     """The next offset the group would consume (RocketMQ commits next offsets)."""
 
@@ -113,7 +112,7 @@ class GroupOffsetPoller:
                     targets[topic] = self._target(topic, conditions)
                 if targets[topic] is None:
                     continue
-                offsets.extend(GroupOffset(group, QueueKey(topic, broker_name, q), off)
+                offsets.extend(GroupOffset(group, MessageQueue(topic, broker_name, q), off)
                                for q, off in sorted(queues.items()) if off >= 0)
         seen = {o.group for o in offsets}
         conditions.extend(Condition(ConditionKind.UNKNOWN_GROUP, g, "no committed offset on any linked topic of "
@@ -154,7 +153,7 @@ def snapshot_from_rows(rows: Iterable[tuple[str, str, str, str, int, int, int, s
     for kind, subject, topic, broker, queue_id, offset, taken, detail in rows:
         taken_ms = max(taken_ms, int(taken))
         if kind == "offset":
-            offsets.append(GroupOffset(subject, QueueKey(topic, broker, int(queue_id)), int(offset)))
+            offsets.append(GroupOffset(subject, MessageQueue(topic, broker, int(queue_id)), int(offset)))
         elif kind != "snapshot":
             conditions.append(Condition(ConditionKind(kind), subject, detail))
     return GroupOffsetSnapshot(taken_ms, tuple(offsets), tuple(conditions))

@@ -52,7 +52,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from connectors.core.offsets import QueueKey
+from broker_store.client import MessageQueue
+from connectors.core.offsets import queue_key
 from connectors.core.sync_settings import DEFAULT_MAX_RUNS_PER_QUEUE, MIN_MAX_RUNS_PER_QUEUE
 
 DEFAULT_MAX_RUNS = DEFAULT_MAX_RUNS_PER_QUEUE
@@ -66,7 +67,7 @@ class Run(NamedTuple):
 
     source_first: int
     source_last: int
-    target: QueueKey
+    target: MessageQueue
     target_first: int
     target_last: int
     messages: int
@@ -94,10 +95,10 @@ class Outcome(enum.Enum):
 class Translation:
     """The translation of one source queue's group offset."""
 
-    source: QueueKey
+    source: MessageQueue
     source_offset: int
     outcome: Outcome
-    target: QueueKey | None = None
+    target: MessageQueue | None = None
     """The target queue (None when unmapped)."""
     target_offset: int | None = None
     """Next target offset to consume (TRANSLATED only)."""
@@ -108,19 +109,19 @@ class Translation:
 class OffsetTranslator:
     """The offset-map runs of one link, per source queue, and the translation rule of the module docstring."""
 
-    def __init__(self, runs: Iterable[tuple[QueueKey, Run]] = ()) -> None:
-        self._runs: dict[QueueKey, list[Run]] = {}
-        self._firsts: dict[QueueKey, list[int]] = {}
-        self._feeders: dict[QueueKey, set[QueueKey]] = {}
+    def __init__(self, runs: Iterable[tuple[MessageQueue, Run]] = ()) -> None:
+        self._runs: dict[MessageQueue, list[Run]] = {}
+        self._firsts: dict[MessageQueue, list[int]] = {}
+        self._feeders: dict[MessageQueue, set[MessageQueue]] = {}
         for source, run in runs:
             self.add(source, run)
 
-    def feeders(self, target: QueueKey) -> frozenset[QueueKey]:
+    def feeders(self, target: MessageQueue) -> frozenset[MessageQueue]:
         """Every source queue any run ever added put into ``target`` (folding and cutting runs keep them):
         more than one means the target queue is shared and its translation may re-read."""
         return frozenset(self._feeders.get(target, ()))
 
-    def add(self, source: QueueKey, run: Run) -> None:
+    def add(self, source: MessageQueue, run: Run) -> None:
         """Add one run, newer than every run added before (offset-map rows in commit order).
 
         A queue's runs are kept sorted and disjoint, so only the runs the new one overlaps are touched
@@ -129,7 +130,7 @@ class OffsetTranslator:
         discontinuity (a skipped message, a re-sent batch, a target change), not one per batch, and the
         translation is unchanged (``target_first + (S - source_first)`` holds across the merged run)."""
         if run.source_last < run.source_first or run.messages <= 0:
-            raise ValueError(f"{source.to_key()}: empty or reversed run {run}")
+            raise ValueError(f"{queue_key(source)}: empty or reversed run {run}")
         self._feeders.setdefault(run.target, set()).add(source)
         runs = self._runs.setdefault(source, [])
         firsts = self._firsts.setdefault(source, [])
@@ -168,7 +169,7 @@ class OffsetTranslator:
         runs[start:end] = merged
         firsts[start:end] = [r.source_first for r in merged]
 
-    def forget_below(self, floors: Mapping[QueueKey, int], max_runs: int = DEFAULT_MAX_RUNS) -> int:
+    def forget_below(self, floors: Mapping[MessageQueue, int], max_runs: int = DEFAULT_MAX_RUNS) -> int:
         """Fold the runs no translation needs exactly any more into summaries; returns the runs folded.
 
         ``floors``: per source queue, the lowest offset any translated group is at (the caller's latest
@@ -198,18 +199,18 @@ class OffsetTranslator:
                 folded += n - len(kept)
         return folded
 
-    def runs(self, source: QueueKey) -> tuple[Run, ...]:
+    def runs(self, source: MessageQueue) -> tuple[Run, ...]:
         """The queue's runs as kept (sorted by source offset, disjoint, continuations merged)."""
         return tuple(self._runs.get(source, ()))
 
-    def sources(self) -> list[QueueKey]:
-        return sorted(self._runs, key=lambda q: q.to_key())
+    def sources(self) -> list[MessageQueue]:
+        return sorted(self._runs, key=queue_key)
 
     def size(self) -> int:
         """Runs kept over every source queue (what the translator's memory grows with)."""
         return sum(len(r) for r in self._runs.values())
 
-    def translate(self, source: QueueKey, source_offset: int, replicated_next: int | None) -> Translation:
+    def translate(self, source: MessageQueue, source_offset: int, replicated_next: int | None) -> Translation:
         """Where a group whose next source offset is ``source_offset`` continues on the target.
         ``replicated_next``: the link's committed next source offset for the queue (None: unknown, which
         counts as not replicated)."""
@@ -274,7 +275,7 @@ def _merge_continuations(runs: list[Run]) -> list[Run]:
 class TargetQueueOffsets:
     """The target group's offsets to commit, per target queue, from one snapshot of the source group."""
 
-    commit: Mapping[QueueKey, int]
+    commit: Mapping[MessageQueue, int]
     """Target queue -> next offset, only where it moves forward."""
     pending: tuple[Translation, ...]
     """Source queues whose offset is not replicated yet; their target queues are not committed."""
@@ -284,12 +285,12 @@ class TargetQueueOffsets:
     """Translations that fell inside a run with gaps (conservative)."""
 
 
-def target_offsets(translations: Iterable[Translation], current: Mapping[QueueKey, int]) -> TargetQueueOffsets:
+def target_offsets(translations: Iterable[Translation], current: Mapping[MessageQueue, int]) -> TargetQueueOffsets:
     """Fold per-source-queue translations into target-queue offsets: the minimum over the source queues
     feeding a target queue, none for a target queue fed by a pending source queue, and only offsets above
     ``current`` (the target group's committed offsets; never backwards)."""
-    lowest: dict[QueueKey, int] = {}
-    blocked: set[QueueKey] = set()
+    lowest: dict[MessageQueue, int] = {}
+    blocked: set[MessageQueue] = set()
     pending: list[Translation] = []
     unmapped: list[Translation] = []
     inexact: list[Translation] = []

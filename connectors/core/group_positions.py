@@ -21,7 +21,7 @@ import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
-from connectors.core.offsets import QueueKey
+from broker_store.client import MessageQueue
 
 log = logging.getLogger(__name__)
 
@@ -35,24 +35,24 @@ FLOOR_WINDOW_MS = 15 * 60 * 1000
 about the groups (the offset map is then left alone)."""
 
 
-def floors_from_rows(rows: Sequence[Mapping[str, Any]]) -> dict[QueueKey, int]:
+def floors_from_rows(rows: Sequence[Mapping[str, Any]]) -> dict[MessageQueue, int]:
     """Per source queue, the lowest offset among the groups' newest rows (each group and queue's row with the
     highest ``committed_at``; rows without a source queue or offset are skipped). Pure."""
-    newest: dict[tuple[str, QueueKey], tuple[Any, int]] = {}
+    newest: dict[tuple[str, MessageQueue], tuple[Any, int]] = {}
     for r in rows:
         if r["source_offset"] is None or r["source_offset"] < 0 or not r["source_topic"]:
             continue
-        key = (r["group"], QueueKey(r["source_topic"], r["source_broker"], r["source_queue_id"]))
+        key = (r["group"], MessageQueue(r["source_topic"], r["source_broker"], r["source_queue_id"]))
         if key not in newest or r["committed_at"] >= newest[key][0]:
             newest[key] = (r["committed_at"], r["source_offset"])
-    floors: dict[QueueKey, int] = {}
+    floors: dict[MessageQueue, int] = {}
     for (_, queue), (_, offset) in newest.items():
         floors[queue] = min(offset, floors.get(queue, offset))
     return floors
 
 
 def group_floors(location: str | Path, now_ms: int, *, enabled: bool = True,
-                 storage_options: Mapping[str, str] | None = None) -> dict[QueueKey, int] | None:
+                 storage_options: Mapping[str, str] | None = None) -> dict[MessageQueue, int] | None:
     """The checkpointed groups' lowest positions per source queue (``floors_from_rows`` over the rows of the
     last ``FLOOR_WINDOW_MS``) of the link whose tables are in ``location``. ``{}`` when the link checkpoints
     no group (``enabled`` false, or no checkpoints table); None when it does but wrote no row in the window,

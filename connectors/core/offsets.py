@@ -23,68 +23,51 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
+from broker_store.client import MessageQueue
 from connectors.core.errors import OffsetFormatError
 
 OFFSET_FORMAT_VERSION = 1
 KEY_SEPARATOR = "/"
 
 
-class QueueKey(NamedTuple):
-    """One queue of a topic on one broker group, on either cluster of a link: the connectors' key for a queue in
-    offsets, offset mappings, placements and checkpoints. Which cluster is said by the name holding it
-    (``source`` / ``target``), not by a second type (the checkpoint's ``TargetQueueKey`` was one).
+def queue_key(queue: MessageQueue) -> str:
+    """``"<topic>/<broker>/<queueId>"``, the queue's key in the offset document."""
+    return f"{queue.topic}{KEY_SEPARATOR}{queue.broker_name}{KEY_SEPARATOR}{queue.queue_id}"
 
-    The same triple as the client's ``broker_store.client.MessageQueue``, kept a type of its own (converted at
-    the client calls) because it is a tuple: the connectors build and look it up from plain tuples and Spark rows
-    (``QueueKey(*row)``, keys equal to tuples) and it owns the offset document's key format (``to_key`` /
-    ``from_key``), which the client has no business knowing; ``MessageQueue`` is a frozen dataclass that equals
-    only itself."""
 
-    topic: str
-    """Topic name."""
-    broker_name: str
-    """Broker group the queue lives on."""
-    queue_id: int
-    """Queue id within the topic on that broker group."""
-
-    def to_key(self) -> str:
-        """``"<topic>/<broker>/<queueId>"``, the key in the offset document."""
-        return f"{self.topic}{KEY_SEPARATOR}{self.broker_name}{KEY_SEPARATOR}{self.queue_id}"
-
-    @classmethod
-    def from_key(cls, key: str) -> QueueKey:
-        """Parse a document key; ``OffsetFormatError`` naming the key when malformed."""
-        if not isinstance(key, str):
-            raise OffsetFormatError(f"queue key {key!r} is not a string")
-        topic, sep1, rest = key.partition(KEY_SEPARATOR)
-        broker, sep2, queue = rest.rpartition(KEY_SEPARATOR)
-        if not (sep1 and sep2 and topic and broker and queue):
-            raise OffsetFormatError(f"queue key {key!r} is not '<topic>/<broker>/<queueId>'")
-        if not queue.isascii() or not queue.isdigit() or (len(queue) > 1 and queue[0] == "0"):
-            raise OffsetFormatError(f"queue key {key!r}: queue id {queue!r} is not a canonical integer >= 0")
-        return cls(topic, broker, int(queue))
+def parse_queue_key(key: str) -> MessageQueue:
+    """Parse a document key (``queue_key``'s inverse); ``OffsetFormatError`` naming the key when malformed."""
+    if not isinstance(key, str):
+        raise OffsetFormatError(f"queue key {key!r} is not a string")
+    topic, sep1, rest = key.partition(KEY_SEPARATOR)
+    broker, sep2, queue = rest.rpartition(KEY_SEPARATOR)
+    if not (sep1 and sep2 and topic and broker and queue):
+        raise OffsetFormatError(f"queue key {key!r} is not '<topic>/<broker>/<queueId>'")
+    if not queue.isascii() or not queue.isdigit() or (len(queue) > 1 and queue[0] == "0"):
+        raise OffsetFormatError(f"queue key {key!r}: queue id {queue!r} is not a canonical integer >= 0")
+    return MessageQueue(topic, broker, int(queue))
 
 
 @dataclass(frozen=True)
 class SourceOffset:
     """Next offset to read per source queue; immutable, hashable by value, picklable."""
 
-    queues: Mapping[QueueKey, int]
+    queues: Mapping[MessageQueue, int]
     """Queue -> next queue offset; iteration is in canonical (key string) order."""
 
     def __post_init__(self) -> None:
         for queue, offset in self.queues.items():
-            if not isinstance(queue, QueueKey):
-                raise OffsetFormatError(f"{queue!r} is not a QueueKey")
+            if not isinstance(queue, MessageQueue):
+                raise OffsetFormatError(f"{queue!r} is not a MessageQueue")
             if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-                raise OffsetFormatError(f"{queue.to_key()!r}: offset {offset!r} is not an integer >= 0")
-        ordered = dict(sorted(self.queues.items(), key=lambda item: item[0].to_key()))
+                raise OffsetFormatError(f"{queue_key(queue)!r}: offset {offset!r} is not an integer >= 0")
+        ordered = dict(sorted(self.queues.items(), key=lambda item: queue_key(item[0])))
         object.__setattr__(self, "queues", MappingProxyType(ordered))
 
     @classmethod
-    def of(cls, queues: Mapping[QueueKey, int] | Iterable[tuple[QueueKey, int]] = ()) -> SourceOffset:
+    def of(cls, queues: Mapping[MessageQueue, int] | Iterable[tuple[MessageQueue, int]] = ()) -> SourceOffset:
         """Build from a mapping or (queue, offset) pairs; validated and put in canonical order."""
         return cls(dict(queues))
 
@@ -100,16 +83,16 @@ class SourceOffset:
     def __setstate__(self, state: dict[str, Any]) -> None:
         object.__setattr__(self, "queues", MappingProxyType(state["queues"]))
 
-    def get(self, queue: QueueKey, default: int | None = None) -> int | None:
+    def get(self, queue: MessageQueue, default: int | None = None) -> int | None:
         return self.queues.get(queue, default)
 
-    def merged(self, newer: Mapping[QueueKey, int]) -> SourceOffset:
+    def merged(self, newer: Mapping[MessageQueue, int]) -> SourceOffset:
         """A copy where ``newer``'s queues replace or extend this offset's."""
         return SourceOffset({**self.queues, **newer})
 
     def to_dict(self) -> dict[str, Any]:
         """The canonical document as a dict (what Spark's Python source API exchanges)."""
-        return {"queues": {q.to_key(): o for q, o in self.queues.items()}, "version": OFFSET_FORMAT_VERSION}
+        return {"queues": {queue_key(q): o for q, o in self.queues.items()}, "version": OFFSET_FORMAT_VERSION}
 
     def to_json(self) -> str:
         """The canonical document, compact, keys sorted."""
@@ -131,9 +114,9 @@ class SourceOffset:
         if not isinstance(queues, Mapping):
             raise OffsetFormatError(f"offset document 'queues' must be an object, "
                                     f"got {type(queues).__name__}")
-        parsed: dict[QueueKey, int] = {}
+        parsed: dict[MessageQueue, int] = {}
         for key, offset in queues.items():
-            queue = QueueKey.from_key(key)
+            queue = parse_queue_key(key)
             if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
                 raise OffsetFormatError(f"queue key {key!r}: offset {offset!r} is not an integer >= 0")
             parsed[queue] = offset

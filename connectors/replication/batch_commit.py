@@ -32,12 +32,13 @@ from pathlib import Path
 
 from pyspark.sql.datasource import WriterCommitMessage
 
+from broker_store.client import MessageQueue
 from broker_store.clock import SYSTEM_CLOCK, ThreadClock, wall_ms
 from connectors.core.delta import shared_table_set
 from connectors.core.errors import ReplicatorError
 from connectors.core.group_positions import group_floors
 from connectors.core.job_stop import abort_level
-from connectors.core.offsets import QueueKey
+from connectors.core.offsets import queue_key
 from connectors.core.spark_checkpoint import checkpoint_dir, query_id_from_checkpoint, read_offset_log
 from connectors.replication.failure_policy import PolicyDecision, apply_failure_policy, load_failure_hook
 from connectors.replication.group_mirror import EXIT_FLUSH_TIMEOUT_S, SourceGroupMirror, source_group_mirror
@@ -120,10 +121,10 @@ def batch_metrics(results: Sequence[ReplicationCommitMessage], failed: int, now:
         wall_time_ms=now - min((m.started_ms for m in results), default=now))
 
 
-def end_offsets(o: SinkOptions, batch_id: int,
-                messages: Sequence[ReplicationCommitMessage]) -> tuple[dict[QueueKey, int], dict[QueueKey, int]]:
+def end_offsets(o: SinkOptions, batch_id: int, messages: Sequence[ReplicationCommitMessage]
+                ) -> tuple[dict[MessageQueue, int], dict[MessageQueue, int]]:
     """(every queue's end offset of the batch, the queues whose end changed since the previous batch)."""
-    row_next: dict[QueueKey, int] = {}
+    row_next: dict[MessageQueue, int] = {}
     for m in messages:
         for q, n in m.source_next.items():
             row_next[q] = max(n, row_next.get(q, 0))
@@ -133,7 +134,7 @@ def end_offsets(o: SinkOptions, batch_id: int,
         log.warning("link %s batch %d: no rocketmq offset in the checkpoint's offset log; recording "
                     "offsets only for queues with rows", o.label, batch_id)
         return row_next, row_next
-    behind = {q.to_key(): (n, end.get(q)) for q, n in row_next.items()
+    behind = {queue_key(q): (n, end.get(q)) for q, n in row_next.items()
               if end.get(q) is not None and n > (end.get(q) or 0)}
     if behind:
         raise ReplicatorError(f"link {o.label} batch {batch_id}: rows past the batch's end offset "
@@ -143,7 +144,7 @@ def end_offsets(o: SinkOptions, batch_id: int,
 
 
 def _commit_tables(o: SinkOptions, batch_id: int, results: Sequence[ReplicationCommitMessage],
-                   advanced: dict[QueueKey, int], decision: PolicyDecision, metrics: BatchMetrics,
+                   advanced: dict[MessageQueue, int], decision: PolicyDecision, metrics: BatchMetrics,
                    clock: ThreadClock) -> str:
     """Placements, then the batch's rows of the link's Delta tables (``advanced``: the queues whose end offset
     moved); returns what was done, for the log."""
@@ -165,7 +166,7 @@ def link_tables(location: str, o: SinkOptions, clock: ThreadClock = SYSTEM_CLOCK
     checkpoint connector's table for the groups' positions (``connectors.core.group_positions``), so it never
     removes a run a checkpointed group's translation needs."""
 
-    def floors() -> Mapping[QueueKey, int] | None:
+    def floors() -> Mapping[MessageQueue, int] | None:
         return group_floors(location, wall_ms(clock), enabled=o.checkpoints_enabled)
 
     return shared_table_set((location, o.source_cluster or ""), LinkTables,
@@ -177,7 +178,7 @@ def record_placements(o: SinkOptions, results: Sequence[ReplicationCommitMessage
                       clock: ThreadClock = SYSTEM_CLOCK) -> None:
     """Record the queue placements the tasks decided (the first per source queue and target topic; the
     table's first row stands if an earlier one exists) and log each once."""
-    decided: dict[tuple[QueueKey, str], Placement] = {}
+    decided: dict[tuple[MessageQueue, str], Placement] = {}
     for m in results:
         for p in m.placements:
             decided.setdefault((p.source, p.target_topic), p)

@@ -29,7 +29,7 @@ from broker_store.client import MessageQueue, TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import RocketMQError
 from connectors.core.executor import executor_consumer
-from connectors.core.offsets import QueueKey
+from connectors.core.offsets import queue_key
 from connectors.core.outage import worth_once_more
 from connectors.core.standing import StandingConditions
 
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 EXIT_FLUSH_TIMEOUT_S = 10.0
 """How long the process's exit waits for the last offsets to go out."""
 
-Update = Callable[[Sequence[tuple[QueueKey, int]]], list[RocketMQError | None]]
+Update = Callable[[Sequence[tuple[MessageQueue, int]]], list[RocketMQError | None]]
 """Sends queues' offsets for the group (concurrently); each one's error or None, in order."""
 
 
@@ -51,8 +51,8 @@ class SourceGroupMirror:
         self.label = label or group
         self._update = update
         self._cond = threading.Condition()
-        self._pending: dict[QueueKey, int] = {}
-        self._committed: dict[QueueKey, int] = {}
+        self._pending: dict[MessageQueue, int] = {}
+        self._committed: dict[MessageQueue, int] = {}
         self._busy = False
         self._thread: threading.Thread | None = None
         self.updates = 0
@@ -60,7 +60,7 @@ class SourceGroupMirror:
         self._failing: StandingConditions[str, str] = StandingConditions()
         """Broker group -> the error type its updates fail with (reported when it starts and clears)."""
 
-    def offer(self, offsets: Mapping[QueueKey, int]) -> None:
+    def offer(self, offsets: Mapping[MessageQueue, int]) -> None:
         """Mirror ``offsets`` (next offset per source queue) soon; returns at once."""
         with self._cond:
             self._pending.update(offsets)
@@ -75,7 +75,7 @@ class SourceGroupMirror:
         with self._cond:
             return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
 
-    def committed(self) -> dict[QueueKey, int]:
+    def committed(self) -> dict[MessageQueue, int]:
         """The offsets the group holds as far as this mirror knows."""
         with self._cond:
             return dict(self._committed)
@@ -97,11 +97,11 @@ class SourceGroupMirror:
                     self._busy = False
                     self._cond.notify_all()
 
-    def _send(self, changed: list[tuple[QueueKey, int]]) -> None:
+    def _send(self, changed: list[tuple[MessageQueue, int]]) -> None:
         if not changed:
             return
         errors = self._update(changed)
-        failures: dict[str, tuple[QueueKey, int, RocketMQError, int]] = {}
+        failures: dict[str, tuple[MessageQueue, int, RocketMQError, int]] = {}
         with self._cond:
             for (queue, offset), error in zip(changed, errors, strict=True):
                 if error is None:
@@ -118,7 +118,7 @@ class SourceGroupMirror:
             queue, offset, error, count = failures[broker]
             log.warning("link %s: could not mirror offsets to source group %s on broker group %s (%d queue(s); "
                         "first: offset %d of %s): %s; retried with each batch, reported again when it clears",
-                        self.label, self.group, broker, count, offset, queue.to_key(), error)
+                        self.label, self.group, broker, count, offset, queue_key(queue), error)
         for broker, _ in done.cleared:
             log.info("link %s: offsets mirrored to source group %s on broker group %s again", self.label,
                      self.group, broker)
@@ -139,9 +139,9 @@ def source_group_mirror(namesrv: str, group: str, credentials: SessionCredential
     with _mirrors_lock:
         mirror = _mirrors.get(key)
         if mirror is None:
-            def update(changed: Sequence[tuple[QueueKey, int]]) -> list[RocketMQError | None]:
+            def update(changed: Sequence[tuple[MessageQueue, int]]) -> list[RocketMQError | None]:
                 consumer = executor_consumer(namesrv, group, 10_000, credentials, tls=tls)
-                offsets = [(MessageQueue(q.topic, q.broker_name, q.queue_id), n) for q, n in changed]
+                offsets = list(changed)
                 errors = consumer.update_consumer_offsets(offsets)
                 again = [i for i, error in enumerate(errors) if error is not None and worth_once_more(error)]
                 if again:  # once more on the new route, as once_more_on_new_route does for one call

@@ -25,7 +25,6 @@ from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, encode_properties
 from connectors.core.errors import ReplicatorError
 from connectors.core.executor import freeze_worker_heap
-from connectors.core.offsets import QueueKey
 from connectors.core.outage import SourceOutage
 from connectors.core.rows import (
     COL_BORN_TS,
@@ -126,7 +125,7 @@ class PartitionWriter(BatchSender):
     def __init__(self, options: SinkOptions, clock: ThreadClock = SYSTEM_CLOCK) -> None:
         super().__init__(options, clock)
         self.mapper = TopicMapper(options.mapping) if options.mapping is not None else None
-        self._source_keys: dict[tuple[str, str, int], QueueKey] = {}
+        self._source_keys: dict[tuple[str, str, int], MessageQueue] = {}
         self._targets: dict[str, str] = {}
         """Source topic -> target topic, for rows without a targetTopic value."""
         self._chains: dict[tuple[str | None, str | None], str | None | Skip] = {}
@@ -256,11 +255,11 @@ class PartitionWriter(BatchSender):
                 self.flush_source(queue.queue)
             active.append((queue, cluster, target, pulls))
 
-    def _source_key(self, topic: str, broker: str, queue_id: int) -> QueueKey:
+    def _source_key(self, topic: str, broker: str, queue_id: int) -> MessageQueue:
         where = (topic, broker, queue_id)
         source = self._source_keys.get(where)
         if source is None:
-            source = self._source_keys[where] = QueueKey(*where)
+            source = self._source_keys[where] = MessageQueue(*where)
         return source
 
     def _forwarder(self, source_cluster: str | None) -> RecordForwarder:
@@ -299,7 +298,7 @@ class PartitionWriter(BatchSender):
         for start, reason in pulled.refused:
             self._fail_origins([(origin, start)], target=target, error=f"MessageIllegalError: {reason}", attempts=0)
 
-    def _target_for(self, source: QueueKey, column_target: str | None) -> str | _Unmapped:
+    def _target_for(self, source: MessageQueue, column_target: str | None) -> str | _Unmapped:
         """The target topic of a source queue's messages (cached per source topic unless a column names it)."""
         target = self._targets.get(source.topic) if column_target is None else None
         if target is not None:

@@ -26,7 +26,6 @@ from broker_store.client import MessageQueue, Producer
 from broker_store.client.route_cache import publish_queues, subscribe_queues
 from broker_store.protocol.errors import RocketMQError
 from connectors.core.executor import executor_admin
-from connectors.core.offsets import QueueKey
 from connectors.replication import queue_placement
 from connectors.replication.outage import TargetOutage
 from connectors.replication.placement_table import PLACEMENTS, PlacementTable
@@ -86,14 +85,14 @@ class QueuePlacement:
         self._source: dict[str, list[MessageQueue] | None] = {}
         self._source_namesrv: dict[str, str] = {}
         self._positions: dict[str, dict[MessageQueue, int]] = {}
-        self._placed: dict[tuple[str, QueueKey], MessageQueue] = {}
+        self._placed: dict[tuple[str, MessageQueue], MessageQueue] = {}
         self._rule: queue_placement.QueuePlacement | None = None
         self._recorded = bool(options.delta_location and options.link)
         """Decisions are recorded in the link's placements table (else: the stateless rule)."""
         self.decided: list[Placement] = []
         """Decisions this task made (for the driver to record; ``ReplicationCommitMessage.placements``)."""
 
-    def pin(self, target_topic: str, source: QueueKey, queue: MessageQueue) -> None:
+    def pin(self, target_topic: str, source: MessageQueue, queue: MessageQueue) -> None:
         """Use ``queue`` for ``source``'s messages to ``target_topic`` (the driver placed it)."""
         self._placed[(target_topic, source)] = queue
 
@@ -155,7 +154,7 @@ class QueuePlacement:
         if self._target.get(target_topic, ()) is None:
             del self._target[target_topic]
 
-    def place(self, target_topic: str, source: QueueKey) -> MessageQueue | None:
+    def place(self, target_topic: str, source: MessageQueue) -> MessageQueue | None:
         if target_topic not in self._target:
             # Once per topic and task, also for pinned and decided queues: this fills the producer's route
             # cache before the task's first sends. Concurrent sends that all wait for a cold route may
@@ -168,7 +167,7 @@ class QueuePlacement:
                 self._placed[(target_topic, source)] = placed
         return placed
 
-    def _place(self, target_topic: str, source: QueueKey) -> MessageQueue | None:
+    def _place(self, target_topic: str, source: MessageQueue) -> MessageQueue | None:
         o = self.options
         if not self._recorded or not o.delta_location or not o.link:
             targets = self._target_queues(target_topic)
@@ -186,7 +185,7 @@ class QueuePlacement:
                 return None
             sources = self._source_queues(source.topic) if o.preserve_queues else None
             # every undecided queue of the source topic at once: the other tasks decide them alike
-            topic_queues = [QueueKey(q.topic, q.broker_name, q.queue_id) for q in sources or ()] or [source]
+            topic_queues = list(sources or ()) or [source]
             new = self._rule.place(target_topic, [*topic_queues, source], source_topic_queues=topic_queues,
                                    target_queues=[TargetQueue(q.broker_name, q.queue_id) for q in targets],
                                    preserve=o.preserve_queues and sources is not None)
@@ -208,9 +207,9 @@ class QueuePlacement:
 
     @staticmethod
     def _stateless(targets: list[MessageQueue], sources: dict[MessageQueue, int] | None,
-                   source: QueueKey) -> MessageQueue:
+                   source: MessageQueue) -> MessageQueue:
         if sources is not None and len(sources) == len(targets):
-            position = sources.get(MessageQueue(source.topic, source.broker_name, source.queue_id))
+            position = sources.get(source)
             if position is not None:
                 return targets[position]
         return targets[zlib.crc32(f"{source.broker_name}/{source.queue_id}".encode()) % len(targets)]

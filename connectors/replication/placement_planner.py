@@ -34,12 +34,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from broker_store.client import Admin
+from broker_store.client import Admin, MessageQueue
 from broker_store.client.route_cache import publish_queues, subscribe_queues
 from broker_store.protocol.errors import RocketMQError, TopicNotExistError
 from connectors.core.config import load_replicator_config
 from connectors.core.errors import ReplicatorError
-from connectors.core.offsets import QueueKey
 from connectors.core.options import lowered
 from connectors.core.rows import COL_TARGET_BROKER, COL_TARGET_QUEUE_ID, COL_TARGET_TOPIC
 from connectors.core.topic_mapping import TopicMapper
@@ -78,7 +77,7 @@ class RangesPlacementPlanner:
     keeps it out of what it ships to executors."""
 
     def __init__(self, *, link: str, mapper: TopicMapper, preserve: bool, table: PlacementTable,
-                 source_queues: Callable[[str], list[QueueKey]], target_queues: Callable[[str], list[TargetQueue]],
+                 source_queues: Callable[[str], list[MessageQueue]], target_queues: Callable[[str], list[TargetQueue]],
                  create_target_topic: Callable[[str], bool] | None = None,
                  grow_target_topic: Callable[[str], bool] | None = None,
                  close: Callable[[], None] = lambda: None) -> None:
@@ -119,9 +118,8 @@ class RangesPlacementPlanner:
                 admins[side] = Admin(";".join(cluster.namesrv), credentials=cluster.credentials(), tls=cluster.tls)
             return admins[side]
 
-        def source_queues(topic: str) -> list[QueueKey]:
-            return [QueueKey(q.topic, q.broker_name, q.queue_id)
-                    for q in subscribe_queues(topic, admin("source").topic_route(topic))]
+        def source_queues(topic: str) -> list[MessageQueue]:
+            return subscribe_queues(topic, admin("source").topic_route(topic))
 
         def target_queues(topic: str) -> list[TargetQueue]:
             return [TargetQueue(q.broker_name, q.queue_id)
@@ -187,7 +185,7 @@ class RangesPlacementPlanner:
         if not ranges:
             return list(ranges)
         self._catch_up()
-        wanted: dict[tuple[str, str], set[QueueKey]] = {}
+        wanted: dict[tuple[str, str], set[MessageQueue]] = {}
         for r in ranges:
             target_topic = self._target_topic(r.topic)
             if target_topic is not None and self._rule.get(r.queue, target_topic) is None:

@@ -34,9 +34,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from broker_store.client import MessageQueue
 from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from connectors.core.delta import DeltaTableSet, timestamp
-from connectors.core.offsets import QueueKey
 from connectors.replication.queue_placement import Placement, TargetQueue
 
 PLACEMENTS = "placements"
@@ -70,7 +70,7 @@ class PlacementTable(DeltaTableSet):
         """Every decision of this source cluster, in the order they were made (duplicates included: the
         first stands, ``QueuePlacement`` ignores the later ones)."""
         rows = self.read(PLACEMENTS).sort_by([("decided_at", "ascending")])
-        return [Placement(QueueKey(r["source_topic"], r["source_broker"], r["source_queue_id"]), r["target_topic"],
+        return [Placement(MessageQueue(r["source_topic"], r["source_broker"], r["source_queue_id"]), r["target_topic"],
                           TargetQueue(r["target_broker"], r["target_queue_id"]), r["reason"])
                 for r in rows.to_pylist() if r["source_cluster"] == self.source_cluster]
 

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from connectors.core.offsets import QueueKey, SourceOffset
+from broker_store.client import MessageQueue
+from connectors.core.offsets import SourceOffset, queue_key
 
 
-def distribute_limit(backlog: Mapping[QueueKey, int], max_rows: int) -> dict[QueueKey, int]:
+def distribute_limit(backlog: Mapping[MessageQueue, int], max_rows: int) -> dict[MessageQueue, int]:
     """Split ``max_rows`` over queues in proportion to their backlog, never exceeding either.
 
     Largest-remainder apportionment: each queue gets floor(max_rows * backlog / total), then the
@@ -33,7 +34,7 @@ def distribute_limit(backlog: Mapping[QueueKey, int], max_rows: int) -> dict[Que
     shares = {q: divmod(max_rows * n, total) for q, n in positive.items()}
     alloc = {q: whole for q, (whole, _) in shares.items()}
     left = max_rows - sum(alloc.values())
-    order = sorted(positive, key=lambda q: (-shares[q][1], -positive[q], q.to_key()))
+    order = sorted(positive, key=lambda q: (-shares[q][1], -positive[q], queue_key(q)))
     for q in order:
         if left == 0:
             break
@@ -47,13 +48,13 @@ def distribute_limit(backlog: Mapping[QueueKey, int], max_rows: int) -> dict[Que
 class Admission:
     """What ``admit`` grants one micro-batch: messages per queue, and where the next batch's rotation starts."""
 
-    take: dict[QueueKey, int]
-    next_after: QueueKey | None
+    take: dict[MessageQueue, int]
+    next_after: MessageQueue | None
     """The last queue served from the rotation (None: every queue with a backlog got its share)."""
 
 
-def admit(backlog: Mapping[QueueKey, int], max_rows: int, min_range: int,
-          after: QueueKey | None = None) -> Admission:
+def admit(backlog: Mapping[MessageQueue, int], max_rows: int, min_range: int,
+          after: MessageQueue | None = None) -> Admission:
     """Grant at most ``max_rows`` messages over the queues with a backlog, in ranges of at least
     ``min_range`` messages (or the queue's whole backlog when smaller).
 
@@ -82,11 +83,11 @@ def admit(backlog: Mapping[QueueKey, int], max_rows: int, min_range: int,
         shares = {q: min(n, equal) for q, n in positive.items()}
         rest = distribute_limit({q: n - shares[q] for q, n in positive.items()}, max_rows - sum(shares.values()))
         return Admission({q: n + rest.get(q, 0) for q, n in shares.items()}, None)
-    order = sorted(positive, key=QueueKey.to_key)
+    order = sorted(positive, key=queue_key)
     if after is not None:
-        first = next((i for i, q in enumerate(order) if q.to_key() > after.to_key()), 0)
+        first = next((i for i, q in enumerate(order) if queue_key(q) > queue_key(after)), 0)
         order = order[first:] + order[:first]
-    take: dict[QueueKey, int] = {}
+    take: dict[MessageQueue, int] = {}
     left, last = max_rows, None
     for q in order:
         if left == 0:
@@ -116,8 +117,8 @@ class QueueRange(InputPartition):
     from_earliest: bool = False
 
     @property
-    def queue(self) -> QueueKey:
-        return QueueKey(self.topic, self.broker_name, self.queue_id)
+    def queue(self) -> MessageQueue:
+        return MessageQueue(self.topic, self.broker_name, self.queue_id)
 
     @property
     def size(self) -> int:
@@ -148,7 +149,7 @@ def plan_ranges(start: SourceOffset, end: SourceOffset, min_partitions: int | No
     return split
 
 
-def skip_delivered(ranges: Sequence[QueueRange], delivered: Mapping[QueueKey, int]) -> tuple[list[QueueRange], int]:
+def skip_delivered(ranges: Sequence[QueueRange], delivered: Mapping[MessageQueue, int]) -> tuple[list[QueueRange], int]:
     """``ranges`` without what ``delivered`` (queue -> next offset committed to the Delta offsets table) says
     was delivered already: a range wholly below its queue's offset is dropped, one it cuts is started there.
     Returns the ranges left and the number of offsets removed. For a batch Spark replays after a restart
@@ -182,10 +183,10 @@ def group_ranges(ranges: Sequence[QueueRange], max_partitions: int | None) -> li
     Deterministic."""
     if not max_partitions or len(ranges) <= max_partitions:
         return list(ranges)
-    by_queue: dict[QueueKey, list[QueueRange]] = {}
+    by_queue: dict[MessageQueue, list[QueueRange]] = {}
     for r in ranges:
         by_queue.setdefault(r.queue, []).append(r)
-    queues = sorted(by_queue.items(), key=lambda kv: (-sum(r.size for r in kv[1]), kv[0].to_key()))
+    queues = sorted(by_queue.items(), key=lambda kv: (-sum(r.size for r in kv[1]), queue_key(kv[0])))
     groups: list[list[QueueRange]] = [[] for _ in range(min(max_partitions, len(queues)))]
     loads = [0] * len(groups)
     for _queue, queue_ranges in queues:

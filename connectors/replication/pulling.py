@@ -22,6 +22,7 @@ from broker_store.protocol.message import stored_record_spans
 from connectors.core.config import RetrySettings
 from connectors.core.errors import DataLossError
 from connectors.core.executor import executor_admin, executor_consumer
+from connectors.core.offsets import queue_key
 from connectors.core.outage import OutagePolicy, OutageTimer, SourceOutage
 from connectors.replication.planning import QueueRange
 
@@ -86,7 +87,7 @@ def data_loss_advice(link: str | None, config_path: str | None) -> str:
 
 def _lost(settings: PullSettings, partition: QueueRange, reason: str) -> None:
     where = f"link {settings.link}: " if settings.link else ""
-    message = (f"{where}data loss on {partition.queue.to_key()} of source cluster {settings.cluster} while reading "
+    message = (f"{where}data loss on {queue_key(partition.queue)} of source cluster {settings.cluster} while reading "
                f"[{partition.start}, {partition.end}): {reason}")
     if settings.fail_on_data_loss:
         raise DataLossError(f"{message}; {data_loss_advice(settings.link, settings.config_path)}")

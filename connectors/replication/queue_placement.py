@@ -31,7 +31,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from connectors.core.offsets import QueueKey
+from broker_store.client import MessageQueue
+from connectors.core.offsets import queue_key
 
 PRESERVED = "preserved"
 """Reason of a decision: same position in equally sized topics."""
@@ -52,7 +53,7 @@ class TargetQueue(NamedTuple):
 class Placement:
     """One decision: ``source`` is replicated into ``target`` of ``target_topic``, for good."""
 
-    source: QueueKey
+    source: MessageQueue
     """The source queue."""
     target_topic: str
     """Target topic after the link's mapping (rename, several topics into one)."""
@@ -63,7 +64,7 @@ class Placement:
 
     def describe(self) -> str:
         """One log line naming both ends and why."""
-        return (f"{self.source.to_key()} -> {self.target_topic}/{self.target.broker_name}/"
+        return (f"{queue_key(self.source)} -> {self.target_topic}/{self.target.broker_name}/"
                 f"{self.target.queue_id} ({self.reason})")
 
 
@@ -71,7 +72,7 @@ class QueuePlacement:
     """The decided placements of one link and the rule for new ones (see the module docstring)."""
 
     def __init__(self, decided: Iterable[Placement] = ()) -> None:
-        self._decided: dict[tuple[QueueKey, str], Placement] = {}
+        self._decided: dict[tuple[MessageQueue, str], Placement] = {}
         self._load: dict[str, Counter[TargetQueue]] = {}
         for placement in decided:
             self._remember(placement)
@@ -83,7 +84,7 @@ class QueuePlacement:
         self._decided[key] = placement
         self._load.setdefault(placement.target_topic, Counter())[placement.target] += 1
 
-    def get(self, source: QueueKey, target_topic: str) -> Placement | None:
+    def get(self, source: MessageQueue, target_topic: str) -> Placement | None:
         """The decision for ``source`` into ``target_topic``, if one was made."""
         return self._decided.get((source, target_topic))
 
@@ -95,7 +96,7 @@ class QueuePlacement:
         """Source queues placed on each target queue of ``target_topic`` (queues with none are absent)."""
         return dict(self._load.get(target_topic, Counter()))
 
-    def place(self, target_topic: str, sources: Iterable[QueueKey], *, source_topic_queues: Sequence[QueueKey],
+    def place(self, target_topic: str, sources: Iterable[MessageQueue], *, source_topic_queues: Sequence[MessageQueue],
               target_queues: Sequence[TargetQueue], preserve: bool) -> list[Placement]:
         """Decide every source queue of ``sources`` that has no decision for ``target_topic`` yet and return
         only the new decisions (already decided queues keep theirs and are not returned).

@@ -61,13 +61,13 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from broker_store.client import Admin, PullConsumer
+from broker_store.client import Admin, MessageQueue, PullConsumer
 from broker_store.client.route_cache import subscribe_queues
 from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from broker_store.protocol.errors import RocketMQError, TopicNotExistError
 from connectors.core.driver_log import driver_logging
 from connectors.core.executor import freeze_worker_heap
-from connectors.core.offsets import OffsetSpec, QueueKey, SourceOffset
+from connectors.core.offsets import OffsetSpec, SourceOffset, queue_key
 from connectors.core.outage import OutagePolicy, SourceOutage
 from connectors.core.rows import (
     COL_BROKER,
@@ -123,9 +123,9 @@ class _DriverState:
     latest: SourceOffset | None = None
     """Max offsets seen by the last ``latestOffset`` (what ``reportLatestOffset`` reports)."""
     available_now_target: SourceOffset | None = None
-    committed: dict[QueueKey, int] = field(default_factory=dict)
+    committed: dict[MessageQueue, int] = field(default_factory=dict)
     """Offsets mirrored to the source's consumer group (owned by the commit thread)."""
-    pending_commit: Mapping[QueueKey, int] | None = None
+    pending_commit: Mapping[MessageQueue, int] | None = None
     """The newest end offsets ``commit`` was given that the commit thread has not taken yet."""
     commit_thread: ThreadPoolExecutor | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -139,7 +139,7 @@ class _DriverState:
     initial: dict[str, Any] | None = None
     """What ``initialOffset`` decided, returned again by its later calls (see there)."""
     planned: bool = False
-    rotation_after: QueueKey | None = None
+    rotation_after: MessageQueue | None = None
     """Where the next batch's turn-taking starts when the read limit makes queues take turns (``admit``)."""
     """``partitions`` ran once (the first batch of a query resumed from its checkpoint may be a replay)."""
 
@@ -195,14 +195,14 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         info = self.outage.call(self._admin.cluster_info, "listing the brokers")
         return [*info.cluster_addr_table, *info.broker_addr_table]
 
-    def discover_queues(self) -> list[QueueKey]:
+    def discover_queues(self) -> list[MessageQueue]:
         """Readable queues of the selected topics, now (driver). A topic without a route is skipped; an
         explicitly named one is also reported (``_warn_missing``), since it is probably a typo. Admin
         calls ride out a source outage (``outage``)."""
         selection = self.options.selection
         topics = selection.select(lambda: self.outage.call(self._admin.topic_list, "listing the topics"),
                                   self._reserved_names)
-        queues: list[QueueKey] = []
+        queues: list[MessageQueue] = []
         explicit = selection.explicit_topics()
         for topic in sorted(explicit.difference(topics)):  # a link's explicit topic absent from the list
             self._warn_missing(topic)
@@ -217,7 +217,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     log.info("source topic %s has no route on %s (yet); skipped", topic, self.options.namesrv)
                 continue
             self._state.missing_warned.pop(topic, None)
-            queues.extend(QueueKey(mq.topic, mq.broker_name, mq.queue_id) for mq in subscribe_queues(topic, route))
+            queues.extend(subscribe_queues(topic, route))
         return queues
 
     def _warn_missing(self, topic: str) -> None:
@@ -233,16 +233,16 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     "is up; nothing is read from it until it has a route (check the spelling in the link's "
                     "topics)", o.link or o.group, topic, o.cluster, o.namesrv)
 
-    def min_offsets(self, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
+    def min_offsets(self, queues: Sequence[MessageQueue]) -> dict[MessageQueue, int]:
         """Each queue's min offset now (driver; ``source_offsets.min_offsets``)."""
         return source_offsets.min_offsets(self._admin, self.outage, queues)
 
-    def max_offsets(self, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
+    def max_offsets(self, queues: Sequence[MessageQueue]) -> dict[MessageQueue, int]:
         """Each queue's max offset now (driver): one request per topic and broker group
         (``source_offsets.max_offsets``)."""
         return source_offsets.max_offsets(self._admin, self.outage, queues)
 
-    def resolve(self, spec: OffsetSpec, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
+    def resolve(self, spec: OffsetSpec, queues: Sequence[MessageQueue]) -> dict[MessageQueue, int]:
         """The offsets ``spec`` names for ``queues`` (driver): each queue's min / max offset, the first
         offset stored at or after a timestamp, or the given per-queue offsets (a queue they do not
         name: its min offset; queues they name that are not in ``queues`` are kept)."""
@@ -415,10 +415,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                            credentials=self.options.credentials, tls=self.options.tls)
         committer = state.committer
 
-        def update(item: tuple[QueueKey, int]) -> tuple[QueueKey, int, RocketMQError | None]:
+        def update(item: tuple[MessageQueue, int]) -> tuple[MessageQueue, int, RocketMQError | None]:
             queue, offset = item
             try:
-                committer.update_consumer_offset(source_offsets.message_queue(queue), offset)
+                committer.update_consumer_offset(queue, offset)
             except RocketMQError as exc:
                 return queue, offset, exc
             return queue, offset, None
@@ -429,7 +429,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 state.committed[queue] = offset
             else:
                 failed += 1
-                log.warning("could not commit offset %d of %s for group %s: %s", offset, queue.to_key(),
+                log.warning("could not commit offset %d of %s for group %s: %s", offset, queue_key(queue),
                             self.options.group, error)
         log.debug("committed %d queue offset(s) for group %s (%d failed)", len(changed) - failed,
                   self.options.group, failed)

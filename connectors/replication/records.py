@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from connectors.core.offsets import QueueKey
+from broker_store.client import MessageQueue
 from connectors.replication.queue_placement import Placement
 
 
@@ -66,8 +66,8 @@ class FailedMessage:
         object.__setattr__(self, "properties", dict(self.properties))
 
     @property
-    def queue(self) -> QueueKey:
-        return QueueKey(self.topic, self.broker_name, self.queue_id)
+    def queue(self) -> MessageQueue:
+        return MessageQueue(self.topic, self.broker_name, self.queue_id)
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ class ReplicationCommitMessage(WriterCommitMessage):
     """Messages still refused after retries (whole messages, source properties)."""
     offset_map: tuple[OffsetMapping, ...]
     """Source offset runs -> target offset runs, from the SendResults."""
-    source_next: Mapping[QueueKey, int]
+    source_next: Mapping[MessageQueue, int]
     """max(queueOffset) + 1 per source queue seen by this task (cross-check of the end offsets)."""
     latency_samples_ms: tuple[int, ...]
     """Up to LATENCY_SAMPLES_PER_TASK samples of (ack time - source born time)."""

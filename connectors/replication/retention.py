@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import DeltaTable, write_deltalake
 
+from broker_store.client import MessageQueue
 from connectors.core.maintenance import (
     COMPACTED_FILES,
     NO_HOOKS,
@@ -50,14 +51,13 @@ from connectors.core.maintenance import (
     has_rows_before,
     predicate_time,
 )
-from connectors.core.offsets import QueueKey
 
 log = logging.getLogger(__name__)
 
 SUMMARY_QUERY_ID = "retention-summary"
 """``query_id`` of an ``offset_map`` summary row (``LinkTables.is_map_summary``)."""
 
-MapFloors = Callable[[], Mapping[QueueKey, int] | None]
+MapFloors = Callable[[], Mapping[MessageQueue, int] | None]
 """Per source queue, the lowest next offset of a group in the link's newest checkpoint; ``{}``: no group is
 checkpointed; None: cannot tell now (the round leaves ``offset_map`` alone: an unanswered read is not "no
 group")."""
@@ -83,7 +83,7 @@ class MapFold:
     summaries: list[dict[str, Any]]
 
 
-def plan_map_fold(old: pa.Table, floors: Mapping[QueueKey, int]) -> MapFold:
+def plan_map_fold(old: pa.Table, floors: Mapping[MessageQueue, int]) -> MapFold:
     """Which of ``old`` (the ``offset_map`` rows older than the retention) to fold, and their summaries. Pure.
 
     Per source queue, rows ending below min(the queue's floor, its highest old row's ``source_last_offset``)
@@ -103,7 +103,7 @@ def plan_map_fold(old: pa.Table, floors: Mapping[QueueKey, int]) -> MapFold:
         queue_rows = rows.slice(start, end - start)
         queue = tuple(queue_rows[c][0].as_py() for c in _QUEUE)
         limit = int(pc.max(queue_rows["source_last_offset"]).as_py())
-        floor = floors.get(QueueKey(*queue))
+        floor = floors.get(MessageQueue(*queue))
         if floor is not None:
             limit = min(limit, floor)
         gone = queue_rows.filter(pc.less(queue_rows["source_last_offset"], limit))

@@ -41,7 +41,6 @@ from broker_store.protocol.message import (
     decode_stored_message,
 )
 from connectors.core.executor import executor_producer
-from connectors.core.offsets import QueueKey
 from connectors.replication.forwarding import ForwardedPull, entry_body_length
 from connectors.replication.outage import TargetOutage, retriable, stale_primary
 from connectors.replication.placement import QueuePlacement
@@ -64,7 +63,7 @@ def target_producer(options: SinkOptions) -> Producer:
 class Item:
     """A message of the per-message row formats (arrow / tuples): what a failure record is rebuilt from."""
 
-    source: QueueKey
+    source: MessageQueue
     queue_offset: int
     body: bytes
     born_ms: int
@@ -100,7 +99,7 @@ class Batch:
     """Source born timestamp (ms, 0 unknown) of each entry."""
     origins: list[Any] = field(default_factory=list)
     """Per entry: its ``Item``, or (``StoredOrigin``, record start) for raw input."""
-    runs: list[tuple[QueueKey, int]] = field(default_factory=list)
+    runs: list[tuple[MessageQueue, int]] = field(default_factory=list)
     """(source queue, index of its first entry); a new run starts whenever the source queue changes."""
     size: int = 0
     """Body bytes (what the metrics count)."""
@@ -109,7 +108,7 @@ class Batch:
     alone: bool = False
     """Send the (single) entry as SEND_MESSAGE_V2, not as a batch."""
 
-    def source_of(self, index: int) -> QueueKey:
+    def source_of(self, index: int) -> MessageQueue:
         source = self.runs[0][0]
         for queue, first in self.runs:
             if first > index:
@@ -153,14 +152,14 @@ class BatchSender:
         self.open: dict[tuple[str, MessageQueue | None], Batch] = {}
         """The batch being filled per target queue (a task's source queues are pulled concurrently, so
         messages for several target queues arrive interleaved)."""
-        self._open_by_source: dict[QueueKey, tuple[str, MessageQueue | None]] = {}
+        self._open_by_source: dict[MessageQueue, tuple[str, MessageQueue | None]] = {}
         """The open batch a source queue's messages went to last (``flush_source``)."""
         self.delivered = 0
         self.bytes = 0
         self.skipped = 0
         self.failures: list[FailedMessage] = []
         self.mappings: list[OffsetMapping] = []
-        self.source_next: dict[QueueKey, int] = {}
+        self.source_next: dict[MessageQueue, int] = {}
         self.latencies: list[int] = []
         self.oldest_store_ms: int | None = None
         self.started_ms = wall_ms(clock)
@@ -175,7 +174,7 @@ class BatchSender:
         del self.open[(batch.topic, batch.queue)]
         self._submit(batch)
 
-    def flush_source(self, source: QueueKey) -> None:
+    def flush_source(self, source: MessageQueue) -> None:
         """Send the open batch that ends with ``source``'s messages now (its range is complete: nothing
         more of it will join that batch)."""
         key = self._open_by_source.pop(source, None)
@@ -183,7 +182,7 @@ class BatchSender:
         if batch is not None and batch.runs[-1][0] == source:
             self._submit_open(batch)
 
-    def _append(self, topic: str, queue: MessageQueue | None, source: QueueKey, entry: bytes, size: int,
+    def _append(self, topic: str, queue: MessageQueue | None, source: MessageQueue, entry: bytes, size: int,
                 offset: int, born_ms: int, origin: Any) -> None:
         batch = self._batch_for(topic, queue)
         if batch.entries and (len(batch.entries) >= self.o.batch_max_messages
@@ -200,7 +199,7 @@ class BatchSender:
         batch.size += size
         batch.encoded += len(entry)
 
-    def _append_pull(self, topic: str, queue: MessageQueue | None, source: QueueKey, pulled: ForwardedPull,
+    def _append_pull(self, topic: str, queue: MessageQueue | None, source: MessageQueue, pulled: ForwardedPull,
                      origin: StoredOrigin) -> None:
         """``_append`` for a whole pull: fills batches up to the count and encoded-byte limits with list
         slices; a batch that is full is sent at once."""
@@ -377,7 +376,7 @@ class BatchSender:
         self.latencies.extend([now - born for born in batch.borns if born])
         self.delivered += n
 
-    def _map(self, src: QueueKey, source_first: int, source_last: int, count: int, mq: MessageQueue,
+    def _map(self, src: MessageQueue, source_first: int, source_last: int, count: int, mq: MessageQueue,
              target_first: int) -> None:
         target_last = target_first + count - 1
         last = self.mappings[-1] if self.mappings else None

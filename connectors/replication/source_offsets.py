@@ -21,7 +21,7 @@ from broker_store.client import Admin, MessageQueue
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import BrokerResponseError
 from broker_store.protocol.topic_stats import TopicOffset
-from connectors.core.offsets import QueueKey
+from connectors.core.offsets import queue_key
 from connectors.core.outage import SourceOutage
 
 log = logging.getLogger(__name__)
@@ -46,19 +46,15 @@ def parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         return list(pool.map(fn, items))
 
 
-def message_queue(queue: QueueKey) -> MessageQueue:
-    return MessageQueue(queue.topic, queue.broker_name, queue.queue_id)
-
-
-def per_queue(outage: SourceOutage, fn: Callable[[MessageQueue], R], queues: Sequence[QueueKey],
-              what: str) -> dict[QueueKey, R]:
+def per_queue(outage: SourceOutage, fn: Callable[[MessageQueue], R], queues: Sequence[MessageQueue],
+              what: str) -> dict[MessageQueue, R]:
     """``fn`` of every queue (concurrently), each call riding out a source outage."""
-    def one(queue: QueueKey) -> R:
-        return outage.call(lambda: fn(message_queue(queue)), f"reading the {what} of {queue.to_key()}")
+    def one(queue: MessageQueue) -> R:
+        return outage.call(lambda: fn(queue), f"reading the {what} of {queue_key(queue)}")
     return dict(zip(queues, parallel(one, list(queues)), strict=True))
 
 
-def min_offsets(admin: Admin, outage: SourceOutage, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
+def min_offsets(admin: Admin, outage: SourceOutage, queues: Sequence[MessageQueue]) -> dict[MessageQueue, int]:
     """Each queue's min offset, as GET_MIN_OFFSET answers it: one GET_TOPIC_STATS_INFO per (topic, broker group)
     (see ``queue_offsets``). Asked for the queues a batch reads for the first time: with hundreds of new queues
     (a new link, a grown topic, queues taking turns under ``max_messages_per_trigger``) one request per queue
@@ -69,7 +65,7 @@ def min_offsets(admin: Admin, outage: SourceOutage, queues: Sequence[QueueKey]) 
     return {q: found_min[q] for q in queues}
 
 
-def max_offsets(admin: Admin, outage: SourceOutage, queues: Sequence[QueueKey]) -> dict[QueueKey, int]:
+def max_offsets(admin: Admin, outage: SourceOutage, queues: Sequence[MessageQueue]) -> dict[MessageQueue, int]:
     """Each queue's max offset (see ``queue_offsets``); a queue the topic stats do not cover is asked alone with
     GET_MAX_OFFSET."""
     found, missing = _topic_stats(admin, outage, queues, "max")
@@ -79,7 +75,7 @@ def max_offsets(admin: Admin, outage: SourceOutage, queues: Sequence[QueueKey]) 
 
 
 def queue_offsets(admin: Admin, outage: SourceOutage,
-                  queues: Sequence[QueueKey]) -> dict[QueueKey, tuple[int, int]]:
+                  queues: Sequence[MessageQueue]) -> dict[MessageQueue, tuple[int, int]]:
     """Each queue's (min offset, max offset): one GET_TOPIC_STATS_INFO per (topic, broker group) of ``queues``,
     concurrently, at the broker GET_MAX_OFFSET would ask (``Admin.topic_offsets``), so the values are the ones
     GET_MIN_OFFSET and GET_MAX_OFFSET answer. A queue the answer does not cover, and every queue of a group whose
@@ -94,11 +90,11 @@ def queue_offsets(admin: Admin, outage: SourceOutage,
     return {q: both[q] for q in queues}
 
 
-def _topic_stats(admin: Admin, outage: SourceOutage, queues: Sequence[QueueKey],
-                 what: str) -> tuple[dict[QueueKey, TopicOffset], list[QueueKey]]:
+def _topic_stats(admin: Admin, outage: SourceOutage, queues: Sequence[MessageQueue],
+                 what: str) -> tuple[dict[MessageQueue, TopicOffset], list[MessageQueue]]:
     """The topic stats of ``queues`` per (topic, broker group), and the queues they do not cover (to be asked
     one by one): those the answer lacks and those of a group whose broker refused (``_PER_QUEUE_ON``)."""
-    groups: dict[tuple[str, str], list[QueueKey]] = {}
+    groups: dict[tuple[str, str], list[MessageQueue]] = {}
     for queue in queues:
         groups.setdefault((queue.topic, queue.broker_name), []).append(queue)
 
@@ -113,7 +109,7 @@ def _topic_stats(admin: Admin, outage: SourceOutage, queues: Sequence[QueueKey],
             log.debug("topic stats of %s on %s refused (%s); asking its queues one by one", topic, broker, exc)
             return {}
 
-    found: dict[QueueKey, TopicOffset] = {}
+    found: dict[MessageQueue, TopicOffset] = {}
     for key, offsets in zip(groups, parallel(group_offsets, list(groups)), strict=True):
         found.update((q, offsets[q.queue_id]) for q in groups[key] if q.queue_id in offsets)
     return found, [q for q in queues if q not in found]

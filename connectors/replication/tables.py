@@ -46,6 +46,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
+from broker_store.client import MessageQueue
 from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from connectors.core.config import LinkConfig
 from connectors.core.delta import (
@@ -60,7 +61,7 @@ from connectors.core.delta import (
 from connectors.core.errors import TableError
 from connectors.core.history_settings import HistorySettings
 from connectors.core.maintenance import Retention, TableMaintenance, delete_older_than
-from connectors.core.offsets import QueueKey
+from connectors.core.offsets import queue_key
 from connectors.replication.placement_table import PLACEMENTS, PlacementTable
 from connectors.replication.records import (
     BatchMetrics,
@@ -203,7 +204,7 @@ def next_current_rows(current: Iterable[Mapping[str, Any]], new: Iterable[Mappin
     return rows
 
 
-def failure_id(query_id: str, batch_id: int, queue: QueueKey, queue_offset: int) -> str:
+def failure_id(query_id: str, batch_id: int, queue: MessageQueue, queue_offset: int) -> str:
     """Deterministic id of a failure row: a re-run of the batch yields the same id."""
     name = "\n".join((query_id, str(batch_id), queue.topic, queue.broker_name, str(queue.queue_id),
                       str(queue_offset)))
@@ -301,7 +302,7 @@ class LinkTables(DeltaTableSet):
         """Highest batch id of ``query_id`` committed to ``table`` (its Delta txn version), or None."""
         return super().committed_batch(query_id, table)
 
-    def latest_offsets(self) -> dict[QueueKey, int]:
+    def latest_offsets(self) -> dict[MessageQueue, int]:
         """Resume point: next offset per source queue, from each queue's newest row of ``current_offsets``
         (a batch's or a reset's; one or two rows per queue, so the read does not grow with history).
 
@@ -311,7 +312,7 @@ class LinkTables(DeltaTableSet):
         """
         return {q: offset for q, (_, offset) in self._newest_rows(self._resume_rows()).items()}
 
-    def delivered_offsets(self) -> dict[QueueKey, int]:
+    def delivered_offsets(self) -> dict[MessageQueue, int]:
         """Next offset per source queue as the queries' batch commits left it (the newest such row), not
         counting ``jobs.reset_offsets`` resume points: what is known to be on the target. The reader leaves
         it out of a batch Spark re-runs after a restart (``planning.skip_delivered``). Read from
@@ -379,7 +380,7 @@ class LinkTables(DeltaTableSet):
         self._current = (0 if dt is None else dt.version() + 1, rows)
         return Rewrite(rows)
 
-    def _newest_rows(self, rows: pa.Table) -> dict[QueueKey, tuple[tuple[Any, ...], int]]:
+    def _newest_rows(self, rows: pa.Table) -> dict[MessageQueue, tuple[tuple[Any, ...], int]]:
         """Queue -> (its newest row's order key, next offset) among ``rows`` of this source cluster."""
         rows = rows.filter(pc.equal(rows["cluster"], self.source_cluster))
         if rows.num_rows == 0:
@@ -388,7 +389,7 @@ class LinkTables(DeltaTableSet):
         latest = ordered.group_by(["topic", "broker_name", "queue_id"], use_threads=False).aggregate(
             [(c, "last") for c in ("next_offset", *_OFFSETS_ORDER)])
         return {
-            QueueKey(row["topic"], row["broker_name"], row["queue_id"]):
+            MessageQueue(row["topic"], row["broker_name"], row["queue_id"]):
                 (tuple(row[f"{c}_last"] for c in _OFFSETS_ORDER), row["next_offset_last"])
             for row in latest.to_pylist()
         }
@@ -431,7 +432,7 @@ class LinkTables(DeltaTableSet):
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def commit_batch(self, query_id: str, batch_id: int, offsets_rows: Mapping[QueueKey, int],
+    def commit_batch(self, query_id: str, batch_id: int, offsets_rows: Mapping[MessageQueue, int],
                      map_rows: Sequence[OffsetMapping], failure_rows: Sequence[RecordedFailure],
                      metrics_row: BatchMetrics) -> CommitResult:
         """Record one micro-batch, at most once per (query id, batch id), whatever the number of calls.
@@ -456,7 +457,7 @@ class LinkTables(DeltaTableSet):
         }
         return self.commit_tables(query_id, batch_id, builders, now_ms)
 
-    def append_resume_point(self, offsets: Mapping[QueueKey, int]) -> int:
+    def append_resume_point(self, offsets: Mapping[MessageQueue, int]) -> int:
         """Write ``offsets`` as the newest rows of their queues (``jobs.reset_offsets``): the link resumes
         there when it has no Spark checkpoint. Appended to the history, then to ``current_offsets`` (the
         batch commit's order); rows carry ``query_id`` ``reset-<uuid>`` and batch id 0. Returns the
@@ -472,13 +473,13 @@ class LinkTables(DeltaTableSet):
         dt = self.open(OFFSETS)
         return -1 if dt is None else dt.version()
 
-    def _offset_rows(self, query_id: str, batch_id: int, offsets: Mapping[QueueKey, int], now_ms: int,
+    def _offset_rows(self, query_id: str, batch_id: int, offsets: Mapping[MessageQueue, int], now_ms: int,
                      commit_version: int) -> list[dict[str, Any]]:
         return [
             {"cluster": self.source_cluster, "topic": q.topic, "broker_name": q.broker_name,
              "queue_id": q.queue_id, "next_offset": offset, "batch_id": batch_id, "query_id": query_id,
              "commit_version": commit_version, "updated_at": timestamp(now_ms)}
-            for q, offset in sorted(offsets.items(), key=lambda item: item[0].to_key())
+            for q, offset in sorted(offsets.items(), key=lambda item: queue_key(item[0]))
         ]
 
     @staticmethod
@@ -559,6 +560,6 @@ class LatestOffsets:
     def __init__(self, tables: LinkTables) -> None:
         self._tables = tables
 
-    def read(self) -> dict[QueueKey, int]:
+    def read(self) -> dict[MessageQueue, int]:
         return self._tables.latest_offsets()
 

@@ -18,7 +18,6 @@ from connectors.checkpoint.snapshot import ConditionKind, GroupOffset, GroupOffs
 from connectors.checkpoint.tables import CheckpointOutcome
 from connectors.checkpoint.translation import OffsetTranslator, Run
 from connectors.core.config import TopicMappingConfig
-from connectors.core.offsets import QueueKey
 from connectors.core.sync_settings import CHECKPOINT_TOPIC, GroupSelection
 from connectors.core.topic_mapping import TopicMapper
 from tests.support.processes import GroupSpec, LocalCluster
@@ -58,15 +57,15 @@ def test_snapshot_translate_commit_and_conditions(cluster: LocalCluster) -> None
             (group, src, 6), (online_group, src, 4), (group, gone, 0)}
         assert [(c.kind, c.subject) for c in snapshot.conditions] == [(ConditionKind.UNKNOWN_GROUP, "ghost")]
 
-        source_q = QueueKey(src, "ck-a", 0)
-        target_q = QueueKey(dst, "ck-a", 0)
+        source_q = MessageQueue(src, "ck-a", 0)
+        target_q = MessageQueue(dst, "ck-a", 0)
         # offsets 1 and 3 skipped (loop guard, tag filter): three runs
         translator = OffsetTranslator([(source_q, Run(0, 0, target_q, 0, 0, 1)),
                                        (source_q, Run(2, 2, target_q, 2, 2, 1)),
                                        (source_q, Run(4, 9, target_q, 4, 9, 6)),
-                                       (QueueKey(gone, "ck-a", 0),
-                                        Run(0, 0, QueueKey(f"Nowhere{suffix}", "ck-a", 0), 0, 0, 1))])
-        progress = LinkProgress(translator, {source_q: 10, QueueKey(gone, "ck-a", 0): 1}, 2)
+                                       (MessageQueue(gone, "ck-a", 0),
+                                        Run(0, 0, MessageQueue(f"Nowhere{suffix}", "ck-a", 0), 0, 0, 1))])
+        progress = LinkProgress(translator, {source_q: 10, MessageQueue(gone, "ck-a", 0): 1}, 2)
         committer = CheckpointCommitter(link="l", source_cluster="ck", target_cluster="ck", target_admin=admin,
                                         target_producer=producer, progress=lambda: progress)
         with PullConsumer(addr, online_group, heartbeat_interval=1.0) as live:
@@ -136,8 +135,8 @@ def test_an_unreachable_source_is_a_reported_condition_not_an_error() -> None:
 def test_an_unreachable_target_is_a_reported_target_error_not_an_error() -> None:
     """The target's name server down: every translated queue is a ``target_error`` row (the checkpoint is
     recorded, not skipped), named in the WARNING's problems, and the next checkpoint simply tries again."""
-    source_q = QueueKey("Orders", "src-a", 0)
-    translator = OffsetTranslator([(source_q, Run(0, 9, QueueKey("Orders", "dst-a", 0), 0, 9, 10))])
+    source_q = MessageQueue("Orders", "src-a", 0)
+    translator = OffsetTranslator([(source_q, Run(0, 9, MessageQueue("Orders", "dst-a", 0), 0, 9, 10))])
     progress = LinkProgress(translator, {source_q: 10}, 1)
     snapshot = GroupOffsetSnapshot(1, (GroupOffset("app", source_q, 6), GroupOffset("app2", source_q, 3)))
     with Admin("127.0.0.1:1", request_timeout=0.5) as admin:  # nothing listens on loopback port 1
@@ -157,7 +156,7 @@ def test_a_vanished_checkpoint_topic_is_created_again(tmp_path_factory: pytest.T
     message may be reported as not produced, the next checkpoint creates the topic again."""
     with LocalCluster(tmp_path_factory.mktemp("checkpoint-topic"), "ct", auto_create_topic_enable=False) as cluster, \
             Admin(cluster.namesrv_addr) as admin, Producer(cluster.namesrv_addr, "ct-pg") as producer:
-        source_q, target_q = QueueKey("Src", "ct-a", 0), QueueKey("Dst", "ct-a", 0)
+        source_q, target_q = MessageQueue("Src", "ct-a", 0), MessageQueue("Dst", "ct-a", 0)
         admin.create_topic("Dst", 1)
         admin.wait_for_route("Dst", timeout=10)
         progress = LinkProgress(OffsetTranslator([(source_q, Run(0, 99, target_q, 0, 99, 100))]), {source_q: 100}, 1)

@@ -13,7 +13,6 @@ import pytest
 from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, new_message
 from broker_store.protocol.errors import TopicNotExistError
 from broker_store.protocol.topic_stats import StatsQueue, TopicOffset
-from connectors.core.offsets import QueueKey
 from tests.support.processes import GroupSpec, LocalCluster
 
 pytestmark = pytest.mark.integration
@@ -88,8 +87,8 @@ def test_the_reader_learns_max_offsets_with_one_request_per_topic_and_group(clus
         maxes = reader.max_offsets(queues)
         assert admin.requests == Counter({"GET_TOPIC_STATS_INFO": 4})
         with Admin(cluster.namesrv_addr) as plain:
-            per_queue = {q: plain.max_offset(MessageQueue(q.topic, q.broker_name, q.queue_id)) for q in queues}
+            per_queue = {q: plain.max_offset(q) for q in queues}
         assert maxes == per_queue
-        assert maxes[QueueKey(TOPIC, "broker-b", 2)] == 5 and maxes[QueueKey(OTHER, "broker-a", 0)] == 1
+        assert maxes[MessageQueue(TOPIC, "broker-b", 2)] == 5 and maxes[MessageQueue(OTHER, "broker-a", 0)] == 1
     finally:
         reader.stop()

@@ -29,7 +29,7 @@ from broker_store.client import MessageQueue, Producer, PullConsumer, PullStatus
 from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import RocketMQError
-from connectors.core.offsets import QueueKey, SourceOffset
+from connectors.core.offsets import SourceOffset
 from connectors.core.spark_checkpoint import read_offset_log
 from tests.support.processes import free_port
 
@@ -474,7 +474,7 @@ def committed_batches(checkpoint: Path) -> list[int]:
     return _batch_ids(checkpoint / "commits")
 
 
-def in_flight_ranges(checkpoint: Path) -> dict[QueueKey, tuple[int, int]]:
+def in_flight_ranges(checkpoint: Path) -> dict[MessageQueue, tuple[int, int]]:
     """Source ranges ``[start, end)`` of the batch planned in the offset log but not committed (the
     batch a restart re-runs), or {} when every planned batch was committed."""
     planned, committed = _batch_ids(checkpoint / "offsets"), set(committed_batches(checkpoint))

@@ -34,7 +34,7 @@ from connectors.checkpoint.tables import (
     checkpoint_age_ms,
 )
 from connectors.core.config import load_replicator_config
-from connectors.core.offsets import QueueKey
+from connectors.core.offsets import queue_key
 from connectors.replication.tables import LinkTables
 from jobs.checkpoint import start_checkpoints as start_job_query
 from tests.spark.conftest import DST_MAX_MESSAGE_SIZE, Cluster
@@ -93,10 +93,6 @@ def consume(namesrv: str, group: str, queues: list[MessageQueue], limit: dict[Me
     finally:
         consumer.close()
     return ids
-
-
-def _key(mq: MessageQueue) -> QueueKey:
-    return QueueKey(mq.topic, mq.broker_name, mq.queue_id)
 
 
 def translate_once(spark: SparkSession, config: Path, link: str, work: Path, *groups: str,
@@ -266,7 +262,7 @@ def test_a_re_sent_batch_translates_to_its_newest_copy(spark: SparkSession, clus
     committed = LinkTables(tmp_path / "delta" / link, source_cluster="src").latest_offsets()
     lost = run_link(spark, source_namesrv=src.namesrv, source_cluster="src", target_namesrv=dst.namesrv,
                     target_cluster="dst", topics=topic, work=tmp_path / "lost", link=link,
-                    reader={"startingOffsets": json.dumps({"queues": {q.to_key(): o for q, o in committed.items()},
+                    reader={"startingOffsets": json.dumps({"queues": {queue_key(q): o for q, o in committed.items()},
                                                            "version": 1})})
     assert lost.exception() is None
     again = run_link(spark, source_namesrv=src.namesrv, source_cluster="src", target_namesrv=dst.namesrv,
@@ -339,7 +335,7 @@ def test_a_batch_re_sent_after_a_driver_kill_translates_exactly(spark: SparkSess
         assert len(committed_batches(checkpoint)) == before, "the held batch was committed"
         held = in_flight_ranges(checkpoint)
         assert {q: r for q, r in held.items() if q.topic == topic} == {
-            _key(mq): (first[mq], end[mq]) for mq in queues}, "the held batch is not the second half"
+            mq: (first[mq], end[mq]) for mq in queues}, "the held batch is not the second half"
         assert dst.count(topic) == sum(end.values()), "the held batch was not sent before the kill"
         jobs.append(submit_replicate(config, [link], tmp_path / "driver-2.log", available_now=True, env=env))
         assert jobs[-1].wait(240) == 0, jobs[-1].log()[-4000:]

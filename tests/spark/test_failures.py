@@ -11,8 +11,7 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
-from broker_store.client import new_message
-from connectors.core.offsets import QueueKey
+from broker_store.client import MessageQueue, new_message
 from connectors.replication.tables import LinkTables, StoredFailure
 from tests.spark.conftest import DST_MAX_MESSAGE_SIZE, Cluster
 from tests.spark.helpers import LinkArgs, produce_random, run_link, unique
@@ -60,8 +59,8 @@ def test_dismiss_records_not_writable_and_too_big(spark: SparkSession, clusters:
     assert [m.body for msgs in dst.read_all(big).values() for m in msgs] == [b"small-1", b"small-2"]
     # offsets moved past the failed messages (dismissed = done)
     latest = tables.latest_offsets()
-    assert latest[QueueKey(big, mq.broker_name, mq.queue_id)] == 3
-    assert sum(latest[QueueKey(closed, q.broker_name, q.queue_id)] for q in src.queues(closed)) == 5
+    assert latest[MessageQueue(big, mq.broker_name, mq.queue_id)] == 3
+    assert sum(latest[MessageQueue(closed, q.broker_name, q.queue_id)] for q in src.queues(closed)) == 5
     metrics = tables.read("metrics").to_pylist()
     assert sum(m["failed"] for m in metrics) == 6 and sum(m["messages"] for m in metrics) == 2
     assert len(closed_sent) == 1

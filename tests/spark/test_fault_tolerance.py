@@ -27,7 +27,6 @@ import pytest
 from pyspark.sql import SparkSession
 
 from broker_store.client import Admin, MessageQueue, StoredMessage
-from connectors.core.offsets import QueueKey
 from connectors.replication.tables import LinkTables
 from tests.spark.conftest import Cluster
 from tests.spark.helpers import produce_random, run_job_links, run_link, unique
@@ -55,13 +54,9 @@ OUTAGE_SECONDS = 15
 """How long every target broker stays down in the outage test."""
 
 
-def _key(mq: MessageQueue) -> QueueKey:
-    return QueueKey(mq.topic, mq.broker_name, mq.queue_id)
-
-
 def _caught_up(tables: LinkTables, admin: Admin, queues: Sequence[MessageQueue]) -> bool:
     latest = tables.latest_offsets()
-    return all(latest.get(_key(mq)) == admin.max_offset(mq) for mq in queues)
+    return all(latest.get(mq) == admin.max_offset(mq) for mq in queues)
 
 
 def _assert_offset_map(tables: LinkTables, by_source: Mapping[tuple[str, int, int], str],
@@ -117,7 +112,7 @@ def test_driver_killed_three_times_mid_stream(spark: SparkSession, clusters: tup
     # ends after the third kill (``stop`` below) or at its total (80 s), whichever comes first
     producer = BackgroundProducer(src.namesrv, topic, src.queues(topic), 20_000, rate=250, seed=11).start()
     jobs: list[TaggedProcess] = []
-    in_flight: list[dict[QueueKey, tuple[int, int]]] = []
+    in_flight: list[dict[MessageQueue, tuple[int, int]]] = []
     try:
         for kill in range(3):
             job = submit_replicate(config, ["kill"], tmp_path / f"driver-{kill}.log")

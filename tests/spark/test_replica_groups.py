@@ -11,7 +11,6 @@ import pytest
 from pyspark.sql import SparkSession
 
 from broker_store.client import Admin, MessageQueue, Producer
-from connectors.core.offsets import QueueKey
 from connectors.replication.tables import LinkTables
 from tests.spark.helpers import produce_random, run_link, unique
 from tests.spark.spark_processes import read_topic
@@ -59,4 +58,4 @@ def test_replication_between_replica_groups(spark: SparkSession, ha_clusters: tu
             sorted(m.body for v in source.values() for m in v)
         latest = LinkTables(tmp_path / "delta" / "ha", source_cluster="hsrc").latest_offsets()
         for mq in queues:
-            assert latest[QueueKey(mq.topic, mq.broker_name, mq.queue_id)] == src_admin.max_offset(mq)
+            assert latest[mq] == src_admin.max_offset(mq)

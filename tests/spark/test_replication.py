@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from connectors.core.offsets import QueueKey
 from connectors.replication.loop_guard import CHAIN_PROPERTY
 from connectors.replication.tables import LinkTables
 from tests.spark.conftest import Cluster
@@ -60,7 +59,7 @@ def test_byte_exact_queue_preserving(spark: SparkSession, clusters: tuple[Cluste
     tables = LinkTables(tmp_path / "delta" / "exact", source_cluster="src")
     latest = tables.latest_offsets()
     for mq in queues:
-        assert latest[QueueKey(mq.topic, mq.broker_name, mq.queue_id)] == src.admin.max_offset(mq)
+        assert latest[mq] == src.admin.max_offset(mq)
     # offset map: every source offset maps to the target message with the same body
     rows = tables.read("offset_map").to_pylist()
     assert sum(r["messages"] for r in rows) == 3000
@@ -98,7 +97,7 @@ def test_pulls_by_the_sink_apply_the_tag_filter_and_advance_past_filtered_messag
     assert 0 < sum(len(v) for v in target.values()) < 600
     latest = LinkTables(tmp_path / "delta" / "rawtags", source_cluster="src").latest_offsets()
     for mq in queues:  # offsets move past the filtered messages too
-        assert latest[QueueKey(mq.topic, mq.broker_name, mq.queue_id)] == src.admin.max_offset(mq)
+        assert latest[mq] == src.admin.max_offset(mq)
 
 
 def _write_config(path: Path, src: Cluster, dst: Cluster, topic: str, work: Path, **extra: str) -> Path:

@@ -25,7 +25,6 @@ import pytest
 from pyspark.sql import SparkSession
 
 from broker_store.client import Admin, MessageQueue, Producer, new_message
-from connectors.core.offsets import QueueKey
 from connectors.replication.tables import LinkTables
 from tests.spark.conftest import PROJECT_ROOT, Cluster
 from tests.spark.helpers import run_job_links, unique
@@ -49,7 +48,7 @@ def _queues(admin: Admin, topic: str) -> list[MessageQueue]:
 
 def _caught_up(tables: LinkTables, admin: Admin, queues: Sequence[MessageQueue]) -> bool:
     latest = tables.latest_offsets()
-    return all(latest.get(QueueKey(mq.topic, mq.broker_name, mq.queue_id)) == admin.max_offset(mq) for mq in queues)
+    return all(latest.get(mq) == admin.max_offset(mq) for mq in queues)
 
 
 @pytest.fixture

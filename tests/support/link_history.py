@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from broker_store.client import MessageQueue
 from connectors.core.history_settings import HistorySettings
-from connectors.core.offsets import QueueKey
 from connectors.replication.tables import LinkTables
 from tests.support.clocks import MillisClock
 
@@ -17,7 +17,7 @@ DAY_MS = 86_400_000
 START_MS = 1_700_000_000_000
 
 
-def link(tmp_path: Path, clock: MillisClock, floors: dict[QueueKey, int] | None = None,
+def link(tmp_path: Path, clock: MillisClock, floors: dict[MessageQueue, int] | None = None,
          **settings: Any) -> LinkTables:
     """The link ``l`` of source cluster ``src`` under ``tmp_path``, with an hourly maintenance interval and the
     ``history:`` ``settings``; ``floors`` is what the offset map's fold may not pass (None: no floors read)."""

@@ -20,7 +20,6 @@ from broker_store.protocol.message import (
     encode_stored_message,
     iter_batch,
 )
-from connectors.core.offsets import QueueKey
 from connectors.core.rows import ARROW_SCHEMA, RAW_ARROW_SCHEMA
 from connectors.replication import sending
 from connectors.replication.arrow_rows import messages_to_arrow
@@ -106,7 +105,7 @@ def test_raw_rows_send_exactly_what_per_message_rows_send(monkeypatch: pytest.Mo
     arrow, raw_result = results
     assert (arrow.delivered, arrow.skipped_loop, arrow.source_next) == \
            (raw_result.delivered, raw_result.skipped_loop, raw_result.source_next) == (4, 1, {
-               QueueKey("T", "src-a", 3): 105})
+               MessageQueue("T", "src-a", 3): 105})
     assert all("CLUSTER" not in p and "MSG_REGION" not in p for _, _, p, _ in sent[1])
     assert sent[1][0][2]["ROCKETMQ_REPLICATOR_SOURCE"] == "src"
     assert sent[1][1][2]["UNIQ_KEY"] == "ABC"

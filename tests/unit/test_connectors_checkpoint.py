@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from broker_store.client import MessageQueue
 from connectors.checkpoint.committer import CheckpointReport, GroupCheckpoint, outcome_rows
 from connectors.checkpoint.link_state import LinkProgress, LinkProgressReader, read_link_progress
 from connectors.checkpoint.snapshot import (
@@ -22,14 +23,13 @@ from connectors.checkpoint.translation import OffsetTranslator, Outcome, Run
 from connectors.core.config import parse_replicator_config
 from connectors.core.errors import ReplicatorConfigError
 from connectors.core.history_settings import HistorySettings
-from connectors.core.offsets import QueueKey
 from connectors.core.sync_settings import GroupSelection
 from connectors.replication.records import BatchMetrics, OffsetMapping
 from connectors.replication.tables import LinkTables
 from tests.support.clocks import MillisClock, ReadingClock
 
-A0, A1 = QueueKey("Orders", "src-a", 0), QueueKey("Orders", "src-a", 1)
-T0, T1 = QueueKey("OrdersDR", "dst-a", 0), QueueKey("OrdersDR", "dst-a", 1)
+A0, A1 = MessageQueue("Orders", "src-a", 0), MessageQueue("Orders", "src-a", 1)
+T0, T1 = MessageQueue("OrdersDR", "dst-a", 0), MessageQueue("OrdersDR", "dst-a", 1)
 
 
 def test_group_selection() -> None:
@@ -64,7 +64,7 @@ def test_snapshot_rows_round_trip() -> None:
 
 def test_outcome_of_each_source_queue() -> None:
     translator = OffsetTranslator([(A0, Run(0, 9, T0, 100, 109, 10)), (A1, Run(0, 9, T1, 0, 9, 10))])
-    b = QueueKey("Orders", "src-b", 0)
+    b = MessageQueue("Orders", "src-b", 0)
     translations = [translator.translate(A0, 5, 10), translator.translate(A1, 3, 10),
                     translator.translate(b, 0, None)]
     assert [t.outcome for t in translations] == [Outcome.TRANSLATED, Outcome.TRANSLATED, Outcome.UNMAPPED]
@@ -74,7 +74,7 @@ def test_outcome_of_each_source_queue() -> None:
     failed = outcome_rows("g", 1, translations[:1], {}, {}, {T0: "TOPIC_NOT_EXIST"})
     assert failed[0].outcome is CheckpointOutcome.TARGET_ERROR and "TOPIC_NOT_EXIST" in failed[0].detail
     # a source queue still pending blocks the other one feeding the same target queue
-    c = QueueKey("Pay", "src-a", 0)
+    c = MessageQueue("Pay", "src-a", 0)
     merged = OffsetTranslator([(A0, Run(0, 9, T0, 0, 9, 10)), (c, Run(0, 4, T0, 10, 14, 5))])
     pending = [merged.translate(A0, 5, 10), merged.translate(c, 8, 5)]
     assert [r.outcome for r in outcome_rows("g", 1, pending, {}, {}, {})] == [CheckpointOutcome.PENDING] * 2

@@ -17,13 +17,12 @@ from connectors.checkpoint.link_state import LinkProgress
 from connectors.checkpoint.snapshot import GroupOffsetPoller
 from connectors.checkpoint.translation import OffsetTranslator, Run
 from connectors.core.config import TopicMappingConfig
-from connectors.core.offsets import QueueKey
 from connectors.core.sync_settings import GroupSelection
 from connectors.core.topic_mapping import TopicMapper
 from tests.support.clocks import MillisClock
 
-SOURCE_Q = QueueKey("Orders", "src-a", 0)
-TARGET_Q = QueueKey("Orders", "dst-a", 0)
+SOURCE_Q = MessageQueue("Orders", "src-a", 0)
+TARGET_Q = MessageQueue("Orders", "dst-a", 0)
 
 
 class FakeCluster:

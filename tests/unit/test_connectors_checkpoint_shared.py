@@ -13,10 +13,9 @@ from connectors.checkpoint.link_state import LinkProgress
 from connectors.checkpoint.snapshot import GroupOffset, GroupOffsetSnapshot
 from connectors.checkpoint.tables import SHARED_DETAIL, CheckpointOutcome
 from connectors.checkpoint.translation import OffsetTranslator, Run
-from connectors.core.offsets import QueueKey
 
-A0, B0 = QueueKey("Orders", "src-a", 0), QueueKey("Orders", "src-b", 0)
-T0, T1 = QueueKey("Orders", "dst", 0), QueueKey("Orders", "dst", 1)
+A0, B0 = MessageQueue("Orders", "src-a", 0), MessageQueue("Orders", "src-b", 0)
+T0, T1 = MessageQueue("Orders", "dst", 0), MessageQueue("Orders", "dst", 1)
 
 
 class FakeTarget:
@@ -35,7 +34,7 @@ class FakeTarget:
         self.offsets[(group, mq.queue_id)] = offset
 
 
-def _committer(runs: list[tuple[QueueKey, Run]]) -> tuple[FakeTarget, CheckpointCommitter]:
+def _committer(runs: list[tuple[MessageQueue, Run]]) -> tuple[FakeTarget, CheckpointCommitter]:
     target = FakeTarget()
     progress = LinkProgress(OffsetTranslator(runs), {A0: 10, B0: 10}, len(runs))
     return target, CheckpointCommitter(link="l", source_cluster="src", target_cluster="dst",

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from broker_store.client import MessageQueue
 from broker_store.clock import ManualClock
 from connectors.core.config import parse_replicator_config
-from connectors.core.offsets import QueueKey
 from connectors.heartbeat.monitor import HeartbeatMonitor, LinkStatus
 from connectors.heartbeat.monitor_loop import HeartbeatMonitorLoop
 from connectors.heartbeat.schedule import HeartbeatSchedule
@@ -51,9 +51,9 @@ def test_a_manual_clock_ends_a_silent_links_start_up() -> None:
 def test_the_link_tables_stamp_their_rows_with_their_clock(tmp_path: Path) -> None:
     clock = ManualClock(wall=WALL)
     tables = LinkTables(tmp_path / "l", source_cluster="src", clock=clock)
-    tables.commit_batch("q", 0, {QueueKey("T", "b", 0): 5}, [], [], BatchMetrics(5, 50))
+    tables.commit_batch("q", 0, {MessageQueue("T", "b", 0): 5}, [], [], BatchMetrics(5, 50))
     clock.advance(60.0)
-    tables.commit_batch("q", 1, {QueueKey("T", "b", 0): 9}, [], [], BatchMetrics(4, 40))
+    tables.commit_batch("q", 1, {MessageQueue("T", "b", 0): 9}, [], [], BatchMetrics(4, 40))
     committed = [r["committed_at"] for r in DeltaTable(tables.path(METRICS)).to_pyarrow_table().to_pylist()]
     assert sorted(committed) == [datetime.fromtimestamp(WALL, UTC), datetime.fromtimestamp(WALL + 60, UTC)]
     current = DeltaTable(tables.path(CURRENT_OFFSETS)).to_pyarrow_table().to_pylist()

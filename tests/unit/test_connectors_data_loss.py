@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
-from broker_store.client import PullResult, PullStatus
+from broker_store.client import MessageQueue, PullResult, PullStatus
 from connectors.core.config import parse_replicator_config
 from connectors.core.errors import DataLossError, OffsetFormatError, ReplicatorConfigError
-from connectors.core.offsets import OffsetSpec, QueueKey, SourceOffset, parse_queue_offsets
+from connectors.core.offsets import OffsetSpec, SourceOffset, parse_queue_offsets
 from connectors.replication.planning import QueueRange
 from connectors.replication.pulling import PullSettings, pull_range_raw
 from connectors.replication.reader_options import SourceOptions
@@ -32,8 +32,8 @@ BASE: dict[str, Any] = {
     "links": [{"name": "a-to-b", "source": "A", "target": "B", "topics": {"explicit": [{"source": "Orders"}]},
                "checkpoint_location": "run/cp/a-to-b", "delta_location": "run/delta"}],
 }
-Q0 = QueueKey("Orders", "src-a", 0)
-Q1 = QueueKey("Orders", "src-a", 1)
+Q0 = MessageQueue("Orders", "src-a", 0)
+Q1 = MessageQueue("Orders", "src-a", 1)
 
 
 def _link(**changes: Any) -> Any:
@@ -141,7 +141,7 @@ def test_reset_plan_checks_named_queues_and_their_ranges() -> None:
     with pytest.raises(ReplicatorConfigError,
                        match=r"queue Orders/src-a/0: offset 9 is outside the queue's \[10, 20\]"):
         reset_offsets.plan(OffsetSpec("offsets", offsets=SourceOffset.of({Q0: 9})), queues, {}, {}, mins, maxes, "L")
-    unknown = QueueKey("Orderz", "src-a", 0)
+    unknown = MessageQueue("Orderz", "src-a", 0)
     with pytest.raises(ReplicatorConfigError, match="queue Orderz/src-a/0 is not a source queue of link L now"):
         reset_offsets.plan(OffsetSpec("offsets", offsets=SourceOffset.of({unknown: 1})), queues, {}, {}, mins,
                            maxes, "L")

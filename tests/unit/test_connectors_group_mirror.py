@@ -9,24 +9,24 @@ from collections.abc import Sequence
 
 import pytest
 
+from broker_store.client import MessageQueue
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import RocketMQError, SystemBusyError
-from connectors.core.offsets import QueueKey
 from connectors.replication.group_mirror import SourceGroupMirror
 
-Q0, Q1 = QueueKey("T", "a", 0), QueueKey("T", "a", 1)
+Q0, Q1 = MessageQueue("T", "a", 0), MessageQueue("T", "a", 1)
 
 
 class Recorder:
     def __init__(self) -> None:
-        self.sent: list[tuple[QueueKey, int]] = []
+        self.sent: list[tuple[MessageQueue, int]] = []
         self.gate = threading.Event()
         self.gate.set()
         self.entered = threading.Event()
-        self.fail: set[QueueKey] = set()
+        self.fail: set[MessageQueue] = set()
         self.lock = threading.Lock()
 
-    def __call__(self, changed: Sequence[tuple[QueueKey, int]]) -> list[RocketMQError | None]:
+    def __call__(self, changed: Sequence[tuple[MessageQueue, int]]) -> list[RocketMQError | None]:
         self.entered.set()
         self.gate.wait(5)
         errors: list[RocketMQError | None] = []

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from broker_store.client import MessageQueue
 from connectors.checkpoint.link_state import LinkProgressReader, read_link_progress
 from connectors.checkpoint.translation import Outcome
 from connectors.core.config import parse_replicator_config
@@ -20,7 +21,6 @@ from connectors.core.errors import ReplicatorConfigError, TableError
 from connectors.core.group_positions import floors_from_rows
 from connectors.core.history_settings import HistorySettings
 from connectors.core.maintenance import TableMaintenance
-from connectors.core.offsets import QueueKey
 from connectors.replication.records import BatchMetrics, OffsetMapping
 from connectors.replication.retention import SUMMARY_QUERY_ID, plan_map_fold
 from connectors.replication.tables import (
@@ -36,11 +36,11 @@ from connectors.replication.tables import (
 from tests.support.clocks import MillisClock
 from tests.support.link_history import DAY_MS, START_MS, link, round_now
 
-Q0 = QueueKey("Orders", "src-a", 0)
-Q1 = QueueKey("Orders", "src-a", 1)
-T0 = QueueKey("Orders", "dst-a", 0)
-T1 = QueueKey("Orders", "dst-a", 1)
-def run(first: int, last: int, target_first: int, queue: QueueKey = Q0, target: QueueKey = T0) -> OffsetMapping:
+Q0 = MessageQueue("Orders", "src-a", 0)
+Q1 = MessageQueue("Orders", "src-a", 1)
+T0 = MessageQueue("Orders", "dst-a", 0)
+T1 = MessageQueue("Orders", "dst-a", 1)
+def run(first: int, last: int, target_first: int, queue: MessageQueue = Q0, target: MessageQueue = T0) -> OffsetMapping:
     return OffsetMapping(queue.topic, queue.broker_name, queue.queue_id, first, last, target.topic,
                          target.broker_name, target.queue_id, target_first, target_first + last - first,
                          last - first + 1)
@@ -171,7 +171,7 @@ def test_the_history_is_not_trimmed_while_it_is_the_resume_point(tmp_path: Path)
     assert len(rows(t, OFFSETS)) == 1 and t.latest_offsets() == {Q0: 10}
 
 
-def _map_row(first: int, last: int, target_first: int, at_ms: int, *, target: QueueKey = T0,
+def _map_row(first: int, last: int, target_first: int, at_ms: int, *, target: MessageQueue = T0,
              query: str = "q") -> dict[str, Any]:
     return {"source_topic": "Orders", "source_broker": "src-a", "source_queue_id": 0,
             "source_first_offset": first, "source_last_offset": last, "target_topic": target.topic,
@@ -203,7 +203,7 @@ def test_retention_never_removes_a_run_a_group_needs_and_translation_stays_exact
     map's retention, a group at or above the floor translates exactly as before; a group below the kept runs
     lands in a summary: conservatively (inexact, at or before its true target offset), never past it."""
     clock = MillisClock()
-    floors: dict[QueueKey, int] = {Q0: 255}
+    floors: dict[MessageQueue, int] = {Q0: 255}
     t = link(tmp_path, clock, floors, offset_map_retention="1 day")
     target = 0
     for batch in range(40):  # 40 batches of 10 offsets over 4 days, 9 messages each (offset 10b+5 skipped)

@@ -15,7 +15,6 @@ import pytest
 from broker_store.client import MessageQueue
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import RequestTimeoutError, RocketMQError, TransportError, error_for_response
-from connectors.core.offsets import QueueKey
 from connectors.core.outage import once_more_on_new_route
 from connectors.heartbeat import writer as heartbeat_writer
 from connectors.heartbeat.writer import HeartbeatStreamWriter
@@ -101,5 +100,5 @@ def test_the_source_group_mirror_commits_on_the_new_primary(monkeypatch: pytest.
     monkeypatch.setattr(group_mirror, "executor_consumer", lambda *a, **k: Consumer())
     monkeypatch.setattr(group_mirror, "_mirrors", {})
     mirror = group_mirror.source_group_mirror("127.0.0.1:9876", "CID_test", None, label="l1")
-    assert mirror._update([(QueueKey("Orders", "src-a", 1), 42)]) == [None]
+    assert mirror._update([(MessageQueue("Orders", "src-a", 1), 42)]) == [None]
     assert commits == [(MessageQueue("Orders", "src-a", 1), 42)]

@@ -5,16 +5,16 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker_store.client import MessageQueue
 from connectors.checkpoint.translation import (
     OffsetTranslator,
     Outcome,
     Run,
     target_offsets,
 )
-from connectors.core.offsets import QueueKey
 
-SRC = QueueKey("Orders", "src-a", 0)
-DST = QueueKey("Orders", "dst-a", 0)
+SRC = MessageQueue("Orders", "src-a", 0)
+DST = MessageQueue("Orders", "dst-a", 0)
 
 
 def replicate(delivered: list[bool], target_start: int = 0, batch: int = 3) -> tuple[list[Run], dict[int, int]]:
@@ -83,15 +83,15 @@ def test_newest_run_wins_over_re_replicated_offsets() -> None:
 
 
 def test_several_source_queues_into_one_target_queue_take_the_minimum_and_never_go_back() -> None:
-    a, b, c = QueueKey("A", "s", 0), QueueKey("B", "s", 0), QueueKey("C", "s", 0)
-    other = QueueKey("All", "d", 1)
+    a, b, c = MessageQueue("A", "s", 0), MessageQueue("B", "s", 0), MessageQueue("C", "s", 0)
+    other = MessageQueue("All", "d", 1)
     translator = OffsetTranslator([
         (a, Run(0, 4, DST, 0, 4, 5)), (b, Run(0, 4, DST, 5, 9, 5)), (c, Run(0, 4, other, 0, 4, 5))])
     translations = [translator.translate(a, 5, 5), translator.translate(b, 2, 5), translator.translate(c, 3, 5),
-                    translator.translate(QueueKey("D", "s", 0), 7, 9)]
+                    translator.translate(MessageQueue("D", "s", 0), 7, 9)]
     result = target_offsets(translations, current={other: 4})
     assert result.commit == {DST: 5}  # min(5, 7); `other` would go back from 4 to 3
-    assert [t.source for t in result.unmapped] == [QueueKey("D", "s", 0)]
+    assert [t.source for t in result.unmapped] == [MessageQueue("D", "s", 0)]
     blocked = target_offsets([translator.translate(a, 5, 5), translator.translate(b, 7, 5)], current={})
     assert blocked.commit == {} and len(blocked.pending) == 1
 
@@ -160,7 +160,7 @@ class ReferenceTranslator:
         return Outcome.TRANSLATED, self.runs[-1].target_last + 1, True
 
 
-OTHER = QueueKey("Orders", "dst-b", 0)
+OTHER = MessageQueue("Orders", "dst-b", 0)
 
 # One replication round: (reset the source position back by, deliver how many, skip how many after,
 # target queue switch, target gap) -- resets re-replicate offsets already mapped, as a new query or a

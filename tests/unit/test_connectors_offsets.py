@@ -9,12 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from broker_store.client import MessageQueue
 from connectors.core.errors import OffsetFormatError
-from connectors.core.offsets import QueueKey, SourceOffset
+from connectors.core.offsets import SourceOffset, parse_queue_key
 
 topics = st.from_regex(r"[%|a-zA-Z0-9_-]{1,20}", fullmatch=True)
 brokers = st.text(min_size=1, max_size=12).filter(lambda s: "\x00" not in s)
-queue_keys = st.builds(QueueKey, topics, brokers, st.integers(0, 1023))
+queue_keys = st.builds(MessageQueue, topics, brokers, st.integers(0, 1023))
 offsets = st.dictionaries(queue_keys, st.integers(0, 2**62), max_size=20).map(SourceOffset.of)
 
 
@@ -29,10 +30,10 @@ def test_round_trip_and_canonical(offset: SourceOffset) -> None:
 
 
 def test_document_shape() -> None:
-    offset = SourceOffset.of({QueueKey("Orders", "b-1", 10): 7, QueueKey("Orders", "b-1", 2): 3})
+    offset = SourceOffset.of({MessageQueue("Orders", "b-1", 10): 7, MessageQueue("Orders", "b-1", 2): 3})
     assert offset.to_json() == '{"queues":{"Orders/b-1/10":7,"Orders/b-1/2":3},"version":1}'
-    assert offset.merged({QueueKey("Orders", "b-1", 2): 9}).get(QueueKey("Orders", "b-1", 2)) == 9
-    assert QueueKey.from_key("T/broker/with/slash/3") == QueueKey("T", "broker/with/slash", 3)
+    assert offset.merged({MessageQueue("Orders", "b-1", 2): 9}).get(MessageQueue("Orders", "b-1", 2)) == 9
+    assert parse_queue_key("T/broker/with/slash/3") == MessageQueue("T", "broker/with/slash", 3)
 
 
 @pytest.mark.parametrize(("document", "needle"), [

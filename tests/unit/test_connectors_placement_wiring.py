@@ -15,7 +15,6 @@ from broker_store.client import MessageQueue
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import TopicNotExistError
 from connectors.core.config import TopicMappingConfig
-from connectors.core.offsets import QueueKey
 from connectors.core.topic_mapping import TopicMapper
 from connectors.replication import placement as executor_placement
 from connectors.replication.placement import QueuePlacement as ExecutorPlacement
@@ -32,8 +31,8 @@ class Topics:
     def __init__(self, source: int, target: int) -> None:
         self.source, self.target = source, target
 
-    def source_queues(self, topic: str) -> list[QueueKey]:
-        return [QueueKey(topic, "src-a", i) for i in range(self.source)]
+    def source_queues(self, topic: str) -> list[MessageQueue]:
+        return [MessageQueue(topic, "src-a", i) for i in range(self.source)]
 
     def target_queues(self, topic: str) -> list[TargetQueue]:
         return [TargetQueue("dst-a", i) for i in range(self.target)]
@@ -56,7 +55,7 @@ def targets(placed: list[QueueRange]) -> dict[int, int | None]:
 
 def test_table_round_trip_first_row_stands(tmp_path: Path) -> None:
     table = PlacementTable(tmp_path / "l", source_cluster="src")
-    q = QueueKey("A", "src-a", 0)
+    q = MessageQueue("A", "src-a", 0)
     table.record([Placement(q, "B", TargetQueue("dst-a", 2), PRESERVED)], DRIVER)
     table.record([Placement(q, "B", TargetQueue("dst-a", 0), PRESERVED)], DRIVER)  # a re-made decision
     PlacementTable(tmp_path / "l", source_cluster="other").record(
@@ -154,13 +153,13 @@ def executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, source: int, ta
 def test_executor_uses_the_decided_placements_and_decides_a_whole_topic_alike(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     table = PlacementTable(tmp_path / "l", source_cluster="src")
-    table.record([Placement(QueueKey("A", "src-a", 0), "B", TargetQueue("dst-a", 3), PRESERVED)], DRIVER)
+    table.record([Placement(MessageQueue("A", "src-a", 0), "B", TargetQueue("dst-a", 3), PRESERVED)], DRIVER)
     task1 = executor(tmp_path, monkeypatch, source=8, target=3)
-    assert task1.place("B", QueueKey("A", "src-a", 0)) == MessageQueue("B", "dst-a", 3)  # not writable now: kept
-    q5 = task1.place("B", QueueKey("A", "src-a", 5))
+    assert task1.place("B", MessageQueue("A", "src-a", 0)) == MessageQueue("B", "dst-a", 3)  # not writable now: kept
+    q5 = task1.place("B", MessageQueue("A", "src-a", 5))
     assert len(task1.decided) == 7  # every undecided queue of the topic, so other tasks decide alike
     task2 = executor(tmp_path, monkeypatch, source=8, target=3)
-    assert task2.place("B", QueueKey("A", "src-a", 5)) == q5
+    assert task2.place("B", MessageQueue("A", "src-a", 5)) == q5
     assert [p.target for p in task2.decided] == [p.target for p in task1.decided]
     loads = Counter(p.target.queue_id for p in task1.decided)
     assert max(loads.values()) - min(loads.values()) <= 1
@@ -168,7 +167,7 @@ def test_executor_uses_the_decided_placements_and_decides_a_whole_topic_alike(
 
 def test_executor_without_tables_keeps_the_stateless_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     task = executor(tmp_path, monkeypatch, source=4, target=4, delta=False)
-    assert [task.place("B", QueueKey("A", "src-a", i)).queue_id for i in range(4)] == [0, 1, 2, 3]  # type: ignore[union-attr]
+    assert [task.place("B", MessageQueue("A", "src-a", i)).queue_id for i in range(4)] == [0, 1, 2, 3]  # type: ignore[union-attr]
     assert task.decided == []
 
 

@@ -7,12 +7,12 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.core.offsets import QueueKey
+from broker_store.client import MessageQueue
 from connectors.replication.queue_placement import LEAST_LOADED, PRESERVED, Placement, QueuePlacement, TargetQueue
 
 
-def _sources(topic: str, n: int, broker: str = "src-a") -> list[QueueKey]:
-    return [QueueKey(topic, broker, i) for i in range(n)]
+def _sources(topic: str, n: int, broker: str = "src-a") -> list[MessageQueue]:
+    return [MessageQueue(topic, broker, i) for i in range(n)]
 
 
 def _targets(n: int, broker: str = "dst-a") -> list[TargetQueue]:
@@ -80,8 +80,8 @@ def test_several_source_topics_into_one_share_the_load() -> None:
 
 
 def test_first_decision_stands_when_loaded_twice() -> None:
-    a = Placement(QueueKey("A", "b", 0), "T", TargetQueue("d", 0), PRESERVED)
-    b = Placement(QueueKey("A", "b", 0), "T", TargetQueue("d", 1), LEAST_LOADED)
+    a = Placement(MessageQueue("A", "b", 0), "T", TargetQueue("d", 0), PRESERVED)
+    b = Placement(MessageQueue("A", "b", 0), "T", TargetQueue("d", 1), LEAST_LOADED)
     p = QueuePlacement([a, b])
     assert p.get(a.source, "T") == a
     assert p.load("T") == {TargetQueue("d", 0): 1}
@@ -95,7 +95,7 @@ def test_no_target_queue_decides_nothing() -> None:
 @given(steps=st.lists(st.tuples(st.integers(1, 12), st.integers(1, 8), st.booleans()), min_size=1, max_size=6))
 def test_decisions_never_change_and_load_stays_balanced(steps: list[tuple[int, int, bool]]) -> None:
     p = QueuePlacement()
-    seen: dict[QueueKey, TargetQueue] = {}
+    seen: dict[MessageQueue, TargetQueue] = {}
     for n_src, n_dst, preserve in steps:
         _place_all(p, "A", max(n_src, len(seen)), n_dst, preserve=preserve)  # sources only grow
         for d in p.decided():

@@ -9,16 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from connectors.core.offsets import QueueKey, SourceOffset
+from broker_store.client import MessageQueue
+from connectors.core.offsets import SourceOffset
 from connectors.replication.planning import QueueRange, QueueRangeGroup, skip_delivered
 from connectors.replication.records import BatchMetrics
 from connectors.replication.tables import LinkTables
 from tests.unit.test_connectors_source_outage import FakeAdmin, FakeClock, _reader
 
-A0, A1, B0 = QueueKey("T", "a", 0), QueueKey("T", "a", 1), QueueKey("T", "b", 0)
+A0, A1, B0 = MessageQueue("T", "a", 0), MessageQueue("T", "a", 1), MessageQueue("T", "b", 0)
 
 
-def _range(q: QueueKey, start: int, end: int, *, new: bool = False) -> QueueRange:
+def _range(q: MessageQueue, start: int, end: int, *, new: bool = False) -> QueueRange:
     return QueueRange(q.topic, q.broker_name, q.queue_id, start, end, new)
 
 
@@ -30,7 +31,7 @@ def test_ranges_below_the_delivered_offsets_are_dropped_and_cut_ones_start_there
     assert skip_delivered(ranges, {A0: 50}) == (ranges[1:], 10)  # a table ahead of the range drops it whole
 
 
-def _commit(work: Path, offsets: dict[QueueKey, int], batch_id: int = 7) -> None:
+def _commit(work: Path, offsets: dict[MessageQueue, int], batch_id: int = 7) -> None:
     """A batch the sink committed to the link's Delta tables (query ``q``)."""
     LinkTables(work / "L", source_cluster="src").commit_batch("q", batch_id, offsets, [], [],
                                                              BatchMetrics(sum(offsets.values()), 0))
@@ -42,12 +43,12 @@ def _ranges_of(partitions: object) -> list[QueueRange]:
 
 
 def _offsets(q0: int, q1: int) -> dict[str, object]:
-    return SourceOffset.of({QueueKey("Orders", "src-a", 0): q0, QueueKey("Orders", "src-a", 1): q1}).to_dict()
+    return SourceOffset.of({MessageQueue("Orders", "src-a", 0): q0, MessageQueue("Orders", "src-a", 1): q1}).to_dict()
 
 
 def test_the_first_batch_of_a_resumed_query_skips_what_delta_says_was_delivered(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    _commit(tmp_path, {QueueKey("Orders", "src-a", 0): 40, QueueKey("Orders", "src-a", 1): 25})
+    _commit(tmp_path, {MessageQueue("Orders", "src-a", 0): 40, MessageQueue("Orders", "src-a", 1): 25})
     reader = _reader(monkeypatch, FakeAdmin(), FakeClock(), topics="Orders", deltaLocation=str(tmp_path))
     start, end = _offsets(30, 20), _offsets(40, 30)
     with caplog.at_level(logging.INFO, logger="connectors.replication.reader"):
@@ -64,7 +65,7 @@ def test_a_new_query_plans_its_first_batch_whole(monkeypatch: pytest.MonkeyPatch
     reader = _reader(monkeypatch, FakeAdmin(), FakeClock(), topics="Orders", deltaLocation=str(tmp_path),
                      startingOffsets="latest")
     assert reader.initialOffset() == _offsets(10, 11)
-    _commit(tmp_path, {QueueKey("Orders", "src-a", 0): 15})
+    _commit(tmp_path, {MessageQueue("Orders", "src-a", 0): 15})
     ranges = _ranges_of(reader.partitions(_offsets(10, 11), _offsets(20, 21)))
     assert sorted((r.queue_id, r.start, r.end) for r in ranges) == [(0, 10, 20), (1, 11, 21)]
 
@@ -73,11 +74,11 @@ def test_a_reset_resume_point_is_not_taken_for_delivered_messages(monkeypatch: p
                                                                     tmp_path: Path) -> None:
     """jobs.reset_offsets appends resume points; while the checkpoint exists it wins over them, and they say
     nothing about what reached the target: only the batches' own rows count."""
-    _commit(tmp_path, {QueueKey("Orders", "src-a", 0): 32, QueueKey("Orders", "src-a", 1): 20})
-    LinkTables(tmp_path / "L", source_cluster="src").append_resume_point({QueueKey("Orders", "src-a", 0): 40,
-                                                                          QueueKey("Orders", "src-a", 1): 30})
+    _commit(tmp_path, {MessageQueue("Orders", "src-a", 0): 32, MessageQueue("Orders", "src-a", 1): 20})
+    LinkTables(tmp_path / "L", source_cluster="src").append_resume_point({MessageQueue("Orders", "src-a", 0): 40,
+                                                                          MessageQueue("Orders", "src-a", 1): 30})
     assert LinkTables(tmp_path / "L", source_cluster="src").delivered_offsets() == {
-        QueueKey("Orders", "src-a", 0): 32, QueueKey("Orders", "src-a", 1): 20}
+        MessageQueue("Orders", "src-a", 0): 32, MessageQueue("Orders", "src-a", 1): 20}
     reader = _reader(monkeypatch, FakeAdmin(), FakeClock(), topics="Orders", deltaLocation=str(tmp_path))
     ranges = _ranges_of(reader.partitions(_offsets(30, 20), _offsets(40, 30)))
     assert sorted((r.queue_id, r.start, r.end) for r in ranges) == [(0, 32, 40), (1, 20, 30)]

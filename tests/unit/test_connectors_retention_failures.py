@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from broker_store.client import MessageQueue
 from connectors.core.config import parse_replicator_config
 from connectors.core.delta import shared_table_set
 from connectors.core.errors import ReplicatorConfigError
 from connectors.core.history_settings import HistorySettings
-from connectors.core.offsets import QueueKey
 from connectors.replication.placement_table import PLACEMENTS, PlacementTable
 from connectors.replication.queue_placement import Placement, TargetQueue
 from connectors.replication.records import BatchMetrics, FailedMessage, FailureOutcome, RecordedFailure
@@ -26,9 +26,9 @@ from connectors.replication.tables import FAILURES, LinkTables, failure_id
 from tests.support.clocks import MillisClock
 from tests.support.link_history import DAY_MS, START_MS, link, round_now
 
-Q0 = QueueKey("Orders", "src-a", 0)
-Q1 = QueueKey("Orders", "src-a", 1)
-Q2 = QueueKey("Daily-1", "src-a", 0)
+Q0 = MessageQueue("Orders", "src-a", 0)
+Q1 = MessageQueue("Orders", "src-a", 1)
+Q2 = MessageQueue("Daily-1", "src-a", 0)
 def failed(offset: int) -> RecordedFailure:
     message = FailedMessage(Q0.topic, Q0.broker_name, Q0.queue_id, offset, f"MSG{offset}", "Orders", b"body", {},
                             "SystemBusyError", 4)
@@ -70,7 +70,7 @@ def test_unreplayed_failures_go_only_with_failures_retention_and_a_warning(
     assert "1 failed message(s) never replayed" in caplog.text and "can no longer be replayed" in caplog.text
 
 
-def record(t: LinkTables, clock: MillisClock, *queues: QueueKey) -> None:
+def record(t: LinkTables, clock: MillisClock, *queues: MessageQueue) -> None:
     table = PlacementTable(t.location, source_cluster="src", clock=clock)
     table.record([Placement(q, q.topic, TargetQueue("dst-a", q.queue_id), "preserved") for q in queues], "driver")
 

@@ -27,7 +27,6 @@ from broker_store.protocol.errors import (
 )
 from broker_store.protocol.message import encode_properties, iter_batch
 from connectors.core.errors import TargetUnavailableError
-from connectors.core.offsets import QueueKey
 from connectors.replication import outage, placement, sending
 from connectors.replication.forwarding import encode_entry
 from connectors.replication.partition_writer import PartitionWriter
@@ -37,7 +36,7 @@ from connectors.replication.writer_options import SinkOptions
 
 TOPIC = "T"
 QUEUE = MessageQueue(TOPIC, "dst-a", 0)
-SOURCE = QueueKey(TOPIC, "src-a", 0)
+SOURCE = MessageQueue(TOPIC, "src-a", 0)
 
 
 class FakeProducer:
@@ -193,7 +192,7 @@ def test_placement_survives_a_broker_group_missing_from_the_route(monkeypatch: p
     full = [MessageQueue(TOPIC, broker, q) for broker in ("dst-a", "dst-b") for q in range(4)]
     producer = FakeProducer(lambda n: None)
     monkeypatch.setattr(producer, "writable_queues", lambda topic: full)
-    sources = [QueueKey(TOPIC, broker, q) for broker in ("src-a", "src-b") for q in range(4)]
+    sources = [MessageQueue(TOPIC, broker, q) for broker in ("src-a", "src-b") for q in range(4)]
     before = [_writer(monkeypatch, producer).placement.place(TOPIC, s) for s in sources]
     monkeypatch.setattr(producer, "writable_queues", lambda topic: full[:4])  # dst-b not registered
     during = [_writer(monkeypatch, producer).placement.place(TOPIC, s) for s in sources]

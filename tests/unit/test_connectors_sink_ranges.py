@@ -16,7 +16,6 @@ import pytest
 
 from broker_store.client import MessageQueue, SendResult
 from broker_store.protocol.message import encode_properties, iter_batch
-from connectors.core.offsets import QueueKey
 from connectors.core.rows import RANGES_ARROW_SCHEMA
 from connectors.replication import partition_writer
 from connectors.replication.forwarding import encode_entry
@@ -64,7 +63,7 @@ def task(monkeypatch: pytest.MonkeyPatch) -> tuple[PartitionWriter, QueueRecordi
 
     def add_pull(records: bytes, topic: str, broker: str, queue_id: int, cluster: str | None,
                  column_target: str | None = None, first: int = 0, stop: int = 1 << 63) -> None:
-        source = QueueKey(topic, broker, queue_id)
+        source = MessageQueue(topic, broker, queue_id)
         target = writer.placement.place(TOPIC, source)
         for offset in range(first, min(stop, first + 4)):
             item = Item(source=source, queue_offset=offset, body=b"b", born_ms=0, store_ms=0, offset_msg_id="",

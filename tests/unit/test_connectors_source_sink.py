@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker_store.client import PullResult, PullStatus
+from broker_store.client import MessageQueue, PullResult, PullStatus
 from connectors.core.errors import DataLossError, ReplicatorConfigError, SourceUnavailableError
-from connectors.core.offsets import QueueKey, SourceOffset
+from connectors.core.offsets import SourceOffset, queue_key
 from connectors.core.spark_checkpoint import read_offset_log
 from connectors.replication.forwarding import DROPPED_PROPERTIES, target_properties
 from connectors.replication.loop_guard import CHAIN_PROPERTY
@@ -24,7 +24,7 @@ from connectors.replication.reader_options import SourceOptions
 from connectors.replication.records import ReplicationCommitMessage
 from connectors.replication.writer_options import SinkOptions
 
-Q = [QueueKey("T", f"b{i % 2}", i) for i in range(6)]
+Q = [MessageQueue("T", f"b{i % 2}", i) for i in range(6)]
 
 
 @given(st.lists(st.integers(0, 10_000), min_size=1, max_size=6), st.integers(0, 20_000))
@@ -43,7 +43,7 @@ def test_distribute_limit_is_proportional() -> None:
 @given(st.lists(st.integers(0, 5_000), min_size=1, max_size=6), st.integers(0, 12_000), st.integers(1, 3_000),
        st.sampled_from([None, *Q]))
 def test_admit_grants_exactly_the_budget_in_ranges_of_at_least_min_range(
-        backlogs: list[int], limit: int, min_range: int, after: QueueKey | None) -> None:
+        backlogs: list[int], limit: int, min_range: int, after: MessageQueue | None) -> None:
     backlog = dict(zip(Q, backlogs, strict=False))
     granted = admit(backlog, limit, min_range, after)
     assert sum(granted.take.values()) == min(limit, sum(backlog.values()))
@@ -54,9 +54,9 @@ def test_admit_grants_exactly_the_budget_in_ranges_of_at_least_min_range(
 
 
 def test_admit_takes_turns_when_the_budget_cannot_give_every_queue_min_range() -> None:
-    queues = [QueueKey("T", "b", i) for i in range(10)]
+    queues = [MessageQueue("T", "b", i) for i in range(10)]
     backlog = dict.fromkeys(queues, 5_000)
-    served: list[set[QueueKey]] = []
+    served: list[set[MessageQueue]] = []
     after = None
     for _ in range(4):  # 3 queues a batch (3,000 / 1,000), continuing where the previous batch stopped
         granted = admit(backlog, 3_000, 1_000, after)
@@ -297,7 +297,7 @@ def test_group_ranges_keeps_each_queue_whole_and_in_order(sizes: list[tuple[int,
                                                           max_parts: int) -> None:
     from connectors.replication.planning import QueueRangeGroup, group_ranges
 
-    queues = {QueueKey("T", f"b{q % 2}", q): n for q, n in sizes}
+    queues = {MessageQueue("T", f"b{q % 2}", q): n for q, n in sizes}
     ranges = plan_ranges(SourceOffset.of(dict.fromkeys(queues, 0)), SourceOffset.of(queues), min_partitions=min_parts)
     grouped = group_ranges(ranges, max_parts)
     assert pickle.loads(pickle.dumps(grouped)) == grouped
@@ -306,8 +306,9 @@ def test_group_ranges_keeps_each_queue_whole_and_in_order(sizes: list[tuple[int,
         return
     assert len(grouped) <= max_parts
     flat = [r for p in grouped for r in (p.ranges if isinstance(p, QueueRangeGroup) else (p,))]
-    assert sorted(flat, key=lambda r: (r.queue.to_key(), r.start)) == sorted(ranges, key=lambda r: (r.queue.to_key(),
-                                                                                                    r.start))
+    def by_queue(r: QueueRange) -> tuple[str, int]:
+        return queue_key(r.queue), r.start
+    assert sorted(flat, key=by_queue) == sorted(ranges, key=by_queue)
     for p in grouped:
         members = p.ranges if isinstance(p, QueueRangeGroup) else (p,)
         for queue in {r.queue for r in members}:
@@ -319,7 +320,7 @@ def test_group_ranges_keeps_each_queue_whole_and_in_order(sizes: list[tuple[int,
 def test_group_ranges_balances_by_size() -> None:
     from connectors.replication.planning import QueueRangeGroup, group_ranges
 
-    sizes = {QueueKey("T", "b", q): n for q, n in enumerate([900, 100, 500, 500, 10])}
+    sizes = {MessageQueue("T", "b", q): n for q, n in enumerate([900, 100, 500, 500, 10])}
     grouped = group_ranges(plan_ranges(SourceOffset.of(dict.fromkeys(sizes, 0)), SourceOffset.of(sizes)), 2)
     loads = sorted(sum(r.size for r in (p.ranges if isinstance(p, QueueRangeGroup) else (p,))) for p in grouped)
     assert loads == [1000, 1010]
@@ -398,6 +399,6 @@ def test_queue_placement_counts_source_queues_where_the_rows_pull_from(monkeypat
     assert options.source_namesrv is None and options.preserve_queues
     placement = QueuePlacement(options, FakeProducer())  # type: ignore[arg-type]
     placement.pulled_from("S", "127.0.0.1:9876")
-    placed = [placement.place("T", QueueKey("S", mq.broker_name, mq.queue_id)) for mq in sorted(sources)]
+    placed = [placement.place("T", MessageQueue("S", mq.broker_name, mq.queue_id)) for mq in sorted(sources)]
     assert asked == ["127.0.0.1:9876"]
     assert placed == [MessageQueue("T", "t0", q) for q in range(4)]

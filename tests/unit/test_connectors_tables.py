@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from broker_store.client import MessageQueue
 from connectors.core.errors import TableError
 from connectors.core.history_settings import HistorySettings
 from connectors.core.maintenance import TableMaintenance
-from connectors.core.offsets import QueueKey, SourceOffset
+from connectors.core.offsets import SourceOffset
 from connectors.core.spark_checkpoint import query_id_from_checkpoint
 from connectors.replication.records import (
     BatchMetrics,
@@ -34,8 +35,8 @@ from connectors.replication.tables import (
 )
 from tests.support.clocks import MillisClock
 
-Q0 = QueueKey("Orders", "src-a", 0)
-Q1 = QueueKey("Orders", "src-a", 1)
+Q0 = MessageQueue("Orders", "src-a", 0)
+Q1 = MessageQueue("Orders", "src-a", 1)
 
 
 def clock() -> MillisClock:
@@ -47,7 +48,7 @@ def tables(tmp_path: Path, tables_clock: MillisClock | None = None) -> LinkTable
     return LinkTables(tmp_path / "a-to-b", source_cluster="A", clock=tables_clock or clock())
 
 
-def dismissed(offset: int, queue: QueueKey = Q0) -> RecordedFailure:
+def dismissed(offset: int, queue: MessageQueue = Q0) -> RecordedFailure:
     message = FailedMessage(queue.topic, queue.broker_name, queue.queue_id, offset, f"MSG{offset}",
                             "OrdersDR", b"\x00body", {"KEYS": "k", "ROCKETMQ_REPLICATOR_SOURCE": "Z"},
                             "SystemBusyError", 4, tags="TagA", keys="k", born_timestamp=5, store_timestamp=6)

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from connectors.core.offsets import QueueKey, SourceOffset
+from broker_store.client import MessageQueue
+from connectors.core.offsets import SourceOffset
 from jobs.progress import BatchMessages, batch_messages, describe_progress
 
 
-def _doc(offsets: dict[QueueKey, int]) -> str:
+def _doc(offsets: dict[MessageQueue, int]) -> str:
     return SourceOffset(offsets).to_json()
 
 
-A0, A1, B0 = QueueKey("A", "b", 0), QueueKey("A", "b", 1), QueueKey("B", "b", 0)
+A0, A1, B0 = MessageQueue("A", "b", 0), MessageQueue("A", "b", 1), MessageQueue("B", "b", 0)
 
 
 def test_messages_are_the_offset_movement() -> None:

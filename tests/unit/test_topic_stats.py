@@ -21,7 +21,6 @@ from broker_store.protocol.errors import (
 )
 from broker_store.protocol.topic_stats import StatsQueue, TopicOffset, TopicStatsTable
 from connectors.core.errors import SourceUnavailableError
-from connectors.core.offsets import QueueKey
 from tests.unit.test_connectors_source_outage import FakeClock, _reader
 
 GOLDEN = (b'{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"Orders"}:{"lastUpdateTimestamp":0,'
@@ -104,7 +103,7 @@ class StatsAdmin:
         return self.expected(mq.topic, mq.broker_name, mq.queue_id)
 
 
-QUEUES = [QueueKey(t, b, q) for t in ("A", "B") for b in ("g1", "g2") for q in range(3)]
+QUEUES = [MessageQueue(t, b, q) for t in ("A", "B") for b in ("g1", "g2") for q in range(3)]
 TRUTH = {q: StatsAdmin.expected(q.topic, q.broker_name, q.queue_id) for q in QUEUES}
 
 
