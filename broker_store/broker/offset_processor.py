@@ -21,7 +21,8 @@ from broker_store.protocol.headers import (
     TopicRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
-from broker_store.protocol.topic_stats import StatsQueue, TopicOffset, TopicStatsTable
+from broker_store.protocol.message_queue import MessageQueue
+from broker_store.protocol.topic_stats import TopicOffset, TopicStatsTable
 
 if TYPE_CHECKING:
     from broker_store.broker.consumer_offset import ConsumerOffsetManager
@@ -109,6 +110,6 @@ class OffsetProcessor:
         for queue_id in range(max(config.read_queue_nums, config.write_queue_nums)):
             high = store.get_max_offset(h.topic, queue_id)
             stored = store.get_store_timestamp(h.topic, queue_id, high - 1) if high > 0 else None
-            offsets[StatsQueue(h.topic, self.ctx.broker_name, queue_id)] = TopicOffset(
+            offsets[MessageQueue(h.topic, self.ctx.broker_name, queue_id)] = TopicOffset(
                 store.get_min_offset(h.topic, queue_id), high, stored or 0)
         return cmd.response(ResponseCode.SUCCESS, body=TopicStatsTable(offsets).encode())

@@ -1,34 +1,20 @@
 """Immutable records the client hands to its callers: queue addresses, send and pull results.
 
 Shared by the producer, the pull consumer and the admin client; the connectors key their offsets,
-placements and checkpoints by ``MessageQueue`` too, on the driver and on Spark executors.
+placements and checkpoints by ``MessageQueue`` too, on the driver and on Spark executors (declared with the
+wire types in ``protocol.message_queue``: GET_TOPIC_STATS_INFO answers are keyed by it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import NamedTuple
 
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.message import StoredMessage
+from broker_store.protocol.message_queue import MessageQueue
 
-
-class MessageQueue(NamedTuple):
-    """One queue of a topic on one broker group (RocketMQ's MessageQueue), on whichever cluster the name
-    holding it says. A tuple, so it equals, hashes and sorts as ``(topic, broker_name, queue_id)``: callers
-    may build it from a plain tuple or a Spark row (``MessageQueue(*row)``) and look it up with one; it
-    pickles for Spark executors."""
-
-    topic: str
-    """Topic name."""
-    broker_name: str
-    """Broker group name; resolve it to an address through the topic route."""
-    queue_id: int
-    """Queue id within the topic on that broker group."""
-
-    def __str__(self) -> str:
-        return f"{self.topic}@{self.broker_name}#{self.queue_id}"
+__all__ = ["MessageQueue", "PullResult", "PullStatus", "SendResult", "SendStatus"]
 
 
 class SendStatus(Enum):

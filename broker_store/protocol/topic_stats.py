@@ -26,20 +26,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
 from broker_store.protocol.errors import ProtocolError
-
-
-class StatsQueue(NamedTuple):
-    """A MessageQueue key of the table."""
-
-    topic: str
-    broker_name: str
-    """The answering broker's group name."""
-    queue_id: int
+from broker_store.protocol.message_queue import MessageQueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +50,7 @@ class TopicOffset:
 class TopicStatsTable:
     """A GET_TOPIC_STATS_INFO body: the topic's queues on one broker."""
 
-    offsets: Mapping[StatsQueue, TopicOffset]
+    offsets: Mapping[MessageQueue, TopicOffset]
     put_tps: float = 0.0
     """``topicPutTps`` (this broker keeps no put rate: 0.0)."""
 
@@ -101,10 +93,10 @@ def _quote_key(m: re.Match[str]) -> str:
     return m.group(2) + orjson.dumps(m.group(3)).decode() + m.group(4)
 
 
-def _queue(d: Any) -> StatsQueue:
+def _queue(d: Any) -> MessageQueue:
     if not isinstance(d, dict):
         raise ValueError(f"queue key {d!r} is not an object")
-    return StatsQueue(str(d["topic"]), str(d["brokerName"]), int(d["queueId"]))
+    return MessageQueue(str(d["topic"]), str(d["brokerName"]), int(d["queueId"]))
 
 
 def _offset(d: Any) -> TopicOffset:

@@ -12,7 +12,7 @@ import pytest
 
 from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, new_message
 from broker_store.protocol.errors import TopicNotExistError
-from broker_store.protocol.topic_stats import StatsQueue, TopicOffset
+from broker_store.protocol.topic_stats import TopicOffset
 from tests.support.processes import GroupSpec, LocalCluster
 
 pytestmark = pytest.mark.integration
@@ -44,7 +44,7 @@ def test_topic_stats_answers_every_queue_as_the_per_queue_requests_do(cluster: L
                                                             heartbeat_interval=None) as consumer:
         for group in ("broker-a", "broker-b"):
             table = admin.topic_stats(cluster.primary(group).listen, TOPIC)
-            assert sorted(table.offsets) == [StatsQueue(TOPIC, group, q) for q in range(QUEUES)]
+            assert sorted(table.offsets) == [MessageQueue(TOPIC, group, q) for q in range(QUEUES)]
             for key, offsets in table.offsets.items():
                 mq = MessageQueue(TOPIC, group, key.queue_id)
                 high = admin.max_offset(mq)

@@ -19,15 +19,15 @@ from broker_store.protocol.errors import (
     TransportError,
     error_for_response,
 )
-from broker_store.protocol.topic_stats import StatsQueue, TopicOffset, TopicStatsTable
+from broker_store.protocol.topic_stats import TopicOffset, TopicStatsTable
 from connectors.core.errors import SourceUnavailableError
 from tests.unit.test_connectors_source_outage import FakeClock, _reader
 
 GOLDEN = (b'{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"Orders"}:{"lastUpdateTimestamp":0,'
           b'"maxOffset":0,"minOffset":0},{"brokerName":"broker-a","queueId":1,"topic":"Orders"}:'
           b'{"lastUpdateTimestamp":1700000000123,"maxOffset":42,"minOffset":7}},"topicPutTps":0.0}')
-TABLE = TopicStatsTable({StatsQueue("Orders", "broker-a", 1): TopicOffset(7, 42, 1700000000123),
-                         StatsQueue("Orders", "broker-a", 0): TopicOffset(0, 0, 0)})
+TABLE = TopicStatsTable({MessageQueue("Orders", "broker-a", 1): TopicOffset(7, 42, 1700000000123),
+                         MessageQueue("Orders", "broker-a", 0): TopicOffset(0, 0, 0)})
 
 
 def test_encode_writes_fastjson_text_with_message_queue_keys() -> None:
@@ -40,15 +40,15 @@ def test_decode_reads_pretty_4x_and_string_key_forms() -> None:
               b'"topic":"Orders"\n\t\t}:{\n\t\t\t"lastUpdateTimestamp":1700000000123,\n\t\t\t"maxOffset":42,'
               b'\n\t\t\t"minOffset":7\n\t\t}\n\t},\n\t"topicPutTps":1.5\n}')
     assert TopicStatsTable.decode(pretty, "b") == TopicStatsTable(
-        {StatsQueue("Orders", "broker-a", 1): TopicOffset(7, 42, 1700000000123)}, 1.5)
+        {MessageQueue("Orders", "broker-a", 1): TopicOffset(7, 42, 1700000000123)}, 1.5)
     no_tps = b'{"offsetTable":{{"brokerName":"b","queueId":3,"topic":"T"}:{"maxOffset":5,"minOffset":1}}}'
-    assert TopicStatsTable.decode(no_tps, "b").offsets == {StatsQueue("T", "b", 3): TopicOffset(1, 5, 0)}
+    assert TopicStatsTable.decode(no_tps, "b").offsets == {MessageQueue("T", "b", 3): TopicOffset(1, 5, 0)}
     string_keys = (b'{"offsetTable":{"{\\"brokerName\\":\\"b\\",\\"queueId\\":3,\\"topic\\":\\"T\\"}":'
                    b'{"maxOffset":5,"minOffset":1}},"topicPutTps":0.0}')
-    assert TopicStatsTable.decode(string_keys, "b").offsets == {StatsQueue("T", "b", 3): TopicOffset(1, 5, 0)}
+    assert TopicStatsTable.decode(string_keys, "b").offsets == {MessageQueue("T", "b", 3): TopicOffset(1, 5, 0)}
     braces_in_a_string = (b'{"offsetTable":{{"brokerName":"b{:}","queueId":0,"topic":"T"}:'
                           b'{"maxOffset":1,"minOffset":0}}}')
-    assert list(TopicStatsTable.decode(braces_in_a_string, "b").offsets) == [StatsQueue("T", "b{:}", 0)]
+    assert list(TopicStatsTable.decode(braces_in_a_string, "b").offsets) == [MessageQueue("T", "b{:}", 0)]
 
 
 @pytest.mark.parametrize("body", [b"", b"[]", b'{"offsetTable":[]}', b'{"offsetTable":{{"queueId":0}:{}}}',
