@@ -30,6 +30,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.tcp_table import ESTABLISHED, tcp_sockets
+
 BASELINE_S = 300.0
 """Minute 5: growth is counted from here, after the JIT, caches and Spark's first batches settled."""
 
@@ -82,8 +84,6 @@ def effective_lag(lag_s: float | None, age_s: float | None, interval_s: float | 
 
 
 STORE_DIRS = frozenset({"commitlog", "consumequeue"})
-ESTABLISHED = "01"
-"""The TCP state column of /proc/net/tcp for an established connection."""
 
 
 def read_proc(pid: int, established: AbstractSet[int] = frozenset()) -> tuple[int, int, int, int] | None:
@@ -124,17 +124,7 @@ def count_fds(targets: Iterable[str], established: AbstractSet[int]) -> tuple[in
 
 def established_sockets() -> frozenset[int]:
     """Inodes of the established TCP sockets (IPv4 and IPv6) of this network namespace."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            rows = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) > 9 and fields[3] == ESTABLISHED:
-                inodes.add(int(fields[9]))
-    return frozenset(inodes)
+    return frozenset(tcp_sockets(ESTABLISHED))
 
 
 def is_store_file(target: str) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -32,6 +31,7 @@ from broker_store.protocol.errors import RocketMQError
 from connectors.core.offsets import SourceOffset
 from connectors.core.spark_checkpoint import read_offset_log
 from tests.support.processes import free_port
+from tests.support.tcp_table import LISTEN, tcp_sockets
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -72,30 +72,10 @@ def _socket_inodes(pid: int) -> set[str]:
     return inodes
 
 
-def _decode_address(hex_addr: str) -> str:
-    host, port = hex_addr.split(":")
-    if len(host) == 8:
-        ip = socket.inet_ntop(socket.AF_INET, bytes.fromhex(host)[::-1])
-    else:  # /proc/net/tcp6: four little-endian 32-bit words
-        words = bytes.fromhex(host)
-        ip = socket.inet_ntop(socket.AF_INET6, b"".join(words[i:i + 4][::-1] for i in range(0, 16, 4)))
-    return f"{ip}:{int(port, 16)}"
-
-
 def listening_addresses(pids: Iterable[int]) -> set[str]:
     """TCP addresses the given processes listen on (state LISTEN in /proc/net/tcp and tcp6)."""
     inodes = set().union(*(_socket_inodes(p) for p in pids))
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            parts = line.split()
-            if parts[3] == "0A" and parts[9] in inodes:
-                found.add(_decode_address(parts[1]))
-    return found
+    return {address for inode, address in tcp_sockets(LISTEN).items() if str(inode) in inodes}
 
 
 def non_loopback(addresses: Iterable[str]) -> list[str]:
