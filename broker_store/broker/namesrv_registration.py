@@ -2,7 +2,8 @@
 
 Owned by ``BrokerServer``: a full REGISTER_BROKER with the whole topic table to every name
 server at start, every ``register_interval_seconds`` and promptly after a topic change; a lite
-BROKER_HEARTBEAT every ``heartbeat_interval_seconds``; UNREGISTER_BROKER on clean shutdown.
+BROKER_HEARTBEAT every ``heartbeat_interval_seconds`` (a name server that answers it does not know this broker
+gets a registration at once); UNREGISTER_BROKER on clean shutdown.
 A name server that is down is logged and retried on the next tick; it never blocks the broker.
 
 A replica learns its primary from the registration answer, as RocketMQ's slaves do: REGISTER_BROKER's
@@ -29,6 +30,7 @@ from broker_store.protocol.errors import RocketMQError
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.headers import (
     BrokerHeartbeatRequestHeader,
+    BrokerHeartbeatResponseHeader,
     RegisterBrokerRequestHeader,
     RegisterBrokerResponseHeader,
     UnregisterBrokerRequestHeader,
@@ -38,6 +40,9 @@ from broker_store.protocol.topic import TopicConfigTable, encode_register_broker
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT = 3.0
+UNKNOWN_REGISTER_INTERVAL = 5.0
+"""At most one registration per this many seconds because a name server answered a heartbeat that it does not know
+this broker (a registration it keeps ignoring, e.g. a stale one, must not repeat every heartbeat)."""
 PRIMARY_UNKNOWN_RETRY = 1.0
 """Seconds between registrations while a replica does not know its primary yet (RocketMQ waits for its next
 30 s round; a replica started together with its primary would idle that long)."""
@@ -93,6 +98,8 @@ class NamesrvRegistration:
         self._tasks: list[asyncio.Task[None]] = []
         self._on_primary_ha_addr = on_primary_ha_addr
         self._awaiting_primary = awaiting_primary
+        self._unknown_since: float | None = None
+        """When a heartbeat's answer last asked for a registration (``UNKNOWN_REGISTER_INTERVAL``)."""
         self.master_addr: str | None = None
         """Primary address reported by the last registration (replicas)."""
         self.master_ha_addr: str | None = None
@@ -149,7 +156,10 @@ class NamesrvRegistration:
         return True
 
     async def heartbeat_all(self) -> None:
-        """Lite heartbeat (oneway) to every name server."""
+        """Lite heartbeat to every name server, at once. One that answers it holds no registration of this
+        broker (``BrokerHeartbeatResponseHeader.registered`` false) gets a full registration now: else its
+        routes would miss this broker until the next ``register_interval``. Name servers that answer nothing
+        of the kind (RocketMQ's) are heartbeated as before."""
         ident = self._identity()
         ext = BrokerHeartbeatRequestHeader(
             cluster_name=ident.cluster_name,
@@ -157,13 +167,27 @@ class NamesrvRegistration:
             broker_name=ident.broker_name,
             broker_id=ident.broker_id,
         ).to_ext()
-        for addr in self.namesrv_addrs:
+
+        async def one(addr: str) -> bool:
             try:
-                await self._client.invoke_oneway(
-                    addr, RemotingCommand(code=RequestCode.BROKER_HEARTBEAT, ext_fields=dict(ext))
-                )
+                resp = await self._client.invoke(
+                    addr, RemotingCommand(code=RequestCode.BROKER_HEARTBEAT, ext_fields=dict(ext)),
+                    min(REQUEST_TIMEOUT, self.heartbeat_interval))
+                registered = BrokerHeartbeatResponseHeader.from_ext(resp.ext_fields).registered
             except RocketMQError as exc:
                 log.debug("heartbeat to name server %s failed: %s", addr, exc)
+                return False
+            if resp.code == ResponseCode.SUCCESS and registered is False:
+                log.info("name server %s does not know this broker (it restarted or expired it): registering now",
+                         addr)
+                return True
+            return False
+
+        if any(await asyncio.gather(*(one(a) for a in self.namesrv_addrs))):
+            now = self._clock.monotonic()
+            if self._unknown_since is None or now - self._unknown_since >= UNKNOWN_REGISTER_INTERVAL:
+                self._unknown_since = now
+                self.request_register()
 
     async def unregister_all(self) -> None:
         ident = self._identity()

@@ -25,6 +25,7 @@ from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.headers import (
     BrokerHeartbeatRequestHeader,
+    BrokerHeartbeatResponseHeader,
     QueryDataVersionRequestHeader,
     QueryDataVersionResponseHeader,
     RegisterBrokerRequestHeader,
@@ -180,10 +181,10 @@ class NamesrvServer:
 
     async def _broker_heartbeat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = BrokerHeartbeatRequestHeader.from_ext(cmd.ext_fields)
-        self.routes.heartbeat(cluster=h.cluster_name, broker_addr=h.broker_addr)
+        registered = self.routes.heartbeat(cluster=h.cluster_name, broker_addr=h.broker_addr)
         if self.controller is not None and h.is_controller_heartbeat:
             return await self.controller.processor.heartbeat(cmd, conn)
-        return cmd.response(ResponseCode.SUCCESS)
+        return cmd.response(ResponseCode.SUCCESS, ext_fields=BrokerHeartbeatResponseHeader(registered).to_ext())
 
     async def _query_data_version(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = QueryDataVersionRequestHeader.from_ext(cmd.ext_fields)

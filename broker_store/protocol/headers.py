@@ -367,6 +367,16 @@ class BrokerHeartbeatRequestHeader(Header):
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerHeartbeatResponseHeader(Header):
+    """The name server's answer to a lite heartbeat. ``registered`` false: it holds no registration of that
+    broker (it restarted, or expired the broker while the broker was frozen) and ignored the heartbeat, so the
+    broker registers at once instead of at its next interval. An extension: RocketMQ's brokers send this
+    heartbeat oneway and never read an answer, and its name server answers none."""
+
+    registered: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class QueryDataVersionRequestHeader(Header):
     """QUERY_DATA_VERSION request; the body is the broker's DataVersion JSON."""
 

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import asyncio
 
-from broker_store.broker.namesrv_registration import PRIMARY_UNKNOWN_RETRY, BrokerIdentity, NamesrvRegistration
+from broker_store.broker.namesrv_registration import (
+    PRIMARY_UNKNOWN_RETRY,
+    UNKNOWN_REGISTER_INTERVAL,
+    BrokerIdentity,
+    NamesrvRegistration,
+)
 from broker_store.clock import ManualClock
 from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.frame import RemotingCommand
-from broker_store.protocol.headers import RegisterBrokerResponseHeader
+from broker_store.protocol.headers import BrokerHeartbeatResponseHeader, RegisterBrokerResponseHeader
 from broker_store.protocol.topic import DataVersion, TopicConfigTable, decode_register_broker_body
 
 PRIMARY_HA = "127.0.0.1:10912"
@@ -25,18 +30,22 @@ class NamesrvStub:
     def __init__(self) -> None:
         self.primary_registered = False
         self.registrations = 0
+        self.heartbeats = 0
+        self.knows_broker: bool | None = True
+        """What a heartbeat's answer says (None: nothing, as RocketMQ's name server)."""
         self.bodies: list[bytes] = []
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        if cmd.code == RequestCode.BROKER_HEARTBEAT:
+            self.heartbeats += 1
+            return cmd.response(ResponseCode.SUCCESS, None, BrokerHeartbeatResponseHeader(self.knows_broker).to_ext())
         assert cmd.code == RequestCode.REGISTER_BROKER
+        self.knows_broker = True
         self.registrations += 1
         self.bodies.append(cmd.body)
         header = (RegisterBrokerResponseHeader(ha_server_addr=PRIMARY_HA, master_addr="127.0.0.1:10911")
                   if self.primary_registered else RegisterBrokerResponseHeader())
         return cmd.response(ResponseCode.SUCCESS, None, header.to_ext())
-
-    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
-        pass
 
 
 async def settle() -> None:
@@ -90,3 +99,56 @@ def test_a_registration_carries_the_master_epoch_as_its_state_version() -> None:
         heartbeat_interval=30.0, clock=ManualClock())
     assert asyncio.run(registration.register_all())
     assert decode_register_broker_body(namesrv.bodies[0]).data_version == DataVersion(5, 3, 7)
+
+
+def test_a_name_server_that_does_not_know_the_broker_gets_a_registration_at_its_next_heartbeat() -> None:
+    """A name server that restarted, or expired the broker while it was frozen, ignores its heartbeats: its
+    answer says so and the broker registers at once instead of at the next 30 s period; at most once per
+    UNKNOWN_REGISTER_INTERVAL while the answers go on saying so (a registration it keeps ignoring)."""
+    clock = ManualClock()
+    namesrv = NamesrvStub()
+
+    async def main() -> None:
+        registration = NamesrvRegistration(
+            namesrv, ["127.0.0.1:9876"], lambda: BrokerIdentity("c", "b", 0, "127.0.0.1:10915"),  # type: ignore[arg-type]
+            lambda: TopicConfigTable({}, DataVersion()), register_interval=30.0, heartbeat_interval=1.0, clock=clock)
+        assert await registration.register_all() and namesrv.registrations == 1
+        registration.start()
+        await settle()
+        try:
+            clock.advance(1.0)
+            await settle()
+            assert (namesrv.heartbeats, namesrv.registrations) == (1, 1)  # known: nothing more
+            namesrv.knows_broker = False  # the name server restarted
+            clock.advance(1.0)
+            await settle()
+            assert (namesrv.heartbeats, namesrv.registrations) == (2, 2)  # registered at once, not at +30 s
+            namesrv.knows_broker = None  # RocketMQ's name server answers nothing of the kind: heartbeats only
+            clock.advance(1.0)
+            await settle()
+            assert (namesrv.heartbeats, namesrv.registrations) == (3, 2)
+        finally:
+            await registration.stop()
+
+    asyncio.run(main())
+
+
+def test_registrations_asked_by_heartbeats_are_spaced() -> None:
+    """A name server that keeps ignoring the broker's registration (a stale one) does not get one per heartbeat."""
+    clock = ManualClock()
+    namesrv = NamesrvStub()
+    asked: list[float] = []
+
+    async def main() -> None:
+        registration = NamesrvRegistration(
+            namesrv, ["127.0.0.1:9876"], lambda: BrokerIdentity("c", "b", 0, "127.0.0.1:10915"),  # type: ignore[arg-type]
+            lambda: TopicConfigTable({}, DataVersion()), register_interval=30.0, heartbeat_interval=1.0, clock=clock)
+        registration.request_register = lambda: asked.append(clock.monotonic())  # type: ignore[method-assign]
+        namesrv.knows_broker = False
+        for _ in range(3 * int(UNKNOWN_REGISTER_INTERVAL)):
+            clock.advance(1.0)
+            await registration.heartbeat_all()
+
+    asyncio.run(main())
+    start = asked[0]
+    assert asked == [start, start + UNKNOWN_REGISTER_INTERVAL, start + 2 * UNKNOWN_REGISTER_INTERVAL]
