@@ -42,7 +42,8 @@ its cores, so the numbers are for the whole pipeline on one box):
    as its own process (its own JVM, as an operator starts it) and SIGTERMed once the target has a message.
    Launch -> the first message's store timestamp on the target, and the same from the job's "Spark session
    up" log line (``jobs.spark_session.SESSION_UP``) -> that message; median, min and max. ``--first-only`` runs
-   just this phase.
+   just this phase. Each launch's log dir (replicator.log, spark.log) is kept in
+   ``run/logs/replicator-first/<link>`` for the timestamps of its steps (its data root is removed).
 
 8. (e) Per-queue costs, side by side at 8 and 512 queues (``--queue-scaling`` runs only this; it defines its
    own last line, ``queue scaling: latestOffset p50 X ms at 512 idle queues (Y ms at 8), target <= 100 ms: ...;
@@ -674,6 +675,9 @@ def first_message_run(run: int, work: Path, src: Cluster, dst: Cluster, queues: 
             first_ms = min(read_timestamps(dst.addr, target_queues, "store_timestamp").values())
         finally:
             stop_job(job)
+    kept = PROJECT / "run" / "logs" / "replicator-first" / name  # kept after the run (its data root is removed)
+    shutil.rmtree(kept, ignore_errors=True)
+    shutil.copytree(log_dir, kept)
     with open(log_dir / "replicator.log") as f:
         up = next(_log_time(line) for line in f if f"jobs.query_supervisor: {SESSION_UP} up" in line)
     return FirstMessage(session_s=up - launched, first_s=first_ms / 1000 - launched)
