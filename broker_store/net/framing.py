@@ -70,25 +70,22 @@ class FrameReader:
 
     def whole_frames(self) -> int:
         """Whole frames held (undecoded). Lengths are not validated: counting stops at a bad one."""
-        buf, pos, count = self._buf, 0, 0
-        n = len(buf)
-        while n - pos >= 4:
-            total = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
-            if total < 4 or pos + 4 + total > n:
-                break
-            pos += 4 + total
-            count += 1
-        return count
+        return self._walk()[0]
 
     @property
     def partial(self) -> bool:
         """Whether what is held ends in an incomplete frame (bytes a peer has still to complete). A bad length
         counts as incomplete: its ``feed`` raises."""
-        buf, pos = self._buf, 0
+        return self._walk()[1]
+
+    def _walk(self) -> tuple[int, bool]:
+        """(whole frames held, whether an incomplete frame or a bad length follows them)."""
+        buf, pos, count = self._buf, 0, 0
         n = len(buf)
         while n - pos >= 4:
             total = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
             if total < 4 or pos + 4 + total > n:
-                return True
+                return count, True
             pos += 4 + total
-        return pos < n
+            count += 1
+        return count, pos < n
