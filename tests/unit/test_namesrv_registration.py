@@ -7,6 +7,7 @@ tests/integration/test_ha_broker.py and test_broker_server.py."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from broker_store.broker.namesrv_registration import (
     PRIMARY_UNKNOWN_RETRY,
@@ -53,16 +54,25 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
+def make_registration(namesrv: NamesrvStub, clock: ManualClock, *, broker_id: int = 0, state_version: int = 0,
+           table: TopicConfigTable | None = None, heartbeat_interval: float = 30.0,
+           **options: Any) -> NamesrvRegistration:
+    """The registration of broker ``b`` of cluster ``c`` with one name server, ``namesrv`` (30 s period)."""
+    identity = BrokerIdentity("c", "b", broker_id, "127.0.0.1:10915", state_version=state_version)
+    return NamesrvRegistration(
+        namesrv, ["127.0.0.1:9876"], lambda: identity,  # type: ignore[arg-type]
+        lambda: table or TopicConfigTable({}, DataVersion()), register_interval=30.0,
+        heartbeat_interval=heartbeat_interval, clock=clock, **options)
+
+
 def test_replica_registers_every_second_until_the_answer_names_its_primary() -> None:
     clock = ManualClock()
     namesrv = NamesrvStub()
     learnt: list[str] = []
 
     async def main() -> None:
-        registration = NamesrvRegistration(
-            namesrv, ["127.0.0.1:9876"], lambda: BrokerIdentity("c", "b", 1, "127.0.0.1:10915"),  # type: ignore[arg-type]
-            lambda: TopicConfigTable({}, DataVersion()), register_interval=30.0, heartbeat_interval=30.0,
-            clock=clock, on_primary_ha_addr=learnt.append, awaiting_primary=lambda: not learnt)
+        registration = make_registration(namesrv, clock, broker_id=1, on_primary_ha_addr=learnt.append,
+                              awaiting_primary=lambda: not learnt)
         assert await registration.register_all() and learnt == []  # the first, at start: no primary yet
         registration.start()
         await settle()  # the loops are waiting on the clock
@@ -92,11 +102,8 @@ def test_a_registration_carries_the_master_epoch_as_its_state_version() -> None:
     """The name server keeps the newer primary by it (route_info's stale rule); the topic table's own version
     (counter, timestamp) goes as it is."""
     namesrv = NamesrvStub()
-    registration = NamesrvRegistration(
-        namesrv, ["127.0.0.1:9876"],  # type: ignore[arg-type]
-        lambda: BrokerIdentity("c", "b", 0, "127.0.0.1:10915", state_version=7),
-        lambda: TopicConfigTable({}, DataVersion(timestamp=5, counter=3)), register_interval=30.0,
-        heartbeat_interval=30.0, clock=ManualClock())
+    registration = make_registration(namesrv, ManualClock(), state_version=7,
+                          table=TopicConfigTable({}, DataVersion(timestamp=5, counter=3)))
     assert asyncio.run(registration.register_all())
     assert decode_register_broker_body(namesrv.bodies[0]).data_version == DataVersion(5, 3, 7)
 
@@ -109,9 +116,7 @@ def test_a_name_server_that_does_not_know_the_broker_gets_a_registration_at_its_
     namesrv = NamesrvStub()
 
     async def main() -> None:
-        registration = NamesrvRegistration(
-            namesrv, ["127.0.0.1:9876"], lambda: BrokerIdentity("c", "b", 0, "127.0.0.1:10915"),  # type: ignore[arg-type]
-            lambda: TopicConfigTable({}, DataVersion()), register_interval=30.0, heartbeat_interval=1.0, clock=clock)
+        registration = make_registration(namesrv, clock, heartbeat_interval=1.0)
         assert await registration.register_all() and namesrv.registrations == 1
         registration.start()
         await settle()
@@ -140,9 +145,7 @@ def test_registrations_asked_by_heartbeats_are_spaced() -> None:
     asked: list[float] = []
 
     async def main() -> None:
-        registration = NamesrvRegistration(
-            namesrv, ["127.0.0.1:9876"], lambda: BrokerIdentity("c", "b", 0, "127.0.0.1:10915"),  # type: ignore[arg-type]
-            lambda: TopicConfigTable({}, DataVersion()), register_interval=30.0, heartbeat_interval=1.0, clock=clock)
+        registration = make_registration(namesrv, clock, heartbeat_interval=1.0)
         registration.request_register = lambda: asked.append(clock.monotonic())  # type: ignore[method-assign]
         namesrv.knows_broker = False
         for _ in range(3 * int(UNKNOWN_REGISTER_INTERVAL)):
