@@ -4,7 +4,6 @@ property rules and the offset-log reader (no Spark session, no broker)."""
 from __future__ import annotations
 
 import pickle
-import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -23,6 +22,7 @@ from connectors.replication.planning import QueueRange, admit, distribute_limit,
 from connectors.replication.reader_options import SourceOptions
 from connectors.replication.records import ReplicationCommitMessage
 from connectors.replication.writer_options import SinkOptions
+from tests.support.clocks import MillisClock
 
 Q = [MessageQueue("T", f"b{i % 2}", i) for i in range(6)]
 
@@ -209,25 +209,6 @@ def test_pull_range_raw_trims_to_whole_records_inside_the_range() -> None:
     assert stub.asked == [10, 14]
 
 
-class _StepClock:
-    """A ``broker_store.clock.ThreadClock`` whose blocking sleeps only add up."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return 1_700_000_000.0 + self.now
-
-    def block(self, seconds: float) -> None:
-        self.now += seconds
-
-    def wait(self, cond: threading.Condition, timeout: float) -> None:
-        self.block(timeout)
-
-
 def _scripted_pulls(answers: list[tuple[PullStatus, int, int]]) -> tuple[list[int], Callable[..., Future[PullResult]]]:
     """A pull_async answering (status, nextBeginOffset, maxOffset) in turn, then the last one forever; FOUND and
     NO_MATCHED_MSG carry the records in [at, nextBeginOffset)."""
@@ -257,7 +238,7 @@ def test_a_pull_answered_without_progress_is_retried_like_an_outage_never_lost_o
     settings = PullSettings(namesrv="h:1", group="g", cluster="c", tags="*", pull_batch_size=4,
                             fail_on_data_loss=True, pull_timeout_ms=1000, row_format="raw",
                             retry=OutagePolicy(timeout_ms=5000, backoff_ms=100, backoff_max_ms=400))
-    clock = _StepClock()
+    clock = MillisClock()
 
     def outage() -> SourceOutage:
         return SourceOutage(link="l", cluster="c", namesrv="h:1", policy=settings.retry,
@@ -276,7 +257,7 @@ def test_a_pull_answered_without_progress_is_retried_like_an_outage_never_lost_o
     got = list(pull_range_raw(settings, QueueRange("T", "b", 0, 10, 16), stub,  # type: ignore[arg-type]
                               outage=task_outage))
     assert [(r.first_offset, r.last_offset) for r in got] == [(10, 13), (14, 15)]
-    assert stub.asked == [10, 10, 10, 14] and task_outage.retries == 2 and clock.now > 0
+    assert stub.asked == [10, 10, 10, 14] and task_outage.retries == 2 and clock.now_ms > 1_700_000_000_000
     # an answer that never advances ends the task after retry_timeout_ms, naming what it saw
     stuck = Stub([(PullStatus.NO_MATCHED_MSG, 10, 20)])
     with pytest.raises(SourceUnavailableError, match=r"pulling T/b/0 at offset 10: QueueNotServedError: "

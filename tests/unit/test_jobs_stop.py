@@ -18,6 +18,7 @@ import pytest
 from connectors.core import job_stop
 from connectors.heartbeat.writer import HeartbeatStreamWriter
 from jobs.query_supervisor import STOP_POLL_S, stop_queries, supervise
+from tests.support.clocks import MillisClock
 
 
 @pytest.fixture
@@ -79,25 +80,6 @@ class _Query:
         return None
 
 
-class _SteppingClock:
-    """A ThreadClock whose ``block`` moves its own time (the test's only thread: nothing else would advance it)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return self.now
-
-    def block(self, seconds: float) -> None:
-        self.now += seconds
-
-    def wait(self, cond: threading.Condition, timeout: float) -> None:
-        self.now += timeout
-
-
 def test_supervise_marks_the_job_stopping_before_it_stops_the_queries(marker: Path, tmp_path: Path) -> None:
     stop = threading.Event()
     stop.set()  # SIGTERM
@@ -109,21 +91,21 @@ def test_supervise_marks_the_job_stopping_before_it_stops_the_queries(marker: Pa
 def test_a_query_is_stopped_between_two_triggers_not_in_one(marker: Path) -> None:
     """Spark interrupts a stopped query's thread; in a batch's write that makes its abort fail ("failed to abort",
     see ``stop_queries``): each query is stopped once its running trigger ended, the others meanwhile."""
-    clock = _SteppingClock()
+    clock = MillisClock(0)
     idle, short, longer = _Query("idle"), _Query("short", busy_reads=3), _Query("longer", busy_reads=40)
     stop_queries([idle, short, longer], grace_s=10.0, clock=clock)
     assert not any(q.isActive or q.stopped_in_trigger for q in (idle, short, longer))
     assert (idle.reads, short.reads, longer.reads) == (1, 4, 41)  # stopped at their first read between triggers
-    assert clock.now < 10.0
+    assert clock.monotonic() < 10.0
 
 
 def test_a_trigger_that_outlasts_the_grace_is_stopped_at_its_end(marker: Path) -> None:
-    clock = _SteppingClock()
+    clock = MillisClock(0)
     stuck, ended = _Query("stuck", busy_reads=10**6), _Query("ended")
     ended.isActive = False  # AvailableNow done, or failed: nothing to stop
     stop_queries([stuck, ended], grace_s=2.0, clock=clock)
     assert not stuck.isActive and stuck.stopped_in_trigger and stuck.stopped_while_stopping
-    assert 2.0 <= clock.now < 2.0 + 2 * STOP_POLL_S and ended.reads == 0
+    assert 2.0 <= clock.monotonic() < 2.0 + 2 * STOP_POLL_S and ended.reads == 0
 
 
 class _Failed:
