@@ -98,7 +98,7 @@ class NamesrvRegistration:
         self._tasks: list[asyncio.Task[None]] = []
         self._on_primary_ha_addr = on_primary_ha_addr
         self._awaiting_primary = awaiting_primary
-        self._unknown_since: float | None = None
+        self._heartbeat_asked_at: float | None = None
         """When a heartbeat's answer last asked for a registration (``UNKNOWN_REGISTER_INTERVAL``)."""
         self.master_addr: str | None = None
         """Primary address reported by the last registration (replicas)."""
@@ -185,8 +185,8 @@ class NamesrvRegistration:
 
         if any(await asyncio.gather(*(one(a) for a in self.namesrv_addrs))):
             now = self._clock.monotonic()
-            if self._unknown_since is None or now - self._unknown_since >= UNKNOWN_REGISTER_INTERVAL:
-                self._unknown_since = now
+            if self._heartbeat_asked_at is None or now - self._heartbeat_asked_at >= UNKNOWN_REGISTER_INTERVAL:
+                self._heartbeat_asked_at = now
                 self.request_register()
 
     async def unregister_all(self) -> None:
