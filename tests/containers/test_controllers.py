@@ -200,10 +200,16 @@ async def _scenario(dep: Deployment, target: str, how: str) -> tuple[float, list
         await until(lambda: in_sync(old), f"the old primary {old} back in the SyncStateSet", timeout=60)
         await writer.until_acked(50)
         await writer.stop()
-        # A thawed or restarted old leader must not lead beside the new one: every controller names one leader.
-        assert await _one_leader(client, controllers) == new_leader
+        # Every controller names one leader (``_one_leader``), and a thawed or restarted old controller leader does
+        # not take it back from the new one. After an etcd fault the leadership may move on later, legitimately:
+        # the leader's etcd lease (2 s) can end while etcd elects a new leader of its own (~1.7 s measured) and its
+        # client fails over, so there the one agreed leader is the check.
+        final_leader = await _one_leader(client, controllers)
+        if target == "controller":
+            assert final_leader == new_leader
         assert await master_addr(admin, GROUP) == new
-        print(f"{target} {how}: controller leader {leader} -> {new_leader}; then primary {old} -> {new} in "
+        print(f"{target} {how}: controller leader {leader} -> {new_leader} (at the end {final_leader}); "
+              f"then primary {old} -> {new} in "
               f"{rto:.2f} s; {len(writer.acked)} acknowledged, {writer.failed} failed sends (all at the primary's "
               f"kill)")
         return rto, writer.acked, new
