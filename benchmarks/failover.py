@@ -29,7 +29,7 @@ One run:
 
    ``--lan``: every process in a network namespace of its own on one private LAN (``tests/support/netns.py``,
    root needed), the producers in the root namespace. ``--controllers 3``: three standalone controllers over
-   three etcd members (``make etcd``) on loopback instead of the name server's embedded controller.
+   three etcd members (``make tools``) on loopback instead of the name server's embedded controller.
 4. The check, after the last fault healed and the group settled: every process is stopped; each member's
    CommitLog is read from its files. *Acknowledged lost*: recorded SEND_OKs whose key is not in the final
    primary's log. *Divergent*: members whose CommitLog bytes differ from the final primary's over their

@@ -127,7 +127,8 @@ def image_exists(tag: str) -> bool:
 
 def _build_base(tag: str, mirror: str, work: Path, log: Log) -> None:
     if shutil.which("debootstrap") is None:
-        raise ImageBuildError("debootstrap is missing (Debian: apt-get install debootstrap)")
+        raise ImageBuildError("debootstrap is missing (`make tools-containers` installs it, from Debian's "
+                              "debootstrap package)")
     rootfs = work / "rootfs"
     # debootstrap only lays down minbase: it configures --include'd packages in one pass and Java's certificate
     # hook (ca-certificates-java) then fails for want of a configured JRE; apt inside the new root orders them.

@@ -7,7 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support import c_extensions
 from tests.support.processes import failure_logs, forget_closed_clusters
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under CI both C extensions must be built from their current sources (tests/support/c_extensions.py)."""
+    if c_extensions.under_ci() and (problems := c_extensions.problems()):
+        pytest.exit("CI refuses to run without both C extensions built: " + "; ".join(problems), returncode=3)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,7 +1,7 @@
 """etcd members as child processes on loopback ports, for the replicated controller store: `python -m broker_store
 up` starts them when its configuration names etcd, and the etcd tests start theirs the same way.
 
-The binary is Debian's ``etcd-server`` (3.4; ``make etcd`` installs it where missing). Each member gets a client
+The binary is Debian's ``etcd-server`` (3.4; ``make tools`` installs it where missing). Each member gets a client
 port and a peer port from ``launcher.free_port`` and a data directory of its own; the cluster is bootstrapped
 with a static ``--initial-cluster`` (``--initial-cluster-state new``; on a restart etcd reads its data
 directory and ignores the bootstrap flags). A member is ready when its ``/health`` says so, which needs a
@@ -24,7 +24,7 @@ import requests
 
 from broker_store.launcher import HOST, LOG_TAIL_CHARS, ChildProcess, free_port, poll_until, stop_together
 
-INSTALL_HINT = "install Debian's etcd-server 3.4 (`make etcd`, or apt-get install etcd-server)"
+INSTALL_HINT = "install Debian's etcd-server 3.4 (`make tools`, or apt-get install etcd-server)"
 
 
 def find_etcd() -> str | None:

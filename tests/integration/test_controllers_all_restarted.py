@@ -33,7 +33,7 @@ from tests.support.log_check import commitlog_image, diverges, stored_keys
 from tests.support.processes import Broker, ClusterProcess, broker_listen_port
 
 pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(find_etcd() is None, reason="etcd is not installed (make etcd installs it)")]
+              pytest.mark.skipif(find_etcd() is None, reason="etcd is not installed (make tools installs it)")]
 
 CLUSTER, GROUP, TOPIC = "ar", "ar-a", "AllRestarted"
 

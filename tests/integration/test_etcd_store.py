@@ -5,7 +5,7 @@ member a client talks to is killed or hung, keep its data when every member rest
 and replace one that stops renewing its lease, and refuse a compare-and-set on a stale version from a second
 controller. Each member's log is ``<tmp>/etcd/etcd-<i>.log``.
 
-Skipped only when the etcd binary is missing (``make etcd`` installs it, and ``make test`` runs that first).
+Skipped only when the etcd binary is missing (``make tools`` installs it, and ``make test`` runs that first).
 """
 
 from __future__ import annotations

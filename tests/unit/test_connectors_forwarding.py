@@ -40,6 +40,7 @@ from connectors.replication.forwarding import (
     Stamp,
     target_properties,
 )
+from tests.support import c_extensions
 
 STORE_IP, STORE_PORT = b"\x0a\x00\x00\x07", 10911
 
@@ -215,8 +216,8 @@ def test_the_c_loop_equals_the_python_loop(messages: list[tuple[dict[str, str], 
     forwarder = RecordForwarder(DROPPED_PROPERTIES, stamp_for(source))
     each = forwarder.forward_each(buf, "T", 3, first, stop)
     assert forwarder.forward(buf, "T", 3, first, stop) == each
-    if forwarding._forward_plain is None:
-        pytest.skip("connectors.replication._forward is not built")
+    c_extensions.skip_without("connectors.replication._forward")
+    assert forwarding._forward_plain is not None
     plain = forwarding._forward_plain(buf, b"T", 3, first, stop, forwarder._dropped_names,
                                       forwarder._suffix_for_unchained(), MAX_PROPERTIES_LENGTH)
     if all(plain_ones[first:stop]) and not each.refused:
@@ -226,9 +227,9 @@ def test_the_c_loop_equals_the_python_loop(messages: list[tuple[dict[str, str], 
 
 
 def test_the_c_loop_declines_foreign_and_broken_records() -> None:
+    c_extensions.skip_without("connectors.replication._forward")
     forward_plain = forwarding._forward_plain
-    if forward_plain is None:
-        pytest.skip("connectors.replication._forward is not built")
+    assert forward_plain is not None
     forwarder = RecordForwarder(DROPPED_PROPERTIES, stamp_for("src"))
     plain = record(0, encode_properties({"UNIQ_KEY": "U0"}))
 

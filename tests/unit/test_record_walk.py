@@ -8,7 +8,6 @@ import re
 import struct
 from pathlib import Path
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +20,7 @@ from broker_store.protocol.message import (
 )
 from broker_store.store import record_check
 from broker_store.store.record_check import MIN_RECORD_SIZE, check_arrival, walk_arrival
+from tests.support import c_extensions
 
 SEG = 4096
 START = 2 * SEG  # the log starts at the third segment, so offsets are not segment-relative
@@ -62,10 +62,10 @@ def build_log(shapes: list[tuple[int, int, int]]) -> bytes:
 shapes = st.lists(st.tuples(st.integers(0, 700), st.integers(0, 20), st.integers(0, 60)), max_size=30)
 
 
-@pytest.mark.skipif(record_check._walk_arrival_c is None, reason="the C extension _record_walk was not built")
 @settings(max_examples=400, deadline=None)
 @given(shapes, st.data())
 def test_c_and_python_walks_stop_at_the_same_record(shape: list[tuple[int, int, int]], data: st.DataObject) -> None:
+    c_extensions.skip_without("broker_store.store._record_walk")
     log = bytearray(build_log(shape))
     if log and data.draw(st.booleans(), label="damage"):
         at = data.draw(st.integers(0, len(log) - 1), label="damaged byte")
