@@ -21,8 +21,8 @@ from broker_store.broker.role import RoleState
 from broker_store.broker.role_transition import ControllerPromotionSteps, PromotionSteps, StorePromotionSteps
 from broker_store.clock import Clock
 from broker_store.config import BrokerConfig
-from broker_store.ha.sync_state_set import SyncStateSet
 from broker_store.protocol.acl import SessionCredentials
+from broker_store.protocol.controller import SyncStateSet
 from broker_store.store import MessageStore
 from broker_store.store.epoch_store import EpochStore
 

@@ -53,7 +53,7 @@ from broker_store.protocol.codes import (
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.headers import PullMessageRequestHeader
-from broker_store.protocol.message import STORED_HEADER
+from broker_store.protocol.message import stored_header_view
 from broker_store.protocol.route import MASTER_ID
 from broker_store.protocol.topic import is_readable
 from broker_store.store import GetResult, GetStatus
@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from broker_store.net.server import Connection
     from broker_store.store import MessageStore
 
+_RECORD_PLACE = stored_header_view("TOTALSIZE", "QUEUEOFFSET", "PHYSICALOFFSET")
 _STATUS_CODE = {
     GetStatus.FOUND: ResponseCode.SUCCESS,
     GetStatus.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
@@ -90,8 +91,7 @@ def cut_at_offset(result: GetResult, limit: int) -> GetResult:
         return result
     body, pos, kept = result.body, 0, 0
     while pos < len(body):
-        header = STORED_HEADER.unpack_from(body, pos)
-        size, queue_offset, physical_offset = header[0], header[5], header[6]
+        size, queue_offset, physical_offset = _RECORD_PLACE.unpack_from(body, pos)
         if physical_offset + size > limit:
             if kept == 0:
                 return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, queue_offset, result.min_offset, result.max_offset)

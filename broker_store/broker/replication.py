@@ -42,7 +42,7 @@ from broker_store.ha.primary_service import PrimaryService
 from broker_store.ha.quorum import Quorum, ReplicaAckStep
 from broker_store.ha.replica_client import ReplicaClient
 from broker_store.ha.settings import HARole, HASettings
-from broker_store.ha.sync_state_set import SyncStateSet
+from broker_store.protocol.controller import SyncStateSet
 from broker_store.protocol.ha_status import HALinkStatus, HAStatus, replica_in_sync
 from broker_store.store import MessageStore
 from broker_store.store.epoch_store import EpochStore

@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from broker_store.controller.settings import ControllerSettings
 from broker_store.protocol.codes import ResponseCode
+from broker_store.protocol.errors import ConfigError
 from broker_store.validation import describe_validation_error
 
 
@@ -60,7 +61,7 @@ KEYS: tuple[SettingKey, ...] = (
 _BY_NAME: dict[str, SettingKey] = {k.key: k for k in KEYS} | {k.field: k for k in KEYS if k.field != "etcd"}
 
 
-class SettingsUpdateRefused(Exception):
+class SettingsUpdateRefused(ConfigError):
     """An update refused as a whole; ``code`` is the response code, ``str(self)`` the remark (naming the key)."""
 
     def __init__(self, code: ResponseCode, remark: str) -> None:

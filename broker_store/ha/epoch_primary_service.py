@@ -26,7 +26,7 @@ from broker_store.ha.primary_service import _READ_CHUNK, PrimaryService, _Stream
 from broker_store.ha.quorum import Quorum
 from broker_store.ha.settings import HASettings
 from broker_store.ha.store_view import EpochPrimaryLog
-from broker_store.ha.sync_state_set import SyncStateSet, SyncStateSetTracker
+from broker_store.ha.sync_state_set import SyncStateSetTracker
 from broker_store.ha.wire_epoch import (
     ReplicaHandshake,
     ReplicaStreamDecoder,
@@ -34,6 +34,7 @@ from broker_store.ha.wire_epoch import (
     encode_transfer,
     encode_transfer_header,
 )
+from broker_store.protocol.controller import SyncStateSet
 from broker_store.protocol.errors import RocketMQError
 from broker_store.store.epoch_cache import EpochEntry
 

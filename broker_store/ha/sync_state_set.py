@@ -35,16 +35,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from broker_store.clock import Clock
-
-
-@dataclass(frozen=True)
-class SyncStateSet:
-    """The replicas the controller may elect from, as the controller last confirmed them."""
-
-    members: frozenset[int]
-    """Broker ids (the primary's own included)."""
-    epoch: int
-    """The SyncStateSet epoch an alter must name (the controller refuses a stale one)."""
+from broker_store.protocol.controller import SyncStateSet
 
 
 @dataclass

@@ -4,12 +4,12 @@
 transport; ``run_namesrv`` is the CLI entry point.
 """
 
-from broker_store.namesrv.route_info import BrokerKey, BrokerLiveInfo, RegisterResult, RouteInfoManager
+from broker_store.namesrv.route_info import BrokerKey, RegisteredBroker, RegisterResult, RouteInfoManager
 from broker_store.namesrv.server import NamesrvServer, run_namesrv
 
 __all__ = [
     "BrokerKey",
-    "BrokerLiveInfo",
+    "RegisteredBroker",
     "NamesrvServer",
     "RegisterResult",
     "RouteInfoManager",

@@ -38,7 +38,7 @@ class BrokerKey:
 
 
 @dataclass(slots=True)
-class BrokerLiveInfo:
+class RegisteredBroker:
     """Liveness of one registered broker process (mutable: refreshed by every heartbeat)."""
 
     broker_name: str
@@ -81,7 +81,7 @@ class RouteInfoManager:
         self._topic_queue_table: dict[str, dict[str, QueueData]] = {}
         self._broker_addr_table: dict[str, _BrokerGroup] = {}
         self._cluster_addr_table: dict[str, set[str]] = {}
-        self._broker_live_table: dict[BrokerKey, BrokerLiveInfo] = {}
+        self._broker_live_table: dict[BrokerKey, RegisteredBroker] = {}
 
     # -- registration ---------------------------------------------------------------------------
 
@@ -130,7 +130,7 @@ class RouteInfoManager:
             if changed or register_first:
                 for tc in topic_configs.values():
                     self._update_queue_data(broker_name, tc)
-        self._broker_live_table[key] = BrokerLiveInfo(
+        self._broker_live_table[key] = RegisteredBroker(
             broker_name=broker_name,
             broker_id=broker_id,
             last_update=now,
@@ -238,7 +238,7 @@ class RouteInfoManager:
             )
         return expired
 
-    def brokers_at(self, broker_addr: str) -> list[tuple[BrokerKey, BrokerLiveInfo]]:
+    def brokers_at(self, broker_addr: str) -> list[tuple[BrokerKey, RegisteredBroker]]:
         """Registrations of the process at ``broker_addr`` (any cluster)."""
         return [(k, v) for k, v in self._broker_live_table.items() if k.addr == broker_addr]
 

@@ -155,10 +155,13 @@ class GetMetaDataResponseHeader(Header):
 
 @dataclass(frozen=True)
 class SyncStateSet:
-    """A group's SyncStateSet and its epoch (body of 1001, 1003, 1004, 1008)."""
+    """A group's SyncStateSet and its epoch: the replicas the controller may elect from, as it last confirmed
+    them (body of 1001, 1003, 1004, 1008; the primary's tracker, ``ha.sync_state_set``, holds one too)."""
 
     members: frozenset[int]
+    """Broker ids (the primary's own included)."""
     epoch: int
+    """The SyncStateSet epoch an alter must name (the controller refuses a stale one)."""
 
     def encode(self) -> bytes:
         return json.dumps({"syncStateSet": sorted(self.members), "syncStateSetEpoch": self.epoch}).encode()

@@ -20,13 +20,14 @@ from pathlib import Path
 import yaml
 
 from broker_store.protocol.acl import SessionCredentials
+from broker_store.protocol.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 KEYS = ("accessKey", "secretKey", "securityToken")
 
 
-class CredentialsFileError(ValueError):
+class CredentialsFileError(ConfigError):
     """The file is missing, unreadable or malformed; the message names the file, never its content."""
 
 

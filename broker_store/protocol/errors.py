@@ -12,6 +12,8 @@ Each class carries behaviour flags the caller acts on instead of matching types:
     |   +-- CorruptRecordError
     |       +-- RefusedRecordError      (a replica refused a damaged record its HA link brought; .offset, .end)
     +-- ConfigError                     (invalid configuration; names file, field, reason)
+    |   +-- CredentialsFileError        (protocol.credentials_file: a credentials file unreadable or malformed)
+    |   +-- SettingsUpdateRefused       (controller.runtime_settings: an UPDATE_CONTROLLER_CONFIG refused; .code)
     +-- ImageBuildError                 (the container image could not be built: the failing step's output)
     +-- BrokerResponseError             by code    by code (non-success response; .code, .remark)
         +-- SystemBusyError             yes

@@ -85,6 +85,8 @@ STORED_OFFSETS: dict[str, int] = {
     for i, (name, _c) in enumerate(STORED_FIELDS)
 }
 """Byte offset of each field of ``STORED_FIELDS`` from the start of the record."""
+MIN_RECORD_SIZE = STORED_HEADER_SIZE + 1 + 2
+"""The smallest stored record: empty body, empty topic, no properties (91 bytes)."""
 
 
 def stored_fields_struct(first: str, last: str) -> struct.Struct:

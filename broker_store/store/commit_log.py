@@ -37,8 +37,10 @@ from broker_store.protocol.errors import StoreError
 from broker_store.protocol.message import (
     BLANK_MAGIC,
     MAGIC_V1,
+    MIN_RECORD_SIZE,
     STORED_HEADER,
     STORED_HEADER_SIZE,
+    stored_header_view,
     tags_hash_code,
 )
 from broker_store.protocol.properties import tags_code_of_properties
@@ -47,8 +49,8 @@ from broker_store.store.files import FdPool, list_segments, segment_name
 
 BLANK_RECORD = struct.Struct(">ii")
 MIN_BLANK_SIZE = BLANK_RECORD.size  # 8: below this a segment tail is padding only
-MIN_RECORD_SIZE = STORED_HEADER_SIZE + 1 + 2  # empty body, empty topic, no properties
 _SCAN_CHUNK = 1 << 20
+_BOUNDARY_VIEW = stored_header_view("MAGICCODE", "PHYSICALOFFSET")
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,8 +272,8 @@ class CommitLog:
             return True
         if len(head) != STORED_HEADER_SIZE:
             return False
-        fields = STORED_HEADER.unpack(head)
-        return bool(fields[1] == MAGIC_V1 and fields[6] == offset)
+        magic, physical_offset = _BOUNDARY_VIEW.unpack_from(head)
+        return bool(magic == MAGIC_V1 and physical_offset == offset)
 
     def restart_at(self, offset: int) -> None:
         """Delete every segment and continue, empty, at ``offset`` (min = max = offset)."""

@@ -11,14 +11,15 @@ import struct
 import threading
 
 from broker_store.protocol.errors import StoreError
-from broker_store.protocol.message import MAGIC_V1, STORED_HEADER, STORED_HEADER_SIZE
-from broker_store.store.commit_log import BLANK_RECORD, MIN_RECORD_SIZE, CommitLog
+from broker_store.protocol.message import MAGIC_V1, MIN_RECORD_SIZE, STORED_HEADER_SIZE, stored_header_view
+from broker_store.store.commit_log import CommitLog
 from broker_store.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
 from broker_store.store.consume_queues import ConsumeQueueTable
 from broker_store.store.record_check import record_problem
 from broker_store.store.results import GetResult, GetStatus, QueueEntry
 
 log = logging.getLogger(__name__)
+_RECORD_START = stored_header_view("TOTALSIZE", "MAGICCODE", "PHYSICALOFFSET")
 
 _STORE_TIMESTAMP_AT = 56  # byte offset of STORETIMESTAMP in a stored record (see protocol.message)
 _I64 = struct.Struct(">q")
@@ -250,8 +251,7 @@ class QueueReader:
             head = cl.read(physical_offset, STORED_HEADER_SIZE)
             if len(head) < STORED_HEADER_SIZE:
                 return None
-            total, magic = BLANK_RECORD.unpack_from(head)
-            phys = STORED_HEADER.unpack(head)[6]
+            total, magic, phys = _RECORD_START.unpack_from(head)
             if magic != MAGIC_V1 or phys != physical_offset or total < MIN_RECORD_SIZE \
                     or physical_offset + total > cl.max_offset:
                 return None

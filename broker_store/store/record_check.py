@@ -12,10 +12,16 @@ import struct
 import zlib
 from collections.abc import Callable
 
-from broker_store.protocol.message import BLANK_MAGIC, MAGIC_V1, STORED_HEADER, STORED_HEADER_SIZE
+from broker_store.protocol.message import (
+    BLANK_MAGIC,
+    MAGIC_V1,
+    MIN_RECORD_SIZE,
+    STORED_HEADER_SIZE,
+    STORED_OFFSETS,
+    stored_header_view,
+)
 
-MIN_RECORD_SIZE = STORED_HEADER_SIZE + 1 + 2
-"""An empty body, an empty topic, no properties."""
+_CHECKED = stored_header_view("BODYCRC", "PHYSICALOFFSET", "BODYLEN")
 
 
 def record_problem(record: bytes | memoryview, offset: int, expected_size: int | None = None) -> str | None:
@@ -40,8 +46,7 @@ def record_problem(record: bytes | memoryview, offset: int, expected_size: int |
         return f"bad TOTALSIZE {total} ({want})"
     if n < total:
         return f"record of {total} bytes cut short at {n} bytes"
-    fields = STORED_HEADER.unpack_from(record)
-    crc, phys, body_len = fields[2], fields[6], fields[16]
+    crc, phys, body_len = _CHECKED.unpack_from(record)
     if phys != offset:
         return f"PHYSICALOFFSET says {phys}"
     t = STORED_HEADER_SIZE + body_len
@@ -59,7 +64,7 @@ def record_problem(record: bytes | memoryview, offset: int, expected_size: int |
 _HEAD = struct.Struct(">iii")  # TOTALSIZE, MAGICCODE, BODYCRC (a blank end record has the first two only)
 _PHYS = struct.Struct(">q")  # PHYSICALOFFSET, at byte 28
 _BODY_LEN = struct.Struct(">i")  # BODYLEN, at byte 84
-_PHYS_AT, _BODY_LEN_AT, _BLANK_HEAD = 28, STORED_HEADER_SIZE - 4, 8
+_PHYS_AT, _BODY_LEN_AT, _BLANK_HEAD = STORED_OFFSETS["PHYSICALOFFSET"], STORED_OFFSETS["BODYLEN"], 8
 
 _walk_arrival_c: Callable[[bytes | memoryview, int, int], tuple[int, bool]] | None
 try:  # the walk in C (broker_store/store/_record_walk.c)

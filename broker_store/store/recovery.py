@@ -25,10 +25,11 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from broker_store.protocol.message import MIN_RECORD_SIZE
 from broker_store.store.checkpoint import Checkpoint
 from broker_store.store.commit_log import BLANK_RECORD, CommitLog
 from broker_store.store.consume_queues import ConsumeQueueTable
-from broker_store.store.record_check import MIN_RECORD_SIZE, record_problem
+from broker_store.store.record_check import record_problem
 
 log = logging.getLogger(__name__)
 

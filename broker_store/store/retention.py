@@ -14,12 +14,13 @@ import threading
 
 from broker_store.clock import Clock, StopSignal
 from broker_store.protocol.errors import StoreError
-from broker_store.protocol.message import MAGIC_V1, STORED_HEADER, STORED_HEADER_SIZE
+from broker_store.protocol.message import MAGIC_V1, STORED_HEADER_SIZE, stored_header_view
 from broker_store.store.commit_log import CommitLog
 from broker_store.store.config import StoreConfig
 from broker_store.store.consume_queues import ConsumeQueueTable
 
 log = logging.getLogger(__name__)
+_FIRST_RECORD = stored_header_view("MAGICCODE", "PHYSICALOFFSET", "STORETIMESTAMP")
 
 
 class Retention:
@@ -49,9 +50,9 @@ class Retention:
         """
         head = self._commit_log.read(next_start, STORED_HEADER_SIZE)
         if len(head) == STORED_HEADER_SIZE:
-            fields = STORED_HEADER.unpack(head)
-            if fields[1] == MAGIC_V1 and fields[6] == next_start:
-                ts: int = fields[11]
+            magic, physical_offset, store_timestamp = _FIRST_RECORD.unpack_from(head)
+            if magic == MAGIC_V1 and physical_offset == next_start:
+                ts: int = store_timestamp
                 return ts
         return int(os.path.getmtime(self._commit_log.path(next_start - self._commit_log.segment_size)) * 1000)
 

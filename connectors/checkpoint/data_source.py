@@ -108,12 +108,17 @@ class CheckpointStreamReader(SimpleDataSourceStreamReader):
         return list(snapshot_rows(self._poller.next_item()))
 
     def initialOffset(self) -> dict[str, Any]:
+        """Driver, once, when the query starts without a Spark checkpoint: tick 0."""
         return {"tick": 0}
 
     def read(self, start: dict[str, Any]) -> tuple[Iterator[tuple[Any, ...]], dict[str, Any]]:
+        """Driver, each trigger (a simple reader runs on the driver): one snapshot of the selected groups'
+        committed offsets on the source (the poller waits out its interval); the next tick as the offset."""
         return iter(self._snapshot_rows()), {"tick": int(start.get("tick", 0)) + 1}
 
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
+        """Driver, on recovery of a batch planned but not committed before a restart: a fresh snapshot (group
+        offsets are live state; a newer one translates at least as far), committed once per batch id."""
         return iter(self._snapshot_rows())
 
     def commit(self, end: dict[str, Any]) -> None:

@@ -91,13 +91,20 @@ class ConfigStreamReader(SimpleDataSourceStreamReader):
         return judge(Memory.from_offset(start), state, registered_groups(self._target))
 
     def initialOffset(self) -> dict[str, Any]:
+        """Driver, once, when the query starts without a Spark checkpoint: an empty memory of earlier rounds
+        (nothing seen missing yet, so nothing is deleted on the first round's evidence)."""
         return Memory().to_offset()
 
     def read(self, start: dict[str, Any]) -> tuple[Iterator[tuple[Any, ...]], dict[str, Any]]:
+        """Driver, each trigger (a simple reader runs on the driver): one snapshot of the source and target
+        configuration judged against ``start``'s memory; the row, and the memory it leaves as the next offset."""
         judged = self._judge(start)
         return iter([_row(judged)]), judged.memory.to_offset()
 
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
+        """Driver, on recovery: a batch planned before a restart but not committed is read again. The clusters'
+        configuration is live state, so this judges a fresh snapshot against ``start`` (not the one seen then);
+        the writer's commit is idempotent per batch id, and deletions still need the same evidence twice."""
         return iter([_row(self._judge(start))])
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -121,9 +128,12 @@ class ConfigStreamWriter(DataSourceStreamWriter):
         LinkOptions.from_options(options)
 
     def write(self, iterator: Iterator[Any]) -> ConfigRows:
+        """Executor task: hands the batch's snapshot row to the driver; nothing is applied here."""
         return ConfigRows(tuple(tuple(row) for row in iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver, after every write task of batch ``batchId`` succeeded: plans and applies the changes on the
+        target and records them in the link's ``config_changes`` table, once per (query, batch)."""
         driver_logging()
         o = LinkOptions.from_options(self._raw)
         if any(not isinstance(m, ConfigRows) for m in messages):

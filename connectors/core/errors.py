@@ -14,6 +14,7 @@ the behaviour flag instead of matching types::
     +-- TargetUnavailableError      yes   (the target cluster took no writes for retry_timeout_ms)
     +-- SourceUnavailableError      yes   (the source cluster served no reads for retry_timeout_ms)
     +-- TableError                  yes   (a Delta table could not be read or committed)
+    +-- ClusterUnreachableError     yes   (a cluster polled by a monitor did not answer; the next poll retries)
 
 This is a separate root from ``broker_store``'s ``RocketMQError``: the client's errors are
 translated at the sink/source boundary (into failed-message records or ``raise X from exc``) so a
@@ -30,6 +31,12 @@ from typing import ClassVar
 class ReplicatorError(Exception):
     retriable: ClassVar[bool] = False
     """Running the same operation again (e.g. re-running the batch) may succeed."""
+
+
+class ClusterUnreachableError(ReplicatorError):
+    """A cluster a monitor polls (the heartbeat tail) did not answer; the message has the client's error."""
+
+    retriable = True
 
 
 class ReplicatorConfigError(ReplicatorError):

@@ -22,12 +22,12 @@ from collections.abc import Sequence
 
 from broker_store.clock import SYSTEM_CLOCK, StopSignal, ThreadClock, wall_ms
 from connectors.core.config import ReplicatorConfig
-from connectors.core.errors import ReplicatorError
+from connectors.core.errors import ClusterUnreachableError, ReplicatorError
 from connectors.core.monitoring import STALE_INTERVALS
 from connectors.heartbeat.monitor import HeartbeatMonitor
 from connectors.heartbeat.records import Observed
 from connectors.heartbeat.tables import HeartbeatTables
-from connectors.heartbeat.tail import ClusterUnreachableError, HeartbeatTail
+from connectors.heartbeat.tail import HeartbeatTail
 
 log = logging.getLogger(__name__)
 

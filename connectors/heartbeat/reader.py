@@ -40,16 +40,21 @@ class HeartbeatStreamReader(SimpleDataSourceStreamReader):
                      for tick in ticks for link in self.options.link_names])
 
     def initialOffset(self) -> dict[str, Any]:
+        """Driver, once, when the query starts without a Spark checkpoint: the schedule's first state."""
         driver_logging()
         return self.schedule.initial_state().to_offset()
 
     def read(self, start: dict[str, Any]) -> tuple[Iterator[tuple[Any, ...]], dict[str, Any]]:
+        """Driver, each trigger: the tick due after ``start`` (at most one; none before its due time), one row
+        per link, and the schedule's next state as the offset."""
         tick, state = self.schedule.next_item(ScheduleState.from_offset(start))
         return self._rows([tick] if tick is not None else []), state.to_offset()
 
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
+        """Driver, on recovery: exactly the ticks of a batch planned before a restart (deterministic from the
+        two offsets), so a re-run batch sends the same sequence numbers."""
         ticks = self.schedule.ticks_between(ScheduleState.from_offset(start), ScheduleState.from_offset(end))
         return self._rows(ticks)
 
     def commit(self, end: dict[str, Any]) -> None:
-        pass  # the checkpoint holds the schedule; nothing to acknowledge anywhere
+        """Driver, after a batch committed: nothing to acknowledge (the Spark checkpoint holds the schedule)."""

@@ -14,6 +14,7 @@ import logging
 from broker_store.client import Admin, MessageQueue, PullConsumer, PullStatus, SessionCredentials, TlsClientSettings
 from broker_store.client.route_cache import subscribe_queues
 from broker_store.protocol.errors import RocketMQError, TopicNotExistError
+from connectors.core.errors import ClusterUnreachableError
 from connectors.core.monitoring import HEARTBEAT_TOPIC
 from connectors.heartbeat.records import Heartbeat, HeartbeatFormatError, Observed
 
@@ -22,10 +23,6 @@ log = logging.getLogger(__name__)
 PULL_BATCH = 32
 MONITOR_GROUP = "CID_RMQ_SYS_REPLICATOR_HEARTBEAT_MONITOR"
 """Group named in the pulls (never committed, never registered: the tail is no group member)."""
-
-
-class ClusterUnreachableError(Exception):
-    """A tail's cluster did not answer (``reason`` has the client's error); the next poll retries."""
 
 
 class HeartbeatTail:

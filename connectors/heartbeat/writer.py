@@ -109,6 +109,8 @@ class HeartbeatStreamWriter(DataSourceStreamWriter):
         self._failing = set()
 
     def write(self, iterator: Iterator[Any]) -> HeartbeatCommitMessage:
+        """Executor task: sends one heartbeat per row to its link's source; a failed send is reported in the
+        commit message, never raised (the next interval sends the next heartbeat)."""
         freeze_worker_heap()
         driver_logging()  # executor tasks log like the job (console line, log file), not via lastResort
         return HeartbeatCommitMessage(tuple(self.send(row["link"], int(row["seq"])) for row in iterator))
@@ -135,6 +137,8 @@ class HeartbeatStreamWriter(DataSourceStreamWriter):
         return SentHeartbeat(link_name, seq, born, f"{mq.topic}/{mq.broker_name}/{mq.queue_id}", result.queue_offset)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver, after every write task of batch ``batchId`` returned: a link's failing sends are logged once
+        (WARNING), and again when they succeed (INFO)."""
         driver_logging()
         for message in messages:
             if not isinstance(message, HeartbeatCommitMessage):

@@ -17,7 +17,7 @@ from broker_store.broker.role import BrokerRole
 from broker_store.broker.server import BrokerServer
 from broker_store.config import BrokerConfig
 from broker_store.ha.epoch_replica_client import EpochReplicaClient
-from broker_store.ha.sync_state_set import SyncStateSet
+from broker_store.protocol.controller import SyncStateSet
 from broker_store.protocol.message import decode_stored_messages
 from broker_store.protocol.properties import PROPERTY_WAIT, property_entry
 from broker_store.store import PutStatus

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from broker_store.clock import ManualClock
-from broker_store.ha.sync_state_set import SyncStateSet, SyncStateSetTracker
+from broker_store.ha.sync_state_set import SyncStateSetTracker
+from broker_store.protocol.controller import SyncStateSet
 
 PRIMARY = 1
 

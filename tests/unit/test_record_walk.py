@@ -14,12 +14,13 @@ from hypothesis import strategies as st
 from broker_store.protocol.message import (
     BLANK_MAGIC,
     MAGIC_V1,
+    MIN_RECORD_SIZE,
     STORED_HEADER_SIZE,
     STORED_OFFSETS,
     encode_stored_message,
 )
 from broker_store.store import record_check
-from broker_store.store.record_check import MIN_RECORD_SIZE, check_arrival, walk_arrival
+from broker_store.store.record_check import check_arrival, walk_arrival
 from tests.support import c_extensions
 
 SEG = 4096
