@@ -22,7 +22,6 @@ from broker_store.broker.role import RoleState
 from broker_store.broker.role_transition import ControllerPromotionSteps, PromotionSteps, StorePromotionSteps
 from broker_store.clock import Clock
 from broker_store.config import BrokerConfig
-from broker_store.controller.settings import ControllerSettings
 from broker_store.ha.sync_state_set import SyncStateSet
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.store import MessageStore
@@ -84,10 +83,7 @@ def primary_lease(config: BrokerConfig, clock: Clock) -> PrimaryLease | None:
     a primary frozen between the two timeouts appends on thaw. None in static groups."""
     if not config.enable_controller_mode:
         return None
-    timeout_ms = config.controller.heartbeat_timeout_ms
-    if timeout_ms is None:
-        timeout_ms = ControllerSettings.model_fields["heartbeat_timeout_ms"].default
-    return PrimaryLease(timeout_ms / 1000, clock)
+    return PrimaryLease(config.controller.primary_lease_ms() / 1000, clock)
 
 
 def controller_agent(config: BrokerConfig, broker: ControlledBroker, files: BrokerIdentityFiles,

@@ -33,7 +33,7 @@ import enum
 from dataclasses import dataclass
 
 from broker_store.ha.errors import ReplicaLogDivergedError
-from broker_store.store.commit_log import describe_cut
+from broker_store.store import describe_cut
 from broker_store.store.epoch_cache import NO_CONSISTENT_POINT, EpochCache, consistent_point
 
 _NOT_HELD = "the primary does not hold under the same epoch"
