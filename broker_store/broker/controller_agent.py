@@ -39,7 +39,7 @@ from typing import Protocol
 
 from broker_store.background import cancel_and_wait
 from broker_store.broker.broker_id_assignment import BrokerIdApi, assign_broker_id
-from broker_store.broker.controller_client import BrokerBeat
+from broker_store.broker.controller_client import BrokerBeat, NoControllerAnswered
 from broker_store.broker.identity_file import BrokerIdentityFiles, register_check_code
 from broker_store.broker.primary_lease import PrimaryLease
 from broker_store.broker.role import BrokerRole, RoleView
@@ -213,9 +213,10 @@ class ControllerAgent:
         beat, sent_at = self._last_beat(), self._clock.monotonic()
         try:
             info = await self._api.get_replica_info(self.broker_name)
-        except TransportError:
+        except TransportError as exc:
             if self._lease is not None:
-                self._lease.unreachable(sent_at)
+                refused = isinstance(exc, NoControllerAnswered) and exc.refused
+                self._lease.unreachable(sent_at, refused_at=self._clock.monotonic() if refused else None)
             raise
         self._observed(info, beat)
         await self.act(info)

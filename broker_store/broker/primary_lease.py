@@ -21,16 +21,23 @@ controller's default): a controller elects another primary only after hearing no
                    at the epoch it writes in (``confirmed``)
     deposed        a controller's answer named another primary, or none, at an epoch >= the broker's: refuse
                    (the agent demotes it next)
+    refused        every controller refused a request at ``t`` (its port refused the connection, or it does not
+                   lead): serve until ``t + L`` (renewed by each such answer). A controller back after ``t`` elects
+                   another primary only after ``L`` without this broker's heartbeats, so not before ``t + L``
     lease ended    refuse, until a controller confirms it (above), or a request sent after the lease ended
-                   reached no controller that could answer (unreachable, or none leading): then the controllers
-                   are down or cut off and cannot elect anyone either, so the broker serves (only elections
-                   stop), until a controller answers again
+                   reached no controller that could answer (unreachable, or none leading, timeouts included):
+                   then the controllers are down or cut off and cannot elect anyone either, so the broker serves
+                   (only elections stop), until a controller answers again
     otherwise      serve
 
-Cost of the rule: when every controller stops answering at once, sends are refused from the lease's end until a
-request sent after it has failed (at once when the controllers' ports refuse connections; one request timeout
-when they are frozen), then served again. A preferred-broker election by an operator (not by inactivity) is only
-seen through the controller's push or the next poll; sends in that window are the quorum's to refuse.
+Cost of the rule: when every controller is frozen at once (their requests time out rather than being refused),
+sends are refused from the lease's end until a request sent after it has timed out (one request timeout), then
+served again; controllers that are down (refused connections) cost nothing once one poll has seen it. A timeout
+is not evidence before the lease ends: a broker frozen with a request in flight sees it time out on thaw (uvloop
+runs due timers before reading sockets) although the controllers answered. A preferred-broker election by an
+operator (not by inactivity) is only seen through the controller's push or the next poll; sends in that window
+are the quorum's to refuse. A controller restarted with an empty table of live brokers is trusted to wait for
+heartbeats before it counts a primary inactive.
 """
 
 from __future__ import annotations
@@ -56,6 +63,8 @@ class PrimaryLease:
         self._deposed_by: str = ""
         self._down_since: float | None = None
         """Send time of the newest request that reached no controller, None once one answered after it."""
+        self._refused_at: float | None = None
+        """When every controller last refused a request at once, None once one answered after it."""
 
     @property
     def last_beat(self) -> float:
@@ -82,19 +91,22 @@ class PrimaryLease:
         self._confirmed_epoch = epoch
         if self._deposed_epoch is not None and self._deposed_epoch <= epoch:
             self._deposed_epoch = None
-        self._down_since = None
+        self._down_since = self._refused_at = None
 
     def deposed(self, epoch: int, master: str | None) -> None:
         """A controller named ``master`` (None: no primary) at ``epoch``, not this broker."""
         if self._deposed_epoch is None or epoch >= self._deposed_epoch:
             self._deposed_epoch = epoch
             self._deposed_by = f"names {master} primary" if master else "names no primary"
-        self._down_since = None
+        self._down_since = self._refused_at = None
 
-    def unreachable(self, sent_at: float) -> None:
-        """No controller answered the request sent at ``sent_at`` (none reachable, or none leading)."""
+    def unreachable(self, sent_at: float, *, refused_at: float | None = None) -> None:
+        """No controller answered the request sent at ``sent_at`` (none reachable, or none leading); ``refused_at``:
+        each refused it at once, seen at that time (see ``refused`` in the module docstring)."""
         if self._down_since is None or sent_at > self._down_since:
             self._down_since = sent_at
+        if refused_at is not None and (self._refused_at is None or refused_at > self._refused_at):
+            self._refused_at = refused_at
 
     # -- the decision -------------------------------------------------------------------------------------------
 
@@ -107,6 +119,8 @@ class PrimaryLease:
         now = self._clock.monotonic()
         if self._confirmed_epoch == epoch and now < self._valid_until:
             return None
+        if self._refused_at is not None and now < self._refused_at + self.length_s:
+            return None  # every controller refused just now: none can elect anyone before the lease would end
         if self._down_since is not None and self._down_since >= self._valid_until:
             return None  # no controller could answer since the lease ended: none can elect anyone either
         return (f"no controller has confirmed this primary (epoch {epoch}) within its lease of {self.length_s:g} s: "

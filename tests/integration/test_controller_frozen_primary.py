@@ -77,7 +77,11 @@ def test_sends_queued_at_a_frozen_primary_are_refused_on_thaw_not_timed_out(tmp_
             answers = await asyncio.gather(*queued)
             codes = Counter(ResponseCode(a.code).name for a in answers)
             assert codes == {"SERVICE_NOT_AVAILABLE": QUEUED}, (codes, [a.remark for a in answers][:3])
-            assert (await send(client, new, "after")).code == ResponseCode.SUCCESS
+
+            async def new_takes_writes() -> bool:  # once a replica is in its SyncStateSet (in_sync_replicas 2)
+                return (await send(client, new, "after")).code == ResponseCode.SUCCESS
+
+            await until(new_takes_writes, "the new primary acknowledges a send")
         finally:
             await client.close()
             await admin.close()

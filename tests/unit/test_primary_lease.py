@@ -136,3 +136,27 @@ def test_a_controller_that_answers_again_ends_the_unreachable_evidence() -> None
 def test_a_lease_is_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         PrimaryLease(0, ManualClock())
+
+
+def test_controllers_that_refuse_at_once_keep_the_primary_serving_through_its_lease_end() -> None:
+    # Every controller killed: connections refused on each poll (every 0.5 s). No window of refusals at the lease's
+    # end: each refusal is evidence for L from when it was seen.
+    clock = ManualClock()
+    lease = confirmed_lease(clock)
+    for _ in range(20):
+        clock.advance(0.5)
+        lease.unreachable(clock.monotonic(), refused_at=clock.monotonic())
+        assert lease.refusal(2) is None
+    lease.deposed(3, "127.0.0.1:30911")  # one answers again, naming another primary
+    assert lease.refusal(2) is not None
+
+
+def test_a_refusal_seen_before_a_freeze_does_not_outlive_l() -> None:
+    clock = ManualClock()
+    lease = confirmed_lease(clock)
+    clock.advance(1.0)
+    lease.unreachable(clock.monotonic(), refused_at=clock.monotonic())
+    clock.advance(L)  # frozen: controllers back meanwhile could have elected another after L of silence
+    assert lease.refusal(2) is not None
+    lease.deposed(3, "127.0.0.1:30911")
+    assert lease.refusal(2) is not None
