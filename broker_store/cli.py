@@ -220,6 +220,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     p.set_defaults(func=run_up)
 
+    p = sub.add_parser("restart-member", help="restart one member of a running up (SIGTERM, then started again)")
+    p.add_argument("--run-dir", type=Path, required=True, help="the --run-dir of the running up")
+    p.add_argument("name", help="the member's process name (its <run-dir>/<name>.pid), e.g. broker-a or ha.0")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for its new pid")
+
+    def restart_member(a: argparse.Namespace) -> int:
+        from broker_store.up_supervisor import request_restart
+
+        try:
+            pid = request_restart(a.run_dir, a.name, a.timeout)
+        except (ValueError, TimeoutError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(f"{a.name} restarted: pid {pid}")
+        return 0
+
+    p.set_defaults(func=restart_member)
+
     def admin_parser(name: str, func: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
         ap = sub.add_parser(name, help=help_text)
         ap.add_argument("-n", "--namesrv", default=os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"),

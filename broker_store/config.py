@@ -43,6 +43,7 @@ from broker_store.ha.settings import HARole, HASettings
 from broker_store.net.hygiene import ConnectionLimits
 from broker_store.net.tls_settings import TlsSettings
 from broker_store.protocol.errors import ConfigError
+from broker_store.restart_policy import RestartMode
 from broker_store.store.config import StoreConfig, StoreSettings
 from broker_store.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DelayLevels
 from broker_store.validation import describe_validation_error
@@ -80,6 +81,9 @@ class NamesrvConfig(_Model):
     """RocketMQ's TLS settings under their key names (``net.tls_settings``): ``tls.server.mode`` disabled /
     permissive / enforcing with its certificate, key, trust certificates and need.client.auth, and
     ``tls.enable`` + ``tls.client.*`` for the embedded controller's connections to brokers."""
+    restart: RestartMode = RestartMode.ON_FAILURE
+    """Read by ``up`` only (``restart_policy``): "on-failure" restarts this name server with back-off when it exits
+    with a code other than 0; "no" leaves it down."""
 
 
 class ControllerConfig(_Model):
@@ -175,6 +179,14 @@ class ControllerLinkSettings(_Model):
     request_timeout_ms: int = Field(default=3000, gt=0)
     """How long one request to a controller may take before the next controller is tried."""
 
+    def primary_lease_ms(self) -> int:
+        """The controller's heartbeat timeout for this broker: the ``heartbeat_timeout_ms`` it sends, else the
+        controller's default (``broker.primary_lease``: how long a primary appends without a controller's word)."""
+        if self.heartbeat_timeout_ms is not None:
+            return self.heartbeat_timeout_ms
+        default: int = ControllerSettings.model_fields["heartbeat_timeout_ms"].default
+        return default
+
     @model_validator(mode="after")
     def _timeout_after_interval(self) -> ControllerLinkSettings:
         if self.heartbeat_timeout_ms is not None and self.heartbeat_timeout_ms <= self.heartbeat_interval_ms:
@@ -190,6 +202,9 @@ class ControllerLinkSettings(_Model):
 class BrokerSettings(_Model):
     """Everything about one broker except what its cluster implies (name, name servers)."""
 
+    restart: RestartMode = RestartMode.ON_FAILURE
+    """Read by ``up`` only (``restart_policy``): "on-failure" restarts this broker with back-off when it exits with
+    a code other than 0 (kill -9 included); "no" leaves it down (a test that wants a member down)."""
     broker_name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     """Broker group name; primary and replicas of one group share it."""
     broker_id: int = Field(default=0, ge=0)

@@ -8,14 +8,18 @@ for: a ``python -m broker_store`` child is ready when it prints ``READY <addr>``
 ``/health`` says so. Once every name server lists all its brokers (a controller-mode group: a primary and every
 member, whatever ids the controller gave them) ``up`` prints one line ``READY <namesrv addr> [...]`` (cluster
 order) and waits. SIGINT/SIGTERM stop everything in reverse order (brokers first, so they unregister; etcd last).
-A child that dies during start-up aborts it (exit code 1); one that dies later is reported and left down.
+A child that dies during start-up aborts it (exit code 1). Afterwards ``up_supervisor`` watches them: a broker or
+name server that exits with a code other than 0 is restarted with back-off (its ``restart`` setting, "on-failure"
+by default, "no" to leave it down; ``restart_policy``), controllers and etcd members are left down, and
+``python -m broker_store restart-member --run-dir <run_dir> <name>`` restarts any member at once.
 
 Process names, which name the generated ``<run_dir>/<name>.yaml`` files and, under ``--data-dir``, the stores: a
 static broker is ``<group>`` (broker_id 0) or ``<group>-<id>``; a controller-mode broker has no fixed id (the
 controller assigns it and ``brokerIdentity`` in its store keeps it), so it is ``<group>.<i>``, i its position
 among its group's members in the file (from 0); controllers are ``controller-<i>``, etcd members ``etcd-<i>``
 (logs in ``run_dir``). The brokers', controllers' and name servers' logs go to ``up``'s stderr. Each child's pid
-is in ``<run_dir>/<name>.pid`` (to kill -9 or SIGSTOP one member by hand: ``up`` leaves it down).
+is in ``<run_dir>/<name>.pid``, rewritten on each restart (to kill -9 or SIGSTOP one member by hand; a member
+started by hand outside ``up`` is not supervised: use ``restart-member``).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from broker_store.config import BrokerConfig, ControllersConfig, LocalClustersConfig, load_yaml
+from broker_store.config import BrokerConfig, ControllersConfig, LocalClustersConfig, NamesrvConfig, load_yaml
 from broker_store.controller.etcd_members import EtcdCluster
 from broker_store.launcher import (
     ChildProcess,
@@ -39,6 +43,8 @@ from broker_store.launcher import (
     poll_until,
     stop_together,
 )
+from broker_store.restart_policy import RestartPolicy
+from broker_store.up_supervisor import Supervisor, write_pid
 
 
 class StopRequested(BaseException):
@@ -91,8 +97,16 @@ class UpPlan:
 
     def _write_pids(self, children: Sequence[ChildProcess]) -> None:
         for child in children:
-            if child.proc is not None:
-                (self.run_dir / f"{child.name}.pid").write_text(f"{child.pid}\n")
+            write_pid(self.run_dir, child)
+
+    def restart_policies(self) -> dict[str, RestartPolicy]:
+        """Each broker's and name server's ``restart`` setting as a policy, by child name (controllers and etcd
+        members have none: left down)."""
+        policies = {b.name: RestartPolicy(b.config.restart) for b in self.brokers
+                    if isinstance(b.config, BrokerConfig)}
+        policies.update({n.name: RestartPolicy(n.config.restart) for n in self.namesrvs
+                         if isinstance(n.config, NamesrvConfig)})
+        return policies
 
     def stop(self, grace: float = 10.0) -> None:
         """Brokers first (they unregister from the name servers), then name servers, controllers, etcd."""
@@ -182,13 +196,10 @@ def run_up(config_path: Path, run_dir: Path | None = None, data_dir: Path | None
             print(f"error: start-up failed, stopping every process: {exc}", file=sys.stderr, flush=True)
             return 1
         print("READY " + " ".join(c.namesrv.listen for c in config.clusters), flush=True)
-        reported: set[str] = set()
+        supervisor = Supervisor(list(plan.children()), plan.restart_policies(), run_dir,
+                                ready_timeout=start_timeout)
         while True:
-            for child in plan.children():
-                if child.name not in reported and not child.running():
-                    reported.add(child.name)
-                    code = child.proc.poll() if child.proc is not None else None
-                    print(f"{child.name} exited with code {code}; left down", file=sys.stderr, flush=True)
+            supervisor.round()
             time.sleep(0.2)
     except StopRequested:
         return 0

@@ -18,8 +18,8 @@ Bounded by default (about a minute after start-up); `--forever` produces until C
 Exit code 0 when every check of the summary holds, 1 otherwise.
 
 `--failover` (`make demo DEMO_ARGS=--failover`): the source cluster runs in controller mode instead (a name
-server with the embedded controller and one group of three brokers, ``jobs.demo_failover``; the target still
-comes from `up`), the producer keeps going through failed sends, and its primary is killed with SIGKILL once,
+server with the embedded controller and one group of three brokers, ``jobs.demo_failover``; `up` starts it
+with the other clusters), the producer keeps going through failed sends, and its primary is killed with SIGKILL once,
 `--kill-after` seconds into the load (after the consumer stopped). The summary adds
 `failover: election X s, N missing`: the time from the kill to the first acknowledged send, and the
 acknowledged messages not on the target (0 is the check; copies re-sent across the failover are counted).
@@ -49,7 +49,7 @@ from connectors.checkpoint.tables import CheckpointTables
 from connectors.core.config import load_replicator_config
 from connectors.core.topic_mapping import TopicMapper
 from jobs import demo_report
-from jobs.demo_failover import ControlledSource, Nemesis, election_seconds
+from jobs.demo_failover import ControlledSource, Nemesis, controlled_clusters, election_seconds
 from jobs.lag import EndpointUnreachableError, link_lags, render, scrape
 
 TOPIC = "Orders"
@@ -353,36 +353,27 @@ def main(argv: list[str] | None = None) -> int:
     kill_after = args.kill_after if args.kill_after is not None else 0.6 * args.seconds
     with tempfile.TemporaryDirectory(prefix="rmq-demo-") as tmp:
         failover: ControlledSource | None = None
+        config = args.config
         if args.failover:
-            # the source is the controller-mode cluster of jobs.demo_failover; `up` starts the others
-            source = next(c for c in clusters.clusters if c.name == "source")
-            clusters = LocalClustersConfig(clusters=[c for c in clusters.clusters if c is not source])
-            config = Path(tmp) / "clusters-without-source.yaml"
+            # the source cluster in controller mode (jobs.demo_failover), started by `up` with the others
+            clusters = controlled_clusters(clusters)
+            config = Path(tmp) / "clusters-failover.yaml"
             config.write_text(yaml.safe_dump(clusters.model_dump(mode="json", exclude_unset=True), sort_keys=False))
-            failover = ControlledSource(source, Path(tmp) / "source").start()
-            print(f"source cluster up in controller mode: {failover.namesrv_addr} (embedded controller), group "
-                  f"{', '.join(b.config.listen for b in failover.brokers)}")
-        else:
-            config = args.config
+            failover = ControlledSource(clusters, Path(tmp) / "run")
+        proc, namesrvs = start_clusters(config, Path(tmp))
         try:
-            proc, namesrvs = start_clusters(config, Path(tmp))
-            try:
-                print("local clusters up: " + ", ".join(f"{c.name}={addr}" for c, addr in zip(
-                    clusters.clusters, namesrvs, strict=True)) + f"  (logs: {Path(tmp) / 'logs' / CLUSTERS_LOG})")
-                by_name = {c.name: addr for c, addr in zip(clusters.clusters, namesrvs, strict=True)}
-                if failover is not None:
-                    by_name["source"] = failover.namesrv_addr
-                return run_demo(by_name, Path(tmp), forever=args.forever, rate=args.rate, seconds=args.seconds,
-                                failover=failover, kill_after=kill_after)
-            finally:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(60)
-                print(f"stopped the local clusters (exit {proc.returncode})")
-        finally:
+            print("local clusters up: " + ", ".join(f"{c.name}={addr}" for c, addr in zip(
+                clusters.clusters, namesrvs, strict=True)) + f"  (logs: {Path(tmp) / 'logs' / CLUSTERS_LOG})")
             if failover is not None:
-                failover.stop()
-                print("stopped the controller-mode source cluster")
-
+                print(f"source cluster up in controller mode: {failover.namesrv_addr} (embedded controller), group "
+                      f"{', '.join(b.listen for b in failover.brokers)}")
+            by_name = {c.name: addr for c, addr in zip(clusters.clusters, namesrvs, strict=True)}
+            return run_demo(by_name, Path(tmp), forever=args.forever, rate=args.rate, seconds=args.seconds,
+                            failover=failover, kill_after=kill_after)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+            print(f"stopped the local clusters (exit {proc.returncode})")
 
 if __name__ == "__main__":
     raise SystemExit(main())

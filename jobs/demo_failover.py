@@ -1,32 +1,36 @@
 """`make demo DEMO_ARGS=--failover`: the demo's source cluster in controller mode, and its primary killed once
 under the load.
 
-Used by ``jobs/demo.py`` only. ``ControlledSource`` starts the source cluster as separate processes (the
-product launcher's ``ManagedProcess``): a name server with the embedded controller (RocketMQ's
-enableControllerInNamesrv; 2 s heartbeat timeout, 200 ms scans) and one broker group of three brokers in
-controller mode, SYNC_MASTER with ``in_sync_replicas`` 2, so a send the producer saw acknowledged is on two
-brokers and survives the kill. ``Nemesis`` kills the group's primary with SIGKILL once, ``kill_after``
-seconds into the load. The election time is measured as the load sees it: from the kill to the first
-acknowledged send started after it (``election_seconds``).
-
-(``python -m broker_store up`` does not start controller-mode groups yet, hence this class; the target
-cluster still comes from ``up``.)
+Used by ``jobs/demo.py`` only. ``controlled_clusters`` rewrites the demo's local-clusters file so that its source
+cluster is a controller-mode one, which ``python -m broker_store up`` then starts with the others: a name server
+with the embedded controller (RocketMQ's enableControllerInNamesrv; 2 s heartbeat timeout, 200 ms scans) and one
+broker group of three brokers in controller mode, SYNC_MASTER with ``in_sync_replicas`` 2, so a send the
+producer saw acknowledged is on two brokers and survives the kill. ``ControlledSource`` finds the group's members
+in ``up``'s run directory (their processes are ``up``'s children; their pids in ``<run_dir>/<name>.pid``).
+``Nemesis`` kills the group's primary with SIGKILL once, ``kill_after`` seconds into the load. The election time
+is measured as the load sees it: from the kill to the first acknowledged send started after it
+(``election_seconds``).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from broker_store.client import Admin
-from broker_store.config import BrokerConfig, ClusterConfig, ControllerLinkSettings, NamesrvConfig
+from broker_store.config import BrokerSettings, ClusterConfig, ControllerLinkSettings, LocalClustersConfig
 from broker_store.controller.settings import ControllerSettings
 from broker_store.ha.settings import HASettings
-from broker_store.launcher import HOST, ManagedProcess, broker_listen_port
+from broker_store.launcher import HOST, broker_listen_port
 from broker_store.protocol.errors import RocketMQError
+from broker_store.up import broker_process_names
 
+SOURCE = "source"
 GROUP = "source-a"
 MEMBERS = 3
 HEARTBEAT_TIMEOUT_MS, SCAN_INTERVAL_MS = 2000, 200
@@ -38,65 +42,60 @@ HA = {"role": "SYNC_MASTER", "total_replicas": MEMBERS, "in_sync_replicas": 2, "
 0.5 s, so the one elected holds the group's committed offsets."""
 
 
-class ControlledSource:
-    """The source cluster ``cluster`` of the demo's cluster config, in controller mode: its name server's
-    address, one group ``GROUP`` of ``MEMBERS`` brokers on free ports, stores under ``data_dir``."""
-
-    def __init__(self, cluster: ClusterConfig, data_dir: Path) -> None:
-        run_dir = data_dir / "source-run"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        namesrv = NamesrvConfig(listen=cluster.namesrv.listen, broker_expiry_seconds=3.0,
-                                controller=ControllerSettings(heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
-                                                              scan_interval_ms=SCAN_INTERVAL_MS,
-                                                              state_dir=data_dir / "controller"))
-        self.name = cluster.name
-        self.namesrv = ManagedProcess("namesrv", namesrv, run_dir, f"{cluster.name}-namesrv")
-        self.brokers = [ManagedProcess("broker", BrokerConfig(
-            cluster_name=cluster.name, broker_name=GROUP, listen=f"{HOST}:{broker_listen_port()}",
-            store_dir=data_dir / f"{GROUP}-{i}", namesrv_addrs=[namesrv.listen], enable_controller_mode=True,
+def controlled_clusters(config: LocalClustersConfig) -> LocalClustersConfig:
+    """``config`` with its ``source`` cluster replaced by the controller-mode one (same name and name server
+    address; the group ``GROUP`` of ``MEMBERS`` brokers on free ports, their stores wherever ``up`` puts them)."""
+    def controlled(cluster: ClusterConfig) -> ClusterConfig:
+        if cluster.name != SOURCE:
+            return cluster
+        namesrv = cluster.namesrv.model_copy(update={"controller": ControllerSettings(
+            heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS, scan_interval_ms=SCAN_INTERVAL_MS)})
+        brokers = [BrokerSettings(
+            broker_name=GROUP, listen=f"{HOST}:{broker_listen_port()}", store_dir=Path(f"{GROUP}-{i}"),
+            enable_controller_mode=True,
             controller=ControllerLinkSettings(controller_addrs=[namesrv.listen], replica_info_poll_interval_ms=500),
-            ha=HASettings.model_validate(HA)),
-            run_dir, f"{GROUP}-{i}") for i in range(1, MEMBERS + 1)]
+            ha=HASettings.model_validate(HA)) for i in range(1, MEMBERS + 1)]
+        return ClusterConfig(name=cluster.name, namesrv=namesrv, brokers=brokers)
 
-    @property
-    def namesrv_addr(self) -> str:
-        return self.namesrv.config.listen
+    if not any(c.name == SOURCE for c in config.clusters):
+        raise ValueError(f"the demo's clusters file has no cluster named {SOURCE!r} to run in controller mode")
+    return LocalClustersConfig(clusters=[controlled(c) for c in config.clusters], controllers=config.controllers)
 
-    def start(self, timeout: float = 60.0) -> ControlledSource:
-        """Every process, then until the name server lists the whole group with a primary; on failure
-        everything started is stopped before the error propagates."""
-        try:
-            self.namesrv.start(timeout)
-            for broker in self.brokers:
-                broker.start(timeout)
-            self._wait_listed(timeout)
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
-    def _wait_listed(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        with Admin(self.namesrv_addr) as admin:
-            while True:
-                listed = _group_addrs(admin)
-                if 0 in listed and sorted(listed.values()) == sorted(b.config.listen for b in self.brokers):
-                    return
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"source cluster {self.name}: group {GROUP} not complete after {timeout}s "
-                                       f"(name server lists {listed}); see {self.namesrv.log_file or 'stderr'}")
-                time.sleep(0.2)
+@dataclass(frozen=True)
+class Member:
+    """One broker of the controller-mode group, started by ``up``."""
 
-    def primary(self) -> ManagedProcess | None:
+    name: str
+    """Its process name under ``up`` (``<group>.<i>``): ``<run_dir>/<name>.pid`` holds its pid."""
+    listen: str
+    pid_file: Path
+
+    def kill(self) -> None:
+        """SIGKILL the member's process (the pid ``up`` wrote for it)."""
+        os.kill(int(self.pid_file.read_text()), signal.SIGKILL)
+
+
+class ControlledSource:
+    """The controller-mode source cluster of ``config`` (``controlled_clusters``' output) as ``up`` runs it with
+    ``run_dir``: its name server's address and its group's members."""
+
+    def __init__(self, config: LocalClustersConfig, run_dir: Path) -> None:
+        names = iter(broker_process_names(config))
+        self.brokers: list[Member] = []
+        for cluster in config.clusters:
+            for broker in cluster.brokers:
+                name = next(names)
+                if cluster.name == SOURCE:
+                    self.brokers.append(Member(name, broker.listen, run_dir / f"{name}.pid"))
+            if cluster.name == SOURCE:
+                self.namesrv_addr = cluster.namesrv.listen
+
+    def primary(self) -> Member | None:
         """The member the name server lists as the group's primary now, or None."""
         with Admin(self.namesrv_addr) as admin:
             addr = _group_addrs(admin).get(0)
-        return next((b for b in self.brokers if b.config.listen == addr), None)
-
-    def stop(self) -> None:
-        """SIGTERM to the brokers, then to the name server (a killed member is already gone)."""
-        for process in [*self.brokers, self.namesrv]:
-            process.stop()
+        return next((b for b in self.brokers if b.listen == addr), None)
 
 
 def _group_addrs(admin: Admin) -> dict[int, str]:
@@ -115,10 +114,10 @@ class Nemesis(threading.Thread):
         super().__init__(name="demo-nemesis", daemon=True)
         self.source, self.kill_after, self.timeout = source, kill_after, timeout
         self.stop = threading.Event()
-        self.killed: ManagedProcess | None = None
+        self.killed: Member | None = None
         self.killed_at: float | None = None
         """``time.monotonic()`` of the kill."""
-        self.new_primary: ManagedProcess | None = None
+        self.new_primary: Member | None = None
         self.listed_after: float | None = None
         """Seconds from the kill until the name server listed the new primary."""
         self.error: BaseException | None = None
@@ -132,13 +131,13 @@ class Nemesis(threading.Thread):
                 raise RuntimeError("no primary of the source group listed: nothing to kill")
             victim.kill()
             self.killed, self.killed_at = victim, time.monotonic()
-            print(f"failover: killed the source primary {victim.name} ({victim.config.listen}) with SIGKILL",
+            print(f"failover: killed the source primary {victim.name} ({victim.listen}) with SIGKILL",
                   flush=True)
             while not self.stop.is_set() and time.monotonic() - self.killed_at < self.timeout:
                 new = self.source.primary()
-                if new is not None and new is not victim:
+                if new is not None and new != victim:
                     self.new_primary, self.listed_after = new, time.monotonic() - self.killed_at
-                    print(f"failover: {new.name} ({new.config.listen}) listed as the new primary "
+                    print(f"failover: {new.name} ({new.listen}) listed as the new primary "
                           f"{self.listed_after:.2f} s after the kill", flush=True)
                     return
                 time.sleep(0.05)

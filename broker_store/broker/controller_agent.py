@@ -24,7 +24,10 @@ registration answer names the same primary (``namesrv_named``), else its listen 
 (``role_decision.primary_ha_address``).
 
 Every timer reads the broker's ``Clock``. Nothing here stops the broker from serving: with every controller
-down it keeps its role and only elections stop.
+down it keeps its role and only elections stop. The primary's lease (``broker.primary_lease``) is fed here: every
+accepted heartbeat with its send time, every answer naming a primary (a confirmation when it names this broker and
+was asked for after an accepted heartbeat; a push only deposes, and a push naming this broker is followed by a poll
+at once so that the new primary is confirmed within a round trip), and every poll that reached no controller.
 """
 
 from __future__ import annotations
@@ -36,8 +39,9 @@ from typing import Protocol
 
 from broker_store.background import cancel_and_wait
 from broker_store.broker.broker_id_assignment import BrokerIdApi, assign_broker_id
-from broker_store.broker.controller_client import BrokerBeat
+from broker_store.broker.controller_client import BrokerBeat, NoControllerAnswered
 from broker_store.broker.identity_file import BrokerIdentityFiles, register_check_code
+from broker_store.broker.primary_lease import PrimaryLease
 from broker_store.broker.role import BrokerRole, RoleView
 from broker_store.broker.role_decision import (
     Follow,
@@ -51,7 +55,7 @@ from broker_store.broker.role_decision import (
 )
 from broker_store.clock import Clock
 from broker_store.config import ControllerLinkSettings
-from broker_store.protocol.errors import RocketMQError
+from broker_store.protocol.errors import RocketMQError, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -102,13 +106,15 @@ class ControllerAgent:
     """See the module docstring."""
 
     def __init__(self, api: ControllerApi, broker: ControlledBroker, files: BrokerIdentityFiles, *,
-                 cluster_name: str, broker_name: str, settings: ControllerLinkSettings, clock: Clock) -> None:
+                 cluster_name: str, broker_name: str, settings: ControllerLinkSettings, clock: Clock,
+                 lease: PrimaryLease | None = None) -> None:
         self._api = api
         self._broker = broker
         self._files = files
         self.cluster_name, self.broker_name = cluster_name, broker_name
         self._settings = settings
         self._clock = clock
+        self._lease = lease
         self._lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._pushed: set[asyncio.Task[None]] = set()
@@ -158,9 +164,11 @@ class ControllerAgent:
             await self._broker.take_broker_id(broker_id)
             self.broker_id = broker_id
         await self.heartbeat_once()
+        beat = self._last_beat()
         info = await self._api.register_broker(self.cluster_name, self.broker_name, broker_id, self._broker.addr)
         log.info("controller mode: %s/%d registered with the controller; master %s at epoch %d", self.broker_name,
                  broker_id, info.master_id, info.master_epoch)
+        self._observed(info, beat)
         await self.act(info)
         self.joined.set()
 
@@ -194,12 +202,38 @@ class ControllerAgent:
         epoch, max_offset, confirm_offset = self._broker.heartbeat_offsets()
         beat = BrokerBeat(self.cluster_name, self.broker_name, self._broker.addr, self.broker_id, epoch, max_offset,
                           confirm_offset, self._settings.election_priority, self._settings.heartbeat_timeout_ms)
+        sent_at = self._clock.monotonic()
         if not await self._api.heartbeat(beat):
             raise RocketMQError("no controller accepted the heartbeat")
+        if self._lease is not None:
+            self._lease.heartbeat_accepted(sent_at)
 
     async def poll_once(self) -> None:
         """CONTROLLER_GET_REPLICA_INFO, then act on it."""
-        await self.act(await self._api.get_replica_info(self.broker_name))
+        beat, sent_at = self._last_beat(), self._clock.monotonic()
+        try:
+            info = await self._api.get_replica_info(self.broker_name)
+        except TransportError as exc:
+            if self._lease is not None:
+                refused = isinstance(exc, NoControllerAnswered) and exc.refused
+                self._lease.unreachable(sent_at, refused_at=self._clock.monotonic() if refused else None)
+            raise
+        self._observed(info, beat)
+        await self.act(info)
+
+    def _last_beat(self) -> float | None:
+        return None if self._lease is None else self._lease.last_beat
+
+    def _observed(self, info: ReplicaInfo, beat: float | None) -> None:
+        """Feed the lease with a view of the group: asked for after the heartbeat ``beat`` was accepted (None: a
+        push, which only deposes)."""
+        lease = self._lease
+        if lease is None or self.broker_id is None:
+            return
+        if info.master_id != self.broker_id:
+            lease.deposed(info.master_epoch, info.master_address)
+        elif beat is not None:
+            lease.confirmed(info.master_epoch, beat)
 
     def on_notification(self, info: ReplicaInfo) -> None:
         """NOTIFY_BROKER_ROLE_CHANGED arrived: act on it in the background (the push is answered at once)."""
@@ -210,8 +244,11 @@ class ControllerAgent:
         task.add_done_callback(self._pushed.discard)
 
     async def _act_logged(self, info: ReplicaInfo) -> None:
+        self._observed(info, None)
         try:
             await self.act(info)
+            if self._lease is not None and info.master_id == self.broker_id:
+                await self.poll_once()  # a push proves nothing about when: a poll confirms the new primary
         except RocketMQError as exc:
             log.warning("acting on the controller's notification failed (the next poll decides again): %s", exc)
 
@@ -238,9 +275,11 @@ class ControllerAgent:
                     may_elect = False
                     log.info("controller mode: %s has no master; broker %d asks for an election", self.broker_name,
                              self.broker_id)
+                    beat = self._last_beat()
                     elected = await self._api.elect_master(self.cluster_name, self.broker_name, self.broker_id)
                     if elected is None:
                         return
+                    self._observed(elected, beat)
                     info = elected
                     continue
                 if info.master_epoch >= (self.last_info.master_epoch if self.last_info else 0):

@@ -49,6 +49,7 @@ from broker_store.protocol.controller import (
 from broker_store.protocol.errors import (
     BrokerResponseError,
     ProtocolError,
+    RequestTimeoutError,
     RocketMQError,
     TransportError,
     error_for_response,
@@ -215,8 +216,10 @@ class ControllerClient:
         return cmd if self._credentials is None else sign(cmd, self._credentials)
 
     async def _request(self, code: int, header: Header, body: bytes = b"") -> RemotingCommand:
-        """Send to the controller that answered last, then the others in order (see the module docstring)."""
+        """Send to the controller that answered last, then the others in order (see the module docstring);
+        ``NoControllerAnswered`` when none did."""
         problems = []
+        refused = 0
         count = len(self.addresses)
         for step in range(count):
             index = (self._current + step) % count
@@ -226,13 +229,27 @@ class ControllerClient:
                 resp = await self._client.invoke(addr, cmd, self.request_timeout)
             except TransportError as exc:
                 problems.append(f"{addr}: {exc}")
+                refused += not isinstance(exc, RequestTimeoutError) and isinstance(exc.__cause__,
+                                                                                   ConnectionRefusedError)
                 continue
             if resp.code == ResponseCode.CONTROLLER_NOT_LEADER:
                 problems.append(f"{addr}: not the leader ({resp.remark})")
+                refused += 1
                 continue
             self._current = index
             return resp
-        raise TransportError(f"no controller answered request {code}: " + "; ".join(problems))
+        raise NoControllerAnswered(f"no controller answered request {code}: " + "; ".join(problems),
+                                   refused=refused == count)
+
+
+class NoControllerAnswered(TransportError):
+    """No controller took a request. ``refused``: each one said so at once (its port refused the connection, or
+    it answered CONTROLLER_NOT_LEADER), so none of them could act at that moment; False when one timed out (it
+    may only have been slow, or this broker frozen meanwhile)."""
+
+    def __init__(self, message: str, *, refused: bool) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 def decode_role_notification(cmd: RemotingCommand) -> ReplicaInfo:

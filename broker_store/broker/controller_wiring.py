@@ -16,6 +16,7 @@ from pathlib import Path
 from broker_store.broker.controller_agent import ControlledBroker, ControllerAgent
 from broker_store.broker.controller_client import ControllerClient
 from broker_store.broker.identity_file import BrokerIdentityFiles, RegisterState
+from broker_store.broker.primary_lease import PrimaryLease
 from broker_store.broker.replication import BrokerReplication
 from broker_store.broker.role import RoleState
 from broker_store.broker.role_transition import ControllerPromotionSteps, PromotionSteps, StorePromotionSteps
@@ -75,10 +76,20 @@ def promotion_steps(factory: PromotionStepsFactory | None, store: MessageStore,
     return StorePromotionSteps(store)
 
 
+def primary_lease(config: BrokerConfig, clock: Clock) -> PrimaryLease | None:
+    """Controller mode: the lease a primary appends under (``broker.primary_lease``), as long as the controller's
+    heartbeat timeout for this broker: the ``controller.heartbeat_timeout_ms`` it sends, else the controller's
+    default. A controller configured with a shorter timeout than that default needs its brokers to send theirs, or
+    a primary frozen between the two timeouts appends on thaw. None in static groups."""
+    if not config.enable_controller_mode:
+        return None
+    return PrimaryLease(config.controller.primary_lease_ms() / 1000, clock)
+
+
 def controller_agent(config: BrokerConfig, broker: ControlledBroker, files: BrokerIdentityFiles,
                      role_state: RoleState, replication: BrokerReplication | None,
-                     clock: Clock, credentials: SessionCredentials | None = None
-                     ) -> tuple[ControllerClient, ControllerAgent]:
+                     clock: Clock, credentials: SessionCredentials | None = None,
+                     lease: PrimaryLease | None = None) -> tuple[ControllerClient, ControllerAgent]:
     """The broker's controller client and agent (not started); the HA primary's SyncStateSet changes go through
     the client (ALTER_SYNC_STATE_SET under the role's replica id and epoch at the time of each call), every request
     signed with ``credentials`` (the broker's ``acl_credentials_file``) when given."""
@@ -86,7 +97,7 @@ def controller_agent(config: BrokerConfig, broker: ControlledBroker, files: Brok
     client = ControllerClient(config.controller_addresses(), request_timeout=link.request_timeout_ms / 1000,
                               tls=config.tls.client_settings(), credentials=credentials)
     agent = ControllerAgent(client, broker, files, cluster_name=config.cluster_name,
-                            broker_name=config.broker_name, settings=link, clock=clock)
+                            broker_name=config.broker_name, settings=link, clock=clock, lease=lease)
     if replication is not None:
         async def alter(members: frozenset[int], set_epoch: int) -> SyncStateSet:
             new_members, new_epoch = await client.alter_sync_state_set(

@@ -22,6 +22,7 @@ from broker_store.broker.delay_offsets import DelayOffsetTable
 from broker_store.broker.delayed_send import DelayedSend
 from broker_store.broker.long_polling import PullWaiters
 from broker_store.broker.offset_processor import OffsetContext, OffsetProcessor
+from broker_store.broker.primary_lease import PrimaryLease
 from broker_store.broker.pull_processor import PullContext, PullProcessor
 from broker_store.broker.role import RoleState
 from broker_store.broker.send_processor import SendContext, SendProcessor
@@ -65,6 +66,8 @@ class BrokerParts:
     """Controller mode: GET_BROKER_EPOCH_CACHE's body (None while the epoch file is not open)."""
     acl_admin: AclAdminContext
     """The ACL admin requests' context (50-54)."""
+    lease: PrimaryLease | None = None
+    """Controller mode: the primary's lease the send path checks before appending."""
 
 
 def processor_table(parts: BrokerParts) -> dict[int, Processor]:
@@ -75,7 +78,8 @@ def processor_table(parts: BrokerParts) -> dict[int, Processor]:
         store, topics, role, broker_name=cfg.broker_name, cluster_name=cfg.cluster_name,
         region_id=cfg.region_id, trace_on=cfg.trace_on, max_message_size=cfg.store.max_message_size,
         max_batch_size=cfg.store.max_batch_size,
-        max_reconsume_times=cfg.max_reconsume_times, delayed_send=DelayedSend(parts.delay_levels)))
+        max_reconsume_times=cfg.max_reconsume_times, delayed_send=DelayedSend(parts.delay_levels),
+        lease=parts.lease))
     pull = PullProcessor(PullContext(
         store, topics, parts.clients, parts.consumer_offsets, parts.pull_waiters, role,
         stopping=parts.stopping, clock=parts.clock, max_pull_msg_nums=cfg.max_pull_msg_nums,

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from broker_store.broker.role import BrokerRole, RoleState
 from broker_store.protocol.errors import RocketMQError, StoreError
+from broker_store.store.commit_log import describe_cut
 
 if TYPE_CHECKING:
     from broker_store.store import MessageStore
@@ -96,8 +97,7 @@ class StorePromotionSteps:
         store.index_commit_log()  # every complete record received is kept
         dispatched, max_offset = store.dispatched_physical_offset, store.max_physical_offset
         if dispatched < max_offset:
-            log.warning("promotion: truncating %d bytes of an incomplete record at commit log offset %d",
-                        max_offset - dispatched, dispatched)
+            log.warning("promotion: %s", describe_cut(dispatched, max_offset, "of an incomplete record"))
             store.truncate_commit_log(dispatched)
         return store.max_physical_offset
 
@@ -127,8 +127,7 @@ class ControllerPromotionSteps(StorePromotionSteps):
         store.set_confirm_offset(store.max_physical_offset)  # indexes every complete record received
         dispatched, max_offset = store.dispatched_physical_offset, store.max_physical_offset
         if dispatched < max_offset:
-            log.warning("promotion: truncating %d bytes of an incomplete record at commit log offset %d",
-                        max_offset - dispatched, dispatched)
+            log.warning("promotion: %s", describe_cut(dispatched, max_offset, "of an incomplete record"))
             self._epoch_store.truncate_to(dispatched)
         return store.max_physical_offset
 

@@ -70,6 +70,7 @@ from broker_store.store import (
 from broker_store.store.delay_levels import DEFAULT_DELAY_LEVELS, DELAY_KEY
 
 if TYPE_CHECKING:
+    from broker_store.broker.primary_lease import PrimaryLease
     from broker_store.broker.role import RoleState
     from broker_store.broker.topic_config import TopicConfigManager
     from broker_store.net.server import Connection
@@ -161,6 +162,8 @@ class SendContext:
     max_reconsume_times: int
     delayed_send: DelayedSend = field(default_factory=lambda: DelayedSend(DEFAULT_DELAY_LEVELS))
     """Where messages asking for a delay level are put (``message_delay_level``)."""
+    lease: PrimaryLease | None = None
+    """Controller mode: a primary appends only while its lease says so (``broker.primary_lease``)."""
 
 
 class SendProcessor:
@@ -196,8 +199,9 @@ class SendProcessor:
     ) -> RemotingCommand | int:
         """msgCheck: the queue id to write to (the request's, or a random writable one for -1), or the error
         response."""
-        if not self.ctx.role.is_primary:
-            return self._not_primary(cmd)
+        refused = self._refused_write(cmd)
+        if refused is not None:
+            return refused
         topics = self.ctx.topic_configs
         tc = topics.select(req.topic)
         if tc is None:
@@ -233,10 +237,19 @@ class SendProcessor:
             return random.randrange(max(tc.write_queue_nums, 1))
         return req.queue_id
 
-    def _not_primary(self, cmd: RemotingCommand) -> RemotingCommand:
+    def _refused_write(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        """SERVICE_NOT_AVAILABLE unless an unfenced primary whose lease (controller mode) holds; checked before
+        anything is appended, so a primary that may have been replaced never appends and then times out."""
         role = self.ctx.role
-        remark = fenced_remark(role, self.ctx.broker_name) if role.fenced else SERVICE_NOT_AVAILABLE_REMARK
-        return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, remark)
+        if not role.is_primary:
+            remark = fenced_remark(role, self.ctx.broker_name) if role.fenced else SERVICE_NOT_AVAILABLE_REMARK
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, remark)
+        lease = self.ctx.lease
+        if lease is not None:
+            refusal = lease.refusal(role.epoch)
+            if refusal is not None:
+                return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, f"broker {self.ctx.broker_name}: {refusal}")
+        return None
 
     def _illegal_size(self, cmd: RemotingCommand, size: int) -> RemotingCommand:
         return cmd.response(
@@ -429,8 +442,9 @@ class SendProcessor:
         at once. A DLQ message is not delayed (DELAY=0, as RocketMQ writes it).
         """
         h = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
-        if not self.ctx.role.is_primary:
-            return self._not_primary(cmd)
+        refused = self._refused_write(cmd)
+        if refused is not None:
+            return refused
         topics = self.ctx.topic_configs
         new_topic = retry_topic(h.group)
         tc = topics.create_in_send_back(new_topic, RETRY_QUEUE_NUMS, PERM_READ | PERM_WRITE)

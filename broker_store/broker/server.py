@@ -56,6 +56,7 @@ from broker_store.broker.controller_wiring import (
     controller_agent,
     load_assigned_id,
     open_epoch_store,
+    primary_lease,
     promotion_steps,
 )
 from broker_store.broker.delay_offsets import FILE_NAME as DELAY_OFFSETS_FILE
@@ -116,6 +117,8 @@ class BrokerServer:
         """Controller mode: brokerIdentity named an id, or the controller assigned one."""
         self.controller_agent: ControllerAgent | None = None
         """Controller mode: the broker's side of its controller (valid after start)."""
+        self.primary_lease = primary_lease(config, clock)
+        """Controller mode: whether the primary may append (fed by the agent, read by the send path)."""
         self._controller_client: ControllerClient | None = None
         self._registering = False
         """Registration with the name servers started (controller mode defers it until an id is assigned)."""
@@ -299,7 +302,8 @@ class BrokerServer:
 
     def _start_controller_agent(self, files: BrokerIdentityFiles) -> None:
         self._controller_client, self.controller_agent = controller_agent(
-            self.config, self, files, self.role_state, self.replication, self._clock, self.own_credentials)
+            self.config, self, files, self.role_state, self.replication, self._clock, self.own_credentials,
+            self.primary_lease)
 
     # -- what the controller agent needs (``controller_agent.ControlledBroker``) ----------------------------
 
@@ -423,7 +427,8 @@ class BrokerServer:
             stopping=lambda: self.stopping, ha_status=self._ha_status, controller_agent=lambda: self.controller_agent,
             epoch_cache=self._epoch_cache_body,
             acl_admin=AclAdminContext(self.acl, self.config.cluster_name, self.config.broker_name,
-                                      broker_addr=lambda: self.addr, clock=self._clock)))
+                                      broker_addr=lambda: self.addr, clock=self._clock),
+            lease=self.primary_lease))
 
     def _epoch_cache_body(self) -> bytes | None:
         """GET_BROKER_EPOCH_CACHE's body: this broker's epoch entries and max offset (None before the epoch file

@@ -182,7 +182,8 @@ class EpochPrimaryService(PrimaryService):
         if confirm > before:
             self._elog.advance_confirm_offset(confirm)
             for stream in self._streams.values():
-                if stream.parked and stream.next_offset >= self._elog.max_physical_offset:
+                if (stream.parked and stream.next_offset >= self._elog.max_physical_offset
+                        and self._writable(stream)):
                     stream.writer.write(self._heartbeat_frame(stream.next_offset))
         if self._loop is None or self._stopped:
             return

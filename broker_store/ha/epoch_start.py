@@ -33,7 +33,10 @@ import enum
 from dataclasses import dataclass
 
 from broker_store.ha.errors import ReplicaLogDivergedError
+from broker_store.store import describe_cut
 from broker_store.store.epoch_cache import NO_CONSISTENT_POINT, EpochCache, consistent_point
+
+_NOT_HELD = "the primary does not hold under the same epoch"
 
 
 class EpochStartAction(enum.Enum):
@@ -85,8 +88,8 @@ def decide_epoch_start(*, local: EpochCache, local_min: int, local_max: int, pri
                        "an operator must decide which log to keep")
     if point < local_max:
         return EpochStartDecision(EpochStartAction.FOLLOW, point,
-                                  f"truncating the local log from {point} to {local_max} ({local_max - point} bytes "
-                                  f"the primary does not hold under the same epoch), then following from {point}",
+                                  f"truncating the local log: {describe_cut(point, local_max, _NOT_HELD)}, then "
+                                  f"following from {point}",
                                   truncates=True)
     return EpochStartDecision(EpochStartAction.FOLLOW, point,
                               f"following from {point} (primary at {primary_max})")

@@ -74,6 +74,8 @@ class _Stream:
     """Controller mode: the replica's broker id from its handshake (-1 on a classic link)."""
     async_learner: bool = False
     """Controller mode: the replica never joins the SyncStateSet."""
+    dropped: bool = False
+    """The transport was found closing and nothing more is written to it (``PrimaryService._writable``)."""
 
 
 class PrimaryService:
@@ -159,6 +161,8 @@ class PrimaryService:
             return  # stopped since the append: its links are closing
         log_ = self._log
         for stream in list(self._streams.values()):
+            if not self._writable(stream):
+                continue  # one closed link never costs the others their batch
             if not stream.parked:
                 stream.wake.set()  # shipping or held back by a full transport: its sender goes on
                 continue
@@ -170,9 +174,23 @@ class PrimaryService:
             else:
                 stream.wake.set()
 
+    def _writable(self, stream: _Stream) -> bool:
+        """False once ``stream``'s transport is closing: closed by the housekeeping tick, by a newer link of the same
+        replica, or by the peer, while its reader has not yet run its end (which unregisters it). Nothing more is
+        written to it (uvloop raises on a write to a closed transport; a primary thawed after a freeze meets this
+        with appends and the tick due in one loop turn). Logged once per stream, at INFO: the tick or the reader
+        already said why the link ended."""
+        if not stream.writer.is_closing():
+            return True
+        if not stream.dropped:
+            stream.dropped = True
+            log.info("HA link %s: closed; no longer shipping to it", stream.link)
+        return False
+
     def _ship_batch(self, stream: _Stream) -> int:
         """Write the next batch (at most ``ha_transfer_batch_size``) to ``stream``; its size, 0 if none.
-        Header and data leave in one write: a lone 12-byte header would cost the replica a wake-up."""
+        Header and data leave in one write: a lone 12-byte header would cost the replica a wake-up.
+        The caller has checked ``_writable`` since its last await."""
         data = self._log.read_commit_log(stream.next_offset, self._batch_limit(stream.next_offset))
         if data:
             stream.writer.write(self._batch_header(stream.next_offset, len(data)) + data)
@@ -319,7 +337,7 @@ class PrimaryService:
         stream.last_sent = self._clock.monotonic()
         since_yield = 0
         try:
-            while True:
+            while self._writable(stream):  # checked after every await: no write below awaits before it
                 if stream.next_offset < log_.min_physical_offset:
                     # Retention deleted what this replica needs next: it restarts from the new min.
                     decision = decide_replica_start(replica_max=stream.next_offset,

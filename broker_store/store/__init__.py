@@ -4,6 +4,7 @@ Used by the broker's request processors and by replication; everything they need
 """
 
 from broker_store.protocol.properties import tags_code_of_properties, tags_codes_of_properties
+from broker_store.store.commit_log import describe_cut
 from broker_store.store.config import FlushMode, StoreConfig
 from broker_store.store.durability import DurabilityPolicy, DurabilityStep
 from broker_store.store.message_store import MessageStore, PutEntry
@@ -30,6 +31,7 @@ __all__ = [
     "PutStatus",
     "QueueEntry",
     "StoreConfig",
+    "describe_cut",
     "resolved",
     "tags_code_of_properties",
     "tags_codes_of_properties",

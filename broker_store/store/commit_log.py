@@ -65,6 +65,13 @@ class DispatchRecord:
     tags_code: int
 
 
+
+def describe_cut(start: int, end: int, what: str) -> str:
+    """How every log line that truncates the CommitLog names the bytes it drops: ``cutting bytes [start, end)
+    (n bytes <what>)``, the range half-open and in the log's order, so no reader takes it for a move from one
+    offset to another."""
+    return f"cutting bytes [{start}, {end}) ({end - start} bytes {what})"
+
 class CommitLog:
     """Segment files plus the offsets that delimit them. ``delay_levels`` gives the tags code ``scan`` reports for
     SCHEDULE_TOPIC records (their delivery time), the one a put of them got."""

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from broker_store.protocol.message import MIN_RECORD_SIZE
 from broker_store.store.checkpoint import Checkpoint
-from broker_store.store.commit_log import BLANK_RECORD, CommitLog
+from broker_store.store.commit_log import BLANK_RECORD, CommitLog, describe_cut
 from broker_store.store.consume_queues import ConsumeQueueTable
 from broker_store.store.record_check import record_problem
 
@@ -94,8 +94,9 @@ def recover(store_dir: Path, cl: CommitLog, queues: ConsumeQueueTable, checkpoin
         while not stopped:
             _, pos, stopped = cl.scan(pos, _SCAN_ALL)
     if cl.segments and pos < file_end and cl.read(pos, 8).strip(b"\0"):  # not the zeros past the end
-        log.warning("%s; valid records end there: truncating the %d bytes from it on, copied aside to %s",
-                    describe_damage(cl, pos), file_end - pos, ", ".join(set_aside(cl, pos)) or "nothing")
+        log.warning("%s; valid records end there: truncating the commit log, %s, copied aside to %s",
+                    describe_damage(cl, pos), describe_cut(pos, file_end, "from there on"),
+                    ", ".join(set_aside(cl, pos)) or "nothing")
     cl.truncate(pos)
     cl.max_offset = pos
     cl_min = cl.min_offset

@@ -15,8 +15,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
+import uvloop
 
 from broker_store.clock import ManualClock
 from broker_store.ha.primary_service import PrimaryService
@@ -249,3 +251,57 @@ def test_a_damaged_record_the_primary_sends_on_every_reconnect_is_reported_when_
             or "came intact" in r.getMessage()]
     assert [level for level, _ in said] == [logging.WARNING, logging.DEBUG, logging.DEBUG, logging.DEBUG,
                                             logging.INFO], said
+
+
+@pytest.mark.parametrize("loop_factory", [uvloop.new_event_loop, asyncio.new_event_loop], ids=["uvloop", "asyncio"])
+def test_a_link_closed_in_the_turn_of_an_append_is_dropped_quietly_and_the_others_served(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        loop_factory: Callable[[], asyncio.AbstractEventLoop]) -> None:
+    """A primary thawed after a freeze finds the housekeeping tick and new appends due together: the tick closes a
+    silent replica's link and, before that link's reader has ended, the append ships to the parked replicas. The
+    closed one is skipped (uvloop raises on a write to a closed transport: the broker's loop), the live one gets the
+    batch, nothing escapes into the loop's exception handler. Ordered by the clock: the append is a timer at the
+    tick's instant, armed after it, so it runs right after the tick closes the link."""
+    async def main() -> None:
+        errors: list[dict[str, Any]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, context: errors.append(context))
+        clock = ManualClock()
+        async with _primary(tmp_path, clock, total_replicas=3, in_sync_replicas=1) as (service, quorum):
+            silent = RawReplica(*await asyncio.open_connection("127.0.0.1", service.port))
+            live = RawReplica(*await asyncio.open_connection("127.0.0.1", service.port))
+            try:
+                for count, replica in enumerate((silent, live), 1):  # the silent one first: shipped to first
+                    replica.writer.write(encode_report(0))
+                    await _until(lambda: quorum.links.alive_count == count, f"replica {count} registered")  # noqa: B023
+                clock.advance(HEARTBEAT)
+                await _until(lambda: len(live.batches) == 1 and len(silent.batches) == 1, "one heartbeat each")
+                live.writer.write(encode_report(0))  # only the live replica answers: it is heard 60 s later
+                await _until(lambda: max(s.last_heard for s in quorum.links.snapshot()) == clock.monotonic(),
+                             "the live replica's report")
+                store: MessageStore = service._log  # type: ignore[assignment]
+                end: list[int] = []
+
+                def append() -> None:  # at the instant the silent link's housekeeping ends it
+                    end.append(store.put_message("Orders", 0, b"x" * 100, b"", tags_code=0,
+                                                 born_timestamp=1_700_000_000_000,
+                                                 born_host="127.0.0.1:5000").end_offset)
+
+                clock.call_later(DEAD_AFTER - HEARTBEAT, append)
+                clock.advance(DEAD_AFTER - HEARTBEAT)
+                await _until(lambda: silent.closed, "the primary closes the silent link")
+                await _until(lambda: any(b.data for b in live.batches), "the live replica gets the append")
+                await _settle()
+                shipped = b"".join(b.data for b in live.batches)
+                assert len(shipped) == end[0] and not any(b.data for b in silent.batches)
+                assert quorum.links.alive_count == 1
+                assert errors == []
+            finally:
+                await silent.close()
+                await live.close()
+
+    with caplog.at_level(logging.INFO, logger="broker_store.ha.primary_service"):
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(asyncio.wait_for(main(), 60))
+    dropped = [r for r in caplog.records if "no longer shipping" in r.getMessage()]
+    assert len(dropped) <= 1 and all(r.levelno == logging.INFO for r in dropped)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -6,7 +6,8 @@ controller leader AND an etcd member are killed -9 (the state stays intact, anot
 is killed -9 and a SyncStateSet member is elected at the next epoch, serves everything acknowledged before and takes
 writes; ha-status prints the SyncStateSet, epochs and confirm offsets; with every controller killed the brokers
 keep serving sends and pulls. And `up` with its controllers enforcing TLS (``controllers.tls``): the group comes up,
-a send works and controller-status reaches the controller with TLS (and not without).
+a send works and controller-status reaches the controller with TLS (and not without). The brokers have
+``restart: "no"``: the killed primary stays down (up would restart it otherwise).
 
 Each child's pid is in ``<run>/<name>.pid`` (up writes them); up's own stderr is ``<tmp>/up.log``, the etcd
 members' logs ``<run>/etcd-<i>.log``.
@@ -52,7 +53,7 @@ def cluster_yaml(tmp_path: Path) -> dict[str, Any]:
           "ha_send_heartbeat_interval_ms": 500, "ha_housekeeping_interval_ms": 3000,
           "ha_max_time_slave_not_catchup_ms": 5000, "metadata_sync_interval_ms": 500}
     brokers = [{"broker_name": GROUP, "listen": f"{HOST}:{broker_listen_port(False)}", "store_dir": f"b{i}",
-                "enable_controller_mode": True, "fast_listen_enable": False, "ha": ha,
+                "enable_controller_mode": True, "fast_listen_enable": False, "ha": ha, "restart": "no",
                 "controller": {"replica_info_poll_interval_ms": 500},
                 "store": {"commit_log_segment_size": 8 * 1024 * 1024, "max_message_size": 1024 * 1024}}
                for i in range(3)]

@@ -69,13 +69,13 @@ def namesrv_config(listen: str, state_dir: Path, **controller: Any) -> NamesrvCo
 
 def broker_config(listen: str, namesrv: str, store_dir: Path, *, cluster: str, group: str,
                   ha: Mapping[str, Any] = CP_HA, controllers: Sequence[str] | None = None,
-                  **options: Any) -> BrokerConfig:
+                  link: Mapping[str, Any] | None = None, **options: Any) -> BrokerConfig:
     """A controller-mode member of ``group`` (no id, no fixed role) whose controller is the name server, or
-    ``controllers`` (standalone ones)."""
+    ``controllers`` (standalone ones); ``link`` adds to its ``controller:`` section."""
     return BrokerConfig(cluster_name=cluster, broker_name=group, listen=listen, store_dir=store_dir,
                         namesrv_addrs=[namesrv], enable_controller_mode=True,
                         controller={"controller_addrs": list(controllers or [namesrv]),
-                                    "replica_info_poll_interval_ms": 500},
+                                    "replica_info_poll_interval_ms": 500, **(link or {})},
                         fast_listen_enable=False, store={"commit_log_segment_size": 8 * 1024 * 1024}, ha=dict(ha),
                         **options)
 

@@ -14,6 +14,7 @@ from typing import cast
 import pytest
 
 from broker_store.broker import BrokerRole, RoleState
+from broker_store.broker.primary_lease import PrimaryLease
 from broker_store.broker.pull_processor import cut_at_offset
 from broker_store.broker.role import RoleStage, RoleTransitionError, RoleView, StaleEpochError
 from broker_store.broker.role_transition import RoleTransition, StorePromotionSteps
@@ -273,6 +274,22 @@ def test_sends_are_refused_service_not_available_while_fenced(tmp_path: Path) ->
     assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE
     assert resp.remark == ("broker broker-a is fenced while it changes role (PROMOTING, epoch 2): it takes no "
                            "messages until the change is done; refresh the route and retry")
+
+
+def test_a_primary_whose_lease_ended_refuses_sends_before_touching_the_store() -> None:
+    clock = ManualClock()
+    lease = PrimaryLease(1.5, clock)
+    lease.heartbeat_accepted(clock.monotonic())
+    lease.confirmed(2, lease.last_beat)
+    state = RoleState(0, epoch=2)
+    sp = SendProcessor(SendContext(store=cast(MessageStore, None), topic_configs=cast(TopicConfigManager, None),
+                                   role=state, broker_name="broker-a", cluster_name="c1", region_id="r",
+                                   trace_on=False, max_message_size=1024, max_batch_size=2048, max_reconsume_times=16,
+                                   lease=lease))
+    clock.advance(1.5)  # frozen past the controller's heartbeat timeout: no store, no topic config is read
+    resp = _send(sp)
+    assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert (resp.remark or "").startswith("broker broker-a: no controller has confirmed this primary")
 
 
 # -- the store steps of a static group --------------------------------------------------------------------

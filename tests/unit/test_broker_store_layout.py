@@ -24,7 +24,7 @@ from tests.support.import_graph import (
 )
 
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"protocol", "clock", "address", "background", "validation", "cli_table"}),
+    frozenset({"protocol", "clock", "address", "background", "validation", "cli_table", "restart_policy"}),
     frozenset({"net", "store", "acl"}),
     frozenset({"client", "ha", "cli_tls", "cli_credentials"}),
     frozenset({"controller"}),
@@ -32,7 +32,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"controller.server", "broker"}),
     frozenset({"namesrv"}),
     frozenset({"launcher"}),
-    frozenset({"controller.etcd_members", "image_constraints"}),
+    frozenset({"controller.etcd_members", "image_constraints", "up_supervisor"}),
     frozenset({"up", "cli_ha", "cli_acl", "image"}),
     frozenset({"cli"}),
     frozenset({"__main__"}),
@@ -46,6 +46,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "background": frozenset(),
     "validation": frozenset(),
     "cli_table": frozenset(),  # the admin commands' tables (rich)
+    "restart_policy": frozenset(),  # up's restart rule, a member's ``restart`` setting
     "acl": frozenset({"protocol", "validation"}),  # ACL 1.0's pure decisions and its account format
     "net": frozenset({"clock", "protocol"}),  # clock: the connection hygiene's timers (issue 17)
     "store": frozenset({"clock", "protocol"}),
@@ -56,14 +57,15 @@ ALLOWED: dict[str, frozenset[str]] = {
     # acl: the controller's peer allow-list and refusal log (issue 17)
     "controller": frozenset({"acl", "background", "clock", "net", "protocol", "store", "validation"}),
     # config: each part's settings model
-    "config": frozenset({"address", "controller", "ha", "net", "protocol", "store", "validation"}),
+    "config": frozenset({"address", "controller", "ha", "net", "protocol", "restart_policy", "store", "validation"}),
     "controller.server": frozenset({"address", "clock", "config", "controller", "net", "protocol"}),
     "broker": frozenset({"acl", "address", "background", "clock", "config", "ha", "net", "protocol", "store",
                          "validation"}),
     "namesrv": frozenset({"background", "clock", "config", "controller.server", "net", "protocol"}),
     "launcher": frozenset({"client", "config", "ha", "protocol"}),
     "controller.etcd_members": frozenset({"launcher"}),
-    "up": frozenset({"config", "controller.etcd_members", "launcher"}),
+    "up_supervisor": frozenset({"launcher", "restart_policy"}),  # up's restarts of its children
+    "up": frozenset({"config", "controller.etcd_members", "launcher", "restart_policy", "up_supervisor"}),
     "image_constraints": frozenset({"protocol"}),  # the image's pins from the installed runtime dependencies
     # the container image build: subprocesses (debootstrap, docker), its pins and its error
     "image": frozenset({"image_constraints", "protocol"}),
@@ -73,7 +75,8 @@ ALLOWED: dict[str, frozenset[str]] = {
                          "protocol"}),
     "cli_acl": frozenset({"acl", "cli_credentials", "cli_tls", "client", "config", "protocol", "validation"}),
     "cli": frozenset({"broker", "cli_acl", "cli_credentials", "cli_ha", "cli_table", "cli_tls", "client", "config",
-                      "controller.server", "image", "launcher", "namesrv", "net", "protocol", "up"}),
+                      "controller.server", "image", "launcher", "namesrv", "net", "protocol", "up",
+                      "up_supervisor"}),
     "__main__": frozenset({"cli"}),
 }
 """unit -> the units it may import: DESIGN.md's layers, as the import graph has them (issue #18). A new edge

@@ -17,6 +17,7 @@ from broker_store.broker.controller_agent import ControllerAgent
 from broker_store.broker.controller_client import BrokerBeat
 from broker_store.broker.identity_file import AssignedIdentity, BrokerIdentityFiles, RegisterState
 from broker_store.broker.metadata_file import write_file_atomically
+from broker_store.broker.primary_lease import PrimaryLease
 from broker_store.broker.role import BrokerRole, RoleStage, RoleState, RoleView
 from broker_store.broker.role_decision import (
     Follow,
@@ -36,7 +37,7 @@ from broker_store.controller.replicas import BrokerLiveInfo, GroupState
 from broker_store.controller.service import Controller, Notify
 from broker_store.controller.settings import ControllerSettings
 from broker_store.protocol.codes import ResponseCode
-from broker_store.protocol.errors import StoreError, error_for_response
+from broker_store.protocol.errors import StoreError, TransportError
 from broker_store.store.epoch_cache import EpochEntry
 from broker_store.store.epoch_file import EpochFile
 
@@ -106,8 +107,8 @@ class InProcessApi:
         self.reachable = True
 
     def _check(self) -> None:
-        if not self.reachable:
-            raise error_for_response(ResponseCode.SYSTEM_ERROR, "controller unreachable (test)")
+        if not self.reachable:  # as ControllerClient says it when no controller answers
+            raise TransportError("no controller answered (test)")
 
     async def heartbeat(self, beat: BrokerBeat) -> bool:
         self._check()
@@ -453,5 +454,69 @@ def test_with_the_controller_unreachable_the_broker_keeps_its_role_and_retries_t
         await asyncio.sleep(0.05)
         assert broker.role.view() == RoleView(P, 0, 1)  # no controller: no change, only elections stop
         await agent.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_frozen_primary_refuses_on_thaw_until_the_controller_answers_and_then_is_deposed(tmp_path: Path) -> None:
+    """The primary's agent stops (a SIGSTOP: no heartbeat, no poll) past the controller's 3 s timeout; the scan elects
+    broker 2. On thaw its lease has ended (it refuses before anything is appended), and its first poll deposes it.
+    Broker 2's lease is confirmed by the poll that follows the push electing it."""
+    async def scenario() -> None:
+        clock = ManualClock()
+        agents: dict[str, ControllerAgent] = {}
+
+        async def push(group: GroupState, alive: Mapping[int, BrokerLiveInfo]) -> None:
+            for live in alive.values():
+                if live.address in agents:
+                    agents[live.address].on_notification(_replica_info(group))
+
+        controller = new_controller(tmp_path, clock, push)
+        api = InProcessApi(controller)
+        one, two = FakeBroker(20001), FakeBroker(20002)
+        leases = {b.addr: PrimaryLease(3.0, clock) for b in (one, two)}
+        for broker in (one, two):
+            agent = agents[broker.addr] = ControllerAgent(
+                api, broker, BrokerIdentityFiles(tmp_path / broker.addr, "c", "g"), cluster_name="c",
+                broker_name="g", settings=LINK, clock=clock, lease=leases[broker.addr])
+            agent.start()
+            await until(agent.joined.is_set, f"{broker.addr} joined")
+        lease1, lease2 = leases[one.addr], leases[two.addr]
+        assert one.role.view() == RoleView(P, 0, 1) and lease1.refusal(1) is None  # confirmed by its election
+        assert (await controller.alter_sync_state_set("g", 1, 1, frozenset({1, 2}), 1)).ok
+        for _ in range(4):  # heartbeats every second keep the lease past its 3 s
+            clock.advance(1.0)
+            await asyncio.sleep(0.05)
+            assert lease1.refusal(1) is None
+
+        frozen = agents.pop(one.addr)
+        await frozen.stop()  # frozen: nothing leaves it
+        clock.advance(3.5)
+        await asyncio.sleep(0.05)
+        [elected] = await controller.scan_once()
+        assert elected.ok and elected.state is not None and elected.state.master_id == 2
+        await until(lambda: two.role.view() == RoleView(P, 0, 2), "broker 2 promoted by the push")
+        await until(lambda: lease2.refusal(2) is None, "broker 2 confirmed by the poll after the push")
+
+        # thaw: broker 1 still PRIMARY at epoch 1, its lease over: refused before its agent hears anything
+        assert one.role.view() == RoleView(P, 0, 1)
+        remark = lease1.refusal(1)
+        assert remark is not None and "within its lease of 3 s" in remark
+        await frozen.heartbeat_once()  # accepted, but the lease has ended: no renewal on its own
+        assert lease1.refusal(1) is not None
+        await frozen.poll_once()  # the controller names broker 2 at epoch 2: deposed, then demoted
+        assert one.role.view() == RoleView(R, 1, 2)
+        assert "names 127.0.0.1:20002 primary at epoch 2" in (lease1.refusal(1) or "")
+
+        # every controller down: broker 2 refuses from its lease's end until a poll sent after it failed
+        api.reachable = False
+        clock.advance(3.0)
+        assert lease2.refusal(2) is not None
+        await asyncio.sleep(0.05)
+        with pytest.raises(TransportError):
+            await agents[two.addr].poll_once()
+        assert lease2.refusal(2) is None and two.role.view() == RoleView(P, 0, 2)  # only elections stop
+        for agent in agents.values():
+            await agent.stop()
 
     asyncio.run(scenario())

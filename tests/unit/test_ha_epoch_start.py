@@ -83,3 +83,12 @@ def test_newer_primary_epoch_at_the_replicas_end() -> None:
 def test_bad_ranges_are_a_programming_error() -> None:
     with pytest.raises(ValueError):
         decide_epoch_start(local=EpochCache(), local_min=5, local_max=4, primary=EpochCache(), primary_max=0)
+
+
+def test_a_truncation_names_the_bytes_it_cuts_as_a_half_open_range() -> None:
+    # The old primary's unconfirmed tail [300, 500) goes: said in the log's order, never "from 300 to 500".
+    decision = decide_epoch_start(local=cache((1, 0), (2, 100)), local_min=0, local_max=500,
+                                  primary=cache((1, 0), (2, 100), (3, 300)), primary_max=400)
+    assert decision.truncates and decision.offset == 300
+    assert "cutting bytes [300, 500) (200 bytes the primary does not hold under the same epoch)" in decision.reason
+    assert "from 300 to 500" not in decision.reason

@@ -9,10 +9,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
+from broker_store.config import LocalClustersConfig, load_yaml
+from broker_store.up import plan_up
 from connectors.core.config import load_replicator_config
 from jobs.demo import DEMO_INTERVALS, LINK, REPLICATOR_CONFIG, TOPIC, named_topics, write_config
-from jobs.demo_failover import election_seconds
+from jobs.demo_failover import ControlledSource, controlled_clusters, election_seconds
 
 
 def test_the_demo_runs_the_example_config_with_its_own_short_intervals(tmp_path: Path) -> None:
@@ -61,3 +64,25 @@ def test_the_election_is_timed_by_the_first_acknowledged_send_started_after_the_
     acked = [(9.0, 9.1), (9.9, 10.2), (10.5, 12.0), (12.1, 12.2)]
     assert election_seconds(10.0, acked) == 2.0
     assert election_seconds(13.0, acked) is None
+
+
+def test_failover_runs_the_source_cluster_in_controller_mode_under_up(tmp_path: Path) -> None:
+    """`--failover` hands `up` the demo's clusters file with the source cluster rewritten (embedded controller, one
+    controller-mode group of three); the members it kills are found by the names and pid files `up` gives them."""
+    clusters = load_yaml(Path("conf/cluster-local.yaml"), LocalClustersConfig)
+    controlled = controlled_clusters(clusters)
+    written = tmp_path / "clusters.yaml"
+    written.write_text(yaml.safe_dump(controlled.model_dump(mode="json", exclude_unset=True), sort_keys=False))
+    again = load_yaml(written, LocalClustersConfig)
+    assert [c.name for c in again.clusters] == [c.name for c in clusters.clusters]
+    source = next(c for c in again.clusters if c.name == "source")
+    assert source.namesrv.controller is not None
+    assert [b.enable_controller_mode for b in source.brokers] == [True] * 3
+    others = [c for c in again.clusters if c.name != "source"]
+    assert others == [c for c in clusters.clusters if c.name != "source"]  # untouched
+    plan = plan_up(again, tmp_path / "run", tmp_path / "data")
+    members = ControlledSource(again, tmp_path / "run")
+    assert [m.name for m in members.brokers] == ["source-a.0", "source-a.1", "source-a.2"]
+    assert {m.name for m in members.brokers} <= {b.name for b in plan.brokers}
+    assert members.namesrv_addr == source.namesrv.listen
+    assert all(m.pid_file == tmp_path / "run" / f"{m.name}.pid" for m in members.brokers)

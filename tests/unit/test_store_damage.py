@@ -115,6 +115,7 @@ def test_bytes_recovery_truncates_are_copied_aside_and_named(tmp_path: Path, cap
     aside = {p.name: p.read_bytes() for p in (tmp_path / "commitlog").iterdir() if recovery.SET_ASIDE_SUFFIX in p.name}
     assert aside == {name: data.rstrip(b"\0") for name, data in expected.items()}
     line = next(r.message for r in caplog.records if "truncating the" in r.message)
+    assert f"cutting bytes [{phys}, " in line, line  # the cut range in the log's order, half-open
     assert all(str(tmp_path / "commitlog" / name) in line for name in expected), line
     # the copies are not segments: the store opens again with the same records and leaves them alone
     store = open_store(tmp_path)
