@@ -1,6 +1,8 @@
 """``python -m jobs.dr <command> --link NAME``: disaster recovery of one link of the replicator config
 (A = the link's source cluster, B = its target). README "Disaster recovery" is the runbook.
 
+    status       per topic: lag, and the recovery point if A died now; per group: checkpoint age; config
+                 drift (``jobs.dr.status``)
     switchover   planned move of the link's traffic from A (healthy) to B (``jobs.dr.switchover``)
     abort        undo the operation under way where that is safe (restores A's fenced topic permissions)
     show         print the link's operation journal (which step it is at)
@@ -19,6 +21,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
@@ -31,10 +34,11 @@ from connectors.core.errors import ReplicatorConfigError, ReplicatorError
 from jobs.dr.journal import FileJournal
 from jobs.dr.link_ends import LinkEnds
 from jobs.dr.operation import OperationRecord, OperationRunner, Step, StepRecord, StepState
+from jobs.dr.status import LinkStatus, read_status
 from jobs.dr.switchover import KIND as SWITCHOVER
 from jobs.dr.switchover import Switchover, SwitchoverSettings
 
-COMMANDS = ("switchover", "abort", "show")
+COMMANDS = ("status", "switchover", "abort", "show")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -99,6 +103,24 @@ def print_report(record: OperationRecord) -> None:
     print(report["operator"])
 
 
+def print_status(status: LinkStatus) -> None:
+    print(f"link {status.link}: if A died now, {status.rpo_messages} acknowledged message(s) would not be on B "
+          f"(A's max offsets read at {_stamp(status.observed_at)})")
+    print_table(["topic on A", "topic on B", "queues", "on A", "replicated", "lag (messages)"],
+                [(t.topic, t.target, t.queues, t.on_a, t.replicated, t.lag) for t in status.topics],
+                numeric=["queues", "on A", "replicated", "lag (messages)"])
+    if status.checkpoint_age_s:
+        print_table(["group", "checkpoint age"], [(g, "none yet" if age is None else f"{age:.1f} s")
+                                                  for g, age in status.checkpoint_age_s.items()])
+    drift = [*(f"topic {t} missing on B" for t in status.missing_on_b),
+             *(f"group {g} missing on B" for g in status.groups_missing_on_b)]
+    print("config drift: " + ("; ".join(drift) if drift else "none"))
+
+
+def _stamp(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def run(args: argparse.Namespace, clock: ThreadClock = SYSTEM_CLOCK) -> int:
     config = load_replicator_config(args.config)
     link: LinkConfig = config.link(args.link)
@@ -113,6 +135,13 @@ def run(args: argparse.Namespace, clock: ThreadClock = SYSTEM_CLOCK) -> int:
     try:
         switchover = Switchover(ends, SwitchoverSettings(args.max_lag, args.drain_timeout, args.groups_timeout),
                                 progress=lambda line: err.print(f"  {line}"))
+        if args.command == "status":
+            status = read_status(ends)
+            if args.json:
+                print(json.dumps(status.to_json(), indent=2))
+            else:
+                print_status(status)
+            return 0
         if args.command == "abort":
             current = runner.current()
             if args.dry_run:
