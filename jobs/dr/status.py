@@ -12,7 +12,7 @@ failing over to B would resume). Config drift: mapped topics and selected groups
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow.compute as pc
@@ -47,7 +47,6 @@ class LinkStatus:
     """Selected group -> age of its newest complete translated checkpoint (None: none yet)."""
     missing_on_b: tuple[str, ...] = ()
     groups_missing_on_b: tuple[str, ...] = ()
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def rpo_messages(self) -> int:
@@ -59,7 +58,7 @@ class LinkStatus:
                 "topics": [{"topic": t.topic, "target": t.target, "queues": t.queues, "on_a": t.on_a,
                             "replicated": t.replicated, "lag": t.lag} for t in self.topics],
                 "checkpoint_age_s": dict(self.checkpoint_age_s), "topics_missing_on_b": list(self.missing_on_b),
-                "groups_missing_on_b": list(self.groups_missing_on_b), "notes": list(self.notes)}
+                "groups_missing_on_b": list(self.groups_missing_on_b)}
 
 
 def link_status(link: str, observed_at: float, queues: Sequence[MessageQueue], maxes: Mapping[MessageQueue, int],
