@@ -173,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return run(args)
+    except KeyboardInterrupt:
+        print(f"interrupted: the operation stays where it stopped; run the same command again to resume, or "
+              f"python -m jobs.dr abort --link {args.link}", file=sys.stderr)
+        return 1
     except ReplicatorConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

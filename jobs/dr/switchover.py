@@ -22,7 +22,7 @@ moved by the operator (their name server address); ``OPERATOR_MOVES`` says so in
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from broker_store.client import MessageQueue, Producer, new_message
@@ -58,6 +58,20 @@ class SwitchoverSettings:
 Progress = Callable[[str], None]
 
 
+def refusing_client_errors(run: Callable[[StepContext], Json]) -> Callable[[StepContext], Json]:
+    """``run`` with a cluster's error (unreachable, refused, timed out) turned into the step's refusal, so the
+    journal records it and the command's last line says it; the step is retried by the next run."""
+
+    def wrapped(ctx: StepContext) -> Json:
+        try:
+            return run(ctx)
+        except RocketMQError as exc:
+            raise StepRefusedError(f"step {ctx.step.name}: a cluster request failed: {exc}",
+                                   "run the same command again once the cluster answers, or abort") from exc
+
+    return wrapped
+
+
 class Switchover:
     """The steps over one link's ends. ``progress`` gets a line while a long step waits."""
 
@@ -67,6 +81,9 @@ class Switchover:
         self._progress = progress or (lambda line: None)
 
     def steps(self) -> list[Step]:
+        return [replace(s, run=refusing_client_errors(s.run)) for s in self._steps()]
+
+    def _steps(self) -> list[Step]:
         return [
             Step("preflight", self.preflight, "check A and B answer, the lag is under the gate, topics and groups "
                                               "exist on B"),

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker_store.clock import ManualClock
+from broker_store.protocol.errors import RequestTimeoutError
 from connectors.core.errors import TableError
 from jobs.dr.journal import JOURNAL_FILE, FileJournal
 from jobs.dr.operation import (
@@ -26,6 +27,7 @@ from jobs.dr.operation import (
     StepRefusedError,
     StepState,
 )
+from jobs.dr.switchover import refusing_client_errors
 
 
 class Crash(BaseException):
@@ -222,3 +224,16 @@ def test_step_durations_come_from_the_injected_clock(tmp_path: Path) -> None:
 
     record = OperationRunner(FileJournal(tmp_path), clock).run("switchover", "l", [Step("a", slow)])
     assert record.step("a").duration_s == 2.5
+
+
+def test_a_cluster_error_in_a_switchover_step_is_recorded_as_its_refusal(tmp_path: Path) -> None:
+    def unreachable(ctx: StepContext) -> Json:
+        raise RequestTimeoutError("127.0.0.1:9876 did not answer in 3 s")
+
+    journal = FileJournal(tmp_path)
+    with pytest.raises(StepRefusedError, match="step fence: a cluster request failed: .*did not answer"):
+        OperationRunner(journal, ManualClock()).run("switchover", "l",
+                                                    [Step("fence", refusing_client_errors(unreachable))])
+    stored = journal.load()
+    assert stored is not None and stored.step("fence").state is StepState.FAILED
+    assert "run the same command again" in (stored.step("fence").error or "")
