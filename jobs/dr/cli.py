@@ -1,0 +1,185 @@
+"""``python -m jobs.dr <command> --link NAME``: disaster recovery of one link of the replicator config
+(A = the link's source cluster, B = its target). README "Disaster recovery" is the runbook.
+
+    status       per topic: lag, and the recovery point if A died now; per group: checkpoint age; config
+                 drift (``jobs.dr.status``)
+    switchover   planned move of the link's traffic from A (healthy) to B (``jobs.dr.switchover``)
+    abort        undo the operation under way where that is safe (restores A's fenced topic permissions)
+    show         print the link's operation journal (which step it is at)
+
+Every operation is resumable: each step is recorded in ``<delta_location>/<link>/dr_operation.json``
+(``jobs.dr.journal``) before and after it runs, and the same command again resumes at the first step not
+done. ``--dry-run`` prints the plan (and where a resume would start) and touches nothing; ``--json`` prints
+the operation's record, with the report, as one JSON document.
+
+Exit codes: 0 done; 1 refused or failed, with one line saying why and what to do; 2 bad arguments or config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+
+from broker_store.cli_table import print_table
+from broker_store.clock import SYSTEM_CLOCK, ThreadClock
+from broker_store.protocol.errors import RocketMQError
+from connectors.core.config import LinkConfig, load_replicator_config
+from connectors.core.errors import ReplicatorConfigError, ReplicatorError
+from jobs.dr.journal import FileJournal
+from jobs.dr.link_ends import LinkEnds
+from jobs.dr.operation import OperationRecord, OperationRunner, Step, StepRecord, StepState
+from jobs.dr.status import LinkStatus, read_status
+from jobs.dr.switchover import KIND as SWITCHOVER
+from jobs.dr.switchover import Switchover, SwitchoverSettings
+
+COMMANDS = ("status", "switchover", "abort", "show")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m jobs.dr", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", choices=COMMANDS)
+    p.add_argument("--link", required=True, help="the link's name in the config")
+    p.add_argument("--config", default="conf/replicator.yaml", help="replicator YAML (default: %(default)s)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
+    p.add_argument("--json", action="store_true", help="print the operation's record as JSON")
+    defaults = SwitchoverSettings()
+    p.add_argument("--max-lag", type=int, default=defaults.max_lag,
+                   help="switchover: refuse when the link is more than this many messages behind (%(default)s)")
+    p.add_argument("--drain-timeout", type=float, default=defaults.drain_timeout_s,
+                   help="switchover: seconds to wait for the link to replicate A's last messages (%(default)s)")
+    p.add_argument("--groups-timeout", type=float, default=defaults.groups_timeout_s,
+                   help="switchover: seconds to wait for the groups' consumers to leave A (%(default)s)")
+    return p
+
+
+def _steps(kind: str, switchover: Switchover) -> list[Step]:
+    if kind == SWITCHOVER:
+        return switchover.steps()
+    raise ReplicatorError(f"this version cannot undo an operation of kind {kind!r}")
+
+
+def _plan(kind: str, steps: Sequence[Step], current: OperationRecord | None) -> list[str]:
+    resume = ""
+    if current is not None and current.kind == kind and current.state.value == "running":
+        pending = current.next_step()
+        resume = f"; operation {current.id} resumes at {pending.name}" if pending else ""
+    lines = [f"{kind}: {len(steps)} step(s){resume}"]
+    lines += [f"  {i}. {s.name:10} {s.describe}" for i, s in enumerate(steps, 1)]
+    return lines
+
+
+def _step_line(console: Console, record: StepRecord) -> None:
+    if record.state is StepState.RUNNING:
+        console.print(f"[bold]{record.name}[/] ... (attempt {record.attempts})")
+    elif record.state is StepState.DONE:
+        console.print(f"[bold]{record.name}[/] done in {record.duration_s or 0:.1f} s")
+    elif record.state is StepState.UNDONE:
+        console.print(f"[bold]{record.name}[/] undone")
+    elif record.state is StepState.FAILED:
+        console.print(f"[bold]{record.name}[/] [red]refused[/]")
+
+
+def print_report(record: OperationRecord) -> None:
+    report: dict[str, Any] = record.step("report").result
+    print(f"switchover {record.id} of link {record.link}: done")
+    print_table(["queue on A", "on A", "replicated", "missing"],
+                [("/".join(str(p) for p in q["queue"]), q["on_a"], q["replicated"], q["missing"])
+                 for q in report["queues"]], numeric=["on A", "replicated", "missing"])
+    rows = []
+    for group, entries in sorted(report["groups"].items()):
+        for e in entries:
+            b_queue = "/".join(str(p) for p in e["b_queue"]) if e["b_queue"] else "-"
+            rows.append((group, "/".join(str(p) for p in e["source"]), e["a_offset"], b_queue, e["b_offset"]))
+    print_table(["group", "queue on A", "A offset", "queue on B", "B offset"], rows,
+                numeric=["A offset", "B offset"])
+    print("steps: " + ", ".join(f"{name} {d:.1f} s" for name, d in report["durations_s"].items() if d is not None))
+    print(report["operator"])
+
+
+def print_status(status: LinkStatus) -> None:
+    print(f"link {status.link}: if A died now, {status.rpo_messages} acknowledged message(s) would not be on B "
+          f"(A's max offsets read at {_stamp(status.observed_at)})")
+    print_table(["topic on A", "topic on B", "queues", "on A", "replicated", "lag (messages)"],
+                [(t.topic, t.target, t.queues, t.on_a, t.replicated, t.lag) for t in status.topics],
+                numeric=["queues", "on A", "replicated", "lag (messages)"])
+    if status.checkpoint_age_s:
+        print_table(["group", "checkpoint age"], [(g, "none yet" if age is None else f"{age:.1f} s")
+                                                  for g, age in status.checkpoint_age_s.items()])
+    drift = [*(f"topic {t} missing on B" for t in status.missing_on_b),
+             *(f"group {g} missing on B" for g in status.groups_missing_on_b)]
+    print("config drift: " + ("; ".join(drift) if drift else "none"))
+
+
+def _stamp(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def run(args: argparse.Namespace, clock: ThreadClock = SYSTEM_CLOCK) -> int:
+    config = load_replicator_config(args.config)
+    link: LinkConfig = config.link(args.link)
+    err = Console(stderr=True, highlight=False)
+    journal = FileJournal(link.tables_location)
+    runner = OperationRunner(journal, clock)
+    if args.command == "show":
+        current = runner.current()
+        print(json.dumps(current.to_json() if current else None, indent=2))
+        return 0
+    ends = LinkEnds.open(args.config, config, link, clock)
+    try:
+        switchover = Switchover(ends, SwitchoverSettings(args.max_lag, args.drain_timeout, args.groups_timeout),
+                                progress=lambda line: err.print(f"  {line}"))
+        if args.command == "status":
+            status = read_status(ends)
+            if args.json:
+                print(json.dumps(status.to_json(), indent=2))
+            else:
+                print_status(status)
+            return 0
+        if args.command == "abort":
+            current = runner.current()
+            if args.dry_run:
+                what = "nothing to abort" if current is None else \
+                    f"would undo {current.kind} {current.id} ({current.state.value})"
+                print(f"abort of link {link.name}: {what}")
+                return 0
+            record = runner.abort(link.name, lambda kind: _steps(kind, switchover),
+                                  on_step=lambda r: _step_line(err, r))
+            print(json.dumps(record.to_json(), indent=2) if args.json else
+                  f"{record.kind} {record.id} of link {link.name}: aborted (A's topic permissions restored)")
+            return 0
+        steps = switchover.steps()
+        if args.dry_run:
+            print("\n".join(_plan(SWITCHOVER, steps, runner.current())))
+            print("dry run: nothing changed")
+            return 0
+        record = runner.run(SWITCHOVER, link.name, steps, on_step=lambda r: _step_line(err, r))
+        if args.json:
+            print(json.dumps(record.to_json(), indent=2))
+        else:
+            print_report(record)
+        return 0
+    finally:
+        ends.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        print(f"interrupted: the operation stays where it stopped; run the same command again to resume, or "
+              f"python -m jobs.dr abort --link {args.link}", file=sys.stderr)
+        return 1
+    except ReplicatorConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (ReplicatorError, RocketMQError) as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,100 @@
+"""``python -m jobs.dr status --link NAME``: where a link stands for disaster recovery, in one table.
+
+Per source topic: messages on A (max offsets read now), replicated (the link's committed resume point), the
+lag between them, which is also the recovery point if A died now: the messages A acknowledged that B does not
+hold. Per selected group: the age of its newest complete translated checkpoint (how far back a consumer
+failing over to B would resume). Config drift: mapped topics and selected groups missing on B.
+
+``link_status`` is the pure part (tested without clusters); ``read_status`` reads the ends
+(``jobs.dr.link_ends``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.compute as pc
+
+from broker_store.client import MessageQueue
+from connectors.checkpoint.tables import CHECKPOINTS, CheckpointTables, newest_complete_snapshot_ms
+from jobs.dr.link_ends import LinkEnds
+
+
+@dataclass(frozen=True)
+class TopicLag:
+    topic: str
+    target: str | None
+    queues: int
+    on_a: int
+    """Sum over the topic's queues of A's max offset (the next offset A would write)."""
+    replicated: int
+    """Sum of the link's committed next offsets (queues never replicated count from 0)."""
+
+    @property
+    def lag(self) -> int:
+        return self.on_a - self.replicated
+
+
+@dataclass(frozen=True)
+class LinkStatus:
+    link: str
+    observed_at: float
+    """Wall clock (s) when A's max offsets were read."""
+    topics: tuple[TopicLag, ...]
+    checkpoint_age_s: Mapping[str, float | None]
+    """Selected group -> age of its newest complete translated checkpoint (None: none yet)."""
+    missing_on_b: tuple[str, ...] = ()
+    groups_missing_on_b: tuple[str, ...] = ()
+
+    @property
+    def rpo_messages(self) -> int:
+        """Messages acknowledged by A that B does not hold: lost if A died at ``observed_at``."""
+        return sum(t.lag for t in self.topics)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"link": self.link, "observed_at": self.observed_at, "rpo_messages": self.rpo_messages,
+                "topics": [{"topic": t.topic, "target": t.target, "queues": t.queues, "on_a": t.on_a,
+                            "replicated": t.replicated, "lag": t.lag} for t in self.topics],
+                "checkpoint_age_s": dict(self.checkpoint_age_s), "topics_missing_on_b": list(self.missing_on_b),
+                "groups_missing_on_b": list(self.groups_missing_on_b)}
+
+
+def link_status(link: str, observed_at: float, queues: Sequence[MessageQueue], maxes: Mapping[MessageQueue, int],
+                replicated: Mapping[MessageQueue, int], targets: Mapping[str, str | None],
+                checkpoint_ms: Mapping[str, int | None], *, missing_on_b: Sequence[str] = (),
+                groups_missing_on_b: Sequence[str] = ()) -> LinkStatus:
+    """The status from what was read (pure). A queue replicated past A's max offset (A lost data, or its
+    queue was recreated) counts 0 lag, never negative."""
+    by_topic: dict[str, list[MessageQueue]] = {}
+    for q in queues:
+        by_topic.setdefault(q.topic, []).append(q)
+    topics = tuple(TopicLag(topic, targets.get(topic), len(qs), sum(maxes[q] for q in qs),
+                            sum(min(replicated.get(q, 0), maxes[q]) for q in qs))
+                   for topic, qs in sorted(by_topic.items()))
+    ages = {g: None if ms is None else max(0.0, observed_at - ms / 1000) for g, ms in sorted(checkpoint_ms.items())}
+    return LinkStatus(link, observed_at, topics, ages, tuple(sorted(missing_on_b)), tuple(sorted(groups_missing_on_b)))
+
+
+def newest_checkpoints(tables: CheckpointTables, groups: Sequence[str]) -> dict[str, int | None]:
+    """Each group's newest complete translated checkpoint (snapshot ms), from one read of the table."""
+    rows = tables.read(CHECKPOINTS, columns=["group", "outcome", "snapshot_at"])
+    return {g: newest_complete_snapshot_ms(rows.filter(pc.equal(rows["group"], g))) for g in groups}
+
+
+def read_status(ends: LinkEnds) -> LinkStatus:
+    """Read A, B and the link's tables now (A must answer: ``RocketMQError`` otherwise)."""
+    queues = ends.source_queues()
+    observed_at = ends.clock.time()
+    maxes = ends.max_offsets(queues)
+    replicated = ends.replicated()
+    mapper = ends.mapper()
+    targets = {q.topic: mapper.target_for(q.topic) for q in queues}
+    b_topics = set(ends.b.topic_list())
+    missing = [t for t in {t for t in targets.values() if t is not None} if t not in b_topics]
+    groups = ends.group_snapshot().groups()
+    checkpoints = newest_checkpoints(CheckpointTables(ends.link.tables_location), groups)
+    groups_missing = sorted(set(groups) - ends.b_groups())
+    return link_status(ends.link.name, observed_at, queues, maxes, replicated, targets, checkpoints,
+                       missing_on_b=missing, groups_missing_on_b=groups_missing)
