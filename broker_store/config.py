@@ -452,16 +452,29 @@ class ClusterConfig(_Model):
                              "follow; add it or set ha.ha_primary_address")
         return self
 
-    def broker_configs(self, controller_addrs: Iterable[str] = ()) -> list[BrokerConfig]:
+    def broker_configs(self, controller_addrs: Iterable[str] = (),
+                       controllers: ControllerSettings | None = None) -> list[BrokerConfig]:
         """Brokers with cluster_name and namesrv_addrs filled in from this cluster, and ``controller_addrs`` (the
-        file's standalone controllers) for controller-mode brokers that name none. A replica without
-        ``ha.ha_primary_address`` learns its primary's HA address from the name server's registration
-        answer, as RocketMQ's slaves do."""
+        file's standalone controllers, whose settings are ``controllers``) for controller-mode brokers that name
+        none. Such a broker also gets its controllers' heartbeat timeout as ``controller.heartbeat_timeout_ms``
+        unless it sets one (the standalone controllers', else the embedded controller's when it reports to its
+        name server): it is the length of its primary lease (``broker.primary_lease``), which must not exceed the
+        timeout its controllers go by. A replica without ``ha.ha_primary_address`` learns its primary's HA address
+        from the name server's registration answer, as RocketMQ's slaves do."""
+        addrs = list(controller_addrs)
         configs = []
         for b in self.brokers:
             options = b.model_dump(exclude_unset=True)
-            if b.enable_controller_mode and controller_addrs and not b.controller.controller_addrs:
-                options["controller"] = {**options.get("controller", {}), "controller_addrs": list(controller_addrs)}
+            if b.enable_controller_mode and not b.controller.controller_addrs:
+                link = dict(options.get("controller", {}))
+                if addrs:
+                    link["controller_addrs"] = addrs
+                timeout = (controllers if addrs else self.namesrv.controller)
+                if (timeout is not None and b.controller.heartbeat_timeout_ms is None
+                        and timeout.heartbeat_timeout_ms > b.controller.heartbeat_interval_ms):
+                    link["heartbeat_timeout_ms"] = timeout.heartbeat_timeout_ms
+                if link:
+                    options["controller"] = link
             configs.append(BrokerConfig(**options, cluster_name=self.name, namesrv_addrs=[self.namesrv.listen]))
         return configs
 
@@ -495,7 +508,9 @@ class LocalClustersConfig(_Model):
 
     def broker_configs(self, cluster: ClusterConfig) -> list[BrokerConfig]:
         """``cluster.broker_configs`` with the file's standalone controllers filled in."""
-        return cluster.broker_configs(self.controllers.listen if self.controllers is not None else ())
+        if self.controllers is None:
+            return cluster.broker_configs()
+        return cluster.broker_configs(self.controllers.listen, self.controllers.controller)
 
     @model_validator(mode="after")
     def _unique_across_file(self) -> LocalClustersConfig:

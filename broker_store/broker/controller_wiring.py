@@ -79,8 +79,9 @@ def promotion_steps(factory: PromotionStepsFactory | None, store: MessageStore,
 def primary_lease(config: BrokerConfig, clock: Clock) -> PrimaryLease | None:
     """Controller mode: the lease a primary appends under (``broker.primary_lease``), as long as the controller's
     heartbeat timeout for this broker: the ``controller.heartbeat_timeout_ms`` it sends, else the controller's
-    default. A controller configured with a shorter timeout than that default needs its brokers to send theirs, or
-    a primary frozen between the two timeouts appends on thaw. None in static groups."""
+    default (``up`` fills in its controllers'). A controller configured with a shorter timeout than that default needs
+    its brokers to send theirs, or a primary frozen between the two timeouts appends on thaw. None in static
+    groups."""
     if not config.enable_controller_mode:
         return None
     return PrimaryLease(config.controller.primary_lease_ms() / 1000, clock)

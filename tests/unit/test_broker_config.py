@@ -384,3 +384,21 @@ def test_up_runs_the_embedded_controller_in_the_name_server_with_its_state_under
         loaded = load_yaml(broker.config_file, BrokerConfig)
         assert loaded.controller_addresses() == ["127.0.0.1:9876"]  # the name server, where it is embedded
         assert loaded.store_dir == tmp_path / "data" / broker.name
+
+
+def test_controlled_brokers_get_their_controllers_heartbeat_timeout_as_the_length_of_their_lease(
+        tmp_path: Path) -> None:
+    """A primary's lease must not outlast the heartbeat timeout its controllers go by: `up`'s brokers send theirs."""
+    ha = load_yaml(CONF / "cluster-ha.yaml", LocalClustersConfig)
+    for cluster in ha.clusters:
+        assert {b.controller.heartbeat_timeout_ms for b in ha.broker_configs(cluster)} == {2000}  # the controllers'
+    embedded = load_yaml(_write(tmp_path, CONTROLLED.replace("controller: {}", "controller: {heartbeat_timeout_ms: "
+                                                                                 "1500}")), LocalClustersConfig)
+    assert [b.controller.primary_lease_ms() for b in embedded.broker_configs(embedded.clusters[0])] == [1500] * 3
+    own = CONTROLLED.replace("enable_controller_mode: true}", "enable_controller_mode: true, "
+                                                              "controller: {heartbeat_timeout_ms: 4000}}", 1)
+    mixed = load_yaml(_write(tmp_path, own), LocalClustersConfig)
+    assert [b.controller.heartbeat_timeout_ms for b in mixed.broker_configs(mixed.clusters[0])] == [4000, 3000, 3000]
+    assert all("heartbeat_timeout_ms" not in b.controller.model_fields_set  # static groups: nothing added
+               for c in load_yaml(CONF / "cluster-local.yaml", LocalClustersConfig).clusters
+               for b in c.broker_configs())
