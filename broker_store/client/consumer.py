@@ -114,7 +114,7 @@ def make_client_id() -> str:
 class AsyncPullConsumer:
     """Asyncio pull consumer for one consumer group. Methods must run on one event loop.
 
-    ``heartbeat_interval``: seconds between HEART_BEAT rounds to the brokers of the topics pulled
+    ``heartbeat_interval``: seconds of ``clock`` between HEART_BEAT rounds to the brokers of the topics pulled
     so far (the broker lists the group's clients from them); None disables heartbeats. The first
     round for a new topic goes out right after its first pull. ``close()`` unregisters.
     """
