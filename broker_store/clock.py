@@ -10,7 +10,12 @@ heartbeats to the name servers, offset persistence and client scans (``sleep``, 
 store's threads (``wait`` on a condition). The HA link (heartbeats both ways, dead-link detection, the quorum's
 in-sync expiry and slave timeouts: ``sleep``, ``timeout``, ``call_later``) and the name server's broker expiry
 take it the same way; ``BrokerServer`` and ``NamesrvServer`` default to ``SYSTEM_CLOCK``, the parts below them
-take it by constructor without a default.
+take it by constructor without a default. The remoting layer too: request timeouts and the connect wait
+(``call_later``, ``timeout``), the TLS acceptor's first-byte, handshake and refusal timers, and every timer of
+``broker_store.client`` (TTLs, deadlines, back-offs, the consumer's heartbeat rounds) take a ``Clock`` that
+defaults to ``SYSTEM_CLOCK``; the etcd state store's retry deadline reads the controller's. No other module of
+``broker_store`` reads the time module or arms an asyncio timer (tests/unit/test_broker_store_clock.py), except
+the process tools that start and wait for real processes.
 
 Blocking code (the connectors: retry loops, Delta commits, heartbeats and checkpoints on Spark executors and the
 driver, threads without an event loop) reads the same clocks through ``ThreadClock``, the thread-side part of the
@@ -101,7 +106,13 @@ class ThreadClock(Protocol):
 
 
 class SystemClock:
-    """The real clock: ``time.monotonic``, ``time.time``, asyncio and threading timeouts."""
+    """The real clock: ``time.monotonic``, ``time.time``, asyncio and threading timeouts.
+
+    Every instance pickles as ``SYSTEM_CLOCK`` (the synchronous clients travel to Spark executors with their clock,
+    and their shared event loop keeps one connection pool per clock: every copy must be the same one)."""
+
+    def __reduce__(self) -> tuple[Callable[[], SystemClock], tuple[()]]:
+        return _system_clock, ()
 
     def monotonic(self) -> float:
         return time.monotonic()
@@ -135,6 +146,10 @@ class SystemClock:
 
 
 SYSTEM_CLOCK = SystemClock()
+
+
+def _system_clock() -> SystemClock:
+    return SYSTEM_CLOCK
 
 
 class ManualClock:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from broker_store.broker.role_decision import ReplicaInfo
+from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.net.client import RemotingClient
 from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials, sign
@@ -80,16 +81,17 @@ class BrokerBeat:
 
 
 class ControllerClient:
-    """Requests to the controllers at ``addresses`` (see the module docstring). Runs on the broker's loop."""
+    """Requests to the controllers at ``addresses`` (see the module docstring). Runs on the broker's loop; the
+    request timeouts of a remoting client made here run on ``clock``."""
 
     def __init__(self, addresses: Sequence[str], *, request_timeout: float,
                  client: RemotingClient | None = None, tls: TlsClientSettings | None = None,
-                 credentials: SessionCredentials | None = None) -> None:
+                 credentials: SessionCredentials | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         if not addresses:
             raise ValueError("a controller client needs at least one controller address")
         self.addresses = list(addresses)
         self.request_timeout = request_timeout
-        self._client = client or RemotingClient(tls=tls)
+        self._client = client or RemotingClient(tls=tls, clock=clock)
         self._owns_client = client is None
         self._credentials = credentials
         """The broker's ``acl_credentials_file`` account: every request is signed with it (``controller.acl_file``)."""

@@ -96,7 +96,7 @@ def controller_agent(config: BrokerConfig, broker: ControlledBroker, files: Brok
     signed with ``credentials`` (the broker's ``acl_credentials_file``) when given."""
     link = config.controller
     client = ControllerClient(config.controller_addresses(), request_timeout=link.request_timeout_ms / 1000,
-                              tls=config.tls.client_settings(), credentials=credentials)
+                              tls=config.tls.client_settings(), credentials=credentials, clock=clock)
     agent = ControllerAgent(client, broker, files, cluster_name=config.cluster_name,
                             broker_name=config.broker_name, settings=link, clock=clock, lease=lease)
     if replication is not None:

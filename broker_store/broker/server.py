@@ -247,7 +247,7 @@ class BrokerServer:
             await self.replication.start()
             self._role_transition = RoleTransition(self.role_state, self.replication,
                                                    promotion_steps(self._promotion_steps, store, self.epoch_store))
-            self._client = RemotingClient(tls=self.config.tls.client_settings())
+            self._client = RemotingClient(tls=self.config.tls.client_settings(), clock=self._clock)
             replication = self.replication
             self.registration = NamesrvRegistration(
                 self._client,

@@ -5,16 +5,12 @@ shared background event loop (see ``runtime``) and are what Spark connectors use
 ``AsyncProducer``, ``AsyncPullConsumer`` and ``AsyncAdmin`` are the same clients for asyncio code.
 Errors are the classes of ``broker_store.protocol.errors``.
 
-Time: every client that keeps a deadline or a TTL (route cache, fault isolation, send and admin deadlines) takes
-``clock: Callable[[], float]``, a monotonic reading in seconds, default ``time.monotonic``, not a
-``broker_store.clock.Clock``. A reading is all the client uses of a clock, and it keeps the client below the
-clock module (client imports only net, protocol and acl: tests/unit/test_broker_store_layout.py). Callers holding
-the one clock pass its reading, ``clock.monotonic`` (a ``ManualClock``'s in tests, which then drives the TTLs and
-isolation with no sleep). The client's waits (a send's back-off while its topic's route lists no primary,
-``wait_for_route``'s polls) go through ``sleep: Callable[[float], Awaitable[None]]`` of ``AsyncProducer`` /
-``AsyncAdmin`` (and their synchronous fronts), default ``asyncio.sleep``: callers holding the one clock pass
-``clock.sleep``, and tests a sleep that advances their ``ManualClock``. The wire's own request timeouts stay real
-time (``net.client``: a server's answer takes real time).
+Time: every client takes ``clock: broker_store.clock.Clock`` (default ``SYSTEM_CLOCK``) and every timer it runs
+reads it: the route cache's TTLs, fault isolation, send and admin deadlines, a send's back-off while its topic's
+route lists no primary, ``wait_for_route``'s polls, the consumer's heartbeat rounds, the wire's request timeouts and
+connect wait (the ``net.client.RemotingClient`` a client makes, or the synchronous runtime's one per clock), born
+timestamps and subscription versions (UNIQ_KEYs carry their generator's: ``UniqueIdGenerator(clock=...)``). A test
+passes a ``ManualClock`` and moves time instead of sleeping. A ``RemotingClient`` passed in carries its own clock.
 """
 
 from broker_store.client.admin import Admin, AsyncAdmin

@@ -7,9 +7,7 @@ topic routes (through the session's RouteCache, refreshed after any ``invalid_ro
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from broker_store.client.consumer import query_consumer_offset
@@ -17,6 +15,7 @@ from broker_store.client.records import MessageQueue
 from broker_store.client.route_cache import DEFAULT_TOPIC, RouteCache, publish_queues, subscribe_queues
 from broker_store.client.runtime import SyncClient
 from broker_store.client.session import ClientSession
+from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.net.client import RemotingClient
 from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
@@ -57,13 +56,11 @@ class AsyncAdmin:
 
     def __init__(self, namesrv_addr: str | Sequence[str], *, request_timeout: float = 3.0,
                  route_ttl: float = 30.0, remoting: RemotingClient | None = None,
-                 clock: Callable[[], float] = time.monotonic, credentials: SessionCredentials | None = None,
-                 tls: TlsClientSettings | None = None,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 clock: Clock = SYSTEM_CLOCK, credentials: SessionCredentials | None = None,
+                 tls: TlsClientSettings | None = None) -> None:
         self._session = ClientSession(namesrv_addr, remoting=remoting, request_timeout=request_timeout,
                                       route_ttl=route_ttl, clock=clock, credentials=credentials, tls=tls)
         self._clock = clock
-        self._sleep = sleep
 
     @property
     def routes(self) -> RouteCache:
@@ -109,7 +106,7 @@ class AsyncAdmin:
                              poll_interval: float = 0.1, min_queues: int = 1) -> TopicRouteData:
         """Poll the name servers until the topic has ``min_queues`` writable (or, with ``writable=False``,
         readable) queues; RequestTimeoutError naming the last reason after ``timeout`` seconds."""
-        deadline = self._clock() + timeout
+        deadline = self._clock.monotonic() + timeout
         reason = "no route yet"
         while True:
             try:
@@ -124,9 +121,9 @@ class AsyncAdmin:
                 if not (exc.retriable or exc.invalid_route):
                     raise
                 reason = str(exc)
-            if self._clock() >= deadline:
+            if self._clock.monotonic() >= deadline:
                 raise RequestTimeoutError(f"topic {topic} has no usable route after {timeout}s: {reason}")
-            await self._sleep(poll_interval)
+            await self._clock.sleep(poll_interval)
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -394,12 +391,12 @@ class Admin(SyncClient[AsyncAdmin]):
     """Thread-safe synchronous admin client over a shared background event loop."""
 
     def __init__(self, namesrv_addr: str | Sequence[str], *, request_timeout: float = 3.0,
-                 route_ttl: float = 30.0, clock: Callable[[], float] = time.monotonic,
+                 route_ttl: float = 30.0, clock: Clock = SYSTEM_CLOCK,
                  credentials: SessionCredentials | None = None, tls: TlsClientSettings | None = None,
-                 shared_runtime: bool = True, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 shared_runtime: bool = True) -> None:
         super().__init__(shared_runtime=shared_runtime)
         self._init_kwargs = dict(namesrv_addr=namesrv_addr, request_timeout=request_timeout,
-                                 route_ttl=route_ttl, clock=clock, credentials=credentials, tls=tls, sleep=sleep)
+                                 route_ttl=route_ttl, clock=clock, credentials=credentials, tls=tls)
         self.request_timeout: float = AsyncAdmin(**self._init_kwargs)._session.request_timeout
 
     def _make_core(self, remoting: RemotingClient) -> AsyncAdmin:

@@ -23,8 +23,7 @@ import itertools
 import logging
 import os
 import socket
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +34,7 @@ from broker_store.client.route_cache import RouteCache, subscribe_queues
 from broker_store.client.runtime import SyncClient
 from broker_store.client.session import ClientSession, require_positive
 from broker_store.client.unique_id import local_ipv4
+from broker_store.clock import SYSTEM_CLOCK, Clock, wall_ms
 from broker_store.net.client import RemotingClient
 from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
@@ -87,9 +87,9 @@ class Subscription:
     sub_version: int
 
     @classmethod
-    def parse(cls, topic: str, expression: str | None) -> Subscription:
+    def parse(cls, topic: str, expression: str | None, version: int) -> Subscription:
+        """``version``: the subVersion, wall-clock ms when the subscription was made (as Java's)."""
         expr = (expression or "").strip()
-        version = time.time_ns() // 1_000_000
         if not expr or expr == SUB_ALL:
             return cls(topic, SUB_ALL, frozenset(), version)
         tags = frozenset(t.strip() for t in expr.split("||") if t.strip())
@@ -114,7 +114,7 @@ def make_client_id() -> str:
 class AsyncPullConsumer:
     """Asyncio pull consumer for one consumer group. Methods must run on one event loop.
 
-    ``heartbeat_interval``: seconds between HEART_BEAT rounds to the brokers of the topics pulled
+    ``heartbeat_interval``: seconds of ``clock`` between HEART_BEAT rounds to the brokers of the topics pulled
     so far (the broker lists the group's clients from them); None disables heartbeats. The first
     round for a new topic goes out right after its first pull. ``close()`` unregisters.
     """
@@ -122,7 +122,7 @@ class AsyncPullConsumer:
     def __init__(self, namesrv_addr: str | Sequence[str], group: str, *, pull_timeout: float = 10.0,
                  request_timeout: float = 3.0, route_ttl: float = 30.0,
                  heartbeat_interval: float | None = 30.0, client_id: str | None = None,
-                 remoting: RemotingClient | None = None, clock: Callable[[], float] = time.monotonic,
+                 remoting: RemotingClient | None = None, clock: Clock = SYSTEM_CLOCK,
                  credentials: SessionCredentials | None = None, tls: TlsClientSettings | None = None) -> None:
         try:
             validate_topic(group)
@@ -321,7 +321,7 @@ class AsyncPullConsumer:
     def _subscribe(self, topic: str, expression: str | None) -> Subscription:
         sub = self._subscriptions.get(topic)
         if sub is None or sub.expression != (expression or SUB_ALL).strip():
-            sub = Subscription.parse(topic, expression)
+            sub = Subscription.parse(topic, expression, wall_ms(self._session.clock))
             is_new = topic not in self._subscriptions
             self._subscriptions[topic] = sub
             if is_new and self._heartbeat_wakeup is not None:
@@ -367,8 +367,7 @@ class AsyncPullConsumer:
     async def _heartbeat_loop(self) -> None:
         assert self._heartbeat_wakeup is not None and self.heartbeat_interval is not None
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._heartbeat_wakeup.wait(), self.heartbeat_interval)
+            await self._session.clock.wait_for(self._heartbeat_wakeup.wait(), self.heartbeat_interval)
             self._heartbeat_wakeup.clear()
             if self._subscriptions:
                 await self.heartbeat()
@@ -415,7 +414,7 @@ class PullConsumer(SyncClient[AsyncPullConsumer]):
     def __init__(self, namesrv_addr: str | Sequence[str], group: str, *, pull_timeout: float = 10.0,
                  request_timeout: float = 3.0, route_ttl: float = 30.0,
                  heartbeat_interval: float | None = 30.0, client_id: str | None = None,
-                 clock: Callable[[], float] = time.monotonic, credentials: SessionCredentials | None = None,
+                 clock: Clock = SYSTEM_CLOCK, credentials: SessionCredentials | None = None,
                  tls: TlsClientSettings | None = None, shared_runtime: bool = True) -> None:
         super().__init__(shared_runtime=shared_runtime)
         self._init_kwargs = dict(

@@ -21,13 +21,11 @@ with its waiters resumed in order.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import logging
 import random
-import time
 import zlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from broker_store.client.records import SEND_STATUS_BY_CODE, MessageQueue, SendResult
@@ -41,6 +39,7 @@ from broker_store.client.route_cache import (
 from broker_store.client.runtime import SyncClient
 from broker_store.client.session import ClientSession, require_positive
 from broker_store.client.unique_id import UniqueIdGenerator, create_unique_id
+from broker_store.clock import SYSTEM_CLOCK, Clock, wall_ms
 from broker_store.net.client import RemotingClient
 from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
@@ -98,13 +97,13 @@ def new_message(topic: str, body: bytes, *, tags: str | None = None, keys: str |
 class BrokerFaultTable:
     """Broker groups that failed recently, avoided by queue selection until ``isolation`` passes."""
 
-    def __init__(self, isolation: float, clock: Callable[[], float]) -> None:
+    def __init__(self, isolation: float, clock: Clock) -> None:
         self.isolation = isolation
         self._clock = clock
         self._until: dict[str, float] = {}
 
     def mark_failed(self, broker_name: str) -> None:
-        self._until[broker_name] = self._clock() + self.isolation
+        self._until[broker_name] = self._clock.monotonic() + self.isolation
 
     def mark_ok(self, broker_name: str) -> None:
         self._until.pop(broker_name, None)
@@ -113,7 +112,7 @@ class BrokerFaultTable:
         until = self._until.get(broker_name)
         if until is None:
             return True
-        if self._clock() >= until:
+        if self._clock.monotonic() >= until:
             del self._until[broker_name]
             return True
         return False
@@ -137,10 +136,9 @@ class AsyncProducer:
                  max_message_size: int = MAX_MESSAGE_SIZE, auto_create_topic: bool = True,
                  default_topic: str = DEFAULT_TOPIC, default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
                  route_ttl: float = 30.0, fault_isolation: float = 10.0,
-                 remoting: RemotingClient | None = None, clock: Callable[[], float] = time.monotonic,
+                 remoting: RemotingClient | None = None, clock: Clock = SYSTEM_CLOCK,
                  id_generator: UniqueIdGenerator | None = None, credentials: SessionCredentials | None = None,
-                 tls: TlsClientSettings | None = None,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 tls: TlsClientSettings | None = None) -> None:
         try:
             validate_topic(group)
         except ProtocolError as exc:
@@ -178,7 +176,6 @@ class AsyncProducer:
                                       default_topic_queue_nums=default_topic_queue_nums, credentials=credentials,
                                       tls=tls)
         self._clock = clock
-        self._sleep = sleep
         self._faults = BrokerFaultTable(fault_isolation, clock)
         self._next_index: dict[str, int] = {}
         self._new_id = id_generator.create if id_generator is not None else create_unique_id
@@ -300,7 +297,7 @@ class AsyncProducer:
                 batch: bool) -> dict[str, str]:
         """The SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE header (``protocol.headers.encode_send_v2``)."""
         return encode_send_v2(self.group, topic, self.default_topic, self.default_topic_queue_nums, mq.queue_id,
-                              sys_flag, time.time_ns() // 1_000_000, flag, properties, batch, mq.broker_name)
+                              sys_flag, wall_ms(self._clock), flag, properties, batch, mq.broker_name)
 
     # -- sending --------------------------------------------------------------------------------
 
@@ -414,11 +411,11 @@ class AsyncProducer:
                                  timeout: float | None) -> SendResult:
         routes = self._session.routes
         budget = self.send_timeout if timeout is None else timeout
-        deadline = self._clock() + budget
+        deadline = self._clock.monotonic() + budget
         last_failed: str | None = None
         last_error: RocketMQError | None = None
         for _attempt in range(1 + self.retry_times_when_send_failed):
-            remaining = deadline - self._clock()
+            remaining = deadline - self._clock.monotonic()
             if remaining <= 0:
                 break
             queues = await self._writable_queues_until(topic, deadline)
@@ -454,10 +451,10 @@ class AsyncProducer:
             try:
                 return await self.writable_queues(topic)
             except NoWritableQueueError:
-                remaining = deadline - self._clock()
+                remaining = deadline - self._clock.monotonic()
                 if remaining <= 0:
                     raise
-                await self._sleep(min(delay, remaining))
+                await self._clock.sleep(min(delay, remaining))
                 delay = min(delay * 2, 0.4)
 
     @staticmethod
@@ -496,9 +493,9 @@ class Producer(SyncClient[AsyncProducer]):
                  max_message_size: int = MAX_MESSAGE_SIZE, auto_create_topic: bool = True,
                  default_topic: str = DEFAULT_TOPIC, default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
                  route_ttl: float = 30.0, fault_isolation: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic, id_generator: UniqueIdGenerator | None = None,
+                 clock: Clock = SYSTEM_CLOCK, id_generator: UniqueIdGenerator | None = None,
                  credentials: SessionCredentials | None = None, tls: TlsClientSettings | None = None,
-                 shared_runtime: bool = True, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 shared_runtime: bool = True) -> None:
         super().__init__(shared_runtime=shared_runtime)
         self._init_kwargs = dict(
             namesrv_addr=namesrv_addr, group=group, send_timeout=send_timeout, tls=tls,
@@ -506,8 +503,7 @@ class Producer(SyncClient[AsyncProducer]):
             compress_over=compress_over, compress_level=compress_level, max_message_size=max_message_size,
             auto_create_topic=auto_create_topic, default_topic=default_topic,
             default_topic_queue_nums=default_topic_queue_nums, route_ttl=route_ttl,
-            fault_isolation=fault_isolation, clock=clock, id_generator=id_generator, credentials=credentials,
-            sleep=sleep)
+            fault_isolation=fault_isolation, clock=clock, id_generator=id_generator, credentials=credentials)
         # Validate the options now, on the caller's thread; the real core is built on start().
         self.send_timeout: float = AsyncProducer(**self._init_kwargs).send_timeout
 

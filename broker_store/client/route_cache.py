@@ -13,11 +13,11 @@ All methods run on the client's event loop; nothing here is thread-safe on its o
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from broker_store.client.records import MessageQueue
+from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.net.call_order import CallOrder
 from broker_store.net.client import RemotingClient
 from broker_store.protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
@@ -111,7 +111,7 @@ class RouteCache:
     def __init__(self, namesrv_addrs: Sequence[str], *, remoting: RemotingClient | None = None,
                  ttl: float = 30.0, default_route_ttl: float = 5.0, request_timeout: float = 3.0,
                  default_topic: str = DEFAULT_TOPIC, default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
-                 clock: Callable[[], float] = time.monotonic,
+                 clock: Clock = SYSTEM_CLOCK,
                  sign: Callable[[RemotingCommand], RemotingCommand] | None = None) -> None:
         self.namesrv_addrs = tuple(namesrv_addrs)
         self.remoting = remoting
@@ -196,7 +196,7 @@ class RouteCache:
     def _fresh(self, entry: _Entry, allow_default: bool) -> bool:
         if entry.stale or (entry.from_default and not allow_default):
             return False
-        return self._clock() - entry.fetched_at < (self.default_route_ttl if entry.from_default else self.ttl)
+        return self._clock.monotonic() - entry.fetched_at < (self.default_route_ttl if entry.from_default else self.ttl)
 
     def _fetch_task(self, topic: str, allow_default: bool, entry: _Entry | None) -> asyncio.Task[_Entry]:
         """The fetch of ``topic`` in flight, started if none is. One fetch per topic at a time, in its own
@@ -219,13 +219,13 @@ class RouteCache:
     async def _refresh(self, topic: str, allow_default: bool, old: _Entry | None) -> _Entry:
         try:
             route = await self.fetch(topic)
-            entry = _Entry(route, self._clock(), from_default=False)
+            entry = _Entry(route, self._clock.monotonic(), from_default=False)
         except TopicNotExistError:
             if not allow_default or topic == self.default_topic:
                 self._entries.pop(topic, None)
                 raise
             default = await self.fetch(self.default_topic)
-            entry = _Entry(route_from_default(default, self.default_topic_queue_nums), self._clock(),
+            entry = _Entry(route_from_default(default, self.default_topic_queue_nums), self._clock.monotonic(),
                            from_default=True)
         except TransportError:
             if old is not None and (allow_default or not old.from_default):

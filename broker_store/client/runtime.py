@@ -1,6 +1,7 @@
 """The event loop behind the synchronous clients: a daemon thread running asyncio plus one
 ``RemotingClient`` (one multiplexed connection per broker address) shared by every client on it, and
-one more per distinct TLS settings (``remoting_for``: clients of a TLS cluster share theirs).
+one more per distinct TLS settings or clock (``remoting_for``: clients of a TLS cluster share theirs; a
+client given its own clock, a test's ``ManualClock``, gets request timeouts on that clock).
 
 ``Producer``, ``PullConsumer`` and ``Admin`` acquire the process-wide runtime when they start and
 release it on close; the last release stops the thread. Any number of threads may call into the
@@ -20,6 +21,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, Self, TypeVar
 
+from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.net.client import RemotingClient
 from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.errors import RequestTimeoutError
@@ -48,9 +50,9 @@ class ClientRuntime:
         self.pid = os.getpid()
         self.loop = _new_loop()
         self.remoting = RemotingClient()
-        """Plain connections, shared by every client without TLS."""
-        self._tls_remoting: dict[TlsClientSettings, RemotingClient] = {}
-        self._tls_lock = threading.Lock()
+        """Plain connections on the system clock, shared by every client without TLS or a clock of its own."""
+        self._remoting_by_key: dict[tuple[TlsClientSettings | None, Clock], RemotingClient] = {}
+        self._remoting_lock = threading.Lock()
         self._stopped = False
         ready = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(ready,), name=name, daemon=True)
@@ -71,19 +73,20 @@ class ClientRuntime:
         finally:
             self.loop.close()
 
-    def remoting_for(self, tls: TlsClientSettings | None) -> RemotingClient:
-        """The remoting client for clients with these TLS settings (one per distinct settings, so a TLS
-        cluster's connections and a plain cluster's never mix); ``self.remoting`` without TLS."""
-        if tls is None:
+    def remoting_for(self, tls: TlsClientSettings | None, clock: Clock = SYSTEM_CLOCK) -> RemotingClient:
+        """The remoting client for clients with these TLS settings and clock (one per distinct pair, so a TLS
+        cluster's connections and a plain cluster's never mix, and request timeouts count on the client's
+        clock); ``self.remoting`` without TLS on the system clock."""
+        if tls is None and clock is SYSTEM_CLOCK:
             return self.remoting
-        with self._tls_lock:
-            client = self._tls_remoting.get(tls)
+        with self._remoting_lock:
+            client = self._remoting_by_key.get((tls, clock))
             if client is None:
-                client = self._tls_remoting[tls] = RemotingClient(tls=tls)
+                client = self._remoting_by_key[tls, clock] = RemotingClient(tls=tls, clock=clock)
             return client
 
     async def _close_remoting(self) -> None:
-        for client in (self.remoting, *self._tls_remoting.values()):
+        for client in (self.remoting, *self._remoting_by_key.values()):
             await client.close()
 
     @property
@@ -208,7 +211,8 @@ class SyncClient(Generic[CoreT]):
             if self._runtime is None or self._core is None:
                 runtime = acquire_runtime() if self._shared_runtime else ClientRuntime()
                 try:
-                    core = self._make_core(runtime.remoting_for(self._init_kwargs.get("tls")))
+                    core = self._make_core(runtime.remoting_for(self._init_kwargs.get("tls"),
+                                                                self._init_kwargs.get("clock", SYSTEM_CLOCK)))
                     runtime.run(self._start_core(core), timeout=30.0)
                 except BaseException:
                     release_runtime(runtime)

@@ -7,8 +7,7 @@ client is either passed in (shared, e.g. the sync facade's runtime) or created a
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 
 from broker_store.client.route_cache import (
     DEFAULT_TOPIC,
@@ -16,6 +15,7 @@ from broker_store.client.route_cache import (
     RouteCache,
     parse_namesrv_addrs,
 )
+from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.net.client import RemotingClient
 from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
@@ -38,7 +38,7 @@ class ClientSession:
 
     def __init__(self, namesrv_addr: str | Sequence[str], *, remoting: RemotingClient | None = None,
                  request_timeout: float = 3.0, route_ttl: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic, default_topic: str = DEFAULT_TOPIC,
+                 clock: Clock = SYSTEM_CLOCK, default_topic: str = DEFAULT_TOPIC,
                  default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
                  credentials: SessionCredentials | None = None, tls: TlsClientSettings | None = None) -> None:
         require_positive("request_timeout", request_timeout)
@@ -50,7 +50,7 @@ class ClientSession:
         self.clock = clock
         self._owns_remoting = remoting is None
         # ``tls`` applies to a remoting client made here; a passed one carries its own (``runtime.remoting_for``).
-        self.remoting = remoting if remoting is not None else RemotingClient(tls=tls)
+        self.remoting = remoting if remoting is not None else RemotingClient(tls=tls, clock=clock)
         self.routes = RouteCache(self.namesrv_addrs, remoting=self.remoting, ttl=route_ttl,
                                  request_timeout=request_timeout, clock=clock, default_topic=default_topic,
                                  default_topic_queue_nums=default_topic_queue_nums,

@@ -17,8 +17,8 @@ import os
 import socket
 import struct
 import threading
-import time
-from collections.abc import Callable
+
+from broker_store.clock import SYSTEM_CLOCK, Clock, ThreadClock, wall_ms
 
 
 def local_ipv4() -> bytes:
@@ -45,13 +45,14 @@ def _month_bounds_ms(now_ms: int) -> tuple[int, int]:
 
 
 class UniqueIdGenerator:
-    """Thread-safe generator of UNIQ_KEY values. ``clock_ms`` is wall-clock milliseconds (injectable)."""
+    """Thread-safe generator of UNIQ_KEY values. ``clock``: whose wall time the ids carry (either side's: only
+    ``time`` is read)."""
 
     def __init__(self, *, ip: bytes | None = None, pid: int | None = None,
-                 clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000) -> None:
+                 clock: Clock | ThreadClock = SYSTEM_CLOCK) -> None:
         self._ip = ip
         self._pid = pid
-        self._clock_ms = clock_ms
+        self._clock = clock
         self._lock = threading.Lock()
         self._prefix_pid = -1
         self._prefix = ""
@@ -66,7 +67,7 @@ class UniqueIdGenerator:
         self._prefix_pid = os.getpid()
 
     def create(self) -> str:
-        now = self._clock_ms()
+        now = wall_ms(self._clock)
         with self._lock:
             # A forked child (Spark python workers) must not reuse its parent's random part.
             if self._prefix_pid != os.getpid():

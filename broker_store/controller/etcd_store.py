@@ -34,13 +34,13 @@ from __future__ import annotations
 import base64
 import logging
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import requests
 import urllib3.exceptions
 
+from broker_store.clock import SYSTEM_CLOCK, Clock, StopSignal, ThreadClock
 from broker_store.controller.state_store import StateStoreError, Versioned
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,8 @@ LEASE_NOT_FOUND = "etcdserver: requested lease not found"
 HEADERS = {"Grpc-Metadata-hasleader": "true"}
 """gRPC metadata through the gateway: refuse at once when this member sees no Raft leader."""
 
+_ROUND_PAUSE_S = 0.1
+"""The pause once every endpoint failed once: Raft gets time to elect, the loop does not spin."""
 CONNECT_TIMEOUT_S = 1.0
 """Loopback or LAN: a member that does not accept a connection within this is treated as down."""
 
@@ -102,11 +104,13 @@ class EtcdStateStore:
 
     ``lease_ttl_s`` is the leader lease's TTL in whole seconds (etcd raises a TTL below its minimum, 2 s with
     its default timers, to that minimum): a leader that stops renewing is replaced after about this long.
-    ``timeout_s`` bounds each call, failovers between endpoints included.
+    ``timeout_s`` bounds each call, failovers between endpoints included, on ``clock`` (the controller's; the
+    pause between rounds of endpoints too). Each HTTP request's own socket timeouts stay real time: an answer
+    takes real time.
     """
 
     def __init__(self, endpoints: Sequence[str], member_id: str, *, prefix: str = "rocketmq/", lease_ttl_s: int = 3,
-                 timeout_s: float = 5.0) -> None:
+                 timeout_s: float = 5.0, clock: Clock | ThreadClock = SYSTEM_CLOCK) -> None:
         if not endpoints:
             raise ValueError("EtcdStateStore needs at least one endpoint (http://host:port)")
         bad = [e for e in endpoints if not e.startswith(("http://", "https://"))]
@@ -124,6 +128,7 @@ class EtcdStateStore:
         self.member_id = member_id
         self.lease_ttl_s = int(lease_ttl_s)
         self.timeout_s = float(timeout_s)
+        self._clock = clock
         self._state_prefix = (prefix + "state/").encode()
         self._leader_key = _b64((prefix + "election/leader").encode())
         self._session = requests.Session()
@@ -269,17 +274,17 @@ class EtcdStateStore:
         """POST ``body`` to ``path``, failing over between endpoints (see the module docstring). Returns the
         response document; raises ``StateStoreError`` (``_LeaseNotFound`` for an ended lease)."""
         what = what or path
-        deadline = time.monotonic() + self.timeout_s
+        deadline = self._clock.monotonic() + self.timeout_s
         failures: list[str] = []
         tried = 0
         while True:
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self._clock.monotonic()
             if remaining <= 0:
                 raise StateStoreError(f"etcd {what}: no endpoint answered within {self.timeout_s:g} s "
                                       f"({'; '.join(failures[-len(self.endpoints):]) or 'no attempt'})")
             if tried and tried % len(self.endpoints) == 0:  # each endpoint failed once: give Raft time to elect
-                time.sleep(min(0.1, remaining))
-                remaining = deadline - time.monotonic()
+                StopSignal(self._clock).sleep(min(_ROUND_PAUSE_S, remaining))  # either clock's side: only ``wait``
+                remaining = deadline - self._clock.monotonic()
                 if remaining <= 0:
                     continue  # the check above raises
             endpoint = self.endpoint

@@ -84,7 +84,7 @@ class ControllerProcessor:
         self.peers = peers
         """Reported as CONTROLLER_GET_METADATA_INFO's ``peers``: where the replicated state lives (the etcd
         endpoints, ';'-separated; RocketMQ names its DLedger peers there), None for the embedded file store."""
-        self._client = RemotingClient(tls=tls)
+        self._client = RemotingClient(tls=tls, clock=clock)
         """Role-change notices to brokers (with TLS when the process's ``tls.enable`` is on)."""
         self._brokers_by_conn: dict[Connection, set[str]] = {}
         self._allow_list = controller.settings.peer_allow_list()  # not a runtime setting: fixed here

@@ -31,13 +31,14 @@ log = logging.getLogger(__name__)
 STATE_FILE = "controller-state.json"
 
 
-def open_state_store(settings: ControllerSettings, member_id: str) -> StateStore:
-    """The store ``settings`` name: etcd when configured, else the embedded file in ``state_dir``."""
+def open_state_store(settings: ControllerSettings, member_id: str, clock: Clock = SYSTEM_CLOCK) -> StateStore:
+    """The store ``settings`` name: etcd when configured (its retry deadlines on ``clock``), else the embedded file
+    in ``state_dir``."""
     if settings.etcd is not None:
         from broker_store.controller.etcd_store import EtcdStateStore
 
         return EtcdStateStore([str(u).rstrip("/") for u in settings.etcd.endpoints], member_id,
-                              prefix=settings.etcd.prefix, lease_ttl_s=settings.etcd.lease_ttl_seconds)
+                              prefix=settings.etcd.prefix, lease_ttl_s=settings.etcd.lease_ttl_seconds, clock=clock)
     return FileStateStore((settings.state_dir or Path("controller")) / STATE_FILE, member_id)
 
 
@@ -46,7 +47,7 @@ class EmbeddedController:
 
     def __init__(self, settings: ControllerSettings, *, address: str, clock: Clock = SYSTEM_CLOCK,
                  store: StateStore | None = None, tls: TlsClientSettings | None = None) -> None:
-        self.store = store or open_state_store(settings, member_id=address)
+        self.store = store or open_state_store(settings, member_id=address, clock=clock)
         peers = ";".join(str(u).rstrip("/") for u in settings.etcd.endpoints) if settings.etcd is not None else None
         self.processor = ControllerProcessor(Controller(self.store, settings, clock=clock), address=address,
                                              peers=peers, tls=tls, clock=clock)

@@ -2,17 +2,20 @@
 
 Used by ``broker_store.client`` (producers, consumers, admin) and by brokers talking to the name
 server. All methods run on one asyncio loop; the sync facade in ``broker_store.client`` owns that loop.
-Requests to one address are written in call order, also while its connection is being opened.
+Requests to one address are written in call order, also while its connection is being opened. The request
+timeouts and the connect wait run on the client's ``Clock`` (a ``ManualClock`` in tests: no sleeping).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
 
+from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.net.call_order import CallOrder
 from broker_store.net.framing import FrameReader
 from broker_store.net.tls import client_context
@@ -128,12 +131,14 @@ class RemotingClient:
 
     ``tls``: connect with TLS (RocketMQ's tls.enable with its tls.client.* settings) to every address;
     None: plain connections. Raises ``ConfigError`` when a certificate file does not load.
+    ``clock``: what the request timeouts and ``connect_timeout`` count on.
     """
 
     def __init__(self, *, connect_timeout: float = 3.0, push_handler: PushHandler | None = None,
-                 tls: TlsClientSettings | None = None) -> None:
+                 tls: TlsClientSettings | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self.connect_timeout = connect_timeout
         self.tls = tls
+        self.clock = clock
         self._ssl: ssl.SSLContext | None = None if tls is None else client_context(tls)
         self._push_handler = push_handler
         self._conns: dict[str, _ClientConnection] = {}
@@ -176,10 +181,10 @@ class RemotingClient:
             context = self._ssl
             tls = context is not None
             try:
-                _, new_conn = await asyncio.wait_for(
-                    loop.create_connection(lambda: _ClientConnection(addr, self._push_handler, tls=tls), host, port,
-                                           ssl=context, server_hostname=host if tls else None),
-                    self.connect_timeout)
+                async with self.clock.timeout(self.connect_timeout):
+                    _, new_conn = await loop.create_connection(
+                        lambda: _ClientConnection(addr, self._push_handler, tls=tls), host, port,
+                        ssl=context, server_hostname=host if tls else None)
             except TimeoutError as exc:
                 raise TransportError(f"connect to {addr} timed out after {self.connect_timeout}s") from exc
             except ssl.SSLError as exc:
@@ -214,8 +219,8 @@ class RemotingClient:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
         conn.pending[opaque] = fut
-        # A timer that fails the future is much cheaper than asyncio.wait_for's waiter and task hops.
-        timer = loop.call_later(timeout, _expire, fut, cmd.code, addr, timeout)
+        # A timer that fails the future is much cheaper than a wait_for's waiter and task hops.
+        timer = self.clock.call_later(timeout, functools.partial(_expire, fut, cmd.code, addr, timeout))
         try:
             await conn.write(encode_frame(cmd))
             return await fut

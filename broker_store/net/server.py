@@ -411,7 +411,7 @@ class RemotingServer:
 
     async def start(self) -> None:
         if self._tls is not None and self._tls.mode is not TlsMode.DISABLED:
-            acceptor = TlsAcceptor(lambda: Connection(self), self._tls)
+            acceptor = TlsAcceptor(lambda: Connection(self), self._tls, self.clock)
             await acceptor.start(self.host, self._port)
             self._acceptor = acceptor
             self._arm_sweep()

@@ -7,7 +7,8 @@ before anything reads it: 0x16 opens a TLS record (a ClientHello), anything else
 frame. Here the byte is peeked (``MSG_PEEK``) on the accepted socket, so the stdlib's TLS transport
 (``loop.connect_accepted_socket(ssl=...)``) still sees the whole ClientHello. ``disabled`` keeps the
 plain ``loop.create_server`` path (no peek, no extra task per connection); a TLS handshake reaching it
-fails frame decoding and ``net.server`` logs it as one.
+fails frame decoding and ``net.server`` logs it as one. The acceptor's timers (first byte, handshake, a refused
+plain client's close, the pause after a failed accept) run on the server's ``Clock``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from broker_store.clock import Clock, TimerHandle
 from broker_store.net.framing import FrameReader
 from broker_store.net.tls_settings import ClientAuth, TlsClientSettings, TlsMode, TlsServerSettings
 from broker_store.protocol.codes import ResponseCode
@@ -33,7 +35,12 @@ FIRST_BYTE_TIMEOUT_S = 30.0
 """How long an accepted connection may stay silent before it is closed unclassified (the client speaks
 first in the remoting protocol, so a silent peer holds only a socket until then)."""
 HANDSHAKE_TIMEOUT_S = 10.0
-"""How long a TLS handshake may take once its ClientHello arrived."""
+"""How long a TLS handshake may take once its ClientHello arrived (on the server's clock)."""
+LOOP_HANDSHAKE_TIMEOUT_S = 60.0
+"""asyncio's own handshake timer (its default), which cannot be put on a clock: only a backstop, the clock's
+``HANDSHAKE_TIMEOUT_S`` ends a real handshake first."""
+ACCEPT_RETRY_S = 0.1
+"""The pause after a failed accept (out of descriptors): the loop does not spin."""
 PLAIN_REFUSAL_TIMEOUT_S = 5.0
 """Enforcing mode: how long a plain client has to complete the frame its refusal answers."""
 TLS_REQUIRED_REMARK = (f"{TLS_REQUIRED_MARK} this server runs tls.server.mode=enforcing and refuses plain "
@@ -108,15 +115,16 @@ class _PlainRefusal(asyncio.Protocol):
     """Enforcing mode, plain client: answer its first request SYSTEM_ERROR ``TLS_REQUIRED_REMARK`` (so the
     client reports why, instead of a bare closed connection as RocketMQ's), then close."""
 
-    def __init__(self, peer: str) -> None:
+    def __init__(self, peer: str, clock: Clock) -> None:
         self._peer = peer
+        self._clock = clock
         self._reader = FrameReader()
         self._transport: asyncio.Transport | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
-        self._timer = asyncio.get_running_loop().call_later(PLAIN_REFUSAL_TIMEOUT_S, transport.close)
+        self._timer = self._clock.call_later(PLAIN_REFUSAL_TIMEOUT_S, transport.close)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
@@ -137,8 +145,9 @@ class _PlainRefusal(asyncio.Protocol):
             self._transport.close()
 
 
-async def _peek_first_byte(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
-    """The first byte the peer sent, left unread in the socket (b"" if it closed first)."""
+async def _peek_first_byte(loop: asyncio.AbstractEventLoop, sock: socket.socket, clock: Clock) -> bytes:
+    """The first byte the peer sent, left unread in the socket (b"" if it closed first); ``TimeoutError`` when
+    none came within ``FIRST_BYTE_TIMEOUT_S`` of ``clock``."""
     readable: asyncio.Future[None] = loop.create_future()
 
     def ready() -> None:
@@ -148,7 +157,8 @@ async def _peek_first_byte(loop: asyncio.AbstractEventLoop, sock: socket.socket)
     fd = sock.fileno()
     loop.add_reader(fd, ready)
     try:
-        await asyncio.wait_for(readable, FIRST_BYTE_TIMEOUT_S)
+        if not await clock.wait_for(readable, FIRST_BYTE_TIMEOUT_S):
+            raise TimeoutError
     finally:
         loop.remove_reader(fd)
     return sock.recv(1, socket.MSG_PEEK)
@@ -160,14 +170,15 @@ class TlsAcceptor:
     Each accepted connection is classified by its first byte, then handed to the event loop's own
     transports: TLS (``protocol_factory`` behind the handshake), plain (``protocol_factory`` as is, in
     permissive mode) or refused (enforcing mode). A failed handshake costs only its own connection and
-    is logged with the peer and the reason.
+    is logged with the peer and the reason. Its timers run on ``clock``.
     """
 
-    def __init__(self, protocol_factory: Callable[[], asyncio.Protocol], tls: ServerTls) -> None:
+    def __init__(self, protocol_factory: Callable[[], asyncio.Protocol], tls: ServerTls, clock: Clock) -> None:
         if tls.mode is TlsMode.DISABLED or tls.context is None:
             raise ValueError("TlsAcceptor serves the permissive and enforcing modes")
         self._factory = protocol_factory
         self._tls = tls
+        self._clock = clock
         self._context: ssl.SSLContext = tls.context
         self._sock: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
@@ -190,7 +201,7 @@ class TlsAcceptor:
                 sock, peer = await loop.sock_accept(listener)
             except OSError as exc:  # out of descriptors, a connection aborted before accept
                 log.warning("accept failed on port %s: %s", self.port, exc)
-                await asyncio.sleep(0.1)
+                await self._clock.sleep(ACCEPT_RETRY_S)
                 continue
             sock.setblocking(False)
             task = loop.create_task(self._admit(sock, f"{peer[0]}:{peer[1]}"))
@@ -200,7 +211,7 @@ class TlsAcceptor:
     async def _admit(self, sock: socket.socket, peer: str) -> None:
         loop = asyncio.get_running_loop()
         try:
-            first = await _peek_first_byte(loop, sock)
+            first = await _peek_first_byte(loop, sock, self._clock)
         except asyncio.CancelledError:  # the server stops
             sock.close()
             raise
@@ -213,14 +224,19 @@ class TlsAcceptor:
             return
         try:
             if first[0] == TLS_HANDSHAKE_BYTE:
-                await loop.connect_accepted_socket(self._factory, sock, ssl=self._context,
-                                                   ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
+                async with self._clock.timeout(HANDSHAKE_TIMEOUT_S):
+                    await loop.connect_accepted_socket(self._factory, sock, ssl=self._context,
+                                                       ssl_handshake_timeout=LOOP_HANDSHAKE_TIMEOUT_S)
             elif self._tls.mode is TlsMode.ENFORCING:
                 log.warning("refusing a plain connection from %s: tls.server.mode is enforcing", peer)
-                await loop.connect_accepted_socket(lambda: _PlainRefusal(peer), sock)
+                clock = self._clock
+                await loop.connect_accepted_socket(lambda: _PlainRefusal(peer, clock), sock)
             else:
                 await loop.connect_accepted_socket(self._factory, sock)
-        except (OSError, TimeoutError, ssl.SSLError) as exc:  # SSLError is an OSError; named for the reader
+        except TimeoutError:  # the clock's timeout (asyncio's own would be a ConnectionAbortedError)
+            log.warning("TLS handshake with %s failed: not done within %s s", peer, HANDSHAKE_TIMEOUT_S)
+            sock.close()
+        except (OSError, ssl.SSLError) as exc:  # SSLError is an OSError; named for the reader
             log.warning("TLS handshake with %s failed: %s", peer, exc or type(exc).__name__)
             sock.close()
 

@@ -1,7 +1,7 @@
 """The layers of ``broker_store`` (DESIGN.md "Layout", issue #18 "Guards"): every import between its units points
 down the layers below, never up or sideways, and the low layers import only what the design gives them:
 ``protocol`` nothing of the project, ``net`` only ``protocol`` and ``clock``, ``store`` only ``clock`` and ``protocol``,
-``client`` only ``net``, ``protocol`` and ``acl``'s account format, ``acl`` (ACL 1.0's pure decisions) only
+``client`` only ``clock``, ``net``, ``protocol`` and ``acl``'s account format, ``acl`` (ACL 1.0's pure decisions) only
 ``protocol`` and the validation formatter, ``ha`` nothing of the store but its package API and its epoch values.
 No module passes 600 lines. Read from the source (ast) by the shared checker, ``tests/support/import_graph.py``.
 
@@ -50,7 +50,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "acl": frozenset({"protocol", "validation"}),  # ACL 1.0's pure decisions and its account format
     "net": frozenset({"clock", "protocol"}),  # clock: the connection hygiene's timers (issue 17)
     "store": frozenset({"clock", "protocol"}),
-    "client": frozenset({"acl", "net", "protocol"}),  # acl: the account format of the ACL admin requests
+    # acl: the account format of the ACL admin requests; clock: every timer of the clients
+    "client": frozenset({"acl", "clock", "net", "protocol"}),
     # the store only through HA_STORE_API; acl: the peer allow-list and refusal log of the HA port (issue 17)
     "ha": frozenset({"acl", "address", "clock", "protocol", "store"}),
     # validation: UPDATE_CONTROLLER_CONFIG's refusals name the field as every settings error does

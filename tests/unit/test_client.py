@@ -34,6 +34,7 @@ from broker_store.client import (
     new_message,
 )
 from broker_store.client.route_cache import RouteCache, publish_queues, route_from_default, subscribe_queues
+from broker_store.clock import ManualClock
 from broker_store.launcher import free_port
 from broker_store.net.client import RemotingClient
 from broker_store.net.server import Connection, RemotingServer
@@ -80,6 +81,7 @@ from broker_store.protocol.message import (
 )
 from broker_store.protocol.route import BrokerData, ClusterInfo, QueueData, TopicRouteData
 from broker_store.protocol.topic import TopicConfig
+from tests.support.clocks import ReadingClock
 
 # -- fakes ---------------------------------------------------------------------------------------
 
@@ -346,17 +348,17 @@ def test_default_route_is_capped_like_java() -> None:
 
 
 def test_route_cache_ttl_and_invalidate(cluster: Cluster) -> None:
-    now = [0.0]
+    clock = ManualClock()
 
     async def scenario() -> None:
         remoting = RemotingClient()
         cache = RouteCache(["127.0.0.1:1", cluster.namesrv.addr], remoting=remoting, ttl=30,
-                           clock=lambda: now[0])
+                           clock=clock)
         try:
             await cache.get("t")
             await cache.get("t")
             assert cluster.namesrv.route_requests("t") == 1
-            now[0] = 31.0
+            clock.advance(31.0)
             await cache.get("t")
             assert cluster.namesrv.route_requests("t") == 2
             cache.invalidate("t")
@@ -396,7 +398,7 @@ def test_send_sets_uniq_key_wait_and_v2_header(cluster: Cluster) -> None:
 def test_uniq_key_layout() -> None:
     month_start = int(time.mktime(time.strptime("2024-03-01", "%Y-%m-%d")) * 1000)
     now = [month_start + 123_456]
-    gen = UniqueIdGenerator(ip=bytes([10, 1, 2, 3]), pid=0x12345, clock_ms=lambda: now[0])
+    gen = UniqueIdGenerator(ip=bytes([10, 1, 2, 3]), pid=0x12345, clock=ReadingClock(lambda: now[0]))
     first, second = gen.create(), gen.create()
     for uid in (first, second):
         assert re.fullmatch(r"[0-9A-F]{32}", uid)

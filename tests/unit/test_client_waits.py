@@ -1,4 +1,4 @@
-"""The client's waits go through its injected ``sleep`` (broker_store/client/__init__.py): a ManualClock drives
+"""The client's waits go through its injected clock (broker_store/client/__init__.py): a ManualClock drives
 ``wait_for_route``'s polls and a send's back-off while its route lists no primary, with no real sleep. The name
 server's answers are stand-ins here (no socket); the real-server paths are the integration tests' (wait_for_route
 after creating a topic, e.g. tests/integration/test_ha_peers.py; sends across an election,
@@ -20,21 +20,20 @@ from broker_store.protocol.route import BrokerData, QueueData, TopicRouteData
 NOWHERE = "127.0.0.1:1"  # never dialled: the stand-ins answer first
 
 
-class Sleeps:
-    """An injected ``sleep`` that records each wait and advances the test's clock by it at once."""
+class Sleeps(ManualClock):
+    """A ManualClock whose ``sleep`` records each wait and advances the clock by it at once."""
 
-    def __init__(self, clock: ManualClock) -> None:
-        self.clock = clock
+    def __init__(self) -> None:
+        super().__init__()
         self.waits: list[float] = []
 
-    async def __call__(self, seconds: float) -> None:
+    async def sleep(self, seconds: float) -> None:
         self.waits.append(seconds)
-        self.clock.advance(seconds)
+        self.advance(seconds)
 
 
 def test_wait_for_route_polls_on_the_injected_sleep_until_a_route_appears(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = ManualClock()
-    sleeps = Sleeps(clock)
+    sleeps = Sleeps()
     route = TopicRouteData((QueueData("b", 4, 4, PERM_READ | PERM_WRITE),), (BrokerData("c", "b", {0: NOWHERE}),))
     answers: list[TopicRouteData | None] = [None, None, route]
 
@@ -45,7 +44,7 @@ def test_wait_for_route_polls_on_the_injected_sleep_until_a_route_appears(monkey
         return answer
 
     async def main() -> TopicRouteData:
-        async with AsyncAdmin(NOWHERE, clock=clock.monotonic, sleep=sleeps) as admin:
+        async with AsyncAdmin(NOWHERE, clock=sleeps) as admin:
             monkeypatch.setattr(admin.routes, "fetch", fetch)
             return await admin.wait_for_route("T", timeout=10.0, poll_interval=0.5)
 
@@ -54,14 +53,13 @@ def test_wait_for_route_polls_on_the_injected_sleep_until_a_route_appears(monkey
 
 
 def test_wait_for_route_gives_up_at_its_timeout_on_the_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = ManualClock()
-    sleeps = Sleeps(clock)
+    sleeps = Sleeps()
 
     async def fetch(topic: str) -> TopicRouteData:
         raise TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST, f"no route of {topic}")
 
     async def main() -> None:
-        async with AsyncAdmin(NOWHERE, clock=clock.monotonic, sleep=sleeps) as admin:
+        async with AsyncAdmin(NOWHERE, clock=sleeps) as admin:
             monkeypatch.setattr(admin.routes, "fetch", fetch)
             with pytest.raises(RequestTimeoutError, match="no usable route after 2.0s: TOPIC_NOT_EXIST: no route of T"):
                 await admin.wait_for_route("T", timeout=2.0, poll_interval=0.5)
@@ -72,14 +70,13 @@ def test_wait_for_route_gives_up_at_its_timeout_on_the_clock(monkeypatch: pytest
 
 def test_a_send_backs_off_while_the_route_lists_no_primary_until_its_budget_ends(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = ManualClock()
-    sleeps = Sleeps(clock)
+    sleeps = Sleeps()
 
     async def writable_queues(topic: str) -> list[MessageQueue]:
         raise NoWritableQueueError(ResponseCode.TOPIC_NOT_EXIST, f"no primary of {topic}")
 
     async def main() -> None:
-        async with AsyncProducer(NOWHERE, send_timeout=1.0, clock=clock.monotonic, sleep=sleeps) as producer:
+        async with AsyncProducer(NOWHERE, send_timeout=1.0, clock=sleeps) as producer:
             monkeypatch.setattr(producer, "writable_queues", writable_queues)
             with pytest.raises(NoWritableQueueError):
                 await producer.send(new_message("T", b"x"))

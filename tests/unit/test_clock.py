@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import pickle
 import threading
 
 import pytest
 
 from broker_store.client.producer import BrokerFaultTable
-from broker_store.clock import SYSTEM_CLOCK, ManualClock, StopSignal, ThreadClock
+from broker_store.clock import SYSTEM_CLOCK, ManualClock, StopSignal, SystemClock, ThreadClock
 
 
 def test_manual_sleep_and_wait_for_end_when_advanced() -> None:
@@ -156,13 +157,19 @@ def test_system_clock_timeout_and_call_later_are_asyncio_s() -> None:
     asyncio.run(main())
 
 
-def test_the_clients_time_is_a_reading_of_the_one_clock() -> None:
-    # broker_store.client takes a monotonic reading, not a Clock (it stays below the clock module): a ManualClock's
-    # reading drives the producer's fault isolation with no sleep.
+def test_the_clients_time_is_the_one_clock() -> None:
+    # broker_store.client takes the Clock: a ManualClock drives the producer's fault isolation with no sleep.
     clock = ManualClock()
-    faults = BrokerFaultTable(isolation=10.0, clock=clock.monotonic)
+    faults = BrokerFaultTable(isolation=10.0, clock=clock)
     faults.mark_failed("b1")
     clock.advance(9.5)
     assert not faults.available("b1") and faults.available("b2")
     clock.advance(0.5)
     assert faults.available("b1")
+
+
+def test_the_system_clock_pickles_as_itself() -> None:
+    # the synchronous clients travel to Spark executors with their clock, and their runtime keeps one connection
+    # pool per clock: a copy of SYSTEM_CLOCK must be SYSTEM_CLOCK
+    assert pickle.loads(pickle.dumps(SYSTEM_CLOCK)) is SYSTEM_CLOCK
+    assert pickle.loads(pickle.dumps(SystemClock())) is SYSTEM_CLOCK
