@@ -9,6 +9,10 @@ Files read (Spark's formats, not ours)::
 
     <checkpoint>/metadata            {"id": "<query uuid>"}                  first line
     <checkpoint>/offsets/<batchId>   v1 / {metadata JSON} / one line per source (ours: a SourceOffset)
+    <checkpoint>/commits/<batchId>   present once Spark committed the batch (only its name is read)
+
+The replication writer also reads, when its query starts, which batch a restart re-runs
+(``batches_sent_before``).
 """
 
 from __future__ import annotations
@@ -66,3 +70,26 @@ def read_offset_log(checkpoint_location: str, batch_id: int) -> SourceOffset | N
         except OffsetFormatError:
             continue
     return None
+
+
+def _batch_ids(directory: Path) -> list[int]:
+    try:
+        return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+    except OSError:  # no such directory yet: no batch
+        return []
+
+
+def batches_sent_before(checkpoint_location: str | None, resumed_elsewhere: bool) -> frozenset[int]:
+    """Batch ids whose sends an earlier run of the query may have made: the last batch of the offset log when
+    it has no commit (Spark re-runs it under the same id), or batch 0 of a query with no offset log yet when
+    ``resumed_elsewhere`` (the link's offsets are in its Delta tables: an earlier query, whose checkpoint is
+    gone, may have sent the batch this one starts with). A checkpoint this process cannot read (not local)
+    tells nothing: none (Spark's task retries are still checked; see README, "Duplicates")."""
+    root = checkpoint_dir(checkpoint_location) if checkpoint_location else None
+    if root is None:
+        return frozenset()
+    planned = _batch_ids(root / "offsets")
+    if not planned:
+        return frozenset({0}) if resumed_elsewhere else frozenset()
+    last = planned[-1]
+    return frozenset() if (root / "commits" / str(last)).exists() else frozenset({last})
