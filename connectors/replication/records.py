@@ -143,6 +143,8 @@ class BatchMetrics:
     """Age of the oldest message of the batch at commit (commit time - its source store time)."""
     wall_time_ms: int = 0
     """Wall time of the batch, from planning to the driver's commit."""
+    duplicates_avoided: int = 0
+    """Messages not sent again because the target already held them (an earlier attempt stored them)."""
 
 
 @dataclass(frozen=True)
