@@ -133,8 +133,9 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
             self.options.delta_location and self.options.link) else None
         self.sent_before = batches_sent_before(self.options.checkpoint_location,
                                                tables is not None and (tables / "current_offsets").exists())
-        """Batch ids an earlier run of the query may have sent (read when the query starts): their tasks check the
-        target for copies first (``connectors.replication.resend_check``)."""
+        """Batch ids an earlier run of the query may have sent (Spark builds this writer when it plans each batch's
+        write; ``batches_sent_before`` marks the batch as planned): their tasks check the target for copies first
+        (``connectors.replication.resend_check``)."""
 
     # -- executors -------------------------------------------------------------------------------
 

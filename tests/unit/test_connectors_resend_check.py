@@ -125,17 +125,23 @@ def test_a_copy_stored_twice_maps_to_the_first() -> None:
     assert index.foreign == 1
 
 
-def test_the_batch_a_restart_re_runs_is_the_last_planned_without_a_commit(tmp_path: Path) -> None:
+def test_the_batch_a_restart_re_runs_is_the_one_whose_write_was_planned_before(tmp_path: Path) -> None:
+    """Spark builds the writer when it plans each batch's write: a batch planned for the first time was not sent
+    before; planned again under the same id (a restart), it may have been."""
     checkpoint = tmp_path / "ck"
     assert batches_sent_before(str(checkpoint), False) == frozenset()  # a new query: nothing sent before
     assert batches_sent_before(str(checkpoint), True) == {0}  # its offsets resume from the link's tables
     (checkpoint / "offsets").mkdir(parents=True)
     (checkpoint / "commits").mkdir()
-    for batch in (0, 1, 2):
-        (checkpoint / "offsets" / str(batch)).write_text("v1\n")
-    (checkpoint / "commits" / "0").write_text("v1\n")
-    (checkpoint / "commits" / "1").write_text("v1\n")
-    assert batches_sent_before(f"file:{checkpoint}", True) == {2}
+    (checkpoint / "offsets" / "0").write_text("v1\n")
+    assert batches_sent_before(str(checkpoint), False) == frozenset()  # batch 0 planned
+    assert batches_sent_before(str(checkpoint), True) == {0}  # a fresh checkpoint resuming from the tables
+    for batch in (0, 1):
+        (checkpoint / "commits" / str(batch)).write_text("v1\n")
+        (checkpoint / "offsets" / str(batch + 1)).write_text("v1\n")
+        assert batches_sent_before(f"file:{checkpoint}", True) == frozenset()  # planned once: steady state
+    assert batches_sent_before(str(checkpoint), True) == {2}  # batch 2 planned again: a restart re-runs it
+    assert sorted(p.name for p in (checkpoint / "rocketmq_sink_attempts").iterdir()) == ["2"]  # older marks go
     (checkpoint / "commits" / "2").write_text("v1\n")
     assert batches_sent_before(str(checkpoint), True) == frozenset()
     assert batches_sent_before("s3://bucket/ck", True) == frozenset()  # unreadable here: only task retries
