@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -145,3 +146,27 @@ def test_the_batch_a_restart_re_runs_is_the_one_whose_write_was_planned_before(t
     (checkpoint / "commits" / "2").write_text("v1\n")
     assert batches_sent_before(str(checkpoint), True) == frozenset()
     assert batches_sent_before("s3://bucket/ck", True) == frozenset()  # unreadable here: only task retries
+
+
+def test_a_task_may_run_again_when_spark_retries_it_or_its_batch_was_planned_before(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyspark
+
+    from connectors.replication.partition_writer import BATCH_ID_PROPERTY, may_run_again
+
+    class Context:
+        def __init__(self, attempt: int, batch: str | None) -> None:
+            self.attempt, self.batch = attempt, batch
+
+        def attemptNumber(self) -> int:
+            return self.attempt
+
+        def getLocalProperty(self, key: str) -> str | None:
+            return self.batch if key == BATCH_ID_PROPERTY else None
+
+    monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: None))
+    assert not may_run_again({3})  # not in a Spark task
+    for attempt, batch, expected in ((0, "3", True), (0, "4", False), (1, "4", True), (0, None, False)):
+        context = Context(attempt, batch)
+        monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls, c=context: c))
+        assert may_run_again({3}) is expected, (attempt, batch)
