@@ -26,6 +26,9 @@ Metrics, every one labelled ``link`` (README, "Metrics", has the same list)::
     rmq_replicator_bytes_total                 counter  body bytes written to the target
     rmq_replicator_failed_total                counter  messages failed after retries (failures table)
     rmq_replicator_skipped_total               counter  messages skipped by the loop guard
+    rmq_replicator_duplicates_avoided_total    counter  messages not sent again: the target already held them
+                                                        (a re-run batch, a retried task, an unanswered send;
+                                                        README "Duplicates")
     rmq_replicator_latency_p50_seconds         gauge    newest batch: median of target store - source born
     rmq_replicator_latency_p99_seconds         gauge    newest batch: 99th percentile of the same
     rmq_replicator_record_age_seconds          gauge    newest batch: commit time - oldest message's store time
@@ -107,6 +110,8 @@ class ReplicationMetrics:
         self.bytes = counter("bytes", "Body bytes written to the target")
         self.failed = counter("failed", "Messages that failed after retries (in the failures table)")
         self.skipped = counter("skipped", "Messages skipped by the loop guard")
+        self.duplicates_avoided = counter("duplicates_avoided",
+                                          "Messages not sent again because the target already held them")
         self.latency_p50 = gauge("latency_p50_seconds", "Newest batch: median of target store - source born")
         self.latency_p99 = gauge("latency_p99_seconds", "Newest batch: p99 of target store - source born")
         self.record_age = gauge("record_age_seconds", "Newest batch: commit time - oldest message's store time")
@@ -124,11 +129,11 @@ class ReplicationMetrics:
         if not rows:
             return
         for column, metric in (("messages", self.messages), ("bytes", self.bytes), ("failed", self.failed),
-                               ("skipped_loop", self.skipped)):
-            total = sum(int(r[column] or 0) for r in rows)
+                               ("skipped_loop", self.skipped), ("duplicates_avoided", self.duplicates_avoided)):
+            total = sum(int(r.get(column) or 0) for r in rows)  # a column added later is absent from older tables
             if total:
                 metric.labels(link).inc(total)
-        for counter in (self.messages, self.bytes, self.failed, self.skipped):
+        for counter in (self.messages, self.bytes, self.failed, self.skipped, self.duplicates_avoided):
             counter.labels(link)  # every counter shows the link, even at 0
         newest = max(rows, key=lambda r: (r["committed_at"], r["batch_id"]))
         for column, gauge in (("latency_p50_ms", self.latency_p50), ("latency_p99_ms", self.latency_p99),

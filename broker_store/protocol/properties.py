@@ -47,6 +47,20 @@ PROPERTY_MSG_REGION = "MSG_REGION"
 PROPERTY_TRACE_SWITCH = "TRACE_ON"
 PROPERTY_CLUSTER = "CLUSTER"
 PROPERTY_REPLICATOR_SOURCE = "ROCKETMQ_REPLICATOR_SOURCE"
+"""The loop-guard chain of clusters a replicated message passed (format: ``connectors.replication.loop_guard``)."""
+PROPERTY_REPLICATOR_POSITION = "ROCKETMQ_REPLICATOR_POSITION"
+"""Where the replicator read a message: its position on the link's source, set on every hop (the last
+hop's source wins; an upstream value is replaced). Written by ``connectors.replication.forwarding``,
+read back by the sink's recovery check (``connectors.replication.resend_check``)::
+
+    ROCKETMQ_REPLICATOR_POSITION = <cluster> "/" <topic> "/" <broker name> "/" <queue id> "/" <queue offset>
+
+    e.g. "src/Orders/broker-a/3/1042": offset 1042 of queue 3 of topic Orders on broker group broker-a
+    of cluster src; queue id and offset in decimal ASCII, no sign, no padding.
+
+A cluster name (``[A-Za-z0-9][A-Za-z0-9_.-]*``) and a topic (``[%|a-zA-Z0-9_-]``) never hold "/", so the
+value splits into cluster and topic from the left and queue id and offset from the right; the broker name
+is what lies between (it may hold "/")."""
 KEY_SEPARATOR = " "
 """Between the keys of the KEYS property."""
 

@@ -69,6 +69,16 @@ from connectors.core.maintenance import NO_HOOKS, RETENTION_MARK, TableMaintenan
 log = logging.getLogger(__name__)
 
 TABLE_FORMAT_VERSION = 1
+"""A column added to a table's schema later (nullable, null in the rows written before) keeps the version:
+appends merge it into the table's schema (``_write``), readers take its absence as nulls."""
+
+
+def _conform(part: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``part`` cast to ``schema``, a column it lacks (written before the column was added) as nulls."""
+    for f in schema:
+        if f.name not in part.column_names:
+            part = part.append_column(f, pa.nulls(part.num_rows, f.type))
+    return part.select(schema.names).cast(schema)
 
 @dataclass(frozen=True)
 class Rewrite:
@@ -231,7 +241,7 @@ class DeltaTableSet:
         schema = self.schemas[table]
         if columns:
             schema = pa.schema([schema.field(c) for c in columns])
-        rows = pa.concat_tables([p.cast(schema) for p in parts]) if parts else schema.empty_table()
+        rows = pa.concat_tables([_conform(p, schema) for p in parts]) if parts else schema.empty_table()
         return Appended(newest, rows)
 
     def committed_batch(self, query_id: str, table: str) -> int | None:
@@ -315,7 +325,10 @@ class DeltaTableSet:
                             description=f"{self.description} {table} table, format {TABLE_FORMAT_VERSION}",
                             configuration=configuration, post_commithook_properties=hooks)
         else:
-            write_deltalake(dt, data, mode=mode, commit_properties=commit, post_commithook_properties=hooks)
+            # "merge" adds a column the declared schema gained since the table was created (null in older rows);
+            # an append whose schema is the table's writes no metaData action (incremental readers go on).
+            write_deltalake(dt, data, mode=mode, commit_properties=commit, post_commithook_properties=hooks,
+                            schema_mode="merge" if mode == "append" else None)
 
     def create(self, table: str) -> None:
         """Create ``table`` empty (version 0) unless it exists; its name, description and properties as the

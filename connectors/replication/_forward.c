@@ -10,7 +10,9 @@
  * ``dropped_entries_pattern``: an entry is dropped when it starts with NAME followed by \x01); a record
  * without UNIQ_KEY gets its offset message id (STOREHOST ip + port + PHYSICALOFFSET, 32 upper-case hex
  * digits); the suffix (the chain entry, or nothing) is appended, after a \x02 unless the properties are
- * empty or already end with one.
+ * empty or already end with one; then, when ``position`` is not empty (the position entry up to the offset:
+ * ``ROCKETMQ_REPLICATOR_POSITION\x01<cluster>/<topic>/<broker>/<queue id>/``, see source_position.py), it,
+ * the record's queue offset in decimal and a \x02, by the same rule.
  *
  * The property format (name \x01 value \x02, the last UNIQ_KEY winning) is owned by
  * broker_store/protocol/properties.py; the keys and separators below mirror it (``property_key``,
@@ -66,6 +68,17 @@ static Py_ssize_t rfind(const unsigned char *hay, Py_ssize_t n, const char *need
     return -1;
 }
 
+/* v in decimal ASCII at p, as Python's str(int); returns the length (at most 20). */
+static Py_ssize_t put_decimal(unsigned char *p, int64_t v) {
+    unsigned char tmp[20];
+    Py_ssize_t n = 0, k = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do { tmp[n++] = (unsigned char)('0' + u % 10); u /= 10; } while (u);
+    if (v < 0) p[k++] = '-';
+    while (n) p[k++] = tmp[--n];
+    return k;
+}
+
 static int contains(const unsigned char *hay, Py_ssize_t n, const char *needle, Py_ssize_t m) {
     for (Py_ssize_t i = 0; i + m <= n; i++) {
         if (hay[i] == (unsigned char)needle[0] && memcmp(hay + i, needle, (size_t)m) == 0) {
@@ -104,15 +117,15 @@ static int append_long(PyObject *list, long long v) {
     return rc;
 }
 
-/* forward_plain(buf, topic, queue_id, first, stop, dropped, suffix, max_props)
+/* forward_plain(buf, topic, queue_id, first, stop, dropped, suffix, max_props, position)
  *   -> (entries, offsets, sizes, borns, starts, next_offset, oldest_store_ms) or None */
 static PyObject *forward_plain(PyObject *self, PyObject *args) {
-    Py_buffer buf, topic, suffix;
+    Py_buffer buf, topic, suffix, position;
     int queue_id, max_props;
     long long first, stop;
     PyObject *dropped;
-    if (!PyArg_ParseTuple(args, "y*y*iLLO!y*i", &buf, &topic, &queue_id, &first, &stop, &PyTuple_Type, &dropped,
-                          &suffix, &max_props)) {
+    if (!PyArg_ParseTuple(args, "y*y*iLLO!y*iy*", &buf, &topic, &queue_id, &first, &stop, &PyTuple_Type, &dropped,
+                          &suffix, &max_props, &position)) {
         return NULL;
     }
     PyObject *result = NULL, *entries = NULL, *offsets = NULL, *sizes = NULL, *borns = NULL, *starts = NULL;
@@ -129,13 +142,15 @@ static PyObject *forward_plain(PyObject *self, PyObject *args) {
     entries = PyList_New(0); offsets = PyList_New(0); sizes = PyList_New(0); borns = PyList_New(0);
     starts = PyList_New(0);
     if (!entries || !offsets || !sizes || !borns || !starts) goto done;
-    /* properties grow by at most the UNIQ_KEY entry (10 + 32 + 1), a separator and the suffix */
-    work = PyMem_Malloc((size_t)(65536 + 64 + suffix.len));
+    /* properties grow by at most the UNIQ_KEY entry (10 + 32 + 1), two separators, the suffix and the position
+     * entry (its prefix, up to 20 digits and a separator) */
+    work = PyMem_Malloc((size_t)(65536 + 96 + suffix.len + position.len));
     if (work == NULL) { PyErr_NoMemory(); goto done; }
 
     const unsigned char *b = buf.buf;
     const unsigned char *tp = topic.buf;
     const unsigned char *sx = suffix.buf;
+    const unsigned char *px = position.buf;
     Py_ssize_t n = buf.len, tlen = topic.len, pos = 0;
     long long next_offset = -1, oldest = 0;
     int have_oldest = 0;
@@ -194,6 +209,13 @@ static PyObject *forward_plain(PyObject *self, PyObject *args) {
             memcpy(work + w, sx, (size_t)suffix.len);
             w += suffix.len;
         }
+        if (position.len) {
+            if (w > 0 && work[w - 1] != 2) work[w++] = 2;
+            memcpy(work + w, px, (size_t)position.len);
+            w += position.len;
+            w += put_decimal(work + w, offset);
+            work[w++] = 2;
+        }
         if (w > max_props) goto plain_no;
         PyObject *entry = PyBytes_FromStringAndSize(NULL, ENTRY_HEADER + body_len + 2 + w);
         if (entry == NULL) goto done;
@@ -225,13 +247,13 @@ done:
     PyMem_Free(names);
     PyMem_Free(work);
     Py_XDECREF(entries); Py_XDECREF(offsets); Py_XDECREF(sizes); Py_XDECREF(borns); Py_XDECREF(starts);
-    PyBuffer_Release(&buf); PyBuffer_Release(&topic); PyBuffer_Release(&suffix);
+    PyBuffer_Release(&buf); PyBuffer_Release(&topic); PyBuffer_Release(&suffix); PyBuffer_Release(&position);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"forward_plain", forward_plain, METH_VARARGS,
-     "forward_plain(buf, topic, queue_id, first, stop, dropped, suffix, max_props) -> tuple | None"},
+     "forward_plain(buf, topic, queue_id, first, stop, dropped, suffix, max_props, position) -> tuple | None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -117,6 +117,7 @@ def batch_metrics(results: Sequence[ReplicationCommitMessage], failed: int, now:
     return BatchMetrics(
         messages=sum(m.delivered for m in results), bytes=sum(m.bytes for m in results),
         skipped_loop=sum(m.skipped_loop for m in results), failed=failed, latency=summary,
+        duplicates_avoided=sum(m.duplicates_avoided for m in results),
         record_age_ms=now - min(oldest) if oldest else None,
         wall_time_ms=now - min((m.started_ms for m in results), default=now))
 
@@ -240,13 +241,21 @@ def warn_dismissed(o: SinkOptions, batch_id: int, failures: Sequence[FailedMessa
 
 def log_batch(o: SinkOptions, batch_id: int, results: Sequence[ReplicationCommitMessage], metrics: BatchMetrics,
               advanced: int, committed: str) -> None:
-    """The batch's INFO line: what was delivered, skipped and dismissed, how many queue offsets advanced, the
-    latencies, the slowest task, the outage retries, and what the Delta commit did."""
+    """The batch's INFO line: what was delivered, skipped, already on the target and dismissed, how many queue
+    offsets advanced, the latencies, the slowest task, the outage retries, what the recovery check read, and what
+    the Delta commit did."""
     summary = metrics.latency
-    log.info("link %s batch %d: %d delivered, %d bytes, %d skipped (loop), %d failed (dismissed), "
+    checked = ""
+    read = sum(m.tail_read for m in results)
+    if read or metrics.duplicates_avoided:
+        checked = (f" (recovery check: {read} target message(s) read, {sum(m.foreign_in_tail for m in results)} of "
+                   f"them foreign, left alone)")
+    log.info("link %s batch %d: %d delivered, %d bytes, %d skipped (loop), %d duplicate(s) avoided%s, "
+             "%d failed (dismissed), "
              "%d queue offset(s) advanced, latency p50/p99/max %s/%s/%s ms, slowest task %d ms, %d retries "
              "while the target was unavailable, %d while the source was; %s", o.label, batch_id, metrics.messages,
-             metrics.bytes, metrics.skipped_loop, metrics.failed, advanced, summary.p50_ms, summary.p99_ms,
+             metrics.bytes, metrics.skipped_loop, metrics.duplicates_avoided, checked, metrics.failed, advanced,
+             summary.p50_ms, summary.p99_ms,
              summary.max_ms, max((m.finished_ms - m.started_ms for m in results), default=0),
              sum(m.target_unavailable_retries for m in results),
              sum(m.source_unavailable_retries for m in results), committed)

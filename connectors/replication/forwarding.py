@@ -11,7 +11,10 @@ by the rules of ``forwarded_properties``:
 * a record without UNIQ_KEY gets its source offset message id as UNIQ_KEY, so re-sends of one source
   message carry one id;
 * ``ROCKETMQ_REPLICATOR_SOURCE`` gets the source cluster appended (``connectors.replication.loop_guard``), or the
-  record is skipped when the target is already in its chain.
+  record is skipped when the target is already in its chain;
+* ``ROCKETMQ_REPLICATOR_POSITION`` is set to the record's position on the source (``source_position``; an upstream
+  hop's value is replaced), after the chain, when the forwarder knows its source cluster and the pull names
+  its broker.
 
 A record that already carries a chain, an empty UNIQ_KEY, or a compressed body takes the exact path instead
 (properties decoded to a dict, body inflated): equivalent output, slower, and rare outside two-way
@@ -42,7 +45,9 @@ from broker_store.protocol.message import (
     make_msg_id,
     stored_header_view,
 )
+from broker_store.protocol.message_queue import MessageQueue
 from broker_store.protocol.properties import (
+    PROPERTY_REPLICATOR_POSITION,
     PROPERTY_REPLICATOR_SOURCE,
     PROPERTY_UNIQ_KEY,
     append_properties,
@@ -53,6 +58,7 @@ from broker_store.protocol.properties import (
     property_key,
 )
 from connectors.replication import loop_guard
+from connectors.replication.source_position import format_position, position_entry_prefix
 
 _HEADER = stored_header_view("TOTALSIZE", "MAGICCODE", "QUEUEID", "FLAG", "QUEUEOFFSET", "PHYSICALOFFSET", "SYSFLAG",
                              "BORNTIMESTAMP", "STORETIMESTAMP", "STOREHOST", "STOREHOST_PORT", "BODYLEN")
@@ -84,6 +90,7 @@ DROPPED_PROPERTIES = frozenset({
     "REAL_TOPIC", "REAL_QID",       # the source's schedule / transaction bookkeeping (source topology)
     "TRAN_MSG", "PGROUP", "TRAN_PREPARED_QUEUE_OFFSET",
                                     # would make the target store a transaction half message
+    PROPERTY_REPLICATOR_POSITION,   # an upstream hop's position: replaced by this hop's (source_position)
 })
 """Properties not copied to the target (see ``connectors.replication.writer``'s module docstring)."""
 
@@ -99,10 +106,11 @@ SKIP = Skip.SKIP
 
 
 def forwarded_properties(source: Iterable[tuple[str, str]], msg_id: str | None, chain: str | None,
-                         dropped: Collection[str] = DROPPED_PROPERTIES) -> dict[str, str]:
+                         dropped: Collection[str] = DROPPED_PROPERTIES, position: str | None = None) -> dict[str, str]:
     """The properties a replicated message is sent with, from the source's (name, value) pairs: all but
     ``dropped``; UNIQ_KEY set to ``msg_id`` when it is missing or empty (re-sends of one source message
-    carry one id); the loop-guard chain set to ``chain``, the already stamped value (None: left as is).
+    carry one id); the loop-guard chain set to ``chain``, the already stamped value (None: left as is); the
+    source position (``source_position.format_position``) last, when given.
     The one statement of these rules: ``target_properties``, the writer's row path and
     ``RecordForwarder``'s exact path all call it, and its byte-level fast path is tested against it."""
     props = {k: v for k, v in source if k not in dropped}
@@ -110,6 +118,8 @@ def forwarded_properties(source: Iterable[tuple[str, str]], msg_id: str | None, 
         props[PROPERTY_UNIQ_KEY] = msg_id
     if chain is not None:
         props[PROPERTY_REPLICATOR_SOURCE] = chain
+    if position is not None:
+        props[PROPERTY_REPLICATOR_POSITION] = position
     return props
 
 
@@ -144,15 +154,28 @@ class RecordForwarder:
     """Turns pulls of one source queue into batch entries; one per sink task (executor, one thread).
 
     ``dropped``: property names never copied; ``stamp``: the loop-guard decision per existing chain
-    (memoised by the caller's ``_chain``).
+    (memoised by the caller's ``_chain``); ``cluster``: the source cluster, which the position property
+    names (None: no position is written, as for a pull that names no broker).
     """
 
-    def __init__(self, dropped: Collection[str], stamp: Stamp) -> None:
+    def __init__(self, dropped: Collection[str], stamp: Stamp, cluster: str | None = None) -> None:
         self._dropped = frozenset(dropped)
         self._dropped_names = tuple(name.encode() for name in sorted(self._dropped))
         self._drop = dropped_entries_pattern(dropped).sub
         self._stamp = stamp
         self._plain_suffix: dict[str | None, bytes | None] = {}
+        self._cluster = cluster
+        self._position_prefixes: dict[tuple[str, str, int], bytes] = {}
+
+    def position_prefix(self, topic: str, broker: str | None, queue_id: int) -> bytes:
+        """The position entry's bytes before the offset for records of this queue (b"": none is written)."""
+        if self._cluster is None or broker is None:
+            return b""
+        key = (topic, broker, queue_id)
+        prefix = self._position_prefixes.get(key)
+        if prefix is None:
+            prefix = self._position_prefixes[key] = position_entry_prefix(self._cluster, MessageQueue(*key))
+        return prefix
 
     def _suffix_for_unchained(self) -> bytes | None:
         """Properties appended to a record without a chain (None: such records are skipped)."""
@@ -165,8 +188,10 @@ class RecordForwarder:
             self._plain_suffix[None] = suffix
             return suffix
 
-    def forward(self, buf: bytes, topic: str, queue_id: int, first: int = 0, stop: int = 1 << 63) -> ForwardedPull:
-        """The entries for ``buf``: stored records of queue ``queue_id`` of ``topic``, back to back.
+    def forward(self, buf: bytes, topic: str, queue_id: int, first: int = 0, stop: int = 1 << 63,
+                broker: str | None = None) -> ForwardedPull:
+        """The entries for ``buf``: stored records of queue ``queue_id`` of ``topic`` (on broker group ``broker``,
+        which the position property names), back to back.
         Records outside queue offsets ``[first, stop)`` are left out (a pull trimmed to its range).
 
         Raises ProtocolError when a record is malformed (the exact decoder names the problem) or belongs
@@ -180,14 +205,14 @@ class RecordForwarder:
         suffix = self._suffix_for_unchained()
         if _forward_plain is not None and suffix is not None:
             out = _forward_plain(buf, topic.encode(), queue_id, first, min(stop, _MAX_STOP), self._dropped_names,
-                                 suffix, MAX_PROPERTIES_LENGTH)
+                                 suffix, MAX_PROPERTIES_LENGTH, self.position_prefix(topic, broker, queue_id))
             if out is not None:
                 entries, offsets, sizes, borns, starts, next_offset, oldest = out
                 return ForwardedPull(entries, offsets, sizes, borns, starts, [], 0, next_offset, oldest)
-        return self.forward_each(buf, topic, queue_id, first, stop)
+        return self.forward_each(buf, topic, queue_id, first, stop, broker)
 
     def forward_each(self, buf: bytes, topic: str, queue_id: int, first: int = 0,
-                     stop: int = 1 << 63) -> ForwardedPull:
+                     stop: int = 1 << 63, broker: str | None = None) -> ForwardedPull:
         """``forward`` in Python, record by record: every case (the exact path, refusals, errors)."""
         entries: list[bytes] = []
         offsets: list[int] = []
@@ -201,6 +226,7 @@ class RecordForwarder:
         unpack = _HEADER.unpack_from
         drop = self._drop
         plain_suffix = self._suffix_for_unchained()
+        position = self.position_prefix(topic, broker, queue_id)
         topic_raw = topic.encode()
         topic_len = len(topic_raw)
         min_total = STORED_HEADER_SIZE + 3 + topic_len
@@ -232,7 +258,7 @@ class RecordForwarder:
             uniq = last_value_start(props, _UNIQ_KEY)  # the last UNIQ_KEY entry counts, as when decoding
             if (sys_flag & _UNUSUAL_FLAGS or _CHAIN_KEY in props or plain_suffix is None
                     or (uniq >= 0 and (uniq == len(props) or props[uniq] == 2))):  # an empty UNIQ_KEY
-                exact = self._exact(buf, pos)
+                exact = self._exact(buf, pos, position)
                 if exact is None or isinstance(exact, str):
                     if exact is None:
                         skipped += 1
@@ -249,6 +275,8 @@ class RecordForwarder:
                         props, property_entry(PROPERTY_UNIQ_KEY, make_msg_id(store_ip, store_port, phys)))
                 if plain_suffix:
                     props = append_properties(props, plain_suffix)
+                if position:
+                    props = append_properties(props, b"%s%d\x02" % (position, offset))
                 plen = len(props)
                 if plen > MAX_PROPERTIES_LENGTH:
                     refused.append((pos, f"properties of {plen} bytes exceed {MAX_PROPERTIES_LENGTH} once the "
@@ -265,7 +293,7 @@ class RecordForwarder:
             pos = end
         return ForwardedPull(entries, offsets, sizes, borns, starts, refused, skipped, next_offset, oldest)
 
-    def _exact(self, buf: bytes, pos: int) -> bytes | str | None:
+    def _exact(self, buf: bytes, pos: int, position: bytes) -> bytes | str | None:
         """The entry for one record through decoded properties (records with a chain, compressed
         bodies, or all records when unchained ones are skipped): None when the loop guard skips it, a
         reason when no target could take it. Raises ProtocolError for what the codec refuses."""
@@ -275,11 +303,19 @@ class RecordForwarder:
         if stamped is SKIP:
             return None
         props = forwarded_properties(source.items(), message.offset_msg_id,
-                                     None if stamped is None else str(stamped), self._dropped)
+                                     None if stamped is None else str(stamped), self._dropped,
+                                     position_value(position, message.queue_offset))
         try:
             return encode_entry(message.body, encode_properties(props), message.flag)
         except ProtocolError as exc:
             return str(exc)
+
+
+def position_value(prefix: bytes, offset: int) -> str | None:
+    """The position value a record at ``offset`` gets from ``RecordForwarder.position_prefix`` (None: none)."""
+    if not prefix:
+        return None
+    return prefix[prefix.index(1) + 1:].decode() + str(offset)
 
 
 def encode_entry(body: bytes, properties: bytes, flag: int) -> bytes:
@@ -296,10 +332,16 @@ def entry_body_length(entry: bytes) -> int:
 
 
 def target_properties(source_properties: Mapping[str, str], source_cluster: str | None,
-                      msg_id: str | None = None) -> dict[str, str]:
+                      msg_id: str | None = None, position: tuple[MessageQueue, int] | None = None) -> dict[str, str]:
     """The properties a replicated message is sent with (see ``DROPPED_PROPERTIES``); input untouched.
     The rule the forwarding loops apply in bulk, for one decoded message.
 
-    ``source_cluster`` None (rows without a cluster name) copies the chain unchanged."""
+    ``source_cluster`` None (rows without a cluster name) copies the chain unchanged and writes no position;
+    ``position``: the message's (source queue, queue offset), written as its position property."""
     props = forwarded_properties(source_properties.items(), msg_id, None)
-    return loop_guard.stamp(props, source_cluster) if source_cluster else props
+    if not source_cluster:
+        return props
+    props = loop_guard.stamp(props, source_cluster)
+    if position is not None:
+        props[PROPERTY_REPLICATOR_POSITION] = format_position(source_cluster, *position)
+    return props

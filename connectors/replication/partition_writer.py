@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -69,6 +69,7 @@ from connectors.replication.planning import QueueRange
 from connectors.replication.pulling import PullSettings, pull_results, source_outage
 from connectors.replication.records import ReplicationCommitMessage
 from connectors.replication.sending import BatchSender, Item, StoredOrigin
+from connectors.replication.source_position import format_position
 from connectors.replication.writer_options import SinkOptions
 
 _PULL_SETTING_COLUMNS = (COL_SOURCE_NAMESRV, COL_CONSUMER_GROUP, COL_SOURCE_CLUSTER, COL_TAG_FILTER,
@@ -79,11 +80,15 @@ _RANGE_COLUMNS = (COL_TOPIC, COL_BROKER, COL_QUEUE_ID, COL_START_OFFSET, COL_END
 """``rowFormat=ranges`` columns of one range and its placement."""
 
 
-def write_partition(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> ReplicationCommitMessage:
+def write_partition(options: SinkOptions, batches: Iterator[pa.RecordBatch],
+                    sent_before: Collection[int] = ()) -> ReplicationCommitMessage:
     """Executor: send one task's rows (``RocketMQStreamWriter.write``) and return its report for the driver's
-    commit. Every row is stored by the target or recorded as a ``FailedMessage`` before this returns."""
+    commit. Every row is stored by the target or recorded as a ``FailedMessage`` before this returns.
+    ``sent_before``: batch ids an earlier run of the query may have sent; their tasks, and every retried task,
+    check the target before each send (``sending``, "Sends that may repeat an earlier one")."""
     freeze_worker_heap()
     writer = PartitionWriter(options)
+    writer.check_all = may_run_again(sent_before)
     ranges: list[pa.RecordBatch] = []
     for rb in batches:
         names = rb.schema.names
@@ -99,6 +104,24 @@ def write_partition(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> 
     if ranges:
         writer.add_ranges(ranges)
     return writer.finish()
+
+
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+"""The local property in which Spark's micro-batch execution names the batch a task belongs to."""
+
+
+def may_run_again(sent_before: Collection[int]) -> bool:
+    """Whether this task may repeat sends made before: Spark retries it (attempt number above 0), or its batch is
+    one an earlier run of the query may have sent. Outside a Spark task: no."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        return False
+    if context.attemptNumber() > 0:
+        return True
+    batch_id = context.getLocalProperty(BATCH_ID_PROPERTY)
+    return batch_id is not None and batch_id.isdigit() and int(batch_id) in sent_before
 
 
 class _Unknown(Enum):
@@ -266,7 +289,7 @@ class PartitionWriter(BatchSender):
         forwarder = self._forwarders.get(source_cluster)
         if forwarder is None:
             forwarder = self._forwarders[source_cluster] = RecordForwarder(
-                DROPPED_PROPERTIES, lambda chain: self._chain(chain, source_cluster))
+                DROPPED_PROPERTIES, lambda chain: self._chain(chain, source_cluster), source_cluster)
         return forwarder
 
     def add_pull(self, records: bytes, topic: str, broker: str, queue_id: int, cluster: str | None,
@@ -274,8 +297,10 @@ class PartitionWriter(BatchSender):
         """Send the stored records of one pull of source queue (topic, broker, queue_id) whose queue
         offsets fall in ``[first, stop)``."""
         source = self._source_key(topic, broker, queue_id)
+        self.position_cluster = self.position_cluster or cluster
         try:
-            pulled = self._forwarder(self.o.source_cluster or cluster).forward(records, topic, queue_id, first, stop)
+            pulled = self._forwarder(self.o.source_cluster or cluster).forward(records, topic, queue_id, first, stop,
+                                                                              broker)
         except ProtocolError as exc:
             raise ReplicatorError(f"link {self.o.label}: undecodable records from {broker} "
                                   f"{topic}/{queue_id}: {exc}") from exc
@@ -341,6 +366,8 @@ class PartitionWriter(BatchSender):
             if store_ms and (oldest is None or store_ms < oldest):
                 oldest = store_ms
             source_cluster = fixed_cluster or clusters[i]
+            if source_cluster and self.position_cluster is None:
+                self.position_cluster = source_cluster
             chain = self._chain(source_props.get(loop_guard.CHAIN_PROPERTY), source_cluster)
             if chain is SKIP:
                 self.skipped += 1
@@ -353,7 +380,8 @@ class PartitionWriter(BatchSender):
             if isinstance(target, _Unmapped):
                 self._fail_origins([item], target=target.hint, error=target.error, attempts=0)
                 continue
-            props = forwarded_properties(source_props.items(), msg_ids[i], chain)
+            props = forwarded_properties(source_props.items(), msg_ids[i], chain, DROPPED_PROPERTIES,
+                                         format_position(source_cluster, source, offset) if source_cluster else None)
             if not body:
                 self._fail_origins([item], target=target, error="MessageIllegalError: message body is empty",
                                    attempts=0)

@@ -143,6 +143,8 @@ class BatchMetrics:
     """Age of the oldest message of the batch at commit (commit time - its source store time)."""
     wall_time_ms: int = 0
     """Wall time of the batch, from planning to the driver's commit."""
+    duplicates_avoided: int = 0
+    """Messages not sent again because the target already held them (an earlier attempt stored them)."""
 
 
 @dataclass(frozen=True)
@@ -174,3 +176,9 @@ class ReplicationCommitMessage(WriterCommitMessage):
     """Pulls this task repeated because the source was unavailable (``rowFormat=ranges``; logged likewise)."""
     placements: tuple[Placement, ...] = ()
     """Queue placements this task decided (``placement.QueuePlacement``); the driver commit records them."""
+    duplicates_avoided: int = 0
+    """Messages not sent because the target already held them (an earlier attempt stored them; ``resend_check``)."""
+    foreign_in_tail: int = 0
+    """Messages of other writers (no position of this link) in the target tails this task read, left alone."""
+    tail_read: int = 0
+    """Messages this task read from target tails before sends that may have repeated earlier ones."""

@@ -12,6 +12,11 @@ take alone is sent, and only bodies over the target's limit are refused (and rec
 batch of one the target refuses as illegal (its limit is lower than ``targetMaxMessageSize``) is tried
 once more alone before it is recorded.
 
+Sends that may repeat an earlier one. When the task may have run before (``check_all``: a re-run batch, a
+Spark task retry) every batch, and otherwise a batch whose send got no answer (``resend_check.may_have_stored``),
+is checked against its target queue's tail before it goes out (``_skip_landed``): what is already there is
+not sent again and is mapped where it landed. A first attempt whose sends are all answered reads nothing.
+
 Executor only: ``BatchSender`` is the base of ``connectors.replication.partition_writer.PartitionWriter``,
 which turns rows into the entries appended here. Its counters, batches and in-flight sends belong to one
 task and one thread.
@@ -28,7 +33,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker_store.client import MessageQueue, Producer, SendResult
+from broker_store.client import MessageQueue, Producer, SendResult, SendStatus
 from broker_store.clock import SYSTEM_CLOCK, ThreadClock, wall_ms
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import MessageIllegalError, RequestTimeoutError, RocketMQError, TopicNotExistError
@@ -45,6 +50,8 @@ from connectors.replication.forwarding import ForwardedPull, entry_body_length
 from connectors.replication.outage import TargetOutage, retriable, stale_primary
 from connectors.replication.placement import QueuePlacement
 from connectors.replication.records import FailedMessage, OffsetMapping, ReplicationCommitMessage, summarise_latencies
+from connectors.replication.resend_check import may_have_stored, plan_resend
+from connectors.replication.target_tail import TargetTails
 from connectors.replication.writer_options import SinkOptions
 
 log = logging.getLogger(__name__)
@@ -107,6 +114,10 @@ class Batch:
     """Encoded bytes of the entries (what the target's batch limit counts)."""
     alone: bool = False
     """Send the (single) entry as SEND_MESSAGE_V2, not as a batch."""
+    maybe_stored: bool = False
+    """A send of it failed in a way that may have stored it: check the target before sending it again."""
+    checked: bool = False
+    """Checked against the target's tail since its last unanswered send."""
 
     def source_of(self, index: int) -> MessageQueue:
         source = self.runs[0][0]
@@ -120,7 +131,30 @@ class Batch:
         """Entry ``index`` alone (a refused batch is retried message by message)."""
         entry = self.entries[index]
         return Batch(self.topic, self.queue, [entry], [self.offsets[index]], [self.borns[index]],
-                     [self.origins[index]], [(self.source_of(index), 0)], entry_body_length(entry), len(entry))
+                     [self.origins[index]], [(self.source_of(index), 0)], entry_body_length(entry), len(entry),
+                     maybe_stored=self.maybe_stored, checked=self.checked)
+
+    def positions(self) -> list[tuple[MessageQueue, int]]:
+        """(source queue, source offset) of each entry."""
+        out: list[tuple[MessageQueue, int]] = []
+        for k, (source, first) in enumerate(self.runs):
+            end = self.runs[k + 1][1] if k + 1 < len(self.runs) else len(self.entries)
+            out.extend((source, offset) for offset in self.offsets[first:end])
+        return out
+
+    def keep(self, indices: Sequence[int]) -> None:
+        """Keep only the entries at ``indices`` (ascending), in place."""
+        positions = self.positions()
+        self.entries = [self.entries[i] for i in indices]
+        self.offsets = [self.offsets[i] for i in indices]
+        self.borns = [self.borns[i] for i in indices]
+        self.origins = [self.origins[i] for i in indices]
+        self.runs = []
+        for j, i in enumerate(indices):
+            if not self.runs or self.runs[-1][0] != positions[i][0]:
+                self.runs.append((positions[i][0], j))
+        self.size = sum(map(entry_body_length, self.entries))
+        self.encoded = sum(map(len, self.entries))
 
 
 def entry_message(topic: str, entry: bytes) -> Message:
@@ -163,6 +197,15 @@ class BatchSender:
         self.latencies: list[int] = []
         self.oldest_store_ms: int | None = None
         self.started_ms = wall_ms(clock)
+        self.check_all = False
+        """Check every batch against the target before its first send (the task may have run before)."""
+        self.position_cluster: str | None = options.source_cluster
+        """The source cluster the task's position properties name (None: none written, nothing checked)."""
+        self.task_first: dict[MessageQueue, int] = {}
+        """The first source offset this task sends of each source queue (``resend_check``'s anchors)."""
+        self.duplicates_avoided = 0
+        """Entries not sent because the target already held them."""
+        self._tails: TargetTails | None = None
 
     def _batch_for(self, topic: str, queue: MessageQueue | None) -> Batch:
         batch = self.open.get((topic, queue))
@@ -192,6 +235,7 @@ class BatchSender:
         if not batch.runs or batch.runs[-1][0] != source:
             batch.runs.append((source, len(batch.entries)))
             self._open_by_source[source] = (topic, queue)
+            self.task_first.setdefault(source, offset)
         batch.entries.append(entry)
         batch.offsets.append(offset)
         batch.borns.append(born_ms)
@@ -226,6 +270,7 @@ class BatchSender:
                 if not batch.runs or batch.runs[-1][0] != source:
                     batch.runs.append((source, len(batch.entries)))
                     self._open_by_source[source] = (topic, queue)
+                    self.task_first.setdefault(source, pulled.offsets[i])
                 batch.entries.extend(pulled.entries[i:j])
                 batch.offsets.extend(pulled.offsets[i:j])
                 batch.borns.extend(pulled.borns[i:j])
@@ -246,6 +291,12 @@ class BatchSender:
             failed.set_exception(TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST,
                                                     f"no writable queue for target topic {batch.topic}"))
             return failed
+        if (batch.maybe_stored or self.check_all) and not batch.checked and self.position_cluster:
+            self._skip_landed(batch, batch.queue, self.position_cluster)
+            if not batch.entries:
+                done: Future[SendResult] = Future()
+                done.set_result(SendResult(SendStatus.SEND_OK, "", "", batch.queue, -1))
+                return done
         timeout = self.o.send_timeout_ms / 1000
         if len(batch.entries) == 1 and (batch.alone or batch.encoded > self.o.target_max_message_size):
             # The target would refuse it as a batch (its encoding exceeds the limit) but take it alone.
@@ -255,6 +306,26 @@ class BatchSender:
                                             timeout=timeout)
         return self.producer.send_encoded_batch_async(batch.topic, b"".join(batch.entries), batch.queue,
                                                       timeout=timeout)
+
+    def _skip_landed(self, batch: Batch, queue: MessageQueue, cluster: str) -> None:
+        """Drop from ``batch`` the entries its target queue already holds (``resend_check``), mapping each where it
+        landed. Raises the client's ``RocketMQError`` when the tail cannot be read (the send is then retried)."""
+        if self._tails is None:
+            self._tails = TargetTails(self.o, cluster)
+        positions = batch.positions()
+        wanted = {source: self.task_first.get(source, offset) for source, offset in positions}
+        index = self._tails.index(queue, wanted, refresh=batch.maybe_stored)
+        plan = plan_resend(positions, index.landed)
+        batch.checked = True
+        if not plan.landed:
+            return
+        for i, at in plan.landed:
+            source, offset = positions[i]
+            self._map(source, offset, offset, 1, queue, at)
+        self.duplicates_avoided += len(plan.landed)
+        log.info("link %s: %d of %d message(s) for %s already on the target (an earlier attempt stored them); "
+                 "not sent again", self.o.label, len(plan.landed), len(positions), queue)
+        batch.keep(plan.send)
 
     def _submit(self, batch: Batch) -> None:
         while len(self.in_flight) >= self.o.max_in_flight:
@@ -279,9 +350,16 @@ class BatchSender:
         try:
             result = self._wait(future)
         except RocketMQError as exc:
+            self._unanswered(batch, exc)
             self._retry(batch, exc)
             return
         self._delivered(batch, result)
+
+    @staticmethod
+    def _unanswered(batch: Batch, error: RocketMQError) -> None:
+        """Note a failed send: if it may have stored the batch, the next send checks the target first."""
+        if may_have_stored(error):
+            batch.maybe_stored, batch.checked = True, False
 
     def _retry(self, batch: Batch, error: RocketMQError, attempts: int = 1) -> None:
         """Retry a failed send (blocking, exponential backoff): without limit but ``retry_timeout_ms`` while
@@ -312,6 +390,7 @@ class BatchSender:
                 self._delivered(batch, self._send_now(batch))
                 return
             except RocketMQError as exc:
+                self._unanswered(batch, exc)
                 error = exc
         if len(batch.entries) > 1 and not retriable(error):
             log.info("batch of %d to %s refused (%s); sending its messages one by one", len(batch.entries),
@@ -321,6 +400,7 @@ class BatchSender:
                 try:
                     self._delivered(single, self._send_now(single))
                 except RocketMQError as exc:
+                    self._unanswered(single, exc)
                     self._retry(single, exc, 1)
             return
         if len(batch.entries) == 1 and not batch.alone and isinstance(error, MessageIllegalError):
@@ -331,6 +411,7 @@ class BatchSender:
                 self._delivered(batch, self._send_now(batch))
                 return
             except RocketMQError as exc:
+                self._unanswered(batch, exc)
                 error = exc
         self._fail_origins(batch.origins, target=batch.topic, error=f"{type(error).__name__}: {error}",
                            attempts=attempts)
@@ -356,6 +437,8 @@ class BatchSender:
                 store_timestamp=m.store_timestamp))
 
     def _delivered(self, batch: Batch, result: SendResult) -> None:
+        if not batch.entries:  # every entry was already on the target (_skip_landed)
+            return
         now = wall_ms(self.clock)
         mq = result.message_queue
         first_target = result.queue_offset
@@ -407,4 +490,7 @@ class BatchSender:
             failures=tuple(self.failures), offset_map=tuple(self.mappings), source_next=dict(self.source_next),
             latency_samples_ms=tuple(samples), latency=summarise_latencies(self.latencies),
             oldest_store_ms=self.oldest_store_ms, started_ms=self.started_ms, finished_ms=wall_ms(self.clock),
-            target_unavailable_retries=self.outage.retries, placements=tuple(self.placement.decided))
+            target_unavailable_retries=self.outage.retries, placements=tuple(self.placement.decided),
+            duplicates_avoided=self.duplicates_avoided,
+            foreign_in_tail=sum(i.foreign for i in self._tails.indexes.values()) if self._tails else 0,
+            tail_read=self._tails.read if self._tails else 0)

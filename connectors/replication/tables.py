@@ -158,6 +158,7 @@ METRICS_SCHEMA = pa.schema([
     ("record_age_ms", pa.int64()),
     ("wall_time_ms", pa.int64()),
     ("committed_at", _TS),
+    ("duplicates_avoided", pa.int64()),  # added later: null in rows written before it (connectors.core.delta)
 ])
 SCHEMAS: Mapping[str, pa.Schema] = {
     OFFSETS: OFFSETS_SCHEMA,
@@ -521,6 +522,7 @@ class LinkTables(DeltaTableSet):
             "latency_p50_ms": metrics.latency.p50_ms, "latency_p99_ms": metrics.latency.p99_ms,
             "latency_max_ms": metrics.latency.max_ms, "record_age_ms": metrics.record_age_ms,
             "wall_time_ms": metrics.wall_time_ms, "committed_at": timestamp(now_ms),
+            "duplicates_avoided": metrics.duplicates_avoided,
         }
 
     def mark_replayed(self, failure_ids: Iterable[str], *, replayed_at_ms: int | None = None) -> int:

@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
@@ -90,6 +91,7 @@ from connectors.core.rows import (
     RAW_REQUIRED_COLUMNS,
     REQUIRED_COLUMNS,
 )
+from connectors.core.spark_checkpoint import batches_sent_before
 from connectors.replication.failure_policy import load_failure_hook
 from connectors.replication.writer_options import SinkOptions
 
@@ -127,6 +129,13 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
                                         f"rowFormat=ranges)", field="schema")
         if self.options.failure_hook:
             load_failure_hook(self.options.failure_hook)  # fail the query now, not at the first failure
+        tables = Path(self.options.delta_location) / self.options.link if (
+            self.options.delta_location and self.options.link) else None
+        self.sent_before = batches_sent_before(self.options.checkpoint_location,
+                                               tables is not None and (tables / "current_offsets").exists())
+        """Batch ids an earlier run of the query may have sent (Spark builds this writer when it plans each batch's
+        write; ``batches_sent_before`` marks the batch as planned): their tasks check the target for copies first
+        (``connectors.replication.resend_check``)."""
 
     # -- executors -------------------------------------------------------------------------------
 
@@ -135,7 +144,7 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
         from connectors.replication.partition_writer import write_partition  # the task side: see the imports
 
         driver_logging()  # executor tasks log like the job (console line, log file), not via lastResort
-        return write_partition(self.options, iterator)
+        return write_partition(self.options, iterator, self.sent_before)
 
     # -- driver ----------------------------------------------------------------------------------
 

@@ -396,7 +396,8 @@ def read_topic(namesrv: str, queues: Sequence[MessageQueue], *, credentials: Ses
     return out
 
 
-USER_PROPERTY_IGNORED = frozenset({"UNIQ_KEY", "WAIT", "CLUSTER", "ROCKETMQ_REPLICATOR_SOURCE"})
+USER_PROPERTY_IGNORED = frozenset({"UNIQ_KEY", "WAIT", "CLUSTER", "ROCKETMQ_REPLICATOR_SOURCE",
+                                   "ROCKETMQ_REPLICATOR_POSITION"})
 
 
 def user_properties(properties: Mapping[str, str]) -> dict[str, str]:

@@ -17,7 +17,7 @@ from tests.spark.helpers import LinkArgs, produce_random, run_link, unique
 
 pytestmark = pytest.mark.integration
 
-IGNORED = {"CLUSTER", CHAIN_PROPERTY}
+IGNORED = {"CLUSTER", CHAIN_PROPERTY, "ROCKETMQ_REPLICATOR_POSITION"}
 
 
 @pytest.mark.parametrize("row_format", ["arrow", "raw", "ranges"])

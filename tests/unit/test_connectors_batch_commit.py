@@ -3,10 +3,13 @@ of a batch whose task returned no report (before any step runs)."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+
 import pytest
 
 from connectors.core.errors import ReplicatorError
-from connectors.replication.batch_commit import batch_metrics, commit_batch
+from connectors.replication.batch_commit import batch_metrics, commit_batch, log_batch
 from connectors.replication.records import LatencySummary, ReplicationCommitMessage
 from connectors.replication.writer_options import SinkOptions
 
@@ -38,3 +41,20 @@ def test_a_task_without_a_report_fails_the_commit() -> None:
     options = SinkOptions.from_options({"namesrv": "127.0.0.1:1", "targetCluster": "dst"})
     with pytest.raises(ReplicatorError, match="returned no commit message"):
         commit_batch(options, [None], 3)
+
+
+def test_the_batch_line_counts_the_duplicates_avoided_and_what_the_check_read(caplog: pytest.LogCaptureFixture) -> None:
+    tasks = [dataclasses.replace(report(delivered=3, samples=(), max_ms=None, oldest=None, started=0),
+                                 duplicates_avoided=4, tail_read=9, foreign_in_tail=2),
+             report(delivered=1, samples=(), max_ms=None, oldest=None, started=0)]
+    m = batch_metrics(tasks, failed=0, now=10)
+    assert (m.messages, m.duplicates_avoided) == (4, 4)
+    options = SinkOptions.from_options({"namesrv": "127.0.0.1:1", "targetCluster": "dst", "link": "l"})
+    with caplog.at_level(logging.INFO, "connectors.replication.batch_commit"):
+        log_batch(options, 7, tasks, m, 1, "committed")
+    assert "4 delivered" in caplog.text and "4 duplicate(s) avoided (recovery check: 9 target message(s) read, " \
+        "2 of them foreign, left alone)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, "connectors.replication.batch_commit"):
+        log_batch(options, 8, tasks[1:], batch_metrics(tasks[1:], failed=0, now=10), 1, "committed")
+    assert "0 duplicate(s) avoided," in caplog.text and "recovery check" not in caplog.text

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker_store.client import MessageQueue
 from broker_store.protocol.codes import MSG_FLAG_BORNHOST_V6, MSG_FLAG_COMPRESSED, MSG_FLAG_STOREHOST_V6
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.message import (
@@ -62,15 +63,18 @@ def stamp_for(source: str | None, target: str = "dst") -> Stamp:
     return stamp
 
 
-def expected(buf: bytes, source: str | None = "src", target: str = "dst") -> list[tuple[bytes, dict[str, str], int]]:
-    """What the decoding path sends for ``buf``: (body, properties, flag) per message, loops skipped."""
+def expected(buf: bytes, source: str | None = "src", target: str = "dst",
+             broker: str | None = None) -> list[tuple[bytes, dict[str, str], int]]:
+    """What the decoding path sends for ``buf``: (body, properties, flag) per message, loops skipped; with a
+    ``broker``, each carries its position on it."""
     out = []
     for m in decode_stored_messages(buf):
         chain = {loop_guard.CHAIN_PROPERTY: m.properties[loop_guard.CHAIN_PROPERTY]} \
             if loop_guard.CHAIN_PROPERTY in m.properties else {}
         if loop_guard.should_skip(chain, target, source):
             continue
-        out.append((m.body, target_properties(m.properties, source, m.offset_msg_id), m.flag))
+        position = (MessageQueue(m.topic, broker, m.queue_id), m.queue_offset) if broker else None
+        out.append((m.body, target_properties(m.properties, source, m.offset_msg_id, position), m.flag))
     return out
 
 
@@ -136,6 +140,29 @@ def test_bounds_leave_out_records_outside_the_range() -> None:
     assert out.offsets == [11, 12, 13] and out.next_offset == 14
 
 
+def test_every_record_carries_its_source_position_after_the_chain() -> None:
+    """The position property names this hop's source (an upstream hop's value is replaced), follows the chain,
+    and leaves every other byte as the forwarding without it would."""
+    position = "ROCKETMQ_REPLICATOR_POSITION"
+    chain = loop_guard.CHAIN_PROPERTY
+    recs = [record(41, encode_properties({"UNIQ_KEY": "U", "user": "v"})),
+            record(42, encode_properties({"UNIQ_KEY": "V", position: "up/T/b/0/7", chain: "up"})),
+            record(43, b"TAGS\x01t")]  # no closing separator: the position still starts a whole property
+    buf = b"".join(recs)
+    with_position = RecordForwarder(DROPPED_PROPERTIES, stamp_for("src"), "src").forward(buf, "T", 3, broker="bk")
+    without = RecordForwarder(DROPPED_PROPERTIES, stamp_for("src"), "src").forward(buf, "T", 3)
+    got = sent(with_position.entries)
+    assert [p[position] for _, p, _ in got] == ["src/T/bk/3/41", "src/T/bk/3/42", "src/T/bk/3/43"]
+    assert [list(p)[-1] for _, p, _ in got] == [position] * 3
+    assert got == expected(buf, broker="bk")
+    for entry, plain in zip(with_position.entries, without.entries, strict=True):
+        a, b = next(iter_batch(entry)), next(iter_batch(plain))
+        assert (a.body, a.flag) == (b.body, b.flag)
+        assert a.properties.startswith(b.properties) and decode_properties(a.properties[len(b.properties):]).keys() \
+            == {position}  # appended after every other byte, which stays as it was
+    assert (with_position.offsets, with_position.sizes) == (without.offsets, without.sizes)
+
+
 def test_properties_too_long_once_stamped_are_refused_not_sent() -> None:
     long_value = "v" * (MAX_PROPERTIES_LENGTH - 40)
     ok = record(1, encode_properties({"UNIQ_KEY": "U"}))
@@ -180,11 +207,12 @@ values = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x01\
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.dictionaries(st.one_of(names, st.sampled_from(sorted(DROPPED_PROPERTIES | {"UNIQ_KEY"}))),
                                 values, max_size=6), min_size=1, max_size=5),
-       st.sampled_from(["src", None]))
-def test_any_properties_match_the_decoding_path(props: list[dict[str, str]], source: str | None) -> None:
+       st.sampled_from(["src", None]), st.sampled_from([None, "broker-a", "b/x"]))
+def test_any_properties_match_the_decoding_path(props: list[dict[str, str]], source: str | None,
+                                                broker: str | None) -> None:
     buf = b"".join(record(i, encode_properties(p)) for i, p in enumerate(props))
-    out = RecordForwarder(DROPPED_PROPERTIES, stamp_for(source)).forward(buf, "T", 3)
-    assert sent(out.entries) == expected(buf, source=source)
+    out = RecordForwarder(DROPPED_PROPERTIES, stamp_for(source), source).forward(buf, "T", 3, broker=broker)
+    assert sent(out.entries) == expected(buf, source=source, broker=broker if source else None)
 
 
 uniq_values = st.text(alphabet="0123456789ABCDEF", min_size=1, max_size=32)
@@ -196,9 +224,11 @@ any_props = st.dictionaries(st.one_of(names, st.sampled_from(sorted(DROPPED_PROP
 @given(st.lists(st.tuples(any_props, st.one_of(st.none(), uniq_values), st.booleans(), st.binary(max_size=40),
                           st.integers(0, 7), st.sampled_from([0, 0, 0, MSG_FLAG_COMPRESSED])),
                 min_size=1, max_size=6),
-       st.sampled_from(["src", None]), st.integers(0, 3), st.integers(3, 9), st.booleans())
+       st.sampled_from(["src", None]), st.integers(0, 3), st.integers(3, 9), st.booleans(),
+       st.sampled_from([None, "broker-a"]))
 def test_the_c_loop_equals_the_python_loop(messages: list[tuple[dict[str, str], str | None, bool, bytes, int, int]],
-                                           source: str | None, first: int, stop: int, chained: bool) -> None:
+                                           source: str | None, first: int, stop: int, chained: bool,
+                                           broker: str | None) -> None:
     """``forward`` (the C loop of connectors.replication._forward for plain pulls) returns exactly what ``forward_each``
     returns, field by field, for any pull; the C loop takes every plain pull and declines the others."""
     recs = []
@@ -213,13 +243,14 @@ def test_the_c_loop_equals_the_python_loop(messages: list[tuple[dict[str, str], 
         recs.append(record(i, encode_properties(props), body, flag=flag, sys_flag=sys_flag))
         plain_ones.append(not sys_flag and props.get("UNIQ_KEY") != "" and loop_guard.CHAIN_PROPERTY not in props)
     buf = b"".join(recs)
-    forwarder = RecordForwarder(DROPPED_PROPERTIES, stamp_for(source))
-    each = forwarder.forward_each(buf, "T", 3, first, stop)
-    assert forwarder.forward(buf, "T", 3, first, stop) == each
+    forwarder = RecordForwarder(DROPPED_PROPERTIES, stamp_for(source), source)
+    each = forwarder.forward_each(buf, "T", 3, first, stop, broker)
+    assert forwarder.forward(buf, "T", 3, first, stop, broker) == each
     c_extensions.skip_without("connectors.replication._forward")
     assert forwarding._forward_plain is not None
     plain = forwarding._forward_plain(buf, b"T", 3, first, stop, forwarder._dropped_names,
-                                      forwarder._suffix_for_unchained(), MAX_PROPERTIES_LENGTH)
+                                      forwarder._suffix_for_unchained(), MAX_PROPERTIES_LENGTH,
+                                      forwarder.position_prefix("T", broker, 3))
     if all(plain_ones[first:stop]) and not each.refused:
         assert plain is not None
     if plain is not None:
@@ -235,7 +266,7 @@ def test_the_c_loop_declines_foreign_and_broken_records() -> None:
 
     def c_loop(buf: bytes) -> object:
         return forward_plain(buf, b"T", 3, 0, (1 << 63) - 1, forwarder._dropped_names,
-                             forwarder._suffix_for_unchained(), MAX_PROPERTIES_LENGTH)
+                             forwarder._suffix_for_unchained(), MAX_PROPERTIES_LENGTH, b"")
 
     assert c_loop(plain) is not None and c_loop(b"") is not None
     for bad in (record(1, encode_properties({"UNIQ_KEY": "U1"}), topic=b"Other"),

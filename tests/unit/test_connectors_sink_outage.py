@@ -31,6 +31,7 @@ from connectors.replication import outage, placement, sending
 from connectors.replication.forwarding import encode_entry
 from connectors.replication.partition_writer import PartitionWriter
 from connectors.replication.records import ReplicationCommitMessage
+from connectors.replication.resend_check import TailIndex
 from connectors.replication.sending import Item
 from connectors.replication.writer_options import SinkOptions
 
@@ -95,11 +96,25 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+class NoTails:
+    """``target_tail.TargetTails`` for a fake target: every tail is empty (nothing was stored before); the real
+    reads are tests/integration/test_sink_resend_check.py's."""
+
+    def __init__(self, _options: object, cluster: str) -> None:
+        self.cluster = cluster
+        self.indexes: dict[MessageQueue, TailIndex] = {}
+        self.read = 0
+
+    def index(self, queue: MessageQueue, wanted: object, *, refresh: bool) -> TailIndex:
+        return self.indexes.setdefault(queue, TailIndex.empty_at(queue, self.cluster, 0))
+
+
 def _writer(monkeypatch: pytest.MonkeyPatch, producer: FakeProducer, *, clock: FakeClock | None = None,
             brokers_registered: bool = True, **options: object) -> PartitionWriter:
     table = {"dst-a": object()} if brokers_registered else {}
     admin = SimpleNamespace(cluster_info=lambda: SimpleNamespace(broker_addr_table=table))
     monkeypatch.setattr(sending, "target_producer", lambda _o: producer)
+    monkeypatch.setattr(sending, "TargetTails", NoTails)  # the recovery check's reads: test_sink_resend_check
     monkeypatch.setattr(outage, "executor_admin", lambda _n, _c, _tls=None: admin)
     base = dict(namesrv="127.0.0.1:1", target_cluster="dst", source_cluster="src", max_retries=2,
                 retry_backoff_ms=100, retry_timeout_ms=60_000, retry_backoff_max_ms=2_000)

@@ -9,7 +9,9 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 from prometheus_client import CollectorRegistry, generate_latest
 
 from connectors.core.config import LinkConfig, TopicMappingConfig
@@ -18,7 +20,7 @@ from connectors.heartbeat.monitor import HeartbeatMonitor
 from connectors.heartbeat.records import Heartbeat, Observed
 from connectors.heartbeat.tables import HEARTBEATS, HeartbeatTables
 from connectors.replication.records import BatchMetrics, LatencySummary
-from connectors.replication.tables import LinkTables
+from connectors.replication.tables import METRICS, METRICS_SCHEMA, LinkTables
 from jobs.lag import Status, check_line, link_lags
 from jobs.metrics import HeartbeatCollector, MetricsPortInUseError, MetricsTableFeed, ReplicationMetrics, serve
 from tests.support.clocks import ReadingClock
@@ -60,6 +62,28 @@ def test_replication_metrics_are_fed_incrementally_from_the_delta_table(tmp_path
     assert _value(registry, "rmq_replicator_latency_p99_seconds", link="l1") == 0.02  # the newest batch
     assert _value(registry, "rmq_replicator_latency_p50_seconds", link="l1") == 0.005
     assert _value(registry, "rmq_replicator_record_age_seconds", link="l1") == 0.3
+
+
+def test_duplicates_avoided_count_from_a_metrics_table_written_before_the_column(tmp_path: Path) -> None:
+    """A link's metrics table created before ``duplicates_avoided`` existed: the next commit adds the column (the
+    older rows read it as null) and the counter counts from the rows that have it."""
+    link = _link(tmp_path)
+    tables = LinkTables.for_link(link)
+    old_schema = pa.schema([f for f in METRICS_SCHEMA if f.name != "duplicates_avoided"])
+    write_deltalake(tables.path(METRICS), pa.Table.from_pylist([{
+        "query_id": "q0", "batch_id": 0, "messages": 5, "bytes": 50, "skipped_loop": 0, "failed": 0,
+        "committed_at": datetime.now(UTC)}], schema=old_schema))
+    feed = MetricsTableFeed(link, since=datetime.now(UTC) - timedelta(hours=1))
+    registry = CollectorRegistry()
+    metrics = ReplicationMetrics(registry)
+    metrics.add_batches("l1", feed.new_rows())  # the old table: no such column yet
+    assert _value(registry, "rmq_replicator_duplicates_avoided_total", link="l1") == 0
+    tables.commit_batch("q1", 1, {}, [], [], BatchMetrics(messages=2, bytes=20, duplicates_avoided=7))
+    tables.commit_batch("q1", 2, {}, [], [], BatchMetrics(messages=1, bytes=10, duplicates_avoided=1))
+    metrics.add_batches("l1", feed.new_rows())
+    assert _value(registry, "rmq_replicator_duplicates_avoided_total", link="l1") == 8
+    assert _value(registry, "rmq_replicator_messages_total", link="l1") == 8
+    assert sorted(tables.read(METRICS).column("duplicates_avoided").to_pylist(), key=str) == [1, 7, None]
 
 
 def _monitor_scrape(now: list[int], *, lag_ms: int) -> str:
