@@ -89,6 +89,7 @@ class ControllerConfig(_Model):
     listen: HostPort = "127.0.0.1:9878"
     """Where brokers and admin tools reach this controller."""
     controller: ControllerSettings = Field(default_factory=lambda: ControllerSettings())
+    """The controller's settings: the same ``controller:`` section as a name server's embedded controller."""
     tls: TlsSettings = Field(default_factory=lambda: TlsSettings())
     """RocketMQ's TLS settings under their key names (``net.tls_settings``): ``tls.server.mode`` disabled /
     permissive / enforcing with its certificate, key, trust certificates and need.client.auth, and
@@ -375,6 +376,7 @@ class BrokerConfig(BrokerSettings):
     """One broker process."""
 
     cluster_name: str = Field(default="DefaultCluster", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    """Cluster the broker registers under."""
     namesrv_addrs: list[HostPort] = Field(default_factory=list)
     """Name servers to register with; empty = standalone (tests)."""
 
@@ -406,8 +408,12 @@ class ClusterConfig(_Model):
     """One local cluster: a name server and its brokers."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    """Cluster name; its brokers inherit it as ``cluster_name``."""
     namesrv: NamesrvConfig = Field(default_factory=lambda: NamesrvConfig())
+    """The cluster's name server (the name server keys above)."""
     brokers: list[BrokerSettings] = Field(min_length=1)
+    """The cluster's brokers: the broker keys, minus ``cluster_name`` and ``namesrv_addrs``, which come from the
+    cluster."""
 
     @model_validator(mode="after")
     def _unique_brokers(self) -> ClusterConfig:
@@ -459,6 +465,7 @@ class LocalClustersConfig(_Model):
     """``conf/cluster-local.yaml``: every process of the local clusters (``python -m broker_store up``)."""
 
     clusters: list[ClusterConfig] = Field(min_length=1)
+    """One entry per independent cluster."""
     controllers: ControllersConfig | None = None
     """Standalone controllers (and their etcd members) for the file's controller-mode groups; None: such groups
     use the controller embedded in their name server (``namesrv.controller``)."""
