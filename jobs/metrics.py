@@ -20,7 +20,7 @@ Started by ``jobs/run_all.py``, ``jobs/replicate.py`` and ``jobs/heartbeat.py`` 
 * Heartbeat: ``jobs/heartbeat.py`` / ``jobs/run_all.py`` hand their ``HeartbeatMonitor``; the heartbeat
   metrics are computed from it at each scrape (ages are exact at scrape time, not as of the last poll).
 
-Metrics, every one labelled ``link`` (README, "Metrics", has the same list)::
+Metrics, every one labelled ``link`` (docs/operations.md, "Monitoring", has the same list)::
 
     rmq_replicator_messages_total              counter  messages written to the target
     rmq_replicator_bytes_total                 counter  body bytes written to the target
