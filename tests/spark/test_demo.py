@@ -1,8 +1,8 @@
 """`python -m jobs.demo --forever` whole, as a user runs it (docs/getting-started.md, "The demo"): the local
 clusters (conf/cluster-local.yaml's layout on free ports, so it can run beside other tests), ``jobs/run_all.py``
-on local Spark, the load past the bounded length, Ctrl-C (SIGINT to the demo alone, as a terminal's Ctrl-C reaches it: its children run in
-sessions of their own), the summary and exit 0. The load phase alone is tested quickly in
-tests/integration/test_demo_forever.py."""
+on local Spark, the load past the bounded length, Ctrl-C (SIGINT to the demo alone, as a terminal's Ctrl-C
+reaches it: its children run in sessions of their own), the summary and exit 0. The load phase alone is tested
+quickly in tests/integration/test_demo_forever.py."""
 
 from __future__ import annotations
 
