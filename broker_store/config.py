@@ -410,7 +410,7 @@ class ClusterConfig(_Model):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     """Cluster name; its brokers inherit it as ``cluster_name``."""
     namesrv: NamesrvConfig = Field(default_factory=lambda: NamesrvConfig())
-    """The cluster's name server (the name server keys above)."""
+    """The cluster's name server (the name server's keys)."""
     brokers: list[BrokerSettings] = Field(min_length=1)
     """The cluster's brokers: the broker keys, minus ``cluster_name`` and ``namesrv_addrs``, which come from the
     cluster."""
