@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from broker_store.config import (
     BrokerConfig,
     ClusterConfig,
@@ -34,6 +36,25 @@ def _tables(*parts: tuple[str, str]) -> str:
     return "\n\n".join(f"{title}\n\n{table}" if title else table for title, table in parts)
 
 
+REPLICATOR_TABLES: tuple[tuple[str, type[BaseModel], str], ...] = (
+    ("Top level (`ReplicatorConfig`):", ReplicatorConfig, ""),
+    ("Each entry of `clusters` (`connectors.core.config.ClusterConfig`):", ReplicatorClusterConfig, ""),
+    ("Each entry of `links` (`LinkConfig`; the read and write settings are the Spark options below under their "
+     "snake_case names):", LinkConfig, ""),
+    ("A link's `topics` (`TopicMappingConfig`):", TopicMappingConfig, "topics."),
+    ("Each entry of `topics.explicit` (`ExplicitTopic`):", ExplicitTopic, ""),
+    ("Each entry of `topics.include` (`TopicPattern`):", TopicPattern, ""),
+    ("A link's `checkpoints` (`CheckpointSettings`):", CheckpointSettings, "checkpoints."),
+    ("A link's `config_sync` (`ConfigSyncSettings`):", ConfigSyncSettings, "config_sync."),
+    ("`config_sync.acl` (`AclSyncSettings`):", AclSyncSettings, "config_sync.acl."),
+    ("A `groups` selection of `checkpoints` or `config_sync` (`GroupSelection`):", GroupSelection, ""),
+    ("A link's `history` (`HistorySettings`):", HistorySettings, "history."),
+    ("Top-level `heartbeat` (`HeartbeatSettings`):", HeartbeatSettings, "heartbeat."),
+    ("Top-level `metrics` (`MetricsSettings`):", MetricsSettings, "metrics."),
+)
+"""The replicator's tables: (title, model, key prefix). Float fields without a unit in their name are seconds,
+shown as durations."""
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "cluster file": lambda: _tables(
         ("Top level (`LocalClustersConfig`):", model_table(LocalClustersConfig)),
@@ -52,20 +73,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
         ("", model_table(TlsSettings, prefix="tls.", by_alias=True)),
         ("`tls.server` (`TlsServerSettings`):", model_table(TlsServerSettings, prefix="tls.server.", by_alias=True)),
         ("`tls.client` (`TlsClientSettings`):", model_table(TlsClientSettings, prefix="tls.client.", by_alias=True))),
-    "replicator": lambda: _tables(
-        ("Top level (`ReplicatorConfig`):", model_table(ReplicatorConfig)),
-        ("Each entry of `clusters` (`connectors.core.config.ClusterConfig`):", model_table(ReplicatorClusterConfig)),
-        ("Each entry of `links` (`LinkConfig`; the read and write settings are the Spark options below under their "
-         "snake_case names):", model_table(LinkConfig)),
-        ("A link's `topics` (`TopicMappingConfig`):", model_table(TopicMappingConfig, prefix="topics.")),
-        ("Each entry of `topics.explicit` (`ExplicitTopic`):", model_table(ExplicitTopic)),
-        ("Each entry of `topics.include` (`TopicPattern`):", model_table(TopicPattern)),
-        ("A link's `checkpoints` (`CheckpointSettings`):", model_table(CheckpointSettings, prefix="checkpoints.")),
-        ("A link's `config_sync` (`ConfigSyncSettings`):", model_table(ConfigSyncSettings, prefix="config_sync.")),
-        ("`config_sync.acl` (`AclSyncSettings`):", model_table(AclSyncSettings, prefix="config_sync.acl.")),
-        ("A `groups` selection of `checkpoints` or `config_sync` (`GroupSelection`):", model_table(GroupSelection)),
-        ("A link's `history` (`HistorySettings`):", model_table(HistorySettings, prefix="history.")),
-        ("Top-level `heartbeat` (`HeartbeatSettings`):", model_table(HeartbeatSettings, prefix="heartbeat.")),
-        ("Top-level `metrics` (`MetricsSettings`):", model_table(MetricsSettings, prefix="metrics."))),
+    "replicator": lambda: _tables(*((title, model_table(model, prefix=prefix, durations=True))
+                                   for title, model, prefix in REPLICATOR_TABLES)),
 }
 """Block name -> its tables, in page order."""

@@ -22,8 +22,19 @@ def _size(value: int) -> str | None:
     return None
 
 
-def default_text(name: str, info: Any) -> str:
-    """A field's default as the table shows it: ``required``, ``none``, a list, a size, or the value."""
+def duration(seconds: float) -> str:
+    """``604800`` -> ``7 days``, ``600`` -> ``10 minutes``, ``2.5`` -> ``2.5 seconds``."""
+    for unit, name in ((86400, "day"), (3600, "hour"), (60, "minute")):
+        if seconds >= unit and seconds % unit == 0:
+            count = int(seconds // unit)
+            return f"{count} {name}{'s' if count != 1 else ''}"
+    return f"{seconds:g} second{'s' if seconds != 1 else ''}"
+
+
+def default_text(name: str, info: Any, *, durations: bool = False) -> str:
+    """A field's default as the table shows it: ``required``, ``none``, a list, a size, a duration (``durations``:
+    a float field whose name carries no unit is seconds, as the replicator's settings read ``"7 days"``), or the
+    value."""
     if info.default_factory is not None:
         value = info.default_factory()
     else:
@@ -38,6 +49,8 @@ def default_text(name: str, info: Any) -> str:
         return f"`{str(value).lower()}`"
     if isinstance(value, enum.Enum):
         value = value.value
+    if durations and isinstance(value, float) and not name.endswith(("_ms", "_seconds", "_hours")):
+        return duration(value)
     if isinstance(value, timedelta):
         seconds = int(value.total_seconds())
         return f"`{seconds} s`" if seconds == value.total_seconds() else f"`{value.total_seconds()} s`"
@@ -57,8 +70,9 @@ def cell(text: str) -> str:
 
 
 def model_table(model: type[BaseModel], *, prefix: str = "", by_alias: bool = False,
-                skip: frozenset[str] = frozenset()) -> str:
-    """One table row per field of ``model`` (in declaration order), ``prefix`` before each key."""
+                skip: frozenset[str] = frozenset(), durations: bool = False) -> str:
+    """One table row per field of ``model`` (in declaration order), ``prefix`` before each key; ``durations``: see
+    ``default_text``."""
     lines = ["| key | default | meaning |", "|---|---|---|"]
     for name, info in model.model_fields.items():
         if name in skip:
@@ -67,5 +81,5 @@ def model_table(model: type[BaseModel], *, prefix: str = "", by_alias: bool = Fa
         meaning = info.description or ""
         if not meaning:
             raise ValueError(f"{model.__name__}.{name} has no docstring: the reference would show no meaning")
-        lines.append(f"| `{prefix}{key}` | {default_text(name, info)} | {cell(meaning)} |")
+        lines.append(f"| `{prefix}{key}` | {default_text(name, info, durations=durations)} | {cell(meaning)} |")
     return "\n".join(lines)
