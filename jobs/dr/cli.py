@@ -1,5 +1,5 @@
 """``python -m jobs.dr <command> --link NAME``: disaster recovery of one link of the replicator config
-(A = the link's source cluster, B = its target). README "Disaster recovery" is the runbook.
+(A = the link's source cluster, B = its target). docs/operations.md "Disaster recovery" is the runbook.
 
     status       per topic: lag, and the recovery point if A died now; per group: checkpoint age; config
                  drift (``jobs.dr.status``)

@@ -156,7 +156,7 @@ def submit_job(script: str, config: Path, log_file: Path, *, links: Sequence[str
                args: Sequence[str] = (), conf: Mapping[str, str] | None = None,
                env: Mapping[str, str] | None = None, job_log4j: bool = False) -> TaggedProcess:
     """``spark-submit jobs/<script> --config <config> --log-dir <log_file>.logs --link ... <args>`` as a tagged
-    process; ``job_log4j``: with the README's ``--driver-java-options`` naming ``conf/log4j2.properties`` (the
+    process; ``job_log4j``: with docs/replicator.md's ``--driver-java-options`` naming ``conf/log4j2.properties`` (the
     JVM's log in ``<log dir>/spark.log``, not on the console)."""
     argv = [str(SPARK_SUBMIT), "--master", master]
     for key, value in {**LOOPBACK_CONF, **(conf or {})}.items():
