@@ -11,7 +11,7 @@ DEMO_ARGS ?=
 # Extra flags of `make soak` for benchmarks/soak.py, e.g. `SOAK_ARGS="--minutes 3 --fault-every 25"`.
 SOAK_ARGS ?=
 
-.PHONY: test demo bench lint unit integration clean tools tools-containers test-containers soak image fuzz
+.PHONY: test demo bench lint unit integration clean tools tools-containers test-containers soak image fuzz jvm-archive
 
 $(STAMP): pyproject.toml setup.py connectors/replication/_forward.c broker_store/store/_record_walk.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,8 +20,14 @@ $(STAMP): pyproject.toml setup.py connectors/replication/_forward.c broker_store
 	touch $(STAMP)
 
 # ruff and mypy strict first: a lint or type error fails `make test` (and CI) before any test runs.
-test: lint tools
+test: lint tools jvm-archive
 	$(PY) -m pytest -q
+
+# The driver JVM's class-data-sharing archive for the installed Spark and Java (jobs/jvm_archive.py): about a minute
+# once, then nothing until a jar, the JDK or pyspark changes. Never fails the target: a JVM that cannot have one
+# starts without it (one line says why).
+jvm-archive: $(STAMP)
+	-$(PY) -m jobs.jvm_archive build
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
