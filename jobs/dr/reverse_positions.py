@@ -23,6 +23,7 @@ count equals the run's messages they pair one by one with its target offsets, in
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -60,11 +61,15 @@ class APosition:
 
 
 def _subtract(span: Span, covered: Sequence[Span]) -> list[Span]:
-    """``span`` minus the sorted disjoint ``covered`` spans."""
+    """``span`` minus the sorted disjoint ``covered`` spans (those before it found by bisection)."""
     first, last = span
     out: list[Span] = []
-    for c_first, c_last in covered:
-        if c_last < first or c_first > last:
+    start = max(0, bisect.bisect_right(covered, (first, first)) - 1)
+    for i in range(start, len(covered)):
+        c_first, c_last = covered[i]
+        if c_first > last:
+            break
+        if c_last < first:
             continue
         if c_first > first:
             out.append((first, c_first - 1))

@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 from broker_store.client import new_message
 from broker_store.protocol.codes import PERM_READ, PERM_WRITE
 from connectors.core.config import load_replicator_config
+from connectors.replication.tables import LinkTables
 from jobs.dr.operation import StepState
 from jobs.replicate import start_link
 from tests.spark.conftest import Cluster
@@ -101,8 +102,15 @@ def test_a_group_moved_a_to_b_to_a_reads_every_message_once_and_the_forward_link
     # the forward link resumes from A's end: B's messages are not copied back, A's new ones are
     src.admin.wait_for_route(setup.topic, timeout=15, min_queues=len(setup.queues))
     new = [src.producer.send(new_message(setup.topic, f"after failback {i}".encode())).msg_id for i in range(5)]
+    forward_tables = LinkTables.for_link(config.link(setup.link))
+    a_queues = src.queues(setup.topic)
+    a_end = {q: src.admin.max_offset(q) for q in a_queues}
+
+    def forward_at_a_end() -> bool:
+        done = forward_tables.latest_offsets()
+        return all(done.get(q, 0) >= end for q, end in a_end.items())
+
     with setup.replicating(spark):
-        wait_for(lambda: sum(len(m) for m in dst.read_all(setup.topic).values()) >= 325, 90,
-                 "A's new messages on B")
-        on_b_now = [m.msg_id for msgs in dst.read_all(setup.topic).values() for m in msgs]
+        wait_for(forward_at_a_end, 120, "the forward link past every message of A")
+    on_b_now = [m.msg_id for msgs in dst.read_all(setup.topic).values() for m in msgs]
     assert len(on_b_now) == 200 + 120 + 5 and set(on_b_now) == set(on_a) | set(on_b) | set(new)
