@@ -19,6 +19,7 @@ from broker_store.client import new_message
 from broker_store.protocol.codes import PERM_READ, PERM_WRITE
 from connectors.core.config import load_replicator_config
 from connectors.replication.tables import LinkTables
+from jobs.dr.failback_cli import print_failback_report
 from jobs.dr.operation import StepState
 from jobs.replicate import start_link
 from tests.spark.conftest import Cluster
@@ -91,6 +92,8 @@ def test_a_group_moved_a_to_b_to_a_reads_every_message_once_and_the_forward_link
     assert rows and all(r["exact"] and r["re_read"] == 0 for r in rows), rows
     assert report["forward_resume"] == {"from_b": 120, "others": 0}
     assert "name server address" in report["operator"]
+    print(first.log(), out[:out.index("{")])  # the runbook's output (pytest -s)
+    print_failback_report(setup.record())
     assert perms(src, setup.topic) == {PERM_READ | PERM_WRITE} and perms(dst, setup.topic) == {PERM_READ | PERM_WRITE}
 
     # the group on A reads exactly what it had not read
