@@ -55,6 +55,10 @@ def run_failback(args: argparse.Namespace, config: ReplicatorConfig, link: LinkC
         failback = Failback(forward, reverse, settings, previous, progress=lambda line: err.print(f"  {line}"))
         steps = failback.steps()
         if args.command == "abort":
+            if args.dry_run:
+                assert previous is not None
+                print(f"abort of link {link.name}: would undo {previous.kind} {previous.id} ({previous.state.value})")
+                return 0
             record = runner.abort(link.name, lambda kind: steps, on_step=on_step)
             print(json.dumps(record.to_json(), indent=2) if args.json else
                   f"{record.kind} {record.id} of link {link.name}: aborted (B's topic permissions restored, A's "
