@@ -143,8 +143,7 @@ class Failback:
         for broker, topics in sorted(perms.items()):
             for topic, perm in sorted(topics.items()):
                 self.on_a.set_perm(broker, topic, int(perm))
-        self._progress(f"A ({self.forward.source.name}) takes writes again: start the reverse link's job "
-                       f"({self.reverse.link.name}) now if it is not running")
+        self._progress(f"A takes writes again: start link {self.reverse.link.name} now if it is not running")
         return {"a_perms": dict(perms)}
 
     def refence(self, record: StepRecord) -> None:

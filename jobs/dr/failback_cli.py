@@ -38,7 +38,9 @@ def print_failback_report(record: OperationRecord) -> None:
     else:
         print(f"forward link resume check: beyond its resume point A holds {resume['from_b']} copies of B's "
               f"messages (skipped by its loop guard) and {resume['others']} other message(s)")
-    print("steps: " + ", ".join(f"{name} {d:.1f} s" for name, d in report["durations_s"].items() if d is not None))
+    durations = report["durations_s"]  # in the steps' order (the journal keeps JSON objects sorted)
+    print("steps: " + ", ".join(f"{s.name} {durations[s.name]:.1f} s" for s in record.steps
+                                if durations.get(s.name) is not None))
     print(report["operator"])
 
 
