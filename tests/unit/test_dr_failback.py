@@ -15,8 +15,9 @@ from broker_store.protocol.codes import PERM_READ, PERM_WRITE
 from connectors.core.config import ReplicatorConfig, load_replicator_config
 from connectors.core.errors import ReplicatorConfigError
 from jobs.dr.failback import KIND, Failback, FailbackSettings, reverse_link_of
+from jobs.dr.failback_cli import print_failback_report
 from jobs.dr.link_ends import LinkEnds
-from jobs.dr.operation import OperationRecord, OperationState, StepContext, StepRecord, StepState
+from jobs.dr.operation import OperationRecord, OperationState, StepContext, StepRecord, StepRefusedError, StepState
 
 
 def config(tmp_path: Path, *links: tuple[str, str, str]) -> ReplicatorConfig:
@@ -44,7 +45,9 @@ def test_the_reverse_link_is_the_only_one_back_or_the_one_named(tmp_path: Path) 
 
 
 def ends(name: str) -> LinkEnds:
-    return cast(LinkEnds, SimpleNamespace(link=SimpleNamespace(name=name), source=SimpleNamespace(name="A")))
+    """A link's ends as far as the plan reads them: F goes A -> B, R B -> A."""
+    return cast(LinkEnds, SimpleNamespace(link=SimpleNamespace(name=name),
+                                          source=SimpleNamespace(name="B" if name == "R" else "A")))
 
 
 def switchover_done(old_perms: dict[str, dict[str, int]]) -> OperationRecord:
@@ -113,3 +116,34 @@ def test_without_its_switchovers_record_a_gets_its_current_permissions_plus_writ
                      OperationRecord("op", "switchover", "F", OperationState.ABORTED, 0.0, other.steps)):
         failback = Failback(forward, ends("R"), FailbackSettings(), previous=previous)
         assert failback._a_perms_to_restore() == {"broker-a": {"T": PERM_READ | PERM_WRITE}}
+
+
+def test_group_selection_narrows_the_groups_and_names_one_with_no_offsets_on_b() -> None:
+    old = {"broker-a": {"T": PERM_READ | PERM_WRITE}}
+    record = OperationRecord("op2", KIND, "F", OperationState.RUNNING, 0.0, (StepRecord("preflight"),))
+    for chosen, expected in ((("g2",), ["g2"]), ((), ["g1", "g2"])):
+        failback = Failback(ends("F"), ends("R"), FailbackSettings(groups=chosen), previous=switchover_done(old))
+        failback.over_reverse.preflight = lambda ctx: {"queues": [], "groups": ["g1", "g2"]}  # type: ignore[method-assign]
+        saved: list[dict[str, Any]] = []
+        result = failback.preflight(context(record, "preflight", saved))
+        assert result["groups"] == expected and result["a_perms"] == old and saved == [{"a_perms": old}]
+    failback = Failback(ends("F"), ends("R"), FailbackSettings(groups=("g3",)), previous=switchover_done(old))
+    failback.over_reverse.preflight = lambda ctx: {"queues": [], "groups": ["g1"]}  # type: ignore[method-assign]
+    with pytest.raises(StepRefusedError, match=r"no offsets on B on the reverse link's topics: g3 \(selected there"):
+        failback.preflight(context(record, "preflight", []))
+
+
+def test_the_report_prints_each_table_and_the_steps_in_their_order(capsys: pytest.CaptureFixture[str]) -> None:
+    report = {"queues": [{"queue": ["T", "b", 0], "on_a": 7, "replicated": 7, "missing": 0}],
+              "groups": {"g": [{"a_queue": ["T", "a", 0], "a_offset": 5, "exact": True, "re_read": 0}]},
+              "forward_resume": {"from_b": 3, "others": 0},
+              "durations_s": {"commit": 0.5, "fence": 0.25, "preflight": 0.0, "report": None},
+              "operator": "Producers and consumers are moved by the operator"}
+    steps = tuple(StepRecord(n, StepState.DONE) for n in ("preflight", "fence", "commit"))
+    record = OperationRecord("op3", KIND, "F", OperationState.DONE, 0.0,
+                             (*steps, StepRecord("report", StepState.DONE, result=report)))
+    print_failback_report(record)
+    out = capsys.readouterr().out
+    assert "failback op3 of link F: done" in out and "T/a/0" in out and "yes" in out
+    assert "A holds 3 copies of B's messages" in out
+    assert "steps: preflight 0.0 s, fence 0.2 s, commit 0.5 s" in out
