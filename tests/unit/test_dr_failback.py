@@ -4,6 +4,7 @@ and what ``abort`` puts back. The steps against real clusters: tests/spark/test_
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -11,13 +12,24 @@ from typing import Any, cast
 import pytest
 import yaml
 
+from broker_store.clock import ManualClock
 from broker_store.protocol.codes import PERM_READ, PERM_WRITE
 from connectors.core.config import ReplicatorConfig, load_replicator_config
 from connectors.core.errors import ReplicatorConfigError
 from jobs.dr.failback import KIND, Failback, FailbackSettings, reverse_link_of
 from jobs.dr.failback_cli import print_failback_report
+from jobs.dr.journal import FileJournal
 from jobs.dr.link_ends import LinkEnds
-from jobs.dr.operation import OperationRecord, OperationState, StepContext, StepRecord, StepRefusedError, StepState
+from jobs.dr.operation import (
+    OperationRecord,
+    OperationRunner,
+    OperationState,
+    Step,
+    StepContext,
+    StepRecord,
+    StepRefusedError,
+    StepState,
+)
 
 
 def config(tmp_path: Path, *links: tuple[str, str, str]) -> ReplicatorConfig:
@@ -147,3 +159,69 @@ def test_the_report_prints_each_table_and_the_steps_in_their_order(capsys: pytes
     assert "failback op3 of link F: done" in out and "T/a/0" in out and "yes" in out
     assert "A holds 3 copies of B's messages" in out
     assert "steps: preflight 0.0 s, fence 0.2 s, commit 0.5 s" in out
+
+
+class Sides:
+    """Both clusters' topic permissions as the steps set them (``set_perm`` of each side), fakes of the I/O
+    steps, and the failback wired to them."""
+
+    def __init__(self, refuse_at: str | None) -> None:
+        self.a = {("broker-a", "T"): PERM_READ}  # fenced by the switchover
+        self.b = {("broker-b", "T"): PERM_READ | PERM_WRITE}
+        self.commits = 0
+        old = {"broker-a": {"T": PERM_READ | PERM_WRITE}}
+        self.failback = f = Failback(ends("F"), ends("R"), FailbackSettings(), previous=switchover_done(old))
+        f.on_a.set_perm = lambda broker, topic, perm: self.a.__setitem__((broker, topic), perm)  # type: ignore
+        f.over_reverse.set_perm = lambda broker, topic, perm: self.b.__setitem__((broker, topic), perm)  # type: ignore
+
+        def refusing(name: str, result: dict[str, Any]) -> Callable[[StepContext], dict[str, Any]]:
+            def run(ctx: StepContext) -> dict[str, Any]:
+                if name == refuse_at:
+                    raise StepRefusedError(f"{name} refused", "run again")
+                return result
+            return run
+
+        def fence(ctx: StepContext) -> dict[str, Any]:
+            ctx.save({"old_perms": {"broker-b": {"T": PERM_READ | PERM_WRITE}}})
+            self.b[("broker-b", "T")] = PERM_READ
+            return refusing("fence", {"old_perms": {"broker-b": {"T": PERM_READ | PERM_WRITE}}})(ctx)
+
+        def commit(ctx: StepContext) -> dict[str, Any]:
+            self.commits += 1
+            return refusing("commit", {"groups": {}})(ctx)
+
+        f.over_reverse.preflight = refusing("preflight", {"queues": [], "groups": ["g"]})  # type: ignore
+        f.over_reverse.fence = fence  # type: ignore[method-assign]
+        f.over_reverse.drain = refusing("drain", {"queues": []})  # type: ignore
+        f.over_reverse.groups_offline = refusing("groups", {"groups": ["g"]})  # type: ignore
+        f.commit = commit  # type: ignore[method-assign]
+        f.report = refusing("report", {})  # type: ignore
+
+
+def steps_of(failback: Failback) -> Callable[[str], list[Step]]:
+    return lambda kind: failback.steps()
+
+
+STEPS = ["preflight", "fence", "reopen", "drain", "groups", "commit", "release", "report"]
+
+
+@pytest.mark.parametrize("refused", [s for s in STEPS if s not in ("reopen", "release")])
+def test_abort_at_any_step_leaves_the_state_after_the_switchover(tmp_path: Path, refused: str) -> None:
+    """Refused at a step, then aborted: A fenced again, B with its permissions; run again instead: done, and
+    both take writes (B as the standby)."""
+    for then in ("abort", "again"):
+        sides = Sides(refused)
+        runner = OperationRunner(FileJournal(tmp_path / then / refused), ManualClock())
+        with pytest.raises(StepRefusedError):
+            runner.run(KIND, "F", sides.failback.steps())
+        if then == "abort":
+            runner.abort("F", steps_of(sides.failback))
+            assert sides.a == {("broker-a", "T"): PERM_READ} and sides.b == {("broker-b", "T"): PERM_READ | PERM_WRITE}
+        else:
+            again = Sides(None)
+            again.a, again.b, again.commits = sides.a, sides.b, sides.commits
+            record = runner.run(KIND, "F", again.failback.steps())
+            assert record.state is OperationState.DONE
+            assert again.commits == 1 + (refused == "commit")  # a refused commit runs again
+            assert again.a == {("broker-a", "T"): PERM_READ | PERM_WRITE}
+            assert again.b == {("broker-b", "T"): PERM_READ | PERM_WRITE}
