@@ -68,8 +68,8 @@ def parser() -> argparse.ArgumentParser:
                    help=f"recover: into quarantine topics on B (<target topic>{QUARANTINE_SUFFIX}), not the mapped "
                         "ones, for the application to replay")
     p.add_argument("--reverse-link", help="failback: the link B -> A (default: the config's only one)")
-    p.add_argument("--group", action="append", help="failback: a group to move back (repeat; default: the reverse "
-                                                    "link's selected groups)")
+    p.add_argument("--group", action="append", default=[], metavar="G",
+                   help="failback: move this group back (repeatable; default: the reverse link's selected groups)")
     return p
 
 

@@ -47,12 +47,12 @@ def print_failback_report(record: OperationRecord) -> None:
 def run_failback(args: argparse.Namespace, config: ReplicatorConfig, link: LinkConfig, runner: OperationRunner,
                  clock: ThreadClock, err: Console, plan: Plan, on_step: Callable[[StepRecord], None]) -> int:
     """``failback`` (or ``abort`` of one) of ``link``, the forward link."""
-    reverse_link = reverse_link_of(config, link, getattr(args, "reverse_link", None))
+    reverse_link = reverse_link_of(config, link, args.reverse_link)
     forward = LinkEnds.open(args.config, config, link, clock)
     reverse = LinkEnds.open(args.config, config, reverse_link, clock)
     try:
         settings = FailbackSettings(SwitchoverSettings(args.max_lag, args.drain_timeout, args.groups_timeout),
-                                    tuple(getattr(args, "group", None) or ()))
+                                    tuple(args.group))
         previous = runner.current()
         failback = Failback(forward, reverse, settings, previous, progress=lambda line: err.print(f"  {line}"))
         steps = failback.steps()
