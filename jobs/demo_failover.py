@@ -25,10 +25,10 @@ from pathlib import Path
 from broker_store.client import Admin
 from broker_store.config import BrokerSettings, ClusterConfig, ControllerLinkSettings, LocalClustersConfig
 from broker_store.controller.settings import ControllerSettings
+from broker_store.deploy.launcher import HOST, broker_listen_port
+from broker_store.deploy.up import broker_process_names
 from broker_store.ha.settings import HASettings
-from broker_store.launcher import HOST, broker_listen_port
 from broker_store.protocol.errors import RocketMQError
-from broker_store.up import broker_process_names
 
 SOURCE = "source"
 GROUP = "source-a"
