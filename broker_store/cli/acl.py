@@ -28,7 +28,7 @@ AdminParser = Callable[[str, Callable[[argparse.Namespace], int], str], argparse
 
 
 def _account(args: argparse.Namespace) -> Any:
-    from broker_store.acl.plain_file import PlainAccount
+    from broker_store.acl.account import PlainAccount
     from broker_store.validation import describe_validation_error
 
     def perms(text: str | None) -> list[str]:

@@ -56,7 +56,8 @@ def _serve(kind: str, config: Path) -> int:
     elif kind == "controller":
         from broker_store.controller.server import run_controller
 
-        _event_loop_run(run_controller(load_yaml(config, ControllerConfig), _print_ready))
+        controller = load_yaml(config, ControllerConfig)
+        _event_loop_run(run_controller(controller.controller, controller.listen, controller.tls, _print_ready))
     else:
         from broker_store.broker.server import run_broker
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from broker_store.acl.plain_file import PlainAccount as PlainAccount  # re-exported: what these requests carry
+from broker_store.acl.account import PlainAccount as PlainAccount  # re-exported: what these requests carry
 from broker_store.client.admin import Admin, AsyncAdmin
 from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.errors import ProtocolError, error_for_response

@@ -6,9 +6,7 @@ design gives them:
 ``protocol`` and the validation formatter, ``ha`` nothing of the store but its package API and its epoch values.
 No module passes 600 lines. Read from the source (ast) by the shared checker, ``tests/support/import_graph.py``.
 
-A unit is a subpackage or a top-level module; one module of ``controller`` is a unit of its own because it sits
-higher than the rest of its package: ``controller.server`` is the controller's process side (it reads
-``config.ControllerConfig``, which holds ``controller.settings``). ``cli_table`` and ``launcher`` are the old homes
+A unit is a subpackage or a top-level module, with no exception. ``cli_table`` and ``launcher`` are the old homes
 of ``cli.table`` and ``deploy.launcher``, kept as aliases for callers on other branches until those are merged.
 """
 
@@ -30,7 +28,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"client", "ha"}),
     frozenset({"controller"}),
     frozenset({"config"}),
-    frozenset({"controller.server", "broker"}),
+    frozenset({"broker"}),
     frozenset({"namesrv"}),
     frozenset({"deploy"}),
     frozenset({"cli", "launcher"}),
@@ -48,25 +46,25 @@ ALLOWED: dict[str, frozenset[str]] = {
     "acl": frozenset({"protocol", "validation"}),  # ACL 1.0's pure decisions and its account format
     "net": frozenset({"clock", "protocol"}),  # clock: the connection hygiene's timers
     "store": frozenset({"clock", "protocol"}),
-    # acl: the account format of the ACL admin requests; clock: every timer of the clients
+    # acl: the account format of the ACL admin requests (CLIENT_ACL_API only); clock: every timer of the clients
     "client": frozenset({"acl", "clock", "net", "protocol"}),
     # the store only through HA_STORE_API; acl: the peer allow-list and refusal log of the HA port
     "ha": frozenset({"acl", "address", "clock", "protocol", "store"}),
     # validation: UPDATE_CONTROLLER_CONFIG's refusals name the field as every settings error does
-    # acl: the controller's peer allow-list and refusal log
-    "controller": frozenset({"acl", "background", "clock", "net", "protocol", "store", "validation"}),
+    # acl: the controller's peer allow-list and refusal log; address: a standalone controller's listen address;
+    # store: the crash-safe file write of its file state store (store.files.replace_file)
+    "controller": frozenset({"acl", "address", "background", "clock", "net", "protocol", "store", "validation"}),
     # config: each part's settings model
     "config": frozenset({"address", "controller", "ha", "net", "protocol", "restart_policy", "store", "validation"}),
-    "controller.server": frozenset({"address", "clock", "config", "controller", "net", "protocol"}),
     "broker": frozenset({"acl", "address", "background", "clock", "config", "ha", "net", "protocol", "store",
                          "validation"}),
-    "namesrv": frozenset({"background", "clock", "config", "controller.server", "net", "protocol"}),
+    "namesrv": frozenset({"background", "clock", "config", "controller", "net", "protocol"}),  # the embedded one
     # the processes: broker, name server, controller and etcd children, up and its restarts, the container image;
     # client: waits for the children's registration; ha: a member's role
     "deploy": frozenset({"client", "config", "ha", "protocol", "restart_policy"}),
     # the command line: the servers it runs, the admin commands' clients, deploy's up and image
-    "cli": frozenset({"acl", "broker", "client", "config", "controller.server", "deploy", "namesrv", "net",
-                      "protocol", "validation"}),
+    "cli": frozenset({"acl", "broker", "client", "config", "controller", "deploy", "namesrv", "net", "protocol",
+                      "validation"}),
     "launcher": frozenset({"deploy"}),  # alias of deploy.launcher (see the module docstring)
     "cli_table": frozenset({"cli"}),  # alias of cli.table (see the module docstring)
     "__main__": frozenset({"cli"}),
@@ -79,14 +77,16 @@ HA_STORE_API = frozenset({"broker_store.store", "broker_store.store.epoch_cache"
 """What HA may import of the store: the package's public names and the epoch values (pure data both sides of a
 link exchange, ``ha.store_view``); it reads and writes a log through the ``ha.store_view`` Protocols."""
 
-OWN_UNITS = ("broker_store.controller.server",)
+CLIENT_ACL_API = frozenset({"broker_store.acl.account"})
+"""What the client may import of ``acl``: one account's format, the body of the ACL admin requests it sends; never
+the broker's file handling or its decisions."""
+
 MAX_LINES = 600
 
 
 def unit(name: str) -> str:
     """A module's unit (``name`` dotted, or a repo-relative path)."""
-    dotted = name.removesuffix(".py").replace("/", ".")
-    return dotted.removeprefix("broker_store.") if dotted in OWN_UNITS else package_unit("broker_store")(dotted)
+    return package_unit("broker_store")(name)
 
 
 def edges() -> dict[tuple[str, str], list[Import]]:
@@ -110,6 +110,11 @@ def test_no_unit_imports_up_or_sideways_and_the_low_layers_only_what_the_design_
 def test_ha_imports_only_the_stores_package_api_and_epoch_values() -> None:
     store_imports = edges().get(("ha", "store"), [])
     assert [f"{i.source} imports {i.module}" for i in store_imports if i.module not in HA_STORE_API] == []
+
+
+def test_the_client_imports_only_the_account_format_of_acl() -> None:
+    acl_imports = edges().get(("client", "acl"), [])
+    assert [f"{i.source} imports {i.module}" for i in acl_imports if i.module not in CLIENT_ACL_API] == []
 
 
 def test_no_module_passes_the_size_limit() -> None:
