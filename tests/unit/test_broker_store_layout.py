@@ -12,7 +12,10 @@ of ``cli.table`` and ``deploy.launcher``, kept as aliases for callers on other b
 
 from __future__ import annotations
 
+import ast
+
 from tests.support.import_graph import (
+    REPO,
     Import,
     all_imports,
     circle,
@@ -115,6 +118,18 @@ def test_ha_imports_only_the_stores_package_api_and_epoch_values() -> None:
 def test_the_client_imports_only_the_account_format_of_acl() -> None:
     acl_imports = edges().get(("client", "acl"), [])
     assert [f"{i.source} imports {i.module}" for i in acl_imports if i.module not in CLIENT_ACL_API] == []
+
+
+def test_no_module_imports_a_private_name_of_another() -> None:
+    """A seam between modules (the controller-mode HA classes over the classic ones) is public names, never another
+    module's ``_name``; a C extension module (``_record_walk``) is imported whole under its own private name."""
+    found = []
+    for path in sorted((REPO / "broker_store").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("broker_store"):
+                found += [f"{path.relative_to(REPO)}: {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_")]
+    assert found == []
 
 
 def test_no_module_passes_the_size_limit() -> None:
