@@ -8,7 +8,7 @@ writes such a child's config file and starts it), an HTTP health check for etcd.
 at once (SIGTERM, then SIGKILL after a grace period).
 
 Benchmarks and tools that must kill and restart single members (the replication benchmark) use
-``ClusterProcesses``: one ``ManagedProcess`` per child of a static ``ClusterConfig`` (whose replicas follow their
+``ClusterProcesses``: one ``ManagedProcess`` per child of a static ``LocalClusterConfig`` (whose replicas follow their
 group's primary), started in order and waited for until registered and in sync; ``loopback_cluster`` builds
 such a config on free loopback ports (``free_port``, ``broker_listen_port``).
 """
@@ -33,8 +33,8 @@ import yaml
 from broker_store.config import (
     BrokerConfig,
     BrokerSettings,
-    ClusterConfig,
     ControllerConfig,
+    LocalClusterConfig,
     NamesrvConfig,
 )
 from broker_store.ha.settings import HARole
@@ -221,7 +221,7 @@ class ManagedProcess(ChildProcess):
                          None if console else run_dir / f"{name}.log", ReadyLine())
 
 
-def clusters_registered(clusters: Iterable[ClusterConfig]) -> bool:
+def clusters_registered(clusters: Iterable[LocalClusterConfig]) -> bool:
     """Whether each cluster's name server lists every broker group of its config with all its members: a static
     group's members under their configured ids; a controller-mode group (ids assigned by the controller) with a
     primary (id 0) and as many members as configured. False while a name server does not answer."""
@@ -304,8 +304,8 @@ def broker_listen_port(fast_listen: bool = True, host: str = HOST) -> int:
 
 
 def loopback_cluster(name: str, groups: Mapping[str, Sequence[Mapping[str, Any]]], store_root: Path,
-                     namesrv: Mapping[str, Any] | None = None, **broker_options: Any) -> ClusterConfig:
-    """A ``ClusterConfig`` on free 127.0.0.1 ports: one name server and, per group, its members' overrides
+                     namesrv: Mapping[str, Any] | None = None, **broker_options: Any) -> LocalClusterConfig:
+    """A ``LocalClusterConfig`` on free 127.0.0.1 ports: one name server and, per group, its members' overrides
     (member i is broker_id i; 1.. are replicas with ``ha.role`` SLAVE following member 0). Each member's
     settings are ``broker_options`` with its overrides on top (an ``ha`` mapping merged key by key); its
     store is ``store_root/<member>``."""
@@ -320,7 +320,7 @@ def loopback_cluster(name: str, groups: Mapping[str, Sequence[Mapping[str, Any]]
             settings = BrokerSettings(broker_name=group, broker_id=broker_id, listen=f"{HOST}:{listen}",
                                       store_dir=store_root / f"{group}-{broker_id}", **options)
             brokers.append(settings)
-    return ClusterConfig(name=name, namesrv=NamesrvConfig(listen=f"{HOST}:{free_port()}", **(namesrv or {})),
+    return LocalClusterConfig(name=name, namesrv=NamesrvConfig(listen=f"{HOST}:{free_port()}", **(namesrv or {})),
                          brokers=brokers)
 
 
@@ -333,7 +333,7 @@ class ClusterProcesses:
     live in ``run_dir``.
     """
 
-    def __init__(self, config: ClusterConfig, run_dir: Path) -> None:
+    def __init__(self, config: LocalClusterConfig, run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.config = config
         self.namesrv = ManagedProcess("namesrv", config.namesrv, run_dir, f"{config.name}-namesrv")
