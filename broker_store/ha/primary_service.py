@@ -44,9 +44,9 @@ from broker_store.ha.quorum import Quorum
 from broker_store.ha.replica_links import LinkId
 from broker_store.ha.replica_start import StartAction, decide_replica_start
 from broker_store.ha.settings import HASettings
-from broker_store.ha.status import ReplicationStatus
 from broker_store.ha.store_view import PrimaryLog
 from broker_store.ha.wire import ReportDecoder, encode_batch_header, encode_heartbeat
+from broker_store.store import PutStatus
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ class PrimaryService:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
-        self._quorum.fail_pending(ReplicationStatus.FLUSH_SLAVE_TIMEOUT)
+        self._quorum.fail_pending(PutStatus.FLUSH_SLAVE_TIMEOUT)
 
     def notify_appended(self) -> None:
         """The log grew: ship to idle streams (call from the store's arrival listener, on the loop thread).
