@@ -12,7 +12,9 @@ nothing reaches the target twice (connectors.replication.resend_check).
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -68,31 +70,36 @@ def _logs(job: TaggedProcess) -> str:
 
 
 def test_python_workers_killed_mid_send(clusters: tuple[Cluster, Cluster], tmp_path: Path) -> None:
-    """The topic's 30,000 messages in one batch; the Python workers are SIGKILLed once the target holds a
-    quarter of them (their tasks are then sending) and again at a half: every message on the target once."""
+    """The topic's 60,000 messages in one batch; the Python workers are frozen (SIGSTOP) as soon as the target
+    holds a message of it, then SIGKILLed, and again once it holds half: every message on the target once, the
+    killed attempts' messages found there by the retried tasks and counted."""
     started = time.monotonic()
     src, dst = clusters
     topic = unique("WorkerKill")
     src.create_topic(topic, 4)
     dst.create_topic(topic, 4)
-    sent = BackgroundProducer(src.namesrv, topic, src.queues(topic), 30_000, rate=1e9, seed=41, max_body=64,
+    sent = BackgroundProducer(src.namesrv, topic, src.queues(topic), 60_000, rate=1e9, seed=41, max_body=256,
                               batch=200).start().join(120)
     config = write_replicator_config(
         tmp_path / "replicator.yaml", source=("src", src.namesrv), target=("dst", dst.namesrv),
         links={"wkill": {"topic": topic, "trigger_interval": "200 milliseconds", "retry_backoff_ms": 50,
-                         "max_messages_per_trigger": 30_000}})
+                         "max_messages_per_trigger": 60_000}})
     job = submit_replicate(config, ["wkill"], tmp_path / "driver.log", master="local[2,4]", available_now=True)
     killed: list[int] = []
     try:
-        for fraction in (0.25, 0.5):
-            wait_for(lambda f=fraction: dst.count(topic) >= f * len(sent), 240,  # type: ignore[misc]
-                     f"{fraction:.0%} of the topic on the target", alive=job)
+        for fraction in (0.0, 0.5):
+            wait_for(lambda f=fraction: dst.count(topic) > f * len(sent), 240,  # type: ignore[misc]
+                     f"over {fraction:.0%} of the topic on the target", alive=job, interval=0.02)
+            # frozen first (at once, mid-task: the target keeps storing what they sent, they read no answer),
+            # then killed
             workers = python_workers(job)
-            assert workers, "no Python worker found"
-            for pid in workers:
-                _kill(pid)
+            assert workers, [(pid, _parent(pid), _cmdline(pid)[:200]) for pid in job.pids()]
+            _signal(workers, signal.SIGSTOP)
+            on_target = dst.count(topic)
+            _signal(workers, signal.SIGKILL)
             killed += workers
-            assert dst.count(topic) < len(sent), "the workers were killed after every send"
+            print(f"\n{len(workers)} Python worker(s) killed with {on_target} of {len(sent)} messages on the target")
+            assert on_target < len(sent), "the workers were killed after every send"
         assert job.wait(240) == 0, job.log()[-4000:]
     finally:
         job.kill()
@@ -107,14 +114,12 @@ def test_python_workers_killed_mid_send(clusters: tuple[Cluster, Cluster], tmp_p
           f"the target and not sent again, {time.monotonic() - started:.1f}s")
 
 
-def _kill(pid: int) -> None:
-    import os
-    import signal
-
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+def _signal(pids: list[int], signum: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
 
 
 def test_lost_answer_with_the_targets_own_producer(clusters: tuple[Cluster, Cluster], tmp_path: Path) -> None:
