@@ -154,6 +154,7 @@ def test_lost_answer_with_the_targets_own_producer(clusters: tuple[Cluster, Clus
         wait_for(lambda: dst.count(topic) == len(first) and len(committed_batches(checkpoint)) > 0, 240,
                  "the first messages replicated and committed", alive=job)
         write_foreign(3)  # after the last commit: in the tail the recovery check reads
+        foreign_before = len(foreign)
         for broker in brokers:
             broker.pause()
         try:
@@ -182,7 +183,7 @@ def test_lost_answer_with_the_targets_own_producer(clusters: tuple[Cluster, Clus
     avoided = _avoided(LinkTables(tmp_path / "delta" / "lost", source_cluster="src"))
     assert 0 < avoided <= len(second)
     counted = [int(n) for n in re.findall(r"target message\(s\) read, (\d+) of them foreign", _logs(job))]
-    assert counted and max(counted) >= 3, f"foreign messages not counted: {counted}"
+    assert counted and max(counted) >= foreign_before, f"foreign messages not counted: {counted}"
     print(f"\nlost answer: {len(second)} sent while the target was stopped, {avoided} found there and not sent "
           f"again, 0 duplicates, {len(foreign)} foreign messages untouched (counted {counted}), "
           f"{time.monotonic() - started:.1f}s")
