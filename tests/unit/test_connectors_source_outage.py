@@ -7,6 +7,7 @@ tests/spark/test_fault_tolerance.py::test_source_broker_restart_keeps_the_job_al
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import pickle
 import threading
@@ -176,7 +177,10 @@ class FlakyConsumer:
 
 
 SETTINGS = PullSettings(namesrv="127.0.0.1:9", group="g", cluster="src", tags="*", pull_batch_size=4,
-                        fail_on_data_loss=True, pull_timeout_ms=1000, row_format="raw", link="L", retry=POLICY)
+                        fail_on_data_loss=True, pull_timeout_ms=1000, row_format="raw", link="L", retry=POLICY,
+                        pulls_in_flight=1)
+"""One pull in flight, so the sequences of pulls asked below are exact; several in flight through an outage:
+``test_pulls_in_flight_ride_out_an_outage_nothing_missing_nothing_twice``."""
 
 
 def test_pulls_retry_the_same_offset_through_an_outage_nothing_missing_nothing_twice() -> None:
@@ -189,6 +193,20 @@ def test_pulls_retry_the_same_offset_through_an_outage_nothing_missing_nothing_t
     assert consumer.asked == [0, 4, 4, 4, 4, 8]
     # the first repeat goes out at once (the route may only be stale), the next ones after a backoff
     assert outage.retries == 2 and clock.sleeps == [0.1, 0.2]
+
+
+def test_pulls_in_flight_ride_out_an_outage_nothing_missing_nothing_twice() -> None:
+    clock = FakeClock()
+    outage = _outage(clock)
+    consumer = FlakyConsumer(lambda n: TransportError("connection reset") if n in (1, 4, 5) else None)
+    settings = dataclasses.replace(SETTINGS, pulls_in_flight=3)
+    got = list(pull_range_raw(settings, QueueRange("T", "b", 0, 0, 20), consumer,  # type: ignore[arg-type]
+                              outage=outage))
+    assert [(r.first_offset, r.last_offset) for r in got] == [(0, 3), (4, 7), (8, 11), (12, 15), (16, 19)]
+    # 0, 4 (fails), 8 asked at once, 12 once 0 landed; 4's failure drops 8 and 12 and the window starts
+    # again at 4 at once (a stale route); 4 fails again: dropped again, a backoff, then the rest
+    assert consumer.asked == [0, 4, 8, 12, 4, 8, 12, 4, 8, 12, 16]
+    assert outage.retries == 1 and clock.sleeps == [0.1]
 
 
 def test_a_pull_that_failed_on_a_dead_primary_is_repeated_at_once_on_the_new_route() -> None:
