@@ -11,7 +11,7 @@ DEMO_ARGS ?=
 # Extra flags of `make soak` for benchmarks/soak.py, e.g. `SOAK_ARGS="--minutes 3 --fault-every 25"`.
 SOAK_ARGS ?=
 
-.PHONY: test demo bench lint unit integration clean tools tools-containers test-containers soak image fuzz
+.PHONY: test docs demo bench lint unit integration clean tools tools-containers test-containers soak image fuzz jvm-archive
 
 $(STAMP): pyproject.toml setup.py connectors/replication/_forward.c broker_store/store/_record_walk.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,9 +19,21 @@ $(STAMP): pyproject.toml setup.py connectors/replication/_forward.c broker_store
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-# ruff and mypy strict first: a lint or type error fails `make test` (and CI) before any test runs.
-test: lint tools
+# ruff and mypy strict first: a lint or type error fails `make test` (and CI) before any test runs; then the
+# documentation site, so a broken link or anchor, or a page left out of mkdocs.yml's nav, fails it too.
+test: lint tools docs jvm-archive
 	$(PY) -m pytest -q
+
+# The documentation site (docs/, mkdocs.yml) into site/, strict: every warning is an error. The generated blocks of
+# its pages are rewritten by `$(PY) -m docgen` (tests/unit/test_docs_generated.py fails while they are stale).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+
+# The driver JVM's class-data-sharing archive for the installed Spark and Java (jobs/jvm_archive.py): about a minute
+# once, then nothing until a jar, the JDK or pyspark changes. Never fails the target: a JVM that cannot have one
+# starts without it (one line says why).
+jvm-archive: $(STAMP)
+	-$(PY) -m jobs.jvm_archive build
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
@@ -67,8 +79,8 @@ tools-containers:
 	@.ci/install-tools containers
 
 lint: $(STAMP)
-	$(PY) -m ruff check broker_store connectors jobs tests benchmarks
+	$(PY) -m ruff check broker_store connectors jobs tests benchmarks docgen
 	$(PY) -m mypy
 
 clean:
-	rm -rf $(VENV) run data .pytest_cache
+	rm -rf $(VENV) run data site .pytest_cache

@@ -1,4 +1,4 @@
-"""Abuse benchmark (issue 17, connection hygiene): a real client's send throughput against a broker alone, and
+"""Abuse benchmark (docs/security.md, "Connection hygiene"): a real client's send throughput against a broker alone, and
 with garbage, slow readers and 1,000 idle connections running beside it, measured side by side in one run.
 
     .venv/bin/python benchmarks/abuse.py                 # ~1.5 minutes

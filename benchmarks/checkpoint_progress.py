@@ -9,7 +9,7 @@ What one run does: starts two single-broker clusters (``benchmarks/replicator.py
 free loopback ports, data in a temp dir), a topic of ``--queues`` (4) queues on both, and a replicator.yaml
 with one link (replication trigger 1 s, ``checkpoints.interval`` = ``--interval``, 1 s). A traffic thread
 produces ``--rate`` (50) msg/s round-robin and a source consumer group follows ``--behind`` (40) messages per
-queue behind the producer, committing its offsets, as the issue's "while everything runs" has it. Then
+queue behind the producer, committing its offsets, "while everything runs". Then
 ``jobs/run_all.py --config ...`` is launched as its own process (its own JVM, as an operator starts the main
 job: replication, checkpoints, heartbeat, config sync). Once the group has a first translated checkpoint and
 ``--warmup`` (5) seconds more have passed, the recovery point (``connectors.checkpoint.tables.checkpoint_age_ms``:

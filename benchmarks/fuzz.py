@@ -1,4 +1,5 @@
-"""Fuzzing at volume (issue 17): mutated inputs into every decoder of untrusted bytes, and one line per decoder.
+"""Fuzzing at volume (docs/benchmarks.md, "Hostile input"): mutated inputs into every decoder of untrusted bytes, and
+one line per decoder.
 
     .venv/bin/python benchmarks/fuzz.py                       # 100,000 inputs per decoder
     .venv/bin/python benchmarks/fuzz.py --inputs 2000         # a short run

@@ -1,7 +1,7 @@
 """Many links in one application: what each link of ``jobs/run_all.py`` costs, side by side in one run.
 
     .venv/bin/python benchmarks/links.py                 # 1 and 4 links, ~3 minutes
-    .venv/bin/python benchmarks/links.py --links 1,4,8   # the sizing table of the README
+    .venv/bin/python benchmarks/links.py --links 1,4,8   # the sizing rule of docs/operations.md
 
 For each count N of ``--links``: N links ``bsrc`` -> ``bdst`` (one single-broker cluster each side, real
 processes, free loopback ports), each with its own topic of ``--queues`` (4) queues holding ``--messages``
@@ -16,7 +16,7 @@ and the run measures:
   ``--idle-seconds`` (10) with no new message (cores: CPU seconds / wall seconds).
 
 The last line is ``links: N links <figures>`` for the largest N against 1 link, with the per-link increments
-the README's sizing rule is written from. Exit status 0; 1 on a failed run. Every process and file is
+the sizing rule of docs/operations.md is written from. Exit status 0; 1 on a failed run. Every process and file is
 removed at exit.
 """
 

@@ -23,7 +23,7 @@ One run, everything on this machine (client, primaries and replicas share its co
    batches (the primary's batched write rate, CommitLog bytes/s), the replica restarts, and the time
    until it holds the primary's max offset gives its catch-up rate; reported as a ratio of the write rate.
 
-Targets (issue 9): sync/async >= 0.90, lag p99 <= 50 ms, catch-up >= 1.0. The last line is exactly
+Targets: sync/async >= 0.90, lag p99 <= 50 ms, catch-up >= 1.0. The last line is exactly
 ``sync/async throughput ratio: R``.
 
 Results, 2026-11-24, 2 vCPUs shared with two other sessions (client, 2 primaries and 2 replicas on those

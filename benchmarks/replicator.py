@@ -121,7 +121,7 @@ measured 220-253k msg/s, gave (b)/(a) 0.44-0.54: the ratio was at the target's e
 first session's machine was slower and busier ((a) 80-126k msg/s; (b) 71-79k msg/s; (c) at 0.5 x (b) =
 36-39k msg/s had p99 4.0-9.0 s there).
 
-(d), 2026-11-24, ``benchmarks/replicator.py --first-only --first-runs N`` (the issue's start-up numbers;
+(d), 2026-11-24, ``benchmarks/replicator.py --first-only --first-runs N`` (the start-up numbers;
 medians, launch -> session up 3.9-4.7 s throughout, it did not change):
 
     before (main at 50199e9)                           session up -> first 6.96 s, launch -> first 11.65 s

@@ -1,5 +1,6 @@
-"""Soak (issue 19): the whole product for ``--minutes`` under a steady load and a fault every ``--fault-every``
-seconds, with every process's RSS and open files, the replication lag and the heartbeat age sampled over time.
+"""Soak (docs/benchmarks.md, "Benchmarks"): the whole product for ``--minutes`` under a steady load and a fault every
+``--fault-every`` seconds, with every process's RSS and open files, the replication lag and the heartbeat age sampled
+over time.
 
     .venv/bin/python benchmarks/soak.py                      # 30 minutes, a fault every 3 minutes
     .venv/bin/python benchmarks/soak.py --minutes 3 --fault-every 30    # a quick run that still sees faults

@@ -2,7 +2,7 @@
 descriptors read from /proc, lag samples, fault windows, the growth and percentile rules of its last line, and
 the plot. Everything but ``read_proc``, ``job_processes`` and ``plot`` is pure (tests/unit/test_soak_metrics.py).
 
-Rules (issue 19):
+Rules (docs/benchmarks.md, the soak):
 
 * growth of a process: its last sample against its first sample at or after the baseline (minute 5; the first
   sample of the run when the run is too short to have a sample after minute 5 other than its last), in percent;
@@ -224,7 +224,7 @@ def rate_series(times: Sequence[float], counts: Sequence[int], bin_s: float) -> 
 
 def summary_line(minutes: float, faults: int, produced: int, replicated: int, lost: int, duplicates: int,
                  rss_growth: float, fd_growth: float, lag_p99: float) -> str:
-    """The soak's last line, exactly as issue 19 spells it."""
+    """The soak's last line, exactly as docs/benchmarks.md spells it."""
     return (f"soak {minutes:g} min, faults {faults}, produced {produced}, replicated {replicated}, lost {lost}, "
             f"duplicates {duplicates}, rss growth {rss_growth:.1f} %, fd growth {fd_growth:.1f} %, "
             f"lag p99 {lag_p99:.2f} s")

@@ -71,7 +71,10 @@ class NamesrvConfig(_Model):
     listen: HostPort = "127.0.0.1:9876"
     """Address the name server binds and brokers/clients dial."""
     broker_expiry_seconds: float = Field(default=5.0, gt=0)
-    """A broker without a heartbeat for this long is removed from routes (RocketMQ 5 lite heartbeat)."""
+    """A broker without a heartbeat for this long is removed from routes (RocketMQ 5 lite heartbeat). A heartbeat
+    from a broker the name server does not hold (it restarted, or expired the broker while it was frozen) is
+    answered so, and the project's broker registers at once instead of at its next ``register_interval_seconds``
+    (RocketMQ's brokers wait for it)."""
     scan_interval_seconds: float = Field(default=1.0, gt=0)
     """Period of the expiry scan."""
     controller: ControllerSettings | None = None
@@ -93,6 +96,7 @@ class ControllerConfig(_Model):
     listen: HostPort = "127.0.0.1:9878"
     """Where brokers and admin tools reach this controller."""
     controller: ControllerSettings = Field(default_factory=lambda: ControllerSettings())
+    """The controller's settings: the same ``controller:`` section as a name server's embedded controller."""
     tls: TlsSettings = Field(default_factory=lambda: TlsSettings())
     """RocketMQ's TLS settings under their key names (``net.tls_settings``): ``tls.server.mode`` disabled /
     permissive / enforcing with its certificate, key, trust certificates and need.client.auth, and
@@ -172,7 +176,9 @@ class ControllerLinkSettings(_Model):
     heartbeat_timeout_ms: int | None = Field(default=None, gt=0)
     """Sent as heartbeatTimeoutMills: the controller counts this broker inactive after this long without a
     heartbeat. None: the field is left out and the controller's own heartbeat_timeout_ms applies
-    (RocketMQ's brokers send controllerHeartBeatTimeoutMills, 10 s)."""
+    (RocketMQ's brokers send controllerHeartBeatTimeoutMills, 10 s); ``up`` sets it to its controllers' own.
+    It is also the primary's lease: a primary that has not had a heartbeat accepted for this long refuses sends
+    (SERVICE_NOT_AVAILABLE) until a controller confirms it (docs/brokers.md, "Controller mode")."""
     replica_info_poll_interval_ms: int = Field(default=1000, gt=0)
     """Period of CONTROLLER_GET_REPLICA_INFO: the pull beside the controller's NOTIFY_BROKER_ROLE_CHANGED push,
     so a lost notification costs at most this long (RocketMQ syncBrokerMetadataPeriod, 5 s)."""
@@ -215,7 +221,9 @@ class BrokerSettings(_Model):
     id its ``brokerIdentity`` file keeps (across restarts and address changes, ``broker.identity_file``) and
     the controller promotes or demotes it; ``ha.role`` then names only how it acts while primary
     (ASYNC_MASTER or SYNC_MASTER), and the controller, not ``ha.ha_primary_address``, names whom it
-    follows."""
+    follows. The file, ``store_dir/brokerIdentity``, holds ``cluster#broker#id`` (``brokerIdentity-temp`` adds
+    ``#registerCheckCode`` while an apply is pending); without one the broker does not register until the
+    controller assigns an id. A group is all static or all controlled."""
     controller: ControllerLinkSettings = Field(default_factory=lambda: ControllerLinkSettings())
     """With ``enable_controller_mode``: the controllers this broker reports to and its election priority
     (``ControllerLinkSettings``); a ``controller:`` section without controller mode is refused."""
@@ -228,7 +236,8 @@ class BrokerSettings(_Model):
     """IPv4 address advertised to name servers and written as STOREHOST; default: the listen host
     (or 127.0.0.1 when listening on 0.0.0.0)."""
     store_dir: Path
-    """Directory for the CommitLog, ConsumeQueues and metadata (topics.json, consumer_offsets.json)."""
+    """Directory for the CommitLog, ConsumeQueues and metadata (``config/topics.json``,
+    ``config/consumer_offsets.json``, ``config/subscription_groups.json``, ``config/delayOffset.json``)."""
     store: StoreSettings = Field(default_factory=lambda: StoreSettings())
     """The message store's settings (``broker_store.store.config.StoreSettings``). Its keys may also be
     written flat at the broker level, as older files do; the same key in both places is an error."""
@@ -239,7 +248,7 @@ class BrokerSettings(_Model):
     """Register TBW102 (perm READ|WRITE|INHERIT) so sends to unknown topics create them."""
     auto_create_subscription_group: bool = True
     """A PULL_MESSAGE naming a consumer group the subscription group table lacks creates the group with
-    RocketMQ's defaults (persisted); off, such a pull is refused SUBSCRIPTION_GROUP_NOT_EXIST. Groups named
+    RocketMQ's defaults (persisted); off, such a pull is refused SUBSCRIPTION_GROUP_NOT_EXIST (26). Groups named
     ``CID_RMQ_SYS_*`` (RocketMQ's own tools, this replicator) are created either way, as RocketMQ does."""
     default_topic_queue_nums: int = Field(default=8, ge=1, le=1024)
     """Queue count of TBW102, the cap on auto-created topics' queue counts."""
@@ -282,8 +291,9 @@ class BrokerSettings(_Model):
     """The broker's own ACL account, a file of RocketMQ's tools.yml layout (``accessKey``, ``secretKey``, optional
     ``securityToken``; ``protocol.credentials_file``), read at start. A replica signs its metadata-sync requests to its
     primary with it, so a primary with ACL lets the replica in by account, not by a whitelisted address (the
-    account needs ``admin`` when the primary has ACL: the round copies its ACL file with admin requests). None:
-    those requests go unsigned (RocketMQ's slave sync), and a primary with ACL must whitelist the replicas."""
+    account needs ``admin`` when the primary has ACL: the round copies its ACL file with admin requests), and every
+    broker signs its controller requests with it (for a controller's ``controller.acl_file``). None: those requests
+    go unsigned (RocketMQ's slave sync), and a primary with ACL must whitelist the replicas."""
     tls: TlsSettings = Field(default_factory=lambda: TlsSettings())
     """RocketMQ's TLS settings under their key names (``net.tls_settings``): ``tls.server.mode`` disabled /
     permissive / enforcing with its certificate, key, trust certificates and need.client.auth, and
@@ -390,6 +400,7 @@ class BrokerConfig(BrokerSettings):
     """One broker process."""
 
     cluster_name: str = Field(default="DefaultCluster", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    """Cluster the broker registers under."""
     namesrv_addrs: list[HostPort] = Field(default_factory=list)
     """Name servers to register with; empty = standalone (tests)."""
 
@@ -421,8 +432,12 @@ class ClusterConfig(_Model):
     """One local cluster: a name server and its brokers."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    """Cluster name; its brokers inherit it as ``cluster_name``."""
     namesrv: NamesrvConfig = Field(default_factory=lambda: NamesrvConfig())
+    """The cluster's name server (the name server's keys)."""
     brokers: list[BrokerSettings] = Field(min_length=1)
+    """The cluster's brokers: the broker keys, minus ``cluster_name`` and ``namesrv_addrs``, which come from the
+    cluster."""
 
     @model_validator(mode="after")
     def _unique_brokers(self) -> ClusterConfig:
@@ -487,6 +502,7 @@ class LocalClustersConfig(_Model):
     """``conf/cluster-local.yaml``: every process of the local clusters (``python -m broker_store up``)."""
 
     clusters: list[ClusterConfig] = Field(min_length=1)
+    """One entry per independent cluster."""
     controllers: ControllersConfig | None = None
     """Standalone controllers (and their etcd members) for the file's controller-mode groups; None: such groups
     use the controller embedded in their name server (``namesrv.controller``)."""

@@ -1,5 +1,5 @@
-"""``python -m broker_store image build``: the container tier's image (issue 19), built on this machine from
-Debian packages and the project's own wheel, since no image registry is reachable.
+"""``python -m broker_store image build``: the container tier's image (docs/testing.md, "The container tier"), built on
+this machine from Debian packages and the project's own wheel, since no image registry is reachable.
 
 Two layers, each cached in the docker daemon under a tag that is a content hash of what made it:
 

@@ -46,7 +46,7 @@ MIB = 1024 * 1024
 LOG4J_PROPERTIES = Path(__file__).resolve().parents[1] / "conf" / LOG4J_CONFIG
 """The driver JVM's log4j2 configuration (console: FATAL only; ``${sys:replicator.log.dir}/spark.log``: the
 rest). One file for both launches: ``spark_java_options`` names it to a JVM this job launches, and the
-README's spark-submit command names it with ``--driver-java-options``."""
+spark-submit command of docs/replicator.md names it with ``--driver-java-options``."""
 
 
 def add_rotation_arguments(parser: argparse.ArgumentParser) -> None:

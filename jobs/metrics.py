@@ -20,7 +20,7 @@ Started by ``jobs/run_all.py``, ``jobs/replicate.py`` and ``jobs/heartbeat.py`` 
 * Heartbeat: ``jobs/heartbeat.py`` / ``jobs/run_all.py`` hand their ``HeartbeatMonitor``; the heartbeat
   metrics are computed from it at each scrape (ages are exact at scrape time, not as of the last poll).
 
-Metrics, every one labelled ``link`` (README, "Metrics", has the same list)::
+Metrics, every one labelled ``link`` (docs/operations.md, "Monitoring", has the same list)::
 
     rmq_replicator_messages_total              counter  messages written to the target
     rmq_replicator_bytes_total                 counter  body bytes written to the target
@@ -28,7 +28,7 @@ Metrics, every one labelled ``link`` (README, "Metrics", has the same list)::
     rmq_replicator_skipped_total               counter  messages skipped by the loop guard
     rmq_replicator_duplicates_avoided_total    counter  messages not sent again: the target already held them
                                                         (a re-run batch, a retried task, an unanswered send;
-                                                        README "Duplicates")
+                                                        docs/replicator.md "Duplicates")
     rmq_replicator_latency_p50_seconds         gauge    newest batch: median of target store - source born
     rmq_replicator_latency_p99_seconds         gauge    newest batch: 99th percentile of the same
     rmq_replicator_record_age_seconds          gauge    newest batch: commit time - oldest message's store time

@@ -21,7 +21,7 @@ from typing import Any, BinaryIO, cast
 
 from connectors.core.driver_log import LOG_DIR_ENV, LOG_LEVEL_ENV, LOG_ROTATION_ENV
 from connectors.core.job_stop import STOP_MARKER_ENV
-from jobs import job_logging
+from jobs import job_logging, jvm_archive
 from jobs.worker_python import bytecode_worker_environment
 
 log = logging.getLogger(__name__)
@@ -138,13 +138,23 @@ def build_spark(app_name: str = APP_NAME, master: str | None = None,
     pool = idle_worker_pool(chosen, conf.get("spark.executor.cores", None))
     if pool is not None:
         tuned[IDLE_WORKER_POOL] = pool
+    java_options = "spark.driver.extraJavaOptions"
     if log_dir is not None:
-        java_options = "spark.driver.extraJavaOptions"
         tuned[java_options] = f"{tuned[java_options]} {job_logging.spark_java_options(log_dir)}"
+    launching = "PYSPARK_GATEWAY_PORT" not in os.environ and SparkContext._gateway is None
+    archive = ""
+    if launching and not conf.contains(java_options):
+        # the driver JVM this process launches maps Spark's classes from the class-data archive (built in the
+        # background after the first launch when missing): about half the JVM's start-up
+        archive = jvm_archive.java_options_for_launch(extra_class_path=conf.get("spark.driver.extraClassPath", ""))
+        if archive:
+            tuned[java_options] = f"{tuned[java_options]} {archive}"
     if checkpoint_locations and all(is_local_path(c) for c in checkpoint_locations):
         tuned.update(LOCAL_CHECKPOINT_SETTINGS)
     options.update({key: value for key, value in tuned.items() if not conf.contains(key)})
     options.update(settings or {})
+    if archive not in options.get(java_options, ""):
+        archive = ""  # the caller's settings replaced the driver's options: no archive to check for
     # The job's environment for Spark's Python workers (log dir and level, stop marker): inherited when this
     # process launches the JVM, but under spark-submit the JVM started first, so it goes as executorEnv.
     for name in JOB_ENVIRONMENT:
@@ -157,6 +167,13 @@ def build_spark(app_name: str = APP_NAME, master: str | None = None,
     for key, value in options.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if archive:
+        jvm: Any = spark.sparkContext._jvm
+        note = jvm_archive.check_mapped(str(jvm.System.getProperty("java.vm.info")), archive)
+        if note:
+            log.warning("%s", note)
+    elif not launching:
+        jvm_archive.java_options_for_launch(start_build=True)  # spark-submit: build one for the next launches
     quiet_accumulator_server(spark)
     from connectors.replication.data_source import RocketMQDataSource
 

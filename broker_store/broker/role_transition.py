@@ -113,10 +113,10 @@ class StorePromotionSteps:
 
 
 class ControllerPromotionSteps(StorePromotionSteps):
-    """Controller mode's ``PromotionSteps`` over an ``EpochStore`` (DESIGN.md, changeToMaster): the confirm offset
-    is raised to the max offset first (the old primary's pending records are kept, never dropped), so only a record
-    received in part stays undispatched and is cut; the epoch entry is (new epoch, max offset) after cutting
-    entries at or past it, in the epoch file; the rebuild dispatches to the max offset."""
+    """Controller mode's ``PromotionSteps`` over an ``EpochStore`` (docs/architecture.md, "Controller and name server":
+    changeToMaster): the confirm offset is raised to the max offset first (the old primary's pending records are kept,
+    never dropped), so only a record received in part stays undispatched and is cut; the epoch entry is (new epoch, max
+    offset) after cutting entries at or past it, in the epoch file; the rebuild dispatches to the max offset."""
 
     def __init__(self, epoch_store: EpochStore) -> None:
         super().__init__(epoch_store.store, epoch_entry=self._begin_epoch)

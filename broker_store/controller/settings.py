@@ -37,7 +37,8 @@ class ControllerSettings(BaseModel):
     """AP over CP: with no live SyncStateSet member, elect any live replica (may lose acknowledged
     messages the old primary had and it lacked). Off: the group waits for a SyncStateSet member."""
     heartbeat_timeout_ms: int = Field(default=3000, ge=100)
-    """A broker without a heartbeat for this long is inactive (RocketMQ: 10000)."""
+    """A broker without a heartbeat for this long is inactive (RocketMQ: 10000). A broker whose connection closes
+    (kill -9) is inactive at once."""
     scan_interval_ms: int = Field(default=500, ge=20)
     """How often the controller looks for inactive brokers and primaries to replace (RocketMQ: 5000)."""
     notify_broker_role_changed: bool = True

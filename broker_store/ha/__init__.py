@@ -1,6 +1,6 @@
 """High availability of a broker group: CommitLog shipping from primary to replicas and quorum acks.
 
-One module per moving part (DESIGN.md, "Replication and quorum writes")::
+One module per moving part (docs/architecture.md, "Replication and quorum writes")::
 
     wire.py            the classic shipping wire format and its incremental decoders (bytes only)
     errors.py          HA's error classes, under broker_store's one root

@@ -16,7 +16,7 @@ latest of their end offsets and times out at the first one's deadline. The servi
 turn, so a waiter holds the puts decoded together (one read of a producer connection), which are shipped
 together and acked by the same replica report anyway: one future per turn instead of one per put.
 
-Futures are ``concurrent.futures.Future`` so they fit the store's durability future (issue #9's
+Futures are ``concurrent.futures.Future`` so they fit the store's durability future (the
 ``DurabilityPolicy`` steps return that type); await them with ``asyncio.wrap_future``. Callers must not
 cancel one when waiters are shared (puts of the same turn would see it cancelled). Contract: not
 thread-safe; call every method from the one event-loop thread that runs puts and HA links.

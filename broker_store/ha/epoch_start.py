@@ -21,11 +21,10 @@ the wire: the primary applies it). In order::
     otherwise                 FOLLOW from the consistent point C: truncate [C, rMax) if C < rMax (an old
                               primary's unconfirmed tail, or the fork of two primaries), then follow.
 
-The six positions of [rMin, rMax) against [pMin, pMax] (DESIGN.md) all land in the rows above: rMax <= pMin
-(offline for long, or new) FOLLOWs from C <= rMax and the primary RESTARTs it at pMin; pMin < rMax <= pMax
-(fell behind) FOLLOWs, usually from rMax; rMax > pMax (old primary back, or a fork) truncates to C <= pMax;
-rMin > pMax refuses. A REFUSE is never turned into a silent re-copy.
-"""
+The six positions of [rMin, rMax) against [pMin, pMax] (docs/architecture.md, "Replication and quorum writes") all land
+in the rows above: rMax <= pMin (offline for long, or new) FOLLOWs from C <= rMax and the primary RESTARTs it at pMin;
+pMin < rMax <= pMax (fell behind) FOLLOWs, usually from rMax; rMax > pMax (old primary back, or a fork) truncates to C
+<= pMax; rMin > pMax refuses. A REFUSE is never turned into a silent re-copy. """
 
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ tracker (``ack_tracker``). Callers:
 - later, role changes: ``fail_pending`` when this broker stops being primary; controller mode adds
   the SyncStateSet (all_ack_in_sync_state_set) beside ``ReplicaLinks`` without changing these rules.
 
-needAck rules (RocketMQ 5 CommitLog, slaveActingMaster flavour; DESIGN.md):
+needAck rules (RocketMQ 5 CommitLog, slaveActingMaster flavour; docs/architecture.md,
+"Replication and quorum writes"):
 
     only a SYNC_MASTER put with WAIT=true waits; any other needs 1 copy (the primary's)
     currentInSync = min(alive copies, 1 + replicas acked within ha_max_gap_not_in_sync)

@@ -17,7 +17,8 @@ offset is not its own max offset, which is how the primary's decision reaches it
                           which bytes are consistent, so the replica is not truncated silently: it
                           refuses to follow and the condition is reported for an operator.
 
-Controller mode replaces DIVERGED by the epoch handshake of DESIGN.md (truncate to the last
+Controller mode replaces DIVERGED by the epoch handshake (docs/architecture.md, "Replication and
+quorum writes": truncate to the last
 consistent point, then follow); that decision will live beside this one (e.g. ``epoch_start.py``),
 and RESTART / FOLLOW keep their meaning.
 

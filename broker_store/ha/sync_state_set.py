@@ -5,7 +5,8 @@ Pure state on the injected ``Clock``: no sockets, no sleeping. ``epoch_primary_s
 ``tick`` at ``next_wakeup``, asks ``proposal`` for a change to send to the controller (CONTROLLER_ALTER_SYNC_
 STATE_SET through an injected alterer), reports the answer with ``alter_done``, and reads ``confirm_offset``
 to advance the store's. The broker's role change sets the set the controller elected with
-``set_sync_state_set``. RocketMQ 5's AutoSwitchHAService rules (DESIGN.md), with its fixes::
+``set_sync_state_set``. RocketMQ 5's AutoSwitchHAService rules (docs/architecture.md, "Controller and name
+server"), with its fixes::
 
     join    a connected replica (not an async learner) whose ack >= the confirm offset and >= the start offset
             of the primary's current epoch (it holds everything confirmed, and something of this epoch), and

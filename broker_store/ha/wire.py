@@ -26,10 +26,9 @@ All integers big-endian (network order), as RocketMQ's DefaultHAConnection/Defau
 
 Versioning: the classic format has no version or flags field and must stay byte-compatible, so it
 is never extended in place. RocketMQ 5's controller-mode link (states, epoch handshake, 36-byte
-transfer header with confirm offset; DESIGN.md) is a different conversation from the first byte:
-it goes in its own codec module (e.g. ``wire_epoch.py``) selected by the HA mode on both ends
-before the connection is made, reusing ``StreamDecoder`` for framing. Nothing here guesses the
-format from the bytes.
+transfer header with confirm offset; docs/architecture.md, "Replication and quorum writes") is a different conversation
+from the first byte: it goes in its own codec module (e.g. ``wire_epoch.py``) selected by the HA mode on both ends
+before the connection is made, reusing ``StreamDecoder`` for framing. Nothing here guesses the format from the bytes.
 """
 
 from __future__ import annotations

@@ -77,7 +77,11 @@ class TlsServerSettings(_Model):
     """tls.server.*: how a process's remoting ports accept connections."""
 
     mode: TlsMode = TlsMode.DISABLED
-    """tls.server.mode. Not ``disabled``: ``certPath`` and ``keyPath`` are required."""
+    """tls.server.mode. ``disabled``: plain connections only (a TLS handshake is closed and logged).
+    ``permissive``: TLS and plain clients on the same port. ``enforcing``: TLS only; a plain client's first request
+    is answered SYSTEM_ERROR ``TLS required: this server runs tls.server.mode=enforcing ...``, then closed. Applies
+    to every remoting port of the process (a broker's fast port too; not the HA port). Not ``disabled``:
+    ``certPath`` and ``keyPath`` are required."""
     cert_path: Path | None = Field(default=None, alias="certPath")
     """tls.server.certPath: the server's X.509 certificate chain, PEM."""
     key_path: Path | None = Field(default=None, alias="keyPath")
@@ -142,7 +146,9 @@ class TlsSettings(_Model):
     server: TlsServerSettings = Field(default_factory=lambda: TlsServerSettings())
     """tls.server.*."""
     enable: bool = False
-    """tls.enable: this process connects to other servers with TLS (RocketMQ's client-side switch)."""
+    """tls.enable: this process connects to other servers with TLS (RocketMQ's client-side switch): a broker's
+    connections to name servers and controllers, a controller's role-change notices to brokers, ``up``'s
+    registration check."""
     client: TlsClientSettings = Field(default_factory=lambda: TlsClientSettings())
     """tls.client.*, used when ``enable`` is true."""
 

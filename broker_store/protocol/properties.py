@@ -61,6 +61,10 @@ read back by the sink's recovery check (``connectors.replication.resend_check``)
 A cluster name (``[A-Za-z0-9][A-Za-z0-9_.-]*``) and a topic (``[%|a-zA-Z0-9_-]``) never hold "/", so the
 value splits into cluster and topic from the left and queue id and offset from the right; the broker name
 is what lies between (it may hold "/")."""
+PROPERTY_REPLICATOR_RECOVERY = "ROCKETMQ_REPLICATOR_RECOVERY"
+"""Set on a message that ``python -m jobs.dr recover`` copied to the target after a failover (a message A had
+acknowledged but the link had not replicated when A was lost): the recovery operation's id. Beside the position
+property, which names where on A the message was."""
 KEY_SEPARATOR = " "
 """Between the keys of the KEYS property."""
 

@@ -36,7 +36,8 @@ class StoreSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     commit_log_segment_size: int = Field(default=128 * MiB, ge=4096)
-    """Bytes per CommitLog segment file; no record (or batch) may be larger (small in tests)."""
+    """Bytes per CommitLog segment file (>= 4096; ``max_message_size`` + 4 KiB must fit); no record (or batch) may
+    be larger (small in tests)."""
     consume_queue_segment_entries: int = Field(default=300_000, gt=0)
     """20-byte ConsumeQueue entries per segment file."""
     flush_mode: FlushMode = FlushMode.ASYNC_FLUSH
@@ -48,14 +49,16 @@ class StoreSettings(BaseModel):
     """SYNC_FLUSH: a send not flushed within this is answered FLUSH_DISK_TIMEOUT."""
     max_message_size: int = Field(default=4 * MiB, gt=0)
     """Largest accepted message body, bytes (MESSAGE_ILLEGAL beyond it), for a single send and for each
-    message of a batch alike. The whole encoded batch is bounded separately (``max_batch_size``)."""
+    message of a batch alike. The whole encoded batch is bounded separately (``max_batch_size``): an encoded
+    SEND_BATCH_MESSAGE body may be 64 KiB larger (entry headers and properties, the allowance RocketMQ reserves past
+    the body limit), so a message accepted alone is accepted in a batch of one."""
     file_reserved_hours: float = Field(default=72.0, gt=0)
     """Retention by age: CommitLog segments whose newest message is older than this are deleted (min
     offsets move forward, older pulls get PULL_OFFSET_MOVED)."""
     max_commit_log_bytes: int | None = Field(default=None, gt=0)
     """Optional cap on CommitLog disk use; retention deletes the oldest segments beyond it."""
     max_open_files: int = Field(default=256, ge=4)
-    """Upper bound on file descriptors the store keeps open (LRU), the active segment included."""
+    """Upper bound on file descriptors the store keeps open (LRU), the active segment included (>= 4)."""
     retention_interval_ms: int = Field(default=10_000, ge=0)
     """Period of the background retention timer; 0 disables it (``delete_expired`` is then the caller's)."""
     commit_log_warm_ahead: int = Field(default=64 * MiB, ge=0)

@@ -3,7 +3,7 @@
 Used by the checkpoint connector's writer (driver) with the link's ``offset_map`` runs and its committed
 source offsets. Pure: no I/O, no clock; tested without Spark or brokers.
 
-The rule (issue #10, beating MirrorMaker 2's sparse OffsetSyncStore): a source offset S (the next message
+The rule (beating MirrorMaker 2's sparse OffsetSyncStore): a source offset S (the next message
 the group would consume) maps to the target offset of the *first replicated message at or after S*, so a
 consumer failing over to the target neither skips nor repeats a message:
 

@@ -1,5 +1,5 @@
-"""Copying ACL 1.0 accounts from a link's source to its target (``config_sync.acl``, issue 17): each source
-account's permissions on every target primary, through the requests an operator's mqadmin would send
+"""Copying ACL 1.0 accounts from a link's source to its target (``config_sync.acl``; docs/security.md, "ACL"): each
+source account's permissions on every target primary, through the requests an operator's mqadmin would send
 (GET_BROKER_CLUSTER_ACL_CONFIG to read, UPDATE_AND_CREATE_ACL_CONFIG to write).
 
 The rules (``plan_acl``, pure):

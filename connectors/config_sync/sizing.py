@@ -12,7 +12,7 @@ queues into 1 broker) would get 4 target queues for 8 source queues if the per-g
 
 * wanted total = the source topic's queues over all its broker groups (``TopicState.total_read_queue_nums``
   / ``total_write_queue_nums``); for several source topics into one target topic, the largest of those
-  totals (their queues share the target's queues anyway, see the README);
+  totals (their queues share the target's queues anyway, see docs/replicator.md, "Checkpoints and config sync");
 * per target broker group = ceil(wanted total / target broker groups), so the target holds at least as
   many queues as the source and queue placement (``connectors.replication.queue_placement``) can give each
   source queue its own;

@@ -400,6 +400,7 @@ class LinkConfig(ReadSettings, WriteSettings):
     target: str
     """Name of the cluster messages are written to; differs from ``source``."""
     topics: TopicMappingConfig
+    """Which source topics the link replicates, and under which target names."""
     trigger_interval: float = 5.0
     """Seconds between micro-batches; YAML takes a number or ``"5 seconds"`` / ``"500 milliseconds"``."""
     max_messages_per_trigger: int = Field(default=10_000, gt=0)
@@ -487,7 +488,9 @@ class ReplicatorConfig(_Model):
     version: Literal[1] = 1
     """Format version of this file."""
     clusters: tuple[ClusterConfig, ...]
+    """The clusters the links name."""
     links: tuple[LinkConfig, ...]
+    """Replication links, each from one cluster to another."""
     heartbeat: HeartbeatSettings = HeartbeatSettings()
     """Every link's heartbeat (``connectors.core.monitoring``; produced by ``jobs/heartbeat.py``)."""
     metrics: MetricsSettings = MetricsSettings()

@@ -1,5 +1,5 @@
 """A link's ACL credentials: read from environment variables or a file the configuration NAMES, never inline
-(issue 17).
+(docs/security.md, "Credentials").
 One owner of the rule for the YAML clusters (``connectors.core.config.ClusterConfig``) and the data sources'
 options (``connectors.replication.reader_options`` / ``writer_options``)."""
 

@@ -83,7 +83,8 @@ class HistorySettings(SettingsModel):
     checkpoint, log clean-up and vacuum, one table operation at a time between batch commits."""
     file_retention: float = DEFAULT_FILE_RETENTION
     """How long files the newest table version no longer needs are kept: data files removed by compaction
-    or retention (vacuum) and Delta log entries (``delta.logRetentionDuration``). A reader that opened a
+    or retention (vacuum) and ``_delta_log`` entries (``delta.logRetentionDuration``,
+    ``delta.deletedFileRetentionDuration``). A reader that opened a
     table version older than this may find its files gone and must re-open the table; time travel reaches
     back this far."""
     target_file_size: int = Field(default=DEFAULT_TARGET_FILE_SIZE, ge=MIN_TARGET_FILE_SIZE)

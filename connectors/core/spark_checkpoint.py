@@ -92,7 +92,7 @@ def batches_sent_before(checkpoint_location: str | None, resumed_elsewhere: bool
     no commit when ``resumed_elsewhere`` (the link's offsets are in its Delta tables: an earlier query, whose
     checkpoint is gone, may have sent the batch this one starts with). Marks the batch as planned and removes the
     marks of older batches. A checkpoint this process cannot read (not local) tells nothing: none (Spark's task
-    retries are still checked; see README, "Duplicates")."""
+    retries are still checked; see docs/replicator.md, "Duplicates")."""
     root = checkpoint_dir(checkpoint_location) if checkpoint_location else None
     if root is None:
         return frozenset()

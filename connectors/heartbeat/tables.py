@@ -1,7 +1,8 @@
 """A link's Delta ``heartbeats`` table: one row per heartbeat that arrived on the link's target.
 
 Written on the job's driver by ``connectors.heartbeat.monitor_loop`` (one commit per poll that saw
-arrivals, through ``connectors.core.delta``); read by anyone with a Delta reader (README). Layout::
+arrivals, through ``connectors.core.delta``); read by anyone with a Delta reader (docs/replicator.md,
+"History, retention and maintenance"). Layout::
 
     <delta_location>/<link>/heartbeats/    beside the replication tables of the link
 

@@ -326,6 +326,17 @@ def encode_entry(body: bytes, properties: bytes, flag: int) -> bytes:
                      body, len(properties).to_bytes(2, "big"), properties))
 
 
+def with_entry_property(entry: bytes, name: str, value: str) -> bytes:
+    """``entry`` (an encoded batch entry) with one property appended; raises ProtocolError when the properties
+    grow too long."""
+    body_len = entry_body_length(entry)
+    props_at = BATCH_HEADER.size + body_len
+    body = entry[BATCH_HEADER.size:props_at]
+    flag = int.from_bytes(entry[12:16], "big")
+    properties = entry[props_at + 2:]
+    return encode_entry(body, properties + property_entry(name, value), flag)
+
+
 def entry_body_length(entry: bytes) -> int:
     """BODYLEN of an encoded batch entry."""
     return int.from_bytes(entry[16:20], "big")

@@ -34,7 +34,7 @@ A queue absent from ``start`` but present in ``end`` is a queue discovered while
 from its earliest offset (``QueueRange.from_earliest``), never reported as data loss.
 
 Options (case-insensitive): the fields of ``reader_options.SourceOptions`` (the link's ``ReadSettings`` and the
-reader's own), listed with their defaults in the README's generated table ("The replicator (Spark)").
+reader's own), listed with their defaults in docs/configuration.md, "Spark options" (generated).
 The replicate job sets ``maxPartitions`` to the application's cores.
 """
 
@@ -449,7 +449,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:
         """Executor: pull the partition's range and yield one Arrow record batch per pull (default), or
-        one tuple per message with ``rowFormat=tuples`` (slower: see the report in README / benchmarks)."""
+        one tuple per message with ``rowFormat=tuples`` (slower: see docs/benchmarks.md)."""
         freeze_worker_heap()
         driver_logging()  # executor tasks log like the job (console line, log file), not via lastResort
         if isinstance(partition, QueueRangeGroup):

@@ -1,7 +1,7 @@
 """The replication reader's options (``format("rocketmq")`` on ``readStream``) and its topic selection.
 
 Validated once on the driver by ``RocketMQStreamReader.__init__`` (``SourceOptions.from_options``); the
-result is pickled to executors with the reader. Each field's docstring is its option's meaning in the README's table.
+result is pickled to executors with the reader. Each field's docstring is its option's meaning in docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class TopicSelection:
 
 
 class SourceOptions(ReadSettings):
-    """The reader's options (the README's generated table lists them: ``options_doc``),
+    """The reader's options (docs/configuration.md's generated table lists them: ``options_doc``),
     validated once on the driver (``from_options``). The link's reader settings are ``ReadSettings``
     fields, so the options and the link YAML share their definitions; the rest are reader-only options."""
 

@@ -58,7 +58,7 @@ duplicates, never loss).
 
 Options (case-insensitive; ``config`` + ``link`` fill every one from replicator.yaml, explicit options win):
 the fields of ``writer_options.SinkOptions`` (the link's ``WriteSettings`` and the writer's own), listed with
-their defaults in the README's generated table ("The replicator (Spark)"). Queue placement
+their defaults in docs/configuration.md, "Spark options" (generated). Queue placement
 (``preserveQueues``): ``rowFormat=ranges`` rows carry the target queue the driver decided
 (``placement_planner``); for the other formats the task decides with the same rule and table and the commit
 records it.

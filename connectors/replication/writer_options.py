@@ -1,7 +1,7 @@
 """The replication writer's options (``format("rocketmq")`` on ``writeStream``).
 
 Validated once on the driver by ``RocketMQStreamWriter.__init__`` (``SinkOptions.from_options``); the
-result is pickled to executors with the writer. Each field's docstring is its option's meaning in the README's table.
+result is pickled to executors with the writer. Each field's docstring is its option's meaning in docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ DEFAULT_TARGET_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
 
 class SinkOptions(WriteSettings):
-    """The writer's options (the README's table lists them: ``options_doc``), validated on the driver;
+    """The writer's options (docs/configuration.md's table lists them: ``options_doc``), validated on the driver;
     pickled to executors with the writer. The link's writer settings are ``WriteSettings`` fields, so
     the options and the link YAML share their definitions; the rest are writer-only options."""
 

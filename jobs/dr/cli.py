@@ -1,9 +1,11 @@
 """``python -m jobs.dr <command> --link NAME``: disaster recovery of one link of the replicator config
-(A = the link's source cluster, B = its target). README "Disaster recovery" is the runbook.
+(A = the link's source cluster, B = its target). docs/operations.md "Disaster recovery" is the runbook.
 
     status       per topic: lag, and the recovery point if A died now; per group: checkpoint age; config
                  drift (``jobs.dr.status``)
     switchover   planned move of the link's traffic from A (healthy) to B (``jobs.dr.switchover``)
+    recover      after a failover, with A back: copy what A acknowledged beyond the replicated point to B,
+                 marked, and read it back (``jobs.dr.recover``); ``--quarantine`` into separate topics
     abort        undo the operation under way where that is safe (restores A's fenced topic permissions)
     show         print the link's operation journal (which step it is at)
 
@@ -34,11 +36,13 @@ from connectors.core.errors import ReplicatorConfigError, ReplicatorError
 from jobs.dr.journal import FileJournal
 from jobs.dr.link_ends import LinkEnds
 from jobs.dr.operation import OperationRecord, OperationRunner, Step, StepRecord, StepState
+from jobs.dr.recover import KIND as RECOVER
+from jobs.dr.recover import QUARANTINE_SUFFIX, Recover, RecoverSettings
 from jobs.dr.status import LinkStatus, read_status
 from jobs.dr.switchover import KIND as SWITCHOVER
 from jobs.dr.switchover import Switchover, SwitchoverSettings
 
-COMMANDS = ("status", "switchover", "abort", "show")
+COMMANDS = ("status", "switchover", "recover", "abort", "show")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -56,12 +60,17 @@ def parser() -> argparse.ArgumentParser:
                    help="switchover: seconds to wait for the link to replicate A's last messages (%(default)s)")
     p.add_argument("--groups-timeout", type=float, default=defaults.groups_timeout_s,
                    help="switchover: seconds to wait for the groups' consumers to leave A (%(default)s)")
+    p.add_argument("--quarantine", action="store_true",
+                   help=f"recover: into quarantine topics on B (<target topic>{QUARANTINE_SUFFIX}), not the mapped "
+                        "ones, for the application to replay")
     return p
 
 
-def _steps(kind: str, switchover: Switchover) -> list[Step]:
+def _steps(kind: str, switchover: Switchover, recover: Recover | None = None) -> list[Step]:
     if kind == SWITCHOVER:
         return switchover.steps()
+    if kind == RECOVER and recover is not None:
+        return recover.steps()  # nothing to undo: what was copied stays on B (marked), A is never changed
     raise ReplicatorError(f"this version cannot undo an operation of kind {kind!r}")
 
 
@@ -103,6 +112,21 @@ def print_report(record: OperationRecord) -> None:
     print(report["operator"])
 
 
+def print_recover_report(record: OperationRecord) -> None:
+    report: dict[str, Any] = record.step("report").result
+    print(f"recover {record.id} of link {record.link}: done, {report['recovered']} message(s) recovered"
+          + (" into quarantine topics" if report["quarantine"] else "")
+          + (f", {report['lost_to_retention']} removed by A's retention before they could be"
+             if report["lost_to_retention"] else ""))
+    print_table(["queue on A", "to topic on B", "replicated", "on A", "divergent", "recovered", "sent now",
+                 "born on B", "lost to retention"],
+                [("/".join(str(p) for p in q["queue"]), q["target"], q["replicated"], q["on_a"], q["divergent"],
+                  q["recovered"], q["sent_now"], q["born_on_b"], q["lost_to_retention"]) for q in report["queues"]
+                 if q["divergent"] or q["lost_to_retention"]],
+                numeric=["replicated", "on A", "divergent", "recovered", "sent now", "born on B",
+                         "lost to retention"])
+
+
 def print_status(status: LinkStatus) -> None:
     print(f"link {status.link}: if A died now, {status.rpo_messages} acknowledged message(s) would not be on B "
           f"(A's max offsets read at {_stamp(status.observed_at)})")
@@ -133,8 +157,12 @@ def run(args: argparse.Namespace, clock: ThreadClock = SYSTEM_CLOCK) -> int:
         return 0
     ends = LinkEnds.open(args.config, config, link, clock)
     try:
+        def progress(line: str) -> None:
+            err.print(f"  {line}")
+
         switchover = Switchover(ends, SwitchoverSettings(args.max_lag, args.drain_timeout, args.groups_timeout),
-                                progress=lambda line: err.print(f"  {line}"))
+                                progress=progress)
+        recover = Recover(ends, RecoverSettings(quarantine=args.quarantine), progress=progress)
         if args.command == "status":
             status = read_status(ends)
             if args.json:
@@ -149,19 +177,23 @@ def run(args: argparse.Namespace, clock: ThreadClock = SYSTEM_CLOCK) -> int:
                     f"would undo {current.kind} {current.id} ({current.state.value})"
                 print(f"abort of link {link.name}: {what}")
                 return 0
-            record = runner.abort(link.name, lambda kind: _steps(kind, switchover),
+            record = runner.abort(link.name, lambda kind: _steps(kind, switchover, recover),
                                   on_step=lambda r: _step_line(err, r))
             print(json.dumps(record.to_json(), indent=2) if args.json else
-                  f"{record.kind} {record.id} of link {link.name}: aborted (A's topic permissions restored)")
+                  f"{record.kind} {record.id} of link {link.name}: aborted"
+                  + (" (A's topic permissions restored)" if record.kind == SWITCHOVER else ""))
             return 0
-        steps = switchover.steps()
+        kind = RECOVER if args.command == "recover" else SWITCHOVER
+        steps = _steps(kind, switchover, recover)
         if args.dry_run:
-            print("\n".join(_plan(SWITCHOVER, steps, runner.current())))
+            print("\n".join(_plan(kind, steps, runner.current())))
             print("dry run: nothing changed")
             return 0
-        record = runner.run(SWITCHOVER, link.name, steps, on_step=lambda r: _step_line(err, r))
+        record = runner.run(kind, link.name, steps, on_step=lambda r: _step_line(err, r))
         if args.json:
             print(json.dumps(record.to_json(), indent=2))
+        elif kind == RECOVER:
+            print_recover_report(record)
         else:
             print_report(record)
         return 0

@@ -1,5 +1,6 @@
-"""The container tier (issue 19): runs only where a Docker daemon answers; elsewhere every test of it is
-skipped with the daemon's own error as the reason, printed in the header and in the summary, never silently.
+"""The container tier (docs/testing.md, "The container tier"): runs only where a Docker daemon answers; elsewhere every
+test of it is skipped with the daemon's own error as the reason, printed in the header and in the summary, never
+silently.
 
 ``make test-containers`` runs it by hand (``pytest -m containers tests/containers``); ``make test`` does not
 collect it (``testpaths``). Tests here carry the ``containers`` marker (set for every test of this directory).

@@ -1,10 +1,10 @@
 """A controller-mode broker group of three and its name server (embedded controller), each in its own container
 of the tier's image with a memory limit, on the host network at 127.0.0.1, through container faults: the primary
 ``docker kill``-ed, frozen by ``docker pause`` and thawed, and killed by its container's memory limit. Each
-checks what issue 15 promises: a new primary within the RTO target, the old one back (thawed, or its container
-started again) as a replica in the SyncStateSet, and nothing acknowledged lost (every SEND_OK key is in the new
-primary's CommitLog, read from the store the host bind-mounted). One group serves the module's tests.
-"""
+checks what controller mode promises (docs/brokers.md, "Controller mode"): a new primary within the RTO target, the old
+one back (thawed, or its container started again) as a replica in the SyncStateSet, and nothing acknowledged lost (every
+SEND_OK key is in the new primary's CommitLog, read from the store the host bind-mounted). One group serves the module's
+tests. """
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from tests.support.send_loop import Writer
 
 CLUSTER, GROUP, TOPIC = "ct", "ct-a", "ContainerFaults"
 RTO_TARGET_S = 3.0
-"""Issue 15's failover target (benchmarks/failover.py: p99 <= 3 s), from the fault to the name server listing a
+"""The failover target (benchmarks/failover.py: p99 <= 3 s), from the fault to the name server listing a
 new primary. A frozen primary is only noticed after the controller's heartbeat timeout (1.5 s at test timing),
 which the target includes."""
 BROKER_MEMORY = "256m"

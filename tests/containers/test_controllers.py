@@ -1,7 +1,7 @@
 """Replicated controllers under container faults: three etcd members (Debian's etcd 3.4 from the image), three
 standalone controllers over them, a name server and a controller-mode group of three, each in its own container
 of the tier's image. While a producer writes, the controller leader or the etcd Raft leader is ``docker kill``-ed
-or frozen by ``docker pause``; each test checks issue 15's promises for that fault:
+or frozen by ``docker pause``; each test checks controller mode's promises for that fault:
 
 - sends keep succeeding (no send fails while only a controller or an etcd member is down: brokers serve without
   controllers, only elections need them), and for a controller fault another controller takes the lead;
@@ -43,7 +43,7 @@ ETCD_BINARY = "/usr/bin/etcd"
 LEASE_TTL_S = 2
 """The controllers' leader lease: a frozen or killed leader is replaced after at most this."""
 RTO_TARGET_S = 3.0
-"""Issue 15's failover target (benchmarks/failover.py: p99 <= 3 s), from the primary's kill to the name server
+"""The failover target (benchmarks/failover.py: p99 <= 3 s), from the primary's kill to the name server
 listing a new primary."""
 MEMORY = "256m"
 

@@ -1,5 +1,5 @@
-"""A replica copies its primary's plain_acl.yml in the metadata sync and enforces the copied accounts (issue 17),
-over real processes on loopback.
+"""A replica copies its primary's plain_acl.yml in the metadata sync and enforces the copied accounts (docs/security.md,
+"ACL"), over real processes on loopback.
 
 Both brokers run with ACL; the replica starts from a file of its own. Loopback (127.0.0.1) is globally
 whitelisted, so the metadata sync and the test's admin requests pass; the accounts are exercised from

@@ -1,6 +1,6 @@
 """Config sync through broker faults, with real processes and the connector's own round (``evidence.judge`` on
 the reader's memory, then ``applier.sync_round``, as ``data_source`` runs them per trigger; Spark only adds the
-scheduling, tested in tests/spark/test_config_sync.py). Issue 14.1: a source broker killed (with and without a
+scheduling, tested in tests/spark/test_config_sync.py). Cases: a source broker killed (with and without a
 restart), a source broker frozen past the name server's expiry, a target broker killed: no target topic is
 deleted or shrunk and the change log says why; a topic deleted on a healthy source is deleted on the target
 after two snapshots, and re-created with no fewer queues than it had."""

@@ -1,8 +1,7 @@
-"""Connection hygiene of the remoting server over loopback sockets, time driven by a ManualClock (issue 17):
-idle connections and frames that never complete are closed at their deadline and not before, and requests past
-the in-flight or connection cap are answered SYSTEM_BUSY "[OVERLOAD] ...". The decisions are
-tests/unit/test_net_hygiene.py.
-"""
+"""Connection hygiene of the remoting server over loopback sockets, time driven by a ManualClock (docs/security.md,
+"Connection hygiene"): idle connections and frames that never complete are closed at their deadline and not before, and
+requests past the in-flight or connection cap are answered SYSTEM_BUSY "[OVERLOAD] ...". The decisions are
+tests/unit/test_net_hygiene.py. """
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.headers import SEND_V2_NAMES, SendMessageRequestHeader
 from broker_store.protocol.message import encode_properties
-from tests.support.controller_group import broker_config, master_addr, namesrv_config, until
+from tests.support.controller_group import Members, broker_config, master_addr, namesrv_config, run_started, until
 from tests.support.processes import Broker, ClusterProcess, broker_listen_port, free_port
 
 pytestmark = [pytest.mark.integration]
@@ -86,15 +86,4 @@ def test_sends_queued_at_a_frozen_primary_are_refused_on_thaw_not_timed_out(tmp_
             await client.close()
             await admin.close()
 
-    try:
-        namesrv.start()
-        for b in members.values():
-            b.start()
-        asyncio.run(main())
-    except BaseException:
-        for p in (*members.values(), namesrv):
-            print(f"--- {p.name}:\n{p.log_tail()}")
-        raise
-    finally:
-        for p in (*members.values(), namesrv):
-            p.stop()
+    run_started(Members(namesrv, *members.values()), main)

@@ -27,7 +27,16 @@ from broker_store.client import AsyncAdmin, AsyncProducer, SendStatus, new_messa
 from broker_store.launcher import wait_in_sync
 from broker_store.protocol.errors import RocketMQError
 from broker_store.protocol.message import parse_msg_id
-from tests.support.controller_group import AP_HA, CP_HA, broker_config, master_addr, namesrv_config, until
+from tests.support.controller_group import (
+    AP_HA,
+    CP_HA,
+    Members,
+    broker_config,
+    master_addr,
+    namesrv_config,
+    run_started,
+    until,
+)
 from tests.support.log_check import commitlog_image, diverges, stored_keys
 from tests.support.netns import Lan
 from tests.support.processes import Broker, ClusterProcess
@@ -82,51 +91,40 @@ def run_partition(tmp_path: Path, *, ap: bool) -> tuple[Acks, float, str, dict[s
                                    ha=AP_HA if ap else CP_HA)
             members[name] = Broker("broker", config, tmp_path, name, wrap=lan.wrap(name))
         by_listen = {b.listen: name for name, b in members.items()}
-        try:
-            namesrv.start()
-            for b in members.values():
-                b.start()
 
-            async def main() -> tuple[Acks, float, str, str]:
-                admin = AsyncAdmin(namesrv.listen)
-                await admin.start()
-                try:
-                    old = await until(lambda: master_addr(admin, GROUP), "a primary elected")
-                    await admin.create_topic(TOPIC, 4, cluster=CLUSTER)
-                    await admin.wait_for_route(TOPIC, timeout=WAIT)
-                    await asyncio.to_thread(wait_in_sync, old, 2, WAIT)
-                    acks, stop = Acks(), asyncio.Event()
-                    producing = [asyncio.create_task(produce(namesrv.listen, acks, stop, i)) for i in range(2)]
-                    await asyncio.sleep(1.0)  # acknowledged before the cut: hundreds of messages on both copies
-                    victim = by_listen[old]
-                    lan.partition(victim, ["namesrv", *(n for n in members if n != victim)])
-                    cut = time.monotonic()
+        async def main() -> tuple[Acks, float, str, str]:
+            admin = AsyncAdmin(namesrv.listen)
+            await admin.start()
+            try:
+                old = await until(lambda: master_addr(admin, GROUP), "a primary elected")
+                await admin.create_topic(TOPIC, 4, cluster=CLUSTER)
+                await admin.wait_for_route(TOPIC, timeout=WAIT)
+                await asyncio.to_thread(wait_in_sync, old, 2, WAIT)
+                acks, stop = Acks(), asyncio.Event()
+                producing = [asyncio.create_task(produce(namesrv.listen, acks, stop, i)) for i in range(2)]
+                await asyncio.sleep(1.0)  # acknowledged before the cut: hundreds of messages on both copies
+                victim = by_listen[old]
+                lan.partition(victim, ["namesrv", *(n for n in members if n != victim)])
+                cut = time.monotonic()
 
-                    async def replaced() -> str | None:
-                        now = await master_addr(admin, GROUP)
-                        return now if now not in (None, old) else None
+                async def replaced() -> str | None:
+                    now = await master_addr(admin, GROUP)
+                    return now if now not in (None, old) else None
 
-                    new = await until(replaced, "a new primary elected while the old one is cut off")
-                    await asyncio.sleep(3.0)  # writes go on: to the new primary, and (AP) to the cut one
-                    lan.heal()
-                    await asyncio.to_thread(wait_in_sync, new, 2, WAIT)  # the old primary follows again
-                    await asyncio.sleep(1.0)
-                    stop.set()
-                    await asyncio.gather(*producing)
-                    final = await master_addr(admin, GROUP)
-                    assert final == new, f"primary changed again after healing: {final} (new was {new})"
-                    return acks, cut, old, new
-                finally:
-                    await admin.close()
+                new = await until(replaced, "a new primary elected while the old one is cut off")
+                await asyncio.sleep(3.0)  # writes go on: to the new primary, and (AP) to the cut one
+                lan.heal()
+                await asyncio.to_thread(wait_in_sync, new, 2, WAIT)  # the old primary follows again
+                await asyncio.sleep(1.0)
+                stop.set()
+                await asyncio.gather(*producing)
+                final = await master_addr(admin, GROUP)
+                assert final == new, f"primary changed again after healing: {final} (new was {new})"
+                return acks, cut, old, new
+            finally:
+                await admin.close()
 
-            acks, cut, old, new = asyncio.run(main())
-        except BaseException:
-            for p in (*members.values(), namesrv):
-                print(f"--- {p.name}:\n{p.log_tail()}")
-            raise
-        finally:
-            for p in (*members.values(), namesrv):
-                p.stop()
+        acks, cut, old, new = run_started(Members(namesrv, *members.values()), main)
         return acks, cut, old, members, new
 
 

@@ -1,6 +1,6 @@
 """Replicated controllers, every one of them and every etcd member killed at once (kill -9) and restarted:
 the brokers keep serving while they are all down, the group's state (master, epoch, SyncStateSet) comes back
-intact from etcd, an election works afterwards, and no member's CommitLog diverges (issue 15's "every
+intact from etcd, an election works afterwards, and no member's CommitLog diverges ("every
 controller and etcd member killed and restarted at once"). Real processes on loopback: three etcd members,
 three standalone controllers, a name server and a controller-mode group of three.
 """

@@ -1,5 +1,5 @@
-"""The demo's console carries only its own lines (issue 18): the local clusters' INFO lines (``up``'s stderr) go
-to ``logs/clusters.log`` beside the job's logs."""
+"""The demo's console carries only its own lines (docs/getting-started.md, "The demo"): the local clusters' INFO lines
+(``up``'s stderr) go to ``logs/clusters.log`` beside the job's logs."""
 
 from __future__ import annotations
 

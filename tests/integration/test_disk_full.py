@@ -1,10 +1,9 @@
-"""A broker whose disk fills up (issue 17): its store is a size-limited tmpfs mounted in a private mount
-namespace, held by a ``sleep`` the test starts (so the files outlive a broker restart) and entered by the broker
-through ``nsenter``. Sends are refused SERVICE_NOT_AVAILABLE with a remark saying the disk is full, reads go on,
-and once a filler file is deleted sends go in again; every acknowledged message is there, also after a restart.
-The state machine and the put path under ENOSPC are tests/unit/test_store_disk_full.py; the tmpfs is
-tests/support/private_tmpfs.py's.
-"""
+"""A broker whose disk fills up (docs/operations.md, "Damaged files and a full disk"): its store is a size-limited tmpfs
+mounted in a private mount namespace, held by a ``sleep`` the test starts (so the files outlive a broker restart) and
+entered by the broker through ``nsenter``. Sends are refused SERVICE_NOT_AVAILABLE with a remark saying the disk is
+full, reads go on, and once a filler file is deleted sends go in again; every acknowledged message is there, also after
+a restart. The state machine and the put path under ENOSPC are tests/unit/test_store_disk_full.py; the tmpfs is
+tests/support/private_tmpfs.py's. """
 
 from __future__ import annotations
 

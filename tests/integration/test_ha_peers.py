@@ -1,4 +1,5 @@
-"""The HA port and the controller accept only configured peers (issue 17), over real processes on loopback.
+"""The HA port and the controller accept only configured peers (docs/security.md, "Peers of the HA port and the
+controller"), over real processes on loopback.
 
 A group whose members share an HA secret (``ha.ha_secret_file``) and list each other (``ha.ha_allowed_peers``)
 replicates as before, in a static group (classic link) and under the controller (epoch link); a replica

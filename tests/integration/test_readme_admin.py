@@ -1,6 +1,7 @@
-"""The README's admin block, run as written against a real cluster (issue #18): each command of "Admin commands in
-the spirit of mqadmin" in file order, the name server address swapped for the test cluster's. A new user runs
-exactly these; ``offsets --group g1`` must show the position ``consume --group g1 ... --commit`` stored."""
+"""The admin block of docs/brokers.md ("Running processes by hand"), run as written against a real cluster: each
+command of "Admin commands in the spirit of mqadmin" in file order, the name server address swapped for the test
+cluster's. A new user runs exactly these; ``offsets --group g1`` must show the position
+``consume --group g1 ... --commit`` stored."""
 
 from __future__ import annotations
 
@@ -18,13 +19,13 @@ README_NAMESRV = "127.0.0.1:9876"
 
 
 def admin_block() -> list[Command]:
-    """The README's first run of admin commands: the block that starts with ``cluster -n``."""
+    """The documentation's first run of admin commands: the block that starts with ``cluster -n``."""
     found: list[Command] = []
     for command in readme_commands():
         words = command.words
         is_admin = words[:3] == (".venv/bin/python", "-m", "broker_store") and README_NAMESRV in words
         if is_admin and (found or words[3] == "cluster") and "--controller" not in words:
-            if found and command.line != found[-1].line + 1:
+            if found and (command.path, command.line) != (found[-1].path, found[-1].line + 1):
                 break
             found.append(command)
     return found
@@ -38,7 +39,7 @@ def test_the_admin_block_runs_as_written(tmp_path: Path, capsys: pytest.CaptureF
     with local_cluster(tmp_path, "readme", brokers=1) as cluster:
         for command in block:
             argv = [cluster.namesrv_addr if w == README_NAMESRV else w for w in command.words[3:]]
-            assert cli.main(argv) == 0, f"README.md line {command.line}: {' '.join(command.words)}"
+            assert cli.main(argv) == 0, f"{command.where}: {' '.join(command.words)}"
             outputs[argv[0]] = capsys.readouterr().out
     consumed = [line for line in outputs["consume"].splitlines() if " offset=" in line]
     assert len(consumed) == 10 and all(" tags=A " in line and "None" not in line for line in consumed)

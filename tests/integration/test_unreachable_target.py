@@ -1,5 +1,5 @@
-"""An unreachable target cluster is a reported condition, never an exception (issue #10, "Bad input and
-faults"), for the polling connectors' driver sides, without Spark: config sync's round is one FAILED
+"""An unreachable target cluster is a reported condition, never an exception (bad input and
+faults), for the polling connectors' driver sides, without Spark: config sync's round is one FAILED
 ``read_target`` change (recorded and pending, nothing planned on a view it does not have), and the heartbeat
 monitor logs the cluster unreachable once, keeps polling, and never reports the link OK. (The checkpoint
 committer's case is in test_checkpoint_committer.py; the replication sink's in tests/spark/test_fault_tolerance.)

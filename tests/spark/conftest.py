@@ -104,8 +104,13 @@ def spark(hook_log: Path) -> Iterator[SparkSession]:
     from pyspark.sql import SparkSession
 
     from connectors.replication.data_source import RocketMQDataSource
+    from tests.spark.spark_processes import driver_archive_options
 
-    session = (SparkSession.builder.master("local[2]").appName("rocketmq-replicator-tests")
+    builder = SparkSession.builder
+    archive = driver_archive_options()  # the JVM class-data archive (jobs/jvm_archive.py): a faster JVM start
+    if archive:
+        builder = builder.config("spark.driver.extraJavaOptions", archive)
+    session = (builder.master("local[2]").appName("rocketmq-replicator-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")

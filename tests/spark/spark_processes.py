@@ -9,6 +9,7 @@ the process group *and* every live process whose environment holds the tag. Noth
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
@@ -30,6 +31,7 @@ from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import RocketMQError
 from connectors.core.offsets import SourceOffset
 from connectors.core.spark_checkpoint import read_offset_log
+from jobs import jvm_archive
 from tests.support.processes import free_port
 from tests.support.tcp_table import LISTEN, tcp_sockets
 
@@ -152,18 +154,28 @@ LOOPBACK_CONF = {
 }
 
 
+@functools.cache
+def driver_archive_options() -> str:
+    """The JVM class-data archive's driver options (jobs/jvm_archive.py), '' when there is none yet (one is then
+    built in the background for the suite's later launches): every spark-submit driver here starts faster."""
+    return jvm_archive.java_options_for_launch()
+
+
 def submit_job(script: str, config: Path, log_file: Path, *, links: Sequence[str] = (), master: str = "local[2]",
                args: Sequence[str] = (), conf: Mapping[str, str] | None = None,
                env: Mapping[str, str] | None = None, job_log4j: bool = False) -> TaggedProcess:
     """``spark-submit jobs/<script> --config <config> --log-dir <log_file>.logs --link ... <args>`` as a tagged
-    process; ``job_log4j``: with the README's ``--driver-java-options`` naming ``conf/log4j2.properties`` (the
+    process; ``job_log4j``: with docs/replicator.md's ``--driver-java-options`` naming ``conf/log4j2.properties`` (the
     JVM's log in ``<log dir>/spark.log``, not on the console)."""
     argv = [str(SPARK_SUBMIT), "--master", master]
     for key, value in {**LOOPBACK_CONF, **(conf or {})}.items():
         argv += ["--conf", f"{key}={value}"]
+    java_options = [driver_archive_options()] if "spark.driver.extraJavaOptions" not in (conf or {}) else []
     if job_log4j:
-        argv += ["--driver-java-options", f"-Dlog4j2.configurationFile={PROJECT_ROOT / 'conf' / 'log4j2.properties'} "
-                                          f"-Dreplicator.log.dir={log_file.with_suffix('.logs')}"]
+        java_options += [f"-Dlog4j2.configurationFile={PROJECT_ROOT / 'conf' / 'log4j2.properties'}",
+                         f"-Dreplicator.log.dir={log_file.with_suffix('.logs')}"]
+    if any(java_options):
+        argv += ["--driver-java-options", " ".join(o for o in java_options if o)]
     argv += [str(PROJECT_ROOT / "jobs" / script), "--config", str(config),
              "--log-dir", str(log_file.with_suffix(".logs"))]
     for link in links:

@@ -2,8 +2,8 @@
 queries of a link (``jobs.replicate.start_link`` and ``jobs.checkpoint.start_checkpoints``, as ``jobs/run_all.py``
 starts them) in the session's SparkSession. The source name server and broker accept TLS only (client certificates
 required), the target serves TLS and plain (permissive); each cluster's account comes from a ``credentials_file``
-named in the YAML (README, "ACL"). Every message reaches the target byte-exact and a source group's checkpoint is
-translated onto the target, all through signed requests over TLS. (Config sync between ACL clusters is
+named in the YAML (docs/security.md, "ACL"). Every message reaches the target byte-exact and a source group's
+checkpoint is translated onto the target, all through signed requests over TLS. (Config sync between ACL clusters is
 tests/integration/test_config_sync_acl.py; two more queries here would double the test's time.)"""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ MESSAGES = 40
 
 def _acl_file(path: Path, replicator: SessionCredentials) -> Path:
     # the replicator's account is an admin one: config sync creates topics and groups on the target and reads
-    # the source's configuration (README, "Copied by the config connector")
+    # the source's configuration (docs/security.md, "ACL": copied by the config connector)
     path.write_text(yaml.safe_dump({"accounts": [
         {"accessKey": TEST_ADMIN.access_key, "secretKey": TEST_ADMIN.secret_key, "admin": True},
         {"accessKey": replicator.access_key, "secretKey": replicator.secret_key, "admin": True}]}))

@@ -1,8 +1,8 @@
-"""`python -m jobs.demo --forever` whole, as a user runs it (README): the local clusters (conf/cluster-local.yaml's
-layout on free ports, so it can run beside other tests), ``jobs/run_all.py`` on local Spark, the load past the
-bounded length, Ctrl-C (SIGINT to the demo alone, as a terminal's Ctrl-C reaches it: its children run in
-sessions of their own), the summary and exit 0. The load phase alone is tested quickly in
-tests/integration/test_demo_forever.py."""
+"""`python -m jobs.demo --forever` whole, as a user runs it (docs/getting-started.md, "The demo"): the local
+clusters (conf/cluster-local.yaml's layout on free ports, so it can run beside other tests), ``jobs/run_all.py``
+on local Spark, the load past the bounded length, Ctrl-C (SIGINT to the demo alone, as a terminal's Ctrl-C
+reaches it: its children run in sessions of their own), the summary and exit 0. The load phase alone is tested
+quickly in tests/integration/test_demo_forever.py."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def test_forever_runs_until_ctrl_c_then_prints_the_summary_and_exits_0(tmp_path:
     produced = int(out.split("\nproduced ", 1)[1].split()[0])
     assert produced > 200 * SECONDS, produced  # the default rate for longer than the bounded length
     assert "summary:" in out and "demo check failed" not in out
-    # Spark's start-up notices go to the job's logs/spark-console.log, not into the demo's output (issue #18),
+    # Spark's start-up notices go to the job's logs/spark-console.log, not into the demo's output,
     # and a clean stop prints nothing alarming (no ERROR line, no traceback).
     assert "Setting default log level" not in out and "Using incubator modules" not in out, out[:3000]
     alarming = [line for line in out.splitlines() if " ERROR " in f" {line} " or "Traceback" in line]

@@ -1,11 +1,10 @@
-"""A replicator job whose checkpoint and Delta tables fill their disk (issue 17): the job stops with one
-console line naming the path and "disk full", exit 1; once space is freed, its restart resumes from the
-checkpoint and every message reaches the target (at-least-once: duplicates allowed). The checkpoint and
-the tables are on a small tmpfs in a private mount namespace (tests/support/private_tmpfs.py) that the
-job's process enters with ``nsenter`` (its Spark JVM and Python workers inherit the namespace); the test
-fills and frees it through ``/proc/<holder>/root``. The clusters are the session's. Which text counts as a
-full disk is tests/unit/test_disk_full_classifier.py.
-"""
+"""A replicator job whose checkpoint and Delta tables fill their disk (docs/operations.md, "Damaged files and a full
+disk"): the job stops with one console line naming the path and "disk full", exit 1; once space is freed, its restart
+resumes from the checkpoint and every message reaches the target (at-least-once: duplicates allowed). The checkpoint and
+the tables are on a small tmpfs in a private mount namespace (tests/support/private_tmpfs.py) that the job's process
+enters with ``nsenter`` (its Spark JVM and Python workers inherit the namespace); the test fills and frees it through
+``/proc/<holder>/root``. The clusters are the session's. Which text counts as a full disk is
+tests/unit/test_disk_full_classifier.py. """
 
 from __future__ import annotations
 

@@ -203,7 +203,7 @@ def test_kill_9_of_the_command_in_two_steps_then_the_same_command_finishes_each_
             finally:
                 proc.kill()
     # 3. the consumer left A: the same command finishes
-    rc, out = setup.dr_done("switchover", log="run3.log")  # the README shows this output
+    rc, out = setup.dr_done("switchover", log="run3.log")  # docs/operations.md shows this output
     assert rc == 0, out
     assert f"switchover {setup.record().id} of link {setup.link}: done" in out
     assert "change their name server address" in out

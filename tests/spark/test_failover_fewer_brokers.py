@@ -1,5 +1,5 @@
-"""Consumer failover when the target has fewer broker groups than the source (issue 14, part 2): the session's
-two-broker source cluster replicates into a one-broker target cluster of this module.
+"""Consumer failover when the target has fewer broker groups than the source (docs/replicator.md, "Checkpoints and
+config sync"): the session's two-broker source cluster replicates into a one-broker target cluster of this module.
 
 * The target topic is created by the link (``createTopicsLikeSource``: config sync's rule,
   ``connectors.config_sync.sizing``) with the source's total queue count, 2 x 4 = 8 queues on its one broker;

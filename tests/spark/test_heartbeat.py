@@ -1,7 +1,7 @@
-"""The heartbeat connector end to end (issue #10), real processes: ``python jobs/heartbeat.py`` (its own
-Spark, the heartbeat producer, the monitor and the metrics endpoint), the replication link as a query of
-the session's SparkSession, ``python -m jobs.lag --check`` as the probe. The clusters are this module's
-own pair: the heartbeat topic it creates must not reach the links of the other Spark tests."""
+"""The heartbeat connector end to end (docs/operations.md, "Monitoring"), real processes: ``python jobs/heartbeat.py``
+(its own Spark, the heartbeat producer, the monitor and the metrics endpoint), the replication link as a query of the
+session's SparkSession, ``python -m jobs.lag --check`` as the probe. The clusters are this module's own pair: the
+heartbeat topic it creates must not reach the links of the other Spark tests."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_heartbeat_lag_on_the_target_then_stale_when_replication_stops(
         print(f"born -> visible on the target, ms, per heartbeat born after the link was up: {visible}; "
               f"lag (arrived - born) ms: {[r['lag_ms'] for r in table]}")
         assert [r["seq"] for r in table] == list(range(table[0]["seq"], table[0]["seq"] + len(table)))  # none lost
-        assert visible[0] <= 2 * INTERVAL * 1000, visible  # the issue's sentence, for the first heartbeat
+        assert visible[0] <= 2 * INTERVAL * 1000, visible  # the first heartbeat within two intervals
         assert sorted(visible)[len(visible) // 2] <= 2 * INTERVAL * 1000, visible  # and in the steady state
         row = table[-1]
         assert row["born_at"] < row["arrived_at"] <= row["seen_at"] and row["target_cluster"] == "hdst"

@@ -1,5 +1,5 @@
-"""The replicate job's console as an operator sees it (issue #8): a failure is one line naming the link
-and the address, a clean stop is quiet; the details are in the log dir. Real processes: the job is
+"""The replicate job's console as an operator sees it (docs/replicator.md, "Running the jobs"): a failure is one line
+naming the link and the address, a clean stop is quiet; the details are in the log dir. Real processes: the job is
 ``python jobs/replicate.py`` (it launches its own Spark), the clusters are the session's."""
 
 from __future__ import annotations

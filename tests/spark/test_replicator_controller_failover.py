@@ -1,6 +1,6 @@
-"""The replicator through controller-mode failovers (issue 15): ``spark-submit jobs/run_all.py`` (replication,
-heartbeat, checkpoints, config sync) runs while the source's primary and then the target's primary are
-killed with SIGKILL, under a steady load.
+"""The replicator through controller-mode failovers (docs/brokers.md, "Controller mode"): ``spark-submit
+jobs/run_all.py`` (replication, heartbeat, checkpoints, config sync) runs while the source's primary and then the
+target's primary are killed with SIGKILL, under a steady load.
 
 Both clusters are this module's own (``LocalCluster(controller=...)``): one broker group of three members
 in controller mode each, the controller embedded in the name server (2 s heartbeat timeout), SYNC_MASTER

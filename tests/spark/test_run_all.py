@@ -147,6 +147,6 @@ def test_run_all_replicates_heartbeats_and_checkpoints_then_stops_on_sigterm(
     # a batch the stop cancels is aborted by the stop, not by a fault: no WARNING for it (connectors.core.job_stop)
     assert [line for line in console.splitlines() if " WARNING " in line and "aborted" in line] == [], console
     assert "link l1 done:" in console, console
-    # the README's spark-submit command: Spark's log4j lines go to spark.log, none to the console
+    # the spark-submit command of docs/replicator.md: Spark's log4j lines go to spark.log, none to the console
     assert not re.search(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (INFO|WARN) ", console, re.MULTILINE), console
     assert "SparkContext" in (tmp_path / "console.logs" / "spark.log").read_text()

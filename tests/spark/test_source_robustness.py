@@ -1,4 +1,5 @@
-"""The replication job against a misbehaving source cluster, with real processes on loopback (issue 8):
+"""The replication job against a misbehaving source cluster, with real processes on loopback (docs/replicator.md, "How a
+link replicates"):
 
 * each source broker in turn frozen for 1 s, SIGKILLed and restarted 3 s later under a running job (a rolling
   restart): the pulls and the driver's admin calls block and retry, the job stays alive, nothing is missing;

@@ -45,15 +45,43 @@ class Deployment(Protocol):
     def logs(self) -> str: ...
 
 
-def run_started(deployment: Deployment, main: Callable[[], Awaitable[None]]) -> None:
-    """Start ``deployment``, run ``main`` on a fresh event loop, print the processes' logs when anything
-    fails (the only trace a CI failure leaves of what the brokers and controllers did), stop them."""
-    async def run() -> None:
-        await main()
+class Started(Protocol):
+    """A process a test starts and stops (``ClusterProcess`` / ``Broker``)."""
+
+    name: str
+
+    def start(self) -> Any: ...
+    def stop(self) -> Any: ...
+    def log_tail(self) -> str: ...
+
+
+class Members:
+    """Processes started in the given order (a name server before its brokers) and stopped in the reverse one."""
+
+    def __init__(self, *processes: Started) -> None:
+        self.processes = processes
+
+    def start(self) -> None:
+        for p in self.processes:
+            p.start()
+
+    def stop(self) -> None:
+        for p in reversed(self.processes):
+            p.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}:\n{p.log_tail()}" for p in self.processes)
+
+
+def run_started(deployment: Deployment, main: Callable[[], Awaitable[T]]) -> T:
+    """Start ``deployment``, run ``main`` on a fresh event loop and return its result, print the processes' logs
+    when anything fails (the only trace a CI failure leaves of what the brokers and controllers did), stop them."""
+    async def run() -> T:
+        return await main()
 
     try:
         deployment.start()
-        asyncio.run(run())
+        return asyncio.run(run())
     except BaseException:
         print(deployment.logs())
         raise

@@ -1,4 +1,5 @@
-"""A size-limited tmpfs that only some processes see: the tests' full disk (issue 17).
+"""A size-limited tmpfs that only some processes see: the tests' full disk (docs/operations.md, "Damaged files and a
+full disk").
 
 ``private_tmpfs`` mounts a tmpfs of a given size at a directory inside a private mount namespace held by
 a ``sleep`` it starts, so the files outlive the processes a test runs there and restarts (a broker, a

@@ -1,4 +1,5 @@
-"""The README's shell commands as words (issue #18), for the tests that check they work as written: backslash
+"""The shell commands of the README and the documentation pages (``docs/*.md``) as words, for the tests that check
+they work as written: backslash
 continuations joined, heredoc bodies skipped, comments dropped; ``[--opt V]`` is taken as written without the
 brackets (``...`` dropped), ``a|b|c`` as its first alternative, and the placeholders in ``PLACEHOLDERS`` replaced
 by a sample value. Only lines that run the project's environment (``.venv/...``), ``make`` or a program of
@@ -14,6 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 SHELL_FENCES = {"", "bash", "sh", "shell"}
 PLACEHOLDERS = {"N": "0", "R": "1000", "NAME": "source-to-target", "FILE": "offsets.json", "ID": "1"}
 NOT_LITERAL = {"python", "python3", "spark-submit", "pip", "pytest", "ruff", "mypy"}
@@ -21,12 +23,18 @@ NOT_LITERAL = {"python", "python3", "spark-submit", "pip", "pytest", "ruff", "my
 
 @dataclass(frozen=True)
 class Command:
-    """One logical command line of a README shell block."""
+    """One logical command line of a shell block of the README or a documentation page."""
 
+    path: str
+    """The file it is in, relative to the repository's root (``README.md``, ``docs/brokers.md``)."""
     line: int
-    """README line number where the command starts."""
+    """Line number in that file where the command starts."""
     words: tuple[str, ...]
     """The command's words, environment assignments and a trailing ``&`` removed, placeholders filled in."""
+
+    @property
+    def where(self) -> str:
+        return f"{self.path} line {self.line}"
 
 
 def shell_lines(text: str) -> Iterator[tuple[int, str]]:
@@ -71,7 +79,7 @@ def words_of(line: str) -> list[str]:
     return words
 
 
-def commands(text: str) -> list[Command]:
+def commands(text: str, path: str = "README.md") -> list[Command]:
     found = []
     for number, line in shell_lines(text):
         program = re.sub(r"^(\s*[A-Z_][A-Z0-9_]*=\S*)*\s*", "", line).split(" ", 1)[0]
@@ -88,12 +96,16 @@ def commands(text: str) -> list[Command]:
             if word and word != "...":
                 filled.append(PLACEHOLDERS.get(word, word))
         if filled:
-            found.append(Command(number, tuple(filled)))
+            found.append(Command(path, number, tuple(filled)))
     return found
 
 
+def documented_files() -> list[Path]:
+    """The README and every documentation page, the README first, pages by name."""
+    return [README, *sorted(DOCS.glob("*.md"))]
 
 
 def readme_commands() -> list[Command]:
-    """Every command of the README's shell blocks, in file order."""
-    return commands(README.read_text())
+    """Every command of the shell blocks of the README and the documentation pages, in file order."""
+    return [command for path in documented_files()
+            for command in commands(path.read_text(), str(path.relative_to(ROOT)))]

@@ -1,5 +1,6 @@
-"""The layers of ``broker_store`` (DESIGN.md "Layout", issue #18 "Guards"): every import between its units points
-down the layers below, never up or sideways, and the low layers import only what the design gives them:
+"""The layers of ``broker_store`` (docs/architecture.md, "The broker's layers", generated from this file's rules): every
+import between its units points down the layers below, never up or sideways, and the low layers import only what the
+design gives them:
 ``protocol`` nothing of the project, ``net`` only ``protocol`` and ``clock``, ``store`` only ``clock`` and ``protocol``,
 ``client`` only ``clock``, ``net``, ``protocol`` and ``acl``'s account format, ``acl`` (ACL 1.0's pure decisions) only
 ``protocol`` and the validation formatter, ``ha`` nothing of the store but its package API and its epoch values.
@@ -48,14 +49,14 @@ ALLOWED: dict[str, frozenset[str]] = {
     "cli_table": frozenset(),  # the admin commands' tables (rich)
     "restart_policy": frozenset(),  # up's restart rule, a member's ``restart`` setting
     "acl": frozenset({"protocol", "validation"}),  # ACL 1.0's pure decisions and its account format
-    "net": frozenset({"clock", "protocol"}),  # clock: the connection hygiene's timers (issue 17)
+    "net": frozenset({"clock", "protocol"}),  # clock: the connection hygiene's timers
     "store": frozenset({"clock", "protocol"}),
     # acl: the account format of the ACL admin requests; clock: every timer of the clients
     "client": frozenset({"acl", "clock", "net", "protocol"}),
-    # the store only through HA_STORE_API; acl: the peer allow-list and refusal log of the HA port (issue 17)
+    # the store only through HA_STORE_API; acl: the peer allow-list and refusal log of the HA port
     "ha": frozenset({"acl", "address", "clock", "protocol", "store"}),
     # validation: UPDATE_CONTROLLER_CONFIG's refusals name the field as every settings error does
-    # acl: the controller's peer allow-list and refusal log (issue 17)
+    # acl: the controller's peer allow-list and refusal log
     "controller": frozenset({"acl", "background", "clock", "net", "protocol", "store", "validation"}),
     # config: each part's settings model
     "config": frozenset({"address", "controller", "ha", "net", "protocol", "restart_policy", "store", "validation"}),
@@ -80,7 +81,8 @@ ALLOWED: dict[str, frozenset[str]] = {
                       "up_supervisor"}),
     "__main__": frozenset({"cli"}),
 }
-"""unit -> the units it may import: DESIGN.md's layers, as the import graph has them (issue #18). A new edge
+"""unit -> the units it may import: the design's layers, as the import graph has them (docs/architecture.md
+shows them, python -m docgen). A new edge
 that points down may be added here; one that points up or sideways is a design change, not an entry."""
 
 HA_STORE_API = frozenset({"broker_store.store", "broker_store.store.epoch_cache"})

@@ -1,4 +1,4 @@
-"""The admin commands' output (issue #18): tables drawn by rich that a pipe receives whole (no row folded at 80
+"""The admin commands' output: tables drawn by rich that a pipe receives whole (no row folded at 80
 columns, a newline at the end), and ``consume`` lines that name only the tags and keys a message has."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Shared target queues (issue 14, part 2): where several source queues feed one target queue the checkpoint
-never skips (the minimum), marks the rows "shared: may re-read" (inexact) and reports the group once; a link
-whose target queues each have one source queue marks nothing. No socket: the target is a fake Admin."""
+"""Shared target queues (docs/replicator.md, "Checkpoints and config sync"): where several source queues feed one target
+queue the checkpoint never skips (the minimum), marks the rows "shared: may re-read" (inexact) and reports the group
+once; a link whose target queues each have one source queue marks nothing. No socket: the target is a fake Admin."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The connectors read the one clock (``broker_store.clock``, issue 18 "One clock"): a ``ManualClock`` the test
-moves drives the heartbeat schedule and monitor, stamps the link's Delta tables and the checkpoint snapshots, and
-no connector module reads the time module itself (so none can slip past the injected clock)."""
+"""The connectors read the one clock (``broker_store.clock``; docs/architecture.md, "The broker's layers"): a
+``ManualClock`` the test moves drives the heartbeat schedule and monitor, stamps the link's Delta tables and the
+checkpoint snapshots, and no connector module reads the time module itself (so none can slip past the injected
+clock)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """connectors.config_sync.sizing and its use by plan: a target topic gets at least one queue per source queue,
-whatever the two clusters' broker layouts (issue 14, part 2). Pure."""
+whatever the two clusters' broker layouts. Pure."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def cluster(*topics: TopicState, brokers: tuple[str, ...]) -> ClusterState:
 
 
 def test_two_source_groups_into_one_target_group_get_the_total() -> None:
-    """The issue's layout: 2 brokers x 4 queues into 1 broker: 8 target queues, not 4."""
+    """The layout docs/replicator.md names ("Checkpoints and config sync"): 2 brokers x 4 queues into 1 broker: 8 target
+    queues, not 4."""
     sizing = size_target_topic([spread("Orders", a=(4, 4), b=(4, 4))], 1, 1024)
     assert (sizing.read_queue_nums, sizing.write_queue_nums, sizing.capped) == (8, 8, False)
     changes = plan_changes(cluster(spread("Orders", a=(4, 4), b=(4, 4)), brokers=("a", "b")),

@@ -106,7 +106,7 @@ def test_decisions_never_change_and_load_stays_balanced(steps: list[tuple[int, i
 
 
 def test_two_source_groups_into_one_target_group_of_as_many_queues_get_one_each() -> None:
-    """Issue 14: 2 source brokers x 4 queues into 1 target broker sized by config sync (8 queues): every
+    """2 source brokers x 4 queues into 1 target broker sized by config sync (8 queues): every
     source queue has its own target queue, in (broker, queue id) order."""
     sources = _sources("A", 4, "src-a") + _sources("A", 4, "src-b")
     new = QueuePlacement().place("T", sources, source_topic_queues=sources, target_queues=_targets(8),

@@ -1,6 +1,6 @@
 """The ``rocketmq`` data source's row schemas (``connectors.core.rows``): the schema Spark is told is derived from
 each row format's Arrow schema, so the rows built as Arrow batches and the declared schema cannot drift apart.
-Pinned here against the Spark DDL the source declared before (issue #18: behaviour unchanged)."""
+Pinned here against the Spark DDL the source declared before (behaviour unchanged)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Splitting a byte stream into remoting frames (``net.framing.FrameReader``): decoded a few at a time when asked,
-the rest held as bytes (what a held server connection keeps, issue 17), and what is held described without
-decoding it."""
+the rest held as bytes (what a held server connection keeps; docs/security.md, "Connection hygiene"), and what is held
+described without decoding it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The replica's epoch-handshake decision: DESIGN.md's six positions of [rMin, rMax) against [pMin, pMax],
+"""The replica's epoch-handshake decision: the six positions (docs/architecture.md, "Replication and
+quorum writes") of [rMin, rMax) against [pMin, pMax],
 new replicas, and every refusal. Each case also runs the primary's classic start rule on the ack the
 replica would send after truncating, since the two decisions together place the replica."""
 

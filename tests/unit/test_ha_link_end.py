@@ -1,6 +1,6 @@
-"""How loudly a replica reports its HA link's end (issue 18): the primary closing a link that was up is INFO (every
+"""How loudly a replica reports its HA link's end: the primary closing a link that was up is INFO (every
 clean stop of a primary, e.g. ``up``'s shutdown, looks so); a dead link or failed attempts are WARNING once per run,
-DEBUG for the repeats. A damaged record the primary sends on every reconnect (issue 17) is a WARNING when it starts
+DEBUG for the repeats. A damaged record the primary sends on every reconnect is a WARNING when it starts
 and an INFO when it clears (the ReplicaClient doing so: tests/integration/test_ha_link_timers.py)."""
 
 from __future__ import annotations

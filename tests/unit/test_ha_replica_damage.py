@@ -1,8 +1,8 @@
-"""A replica refuses a damaged record its HA link brings (issue 17): the records before it are written and
-served, the damaged one is neither acked (the write fails, so the link sends no report past it) nor served,
-and the good bytes are taken when they come again. Real stores in tmp_path, fed through the calls the HA
-replica client makes (``write_commit_log`` then ``index_commit_log``: ``ha.replica_client``); the pure walk
-is ``record_check.check_arrival``."""
+"""A replica refuses a damaged record its HA link brings (docs/operations.md, "Damaged files and a full disk"): the
+records before it are written and served, the damaged one is neither acked (the write fails, so the link sends no report
+past it) nor served, and the good bytes are taken when they come again. Real stores in tmp_path, fed through the calls
+the HA replica client makes (``write_commit_log`` then ``index_commit_log``: ``ha.replica_client``); the pure walk is
+``record_check.check_arrival``."""
 
 from __future__ import annotations
 

@@ -150,8 +150,8 @@ def flow(monitor: HeartbeatMonitor, clock: MillisClock, link: str, intervals: in
 
 
 def test_starting_until_the_first_heartbeat_then_broken_once_the_startup_limit_passed() -> None:
-    """Issue 14 (3): the heartbeat query produces well before the replication carries anything (Spark
-    starting). That is STARTING for the whole start-up limit, not BROKEN after 3 intervals."""
+    """Start-up (docs/operations.md, "Monitoring"): the heartbeat query produces well before the replication carries
+    anything (Spark starting). That is STARTING for the whole start-up limit, not BROKEN after 3 intervals."""
     clock = MillisClock()
     monitor = make_monitor(clock, ("l1", "l2"), startup_limit_ms=STARTUP_LIMIT)
     started = clock.now_ms

@@ -1,7 +1,7 @@
-"""``python -m jobs.lag --check`` while a job starts (issue 14, part 3): the heartbeat monitor on an injected
-clock, scraped through the endpoint's collector, read by ``link_lags`` / ``check_line`` as the probe reads
-it. With 1 s heartbeats a Spark start takes many intervals; the probe must pass until each link's first
-heartbeat arrived in time or the start-up limit passed, and then apply the 3-interval STALE rule as before."""
+"""``python -m jobs.lag --check`` while a job starts (docs/operations.md, "Monitoring"): the heartbeat monitor on an
+injected clock, scraped through the endpoint's collector, read by ``link_lags`` / ``check_line`` as the probe reads it.
+With 1 s heartbeats a Spark start takes many intervals; the probe must pass until each link's first heartbeat arrived in
+time or the start-up limit passed, and then apply the 3-interval STALE rule as before."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A link's summary line counts what reached the target (issue 18): a job stopped right after a batch's sends, whose
+"""A link's summary line counts what reached the target: a job stopped right after a batch's sends, whose
 batch was then aborted and so never committed, says those messages are on the target instead of "0 messages"."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Damaged broker metadata files (issue 17): consumer and delay offsets fall back to their ``.bak`` copy with a
-warning naming the file and the byte, and a broker with no intact copy refuses to start naming each file."""
+"""Damaged broker metadata files (docs/operations.md, "Damaged files and a full disk"): consumer and delay offsets fall
+back to their ``.bak`` copy with a warning naming the file and the byte, and a broker with no intact copy refuses to
+start naming each file."""
 
 from __future__ import annotations
 

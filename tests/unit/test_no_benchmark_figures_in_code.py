@@ -1,4 +1,4 @@
-"""Benchmark figures live in benchmarks/MEASUREMENTS.md and the README, not in the code (issue 18): a figure quoted
+"""Benchmark figures live in benchmarks/MEASUREMENTS.md and docs/benchmarks.md, not in the code: a figure quoted
 in a docstring or comment goes stale while the reason it supports stays true, so the code keeps the reason and
 points there. The scan looks for the shapes such figures took (a measured value, a per-call cost in microseconds,
 a speed-up factor); sizes, defaults and timeouts are contracts, not measurements, and are not matched."""

@@ -1,8 +1,7 @@
-"""Who may use the HA port and the controller (issue 17), decided without a socket: the address allow-list
-(``acl.peers``), the HA secret's challenge-response (``ha.peer_auth``), the refusal log's rate limit
-(``acl.refusal_log``) and the settings that configure them. The same exchange over real processes is
-tests/integration/test_ha_peers.py.
-"""
+"""Who may use the HA port and the controller (docs/security.md, "Peers of the HA port and the controller"), decided
+without a socket: the address allow-list (``acl.peers``), the HA secret's challenge-response (``ha.peer_auth``), the
+refusal log's rate limit (``acl.refusal_log``) and the settings that configure them. The same exchange over real
+processes is tests/integration/test_ha_peers.py. """
 
 from __future__ import annotations
 

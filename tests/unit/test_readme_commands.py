@@ -1,4 +1,5 @@
-"""Every command the README's shell blocks show works as written after ``make`` (issue #18): it calls the project's
+"""Every command the shell blocks of the README and the documentation pages (``docs/*.md``) show works as written
+after ``make``: it calls the project's
 environment literally (``.venv/bin/python``, ``.venv/bin/spark-submit``; a bare ``python`` is the system's, which
 lacks the dependencies), names a module, script or make target that exists, and its arguments parse with the
 entry point's own argparse parser. Parsing is the dry form: each entry point runs in this process up to its
@@ -60,28 +61,28 @@ def entry_point(words: tuple[str, ...]) -> tuple[str, str, list[str]]:
 
 
 def test_the_readme_shows_commands() -> None:
-    # The reader works: a README whose blocks were all skipped would pass everything below.
+    # The reader works: pages whose blocks were all skipped would pass everything below.
     assert len(PROJECT_COMMANDS) >= 30 and len(MAKE_COMMANDS) >= 3
     assert any("--commit" in c.words for c in PROJECT_COMMANDS if "consume" in c.words)
 
 
-@pytest.mark.parametrize("command", README_COMMANDS, ids=lambda c: f"line{c.line}")
+@pytest.mark.parametrize("command", README_COMMANDS, ids=lambda c: f"{c.path}:{c.line}")
 def test_no_command_needs_an_activated_environment(command: Command) -> None:
     assert command.words[0] not in NOT_LITERAL, (
-        f"README.md line {command.line}: {command.words[0]} is the system's; write .venv/bin/{command.words[0]}")
+        f"{command.where}: {command.words[0]} is the system's; write .venv/bin/{command.words[0]}")
 
 
-@pytest.mark.parametrize("command", MAKE_COMMANDS, ids=lambda c: f"line{c.line}")
+@pytest.mark.parametrize("command", MAKE_COMMANDS, ids=lambda c: f"{c.path}:{c.line}")
 def test_make_targets_exist(command: Command) -> None:
     targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), flags=re.M))
     for word in command.words[1:]:
         if "=" not in word:
-            assert word in targets, f"README.md line {command.line}: no make target {word!r}"
+            assert word in targets, f"{command.where}: no make target {word!r}"
 
 
-@pytest.mark.parametrize("command", PROJECT_COMMANDS, ids=lambda c: f"line{c.line}")
+@pytest.mark.parametrize("command", PROJECT_COMMANDS, ids=lambda c: f"{c.path}:{c.line}")
 def test_command_parses_with_its_entry_point(command: Command, monkeypatch: pytest.MonkeyPatch) -> None:
-    where = f"README.md line {command.line}: {' '.join(command.words)}"
+    where = f"{command.where}: {' '.join(command.words)}"
     if command.words[0] == ".venv/bin/spark-submit":
         # make installs pyspark into .venv, whose bin holds spark-submit beside the interpreter.
         assert (Path(sys.executable).parent / "spark-submit").exists(), where

@@ -1,5 +1,6 @@
-"""Damaged store files (issue 17): each case is found at start with the file and offset named, everything intact
-up to the damage is recovered, and damaged bytes are never served as a message. Real stores in tmp_path."""
+"""Damaged store files (docs/operations.md, "Damaged files and a full disk"): each case is found at start with the file
+and offset named, everything intact up to the damage is recovered, and damaged bytes are never served as a message. Real
+stores in tmp_path."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""A full disk (issue 17): the spell's state (store.disk_space) and the store's put path under ENOSPC. The real
-full disk, a size-limited tmpfs under a running broker, is tests/integration/test_disk_full.py."""
+"""A full disk (docs/operations.md, "Damaged files and a full disk"): the spell's state (store.disk_space) and the
+store's put path under ENOSPC. The real full disk, a size-limited tmpfs under a running broker, is
+tests/integration/test_disk_full.py."""
 
 from __future__ import annotations
 

@@ -22,8 +22,9 @@ SHELL_FILES = (".ci/run", ".ci/docker.sh", ".ci/install-tools")
 # the machine) that brings each: there on every new machine, so nothing installs them.
 BASE_IMAGE = {
     "apt-get": "apt", "awk": "mawk", "cat": "coreutils", "chmod": "coreutils", "chroot": "coreutils",
-    "dirname": "coreutils", "id": "coreutils", "mkdir": "coreutils", "rm": "coreutils", "seq": "coreutils",
-    "sleep": "coreutils", "sort": "coreutils", "stat": "coreutils", "tail": "coreutils", "touch": "coreutils",
+    "dirname": "coreutils", "id": "coreutils", "mkdir": "coreutils", "nice": "coreutils", "rm": "coreutils",
+    "seq": "coreutils", "sleep": "coreutils", "sort": "coreutils", "stat": "coreutils", "tail": "coreutils",
+    "touch": "coreutils",
     "grep": "grep", "tar": "tar", "make": "make", "gcc": "gcc (and libc6-dev, for the C extensions too)",
     "mount": "mount", "umount": "mount", "unshare": "util-linux", "nsenter": "util-linux", "ip": "iproute2",
     "pgrep": "procps", "pkill": "procps", "openssl": "openssl", "systemctl": "systemd",
