@@ -314,3 +314,37 @@ def test_a_missing_explicit_topic_is_a_rate_limited_warning(monkeypatch: pytest.
     assert warnings[0] == ("link L: source topic 'Ordres' does not exist on cluster src (namesrv 127.0.0.1:9), or "
                            "no broker holding it is up; nothing is read from it until it has a route (check the "
                            "spelling in the link's topics)")
+
+
+class MeetingAdmin(FakeAdmin):
+    """A ``FakeAdmin`` whose route look-ups, and whose topic list and cluster listing, each wait for one
+    another at a barrier: asked one after the other they never meet (the barrier breaks after its guard)."""
+
+    def __init__(self, *, listing: bool) -> None:
+        super().__init__()
+        self.routes = threading.Barrier(2, timeout=30)
+        self.listings = threading.Barrier(2, timeout=30)
+        self.listed = not listing
+
+    def topic_list(self) -> list[str]:
+        self.listings.wait()
+        return ["Orders", "Ordres"]
+
+    def cluster_info(self) -> SimpleNamespace:
+        if not self.listed:
+            self.listed = True  # later calls (the outage check of a missing route) do not wait
+            self.listings.wait()
+        return super().cluster_info()
+
+    def topic_route(self, topic: str) -> object:
+        self.routes.wait()
+        return super().topic_route(topic)
+
+
+def test_discovery_asks_its_round_trips_together_not_one_after_the_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Across a WAN each admin call of a trigger is a round trip: the routes of the link's topics are asked at
+    once, and so are the topic list and the cluster's names when the topics are not named."""
+    reader = _reader(monkeypatch, MeetingAdmin(listing=False), FakeClock(), topics="Orders,Ordres")
+    assert [(q.topic, q.queue_id) for q in reader.discover_queues()] == [("Orders", 0), ("Orders", 1)]
+    reader = _reader(monkeypatch, MeetingAdmin(listing=True), FakeClock(), topicPattern="Ord.*")
+    assert [(q.topic, q.queue_id) for q in reader.discover_queues()] == [("Orders", 0), ("Orders", 1)]
