@@ -19,6 +19,15 @@ from collections import deque
 PULLS_IN_FLIGHT = 4
 """Pulls in flight per queue range (``PullWindow.depth``): 4 x 1024 messages of 1 KiB fill a 50 ms round trip
 at ~80 MB/s per queue."""
+TASK_PULLS_IN_FLIGHT = 32
+"""Pulls in flight per sink task over all its ranges (``depth_for``): answers wait in memory until the task
+forwards them, so a task of hundreds of ranges keeps one pull in flight per range, as before pipelining."""
+
+
+def depth_for(ranges: int) -> int:
+    """Pulls in flight per range for a task pulling ``ranges`` ranges at once: ``PULLS_IN_FLIGHT``, fewer when
+    that would put more than ``TASK_PULLS_IN_FLIGHT`` in flight, never below one."""
+    return max(1, min(PULLS_IN_FLIGHT, TASK_PULLS_IN_FLIGHT // max(1, ranges)))
 
 
 class PullWindow:

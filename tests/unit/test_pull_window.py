@@ -12,7 +12,7 @@ import pytest
 from broker_store.client import PullResult, PullStatus
 from broker_store.protocol.message import encode_stored_message
 from connectors.replication.planning import QueueRange
-from connectors.replication.pull_window import PullWindow
+from connectors.replication.pull_window import TASK_PULLS_IN_FLIGHT, PullWindow, depth_for
 from connectors.replication.pulling import PullSettings, pull_range_raw
 
 
@@ -90,3 +90,8 @@ def test_pulls_in_flight_return_every_offset_once_in_order(depth: int, short: di
     assert sum(r.count for r in got) == 30
     if not short:
         assert consumer.asked == list(range(0, 30, 4))  # no pull wasted when every answer is full
+
+
+def test_a_task_of_many_ranges_keeps_fewer_pulls_in_flight_per_range() -> None:
+    assert [depth_for(n) for n in (0, 1, 4, 8, 9, 16, 32, 33, 512)] == [4, 4, 4, 4, 3, 2, 1, 1, 1]
+    assert all(depth_for(n) * n <= max(TASK_PULLS_IN_FLIGHT, n) for n in range(1, 600))
