@@ -65,6 +65,7 @@ from broker_store.client import Admin, MessageQueue, PullConsumer
 from broker_store.client.route_cache import subscribe_queues
 from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from broker_store.protocol.errors import RocketMQError, TopicNotExistError
+from broker_store.protocol.route import TopicRouteData
 from connectors.core.driver_log import driver_logging
 from connectors.core.executor import freeze_worker_heap
 from connectors.core.offsets import OffsetSpec, SourceOffset, queue_key
@@ -198,26 +199,36 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def discover_queues(self) -> list[MessageQueue]:
         """Readable queues of the selected topics, now (driver). A topic without a route is skipped; an
         explicitly named one is also reported (``_warn_missing``), since it is probably a typo. Admin
-        calls ride out a source outage (``outage``)."""
+        calls ride out a source outage (``outage``). Across a WAN each admin call is a round trip of every
+        trigger, so the topic list and the cluster's names are asked together, and every topic's route at
+        once (``source_offsets.parallel``), not one after the other."""
         selection = self.options.selection
-        topics = selection.select(lambda: self.outage.call(self._admin.topic_list, "listing the topics"),
-                                  self._reserved_names)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rocketmq-reserved-names") as pool:
+            # both are needed whenever the topics are not listed by name (``ReadSelection.select``)
+            reserved = pool.submit(self._reserved_names) if not selection.topics else None
+            topics = selection.select(lambda: self.outage.call(self._admin.topic_list, "listing the topics"),
+                                      reserved.result if reserved is not None else self._reserved_names)
         queues: list[MessageQueue] = []
         explicit = selection.explicit_topics()
         for topic in sorted(explicit.difference(topics)):  # a link's explicit topic absent from the list
             self._warn_missing(topic)
-        for topic in topics:
+
+        def route(topic: str) -> TopicRouteData | None:
             try:
-                route = self.outage.call(functools.partial(self._admin.topic_route, topic),
-                                         f"looking up the route of topic {topic}")
+                return self.outage.call(functools.partial(self._admin.topic_route, topic),
+                                        f"looking up the route of topic {topic}")
             except TopicNotExistError:
+                return None
+
+        for topic, found in zip(topics, source_offsets.parallel(route, topics), strict=True):
+            if found is None:
                 if topic in explicit:
                     self._warn_missing(topic)
                 else:
                     log.info("source topic %s has no route on %s (yet); skipped", topic, self.options.namesrv)
                 continue
             self._state.missing_warned.pop(topic, None)
-            queues.extend(subscribe_queues(topic, route))
+            queues.extend(subscribe_queues(topic, found))
         return queues
 
     def _warn_missing(self, topic: str) -> None:
