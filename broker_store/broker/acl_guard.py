@@ -30,7 +30,7 @@ from broker_store.net.server import Connection
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import ConfigError, StoreError
 from broker_store.protocol.frame import RemotingCommand
-from broker_store.store.files import replace_file
+from broker_store.durable_file import replace_file
 
 log = logging.getLogger(__name__)
 

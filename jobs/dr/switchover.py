@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from broker_store.client import MessageQueue, Producer, new_message
+from broker_store.clock import poll
 from broker_store.protocol.codes import PERM_WRITE
 from broker_store.protocol.errors import RocketMQError
 from connectors.checkpoint.committer import CheckpointCommitter
@@ -205,23 +206,28 @@ class Switchover:
         ends = self.ends
         queues = [queue_of(t) for t in ctx.results["preflight"]["queues"]]
         maxes = ends.max_offsets(queues)  # fixed: A takes no writes on these topics any more
-        deadline = ends.clock.monotonic() + self.settings.drain_timeout_s
-        while True:
+        behind: dict[MessageQueue, int] = {}
+
+        def replicated_all() -> Json | None:
+            nonlocal behind
             replicated = ends.replicated()
             behind = {q: maxes[q] - replicated.get(q, 0) for q in queues if replicated.get(q, 0) < maxes[q]}
-            if not behind:
-                return {"queues": [{"queue": triple(q), "on_a": maxes[q], "replicated": replicated.get(q, 0),
-                                    "missing": 0} for q in sorted(queues, key=queue_key)]}
-            left = sum(behind.values())
-            if ends.clock.monotonic() >= deadline:
-                worst = ", ".join(f"{queue_key(q)}: {behind[q]}" for q in sorted(behind, key=lambda q: -behind[q])[:3])
-                raise StepRefusedError(
-                    f"the link has not replicated {left} message(s) of {len(behind)} queue(s) of A after "
-                    f"{self.settings.drain_timeout_s:g} s (e.g. {worst})",
-                    "check that the link's job runs (.venv/bin/python -m jobs.lag); run again to keep waiting, or "
-                    "abort to reopen A")
-            self._progress(f"drain: {left} message(s) of {len(behind)} queue(s) still to replicate")
-            ends.clock.block(self.settings.poll_s)
+            if behind:
+                return None
+            return {"queues": [{"queue": triple(q), "on_a": maxes[q], "replicated": replicated.get(q, 0),
+                                "missing": 0} for q in sorted(queues, key=queue_key)]}
+
+        done = poll(ends.clock, replicated_all, self.settings.drain_timeout_s, self.settings.poll_s,
+                    lambda: self._progress(f"drain: {sum(behind.values())} message(s) of {len(behind)} queue(s) "
+                                           "still to replicate"))
+        if done is not None:
+            return done
+        worst = ", ".join(f"{queue_key(q)}: {behind[q]}" for q in sorted(behind, key=lambda q: -behind[q])[:3])
+        raise StepRefusedError(
+            f"the link has not replicated {sum(behind.values())} message(s) of {len(behind)} queue(s) of A after "
+            f"{self.settings.drain_timeout_s:g} s (e.g. {worst})",
+            "check that the link's job runs (.venv/bin/python -m jobs.lag); run again to keep waiting, or "
+            "abort to reopen A")
 
     # -- groups -----------------------------------------------------------------------------------------
 
@@ -229,19 +235,23 @@ class Switchover:
         ends = self.ends
         groups: list[str] = list(ctx.results["preflight"]["groups"])
         topics = self._topics(ctx)
-        deadline = ends.clock.monotonic() + self.settings.groups_timeout_s
-        while True:
+        online: dict[str, list[str]] = {}
+
+        def all_offline() -> Json | None:
+            nonlocal online
             online = {g: ids for g in groups if (ids := ends.online(ends.a, g, topics))}
-            if not online:
-                return {"groups": groups}
-            if ends.clock.monotonic() >= deadline:
-                said = ", ".join(f"{g} ({len(ids)} consumer(s): {', '.join(ids[:3])})" for g, ids in online.items())
-                raise StepRefusedError(f"group(s) still online on {ends.source.name} after "
-                                       f"{self.settings.groups_timeout_s:g} s: {said}",
-                                       "stop those consumers (point them at B's name server), then run again; or "
-                                       "abort to reopen A")
-            self._progress(f"groups: {len(online)} group(s) still online on A: {', '.join(sorted(online))}")
-            ends.clock.block(self.settings.poll_s)
+            return None if online else {"groups": groups}
+
+        done = poll(ends.clock, all_offline, self.settings.groups_timeout_s, self.settings.poll_s,
+                    lambda: self._progress(f"groups: {len(online)} group(s) still online on A: "
+                                           f"{', '.join(sorted(online))}"))
+        if done is not None:
+            return done
+        said = ", ".join(f"{g} ({len(ids)} consumer(s): {', '.join(ids[:3])})" for g, ids in online.items())
+        raise StepRefusedError(f"group(s) still online on {ends.source.name} after "
+                               f"{self.settings.groups_timeout_s:g} s: {said}",
+                               "stop those consumers (point them at B's name server), then run again; or "
+                               "abort to reopen A")
 
     # -- commit -----------------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """The layers of ``broker_store`` (docs/architecture.md, "The broker's layers", generated from this file's rules): every
 import between its units points down the layers below, never up or sideways, and the low layers import only what the
 design gives them:
-``protocol`` nothing of the project, ``net`` only ``protocol`` and ``clock``, ``store`` only ``clock`` and ``protocol``,
+``protocol`` nothing of the project, ``net`` only ``protocol`` and ``clock``, ``store`` only ``clock``, ``durable_file`` and ``protocol``,
 ``client`` only ``clock``, ``net``, ``protocol`` and ``acl``'s account format, ``acl`` (ACL 1.0's pure decisions) only
 ``protocol`` and the validation formatter, ``ha`` nothing of the store but its package API and its epoch values.
 No module passes 600 lines. Read from the source (ast) by the shared checker, ``tests/support/import_graph.py``.
@@ -26,6 +26,7 @@ from tests.support.import_graph import (
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"protocol", "clock", "address", "background", "validation", "cli_table", "restart_policy"}),
+    frozenset({"durable_file"}),
     frozenset({"net", "store", "acl"}),
     frozenset({"client", "ha", "cli_tls", "cli_credentials"}),
     frozenset({"controller"}),
@@ -48,21 +49,22 @@ ALLOWED: dict[str, frozenset[str]] = {
     "validation": frozenset(),
     "cli_table": frozenset(),  # the admin commands' tables (rich)
     "restart_policy": frozenset(),  # up's restart rule, a member's ``restart`` setting
+    "durable_file": frozenset({"protocol"}),  # crash-safe small files: atomic replace, versioned checksummed JSON
     "acl": frozenset({"protocol", "validation"}),  # ACL 1.0's pure decisions and its account format
     "net": frozenset({"clock", "protocol"}),  # clock: the connection hygiene's timers
-    "store": frozenset({"clock", "protocol"}),
+    "store": frozenset({"clock", "durable_file", "protocol"}),
     # acl: the account format of the ACL admin requests; clock: every timer of the clients
     "client": frozenset({"acl", "clock", "net", "protocol"}),
     # the store only through HA_STORE_API; acl: the peer allow-list and refusal log of the HA port
     "ha": frozenset({"acl", "address", "clock", "protocol", "store"}),
     # validation: UPDATE_CONTROLLER_CONFIG's refusals name the field as every settings error does
     # acl: the controller's peer allow-list and refusal log
-    "controller": frozenset({"acl", "background", "clock", "net", "protocol", "store", "validation"}),
+    "controller": frozenset({"acl", "background", "clock", "durable_file", "net", "protocol", "store", "validation"}),
     # config: each part's settings model
     "config": frozenset({"address", "controller", "ha", "net", "protocol", "restart_policy", "store", "validation"}),
     "controller.server": frozenset({"address", "clock", "config", "controller", "net", "protocol"}),
-    "broker": frozenset({"acl", "address", "background", "clock", "config", "ha", "net", "protocol", "store",
-                         "validation"}),
+    "broker": frozenset({"acl", "address", "background", "clock", "config", "durable_file", "ha", "net", "protocol",
+                         "store", "validation"}),
     "namesrv": frozenset({"background", "clock", "config", "controller.server", "net", "protocol"}),
     "launcher": frozenset({"client", "config", "ha", "protocol"}),
     "controller.etcd_members": frozenset({"launcher"}),

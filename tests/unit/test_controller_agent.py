@@ -16,7 +16,7 @@ from broker_store.broker.broker_id_assignment import IdAssignmentError, assign_b
 from broker_store.broker.controller_agent import ControllerAgent
 from broker_store.broker.controller_client import BrokerBeat
 from broker_store.broker.identity_file import AssignedIdentity, BrokerIdentityFiles, RegisterState
-from broker_store.broker.metadata_file import write_file_atomically
+from broker_store.durable_file import write_file_atomically
 from broker_store.broker.primary_lease import PrimaryLease
 from broker_store.broker.role import BrokerRole, RoleStage, RoleState, RoleView
 from broker_store.broker.role_decision import (
