@@ -3,8 +3,9 @@
 Per source topic: messages on A (max offsets read now), replicated (the link's committed resume point), the
 lag between them, which is also the recovery point if A died now: the messages A acknowledged that B does not
 hold. Beside it the same from the replication job's durable record of A's max offsets and its age: what
-``failover``'s audit would report, which is all that is left to read once A is gone. Per selected group: the age of its newest complete translated checkpoint (how far back a consumer
-failing over to B would resume). Config drift: mapped topics and selected groups missing on B.
+``failover``'s audit would report, which is all that is left to read once A is gone. Per selected group: the
+age of its newest complete translated checkpoint (how far back a consumer failing over to B would resume).
+Config drift: mapped topics and selected groups missing on B.
 
 ``link_status`` is the pure part (tested without clusters); ``read_status`` reads the ends
 (``jobs.dr.link_ends``).
