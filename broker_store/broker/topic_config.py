@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from broker_store.durable_file import load_metadata_file, write_metadata_file
 from broker_store.clock import Clock, wall_ms
+from broker_store.durable_file import load_metadata_file, write_metadata_file
 from broker_store.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
 from broker_store.protocol.errors import ProtocolError, StoreError
 from broker_store.protocol.topic import (
