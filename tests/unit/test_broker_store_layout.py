@@ -1,13 +1,13 @@
 """The layers of ``broker_store`` (docs/architecture.md, "The broker's layers", generated from this file's rules): every
 import between its units points down the layers below, never up or sideways, and the low layers import only what the
-design gives them:
-``protocol`` nothing of the project, ``net`` only ``protocol`` and ``clock``, ``store`` only ``clock``, ``durable_file`` and ``protocol``,
-``client`` only ``clock``, ``net``, ``protocol`` and ``acl``'s account format, ``acl`` (ACL 1.0's pure decisions) only
-``protocol`` and the validation formatter, ``ha`` nothing of the store but its package API and its epoch values.
-No module passes 600 lines. Read from the source (ast) by the shared checker, ``tests/support/import_graph.py``.
+design gives them: ``protocol`` nothing of the project, ``durable_file`` (crash-safe small files) only ``protocol``,
+``net`` only ``protocol`` and ``clock``, ``store`` only ``clock``, ``durable_file`` and ``protocol``, ``client`` only
+``clock``, ``net``, ``protocol`` and ``acl``'s account format, ``acl`` (ACL 1.0's pure decisions) only ``protocol``
+and the validation formatter, ``ha`` nothing of the store but its package API and its epoch values. No module passes
+600 lines. Read from the source (ast) by the shared checker, ``tests/support/import_graph.py``.
 
-A unit is a subpackage or a top-level module; two modules of ``controller`` are units of their own because they
-sit higher than the rest of their package: ``controller.server`` is the controller's process side (it reads
+A unit is a subpackage or a top-level module; two modules of ``controller`` are units of their own because they sit
+higher than the rest of their package: ``controller.server`` is the controller's process side (it reads
 ``config.ControllerConfig``, which holds ``controller.settings``) and ``controller.etcd_members`` holds etcd child
 processes beside ``launcher``'s (whose helpers it uses).
 """
