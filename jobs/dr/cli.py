@@ -168,6 +168,9 @@ def print_recover_report(record: OperationRecord) -> None:
           + (" into quarantine topics" if report["quarantine"] else "")
           + (f", {report['lost_to_retention']} removed by A's retention before they could be"
              if report["lost_to_retention"] else ""))
+    if report.get("audited") is not None:
+        print(f"the failover's audit (the job's record of A's max offsets) bounded the loss at {report['audited']} "
+              "message(s) at least; what A acknowledged after its last observation is counted here too")
     print_table(["queue on A", "to topic on B", "replicated", "on A", "divergent", "recovered", "sent now",
                  "born on B", "lost to retention"],
                 [("/".join(str(p) for p in q["queue"]), q["target"], q["replicated"], q["on_a"], q["divergent"],

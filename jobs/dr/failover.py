@@ -179,18 +179,27 @@ class Failover:
                                                       ends.clock.time()))
         last: dict[str, int] | None = None
         since = ends.clock.monotonic()
+        moved = False
 
         def settled() -> Json | None:
-            nonlocal last, since
+            nonlocal last, since, moved
             point = _committed_point(ends)
             now = ends.clock.monotonic()
             if point != last:
+                moved = last is not None
                 last, since = point, now
                 return None
             return {"replicated": point} if now - since >= self.settings.settle_s else None
 
-        done = poll(ends.clock, settled, self.settings.settle_timeout_s, self.settings.poll_s,
-                    lambda: self._progress("stop: waiting for the link's last batch to commit"))
+        def waiting() -> None:
+            nonlocal moved
+            if moved:  # a line when the link committed, not one per poll
+                moved = False
+                self._progress(f"stop: the link committed a batch; {sum((last or {}).values())} message(s) "
+                               "replicated; waiting for it to settle")
+
+        self._progress(f"stop: the link is stopped; waiting {self.settings.settle_s:g} s for a last batch to commit")
+        done = poll(ends.clock, settled, self.settings.settle_timeout_s, self.settings.poll_s, waiting)
         if done is None:
             raise StepRefusedError(f"the link's committed point still moves {self.settings.settle_timeout_s:g} s "
                                    "after the stop", "check the link's job (it should log that it is stopped); "
