@@ -301,3 +301,30 @@ def test_poll_returns_the_first_answer_or_none_at_the_deadline() -> None:
 
     assert poll(clock, never, 2.5, 1) is None
     assert calls == [1002.0, 1003.0, 1004.0, 1004.5]  # at least once, and once more at the deadline
+
+
+def test_abort_of_an_unfinished_failover_removes_the_stop_marker(tmp_path: Path) -> None:
+    ends = FakeEnds(tmp_path, points=[{Q0: 5}])
+    steps = failover(ends).steps()
+    runner = OperationRunner(FileJournal(tmp_path), ends.clock)
+
+    def refuse(ctx: StepContext) -> Json:
+        raise StepRefusedError("a group is online on B", "stop it")
+
+    with pytest.raises(StepRefusedError):
+        runner.run("failover", "L", [replace(s, run=refuse) if s.name == "commit" else s for s in steps])
+    assert is_stopped(tmp_path)
+    record = runner.abort("L", lambda kind: steps)
+    assert record.state is OperationState.ABORTED and not is_stopped(tmp_path)
+
+
+def test_status_prints_the_recovery_point_from_the_jobs_record(capsys: pytest.CaptureFixture[str]) -> None:
+    from jobs.dr.cli import print_status
+    from jobs.dr.status import link_status
+
+    status = link_status("L", 1_700_000_100.0, [Q0], {Q0: 10}, {Q0: 4}, {"T": "T"}, {})
+    print_status(status)
+    assert "has not recorded A's max offsets yet" in capsys.readouterr().out
+    print_status(replace(status, recorded_rpo=6, recorded_at=1_700_000_090.0))
+    assert "from the job's own record (a failover's audit): at least 6 message(s), A observed 10.0 s ago" in \
+        capsys.readouterr().out
