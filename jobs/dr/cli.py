@@ -9,6 +9,8 @@
                  (``jobs.dr.failover``)
     recover      after a failover, with A back: copy what A acknowledged beyond the replicated point to B,
                  marked, and read it back (``jobs.dr.recover``); ``--quarantine`` into separate topics
+    failback     planned move back from B to A over the reverse link, group positions exact both ways
+                 (``jobs.dr.failback``)
     abort        undo the operation under way where that is safe (restores A's fenced topic permissions)
     show         print the link's operation journal (which step it is at)
 
@@ -37,6 +39,8 @@ from broker_store.protocol.errors import RocketMQError
 from connectors.core.config import LinkConfig, load_replicator_config
 from connectors.core.errors import ReplicatorConfigError, ReplicatorError
 from connectors.replication.source_maxes import read_source_maxes
+from jobs.dr.failback import KIND as FAILBACK
+from jobs.dr.failback_cli import run_failback
 from jobs.dr.failover import KIND as FAILOVER
 from jobs.dr.failover import Failover, FailoverSettings
 from jobs.dr.journal import FileJournal
@@ -49,7 +53,7 @@ from jobs.dr.status import LinkStatus, read_status
 from jobs.dr.switchover import KIND as SWITCHOVER
 from jobs.dr.switchover import Switchover, SwitchoverSettings
 
-COMMANDS = ("status", "switchover", "failover", "recover", "abort", "show")
+COMMANDS = ("status", "switchover", "failover", "recover", "failback", "abort", "show")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -68,11 +72,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--groups-timeout", type=float, default=defaults.groups_timeout_s,
                    help="switchover: seconds to wait for the groups' consumers to leave A (%(default)s)")
     p.add_argument("--force", action="store_true", help="failover: although A answers")
-    p.add_argument("--group", action="append", default=[], metavar="G",
-                   help="failover: move this group (repeatable; default: every group with a translated checkpoint)")
     p.add_argument("--quarantine", action="store_true",
                    help=f"recover: into quarantine topics on B (<target topic>{QUARANTINE_SUFFIX}), not the mapped "
                         "ones, for the application to replay")
+    p.add_argument("--reverse-link", help="failback: the link B -> A (default: the config's only one)")
+    p.add_argument("--group", action="append", default=[], metavar="G",
+                   help="failover, failback: move this group (repeatable; default: failover, every group with a "
+                        "translated checkpoint; failback, the reverse link's selected groups)")
     return p
 
 
@@ -218,6 +224,8 @@ def run(args: argparse.Namespace, clock: ThreadClock = SYSTEM_CLOCK) -> int:
         current = runner.current()
         print(json.dumps(current.to_json() if current else None, indent=2))
         return 0
+    if args.command == "failback" or (args.command == "abort" and (c := runner.current()) and c.kind == FAILBACK):
+        return run_failback(args, config, link, runner, clock, err, _plan, lambda r: _step_line(err, r))
     ends = LinkEnds.open(args.config, config, link, clock)
     try:
         def progress(line: str) -> None:
