@@ -89,6 +89,7 @@ from connectors.core.rows import (
     RAW_ARROW_SCHEMA,
 )
 from connectors.replication import source_offsets
+from connectors.replication.link_stop import is_stopped, stop_path
 from connectors.replication.placement_planner import RangesPlacementPlanner, placement_columns
 from connectors.replication.planning import (
     QueueRange,
@@ -100,6 +101,7 @@ from connectors.replication.planning import (
 )
 from connectors.replication.pulling import PullSettings, pull_range, pull_range_raw
 from connectors.replication.reader_options import SourceOptions
+from connectors.replication.source_maxes import SourceMaxRecorder
 
 if TYPE_CHECKING:
     from connectors.replication.tables import LinkTables
@@ -139,6 +141,10 @@ class _DriverState:
     """Queue placement of ``rowFormat=ranges`` batches with config+link (``placement_planner``)."""
     initial: dict[str, Any] | None = None
     """What ``initialOffset`` decided, returned again by its later calls (see there)."""
+    source_maxes: SourceMaxRecorder | None = None
+    """The durable record of the source's max offsets (with config+link's Delta location; ``source_maxes``)."""
+    stop_warned: bool = False
+    """The link's stop marker (``link_stop``) was seen and said once."""
     planned: bool = False
     rotation_after: MessageQueue | None = None
     """Where the next batch's turn-taking starts when the read limit makes queues take turns (``admit``)."""
@@ -324,8 +330,32 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._state.available_now_target = SourceOffset.of(self.max_offsets(queues))
         log.info("Trigger.AvailableNow: reading up to the max offsets of %d queue(s)", len(queues))
 
+    def _link_location(self) -> Path | None:
+        o = self.options
+        return None if o.delta_location is None or not o.link else Path(o.delta_location) / o.link
+
+    def _stopped(self, location: Path | None) -> bool:
+        """The link was stopped by a failover (``link_stop``): plan nothing (said once per reader)."""
+        if location is None or not is_stopped(location):
+            return False
+        if not self._state.stop_warned:
+            self._state.stop_warned = True
+            log.warning("link %s is stopped by a disaster-recovery failover (%s): nothing is replicated until "
+                        "the marker is removed", self.options.link, stop_path(location))
+        return True
+
+    def _record_source(self, location: Path | None, bounds: Mapping[MessageQueue, tuple[int, int]]) -> None:
+        if location is None:
+            return
+        if self._state.source_maxes is None:
+            self._state.source_maxes = SourceMaxRecorder(location, self.options.cluster, self._state.clock)
+        self._state.source_maxes.observe(bounds)
+
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         driver_logging()
+        location = self._link_location()
+        if self._stopped(location):
+            return start
         begin = dict(SourceOffset.from_dict(start).queues)
         queues = self.discover_queues()
         target = self._state.available_now_target
@@ -333,6 +363,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             queues = [q for q in queues if q in target.queues]
         new = [q for q in queues if q not in begin]
         bounds = source_offsets.queue_offsets(self._admin, self.outage, queues)  # one request per group for both
+        self._record_source(location, bounds)  # at most one small write, only when a max offset changed
         first = {q: bounds[q][0] for q in new}
         maxes = {q: bounds[q][1] for q in queues}
         self._state.latest = SourceOffset.of({**begin, **maxes})

@@ -119,7 +119,7 @@ def test_delay_offsets_round_trip_through_the_file_and_the_wire(tmp_path: Path) 
 
     path.write_text('{"version": 1, "offsetTable": {"1": "x"}}')
     fallen_back = DelayOffsetTable(path)
-    fallen_back.load()  # the .bak holds the last write (broker.metadata_file)
+    fallen_back.load()  # the .bak holds the last write (broker_store.durable_file)
     assert fallen_back.snapshot() == {1: 18}
     path.with_name(path.name + ".bak").write_text('{"version": 1, "offsetTable": {"1": "x"}}')
     with pytest.raises(StoreError, match="malformed delay offset table"):
