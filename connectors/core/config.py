@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from broker_store.client import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
@@ -63,7 +63,7 @@ from connectors.core.settings_base import combine_errors, error_reason
 from connectors.core.settings_base import compile_pattern as _compile
 from connectors.core.settings_base import field_error as field_error  # re-exported: reader/writer options use it
 from connectors.core.settings_base import parse_duration as _parse_trigger
-from connectors.core.sync_settings import CheckpointSettings, ConfigSyncSettings
+from connectors.core.sync_settings import CheckpointSettings, ConfigSyncSettings, GroupSelection
 
 CLUSTER_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 """Full-match pattern of every cluster name. Names are written into message properties as lists joined
@@ -247,6 +247,23 @@ class TopicMappingConfig(_Model):
     """Regexes (full match); a topic matching any is never selected by ``include`` / ``all_topics``."""
     all_topics: bool = False
     """Copy every non-system topic of the source cluster under its own name (after ``exclude``)."""
+    group_topics: bool = True
+    """Also copy the retry (``%RETRY%<group>``) and dead-letter (``%DLQ%<group>``) topics of every group the
+    link's checkpoints select (``checkpoints.groups``, when ``checkpoints.enabled``), under their own names,
+    so a group moved to the target finds its pending retries and dead letters there (its offsets on them are
+    translated with the rest). ``exclude`` still wins; false: no retry or DLQ topic unless named
+    ``explicit``."""
+    _checkpointed_groups: GroupSelection | None = PrivateAttr(default=None)
+
+    @property
+    def checkpointed_groups(self) -> GroupSelection | None:
+        """The groups whose retry and DLQ topics the mapping copies: set by the link (``LinkConfig``) from its
+        checkpoint settings when ``group_topics`` is on; None for a mapping outside a link, or with it off."""
+        return self._checkpointed_groups
+
+    def with_group_topics(self, groups: GroupSelection | None) -> None:
+        """Called once by ``LinkConfig`` while it is validated (the mapping is otherwise frozen)."""
+        self._checkpointed_groups = groups if self.group_topics else None
 
     @field_validator("include", mode="before")
     @classmethod
@@ -457,6 +474,7 @@ class LinkConfig(ReadSettings, WriteSettings):
                                                "set failure_policy: custom")
         if self.failure_hook is not None and not HOOK_PATTERN.fullmatch(self.failure_hook):
             raise field_error("failure_hook", f"{self.failure_hook!r} is not \"package.module:function\"")
+        self.topics.with_group_topics(self.checkpoints.groups if self.checkpoints.enabled else None)
         return self
 
     @property
