@@ -248,22 +248,14 @@ class TopicMappingConfig(_Model):
     all_topics: bool = False
     """Copy every non-system topic of the source cluster under its own name (after ``exclude``)."""
     group_topics: bool = True
-    """Also copy the retry (``%RETRY%<group>``) and dead-letter (``%DLQ%<group>``) topics of every group the
-    link's checkpoints select (``checkpoints.groups``, when ``checkpoints.enabled``), under their own names,
-    so a group moved to the target finds its pending retries and dead letters there (its offsets on them are
-    translated with the rest). ``exclude`` still wins; false: no retry or DLQ topic unless named
-    ``explicit``."""
-    _checkpointed_groups: GroupSelection | None = PrivateAttr(default=None)
+    """Also copy ``%RETRY%<group>`` and ``%DLQ%<group>`` of every group the link's checkpoints select (when
+    enabled), under their own names: a moved group finds its retries and dead letters. ``exclude`` wins."""
+    _groups: GroupSelection | None = PrivateAttr(default=None)  # set once by LinkConfig, while validated
 
     @property
     def checkpointed_groups(self) -> GroupSelection | None:
-        """The groups whose retry and DLQ topics the mapping copies: set by the link (``LinkConfig``) from its
-        checkpoint settings when ``group_topics`` is on; None for a mapping outside a link, or with it off."""
-        return self._checkpointed_groups
-
-    def with_group_topics(self, groups: GroupSelection | None) -> None:
-        """Called once by ``LinkConfig`` while it is validated (the mapping is otherwise frozen)."""
-        self._checkpointed_groups = groups if self.group_topics else None
+        """The groups whose retry and DLQ topics are copied (None: none, or a mapping outside a link)."""
+        return self._groups if self.group_topics else None
 
     @field_validator("include", mode="before")
     @classmethod
@@ -474,7 +466,7 @@ class LinkConfig(ReadSettings, WriteSettings):
                                                "set failure_policy: custom")
         if self.failure_hook is not None and not HOOK_PATTERN.fullmatch(self.failure_hook):
             raise field_error("failure_hook", f"{self.failure_hook!r} is not \"package.module:function\"")
-        self.topics.with_group_topics(self.checkpoints.groups if self.checkpoints.enabled else None)
+        self.topics._groups = self.checkpoints.groups if self.checkpoints.enabled else None
         return self
 
     @property
