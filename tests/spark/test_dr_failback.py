@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from broker_store.client import new_message
 from broker_store.protocol.codes import PERM_READ, PERM_WRITE
+from broker_store.protocol.topic import retry_topic
 from connectors.core.config import load_replicator_config
 from connectors.replication.tables import LinkTables
 from jobs.dr.failback_cli import print_failback_report
@@ -46,6 +47,9 @@ def test_a_group_moved_a_to_b_to_a_reads_every_message_once_and_the_forward_link
         setup.link: {"topic": setup.topic, "trigger_interval": 1, **groups},
         reverse: {"topic": setup.topic, "source": dst.name, "target": src.name, "trigger_interval": 1, **groups}})
     src.admin.create_subscription_group({"groupName": setup.group}, cluster=src.name)
+    # the group's retry topic travels with it both ways: on A too, as config sync of the reverse link would
+    # create it, so the failback's preflight finds every topic the reverse link maps
+    src.create_topic(retry_topic(setup.group), 1)
     config = load_replicator_config(setup.config)
 
     on_a = [i for r in produce_random(src.producer, setup.topic, setup.queues, 200, max_body=64) for i in r.msg_ids]
