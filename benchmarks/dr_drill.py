@@ -62,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.dr_drill_apps import ConsumerApp, ProducerApp, Side
 from benchmarks.dr_drill_tally import Stint, missed_targets, read_within, rto, summary_line, tally
 from benchmarks.soak import Log
-from broker_store.client import Admin, MessageQueue
+from broker_store.client import Admin, MessageQueue, Producer, new_message
 from connectors.core.config import load_replicator_config
 from connectors.core.errors import TableError
 from jobs.dr.journal import FileJournal
@@ -95,6 +95,14 @@ def step_result(document: Mapping[str, Any], name: str) -> dict[str, Any]:
         if step["name"] == name:
             return dict(step["result"])
     raise DrillError(f"no step {name!r} in the {document.get('kind')} record")
+
+
+def json_document(output: str) -> dict[str, Any]:
+    """The ``--json`` document in a command's output (stderr's progress lines come before it, interleaved)."""
+    lines = output.splitlines()
+    start = lines.index("{")
+    document, _ = json.JSONDecoder().raw_decode("\n".join(lines[start:]))
+    return dict(document)
 
 
 def step_started(document: Mapping[str, Any], name: str) -> float | None:
@@ -177,7 +185,7 @@ class Drill:
         for name, action in pending.items():
             self.log(f"  {command}: {name} done (seen after the command)")
             action()
-        document: dict[str, Any] = json.loads(out[out.index("{"):])
+        document = json_document(out)
         durations = {s["name"]: round((s["finished_at"] or 0) - (s["started_at"] or 0), 1) for s in document["steps"]}
         self.log(f"jobs.dr {command} done: steps {durations}")
         return document
@@ -203,6 +211,30 @@ class Drill:
         self.log(f"running on {where} for {self.args.dwell:g} s: acknowledged {len(self.producer.acked)}, "
                  f"read {len(self.consumer.reads)}")
         time.sleep(self.args.dwell)
+
+    def warm_up(self) -> None:
+        """Ten messages through the forward link before the load starts (the job's start-up is not the drill's)."""
+        with Producer(self.a.namesrv_addr, "PID_dr_drill_warmup") as producer:
+            producer.send_batch([new_message(TOPIC, b"warm-up", keys="warm") for _ in range(10)])
+        deadline = time.monotonic() + self.args.start_timeout
+        while self.totals(self.b) < 10:
+            job = self.forward
+            assert job is not None
+            if not job.alive() or time.monotonic() > deadline:
+                raise DrillError(f"the forward link replicated nothing within {self.args.start_timeout:g} s "
+                                 f"(alive {job.alive()}); see {self.out / 'job-forward.log'}")
+            time.sleep(1.0)
+        self.log("the forward link replicates")
+
+    def caught_up(self, timeout: float = 180.0) -> None:
+        """Until B holds all but two seconds of the load of what A holds (only the forward link writes to B
+        before the switchover), as an operator waits for the lag before a planned move."""
+        deadline = time.monotonic() + timeout
+        while (behind := self.totals(self.a) - self.totals(self.b)) > 2 * self.args.rate:
+            if time.monotonic() > deadline:
+                raise DrillError(f"the forward link is still {behind} message(s) behind after {timeout:g} s")
+            time.sleep(1.0)
+        self.log(f"the forward link is {behind} message(s) behind")
 
     def totals(self, cluster: LocalCluster) -> int:
         with Admin(cluster.namesrv_addr) as admin:
@@ -246,6 +278,7 @@ class Drill:
 
     def step1(self) -> None:
         self.dwell(A)
+        self.caught_up()
         self.planned("switchover", self.side_a, self.side_b, "--max-lag", str(int(self.args.rate * 10)))
 
     def step2(self) -> None:
@@ -315,18 +348,10 @@ def run(args: argparse.Namespace, out: Path) -> str:
         log(f"clusters up: {A} {a.namesrv_addr} (2 broker groups), {B} {b.namesrv_addr} ({args.b_groups}); "
             f"starting the forward link's job")
         drill.start_forward()
+        drill.warm_up()
         drill.producer.start()
         drill.consumer.start()
         drill.move(drill.side_a, "start")
-        deadline = time.monotonic() + args.start_timeout
-        while drill.totals(b) < args.rate:
-            job = drill.forward
-            assert job is not None
-            if not job.alive() or time.monotonic() > deadline:
-                raise DrillError(f"the forward link replicated nothing within {args.start_timeout:g} s (alive "
-                                 f"{job.alive()}); see {out / 'job-forward.log'}")
-            time.sleep(1.0)
-        log("the forward link replicates")
         steps: list[Callable[[], None]] = [drill.step1, drill.step2, drill.step3, drill.step4, drill.step5]
         for n, step in enumerate(steps[:args.until], 1):
             log(f"-- step {n}")

@@ -159,9 +159,8 @@ class ConsumerApp:
             if consumer is not None and (want is None or want.stint != stint):
                 self._finish(consumer, offsets, queues, stint, drain and want is None)
                 consumer, offsets, queues = None, {}, []
-                if want is None:
-                    self._idle.set()
             if want is None:
+                self._idle.set()
                 time.sleep(0.05)
                 continue
             if consumer is None:
