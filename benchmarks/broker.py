@@ -11,7 +11,7 @@ What one run does, in order (everything on this machine, client and broker shari
 2. Disk reference: writes ``--disk-mib`` (1024; quick 256) MiB in 4 MiB blocks, then fsync;
    MB/s = bytes / (write + fsync time). 1 MB = 10^6 bytes throughout.
 3. Starts a real name server and one broker as separate processes
-   (``broker_store.launcher.ManagedProcess``, free loopback ports, ASYNC_FLUSH as RocketMQ's
+   (``broker_store.deploy.launcher.ManagedProcess``, free loopback ports, ASYNC_FLUSH as RocketMQ's
    published numbers use, default 128 MiB CommitLog segments) and creates three 8-queue topics.
 4. Single sends: ``--producers`` (16) concurrent producers send 1 KiB messages one at a time
    (SEND_MESSAGE_V2), round-robin over the 8 queues, for ``--seconds`` after a warm-up. Each
@@ -106,7 +106,7 @@ if str(PROJECT) not in sys.path:
     sys.path.insert(0, str(PROJECT))
 
 from broker_store.config import BrokerConfig, NamesrvConfig  # noqa: E402
-from broker_store.launcher import ManagedProcess  # noqa: E402
+from broker_store.deploy.launcher import ManagedProcess  # noqa: E402
 
 MB = 1_000_000
 MiB = 1024 * 1024

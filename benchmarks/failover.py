@@ -59,9 +59,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from broker_store.client import AsyncAdmin, AsyncProducer, SendStatus, new_message
 from broker_store.client.controller_admin import controller_metadata
 from broker_store.config import BrokerConfig, ControllerConfig, NamesrvConfig
-from broker_store.controller.etcd_members import EtcdCluster
 from broker_store.controller.settings import ControllerSettings
-from broker_store.launcher import HOST, ManagedProcess, broker_listen_port, free_port
+from broker_store.deploy.etcd_members import EtcdCluster
+from broker_store.deploy.launcher import HOST, ManagedProcess, broker_listen_port, free_port
 from broker_store.net.client import RemotingClient
 from broker_store.protocol.errors import RocketMQError
 from tests.support.controller_group import master_addr

@@ -6,7 +6,7 @@
 One run, everything on this machine (client, primaries and replicas share its cores):
 
 1. Starts one name server and two broker groups of two members each as separate processes on free
-   loopback ports (``broker_store.launcher.ClusterProcesses``, the product launcher): group ``a``
+   loopback ports (``broker_store.deploy.launcher.ClusterProcesses``, the product launcher): group ``a``
    ASYNC_MASTER, group ``s`` SYNC_MASTER with total_replicas 2 / in_sync_replicas 2; both replicas
    follow their primary.
 2. The same load against each group in turn: ``--producers`` (16) concurrent producers send 1 KiB
@@ -98,7 +98,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from broker_store.client import Admin, AsyncProducer, new_message
-from broker_store.launcher import ClusterProcesses, loopback_cluster
+from broker_store.deploy.launcher import ClusterProcesses, loopback_cluster
 from broker_store.protocol.errors import RocketMQError
 
 MiB = 1024 * 1024

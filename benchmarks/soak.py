@@ -82,7 +82,7 @@ from broker_store.client import (
     StoredMessage,
     new_message,
 )
-from broker_store.launcher import free_port
+from broker_store.deploy.launcher import free_port
 from broker_store.store.config import StoreConfig
 from jobs.lag import EndpointUnreachableError, LinkLag, Status, link_lags, scrape
 from tests.spark.spark_processes import (

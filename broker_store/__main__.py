@@ -1,3 +1,3 @@
-from broker_store.cli import main
+from broker_store.cli.main import main
 
 raise SystemExit(main())

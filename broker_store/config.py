@@ -48,7 +48,7 @@ from broker_store.store.config import StoreConfig, StoreSettings
 from broker_store.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DelayLevels
 from broker_store.validation import describe_validation_error
 
-__all__ = ["BrokerConfig", "BrokerSettings", "ClusterConfig", "ControllerConfig", "ControllersConfig", "HostPort",
+__all__ = ["BrokerConfig", "BrokerSettings", "ControllerConfig", "ControllersConfig", "HostPort", "LocalClusterConfig",
            "LocalClustersConfig", "NamesrvConfig",
            "describe_validation_error", "load_yaml", "split_host_port"]
 
@@ -428,7 +428,7 @@ class BrokerConfig(BrokerSettings):
         return StoreConfig(store_dir=Path(self.store_dir), **dict(self.store))
 
 
-class ClusterConfig(_Model):
+class LocalClusterConfig(_Model):
     """One local cluster: a name server and its brokers."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
@@ -440,7 +440,7 @@ class ClusterConfig(_Model):
     cluster."""
 
     @model_validator(mode="after")
-    def _unique_brokers(self) -> ClusterConfig:
+    def _unique_brokers(self) -> LocalClusterConfig:
         """Static brokers are told apart by name and id; controller-mode ones have no configured id (their
         store_dir tells them apart, unique across the file)."""
         keys = Counter((b.broker_name, b.broker_id) for b in self.brokers if not b.enable_controller_mode)
@@ -457,7 +457,7 @@ class ClusterConfig(_Model):
         return self
 
     @model_validator(mode="after")
-    def _replicas_have_primaries(self) -> ClusterConfig:
+    def _replicas_have_primaries(self) -> LocalClusterConfig:
         primaries = {b.broker_name for b in self.brokers if b.broker_id == 0 and not b.enable_controller_mode}
         orphans = sorted(f"{b.broker_name}/{b.broker_id}" for b in self.brokers
                          if b.ha.role is HARole.SLAVE and b.ha.ha_primary_address is None
@@ -501,7 +501,7 @@ def _duplicates(values: Iterable[str]) -> list[str]:
 class LocalClustersConfig(_Model):
     """``conf/cluster-local.yaml``: every process of the local clusters (``python -m broker_store up``)."""
 
-    clusters: list[ClusterConfig] = Field(min_length=1)
+    clusters: list[LocalClusterConfig] = Field(min_length=1)
     """One entry per independent cluster."""
     controllers: ControllersConfig | None = None
     """Standalone controllers (and their etcd members) for the file's controller-mode groups; None: such groups
@@ -522,7 +522,7 @@ class LocalClustersConfig(_Model):
                                  "brokers' controller.controller_addrs")
         return self
 
-    def broker_configs(self, cluster: ClusterConfig) -> list[BrokerConfig]:
+    def broker_configs(self, cluster: LocalClusterConfig) -> list[BrokerConfig]:
         """``cluster.broker_configs`` with the file's standalone controllers filled in."""
         if self.controllers is None:
             return cluster.broker_configs()
@@ -550,7 +550,7 @@ class LocalClustersConfig(_Model):
             raise ValueError(f"store_dir {dirs} shared by more than one broker")
         return self
 
-    def cluster(self, name: str) -> ClusterConfig:
+    def cluster(self, name: str) -> LocalClusterConfig:
         for c in self.clusters:
             if c.name == name:
                 return c

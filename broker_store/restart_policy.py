@@ -1,7 +1,7 @@
 """When ``up`` restarts a member that exited: the ``restart`` setting of a broker or name server, and the back-off.
 
 Pure: exit codes and ``Clock.monotonic()`` times in, a restart time (or None: left down) out. ``up``'s supervisor
-(``broker_store.up_supervisor``) asks it each time a child is found exited and tells it each (re)start.
+(``broker_store.deploy.up_supervisor``) asks it each time a child is found exited and tells it each (re)start.
 
     restart: "no"            never restarted: a member a test or an operator wants down stays down
     restart: "on-failure"    (default for brokers and name servers) restarted when it exited with a code other

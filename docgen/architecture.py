@@ -1,5 +1,5 @@
 """The layering of ``docs/architecture.md``, rendered from the rules the layout tests enforce
-(``tests/unit/test_broker_store_layout.py``: ``LAYERS``, ``ALLOWED``, ``HA_STORE_API``;
+(``tests/unit/test_broker_store_layout.py``: ``LAYERS``, ``ALLOWED``, ``HA_STORE_API``, ``CLIENT_ACL_API``;
 ``tests/unit/test_connectors_layout.py``: ``PACKAGES``, ``ALLOWED``, ``BROKER_STORE_API``), so the page and the
 guard are one source of truth: a rule changed in a test changes the page, and the page cannot claim a rule the
 tests do not hold."""
@@ -25,8 +25,9 @@ def broker_store_layers() -> str:
         for unit in sorted(units):
             lines.append(f"| {number} | `{unit}` | {_names(broker_layout.ALLOWED[unit])} |")
     store_api = _names(set(broker_layout.HA_STORE_API))
-    return "\n".join([*lines, "", f"Of the store, `ha` may import only {store_api}. No module passes "
-                      f"{broker_layout.MAX_LINES} lines."])
+    client_acl = _names(set(broker_layout.CLIENT_ACL_API))
+    return "\n".join([*lines, "", f"Of the store, `ha` may import only {store_api}; of `acl`, `client` may import "
+                      f"only {client_acl}. No module passes {broker_layout.MAX_LINES} lines."])
 
 
 def connector_layers() -> str:

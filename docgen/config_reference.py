@@ -11,10 +11,10 @@ from pydantic import BaseModel
 
 from broker_store.config import (
     BrokerConfig,
-    ClusterConfig,
     ControllerConfig,
     ControllerLinkSettings,
     ControllersConfig,
+    LocalClusterConfig,
     LocalClustersConfig,
     NamesrvConfig,
 )
@@ -58,7 +58,7 @@ shown as durations."""
 BLOCKS: dict[str, Callable[[], str]] = {
     "cluster file": lambda: _tables(
         ("Top level (`LocalClustersConfig`):", model_table(LocalClustersConfig)),
-        ("Each entry of `clusters` (`ClusterConfig`):", model_table(ClusterConfig))),
+        ("Each entry of `clusters` (`LocalClusterConfig`):", model_table(LocalClusterConfig))),
     "name server": lambda: model_table(NamesrvConfig),
     "controller": lambda: _tables(
         ("", model_table(ControllerSettings)),

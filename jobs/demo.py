@@ -43,7 +43,7 @@ from rich.console import Console
 
 from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, new_message
 from broker_store.config import LocalClustersConfig, load_yaml
-from broker_store.launcher import free_port, poll_until
+from broker_store.deploy.launcher import free_port, poll_until
 from broker_store.protocol.errors import RocketMQError
 from connectors.checkpoint.tables import CheckpointTables
 from connectors.core.config import load_replicator_config

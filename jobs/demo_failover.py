@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker_store.client import Admin
-from broker_store.config import BrokerSettings, ClusterConfig, ControllerLinkSettings, LocalClustersConfig
+from broker_store.config import BrokerSettings, ControllerLinkSettings, LocalClusterConfig, LocalClustersConfig
 from broker_store.controller.settings import ControllerSettings
+from broker_store.deploy.launcher import HOST, broker_listen_port
+from broker_store.deploy.up import broker_process_names
 from broker_store.ha.settings import HASettings
-from broker_store.launcher import HOST, broker_listen_port
 from broker_store.protocol.errors import RocketMQError
-from broker_store.up import broker_process_names
 
 SOURCE = "source"
 GROUP = "source-a"
@@ -45,7 +45,7 @@ HA = {"role": "SYNC_MASTER", "total_replicas": MEMBERS, "in_sync_replicas": 2, "
 def controlled_clusters(config: LocalClustersConfig) -> LocalClustersConfig:
     """``config`` with its ``source`` cluster replaced by the controller-mode one (same name and name server
     address; the group ``GROUP`` of ``MEMBERS`` brokers on free ports, their stores wherever ``up`` puts them)."""
-    def controlled(cluster: ClusterConfig) -> ClusterConfig:
+    def controlled(cluster: LocalClusterConfig) -> LocalClusterConfig:
         if cluster.name != SOURCE:
             return cluster
         namesrv = cluster.namesrv.model_copy(update={"controller": ControllerSettings(
@@ -55,7 +55,7 @@ def controlled_clusters(config: LocalClustersConfig) -> LocalClustersConfig:
             enable_controller_mode=True,
             controller=ControllerLinkSettings(controller_addrs=[namesrv.listen], replica_info_poll_interval_ms=500),
             ha=HASettings.model_validate(HA)) for i in range(1, MEMBERS + 1)]
-        return ClusterConfig(name=cluster.name, namesrv=namesrv, brokers=brokers)
+        return LocalClusterConfig(name=cluster.name, namesrv=namesrv, brokers=brokers)
 
     if not any(c.name == SOURCE for c in config.clusters):
         raise ValueError(f"the demo's clusters file has no cluster named {SOURCE!r} to run in controller mode")

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from broker_store.acl.account import PlainAccount, split_resource_perm
 from broker_store.acl.address import AddressPattern, parse_address_pattern
 from broker_store.acl.permission import Permission, covers, parse_perm
-from broker_store.acl.plain_file import PlainAccount, PlainAclFile, split_resource_perm
+from broker_store.acl.plain_file import PlainAclFile
 from broker_store.acl.resources import (
     ADMIN_CODES,
     TRACE_TOPIC,

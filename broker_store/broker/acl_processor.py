@@ -32,8 +32,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from broker_store.acl.account import KEY_MIN_LENGTH, PlainAccount
 from broker_store.acl.permission import PERM_SPELLINGS
-from broker_store.acl.plain_file import KEY_MIN_LENGTH, AclDataVersion, PlainAccount, PlainAclFile
+from broker_store.acl.plain_file import AclDataVersion, PlainAclFile
 from broker_store.broker.acl_guard import AclGuard
 from broker_store.clock import Clock, wall_ms
 from broker_store.net.server import Connection

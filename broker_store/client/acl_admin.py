@@ -1,7 +1,7 @@
 """ACL 1.0 admin requests (codes 50-54, RocketMQ's header names) sent to one broker: what mqadmin's
 updateAclConfig, deleteAclConfig, updateGlobalWhiteAddr, clusterAclConfigVersion and getAclConfig do.
 
-Used by ``broker_store.cli_acl`` over an ``AsyncAdmin``'s session (``AclAdmin``: the blocking form over an
+Used by ``broker_store.cli.acl`` over an ``AsyncAdmin``'s session (``AclAdmin``: the blocking form over an
 ``Admin``, for the config connector), so the requests are signed with its credentials; the broker answers only
 an admin account. Non-success answers
 raise ``protocol.errors`` (an ACL refusal: ``AclPermissionError``).
@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from broker_store.acl.plain_file import PlainAccount as PlainAccount  # re-exported: what these requests carry
+from broker_store.acl.account import PlainAccount as PlainAccount  # re-exported: what these requests carry
 from broker_store.client.admin import Admin, AsyncAdmin
 from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.errors import ProtocolError, error_for_response

@@ -1,6 +1,6 @@
 """The replicated controllers' state store: every key in etcd (Debian's etcd-server 3.4), spoken to through its
 v3 JSON gateway with ``requests``, so the controllers keep no state of their own. See ``state_store`` for the
-contract; ``controller.etcd_members`` starts etcd members as child processes.
+contract; ``deploy.etcd_members`` starts etcd members as child processes.
 
 Keys in etcd (``prefix`` defaults to ``rocketmq/``)::
 

@@ -1,8 +1,8 @@
 """A controller's process side: builds the state store the settings name (the embedded file store, or etcd),
 the ``Controller`` and its remoting processor, and runs the scan. Embedded in the name server
 (``NamesrvConfig.controller``, RocketMQ's enableControllerInNamesrv) or run alone by
-``python -m broker_store controller --config FILE`` (``config.ControllerConfig``) for replicated controllers
-over etcd.
+``python -m broker_store controller --config FILE`` (``config.ControllerConfig``, whose parts ``run_controller``
+takes) for replicated controllers over etcd.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from pathlib import Path
 
 from broker_store.address import split_host_port
 from broker_store.clock import SYSTEM_CLOCK, Clock
-from broker_store.config import ControllerConfig
 from broker_store.controller.file_store import FileStateStore
 from broker_store.controller.processor import ControllerProcessor
 from broker_store.controller.service import Controller
@@ -22,7 +21,7 @@ from broker_store.controller.state_store import StateStore
 from broker_store.net.server import Connection, RemotingServer
 from broker_store.net.signals import wait_for_termination
 from broker_store.net.tls import ServerTls
-from broker_store.net.tls_settings import TlsClientSettings
+from broker_store.net.tls_settings import TlsClientSettings, TlsSettings
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.frame import RemotingCommand
 
@@ -68,9 +67,11 @@ class EmbeddedController:
         self.store.close()
 
 
-async def run_controller(cfg: ControllerConfig, ready: Callable[[str], None] | None = None) -> None:
-    """Serve one standalone controller until cancelled or SIGTERM; ``ready(addr)`` once it listens."""
-    embedded = EmbeddedController(cfg.controller, address=cfg.listen, tls=cfg.tls.client_settings())
+async def run_controller(settings: ControllerSettings, listen: str, tls: TlsSettings,
+                         ready: Callable[[str], None] | None = None) -> None:
+    """Serve one standalone controller (a ``config.ControllerConfig``'s ``controller``, ``listen`` and ``tls``)
+    until cancelled or SIGTERM; ``ready(addr)`` once it listens."""
+    embedded = EmbeddedController(settings, address=listen, tls=tls.client_settings())
     handlers = embedded.processor.handlers()
 
     async def handle(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -79,8 +80,8 @@ async def run_controller(cfg: ControllerConfig, ready: Callable[[str], None] | N
             return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
         return await handler(cmd, conn)
 
-    host, port = split_host_port(cfg.listen)
-    server = RemotingServer(handle, host, port, tls=ServerTls.from_settings(cfg.tls.server))
+    host, port = split_host_port(listen)
+    server = RemotingServer(handle, host, port, tls=ServerTls.from_settings(tls.server))
     server.disconnect_listeners.append(embedded.on_disconnect)
     await server.start()
     embedded.start()

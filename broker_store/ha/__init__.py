@@ -5,7 +5,6 @@ One module per moving part (docs/architecture.md, "Replication and quorum writes
     wire.py            the classic shipping wire format and its incremental decoders (bytes only)
     errors.py          HA's error classes, under broker_store's one root
     settings.py        the ``ha:`` settings section (roles, quorum sizes, intervals, limits)
-    status.py          replication outcomes (the store's PutStatus) and their remarks
     replica_links.py   pure state: connected replicas, their acks, dead-link expiry
     ack_tracker.py     pure state: puts waiting for replica acks (pipelined, ordered, timed out)
     store_view.py      the store-like Protocols the I/O services read and write through

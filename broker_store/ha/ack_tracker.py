@@ -31,9 +31,9 @@ from bisect import bisect_right
 from collections import deque
 
 from broker_store.clock import Clock
-from broker_store.ha.status import ReplicationStatus
+from broker_store.store import PutStatus
 
-AckFuture = concurrent.futures.Future[ReplicationStatus]
+AckFuture = concurrent.futures.Future[PutStatus]
 
 
 class _Waiter:
@@ -116,7 +116,7 @@ class AckTracker:
             while group and group[0].end_offset <= covered:
                 done.append(group.popleft())
         # One group is already in end-offset order; several are merged by _resolve's sort.
-        resolved = self._resolve(done, ReplicationStatus.PUT_OK, ordered=len(self._groups) <= 1)
+        resolved = self._resolve(done, PutStatus.PUT_OK, ordered=len(self._groups) <= 1)
         self._drop_resolved_deadlines()
         return resolved
 
@@ -132,7 +132,7 @@ class AckTracker:
             gone = set(map(id, late))
             for need, group in self._groups.items():
                 self._groups[need] = deque(w for w in group if id(w) not in gone)
-        return self._resolve(late, ReplicationStatus.FLUSH_SLAVE_TIMEOUT)
+        return self._resolve(late, PutStatus.FLUSH_SLAVE_TIMEOUT)
 
     def next_deadline(self) -> float | None:
         """Clock time of the earliest pending deadline (None when nothing waits)."""
@@ -146,7 +146,7 @@ class AckTracker:
         while deadlines and (deadlines[0][2].settled or deadlines[0][2].future.done()):
             heapq.heappop(deadlines)  # resolved or cancelled meanwhile
 
-    def fail_all(self, status: ReplicationStatus) -> int:
+    def fail_all(self, status: PutStatus) -> int:
         """Resolve every waiter with ``status`` (shutdown, or a role change away from primary)."""
         everyone = [w for group in self._groups.values() for w in group]
         self._groups.clear()
@@ -154,7 +154,7 @@ class AckTracker:
         self._deadlines.clear()
         return self._resolve(everyone, status)
 
-    def _resolve(self, waiters: list[_Waiter], status: ReplicationStatus, ordered: bool = False) -> int:
+    def _resolve(self, waiters: list[_Waiter], status: PutStatus, ordered: bool = False) -> int:
         if not ordered:
             waiters.sort(key=lambda w: (w.end_offset, w.seq))
         resolved = 0
@@ -170,7 +170,7 @@ class AckTracker:
 
 def _put_ok() -> AckFuture:
     future: AckFuture = concurrent.futures.Future()
-    future.set_result(ReplicationStatus.PUT_OK)
+    future.set_result(PutStatus.PUT_OK)
     return future
 
 

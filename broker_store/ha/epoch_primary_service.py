@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from broker_store.clock import Clock, TimerHandle
 from broker_store.ha.errors import HALinkError, HAProtocolError
 from broker_store.ha.peer_auth import OPEN, PeerPolicy
-from broker_store.ha.primary_service import _READ_CHUNK, PrimaryService, _Stream
+from broker_store.ha.primary_service import READ_CHUNK, PrimaryService, ReplicaStream
 from broker_store.ha.quorum import Quorum
 from broker_store.ha.settings import HASettings
 from broker_store.ha.store_view import EpochPrimaryLog
@@ -97,12 +97,12 @@ class EpochPrimaryService(PrimaryService):
     # -- the link's hooks ---------------------------------------------------------------------------------------
 
     async def _open_stream(self, reader: asyncio.StreamReader,
-                           stream: _Stream) -> tuple[int, list[int], Callable[[bytes], list[int]]] | None:
+                           stream: ReplicaStream) -> tuple[int, list[int], Callable[[bytes], list[int]]] | None:
         decoder = ReplicaStreamDecoder()
         units: list[ReplicaHandshake | int] = []
         async with self._clock.timeout(self._first_report_timeout):
             while not any(isinstance(u, int) for u in units):
-                data = await reader.read(_READ_CHUNK)
+                data = await reader.read(READ_CHUNK)
                 if not data:
                     raise HALinkError("replica closed the link during the handshake")
                 units.extend(decoder.feed(data))
@@ -122,7 +122,7 @@ class EpochPrimaryService(PrimaryService):
             return [u for u in decoder.feed(data) if isinstance(u, int)]
         return acks[0], acks[1:], feed
 
-    def _stream_opened(self, stream: _Stream) -> None:
+    def _stream_opened(self, stream: ReplicaStream) -> None:
         old = self.tracker.link_of(stream.broker_id)
         if old is not None and old in self._streams:
             log.warning("HA: broker %d reconnected (link %s); closing its older link %s", stream.broker_id,
@@ -131,11 +131,11 @@ class EpochPrimaryService(PrimaryService):
         self.tracker.connected(stream.broker_id, stream.link, async_learner=stream.async_learner)
         self._sync()
 
-    def _stream_closed(self, stream: _Stream) -> None:
+    def _stream_closed(self, stream: ReplicaStream) -> None:
         self.tracker.disconnected(stream.broker_id, stream.link)
         self._sync()
 
-    def _report(self, stream: _Stream, offset: int) -> None:
+    def _report(self, stream: ReplicaStream, offset: int) -> None:
         super()._report(stream, offset)
         if stream.broker_id >= 0:
             self.tracker.acked(stream.broker_id, stream.link, offset, self._elog.max_physical_offset)

@@ -30,7 +30,7 @@ from broker_store.clock import Clock
 from broker_store.ha.epoch_start import EpochStartAction, decide_epoch_start
 from broker_store.ha.errors import HAProtocolError, ReplicaLogDivergedError
 from broker_store.ha.peer_auth import OPEN, PeerPolicy
-from broker_store.ha.replica_client import _INLINE_APPLY_BYTES, ReplicaClient
+from broker_store.ha.replica_client import INLINE_APPLY_BYTES, ReplicaClient
 from broker_store.ha.settings import HASettings
 from broker_store.ha.store_view import EpochReplicaLog
 from broker_store.ha.wire_epoch import (
@@ -101,7 +101,7 @@ class EpochReplicaClient(ReplicaClient):
         self._pending = []
         if not frames:
             return
-        if sum(len(f.data) for f in frames) <= _INLINE_APPLY_BYTES:
+        if sum(len(f.data) for f in frames) <= INLINE_APPLY_BYTES:
             wrote = self._apply_frames(frames)
         else:
             wrote = await asyncio.get_running_loop().run_in_executor(self._appender, self._apply_frames, frames)

@@ -44,13 +44,14 @@ from broker_store.ha.quorum import Quorum
 from broker_store.ha.replica_links import LinkId
 from broker_store.ha.replica_start import StartAction, decide_replica_start
 from broker_store.ha.settings import HASettings
-from broker_store.ha.status import ReplicationStatus
 from broker_store.ha.store_view import PrimaryLog
 from broker_store.ha.wire import ReportDecoder, encode_batch_header, encode_heartbeat
+from broker_store.store import PutStatus
 
 log = logging.getLogger(__name__)
 
-_READ_CHUNK = 64 * 1024
+READ_CHUNK = 64 * 1024
+"""Bytes asked of a link's socket per read (the opening, then the acks), by this service and its subclasses."""
 _WRITE_BUFFER_HIGH = 4 * 1024 * 1024
 """Bytes queued in the transport before ``drain`` waits: several batches in flight when catching up."""
 _YIELD_EVERY = 1024 * 1024
@@ -59,7 +60,9 @@ only yields when the socket pushes back, which a fast replica on loopback rarely
 
 
 @dataclass(eq=False)
-class _Stream:
+class ReplicaStream:
+    """One replica's link as the service sees it: what ``PrimaryService`` and a subclass's hooks read and set."""
+
     link: LinkId
     writer: asyncio.StreamWriter
     next_offset: int = -1
@@ -85,6 +88,10 @@ class PrimaryService:
     from it (the send path must call ``Quorum.admit``/``wait`` on the same loop). ``peers`` (``peer_auth``)
     decides who may connect before anything else is read: a refused peer is closed and logged (each reason at
     once, its repeats at most once a second).
+
+    A subclass speaks another link format (``epoch_primary_service``: controller mode) by overriding the hooks
+    ``_open_stream``, ``_stream_opened``, ``_stream_closed``, ``_report``, ``_batch_header``, ``_heartbeat_frame``
+    and ``_batch_limit``; each sees a link as a ``ReplicaStream`` and reads its socket ``READ_CHUNK`` at a time.
     """
 
     _controller_mode = False
@@ -99,7 +106,7 @@ class PrimaryService:
         self._batch = settings.ha_transfer_batch_size
         self._heartbeat = settings.ha_send_heartbeat_interval_ms / 1000
         self._first_report_timeout = settings.ha_housekeeping_interval_ms / 1000
-        self._streams: dict[LinkId, _Stream] = {}
+        self._streams: dict[LinkId, ReplicaStream] = {}
         self._server: asyncio.Server | None = None
         self._tick_handle: TimerHandle | None = None
         self._tick_at: float | None = None
@@ -141,7 +148,7 @@ class PrimaryService:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
-        self._quorum.fail_pending(ReplicationStatus.FLUSH_SLAVE_TIMEOUT)
+        self._quorum.fail_pending(PutStatus.FLUSH_SLAVE_TIMEOUT)
 
     def notify_appended(self) -> None:
         """The log grew: ship to idle streams (call from the store's arrival listener, on the loop thread).
@@ -174,7 +181,7 @@ class PrimaryService:
             else:
                 stream.wake.set()
 
-    def _writable(self, stream: _Stream) -> bool:
+    def _writable(self, stream: ReplicaStream) -> bool:
         """False once ``stream``'s transport is closing: closed by the housekeeping tick, by a newer link of the same
         replica, or by the peer, while its reader has not yet run its end (which unregisters it). Nothing more is
         written to it (uvloop raises on a write to a closed transport; a primary thawed after a freeze meets this
@@ -187,7 +194,7 @@ class PrimaryService:
             log.info("HA link %s: closed; no longer shipping to it", stream.link)
         return False
 
-    def _ship_batch(self, stream: _Stream) -> int:
+    def _ship_batch(self, stream: ReplicaStream) -> int:
         """Write the next batch (at most ``ha_transfer_batch_size``) to ``stream``; its size, 0 if none.
         Header and data leave in one write: a lone 12-byte header would cost the replica a wake-up.
         The caller has checked ``_writable`` since its last await."""
@@ -204,7 +211,7 @@ class PrimaryService:
         peer = writer.get_extra_info("peername")
         link: LinkId = f"{peer[0]}:{peer[1]}#{next(self._ids)}" if peer else f"replica#{next(self._ids)}"
         writer.transport.set_write_buffer_limits(high=_WRITE_BUFFER_HIGH)
-        stream = _Stream(link, writer)
+        stream = ReplicaStream(link, writer)
         registered = False
         try:
             if not await self._admit(reader, stream, str(peer[0]) if peer else "?"):
@@ -222,7 +229,7 @@ class PrimaryService:
                 self._report(stream, offset)
             stream.sender = asyncio.create_task(self._send_loop(stream), name=f"ha-ship {link}")
             while True:
-                data = await reader.read(_READ_CHUNK)
+                data = await reader.read(READ_CHUNK)
                 if not data:
                     return
                 for offset in feed(data):
@@ -242,7 +249,7 @@ class PrimaryService:
                     await stream.sender
             writer.close()
 
-    async def _admit(self, reader: asyncio.StreamReader, stream: _Stream, host: str) -> bool:
+    async def _admit(self, reader: asyncio.StreamReader, stream: ReplicaStream, host: str) -> bool:
         """The peer policy before the link's opening: the address, then (with a secret) the challenge-response.
         False after refusing the peer (logged per reason, repeats rate-limited); the caller closes."""
         decision = self._peers.address(host)
@@ -277,7 +284,7 @@ class PrimaryService:
         return policy.replica_proved(hello, nonce, proof)
 
     async def _open_stream(self, reader: asyncio.StreamReader,
-                           stream: _Stream) -> tuple[int, list[int], Callable[[bytes], list[int]]] | None:
+                           stream: ReplicaStream) -> tuple[int, list[int], Callable[[bytes], list[int]]] | None:
         """The link's opening (classic: the first 8-byte report): sets ``stream.next_offset`` and returns the
         first ack, acks that came with it, and the decoder of later acks; None after refusing the replica."""
         decoder = ReportDecoder()
@@ -287,7 +294,7 @@ class PrimaryService:
             return None
         return first, pending, decoder.feed
 
-    def _place(self, stream: _Stream, first: int) -> bool:
+    def _place(self, stream: ReplicaStream, first: int) -> bool:
         """Where shipping to a replica whose first ack is ``first`` starts (``decide_replica_start``); False
         after refusing it (DIVERGED: one heartbeat at the primary's max offset so the replica can tell)."""
         decision = decide_replica_start(replica_max=first, primary_min=self._log.min_physical_offset,
@@ -300,10 +307,10 @@ class PrimaryService:
         stream.next_offset = decision.offset
         return True
 
-    def _stream_opened(self, stream: _Stream) -> None:
+    def _stream_opened(self, stream: ReplicaStream) -> None:
         """Hook: a stream joined the quorum (controller mode tracks its SyncStateSet membership)."""
 
-    def _stream_closed(self, stream: _Stream) -> None:
+    def _stream_closed(self, stream: ReplicaStream) -> None:
         """Hook: a stream left the quorum."""
 
     def _batch_header(self, offset: int, size: int) -> bytes:
@@ -320,19 +327,19 @@ class PrimaryService:
     async def _first_report(self, reader: asyncio.StreamReader, decoder: ReportDecoder) -> tuple[int, list[int]]:
         async with self._clock.timeout(self._first_report_timeout):
             while True:
-                data = await reader.read(_READ_CHUNK)
+                data = await reader.read(READ_CHUNK)
                 if not data:
                     raise HALinkError("replica closed the link before reporting its offset")
                 offsets = decoder.feed(data)
                 if offsets:
                     return offsets[0], offsets[1:]
 
-    def _report(self, stream: _Stream, offset: int) -> None:
+    def _report(self, stream: ReplicaStream, offset: int) -> None:
         if offset > stream.next_offset:
             raise HAProtocolError(f"replica acked offset {offset}, past the {stream.next_offset} shipped to it")
         self._quorum.replica_reported(stream.link, offset)
 
-    async def _send_loop(self, stream: _Stream) -> None:
+    async def _send_loop(self, stream: ReplicaStream) -> None:
         writer, log_ = stream.writer, self._log
         stream.last_sent = self._clock.monotonic()
         since_yield = 0

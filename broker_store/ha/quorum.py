@@ -36,7 +36,7 @@ from broker_store.clock import Clock
 from broker_store.ha.ack_tracker import AckFuture, AckTracker
 from broker_store.ha.replica_links import LinkId, ReplicaLinks
 from broker_store.ha.settings import HARole, HASettings
-from broker_store.ha.status import ReplicationStatus, remark
+from broker_store.store import PutStatus
 
 
 @dataclass(frozen=True)
@@ -72,16 +72,16 @@ class AckDecision:
     """True: answer IN_SYNC_REPLICAS_NOT_ENOUGH and do not append."""
 
     @property
-    def status(self) -> ReplicationStatus | None:
+    def status(self) -> PutStatus | None:
         """IN_SYNC_REPLICAS_NOT_ENOUGH when refused, else None (append, then wait)."""
-        return ReplicationStatus.IN_SYNC_REPLICAS_NOT_ENOUGH if self.refused else None
+        return PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH if self.refused else None
 
     @property
     def remark(self) -> str:
         if not self.refused:
             return ""
-        return remark(ReplicationStatus.IN_SYNC_REPLICAS_NOT_ENOUGH,
-                      f"the put needs {self.need_acks} copies, {self.current_in_sync} in sync")
+        return (f"{PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH.name}: the put needs {self.need_acks} copies, "
+                f"{self.current_in_sync} in sync")
 
 
 NO_WAIT = AckDecision(need_acks=1, current_in_sync=1)
@@ -146,7 +146,7 @@ class Quorum:
         """After appending: resolves PUT_OK once needAck-1 replicas acked ``end_offset``, or
         FLUSH_SLAVE_TIMEOUT after the slave timeout. A refused decision resolves to its status."""
         if decision.refused:
-            return _resolved(ReplicationStatus.IN_SYNC_REPLICAS_NOT_ENOUGH)
+            return _resolved(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH)
         future = self.acks.wait(end_offset, decision.need_acks, self.links.ack_offsets())
         if not future.done() and self.acks.pending == 1:
             # Deadlines only grow (monotonic clock + one timeout), so a waiter can only be the earliest
@@ -165,7 +165,7 @@ class Quorum:
     def replica_ack_step(self) -> ReplicaAckStep:
         return ReplicaAckStep(self)
 
-    def fail_pending(self, status: ReplicationStatus = ReplicationStatus.FLUSH_SLAVE_TIMEOUT) -> int:
+    def fail_pending(self, status: PutStatus = PutStatus.FLUSH_SLAVE_TIMEOUT) -> int:
         """Answer every waiting put now (shutdown, or this broker stops being primary)."""
         return self.acks.fail_all(status)
 
@@ -226,11 +226,11 @@ class ReplicaAckStep:
         self._quorum = quorum
         self._admitted: AckDecision | None = None
 
-    def admit(self, max_offset: int) -> tuple[ReplicationStatus, str] | None:
+    def admit(self, max_offset: int) -> tuple[PutStatus, str] | None:
         decision = self._admitted = self._quorum.admit(max_offset)
         if not decision.refused:
             return None
-        return (ReplicationStatus.IN_SYNC_REPLICAS_NOT_ENOUGH,
+        return (PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH,
                 f"the put needs {decision.need_acks} copies, {decision.current_in_sync} in sync")
 
     def wait(self, end_offset: int, wait_store_msg_ok: bool = True) -> AckFuture | None:
@@ -242,7 +242,7 @@ class ReplicaAckStep:
         return self._quorum.wait(end_offset, decision)
 
 
-def _resolved(status: ReplicationStatus) -> AckFuture:
+def _resolved(status: PutStatus) -> AckFuture:
     future: AckFuture = AckFuture()
     future.set_result(status)
     return future

@@ -47,9 +47,10 @@ from broker_store.protocol.errors import RefusedRecordError, StoreError
 log = logging.getLogger(__name__)
 
 _READ_CHUNK = 1024 * 1024
-_INLINE_APPLY_BYTES = 64 * 1024
+INLINE_APPLY_BYTES = 64 * 1024
 """A read up to this size is written and indexed on the loop thread; larger ones (catching up) on the
-worker thread, so the loop keeps reading the next chunk while the last one is indexed."""
+worker thread, so the loop keeps reading the next chunk while the last one is indexed. The rule of every link
+format's ``_follow`` (this client's and its subclasses')."""
 
 
 def link_end_level(error: Exception, *, was_up: bool, failures_in_row: int) -> int:
@@ -96,6 +97,10 @@ class ReplicaClient:
     Contract: ``log`` is written only by this client, one append at a time (on the loop thread or its
     one worker thread). With ``peers.secret`` every session first proves the secret and checks the primary's
     proof (``peer_auth``); a primary that fails it is never followed (the session ends, and is retried).
+
+    A subclass speaks another link format (``epoch_replica_client``: controller mode) by overriding the hooks
+    ``_begin``, ``_start``, ``_ack`` and ``_follow``; its ``_follow`` applies on the loop up to
+    ``INLINE_APPLY_BYTES`` as this one does.
     """
 
     _controller_mode = False
@@ -284,7 +289,7 @@ class ReplicaClient:
         batches = self._decoder.feed(data)
         if not batches:
             return
-        if len(data) <= _INLINE_APPLY_BYTES:
+        if len(data) <= INLINE_APPLY_BYTES:
             # Following closely (a few puts per read): write on the loop, ack at once, index after
             # the ack is on its way. A thread hop each way would add two wake-ups to every
             # synchronous put's round trip for a write of a few KiB to the page cache.

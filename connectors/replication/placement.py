@@ -3,12 +3,13 @@ placed a range on (``rowFormat=ranges`` with config+link: ``placement_planner``,
 the link's decided placements and the same rule (``queue_placement``), kept stable while a target broker
 group is missing from the route.
 
-Executor only: one ``QueuePlacement`` per write task (``PartitionWriter``); the last full queue list of
+Executor only: one ``QueuePlacement`` per write task (``PartitionWriter``), the task's view of the link's
+``LinkPlacements`` (its queue lists, the driver's pins, the decisions it made); the last full queue list of
 each target topic is kept per executor process (``_seen_target_queues``), and so are the link's placements
 table and its decisions (``_decided_cache``, caught up when the table has a new version).
 
 With the link's tables (``deltaLocation`` + ``link``) a source queue without a decision gets one from
-``queue_placement.QueuePlacement``, made for every undecided queue of its source topic at once, so every
+``queue_placement.LinkPlacements``, made for every undecided queue of its source topic at once, so every
 task of a batch, seeing the same table and queue lists, decides alike; the new decisions go to the driver
 in the commit message and the writer's ``commit`` records them before the batch's offsets. Without the
 tables nothing can be remembered and the stateless rule of old applies: the n-th source queue on the
@@ -86,7 +87,7 @@ class QueuePlacement:
         self._source_namesrv: dict[str, str] = {}
         self._positions: dict[str, dict[MessageQueue, int]] = {}
         self._placed: dict[tuple[str, MessageQueue], MessageQueue] = {}
-        self._rule: queue_placement.QueuePlacement | None = None
+        self._rule: queue_placement.LinkPlacements | None = None
         self._recorded = bool(options.delta_location and options.link)
         """Decisions are recorded in the link's placements table (else: the stateless rule)."""
         self.decided: list[Placement] = []
@@ -176,7 +177,7 @@ class QueuePlacement:
             return self._stateless(targets, self._source_positions(source.topic) if o.preserve_queues else None,
                                    source)
         if self._rule is None:
-            self._rule = queue_placement.QueuePlacement(
+            self._rule = queue_placement.LinkPlacements(
                 _decided_placements(str(Path(o.delta_location) / o.link), o.source_cluster or ""))
         decision = self._rule.get(source, target_topic)
         if decision is None:

@@ -10,7 +10,7 @@ ranges it returns are ``PlacedRange`` and carry the target queue to the sink in 
 
 Per batch: the decisions are caught up from the table (an executor may have decided one for a range the
 planner could not place), the source queues without a decision for their target topic are decided by
-``queue_placement.QueuePlacement`` from the source topic's and the target topic's queue lists now, and
+``queue_placement.LinkPlacements`` from the source topic's and the target topic's queue lists now, and
 the new ones are appended to the table and logged (once each) before ``place`` returns. A target topic
 the target does not have is first created like its source topic(s) when the link's config sync runs
 (``createTopicsLikeSource``: ``connectors.config_sync.creation``), so placement and config sync see the
@@ -44,7 +44,7 @@ from connectors.core.rows import COL_TARGET_BROKER, COL_TARGET_QUEUE_ID, COL_TAR
 from connectors.core.topic_mapping import TopicMapper
 from connectors.replication.placement_table import DRIVER, PLACEMENTS, PlacementTable
 from connectors.replication.planning import QueueRange
-from connectors.replication.queue_placement import QueuePlacement, TargetQueue
+from connectors.replication.queue_placement import LinkPlacements, TargetQueue
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class RangesPlacementPlanner:
         self._create_target_topic = create_target_topic
         self._grow_target_topic = grow_target_topic
         self._close = close
-        self._rule = QueuePlacement()
+        self._rule = LinkPlacements()
         self._version: int | None = None
 
     @classmethod
@@ -159,7 +159,7 @@ class RangesPlacementPlanner:
         dt = self.table.open(PLACEMENTS)
         version = None if dt is None else dt.version()
         if version != self._version:
-            self._rule = QueuePlacement(self.table.load())
+            self._rule = LinkPlacements(self.table.load())
             self._version = version
 
     def _target_topic(self, source_topic: str) -> str | None:

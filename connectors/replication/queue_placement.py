@@ -3,7 +3,7 @@
 A source queue's messages stay in order only while they all land in one target queue, so a placement,
 once decided, never changes while the link lives: not when the source topic grows, not when the
 target topic grows or shrinks, not across restarts (the caller persists every decision and hands the
-decided ones back to ``QueuePlacement``; the link's retention forgets only a source queue idle for
+decided ones back to ``LinkPlacements``; the link's retention forgets only a source queue idle for
 ``placements_retention``). Only source queues without a decision get one:
 
 * ``preserve`` (the link's ``preserve_queues``) and the source topic has as many queues as the target
@@ -68,7 +68,7 @@ class Placement:
                 f"{self.target.queue_id} ({self.reason})")
 
 
-class QueuePlacement:
+class LinkPlacements:
     """The decided placements of one link and the rule for new ones (see the module docstring)."""
 
     def __init__(self, decided: Iterable[Placement] = ()) -> None:

@@ -6,6 +6,8 @@
     switchover   planned move of the link's traffic from A (healthy) to B (``jobs.dr.switchover``)
     recover      after a failover, with A back: copy what A acknowledged beyond the replicated point to B,
                  marked, and read it back (``jobs.dr.recover``); ``--quarantine`` into separate topics
+    failback     planned move back from B to A over the reverse link, group positions exact both ways
+                 (``jobs.dr.failback``)
     abort        undo the operation under way where that is safe (restores A's fenced topic permissions)
     show         print the link's operation journal (which step it is at)
 
@@ -33,6 +35,8 @@ from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from broker_store.protocol.errors import RocketMQError
 from connectors.core.config import LinkConfig, load_replicator_config
 from connectors.core.errors import ReplicatorConfigError, ReplicatorError
+from jobs.dr.failback import KIND as FAILBACK
+from jobs.dr.failback_cli import run_failback
 from jobs.dr.journal import FileJournal
 from jobs.dr.link_ends import LinkEnds
 from jobs.dr.operation import OperationRecord, OperationRunner, Step, StepRecord, StepState
@@ -42,7 +46,7 @@ from jobs.dr.status import LinkStatus, read_status
 from jobs.dr.switchover import KIND as SWITCHOVER
 from jobs.dr.switchover import Switchover, SwitchoverSettings
 
-COMMANDS = ("status", "switchover", "recover", "abort", "show")
+COMMANDS = ("status", "switchover", "recover", "failback", "abort", "show")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -63,6 +67,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quarantine", action="store_true",
                    help=f"recover: into quarantine topics on B (<target topic>{QUARANTINE_SUFFIX}), not the mapped "
                         "ones, for the application to replay")
+    p.add_argument("--reverse-link", help="failback: the link B -> A (default: the config's only one)")
+    p.add_argument("--group", action="append", default=[], metavar="G",
+                   help="failback: move this group back (repeatable; default: the reverse link's selected groups)")
     return p
 
 
@@ -155,6 +162,8 @@ def run(args: argparse.Namespace, clock: ThreadClock = SYSTEM_CLOCK) -> int:
         current = runner.current()
         print(json.dumps(current.to_json() if current else None, indent=2))
         return 0
+    if args.command == "failback" or (args.command == "abort" and (c := runner.current()) and c.kind == FAILBACK):
+        return run_failback(args, config, link, runner, clock, err, _plan, lambda r: _step_line(err, r))
     ends = LinkEnds.open(args.config, config, link, clock)
     try:
         def progress(line: str) -> None:

@@ -156,12 +156,12 @@ class Switchover:
             ctx.save({"old_perms": old})
         for broker, perms in sorted(old.items()):
             for topic, perm in sorted(perms.items()):
-                self._set_perm(broker, topic, perm & ~PERM_WRITE)
+                self.set_perm(broker, topic, perm & ~PERM_WRITE)
         probes = {f"{topic}/{broker}": self._probe(ctx.operation.id, broker, topic)
                   for broker, perms in sorted(old.items()) for topic in sorted(perms)}
         return {"old_perms": old, "probes": probes}
 
-    def _set_perm(self, broker: str, topic: str, perm: int) -> None:
+    def set_perm(self, broker: str, topic: str, perm: int) -> None:
         """Set one topic's permission on one broker group's primary, keeping the rest of its config."""
         admin = self.ends.a
         addr = admin.primary_addrs(self.ends.source.name).get(broker)
@@ -197,7 +197,7 @@ class Switchover:
         old: Mapping[str, Mapping[str, int]] = record.result.get("old_perms") or record.progress.get("old_perms") or {}
         for broker, perms in sorted(old.items()):
             for topic, perm in sorted(perms.items()):
-                self._set_perm(broker, topic, int(perm))
+                self.set_perm(broker, topic, int(perm))
 
     # -- drain ------------------------------------------------------------------------------------------
 

@@ -51,7 +51,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def tier_image() -> str:
     """The tier's image of this checkout (``python -m broker_store image build``): reused when the daemon holds
     its tag, built otherwise (minutes when the Debian base is missing too)."""
-    from broker_store.image import build_image
+    from broker_store.deploy.image import build_image
     from tests.support.containers import remove_leftovers
 
     gone = remove_leftovers()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from broker_store.client import AsyncAdmin
-from broker_store.launcher import HOST, free_port
+from broker_store.deploy.launcher import HOST, free_port
 from broker_store.net.client import RemotingClient
 from tests.support.containers import ContainerProcess, assert_acked_kept, bring_back, new_primary
 from tests.support.controller_group import broker_config, master_addr, namesrv_config, replicas_info, until

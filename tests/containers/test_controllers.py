@@ -27,9 +27,9 @@ import requests
 from broker_store.client import AsyncAdmin
 from broker_store.client.controller_admin import controller_metadata
 from broker_store.config import ControllerConfig, NamesrvConfig
-from broker_store.controller.etcd_members import EtcdCluster, healthy
 from broker_store.controller.settings import ControllerSettings
-from broker_store.launcher import HOST, free_port
+from broker_store.deploy.etcd_members import EtcdCluster, healthy
+from broker_store.deploy.launcher import HOST, free_port
 from broker_store.net.client import RemotingClient
 from broker_store.protocol.errors import RocketMQError
 from tests.support.containers import ContainerProcess, assert_acked_kept, bring_back, new_primary
@@ -39,7 +39,7 @@ from tests.support.send_loop import Writer
 
 CLUSTER, GROUP = "cc", "cc-a"
 ETCD_BINARY = "/usr/bin/etcd"
-"""Debian's etcd-server in the image's base (``broker_store.image.BASE_PACKAGES``)."""
+"""Debian's etcd-server in the image's base (``broker_store.deploy.image.BASE_PACKAGES``)."""
 LEASE_TTL_S = 2
 """The controllers' leader lease: a frozen or killed leader is replaced after at most this."""
 RTO_TARGET_S = 3.0

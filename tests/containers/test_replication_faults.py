@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from broker_store.client import Admin, Producer, SendStatus, new_message
-from broker_store.launcher import free_port
+from broker_store.deploy.launcher import free_port
 from broker_store.protocol.errors import RocketMQError
 from tests.spark.spark_processes import write_replicator_config
 from tests.support.containers import ContainerProcess

@@ -213,7 +213,8 @@ def test_a_broker_does_not_start_with_a_bad_acl_file(tmp_path: Path) -> None:
 
 
 def test_acl_admin_requests_edit_the_file_crash_safely_and_take_effect_at_once(tmp_path: Path) -> None:
-    from broker_store.acl.plain_file import PlainAccount, read_plain_acl
+    from broker_store.acl.account import PlainAccount
+    from broker_store.acl.plain_file import read_plain_acl
     from broker_store.client.acl_admin import AsyncAclAdmin
     from broker_store.protocol.errors import BrokerResponseError
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from broker_store.config import NamesrvConfig
 from broker_store.controller.settings import ControllerSettings
-from broker_store.launcher import free_port
+from broker_store.deploy.launcher import free_port
 from broker_store.namesrv.server import NamesrvServer
 from broker_store.net.client import RemotingClient
 from broker_store.net.server import Connection, RemotingServer

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from broker_store.client import AsyncAdmin
-from broker_store.launcher import HOST, wait_in_sync
+from broker_store.deploy.launcher import HOST, wait_in_sync
 from broker_store.net import RemotingClient
 from broker_store.protocol.codes import RequestCode, ResponseCode
 from broker_store.protocol.frame import RemotingCommand

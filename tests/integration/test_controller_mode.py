@@ -25,7 +25,7 @@ from broker_store.controller.processor import ControllerProcessor
 from broker_store.controller.replicas import GroupState
 from broker_store.controller.service import Controller
 from broker_store.controller.settings import ControllerSettings
-from broker_store.launcher import HOST, wait_in_sync
+from broker_store.deploy.launcher import HOST, wait_in_sync
 from broker_store.namesrv import NamesrvServer
 from broker_store.net.server import Connection, HandlerResult, RemotingServer
 from broker_store.protocol.codes import ResponseCode

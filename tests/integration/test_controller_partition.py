@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from broker_store.client import AsyncAdmin, AsyncProducer, SendStatus, new_message
-from broker_store.launcher import wait_in_sync
+from broker_store.deploy.launcher import wait_in_sync
 from broker_store.protocol.errors import RocketMQError
 from broker_store.protocol.message import parse_msg_id
 from tests.support.controller_group import (

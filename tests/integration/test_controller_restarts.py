@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from broker_store.client import AsyncAdmin, AsyncProducer, SendStatus, new_message
-from broker_store.launcher import HOST, free_port
+from broker_store.deploy.launcher import HOST, free_port
 from broker_store.net.client import RemotingClient
 from broker_store.protocol.errors import RocketMQError
 from tests.support.controller_group import (

@@ -14,9 +14,9 @@ import pytest
 
 from broker_store.client import AsyncAdmin, AsyncProducer, SendStatus, new_message
 from broker_store.config import ControllerConfig, NamesrvConfig
-from broker_store.controller.etcd_members import EtcdCluster, find_etcd
 from broker_store.controller.settings import ControllerSettings
-from broker_store.launcher import HOST, free_port
+from broker_store.deploy.etcd_members import EtcdCluster, find_etcd
+from broker_store.deploy.launcher import HOST, free_port
 from broker_store.net.client import RemotingClient
 from broker_store.protocol.controller import ReplicasInfo
 from broker_store.protocol.errors import RocketMQError

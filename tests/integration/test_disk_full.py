@@ -14,7 +14,7 @@ import pytest
 
 from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, SendStatus, new_message
 from broker_store.config import BrokerConfig
-from broker_store.launcher import HOST
+from broker_store.deploy.launcher import HOST
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import ServiceNotAvailableError
 from tests.support.private_tmpfs import PrivateTmpfs, fill, private_tmpfs

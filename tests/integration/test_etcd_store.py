@@ -1,5 +1,5 @@
 """The replicated controller state store (``EtcdStateStore``) against real etcd members (Debian's etcd-server 3.4)
-started as child processes on loopback ports by ``controller.etcd_members``: the same contract cases as the file
+started as child processes on loopback ports by ``deploy.etcd_members``: the same contract cases as the file
 store (tests/support/state_store_contract.py), then what only a replicated store must do: keep working when the
 member a client talks to is killed or hung, keep its data when every member restarts, elect exactly one leader
 and replace one that stops renewing its lease, and refuse a compare-and-set on a stale version from a second
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from broker_store.controller.etcd_members import INSTALL_HINT, EtcdCluster, find_etcd
 from broker_store.controller.etcd_store import EtcdStateStore
 from broker_store.controller.state_store import StateStore, StateStoreError
-from broker_store.launcher import HOST, free_port
+from broker_store.deploy.etcd_members import INSTALL_HINT, EtcdCluster, find_etcd
+from broker_store.deploy.launcher import HOST, free_port
 from tests.support.state_store_contract import CONTRACT, OpenStore, contract_id
 from tests.support.waiting import eventually
 

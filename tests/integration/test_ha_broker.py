@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from broker_store import cli
+from broker_store.cli import main as cli
 from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, SendStatus, new_message
 from broker_store.net import RemotingClient
 from broker_store.protocol.codes import PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND, RequestCode, ResponseCode

@@ -25,9 +25,8 @@ from broker_store.ha.primary_service import PrimaryService
 from broker_store.ha.quorum import Quorum
 from broker_store.ha.replica_client import ReplicaClient
 from broker_store.ha.settings import HARole, HASettings
-from broker_store.ha.status import ReplicationStatus
 from broker_store.ha.wire import BatchDecoder, ReportDecoder, TransferBatch, encode_report
-from broker_store.store import MessageStore, StoreConfig
+from broker_store.store import MessageStore, PutStatus, StoreConfig
 
 pytestmark = pytest.mark.integration
 
@@ -126,7 +125,7 @@ def test_primary_heartbeats_an_idle_replica_and_drops_a_silent_one_by_its_clock(
                     waited = clock.monotonic() - connected_at
                     assert put.done() is (waited >= SLAVE_TIMEOUT)
                     assert quorum.links.alive_count == 1 and not replica.closed  # silent for less than 300 s
-                assert put.result(timeout=0) is ReplicationStatus.FLUSH_SLAVE_TIMEOUT
+                assert put.result(timeout=0) is PutStatus.FLUSH_SLAVE_TIMEOUT
                 clock.advance(DEAD_AFTER - 4 * HEARTBEAT)  # silent for the housekeeping interval: a dead link
                 await _until(lambda: replica.closed, "the primary closes the dead link")
                 assert quorum.links.alive_count == 0

@@ -24,9 +24,8 @@ from broker_store.ha.primary_service import PrimaryService
 from broker_store.ha.quorum import Quorum
 from broker_store.ha.replica_client import ReplicaClient
 from broker_store.ha.settings import HARole, HASettings
-from broker_store.ha.status import ReplicationStatus
 from broker_store.ha.wire import encode_report
-from broker_store.store import MessageStore, StoreConfig
+from broker_store.store import MessageStore, PutStatus, StoreConfig
 
 pytestmark = pytest.mark.integration
 
@@ -213,7 +212,7 @@ def test_quorum_acks_over_the_wire_and_dead_links(tmp_path: Path) -> None:
                 assert decision.need_acks == 2 and not decision.refused
                 end = _put(group.primary, 1, size=300)
                 futures.append(asyncio.wrap_future(group.quorum.wait(end, decision)))
-            assert await asyncio.gather(*futures) == [ReplicationStatus.PUT_OK] * 50
+            assert await asyncio.gather(*futures) == [PutStatus.PUT_OK] * 50
             _assert_identical(group.primary, group.replica, start=0)
             assert group.client is not None
             await group.client.stop()                  # the link closes: its acks stop counting at once
@@ -227,7 +226,7 @@ def test_quorum_acks_over_the_wire_and_dead_links(tmp_path: Path) -> None:
                 end = _put(group.primary, 1)
                 began = time.monotonic()
                 assert await asyncio.wrap_future(group.quorum.wait(end, decision)) is \
-                    ReplicationStatus.FLUSH_SLAVE_TIMEOUT
+                    PutStatus.FLUSH_SLAVE_TIMEOUT
                 assert 0.9 < time.monotonic() - began < 2.0
                 await _until(lambda: group.quorum.links.alive_count == 0, timeout=3)
         finally:
@@ -242,11 +241,11 @@ def test_every_put_ok_is_on_the_replica_when_the_primary_stops_under_load(tmp_pa
             await group.start()
             await _until(lambda: group.quorum.links.alive_count == 1 and group.quorum.links.ack_offsets()[0] >= 0)
             acked: list[int] = []
-            pending: set[asyncio.Future[ReplicationStatus]] = set()
+            pending: set[asyncio.Future[PutStatus]] = set()
 
-            def record_if_ok(end: int) -> Callable[[asyncio.Future[ReplicationStatus]], None]:
-                def record(f: asyncio.Future[ReplicationStatus]) -> None:
-                    if f.result() is ReplicationStatus.PUT_OK:
+            def record_if_ok(end: int) -> Callable[[asyncio.Future[PutStatus]], None]:
+                def record(f: asyncio.Future[PutStatus]) -> None:
+                    if f.result() is PutStatus.PUT_OK:
                         acked.append(end)
                 return record
 

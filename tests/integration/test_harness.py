@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from broker_store import launcher
 from broker_store.client import Admin
+from broker_store.deploy import launcher
 from broker_store.protocol.errors import TransportError
 from tests.support.processes import GroupSpec, LocalCluster, broker_listen_port, failure_logs, free_port
 

@@ -16,7 +16,7 @@ import yaml
 
 from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, StoredMessage, new_message
 from broker_store.config import BrokerConfig
-from broker_store.launcher import ClusterProcesses, loopback_cluster, wait_in_sync
+from broker_store.deploy.launcher import ClusterProcesses, loopback_cluster, wait_in_sync
 from tests.support.processes import broker_listen_port, free_port, local_cluster
 
 pytestmark = pytest.mark.integration

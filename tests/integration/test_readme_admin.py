@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from broker_store import cli
+from broker_store.cli import main as cli
 from tests.support.processes import local_cluster
 from tests.support.readme_commands import Command, readme_commands
 

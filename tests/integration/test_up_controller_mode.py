@@ -31,8 +31,8 @@ import yaml
 
 from broker_store.client import Admin, MessageQueue, Producer, PullConsumer, PullStatus, SendStatus, new_message
 from broker_store.client.controller_admin import controller_metadata, sync_state_data
-from broker_store.controller.etcd_members import INSTALL_HINT, find_etcd
-from broker_store.launcher import HOST
+from broker_store.deploy.etcd_members import INSTALL_HINT, find_etcd
+from broker_store.deploy.launcher import HOST
 from broker_store.net.client import RemotingClient
 from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.controller import ReplicasInfo

@@ -1,6 +1,6 @@
 """The project's processes each in its own container, for the container tier (``tests/containers``).
 
-``ContainerProcess`` runs one name server or broker of the tier's image (``broker_store.image``) with
+``ContainerProcess`` runs one name server or broker of the tier's image (``broker_store.deploy.image``) with
 testcontainers: host networking (the process listens on 127.0.0.1 like the loopback tiers' ones), a memory limit
 with no swap beyond it, and its run directory (config, store) bind-mounted at the same path, so the config file
 the host wrote names paths valid on both sides and the host reads the store after the container is gone.
@@ -27,7 +27,7 @@ from testcontainers.core.container import DockerContainer
 
 from broker_store.client import AsyncAdmin
 from broker_store.config import BrokerConfig, ControllerConfig, NamesrvConfig
-from broker_store.launcher import write_config
+from broker_store.deploy.launcher import write_config
 from tests.support.controller_group import master_addr, until
 from tests.support.log_check import commitlog_image, stored_keys
 

@@ -47,7 +47,7 @@ def all_imports(roots: Iterable[str], prefixes: tuple[str, ...]) -> list[Import]
 def package_unit(top: str) -> Callable[[str], str]:
     """The unit of a dotted name or a repo-relative path inside package ``top``: its subpackage, or for a module
     directly in ``top`` that module's name (``broker_store.store.commit_log`` -> ``store``,
-    ``broker_store/cli.py`` -> ``cli``)."""
+    ``broker_store/cli/main.py`` -> ``cli``)."""
 
     def unit(name: str) -> str:
         parts = name.removesuffix(".py").replace("/", ".").split(".")

@@ -9,7 +9,7 @@ listen + 1). Each member can be stopped (SIGTERM), killed (SIGKILL), paused (SIG
 at the same address. tests/conftest.py appends the logs of the clusters a failed test used to its
 report (``failure_logs``).
 
-Process control itself is ``broker_store.launcher.ManagedProcess`` and ports come from its
+Process control itself is ``broker_store.deploy.launcher.ManagedProcess`` and ports come from its
 ``free_port`` (product code, also used by the benchmarks); this module adds what tests need on top.
 """
 
@@ -26,9 +26,9 @@ from typing import Any
 
 from broker_store.client import Admin
 from broker_store.config import BrokerConfig, NamesrvConfig
-from broker_store.launcher import HOST, LOG_TAIL_CHARS, ManagedProcess, poll_until, wait_in_sync
-from broker_store.launcher import broker_listen_port as broker_listen_port  # re-exported with free_port:
-from broker_store.launcher import free_port as free_port  # the tests take ports from here
+from broker_store.deploy.launcher import HOST, LOG_TAIL_CHARS, ManagedProcess, poll_until, wait_in_sync
+from broker_store.deploy.launcher import broker_listen_port as broker_listen_port  # re-exported with free_port:
+from broker_store.deploy.launcher import free_port as free_port  # the tests take ports from here
 from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.errors import RocketMQError
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from broker_store.launcher import poll_until
+from broker_store.deploy.launcher import poll_until
 
 
 def eventually(check: Callable[[], bool], timeout: float = 20.0, what: str | Callable[[], str] = "condition",

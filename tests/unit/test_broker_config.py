@@ -214,7 +214,7 @@ def test_controller_section_names_the_controllers_and_is_checked(tmp_path: Path)
 def test_a_written_controller_mode_config_loads_again(tmp_path: Path) -> None:
     """The launcher's per-process file leaves the broker id out (the controller assigns it; written, it would be
     refused) and keeps the controller section."""
-    from broker_store.launcher import write_config
+    from broker_store.deploy.launcher import write_config
 
     cfg = BrokerConfig(broker_name="b", store_dir=tmp_path, enable_controller_mode=True, namesrv_addrs=["h:9876"],
                        controller={"election_priority": 3})
@@ -268,7 +268,7 @@ def test_replica_without_a_primary_in_its_group_is_refused(tmp_path: Path) -> No
 
 
 def test_up_plans_one_child_per_member_of_cluster_replicas_yaml(tmp_path: Path) -> None:
-    from broker_store.up import plan_up
+    from broker_store.deploy.up import plan_up
 
     cfg = load_yaml(CONF / "cluster-replicas.yaml", LocalClustersConfig)
     plan = plan_up(cfg, tmp_path / "run", tmp_path / "data", console=False)
@@ -285,7 +285,7 @@ def test_up_plans_etcd_controllers_and_controlled_groups_of_cluster_ha_yaml(tmp_
     """Controller-mode brokers have no fixed id: each still gets a process, config file and store of its own (named
     by its position in its group), and reports to the file's three controllers, which share three etcd members."""
     from broker_store.config import ControllerConfig
-    from broker_store.up import plan_up
+    from broker_store.deploy.up import plan_up
 
     cfg = load_yaml(CONF / "cluster-ha.yaml", LocalClustersConfig)
     plan = plan_up(cfg, tmp_path / "run", tmp_path / "data", console=False)
@@ -314,7 +314,7 @@ def test_up_gives_standalone_controllers_the_controllers_tls_section(tmp_path: P
     """``controllers.tls`` reaches every controller's config file: it serves and dials with TLS (up used to drop it,
     so controllers served plain while the brokers dialing them used TLS)."""
     from broker_store.config import ControllerConfig
-    from broker_store.up import plan_up
+    from broker_store.deploy.up import plan_up
 
     for name in ("server.pem", "server.key", "ca.pem"):
         (tmp_path / name).write_text("not read when planned\n")
@@ -372,7 +372,7 @@ def test_a_controlled_group_without_any_controller_is_refused(tmp_path: Path) ->
 
 
 def test_up_runs_the_embedded_controller_in_the_name_server_with_its_state_under_the_data_dir(tmp_path: Path) -> None:
-    from broker_store.up import plan_up
+    from broker_store.deploy.up import plan_up
 
     cfg = load_yaml(_write(tmp_path, CONTROLLED), LocalClustersConfig)
     plan = plan_up(cfg, tmp_path / "run", tmp_path / "data", console=False)

@@ -16,15 +16,17 @@ CLOCK_MODULE = "broker_store/clock.py"
 """The owner: ``SystemClock`` is where real time is read and real timers are armed."""
 
 PROCESS_TOOLS: dict[str, str] = {
-    "broker_store/cli.py": "the command line's produce/consume commands: a person's deadline and the elapsed time "
-                           "printed for them, in the command's own process",
-    "broker_store/image.py": "the container image build: the wall time the build took, reported to the operator",
-    "broker_store/launcher.py": "starts broker, name server and controller processes and waits in real time for "
-                                "their readiness and exit (a child process runs on real time, not on a clock)",
-    "broker_store/up.py": "`python -m broker_store up`: waits for the processes it started to be ready",
-    "broker_store/controller/etcd_members.py": "starts etcd member processes and waits for them to listen",
-    "broker_store/up_supervisor.py": "`up`'s supervision rounds: restarts exited child processes with back-off "
-                                     "(its ``now``/``sleep`` are injectable for its own tests)",
+    "broker_store/cli/main.py": "the command line's produce/consume commands: a person's deadline and the elapsed "
+                                "time printed for them, in the command's own process",
+    "broker_store/deploy/image.py": "the container image build: the wall time the build took, reported to the "
+                                    "operator",
+    "broker_store/deploy/launcher.py": "starts broker, name server and controller processes and waits in real time "
+                                       "for their readiness and exit (a child process runs on real time, not on a "
+                                       "clock)",
+    "broker_store/deploy/up.py": "`python -m broker_store up`: waits for the processes it started to be ready",
+    "broker_store/deploy/etcd_members.py": "starts etcd member processes and waits for them to listen",
+    "broker_store/deploy/up_supervisor.py": "`up`'s supervision rounds: restarts exited child processes with "
+                                            "back-off (its ``now``/``sleep`` are injectable for its own tests)",
 }
 """Modules that drive real processes from the outside, so real time is what they wait on."""
 

@@ -6,15 +6,16 @@ design gives them:
 ``protocol`` and the validation formatter, ``ha`` nothing of the store but its package API and its epoch values.
 No module passes 600 lines. Read from the source (ast) by the shared checker, ``tests/support/import_graph.py``.
 
-A unit is a subpackage or a top-level module; two modules of ``controller`` are units of their own because they
-sit higher than the rest of their package: ``controller.server`` is the controller's process side (it reads
-``config.ControllerConfig``, which holds ``controller.settings``) and ``controller.etcd_members`` holds etcd child
-processes beside ``launcher``'s (whose helpers it uses).
+A unit is a subpackage or a top-level module, with no exception. ``cli_table`` and ``launcher`` are the old homes
+of ``cli.table`` and ``deploy.launcher``, kept as aliases for callers on other branches until those are merged.
 """
 
 from __future__ import annotations
 
+import ast
+
 from tests.support.import_graph import (
+    REPO,
     Import,
     all_imports,
     circle,
@@ -25,18 +26,16 @@ from tests.support.import_graph import (
 )
 
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"protocol", "clock", "address", "background", "validation", "cli_table", "restart_policy"}),
+    frozenset({"protocol", "clock", "address", "background", "validation", "restart_policy"}),
     frozenset({"net", "store", "acl"}),
-    frozenset({"client", "ha", "cli_tls", "cli_credentials"}),
+    frozenset({"client", "ha"}),
     frozenset({"controller"}),
     frozenset({"config"}),
-    frozenset({"controller.server", "broker"}),
+    frozenset({"broker"}),
     frozenset({"namesrv"}),
-    frozenset({"launcher"}),
-    frozenset({"controller.etcd_members", "image_constraints", "up_supervisor"}),
-    frozenset({"up", "cli_ha", "cli_acl", "image"}),
-    frozenset({"cli"}),
-    frozenset({"__main__"}),
+    frozenset({"deploy"}),
+    frozenset({"cli", "launcher"}),
+    frozenset({"__main__", "cli_table"}),
 )
 """The units, lowest first. A unit imports only units of lower layers, and of those only its ``ALLOWED``."""
 
@@ -46,39 +45,31 @@ ALLOWED: dict[str, frozenset[str]] = {
     "address": frozenset(),
     "background": frozenset(),
     "validation": frozenset(),
-    "cli_table": frozenset(),  # the admin commands' tables (rich)
     "restart_policy": frozenset(),  # up's restart rule, a member's ``restart`` setting
     "acl": frozenset({"protocol", "validation"}),  # ACL 1.0's pure decisions and its account format
     "net": frozenset({"clock", "protocol"}),  # clock: the connection hygiene's timers
     "store": frozenset({"clock", "protocol"}),
-    # acl: the account format of the ACL admin requests; clock: every timer of the clients
+    # acl: the account format of the ACL admin requests (CLIENT_ACL_API only); clock: every timer of the clients
     "client": frozenset({"acl", "clock", "net", "protocol"}),
     # the store only through HA_STORE_API; acl: the peer allow-list and refusal log of the HA port
     "ha": frozenset({"acl", "address", "clock", "protocol", "store"}),
     # validation: UPDATE_CONTROLLER_CONFIG's refusals name the field as every settings error does
-    # acl: the controller's peer allow-list and refusal log
-    "controller": frozenset({"acl", "background", "clock", "net", "protocol", "store", "validation"}),
+    # acl: the controller's peer allow-list and refusal log; address: a standalone controller's listen address;
+    # store: the crash-safe file write of its file state store (store.files.replace_file)
+    "controller": frozenset({"acl", "address", "background", "clock", "net", "protocol", "store", "validation"}),
     # config: each part's settings model
     "config": frozenset({"address", "controller", "ha", "net", "protocol", "restart_policy", "store", "validation"}),
-    "controller.server": frozenset({"address", "clock", "config", "controller", "net", "protocol"}),
     "broker": frozenset({"acl", "address", "background", "clock", "config", "ha", "net", "protocol", "store",
                          "validation"}),
-    "namesrv": frozenset({"background", "clock", "config", "controller.server", "net", "protocol"}),
-    "launcher": frozenset({"client", "config", "ha", "protocol"}),
-    "controller.etcd_members": frozenset({"launcher"}),
-    "up_supervisor": frozenset({"launcher", "restart_policy"}),  # up's restarts of its children
-    "up": frozenset({"config", "controller.etcd_members", "launcher", "restart_policy", "up_supervisor"}),
-    "image_constraints": frozenset({"protocol"}),  # the image's pins from the installed runtime dependencies
-    # the container image build: subprocesses (debootstrap, docker), its pins and its error
-    "image": frozenset({"image_constraints", "protocol"}),
-    "cli_tls": frozenset({"net", "protocol"}),  # the admin commands' TLS options -> net's client settings
-    "cli_credentials": frozenset({"protocol"}),  # the admin commands' ACL account options -> SessionCredentials
-    "cli_ha": frozenset({"cli_credentials", "cli_table", "cli_tls", "client", "controller.etcd_members", "net",
-                         "protocol"}),
-    "cli_acl": frozenset({"acl", "cli_credentials", "cli_tls", "client", "config", "protocol", "validation"}),
-    "cli": frozenset({"broker", "cli_acl", "cli_credentials", "cli_ha", "cli_table", "cli_tls", "client", "config",
-                      "controller.server", "image", "launcher", "namesrv", "net", "protocol", "up",
-                      "up_supervisor"}),
+    "namesrv": frozenset({"background", "clock", "config", "controller", "net", "protocol"}),  # the embedded one
+    # the processes: broker, name server, controller and etcd children, up and its restarts, the container image;
+    # client: waits for the children's registration; ha: a member's role
+    "deploy": frozenset({"client", "config", "ha", "protocol", "restart_policy"}),
+    # the command line: the servers it runs, the admin commands' clients, deploy's up and image
+    "cli": frozenset({"acl", "broker", "client", "config", "controller", "deploy", "namesrv", "net", "protocol",
+                      "validation"}),
+    "launcher": frozenset({"deploy"}),  # alias of deploy.launcher (see the module docstring)
+    "cli_table": frozenset({"cli"}),  # alias of cli.table (see the module docstring)
     "__main__": frozenset({"cli"}),
 }
 """unit -> the units it may import: the design's layers, as the import graph has them (docs/architecture.md
@@ -89,14 +80,16 @@ HA_STORE_API = frozenset({"broker_store.store", "broker_store.store.epoch_cache"
 """What HA may import of the store: the package's public names and the epoch values (pure data both sides of a
 link exchange, ``ha.store_view``); it reads and writes a log through the ``ha.store_view`` Protocols."""
 
-OWN_UNITS = ("broker_store.controller.server", "broker_store.controller.etcd_members")
+CLIENT_ACL_API = frozenset({"broker_store.acl.account"})
+"""What the client may import of ``acl``: one account's format, the body of the ACL admin requests it sends; never
+the broker's file handling or its decisions."""
+
 MAX_LINES = 600
 
 
 def unit(name: str) -> str:
     """A module's unit (``name`` dotted, or a repo-relative path)."""
-    dotted = name.removesuffix(".py").replace("/", ".")
-    return dotted.removeprefix("broker_store.") if dotted in OWN_UNITS else package_unit("broker_store")(dotted)
+    return package_unit("broker_store")(name)
 
 
 def edges() -> dict[tuple[str, str], list[Import]]:
@@ -120,6 +113,23 @@ def test_no_unit_imports_up_or_sideways_and_the_low_layers_only_what_the_design_
 def test_ha_imports_only_the_stores_package_api_and_epoch_values() -> None:
     store_imports = edges().get(("ha", "store"), [])
     assert [f"{i.source} imports {i.module}" for i in store_imports if i.module not in HA_STORE_API] == []
+
+
+def test_the_client_imports_only_the_account_format_of_acl() -> None:
+    acl_imports = edges().get(("client", "acl"), [])
+    assert [f"{i.source} imports {i.module}" for i in acl_imports if i.module not in CLIENT_ACL_API] == []
+
+
+def test_no_module_imports_a_private_name_of_another() -> None:
+    """A seam between modules (the controller-mode HA classes over the classic ones) is public names, never another
+    module's ``_name``; a C extension module (``_record_walk``) is imported whole under its own private name."""
+    found = []
+    for path in sorted((REPO / "broker_store").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("broker_store"):
+                found += [f"{path.relative_to(REPO)}: {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_")]
+    assert found == []
 
 
 def test_no_module_passes_the_size_limit() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import io
 
-from broker_store.cli import consumed_line
-from broker_store.cli_table import print_table
+from broker_store.cli.main import consumed_line
+from broker_store.cli.table import print_table
 from broker_store.protocol.message import StoredMessage
 from broker_store.protocol.properties import PROPERTY_KEYS, PROPERTY_TAGS
 

@@ -35,7 +35,7 @@ from broker_store.client import (
 )
 from broker_store.client.route_cache import RouteCache, publish_queues, route_from_default, subscribe_queues
 from broker_store.clock import ManualClock
-from broker_store.launcher import free_port
+from broker_store.deploy.launcher import free_port
 from broker_store.net.client import RemotingClient
 from broker_store.net.server import Connection, RemotingServer
 from broker_store.protocol.codes import (

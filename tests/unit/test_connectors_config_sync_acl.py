@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker_store.acl.plain_file import PlainAccount
+from broker_store.acl.account import PlainAccount
 from broker_store.client.acl_admin import BrokerAclConfig
 from connectors.config_sync.acl_sync import map_account, plan_acl
 from connectors.config_sync.plan import ChangeKind, ChangeStatus

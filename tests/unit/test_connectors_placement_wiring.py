@@ -60,8 +60,8 @@ def test_table_round_trip_first_row_stands(tmp_path: Path) -> None:
     table.record([Placement(q, "B", TargetQueue("dst-a", 0), PRESERVED)], DRIVER)  # a re-made decision
     PlacementTable(tmp_path / "l", source_cluster="other").record(
         [Placement(q, "B", TargetQueue("dst-a", 1), PRESERVED)], DRIVER)
-    from connectors.replication.queue_placement import QueuePlacement
-    loaded = QueuePlacement(PlacementTable(tmp_path / "l", source_cluster="src").load())
+    from connectors.replication.queue_placement import LinkPlacements
+    loaded = LinkPlacements(PlacementTable(tmp_path / "l", source_cluster="src").load())
     assert loaded.get(q, "B") == Placement(q, "B", TargetQueue("dst-a", 2), PRESERVED)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from broker_store.controller.etcd_store import EtcdStateStore, prefix_end
 from broker_store.controller.state_store import StateStoreError
-from broker_store.launcher import free_port
+from broker_store.deploy.launcher import free_port
 from tests.support.clocks import MillisClock
 
 

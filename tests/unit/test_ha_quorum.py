@@ -17,12 +17,12 @@ from broker_store.ha.ack_tracker import AckTracker
 from broker_store.ha.errors import HAProtocolError
 from broker_store.ha.quorum import NO_WAIT, Quorum, QuorumRules, decide_need_acks
 from broker_store.ha.settings import HARole, HASettings
-from broker_store.ha.status import ReplicationStatus, remark
 from broker_store.protocol.codes import ResponseCode
+from broker_store.store import PutStatus
 
-OK = ReplicationStatus.PUT_OK
-TIMEOUT = ReplicationStatus.FLUSH_SLAVE_TIMEOUT
-NOT_ENOUGH = ReplicationStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
+OK = PutStatus.PUT_OK
+TIMEOUT = PutStatus.FLUSH_SLAVE_TIMEOUT
+NOT_ENOUGH = PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
 
 
 def _quorum(**overrides: Any) -> tuple[Quorum, ManualClock]:
@@ -43,9 +43,11 @@ def _rules(in_sync: int, min_in_sync: int = 1, auto: bool = False,
 def test_status_wire_codes() -> None:
     assert DURABLE_RESPONSE_CODES[OK] is ResponseCode.SUCCESS
     assert DURABLE_RESPONSE_CODES[TIMEOUT] == 12
-    assert DURABLE_RESPONSE_CODES[ReplicationStatus.SLAVE_NOT_AVAILABLE] == 11
+    assert DURABLE_RESPONSE_CODES[PutStatus.SLAVE_NOT_AVAILABLE] == 11
     assert NOT_ENOUGH not in DURABLE_RESPONSE_CODES  # SYSTEM_ERROR with a remark
-    assert remark(NOT_ENOUGH, "x") == "IN_SYNC_REPLICAS_NOT_ENOUGH: x" and remark(OK, "x") == ""
+    refused = decide_need_acks(_rules(2), alive_copies=1, in_sync_copies=1)
+    assert refused.remark.startswith("IN_SYNC_REPLICAS_NOT_ENOUGH: ")  # the status name, then the reason
+    assert decide_need_acks(_rules(2), alive_copies=2, in_sync_copies=2).remark == ""
 
 
 def test_default_one_of_one_is_asynchronous_even_for_sync_master() -> None:
@@ -310,7 +312,7 @@ def test_cancelled_waiters_are_dropped_and_fail_all_answers_the_rest() -> None:
     assert cancelled.cancel()
     assert tracker.on_acks([15]) == 0
     assert tracker.next_deadline() == pytest.approx(clock.monotonic() + 1.0)
-    assert tracker.fail_all(ReplicationStatus.FLUSH_SLAVE_TIMEOUT) == 1
+    assert tracker.fail_all(PutStatus.FLUSH_SLAVE_TIMEOUT) == 1
     assert kept.result(timeout=0) is TIMEOUT
     assert tracker.pending == 0 and tracker.next_deadline() is None
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from broker_store.cli_ha import controller_row, member_rows
+from broker_store.cli.ha import controller_row, member_rows
 from broker_store.protocol.controller import ReplicaIdentity, ReplicasInfo
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.ha_status import (
@@ -122,7 +122,7 @@ def test_controller_status_reports_one_document_and_prints_a_table_for_people(
     table (the groups' cells once separated by tabs)."""
     import asyncio
 
-    from broker_store.cli_ha import controller_report, print_controller_report
+    from broker_store.cli.ha import controller_report, print_controller_report
     from broker_store.protocol.controller import GetMetaDataResponseHeader
     from broker_store.protocol.errors import TransportError
 

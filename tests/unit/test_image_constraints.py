@@ -1,4 +1,4 @@
-"""``image/constraints.txt`` is generated from the runtime dependencies (``broker_store.image_constraints``): the
+"""``image/constraints.txt`` is generated from the runtime dependencies (``broker_store.deploy.image_constraints``): the
 committed file must match what this environment (the project's .venv) resolves, so a dependency change that
 was not carried into the image's pins fails ``make test`` with the command that fixes it. The rest runs the
 generator on a scratch checkout whose pyproject.toml names a few installed distributions."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from broker_store.image_constraints import CONSTRAINTS, REGENERATE, check, regenerate, render, runtime_pins
+from broker_store.deploy.image_constraints import CONSTRAINTS, REGENERATE, check, regenerate, render, runtime_pins
 from broker_store.protocol.errors import ImageBuildError
 
 REPO = Path(__file__).resolve().parents[2]

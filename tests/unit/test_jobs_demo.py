@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from broker_store.config import LocalClustersConfig, load_yaml
-from broker_store.up import plan_up
+from broker_store.deploy.up import plan_up
 from connectors.core.config import load_replicator_config
 from jobs.demo import DEMO_INTERVALS, LINK, REPLICATOR_CONFIG, TOPIC, named_topics, write_config
 from jobs.demo_failover import ControlledSource, controlled_clusters, election_seconds

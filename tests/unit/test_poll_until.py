@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker_store.launcher import poll_until
+from broker_store.deploy.launcher import poll_until
 
 
 def test_returns_once_the_predicate_holds() -> None:

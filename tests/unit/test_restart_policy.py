@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from broker_store.config import BrokerSettings, NamesrvConfig
+from broker_store.deploy.up_supervisor import request_restart
 from broker_store.restart_policy import BackOff, RestartMode, RestartPolicy
-from broker_store.up_supervisor import request_restart
 
 
 def test_on_failure_restarts_crashes_with_growing_delays_up_to_the_cap() -> None:

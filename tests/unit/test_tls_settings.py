@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from broker_store.cli_tls import add_tls_arguments, tls_from_args
+from broker_store.cli.tls import add_tls_arguments, tls_from_args
 from broker_store.config import BrokerConfig, NamesrvConfig, load_yaml
-from broker_store.launcher import write_config
+from broker_store.deploy.launcher import write_config
 from broker_store.net.tls import ServerTls, client_context, server_context
 from broker_store.net.tls_settings import ClientAuth, TlsClientSettings, TlsMode, TlsServerSettings
 from broker_store.protocol.errors import ConfigError

@@ -1,7 +1,7 @@
 """The replication admin commands of ``python -m broker_store``: ``ha-status`` (every broker group's members, and
 for controller-mode groups the controller's view), ``controller-status`` (the controllers, their leader, each
 group's master, epochs and SyncStateSet) and ``elect``. Called by ``cli.main``; ``ha-status`` and
-``controller-status`` print rich tables (``cli_table``) for people, and with ``--json`` one JSON document for scripts
+``controller-status`` print rich tables (``cli.table``) for people, and with ``--json`` one JSON document for scripts
 and tests (the same cells under the column names). The formats they read have one owner each:
 ``protocol.ha_status`` (GET_BROKER_HA_STATUS, GET_BROKER_EPOCH_CACHE, the in-sync rule) and
 ``protocol.controller`` (the controller's answers). ``controller-config`` prints each controller's settings and
@@ -10,7 +10,7 @@ changes the leader's (``--set KEY=VALUE``; the text is ``protocol.config_text``'
 
 Controllers are ``--controller A[;B;C]`` (default: the first name server, where the controller is embedded by
 default); a read goes to the first that answers, as every controller answers reads. With ``--access-key`` (the
-account options of ``cli_credentials``, as ``acl ...``) every request, the brokers' and the controllers', is
+account options of ``cli.credentials``, as ``acl ...``) every request, the brokers' and the controllers', is
 signed: a controller with ``controller.acl_file`` serves only accounts of that file or whitelisted addresses.
 """
 
@@ -22,9 +22,9 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from broker_store.cli_credentials import credentials_from_args
-from broker_store.cli_table import print_table
-from broker_store.cli_tls import tls_from_args
+from broker_store.cli.credentials import credentials_from_args
+from broker_store.cli.table import print_table
+from broker_store.cli.tls import tls_from_args
 from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.codes import ResponseCode
@@ -208,7 +208,7 @@ def cmd_controller_status(args: argparse.Namespace) -> int:
     metadata's ``peers``; none for the embedded controller), then per broker group: master, epochs, SyncStateSet
     and the others. Exit 1 when no controller answers."""
     from broker_store.client.controller_admin import controller_metadata, sync_state_data
-    from broker_store.controller.etcd_members import healthy as etcd_healthy
+    from broker_store.deploy.etcd_members import healthy as etcd_healthy
     from broker_store.net.client import RemotingClient
 
     async def call(client: object, addrs: list[str]) -> int:

@@ -1,6 +1,6 @@
 """``up``'s supervision of its children once they all started: restarts by policy, restarts asked for, pid files.
 
-Called by ``broker_store.up.run_up`` once a round (every 0.2 s) until SIGINT/SIGTERM. Each round, per child:
+Called by ``broker_store.deploy.up.run_up`` once a round (every 0.2 s) until SIGINT/SIGTERM. Each round, per child:
 
     a restart asked for      ``<run_dir>/<name>.restart`` exists (``request_restart``, i.e. ``python -m broker_store
                              restart-member``): the file is removed, the child stopped (SIGTERM, then SIGKILL after
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from broker_store.launcher import ChildProcess
+from broker_store.deploy.launcher import ChildProcess
 from broker_store.restart_policy import RestartMode, RestartPolicy
 
 RESTART_SUFFIX = ".restart"

@@ -3,7 +3,7 @@
 updateGlobalWhiteAddr. Installed into the parser by ``broker_store.cli``.
 
 Secrets never appear on the command line (where ``ps`` shows them) nor in the output: the caller's
-account comes from ``cli_credentials`` (``--access-key``, ``--secret-key-file``), an account's new secret
+account comes from ``cli.credentials`` (``--access-key``, ``--secret-key-file``), an account's new secret
 from ``--account-secret-file`` or BROKER_STORE_ACL_ACCOUNT_SECRET. The requests go to the brokers named with
 ``-b`` or to every primary of ``-c`` (default: every primary the name server lists).
 """
@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from broker_store.cli_credentials import add_credential_arguments, credentials_from_args, read_secret
-from broker_store.cli_tls import tls_from_args
+from broker_store.cli.credentials import add_credential_arguments, credentials_from_args, read_secret
+from broker_store.cli.tls import tls_from_args
 from broker_store.protocol.errors import ConfigError
 
 ACCOUNT_SECRET_ENV = "BROKER_STORE_ACL_ACCOUNT_SECRET"
@@ -28,7 +28,7 @@ AdminParser = Callable[[str, Callable[[argparse.Namespace], int], str], argparse
 
 
 def _account(args: argparse.Namespace) -> Any:
-    from broker_store.acl.plain_file import PlainAccount
+    from broker_store.acl.account import PlainAccount
     from broker_store.validation import describe_validation_error
 
     def perms(text: str | None) -> list[str]:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import requests
 
-from broker_store.launcher import HOST, LOG_TAIL_CHARS, ChildProcess, free_port, poll_until, stop_together
+from broker_store.deploy.launcher import HOST, LOG_TAIL_CHARS, ChildProcess, free_port, poll_until, stop_together
 
 INSTALL_HINT = "install Debian's etcd-server 3.4 (`make tools`, or apt-get install etcd-server)"
 

@@ -8,7 +8,7 @@ normalised (PEP 503), sorted. It is generated, never edited:
 
 - ``python -m broker_store image constraints`` rewrites it; ``--check`` only says whether it is stale (exit 1,
   naming every pin that differs and the command to run);
-- ``broker_store.image.build_image`` regenerates it before hashing the image's inputs, so a build after a
+- ``broker_store.deploy.image.build_image`` regenerates it before hashing the image's inputs, so a build after a
   dependency change uses (and is tagged by) the new pins;
 - a unit test runs the check, so ``make test`` fails on a committed stale file before anything is built.
 

@@ -1,6 +1,6 @@
 """`python -m broker_store ...`: run name servers and brokers, a whole local cluster, and small
 mqadmin-style commands (cluster, topics, create-topic, produce, consume, offsets; ha-status, controller-status and
-elect live in ``cli_ha``, ACL accounts in ``cli_acl``).
+elect live in ``cli.ha``, ACL accounts in ``cli.acl``).
 
 Server commands print `READY <address>` on stdout once serving (the launcher and tests wait for it);
 logs go to stderr. Exit codes: 0 ok, 1 runtime failure, 2 bad configuration or arguments.
@@ -18,17 +18,17 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from broker_store.cli_credentials import add_credential_arguments
-from broker_store.cli_ha import (
+from broker_store.cli.credentials import add_credential_arguments
+from broker_store.cli.ha import (
     cmd_controller_config,
     cmd_controller_status,
     cmd_elect,
     cmd_ha_status,
     setting_assignment,
 )
-from broker_store.cli_table import print_table
-from broker_store.cli_tls import add_tls_arguments, tls_from_args
-from broker_store.image import DEFAULT_MIRROR
+from broker_store.cli.table import print_table
+from broker_store.cli.tls import add_tls_arguments, tls_from_args
+from broker_store.deploy.image import DEFAULT_MIRROR
 from broker_store.protocol.errors import ConfigError, RocketMQError
 from broker_store.protocol.message import StoredMessage
 
@@ -56,7 +56,8 @@ def _serve(kind: str, config: Path) -> int:
     elif kind == "controller":
         from broker_store.controller.server import run_controller
 
-        _event_loop_run(run_controller(load_yaml(config, ControllerConfig), _print_ready))
+        controller = load_yaml(config, ControllerConfig)
+        _event_loop_run(run_controller(controller.controller, controller.listen, controller.tls, _print_ready))
     else:
         from broker_store.broker.server import run_broker
 
@@ -214,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start-timeout", type=float, default=60.0)
 
     def run_up(a: argparse.Namespace) -> int:
-        from broker_store.up import run_up as up
+        from broker_store.deploy.up import run_up as up
 
         return up(a.config, a.run_dir, a.data_dir, a.start_timeout)
 
@@ -226,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for its new pid")
 
     def restart_member(a: argparse.Namespace) -> int:
-        from broker_store.up_supervisor import request_restart
+        from broker_store.deploy.up_supervisor import request_restart
 
         try:
             pid = request_restart(a.run_dir, a.name, a.timeout)
@@ -301,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="rebuild the top layer even when cached")
 
     def run_image_build(a: argparse.Namespace) -> int:
-        from broker_store.image import cmd_image_build
+        from broker_store.deploy.image import cmd_image_build
 
         return cmd_image_build(a.mirror, a.force)
 
@@ -309,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = image_sub.add_parser("tag", help="print the tag the image of this checkout has (its inputs' hash)")
 
     def run_image_tag(a: argparse.Namespace) -> int:
-        from broker_store.image import cmd_image_tag
+        from broker_store.deploy.image import cmd_image_tag
 
         return cmd_image_tag()
 
@@ -319,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="only say whether it is stale (exit 1 when it is)")
 
     def run_image_constraints(a: argparse.Namespace) -> int:
-        from broker_store.image import cmd_image_constraints
+        from broker_store.deploy.image import cmd_image_constraints
 
         return cmd_image_constraints(a.check)
 
@@ -327,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = admin_parser("offsets", cmd_offsets, "min/max offsets per queue and a group's committed offset")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("--group")
-    from broker_store.cli_acl import add_acl_commands
+    from broker_store.cli.acl import add_acl_commands
 
     add_acl_commands(admin_parser)
     return parser

@@ -8,7 +8,7 @@ Two layers, each cached in the docker daemon under a tag that is a content hash 
   suite and the package list, so it is made once per machine (the slow step) and again only when they change;
 - the image, ``rocketmq-replicator:<hash>``: ``image/Dockerfile`` on the base installs the project's wheel (built
   here from a copy of its inputs) into /opt/venv with its runtime dependencies from PyPI, pinned by
-  ``image/constraints.txt`` (``broker_store.image_constraints``: regenerated from the installed runtime
+  ``image/constraints.txt`` (``broker_store.deploy.image_constraints``: regenerated from the installed runtime
   dependencies at the start of every build). Its hash covers the base tag and every input of the wheel
   (pyproject.toml, setup.py, README.md, the packages' sources) and of the Dockerfile, so any change there
   rebuilds it and nothing else does.
@@ -68,7 +68,7 @@ class BuildResult:
 
 def repo_root() -> Path:
     """The checkout this module was imported from (the image is built from its files)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     if not (root / "pyproject.toml").is_file():
         raise ImageBuildError(f"{root} holds no pyproject.toml: image build needs a checkout of the project")
     return root
@@ -229,7 +229,7 @@ def build_image(root: Path | None = None, *, mirror: str = DEFAULT_MIRROR, force
     # Before hashing: a dependency change must reach the pins, and the tag must name the pins inside.
     # Not imported at the top: `cli` imports this module, and the image lacks packaging (a dev dependency), which
     # every `python -m broker_store` in a container would then need.
-    from broker_store.image_constraints import CONSTRAINTS, regenerate
+    from broker_store.deploy.image_constraints import CONSTRAINTS, regenerate
 
     stale = regenerate(root)
     if stale:
@@ -262,6 +262,6 @@ def cmd_image_tag() -> int:
 
 
 def cmd_image_constraints(check_only: bool) -> int:
-    from broker_store.image_constraints import cmd_image_constraints as run
+    from broker_store.deploy.image_constraints import cmd_image_constraints as run
 
     return run(repo_root(), check_only=check_only)

@@ -34,8 +34,8 @@ from pathlib import Path
 from types import FrameType
 
 from broker_store.config import BrokerConfig, ControllersConfig, LocalClustersConfig, NamesrvConfig, load_yaml
-from broker_store.controller.etcd_members import EtcdCluster
-from broker_store.launcher import (
+from broker_store.deploy.etcd_members import EtcdCluster
+from broker_store.deploy.launcher import (
     ChildProcess,
     ManagedProcess,
     clusters_registered,
@@ -43,8 +43,8 @@ from broker_store.launcher import (
     poll_until,
     stop_together,
 )
+from broker_store.deploy.up_supervisor import Supervisor, write_pid
 from broker_store.restart_policy import RestartPolicy
-from broker_store.up_supervisor import Supervisor, write_pid
 
 
 class StopRequested(BaseException):
