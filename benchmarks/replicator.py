@@ -275,14 +275,16 @@ class Cluster:
     addr: str = ""
 
 
-def start_cluster(name: str, root: Path) -> Cluster:
+def start_cluster(name: str, root: Path, broker_ip: str | None = None) -> Cluster:
+    """A name server and one broker on 127.0.0.1; ``broker_ip``: the address the broker advertises (routes
+    then lead there, as to a broker behind NAT: ``benchmarks/wan.py`` puts a delay proxy on it)."""
     run = root / name
     run.mkdir(parents=True)
     ns = ManagedProcess("namesrv", NamesrvConfig(listen="127.0.0.1:0"), run, f"{name}-namesrv")
     cluster = Cluster(name, ns, None)  # type: ignore[arg-type]
     addr = ns.start()
     cfg = BrokerConfig(broker_name=f"{name}-a", cluster_name=name, listen="127.0.0.1:0", store_dir=run / "store",
-                       namesrv_addrs=[addr])
+                       namesrv_addrs=[addr], broker_ip=broker_ip)
     cluster.broker = ManagedProcess("broker", cfg, run, f"{name}-a")
     cluster.broker.start()
     cluster.addr = addr

@@ -34,7 +34,9 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
 
 
 class TimerHandle(Protocol):
@@ -285,6 +287,25 @@ class StopSignal:
                     return True
                 clock.wait(self._cond, deadline - now)
             return False
+
+
+def poll(clock: ThreadClock, attempt: Callable[[], T | None], timeout: float, interval: float,
+         waiting: Callable[[], None] | None = None) -> T | None:
+    """Call ``attempt`` until it returns something other than None, which is returned; None once ``timeout`` s
+    have passed on ``clock``'s monotonic time. ``attempt`` runs at least once, and once more at the deadline;
+    between two calls ``waiting`` (a progress line) is called and the thread blocks ``interval`` s on ``clock``.
+    The one poll-until-deadline loop of blocking code (``jobs.dr``'s waits), so a test drives it by hand."""
+    deadline = clock.monotonic() + timeout
+    while True:
+        result = attempt()
+        if result is not None:
+            return result
+        now = clock.monotonic()
+        if now >= deadline:
+            return None
+        if waiting is not None:
+            waiting()
+        clock.block(min(interval, deadline - now))
 
 
 def wall_ms(clock: Clock | ThreadClock) -> int:

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker_store.store.files import fsync_directory, replace_file
+from broker_store.durable_file import fsync_directory, replace_file
 
 log = logging.getLogger(__name__)
 

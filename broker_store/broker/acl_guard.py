@@ -26,11 +26,11 @@ from pathlib import Path
 from broker_store.acl.decision import AclDenied, AclTable, check, remote_host
 from broker_store.acl.plain_file import PlainAclFile, read_plain_acl
 from broker_store.clock import Clock
+from broker_store.durable_file import replace_file
 from broker_store.net.server import Connection
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import ConfigError, StoreError
 from broker_store.protocol.frame import RemotingCommand
-from broker_store.store.files import replace_file
 
 log = logging.getLogger(__name__)
 

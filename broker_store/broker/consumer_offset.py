@@ -5,7 +5,7 @@ FLAG_COMMIT_OFFSET, read by QUERY_CONSUMER_OFFSET / GET_ALL_CONSUMER_OFFSET. Cha
 and are persisted by the controller every ``offset_persist_interval_seconds`` and on shutdown, so a
 crash loses at most that interval of commits (consumers then re-read: at least once).
 
-``consumer_offsets.json`` (see ``metadata_file``)::
+``consumer_offsets.json`` (see ``broker_store.durable_file``)::
 
     {"version": 1, "dataVersion": {...}, "offsetTable": {"<topic>@<group>": {"0": 17, "1": 4}}}
 """
@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from broker_store.broker.metadata_file import load_metadata_file, write_metadata_file
 from broker_store.clock import Clock, wall_ms
+from broker_store.durable_file import load_metadata_file, write_metadata_file
 from broker_store.protocol.errors import ProtocolError, StoreError
 from broker_store.protocol.route import dumps_rocketmq
 from broker_store.protocol.topic import DataVersion

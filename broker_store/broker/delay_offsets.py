@@ -6,7 +6,7 @@ goes on from there. Served by GET_ALL_DELAY_OFFSET (45). Persisted by the server
 round that changed it and on shutdown; a crash loses at most one period of progress (those messages are then
 delivered again: at least once, as RocketMQ).
 
-``delayOffset.json`` (see ``metadata_file``; RocketMQ's DelayOffsetSerializeWrapper plus our version key)::
+``delayOffset.json`` (see ``broker_store.durable_file``; RocketMQ's DelayOffsetSerializeWrapper plus our version key)::
 
     {"version": 1, "offsetTable": {"1": 17, "3": 4}}      level -> next queue offset to deliver
 
@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from broker_store.broker.metadata_file import load_metadata_file, write_metadata_file
+from broker_store.durable_file import load_metadata_file, write_metadata_file
 from broker_store.protocol.delay_offset import parse_offset_table
 from broker_store.protocol.errors import StoreError
 from broker_store.protocol.route import dumps_rocketmq

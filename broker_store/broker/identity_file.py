@@ -21,7 +21,7 @@ newline and, unlike this project's other files, no version field::
 
 A file of another layout, or naming another cluster or broker group than the configuration (RocketMQ's
 checkMetadataValid), is refused with a StoreError naming the file: an operator decides, nothing is
-overwritten. Writes are crash-safe (``metadata_file.write_file_atomically``).
+overwritten. Writes are crash-safe (``broker_store.durable_file.write_file_atomically``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker_store.broker.metadata_file import write_file_atomically
+from broker_store.durable_file import write_file_atomically
 from broker_store.protocol.errors import StoreError
 
 IDENTITY_FILE = "brokerIdentity"

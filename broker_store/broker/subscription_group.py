@@ -9,7 +9,7 @@ findSubscriptionGroupConfig), and a group with consumeEnable false is refused. T
 queues, ...) are kept and served, not enforced. Every change is persisted at once (changes are rare:
 admin-driven, or a group's first pull).
 
-``subscription_groups.json`` (see ``metadata_file``)::
+``subscription_groups.json`` (see ``broker_store.durable_file``)::
 
     {"version": 1, "dataVersion": {...},
      "subscriptionGroupTable": {"<group>": {"groupName": "<group>", "consumeEnable": true, ...}}}
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker_store.broker.metadata_file import load_metadata_file, write_metadata_file
 from broker_store.clock import Clock, wall_ms
+from broker_store.durable_file import load_metadata_file, write_metadata_file
 from broker_store.protocol.errors import ProtocolError, StoreError
 from broker_store.protocol.message import validate_topic
 from broker_store.protocol.route import dumps_rocketmq

@@ -5,7 +5,7 @@ UPDATE_AND_CREATE_TOPIC, by sends to unknown topics (TBW102 inheritance) and by 
 creation. Every change bumps the DataVersion, persists ``topics.json`` and notifies listeners (the
 controller re-registers with the name servers).
 
-``topics.json`` (see ``metadata_file``)::
+``topics.json`` (see ``broker_store.durable_file``)::
 
     {"version": 1, "dataVersion": {"counter": 3, "stateVersion": 0, "timestamp": 1700000000000},
      "topicConfigTable": {"T": {"topicName": "T", "readQueueNums": 8, "writeQueueNums": 8, "perm": 6, ...}}}
@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from broker_store.broker.metadata_file import load_metadata_file, write_metadata_file
 from broker_store.clock import Clock, wall_ms
+from broker_store.durable_file import load_metadata_file, write_metadata_file
 from broker_store.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
 from broker_store.protocol.errors import ProtocolError, StoreError
 from broker_store.protocol.topic import (

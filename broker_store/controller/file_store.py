@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_store.controller.state_store import StateStoreError, Versioned
-from broker_store.store.files import replace_file
+from broker_store.durable_file import replace_file
 
 FILE_VERSION = 1
 

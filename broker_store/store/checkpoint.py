@@ -31,7 +31,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker_store.store.files import fsync_directory
+from broker_store.durable_file import fsync_directory
 
 CHECKPOINT_MAGIC = b"RMQK"
 CHECKPOINT_VERSION = 2

@@ -33,9 +33,9 @@ import re
 import zlib
 from pathlib import Path
 
+from broker_store.durable_file import replace_file
 from broker_store.protocol.errors import CorruptRecordError, StoreError
 from broker_store.store.epoch_cache import EpochCache, EpochEntry
-from broker_store.store.files import replace_file
 
 log = logging.getLogger(__name__)
 

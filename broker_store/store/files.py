@@ -1,4 +1,5 @@
-"""Segment file naming and a bounded LRU pool of open file descriptors.
+"""Segment file naming and a bounded LRU pool of open file descriptors (the crash-safe small-file write is
+``broker_store.durable_file``'s).
 
 Used by ``commit_log`` and ``consume_queue``. All I/O is ``os.pread``/``os.pwrite`` on raw descriptors,
 never mmap: mapped pages would count toward the broker's RSS. Not thread-safe: callers hold the
@@ -26,32 +27,6 @@ def list_segments(directory: Path) -> list[int]:
     except FileNotFoundError:
         return []
     return sorted(int(n) for n in names if len(n) == SEGMENT_NAME_DIGITS and n.isdigit())
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make a create/rename/unlink in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def replace_file(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that a crash at any point leaves the old file or the new one, never a
-    torn one: write ``<name>.tmp`` beside it, fsync, rename over ``path``, fsync the directory. Raises OSError;
-    callers translate it to their own error. The one crash-safe small-file write (metadata, identity, epoch
-    and controller state files)."""
-    tmp = path.with_name(path.name + ".tmp")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_directory(path.parent)
 
 
 _fdatasync = getattr(os, "fdatasync", os.fsync)

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from broker_store.client import TlsClientSettings
 from broker_store.protocol.acl import SessionCredentials
@@ -63,7 +63,7 @@ from connectors.core.settings_base import combine_errors, error_reason
 from connectors.core.settings_base import compile_pattern as _compile
 from connectors.core.settings_base import field_error as field_error  # re-exported: reader/writer options use it
 from connectors.core.settings_base import parse_duration as _parse_trigger
-from connectors.core.sync_settings import CheckpointSettings, ConfigSyncSettings
+from connectors.core.sync_settings import CheckpointSettings, ConfigSyncSettings, GroupSelection
 
 CLUSTER_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 """Full-match pattern of every cluster name. Names are written into message properties as lists joined
@@ -247,6 +247,15 @@ class TopicMappingConfig(_Model):
     """Regexes (full match); a topic matching any is never selected by ``include`` / ``all_topics``."""
     all_topics: bool = False
     """Copy every non-system topic of the source cluster under its own name (after ``exclude``)."""
+    group_topics: bool = True
+    """Also copy ``%RETRY%<group>`` and ``%DLQ%<group>`` of every group the link's checkpoints select (when
+    enabled), under their own names: a moved group finds its retries and dead letters. ``exclude`` wins."""
+    _groups: GroupSelection | None = PrivateAttr(default=None)  # set once by LinkConfig, while validated
+
+    @property
+    def checkpointed_groups(self) -> GroupSelection | None:
+        """The groups whose retry and DLQ topics are copied (None: none, or a mapping outside a link)."""
+        return self._groups if self.group_topics else None
 
     @field_validator("include", mode="before")
     @classmethod
@@ -457,6 +466,7 @@ class LinkConfig(ReadSettings, WriteSettings):
                                                "set failure_policy: custom")
         if self.failure_hook is not None and not HOOK_PATTERN.fullmatch(self.failure_hook):
             raise field_error("failure_hook", f"{self.failure_hook!r} is not \"package.module:function\"")
+        self.topics._groups = self.checkpoints.groups if self.checkpoints.enabled else None
         return self
 
     @property

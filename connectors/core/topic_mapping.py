@@ -14,11 +14,17 @@ Resolution of one source topic, first rule that applies wins:
 1. an ``explicit`` entry names it            -> its target (explicit entries may name system topics,
                                                  e.g. the replicator's heartbeat topic; config
                                                  loading rejects explicit topics that match an exclude)
-2. it is a system topic (``is_system_topic``) -> not replicated
-3. an ``exclude`` regex fully matches it      -> not replicated (exclusion wins over 4 and 5)
-4. the first ``include`` rule, in file order, whose regex fully matches it -> its target template
-5. ``all_topics: true``                       -> the same name
-6. otherwise                                  -> not replicated
+2. an ``exclude`` regex fully matches it      -> not replicated (exclusion wins over 3, 5 and 6)
+3. it is the retry or dead-letter topic of a group the link checkpoints (``%RETRY%<group>``,
+   ``%DLQ%<group>``; ``group_topics``, on by default) -> the same name: a group moved to the target
+                                                 finds its pending retries and dead letters there
+4. it is a system topic (``is_system_topic``) -> not replicated
+5. the first ``include`` rule, in file order, whose regex fully matches it -> its target template
+6. ``all_topics: true``                       -> the same name
+7. otherwise                                  -> not replicated
+
+Groups keep their names across a link (the checkpoint connector commits a source group's offsets under the
+same group on the target), so a group topic keeps its name too.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from collections.abc import Iterable
 
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.message import validate_topic
+from broker_store.protocol.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from connectors.core.config import TopicMappingConfig
 from connectors.core.errors import TopicMappingError
 from connectors.core.monitoring import HEARTBEAT_TOPIC
@@ -62,6 +69,18 @@ def is_system_topic(topic: str, reserved_names: Iterable[str] = ()) -> bool:
     return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIXES) or topic in set(reserved_names)
 
 
+GROUP_TOPIC_PREFIXES: tuple[str, ...] = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)
+"""Prefixes of the per-group topics that travel with their group (rule 3 of the module docstring)."""
+
+
+def group_of_group_topic(topic: str) -> str | None:
+    """The consumer group of a retry or dead-letter topic (``%RETRY%g`` / ``%DLQ%g`` -> ``g``), else None."""
+    for prefix in GROUP_TOPIC_PREFIXES:
+        if topic.startswith(prefix) and len(topic) > len(prefix):
+            return topic[len(prefix):]
+    return None
+
+
 class TopicMapper:
     """Source topic -> target topic for one link. Immutable; safe to pickle to executors."""
 
@@ -75,6 +94,7 @@ class TopicMapper:
         self._exclude = tuple(re.compile(pattern) for pattern in mapping.exclude)
         self._all_topics = mapping.all_topics
         self._reserved = frozenset(reserved_names)
+        self._groups = mapping.checkpointed_groups
 
     @property
     def explicit_topics(self) -> frozenset[str]:
@@ -92,9 +112,13 @@ class TopicMapper:
         explicit = self._explicit.get(topic)
         if explicit is not None:
             return explicit
-        if is_system_topic(topic, self._reserved):
-            return None
         if any(pattern.fullmatch(topic) for pattern in self._exclude):
+            return None
+        if self._groups is not None:
+            group = group_of_group_topic(topic)
+            if group is not None and self._groups.selects(group):
+                return topic
+        if is_system_topic(topic, self._reserved):
             return None
         for pattern, template in self._include:
             if pattern.fullmatch(topic):

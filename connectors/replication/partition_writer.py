@@ -66,6 +66,7 @@ from connectors.replication.forwarding import (
     forwarded_properties,
 )
 from connectors.replication.planning import QueueRange
+from connectors.replication.pull_window import depth_for
 from connectors.replication.pulling import PullSettings, pull_results, source_outage
 from connectors.replication.records import ReplicationCommitMessage
 from connectors.replication.sending import BatchSender, Item, StoredOrigin
@@ -228,10 +229,11 @@ class PartitionWriter(BatchSender):
         """Pull and send the queue ranges of the task's ``rowFormat=ranges`` rows, each range in
         offset order and stopping exactly at its end (``connectors.replication.pulling.pull_results``: data loss,
         offset moves and truncation are handled as the source's reader does). The ranges are pulled
-        concurrently, one pull in flight per range, and handled round-robin, so this thread always has
-        a response to forward while the next ones travel."""
+        concurrently, several pulls in flight per range (``pull_window.depth_for``), handled round-robin, so this
+        thread always has a response to forward while the next ones travel."""
         active: deque[tuple[QueueRange, str, str | None, Iterator[tuple[int, PullResult]]]] = deque()
         pulling: dict[tuple[Any, ...], tuple[PullSettings, SourceOutage]] = {}
+        planned: list[tuple[QueueRange, PullSettings, SourceOutage, str | None]] = []
         for rb in batches:
             # Column by column (one Arrow conversion per column, not a dict per row); the pull settings and
             # their outage are the link's, the same for every range of it: built once per task, not per range.
@@ -260,8 +262,15 @@ class PartitionWriter(BatchSender):
                 if target_topic and target_broker is not None and target_qid is not None:
                     # placed on the driver (placement_planner): used as is
                     self.placement.pin(target_topic, queue.queue, MessageQueue(target_topic, target_broker, target_qid))
-                active.append((queue, settings.cluster, target_topic,
-                               pull_results(settings, queue, decode=False, outage=outage)))
+                planned.append((queue, settings, outage, target_topic))
+        # the pulls of every range start now, a bounded number in flight per task (``pull_window.depth_for``)
+        depth = depth_for(len(planned))
+        deep: dict[int, PullSettings] = {}  # by the link's settings object (one per link, built above)
+        for queue, settings, outage, target_topic in planned:
+            if id(settings) not in deep:
+                deep[id(settings)] = dataclasses.replace(settings, pulls_in_flight=depth)
+            active.append((queue, settings.cluster, target_topic,
+                           pull_results(deep[id(settings)], queue, decode=False, outage=outage)))
         while active:
             queue, cluster, target, pulls = active.popleft()
             pulled = next(pulls, None)

@@ -1,5 +1,5 @@
 """Pulling a planned queue range from the source cluster: offset order, exactly up to the range's end,
-one pull always in flight, offset moves / data loss / truncation handled the same for every row format.
+several pulls in flight per range, offset moves / data loss / truncation handled the same for every row format.
 
 Executor only. Called by the reader's ``read`` (``pull_range`` for per-message rows, ``pull_range_raw``
 for ``rowFormat=raw``) and by the writer's tasks for ``rowFormat=ranges`` (``pull_results``); the client
@@ -9,6 +9,7 @@ comes from the executor's cache (``connectors.core.executor``).
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
@@ -25,6 +26,7 @@ from connectors.core.executor import executor_admin, executor_consumer
 from connectors.core.offsets import queue_key
 from connectors.core.outage import OutagePolicy, OutageTimer, SourceOutage
 from connectors.replication.planning import QueueRange
+from connectors.replication.pull_window import PULLS_IN_FLIGHT, PullWindow
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,8 @@ class PullSettings:
     retry: OutagePolicy = DEFAULT_SOURCE_RETRY
     """How long and how often a pull is retried while the source is unavailable (the link's
     ``retry_timeout_ms`` / ``retry_backoff_ms`` / ``retry_backoff_max_ms``)."""
+    pulls_in_flight: int = PULLS_IN_FLIGHT
+    """Pulls in flight per queue range (``connectors.replication.pull_window``)."""
 
 
 class QueueNotServedError(RocketMQError):
@@ -143,10 +147,13 @@ def pull_results(settings: PullSettings, partition: QueueRange, consumer: PullCo
     """The pulls covering ``[start, end)`` of one queue: (offset pulled at, result) for each pull that
     found messages, in order; handles offset moves, data loss and truncation (see ``pull_range``).
 
-    One pull is always in flight ahead of the caller: the first request goes out when this is called
-    (so a caller may start several queues' pulls before consuming any), the next as soon as a response
-    says where it starts, before the caller converts the messages just returned, so the broker's and
-    the network's time overlaps the caller's work instead of adding to it.
+    ``settings.pulls_in_flight`` pulls are in flight ahead of the caller (``connectors.replication.pull_window``:
+    the next ones asked before the last lands, so a WAN round trip carries several pull batches): the first
+    requests go out when this is called (so a caller may start several queues' pulls before consuming any),
+    the next as soon as a response says where it ends, before the caller converts the messages just returned,
+    so the broker's and the network's time overlaps the caller's work instead of adding to it. A response is
+    used only when it was asked where the range has reached; pulls asked on a guess that proved wrong are
+    dropped unread.
 
     While the source is unavailable (``SourceOutage.unavailable``: connection refused or lost, timeouts,
     a broker missing from the route, no broker registered) the failed pull is repeated at the same
@@ -176,24 +183,35 @@ def pull_results(settings: PullSettings, partition: QueueRange, consumer: PullCo
 
     if partition.start >= partition.end:
         return iter(())
-    return _follow_pulls(settings, partition, pull, wait, pull(partition.start), outage or source_outage(settings))
+    window = PullWindow(partition.start, partition.end, settings.pull_batch_size, settings.pulls_in_flight)
+    in_flight = deque(pull(at) for at in window.fill())
+    return _follow_pulls(settings, partition, pull, wait, window, in_flight, outage or source_outage(settings))
 
 
 def _follow_pulls(settings: PullSettings, partition: QueueRange, pull: Callable[[int], Future[PullResult]],
-                  wait: Callable[[Future[PullResult]], PullResult], first: Future[PullResult],
-                  outage: SourceOutage) -> Iterator[tuple[int, PullResult]]:
-    """``pull_results`` from its first pull on."""
+                  wait: Callable[[Future[PullResult]], PullResult], window: PullWindow,
+                  in_flight: deque[Future[PullResult]], outage: SourceOutage) -> Iterator[tuple[int, PullResult]]:
+    """``pull_results`` from its first pulls on: ``in_flight`` holds the futures of ``window.in_flight``."""
     mq = f"{partition.topic}/{partition.broker_name}/{partition.queue_id}"
-    offset = partition.start
-    pending: Future[PullResult] | None = first
     timer = OutageTimer(outage.policy, outage.clock)
     new_route_asked = False
+
+    def drop(stale: list[int]) -> None:
+        for _ in stale:
+            in_flight.pop().cancel()
+
+    def restart(at: int) -> None:
+        drop(window.restart(at))
+        in_flight.extend(pull(a) for a in window.fill())
+
     try:
-        while pending is not None:
+        while in_flight:
+            offset = window.offset
+            head = in_flight.popleft()
             try:
-                result = wait(pending)
+                result = wait(head)
             except RocketMQError as exc:
-                pending = None
+                window.in_flight.popleft()
                 if not outage.unavailable(exc):
                     raise
                 if not new_route_asked and exc.invalid_route and not isinstance(exc, RequestTimeoutError):
@@ -201,13 +219,13 @@ def _follow_pulls(settings: PullSettings, partition: QueueRange, pull: Callable[
                     # dropped the route, so pull again at once before counting an outage (one backoff per
                     # Python worker otherwise, each keeping its own route)
                     new_route_asked = True
-                    pending = pull(offset)
+                    restart(offset)
                     continue
+                drop(window.restart(offset))
                 outage.record_wait(timer, exc, f"pulling {mq} at offset {offset}")
-                pending = pull(offset)
+                restart(offset)
                 continue
             new_route_asked = False
-            pending = None
             status = result.status
             found = status is PullStatus.FOUND or status is PullStatus.NO_MATCHED_MSG
             if result.next_begin_offset <= offset and (
@@ -215,31 +233,31 @@ def _follow_pulls(settings: PullSettings, partition: QueueRange, pull: Callable[
                 # Answered without reading although the queue holds the offset: a broker changing role serves
                 # only up to its confirm offset. Wait like an outage (bounded by retry_timeout_ms), never
                 # loop at once and never report the range lost.
+                window.in_flight.popleft()
+                drop(window.restart(offset))
                 outage.record_wait(timer, QueueNotServedError(
                     f"{status.name} at {offset} (nextBeginOffset {result.next_begin_offset}, queue max offset "
                     f"{result.max_offset})"), f"pulling {mq} at offset {offset}")
-                pending = pull(offset)
+                restart(offset)
                 continue
             if timer.waits:
                 log.info("link %s: source queue %s readable again after %.1fs (%d retries)", outage.link, mq,
                          timer.elapsed, timer.waits)
                 timer.reset()
             if found:
-                begin, offset = offset, result.next_begin_offset
-                if offset < partition.end:
-                    pending = pull(offset)
-                yield begin, result
+                drop(window.answered(result.next_begin_offset))
+                in_flight.extend(pull(a) for a in window.fill())
+                yield offset, result
             elif status is PullStatus.OFFSET_ILLEGAL and offset < result.min_offset:
                 if not partition.from_earliest:
                     _lost(settings, partition, f"offsets [{offset}, {result.min_offset}) were deleted "
                                                f"(queue min offset is {result.min_offset})")
-                offset = result.min_offset
-                if offset < partition.end:
-                    pending = pull(offset)
+                window.in_flight.popleft()
+                restart(result.min_offset)
             else:  # NO_NEW_MSG, or OFFSET_ILLEGAL above the max offset: the queue lost its tail
                 _lost(settings, partition, f"the queue ends at {result.max_offset}, before the planned end "
                                            f"{partition.end} (truncated or re-created)")
                 return
     finally:
-        if pending is not None:
-            pending.cancel()
+        for future in in_flight:
+            future.cancel()

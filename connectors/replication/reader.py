@@ -65,6 +65,7 @@ from broker_store.client import Admin, MessageQueue, PullConsumer
 from broker_store.client.route_cache import subscribe_queues
 from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from broker_store.protocol.errors import RocketMQError, TopicNotExistError
+from broker_store.protocol.route import TopicRouteData
 from connectors.core.driver_log import driver_logging
 from connectors.core.executor import freeze_worker_heap
 from connectors.core.offsets import OffsetSpec, SourceOffset, queue_key
@@ -88,6 +89,7 @@ from connectors.core.rows import (
     RAW_ARROW_SCHEMA,
 )
 from connectors.replication import source_offsets
+from connectors.replication.link_stop import is_stopped, stop_path
 from connectors.replication.placement_planner import RangesPlacementPlanner, placement_columns
 from connectors.replication.planning import (
     QueueRange,
@@ -99,6 +101,7 @@ from connectors.replication.planning import (
 )
 from connectors.replication.pulling import PullSettings, pull_range, pull_range_raw
 from connectors.replication.reader_options import SourceOptions
+from connectors.replication.source_maxes import SourceMaxRecorder
 
 if TYPE_CHECKING:
     from connectors.replication.tables import LinkTables
@@ -138,6 +141,10 @@ class _DriverState:
     """Queue placement of ``rowFormat=ranges`` batches with config+link (``placement_planner``)."""
     initial: dict[str, Any] | None = None
     """What ``initialOffset`` decided, returned again by its later calls (see there)."""
+    source_maxes: SourceMaxRecorder | None = None
+    """The durable record of the source's max offsets (with config+link's Delta location; ``source_maxes``)."""
+    stop_warned: bool = False
+    """The link's stop marker (``link_stop``) was seen and said once."""
     planned: bool = False
     rotation_after: MessageQueue | None = None
     """Where the next batch's turn-taking starts when the read limit makes queues take turns (``admit``)."""
@@ -198,26 +205,36 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def discover_queues(self) -> list[MessageQueue]:
         """Readable queues of the selected topics, now (driver). A topic without a route is skipped; an
         explicitly named one is also reported (``_warn_missing``), since it is probably a typo. Admin
-        calls ride out a source outage (``outage``)."""
+        calls ride out a source outage (``outage``). Across a WAN each admin call is a round trip of every
+        trigger, so the topic list and the cluster's names are asked together, and every topic's route at
+        once (``source_offsets.parallel``), not one after the other."""
         selection = self.options.selection
-        topics = selection.select(lambda: self.outage.call(self._admin.topic_list, "listing the topics"),
-                                  self._reserved_names)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rocketmq-reserved-names") as pool:
+            # both are needed whenever the topics are not listed by name (``ReadSelection.select``)
+            reserved = pool.submit(self._reserved_names) if not selection.topics else None
+            topics = selection.select(lambda: self.outage.call(self._admin.topic_list, "listing the topics"),
+                                      reserved.result if reserved is not None else self._reserved_names)
         queues: list[MessageQueue] = []
         explicit = selection.explicit_topics()
         for topic in sorted(explicit.difference(topics)):  # a link's explicit topic absent from the list
             self._warn_missing(topic)
-        for topic in topics:
+
+        def route(topic: str) -> TopicRouteData | None:
             try:
-                route = self.outage.call(functools.partial(self._admin.topic_route, topic),
-                                         f"looking up the route of topic {topic}")
+                return self.outage.call(functools.partial(self._admin.topic_route, topic),
+                                        f"looking up the route of topic {topic}")
             except TopicNotExistError:
+                return None
+
+        for topic, found in zip(topics, source_offsets.parallel(route, topics), strict=True):
+            if found is None:
                 if topic in explicit:
                     self._warn_missing(topic)
                 else:
                     log.info("source topic %s has no route on %s (yet); skipped", topic, self.options.namesrv)
                 continue
             self._state.missing_warned.pop(topic, None)
-            queues.extend(subscribe_queues(topic, route))
+            queues.extend(subscribe_queues(topic, found))
         return queues
 
     def _warn_missing(self, topic: str) -> None:
@@ -313,8 +330,32 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._state.available_now_target = SourceOffset.of(self.max_offsets(queues))
         log.info("Trigger.AvailableNow: reading up to the max offsets of %d queue(s)", len(queues))
 
+    def _link_location(self) -> Path | None:
+        o = self.options
+        return None if o.delta_location is None or not o.link else Path(o.delta_location) / o.link
+
+    def _stopped(self, location: Path | None) -> bool:
+        """The link was stopped by a failover (``link_stop``): plan nothing (said once per reader)."""
+        if location is None or not is_stopped(location):
+            return False
+        if not self._state.stop_warned:
+            self._state.stop_warned = True
+            log.warning("link %s is stopped by a disaster-recovery failover (%s): nothing is replicated until "
+                        "the marker is removed", self.options.link, stop_path(location))
+        return True
+
+    def _record_source(self, location: Path | None, bounds: Mapping[MessageQueue, tuple[int, int]]) -> None:
+        if location is None:
+            return
+        if self._state.source_maxes is None:
+            self._state.source_maxes = SourceMaxRecorder(location, self.options.cluster, self._state.clock)
+        self._state.source_maxes.observe(bounds)
+
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         driver_logging()
+        location = self._link_location()
+        if self._stopped(location):
+            return start
         begin = dict(SourceOffset.from_dict(start).queues)
         queues = self.discover_queues()
         target = self._state.available_now_target
@@ -322,6 +363,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             queues = [q for q in queues if q in target.queues]
         new = [q for q in queues if q not in begin]
         bounds = source_offsets.queue_offsets(self._admin, self.outage, queues)  # one request per group for both
+        self._record_source(location, bounds)  # at most one small write, only when a max offset changed
         first = {q: bounds[q][0] for q in new}
         maxes = {q: bounds[q][1] for q in queues}
         self._state.latest = SourceOffset.of({**begin, **maxes})

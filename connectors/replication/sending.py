@@ -10,7 +10,8 @@ entry alone exceeds ``targetMaxMessageSize`` (a body at or near the limit: 4 MiB
 properties) is sent alone as SEND_MESSAGE_V2, where only its body counts: every message the target would
 take alone is sent, and only bodies over the target's limit are refused (and recorded as failures). A
 batch of one the target refuses as illegal (its limit is lower than ``targetMaxMessageSize``) is tried
-once more alone before it is recorded.
+once more alone before it is recorded. A retry topic (``%RETRY%<group>``, replicated with its group) takes no
+batches at all (brokers refuse them there): each of its messages goes alone as SEND_MESSAGE_V2.
 
 Sends that may repeat an earlier one. When the task may have run before (``check_all``: a re-run batch, a
 Spark task retry) every batch, and otherwise a batch whose send got no answer (``resend_check.may_have_stored``),
@@ -45,6 +46,7 @@ from broker_store.protocol.message import (
     decode_properties,
     decode_stored_message,
 )
+from broker_store.protocol.topic import RETRY_GROUP_TOPIC_PREFIX
 from connectors.core.executor import executor_producer
 from connectors.replication.forwarding import ForwardedPull, entry_body_length
 from connectors.replication.outage import TargetOutage, retriable, stale_primary
@@ -207,6 +209,11 @@ class BatchSender:
         """Entries not sent because the target already held them."""
         self._tails: TargetTails | None = None
 
+    def _max_messages(self, topic: str) -> int:
+        """Entries per send to ``topic``: one for a retry topic (brokers refuse batches there: RocketMQ's
+        "batch request does not support retry group"), else ``batch_max_messages``."""
+        return 1 if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else self.o.batch_max_messages
+
     def _batch_for(self, topic: str, queue: MessageQueue | None) -> Batch:
         batch = self.open.get((topic, queue))
         if batch is None:
@@ -228,7 +235,7 @@ class BatchSender:
     def _append(self, topic: str, queue: MessageQueue | None, source: MessageQueue, entry: bytes, size: int,
                 offset: int, born_ms: int, origin: Any) -> None:
         batch = self._batch_for(topic, queue)
-        if batch.entries and (len(batch.entries) >= self.o.batch_max_messages
+        if batch.entries and (len(batch.entries) >= self._max_messages(topic)
                               or batch.encoded + len(entry) > self.batch_bound):
             self._submit_open(batch)
             batch = self._batch_for(topic, queue)
@@ -249,7 +256,7 @@ class BatchSender:
         slices; a batch that is full is sent at once."""
         sizes, entries = pulled.sizes, pulled.entries
         i, n = 0, len(sizes)
-        max_messages, max_bytes = self.o.batch_max_messages, self.batch_bound
+        max_messages, max_bytes = self._max_messages(topic), self.batch_bound
         while i < n:
             batch = self._batch_for(topic, queue)
             room = max_messages - len(batch.entries)
@@ -298,7 +305,8 @@ class BatchSender:
                 done.set_result(SendResult(SendStatus.SEND_OK, "", "", batch.queue, -1))
                 return done
         timeout = self.o.send_timeout_ms / 1000
-        if len(batch.entries) == 1 and (batch.alone or batch.encoded > self.o.target_max_message_size):
+        if len(batch.entries) == 1 and (batch.alone or batch.encoded > self.o.target_max_message_size
+                                        or batch.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)):
             # The target would refuse it as a batch (its encoding exceeds the limit) but take it alone.
             batch.alone = True
             self.single_sends += 1

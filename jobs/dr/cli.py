@@ -4,6 +4,9 @@
     status       per topic: lag, and the recovery point if A died now; per group: checkpoint age; config
                  drift (``jobs.dr.status``)
     switchover   planned move of the link's traffic from A (healthy) to B (``jobs.dr.switchover``)
+    failover     unplanned move to B with A lost (refused while A answers, unless ``--force``): stop the link,
+                 audit what A acknowledged that B lacks from the job's records, commit the groups on B
+                 (``jobs.dr.failover``)
     recover      after a failover, with A back: copy what A acknowledged beyond the replicated point to B,
                  marked, and read it back (``jobs.dr.recover``); ``--quarantine`` into separate topics
     failback     planned move back from B to A over the reverse link, group positions exact both ways
@@ -24,7 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,18 +38,22 @@ from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from broker_store.protocol.errors import RocketMQError
 from connectors.core.config import LinkConfig, load_replicator_config
 from connectors.core.errors import ReplicatorConfigError, ReplicatorError
+from connectors.replication.source_maxes import read_source_maxes
 from jobs.dr.failback import KIND as FAILBACK
 from jobs.dr.failback_cli import run_failback
+from jobs.dr.failover import KIND as FAILOVER
+from jobs.dr.failover import Failover, FailoverSettings
 from jobs.dr.journal import FileJournal
 from jobs.dr.link_ends import LinkEnds
 from jobs.dr.operation import OperationRecord, OperationRunner, Step, StepRecord, StepState
 from jobs.dr.recover import KIND as RECOVER
 from jobs.dr.recover import QUARANTINE_SUFFIX, Recover, RecoverSettings
+from jobs.dr.rpo import audit
 from jobs.dr.status import LinkStatus, read_status
 from jobs.dr.switchover import KIND as SWITCHOVER
 from jobs.dr.switchover import Switchover, SwitchoverSettings
 
-COMMANDS = ("status", "switchover", "recover", "failback", "abort", "show")
+COMMANDS = ("status", "switchover", "failover", "recover", "failback", "abort", "show")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -64,18 +71,23 @@ def parser() -> argparse.ArgumentParser:
                    help="switchover: seconds to wait for the link to replicate A's last messages (%(default)s)")
     p.add_argument("--groups-timeout", type=float, default=defaults.groups_timeout_s,
                    help="switchover: seconds to wait for the groups' consumers to leave A (%(default)s)")
+    p.add_argument("--force", action="store_true", help="failover: although A answers")
     p.add_argument("--quarantine", action="store_true",
                    help=f"recover: into quarantine topics on B (<target topic>{QUARANTINE_SUFFIX}), not the mapped "
                         "ones, for the application to replay")
     p.add_argument("--reverse-link", help="failback: the link B -> A (default: the config's only one)")
     p.add_argument("--group", action="append", default=[], metavar="G",
-                   help="failback: move this group back (repeatable; default: the reverse link's selected groups)")
+                   help="failover, failback: move this group (repeatable; default: failover, every group with a "
+                        "translated checkpoint; failback, the reverse link's selected groups)")
     return p
 
 
-def _steps(kind: str, switchover: Switchover, recover: Recover | None = None) -> list[Step]:
+def _steps(kind: str, switchover: Switchover, recover: Recover | None = None,
+           failover: Failover | None = None) -> list[Step]:
     if kind == SWITCHOVER:
         return switchover.steps()
+    if kind == FAILOVER and failover is not None:
+        return failover.steps()
     if kind == RECOVER and recover is not None:
         return recover.steps()  # nothing to undo: what was copied stays on B (marked), A is never changed
     raise ReplicatorError(f"this version cannot undo an operation of kind {kind!r}")
@@ -119,12 +131,52 @@ def print_report(record: OperationRecord) -> None:
     print(report["operator"])
 
 
+def print_audit(audit: Mapping[str, Any]) -> None:
+    """The recovery-point audit (``jobs.dr.rpo``) as a table and its summary lines."""
+    print_table(["queue on A", "replicated up to", "A last seen at", "seen at", "not on B (at least)"],
+                [("/".join(str(p) for p in q["queue"]), "-" if q["replicated"] is None else q["replicated"],
+                  "-" if q["last_seen"] is None else q["last_seen"],
+                  "never" if q["observed_at"] is None else _stamp(q["observed_at"]),
+                  "unknown" if q["missing"] is None else q["missing"]) for q in audit["queues"]],
+                numeric=["replicated up to", "A last seen at", "not on B (at least)"])
+    newest = audit["newest_observation"]
+    print(f"at least {audit['missing']} acknowledged message(s) of A are not on B"
+          + (f" (A observed up to {_stamp(newest)})" if newest is not None else
+             " (the job never recorded A's max offsets: the loss cannot be bounded)")
+          + (f"; {len(audit['unknown_queues'])} queue(s) never observed: unknown" if audit["unknown_queues"] else ""))
+    print(audit["unknown_after"])
+
+
+def print_failover_report(record: OperationRecord) -> None:
+    report: dict[str, Any] = record.step("report").result
+    print(f"failover {record.id} of link {record.link}: done")
+    print_audit(report["audit"])
+    rows = []
+    for group, entries in sorted(report["groups"].items()):
+        for e in entries:
+            b_queue = "/".join(str(p) for p in e["b_queue"]) if e["b_queue"] else "-"
+            rows.append((group, "/".join(str(p) for p in e["source"]), e["a_offset"], b_queue, e["b_offset"]))
+    print_table(["group", "queue on A", "A offset", "queue on B", "B offset"], rows,
+                numeric=["A offset", "B offset"])
+    for low in report["lowered"]:
+        print(f"group {low['group']}: {'/'.join(str(p) for p in low['queue'])} offset {low['a_offset']} on A is "
+              f"beyond what was replicated: set to {low['set_to']} (the end of the replicated data)")
+    if report["without_checkpoint"]:
+        print(f"group(s) without a translated checkpoint, not moved: {', '.join(report['without_checkpoint'])}")
+    print("steps: " + ", ".join(f"{name} {d:.1f} s" for name, d in report["durations_s"].items() if d is not None))
+    print(report["operator"])
+    print(report["next"])
+
+
 def print_recover_report(record: OperationRecord) -> None:
     report: dict[str, Any] = record.step("report").result
     print(f"recover {record.id} of link {record.link}: done, {report['recovered']} message(s) recovered"
           + (" into quarantine topics" if report["quarantine"] else "")
           + (f", {report['lost_to_retention']} removed by A's retention before they could be"
              if report["lost_to_retention"] else ""))
+    if report.get("audited") is not None:
+        print(f"the failover's audit (the job's record of A's max offsets) bounded the loss at {report['audited']} "
+              "message(s) at least; what A acknowledged after its last observation is counted here too")
     print_table(["queue on A", "to topic on B", "replicated", "on A", "divergent", "recovered", "sent now",
                  "born on B", "lost to retention"],
                 [("/".join(str(p) for p in q["queue"]), q["target"], q["replicated"], q["on_a"], q["divergent"],
@@ -137,6 +189,12 @@ def print_recover_report(record: OperationRecord) -> None:
 def print_status(status: LinkStatus) -> None:
     print(f"link {status.link}: if A died now, {status.rpo_messages} acknowledged message(s) would not be on B "
           f"(A's max offsets read at {_stamp(status.observed_at)})")
+    if status.recorded_rpo is None:
+        print("the replication job has not recorded A's max offsets yet: a failover could not bound its loss")
+    else:
+        age = max(0.0, status.observed_at - (status.recorded_at or status.observed_at))
+        print(f"from the job's own record (a failover's audit): at least {status.recorded_rpo} message(s), "
+              f"A observed {age:.1f} s ago")
     print_table(["topic on A", "topic on B", "queues", "on A", "replicated", "lag (messages)"],
                 [(t.topic, t.target, t.queues, t.on_a, t.replicated, t.lag) for t in status.topics],
                 numeric=["queues", "on A", "replicated", "lag (messages)"])
@@ -146,6 +204,10 @@ def print_status(status: LinkStatus) -> None:
     drift = [*(f"topic {t} missing on B" for t in status.missing_on_b),
              *(f"group {g} missing on B" for g in status.groups_missing_on_b)]
     print("config drift: " + ("; ".join(drift) if drift else "none"))
+
+
+def preview_audit(ends: LinkEnds) -> dict[str, Any]:
+    return audit(ends.replicated(), read_source_maxes(ends.link.tables_location)).to_json()
 
 
 def _stamp(seconds: float) -> str:
@@ -172,6 +234,7 @@ def run(args: argparse.Namespace, clock: ThreadClock = SYSTEM_CLOCK) -> int:
         switchover = Switchover(ends, SwitchoverSettings(args.max_lag, args.drain_timeout, args.groups_timeout),
                                 progress=progress)
         recover = Recover(ends, RecoverSettings(quarantine=args.quarantine), progress=progress)
+        failover = Failover(ends, FailoverSettings(force=args.force, groups=tuple(args.group)), progress=progress)
         if args.command == "status":
             status = read_status(ends)
             if args.json:
@@ -186,23 +249,33 @@ def run(args: argparse.Namespace, clock: ThreadClock = SYSTEM_CLOCK) -> int:
                     f"would undo {current.kind} {current.id} ({current.state.value})"
                 print(f"abort of link {link.name}: {what}")
                 return 0
-            record = runner.abort(link.name, lambda kind: _steps(kind, switchover, recover),
+            record = runner.abort(link.name, lambda kind: _steps(kind, switchover, recover, failover),
                                   on_step=lambda r: _step_line(err, r))
             print(json.dumps(record.to_json(), indent=2) if args.json else
                   f"{record.kind} {record.id} of link {link.name}: aborted"
-                  + (" (A's topic permissions restored)" if record.kind == SWITCHOVER else ""))
+                  + (" (A's topic permissions restored)" if record.kind == SWITCHOVER else
+                     " (the link's stop marker removed)" if record.kind == FAILOVER else ""))
             return 0
-        kind = RECOVER if args.command == "recover" else SWITCHOVER
-        steps = _steps(kind, switchover, recover)
+        kind = {"recover": RECOVER, "failover": FAILOVER}.get(args.command, SWITCHOVER)
+        steps = _steps(kind, switchover, recover, failover)
+        current = runner.current()
+        resuming = current is not None and current.kind == kind and current.state.value == "running"
         if args.dry_run:
-            print("\n".join(_plan(kind, steps, runner.current())))
+            print("\n".join(_plan(kind, steps, current)))
+            if kind == FAILOVER:
+                print("the audit as the link's records stand now:")
+                print_audit(preview_audit(ends))
             print("dry run: nothing changed")
             return 0
+        if kind == FAILOVER and not resuming:
+            failover.gate()  # refused before anything is recorded: no operation to abort afterwards
         record = runner.run(kind, link.name, steps, on_step=lambda r: _step_line(err, r))
         if args.json:
             print(json.dumps(record.to_json(), indent=2))
         elif kind == RECOVER:
             print_recover_report(record)
+        elif kind == FAILOVER:
+            print_failover_report(record)
         else:
             print_report(record)
         return 0

@@ -19,7 +19,9 @@ link's operations. The switchover's steps (``jobs.dr.switchover``) run over the 
                forward link writes to, as A was before the switchover. ``abort`` fences them again.
     report     per B queue what crossed; per group and A queue the offset (exact, re-read); the forward link's
                resume check: what A holds beyond the forward link's resume point is all copies of B's
-               messages, which its loop guard skips, so restarting the forward link copies nothing back.
+               messages, which its loop guard skips, so restarting the forward link copies nothing back. After
+               a failover, the forward link's stop is lifted only when nothing A held when it was lost is
+               still missing on B (``resume_forward``).
 """
 
 from __future__ import annotations
@@ -36,10 +38,13 @@ from connectors.checkpoint.link_state import read_link_progress
 from connectors.core.config import LinkConfig, ReplicatorConfig
 from connectors.core.errors import ReplicatorConfigError
 from connectors.core.offsets import queue_key
+from connectors.replication.link_stop import STOP_FILE, read_stop, resume_link
 from connectors.replication.loop_guard import chain_of
+from connectors.replication.source_maxes import read_source_maxes
 from jobs.dr.link_ends import LinkEnds, triple
 from jobs.dr.operation import Json, OperationRecord, OperationState, Step, StepContext, StepRecord, StepRefusedError
 from jobs.dr.reverse_positions import a_positions, run_map, segments
+from jobs.dr.rpo import audit
 from jobs.dr.switchover import KIND as SWITCHOVER
 from jobs.dr.switchover import Progress, Switchover, SwitchoverSettings, refusing_client_errors
 
@@ -236,6 +241,25 @@ class Failback:
             consumer.close()
         return {"from_b": from_b, "others": others}
 
+    def resume_forward(self) -> str | None:
+        """After a failover the forward link is stopped (``connectors.replication.link_stop``). Its marker is
+        removed only on evidence that everything A held when it was lost has crossed since (``recover`` commits
+        it to the link's tables): the failover's audit, computed again from the same records, finds nothing
+        missing. None: the link was not stopped."""
+        location = self.forward.link.tables_location
+        stopped = read_stop(location)
+        if stopped is None:
+            return None
+        left = audit(self.forward.replicated(), read_source_maxes(location))
+        if left.missing == 0 and not left.unknown:
+            resume_link(location)
+            return (f"the forward link's stop (failover {stopped.operation}) is lifted: everything A held when it "
+                    "was lost has crossed")
+        return (f"the forward link stays stopped (failover {stopped.operation}): {left.missing} message(s) A held "
+                f"when it was lost have not crossed ({len(left.unknown)} queue(s) unknown); python -m jobs.dr "
+                f"recover --link {self.forward.link.name} (not --quarantine) copies and commits them, or remove "
+                f"{location / STOP_FILE} to resume the link as it is")
+
     def report(self, ctx: StepContext) -> Json:
         durations = {s.name: s.duration_s for s in ctx.operation.steps if s.name != "report"}
         try:
@@ -244,7 +268,7 @@ class Failback:
             resume = {"error": str(exc)}
         ends = self.reverse
         return {"queues": ctx.results["drain"]["queues"], "groups": ctx.results["commit"]["groups"],
-                "forward_resume": resume, "durations_s": durations,
+                "forward_resume": resume, "forward_stop": self.resume_forward(), "durations_s": durations,
                 "operator": (f"Producers and consumers are moved by the operator: change their name server address "
                              f"from {';'.join(ends.source.namesrv)} (B, {ends.source.name}) to "
                              f"{';'.join(ends.target.namesrv)} (A, {ends.target.name}); then start the forward "

@@ -38,6 +38,8 @@ def print_failback_report(record: OperationRecord) -> None:
     else:
         print(f"forward link resume check: beyond its resume point A holds {resume['from_b']} copies of B's "
               f"messages (skipped by its loop guard) and {resume['others']} other message(s)")
+    if report.get("forward_stop"):
+        print(report["forward_stop"])
     durations = report["durations_s"]  # in the steps' order (the journal keeps JSON objects sorted)
     print("steps: " + ", ".join(f"{s.name} {durations[s.name]:.1f} s" for s in record.steps
                                 if durations.get(s.name) is not None))

@@ -2,7 +2,7 @@
 
 Written by ``jobs.dr.operation.OperationRunner`` before and after each step (and by a step's ``save``); read
 by every ``jobs.dr`` command of the link. The file is the broker's versioned metadata file
-(``broker_store.broker.metadata_file``: version, CRC32 of the payload, a ``.bak`` copy, each replaced
+(``broker_store.durable_file``: version, CRC32 of the payload, a ``.bak`` copy, each replaced
 atomically), so a crash leaves the previous record or the new one, never a torn one. Layout::
 
     <delta_location>/<link>/dr_operation.json
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker_store.broker.metadata_file import read_metadata_file, write_metadata_file
+from broker_store.durable_file import read_metadata_file, write_metadata_file
 from broker_store.protocol.errors import StoreError
 from connectors.core.errors import TableError
 from jobs.dr.operation import OperationRecord

@@ -18,7 +18,8 @@ copied to B once A answers again. The steps of ``python -m jobs.dr recover``, ru
     verify     per queue, every recovered offset is read back from B where the offset map says it landed and its
                position property must name it; recovered + born on B (the loop guard's) must equal the
                divergent range. Nothing on A is truncated or deleted.
-    report     per queue: replicated, on A, divergent, recovered, already on B, born on B, lost to retention.
+    report     per queue: replicated, on A, divergent, recovered, already on B, born on B, lost to retention; the
+               failover's audit computed again from the same records (unchanged while the link is stopped).
 
 ``plan_queue`` and ``check_runs`` are the pure parts (unit-tested); the rest is thin I/O.
 """
@@ -46,10 +47,12 @@ from connectors.replication.planning import QueueRange
 from connectors.replication.pulling import pull_range_raw
 from connectors.replication.reader import RocketMQStreamReader
 from connectors.replication.records import OffsetMapping, ReplicationCommitMessage
+from connectors.replication.source_maxes import read_source_maxes
 from connectors.replication.source_position import POSITION_PROPERTY, parse_position
 from connectors.replication.writer_options import SinkOptions
 from jobs.dr.link_ends import LinkEnds, queue_of, triple
 from jobs.dr.operation import Json, Step, StepContext, StepRefusedError
+from jobs.dr.rpo import audit
 from jobs.dr.switchover import refusing_client_errors
 
 KIND = "recover"
@@ -221,7 +224,11 @@ class Recover:
                           "target": quarantine_topic(target) if self.settings.quarantine else target})
         if self.settings.quarantine:
             self._create_quarantine_topics({str(p["target"]) for p in plans if p["end"] > p["start"]})
-        return {"queues": plans, "quarantine": self.settings.quarantine}
+        # the failover's audit, again from the same records (unchanged while the link is stopped): the bound
+        # the recovered count is held against
+        audited = audit(replicated, read_source_maxes(ends.link.tables_location))
+        return {"queues": plans, "quarantine": self.settings.quarantine,
+                "audited": None if audited.recorded_at is None else audited.missing}
 
     def _create_quarantine_topics(self, topics: set[str]) -> None:
         b = self.ends.b
@@ -324,7 +331,8 @@ class Recover:
                          "lost_to_retention": plan["lost_to_retention"]})
         return {"queues": rows, "recovered": sum(r["recovered"] for r in rows),
                 "lost_to_retention": sum(int(r["lost_to_retention"]) for r in rows),
-                "quarantine": ctx.results["preflight"]["quarantine"]}
+                "quarantine": ctx.results["preflight"]["quarantine"],
+                "audited": ctx.results["preflight"].get("audited")}
 
 
 def _positions(consumer: PullConsumer, queue: MessageQueue, first: int, last: int) -> dict[int, str | None]:

@@ -2,8 +2,10 @@
 
 Per source topic: messages on A (max offsets read now), replicated (the link's committed resume point), the
 lag between them, which is also the recovery point if A died now: the messages A acknowledged that B does not
-hold. Per selected group: the age of its newest complete translated checkpoint (how far back a consumer
-failing over to B would resume). Config drift: mapped topics and selected groups missing on B.
+hold. Beside it the same from the replication job's durable record of A's max offsets and its age: what
+``failover``'s audit would report, which is all that is left to read once A is gone. Per selected group: the
+age of its newest complete translated checkpoint (how far back a consumer failing over to B would resume).
+Config drift: mapped topics and selected groups missing on B.
 
 ``link_status`` is the pure part (tested without clusters); ``read_status`` reads the ends
 (``jobs.dr.link_ends``).
@@ -12,14 +14,16 @@ failing over to B would resume). Config drift: mapped topics and selected groups
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow.compute as pc
 
 from broker_store.client import MessageQueue
 from connectors.checkpoint.tables import CHECKPOINTS, CheckpointTables, newest_complete_snapshot_ms
+from connectors.replication.source_maxes import read_source_maxes
 from jobs.dr.link_ends import LinkEnds
+from jobs.dr.rpo import audit
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,11 @@ class LinkStatus:
     """Selected group -> age of its newest complete translated checkpoint (None: none yet)."""
     missing_on_b: tuple[str, ...] = ()
     groups_missing_on_b: tuple[str, ...] = ()
+    recorded_rpo: int | None = None
+    """The same from the replication job's own record of A's max offsets (``jobs.dr.rpo``): what a failover's
+    audit would say if A died now (None: no record yet)."""
+    recorded_at: float | None = None
+    """The oldest observation of that record (wall clock, s)."""
 
     @property
     def rpo_messages(self) -> int:
@@ -58,7 +67,8 @@ class LinkStatus:
                 "topics": [{"topic": t.topic, "target": t.target, "queues": t.queues, "on_a": t.on_a,
                             "replicated": t.replicated, "lag": t.lag} for t in self.topics],
                 "checkpoint_age_s": dict(self.checkpoint_age_s), "topics_missing_on_b": list(self.missing_on_b),
-                "groups_missing_on_b": list(self.groups_missing_on_b)}
+                "groups_missing_on_b": list(self.groups_missing_on_b), "recorded_rpo_messages": self.recorded_rpo,
+                "recorded_at": self.recorded_at}
 
 
 def link_status(link: str, observed_at: float, queues: Sequence[MessageQueue], maxes: Mapping[MessageQueue, int],
@@ -96,5 +106,10 @@ def read_status(ends: LinkEnds) -> LinkStatus:
     groups = ends.group_snapshot().groups()
     checkpoints = newest_checkpoints(CheckpointTables(ends.link.tables_location), groups)
     groups_missing = sorted(set(groups) - ends.b_groups())
-    return link_status(ends.link.name, observed_at, queues, maxes, replicated, targets, checkpoints,
-                       missing_on_b=missing, groups_missing_on_b=groups_missing)
+    recorded = read_source_maxes(ends.link.tables_location)
+    audited = audit(replicated, recorded, topics=sorted({q.topic for q in queues}))
+    status = link_status(ends.link.name, observed_at, queues, maxes, replicated, targets, checkpoints,
+                         missing_on_b=missing, groups_missing_on_b=groups_missing)
+    if recorded is None:
+        return status
+    return replace(status, recorded_rpo=audited.missing, recorded_at=audited.oldest_observation)

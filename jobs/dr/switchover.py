@@ -26,10 +26,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from broker_store.client import MessageQueue, Producer, new_message
+from broker_store.clock import poll
 from broker_store.protocol.codes import PERM_WRITE
 from broker_store.protocol.errors import RocketMQError
 from connectors.checkpoint.committer import CheckpointCommitter
 from connectors.checkpoint.link_state import read_link_progress
+from connectors.checkpoint.snapshot import GroupOffsetSnapshot
 from connectors.checkpoint.tables import CheckpointOutcome, CheckpointTables
 from connectors.core.offsets import queue_key
 from jobs.dr.link_ends import LinkEnds, queue_of, triple
@@ -205,23 +207,28 @@ class Switchover:
         ends = self.ends
         queues = [queue_of(t) for t in ctx.results["preflight"]["queues"]]
         maxes = ends.max_offsets(queues)  # fixed: A takes no writes on these topics any more
-        deadline = ends.clock.monotonic() + self.settings.drain_timeout_s
-        while True:
+        behind: dict[MessageQueue, int] = {}
+
+        def replicated_all() -> Json | None:
+            nonlocal behind
             replicated = ends.replicated()
             behind = {q: maxes[q] - replicated.get(q, 0) for q in queues if replicated.get(q, 0) < maxes[q]}
-            if not behind:
-                return {"queues": [{"queue": triple(q), "on_a": maxes[q], "replicated": replicated.get(q, 0),
-                                    "missing": 0} for q in sorted(queues, key=queue_key)]}
-            left = sum(behind.values())
-            if ends.clock.monotonic() >= deadline:
-                worst = ", ".join(f"{queue_key(q)}: {behind[q]}" for q in sorted(behind, key=lambda q: -behind[q])[:3])
-                raise StepRefusedError(
-                    f"the link has not replicated {left} message(s) of {len(behind)} queue(s) of A after "
-                    f"{self.settings.drain_timeout_s:g} s (e.g. {worst})",
-                    "check that the link's job runs (.venv/bin/python -m jobs.lag); run again to keep waiting, or "
-                    "abort to reopen A")
-            self._progress(f"drain: {left} message(s) of {len(behind)} queue(s) still to replicate")
-            ends.clock.block(self.settings.poll_s)
+            if behind:
+                return None
+            return {"queues": [{"queue": triple(q), "on_a": maxes[q], "replicated": replicated.get(q, 0),
+                                "missing": 0} for q in sorted(queues, key=queue_key)]}
+
+        done = poll(ends.clock, replicated_all, self.settings.drain_timeout_s, self.settings.poll_s,
+                    lambda: self._progress(f"drain: {sum(behind.values())} message(s) of {len(behind)} queue(s) "
+                                           "still to replicate"))
+        if done is not None:
+            return done
+        worst = ", ".join(f"{queue_key(q)}: {behind[q]}" for q in sorted(behind, key=lambda q: -behind[q])[:3])
+        raise StepRefusedError(
+            f"the link has not replicated {sum(behind.values())} message(s) of {len(behind)} queue(s) of A after "
+            f"{self.settings.drain_timeout_s:g} s (e.g. {worst})",
+            "check that the link's job runs (.venv/bin/python -m jobs.lag); run again to keep waiting, or "
+            "abort to reopen A")
 
     # -- groups -----------------------------------------------------------------------------------------
 
@@ -229,65 +236,32 @@ class Switchover:
         ends = self.ends
         groups: list[str] = list(ctx.results["preflight"]["groups"])
         topics = self._topics(ctx)
-        deadline = ends.clock.monotonic() + self.settings.groups_timeout_s
-        while True:
+        online: dict[str, list[str]] = {}
+
+        def all_offline() -> Json | None:
+            nonlocal online
             online = {g: ids for g in groups if (ids := ends.online(ends.a, g, topics))}
-            if not online:
-                return {"groups": groups}
-            if ends.clock.monotonic() >= deadline:
-                said = ", ".join(f"{g} ({len(ids)} consumer(s): {', '.join(ids[:3])})" for g, ids in online.items())
-                raise StepRefusedError(f"group(s) still online on {ends.source.name} after "
-                                       f"{self.settings.groups_timeout_s:g} s: {said}",
-                                       "stop those consumers (point them at B's name server), then run again; or "
-                                       "abort to reopen A")
-            self._progress(f"groups: {len(online)} group(s) still online on A: {', '.join(sorted(online))}")
-            ends.clock.block(self.settings.poll_s)
+            return None if online else {"groups": groups}
+
+        done = poll(ends.clock, all_offline, self.settings.groups_timeout_s, self.settings.poll_s,
+                    lambda: self._progress(f"groups: {len(online)} group(s) still online on A: "
+                                           f"{', '.join(sorted(online))}"))
+        if done is not None:
+            return done
+        said = ", ".join(f"{g} ({len(ids)} consumer(s): {', '.join(ids[:3])})" for g, ids in online.items())
+        raise StepRefusedError(f"group(s) still online on {ends.source.name} after "
+                               f"{self.settings.groups_timeout_s:g} s: {said}",
+                               "stop those consumers (point them at B's name server), then run again; or "
+                               "abort to reopen A")
 
     # -- commit -----------------------------------------------------------------------------------------
 
     def commit(self, ctx: StepContext) -> Json:
-        ends = self.ends
-        link = ends.link
-        snapshot = ends.group_snapshot()
+        snapshot = self.ends.group_snapshot()
         if snapshot.conditions:
             said = "; ".join(f"{c.kind.value} {c.subject}: {c.detail}" for c in snapshot.conditions)
             raise StepRefusedError(f"the groups' offsets on A could not all be read: {said}", "fix that, run again")
-        committer = CheckpointCommitter(link=link.name, source_cluster=link.source, target_cluster=link.target,
-                                        target_admin=ends.b, target_producer=None,
-                                        progress=lambda: read_link_progress(ends.tables), clock=ends.clock,
-                                        max_runs_per_queue=link.checkpoints.max_runs_per_queue)
-        report = committer.apply(snapshot)
-        CheckpointTables(link.tables_location).commit_checkpoint(
-            f"dr-{KIND}-{ctx.operation.id}", ctx.step.attempts, report.rows)
-        blocking = [r for r in report.rows if r.outcome in (CheckpointOutcome.GROUP_ONLINE, CheckpointOutcome.PENDING,
-                                                            CheckpointOutcome.TARGET_ERROR)]
-        if blocking:
-            said = "; ".join(sorted({f"{r.group}: {r.outcome.value} {r.detail}" for r in blocking}))
-            raise StepRefusedError(f"offsets not committed on {ends.target.name}: {said}",
-                                   "a group online on B must be stopped there first; run again")
-        wanted: dict[tuple[str, MessageQueue], int] = {}
-        groups: dict[str, list[dict[str, Any]]] = {}
-        for r in report.rows:
-            entry: dict[str, Any] = {"source": [r.source_topic, r.source_broker, r.source_queue_id],
-                                     "a_offset": r.source_offset, "b_queue": None, "b_offset": None,
-                                     "exact": r.exact, "detail": r.detail}
-            groups.setdefault(r.group, []).append(entry)
-            if (r.target_topic is None or r.target_broker is None or r.target_queue_id is None
-                    or r.target_offset is None):
-                continue  # nothing of the queue replicated (unmapped): nothing to set on B
-            q = MessageQueue(r.target_topic, r.target_broker, r.target_queue_id)
-            entry.update(b_queue=triple(q), b_offset=r.target_offset)
-            key = (r.group, q)
-            wanted[key] = min(wanted.get(key, r.target_offset), r.target_offset)
-        short = []
-        for (group, q), offset in sorted(wanted.items(), key=lambda kv: (kv[0][0], queue_key(kv[0][1]))):
-            on_b = ends.b.consumer_offset(group, q)
-            if on_b is None or on_b < offset:
-                short.append(f"{group} {queue_key(q)}: {on_b} < {offset}")
-        if short:
-            raise StepRefusedError(f"offsets read back from {ends.target.name} are behind the translation: "
-                                   f"{'; '.join(short[:5])}", "run again")
-        return {"groups": groups}
+        return commit_on_b(self.ends, snapshot, f"dr-{KIND}-{ctx.operation.id}", ctx.step.attempts)
 
     # -- report -----------------------------------------------------------------------------------------
 
@@ -295,3 +269,47 @@ class Switchover:
         durations = {s.name: s.duration_s for s in ctx.operation.steps if s.name != "report"}
         return {"queues": ctx.results["drain"]["queues"], "groups": ctx.results["commit"]["groups"],
                 "durations_s": durations, "operator": operator_moves(self.ends)}
+
+
+def commit_on_b(ends: LinkEnds, snapshot: GroupOffsetSnapshot, query_id: str, batch_id: int) -> Json:
+    """Translate ``snapshot``'s group offsets through the link's offset map and commit them on B with the
+    checkpoint connector's own committer (one translation, never moved backwards), record them in the link's
+    checkpoints table (``query_id``, ``batch_id``), then read them back from B. Refuses when a group is online on
+    B, a translation is pending or B refused. The result: per group, each source queue's A offset -> B queue and
+    offset. Shared by switchover's and failover's ``commit`` steps."""
+    link = ends.link
+    committer = CheckpointCommitter(link=link.name, source_cluster=link.source, target_cluster=link.target,
+                                    target_admin=ends.b, target_producer=None,
+                                    progress=lambda: read_link_progress(ends.tables), clock=ends.clock,
+                                    max_runs_per_queue=link.checkpoints.max_runs_per_queue)
+    report = committer.apply(snapshot)
+    CheckpointTables(link.tables_location).commit_checkpoint(query_id, batch_id, report.rows)
+    blocking = [r for r in report.rows if r.outcome in (CheckpointOutcome.GROUP_ONLINE, CheckpointOutcome.PENDING,
+                                                        CheckpointOutcome.TARGET_ERROR)]
+    if blocking:
+        said = "; ".join(sorted({f"{r.group}: {r.outcome.value} {r.detail}" for r in blocking}))
+        raise StepRefusedError(f"offsets not committed on {ends.target.name}: {said}",
+                               "a group online on B must be stopped there first; run again")
+    wanted: dict[tuple[str, MessageQueue], int] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in report.rows:
+        entry: dict[str, Any] = {"source": [r.source_topic, r.source_broker, r.source_queue_id],
+                                 "a_offset": r.source_offset, "b_queue": None, "b_offset": None,
+                                 "exact": r.exact, "detail": r.detail}
+        groups.setdefault(r.group, []).append(entry)
+        if (r.target_topic is None or r.target_broker is None or r.target_queue_id is None
+                or r.target_offset is None):
+            continue  # nothing of the queue replicated (unmapped): nothing to set on B
+        q = MessageQueue(r.target_topic, r.target_broker, r.target_queue_id)
+        entry.update(b_queue=triple(q), b_offset=r.target_offset)
+        key = (r.group, q)
+        wanted[key] = min(wanted.get(key, r.target_offset), r.target_offset)
+    short = []
+    for (group, q), offset in sorted(wanted.items(), key=lambda kv: (kv[0][0], queue_key(kv[0][1]))):
+        on_b = ends.b.consumer_offset(group, q)
+        if on_b is None or on_b < offset:
+            short.append(f"{group} {queue_key(q)}: {on_b} < {offset}")
+    if short:
+        raise StepRefusedError(f"offsets read back from {ends.target.name} are behind the translation: "
+                               f"{'; '.join(short[:5])}", "run again")
+    return {"groups": groups}

@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 from broker_store.client import MessageQueue, Producer, PullConsumer, new_message
 from broker_store.protocol.codes import PERM_READ, PERM_WRITE
 from broker_store.protocol.errors import RocketMQError
+from broker_store.protocol.topic import retry_topic
 from connectors.core.config import load_replicator_config
 from jobs.dr.journal import FileJournal
 from jobs.dr.operation import OperationRecord, OperationState, StepState
@@ -42,6 +43,9 @@ class Setup:
         src.create_topic(self.topic, 4)
         dst.create_topic(self.topic, 4)
         dst.admin.create_subscription_group({"groupName": self.group}, cluster=dst.name)
+        # the group's retry topic travels with it (a consumer's heartbeat creates it on A): on B as config sync
+        # would create it, so the switchover's preflight finds every mapped topic there
+        dst.create_topic(retry_topic(self.group), 1)
         self.queues = src.queues(self.topic)
         self.config = write_replicator_config(
             work / "replicator.yaml", source=(src.name, src.namesrv), target=(dst.name, dst.namesrv),

@@ -1,10 +1,10 @@
 """The layers of ``broker_store`` (docs/architecture.md, "The broker's layers", generated from this file's rules): every
 import between its units points down the layers below, never up or sideways, and the low layers import only what the
-design gives them:
-``protocol`` nothing of the project, ``net`` only ``protocol`` and ``clock``, ``store`` only ``clock`` and ``protocol``,
-``client`` only ``clock``, ``net``, ``protocol`` and ``acl``'s account format, ``acl`` (ACL 1.0's pure decisions) only
-``protocol`` and the validation formatter, ``ha`` nothing of the store but its package API and its epoch values.
-No module passes 600 lines. Read from the source (ast) by the shared checker, ``tests/support/import_graph.py``.
+design gives them: ``protocol`` nothing of the project, ``durable_file`` (crash-safe small files) only ``protocol``,
+``net`` only ``protocol`` and ``clock``, ``store`` only ``clock``, ``durable_file`` and ``protocol``, ``client`` only
+``clock``, ``net``, ``protocol`` and ``acl``'s account format, ``acl`` (ACL 1.0's pure decisions) only ``protocol``
+and the validation formatter, ``ha`` nothing of the store but its package API and its epoch values. No module passes
+600 lines. Read from the source (ast) by the shared checker, ``tests/support/import_graph.py``.
 
 A unit is a subpackage or a top-level module, with no exception. ``cli_table`` and ``launcher`` are the old homes
 of ``cli.table`` and ``deploy.launcher``, kept as aliases for callers on other branches until those are merged.
@@ -27,6 +27,7 @@ from tests.support.import_graph import (
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"protocol", "clock", "address", "background", "validation", "restart_policy"}),
+    frozenset({"durable_file"}),
     frozenset({"net", "store", "acl"}),
     frozenset({"client", "ha"}),
     frozenset({"controller"}),
@@ -46,21 +47,22 @@ ALLOWED: dict[str, frozenset[str]] = {
     "background": frozenset(),
     "validation": frozenset(),
     "restart_policy": frozenset(),  # up's restart rule, a member's ``restart`` setting
+    "durable_file": frozenset({"protocol"}),  # crash-safe small files: atomic replace, versioned checksummed JSON
     "acl": frozenset({"protocol", "validation"}),  # ACL 1.0's pure decisions and its account format
     "net": frozenset({"clock", "protocol"}),  # clock: the connection hygiene's timers
-    "store": frozenset({"clock", "protocol"}),
+    "store": frozenset({"clock", "durable_file", "protocol"}),
     # acl: the account format of the ACL admin requests (CLIENT_ACL_API only); clock: every timer of the clients
     "client": frozenset({"acl", "clock", "net", "protocol"}),
     # the store only through HA_STORE_API; acl: the peer allow-list and refusal log of the HA port
     "ha": frozenset({"acl", "address", "clock", "protocol", "store"}),
     # validation: UPDATE_CONTROLLER_CONFIG's refusals name the field as every settings error does
     # acl: the controller's peer allow-list and refusal log; address: a standalone controller's listen address;
-    # store: the crash-safe file write of its file state store (store.files.replace_file)
-    "controller": frozenset({"acl", "address", "background", "clock", "net", "protocol", "store", "validation"}),
+    # durable_file: the crash-safe file write of its file state store
+    "controller": frozenset({"acl", "address", "background", "clock", "durable_file", "net", "protocol", "validation"}),
     # config: each part's settings model
     "config": frozenset({"address", "controller", "ha", "net", "protocol", "restart_policy", "store", "validation"}),
-    "broker": frozenset({"acl", "address", "background", "clock", "config", "ha", "net", "protocol", "store",
-                         "validation"}),
+    "broker": frozenset({"acl", "address", "background", "clock", "config", "durable_file", "ha", "net", "protocol",
+                         "store", "validation"}),
     "namesrv": frozenset({"background", "clock", "config", "controller", "net", "protocol"}),  # the embedded one
     # the processes: broker, name server, controller and etcd children, up and its restarts, the container image;
     # client: waits for the children's registration; ha: a member's role

@@ -1,10 +1,10 @@
-"""The connectors' layout rules (docs/architecture.md, "The connectors' layers", generated from
-this file's rules): ``core`` imports no connector package,
-the connector packages import each other only along the documented edges and never in a circle, the connectors
-import nothing of ``broker_store`` beyond ``client``, ``protocol`` (docs/architecture.md, "Data flow") and ``clock``
-(the one source of time, a leaf module), the replication sink's driver commit and its executor tasks share only their
-records and the rules both apply (and the writer's planning imports neither), and no module of ``connectors`` or
-``jobs`` passes 600 lines (split before it does). Read from the source (ast) by the shared checker,
+"""The connectors' layout rules (docs/architecture.md, "The connectors' layers", generated from this file's rules):
+``core`` imports no connector package, the connector packages import each other only along the documented edges and
+never in a circle, the connectors import nothing of ``broker_store`` beyond ``client``, ``protocol``
+(docs/architecture.md, "Data flow"), ``clock`` (the one source of time, a leaf module) and ``durable_file``
+(crash-safe small files), the replication sink's driver commit and its executor tasks share only their records and
+the rules both apply (and the writer's planning imports neither), and no module of ``connectors`` or ``jobs`` passes
+600 lines (split before it does). Read from the source (ast) by the shared checker,
 ``tests/support/import_graph.py``."""
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ ALLOWED = {
     ("replication", "config_sync"),  # create a missing target topic with config sync's rule (creation.py)
 }
 """Imports between connector packages (besides every package -> core)."""
-BROKER_STORE_API = frozenset({"client", "clock", "protocol"})
-"""What the connectors may import of ``broker_store``: its client, its wire types and its clock (which imports
-nothing of the project), never broker internals."""
+BROKER_STORE_API = frozenset({"client", "clock", "durable_file", "protocol"})
+"""What the connectors may import of ``broker_store``: its client, its wire types, its clock (which imports
+nothing of the project) and its crash-safe small files (``durable_file``: the source's max offsets record),
+never broker internals."""
 MAX_LINES = 600
 
 SINK_WRITER = "connectors.replication.writer"

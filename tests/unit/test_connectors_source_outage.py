@@ -7,6 +7,7 @@ tests/spark/test_fault_tolerance.py::test_source_broker_restart_keeps_the_job_al
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import pickle
 import threading
@@ -176,7 +177,10 @@ class FlakyConsumer:
 
 
 SETTINGS = PullSettings(namesrv="127.0.0.1:9", group="g", cluster="src", tags="*", pull_batch_size=4,
-                        fail_on_data_loss=True, pull_timeout_ms=1000, row_format="raw", link="L", retry=POLICY)
+                        fail_on_data_loss=True, pull_timeout_ms=1000, row_format="raw", link="L", retry=POLICY,
+                        pulls_in_flight=1)
+"""One pull in flight, so the sequences of pulls asked below are exact; several in flight through an outage:
+``test_pulls_in_flight_ride_out_an_outage_nothing_missing_nothing_twice``."""
 
 
 def test_pulls_retry_the_same_offset_through_an_outage_nothing_missing_nothing_twice() -> None:
@@ -189,6 +193,20 @@ def test_pulls_retry_the_same_offset_through_an_outage_nothing_missing_nothing_t
     assert consumer.asked == [0, 4, 4, 4, 4, 8]
     # the first repeat goes out at once (the route may only be stale), the next ones after a backoff
     assert outage.retries == 2 and clock.sleeps == [0.1, 0.2]
+
+
+def test_pulls_in_flight_ride_out_an_outage_nothing_missing_nothing_twice() -> None:
+    clock = FakeClock()
+    outage = _outage(clock)
+    consumer = FlakyConsumer(lambda n: TransportError("connection reset") if n in (1, 4, 5) else None)
+    settings = dataclasses.replace(SETTINGS, pulls_in_flight=3)
+    got = list(pull_range_raw(settings, QueueRange("T", "b", 0, 0, 20), consumer,  # type: ignore[arg-type]
+                              outage=outage))
+    assert [(r.first_offset, r.last_offset) for r in got] == [(0, 3), (4, 7), (8, 11), (12, 15), (16, 19)]
+    # 0, 4 (fails), 8 asked at once, 12 once 0 landed; 4's failure drops 8 and 12 and the window starts
+    # again at 4 at once (a stale route); 4 fails again: dropped again, a backoff, then the rest
+    assert consumer.asked == [0, 4, 8, 12, 4, 8, 12, 4, 8, 12, 16]
+    assert outage.retries == 1 and clock.sleeps == [0.1]
 
 
 def test_a_pull_that_failed_on_a_dead_primary_is_repeated_at_once_on_the_new_route() -> None:
@@ -296,3 +314,37 @@ def test_a_missing_explicit_topic_is_a_rate_limited_warning(monkeypatch: pytest.
     assert warnings[0] == ("link L: source topic 'Ordres' does not exist on cluster src (namesrv 127.0.0.1:9), or "
                            "no broker holding it is up; nothing is read from it until it has a route (check the "
                            "spelling in the link's topics)")
+
+
+class MeetingAdmin(FakeAdmin):
+    """A ``FakeAdmin`` whose route look-ups, and whose topic list and cluster listing, each wait for one
+    another at a barrier: asked one after the other they never meet (the barrier breaks after its guard)."""
+
+    def __init__(self, *, listing: bool) -> None:
+        super().__init__()
+        self.routes = threading.Barrier(2, timeout=30)
+        self.listings = threading.Barrier(2, timeout=30)
+        self.listed = not listing
+
+    def topic_list(self) -> list[str]:
+        self.listings.wait()
+        return ["Orders", "Ordres"]
+
+    def cluster_info(self) -> SimpleNamespace:
+        if not self.listed:
+            self.listed = True  # later calls (the outage check of a missing route) do not wait
+            self.listings.wait()
+        return super().cluster_info()
+
+    def topic_route(self, topic: str) -> object:
+        self.routes.wait()
+        return super().topic_route(topic)
+
+
+def test_discovery_asks_its_round_trips_together_not_one_after_the_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Across a WAN each admin call of a trigger is a round trip: the routes of the link's topics are asked at
+    once, and so are the topic list and the cluster's names when the topics are not named."""
+    reader = _reader(monkeypatch, MeetingAdmin(listing=False), FakeClock(), topics="Orders,Ordres")
+    assert [(q.topic, q.queue_id) for q in reader.discover_queues()] == [("Orders", 0), ("Orders", 1)]
+    reader = _reader(monkeypatch, MeetingAdmin(listing=True), FakeClock(), topicPattern="Ord.*")
+    assert [(q.topic, q.queue_id) for q in reader.discover_queues()] == [("Orders", 0), ("Orders", 1)]

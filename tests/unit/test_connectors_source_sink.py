@@ -235,9 +235,12 @@ def test_a_pull_answered_without_progress_is_retried_like_an_outage_never_lost_o
     from connectors.core.outage import OutagePolicy, SourceOutage
     from connectors.replication.pulling import PullSettings, pull_range_raw
 
+    # one pull in flight: the scripted answers pair with the asks in order (pipelined pulls through an outage:
+    # tests/unit/test_connectors_source_outage.py)
     settings = PullSettings(namesrv="h:1", group="g", cluster="c", tags="*", pull_batch_size=4,
                             fail_on_data_loss=True, pull_timeout_ms=1000, row_format="raw",
-                            retry=OutagePolicy(timeout_ms=5000, backoff_ms=100, backoff_max_ms=400))
+                            retry=OutagePolicy(timeout_ms=5000, backoff_ms=100, backoff_max_ms=400),
+                            pulls_in_flight=1)
     clock = MillisClock()
 
     def outage() -> SourceOutage:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import pytest
@@ -83,6 +84,38 @@ def test_same_topic_pair_both_directions() -> None:
     })
     forward, backward = (TopicMapper(link.topics) for link in config.links)
     assert forward.select(["Orders"]) == backward.select(["Orders"]) == {"Orders": "Orders"}
+
+
+def link_mapper(topics: dict[str, Any], checkpoints: dict[str, Any] | None = None) -> TopicMapper:
+    """The mapper of a link as the jobs build it (the link hands its checkpoint group selection to its mapping)."""
+    config = parse_replicator_config({
+        "clusters": [{"name": "A", "namesrv": "h:1"}, {"name": "B", "namesrv": "h:2"}],
+        "links": [{"name": "ab", "source": "A", "target": "B", "checkpoint_location": "c/ab", "delta_location": "d",
+                   "topics": topics,
+                   **({"checkpoints": checkpoints} if checkpoints is not None else {})}],
+    })
+    link = config.links[0]
+    return TopicMapper(pickle.loads(pickle.dumps(link.topics)))  # as executors get it
+
+
+def test_group_retry_and_dlq_topics_travel_with_checkpointed_groups() -> None:
+    """Every checkpointed group's %RETRY% and %DLQ% topics by default, under their own names (groups keep
+    theirs on the target); other system topics, SCHEDULE_TOPIC_XXXX included, still stay behind."""
+    m = link_mapper({"explicit": [{"source": "Orders", "target": "OrdersDR"}]})
+    assert m.select(["Orders", "%RETRY%billing", "%DLQ%billing", "%RETRY%CID_RMQ_SYS_REPLICATOR_ab",
+                     "SCHEDULE_TOPIC_XXXX", "%RETRY%", "rmq_sys_x"]) == {
+        "%DLQ%billing": "%DLQ%billing", "%RETRY%billing": "%RETRY%billing", "Orders": "OrdersDR"}
+
+
+def test_group_topics_follow_the_group_selection_and_can_be_turned_off() -> None:
+    topics = {"include": ["Pay.*"], "exclude": ["%DLQ%audit"]}
+    m = link_mapper(topics, {"groups": {"explicit": ["billing"], "include": ["app_.*"], "exclude": ["app_test"]}})
+    assert m.select(["%RETRY%billing", "%RETRY%app_1", "%RETRY%app_test", "%RETRY%other", "%DLQ%app_2"]) == {
+        "%DLQ%app_2": "%DLQ%app_2", "%RETRY%app_1": "%RETRY%app_1", "%RETRY%billing": "%RETRY%billing"}
+    assert link_mapper(topics, {"groups": {"include": ["audit"]}}).target_for("%DLQ%audit") is None  # exclude wins
+    assert link_mapper({**topics, "group_topics": False}).target_for("%RETRY%billing") is None
+    assert link_mapper(topics, {"enabled": False}).target_for("%RETRY%billing") is None  # no checkpoints, no move
+    assert mapper(include=["Pay.*"]).target_for("%RETRY%billing") is None  # a mapping outside a link
 
 
 topic_names = st.text(alphabet="ABCMetrics_xdebug%RY0", min_size=1, max_size=12)

@@ -16,7 +16,6 @@ from broker_store.broker.broker_id_assignment import IdAssignmentError, assign_b
 from broker_store.broker.controller_agent import ControllerAgent
 from broker_store.broker.controller_client import BrokerBeat
 from broker_store.broker.identity_file import AssignedIdentity, BrokerIdentityFiles, RegisterState
-from broker_store.broker.metadata_file import write_file_atomically
 from broker_store.broker.primary_lease import PrimaryLease
 from broker_store.broker.role import BrokerRole, RoleStage, RoleState, RoleView
 from broker_store.broker.role_decision import (
@@ -36,6 +35,7 @@ from broker_store.controller.file_store import FileStateStore
 from broker_store.controller.replicas import BrokerLiveInfo, GroupState
 from broker_store.controller.service import Controller, Notify
 from broker_store.controller.settings import ControllerSettings
+from broker_store.durable_file import write_file_atomically
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import StoreError, TransportError
 from broker_store.store.epoch_cache import EpochEntry

@@ -12,8 +12,8 @@ import pytest
 
 from broker_store.broker.consumer_offset import ConsumerOffsetManager
 from broker_store.broker.delay_offsets import DelayOffsetTable
-from broker_store.broker.metadata_file import backup_path
 from broker_store.clock import ManualClock
+from broker_store.durable_file import backup_path
 from broker_store.protocol.errors import StoreError
 
 

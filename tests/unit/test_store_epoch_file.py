@@ -156,7 +156,7 @@ def test_a_crash_between_the_two_writes_keeps_the_new_main_file(tmp_path: Path,
         replaced.append(dst)
         real_replace(src, dst)
 
-    monkeypatch.setattr(os, "replace", crash_on_backup)  # store.files.replace_file renames with it
+    monkeypatch.setattr(os, "replace", crash_on_backup)  # durable_file.replace_file renames with it
     with pytest.raises(StoreError, match="simulated crash"):
         f.append(E(2, 10))
     assert f.cache == EpochCache([E(1, 0)])  # not shown before both writes succeeded

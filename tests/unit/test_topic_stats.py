@@ -193,3 +193,33 @@ def test_the_group_request_rides_out_a_source_outage(monkeypatch: pytest.MonkeyP
     with pytest.raises(SourceUnavailableError, match=r"unavailable for 30.0s while reading the max offsets of "
                                                      r"topic A on broker group g1: TransportError"):
         reader.max_offsets(queues)
+
+
+def test_latest_offset_records_the_sources_max_offsets_once_per_change_and_obeys_the_stop_marker(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """With the link's tables (``deltaLocation``), each trigger's max offsets go to the durable record the
+    failover audits (``source_maxes``), written only when one changed or the record is due; the failover's stop
+    marker (``link_stop``) makes a trigger plan nothing and ask the source nothing."""
+    from connectors.core.offsets import SourceOffset
+    from connectors.replication.link_stop import LinkStop, stop_link
+    from connectors.replication.source_maxes import RECORD_FILE, read_source_maxes
+
+    clock = FakeClock()
+    admin = StatsAdmin()
+    reader = _reader(monkeypatch, admin, clock, topics="A,B", deltaLocation=str(tmp_path))  # type: ignore[arg-type]
+    monkeypatch.setattr(reader, "discover_queues", lambda: list(QUEUES))
+    start = SourceOffset.of(TRUTH).to_dict()
+    reader.latestOffset(start, ReadAllAvailable())
+    record = read_source_maxes(tmp_path / "L")
+    assert record is not None and record.cluster == "src"
+    assert {q: o.max_offset for q, o in record.queues.items()} == TRUTH
+    assert all(o.observed_at == clock.time() for o in record.queues.values())
+    written = (tmp_path / "L" / RECORD_FILE).stat().st_mtime_ns
+    clock.now += 1
+    reader.latestOffset(start, ReadAllAvailable())  # nothing changed, not due: no write
+    assert (tmp_path / "L" / RECORD_FILE).stat().st_mtime_ns == written
+
+    stop_link(tmp_path / "L", LinkStop("op", "failover", 0.0))
+    admin.requests.clear()
+    assert reader.latestOffset(start, ReadAllAvailable()) == start
+    assert admin.requests == []

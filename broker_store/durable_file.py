@@ -1,9 +1,11 @@
-"""Versioned, checksummed JSON files for broker metadata (topics, groups, consumer and delay offsets), each with a
-``.bak`` copy, replaced atomically.
+"""The project's crash-safe small files: ``replace_file`` (the one atomic replace: temp file, fsync, rename, fsync
+of the directory) and, over it, versioned, checksummed JSON files, each with a ``.bak`` copy.
 
-Used by ``TopicConfigManager``, ``SubscriptionGroupManager``, ``ConsumerOffsetManager`` and
-``DelayOffsetTable``; ``write_file_atomically`` is also the write of the broker's other small files
-(``identity_file``). File layout::
+A leaf under every side that keeps small files: the broker's metadata (``TopicConfigManager``,
+``SubscriptionGroupManager``, ``ConsumerOffsetManager``, ``DelayOffsetTable``; ``write_file_atomically`` for
+``identity_file``), the store's epoch file, the controller's state file, and outside ``broker_store`` the
+replicator's small records beside a link's tables (``jobs.dr``'s journal, the source's max offsets). File
+layout of the JSON files::
 
     {"version": 1,            # FORMAT_VERSION of the writer; newer versions are refused
      "crc32": 1234567890,     # zlib.crc32 of the payload in canonical form (below); absent = unchecked
@@ -29,6 +31,7 @@ format version is refused at once, damage or not: a downgrade is the operator's 
 from __future__ import annotations
 
 import logging
+import os
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +40,6 @@ from typing import Any, TypeVar
 import orjson
 
 from broker_store.protocol.errors import StoreError
-from broker_store.store.files import replace_file
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,32 @@ T = TypeVar("T")
 
 class _Damaged(Exception):
     """One file's fault, as a sentence naming the byte where that is known."""
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a create/rename/unlink in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash at any point leaves the old file or the new one, never a
+    torn one: write ``<name>.tmp`` beside it, fsync, rename over ``path``, fsync the directory. Raises OSError;
+    callers translate it to their own error. The one crash-safe small-file write (metadata, identity, epoch
+    and controller state files)."""
+    tmp = path.with_name(path.name + ".tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_directory(path.parent)
 
 
 def backup_path(path: Path) -> Path:

@@ -1,0 +1,65 @@
+"""A link stopped by a disaster-recovery failover: a marker file beside the link's tables that the replication
+reader obeys, so a source that comes back after the failover is not copied on behind the operator's back (what
+it acknowledged beyond the replicated point is ``python -m jobs.dr recover``'s, marked as recovered).
+
+Written and removed by ``jobs.dr.failover`` (its ``stop`` step; ``abort`` removes it); read by the replication
+reader's ``latestOffset`` on the driver once per trigger (one ``stat``): while the marker exists no new batch is
+planned (``latestOffset`` answers the start offsets) and the reader logs a warning once per reader. A batch
+already planned finishes and commits. The file (``broker_store.durable_file``)::
+
+    <delta_location>/<link>/link_stopped.json
+    {"version": 1, "crc32": <n>, "operation": "<jobs.dr operation id>", "reason": "...", "stopped_at": <s>}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker_store.durable_file import backup_path, read_metadata_file, write_metadata_file
+from broker_store.protocol.errors import StoreError
+from connectors.core.errors import TableError
+
+STOP_FILE = "link_stopped.json"
+
+
+@dataclass(frozen=True)
+class LinkStop:
+    operation: str
+    reason: str
+    stopped_at: float
+
+
+def stop_path(tables_location: Path) -> Path:
+    return tables_location / STOP_FILE
+
+
+def is_stopped(tables_location: Path) -> bool:
+    """Cheap: the marker exists (the reader's per-trigger check)."""
+    return stop_path(tables_location).exists()
+
+
+def read_stop(tables_location: Path) -> LinkStop | None:
+    try:
+        payload = read_metadata_file(stop_path(tables_location))
+    except StoreError as exc:
+        raise TableError(f"the link's stop marker cannot be read: {exc}") from exc
+    if payload is None:
+        return None
+    return LinkStop(str(payload.get("operation")), str(payload.get("reason")), float(payload.get("stopped_at", 0)))
+
+
+def stop_link(tables_location: Path, stop: LinkStop) -> None:
+    """Write the marker (durable on return); idempotent."""
+    try:
+        write_metadata_file(stop_path(tables_location),
+                            {"operation": stop.operation, "reason": stop.reason, "stopped_at": stop.stopped_at})
+    except StoreError as exc:
+        raise TableError(f"the link's stop marker cannot be written: {exc}") from exc
+
+
+def resume_link(tables_location: Path) -> None:
+    """Remove the marker (and its backup); idempotent."""
+    path = stop_path(tables_location)
+    for p in (backup_path(path), path):  # the backup first: a crash between leaves the link stopped, not half
+        p.unlink(missing_ok=True)

@@ -1,0 +1,113 @@
+"""``python -m jobs.dr failover`` with A lost: a source cluster of the test's own (two broker groups) replicated to
+the session's target by the link's query on the test session, throttled so that it lags; A's group has a
+translated checkpoint. ``failover`` is refused while A answers; then every process of A is killed with kill -9
+while the link still has A's messages to copy, ``failover --dry-run`` previews the audit, the command is killed
+with kill -9 in its stop step and run again: it finishes each step once, its audit counts exactly the messages
+A acknowledged that the link had not replicated (from the job's own record of A's max offsets), and the group
+resumes on B where its checkpoint says, reading every replicated message it had not read on A, none twice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from connectors.core.config import load_replicator_config
+from connectors.replication.link_stop import is_stopped
+from connectors.replication.source_maxes import read_source_maxes
+from connectors.replication.tables import LinkTables
+from jobs.dr.operation import OperationState, StepState
+from tests.spark.conftest import SRC_MAX_MESSAGE_SIZE, Cluster, _start_cluster
+from tests.spark.helpers import produce_random
+from tests.spark.spark_processes import wait_for, write_replicator_config
+from tests.spark.test_checkpoint_failover import consume, translate_once
+from tests.spark.test_dr_switchover import Setup
+
+pytestmark = pytest.mark.integration
+
+PHASE1, PHASE2 = 120, 600
+
+
+def test_failover_after_a_is_killed_audits_what_did_not_cross_and_moves_the_group_exactly(
+        spark: SparkSession, clusters: tuple[Cluster, Cluster], tmp_path: Path) -> None:
+    _, dst = clusters
+    a = _start_cluster("drA", tmp_path / "a", SRC_MAX_MESSAGE_SIZE)  # its own A: this test kills it
+    try:
+        setup = Setup(a, dst, tmp_path, "DrFail")
+        write_replicator_config(  # the link lags by design: at most 40 messages per one-second trigger
+            setup.config, source=(a.name, a.namesrv), target=(dst.name, dst.namesrv),
+            links={setup.link: {"topic": setup.topic, "trigger_interval": 1, "max_messages_per_trigger": 40,
+                                "checkpoints": {"interval": "1 second",
+                                                "groups": {"explicit": [setup.group]}}}})
+        config = load_replicator_config(setup.config)
+        link = config.link(setup.link)
+        tables = LinkTables.for_link(link)
+        produce_random(a.producer, setup.topic, setup.queues, PHASE1, max_body=64)
+        consumed_on_a = consume(a.namesrv, setup.group, setup.queues, start_from_group=False)
+        assert len(consumed_on_a) == PHASE1
+
+        rc, out = setup.dr_done("failover", log="refused.log")  # A answers
+        assert rc == 1, out
+        last = [line for line in out.splitlines() if line.strip()][-1]
+        assert last.startswith("refused: broker group ") and "answers: a failover is for a lost cluster" in last
+        assert "--force" in last and setup.journal.load() is None  # refused before anything was recorded
+
+        with setup.replicating(spark):
+            wait_for(lambda: sum(tables.latest_offsets().values()) == PHASE1, 120, "phase 1 replicated")
+            translate_once(spark, setup.config, setup.link, tmp_path, setup.group, timeout=120)
+            phase2 = {i for r in produce_random(a.producer, setup.topic, setup.queues, PHASE2, seed=8, max_body=64)
+                      for i in r.msg_ids}
+
+            def seen_not_replicated() -> bool:
+                record = read_source_maxes(link.tables_location)
+                seen = 0 if record is None else sum(o.max_offset for o in record.queues.values())
+                return seen == PHASE1 + PHASE2 and sum(tables.latest_offsets().values()) > PHASE1
+
+            wait_for(seen_not_replicated, 120, "A's newest max offsets recorded, the link behind them")
+            a.processes.stop()  # kill -9 of every process of A
+            replicated_at_kill = sum(tables.latest_offsets().values())
+            assert replicated_at_kill < PHASE1 + PHASE2, "the link caught up before A was killed: nothing to audit"
+
+            rc, out = setup.dr_done("failover", "--dry-run", log="dry.log")
+            assert rc == 0, out
+            assert "dry run: nothing changed" in out and setup.journal.load() is None
+
+            proc = setup.dr("failover", log="run1.log")
+            try:
+                wait_for(lambda: _running(setup, "stop"), 120, "the failover in its stop step", alive=proc)
+            finally:
+                proc.kill()  # kill -9 while it waits for the link's commits to settle
+            assert setup.record().state is OperationState.RUNNING
+            rc, out = setup.dr_done("failover", log="run2.log")  # docs/operations.md shows this output
+        assert rc == 0, out
+    finally:
+        a.producer.close()
+        a.admin.close()
+        a.processes.stop()
+
+    record = setup.record()
+    assert record.state is OperationState.DONE
+    assert {s.name: s.attempts for s in record.steps} == {
+        "preflight": 1, "stop": 2, "audit": 1, "commit": 1, "report": 1}
+    replicated = tables.latest_offsets()
+    audit = record.step("report").result["audit"]
+    assert sum(q["last_seen"] for q in audit["queues"]) == PHASE1 + PHASE2
+    assert audit["missing"] == PHASE1 + PHASE2 - sum(replicated.values()) > 0
+    assert {tuple(q["queue"]): q["replicated"] for q in audit["queues"]} == {
+        (q.topic, q.broker_name, q.queue_id): o for q, o in replicated.items()}
+    assert f"at least {audit['missing']} acknowledged message(s) of A are not on B" in out
+    assert "acknowledged after its last observation are unknown" in out
+    assert is_stopped(link.tables_location)
+
+    # the group resumes on B after what it read on A: every replicated message of phase 2, none twice
+    groups = record.step("commit").result["groups"][setup.group]
+    assert all(e["b_offset"] is not None for e in groups if e["a_offset"] > 0)
+    consumed_on_b = consume(dst.namesrv, setup.group, dst.queues(setup.topic), start_from_group=True)
+    assert len(consumed_on_b) == len(set(consumed_on_b)) == sum(replicated.values()) - PHASE1
+    assert set(consumed_on_b) <= phase2 and not set(consumed_on_b) & set(consumed_on_a)
+
+
+def _running(setup: Setup, step: str) -> bool:
+    record = setup.journal.load()
+    return record is not None and record.step(step).state is StepState.RUNNING
