@@ -10,7 +10,8 @@ read twice.
 What runs, all local processes on 127.0.0.1 (``tests.support.processes.LocalCluster``, the test harness):
 
 * cluster A (two broker groups) and cluster B (``--b-groups``, one by default), one topic with ``--queues``
-  queues per broker group of A (as many on B in all) and the application's subscription group on both;
+  queues per broker group of A (as many on B in all), the application's subscription group and its retry topic
+  on both;
 * links A -> B (``dr-ab``) and B -> A (``dr-ba``), config sync off (the topics and the group are made up front:
   config sync would copy the fence's read-only permission of A's topics to B); the forward link's main job
   (``spark-submit jobs/run_all.py --link dr-ab``: replication and checkpoints every ``--checkpoint-interval`` s)
@@ -63,6 +64,7 @@ from benchmarks.dr_drill_apps import ConsumerApp, ProducerApp, Side
 from benchmarks.dr_drill_tally import Stint, missed_targets, read_within, rto, summary_line, tally
 from benchmarks.soak import Log
 from broker_store.client import Admin, MessageQueue, Producer, new_message
+from broker_store.protocol.topic import RETRY_GROUP_TOPIC_PREFIX
 from connectors.core.config import load_replicator_config
 from connectors.core.errors import TableError
 from jobs.dr.journal import FileJournal
@@ -327,11 +329,13 @@ def write_config(out: Path, a: LocalCluster, b: LocalCluster, checkpoint_interva
 
 
 def prepare(args: argparse.Namespace, a: LocalCluster, b: LocalCluster) -> None:
-    """The topic (``--queues`` per group of A, as many in all on B) and the group, on both sides."""
+    """The topic (``--queues`` per group of A, as many in all on B), the group and its retry topic (which the
+    links replicate with the group), on both sides: what config sync would make, with it off."""
     for cluster, queues in ((a, args.queues), (b, args.queues * 2 // len(b.groups))):
         with Admin(cluster.namesrv_addr) as admin:
             admin.create_topic(TOPIC, queues, cluster=cluster.name)
             admin.create_subscription_group({"groupName": GROUP}, cluster=cluster.name)
+            admin.create_topic(f"{RETRY_GROUP_TOPIC_PREFIX}{GROUP}", 1, cluster=cluster.name)
             admin.wait_for_route(TOPIC, timeout=30)
 
 
