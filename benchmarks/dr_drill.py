@@ -67,6 +67,7 @@ from broker_store.client import Admin, MessageQueue, Producer, new_message
 from broker_store.protocol.topic import RETRY_GROUP_TOPIC_PREFIX
 from connectors.core.config import load_replicator_config
 from connectors.core.errors import TableError
+from connectors.replication.link_stop import LinkStop, resume_link, stop_link
 from jobs.dr.journal import FileJournal
 from jobs.dr.operation import OperationRecord, StepState
 from tests.spark.spark_processes import (
@@ -119,7 +120,9 @@ class Drill:
                  log: Log) -> None:
         self.args, self.out, self.a, self.b, self.config, self.log = args, out, a, b, config, log
         self.side_a, self.side_b = Side(A, a.namesrv_addr), Side(B, b.namesrv_addr)
-        self.journal = FileJournal(load_replicator_config(config).link(LINK).tables_location)
+        links = load_replicator_config(config)
+        self.journal = FileJournal(links.link(LINK).tables_location)
+        self.reverse_tables = links.link(REVERSE).tables_location
         self.producer = ProducerApp(TOPIC, self.side_a, rate=args.rate, batch=args.batch, body=args.body)
         self.consumer = ConsumerApp(TOPIC, GROUP)
         self.forward: TaggedProcess | None = None
@@ -136,6 +139,24 @@ class Drill:
     def start_forward(self) -> None:
         self.forward = submit_job("run_all.py", self.config, self.out / "job-forward.log", links=[LINK],
                                   job_log4j=True)
+
+    def hold_reverse(self) -> None:
+        """``--warm-reverse``: the reverse link's job stays up but plans nothing (the link stop marker a failover
+        writes) while A cannot take its writes."""
+        stop_link(self.reverse_tables, LinkStop("dr-drill", "held by the drill while A is fenced or down", time.time()))
+        self.log(f"reverse link {REVERSE} held (stop marker)")
+
+    def hold_reverse_and_leave(self) -> None:
+        self.hold_reverse()
+        self.leave(drain=True)
+
+    def open_reverse(self) -> None:
+        """At the failback's ``reopen``: the reverse link's job started (the runbook), or, ``--warm-reverse``, its
+        hold lifted (and the job started again if it is not running)."""
+        if self.args.warm_reverse:
+            resume_link(self.reverse_tables)
+            self.log(f"reverse link {REVERSE} released")
+        self.ensure_reverse()
 
     def ensure_reverse(self) -> None:
         if self.reverse is None or not self.reverse.alive():
@@ -247,7 +268,9 @@ class Drill:
     def planned(self, command: str, source: Side, target: Side, *extra: str) -> None:
         actions: dict[str, Callable[[], None]] = {"fence": lambda: self.leave(drain=True)}
         if command == "failback":
-            actions["reopen"] = self.ensure_reverse
+            actions["reopen"] = self.open_reverse
+        elif self.args.warm_reverse:
+            actions["fence"] = self.hold_reverse_and_leave
         document = self.run_dr(command, *extra, when_done=actions)
         self.fence_at[command].append(step_started(document, "fence"))
         stint = self.move(target, command)
@@ -260,7 +283,9 @@ class Drill:
         self.a.stop()  # SIGKILL: brokers first, then the name server
         self.log(f"kill -9 every process of {A}")
         self.leave(drain=False)
-        if self.reverse is not None:
+        if self.args.warm_reverse:
+            self.hold_reverse()
+        elif self.reverse is not None:
             self.reverse.kill()  # its target is gone; started again by the next failback
         self.failover_bound = read_within(self.consumer.reads, before, killed_at - self.args.checkpoint_interval,
                                           killed_at)
@@ -352,6 +377,8 @@ def run(args: argparse.Namespace, out: Path) -> str:
         log(f"clusters up: {A} {a.namesrv_addr} (2 broker groups), {B} {b.namesrv_addr} ({args.b_groups}); "
             f"starting the forward link's job")
         drill.start_forward()
+        if args.warm_reverse:
+            drill.ensure_reverse()
         drill.warm_up()
         drill.producer.start()
         drill.consumer.start()
@@ -401,6 +428,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--b-groups", type=int, default=1, choices=(1, 2), help="broker groups of B")
     parser.add_argument("--dwell", type=float, default=30.0, help="seconds on a side between moves")
     parser.add_argument("--quick", action="store_true", help="a short run: --dwell 10")
+    parser.add_argument("--warm-reverse", action="store_true",
+                        help="run the reverse link's job from the start, held by the link stop marker while A is "
+                             "fenced or down and released at the failback's reopen (not the runbook's way: what a "
+                             "warm standby link would give)")
     parser.add_argument("--until", type=int, default=5, choices=range(1, 6), help="run steps 1..N")
     parser.add_argument("--checkpoint-interval", type=float, default=5.0,
                         help="seconds between the forward link's group checkpoints")
