@@ -16,7 +16,9 @@ What runs, all local processes on 127.0.0.1 (``tests.support.processes.LocalClus
   config sync would copy the fence's read-only permission of A's topics to B); the forward link's main job
   (``spark-submit jobs/run_all.py --link dr-ab``: replication and checkpoints every ``--checkpoint-interval`` s)
   from the start, the reverse link's (``spark-submit jobs/replicate.py --link dr-ba``) from the first failback's
-  ``reopen`` step, as the runbook says;
+  ``reopen`` step, as the runbook says (``--warm-reverse``: from the start, held by the link stop marker,
+  ``connectors.replication.link_stop``, while A is fenced or down and released at each ``reopen``: what a warm
+  standby reverse link would give);
 * the application (``benchmarks.dr_drill_apps``): a producer of unique keys at ``--rate`` msg/s and a consumer
   group pulling and committing all the time, each on the active side.
 
