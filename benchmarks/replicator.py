@@ -9,7 +9,7 @@ What one run does, in order (everything on this machine: brokers, Spark JVM and 
 its cores, so the numbers are for the whole pipeline on one box):
 
 1. Starts two single-broker clusters, ``bsrc`` and ``bdst`` (one name server + one broker each, real
-   processes via ``broker_store.launcher.ManagedProcess``, free loopback ports). Brokers run with their
+   processes via ``broker_store.deploy.launcher.ManagedProcess``, free loopback ports). Brokers run with their
    defaults: ASYNC_FLUSH (the CommitLog is fsynced every 500 ms in the background; a send is acked once
    in the page cache, as RocketMQ's published numbers use), 128 MiB CommitLog segments. Data lives in a
    temp dir on a real disk (``/tmp`` unless it is tmpfs, then ``./run``), removed at exit.
@@ -232,7 +232,7 @@ if str(PROJECT) not in sys.path:
 
 from broker_store.client import Admin, MessageQueue  # noqa: E402
 from broker_store.config import BrokerConfig, NamesrvConfig  # noqa: E402
-from broker_store.launcher import ManagedProcess  # noqa: E402
+from broker_store.deploy.launcher import ManagedProcess  # noqa: E402
 from connectors.core.job_stop import mark_stopping, prepare_stop_marker, remove_stop_marker  # noqa: E402
 
 MB = 1_000_000

@@ -23,10 +23,11 @@ from broker_store.ha.settings import HASettings
 from broker_store.net.tls_settings import TlsClientSettings, TlsServerSettings, TlsSettings
 from broker_store.store.config import StoreSettings
 from connectors.core.config import ClusterConfig as ReplicatorClusterConfig
-from connectors.core.config import ExplicitTopic, LinkConfig, ReplicatorConfig, TopicMappingConfig, TopicPattern
+from connectors.core.config import LinkConfig, ReplicatorConfig
 from connectors.core.history_settings import HistorySettings
 from connectors.core.monitoring import HeartbeatSettings, MetricsSettings
 from connectors.core.sync_settings import AclSyncSettings, CheckpointSettings, ConfigSyncSettings, GroupSelection
+from connectors.core.topic_settings import ExplicitTopic, TopicMappingConfig, TopicPattern
 from docgen.model_tables import model_table
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"

@@ -32,9 +32,9 @@ from broker_store.protocol.errors import RocketMQError
 from connectors.config_sync.applier import apply_change
 from connectors.config_sync.plan import ChangeKind, ChangeStatus, ConfigChange, creation_for, topic_changes_for
 from connectors.config_sync.state import read_cluster_state
-from connectors.core.config import TopicMappingConfig
 from connectors.core.sync_settings import ConfigSyncSettings
 from connectors.core.topic_mapping import TopicMapper
+from connectors.core.topic_settings import TopicMappingConfig
 
 log = logging.getLogger(__name__)
 

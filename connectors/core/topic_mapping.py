@@ -35,9 +35,9 @@ from collections.abc import Iterable
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.message import validate_topic
 from broker_store.protocol.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
-from connectors.core.config import TopicMappingConfig
 from connectors.core.errors import TopicMappingError
 from connectors.core.monitoring import HEARTBEAT_TOPIC
+from connectors.core.topic_settings import TopicMappingConfig
 
 SYSTEM_TOPIC_PREFIXES: tuple[str, ...] = (
     "rmq_sys_",        # TopicValidator.SYSTEM_TOPIC_PREFIX: revive logs, wheel timer, heartbeats, ...

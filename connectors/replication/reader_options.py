@@ -19,7 +19,6 @@ from broker_store.protocol.acl import SessionCredentials
 from connectors.core.config import (
     DEFAULT_CONSUMER_GROUP_PREFIX,
     ReadSettings,
-    TopicMappingConfig,
     field_error,
     load_replicator_config,
     read_credentials_file,
@@ -29,6 +28,7 @@ from connectors.core.errors import ReplicatorConfigError
 from connectors.core.options import given_options, lowered, validate_options
 from connectors.core.rows import RowFormat
 from connectors.core.topic_mapping import TopicMapper, is_system_topic
+from connectors.core.topic_settings import TopicMappingConfig
 
 DEFAULT_PULL_BATCH_SIZE = 256
 """Messages per PULL_MESSAGE (the broker caps one pull at max_pull_msg_nums = 1024 and 4 MiB). Each pull

@@ -18,7 +18,6 @@ from connectors.core.config import (
     DEFAULT_CONSUMER_GROUP_PREFIX,
     DEFAULT_PRODUCER_GROUP_PREFIX,
     FailurePolicy,
-    TopicMappingConfig,
     WriteSettings,
     field_error,
     load_replicator_config,
@@ -28,6 +27,7 @@ from connectors.core.config import (
 from connectors.core.errors import ReplicatorConfigError
 from connectors.core.history_settings import HistorySettings
 from connectors.core.options import given_options, lowered, validate_options
+from connectors.core.topic_settings import TopicMappingConfig
 
 DEFAULT_BATCH_MAX_MESSAGES = 256
 DEFAULT_BATCH_MAX_BYTES = 1024 * 1024

@@ -33,7 +33,7 @@ from typing import Any
 
 from rich.console import Console
 
-from broker_store.cli_table import print_table
+from broker_store.cli.table import print_table
 from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from broker_store.protocol.errors import RocketMQError
 from connectors.core.config import LinkConfig, load_replicator_config

@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-from broker_store.cli_table import print_table
+from broker_store.cli.table import print_table
 from broker_store.clock import ThreadClock
 from connectors.core.config import LinkConfig, ReplicatorConfig
 from jobs.dr.failback import KIND, Failback, FailbackSettings, reverse_link_of

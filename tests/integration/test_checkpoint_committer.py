@@ -17,9 +17,9 @@ from connectors.checkpoint.link_state import LinkProgress
 from connectors.checkpoint.snapshot import ConditionKind, GroupOffset, GroupOffsetPoller, GroupOffsetSnapshot
 from connectors.checkpoint.tables import CheckpointOutcome
 from connectors.checkpoint.translation import OffsetTranslator, Run
-from connectors.core.config import TopicMappingConfig
 from connectors.core.sync_settings import CHECKPOINT_TOPIC, GroupSelection
 from connectors.core.topic_mapping import TopicMapper
+from connectors.core.topic_settings import TopicMappingConfig
 from tests.support.processes import GroupSpec, LocalCluster
 
 pytestmark = pytest.mark.integration

@@ -15,9 +15,9 @@ from broker_store.client.acl_admin import AclAdmin
 from broker_store.protocol.acl import SessionCredentials
 from connectors.config_sync.acl_sync import AclSync
 from connectors.config_sync.plan import ChangeKind, ChangeStatus
-from connectors.core.config import TopicMappingConfig
 from connectors.core.sync_settings import AclSyncSettings
 from connectors.core.topic_mapping import TopicMapper
+from connectors.core.topic_settings import TopicMappingConfig
 from tests.support.processes import GroupSpec, local_cluster
 
 pytestmark = pytest.mark.integration

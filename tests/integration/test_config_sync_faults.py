@@ -19,9 +19,9 @@ from broker_store.client import Admin
 from connectors.config_sync.applier import CONFIG_CHANGES, AppliedRound, ConfigApplier, ConfigTables, sync_round
 from connectors.config_sync.evidence import Memory, judge
 from connectors.config_sync.state import ConfigPoller, registered_groups
-from connectors.core.config import TopicMappingConfig
 from connectors.core.sync_settings import ConfigSyncSettings
 from connectors.core.topic_mapping import TopicMapper
+from connectors.core.topic_settings import TopicMappingConfig
 from tests.support.processes import LocalCluster, local_cluster
 from tests.support.waiting import eventually
 

@@ -17,8 +17,9 @@ from broker_store.deploy.launcher import HOST, free_port
 from connectors.checkpoint.tables import CheckpointOutcome, CheckpointRow, CheckpointTables
 from connectors.config_sync.applier import ConfigTables
 from connectors.config_sync.plan import ChangeKind, ChangeStatus, ConfigChange
-from connectors.core.config import LinkConfig, TopicMappingConfig
+from connectors.core.config import LinkConfig
 from connectors.core.monitoring import MetricsSettings
+from connectors.core.topic_settings import TopicMappingConfig
 from connectors.heartbeat.monitor import HeartbeatMonitor
 from connectors.heartbeat.records import Heartbeat, Observed
 from connectors.replication.records import BatchMetrics, LatencySummary

@@ -18,9 +18,10 @@ from connectors.config_sync.applier import ConfigApplier
 from connectors.config_sync.evidence import Evidence
 from connectors.config_sync.plan import ChangeKind, ChangeStatus
 from connectors.config_sync.state import ClusterState, TopicState
-from connectors.core.config import TopicMappingConfig, parse_replicator_config
+from connectors.core.config import parse_replicator_config
 from connectors.core.sync_settings import ConfigSyncSettings
 from connectors.core.topic_mapping import TopicMapper
+from connectors.core.topic_settings import TopicMappingConfig
 from connectors.heartbeat.monitor import LinkStatus
 from connectors.heartbeat.monitor_loop import HeartbeatMonitorLoop
 from tests.support.clocks import ReadingClock

@@ -6,8 +6,7 @@ design gives them: ``protocol`` nothing of the project, ``durable_file`` (crash-
 and the validation formatter, ``ha`` nothing of the store but its package API and its epoch values. No module passes
 600 lines. Read from the source (ast) by the shared checker, ``tests/support/import_graph.py``.
 
-A unit is a subpackage or a top-level module, with no exception. ``cli_table`` and ``launcher`` are the old homes
-of ``cli.table`` and ``deploy.launcher``, kept as aliases for callers on other branches until those are merged.
+A unit is a subpackage or a top-level module, with no exception.
 """
 
 from __future__ import annotations
@@ -35,8 +34,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"broker"}),
     frozenset({"namesrv"}),
     frozenset({"deploy"}),
-    frozenset({"cli", "launcher"}),
-    frozenset({"__main__", "cli_table"}),
+    frozenset({"cli"}),
+    frozenset({"__main__"}),
 )
 """The units, lowest first. A unit imports only units of lower layers, and of those only its ``ALLOWED``."""
 
@@ -70,8 +69,6 @@ ALLOWED: dict[str, frozenset[str]] = {
     # the command line: the servers it runs, the admin commands' clients, deploy's up and image
     "cli": frozenset({"acl", "broker", "client", "config", "controller", "deploy", "namesrv", "net", "protocol",
                       "validation"}),
-    "launcher": frozenset({"deploy"}),  # alias of deploy.launcher (see the module docstring)
-    "cli_table": frozenset({"cli"}),  # alias of cli.table (see the module docstring)
     "__main__": frozenset({"cli"}),
 }
 """unit -> the units it may import: the design's layers, as the import graph has them (docs/architecture.md

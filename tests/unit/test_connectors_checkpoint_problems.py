@@ -16,9 +16,9 @@ from connectors.checkpoint.committer import CheckpointCommitter
 from connectors.checkpoint.link_state import LinkProgress
 from connectors.checkpoint.snapshot import GroupOffsetPoller
 from connectors.checkpoint.translation import OffsetTranslator, Run
-from connectors.core.config import TopicMappingConfig
 from connectors.core.sync_settings import GroupSelection
 from connectors.core.topic_mapping import TopicMapper
+from connectors.core.topic_settings import TopicMappingConfig
 from tests.support.clocks import MillisClock
 
 SOURCE_Q = MessageQueue("Orders", "src-a", 0)

@@ -10,9 +10,9 @@ from broker_store.acl.account import PlainAccount
 from broker_store.client.acl_admin import BrokerAclConfig
 from connectors.config_sync.acl_sync import map_account, plan_acl
 from connectors.config_sync.plan import ChangeKind, ChangeStatus
-from connectors.core.config import TopicMappingConfig
 from connectors.core.sync_settings import AclSyncSettings, ConfigSyncSettings
 from connectors.core.topic_mapping import TopicMapper
+from connectors.core.topic_settings import TopicMappingConfig
 
 MAPPER = TopicMapper(TopicMappingConfig.model_validate(
     {"explicit": [{"source": "Orders", "target": "OrdersB"}], "include": [{"pattern": "Pay.*"}]}))

@@ -5,9 +5,9 @@ from __future__ import annotations
 from connectors.config_sync.evidence import Evidence
 from connectors.config_sync.plan import ChangeKind, ChangeStatus, ConfigChange, creation_for, plan_changes
 from connectors.config_sync.state import ClusterState, TopicState
-from connectors.core.config import TopicMappingConfig
 from connectors.core.sync_settings import ConfigSyncSettings
 from connectors.core.topic_mapping import TopicMapper
+from connectors.core.topic_settings import TopicMappingConfig
 
 MAPPER = TopicMapper(TopicMappingConfig.model_validate({
     "explicit": [{"source": ["EU", "US"], "target": "All"}],

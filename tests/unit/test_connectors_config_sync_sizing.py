@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from connectors.config_sync.plan import ChangeStatus, creation_for, plan_changes
 from connectors.config_sync.sizing import per_group, size_target_topic
 from connectors.config_sync.state import ClusterState, TopicState
-from connectors.core.config import TopicMappingConfig
 from connectors.core.sync_settings import ConfigSyncSettings
 from connectors.core.topic_mapping import TopicMapper
+from connectors.core.topic_settings import TopicMappingConfig
 
 MAPPER = TopicMapper(TopicMappingConfig.model_validate({
     "explicit": [{"source": ["EU", "US"], "target": "All"}], "include": [{"pattern": "Orders.*"}]}))

@@ -10,9 +10,9 @@ from connectors.config_sync.evidence import Evidence
 from connectors.config_sync.plan import ChangeKind, ChangeStatus, ConfigChange, plan_changes
 from connectors.config_sync.standing import ChangeKey, fold, pending, queue_floors, to_record, unfinished_deletions
 from connectors.config_sync.state import ClusterState
-from connectors.core.config import TopicMappingConfig
 from connectors.core.sync_settings import ConfigSyncSettings
 from connectors.core.topic_mapping import TopicMapper
+from connectors.core.topic_settings import TopicMappingConfig
 
 SHRINK = ConfigChange(ChangeKind.SHRINK, "DR_T", ChangeStatus.REFUSED, ("T",), 2, 2, 6, detail="2 < 8")
 GROWTH = ConfigChange(ChangeKind.UPDATE_TOPIC, "DR_U", ChangeStatus.APPLIED, ("U",), 16, 16, 6)

@@ -14,8 +14,8 @@ import pytest
 from broker_store.client import MessageQueue
 from broker_store.protocol.codes import ResponseCode
 from broker_store.protocol.errors import TopicNotExistError
-from connectors.core.config import TopicMappingConfig
 from connectors.core.topic_mapping import TopicMapper
+from connectors.core.topic_settings import TopicMappingConfig
 from connectors.replication import placement as executor_placement
 from connectors.replication.placement import QueuePlacement as ExecutorPlacement
 from connectors.replication.placement_planner import PlacedRange, RangesPlacementPlanner, placement_columns

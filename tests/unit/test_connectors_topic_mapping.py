@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors.core.config import TopicMappingConfig, parse_replicator_config
+from connectors.core.config import parse_replicator_config
 from connectors.core.errors import TopicMappingError
 from connectors.core.topic_mapping import SYSTEM_TOPICS, TopicMapper, is_system_topic
+from connectors.core.topic_settings import TopicMappingConfig
 
 
 def mapper(reserved: tuple[str, ...] = (), **mapping: Any) -> TopicMapper:

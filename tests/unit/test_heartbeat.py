@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from connectors.core.config import TopicMappingConfig, parse_replicator_config
+from connectors.core.config import parse_replicator_config
 from connectors.core.errors import ReplicatorConfigError
 from connectors.core.monitoring import HEARTBEAT_TOPIC, STALE_INTERVALS
 from connectors.core.topic_mapping import TopicMapper
+from connectors.core.topic_settings import TopicMappingConfig
 from connectors.heartbeat.monitor import HeartbeatMonitor, LinkStatus, percentile
 from connectors.heartbeat.records import Heartbeat, HeartbeatFormatError, Observed
 from connectors.heartbeat.schedule import HeartbeatSchedule, ScheduleState, Tick

@@ -14,8 +14,9 @@ import pytest
 from deltalake import write_deltalake
 from prometheus_client import CollectorRegistry, generate_latest
 
-from connectors.core.config import LinkConfig, TopicMappingConfig
+from connectors.core.config import LinkConfig
 from connectors.core.monitoring import MetricsSettings
+from connectors.core.topic_settings import TopicMappingConfig
 from connectors.heartbeat.monitor import HeartbeatMonitor
 from connectors.heartbeat.records import Heartbeat, Observed
 from connectors.heartbeat.tables import HEARTBEATS, HeartbeatTables
