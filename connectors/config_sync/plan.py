@@ -13,7 +13,9 @@ Per target topic T (the link's topic mapping; several source topics may map to o
   ``REFUSED`` shrink, recorded and reported, never applied (only when the source's largest per-group count
   is smaller too: a target that gained broker groups wants fewer per group without any source queue gone);
   the growth part of the same topic still is.
-  A permission or attribute difference is an ``update_topic``;
+  A permission or attribute difference is an ``update_topic``. The write permission is the target's own
+  (``target_perm``): a topic is created writable, and its write bit is never copied, because a disaster-recovery
+  switchover fences a side by taking that bit away and the other side must stay writable;
 * a source broker group's count above ``ConfigSyncSettings.max_queue_nums``: refused; a spread count above
   it: capped there (the change's detail says so);
 * a source topic judged deleted (``connectors.config_sync.evidence``: absent from every broker group that held
@@ -51,6 +53,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker_store.protocol.codes import PERM_WRITE
 from connectors.config_sync.evidence import Evidence
 from connectors.config_sync.sizing import size_target_topic
 from connectors.config_sync.state import ClusterState, TopicState
@@ -244,6 +247,14 @@ def topic_changes_for(target_topic: str, source: ClusterState, target: ClusterSt
     return _topic_changes(target_topic, [source.topics[s] for s in sources], target, settings)
 
 
+def target_perm(source_perm: int, current_perm: int | None) -> int:
+    """The permission config sync gives a target topic: the source's bits but the write bit, which stays the
+    target's own (set on a new topic). A side fenced for a switchover (``jobs.dr``) is read-only on purpose: its
+    fence must not reach the side the producers move to, in either direction."""
+    write = PERM_WRITE if current_perm is None else current_perm & PERM_WRITE
+    return (source_perm & ~PERM_WRITE) | write
+
+
 def _canonical(config: Mapping[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, default=str)
 
@@ -262,8 +273,8 @@ def _topic_changes(name: str, sources: list[TopicState], target: ClusterState,
     cap = sizing.describe_cap() if sizing.capped else ""
     current = target.topics.get(name)
     if current is None:
-        return [ConfigChange(ChangeKind.CREATE_TOPIC, name, ChangeStatus.PLANNED, names, read, write, first.perm,
-                             first.order, dict(first.attributes), detail=cap)]
+        return [ConfigChange(ChangeKind.CREATE_TOPIC, name, ChangeStatus.PLANNED, names, read, write,
+                             target_perm(first.perm, None), first.order, dict(first.attributes), detail=cap)]
     out = []
     # A refused shrink is reported only when the source's own per-group counts are smaller too: a spread count
     # that fell because the target gained broker groups is not a shrink (no source queue went away).
@@ -277,11 +288,12 @@ def _topic_changes(name: str, sources: list[TopicState], target: ClusterState,
                                        f"{current.write_queue_nums}: queue counts are never shrunk on the target"))
     new_read, new_write = max(read, current.read_queue_nums), max(write, current.write_queue_nums)
     missing = sorted(set(target.brokers) - set(current.brokers))
+    perm = target_perm(first.perm, current.perm)
     differs = (new_read != current.read_queue_nums or new_write != current.write_queue_nums
-               or first.perm != current.perm or dict(first.attributes) != dict(current.attributes))
+               or perm != current.perm or dict(first.attributes) != dict(current.attributes))
     if differs or missing:
         detail = "; ".join(filter(None, [f"missing on {missing}" if missing else "", cap]))
         out.append(ConfigChange(ChangeKind.CREATE_TOPIC if missing else ChangeKind.UPDATE_TOPIC, name,
-                                ChangeStatus.PLANNED, names, new_read, new_write, first.perm, first.order,
+                                ChangeStatus.PLANNED, names, new_read, new_write, perm, first.order,
                                 dict(first.attributes), detail=detail))
     return out

@@ -129,8 +129,8 @@ def test_creation_for_is_the_create_rule_of_plan_changes() -> None:
 
 def test_permission_and_attribute_changes_are_updates() -> None:
     target = cluster(topic("DR_App_1", 8, perm=6, tier="gold"))
-    read_only = plan_changes(cluster(topic("App_1", 8, perm=4, tier="gold")), target, MAPPER, ConfigSyncSettings())
-    assert kinds(read_only) == [("update_topic", "DR_App_1", "planned")] and read_only[0].perm == 4
+    inherit = plan_changes(cluster(topic("App_1", 8, perm=7, tier="gold")), target, MAPPER, ConfigSyncSettings())
+    assert kinds(inherit) == [("update_topic", "DR_App_1", "planned")] and inherit[0].perm == 7
     retiered = plan_changes(cluster(topic("App_1", 8, perm=6, tier="silver")), target, MAPPER, ConfigSyncSettings())
     assert kinds(retiered) == [("update_topic", "DR_App_1", "planned")]
     assert dict(retiered[0].attributes) == {"tier": "silver"} and retiered[0].read_queue_nums == 8
@@ -176,3 +176,14 @@ def test_a_recreated_topic_never_has_fewer_queues_than_before_its_deletion() -> 
                            queue_floors={"DR_App_1": (8, 16)})
     assert kinds(changes) == [("create_topic", "DR_App_1", "planned")]
     assert (changes[0].read_queue_nums, changes[0].write_queue_nums) == (8, 16)
+
+
+def test_the_write_permission_is_the_targets_own_a_fenced_source_never_fences_the_target() -> None:
+    # a switchover fences A by taking the write bit away: config sync must not copy that to B, where the
+    # producers go; nor give write back to a target fenced by a failback
+    writable = cluster(topic("DR_App_1", 8, perm=6))
+    assert plan_changes(cluster(topic("App_1", 8, perm=4)), writable, MAPPER, ConfigSyncSettings()) == []
+    fenced = cluster(topic("DR_App_1", 8, perm=4))
+    assert plan_changes(cluster(topic("App_1", 8, perm=6)), fenced, MAPPER, ConfigSyncSettings()) == []
+    created = plan_changes(cluster(topic("App_1", 8, perm=4)), cluster(), MAPPER, ConfigSyncSettings())
+    assert kinds(created) == [("create_topic", "DR_App_1", "planned")] and created[0].perm == 6
