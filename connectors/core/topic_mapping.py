@@ -15,8 +15,9 @@ Resolution of one source topic, first rule that applies wins:
                                                  e.g. the replicator's heartbeat topic; config
                                                  loading rejects explicit topics that match an exclude)
 2. an ``exclude`` regex fully matches it      -> not replicated (exclusion wins over 3, 5 and 6)
-3. it is the retry or dead-letter topic of a group the link checkpoints (``%RETRY%<group>``,
-   ``%DLQ%<group>``; ``group_topics``, on by default) -> the same name: a group moved to the target
+3. it is the retry or dead-letter topic of a group the link checkpoints by name or pattern (``%RETRY%<group>``,
+   ``%DLQ%<group>``; ``group_topics``, on by default; not with the default selection of every group, which
+   would take every group's of the cluster) -> the same name: a group moved to the target
                                                  finds its pending retries and dead letters there
 4. it is a system topic (``is_system_topic``) -> not replicated
 5. the first ``include`` rule, in file order, whose regex fully matches it -> its target template
@@ -114,7 +115,7 @@ class TopicMapper:
             return explicit
         if any(pattern.fullmatch(topic) for pattern in self._exclude):
             return None
-        if self._groups is not None:
+        if self._groups is not None and not self._groups.selects_all:
             group = group_of_group_topic(topic)
             if group is not None and self._groups.selects(group):
                 return topic

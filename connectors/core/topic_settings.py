@@ -98,8 +98,10 @@ class TopicMappingConfig(_Model):
     all_topics: bool = False
     """Copy every non-system topic of the source cluster under its own name (after ``exclude``)."""
     group_topics: bool = True
-    """Also copy ``%RETRY%<group>`` and ``%DLQ%<group>`` of every group the link's checkpoints select (when
-    enabled), under their own names: a moved group finds its retries and dead letters. ``exclude`` wins."""
+    """Also copy ``%RETRY%<group>`` and ``%DLQ%<group>`` of every group the link's checkpoints select by name or
+    pattern (``checkpoints.groups.explicit`` / ``include``, when enabled), under their own names: a moved group
+    finds its retries and dead letters. Not with the default selection (every group): that would copy the retry
+    topics of every group of the source cluster, most of them unrelated to the link. ``exclude`` wins."""
     _groups: GroupSelection | None = PrivateAttr(default=None)  # set once by LinkConfig, while validated
 
     @property

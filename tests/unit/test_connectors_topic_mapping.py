@@ -100,12 +100,16 @@ def link_mapper(topics: dict[str, Any], checkpoints: dict[str, Any] | None = Non
 
 
 def test_group_retry_and_dlq_topics_travel_with_checkpointed_groups() -> None:
-    """Every checkpointed group's %RETRY% and %DLQ% topics by default, under their own names (groups keep
-    theirs on the target); other system topics, SCHEDULE_TOPIC_XXXX included, still stay behind."""
-    m = link_mapper({"explicit": [{"source": "Orders", "target": "OrdersDR"}]})
-    assert m.select(["Orders", "%RETRY%billing", "%DLQ%billing", "%RETRY%CID_RMQ_SYS_REPLICATOR_ab",
-                     "SCHEDULE_TOPIC_XXXX", "%RETRY%", "rmq_sys_x"]) == {
+    """The %RETRY% and %DLQ% topics of every group checkpointed by name or pattern, by default, under their own
+    names (groups keep theirs on the target); other system topics, SCHEDULE_TOPIC_XXXX included, still stay
+    behind. The default selection (every group) moves no group's topics: it would take the whole cluster's."""
+    topics = {"explicit": [{"source": "Orders", "target": "OrdersDR"}]}
+    names = ["Orders", "%RETRY%billing", "%DLQ%billing", "%RETRY%CID_RMQ_SYS_REPLICATOR_ab", "SCHEDULE_TOPIC_XXXX",
+             "%RETRY%", "rmq_sys_x"]
+    m = link_mapper(topics, {"groups": {"include": [".*"]}})
+    assert m.select(names) == {
         "%DLQ%billing": "%DLQ%billing", "%RETRY%billing": "%RETRY%billing", "Orders": "OrdersDR"}
+    assert link_mapper(topics).select(names) == {"Orders": "OrdersDR"}
 
 
 def test_group_topics_follow_the_group_selection_and_can_be_turned_off() -> None:
