@@ -297,6 +297,21 @@ def start_cluster(name: str, root: Path, broker_ip: str | None = None) -> Cluste
     return cluster
 
 
+def stop_spark(queries: Sequence[Any], spark: Any) -> None:
+    """A benchmark's clean-up of its Spark side: the job's stop marked, every active query stopped (a failure
+    is printed, the clean-up goes on), the session stopped, the marker removed."""
+    mark_stopping()
+    for q in queries:
+        try:
+            if q.isActive:
+                q.stop()
+        except Exception as exc:  # noqa: BLE001 - clean-up goes on
+            print(f"stopping query: {exc}", file=sys.stderr)
+    if spark is not None:
+        spark.stop()
+    remove_stop_marker()
+
+
 def stop_cluster(cluster: Cluster) -> None:
     for proc in (cluster.broker, cluster.namesrv):
         if proc is not None:
@@ -1179,16 +1194,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted; cleaning up", file=sys.stderr)
         return 1
     finally:
-        mark_stopping()
-        for q in queries:
-            try:
-                if q.isActive:
-                    q.stop()
-            except Exception as exc:  # noqa: BLE001 - clean-up goes on
-                print(f"stopping query: {exc}", file=sys.stderr)
-        if spark is not None:
-            spark.stop()
-        remove_stop_marker()
+        stop_spark(queries, spark)
         for c in clusters:
             stop_cluster(c)
         shutil.rmtree(root, ignore_errors=True)

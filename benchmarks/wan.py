@@ -57,11 +57,12 @@ from benchmarks.replicator import (  # noqa: E402
     run_child,
     start_cluster,
     stop_cluster,
+    stop_spark,
     wait_for,
 )
 from broker_store.address import split_host_port  # noqa: E402
 from broker_store.client import Admin, MessageQueue  # noqa: E402
-from connectors.core.job_stop import mark_stopping, prepare_stop_marker, remove_stop_marker  # noqa: E402
+from connectors.core.job_stop import prepare_stop_marker  # noqa: E402
 from tests.support.delay_proxy import DelayProxyProcess, Route  # noqa: E402
 
 LAN, WAN, TARGET = "bsrc", "bwan", "bdst"
@@ -224,16 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted; cleaning up", file=sys.stderr)
         return 1
     finally:
-        mark_stopping()
-        for q in queries:
-            try:
-                if q.isActive:
-                    q.stop()
-            except Exception as exc:  # noqa: BLE001 - clean-up goes on
-                print(f"stopping query: {exc}", file=sys.stderr)
-        if spark is not None:
-            spark.stop()
-        remove_stop_marker()
+        stop_spark(queries, spark)
         if proxy is not None:
             proxy.stop()
         for c in clusters:

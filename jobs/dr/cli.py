@@ -114,19 +114,24 @@ def _step_line(console: Console, record: StepRecord) -> None:
         console.print(f"[bold]{record.name}[/] [red]refused[/]")
 
 
+def print_group_offsets(groups: dict[str, list[dict[str, Any]]]) -> None:
+    """Per group and A queue: its offset on A and where it was committed on B (switchover, failover)."""
+    rows = []
+    for group, entries in sorted(groups.items()):
+        for e in entries:
+            b_queue = "/".join(str(p) for p in e["b_queue"]) if e["b_queue"] else "-"
+            rows.append((group, "/".join(str(p) for p in e["source"]), e["a_offset"], b_queue, e["b_offset"]))
+    print_table(["group", "queue on A", "A offset", "queue on B", "B offset"], rows,
+                numeric=["A offset", "B offset"])
+
+
 def print_report(record: OperationRecord) -> None:
     report: dict[str, Any] = record.step("report").result
     print(f"switchover {record.id} of link {record.link}: done")
     print_table(["queue on A", "on A", "replicated", "missing"],
                 [("/".join(str(p) for p in q["queue"]), q["on_a"], q["replicated"], q["missing"])
                  for q in report["queues"]], numeric=["on A", "replicated", "missing"])
-    rows = []
-    for group, entries in sorted(report["groups"].items()):
-        for e in entries:
-            b_queue = "/".join(str(p) for p in e["b_queue"]) if e["b_queue"] else "-"
-            rows.append((group, "/".join(str(p) for p in e["source"]), e["a_offset"], b_queue, e["b_offset"]))
-    print_table(["group", "queue on A", "A offset", "queue on B", "B offset"], rows,
-                numeric=["A offset", "B offset"])
+    print_group_offsets(report["groups"])
     print("steps: " + ", ".join(f"{name} {d:.1f} s" for name, d in report["durations_s"].items() if d is not None))
     print(report["operator"])
 
@@ -151,13 +156,7 @@ def print_failover_report(record: OperationRecord) -> None:
     report: dict[str, Any] = record.step("report").result
     print(f"failover {record.id} of link {record.link}: done")
     print_audit(report["audit"])
-    rows = []
-    for group, entries in sorted(report["groups"].items()):
-        for e in entries:
-            b_queue = "/".join(str(p) for p in e["b_queue"]) if e["b_queue"] else "-"
-            rows.append((group, "/".join(str(p) for p in e["source"]), e["a_offset"], b_queue, e["b_offset"]))
-    print_table(["group", "queue on A", "A offset", "queue on B", "B offset"], rows,
-                numeric=["A offset", "B offset"])
+    print_group_offsets(report["groups"])
     for low in report["lowered"]:
         print(f"group {low['group']}: {'/'.join(str(p) for p in low['queue'])} offset {low['a_offset']} on A is "
               f"beyond what was replicated: set to {low['set_to']} (the end of the replicated data)")

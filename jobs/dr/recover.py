@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from broker_store.client import MessageQueue, PullConsumer, PullStatus
-from broker_store.protocol.errors import ProtocolError, RocketMQError
+from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.properties import PROPERTY_REPLICATOR_RECOVERY
 from connectors.core.offsets import queue_key
 from connectors.replication.batch_commit import batch_metrics
@@ -53,7 +53,7 @@ from connectors.replication.writer_options import SinkOptions
 from jobs.dr.link_ends import LinkEnds, queue_of, triple
 from jobs.dr.operation import Json, Step, StepContext, StepRefusedError
 from jobs.dr.rpo import audit
-from jobs.dr.switchover import refusing_client_errors
+from jobs.dr.switchover import both_answer, refusing_client_errors
 
 KIND = "recover"
 QUARANTINE_SUFFIX = "_DR_RECOVERED"
@@ -204,12 +204,7 @@ class Recover:
 
     def preflight(self, ctx: StepContext) -> Json:
         ends = self.ends
-        for side, name, admin in (("A", ends.source.name, ends.a), ("B", ends.target.name, ends.b)):
-            try:
-                admin.cluster_info()
-            except RocketMQError as exc:
-                raise StepRefusedError(f"cluster {name} ({side}) does not answer: {exc}",
-                                       f"a recovery reads A and writes B; bring {name} back, then run again") from exc
+        both_answer(ends, "a recovery reads A and writes B")
         queues = ends.source_queues()
         replicated = ends.replicated()
         mapper = ends.mapper()

@@ -74,6 +74,16 @@ def refusing_client_errors(run: Callable[[StepContext], Json]) -> Callable[[Step
     return wrapped
 
 
+def both_answer(ends: LinkEnds, why: str) -> None:
+    """Refuse the step unless A and B both answer a cluster-info request; ``why`` says why both are needed."""
+    for side, name, admin in (("A", ends.source.name, ends.a), ("B", ends.target.name, ends.b)):
+        try:
+            admin.cluster_info()
+        except RocketMQError as exc:
+            raise StepRefusedError(f"cluster {name} ({side}) does not answer: {exc}",
+                                   f"{why}; bring {name} back, then run again") from exc
+
+
 class Switchover:
     """The steps over one link's ends. ``progress`` gets a line while a long step waits."""
 
@@ -101,12 +111,7 @@ class Switchover:
 
     def preflight(self, ctx: StepContext) -> Json:
         ends = self.ends
-        for side, name, admin in (("A", ends.source.name, ends.a), ("B", ends.target.name, ends.b)):
-            try:
-                admin.cluster_info()
-            except RocketMQError as exc:
-                raise StepRefusedError(f"cluster {name} ({side}) does not answer: {exc}",
-                                       f"a planned switchover needs both clusters up; bring {name} back") from exc
+        both_answer(ends, "a planned switchover needs both clusters up")
         queues = ends.source_queues()
         if not queues:
             raise StepRefusedError(f"link {ends.link.name} selects no topic on {ends.source.name}",
