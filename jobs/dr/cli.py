@@ -216,7 +216,8 @@ def _stamp(seconds: float) -> str:
 def run(args: argparse.Namespace, clock: ThreadClock = SYSTEM_CLOCK) -> int:
     config = load_replicator_config(args.config)
     link: LinkConfig = config.link(args.link)
-    err = Console(stderr=True, highlight=False)
+    # soft wrap: a progress line piped to a log stays one line (rich wraps at 80 columns off a terminal)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     journal = FileJournal(link.tables_location)
     runner = OperationRunner(journal, clock)
     if args.command == "show":
@@ -228,7 +229,7 @@ def run(args: argparse.Namespace, clock: ThreadClock = SYSTEM_CLOCK) -> int:
     ends = LinkEnds.open(args.config, config, link, clock)
     try:
         def progress(line: str) -> None:
-            err.print(f"  {line}")
+            err.print(f"  {line}", markup=False)  # a line may hold "[a, b)" ranges
 
         switchover = Switchover(ends, SwitchoverSettings(args.max_lag, args.drain_timeout, args.groups_timeout),
                                 progress=progress)

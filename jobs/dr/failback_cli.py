@@ -56,7 +56,8 @@ def run_failback(args: argparse.Namespace, config: ReplicatorConfig, link: LinkC
         settings = FailbackSettings(SwitchoverSettings(args.max_lag, args.drain_timeout, args.groups_timeout),
                                     tuple(args.group))
         previous = runner.current()
-        failback = Failback(forward, reverse, settings, previous, progress=lambda line: err.print(f"  {line}"))
+        failback = Failback(forward, reverse, settings, previous,
+                            progress=lambda line: err.print(f"  {line}", markup=False))
         steps = failback.steps()
         if args.command == "abort":
             if args.dry_run:
