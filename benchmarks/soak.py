@@ -27,9 +27,12 @@ What runs, all local processes on 127.0.0.1 (``tests.support.processes.LocalClus
 
 At the end the load stops, the faults stop, the target is drained (until it holds at least as many messages
 as the source, at most ``--drain-timeout`` s) and read whole. *Lost*: acknowledged source messages whose id is
-not on the target. *Replicated*: acknowledged messages found there. *Duplicates*: copies on the target beyond
-one per message id (re-sent batches after a fault; a send the producer retried after a lost answer is stored
-twice on the source already, counted too). The log (``soak.log``), the job's console and the processes' logs and
+not on the target. *Replicated*: acknowledged messages found there. *Duplicates*: what the replicator wrote twice,
+copies on the target beyond one per source message, a source message being its position on the source (the
+``ROCKETMQ_REPLICATOR_POSITION`` every forwarded message carries) and its message id (a source failover can
+truncate a position and reuse it for another message). A send the producer retried after a lost answer is stored
+twice on the source, at two positions: both copies cross once each, not counted (the log line gives the count by
+message id, these included). The log (``soak.log``), the job's console and the processes' logs and
 the plot ``soak.png`` (RSS, lag, throughput over time) are in ``--out`` (default ``run/soak-<time>``).
 
 The last line is exactly ``soak M min, faults F, produced P, replicated R, lost L, duplicates D, rss growth G %,
@@ -83,6 +86,7 @@ from broker_store.client import (
     new_message,
 )
 from broker_store.deploy.launcher import free_port
+from broker_store.protocol.properties import PROPERTY_REPLICATOR_POSITION
 from broker_store.store.config import StoreConfig
 from jobs.lag import EndpointUnreachableError, LinkLag, Status, link_lags, scrape
 from tests.spark.spark_processes import (
@@ -462,7 +466,10 @@ def run(args: argparse.Namespace, out: Path) -> str:
     on_source = Counter(m.msg_id for msgs in source.values() for m in msgs)
     lost = sum(1 for key in soak.acked if key not in on_target)
     replicated = len(soak.acked) - lost
-    duplicates = sum(n - 1 for n in on_target.values() if n > 1)
+    copies = Counter((m.properties.get(PROPERTY_REPLICATOR_POSITION), m.msg_id)
+                     for msgs in target.values() for m in msgs)
+    duplicates = sum(n - 1 for n in copies.values() if n > 1)
+    id_duplicates = sum(n - 1 for n in on_target.values() if n > 1)
     source_dups = sum(n - 1 for n in on_source.values() if n > 1)
     baseline = BASELINE_S  # growth() takes the first sample when the run has none after minute 5 but its last
     rss_growths = growth(soak.procs, "rss", baseline)
@@ -477,7 +484,8 @@ def run(args: argparse.Namespace, out: Path) -> str:
     log(f"faults by kind {dict(Counter(w.kind for w in soak.windows))}; failed sends {dict(soak.sends_failed)}; "
         f"consumer errors {dict(soak.consumer_errors)}; consumed {sum(soak.consumed_n)}")
     log(f"source holds {sum(on_source.values())} ({source_dups} stored twice by producer retries), target "
-        f"{sum(on_target.values())}; worst RSS growth {rss_name}, worst fd growth {fd_name} (from minute "
+        f"{sum(on_target.values())} ({duplicates} written twice by the replicator, {id_duplicates} copies beyond one "
+        f"per message id); worst RSS growth {rss_name}, worst fd growth {fd_name} (from minute "
         f"{baseline / 60:g}, or the first sample); {len(outside)} lag samples outside {len(soak.windows)} fault "
         f"windows, max {max(outside, default=float('nan')):.2f} s")
     for name, pct in sorted(rss_growths.items()):
