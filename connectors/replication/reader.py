@@ -352,6 +352,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._state.source_maxes.observe(bounds)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """Driver, each trigger (not for a batch replayed from the offset log after a restart): the end of the
+        next batch from ``start``. Asks the source for
+        every queue's min and max offsets (one request per broker group), records A's max offsets for the DR
+        audit, admits at most ``limit`` messages across queues (``admit``: fair, rotating) and
+        returns ``start`` unchanged while the link's stop marker is set. May block on the source; must not
+        touch the target."""
         driver_logging()
         location = self._link_location()
         if self._stopped(location):
@@ -389,11 +395,17 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return SourceOffset.of(end).to_dict()
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
+        """Driver, after ``latestOffset``: the source's newest offsets for the query's progress (its lag),
+        from what ``latestOffset`` just saw; no round trip."""
         if not self.options.report_latest_offset or self._state.latest is None:
             return None
         return self._state.latest.to_dict()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """Driver, once per batch (a new one, or the offset log's last batch replayed on a restart): the
+        batch's queue ranges grouped into Spark partitions. The first batch of a resumed query drops what the
+        link's Delta tables say was delivered; target queues are placed (and the placement made durable)
+        here, before any task runs, so every attempt of a task writes to the same target queue."""
         ranges = plan_ranges(SourceOffset.from_dict(start), SourceOffset.from_dict(end), self.options.min_partitions)
         if not self._state.planned:
             self._state.planned = True
@@ -477,6 +489,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                   self.options.group, failed)
 
     def stop(self) -> None:
+        """Driver, when the query stops (cleanly or failing): the last mirrored source offsets go out, then
+        the driver-side clients close. Executors keep nothing of this object."""
         if self._state.commit_thread is not None:
             self._state.commit_thread.shutdown(wait=True)  # the last mirrored offsets go out first
             self._state.commit_thread = None
