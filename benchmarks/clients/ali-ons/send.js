@@ -1,10 +1,11 @@
 'use strict';
 // One ali-ons producer sending to TOPIC every 20 ms, for benchmarks/ons_failover.py.
-// Usage: node send.js NAMESRV TOPIC [POLL_MS]; POLL_MS sets pollNameServerInteval (omitted: the client's default).
+// Usage: node send.js NAMESRV TOPIC [POLL_MS [SEND_TIMEOUT_MS]]: pollNameServerInteval and sendMsgTimeout, each
+// omitted or empty for the client's default (30000 and 3000 ms).
 // Prints READY once started, then per send: "<start ms> <end ms> <SendStatus>" or "<start ms> <end ms> ERR <message>".
 const { Producer, Message } = require('ali-ons');
 
-const [nameSrv, topic, pollMs] = process.argv.slice(2);
+const [nameSrv, topic, pollMs, sendTimeoutMs] = process.argv.slice(2);
 const options = {
   nameSrv,
   producerGroup: 'ONS_FAILOVER_BENCH',
@@ -15,6 +16,7 @@ const options = {
   logger: { info() {}, warn() {}, error() {}, debug() {} },
 };
 if (pollMs) options.pollNameServerInteval = Number(pollMs);
+if (sendTimeoutMs) options.sendMsgTimeout = Number(sendTimeoutMs);
 const producer = new Producer(options);
 producer.on('error', () => {});
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
