@@ -179,6 +179,7 @@ def main() -> None:
     groups = [[f"{HOST}:{broker_listen_port(False)}" for _ in range(3)] for _ in range(args.groups)]
     names = {addr: f"g{g}.{i}" for g, members in enumerate(groups) for i, addr in enumerate(members)}
     (work / "clusters.yaml").write_text(clusters_yaml(namesrv, groups))
+    print(f"work directory (up's logs, the client's sends; removed after a complete run): {work}", flush=True)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     run_dir = work / "run"
     with open(work / "up.out", "wb") as up_out, open(work / "up.log", "wb") as up_log:
