@@ -35,6 +35,10 @@ BASE_IMAGE = {
 OPTIONAL = {
     "py-spy": "benchmarks/replicator.py --py-spy only; a pip package the user adds to the venv by hand, and the "
               "benchmark says so when it is missing",
+    "node": "benchmarks/ons_failover.py only (an off-the-shelf JavaScript client, ali-ons, through a failover); "
+            "Debian's nodejs, which the benchmark names when it is missing",
+    "npm": "benchmarks/ons_failover.py only: `npm ci` installs ali-ons from benchmarks/clients/ali-ons's lock file; "
+           "Debian's npm, which the benchmark names when it is missing",
 }
 
 
