@@ -210,6 +210,8 @@ class DrDemo:
 
     def caught_up(self, job: subprocess.Popen[bytes], timeout: float = 120.0) -> None:
         """Until B holds all but two seconds of the load (the switchover's lag gate is 1000 messages)."""
+        print(f"(the operator:) waiting for the link to be under {2 * self.producer.rate:.0f} messages behind "
+              f"before the switchover", flush=True)
         wait_until(lambda: total_on(self.a.namesrv) - total_on(self.b.namesrv) <= 2 * self.producer.rate, timeout,
                    f"the link to catch up with {TOPIC}", job)
 
@@ -337,6 +339,8 @@ def run_dr_demo(namesrvs: Mapping[str, str], workdir: Path, *, rate: float, seco
             print(f"demo check failed: {failed}")
     except (DrDemoError, demo_report.DemoCheckError) as exc:
         print(f"demo check failed: {exc}")
+    except KeyboardInterrupt:
+        print("Ctrl-C: stopping (an operation under way stays in the link's journal: python -m jobs.dr show)")
     finally:
         demo.producer.stop.set()
         demo.consumer.stop.set()
