@@ -259,6 +259,10 @@ def failures_by_topic(delta: Path) -> dict[str, Counter[str]]:
             for tables in sorted(delta.iterdir()) if tables.is_dir()}
 
 
+def _counts(counter: Counter[str]) -> str:
+    return ", ".join(f"{name} {n}" for name, n in counter.most_common()) or "none"
+
+
 def _rto(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
@@ -269,7 +273,8 @@ def summary(demo: DrDemo, t: Tally, standby: tuple[int, int]) -> str | None:
     stints = demo.consumer.stints
     print("summary:")
     print(f"  application: {t.acknowledged} message(s) acknowledged ({by_side[A]} by {A}, {by_side[B]} by {B}); "
-          f"{sum(demo.producer.failed.values())} send(s) refused while their side was fenced, never acknowledged; "
+          f"{sum(demo.producer.failed.values())} send(s) not acknowledged ({_counts(demo.producer.failed)}: a "
+          f"fenced side refuses writes); "
           f"{GROUP} read {len(demo.consumer.reads)} in {len(stints)} stints ("
           + ", ".join(f"{s.move} on {s.side}" for s in stints) + ")")
     print(f"  switchover: {_rto(demo.rtos.get('switchover'))} from the fence to the consumer's first answer on {B}; "
@@ -286,17 +291,25 @@ def summary(demo: DrDemo, t: Tally, standby: tuple[int, int]) -> str | None:
     missing, twice = standby
     print(f"  standby: {B} holds {t.acknowledged - missing} of the {t.acknowledged} acknowledged message(s), "
           f"{twice} twice (the forward link resumed after the failback; {B}'s own messages not copied back)")
+    return failed_check(t, failures, standby)
+
+
+def failed_check(t: Tally, failures: Mapping[str, Counter[str]], standby: tuple[int, int]) -> str | None:
+    """The first check that fails, as one line naming it; None when all hold. ``failures``: per link, its failures
+    table's rows by source topic (heartbeats allowed: the heartbeat job writes to a fenced side); ``standby``:
+    acknowledged keys B lacks and holds twice at the end."""
     if t.lost:
         return f"lost: {t.lost} acknowledged message(s) not on {A} (e.g. {', '.join(t.lost_sample)})"
     if t.gaps:
         return f"missed: {GROUP} never read {t.gaps} acknowledged message(s) (e.g. {', '.join(t.gap_sample)})"
-    if sum(t.read_twice.values()):
-        return f"read twice: {GROUP} read {dict(t.read_twice)} message(s) twice (by the move that started the stint)"
+    if twice := {move: n for move, n in t.read_twice.items() if n}:
+        return f"read twice: {GROUP} read message(s) again, by the move that started the stint: {twice}"
     others = {link: n for link, c in failures.items() if (n := sum(c.values()) - c[HEARTBEAT_TOPIC])}
     if others:
-        return f"failures: messages other than heartbeats recorded as failed ({others})"
-    if missing or twice:
-        return f"standby: {B} lacks {missing} and holds {twice} twice of the acknowledged message(s)"
+        return f"failures: messages other than heartbeats recorded as failed, per link: {others}"
+    missing, twice_on_b = standby
+    if missing or twice_on_b:
+        return f"standby: {B} lacks {missing} and holds {twice_on_b} twice of the acknowledged message(s)"
     return None
 
 
@@ -347,4 +360,7 @@ def run_dr_demo(namesrvs: Mapping[str, str], workdir: Path, *, rate: float, seco
         codes = demo.stop_jobs()
         print(f"stopped the replication jobs (exit {', '.join(map(str, codes))}) {time.monotonic() - started:.0f}s "
               "after the start")
+    if ok and any(codes):
+        print(f"demo check failed: a replication job did not stop cleanly (exit {', '.join(map(str, codes))}; its "
+              f"log in {workdir / 'logs'})")
     return 0 if ok and not any(codes) else 1

@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
 
+from benchmarks.dr_drill_tally import Read, Stint, tally
 from broker_store.config import LocalClustersConfig, load_yaml
 from broker_store.deploy.up import plan_up
 from connectors.core.config import load_replicator_config
+from connectors.core.monitoring import HEARTBEAT_TOPIC
 from connectors.core.topic_mapping import TopicMapper
 from jobs.demo import DEMO_INTERVALS, GROUP, LINK, REPLICATOR_CONFIG, TOPIC, main, named_topics, write_config
-from jobs.demo_dr import REVERSE, write_dr_config
+from jobs.demo_dr import REVERSE, failed_check, write_dr_config
 from jobs.demo_failover import ControlledSource, controlled_clusters, election_seconds
 from jobs.dr.failback import reverse_link_of
 
@@ -109,3 +112,25 @@ def test_dr_runs_on_its_own(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["--dr", "--forever"])
     assert exc.value.code == 2 and "--dr runs on its own" in capsys.readouterr().err
+
+
+def test_dr_fails_on_the_first_check_that_does_not_hold_and_names_it() -> None:
+    """One line naming the failed check (by key: lost, missed, read twice; then the failures tables, where only
+    heartbeats sent to a fenced side are expected, and the standby's copy); None when every check holds."""
+    stints = [Stint(0, "source", "start", 0.0), Stint(1, "target", "switchover", 1.0)]
+    reads = [Read("k1", 0.5, 0), Read("k2", 0.6, 0), Read("k3", 1.5, 1)]
+    good = tally(["k1", "k2", "k3"], ["k1", "k2", "k3"], reads, stints)
+    heartbeats = {"source-to-target": Counter({HEARTBEAT_TOPIC: 3}), "target-to-source": Counter()}
+    assert failed_check(good, heartbeats, (0, 0)) is None
+    lost = tally(["k1", "k2", "k3", "k4"], ["k1", "k2", "k3"], [*reads, Read("k4", 1.6, 1)], stints)
+    assert (failed_check(lost, heartbeats, (0, 0)) or "").startswith("lost: 1 acknowledged message(s) not on source")
+    missed = tally(["k1", "k2", "k3"], ["k1", "k2", "k3"], reads[:2], stints)
+    assert (failed_check(missed, heartbeats, (0, 0)) or "").startswith("missed: DEMO_GROUP never read 1")
+    twice = tally(["k1", "k2", "k3"], ["k1", "k2", "k3"], [*reads, Read("k2", 1.7, 1)], stints)
+    assert failed_check(twice, heartbeats, (0, 0)) == (
+        "read twice: DEMO_GROUP read message(s) again, by the move that started the stint: {'switchover': 1}")
+    orders = {"source-to-target": Counter({HEARTBEAT_TOPIC: 3, TOPIC: 2})}
+    assert failed_check(good, orders, (0, 0)) == (
+        "failures: messages other than heartbeats recorded as failed, per link: {'source-to-target': 2}")
+    assert failed_check(good, heartbeats, (1, 0)) == (
+        "standby: target lacks 1 and holds 0 twice of the acknowledged message(s)")
