@@ -5,7 +5,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Spark (tests, demo) binds to loopback only: this machine's other interfaces are not ours to use.
 export SPARK_LOCAL_IP ?= 127.0.0.1
-# Extra flags of `make demo` for jobs/demo.py, e.g. `make demo DEMO_ARGS=--forever`, `DEMO_ARGS=--failover` or
+# Extra flags of `make demo` for jobs/demo.py, e.g. `make demo DEMO_ARGS=--forever`, `DEMO_ARGS=--failover`,
+# `DEMO_ARGS=--dr` (a switchover and a failback with python -m jobs.dr) or
 # `make demo DEMO_ARGS="--rate 500 --seconds 60"`; empty: the bounded demo.
 DEMO_ARGS ?=
 # Extra flags of `make soak` for benchmarks/soak.py, e.g. `SOAK_ARGS="--minutes 3 --fault-every 25"`.

@@ -23,6 +23,10 @@ with the other clusters), the producer keeps going through failed sends, and its
 `--kill-after` seconds into the load (after the consumer stopped). The summary adds
 `failover: election X s, N missing`: the time from the kill to the first acknowledged send, and the
 acknowledged messages not on the target (0 is the check; copies re-sent across the failover are counted).
+
+`--dr` (`make demo DEMO_ARGS=--dr`, ``jobs.demo_dr``): a planned switchover to the target and a failback to the
+source with the runbook's ``python -m jobs.dr`` commands while an application produces and consumes, then checks by
+key: nothing acknowledged lost, nothing missed, nothing read twice.
 """
 
 from __future__ import annotations
@@ -243,6 +247,36 @@ def run_load(producer: LoadProducer, consumer: PartialConsumer, show: Callable[[
     return interrupted
 
 
+def create_source_topics(source: str, config: Path) -> None:
+    """The topics LINK names, on the source only: config sync creates them on the target."""
+    with Admin(source) as admin:
+        for topic in named_topics(config):
+            admin.create_topic(topic, 2)
+            admin.wait_for_route(topic)
+
+
+def start_job(script: str, config: Path, link: str, log_dir: Path, *extra: str,
+              console_level: str = "WARNING") -> subprocess.Popen[bytes]:
+    """``python jobs/<script> --config <config> --link <link>`` on local Spark, printed first; its console at
+    ``console_level``, its logs (INFO and up) in ``log_dir``. In a session of its own: a Ctrl-C reaches the demo,
+    which stops it."""
+    print(f"running: python jobs/{script} --config {config} --link {link}{''.join(f' {e}' for e in extra)}  "
+          f"(logs: {log_dir})", flush=True)
+    return subprocess.Popen([sys.executable, f"jobs/{script}", "--config", str(config), "--link", link, *extra,
+                             "--log-level", console_level, "--log-dir", str(log_dir)], start_new_session=True)
+
+
+def stop_job(job: subprocess.Popen[bytes], timeout: float = 120.0) -> int:
+    """SIGTERM (the job stops its queries cleanly), SIGKILL after ``timeout`` s; the exit code."""
+    if job.poll() is None:
+        job.send_signal(signal.SIGTERM)
+    try:
+        return job.wait(timeout)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        return job.wait()
+
+
 def run_demo(namesrvs: dict[str, str], workdir: Path, *, forever: bool, rate: float, seconds: float,
              failover: ControlledSource | None = None, kill_after: float = 0.0) -> int:
     """The demo on running clusters (name server by cluster name); ``failover``: the controller-mode source
@@ -250,16 +284,11 @@ def run_demo(namesrvs: dict[str, str], workdir: Path, *, forever: bool, rate: fl
     source, target = namesrvs["source"], namesrvs["target"]
     port = free_port()
     config = write_config(workdir, port, namesrvs)
-    for topic in named_topics(config):  # on the source only: config sync creates them on the target
-        with Admin(source) as admin:
-            admin.create_topic(topic, 2)
-            admin.wait_for_route(topic)
+    create_source_topics(source, config)
     url = f"http://127.0.0.1:{port}/metrics"
     lagging = load_replicator_config(config).heartbeat.lagging_threshold
-    print(f"running: python jobs/run_all.py --config {config} --link {LINK}  (logs: {workdir / 'logs'})", flush=True)
     started = time.monotonic()
-    job = subprocess.Popen([sys.executable, "jobs/run_all.py", "--config", str(config), "--link", LINK,
-                            "--log-level", "WARNING", "--log-dir", str(workdir / "logs")], start_new_session=True)
+    job = start_job("run_all.py", config, LINK, workdir / "logs")
     console = Console(width=None if sys.stdout.isatty() else 110)  # a pipe or a log file: room for every column
     ok = False
     try:
@@ -310,13 +339,7 @@ def run_demo(namesrvs: dict[str, str], workdir: Path, *, forever: bool, rate: fl
     except demo_report.DemoCheckError as exc:
         print(f"demo check failed: {exc}")
     finally:
-        if job.poll() is None:
-            job.send_signal(signal.SIGTERM)
-        try:
-            code = job.wait(120)
-        except subprocess.TimeoutExpired:
-            job.kill()
-            code = job.wait()
+        code = stop_job(job)
         print(f"stopped the main job (exit {code}) {time.monotonic() - started:.0f}s after its start")
     return 0 if ok and code == 0 else 1
 
@@ -348,7 +371,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="run the source cluster in controller mode and kill its primary once under the load")
     parser.add_argument("--kill-after", type=float, default=None,
                         help="with --failover: seconds into the load before the kill (default: 0.6 x --seconds)")
+    parser.add_argument("--dr", action="store_true",
+                        help="a planned switchover to the target and a failback with python -m jobs.dr while an "
+                             "application produces and consumes, then checks by key (jobs/demo_dr.py)")
     args = parser.parse_args(argv)
+    if args.dr and (args.forever or args.failover):
+        parser.error("--dr runs on its own: not with --forever or --failover")
     clusters = load_yaml(args.config, LocalClustersConfig)
     kill_after = args.kill_after if args.kill_after is not None else 0.6 * args.seconds
     with tempfile.TemporaryDirectory(prefix="rmq-demo-") as tmp:
@@ -368,6 +396,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"source cluster up in controller mode: {failover.namesrv_addr} (embedded controller), group "
                       f"{', '.join(b.listen for b in failover.brokers)}")
             by_name = {c.name: addr for c, addr in zip(clusters.clusters, namesrvs, strict=True)}
+            if args.dr:
+                from jobs.demo_dr import run_dr_demo  # imports this module, and the application from benchmarks/
+
+                return run_dr_demo(by_name, Path(tmp), rate=args.rate, seconds=args.seconds)
             return run_demo(by_name, Path(tmp), forever=args.forever, rate=args.rate, seconds=args.seconds,
                             failover=failover, kill_after=kill_after)
         finally:

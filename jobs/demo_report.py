@@ -33,7 +33,9 @@ def queues_of(admin: Admin, topic: str) -> list[MessageQueue]:
     return sorted(MessageQueue(topic, q.broker_name, i) for q in route.queue_datas for i in range(q.read_queue_nums))
 
 
-def _table(tables: Path, name: str) -> list[dict[str, Any]]:
+def table_rows(tables: Path, name: str) -> list[dict[str, Any]]:
+    """The rows of the Delta table ``name`` of a link's tables (``tables``: ``<delta_location>/<link>``); none
+    while it does not exist."""
     path = tables / name
     if not (path / "_delta_log").exists():
         return []
@@ -79,7 +81,7 @@ def check_copy(target: str, topic: str, sent: Mapping[str, bytes], tables: Path,
                     if msg.properties.get(PROPERTY_REPLICATOR_SOURCE) is None:
                         raise DemoCheckError(f"{msg.msg_id} on the target lacks {PROPERTY_REPLICATOR_SOURCE}")
                 offset = result.next_begin_offset
-    batches = _table(tables, METRICS)
+    batches = table_rows(tables, METRICS)
     recorded = sum(int(b["messages"] or 0) for b in batches)
     print(f"  replicated: {len(seen)} of {len(sent)} messages of {topic} on the target, every body byte-identical; "
           f"{len(batches)} batch(es) in the Delta metrics table ({recorded} messages, heartbeats included)")
@@ -91,7 +93,7 @@ def check_copy(target: str, topic: str, sent: Mapping[str, bytes], tables: Path,
 
 
 def heartbeat_summary(tables: Path) -> None:
-    lags = sorted(int(r["lag_ms"]) for r in _table(tables, HEARTBEATS))
+    lags = sorted(int(r["lag_ms"]) for r in table_rows(tables, HEARTBEATS))
     if not lags:
         raise DemoCheckError("no heartbeat reached the target")
     print(f"  heartbeats: {len(lags)} arrived on the target; lag p50 {percentile(lags, 0.5)} ms, "
@@ -100,7 +102,7 @@ def heartbeat_summary(tables: Path) -> None:
 
 def translated_offsets(tables: Path, group: str) -> dict[MessageQueue, int]:
     """The group's newest translated checkpoint: target queue -> offset, printed per source queue."""
-    rows = [r for r in _table(tables, CHECKPOINTS) if r["group"] == group and r["outcome"] in TRANSLATED_OUTCOMES]
+    rows = [r for r in table_rows(tables, CHECKPOINTS) if r["group"] == group and r["outcome"] in TRANSLATED_OUTCOMES]
     if not rows:
         raise DemoCheckError(f"no translated checkpoint of {group}")
     newest = max(r["snapshot_at"] for r in rows)
@@ -141,12 +143,12 @@ def finish_on_target(target: str, group: str, topic: str, read_on_source: list[s
 
 
 def created_topics(tables: Path) -> None:
-    rows = [r for r in _table(tables, CONFIG_CHANGES)
+    rows = [r for r in table_rows(tables, CONFIG_CHANGES)
             if r["status"] == ChangeStatus.APPLIED.value and r["kind"] == ChangeKind.CREATE_TOPIC.value]
     print(f"  config sync created {len(rows)} topic(s) on the target: " + ", ".join(
         f"{r['subject']} ({r['write_queue_nums']} queues/broker, from {', '.join(r['sources'])})"
         for r in rows))
-    groups = [r for r in _table(tables, CONFIG_CHANGES)
+    groups = [r for r in table_rows(tables, CONFIG_CHANGES)
               if r["status"] == ChangeStatus.APPLIED.value and r["kind"] == ChangeKind.CREATE_GROUP.value]
     if groups:
         print(f"  and {len(groups)} subscription group(s): " + ", ".join(r["subject"] for r in groups))

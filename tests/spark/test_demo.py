@@ -91,3 +91,30 @@ def test_failover_kills_the_source_primary_once_and_reports_the_election_and_not
     assert 0 < election < 10 and ", 0 missing (" in line, line
     assert "demo check failed" not in out and "Traceback" not in out
     assert "stopped the local clusters (exit 0)" in out  # the controller-mode source is one of up's clusters
+
+
+def test_dr_switches_over_and_fails_back_with_the_runbook_commands_and_every_check_holds(tmp_path: Path) -> None:
+    """`make demo DEMO_ARGS=--dr`, short: ``jobs.dr status``, ``switchover`` and ``failback`` run as the operator
+    runs them while the application produces and consumes; the commands' reports per queue and group, then the
+    checks by key (nothing lost, missed or read twice; the standby holds each message once) and exit 0."""
+    demo = TaggedProcess([sys.executable, "-m", "jobs.demo", "--config", str(_clusters_on_free_ports(tmp_path)),
+                          "--dr", "--seconds", "9"], tmp_path / "demo.log", spark_env())
+    try:
+        rc = demo.wait(420)
+    finally:
+        demo.kill()
+    out = demo.log()
+    print(out)
+    assert rc == 0, out[-4000:]
+    for command in ("status", "switchover", "failback"):
+        assert f"$ python -m jobs.dr {command} --link source-to-target --config " in out
+    assert "switchover " in out and "of link source-to-target: done" in out and "failback " in out
+    assert "running: python jobs/replicate.py" in out and "--link target-to-source" in out  # started at reopen
+    # the commands' reports: per queue nothing missing, per group the offsets (exact on the way back)
+    assert "DEMO_GROUP   Orders/source-a/0" in out and "forward link resume check" in out
+    line = next(line for line in out.splitlines() if line.startswith("  by key: "))
+    assert line.startswith("  by key: 0 lost (") and ", 0 missed (" in line and line.endswith(", 0 read twice"), line
+    application = next(line for line in out.splitlines() if line.startswith("  application: "))
+    assert "(start on source, switchover on target, failback on source)" in application, application
+    assert "dr demo: every check holds" in out and "demo check failed" not in out and "Traceback" not in out
+    assert "stopped the replication jobs (exit 0, 0)" in out and "stopped the local clusters (exit 0)" in out
