@@ -63,7 +63,7 @@ from connectors.checkpoint import link_state
 from connectors.replication.tables import OFFSET_MAP, OFFSETS, LinkTables
 
 if TYPE_CHECKING:
-    from benchmarks.replicator import Cluster
+    from benchmarks.replicator_cluster import Cluster
 
 
 class Link:
@@ -172,7 +172,7 @@ SAMPLE_S = 0.25
 
 def config_text(src: Cluster, dst: Cluster, work: Path, interval: float) -> str:
     """replicator.yaml: one link with checkpoints every ``interval`` seconds (the replicator benchmark's layout)."""
-    from benchmarks import replicator as bench
+    from benchmarks import replicator_cluster as bench
 
     link = bench.link_yaml(LINK, TOPIC, 1.0, work, 100_000, 4)
     return bench.config_yaml(src, dst, [link + f"    checkpoints:\n      interval: {interval}\n"])
@@ -213,7 +213,8 @@ def recovery_point(args: argparse.Namespace) -> int:
     import shutil
     import subprocess
 
-    from benchmarks import replicator as bench  # the sibling benchmark's cluster helpers
+    from benchmarks import replicator_cluster as bench  # the sibling benchmark's cluster helpers
+    from benchmarks.replicator_first import launch_job, stop_job
     from connectors.checkpoint.tables import CheckpointTables, checkpoint_age_ms
 
     root = bench.choose_data_root()
@@ -239,7 +240,7 @@ def recovery_point(args: argparse.Namespace) -> int:
             dict.fromkeys([str(bench.PROJECT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))}
         launched = time.monotonic()
         with open(work / "console.txt", "wb") as console:
-            job = bench.launch_job("run_all.py", config, work / "logs", console, env)
+            job = launch_job("run_all.py", config, work / "logs", console, env)
         tables = CheckpointTables(work / "delta" / LINK)
         deadline = time.monotonic() + args.timeout
         while tables.newest_translated_ms(GROUP) is None:
@@ -274,7 +275,7 @@ def recovery_point(args: argparse.Namespace) -> int:
         if worker is not None:
             worker.join(10)
         if job is not None and job.poll() is None:
-            bench.stop_job(job)
+            stop_job(job)
         for cluster in clusters:
             bench.stop_cluster(cluster)
         shutil.rmtree(root, ignore_errors=True)

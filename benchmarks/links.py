@@ -32,19 +32,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.replicator import (
+from benchmarks.replicator_children import run_child
+from benchmarks.replicator_cluster import (
     Cluster,
     choose_data_root,
     config_yaml,
     create_topic,
-    launch_job,
     link_yaml,
-    run_child,
     start_cluster,
     stop_cluster,
-    stop_job,
     total_messages,
 )
+from benchmarks.replicator_first import launch_job, stop_job
 from broker_store.client import Admin, MessageQueue
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -36,7 +36,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks import replicator as bench  # the sibling benchmark's cluster helpers
+from benchmarks import replicator_cluster as bench  # the sibling benchmark's cluster helpers
+from benchmarks.replicator_children import _preload
+from benchmarks.replicator_report import _proc_stat
 
 TOPIC = "BENCH_SINK_TASK"
 
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         clusters.append(dst)
         bench.create_topic(src.addr, "bsrc", TOPIC, args.queues)
         bench.create_topic(dst.addr, "bdst", TOPIC, args.queues)
-        asyncio.run(bench._preload(src.addr, TOPIC, [("bsrc-a", q) for q in range(args.queues)], args.messages,
+        asyncio.run(_preload(src.addr, TOPIC, [("bsrc-a", q) for q in range(args.queues)], args.messages,
                                    args.body, spread=args.queues > 8))
         with Admin(src.addr) as admin:
             ends = [admin.max_offset(MessageQueue(TOPIC, "bsrc-a", q)) for q in range(args.queues)]
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                               max_in_flight=args.max_in_flight)
         def brokers_cpu() -> float:
             """CPU seconds of both brokers so far (their pull and send handling is per range too)."""
-            return sum(bench._proc_stat(c.broker.pid)[2] for c in (src, dst))
+            return sum(_proc_stat(c.broker.pid)[2] for c in (src, dst))
 
         warm = pa.RecordBatch.from_pylist([{**rows[0], "endOffset": min(ends[0], 2000)}], schema=RANGES_ARROW_SCHEMA)
         writer = PartitionWriter(options)  # connections, routes, imports: not measured

@@ -45,21 +45,20 @@ PROJECT = Path(__file__).resolve().parent.parent
 if str(PROJECT) not in sys.path:
     sys.path.insert(0, str(PROJECT))
 
-from benchmarks.replicator import (  # noqa: E402
+from benchmarks.replicator_backlog import replicate_backlog  # noqa: E402
+from benchmarks.replicator_children import run_child  # noqa: E402
+from benchmarks.replicator_cluster import (  # noqa: E402
     Cluster,
     choose_data_root,
     create_topic,
     link_yaml,
-    pct,
-    print_cpu,
     read_timestamps,
-    replicate_backlog,
-    run_child,
     start_cluster,
     stop_cluster,
     stop_spark,
     wait_for,
 )
+from benchmarks.replicator_report import pct, print_cpu  # noqa: E402
 from broker_store.address import split_host_port  # noqa: E402
 from broker_store.client import Admin, MessageQueue  # noqa: E402
 from connectors.core.job_stop import prepare_stop_marker  # noqa: E402

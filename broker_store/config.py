@@ -232,6 +232,9 @@ class BrokerSettings(_Model):
     fast_listen_enable: bool = True
     """Also serve on listen port - 2, RocketMQ's "VIP channel" that Java clients with
     vipChannelEnabled=true send to (skipped when listen port is 0)."""
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    """Prometheus endpoint ``http://<listen host>:<port>/metrics`` (``broker.metrics``: role, epoch, offsets, disk
+    use and disk full; RocketMQ's metricsPromExporterPort); 0: an ephemeral port, logged. None: no endpoint."""
     broker_ip: Annotated[str, AfterValidator(_check_ipv4)] | None = None
     """IPv4 address advertised to name servers and written as STOREHOST; default: the listen host
     (or 127.0.0.1 when listening on 0.0.0.0)."""
@@ -536,7 +539,9 @@ class LocalClustersConfig(_Model):
         controllers = self.controllers
         listens = [c.namesrv.listen for c in self.clusters] + [
             b.listen for c in self.clusters for b in c.brokers
-        ] + [f"{split_host_port(b.listen)[0]}:{b.ha_port()}" for c in self.clusters for b in c.brokers] + (
+        ] + [f"{split_host_port(b.listen)[0]}:{b.ha_port()}" for c in self.clusters for b in c.brokers] + [
+            f"{split_host_port(b.listen)[0]}:{b.metrics_port}" for c in self.clusters for b in c.brokers
+            if b.metrics_port] + (
             [] if controllers is None else [*controllers.listen, *(f"127.0.0.1:{p + k}"
                                                                    for p in controllers.etcd_client_ports()
                                                                    for k in (0, 1))])
@@ -544,7 +549,7 @@ class LocalClustersConfig(_Model):
         if ports:
             raise ValueError(f"listen addresses {ports} used by more than one process (HA ports included: a "
                              "broker's is ha.ha_listen_port, else its listen port + 1; an etcd member's peer port "
-                             "is its client port + 1)")
+                             "is its client port + 1; and metrics_port)")
         dirs = _duplicates(str(Path(b.store_dir).resolve()) for c in self.clusters for b in c.brokers)
         if dirs:
             raise ValueError(f"store_dir {dirs} shared by more than one broker")

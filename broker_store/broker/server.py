@@ -64,6 +64,7 @@ from broker_store.broker.delay_offsets import DelayOffsetTable
 from broker_store.broker.identity_file import BrokerIdentityFiles
 from broker_store.broker.long_polling import PullWaiters
 from broker_store.broker.metadata_sync import MetadataSync
+from broker_store.broker.metrics import BrokerMetrics
 from broker_store.broker.namesrv_registration import BrokerIdentity, NamesrvRegistration
 from broker_store.broker.replication import BrokerReplication
 from broker_store.broker.request_routing import BrokerParts, Processor, processor_table, unrouted
@@ -78,6 +79,7 @@ from broker_store.broker.topic_config import TopicConfigManager
 from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.config import BrokerConfig, split_host_port
 from broker_store.net.client import RemotingClient
+from broker_store.net.metrics_http import MetricsServer
 from broker_store.net.server import Connection, HandlerResult, RemotingServer
 from broker_store.net.signals import wait_for_termination
 from broker_store.net.tls import ServerTls
@@ -175,6 +177,12 @@ class BrokerServer:
         self.metadata_sync: MetadataSync | None = None
         """A replica's copy of its primary's topics, consumer offsets and subscription groups (valid after
         start)."""
+        self.metrics: MetricsServer | None = None
+        """With ``metrics_port``: the Prometheus endpoint (``broker.metrics``), serving from the start on."""
+        if config.metrics_port is not None:
+            collector = BrokerMetrics(config.cluster_name, config.broker_name, lambda: self.addr, self.role_state,
+                                      lambda: self._store, Path(config.store_dir))
+            self.metrics = MetricsServer(collector.collect, host, config.metrics_port, clock=clock)
         self.stopping = False
         self.addr = ""
         """Advertised ``ip:port`` (valid after start)."""
@@ -224,6 +232,8 @@ class BrokerServer:
             await self._fast_server.start()
         try:
             self.addr = f"{self.config.advertised_ip}:{self._server.port}"
+            if self.metrics is not None:
+                await self.metrics.start()
             self.identity_files, self._id_assigned = await load_assigned_id(self.config, self.role_state)
             if self.acl is not None:
                 self.acl.load()
@@ -464,6 +474,8 @@ class BrokerServer:
         await self._server.stop()
         if self._fast_server is not None:
             await self._fast_server.stop()
+        if self.metrics is not None:
+            await self.metrics.stop()
         if self.replication is not None:
             await self.replication.stop()
         try:

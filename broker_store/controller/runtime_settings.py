@@ -57,6 +57,7 @@ KEYS: tuple[SettingKey, ...] = (
     SettingKey("controllerAllowedPeers", "allowed_peers", False),
     SettingKey("controllerAclFile", "acl_file", False),
     SettingKey("controllerAclCredentialsFile", "acl_credentials_file", False),
+    SettingKey("metricsPromExporterPort", "metrics_port", False),
 )
 _BY_NAME: dict[str, SettingKey] = {k.key: k for k in KEYS} | {k.field: k for k in KEYS if k.field != "etcd"}
 

@@ -14,10 +14,12 @@ from pathlib import Path
 from broker_store.address import split_host_port
 from broker_store.clock import SYSTEM_CLOCK, Clock
 from broker_store.controller.file_store import FileStateStore
+from broker_store.controller.metrics import ControllerMetrics
 from broker_store.controller.processor import ControllerProcessor
 from broker_store.controller.service import Controller
 from broker_store.controller.settings import ControllerSettings
 from broker_store.controller.state_store import StateStore
+from broker_store.net.metrics_http import MetricsServer
 from broker_store.net.server import Connection, RemotingServer
 from broker_store.net.signals import wait_for_termination
 from broker_store.net.tls import ServerTls
@@ -52,6 +54,9 @@ class EmbeddedController:
                                              peers=peers, tls=tls, clock=clock)
         self.controller = self.processor.controller
         self.controller.set_notify(self.processor.notify)  # the processor owns the sockets
+        self._clock = clock
+        self.metrics: MetricsServer | None = None
+        """With ``metrics_port``: the Prometheus endpoint (``controller.metrics``; valid after ``serve_metrics``)."""
 
     def on_disconnect(self, conn: Connection) -> None:
         self.processor.on_disconnect(conn)
@@ -60,7 +65,16 @@ class EmbeddedController:
         self.controller.start()
         log.info("controller started (state: %s, leader: %s)", type(self.store).__name__, self.store.leader())
 
+    async def serve_metrics(self, host: str) -> None:
+        """With ``metrics_port`` set: serve the controller's metrics on ``host`` (its listener's host)."""
+        port = self.controller.settings.metrics_port
+        if port is not None:
+            self.metrics = MetricsServer(ControllerMetrics(self.controller).collect, host, port, clock=self._clock)
+            await self.metrics.start()
+
     async def stop(self) -> None:
+        if self.metrics is not None:
+            await self.metrics.stop()
         await self.controller.stop()
         await self.processor.close()
         self.store.resign()
@@ -86,6 +100,7 @@ async def run_controller(settings: ControllerSettings, listen: str, tls: TlsSett
     await server.start()
     embedded.start()
     try:
+        await embedded.serve_metrics(host)
         if ready is not None:
             ready(f"{server.host}:{server.port}")
         await wait_for_termination()

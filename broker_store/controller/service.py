@@ -69,6 +69,11 @@ class Controller:
         self._retimed = asyncio.Event()
         """Set by ``update_settings``: wakes the scan loop to re-time its wait by the new interval."""
 
+    @property
+    def leading(self) -> bool:
+        """Whether this controller was the leader at its last campaign (each scan and write campaigns)."""
+        return self._leading
+
     def set_notify(self, notify: Notify) -> None:
         """Where elections tell a group its new state, for a Controller built before the remoting side that
         owns the sockets (``controller.server.EmbeddedController`` hands it its processor's ``notify``).

@@ -55,6 +55,12 @@ class ControllerSettings(BaseModel):
     serves anyone, as RocketMQ does. Embedded in a name server it guards the controller's requests only: routes
     stay public. Not changeable at runtime (UPDATE_CONTROLLER_CONFIG refuses it)."""
 
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    """The controller's Prometheus endpoint, ``http://<listen host>:<port>/metrics`` (``controller.metrics``: per
+    group whether it has a live primary, its master epoch; RocketMQ's metricsPromExporterPort). Bound to the host
+    of the name server's (or the standalone controller's) ``listen``; 0: an ephemeral port, logged. None (the
+    default): no endpoint. Not changeable at runtime."""
+
     acl_file: Path | None = None
     """A plain_acl.yml (RocketMQ's layout, ``acl.plain_file``) whose accounts may send controller requests: with it,
     a request must be signed by one of its accounts (ACL 1.0's signature: brokers sign with their

@@ -87,6 +87,11 @@ class NamesrvServer:
         self._scan_task = asyncio.get_running_loop().create_task(self.run_expiry_scan())
         if self.controller is not None:
             self.controller.start()
+            try:
+                await self.controller.serve_metrics(self._server.host)
+            except BaseException:  # the metrics port taken: nothing of this name server keeps running
+                await self.stop()
+                raise
         log.info("name server listening on %s", self.addr)
 
     async def stop(self) -> None:

@@ -436,6 +436,21 @@ class MessageStore:
         return self._flush.flushed
 
     @property
+    def disk_full(self) -> bool:
+        """Puts are refused for lack of space (``store.disk_space``) until one fits again."""
+        return self._disk.full
+
+    @property
+    def disk_full_refused(self) -> int:
+        """Puts refused in the current disk-full spell (0 outside one)."""
+        return self._disk.refused
+
+    @property
+    def writable(self) -> bool:
+        """False once a write failed for another reason than space: the store is read-only until restarted."""
+        return self._writable
+
+    @property
     def dispatched_physical_offset(self) -> int:
         """CommitLog offset below which every record is indexed (a replica may hold a partial tail)."""
         return self._queues.dispatched

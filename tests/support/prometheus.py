@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +31,18 @@ def promtool(*args: str) -> str:
     return done.stdout
 
 
-def write_config(run_dir: Path, targets: list[str], interval: str = "1s") -> Path:
-    """The project's Prometheus config with ``targets`` and a short scrape/evaluation ``interval``, its rule files
-    made absolute (they are relative to ``monitoring/``), written to ``run_dir/prometheus.yml``."""
+def write_config(run_dir: Path, targets: list[str] | Mapping[str, list[str]], interval: str = "1s") -> Path:
+    """The project's Prometheus config with ``targets`` (a list: the replicator jobs'; a mapping: scrape job name ->
+    its targets, the jobs of ``monitoring/prometheus.yml`` it leaves out dropped) and a short scrape/evaluation
+    ``interval``, its rule files made absolute (they are relative to ``monitoring/``), written to
+    ``run_dir/prometheus.yml``."""
     config: dict[str, Any] = yaml.safe_load((MONITORING / "prometheus.yml").read_text())
     config["global"].update(scrape_interval=interval, evaluation_interval=interval)
     config["rule_files"] = [str(MONITORING / f) for f in config["rule_files"]]
-    (job,) = config["scrape_configs"]
-    job["static_configs"] = [{"targets": targets}]
+    by_job = {"rmq_replicator": targets} if isinstance(targets, list) else dict(targets)
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert set(by_job) <= set(jobs), f"no scrape job {sorted(set(by_job) - set(jobs))} in monitoring/prometheus.yml"
+    config["scrape_configs"] = [{**jobs[name], "static_configs": [{"targets": t}]} for name, t in by_job.items()]
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "prometheus.yml"
     path.write_text(yaml.safe_dump(config))
