@@ -89,7 +89,7 @@ from connectors.core.rows import (
     RAW_ARROW_SCHEMA,
 )
 from connectors.replication import source_offsets
-from connectors.replication.link_stop import is_stopped, stop_path
+from connectors.replication.link_stop import is_stopped, raised_to_floor, stop_path
 from connectors.replication.placement_planner import RangesPlacementPlanner, placement_columns
 from connectors.replication.planning import (
     QueueRange,
@@ -145,6 +145,9 @@ class _DriverState:
     """The durable record of the source's max offsets (with config+link's Delta location; ``source_maxes``)."""
     stop_warned: bool = False
     """The link's stop marker (``link_stop``) was seen and said once."""
+    floor: dict[MessageQueue, int] | None = None
+    """After a stop was lifted: the link's Delta resume point then, which batches start at where the query's
+    position is behind it (``link_stop.raised_to_floor``)."""
     planned: bool = False
     rotation_after: MessageQueue | None = None
     """Where the next batch's turn-taking starts when the read limit makes queues take turns (``admit``)."""
@@ -335,8 +338,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None if o.delta_location is None or not o.link else Path(o.delta_location) / o.link
 
     def _stopped(self, location: Path | None) -> bool:
-        """The link was stopped by a failover (``link_stop``): plan nothing (said once per reader)."""
+        """The link was stopped by a failover (``link_stop``): plan nothing (said once per reader). When the stop
+        is lifted, the link's Delta resume point becomes the floor of the next batches (``link_stop``)."""
         if location is None or not is_stopped(location):
+            if self._state.stop_warned and self._state.floor is None and (tables := self._link_tables()) is not None:
+                self._state.floor = tables.latest_offsets()
+                log.info("link %s: the stop is lifted; resuming from its Delta resume point where that is ahead "
+                         "(%d queue(s))", self.options.link, len(self._state.floor))
             return False
         if not self._state.stop_warned:
             self._state.stop_warned = True
@@ -356,7 +364,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         location = self._link_location()
         if self._stopped(location):
             return start
-        begin = dict(SourceOffset.from_dict(start).queues)
+        begin = raised_to_floor(SourceOffset.from_dict(start).queues, self._state.floor)
         queues = self.discover_queues()
         target = self._state.available_now_target
         if target is not None:
@@ -394,7 +402,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._state.latest.to_dict()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        ranges = plan_ranges(SourceOffset.from_dict(start), SourceOffset.from_dict(end), self.options.min_partitions)
+        begin = SourceOffset.of(raised_to_floor(SourceOffset.from_dict(start).queues, self._state.floor))
+        ranges = plan_ranges(begin, SourceOffset.from_dict(end), self.options.min_partitions)
         if not self._state.planned:
             self._state.planned = True
             if self._state.initial is None:  # resumed from the checkpoint: this batch may be a replay
