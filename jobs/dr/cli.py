@@ -40,6 +40,7 @@ from connectors.core.config import LinkConfig, load_replicator_config
 from connectors.core.errors import ReplicatorConfigError, ReplicatorError
 from connectors.replication.source_maxes import read_source_maxes
 from jobs.dr.failback import KIND as FAILBACK
+from jobs.dr.failback import reverse_link_of
 from jobs.dr.failback_cli import run_failback
 from jobs.dr.failover import KIND as FAILOVER
 from jobs.dr.failover import Failover, FailoverSettings
@@ -48,6 +49,7 @@ from jobs.dr.link_ends import LinkEnds
 from jobs.dr.operation import OperationRecord, OperationRunner, Step, StepRecord, StepState
 from jobs.dr.recover import KIND as RECOVER
 from jobs.dr.recover import QUARANTINE_SUFFIX, Recover, RecoverSettings
+from jobs.dr.reverse_start import ReverseStandby
 from jobs.dr.rpo import audit
 from jobs.dr.status import LinkStatus, read_status
 from jobs.dr.switchover import KIND as SWITCHOVER
@@ -75,6 +77,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quarantine", action="store_true",
                    help=f"recover: into quarantine topics on B (<target topic>{QUARANTINE_SUFFIX}), not the mapped "
                         "ones, for the application to replay")
+    p.add_argument("--reverse", nargs="?", const="", metavar="LINK",
+                   help="switchover: make A the warm standby: start the reverse link B -> A (this one, or the "
+                        "config's only one) from B's end exactly, A's topics taking its writes")
     p.add_argument("--reverse-link", help="failback: the link B -> A (default: the config's only one)")
     p.add_argument("--group", action="append", default=[], metavar="G",
                    help="failover, failback: move this group (repeatable; default: failover, every group with a "
@@ -132,7 +137,15 @@ def print_report(record: OperationRecord) -> None:
                 [("/".join(str(p) for p in q["queue"]), q["on_a"], q["replicated"], q["missing"])
                  for q in report["queues"]], numeric=["on A", "replicated", "missing"])
     print_group_offsets(report["groups"])
-    print("steps: " + ", ".join(f"{name} {d:.1f} s" for name, d in report["durations_s"].items() if d is not None))
+    reverse = report.get("reverse")
+    if reverse is not None:
+        print(f"reverse link {reverse['reverse_link']} starts on B at (its resume point; "
+              f"{reverse['skipped']} copies of A's messages not read again):")
+        print_table(["queue on B", "start", "B end"], [("/".join(str(p) for p in q["queue"]), q["start"], q["end"])
+                                                      for q in reverse["queues"]], numeric=["start", "B end"])
+    durations = report["durations_s"]  # in the steps' order (the journal keeps JSON objects sorted)
+    print("steps: " + ", ".join(f"{s.name} {durations[s.name]:.1f} s" for s in record.steps
+                                if durations.get(s.name) is not None))
     print(report["operator"])
 
 
@@ -225,13 +238,26 @@ def run(args: argparse.Namespace, clock: ThreadClock = SYSTEM_CLOCK) -> int:
         return 0
     if args.command == "failback" or (args.command == "abort" and (c := runner.current()) and c.kind == FAILBACK):
         return run_failback(args, config, link, runner, clock, err, _plan, lambda r: _step_line(err, r))
+    if args.reverse is not None and args.command != "switchover":
+        raise ReplicatorConfigError("--reverse is an option of switchover (failback names the reverse link with "
+                                    "--reverse-link)")
     ends = LinkEnds.open(args.config, config, link, clock)
+    reverse_ends = None
     try:
         def progress(line: str) -> None:
             err.print(f"  {line}")
 
+        standby = None
+        current = runner.current()
+        if args.command == "switchover" or (args.command == "abort" and current is not None
+                                            and current.kind == SWITCHOVER and "hold" in current.names):
+            resuming = current is not None and current.kind == SWITCHOVER and current.state.value == "running"
+            name = args.reverse if args.reverse is not None else _held_link(current) if resuming else None
+            if name is not None:
+                reverse_ends = LinkEnds.open(args.config, config, reverse_link_of(config, link, name or None), clock)
+                standby = ReverseStandby(ends, reverse_ends)
         switchover = Switchover(ends, SwitchoverSettings(args.max_lag, args.drain_timeout, args.groups_timeout),
-                                progress=progress)
+                                progress=progress, standby=standby)
         recover = Recover(ends, RecoverSettings(quarantine=args.quarantine), progress=progress)
         failover = Failover(ends, FailoverSettings(force=args.force, groups=tuple(args.group)), progress=progress)
         if args.command == "status":
@@ -280,6 +306,18 @@ def run(args: argparse.Namespace, clock: ThreadClock = SYSTEM_CLOCK) -> int:
         return 0
     finally:
         ends.close()
+        if reverse_ends is not None:
+            reverse_ends.close()
+
+
+def _held_link(record: OperationRecord | None) -> str | None:
+    """The reverse link a switchover with ``--reverse`` holds (its ``hold`` step's record)."""
+    if record is None or "hold" not in record.names:
+        return None
+    step = record.step("hold")
+    if step.state is StepState.PENDING:
+        return None
+    return str(step.result.get("reverse_link") or step.progress.get("reverse_link") or "")
 
 
 def main(argv: list[str] | None = None) -> int:
