@@ -199,6 +199,15 @@ def print_recover_report(record: OperationRecord) -> None:
 
 
 def print_status(status: LinkStatus) -> None:
+    if status.a_error is not None:
+        seen = "never recorded" if status.recorded_at is None else f"last recorded at {_stamp(status.recorded_at)}"
+        print(f"link {status.link}: A does not answer ({status.a_error}); A's side below is the replication job's "
+              f"record of its max offsets ({seen}), not read now")
+        print(f"at least {status.recorded_rpo if status.recorded_rpo is not None else 'an unknown number of'} "
+              f"acknowledged message(s) of A are not on B (what python -m jobs.dr failover's audit would say); "
+              f"what A acknowledged after that is unknown")
+        _status_tables(status)
+        return
     print(f"link {status.link}: if A died now, {status.rpo_messages} acknowledged message(s) would not be on B "
           f"(A's max offsets read at {_stamp(status.observed_at)})")
     if status.recorded_rpo is None:
@@ -207,6 +216,10 @@ def print_status(status: LinkStatus) -> None:
         age = max(0.0, status.observed_at - (status.recorded_at or status.observed_at))
         print(f"from the job's own record (a failover's audit): at least {status.recorded_rpo} message(s), "
               f"A observed {age:.1f} s ago")
+    _status_tables(status)
+
+
+def _status_tables(status: LinkStatus) -> None:
     print_table(["topic on A", "topic on B", "queues", "on A", "replicated", "lag (messages)"],
                 [(t.topic, t.target, t.queues, t.on_a, t.replicated, t.lag) for t in status.topics],
                 numeric=["queues", "on A", "replicated", "lag (messages)"])
