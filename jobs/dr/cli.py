@@ -2,8 +2,9 @@
 (A = the link's source cluster, B = its target). docs/operations.md "Disaster recovery" is the runbook.
 
     status       per topic: lag, and the recovery point if A died now; per group: checkpoint age; config
-                 drift (``jobs.dr.status``)
-    switchover   planned move of the link's traffic from A (healthy) to B (``jobs.dr.switchover``)
+                 drift (``jobs.dr.status``; with A unreachable, from the job's record of A's max offsets)
+    switchover   planned move of the link's traffic from A (healthy) to B (``jobs.dr.switchover``); ``--reverse``
+                 also starts the reverse link B -> A exactly at B's end, A the warm standby (``jobs.dr.reverse_start``)
     failover     unplanned move to B with A lost (refused while A answers, unless ``--force``): stop the link,
                  audit what A acknowledged that B lacks from the job's records, commit the groups on B
                  (``jobs.dr.failover``)
