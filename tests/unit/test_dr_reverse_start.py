@@ -127,3 +127,26 @@ def test_with_reverse_the_switchover_holds_first_and_starts_the_reverse_link_aft
 @pytest.mark.parametrize("lag", [0, 10_000])
 def test_the_default_lag_gate_lets_ten_seconds_of_a_thousand_messages_a_second_through(lag: int) -> None:
     assert lag <= SwitchoverSettings().max_lag
+
+
+def test_a_resumed_or_aborted_switchover_finds_the_reverse_link_its_hold_step_recorded() -> None:
+    from jobs.dr.cli import _held_link
+
+    assert _held_link(None) is None
+    assert _held_link(record(StepRecord("preflight"), StepRecord("fence"))) is None  # no --reverse
+    assert _held_link(record(StepRecord("hold"))) is None  # nothing held yet
+    assert _held_link(record(StepRecord("hold", StepState.RUNNING, progress={"reverse_link": "R"}))) == "R"
+    assert _held_link(record(StepRecord("hold", StepState.DONE, result={"reverse_link": "R2"}))) == "R2"
+
+
+def test_the_report_shows_where_the_reverse_link_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    from jobs.dr.cli import print_report
+
+    report = {"queues": [], "groups": {}, "durations_s": {"hold": 0.0, "reverse": 0.4}, "operator": "moved",
+              "reverse": {"reverse_link": "R", "skipped": 180, "queues": [
+                  {"queue": ["T", "b", 0], "start": 100, "resume": 0, "end": 100}]}}
+    print_report(record(StepRecord("hold", StepState.DONE), StepRecord("reverse", StepState.DONE),
+                        StepRecord("report", StepState.DONE, result=report)))
+    out = capsys.readouterr().out
+    assert "reverse link R starts on B at" in out and "180 copies of A's messages not read again" in out
+    assert "T/b/0" in out and "steps: hold 0.0 s, reverse 0.4 s" in out
