@@ -67,6 +67,7 @@ from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from broker_store.protocol.errors import RocketMQError, TopicNotExistError
 from broker_store.protocol.route import TopicRouteData
 from connectors.core.driver_log import driver_logging
+from connectors.core.errors import TableError
 from connectors.core.executor import freeze_worker_heap
 from connectors.core.offsets import OffsetSpec, SourceOffset, queue_key
 from connectors.core.outage import OutagePolicy, SourceOutage
@@ -89,7 +90,7 @@ from connectors.core.rows import (
     RAW_ARROW_SCHEMA,
 )
 from connectors.replication import source_offsets
-from connectors.replication.link_stop import is_stopped, raised_to_floor, stop_path
+from connectors.replication.link_stop import is_stopped, raised_to_floor, read_stop, stop_path
 from connectors.replication.placement_planner import RangesPlacementPlanner, placement_columns
 from connectors.replication.planning import (
     QueueRange,
@@ -348,8 +349,14 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return False
         if not self._state.stop_warned:
             self._state.stop_warned = True
-            log.warning("link %s is stopped by a disaster-recovery failover (%s): nothing is replicated until "
-                        "the marker is removed", self.options.link, stop_path(location))
+            try:
+                stop = read_stop(location)
+            except TableError as exc:
+                stop = None
+                log.warning("link %s: %s", self.options.link, exc)
+            log.warning("link %s is stopped by a disaster-recovery operation (%s; %s): nothing is replicated until "
+                        "the marker is removed", self.options.link, stop.reason if stop else "reason unknown",
+                        stop_path(location))
         return True
 
     def _record_source(self, location: Path | None, bounds: Mapping[MessageQueue, tuple[int, int]]) -> None:
