@@ -96,20 +96,22 @@ def link_status(link: str, observed_at: float, queues: Sequence[MessageQueue], m
     return LinkStatus(link, observed_at, topics, ages, tuple(sorted(missing_on_b)), tuple(sorted(groups_missing_on_b)))
 
 
-def recorded_status(link: str, record: SourceMaxes | None, replicated: Mapping[MessageQueue, int],
+def recorded_status(link: str, now: float, record: SourceMaxes | None, replicated: Mapping[MessageQueue, int],
                     targets: Mapping[str, str | None], checkpoint_ms: Mapping[str, int | None], a_error: str, *,
                     missing_on_b: Sequence[str] = (), groups_missing_on_b: Sequence[str] = ()) -> LinkStatus:
     """The status with A unreachable (pure): A's queues and max offsets as the job last recorded them (queues it
     never recorded but replicated count as on A up to what was replicated), observed at the record's oldest
-    observation; the recovery point is then the failover's audit."""
+    observation (``now`` without a record); the recovery point is then the failover's audit. Checkpoint ages
+    are at ``now``."""
     seen = dict(record.queues) if record is not None else {}
     queues = sorted(set(seen) | set(replicated), key=queue_key)
     maxes = {q: seen[q].max_offset if q in seen else replicated[q] for q in queues}
     audited = audit(replicated, record)
     observed_at = audited.oldest_observation
-    status = link_status(link, 0.0 if observed_at is None else observed_at, queues, maxes, replicated, targets,
-                         checkpoint_ms, missing_on_b=missing_on_b, groups_missing_on_b=groups_missing_on_b)
-    return replace(status, recorded_rpo=None if record is None else audited.missing, recorded_at=observed_at,
+    status = link_status(link, now, queues, maxes, replicated, targets, checkpoint_ms, missing_on_b=missing_on_b,
+                         groups_missing_on_b=groups_missing_on_b)
+    return replace(status, observed_at=now if observed_at is None else observed_at,
+                   recorded_rpo=None if record is None else audited.missing, recorded_at=observed_at,
                    a_error=a_error)
 
 
@@ -137,7 +139,8 @@ def read_recorded_status(ends: LinkEnds, a_error: str) -> LinkStatus:
     topics = {q.topic for q in [*(record.queues if record is not None else ()), *replicated]}
     targets = {t: mapper.target_for(t) for t in sorted(topics)}
     tables = CheckpointTables(location)
-    rows = tables.read(CHECKPOINTS, columns=["group"])
+    rows = tables.read(CHECKPOINTS, columns=["group", "source_queue_id"])
+    rows = rows.filter(pc.greater_equal(rows["source_queue_id"], 0))  # not a condition row (its subject)
     groups = sorted(set(rows["group"].to_pylist()) - {None, ""})
     try:
         b_topics = set(ends.b.topic_list())
@@ -145,8 +148,9 @@ def read_recorded_status(ends: LinkEnds, a_error: str) -> LinkStatus:
         groups_missing = sorted(set(groups) - ends.b_groups())
     except RocketMQError:
         missing, groups_missing = [], []  # B does not answer either: no drift to show
-    return recorded_status(ends.link.name, record, replicated, targets, newest_checkpoints(tables, groups), a_error,
-                           missing_on_b=missing, groups_missing_on_b=groups_missing)
+    return recorded_status(ends.link.name, ends.clock.time(), record, replicated, targets,
+                           newest_checkpoints(tables, groups), a_error, missing_on_b=missing,
+                           groups_missing_on_b=groups_missing)
 
 
 def read_live_status(ends: LinkEnds) -> LinkStatus:
