@@ -409,8 +409,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._state.latest.to_dict()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        begin = SourceOffset.of(raised_to_floor(SourceOffset.from_dict(start).queues, self._state.floor))
-        ranges = plan_ranges(begin, SourceOffset.from_dict(end), self.options.min_partitions)
+        ranges = plan_ranges(SourceOffset.from_dict(start), SourceOffset.from_dict(end), self.options.min_partitions)
+        if self._state.floor:  # after a lifted stop: nothing below the link's resume point then (``link_stop``)
+            ranges, _ = skip_delivered(ranges, self._state.floor)
         if not self._state.planned:
             self._state.planned = True
             if self._state.initial is None:  # resumed from the checkpoint: this batch may be a replay
