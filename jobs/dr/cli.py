@@ -47,7 +47,14 @@ from jobs.dr.failover import KIND as FAILOVER
 from jobs.dr.failover import Failover, FailoverSettings
 from jobs.dr.journal import FileJournal
 from jobs.dr.link_ends import LinkEnds
-from jobs.dr.operation import OperationRecord, OperationRunner, Step, StepRecord, StepState
+from jobs.dr.operation import (
+    OperationConflictError,
+    OperationRecord,
+    OperationRunner,
+    Step,
+    StepRecord,
+    StepState,
+)
 from jobs.dr.recover import KIND as RECOVER
 from jobs.dr.recover import QUARANTINE_SUFFIX, Recover, RecoverSettings
 from jobs.dr.reverse_start import ReverseStandby
@@ -265,8 +272,7 @@ def run(args: argparse.Namespace, clock: ThreadClock = SYSTEM_CLOCK) -> int:
         current = runner.current()
         if args.command == "switchover" or (args.command == "abort" and current is not None
                                             and current.kind == SWITCHOVER and "hold" in current.names):
-            resuming = current is not None and current.kind == SWITCHOVER and current.state.value == "running"
-            name = args.reverse if args.reverse is not None else _held_link(current) if resuming else None
+            name = _reverse_for(args, link.name, current)
             if name is not None:
                 reverse_ends = LinkEnds.open(args.config, config, reverse_link_of(config, link, name or None), clock)
                 standby = ReverseStandby(ends, reverse_ends)
@@ -322,6 +328,26 @@ def run(args: argparse.Namespace, clock: ThreadClock = SYSTEM_CLOCK) -> int:
         ends.close()
         if reverse_ends is not None:
             reverse_ends.close()
+
+
+def _reverse_for(args: argparse.Namespace, link: str, current: OperationRecord | None) -> str | None:
+    """The reverse link of a switchover (``--reverse``; "" = the config's only one; None = none): a switchover under
+    way keeps the shape it was started with, whatever this run's options."""
+    if current is None or current.kind != SWITCHOVER or current.state.value not in ("running", "aborting"):
+        return args.reverse if args.command == "switchover" else None
+    if "hold" not in current.names:
+        if args.command == "switchover" and args.reverse is not None:
+            raise OperationConflictError(
+                f"switchover {current.id} of link {link} is under way without --reverse: finish it with the same "
+                f"command without --reverse, or abort it (python -m jobs.dr abort --link {link}) and start again")
+        return None
+    held = _held_link(current)
+    if args.command == "switchover" and args.reverse and held and args.reverse != held:
+        raise OperationConflictError(f"switchover {current.id} of link {link} is under way with --reverse {held}, "
+                                     f"not {args.reverse}: finish it with that, or abort it")
+    if args.command != "switchover":
+        return held  # abort: None while nothing was held (nothing of the reverse link to undo)
+    return held or args.reverse or ""
 
 
 def _held_link(record: OperationRecord | None) -> str | None:

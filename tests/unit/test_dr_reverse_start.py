@@ -150,3 +150,30 @@ def test_the_report_shows_where_the_reverse_link_starts(capsys: pytest.CaptureFi
     out = capsys.readouterr().out
     assert "reverse link R starts on B at" in out and "180 copies of A's messages not read again" in out
     assert "T/b/0" in out and "steps: hold 0.0 s, reverse 0.4 s" in out
+
+
+def test_a_switchover_under_way_keeps_the_shape_it_was_started_with() -> None:
+    from argparse import Namespace
+
+    from jobs.dr.cli import _reverse_for
+    from jobs.dr.operation import OperationConflictError
+
+    def args(command: str, reverse: str | None) -> Namespace:
+        return Namespace(command=command, reverse=reverse)
+
+    plain = record(StepRecord("preflight", StepState.DONE), StepRecord("fence", StepState.RUNNING))
+    held = record(StepRecord("preflight", StepState.DONE),
+                  StepRecord("hold", StepState.DONE, result={"reverse_link": "R"}))
+    fresh = record(StepRecord("preflight", StepState.FAILED), StepRecord("hold"))
+    assert _reverse_for(args("switchover", None), "F", None) is None
+    assert _reverse_for(args("switchover", ""), "F", None) == ""
+    assert _reverse_for(args("switchover", "R"), "F", None) == "R"
+    assert _reverse_for(args("switchover", None), "F", plain) is None
+    with pytest.raises(OperationConflictError, match="under way without --reverse"):
+        _reverse_for(args("switchover", "R"), "F", plain)
+    assert _reverse_for(args("switchover", None), "F", held) == "R"  # resumed as it was started
+    with pytest.raises(OperationConflictError, match="with --reverse R, not R2"):
+        _reverse_for(args("switchover", "R2"), "F", held)
+    assert _reverse_for(args("switchover", None), "F", fresh) == ""  # refused in preflight: the only one
+    assert _reverse_for(args("abort", None), "F", held) == "R"
+    assert _reverse_for(args("abort", None), "F", fresh) is None
