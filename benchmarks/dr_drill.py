@@ -15,20 +15,22 @@ What runs, all local processes on 127.0.0.1 (``tests.support.processes.LocalClus
 * links A -> B (``dr-ab``) and B -> A (``dr-ba``), config sync off (the topics and the group are made up front:
   config sync would copy the fence's read-only permission of A's topics to B); the forward link's main job
   (``spark-submit jobs/run_all.py --link dr-ab``: replication and checkpoints every ``--checkpoint-interval`` s)
-  from the start, the reverse link's (``spark-submit jobs/replicate.py --link dr-ba``) from the first failback's
-  ``reopen`` step, as the runbook says (``--warm-reverse``: from the start, held by the link stop marker,
-  ``connectors.replication.link_stop``, while A is fenced or down and released at each ``reopen``: what a warm
-  standby reverse link would give);
+  and the reverse link's (``spark-submit jobs/replicate.py --link dr-ba``) from the start, the reverse one held
+  by the link stop marker (``connectors.replication.link_stop``) until the switchover (``--reverse dr-ba``)
+  starts it exactly from B's end, so A is a warm standby at the failback; held again while A is down after the
+  kill and released at the second failback's ``reopen``. ``--cold-reverse``: the runbook's way without
+  ``--reverse``, the reverse link's job started only at the first failback's ``reopen``;
 * the application (``benchmarks.dr_drill_apps``): a producer of unique keys at ``--rate`` msg/s and a consumer
   group pulling and committing all the time, each on the active side.
 
 The steps, each a ``python -m jobs.dr`` command run as an operator runs it, the drill watching its journal:
 
-1. ``switchover`` A -> B under load: once ``fence`` is done the consumer reads A to its end (A takes no more
-   writes), commits and leaves; when the command is done producer and consumer move to B.
+1. ``switchover --reverse dr-ba`` A -> B under load: once ``fence`` is done the consumer reads A to its end (A
+   takes no more writes), commits and leaves; once ``groups`` is done the producer moves to B; when the command
+   is done the consumer moves to B.
 2. ``--dwell`` s on B.
 3. ``failback`` B -> A: ``fence`` done -> the consumer drains B and leaves; ``reopen`` done -> the reverse link's
-   job starts (unless running); when the command is done both move to A.
+   job starts (unless running) or is released; when the command is done both move to A.
 4. ``--dwell`` s on A, then kill -9 of every process of A (name server and brokers) under load; the consumer and
    the reverse link's job are stopped; ``failover`` (its audit: the RPO), producer and consumer move to B; A is
    started again; ``recover`` (what A acknowledged beyond the replicated point copied to B).
@@ -143,19 +145,15 @@ class Drill:
                                   job_log4j=True)
 
     def hold_reverse(self) -> None:
-        """``--warm-reverse``: the reverse link's job stays up but plans nothing (the link stop marker a failover
-        writes) while A cannot take its writes."""
+        """The reverse link's job stays up but plans nothing (the link stop marker) while A cannot take its writes:
+        before the switchover (which holds it itself from its ``hold`` step), and while A is down."""
         stop_link(self.reverse_tables, LinkStop("dr-drill", "held by the drill while A is fenced or down", time.time()))
         self.log(f"reverse link {REVERSE} held (stop marker)")
 
-    def hold_reverse_and_leave(self) -> None:
-        self.hold_reverse()
-        self.leave(drain=True)
-
     def open_reverse(self) -> None:
-        """At the failback's ``reopen``: the reverse link's job started (the runbook), or, ``--warm-reverse``, its
-        hold lifted (and the job started again if it is not running)."""
-        if self.args.warm_reverse:
+        """At the failback's ``reopen``: the reverse link's hold lifted (after the kill of A; a no-op after a
+        switchover with ``--reverse``) and its job started if it is not running (``--cold-reverse``: here)."""
+        if not self.args.cold_reverse:
             resume_link(self.reverse_tables)
             self.log(f"reverse link {REVERSE} released")
         self.ensure_reverse()
@@ -268,11 +266,10 @@ class Drill:
     # -- the steps ----------------------------------------------------------------------------------------
 
     def planned(self, command: str, source: Side, target: Side, *extra: str) -> None:
-        actions: dict[str, Callable[[], None]] = {"fence": lambda: self.leave(drain=True)}
+        actions: dict[str, Callable[[], None]] = {"fence": lambda: self.leave(drain=True),
+                                                  "groups": lambda: self.producer.move(target)}
         if command == "failback":
             actions["reopen"] = self.open_reverse
-        elif self.args.warm_reverse:
-            actions["fence"] = self.hold_reverse_and_leave
         document = self.run_dr(command, *extra, when_done=actions)
         self.fence_at[command].append(step_started(document, "fence"))
         stint = self.move(target, command)
@@ -285,7 +282,7 @@ class Drill:
         self.a.stop()  # SIGKILL: brokers first, then the name server
         self.log(f"kill -9 every process of {A}")
         self.leave(drain=False)
-        if self.args.warm_reverse:
+        if not self.args.cold_reverse:
             self.hold_reverse()
         elif self.reverse is not None:
             self.reverse.kill()  # its target is gone; started again by the next failback
@@ -308,7 +305,8 @@ class Drill:
     def step1(self) -> None:
         self.dwell(A)
         self.caught_up()
-        self.planned("switchover", self.side_a, self.side_b, "--max-lag", str(int(self.args.rate * 10)))
+        extra = () if self.args.cold_reverse else ("--reverse", REVERSE)
+        self.planned("switchover", self.side_a, self.side_b, "--max-lag", str(int(self.args.rate * 10)), *extra)
 
     def step2(self) -> None:
         self.dwell(B)
@@ -379,7 +377,8 @@ def run(args: argparse.Namespace, out: Path) -> str:
         log(f"clusters up: {A} {a.namesrv_addr} (2 broker groups), {B} {b.namesrv_addr} ({args.b_groups}); "
             f"starting the forward link's job")
         drill.start_forward()
-        if args.warm_reverse:
+        if not args.cold_reverse:
+            drill.hold_reverse()
             drill.ensure_reverse()
         drill.warm_up()
         drill.producer.start()
@@ -430,10 +429,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--b-groups", type=int, default=1, choices=(1, 2), help="broker groups of B")
     parser.add_argument("--dwell", type=float, default=30.0, help="seconds on a side between moves")
     parser.add_argument("--quick", action="store_true", help="a short run: --dwell 10")
-    parser.add_argument("--warm-reverse", action="store_true",
-                        help="run the reverse link's job from the start, held by the link stop marker while A is "
-                             "fenced or down and released at the failback's reopen (not the runbook's way: what a "
-                             "warm standby link would give)")
+    parser.add_argument("--cold-reverse", action="store_true",
+                        help="switchover without --reverse: the reverse link's job started only at the first "
+                             "failback's reopen, copying from B's first offset (the slow way)")
     parser.add_argument("--until", type=int, default=5, choices=range(1, 6), help="run steps 1..N")
     parser.add_argument("--checkpoint-interval", type=float, default=5.0,
                         help="seconds between the forward link's group checkpoints")

@@ -67,6 +67,7 @@ from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from broker_store.protocol.errors import RocketMQError, TopicNotExistError
 from broker_store.protocol.route import TopicRouteData
 from connectors.core.driver_log import driver_logging
+from connectors.core.errors import TableError
 from connectors.core.executor import freeze_worker_heap
 from connectors.core.offsets import OffsetSpec, SourceOffset, queue_key
 from connectors.core.outage import OutagePolicy, SourceOutage
@@ -89,7 +90,7 @@ from connectors.core.rows import (
     RAW_ARROW_SCHEMA,
 )
 from connectors.replication import source_offsets
-from connectors.replication.link_stop import is_stopped, stop_path
+from connectors.replication.link_stop import is_stopped, raised_to_floor, read_stop, stop_path
 from connectors.replication.placement_planner import RangesPlacementPlanner, placement_columns
 from connectors.replication.planning import (
     QueueRange,
@@ -145,6 +146,9 @@ class _DriverState:
     """The durable record of the source's max offsets (with config+link's Delta location; ``source_maxes``)."""
     stop_warned: bool = False
     """The link's stop marker (``link_stop``) was seen and said once."""
+    floor: dict[MessageQueue, int] | None = None
+    """After a stop was lifted: the link's Delta resume point then, which batches start at where the query's
+    position is behind it (``link_stop.raised_to_floor``)."""
     planned: bool = False
     rotation_after: MessageQueue | None = None
     """Where the next batch's turn-taking starts when the read limit makes queues take turns (``admit``)."""
@@ -335,13 +339,24 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None if o.delta_location is None or not o.link else Path(o.delta_location) / o.link
 
     def _stopped(self, location: Path | None) -> bool:
-        """The link was stopped by a failover (``link_stop``): plan nothing (said once per reader)."""
+        """The link was stopped by a failover (``link_stop``): plan nothing (said once per reader). When the stop
+        is lifted, the link's Delta resume point becomes the floor of the next batches (``link_stop``)."""
         if location is None or not is_stopped(location):
+            if self._state.stop_warned and self._state.floor is None and (tables := self._link_tables()) is not None:
+                self._state.floor = tables.latest_offsets()
+                log.info("link %s: the stop is lifted; resuming from its Delta resume point where that is ahead "
+                         "(%d queue(s))", self.options.link, len(self._state.floor))
             return False
         if not self._state.stop_warned:
             self._state.stop_warned = True
-            log.warning("link %s is stopped by a disaster-recovery failover (%s): nothing is replicated until "
-                        "the marker is removed", self.options.link, stop_path(location))
+            try:
+                stop = read_stop(location)
+            except TableError as exc:
+                stop = None
+                log.warning("link %s: %s", self.options.link, exc)
+            log.warning("link %s is stopped by a disaster-recovery operation (%s; %s): nothing is replicated until "
+                        "the marker is removed", self.options.link, stop.reason if stop else "reason unknown",
+                        stop_path(location))
         return True
 
     def _record_source(self, location: Path | None, bounds: Mapping[MessageQueue, tuple[int, int]]) -> None:
@@ -362,7 +377,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         location = self._link_location()
         if self._stopped(location):
             return start
-        begin = dict(SourceOffset.from_dict(start).queues)
+        begin = raised_to_floor(SourceOffset.from_dict(start).queues, self._state.floor)
         queues = self.discover_queues()
         target = self._state.available_now_target
         if target is not None:
@@ -407,6 +422,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         link's Delta tables say was delivered; target queues are placed (and the placement made durable)
         here, before any task runs, so every attempt of a task writes to the same target queue."""
         ranges = plan_ranges(SourceOffset.from_dict(start), SourceOffset.from_dict(end), self.options.min_partitions)
+        if self._state.floor:  # after a lifted stop: nothing below the link's resume point then (``link_stop``)
+            ranges, _ = skip_delivered(ranges, self._state.floor)
         if not self._state.planned:
             self._state.planned = True
             if self._state.initial is None:  # resumed from the checkpoint: this batch may be a replay

@@ -2,8 +2,9 @@
 (A = the link's source cluster, B = its target). docs/operations.md "Disaster recovery" is the runbook.
 
     status       per topic: lag, and the recovery point if A died now; per group: checkpoint age; config
-                 drift (``jobs.dr.status``)
-    switchover   planned move of the link's traffic from A (healthy) to B (``jobs.dr.switchover``)
+                 drift (``jobs.dr.status``; with A unreachable, from the job's record of A's max offsets)
+    switchover   planned move of the link's traffic from A (healthy) to B (``jobs.dr.switchover``); ``--reverse``
+                 also starts the reverse link B -> A exactly at B's end, A the warm standby (``jobs.dr.reverse_start``)
     failover     unplanned move to B with A lost (refused while A answers, unless ``--force``): stop the link,
                  audit what A acknowledged that B lacks from the job's records, commit the groups on B
                  (``jobs.dr.failover``)
@@ -40,14 +41,23 @@ from connectors.core.config import LinkConfig, load_replicator_config
 from connectors.core.errors import ReplicatorConfigError, ReplicatorError
 from connectors.replication.source_maxes import read_source_maxes
 from jobs.dr.failback import KIND as FAILBACK
+from jobs.dr.failback import reverse_link_of
 from jobs.dr.failback_cli import run_failback
 from jobs.dr.failover import KIND as FAILOVER
 from jobs.dr.failover import Failover, FailoverSettings
 from jobs.dr.journal import FileJournal
 from jobs.dr.link_ends import LinkEnds
-from jobs.dr.operation import OperationRecord, OperationRunner, Step, StepRecord, StepState
+from jobs.dr.operation import (
+    OperationConflictError,
+    OperationRecord,
+    OperationRunner,
+    Step,
+    StepRecord,
+    StepState,
+)
 from jobs.dr.recover import KIND as RECOVER
 from jobs.dr.recover import QUARANTINE_SUFFIX, Recover, RecoverSettings
+from jobs.dr.reverse_start import ReverseStandby
 from jobs.dr.rpo import audit
 from jobs.dr.status import LinkStatus, read_status
 from jobs.dr.switchover import KIND as SWITCHOVER
@@ -75,6 +85,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quarantine", action="store_true",
                    help=f"recover: into quarantine topics on B (<target topic>{QUARANTINE_SUFFIX}), not the mapped "
                         "ones, for the application to replay")
+    p.add_argument("--reverse", nargs="?", const="", metavar="LINK",
+                   help="switchover: make A the warm standby: start the reverse link B -> A (this one, or the "
+                        "config's only one) from B's end exactly, A's topics taking its writes")
     p.add_argument("--reverse-link", help="failback: the link B -> A (default: the config's only one)")
     p.add_argument("--group", action="append", default=[], metavar="G",
                    help="failover, failback: move this group (repeatable; default: failover, every group with a "
@@ -132,7 +145,15 @@ def print_report(record: OperationRecord) -> None:
                 [("/".join(str(p) for p in q["queue"]), q["on_a"], q["replicated"], q["missing"])
                  for q in report["queues"]], numeric=["on A", "replicated", "missing"])
     print_group_offsets(report["groups"])
-    print("steps: " + ", ".join(f"{name} {d:.1f} s" for name, d in report["durations_s"].items() if d is not None))
+    reverse = report.get("reverse")
+    if reverse is not None:
+        print(f"reverse link {reverse['reverse_link']} starts on B at (its resume point; "
+              f"{reverse['skipped']} copies of A's messages not read again):")
+        print_table(["queue on B", "start", "B end"], [("/".join(str(p) for p in q["queue"]), q["start"], q["end"])
+                                                      for q in reverse["queues"]], numeric=["start", "B end"])
+    durations = report["durations_s"]  # in the steps' order (the journal keeps JSON objects sorted)
+    print("steps: " + ", ".join(f"{s.name} {durations[s.name]:.1f} s" for s in record.steps
+                                if durations.get(s.name) is not None))
     print(report["operator"])
 
 
@@ -186,6 +207,15 @@ def print_recover_report(record: OperationRecord) -> None:
 
 
 def print_status(status: LinkStatus) -> None:
+    if status.a_error is not None:
+        seen = "never recorded" if status.recorded_at is None else f"last recorded at {_stamp(status.recorded_at)}"
+        print(f"link {status.link}: A does not answer ({status.a_error}); A's side below is the replication job's "
+              f"record of its max offsets ({seen}), not read now")
+        print(f"at least {status.recorded_rpo if status.recorded_rpo is not None else 'an unknown number of'} "
+              f"acknowledged message(s) of A are not on B (what python -m jobs.dr failover's audit would say); "
+              f"what A acknowledged after that is unknown")
+        _status_tables(status)
+        return
     print(f"link {status.link}: if A died now, {status.rpo_messages} acknowledged message(s) would not be on B "
           f"(A's max offsets read at {_stamp(status.observed_at)})")
     if status.recorded_rpo is None:
@@ -194,6 +224,10 @@ def print_status(status: LinkStatus) -> None:
         age = max(0.0, status.observed_at - (status.recorded_at or status.observed_at))
         print(f"from the job's own record (a failover's audit): at least {status.recorded_rpo} message(s), "
               f"A observed {age:.1f} s ago")
+    _status_tables(status)
+
+
+def _status_tables(status: LinkStatus) -> None:
     print_table(["topic on A", "topic on B", "queues", "on A", "replicated", "lag (messages)"],
                 [(t.topic, t.target, t.queues, t.on_a, t.replicated, t.lag) for t in status.topics],
                 numeric=["queues", "on A", "replicated", "lag (messages)"])
@@ -226,13 +260,25 @@ def run(args: argparse.Namespace, clock: ThreadClock = SYSTEM_CLOCK) -> int:
         return 0
     if args.command == "failback" or (args.command == "abort" and (c := runner.current()) and c.kind == FAILBACK):
         return run_failback(args, config, link, runner, clock, err, _plan, lambda r: _step_line(err, r))
+    if args.reverse is not None and args.command != "switchover":
+        raise ReplicatorConfigError("--reverse is an option of switchover (failback names the reverse link with "
+                                    "--reverse-link)")
     ends = LinkEnds.open(args.config, config, link, clock)
+    reverse_ends = None
     try:
         def progress(line: str) -> None:
             err.print(f"  {line}", markup=False)  # a line may hold "[a, b)" ranges
 
+        standby = None
+        current = runner.current()
+        if args.command == "switchover" or (args.command == "abort" and current is not None
+                                            and current.kind == SWITCHOVER and "hold" in current.names):
+            name = _reverse_for(args, link.name, current)
+            if name is not None:
+                reverse_ends = LinkEnds.open(args.config, config, reverse_link_of(config, link, name or None), clock)
+                standby = ReverseStandby(ends, reverse_ends)
         switchover = Switchover(ends, SwitchoverSettings(args.max_lag, args.drain_timeout, args.groups_timeout),
-                                progress=progress)
+                                progress=progress, standby=standby)
         recover = Recover(ends, RecoverSettings(quarantine=args.quarantine), progress=progress)
         failover = Failover(ends, FailoverSettings(force=args.force, groups=tuple(args.group)), progress=progress)
         if args.command == "status":
@@ -281,6 +327,38 @@ def run(args: argparse.Namespace, clock: ThreadClock = SYSTEM_CLOCK) -> int:
         return 0
     finally:
         ends.close()
+        if reverse_ends is not None:
+            reverse_ends.close()
+
+
+def _reverse_for(args: argparse.Namespace, link: str, current: OperationRecord | None) -> str | None:
+    """The reverse link of a switchover (``--reverse``; "" = the config's only one; None = none): a switchover under
+    way keeps the shape it was started with, whatever this run's options."""
+    if current is None or current.kind != SWITCHOVER or current.state.value not in ("running", "aborting"):
+        return args.reverse if args.command == "switchover" else None
+    if "hold" not in current.names:
+        if args.command == "switchover" and args.reverse is not None:
+            raise OperationConflictError(
+                f"switchover {current.id} of link {link} is under way without --reverse: finish it with the same "
+                f"command without --reverse, or abort it (python -m jobs.dr abort --link {link}) and start again")
+        return None
+    held = _held_link(current)
+    if args.command == "switchover" and args.reverse and held and args.reverse != held:
+        raise OperationConflictError(f"switchover {current.id} of link {link} is under way with --reverse {held}, "
+                                     f"not {args.reverse}: finish it with that, or abort it")
+    if args.command != "switchover":
+        return held  # abort: None while nothing was held (nothing of the reverse link to undo)
+    return held or args.reverse or ""
+
+
+def _held_link(record: OperationRecord | None) -> str | None:
+    """The reverse link a switchover with ``--reverse`` holds (its ``hold`` step's record)."""
+    if record is None or "hold" not in record.names:
+        return None
+    step = record.step("hold")
+    if step.state is StepState.PENDING:
+        return None
+    return str(step.result.get("reverse_link") or step.progress.get("reverse_link") or "")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,8 +7,12 @@ hold. Beside it the same from the replication job's durable record of A's max of
 age of its newest complete translated checkpoint (how far back a consumer failing over to B would resume).
 Config drift: mapped topics and selected groups missing on B.
 
-``link_status`` is the pure part (tested without clusters); ``read_status`` reads the ends
-(``jobs.dr.link_ends``).
+When A does not answer (it is lost: the moment ``status`` matters most), the same table comes from the job's
+record of A's max offsets alone (``recorded_status``): A's side is what the job last saw and when, which the
+output says; B and the link's tables are read as usual.
+
+``link_status`` and ``recorded_status`` are the pure parts (tested without clusters); ``read_status`` reads the
+ends (``jobs.dr.link_ends``).
 """
 
 from __future__ import annotations
@@ -20,8 +24,11 @@ from typing import Any
 import pyarrow.compute as pc
 
 from broker_store.client import MessageQueue
+from broker_store.protocol.errors import RocketMQError
 from connectors.checkpoint.tables import CHECKPOINTS, CheckpointTables, newest_complete_snapshot_ms
-from connectors.replication.source_maxes import read_source_maxes
+from connectors.core.offsets import queue_key
+from connectors.core.topic_mapping import TopicMapper
+from connectors.replication.source_maxes import SourceMaxes, read_source_maxes
 from jobs.dr.link_ends import LinkEnds
 from jobs.dr.rpo import audit
 
@@ -56,6 +63,8 @@ class LinkStatus:
     audit would say if A died now (None: no record yet)."""
     recorded_at: float | None = None
     """The oldest observation of that record (wall clock, s)."""
+    a_error: str | None = None
+    """A did not answer (this error): A's side is the job's record (``recorded_status``), not read now."""
 
     @property
     def rpo_messages(self) -> int:
@@ -68,7 +77,7 @@ class LinkStatus:
                             "replicated": t.replicated, "lag": t.lag} for t in self.topics],
                 "checkpoint_age_s": dict(self.checkpoint_age_s), "topics_missing_on_b": list(self.missing_on_b),
                 "groups_missing_on_b": list(self.groups_missing_on_b), "recorded_rpo_messages": self.recorded_rpo,
-                "recorded_at": self.recorded_at}
+                "recorded_at": self.recorded_at, "a_answered": self.a_error is None, "a_error": self.a_error}
 
 
 def link_status(link: str, observed_at: float, queues: Sequence[MessageQueue], maxes: Mapping[MessageQueue, int],
@@ -87,6 +96,25 @@ def link_status(link: str, observed_at: float, queues: Sequence[MessageQueue], m
     return LinkStatus(link, observed_at, topics, ages, tuple(sorted(missing_on_b)), tuple(sorted(groups_missing_on_b)))
 
 
+def recorded_status(link: str, now: float, record: SourceMaxes | None, replicated: Mapping[MessageQueue, int],
+                    targets: Mapping[str, str | None], checkpoint_ms: Mapping[str, int | None], a_error: str, *,
+                    missing_on_b: Sequence[str] = (), groups_missing_on_b: Sequence[str] = ()) -> LinkStatus:
+    """The status with A unreachable (pure): A's queues and max offsets as the job last recorded them (queues it
+    never recorded but replicated count as on A up to what was replicated), observed at the record's oldest
+    observation (``now`` without a record); the recovery point is then the failover's audit. Checkpoint ages
+    are at ``now``."""
+    seen = dict(record.queues) if record is not None else {}
+    queues = sorted(set(seen) | set(replicated), key=queue_key)
+    maxes = {q: seen[q].max_offset if q in seen else replicated[q] for q in queues}
+    audited = audit(replicated, record)
+    observed_at = audited.oldest_observation
+    status = link_status(link, now, queues, maxes, replicated, targets, checkpoint_ms, missing_on_b=missing_on_b,
+                         groups_missing_on_b=groups_missing_on_b)
+    return replace(status, observed_at=now if observed_at is None else observed_at,
+                   recorded_rpo=None if record is None else audited.missing, recorded_at=observed_at,
+                   a_error=a_error)
+
+
 def newest_checkpoints(tables: CheckpointTables, groups: Sequence[str]) -> dict[str, int | None]:
     """Each group's newest complete translated checkpoint (snapshot ms), from one read of the table."""
     rows = tables.read(CHECKPOINTS, columns=["group", "outcome", "snapshot_at"])
@@ -94,6 +122,38 @@ def newest_checkpoints(tables: CheckpointTables, groups: Sequence[str]) -> dict[
 
 
 def read_status(ends: LinkEnds) -> LinkStatus:
+    """Read A, B and the link's tables now; A not answering: ``read_recorded_status``."""
+    try:
+        ends.a.cluster_info()  # fails fast (the admin's request timeout), unlike discovery's outage retries
+    except RocketMQError as exc:
+        return read_recorded_status(ends, str(exc))
+    return read_live_status(ends)
+
+
+def read_recorded_status(ends: LinkEnds, a_error: str) -> LinkStatus:
+    """The status from the job's record of A's max offsets and the link's tables; B read if it answers."""
+    location = ends.link.tables_location
+    record = read_source_maxes(location)
+    replicated = ends.replicated()
+    mapper = TopicMapper(ends.link.topics, reserved_names=[ends.source.name])
+    topics = {q.topic for q in [*(record.queues if record is not None else ()), *replicated]}
+    targets = {t: mapper.target_for(t) for t in sorted(topics)}
+    tables = CheckpointTables(location)
+    rows = tables.read(CHECKPOINTS, columns=["group", "source_queue_id"])
+    rows = rows.filter(pc.greater_equal(rows["source_queue_id"], 0))  # not a condition row (its subject)
+    groups = sorted(set(rows["group"].to_pylist()) - {None, ""})
+    try:
+        b_topics = set(ends.b.topic_list())
+        missing = sorted({t for t in targets.values() if t is not None and t not in b_topics})
+        groups_missing = sorted(set(groups) - ends.b_groups())
+    except RocketMQError:
+        missing, groups_missing = [], []  # B does not answer either: no drift to show
+    return recorded_status(ends.link.name, ends.clock.time(), record, replicated, targets,
+                           newest_checkpoints(tables, groups), a_error, missing_on_b=missing,
+                           groups_missing_on_b=groups_missing)
+
+
+def read_live_status(ends: LinkEnds) -> LinkStatus:
     """Read A, B and the link's tables now (A must answer: ``RocketMQError`` otherwise)."""
     queues = ends.source_queues()
     observed_at = ends.clock.time()

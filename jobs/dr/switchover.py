@@ -15,6 +15,10 @@
                back from B.
     report     per queue: on A, replicated, missing (0); per group: A offset -> B offset; each step's duration.
 
+With ``--reverse`` two steps of ``jobs.dr.reverse_start`` make A a warm standby: ``hold`` (after preflight) stops
+the reverse link B -> A while A is fenced, ``reverse`` (after commit) commits its exact start on B, gives A's
+topics their permissions back for its writes and releases it.
+
 Every step is idempotent (a re-run after a crash redoes only what is not done). Producers and consumers are
 moved by the operator (their name server address); ``OPERATOR_MOVES`` says so in the output.
 """
@@ -36,6 +40,7 @@ from connectors.checkpoint.tables import CheckpointOutcome, CheckpointTables
 from connectors.core.offsets import queue_key
 from jobs.dr.link_ends import LinkEnds, queue_of, triple
 from jobs.dr.operation import Json, Step, StepContext, StepRecord, StepRefusedError
+from jobs.dr.reverse_start import ReverseStandby
 
 KIND = "switchover"
 PROBE_PROPERTY = "DR_FENCE_PROBE"
@@ -50,8 +55,11 @@ def operator_moves(ends: LinkEnds) -> str:
 
 @dataclass(frozen=True)
 class SwitchoverSettings:
-    max_lag: int = 1000
-    """Preflight gate: messages on A the link has not replicated yet, summed over its queues."""
+    max_lag: int = 10_000
+    """Preflight gate: messages on A the link has not replicated yet, summed over its queues. It bounds the drain
+    (A refuses writes from the fence until the link has copied them): 10,000 is 10 s of a 1,000 msg/s load, a
+    few seconds of a link's copying, and above what a healthy link trails by under such a load (a trigger's
+    worth, plus the batch in flight)."""
     drain_timeout_s: float = 120.0
     groups_timeout_s: float = 60.0
     poll_s: float = 0.5
@@ -87,16 +95,19 @@ def both_answer(ends: LinkEnds, why: str) -> None:
 class Switchover:
     """The steps over one link's ends. ``progress`` gets a line while a long step waits."""
 
-    def __init__(self, ends: LinkEnds, settings: SwitchoverSettings, progress: Progress | None = None) -> None:
+    def __init__(self, ends: LinkEnds, settings: SwitchoverSettings, progress: Progress | None = None,
+                 standby: ReverseStandby | None = None) -> None:
         self.ends = ends
         self.settings = settings
         self._progress = progress or (lambda line: None)
+        self.standby = standby
+        """With ``--reverse``: the reverse link made ready (``jobs.dr.reverse_start``)."""
 
     def steps(self) -> list[Step]:
         return [replace(s, run=refusing_client_errors(s.run)) for s in self._steps()]
 
     def _steps(self) -> list[Step]:
-        return [
+        steps = [
             Step("preflight", self.preflight, "check A and B answer, the lag is under the gate, topics and groups "
                                               "exist on B"),
             Step("fence", self.fence, "remove write permission from the link's topics on every A broker group; "
@@ -106,6 +117,26 @@ class Switchover:
             Step("commit", self.commit, "commit each group's final translated offsets on B and verify them"),
             Step("report", self.report, "per queue and per group, what crossed"),
         ]
+        standby = self.standby
+        if standby is None:
+            return steps
+        return [steps[0],
+                Step("hold", standby.hold, f"stop the reverse link {standby.name} (a job of it may run: it waits)",
+                     undo=standby.unhold),
+                *steps[1:-1],
+                Step("reverse", self.start_reverse, f"start the reverse link {standby.name} from B's end exactly "
+                                                    "(its resume point); A's topics take its writes; release it",
+                     undo=self.stop_reverse),
+                steps[-1]]
+
+    def start_reverse(self, ctx: StepContext) -> Json:
+        assert self.standby is not None
+        return self.standby.start_reverse(ctx, ctx.results["fence"]["old_perms"], self.set_perm)
+
+    def stop_reverse(self, record: StepRecord) -> None:
+        assert self.standby is not None
+        old = record.result.get("a_perms") or {}
+        self.standby.stop_reverse(record, old, self.set_perm)
 
     # -- preflight --------------------------------------------------------------------------------------
 
@@ -272,8 +303,15 @@ class Switchover:
 
     def report(self, ctx: StepContext) -> Json:
         durations = {s.name: s.duration_s for s in ctx.operation.steps if s.name != "report"}
-        return {"queues": ctx.results["drain"]["queues"], "groups": ctx.results["commit"]["groups"],
-                "durations_s": durations, "operator": operator_moves(self.ends)}
+        report = {"queues": ctx.results["drain"]["queues"], "groups": ctx.results["commit"]["groups"],
+                  "durations_s": durations, "operator": operator_moves(self.ends)}
+        reverse = ctx.results.get("reverse")
+        if reverse is not None:
+            report["reverse"] = reverse
+            report["operator"] += (f" A is the warm standby: its topics take the reverse link's writes "
+                                   f"({reverse['reverse_link']}), so keep the applications off A; start that link's "
+                                   f"job now if it is not running (it resumes from B's end as of the switchover).")
+        return report
 
 
 def commit_on_b(ends: LinkEnds, snapshot: GroupOffsetSnapshot, query_id: str, batch_id: int) -> Json:

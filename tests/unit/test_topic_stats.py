@@ -223,3 +223,33 @@ def test_latest_offset_records_the_sources_max_offsets_once_per_change_and_obeys
     admin.requests.clear()
     assert reader.latestOffset(start, ReadAllAvailable()) == start
     assert admin.requests == []
+
+
+def test_a_lifted_stop_starts_the_next_batch_at_the_links_delta_resume_point_where_that_is_ahead(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """A reader held by the stop marker (a reverse link waiting for a switchover, a link stopped by a failover)
+    whose query stands behind the Delta resume point the releaser committed starts its next batch there: the
+    offsets between are neither read nor sent; a queue behind nothing keeps its position."""
+    from connectors.core.offsets import SourceOffset
+    from connectors.replication.link_stop import LinkStop, raised_to_floor, resume_link, stop_link
+    from connectors.replication.tables import LinkTables
+
+    clock = FakeClock()
+    reader = _reader(monkeypatch, StatsAdmin(), clock, topics="A,B", deltaLocation=str(tmp_path))  # type: ignore[arg-type]
+    monkeypatch.setattr(reader, "discover_queues", lambda: list(QUEUES))
+    held = {q: 0 for q in QUEUES}
+    start = SourceOffset.of(held).to_dict()
+    stop_link(tmp_path / "L", LinkStop("op", "held for a switchover", 0.0))
+    assert reader.latestOffset(start, ReadAllAvailable()) == start
+    first, second, *_ = QUEUES
+    LinkTables(tmp_path / "L", source_cluster="src").append_resume_point({first: TRUTH[first] - 1, second: 0})
+    resume_link(tmp_path / "L")
+    end = SourceOffset.from_dict(reader.latestOffset(start, ReadAllAvailable())).queues
+    assert end == TRUTH
+    ranges = {(r.topic, r.broker_name, r.queue_id): (r.start, r.end) for r in reader.partitions(start, SourceOffset.of(
+        end).to_dict()) for r in getattr(r, "ranges", [r])}
+    key = (first.topic, first.broker_name, first.queue_id)
+    assert ranges[key] == (TRUTH[first] - 1, TRUTH[first])
+    assert ranges[(second.topic, second.broker_name, second.queue_id)] == (0, TRUTH[second])
+    assert raised_to_floor({first: 5}, None) == {first: 5}
+    assert raised_to_floor({first: 5, second: 9}, {first: 3, second: 10}) == {first: 5, second: 10}
