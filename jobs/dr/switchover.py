@@ -5,7 +5,9 @@
                with offsets on A exists on B. Each refusal names the blocker.
     fence      the write permission is removed from the link's source topics on every broker group of A (the
                old permissions saved in the journal first, so ``abort`` restores them after any crash); a probe
-               send to each fenced queue's broker must be refused.
+               send to each fenced queue's broker must be refused. Not the replicator's heartbeat topic: the
+               heartbeat job keeps writing its probes (no application reads them) and the heartbeat lag stays
+               measurable, instead of a refused send every second.
     drain      waits until the link has committed every A queue up to its max offset (fixed now: A takes no
                writes).
     groups     waits until no selected group has a consumer online on A (GET_CONSUMER_LIST_BY_GROUP).
@@ -37,6 +39,7 @@ from connectors.checkpoint.committer import CheckpointCommitter
 from connectors.checkpoint.link_state import read_link_progress
 from connectors.checkpoint.snapshot import GroupOffsetSnapshot
 from connectors.checkpoint.tables import CheckpointOutcome, CheckpointTables
+from connectors.core.monitoring import HEARTBEAT_TOPIC
 from connectors.core.offsets import queue_key
 from jobs.dr.link_ends import LinkEnds, queue_of, triple
 from jobs.dr.operation import Json, Step, StepContext, StepRecord, StepRefusedError
@@ -186,7 +189,7 @@ class Switchover:
         ends = self.ends
         old: dict[str, dict[str, int]] | None = ctx.progress.get("old_perms")
         if old is None:  # first attempt: remember the permissions before touching any
-            topics = set(self._topics(ctx))
+            topics = set(self._topics(ctx)) - {HEARTBEAT_TOPIC}
             old = {}
             for broker, addr in sorted(ends.a.primary_addrs(ends.source.name).items()):
                 configs = ends.a.all_topic_config(addr)

@@ -225,3 +225,26 @@ def test_abort_at_any_step_leaves_the_state_after_the_switchover(tmp_path: Path,
             assert again.commits == 1 + (refused == "commit")  # a refused commit runs again
             assert again.a == {("broker-a", "T"): PERM_READ | PERM_WRITE}
             assert again.b == {("broker-b", "T"): PERM_READ | PERM_WRITE}
+
+
+def test_the_fence_leaves_the_replicators_heartbeat_topic_writable() -> None:
+    """The link replicates the heartbeat topic beside the application's: the fence (of a switchover, and of a
+    failback over the reverse link) takes write away from the application's topics only."""
+    from connectors.core.monitoring import HEARTBEAT_TOPIC
+    from jobs.dr.switchover import Switchover, SwitchoverSettings
+
+    configs = {t: SimpleNamespace(perm=PERM_READ | PERM_WRITE) for t in ("T", HEARTBEAT_TOPIC, "Other")}
+    a = SimpleNamespace(primary_addrs=lambda cluster: {"broker-a": "127.0.0.1:1"},
+                        all_topic_config=lambda addr: configs)
+    link_ends = cast(LinkEnds, SimpleNamespace(link=SimpleNamespace(name="F"), source=SimpleNamespace(name="A"), a=a))
+    switchover = Switchover(link_ends, SwitchoverSettings())
+    perms = Perms()
+    switchover.set_perm = perms  # type: ignore[method-assign]
+    switchover._probe = lambda op_id, broker, topic: "forbidden"  # type: ignore[method-assign]
+    preflight = StepRecord("preflight", StepState.DONE, result={
+        "queues": [["T", "broker-a", 0], [HEARTBEAT_TOPIC, "broker-a", 0]]})
+    record = OperationRecord("op1", "switchover", "F", OperationState.RUNNING, 0.0,
+                             (preflight, StepRecord("fence", StepState.RUNNING)))
+    result = switchover.fence(context(record, "fence", []))
+    assert result["old_perms"] == {"broker-a": {"T": PERM_READ | PERM_WRITE}}
+    assert perms.set == {("broker-a", "T"): PERM_READ} and set(result["probes"]) == {"T/broker-a"}
