@@ -10,13 +10,13 @@ Used by ``jobs/demo.py`` (which imports it only for ``--dr``) on the clusters it
    the main job (``jobs/run_all.py``, the forward link) creates them on B (config sync).
 2. The application (``benchmarks.dr_drill_apps``, the disaster-recovery drill's): a producer of unique keys at
    ``--rate`` msg/s and a consumer of ``DEMO_GROUP`` (online: it heartbeats) pulling and committing, on A.
-3. ``python -m jobs.dr status``, then ``python -m jobs.dr switchover``, each run as its own process with its
-   output on the console, as an operator runs them. The demo watches the operation's journal as the operator
-   watches the command: once ``fence`` is done the consumer reads A to its end, commits and leaves; once the
-   command is done producer and consumer move to B.
+3. The reverse link's job (``jobs/replicate.py``), started with the main job and held by the link stop marker;
+   ``python -m jobs.dr status`` and ``python -m jobs.dr switchover --reverse target-to-source``, each run as its
+   own process with its output on the console, as an operator runs them. The demo watches the operation's journal
+   as the operator watches the command: once ``fence`` is done the consumer reads A to its end, commits and
+   leaves; once the command is done (the reverse link released from B's end) producer and consumer move to B.
 4. On B for a while; then ``python -m jobs.dr failback``: ``fence`` done -> the consumer drains B and leaves;
-   ``reopen`` done -> the reverse link's job starts (``jobs/replicate.py``, what the command asks for); done ->
-   both move back to A, which they use for a while.
+   done -> both move back to A, which they use for a while.
 5. The checks, by key (``benchmarks.dr_drill_tally``): every acknowledged send is on A (nothing lost), the
    group read every one (nothing missed) and none twice; and B, the standby again, holds each one once (the
    forward link resumed after the failback, B's own messages not copied back). Exit 0 when all hold, else 1
@@ -44,6 +44,7 @@ from broker_store.deploy.launcher import free_port
 from connectors.core.config import load_replicator_config
 from connectors.core.errors import TableError
 from connectors.core.monitoring import HEARTBEAT_TOPIC
+from connectors.replication.link_stop import LinkStop, stop_link
 from connectors.replication.tables import FAILURES
 from jobs import demo_report
 from jobs.demo import GROUP, LINK, TOPIC, create_source_topics, start_job, stop_job, wait_until, write_config
@@ -101,11 +102,12 @@ class Operator:
         except TableError:
             return None  # caught between two writes: read again
 
-    def run(self, command: str, *, when_done: Mapping[str, Callable[[], None]] | None = None) -> OperationRecord | None:
+    def run(self, command: str, *extra: str,
+            when_done: Mapping[str, Callable[[], None]] | None = None) -> OperationRecord | None:
         """The command to its end; ``when_done[step]`` once this operation's journal shows that step done (or
         after the command, if it was too quick to be seen). The operation's record (None for ``status``)."""
         before = self._current()
-        argv = ["-m", "jobs.dr", command, "--link", LINK, "--config", str(self.config)]
+        argv = ["-m", "jobs.dr", command, "--link", LINK, "--config", str(self.config), *extra]
         print(f"\n$ python {' '.join(argv)}", flush=True)
         proc = subprocess.Popen([sys.executable, *argv])
         pending = dict(when_done or {})
@@ -177,7 +179,11 @@ class DrDemo:
         return job
 
     def start_reverse(self) -> None:
-        print(f"  (the operator, as reopen asked:) starting link {REVERSE}'s job", flush=True)
+        """The reverse link's job, warm and held (the link stop marker) until ``switchover --reverse`` starts it
+        exactly from B's end: the failback does not wait for a Spark job's start-up."""
+        reverse = load_replicator_config(self.config).link(REVERSE).tables_location
+        stop_link(reverse, LinkStop("demo", "held until the switchover starts it from B's end", time.time()))
+        print(f"(the operator:) starting link {REVERSE}'s job, held until the switchover", flush=True)
         self.jobs.append(start_job("replicate.py", self.config, REVERSE, self.workdir / "logs" / REVERSE,
                                    "--metrics-port", "0", console_level=JOB_CONSOLE))
 
@@ -218,13 +224,13 @@ class DrDemo:
     # -- the moves ----------------------------------------------------------------------------------------
 
     def switchover(self) -> Stint:
-        record = self.operator.run("switchover", when_done={"fence": self.leave})
+        record = self.operator.run("switchover", "--reverse", REVERSE, when_done={"fence": self.leave})
         stint = self.move(self.b, "switchover")
         self.rtos["switchover"] = rto(fence_started(record), stint)
         return stint
 
     def failback(self) -> Stint:
-        record = self.operator.run("failback", when_done={"fence": self.leave, "reopen": self.start_reverse})
+        record = self.operator.run("failback", when_done={"fence": self.leave})
         stint = self.move(self.a, "failback")
         self.rtos["failback"] = rto(fence_started(record), stint)
         return stint
@@ -278,8 +284,8 @@ def summary(demo: DrDemo, t: Tally, standby: tuple[int, int]) -> str | None:
           f"{GROUP} read {len(demo.consumer.reads)} in {len(stints)} stints ("
           + ", ".join(f"{s.move} on {s.side}" for s in stints) + ")")
     print(f"  switchover: {_rto(demo.rtos.get('switchover'))} from the fence to the consumer's first answer on {B}; "
-          f"failback: {_rto(demo.rtos.get('failback'))} to its first answer on {A} (the reverse link's job "
-          f"started at reopen included)")
+          f"failback: {_rto(demo.rtos.get('failback'))} to its first answer on {A} (over the reverse link, warm "
+          f"since the switchover)")
     print(f"  by key: {t.lost} lost (acknowledged, not on {A} at the end), {t.gaps} missed (acknowledged, never "
           f"read by {GROUP}), {sum(t.read_twice.values())} read twice")
     failures = failures_by_topic(demo.workdir / "delta")
@@ -325,6 +331,7 @@ def run_dr_demo(namesrvs: Mapping[str, str], workdir: Path, *, rate: float, seco
     ok = False
     try:
         job = demo.start_forward()
+        demo.start_reverse()  # its Spark start-up beside the forward job's, long before the failback needs it
         with Admin(namesrvs[B]) as admin:
             def created() -> bool:
                 groups = set().union(*(admin.all_subscription_groups(addr) for addr in admin.primary_addrs(B).values()))

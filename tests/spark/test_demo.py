@@ -109,7 +109,8 @@ def test_dr_switches_over_and_fails_back_with_the_runbook_commands_and_every_che
     for command in ("status", "switchover", "failback"):
         assert f"$ python -m jobs.dr {command} --link source-to-target --config " in out
     assert "switchover " in out and "of link source-to-target: done" in out and "failback " in out
-    assert "running: python jobs/replicate.py" in out and "--link target-to-source" in out  # started at reopen
+    assert "running: python jobs/replicate.py" in out and "--link target-to-source" in out  # warm, held
+    assert "switchover --link source-to-target --config " in out and "--reverse target-to-source" in out
     # the commands' reports: per queue nothing missing, per group the offsets (exact on the way back)
     assert "DEMO_GROUP   Orders/source-a/0" in out and "forward link resume check" in out
     line = next(line for line in out.splitlines() if line.startswith("  by key: "))
