@@ -175,7 +175,10 @@ def test_a_group_reading_ahead_of_a_lagging_link_fails_over_from_its_fresh_parti
     ends = {(q.topic, q.broker_name, q.queue_id): dst.admin.max_offset(q) for q in dst.queues(setup.topic)}
     moved: dict[tuple[str, str, int], int] = {}
     for e in record.step("commit").result["groups"][setup.group]:
+        if e["b_queue"] is None:  # a source queue the group never read (nothing produced to it): unmapped
+            assert e["a_offset"] == 0, e
+            continue
         key = (e["b_queue"][0], e["b_queue"][1], int(e["b_queue"][2]))
         moved[key] = min(moved.get(key, e["b_offset"]), e["b_offset"])
-    assert moved == ends  # the end of the replicated data on B, queue by queue
+    assert moved == {q: end for q, end in ends.items() if q in moved or end}  # the replicated end on B, per queue
     assert consume(dst.namesrv, setup.group, dst.queues(setup.topic), start_from_group=True) == []
