@@ -5,7 +5,8 @@ Called on the Spark driver by ``connectors.checkpoint.data_source.CheckpointStre
 micro-batch (and by tests). For each group of the snapshot:
 
 1. every source queue offset is translated through the link's offset map (``connectors.checkpoint.
-   translation``; the link's progress from ``link_state``): exact, pending until replicated, unmapped
+   translation``; the link's progress from ``link_state``): exact, pending until replicated (recorded as
+   ``partial``, with the end of the replicated data as its target offset, but not committed), unmapped
    (afterwards the runs below every group's offset are folded: ``OffsetTranslator.forget_below``);
 2. a group with an online consumer on the target (GET_CONSUMER_LIST_BY_GROUP on the brokers of its target
    topics) is left alone: its offsets there belong to those consumers;
@@ -218,6 +219,9 @@ def _outcome_rows(group: str, snapshot_ms: int, translations: Sequence[Translati
                              q.queue_id if q else None, t.target_offset, None, t.exact)
         if t.outcome is Outcome.UNMAPPED:
             rows.append(_with(base, CheckpointOutcome.UNMAPPED, "no message of this queue replicated yet"))
+        elif t.partial:
+            rows.append(_with(base, CheckpointOutcome.PARTIAL, "replication has not passed the offset yet; "
+                                                               "target_offset: the end of the replicated data"))
         elif t.outcome is Outcome.PENDING:
             rows.append(_with(base, CheckpointOutcome.PENDING, "replication has not passed the offset yet"))
         elif q is None:

@@ -70,6 +70,12 @@ class CheckpointOutcome(enum.Enum):
     PENDING = "pending"
     """Replication has not passed the source offset yet (or a queue feeding the same target queue has
     not): the target queue was left alone this time."""
+    PARTIAL = "partial"
+    """The group reads ahead of the link on this source queue (replication has not passed its offset):
+    ``target_offset`` is the end of the replicated data of the queue on the target, every message of it the
+    group consumed that crossed (``translation.Translation.partial``). The target queue was left alone this
+    time (it waits for the exact translation, as for ``pending``); a failover starts the group there (the
+    checkpoint counts for ``newest_complete_snapshot_ms(..., partial=True)``)."""
     UNMAPPED = "unmapped"
     """Nothing of this source queue has been replicated: left alone."""
     GROUP_ONLINE = "group_online"
@@ -151,21 +157,29 @@ class CheckpointTables(DeltaTableSet):
         return newest_complete_snapshot_ms(rows)
 
 
-def newest_complete_snapshot_ms(rows: pa.Table) -> int | None:
+def newest_complete_snapshot_ms(rows: pa.Table, *, partial: bool = False) -> int | None:
     """Snapshot time of the newest complete checkpoint among ``rows`` (columns ``group``, ``outcome``,
     ``snapshot_at``; any subset of whole checkpoints, as one batch commit writes each whole): at least one
-    source queue translated and none pending. None when there is none. Shared by ``newest_translated_ms``
-    and the metrics endpoint's incremental read (``jobs.metrics.ConnectorStateFeed``)."""
+    source queue translated and none pending (nor partial). None when there is none. Shared by
+    ``newest_translated_ms`` and the metrics endpoint's incremental read (``jobs.metrics.ConnectorStateFeed``).
+
+    ``partial``: count the checkpoints of a group reading ahead of the link too (at least one source queue
+    translated or ``partial``; ``pending`` rows allowed): what a failover starts from (``jobs.dr.failover``,
+    which translates the checkpoint's source offsets again, each lowered to the replicated end). A group that
+    consumes close to the head of its queues while the link lags a trigger behind has no complete
+    checkpoint for as long as it keeps up; its newest partial one is at most a checkpoint interval old."""
     # Plain Python, not Table.group_by: Acero's exec plan, run from the metrics endpoint's feed thread, was
     # followed by aborts at the job's exit ("terminate called without an active exception"); the rows are
     # few (a checkpoint per group per trigger, read incrementally).
+    usable = TRANSLATED_OUTCOMES | {CheckpointOutcome.PARTIAL.value} if partial else TRANSLATED_OUTCOMES
+    incomplete = () if partial else (CheckpointOutcome.PENDING.value, CheckpointOutcome.PARTIAL.value)
     translated: dict[tuple[str, Any], bool] = {}
     pending: set[tuple[str, Any]] = set()
     for group, outcome, snapshot in zip(rows["group"].to_pylist(), rows["outcome"].to_pylist(),
                                         rows["snapshot_at"].to_pylist(), strict=True):
         key = (group, snapshot)
-        translated[key] = translated.get(key, False) or outcome in TRANSLATED_OUTCOMES
-        if outcome == CheckpointOutcome.PENDING.value:
+        translated[key] = translated.get(key, False) or outcome in usable
+        if outcome in incomplete:
             pending.add(key)
     complete = [snapshot for key, snapshot in ((k, k[1]) for k, ok in translated.items() if ok) if key not in pending]
     return epoch_ms(max(complete, default=None))

@@ -15,8 +15,13 @@ consumer failing over to the target neither skips nor repeats a message:
 * S past every replicated message of the queue, while replication has passed S (the link's committed
   next offset >= S): every message before S is on the target and none after it yet, so the translation is
   the offset after the last run (the next message of this source queue will land there or later);
-* replication has not reached S yet: pending; the caller waits (a target group never moves past data that
-  is not replicated);
+* replication has not reached S yet (the group reads ahead of the link): pending; the caller waits (a target
+  group never moves past data that is not replicated). A pending translation still carries the partial one:
+  ``target_offset`` is the end of the replicated data of the queue on the target (the offset after its last
+  run), exactly the part of what the group consumed that has crossed: every message before it came from a
+  source offset below S, and the messages from the last run's end up to S, not crossed yet, land at or after
+  it. The live committer does not commit it (the target queue waits for the exact translation); a failover,
+  where the link is stopped and nothing more will cross, starts the group there;
 * no run for the queue at all: unmapped; the caller leaves the queue alone and reports it.
 
 Several source queues may feed one target queue (several topics into one, a target topic with fewer
@@ -86,7 +91,8 @@ class Outcome(enum.Enum):
     TRANSLATED = "translated"
     """``target_offset`` is where the group continues on the target."""
     PENDING = "pending"
-    """Replication has not reached the source offset yet: try again later."""
+    """Replication has not reached the source offset yet: try again later (``Translation.partial``: what has
+    crossed of it)."""
     UNMAPPED = "unmapped"
     """Nothing of this source queue has been replicated (or it is not in the link): leave it alone."""
 
@@ -101,9 +107,16 @@ class Translation:
     target: MessageQueue | None = None
     """The target queue (None when unmapped)."""
     target_offset: int | None = None
-    """Next target offset to consume (TRANSLATED only)."""
+    """Next target offset to consume (TRANSLATED); for PENDING, the partial translation: the end of the
+    replicated data of the queue on the target (``partial``)."""
     exact: bool = True
     """False when S fell inside a run with gaps and the translation is conservative."""
+
+    @property
+    def partial(self) -> bool:
+        """PENDING with the end of the replicated data as ``target_offset``: where the group would continue on
+        the target if nothing more crossed."""
+        return self.outcome is Outcome.PENDING and self.target_offset is not None
 
 
 class OffsetTranslator:
@@ -233,7 +246,8 @@ class OffsetTranslator:
             return Translation(source, source_offset, Outcome.TRANSLATED, run.target, run.target_first, exact=False)
         last = runs[-1]
         if replicated_next is None or replicated_next < source_offset:
-            return Translation(source, source_offset, Outcome.PENDING, last.target)
+            # S is past every run: the group has consumed every message of the queue that crossed
+            return Translation(source, source_offset, Outcome.PENDING, last.target, last.target_last + 1)
         return Translation(source, source_offset, Outcome.TRANSLATED, last.target, last.target_last + 1)
 
 

@@ -4,15 +4,17 @@
 
     (gate)     before an operation starts: A must not answer (its name server or any of its primaries), unless
                ``--force``; the command refuses in one line otherwise (a planned move is ``switchover``).
-    preflight  B answers; the selected groups (``--group``, default every group with a translated checkpoint).
+    preflight  B answers; the selected groups (``--group``, default every group with a translated checkpoint,
+               complete or partial: ``CheckpointOutcome.PARTIAL``, a group that read ahead of the link).
     stop       the link's stop marker is written (``connectors.replication.link_stop``: the replication job plans
                no new batch, so A coming back is not copied on unmarked), then the step waits until the link's
                committed point stops moving (a batch planned before the marker commits first).
     audit      per source queue: replicated up to X (the link's committed point), A last seen at Y at time T
                (the job's record, ``connectors.replication.source_maxes``): at least Y - X acknowledged messages
                are not on B; what A acknowledged after T is unknown (``jobs.dr.rpo``).
-    commit     each selected group's offsets from its newest translated checkpoint, an offset beyond what was
-               replicated lowered to the replicated end (nothing on B is skipped), translated and committed on
+    commit     each selected group's offsets from its newest translated checkpoint (partial ones included), an
+               offset beyond what was replicated lowered to the replicated end (nothing on B is skipped, and the
+               group re-reads at most what it consumed on A in the checkpoint interval), translated and committed on
                B by the checkpoint connector's committer and read back (``switchover.commit_on_b``).
     report     the audit, each group's A offset -> B offset, each step's duration, what the operator does next.
 
@@ -162,7 +164,10 @@ class Failover:
         rows = tables.read(CHECKPOINTS, columns=["group", "outcome", "snapshot_at"])
         known = sorted(set(rows["group"].to_pylist()) - {None, ""})
         wanted = list(self.settings.groups) or known
-        newest = {g: newest_complete_snapshot_ms(rows.filter(pc.equal(rows["group"], g))) for g in wanted}
+        # partial checkpoints count: a group consuming close to the head of A is ahead of the link at every
+        # checkpoint, and its newest complete one can be arbitrarily old (it would re-read everything since)
+        newest = {g: newest_complete_snapshot_ms(rows.filter(pc.equal(rows["group"], g)), partial=True)
+                  for g in wanted}
         without = sorted(g for g, ms in newest.items() if ms is None)
         if self.settings.groups and without:
             raise StepRefusedError(f"group(s) without a translated checkpoint of link {ends.link.name}: "

@@ -116,9 +116,12 @@ def recorded_status(link: str, now: float, record: SourceMaxes | None, replicate
 
 
 def newest_checkpoints(tables: CheckpointTables, groups: Sequence[str]) -> dict[str, int | None]:
-    """Each group's newest complete translated checkpoint (snapshot ms), from one read of the table."""
+    """Each group's newest translated checkpoint (snapshot ms), complete or partial (a group reading ahead of
+    the link: ``CheckpointOutcome.PARTIAL``): the one a failover now would start the group from. One read of
+    the table."""
     rows = tables.read(CHECKPOINTS, columns=["group", "outcome", "snapshot_at"])
-    return {g: newest_complete_snapshot_ms(rows.filter(pc.equal(rows["group"], g))) for g in groups}
+    return {g: newest_complete_snapshot_ms(rows.filter(pc.equal(rows["group"], g)), partial=True)
+            for g in groups}
 
 
 def read_status(ends: LinkEnds) -> LinkStatus:

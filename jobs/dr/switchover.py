@@ -331,7 +331,7 @@ def commit_on_b(ends: LinkEnds, snapshot: GroupOffsetSnapshot, query_id: str, ba
     report = committer.apply(snapshot)
     CheckpointTables(link.tables_location).commit_checkpoint(query_id, batch_id, report.rows)
     blocking = [r for r in report.rows if r.outcome in (CheckpointOutcome.GROUP_ONLINE, CheckpointOutcome.PENDING,
-                                                        CheckpointOutcome.TARGET_ERROR)]
+                                                        CheckpointOutcome.PARTIAL, CheckpointOutcome.TARGET_ERROR)]
     if blocking:
         said = "; ".join(sorted({f"{r.group}: {r.outcome.value} {r.detail}" for r in blocking}))
         raise StepRefusedError(f"offsets not committed on {ends.target.name}: {said}",

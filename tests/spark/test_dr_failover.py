@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from connectors.checkpoint.tables import CHECKPOINTS, CheckpointOutcome, CheckpointTables, newest_complete_snapshot_ms
 from connectors.core.config import load_replicator_config
 from connectors.replication.link_stop import is_stopped
 from connectors.replication.source_maxes import read_source_maxes
@@ -21,7 +22,7 @@ from jobs.dr.operation import OperationState, StepState
 from tests.spark.conftest import SRC_MAX_MESSAGE_SIZE, Cluster, _start_cluster
 from tests.spark.helpers import produce_random
 from tests.spark.spark_processes import wait_for, write_replicator_config
-from tests.spark.test_checkpoint_failover import consume, translate_once
+from tests.spark.test_checkpoint_failover import consume, start_checkpoints, translate_once
 from tests.spark.test_dr_switchover import Setup
 
 pytestmark = pytest.mark.integration
@@ -111,3 +112,73 @@ def test_failover_after_a_is_killed_audits_what_did_not_cross_and_moves_the_grou
 def _running(setup: Setup, step: str) -> bool:
     record = setup.journal.load()
     return record is not None and record.step(step).state is StepState.RUNNING
+
+
+def test_a_group_reading_ahead_of_a_lagging_link_fails_over_from_its_fresh_partial_checkpoint(
+        spark: SparkSession, clusters: tuple[Cluster, Cluster], tmp_path: Path) -> None:
+    """The group reads A to its end while the link lags behind it: every checkpoint after the first is partial
+    (the group's queues translated up to the end of what crossed, not committed on B). A is killed while the
+    link is still behind; the failover starts the group from its newest partial checkpoint, not from the old
+    complete one: it is set to the end of the replicated data on B and reads nothing there twice (it read all
+    of it on A, and nothing after its checkpoint: at most one checkpoint interval's worth may be re-read)."""
+    _, dst = clusters
+    a = _start_cluster("drP", tmp_path / "a", SRC_MAX_MESSAGE_SIZE)
+    try:
+        setup = Setup(a, dst, tmp_path, "DrPart")
+        write_replicator_config(  # at most 40 messages per one-second trigger: the group outruns the link
+            setup.config, source=(a.name, a.namesrv), target=(dst.name, dst.namesrv),
+            links={setup.link: {"topic": setup.topic, "trigger_interval": 1, "max_messages_per_trigger": 40,
+                                "checkpoints": {"interval": "1 second",
+                                                "groups": {"explicit": [setup.group]}}}})
+        link = load_replicator_config(setup.config).link(setup.link)
+        tables, checkpoints = LinkTables.for_link(link), CheckpointTables(link.tables_location)
+        produce_random(a.producer, setup.topic, setup.queues, PHASE1, max_body=64)
+        assert len(consume(a.namesrv, setup.group, setup.queues, start_from_group=False)) == PHASE1
+
+        with setup.replicating(spark):
+            query = start_checkpoints(spark, setup.config, setup.link, tmp_path)
+            try:
+                wait_for(lambda: checkpoints.newest_translated_ms(setup.group) is not None, 120,
+                         "a complete checkpoint of phase 1")
+                produce_random(a.producer, setup.topic, setup.queues, PHASE2, seed=9, max_body=64)
+                consumed = consume(a.namesrv, setup.group, setup.queues, start_from_group=True)
+                assert len(consumed) == PHASE2  # the group is at A's end, the link far behind it
+
+                def partial_at_the_end() -> bool:
+                    rows = [r for r in checkpoints.read(CHECKPOINTS).to_pylist() if r["group"] == setup.group]
+                    partial = [r["snapshot_at"] for r in rows if r["outcome"] == CheckpointOutcome.PARTIAL.value]
+                    if not partial:
+                        return False
+                    at = [r for r in rows if r["snapshot_at"] == max(partial)]
+                    return (sum(r["source_offset"] for r in at) == PHASE1 + PHASE2
+                            and sum(tables.latest_offsets().values()) > PHASE1)
+
+                wait_for(partial_at_the_end, 120, "a partial checkpoint of the group at A's end")
+            finally:
+                query.stop()
+            a.processes.stop()  # kill -9 of every process of A, the link still behind the group
+            rows = checkpoints.read(CHECKPOINTS, columns=["group", "outcome", "snapshot_at"])
+            partial_ms = newest_complete_snapshot_ms(rows, partial=True)
+            complete_ms = checkpoints.newest_translated_ms(setup.group)  # of phase 1, before the group read on
+            assert partial_ms is not None and complete_ms is not None and partial_ms > complete_ms
+            assert sum(tables.latest_offsets().values()) < PHASE1 + PHASE2, "the link caught up: nothing to show"
+            rc, out = setup.dr_done("failover", log="failover.log")
+        assert rc == 0, out
+    finally:
+        a.producer.close()
+        a.admin.close()
+        a.processes.stop()
+
+    record = setup.record()
+    assert record.step("preflight").result["checkpoint_ms"] == {setup.group: partial_ms}
+    assert record.step("commit").result["lowered"]  # the group's A offsets lay beyond the replicated end
+    ends = {(q.topic, q.broker_name, q.queue_id): dst.admin.max_offset(q) for q in dst.queues(setup.topic)}
+    moved: dict[tuple[str, str, int], int] = {}
+    for e in record.step("commit").result["groups"][setup.group]:
+        if e["b_queue"] is None:  # a source queue the group never read (nothing produced to it): unmapped
+            assert e["a_offset"] == 0, e
+            continue
+        key = (e["b_queue"][0], e["b_queue"][1], int(e["b_queue"][2]))
+        moved[key] = min(moved.get(key, e["b_offset"]), e["b_offset"])
+    assert moved == {q: end for q, end in ends.items() if q in moved or end}  # the replicated end on B, per queue
+    assert consume(dst.namesrv, setup.group, dst.queues(setup.topic), start_from_group=True) == []

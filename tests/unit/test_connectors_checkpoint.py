@@ -18,7 +18,14 @@ from connectors.checkpoint.snapshot import (
     snapshot_from_rows,
     snapshot_rows,
 )
-from connectors.checkpoint.tables import CheckpointOutcome, CheckpointRow, CheckpointTables, checkpoint_age_ms
+from connectors.checkpoint.tables import (
+    CHECKPOINTS,
+    CheckpointOutcome,
+    CheckpointRow,
+    CheckpointTables,
+    checkpoint_age_ms,
+    newest_complete_snapshot_ms,
+)
 from connectors.checkpoint.translation import OffsetTranslator, Outcome, Run
 from connectors.core.config import parse_replicator_config
 from connectors.core.errors import ReplicatorConfigError
@@ -77,7 +84,10 @@ def test_outcome_of_each_source_queue() -> None:
     c = MessageQueue("Pay", "src-a", 0)
     merged = OffsetTranslator([(A0, Run(0, 9, T0, 0, 9, 10)), (c, Run(0, 4, T0, 10, 14, 5))])
     pending = [merged.translate(A0, 5, 10), merged.translate(c, 8, 5)]
-    assert [r.outcome for r in outcome_rows("g", 1, pending, {}, {}, {})] == [CheckpointOutcome.PENDING] * 2
+    rows = outcome_rows("g", 1, pending, {}, {}, {})
+    assert [(r.outcome, r.target_offset, r.committed_offset) for r in rows] == [
+        (CheckpointOutcome.PENDING, 5, None), (CheckpointOutcome.PARTIAL, 15, None)]
+    # (the partial row: the group read ahead of the link; 15 is the end of what crossed of c, not committed)
 
 
 def _mapping(first: int, last: int, target_first: int, messages: int) -> OffsetMapping:
@@ -188,6 +198,17 @@ def test_recovery_point_counts_only_complete_checkpoints(tmp_path: Path) -> None
     tables.commit_checkpoint("q", 2, [CheckpointRow("h", CheckpointOutcome.CURRENT, 30_000)])
     assert checkpoint_age_ms(tables, 60_000, "g") == 50_000
     assert checkpoint_age_ms(tables, 60_000) == 30_000
+
+
+def test_a_partial_checkpoint_counts_for_a_failover_not_for_the_recovery_point_metric(tmp_path: Path) -> None:
+    tables = CheckpointTables(tmp_path / "l", clock=MillisClock(50_000))
+    tables.commit_checkpoint("q", 0, [CheckpointRow("g", CheckpointOutcome.COMMITTED, 10_000)])
+    tables.commit_checkpoint("q", 1, [CheckpointRow("g", CheckpointOutcome.CURRENT, 20_000),
+                                      CheckpointRow("g", CheckpointOutcome.PARTIAL, 20_000, target_offset=7)])
+    tables.commit_checkpoint("q", 2, [CheckpointRow("g", CheckpointOutcome.PENDING, 30_000)])  # nothing crossed
+    rows = tables.read(CHECKPOINTS, columns=["group", "outcome", "snapshot_at"])
+    assert newest_complete_snapshot_ms(rows) == 10_000 == tables.newest_translated_ms("g")
+    assert newest_complete_snapshot_ms(rows, partial=True) == 20_000
 
 
 

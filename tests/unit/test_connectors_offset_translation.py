@@ -255,3 +255,36 @@ def test_forget_below_folds_what_every_group_is_past() -> None:
     assert (t.target_offset, t.exact) == (0, False)  # below it: from the summary's start, re-reading
     assert translator.forget_below({}, max_runs=10) == 41 and translator.size() == 10
     assert translator.translate(SRC, 1089, 1100).target_offset == 990 and translator.runs(SRC)[-1].messages == 10
+
+
+@settings(max_examples=300, deadline=None)
+@given(delivered=st.lists(st.booleans(), min_size=1, max_size=40), start=st.integers(0, 1000),
+       batch=st.integers(1, 8), crossed=st.integers(0, 40), ahead=st.integers(0, 10))
+def test_a_group_ahead_of_the_link_gets_the_replicated_end_never_a_skip_never_past_what_it_consumed(
+        delivered: list[bool], start: int, batch: int, crossed: int, ahead: int) -> None:
+    """A link that has replicated the first ``crossed`` source offsets; a group at any offset, up to ``ahead``
+    past them. Translated or partial, its target offset T never skips a crossed message the group has not
+    consumed (every one at or after S is at T or later) and never moves past one it has not consumed (every
+    message below T came from below S); partial exactly when the group is past what crossed."""
+    crossed = min(crossed, len(delivered))
+    runs, truth = replicate(delivered[:crossed], start, batch)
+    translator = OffsetTranslator((SRC, r) for r in runs)
+    for s in range(crossed + ahead + 1):
+        t = translator.translate(SRC, s, crossed)
+        if not runs:
+            assert t.outcome is Outcome.UNMAPPED
+            continue
+        assert t.target_offset is not None and t.target == DST
+        assert t.partial == (s > crossed) == (t.outcome is Outcome.PENDING)
+        assert all(target >= t.target_offset for source, target in truth.items() if source >= s), (s, runs)
+        assert all(source < s for source, target in truth.items() if target < t.target_offset), (s, runs)
+        if t.partial:  # the end of the replicated data: everything that crossed is below it
+            assert t.target_offset == max(truth.values()) + 1
+
+
+def test_a_partial_translation_is_not_committed_and_blocks_its_target_queue() -> None:
+    translator = OffsetTranslator([(SRC, Run(0, 9, DST, 100, 109, 10))])
+    t = translator.translate(SRC, 15, 12)
+    assert (t.outcome, t.target_offset, t.partial) == (Outcome.PENDING, 110, True)
+    assert translator.translate(SRC, 15, None).partial  # the link's progress unknown: still what crossed
+    assert target_offsets([t], {DST: 50}).commit == {}

@@ -12,10 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker_store.client import MessageQueue
 from broker_store.clock import poll
 from connectors.checkpoint.snapshot import GroupOffset
+from connectors.checkpoint.translation import OffsetTranslator, Outcome, Run
 from connectors.replication.link_stop import LinkStop, is_stopped, read_stop, resume_link, stop_link
 from connectors.replication.source_maxes import (
     RECORD_FILE,
@@ -152,6 +155,34 @@ def test_a_group_offset_beyond_the_replicated_point_is_lowered_to_it_nothing_on_
                          {Q0: 70, Q1: 5})
     assert start.offsets == (GroupOffset("g", Q0, 70), GroupOffset("g", Q1, 3), GroupOffset("h", Q2, 7))
     assert start.lowered == (("g", Q0, 90, 70),)
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches=st.lists(st.integers(1, 7), min_size=1, max_size=12), crossed_batches=st.integers(0, 12),
+       at_snapshot=st.integers(0, 100), since=st.integers(0, 30), target_start=st.integers(0, 50))
+def test_failover_from_a_partial_checkpoint_skips_nothing_and_re_reads_only_what_came_after_it(
+        batches: list[int], crossed_batches: int, at_snapshot: int, since: int, target_start: int) -> None:
+    """The link crossed its first batches (one run each) and stopped; the group's newest checkpoint read it at
+    ``at_snapshot`` on A (ahead of the link or not), then it consumed ``since`` more before A died. Failing
+    over from that checkpoint: nothing that crossed and the group had not consumed is skipped on B, and it
+    re-reads on B only messages it consumed after the checkpoint (at most one checkpoint interval's worth)."""
+    translator, truth, source, target = OffsetTranslator(), {}, 0, target_start
+    for n in batches[:crossed_batches]:
+        translator.add(Q0, Run(source, source + n - 1, OTHER, target, target + n - 1, n))
+        truth.update({source + i: target + i for i in range(n)})
+        source, target = source + n, target + n
+    replicated = source
+    start = group_starts({"g": [GroupOffset("g", Q0, at_snapshot)]}, {Q0: replicated})
+    (offset,) = start.offsets
+    t = translator.translate(Q0, offset.offset, replicated)
+    if not truth:
+        assert t.outcome is Outcome.UNMAPPED
+        return
+    assert t.outcome is Outcome.TRANSLATED and t.target_offset is not None
+    killed_at = at_snapshot + since  # the group's position on A when A died
+    assert all(b >= t.target_offset for a, b in truth.items() if a >= at_snapshot)  # nothing skipped
+    re_read = [a for a, b in truth.items() if b >= t.target_offset and a < killed_at]
+    assert all(a >= at_snapshot for a in re_read) and len(re_read) <= since
 
 
 def test_each_groups_newest_complete_checkpoint_is_taken() -> None:
