@@ -199,7 +199,11 @@ def test_lost_answer_with_the_targets_own_producer(clusters: tuple[Cluster, Clus
     avoided = _avoided(LinkTables(tmp_path / "delta" / "lost", source_cluster="src"))
     assert 0 < avoided <= len(second)
     counted = [int(n) for n in re.findall(r"target message\(s\) read, (\d+) of them foreign", _logs(job))]
-    assert counted and max(counted) >= foreign_before, f"foreign messages not counted: {counted}"
+    # one line per retried batch, counting the foreign messages in the tails of the queues it wrote to: which
+    # queues the batch in flight at the stop covered depends on the trigger's timing, but every target queue holds
+    # 3 foreign messages beyond its last commit (write_foreign(3)), so each line counts at least 3
+    assert counted and min(counted) >= foreign_before // len(dst.queues(topic)), \
+        f"foreign messages not counted: {counted} (foreign in the tails: {foreign_before})"
     print(f"\nlost answer: {len(second)} sent while the target was stopped, {avoided} found there and not sent "
           f"again, 0 duplicates, {len(foreign)} foreign messages untouched (counted {counted}), "
           f"{time.monotonic() - started:.1f}s")
