@@ -144,11 +144,11 @@ class _DriverState:
     """What ``initialOffset`` decided, returned again by its later calls (see there)."""
     source_maxes: SourceMaxRecorder | None = None
     """The durable record of the source's max offsets (with config+link's Delta location; ``source_maxes``)."""
-    stop_warned: bool = False
-    """The link's stop marker (``link_stop``) was seen and said once."""
+    stopped: bool = False
+    """The link's stop marker (``link_stop``) is set: seen (and said) once per stop, cleared when it is lifted."""
     floor: dict[MessageQueue, int] | None = None
-    """After a stop was lifted: the link's Delta resume point then, which batches start at where the query's
-    position is behind it (``link_stop.raised_to_floor``)."""
+    """After a stop was lifted: the link's Delta resume point then (read again at every lift), which batches
+    start at where the query's position is behind it (``link_stop.raised_to_floor``)."""
     planned: bool = False
     rotation_after: MessageQueue | None = None
     """Where the next batch's turn-taking starts when the read limit makes queues take turns (``admit``)."""
@@ -339,16 +339,19 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None if o.delta_location is None or not o.link else Path(o.delta_location) / o.link
 
     def _stopped(self, location: Path | None) -> bool:
-        """The link was stopped by a failover (``link_stop``): plan nothing (said once per reader). When the stop
-        is lifted, the link's Delta resume point becomes the floor of the next batches (``link_stop``)."""
+        """The link was stopped by a disaster-recovery operation (``link_stop``): plan nothing (said once per
+        stop). When a stop is lifted, the link's Delta resume point then becomes the floor of the next batches
+        (``link_stop``): read at every lift, as each releaser may have committed past the previous one."""
         if location is None or not is_stopped(location):
-            if self._state.stop_warned and self._state.floor is None and (tables := self._link_tables()) is not None:
-                self._state.floor = tables.latest_offsets()
-                log.info("link %s: the stop is lifted; resuming from its Delta resume point where that is ahead "
-                         "(%d queue(s))", self.options.link, len(self._state.floor))
+            if self._state.stopped:
+                self._state.stopped = False
+                if (tables := self._link_tables()) is not None:
+                    self._state.floor = tables.latest_offsets()
+                    log.info("link %s: the stop is lifted; resuming from its Delta resume point where that is "
+                             "ahead (%d queue(s))", self.options.link, len(self._state.floor))
             return False
-        if not self._state.stop_warned:
-            self._state.stop_warned = True
+        if not self._state.stopped:
+            self._state.stopped = True
             try:
                 stop = read_stop(location)
             except TableError as exc:
@@ -368,11 +371,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """Driver, each trigger (not for a batch replayed from the offset log after a restart): the end of the
-        next batch from ``start``. Asks the source for
-        every queue's min and max offsets (one request per broker group), records A's max offsets for the DR
-        audit, admits at most ``limit`` messages across queues (``admit``: fair, rotating) and
-        returns ``start`` unchanged while the link's stop marker is set. May block on the source; must not
-        touch the target."""
+        next batch from ``start`` (raised to the floor of a lifted stop). Asks the source for every queue's min
+        and max offsets (one request per broker group), records A's max offsets for the DR audit, admits at most
+        ``limit`` messages across queues (``admit``: fair, rotating) and returns ``start`` unchanged while the
+        link's stop marker is set. May block on the source; must not touch the target."""
         driver_logging()
         location = self._link_location()
         if self._stopped(location):

@@ -251,5 +251,16 @@ def test_a_lifted_stop_starts_the_next_batch_at_the_links_delta_resume_point_whe
     key = (first.topic, first.broker_name, first.queue_id)
     assert ranges[key] == (TRUTH[first] - 1, TRUTH[first])
     assert ranges[(second.topic, second.broker_name, second.queue_id)] == (0, TRUTH[second])
+    # a second stop and lift (a failover after the switchover, recover's commit before the lift): the floor is
+    # the resume point at this lift, not the first one's
+    stop_link(tmp_path / "L", LinkStop("op2", "failover", 1.0))
+    assert reader.latestOffset(start, ReadAllAvailable()) == start
+    LinkTables(tmp_path / "L", source_cluster="src").append_resume_point({second: TRUTH[second] - 1})
+    resume_link(tmp_path / "L")
+    again = SourceOffset.from_dict(reader.latestOffset(start, ReadAllAvailable())).queues
+    ranges = {(r.topic, r.broker_name, r.queue_id): (r.start, r.end) for r in reader.partitions(start, SourceOffset.of(
+        again).to_dict()) for r in getattr(r, "ranges", [r])}
+    assert ranges[key] == (TRUTH[first] - 1, TRUTH[first])
+    assert ranges[(second.topic, second.broker_name, second.queue_id)] == (TRUTH[second] - 1, TRUTH[second])
     assert raised_to_floor({first: 5}, None) == {first: 5}
     assert raised_to_floor({first: 5, second: 9}, {first: 3, second: 10}) == {first: 5, second: 10}
