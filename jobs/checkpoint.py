@@ -27,6 +27,7 @@ from connectors.checkpoint.data_source import DATA_SOURCE_NAME, CheckpointDataSo
 from connectors.core.config import LinkConfig, ReplicatorConfig
 from jobs import job_logging
 from jobs.query_supervisor import (
+    QueryStarter,
     exit_job,
     polling_query_location,
     prepare_job,
@@ -82,7 +83,10 @@ def run_queries(argv: list[str] | None, *, prog: str, data_source: Any,
         job.stop()
         log.error("%s is disabled for every link selected", prog)
         return 2
-    return run_job(job, lambda spark: [start(spark, args.config, job.config, name) for name in names],
+    def starter(name: str) -> QueryStarter:
+        return lambda spark: start(spark, args.config, job.config, name)
+
+    return run_job(job, [starter(name) for name in names],
                    app_name=f"{APP_NAME}-{prog}", checkpoint_locations=[location(job.config, n) for n in names],
                    data_sources=[data_source])
 

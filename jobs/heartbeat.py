@@ -74,7 +74,7 @@ def run(argv: list[str] | None = None) -> int:
     job = prepare_job(args, heartbeat_monitor=True)
     if isinstance(job, int):
         return job
-    return run_job(job, lambda spark: [start_heartbeat_query(spark, args.config, job.config, job.names)],
+    return run_job(job, [lambda spark: start_heartbeat_query(spark, args.config, job.config, job.names)],
                    app_name=f"{APP_NAME}-heartbeat", checkpoint_locations=[job.config.heartbeat.checkpoint_location],
                    data_sources=[HeartbeatDataSource])
 

@@ -1,7 +1,8 @@
 """The streaming jobs' shared start and main loop: set up the log dir, load the config, bind the metrics
 endpoint before Spark starts (``prepare_job``); then start Spark and the job's queries, stop on SIGTERM /
 SIGINT, watch the queries, report a failed one in one console line, stop the others, stop Spark
-(``run_job``, with ``supervise``).
+(``run_job``, with ``supervise``); a query that failed for a reason of Spark's own is restarted instead
+(``jobs.query_restart``).
 
 Every entry point (``jobs/replicate.py``, ``jobs/run_all.py``, ``jobs/heartbeat.py`` and the polling
 connectors' jobs through ``jobs.checkpoint.run_queries``) is ``prepare_job`` then ``run_job``, so every job
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -40,6 +42,7 @@ from connectors.heartbeat.monitor_loop import HeartbeatMonitorLoop
 from jobs import job_logging
 from jobs.metrics import MetricsEndpoint, metrics_settings
 from jobs.progress import make_progress_listener
+from jobs.query_restart import QueryRestarts
 from jobs.spark_session import SESSION_UP, build_spark
 
 log = logging.getLogger("jobs.query_supervisor")
@@ -93,14 +96,20 @@ def prepare_job(args: argparse.Namespace, *, heartbeat_monitor: bool = False) ->
     return PreparedJob(log_dir, config, names, endpoint, monitor)
 
 
-def run_job(job: PreparedJob, start: Callable[[Any], Sequence[Any]], *, app_name: str,
+QueryStarter = Callable[[Any], Any]
+"""Starts one of a job's queries on the Spark session it is given and returns it (from its checkpoint: the same
+call restarts it, ``jobs.query_restart``)."""
+
+
+def run_job(job: PreparedJob, starters: Sequence[QueryStarter], *, app_name: str,
             checkpoint_locations: Sequence[str], data_sources: Sequence[Any] = (), warm_up: bool = False,
             progress: bool = False, summarize: Callable[[Sequence[Any], dict[str, str]], None] | None = None) -> int:
     """Run a prepared job to its end and return its exit code: install the signal handlers, build Spark
     (``app_name``, ``checkpoint_locations`` as ``build_spark`` takes them) and register ``data_sources``;
     with ``warm_up`` start the replication task daemon meanwhile (``connectors.replication.warmup``); with
     ``progress`` log every batch's progress; start the heartbeat monitor if the job has one; start the
-    queries (``start(spark)``) and ``supervise`` them. Then, whatever happened, stop the job's endpoint,
+    queries (each of ``starters``, in order) and ``supervise`` them, restarting one that failed for a reason of
+    Spark's own (``jobs.query_restart``). Then, whatever happened, stop the job's endpoint,
     monitor and stop marker, and Spark. ``summarize(queries, failures)`` runs after Spark stopped. 0 after
     a clean stop, 1 when a query failed, 2 on a ``ReplicatorError`` while starting."""
     stop = stop_on_signals()
@@ -124,9 +133,13 @@ def run_job(job: PreparedJob, start: Callable[[Any], Sequence[Any]], *, app_name
             spark.streams.addListener(make_progress_listener())
         if job.monitor is not None:
             job.monitor.start()
-        queries = list(start(spark))
+        again: dict[str, Callable[[], Any]] = {}
+        for starter in starters:
+            query = starter(spark)
+            queries.append(query)
+            again[query.name] = functools.partial(starter, spark)
         log.info("running %d quer(ies): %s", len(queries), ", ".join(q.name for q in queries))
-        failures = supervise(spark, queries, stop, job.log_dir, storage)
+        failures = supervise(spark, queries, stop, job.log_dir, storage, restarts=QueryRestarts(again))
     except ReplicatorError as exc:
         log.error("%s", exc)  # the console line is "HH:MM:SS ERROR <what>": no second "error"
         return 2
@@ -167,26 +180,33 @@ def stop_on_signals() -> threading.Event:
     return stop
 
 
-def supervise(spark: Any, queries: Sequence[Any], stop: threading.Event, log_dir: Path,
-              storage: Sequence[str] = ()) -> dict[str, str]:
-    """Wait until ``stop`` is set, every query has finished (AvailableNow) or one failed; then stop the
-    active ones. Returns query name -> its one-line failure (logged once, the whole exception in the log
-    file); empty after a clean stop. ``storage``: the job's checkpoint and Delta locations, for the line of a
-    full disk that its error does not locate (``job_logging.failure_line``)."""
+def supervise(spark: Any, queries: list[Any], stop: threading.Event, log_dir: Path,
+              storage: Sequence[str] = (), restarts: QueryRestarts | None = None) -> dict[str, str]:
+    """Wait until ``stop`` is set, every query has finished (AvailableNow) or one failed and ``restarts`` did not
+    start it again (a restarted query replaces the failed one in ``queries``); then stop the active ones. Returns
+    query name -> its one-line failure (logged once, the whole exception in the log file); empty after a clean
+    stop. ``storage``: the job's checkpoint and Delta locations, for the line of a full disk that its error does
+    not locate (``job_logging.failure_line``)."""
     from pyspark.errors import StreamingQueryException
 
     failures: dict[str, str] = {}
     disks: dict[str, str] = {}  # one line per full disk (``report_failure``)
-    while not stop.is_set() and any(q.isActive for q in queries):
+    while not stop.is_set():
+        for i, q in enumerate(queries):
+            if not q.isActive and q.exception() is not None and q.name not in failures:
+                restarted = None if restarts is None or stop.is_set() else restarts.restart(q)
+                if restarted is not None:
+                    queries[i] = restarted
+                    continue
+                report_failure(q, log_dir, failures, storage, disks)
+                stop.set()
+        if stop.is_set() or not any(q.isActive for q in queries):
+            break
         try:
             spark.streams.awaitAnyTermination(1)
         except StreamingQueryException:
-            pass  # the failed query is reported below, once
+            pass  # the failed query is reported at the loop's top, once
         spark.streams.resetTerminated()
-        for q in queries:
-            if not q.isActive and q.exception() is not None and q.name not in failures:
-                report_failure(q, log_dir, failures, storage, disks)
-                stop.set()
     stop_queries(queries)
     for q in queries:
         if q.exception() is not None and q.name not in failures:

@@ -34,7 +34,7 @@ from connectors.replication.batch_commit import aborted_on_target
 from connectors.replication.failure_policy import FailurePolicyRunner
 from connectors.replication.tables import LinkTables
 from jobs import job_logging
-from jobs.query_supervisor import exit_job, prepare_job, run_job
+from jobs.query_supervisor import QueryStarter, exit_job, prepare_job, run_job
 from jobs.spark_session import APP_NAME
 
 log = logging.getLogger("jobs.replicate")
@@ -100,8 +100,10 @@ def run(argv: list[str] | None = None) -> int:
         return job
     config, names = job.config, job.names
     started_ms = int(time.time() * 1000)
-    return run_job(job, lambda spark: [start_link(spark, args.config, config, name, available_now=args.available_now)
-                                       for name in names],
+    def starter(name: str) -> QueryStarter:
+        return lambda spark: start_link(spark, args.config, config, name, available_now=args.available_now)
+
+    return run_job(job, [starter(name) for name in names],
                    app_name=APP_NAME, checkpoint_locations=[config.link(name).checkpoint_location for name in names],
                    warm_up=True, progress=True, summarize=summaries(args.config, config, started_ms))
 

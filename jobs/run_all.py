@@ -27,7 +27,6 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 if __package__ in (None, ""):  # `spark-submit jobs/run_all.py` / `python jobs/run_all.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -39,7 +38,7 @@ from connectors.heartbeat.data_source import HeartbeatDataSource
 from jobs.checkpoint import checkpoint_query_location, start_checkpoints
 from jobs.config_sync import config_query_location, start_config_sync
 from jobs.heartbeat import start_heartbeat_query
-from jobs.query_supervisor import exit_job, prepare_job, run_job
+from jobs.query_supervisor import QueryStarter, exit_job, prepare_job, run_job
 from jobs.replicate import parse_args, start_link, summaries
 from jobs.spark_session import APP_NAME
 
@@ -56,23 +55,30 @@ def checkpoint_locations(config: ReplicatorConfig, names: list[str], *, availabl
     return locations
 
 
-def start_all(spark: Any, config_path: str, config: ReplicatorConfig, names: list[str], *,
-              available_now: bool = False) -> tuple[list[Any], list[Any]]:
-    """Start every query of ``names`` (see the module docstring); (replication queries, the others).
+def query_starters(config_path: str, config: ReplicatorConfig, names: list[str], *,
+                   available_now: bool = False) -> list[QueryStarter]:
+    """The queries of ``names`` (see the module docstring), each as its starter, in the order they start.
     A link whose config sync runs replicates with ``createTopicsLikeSource``: a batch that would reach a
     target topic config sync has not created yet (the topic held data at start, or was created on the
     source between two rounds) has it created like the source first, never with the target's
     auto-create default (``connectors.config_sync.creation``)."""
-    others: list[Any] = []
     syncing = set() if available_now else {n for n in names if config.link(n).config_sync.enabled}
-    others += [start_config_sync(spark, config_path, config, n) for n in names if n in syncing]
-    replication = [start_link(spark, config_path, config, name, available_now=available_now,
-                              create_topics_like_source=name in syncing) for name in names]
+
+    def config_sync(name: str) -> QueryStarter:
+        return lambda spark: start_config_sync(spark, config_path, config, name)
+
+    def replication(name: str) -> QueryStarter:
+        return lambda spark: start_link(spark, config_path, config, name, available_now=available_now,
+                                        create_topics_like_source=name in syncing)
+
+    def checkpoints(name: str) -> QueryStarter:
+        return lambda spark: start_checkpoints(spark, config_path, config, name)
+
+    starters = [config_sync(n) for n in names if n in syncing] + [replication(n) for n in names]
     if not available_now:
-        others.append(start_heartbeat_query(spark, config_path, config, names))
-        others += [start_checkpoints(spark, config_path, config, n)
-                   for n in names if config.link(n).checkpoints.enabled]
-    return replication, others
+        starters.append(lambda spark: start_heartbeat_query(spark, config_path, config, names))
+        starters += [checkpoints(n) for n in names if config.link(n).checkpoints.enabled]
+    return starters
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -84,11 +90,8 @@ def run(argv: list[str] | None = None) -> int:
     config, names = job.config, job.names
     started_ms = int(time.time() * 1000)
 
-    def start(spark: Any) -> list[Any]:
-        replication, others = start_all(spark, args.config, config, names, available_now=args.available_now)
-        return [*replication, *others]
-
-    return run_job(job, start, app_name=APP_NAME,
+    return run_job(job, query_starters(args.config, config, names, available_now=args.available_now),
+                   app_name=APP_NAME,
                    checkpoint_locations=checkpoint_locations(config, names, available_now=args.available_now),
                    data_sources=(HeartbeatDataSource, CheckpointDataSource, ConfigDataSource), warm_up=True,
                    progress=True, summarize=summaries(args.config, config, started_ms))

@@ -97,7 +97,7 @@ def test_the_job_binds_no_metrics_port_and_keeps_a_stop_marker_while_it_runs(
         return spark
 
     def supervise(_spark: Any, queries: list[Any], stop: threading.Event, log_dir: Path,
-                  _storage: Sequence[str] = ()) -> dict[str, str]:
+                  _storage: Sequence[str] = (), restarts: Any = None) -> dict[str, str]:
         seen.update(queries=queries, marker=os.environ.get(job_stop.STOP_MARKER_ENV))
         return {}
 
