@@ -194,7 +194,7 @@ def supervise(spark: Any, queries: list[Any], stop: threading.Event, log_dir: Pa
     while not stop.is_set():
         for i, q in enumerate(queries):
             if not q.isActive and q.exception() is not None and q.name not in failures:
-                restarted = None if restarts is None or stop.is_set() else restarts.restart(q)
+                restarted = None if restarts is None or stop.is_set() else restarts.restart(q, stop)
                 if restarted is not None:
                     queries[i] = restarted
                     continue

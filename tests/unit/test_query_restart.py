@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from jobs.query_restart import MAX_RESTARTS, QueryRestarts, transient_cause
+from jobs.query_restart import BACKOFF_S, MAX_RESTARTS, RESET_AFTER_S, QueryRestarts, transient_cause
 from jobs.query_supervisor import supervise
+from tests.support.clocks import MillisClock
 
 CONNECT_BACK = ("[PYTHON_EXCEPTION] org.apache.spark.SparkException: Python worker failed to connect back.\n"
                 "Caused by: java.net.SocketTimeoutException: Timed out while waiting for the Python worker")
@@ -66,18 +67,21 @@ def test_a_connect_back_failure_is_restarted_and_the_job_runs_on(tmp_path: Path,
 
     queries: list[Any] = [_Query("l1", CONNECT_BACK), _Query("l1-checkpoint")]
     with caplog.at_level(logging.INFO, logger="jobs.query_supervisor"):
-        failures = supervise(_Spark(), queries, stop, tmp_path, restarts=QueryRestarts({"l1": start_again}))
+        failures = supervise(_Spark(), queries, stop, tmp_path,
+                             restarts=QueryRestarts({"l1": start_again}, MillisClock()))
     assert failures == {} and queries[0] is started[0] and not any(q.isActive for q in queries)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and warnings[0].startswith("link l1 failed: Spark's Python worker did not connect")
-    assert f"restart 1 of at most {MAX_RESTARTS}" in warnings[0]
+    assert f"in {BACKOFF_S[0]:g} s (restart 1 of at most {MAX_RESTARTS})" in warnings[0]
 
 
 def test_the_restarts_are_bounded_then_the_job_stops_on_the_failure(tmp_path: Path) -> None:
-    restarts = QueryRestarts({"l1": lambda: _Query("l1", CONNECT_BACK)})
+    clock = MillisClock(0)
+    restarts = QueryRestarts({"l1": lambda: _Query("l1", CONNECT_BACK)}, clock)
     queries: list[Any] = [_Query("l1", CONNECT_BACK), _Query("heartbeat")]
     failures = supervise(_Spark(), queries, threading.Event(), tmp_path, restarts=restarts)
     assert list(failures) == ["l1"] and restarts.counts == {"l1": MAX_RESTARTS}
+    assert clock.monotonic() >= sum(BACKOFF_S)  # each restart waited its back-off (on the clock)
     assert not queries[1].isActive  # the others are stopped, as for any failure
 
 
@@ -86,7 +90,8 @@ def test_any_other_failure_stops_the_job_without_a_restart(tmp_path: Path) -> No
         raise AssertionError("not restarted")
 
     queries: list[Any] = [_Query("l1", "TOPIC_NOT_EXIST from 127.0.0.1:10911"), _Query("heartbeat")]
-    failures = supervise(_Spark(), queries, threading.Event(), tmp_path, restarts=QueryRestarts({"l1": never}))
+    failures = supervise(_Spark(), queries, threading.Event(), tmp_path,
+                         restarts=QueryRestarts({"l1": never}, MillisClock()))
     assert list(failures) == ["l1"] and not queries[1].isActive
 
 
@@ -97,6 +102,31 @@ def test_a_restart_that_cannot_start_reports_the_original_failure(tmp_path: Path
 
     queries: list[Any] = [_Query("l1", CONNECT_BACK)]
     with caplog.at_level(logging.ERROR, logger="jobs.query_supervisor"):
-        failures = supervise(_Spark(), queries, threading.Event(), tmp_path, restarts=QueryRestarts({"l1": broken}))
+        failures = supervise(_Spark(), queries, threading.Event(), tmp_path,
+                             restarts=QueryRestarts({"l1": broken}, MillisClock()))
     assert list(failures) == ["l1"] and "connect back" in failures["l1"]
     assert any(r.getMessage() == "link l1 could not be restarted" for r in caplog.records)
+
+
+def test_a_stop_during_the_back_off_ends_it_without_a_restart() -> None:
+    stop = threading.Event()
+    clock = MillisClock(0)
+
+    def stopped_meanwhile(seconds: float) -> None:
+        clock.advance(round(seconds * 1000))
+        stop.set()  # SIGTERM while the job waits to restart
+
+    clock.block = stopped_meanwhile  # type: ignore[method-assign]
+    restarts = QueryRestarts({"l1": lambda: _Query("l1")}, clock)
+    assert restarts.restart(_Query("l1", CONNECT_BACK), stop) is None and restarts.counts == {}
+
+
+def test_a_query_that_ran_long_after_its_restarts_has_its_budget_again() -> None:
+    clock = MillisClock(0)
+    restarts = QueryRestarts({"l1": lambda: _Query("l1")}, clock)
+    for _ in range(MAX_RESTARTS):
+        assert restarts.restart(_Query("l1", CONNECT_BACK), threading.Event()) is not None
+    assert restarts.restart(_Query("l1", CONNECT_BACK), threading.Event()) is None  # the budget is spent
+    clock.advance(round(RESET_AFTER_S * 1000))
+    assert restarts.restart(_Query("l1", CONNECT_BACK), threading.Event()) is not None
+    assert restarts.counts == {"l1": 1}
