@@ -44,6 +44,16 @@ class BrokerSettings(ConfigModel):
     (``ControllerLinkSettings``); a ``controller:`` section without controller mode is refused."""
     listen: HostPort = "127.0.0.1:10911"
     """Address the broker binds."""
+    primary_address: HostPort | None = None
+    """Controller mode: the broker group's primary address, the same on every member of the group (the
+    keepalived-VIP model, ``broker.primary_address``). The member that is PRIMARY binds it (after its promotion's
+    steps; retried with back-off while another process still holds it), registers it with the name servers as the
+    group's primary (brokerId 0 in routes, so clients' routes name it and never change), and closes it (and every
+    connection accepted on it) when it is demoted, fenced or stopped; its own ``listen`` serves throughout.
+    Clients that refresh routes only every 30 s (RocketMQ 4.x) thus reach the new primary at the address they
+    have. On one host the members share the host and the port moves between processes; across hosts the host
+    must be a floating IP that follows the primary (docs/brokers.md, "Clients through a failover"). With
+    ``fast_listen_enable`` its port - 2 moves too. None: the primary registers its own ``listen`` address."""
     fast_listen_enable: bool = True
     """Also serve on listen port - 2, RocketMQ's "VIP channel" that Java clients with
     vipChannelEnabled=true send to (skipped when listen port is 0)."""
@@ -169,6 +179,9 @@ class BrokerSettings(ConfigModel):
             # compared with the defaults, not "was it given": written configs (launcher) spell out every field
             raise ValueError("controller (the controllers a broker reports to) is only allowed with "
                              "enable_controller_mode: true; a static broker has a fixed role and asks no controller")
+        if self.primary_address is not None and not self.enable_controller_mode:
+            raise ValueError(f"primary_address ({self.primary_address}) needs enable_controller_mode: true; a "
+                             "static group's primary never moves, so clients use its listen address")
         if self.enable_controller_mode:
             self._controller_mode_checks()
         elif (role is HARole.SLAVE) != (self.broker_id > 0):
@@ -186,10 +199,51 @@ class BrokerSettings(ConfigModel):
         if "broker_id" in self.model_fields_set:
             raise ValueError(f"broker_id ({self.broker_id}) is assigned by the controller when "
                              "enable_controller_mode is on (kept in store_dir/brokerIdentity); leave it out")
+        self._primary_address_checks()
         if self.ha.role is HARole.SLAVE:
             raise ValueError("ha.role SLAVE does not fit enable_controller_mode (the controller decides who is "
                              "primary, and whom to follow: ha.ha_primary_address goes with SLAVE only); allowed: "
                              "ASYNC_MASTER or SYNC_MASTER, how the broker acts while primary")
+
+    def _primary_address_checks(self) -> None:
+        """The primary address is the group's, not one more port of this broker: no port 0, none of its own."""
+        if self.primary_address is None:
+            return
+        host, port = split_host_port(self.primary_address)
+        if port == 0:
+            raise ValueError(f"primary_address {self.primary_address}: port 0 is no address clients can be given; "
+                             "name a fixed port")
+        if self.fast_listen_enable and port <= 2:
+            raise ValueError(f"primary_address {self.primary_address}: with fast_listen_enable its port - 2 is "
+                             "served too and must be a port; use a port above 2 or fast_listen_enable: false")
+        own = self.own_addresses()
+        taken = sorted(a for a in self.primary_addresses() if a in own)
+        if taken:
+            raise ValueError(f"primary_address {self.primary_address}: {taken} is also this broker's own address "
+                             f"(listen, its port - 2, the HA port or metrics_port: {sorted(own)}); the primary "
+                             "address moves between the group's members and needs a port of its own")
+        if self.ha.ha_listen_port is not None:
+            raise ValueError(f"primary_address with ha.ha_listen_port ({self.ha.ha_listen_port}): replicas find "
+                             "the primary's HA port at its listen port + 1 when the name servers list the primary "
+                             f"address ({host}:{port}) instead of the primary; leave ha.ha_listen_port out")
+
+    def own_addresses(self) -> set[str]:
+        """Every ``host:port`` this broker itself binds: listen, the fast port, the HA port, metrics_port."""
+        host, port = split_host_port(self.listen)
+        addrs = {self.listen, f"{host}:{self.ha_port()}"}
+        if self.fast_listen_enable and port > 2:
+            addrs.add(f"{host}:{port - 2}")
+        if self.metrics_port:
+            addrs.add(f"{host}:{self.metrics_port}")
+        return addrs
+
+    def primary_addresses(self) -> list[str]:
+        """What the group's primary binds while primary: ``primary_address`` and, with ``fast_listen_enable``, its
+        port - 2 (empty without a primary address)."""
+        if self.primary_address is None:
+            return []
+        host, port = split_host_port(self.primary_address)
+        return [self.primary_address, *([f"{host}:{port - 2}"] if self.fast_listen_enable else [])]
 
     def connection_limits(self) -> ConnectionLimits:
         """The remoting listeners' hygiene (``net.hygiene``) from the ``server_*`` settings."""

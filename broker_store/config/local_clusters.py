@@ -45,7 +45,18 @@ class LocalClusterConfig(ConfigModel):
         if mixed:
             raise ValueError(f"cluster {self.name!r}: groups {mixed} mix brokers with and without "
                              "enable_controller_mode; a group is all static or all controlled")
+        addresses: dict[str, set[str | None]] = {}
+        for b in self.brokers:
+            addresses.setdefault(b.broker_name, set()).add(b.primary_address)
+        differ = sorted(name for name, seen in addresses.items() if len(seen) > 1)
+        if differ:
+            raise ValueError(f"cluster {self.name!r}: the members of groups {differ} give different primary_address "
+                             "values (or some none); it is the group's, the same on every member")
         return self
+
+    def primary_addresses(self) -> list[str]:
+        """Each group's primary addresses (``BrokerSettings.primary_addresses``), once per group."""
+        return sorted({a for b in self.brokers for a in b.primary_addresses()})
 
     @model_validator(mode="after")
     def _replicas_have_primaries(self) -> LocalClusterConfig:
@@ -124,7 +135,7 @@ class LocalClustersConfig(ConfigModel):
             b.listen for c in self.clusters for b in c.brokers
         ] + [f"{split_host_port(b.listen)[0]}:{b.ha_port()}" for c in self.clusters for b in c.brokers] + [
             f"{split_host_port(b.listen)[0]}:{b.metrics_port}" for c in self.clusters for b in c.brokers
-            if b.metrics_port] + (
+            if b.metrics_port] + [a for c in self.clusters for a in c.primary_addresses()] + (
             [] if controllers is None else [*controllers.listen, *(f"127.0.0.1:{p + k}"
                                                                    for p in controllers.etcd_client_ports()
                                                                    for k in (0, 1))])
@@ -132,7 +143,7 @@ class LocalClustersConfig(ConfigModel):
         if ports:
             raise ValueError(f"listen addresses {ports} used by more than one process (HA ports included: a "
                              "broker's is ha.ha_listen_port, else its listen port + 1; an etcd member's peer port "
-                             "is its client port + 1; and metrics_port)")
+                             "is its client port + 1; metrics_port; and each group's primary_address)")
         dirs = duplicates(str(Path(b.store_dir).resolve()) for c in self.clusters for b in c.brokers)
         if dirs:
             raise ValueError(f"store_dir {dirs} shared by more than one broker")
