@@ -1,15 +1,21 @@
 """The primary address's plan (``broker.primary_address``): bound only while the broker registers as id 0, after its
 promotion; released first at a demotion or a stop; a failed bind retried with a capped back-off on the clock. No
-sockets: the test plays the I/O's part."""
+sockets: the test plays the I/O's part; the last test runs the thin I/O on loopback."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
+from collections.abc import Callable
+
 import pytest
 
+from broker_store.address import split_host_port
 from broker_store.broker.primary_address import MAX_RETRY_S, PrimaryAddressPlan, Step, StepKind
 from broker_store.broker.primary_address_listener import PrimaryAddressListener
-from broker_store.broker.role import RoleState
+from broker_store.broker.role import RoleStage, RoleState, RoleView
 from broker_store.clock import ManualClock
+from broker_store.deploy.launcher import HOST, free_port
 from broker_store.net.server import RemotingServer
 
 
@@ -130,3 +136,47 @@ def test_the_listener_wants_the_address_from_the_unfenced_end_of_a_promotion_to_
     state.begin_demotion(3)
     state.finish()
     assert seen == [False, True, True, True, False, False]
+
+
+def test_the_listener_retries_a_held_address_on_the_clock_and_closes_it_at_a_demotion() -> None:
+    """The thin I/O on loopback: a bind refused while another socket holds the port (EADDRINUSE), retried when the
+    ManualClock passes the back-off, then closed at the demotion's first step (connections refused again)."""
+    clock = ManualClock()
+    address = f"{HOST}:{free_port()}"
+    replica, primary = RoleView(RoleStage.REPLICA, 2, 1), RoleView(RoleStage.PRIMARY, 0, 2)
+
+    def connects() -> bool:
+        with socket.socket() as probe:
+            return probe.connect_ex(split_host_port(address)) == 0
+
+    async def settle(done: Callable[[], bool]) -> None:
+        for _ in range(500):  # polls the loop, not a deadline: each pass lets the listener's task run
+            if done():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the listener did not get there")
+
+    async def main() -> None:
+        holder = socket.socket()
+        holder.bind(split_host_port(address))
+        holder.listen()
+        listener = PrimaryAddressListener(
+            [address], lambda addr: RemotingServer(lambda cmd, conn: None, *split_host_port(addr), clock=clock),
+            clock, describe="test")
+        listener.start()
+        try:
+            listener.role_changed(replica, primary)
+            await settle(lambda: listener.plan.failures == 1)
+            assert not listener.serving
+            holder.close()
+            clock.advance(0.05)
+            await settle(lambda: listener.serving)
+            assert connects()
+            listener.role_changed(primary, RoleView(RoleStage.DEMOTING, 2, 3))
+            await settle(lambda: not listener.serving)
+            assert not connects()
+        finally:
+            holder.close()
+            await listener.stop()
+
+    asyncio.run(main())
