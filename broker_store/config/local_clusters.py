@@ -143,7 +143,7 @@ class LocalClustersConfig(ConfigModel):
         if ports:
             raise ValueError(f"listen addresses {ports} used by more than one process (HA ports included: a "
                              "broker's is ha.ha_listen_port, else its listen port + 1; an etcd member's peer port "
-                             "is its client port + 1; metrics_port; and each group's primary_address)")
+                             "is its client port + 1; each group's primary_address; and metrics_port)")
         dirs = duplicates(str(Path(b.store_dir).resolve()) for c in self.clusters for b in c.brokers)
         if dirs:
             raise ValueError(f"store_dir {dirs} shared by more than one broker")
