@@ -49,7 +49,7 @@ class BrokerSettings(ConfigModel):
     keepalived-VIP model, ``broker.primary_address``). The member that is PRIMARY binds it (after its promotion's
     steps; retried with back-off while another process still holds it), registers it with the name servers as the
     group's primary (brokerId 0 in routes, so clients' routes name it and never change), and closes it (and every
-    connection accepted on it) when it is demoted, fenced or stopped; its own ``listen`` serves throughout.
+    connection accepted on it) when its demotion begins or it stops; its own ``listen`` serves throughout.
     Clients that refresh routes only every 30 s (RocketMQ 4.x) thus reach the new primary at the address they
     have. On one host the members share the host and the port moves between processes; across hosts the host
     must be a floating IP that follows the primary (docs/brokers.md, "Clients through a failover"). With
