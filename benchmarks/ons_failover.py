@@ -7,22 +7,26 @@ SEND_OK?
     .venv/bin/python benchmarks/ons_failover.py --groups 2           # the topic on two groups, client defaults
     .venv/bin/python benchmarks/ons_failover.py --kind pause         # SIGSTOP instead of kill -9
     .venv/bin/python benchmarks/ons_failover.py --kind pause --poll-ms 1000 --send-timeout-ms 1000
+    .venv/bin/python benchmarks/ons_failover.py --primary-address --interval 10   # each group a primary address
 
 One run: ``python -m broker_store up`` starts a name server with the embedded controller (heartbeat timeout 1.5 s)
 and ``--groups`` controller-mode groups of three (SYNC_MASTER, ``in_sync_replicas`` 2, ``restart: on-failure``) in a
 temporary directory; topic OnsFailover gets 4 queues on every group; ``node send.js`` (installed first with
 ``npm ci`` from the lock file there when ``node_modules`` is missing; needs ``node`` and ``npm``) sends one message
 every 20 ms, one at a time, with the client's settings but ``--poll-ms`` and ``--send-timeout-ms``. ``--faults``
-times, ``--interval`` s apart (the first after ``--warmup`` s), the primary of the first group is killed with kill -9
-(``up`` restarts it as a replica) or, with ``--kind pause``, SIGSTOPped for ``--pause`` s. Recovery of a fault: the
+times, ``--interval`` s apart (the first after ``--warmup`` s), the primary of the first group (the member the
+controller names) is killed with kill -9 (``up`` restarts it as a replica) or, with ``--kind pause``, SIGSTOPped for
+``--pause`` s. ``--primary-address`` gives each group a ``primary_address`` (a free loopback port), which routes name
+instead of the primary's own address. Recovery of a fault: the
 fault -> the end of the first SEND_OK of a send started after it (as in benchmarks/failover.py).
 
 What to expect (docs/brokers.md, "Clients through a failover"): ali-ons re-reads a topic's route only on its timer
 (``pollNameServerInteval``) or while the topic has no writable queue with a primary; a send failing against the dead
 address is retried only on another broker group, so with one group the recovery is the time to the client's next
 route refresh (up to 30 s at the default) and nothing a broker answers changes that; with two groups, or a poll
-interval of about a second, a kill -9 costs less than the 3 s target. A frozen primary also costs the send in flight
-its ``sendMsgTimeout`` (3 s by default).
+interval of about a second, a kill -9 costs less than the 3 s target. With ``--primary-address`` the client keeps
+the address it has, and the new primary serves it once elected: a kill -9 costs the election, at the client's
+defaults. A frozen primary also costs the send in flight its ``sendMsgTimeout`` (3 s by default).
 
 The last line is exactly ``ali-ons <settings>, groups G, <kind>: faults N, first SEND_OK after the fault p50 X s,
 max Y s, within 3 s: M of N``.
@@ -31,6 +35,7 @@ max Y s, within 3 s: M of N``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import signal
@@ -45,7 +50,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from broker_store.client import Admin
+from broker_store.client.controller_admin import sync_state_data
 from broker_store.deploy.launcher import HOST, broker_listen_port, free_port
+from broker_store.net.client import RemotingClient
 from broker_store.protocol.errors import RocketMQError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -82,17 +89,19 @@ def ensure_client() -> None:
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=CLIENT_DIR, check=True)
 
 
-def clusters_yaml(namesrv: str, groups: list[list[str]]) -> str:
-    """The ``up`` file: one cluster, the embedded controller, each group three controller-mode members."""
+def clusters_yaml(namesrv: str, groups: list[list[str]], primary_addresses: list[str] | None = None) -> str:
+    """The ``up`` file: one cluster, the embedded controller, each group three controller-mode members (group ``g``
+    with ``primary_address`` ``primary_addresses[g]`` when given)."""
     lines = ["clusters:", "  - name: ons",
              f'    namesrv: {{listen: "{namesrv}", broker_expiry_seconds: 3.0,'
              " controller: {heartbeat_timeout_ms: 1500, scan_interval_ms: 200}}",
              "    brokers:"]
     for g, members in enumerate(groups):
+        moving = f' primary_address: "{primary_addresses[g]}",' if primary_addresses else ""
         for i, addr in enumerate(members):
             lines += [
                 f'      - {{broker_name: g{g}, listen: "{addr}", store_dir: g{g}-{i}, enable_controller_mode: true,'
-                " fast_listen_enable: false,",
+                f" fast_listen_enable: false,{moving}",
                 f'         controller: {{controller_addrs: ["{namesrv}"], replica_info_poll_interval_ms: 500,'
                 " heartbeat_timeout_ms: 1500, heartbeat_interval_ms: 500},",
                 "         ha: {role: SYNC_MASTER, total_replicas: 3, in_sync_replicas: 2, min_in_sync_replicas: 2,"
@@ -112,14 +121,24 @@ def wait_for_line(path: Path, text: str, timeout: float, proc: subprocess.Popen[
 
 
 def primary_of(namesrv: str, group: str, timeout: float = 30.0) -> str:
-    """The group's primary as the name server lists it, waiting while there is none."""
+    """The own address of the group's primary, waiting while there is none: the member the controller names, once
+    the name server lists a primary too (with a primary address, the name server lists the address, not a member)."""
+    async def controller_names() -> str | None:
+        client = RemotingClient()
+        try:
+            info = (await sync_state_data(client, namesrv, [group])).get(group)
+        finally:
+            await client.close()
+        return None if info is None else info.master_address
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             with Admin(namesrv) as admin:
                 data = admin.cluster_info().broker_addr_table.get(group)
-            if data is not None and data.master_addr:
-                return data.master_addr
+            master = asyncio.run(controller_names()) if data is not None and data.master_addr else None
+            if master:
+                return master
         except RocketMQError:
             pass
         time.sleep(0.2)
@@ -171,6 +190,8 @@ def main() -> None:
                         help="seconds between faults and after the last (longer than the poll interval)")
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--pause", type=float, default=5.0, help="seconds a paused primary stays stopped")
+    parser.add_argument("--primary-address", action="store_true",
+                        help="give each group a primary_address (routes name it; the primary serves it)")
     args = parser.parse_args()
     ensure_client()
 
@@ -178,7 +199,8 @@ def main() -> None:
     namesrv = f"{HOST}:{free_port()}"
     groups = [[f"{HOST}:{broker_listen_port(False)}" for _ in range(3)] for _ in range(args.groups)]
     names = {addr: f"g{g}.{i}" for g, members in enumerate(groups) for i, addr in enumerate(members)}
-    (work / "clusters.yaml").write_text(clusters_yaml(namesrv, groups))
+    moving = [f"{HOST}:{free_port()}" for _ in groups] if args.primary_address else None
+    (work / "clusters.yaml").write_text(clusters_yaml(namesrv, groups, moving))
     print(f"work directory (up's logs, the client's sends; removed after a complete run): {work}", flush=True)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     run_dir = work / "run"
@@ -231,7 +253,9 @@ def main() -> None:
     settings = [f"pollNameServerInteval {args.poll_ms} ms"] if args.poll_ms else []
     settings += [f"sendMsgTimeout {args.send_timeout_ms} ms"] if args.send_timeout_ms else []
     kind = "kill -9" if args.kind == "kill" else f"SIGSTOP {args.pause:g} s"
-    print(summary_line(", ".join(settings) or "defaults (pollNameServerInteval 30 s)", args.groups, kind, recoveries))
+    described = (", ".join(settings) or "defaults (pollNameServerInteval 30 s)") + (
+        ", primary address" if args.primary_address else "")
+    print(summary_line(described, args.groups, kind, recoveries))
 
 
 if __name__ == "__main__":

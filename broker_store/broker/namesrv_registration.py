@@ -189,8 +189,9 @@ class NamesrvRegistration:
                 self._heartbeat_asked_at = now
                 self.request_register()
 
-    async def unregister_all(self) -> None:
-        ident = self._identity()
+    async def unregister_all(self, ident: BrokerIdentity | None = None) -> None:
+        """UNREGISTER_BROKER to every name server for this broker as it names itself now, or as ``ident``."""
+        ident = ident or self._identity()
         ext = UnregisterBrokerRequestHeader(
             broker_name=ident.broker_name,
             broker_addr=ident.broker_addr,

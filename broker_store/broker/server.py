@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from broker_store.background import cancel_and_wait
@@ -66,6 +67,7 @@ from broker_store.broker.long_polling import PullWaiters
 from broker_store.broker.metadata_sync import MetadataSync
 from broker_store.broker.metrics import BrokerMetrics
 from broker_store.broker.namesrv_registration import BrokerIdentity, NamesrvRegistration
+from broker_store.broker.primary_address_listener import PrimaryAddressListener
 from broker_store.broker.replication import BrokerReplication
 from broker_store.broker.request_routing import BrokerParts, Processor, processor_table, unrouted
 from broker_store.broker.role import BrokerRole, RoleState, RoleView
@@ -88,6 +90,7 @@ from broker_store.protocol.credentials_file import CredentialsFileError, read_cr
 from broker_store.protocol.errors import ConfigError, RocketMQError
 from broker_store.protocol.frame import RemotingCommand
 from broker_store.protocol.ha_status import EpochEntryCacheStatus
+from broker_store.protocol.route import MASTER_ID
 from broker_store.store import MessageStore
 from broker_store.store.delay_levels import SCHEDULE_TOPIC, queue_id_of_level
 from broker_store.store.epoch_store import EpochStore
@@ -153,6 +156,18 @@ class BrokerServer:
             self._fast_server = RemotingServer(self._handle, host, port - 2, tls=server_tls, limits=limits,
                                                clock=clock)
             self._fast_server.disconnect_listeners.append(self.clients.connection_closed)
+        self.primary_address: PrimaryAddressListener | None = None
+        """With ``primary_address``: the group's address, served while this broker is primary."""
+        if config.primary_address is not None:
+            def primary_address_server(addr: str) -> RemotingServer:
+                server = RemotingServer(self._handle, *split_host_port(addr), tls=server_tls, limits=limits,
+                                        clock=clock)
+                server.disconnect_listeners.append(self.clients.connection_closed)
+                return server
+            self.primary_address = PrimaryAddressListener(
+                config.primary_addresses(), primary_address_server, clock,
+                describe=f"broker {config.cluster_name}/{config.broker_name}")
+            self.role_state.listeners.append(self.primary_address.role_changed)
         self._processors: dict[int, Processor] = {}
         self.acl: AclGuard | None = None
         """With ``acl_enable``: the ACL 1.0 gate every dispatched request passes first (``broker.acl_guard``)."""
@@ -214,11 +229,13 @@ class BrokerServer:
         return self.role_state.broker_id
 
     def identity(self) -> BrokerIdentity:
+        primary_address = self.config.primary_address
         return BrokerIdentity(
             cluster_name=self.config.cluster_name,
             broker_name=self.config.broker_name,
             broker_id=self.broker_id,
-            broker_addr=self.addr,
+            # the group's primary address names the primary in routes, whether bound yet or still held by the old one
+            broker_addr=primary_address if primary_address is not None and self.broker_id == MASTER_ID else self.addr,
             ha_server_addr=self.replication.ha_address if self.replication is not None else "",
             state_version=self.role_state.epoch,
         )
@@ -296,6 +313,8 @@ class BrokerServer:
                 loop.create_task(self._client_scan_loop()),
             ]
             stage_loops.follow(self.role_state.stage)
+            if self.primary_address is not None:
+                self.primary_address.start()
             if self.controller_agent is not None:
                 self.controller_agent.start()
         except BaseException:
@@ -409,10 +428,21 @@ class BrokerServer:
         pulls held while fenced re-read once unfenced (no arrival would wake them)."""
         if old.broker_id != new.broker_id:
             self._request_register()
+            if new.broker_id == MASTER_ID and self.config.primary_address is not None and self._registering:
+                self._tasks.append(asyncio.get_running_loop().create_task(self._retire_own_route(old)))
         if self._stage_loops is not None:
             self._stage_loops.follow(new.stage)
         if old.stage.fenced and not new.stage.fenced and self._pull_waiters is not None:
             self._pull_waiters.wake_all()
+
+    async def _retire_own_route(self, old: RoleView) -> None:
+        """Promoted with a primary address: register it as id 0, then take back this broker's own address's replica
+        registration, so routes do not list it twice until the name servers expire it (nobody else registers this
+        broker's own address)."""
+        if self.registration is None:
+            return
+        await self.registration.register_all()
+        await self.registration.unregister_all(replace(self.identity(), broker_id=old.broker_id, broker_addr=self.addr))
 
     def _persist_delay_offsets(self) -> None:
         try:
@@ -457,6 +487,8 @@ class BrokerServer:
         if self.stopping:
             return
         self.stopping = True
+        if self.primary_address is not None:
+            await self.primary_address.stop()
         if self.controller_agent is not None:
             await self.controller_agent.stop()
         if self._pull_waiters is not None:

@@ -52,3 +52,13 @@ def test_the_up_file_is_a_valid_local_clusters_file(tmp_path: Path) -> None:
         (f"g{g}", addr) for g, members in enumerate(groups) for addr in members]
     assert all(b.enable_controller_mode and b.ha.in_sync_replicas == 2 for b in cluster.brokers)
     assert cluster.namesrv.controller is not None
+
+
+def test_the_up_file_gives_each_group_its_primary_address(tmp_path: Path) -> None:
+    groups = [["127.0.0.1:20001", "127.0.0.1:20003", "127.0.0.1:20005"], ["127.0.0.1:20007", "127.0.0.1:20009",
+                                                                          "127.0.0.1:20011"]]
+    path = tmp_path / "clusters.yaml"
+    path.write_text(clusters_yaml("127.0.0.1:20000", groups, ["127.0.0.1:20013", "127.0.0.1:20014"]))
+    (cluster,) = load_yaml(path, LocalClustersConfig).clusters
+    assert [(b.broker_name, b.primary_address) for b in cluster.brokers] == [
+        (f"g{g}", f"127.0.0.1:{20013 + g}") for g in range(2) for _ in range(3)]
