@@ -16,8 +16,7 @@ from broker_store.net.client import RemotingClient
 from broker_store.protocol.errors import RocketMQError
 from broker_store.protocol.message import parse_msg_id
 from broker_store.protocol.route import MASTER_ID
-from tests.integration.test_controller_restarts import CLUSTER, GROUP, TOPIC, Group, in_sync_ids
-from tests.support.controller_group import replicas_info, until
+from tests.support.controller_group import CLUSTER, GROUP, TOPIC, Group, in_sync_ids, replicas_info, until
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,11 @@ from typing import Any, Protocol, TypeVar
 from broker_store.client import AsyncAdmin
 from broker_store.client.controller_admin import sync_state_data
 from broker_store.config import BrokerConfig, NamesrvConfig
+from broker_store.deploy.launcher import HOST, free_port
 from broker_store.net.client import RemotingClient
 from broker_store.protocol.controller import ReplicasInfo
 from broker_store.protocol.errors import RocketMQError
+from tests.support.processes import Broker, ClusterProcess, broker_listen_port
 
 T = TypeVar("T")
 
@@ -137,3 +139,63 @@ async def replicas_info(client: RemotingClient, controller: str, group: str) -> 
         return (await sync_state_data(client, controller, [group])).get(group)
     except RocketMQError:
         return None
+
+
+CLUSTER, GROUP, TOPIC = "rc", "rc-a", "Restarts"
+
+
+class Group:
+    """A name server with the embedded controller and three controller-mode brokers b1..b3 of group ``GROUP``
+    (cluster ``CLUSTER``); ``run`` creates ``TOPIC`` on it."""
+
+    def __init__(self, root: Path, ha: Mapping[str, Any] = CP_HA, broker_options: Mapping[str, Any] | None = None,
+                 **controller: object) -> None:
+        listen = f"{HOST}:{free_port()}"
+        self.namesrv = ClusterProcess("namesrv", namesrv_config(listen, root / "controller", **controller), root,
+                                      "namesrv")
+        self.addr = listen
+        self.brokers = {
+            name: Broker("broker", broker_config(f"{HOST}:{broker_listen_port(False)}", listen, root / name,
+                                                 cluster=CLUSTER, group=GROUP, ha=ha, **(broker_options or {})),
+                          root, name)
+            for name in ("b1", "b2", "b3")}
+
+    def by_listen(self, addr: str) -> Broker:
+        return next(b for b in self.brokers.values() if b.listen == addr)
+
+    def start(self) -> None:
+        self.namesrv.start()
+        for b in self.brokers.values():
+            b.start()
+
+    def stop(self) -> None:
+        for p in (*self.brokers.values(), self.namesrv):
+            p.kill()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}:\n{p.log_tail()}" for p in (*self.brokers.values(), self.namesrv))
+
+    def run(self, scenario: Callable[[AsyncAdmin, RemotingClient, str], Awaitable[None]]) -> None:
+        """Start the group, wait for its first primary, all three brokers in the SyncStateSet and the topic
+        routed, then run ``scenario(admin, client, primary)``. Every process's log tail is printed when anything
+        fails; the admin, the client and every process are gone afterwards."""
+        async def main() -> None:
+            admin, client = AsyncAdmin(self.addr), RemotingClient()
+            await admin.start()
+            try:
+                primary = await until(lambda: master_addr(admin, GROUP), "a primary elected")
+                await until(lambda: in_sync_ids(client, self, 3), "all three in the SyncStateSet")
+                await admin.create_topic(TOPIC, 4, cluster=CLUSTER)
+                await admin.wait_for_route(TOPIC, timeout=30)
+                await scenario(admin, client, primary)
+            finally:
+                await admin.close()
+                await client.close()
+
+        run_started(self, main)
+
+
+async def in_sync_ids(client: RemotingClient, group: Group, n: int) -> set[int] | None:
+    info = await replicas_info(client, group.addr, GROUP)
+    ids = None if info is None else {r.broker_id for r in info.in_sync}
+    return ids if ids is not None and len(ids) == n else None
