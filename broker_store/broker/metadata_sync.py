@@ -31,7 +31,8 @@ slave sync does, and the primary refuses them ("No accessKey is configured") unl
 Early rounds: a replica that dispatches a message of a topic its table does not list (created on the primary after
 the last round) asks for a round at once instead of at the next period (``arrival_listener``, a store arrival
 listener, any thread; ``broker.unknown_topics`` decides and rate-limits: one request per unknown topic until the
-table changes). Early rounds are at least ``EARLY_ROUND_GAP`` apart, counted from the start of the round before.
+table changes). Early rounds are at least ``EARLY_ROUND_GAP`` apart, counted from the start of the round before;
+one skipped for want of the primary's address is tried again (``EARLY_RETRIES_WITHOUT_PRIMARY``).
 ``request_round`` asks for one from any thread. So a topic created just before its primary fails is known here in
 about a round trip, not up to ``metadata_sync_interval_ms`` later; what a promotion does with a topic that still
 did not arrive is ``broker.orphan_topics``' business, which reads ``table_log_offset``.
@@ -72,6 +73,9 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT = 3.0
 EARLY_ROUND_GAP = 1.0
 """Seconds at least between the start of a round and an early round after it (capped by the interval)."""
+EARLY_RETRIES_WITHOUT_PRIMARY = 3
+"""Early rounds tried again (one gap apart) when the primary's address was not known yet: learning it takes one
+registration with the name servers, which the skipped round asked for."""
 
 
 class MetadataSync:
@@ -120,13 +124,21 @@ class MetadataSync:
         failures wait for the next round."""
         self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
         try:
+            retries = 0
             while True:
                 started = self._clock.monotonic()
+                early = self._early.is_set()
                 self._early.clear()  # what was asked before this round is answered by it
+                asked = True
                 try:
-                    await self.sync_once()
+                    asked = await self.sync_once()
                 except RocketMQError as exc:
                     log.warning("metadata sync from the primary failed (next try in %.1f s): %s", self.interval, exc)
+                if early and not asked and retries < EARLY_RETRIES_WITHOUT_PRIMARY:
+                    retries += 1  # the primary's address is being asked for (a registration): try again soon
+                    self._early.set()
+                elif asked:
+                    retries = 0
                 self._trigger.refresh()
                 await self._next_round(started)
         finally:

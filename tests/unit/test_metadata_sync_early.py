@@ -126,3 +126,31 @@ def test_a_cut_during_a_round_leaves_the_table_offset_unknown(tmp_path: Path) ->
         assert sync.table_log_offset == 500
 
     asyncio.run(main())
+
+
+def test_an_early_round_without_the_primarys_address_is_tried_again_a_gap_later(tmp_path: Path) -> None:
+    """A static replica that registered before its primary learns the address from its next registration."""
+    clock = ManualClock()
+    primary, replica = Tables(tmp_path / "p", clock), Tables(tmp_path / "r", clock)
+    primary.topics.update(TopicConfig("Fresh", 2, 2))
+    addr: list[str | None] = [None]
+
+    async def main() -> None:
+        sync = MetadataSync(PrimaryClient(primary), lambda: addr[0], replica.topics, replica.offsets,  # type: ignore[arg-type]
+                            replica.groups, interval=60.0, clock=clock, early_round_gap=1.0)
+        task = asyncio.create_task(sync.run())
+        try:
+            await idle(sync, 0)  # the first round had no address
+            sync.arrival_listener("Fresh", 0, 1)
+            clock.advance(1.0)
+            await idle(sync, 0)  # the early round had none either
+            addr[0] = PRIMARY  # the registration answer named the primary
+            clock.advance(1.0)
+            await settle(sync, 1)
+            assert replica.topics.select("Fresh") is not None
+            clock.advance(1.0)
+            await idle(sync, 1)  # then the period again
+        finally:
+            task.cancel()
+
+    asyncio.run(main())
