@@ -83,6 +83,24 @@ def test_a_topic_created_a_moment_before_its_primary_is_killed_is_served_by_the_
                 print(f"{topic} on the new primary: {how}")
                 configs = await admin.all_topic_config(new)
                 assert configs[topic].read_queue_nums >= result.message_queue.queue_id + 1
+
+                # the surviving replica follows the new primary: a topic created there reaches it with its first
+                # message (an early round), not at the period a minute away
+                other = next(b for b in cluster.groups[group] if b is not old and b.listen != new)
+                await admin.create_topic("AfterFailover", 1, cluster="tf")
+                await admin.wait_for_route("AfterFailover", timeout=30)
+                async with AsyncProducer(cluster.namesrv_addr, "tf-producer", send_timeout=5.0) as producer:
+                    async def sent() -> bool:  # the new primary takes writes once the replica caught up (CP)
+                        try:
+                            return (await producer.send(new_message("AfterFailover", b"m"))).status \
+                                is SendStatus.SEND_OK
+                        except RocketMQError:
+                            return False
+                    await until(sent, "a SEND_OK on the new primary")
+
+                async def copied() -> bool:
+                    return "AfterFailover" in await admin.all_topic_config(other.listen)
+                await until(copied, f"the replica {other.listen} copied AfterFailover (an early round)", timeout=20)
             finally:
                 await client.close()
 
