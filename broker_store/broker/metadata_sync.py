@@ -28,6 +28,15 @@ signs them with its account (an admin one, for the ACL copy); one without sends 
 slave sync does, and the primary refuses them ("No accessKey is configured") unless its
 ``globalWhiteRemoteAddresses`` names the replica's address.
 
+Early rounds: a replica that dispatches a message of a topic its table does not list (created on the primary after
+the last round) asks for a round at once instead of at the next period (``arrival_listener``, a store arrival
+listener, any thread; ``broker.unknown_topics`` decides and rate-limits: one request per unknown topic until the
+table changes). Early rounds are at least ``EARLY_ROUND_GAP`` apart, counted from the start of the round before;
+one skipped for want of the primary's address is tried again (``EARLY_RETRIES_WITHOUT_PRIMARY``).
+``request_round`` asks for one from any thread. So a topic created just before its primary fails is known here in
+about a round trip, not up to ``metadata_sync_interval_ms`` later; what a promotion does with a topic that still
+did not arrive is ``broker.orphan_topics``' business, which reads ``table_log_offset``.
+
 Delay offsets are the progress of the primary's schedule service over SCHEDULE_TOPIC_XXXX
 (``broker.schedule``, which never runs on a replica): a replica that becomes primary delivers from its copy,
 so messages due since the last round are delivered again, none is skipped. They are asked after the tables, so
@@ -36,7 +45,9 @@ a primary that does not answer code 45 still gets the other tables copied (the r
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +57,7 @@ from broker_store.broker.consumer_offset import ConsumerOffsetManager
 from broker_store.broker.delay_offsets import DelayOffsetTable
 from broker_store.broker.subscription_group import SubscriptionGroupConfig, SubscriptionGroupManager
 from broker_store.broker.topic_config import TopicConfigManager
+from broker_store.broker.unknown_topics import UnknownTopicTrigger
 from broker_store.clock import Clock
 from broker_store.net.client import RemotingClient
 from broker_store.protocol.acl import SessionCredentials, sign
@@ -59,6 +71,11 @@ from broker_store.protocol.topic import DataVersion, TopicConfigTable
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT = 3.0
+EARLY_ROUND_GAP = 1.0
+"""Seconds at least between the start of a round and an early round after it (capped by the interval)."""
+EARLY_RETRIES_WITHOUT_PRIMARY = 3
+"""Early rounds tried again (one gap apart) when the primary's address was not known yet: learning it takes one
+registration with the name servers, which the skipped round asked for."""
 
 
 class MetadataSync:
@@ -67,14 +84,16 @@ class MetadataSync:
     ``primary_addr`` is read each round (None: not known yet, the round is skipped); ``on_topics_changed``
     runs after the topic table was replaced (the server re-registers, so routes list the replica's queues).
     Without ``delay_offsets`` the round does not ask for them; without ``acl`` it does not copy the ACL file.
-    With ``credentials`` (the broker's ``acl_credentials_file``) every request is signed (ACL 1.0).
+    With ``credentials`` (the broker's ``acl_credentials_file``) every request is signed (ACL 1.0). ``log_end``
+    (the store's max physical offset) is read before each round asks for the topic table (``table_log_offset``).
     """
 
     def __init__(self, client: RemotingClient, primary_addr: Callable[[], str | None], topics: TopicConfigManager,
                  offsets: ConsumerOffsetManager, groups: SubscriptionGroupManager, *, interval: float, clock: Clock,
                  on_topics_changed: Callable[[], None] = lambda: None,
                  delay_offsets: DelayOffsetTable | None = None, acl: AclGuard | None = None,
-                 credentials: SessionCredentials | None = None) -> None:
+                 credentials: SessionCredentials | None = None, log_end: Callable[[], int] | None = None,
+                 early_round_gap: float = EARLY_ROUND_GAP) -> None:
         self._client = client
         self._primary_addr = primary_addr
         self._topics = topics
@@ -86,26 +105,103 @@ class MetadataSync:
         self._delay_offsets = delay_offsets
         self._acl = acl
         self._credentials = credentials
+        self._log_end = log_end
+        self.early_round_gap = min(early_round_gap, interval)
         self.rounds = 0
         """Rounds completed against a primary (tests, admin)."""
+        self.table_log_offset: int | None = None
+        """This broker's log end (``log_end``) when the round whose topic table is in force asked for it: every
+        message of a topic created on the primary after that answer lies at or past it. None before the first
+        such round since start, after ``forget_table_log_offset`` and without ``log_end``."""
+        self._log_cuts = 0
+        self._trigger = UnknownTopicTrigger(topics)
+        self._early = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
 
     async def run(self) -> None:
-        """Sync now, then every ``interval`` seconds, until cancelled; failures wait for the next round."""
+        """Sync now, then every ``interval`` seconds or sooner when an early round is asked for, until cancelled;
+        failures wait for the next round."""
+        self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
+        try:
+            retries = 0
+            while True:
+                started = self._clock.monotonic()
+                early = self._early.is_set()
+                self._early.clear()  # what was asked before this round is answered by it
+                asked = True
+                try:
+                    asked = await self.sync_once()
+                except RocketMQError as exc:
+                    log.warning("metadata sync from the primary failed (next try in %.1f s): %s", self.interval, exc)
+                if early and not asked and retries < EARLY_RETRIES_WITHOUT_PRIMARY:
+                    retries += 1  # the primary's address is being asked for (a registration): try again soon
+                    self._early.set()
+                elif asked:
+                    retries = 0
+                self._trigger.refresh()
+                await self._next_round(started)
+        finally:
+            self._loop = None
+
+    async def _next_round(self, started: float) -> None:
+        """Return when the next round is due: ``interval`` after ``started``, or ``early_round_gap`` after it once
+        an early round is asked for."""
+        clock = self._clock
         while True:
-            try:
-                await self.sync_once()
-            except RocketMQError as exc:
-                log.warning("metadata sync from the primary failed (next try in %.1f s): %s", self.interval, exc)
-            await self._clock.sleep(self.interval)
+            now = clock.monotonic()
+            if self._early.is_set():
+                if started + self.early_round_gap > now:
+                    await clock.sleep(started + self.early_round_gap - now)
+                return
+            if now >= started + self.interval:
+                return
+            await clock.wait_for(self._early.wait(), started + self.interval - now)
+
+    def request_round(self) -> None:
+        """Ask for a round soon (at most ``early_round_gap`` after the last one started). Any thread; no effect
+        while the sync does not run."""
+        loop = self._loop
+        if loop is None:
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._early.set()
+        else:
+            loop.call_soon_threadsafe(self._early.set)
+
+    def arrival_listener(self, topic: str, _queue_id: int, _max_offset: int) -> None:
+        """Store arrival listener (any thread, cheap for a listed topic): a message of a topic the table does not
+        list asks for an early round while the sync runs."""
+        loop = self._loop
+        if loop is None or topic in self._trigger.quiet:
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._unknown_topic(topic)
+        else:
+            loop.call_soon_threadsafe(self._unknown_topic, topic)
+
+    def _unknown_topic(self, topic: str) -> None:
+        if self._loop is not None and self._trigger.dispatched(topic):
+            log.info("metadata sync: messages of topic %s arrived but its config did not: asking the primary now",
+                     topic)
+            self._early.set()
+
+    def forget_table_log_offset(self) -> None:
+        """The log was cut: offsets past the cut may hold records the last table did not cover (on the loop)."""
+        self.table_log_offset = None
+        self._log_cuts += 1
 
     async def sync_once(self) -> bool:
         """One round; False when the primary's address is not known yet."""
         addr = self._primary_addr()
         if not addr:
             return False
+        log_end, cuts = (self._log_end() if self._log_end is not None else None), self._log_cuts
         topics = TopicConfigTable.from_json(await self._get_json(addr, RequestCode.GET_ALL_TOPIC_CONFIG))
         if self._topics.replace_all(topics):
             self._on_topics_changed()
+        if cuts == self._log_cuts:  # a cut during the request leaves the offset unknown
+            self.table_log_offset = log_end
         offsets = await self._get_json(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
         try:
             table = {str(key): {int(q): int(o) for q, o in queues.items()}

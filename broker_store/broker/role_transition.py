@@ -9,6 +9,7 @@ I/O in RocketMQ 5's changeToMaster order, so a promoted broker takes no send bef
                      -> truncate the invalid tail           (PromotionSteps.truncate_invalid_tail)
                      -> append the epoch entry               (PromotionSteps.append_epoch_entry)
                      -> rebuild the ConsumeQueues            (PromotionSteps.rebuild_consume_queues)
+                     -> adopt orphan topics                  (``adopt_orphans``: broker.orphan_topics)
                      -> start the primary side (HA port, replica-ack step) -> unfence (PRIMARY)
     demote(epoch):   fence (DEMOTING) -> stop the primary side (waiting puts answered FLUSH_SLAVE_TIMEOUT)
                      -> start following -> unfence (REPLICA)
@@ -138,10 +139,14 @@ class ControllerPromotionSteps(StorePromotionSteps):
 class RoleTransition:
     """Runs role changes (see the module docstring)."""
 
-    def __init__(self, role: RoleState, replication: ReplicationSide, steps: PromotionSteps) -> None:
+    def __init__(self, role: RoleState, replication: ReplicationSide, steps: PromotionSteps, *,
+                 adopt_orphans: Callable[[], object] = lambda: None) -> None:
+        """``adopt_orphans`` runs on the loop once the ConsumeQueues are rebuilt: topics with messages but no
+        config get one (``broker.orphan_topics``), before any pull or send is served as PRIMARY."""
         self._role = role
         self._replication = replication
         self._steps = steps
+        self._adopt_orphans = adopt_orphans
         self._lock = asyncio.Lock()
 
     async def change_role(self, role: BrokerRole, *, epoch: int | None = None) -> None:
@@ -169,6 +174,7 @@ class RoleTransition:
         start_offset = await self._steps.truncate_invalid_tail()
         await self._steps.append_epoch_entry(self._role.epoch, start_offset)
         await self._steps.rebuild_consume_queues()
+        self._adopt_orphans()
         await self._replication.become(BrokerRole.PRIMARY)
 
     async def _fenced(self, steps: Callable[[], Awaitable[None]]) -> None:

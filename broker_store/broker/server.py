@@ -67,6 +67,7 @@ from broker_store.broker.long_polling import PullWaiters
 from broker_store.broker.metadata_sync import MetadataSync
 from broker_store.broker.metrics import BrokerMetrics
 from broker_store.broker.namesrv_registration import BrokerIdentity, NamesrvRegistration
+from broker_store.broker.orphan_topics import adopt_orphan_topics
 from broker_store.broker.primary_address_listener import PrimaryAddressListener
 from broker_store.broker.replication import BrokerReplication
 from broker_store.broker.request_routing import BrokerParts, Processor, processor_table, unrouted
@@ -273,7 +274,8 @@ class BrokerServer:
                 epoch_store=self.epoch_store)
             await self.replication.start()
             self._role_transition = RoleTransition(self.role_state, self.replication,
-                                                   promotion_steps(self._promotion_steps, store, self.epoch_store))
+                                                   promotion_steps(self._promotion_steps, store, self.epoch_store),
+                                                   adopt_orphans=self._adopt_orphan_topics)
             self._client = RemotingClient(tls=self.config.tls.client_settings(), clock=self._clock)
             replication = self.replication
             self.registration = NamesrvRegistration(
@@ -292,7 +294,8 @@ class BrokerServer:
                 self._client, self._primary_broker_addr, self.topic_configs, self.consumer_offsets,
                 self.subscription_groups, interval=self.config.ha.metadata_sync_interval_ms / 1000, clock=self._clock,
                 on_topics_changed=self._request_register, delay_offsets=self.delay_offsets, acl=self.acl,
-                credentials=self.own_credentials)
+                credentials=self.own_credentials, log_end=lambda: store.max_physical_offset)
+            store.add_arrival_listener(self.metadata_sync.arrival_listener)
             self.schedule = ScheduleService(store, DelaySchedule(self.delay_levels, self.delay_offsets),
                                             clock=self._clock)
             stage_loops = self._stage_loops = StageLoops(self.metadata_sync, self.schedule,
@@ -383,10 +386,13 @@ class BrokerServer:
     def _clamp_offsets_to_queues(self) -> None:
         """After a controller-mode replica cut its log: consumer and delay offsets past their queues' new ends
         come down to them (apache/rocketmq#4771), so no consumer skips what the new primary writes there. Runs
-        on the loop (the tables are single-threaded); the metadata sync later copies the primary's tables."""
+        on the loop (the tables are single-threaded); the metadata sync later copies the primary's tables. The offset
+        at which the topic table in force was asked for no longer bounds what it covers (``broker.orphan_topics``)."""
         store = self._store
         if store is None:
             return
+        if self.metadata_sync is not None:
+            self.metadata_sync.forget_table_log_offset()
         moved = self.consumer_offsets.clamp(store.get_max_offset)
         moved += self.delay_offsets.clamp(lambda level: store.get_max_offset(SCHEDULE_TOPIC, queue_id_of_level(level)))
         if moved:
@@ -443,6 +449,12 @@ class BrokerServer:
             return
         await self.registration.register_all()
         await self.registration.unregister_all(replace(self.identity(), broker_id=old.broker_id, broker_addr=self.addr))
+
+    def _adopt_orphan_topics(self) -> None:
+        """Promotion step (fenced, on the loop): topics with messages here but no config get one."""
+        sync = self.metadata_sync
+        adopt_orphan_topics(self.store, self.topic_configs, sync.table_log_offset if sync is not None else None,
+                            self.config.broker_name)
 
     def _persist_delay_offsets(self) -> None:
         try:

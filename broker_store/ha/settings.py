@@ -109,7 +109,8 @@ class HASettings(BaseModel):
     Set it small in tests to trigger replica reads with little data."""
     metadata_sync_interval_ms: int = Field(default=10_000, gt=0)
     """Period at which a replica copies topics, consumer offsets, subscription groups and delay offsets from
-    its primary (RocketMQ SlaveSynchronize: 10 s; ``broker.metadata_sync``)."""
+    its primary (RocketMQ SlaveSynchronize: 10 s; ``broker.metadata_sync``). A message of a topic the replica's
+    table does not list asks for a round at once (at most one such round a second)."""
 
     ha_allowed_peers: list[str] | None = None
     """Addresses that may connect to this broker's HA port (exact IPv4/IPv6 addresses, CIDR networks such as

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from broker_store.client import MessageQueue, PullConsumer, PullResult, PullStatus, StoredMessage, TlsClientSettings
 from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from broker_store.protocol.acl import SessionCredentials
-from broker_store.protocol.errors import RequestTimeoutError, RocketMQError
+from broker_store.protocol.errors import RequestTimeoutError, RocketMQError, TopicNotExistError
 from broker_store.protocol.message import stored_record_spans
 from connectors.core.config import RetrySettings
 from connectors.core.errors import DataLossError
@@ -161,7 +161,9 @@ def pull_results(settings: PullSettings, partition: QueueRange, consumer: PullCo
     repeat after a stale route's error (a dead or replaced primary) goes out at once, on the route the client
     fetches anew (``connectors.core.outage.once_more_on_new_route``'s rule). A pull answered at its own offset
     without reading while the queue holds that offset (a broker changing role serves only up to its confirm
-    offset) is waited out the same way (``QueueNotServedError``), never looped on at once nor reported lost.
+    offset) is waited out the same way (``QueueNotServedError``), never looped on at once nor reported lost; so
+    is a pull answered TOPIC_NOT_EXIST by a broker while the route lists the queue (a broker whose copy of the
+    topic table is behind its log); once the route no longer lists it (the topic was deleted) the error is raised.
     Nothing is skipped and nothing read twice by the retries: a failed pull yielded nothing.
     ``outage``: the task's (counts its retries); default one per call.
     """
@@ -185,13 +187,22 @@ def pull_results(settings: PullSettings, partition: QueueRange, consumer: PullCo
         return iter(())
     window = PullWindow(partition.start, partition.end, settings.pull_batch_size, settings.pulls_in_flight)
     in_flight = deque(pull(at) for at in window.fill())
-    return _follow_pulls(settings, partition, pull, wait, window, in_flight, outage or source_outage(settings))
+    def route_lists() -> bool:
+        try:
+            return mq in consumer.fetch_message_queues(mq.topic)
+        except RocketMQError:
+            return False
+
+    return _follow_pulls(settings, partition, pull, wait, window, in_flight, outage or source_outage(settings),
+                         route_lists)
 
 
 def _follow_pulls(settings: PullSettings, partition: QueueRange, pull: Callable[[int], Future[PullResult]],
                   wait: Callable[[Future[PullResult]], PullResult], window: PullWindow,
-                  in_flight: deque[Future[PullResult]], outage: SourceOutage) -> Iterator[tuple[int, PullResult]]:
-    """``pull_results`` from its first pulls on: ``in_flight`` holds the futures of ``window.in_flight``."""
+                  in_flight: deque[Future[PullResult]], outage: SourceOutage,
+                  route_lists: Callable[[], bool]) -> Iterator[tuple[int, PullResult]]:
+    """``pull_results`` from its first pulls on: ``in_flight`` holds the futures of ``window.in_flight``;
+    ``route_lists()``: whether the source's route lists the queue now."""
     mq = f"{partition.topic}/{partition.broker_name}/{partition.queue_id}"
     timer = OutageTimer(outage.policy, outage.clock)
     new_route_asked = False
@@ -213,7 +224,13 @@ def _follow_pulls(settings: PullSettings, partition: QueueRange, pull: Callable[
             except RocketMQError as exc:
                 window.in_flight.popleft()
                 if not outage.unavailable(exc):
-                    raise
+                    if not (isinstance(exc, TopicNotExistError) and route_lists()):
+                        raise
+                    # the broker lacks the topic's config while the route lists the queue: a broker whose
+                    # metadata is behind (a new primary of a source without orphan adoption, a replica before
+                    # its copy) catches up; a deleted topic leaves the route, and then this raises
+                    exc = QueueNotServedError(f"{exc} (the source's route lists {mq}: the broker has not got the "
+                                              "topic's config yet)")
                 if not new_route_asked and exc.invalid_route and not isinstance(exc, RequestTimeoutError):
                     # the primary this worker's route names died or was replaced (a failover): the client
                     # dropped the route, so pull again at once before counting an outage (one backoff per

@@ -237,6 +237,38 @@ def test_a_pull_outage_longer_than_the_budget_fails_the_task() -> None:
     assert sum(clock.sleeps) == pytest.approx(5.0)
 
 
+class RoutedConsumer(FlakyConsumer):
+    """A ``FlakyConsumer`` whose route lists queue T/b/0 while ``listed()`` says so."""
+
+    def __init__(self, fail: Callable[[int], RocketMQError | None], listed: Callable[[], bool]) -> None:
+        super().__init__(fail)
+        self.listed = listed
+
+    def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
+        return [MessageQueue("T", "b", 0)] if self.listed() else []
+
+
+def test_topic_not_exist_from_a_broker_the_route_still_lists_is_waited_out_a_deleted_topic_fails() -> None:
+    """A new primary without the topic's config yet (created on the old one just before it died) catches up;
+    a topic gone from the route (deleted on the source) fails the pull at once, as before."""
+    clock = FakeClock()
+    outage = _outage(clock)
+    behind = TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST, "topic[T] not exist, apply first please!",
+                                addr="127.0.0.1:10911")
+    consumer = RoutedConsumer(lambda n: behind if n in (1, 2) else None, lambda: True)
+    got = list(pull_range_raw(SETTINGS, QueueRange("T", "b", 0, 0, 12), consumer,  # type: ignore[arg-type]
+                              outage=outage))
+    assert [(r.first_offset, r.last_offset) for r in got] == [(0, 3), (4, 7), (8, 11)]
+    assert consumer.asked == [0, 4, 4, 4, 8] and outage.retries == 2 and clock.sleeps == [0.1, 0.2]
+
+    deleted = RoutedConsumer(lambda n: behind if n == 1 else None, lambda: False)
+    pulls = pull_range_raw(SETTINGS, QueueRange("T", "b", 0, 0, 12), deleted, outage=outage)  # type: ignore[arg-type]
+    assert next(pulls).first_offset == 0
+    with pytest.raises(TopicNotExistError):
+        next(pulls)
+    assert deleted.asked == [0, 4] and clock.sleeps == [0.1, 0.2]
+
+
 class FakeAdmin:
     """The reader's driver-side Admin: ``Orders`` has 2 queues on ``src-a``; no other topic exists.
     ``down``: calls that fail with a refused connection before answering."""
