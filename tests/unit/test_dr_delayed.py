@@ -4,6 +4,9 @@ schedule service's delay offsets and the schedule queues' ends, and the bound of
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -60,3 +63,26 @@ def test_the_bound_is_never_earlier_than_any_waiting_entrys_due_time(table: dict
     for w in waiting.levels:
         assert waiting.latest_due_ms is not None
         assert waiting.latest_due_ms >= READ_MS + levels.delay_ms(levels.cap(w.level))
+
+
+def test_status_and_recover_print_what_waits_and_until_when(capsys: pytest.CaptureFixture[str]) -> None:
+    from jobs.dr.cli import print_recover_report, print_status
+    from jobs.dr.operation import OperationRecord, OperationState, StepRecord, StepState
+    from jobs.dr.status import link_status
+
+    delayed = waiting_on_a(READ_MS, DEFAULT_DELAY_LEVELS, {"a-0": {3: 1}}, {"a-0": {3: 3}}).to_json()
+    status = replace(link_status("L", READ_MS / 1000, [], {}, {}, {}, {}), delayed=delayed)
+    print_status(status)
+    out = capsys.readouterr().out
+    assert "a-0" in out and out.rstrip().splitlines()[-1] == keep_link_line("L", delayed)
+    assert status.to_json()["delayed_waiting"] == delayed
+    report = {"queues": [], "recovered": 0, "lost_to_retention": 0, "quarantine": False, "audited": None,
+              "delayed": delayed}
+    record = OperationRecord("op", "recover", "L", OperationState.DONE, 0.0,
+                             (StepRecord("report", StepState.DONE, result=report),))
+    print_recover_report(record)
+    last = capsys.readouterr().out.rstrip().splitlines()[-1]
+    assert last.startswith("2 delayed message(s) still wait on A") and "2023-11-14 22:13:30 UTC" in last
+    print_recover_report(replace(record, steps=(StepRecord("report", StepState.DONE, result={
+        **report, "delayed": waiting_on_a(READ_MS, DEFAULT_DELAY_LEVELS, {}, {}).to_json()}),)))
+    assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("no delayed message waits on A")
