@@ -11,11 +11,11 @@ a replica's delay offsets come from its primary through ``metadata_sync``). Two 
                       store's put path, as any put (flush and replication behave the same).
 
 Contract of a delivery (RocketMQ's messageTimeup): body, flag, SYSFLAG, born timestamp and host,
-reconsumeTimes and every property are kept, DELAY (and a handed-over DUE_MS) is removed, WAIT is false (the
-service does not wait for durability; its offsets are persisted behind the puts, so a crash delivers again, never
-loses); the topic and queue come from REAL_TOPIC / REAL_QID (kept). The delivered message has a new offset msgId;
-UNIQ_KEY, the client's id, is unchanged. A level's offset moves past an entry once its put is accepted, or when the
-entry cannot be delivered at all (record gone by retention, no REAL_TOPIC): those are logged and skipped.
+reconsumeTimes and every property are kept, DELAY is removed, WAIT is false (the service does not wait for
+durability; its offsets are persisted behind the puts, so a crash delivers again, never loses); the topic and
+queue come from REAL_TOPIC / REAL_QID (kept). The delivered message has a new offset msgId; UNIQ_KEY, the
+client's id, is unchanged. A level's offset moves past an entry once its put is accepted, or when the entry
+cannot be delivered at all (record gone by retention, no REAL_TOPIC): those are logged and skipped.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from broker_store.protocol.errors import ProtocolError, RocketMQError
 from broker_store.protocol.message import StoredMessage, decode_stored_message, tags_hash_code
 from broker_store.protocol.properties import PROPERTY_DELAY, PROPERTY_WAIT, encode_properties
 from broker_store.store import MessageStore, PutStatus, QueueEntry, tags_code_of_properties
-from broker_store.store.delay_levels import PROPERTY_DUE_MS, SCHEDULE_TOPIC, DelayLevels, queue_id_of_level
+from broker_store.store.delay_levels import SCHEDULE_TOPIC, DelayLevels, queue_id_of_level
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,6 @@ def delivery_of(msg: StoredMessage) -> Delivery:
     """Where and with which properties a due message is put; ValueError if it names no real topic or queue."""
     props = dict(msg.properties)
     props.pop(PROPERTY_DELAY, None)
-    props.pop(PROPERTY_DUE_MS, None)
     props[PROPERTY_WAIT] = "false"
     topic = props.get(PROPERTY_REAL_TOPIC)
     raw_queue_id = props.get(PROPERTY_REAL_QUEUE_ID, "")

@@ -267,6 +267,15 @@ class AsyncAdmin:
         return await self._queue_offset(RequestCode.GET_MAX_OFFSET, mq,
                                         QueueRequestHeader(topic=mq.topic, queue_id=mq.queue_id))
 
+    async def max_offset_at(self, broker_addr: str, topic: str, queue_id: int) -> int:
+        """GET_MAX_OFFSET of one queue asked of one broker (no route needed: ``SCHEDULE_TOPIC_XXXX`` has none)."""
+        resp = await self._session.invoke(broker_addr, RequestCode.GET_MAX_OFFSET,
+                                          QueueRequestHeader(topic=topic, queue_id=queue_id))
+        try:
+            return OffsetResponseHeader.from_ext(resp.ext_fields).offset
+        except ProtocolError as exc:
+            raise ProtocolError(f"offset response from {broker_addr}: {exc}") from exc
+
     async def topic_stats(self, broker_addr: str, topic: str) -> TopicStatsTable:
         """GET_TOPIC_STATS_INFO of one broker: min / max offset (and last store time) of every queue of
         ``topic`` it holds, in one request (TopicNotExistError when it has no config of the topic)."""
@@ -477,6 +486,9 @@ class Admin(SyncClient[AsyncAdmin]):
 
     def max_offset(self, mq: MessageQueue) -> int:
         return self._call(lambda a: a.max_offset(mq), self._t())
+
+    def max_offset_at(self, broker_addr: str, topic: str, queue_id: int) -> int:
+        return self._call(lambda a: a.max_offset_at(broker_addr, topic, queue_id), self._t())
 
     def topic_stats(self, broker_addr: str, topic: str) -> TopicStatsTable:
         return self._call(lambda a: a.topic_stats(broker_addr, topic), self._t())

@@ -8,14 +8,7 @@ recovery and a replica's indexing must compute the same tags code the put did.
 
 A delayed message is stored in ``SCHEDULE_TOPIC``, queue ``level - 1``, its ConsumeQueue entry::
 
-    commit log offset 8 | size 4 | tags code 8 = STORETIMESTAMP + delay of its level (ms),
-                                                 or DUE_MS when the message carries an earlier one
-
-``PROPERTY_DUE_MS`` carries the due time a message had on another cluster (a delayed message handed over by
-``jobs.dr`` from a switched-over source): it is sent with the smallest level not earlier than what remains
-(``level_not_earlier``) and is due at ``min(STORETIMESTAMP + delay of the level, DUE_MS)``, so it is delivered
-at its original due time, never earlier. Apache RocketMQ brokers ignore the property and deliver it when its
-level elapses: late by at most the level's rounding, never early.
+    commit log offset 8 | size 4 | tags code 8 = STORETIMESTAMP + delay of its level (ms)
 
 ``message_delay_level`` format: delays separated by single spaces, level 1 first; each an integer followed by
 one unit, ``s`` (seconds), ``m`` (minutes), ``h`` (hours) or ``d`` (days): ``"1s 5s 10s 30s 1m ... 2h"``.
@@ -36,9 +29,6 @@ UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 UNKNOWN_LEVEL_DELAY_MS = 1000
 """Delay applied to a level the table does not hold (RocketMQ's computeDeliverTimestamp fallback)."""
 DELAY_KEY = property_key(PROPERTY_DELAY)
-PROPERTY_DUE_MS = "ROCKETMQ_REPLICATOR_DUE_MS"
-"""The original due time (ms since the epoch) of a delayed message moved between clusters (see above)."""
-DUE_MS_KEY = property_key(PROPERTY_DUE_MS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,22 +72,6 @@ class DelayLevels:
         """When a message of ``level`` stored at ``store_timestamp`` (ms) is due."""
         return store_timestamp + self.delay_ms(level)
 
-    def level_not_earlier(self, remaining_ms: int) -> int:
-        """The level that delivers a message due in ``remaining_ms`` no earlier than that: the smallest level
-        whose delay is at least ``remaining_ms``; the highest level when none is (a due time further away than
-        the table reaches is delivered at that level's delay: early, the one case reported by callers,
-        ``reaches``); 0 (no delay) when the message is already due."""
-        if remaining_ms <= 0:
-            return 0
-        for level, delay in enumerate(self.delays_ms, 1):
-            if delay >= remaining_ms:
-                return level
-        return self.max_level
-
-    def reaches(self, remaining_ms: int) -> bool:
-        """Whether some level waits at least ``remaining_ms``."""
-        return remaining_ms <= max(self.delays_ms, default=0)
-
 
 DEFAULT_DELAY_LEVELS = DelayLevels.parse(DEFAULT_MESSAGE_DELAY_LEVEL)
 
@@ -131,11 +105,4 @@ def schedule_tags_code(props: bytes | memoryview, store_timestamp: int, levels: 
         level = 0
     if level <= 0:
         return 0
-    deliver = levels.deliver_timestamp(levels.cap(level), store_timestamp)
-    raw_due = first_value(bytes(props), DUE_MS_KEY)
-    if raw_due is not None:  # only messages handed over between clusters carry it
-        try:
-            deliver = min(deliver, max(0, int(raw_due)))
-        except ValueError:
-            pass  # unreadable: its level decides, as on a broker that does not know the property
-    return deliver
+    return levels.deliver_timestamp(levels.cap(level), store_timestamp)

@@ -37,9 +37,11 @@ from rich.console import Console
 from broker_store.cli.table import print_table
 from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from broker_store.protocol.errors import RocketMQError
+from broker_store.store.delay_levels import DelayLevels
 from connectors.core.config import LinkConfig, load_replicator_config
 from connectors.core.errors import ReplicatorConfigError, ReplicatorError
 from connectors.replication.source_maxes import read_source_maxes
+from jobs.dr.delayed import keep_link_line, stamp_ms
 from jobs.dr.failback import KIND as FAILBACK
 from jobs.dr.failback import reverse_link_of
 from jobs.dr.failback_cli import run_failback
@@ -81,6 +83,9 @@ def parser() -> argparse.ArgumentParser:
                    help="switchover: seconds to wait for the link to replicate A's last messages (%(default)s)")
     p.add_argument("--groups-timeout", type=float, default=defaults.groups_timeout_s,
                    help="switchover: seconds to wait for the groups' consumers to leave A (%(default)s)")
+    p.add_argument("--delay-levels", default=defaults.delay_levels, metavar="LEVELS",
+                   help="switchover, status, recover: A's message_delay_level, for the due time of the delayed "
+                        "messages waiting on A (default: RocketMQ's, %(default)r)")
     p.add_argument("--force", action="store_true", help="failover: although A answers")
     p.add_argument("--quarantine", action="store_true",
                    help=f"recover: into quarantine topics on B (<target topic>{QUARANTINE_SUFFIX}), not the mapped "
@@ -155,6 +160,18 @@ def print_report(record: OperationRecord) -> None:
     print("steps: " + ", ".join(f"{s.name} {durations[s.name]:.1f} s" for s in record.steps
                                 if durations.get(s.name) is not None))
     print(report["operator"])
+    delayed = report.get("delayed")
+    if delayed is not None:
+        print_delayed(delayed)
+        print(report["delayed_next"])
+
+
+def print_delayed(delayed: Mapping[str, Any]) -> None:
+    """The delayed messages waiting on A per broker group and level (``jobs.dr.delayed``), if any."""
+    if delayed["levels"]:
+        print_table(["broker on A", "delay level", "delivered up to", "schedule end", "waiting"],
+                    [(w["broker"], w["level"], w["delivered_up_to"], w["end"], w["waiting"])
+                     for w in delayed["levels"]], numeric=["delay level", "delivered up to", "schedule end", "waiting"])
 
 
 def print_audit(audit: Mapping[str, Any]) -> None:
@@ -204,6 +221,15 @@ def print_recover_report(record: OperationRecord) -> None:
                  if q["divergent"] or q["lost_to_retention"]],
                 numeric=["replicated", "on A", "divergent", "recovered", "sent now", "born on B",
                          "lost to retention"])
+    delayed = report.get("delayed")
+    if delayed is not None:
+        print_delayed(delayed)
+        if delayed["waiting"]:
+            print(f"{delayed['waiting']} delayed message(s) still wait on A: A delivers them when due (by "
+                  f"{stamp_ms(delayed['latest_due_ms'])} at the latest), beyond what this recover copied; run "
+                  f"python -m jobs.dr recover --link {record.link} again after that")
+        else:
+            print("no delayed message waits on A: every one A delivered is in the range copied")
 
 
 def print_status(status: LinkStatus) -> None:
@@ -215,6 +241,8 @@ def print_status(status: LinkStatus) -> None:
               f"acknowledged message(s) of A are not on B (what python -m jobs.dr failover's audit would say); "
               f"what A acknowledged after that is unknown")
         _status_tables(status)
+        print("delayed messages waiting on A: unknown (A does not answer); A delivers them when it is back, into "
+              "its topics beyond the replicated point")
         return
     print(f"link {status.link}: if A died now, {status.rpo_messages} acknowledged message(s) would not be on B "
           f"(A's max offsets read at {_stamp(status.observed_at)})")
@@ -225,6 +253,9 @@ def print_status(status: LinkStatus) -> None:
         print(f"from the job's own record (a failover's audit): at least {status.recorded_rpo} message(s), "
               f"A observed {age:.1f} s ago")
     _status_tables(status)
+    if status.delayed is not None:
+        print_delayed(status.delayed)
+        print(keep_link_line(status.link, status.delayed))
 
 
 def _status_tables(status: LinkStatus) -> None:
@@ -277,12 +308,18 @@ def run(args: argparse.Namespace, clock: ThreadClock = SYSTEM_CLOCK) -> int:
             if name is not None:
                 reverse_ends = LinkEnds.open(args.config, config, reverse_link_of(config, link, name or None), clock)
                 standby = ReverseStandby(ends, reverse_ends)
-        switchover = Switchover(ends, SwitchoverSettings(args.max_lag, args.drain_timeout, args.groups_timeout),
+        try:
+            levels = DelayLevels.parse(args.delay_levels)
+        except ValueError as exc:
+            raise ReplicatorConfigError(f"--delay-levels: {exc}") from exc
+        switchover = Switchover(ends, SwitchoverSettings(args.max_lag, args.drain_timeout, args.groups_timeout,
+                                                         delay_levels=args.delay_levels),
                                 progress=progress, standby=standby)
-        recover = Recover(ends, RecoverSettings(quarantine=args.quarantine), progress=progress)
+        recover = Recover(ends, RecoverSettings(quarantine=args.quarantine, delay_levels=args.delay_levels),
+                          progress=progress)
         failover = Failover(ends, FailoverSettings(force=args.force, groups=tuple(args.group)), progress=progress)
         if args.command == "status":
-            status = read_status(ends)
+            status = read_status(ends, levels)
             if args.json:
                 print(json.dumps(status.to_json(), indent=2))
             else:

@@ -1,87 +1,108 @@
-"""Delayed messages still waiting on A (``SCHEDULE_TOPIC_XXXX``) when A stops being the active side: the pure
-rule of their hand-over to B. Used by ``jobs.dr`` (the command that reads A's waiting entries and sends them is
-not built yet: docs/operations.md, "What a moved consumer group finds on B").
+"""Delayed messages still waiting on A (``SCHEDULE_TOPIC_XXXX``): how many, and until when the forward link's
+job must keep running so that each reaches B at its due time, once.
 
-Why a hand-over and not continuous replication of the schedule: B's broker would deliver every replicated
-entry when due, and the link would also bring A's own delivery of it, so each delayed message would reach B
-twice. Handed over once, when A no longer delivers to B through the link, each reaches B once.
+The rule (docs/operations.md, "What a moved consumer group finds on B"): nothing of the schedule is copied or
+handed over. A's schedule service keeps delivering each waiting message into its real topic when it is due,
+also after a switchover (its puts go through A's store, not through the topic permissions the fence removed),
+and the forward link copies that delivery to B like any message of A: B gets it at its due time plus the link's
+lag, never early, once. So after a switchover the forward link's job runs until the last waiting message has
+fallen due; ``switchover`` and ``status`` report when that is.
 
-A waiting entry of A, stored at ``store_timestamp`` in level ``L``'s queue, is due at
-``store_timestamp + delay(L)`` (A's level table). Its hand-over to B is one message (``handover_message``):
-
-    topic        the link's target topic of its REAL_TOPIC (entries of topics the link does not copy stay)
-    DELAY        the smallest level of B's table not earlier than what remains of its wait, at least 1
-                 (``DelayLevels.level_not_earlier``): an Apache RocketMQ target delivers it then, never early
-    ROCKETMQ_REPLICATOR_DUE_MS   the original due time: the bundled brokers deliver it exactly then
-    ROCKETMQ_REPLICATOR_DELAYED  ``<cluster>/<broker>/<level>/<offset>`` of the entry on A: what a re-run
-                                 checks on B so nothing is handed over twice
-    ROCKETMQ_REPLICATOR_SOURCE   A appended (the loop guard keeps a reverse link from copying it back to A,
-                                 which delivers its own copy)
-    REAL_TOPIC, REAL_QID         removed (B's broker sets its own); body, flag, keys, tags, UNIQ_KEY kept
+What is read (thin, ``read_waiting``): per broker group of A, its schedule service's delay offsets
+(GET_ALL_DELAY_OFFSET: per level, the next schedule queue offset it delivers) and the end of each level's queue
+(GET_MAX_OFFSET of ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1``, asked of the group's primary: the schedule topic
+has no route). The entries between are waiting. Their real topics are not read (a client cannot pull the schedule
+topic from the bundled brokers), so the count holds every waiting message of the broker group, of linked topics
+or not, send-backs to retry topics included; and an entry of level ``L`` read at ``now`` was stored before
+``now``, so it is due before ``now + delay(L)``: the latest due time reported is that bound (by A's level table,
+``--delay-levels``), never earlier than the true one.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
-from broker_store.broker.delayed_send import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
-from broker_store.protocol.message import Message, StoredMessage
-from broker_store.protocol.properties import PROPERTY_DELAY, PROPERTY_WAIT
-from broker_store.store.delay_levels import PROPERTY_DUE_MS, DelayLevels
-from connectors.replication.loop_guard import stamp
-
-PROPERTY_HANDOVER = "ROCKETMQ_REPLICATOR_DELAYED"
-"""Where a handed-over message waited on A: ``<cluster>/<broker>/<level>/<schedule queue offset>``."""
+from broker_store.store.delay_levels import SCHEDULE_TOPIC, DelayLevels, queue_id_of_level
+from jobs.dr.link_ends import LinkEnds
 
 
-class WaitingEntry(NamedTuple):
-    """One entry of A's schedule that its schedule service has not delivered yet."""
+@dataclass(frozen=True)
+class LevelWaiting:
+    """The waiting entries of one level's schedule queue on one broker group of A."""
 
     broker: str
-    """A's broker group holding it."""
     level: int
-    """Its delay level on A (its schedule queue is ``level - 1``)."""
-    message: StoredMessage
-    """The stored entry (topic SCHEDULE_TOPIC_XXXX, REAL_TOPIC / REAL_QID naming where it goes)."""
+    delivered_up_to: int
+    """The schedule service's next offset (its delay offset for the level)."""
+    end: int
+    """The queue's max offset (next to be written)."""
+
+    @property
+    def waiting(self) -> int:
+        return max(0, self.end - self.delivered_up_to)
 
 
-class Handover(NamedTuple):
-    """The send to B that hands one waiting entry over."""
+@dataclass(frozen=True)
+class DelayedWaiting:
+    """What waits in A's schedule at ``read_at_ms``, and the latest due time of it (a bound, module docstring)."""
 
-    message: Message
-    due_ms: int
-    """The entry's due time on A (ms since the epoch): it must not reach B's real topic before."""
-    level: int
-    """The delay level sent to B."""
-    early: bool
-    """True only when B's longest level is shorter than what remains: an Apache target delivers it before its
-    due time (the bundled brokers still honour the due time). Reported, never silent."""
+    read_at_ms: int
+    levels: tuple[LevelWaiting, ...]
+    """Only levels with waiting entries, by broker then level."""
+    latest_due_ms: int | None
+    """None: nothing waits."""
 
+    @property
+    def waiting(self) -> int:
+        return sum(w.waiting for w in self.levels)
 
-def due_ms(entry: WaitingEntry, levels: DelayLevels) -> int:
-    """When ``entry`` is due on A, by A's level table."""
-    return levels.deliver_timestamp(levels.cap(entry.level), entry.message.store_timestamp)
-
-
-def handover_marker(cluster: str, entry: WaitingEntry) -> str:
-    return f"{cluster}/{entry.broker}/{entry.level}/{entry.message.queue_offset}"
+    def to_json(self) -> dict[str, Any]:
+        return {"read_at_ms": self.read_at_ms, "waiting": self.waiting, "latest_due_ms": self.latest_due_ms,
+                "levels": [{"broker": w.broker, "level": w.level, "delivered_up_to": w.delivered_up_to,
+                            "end": w.end, "waiting": w.waiting} for w in self.levels]}
 
 
-def handover_message(entry: WaitingEntry, target_topic: str, *, source_cluster: str, a_levels: DelayLevels,
-                     b_levels: DelayLevels, now_ms: int) -> Handover:
-    """The send to B of ``entry`` (module docstring); ``target_topic`` is the link's target of its REAL_TOPIC.
-    ValueError when the entry names no REAL_TOPIC (B could not deliver it either)."""
-    props = dict(entry.message.properties)
-    if not props.get(PROPERTY_REAL_TOPIC):
-        raise ValueError(f"the entry at {handover_marker(source_cluster, entry)} names no {PROPERTY_REAL_TOPIC}")
-    for name in (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_WAIT):
-        props.pop(name, None)
-    due = due_ms(entry, a_levels)
-    remaining = due - now_ms
-    level = max(1, b_levels.level_not_earlier(remaining))
-    props[PROPERTY_DELAY] = str(level)
-    props[PROPERTY_DUE_MS] = str(due)
-    props[PROPERTY_HANDOVER] = handover_marker(source_cluster, entry)
-    props = stamp(props, source_cluster)
-    message = Message(target_topic, entry.message.body, props, entry.message.flag)
-    return Handover(message, due, level, early=not b_levels.reaches(remaining))
+def waiting_on_a(read_at_ms: int, levels: DelayLevels, delay_offsets: Mapping[str, Mapping[int, int]],
+                 ends: Mapping[str, Mapping[int, int]]) -> DelayedWaiting:
+    """From each broker group's delay offsets and its schedule queues' ends (level -> max offset) read at
+    ``read_at_ms``: the waiting entries and the bound of their latest due time (pure). A level without a delay
+    offset has delivered nothing yet (offset 0)."""
+    waiting = []
+    for broker in sorted(ends):
+        offsets = delay_offsets.get(broker, {})
+        for level, end in sorted(ends[broker].items()):
+            entry = LevelWaiting(broker, level, offsets.get(level, 0), end)
+            if entry.waiting:
+                waiting.append(entry)
+    latest = max((levels.deliver_timestamp(levels.cap(w.level), read_at_ms) for w in waiting), default=None)
+    return DelayedWaiting(read_at_ms, tuple(waiting), latest)
+
+
+def keep_link_line(link: str, waiting: Mapping[str, Any]) -> str:
+    """What the operator does about the delayed messages waiting on A (``DelayedWaiting.to_json``)."""
+    if not waiting["waiting"]:
+        return (f"no delayed message waits on A (its schedule, read at {stamp_ms(waiting['read_at_ms'])}): the "
+                f"forward link {link} has nothing more to bring.")
+    return (f"{waiting['waiting']} delayed message(s) wait on A (its schedule, every topic); A delivers each when due "
+            f"and the forward link copies it to B: keep the job of link {link} running until "
+            f"{stamp_ms(waiting['latest_due_ms'])} at least (then its lag).")
+
+
+def stamp_ms(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def read_waiting(ends: LinkEnds, levels: DelayLevels) -> DelayedWaiting:
+    """Read A's schedule now (module docstring): every broker group's primary answers or ``RocketMQError``."""
+    admin = ends.a
+    delay_offsets: dict[str, dict[int, int]] = {}
+    queue_ends: dict[str, dict[int, int]] = {}
+    for broker, addr in sorted(admin.primary_addrs(ends.source.name).items()):
+        delay_offsets[broker] = admin.all_delay_offsets(addr)
+        queue_ends[broker] = {level: admin.max_offset_at(addr, SCHEDULE_TOPIC, queue_id_of_level(level))
+                              for level in range(1, levels.max_level + 1)}
+    read_at_ms = int(ends.clock.time() * 1000)  # after the reads: every entry counted was stored before
+    return waiting_on_a(read_at_ms, levels, delay_offsets, queue_ends)

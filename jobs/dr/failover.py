@@ -255,7 +255,10 @@ class Failover:
                 "durations_s": durations, "operator": operator_moves(self.ends),
                 "next": f"the link stays stopped; once {self.ends.source.name} answers again, "
                         f"python -m jobs.dr recover --link {self.ends.link.name} copies what it acknowledged "
-                        "beyond the replicated point"}
+                        "beyond the replicated point; delayed messages waiting on A (its schedule, not readable now) "
+                        "are delivered by A when due once it is back, into its topics beyond the replicated point: "
+                        "recover copies those due by the time it runs and reports how many still wait, for a "
+                        "later recover"}
 
 
 def _queues(audit_json: Json) -> list[tuple[list[Any], int]]:

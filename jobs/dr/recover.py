@@ -19,7 +19,11 @@ copied to B once A answers again. The steps of ``python -m jobs.dr recover``, ru
                position property must name it; recovered + born on B (the loop guard's) must equal the
                divergent range. Nothing on A is truncated or deleted.
     report     per queue: replicated, on A, divergent, recovered, already on B, born on B, lost to retention; the
-               failover's audit computed again from the same records (unchanged while the link is stopped).
+               failover's audit computed again from the same records (unchanged while the link is stopped); the
+               delayed messages still waiting on A (``jobs.dr.delayed``): A delivered those that fell due while it
+               was away or before the copy into its topics, beyond the replicated point, so they were copied
+               with the rest; those still waiting are delivered by A later and need another ``recover`` after
+               their due time (or the link restarted).
 
 ``plan_queue`` and ``check_runs`` are the pure parts (unit-tested); the rest is thin I/O.
 """
@@ -33,6 +37,7 @@ from typing import Any, NamedTuple
 from broker_store.client import MessageQueue, PullConsumer, PullStatus
 from broker_store.protocol.errors import ProtocolError
 from broker_store.protocol.properties import PROPERTY_REPLICATOR_RECOVERY
+from broker_store.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DelayLevels
 from connectors.core.offsets import queue_key
 from connectors.replication.batch_commit import batch_metrics
 from connectors.replication.forwarding import (
@@ -50,6 +55,7 @@ from connectors.replication.records import OffsetMapping, ReplicationCommitMessa
 from connectors.replication.source_maxes import read_source_maxes
 from connectors.replication.source_position import POSITION_PROPERTY, parse_position
 from connectors.replication.writer_options import SinkOptions
+from jobs.dr.delayed import read_waiting
 from jobs.dr.link_ends import LinkEnds, queue_of, triple
 from jobs.dr.operation import Json, Step, StepContext, StepRefusedError
 from jobs.dr.rpo import audit
@@ -179,6 +185,8 @@ class RecoveryWriter(PartitionWriter):
 @dataclass(frozen=True)
 class RecoverSettings:
     quarantine: bool = False
+    delay_levels: str = DEFAULT_MESSAGE_DELAY_LEVEL
+    """A's ``message_delay_level``: the due time of the delayed messages still waiting on A (report)."""
 
 
 class Recover:
@@ -327,7 +335,8 @@ class Recover:
         return {"queues": rows, "recovered": sum(r["recovered"] for r in rows),
                 "lost_to_retention": sum(int(r["lost_to_retention"]) for r in rows),
                 "quarantine": ctx.results["preflight"]["quarantine"],
-                "audited": ctx.results["preflight"].get("audited")}
+                "audited": ctx.results["preflight"].get("audited"),
+                "delayed": read_waiting(self.ends, DelayLevels.parse(self.settings.delay_levels)).to_json()}
 
 
 def _positions(consumer: PullConsumer, queue: MessageQueue, first: int, last: int) -> dict[int, str | None]:

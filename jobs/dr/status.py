@@ -5,7 +5,8 @@ lag between them, which is also the recovery point if A died now: the messages A
 hold. Beside it the same from the replication job's durable record of A's max offsets and its age: what
 ``failover``'s audit would report, which is all that is left to read once A is gone. Per selected group: the
 age of its newest complete translated checkpoint (how far back a consumer failing over to B would resume).
-Config drift: mapped topics and selected groups missing on B.
+Config drift: mapped topics and selected groups missing on B. The delayed messages waiting on A and until when
+the forward link's job must run to bring them to B (``jobs.dr.delayed``).
 
 When A does not answer (it is lost: the moment ``status`` matters most), the same table comes from the job's
 record of A's max offsets alone (``recorded_status``): A's side is what the job last saw and when, which the
@@ -25,10 +26,12 @@ import pyarrow.compute as pc
 
 from broker_store.client import MessageQueue
 from broker_store.protocol.errors import RocketMQError
+from broker_store.store.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels
 from connectors.checkpoint.tables import CHECKPOINTS, CheckpointTables, newest_complete_snapshot_ms
 from connectors.core.offsets import queue_key
 from connectors.core.topic_mapping import TopicMapper
 from connectors.replication.source_maxes import SourceMaxes, read_source_maxes
+from jobs.dr.delayed import read_waiting
 from jobs.dr.link_ends import LinkEnds
 from jobs.dr.rpo import audit
 
@@ -65,6 +68,9 @@ class LinkStatus:
     """The oldest observation of that record (wall clock, s)."""
     a_error: str | None = None
     """A did not answer (this error): A's side is the job's record (``recorded_status``), not read now."""
+    delayed: Mapping[str, Any] | None = None
+    """The delayed messages waiting on A (``jobs.dr.delayed.DelayedWaiting.to_json``); None when A does not
+    answer."""
 
     @property
     def rpo_messages(self) -> int:
@@ -77,7 +83,8 @@ class LinkStatus:
                             "replicated": t.replicated, "lag": t.lag} for t in self.topics],
                 "checkpoint_age_s": dict(self.checkpoint_age_s), "topics_missing_on_b": list(self.missing_on_b),
                 "groups_missing_on_b": list(self.groups_missing_on_b), "recorded_rpo_messages": self.recorded_rpo,
-                "recorded_at": self.recorded_at, "a_answered": self.a_error is None, "a_error": self.a_error}
+                "recorded_at": self.recorded_at, "a_answered": self.a_error is None, "a_error": self.a_error,
+                "delayed_waiting": None if self.delayed is None else dict(self.delayed)}
 
 
 def link_status(link: str, observed_at: float, queues: Sequence[MessageQueue], maxes: Mapping[MessageQueue, int],
@@ -124,13 +131,14 @@ def newest_checkpoints(tables: CheckpointTables, groups: Sequence[str]) -> dict[
             for g in groups}
 
 
-def read_status(ends: LinkEnds) -> LinkStatus:
-    """Read A, B and the link's tables now; A not answering: ``read_recorded_status``."""
+def read_status(ends: LinkEnds, levels: DelayLevels = DEFAULT_DELAY_LEVELS) -> LinkStatus:
+    """Read A, B and the link's tables now; A not answering: ``read_recorded_status``. ``levels``: A's delay
+    level table (the due times of its waiting delayed messages)."""
     try:
         ends.a.cluster_info()  # fails fast (the admin's request timeout), unlike discovery's outage retries
     except RocketMQError as exc:
         return read_recorded_status(ends, str(exc))
-    return read_live_status(ends)
+    return replace(read_live_status(ends), delayed=read_waiting(ends, levels).to_json())
 
 
 def read_recorded_status(ends: LinkEnds, a_error: str) -> LinkStatus:

@@ -15,7 +15,9 @@
                with the checkpoint connector's own committer (``connectors.checkpoint.committer``: one
                translation, never moved backwards), recorded in the link's checkpoints table; then reads them
                back from B.
-    report     per queue: on A, replicated, missing (0); per group: A offset -> B offset; each step's duration.
+    report     per queue: on A, replicated, missing (0); per group: A offset -> B offset; each step's duration;
+               the delayed messages still waiting on A and until when the forward link's job must keep running
+               to bring them to B (``jobs.dr.delayed``).
 
 With ``--reverse`` two steps of ``jobs.dr.reverse_start`` make A a warm standby: ``hold`` (after preflight) stops
 the reverse link B -> A while A is fenced, ``reverse`` (after commit) commits its exact start on B, gives A's
@@ -35,12 +37,14 @@ from broker_store.client import MessageQueue, Producer, new_message
 from broker_store.clock import poll
 from broker_store.protocol.codes import PERM_WRITE
 from broker_store.protocol.errors import RocketMQError
+from broker_store.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DelayLevels
 from connectors.checkpoint.committer import CheckpointCommitter
 from connectors.checkpoint.link_state import read_link_progress
 from connectors.checkpoint.snapshot import GroupOffsetSnapshot
 from connectors.checkpoint.tables import CheckpointOutcome, CheckpointTables
 from connectors.core.monitoring import HEARTBEAT_TOPIC
 from connectors.core.offsets import queue_key
+from jobs.dr.delayed import keep_link_line, read_waiting
 from jobs.dr.link_ends import LinkEnds, queue_of, triple
 from jobs.dr.operation import Json, Step, StepContext, StepRecord, StepRefusedError
 from jobs.dr.reverse_start import ReverseStandby
@@ -66,6 +70,8 @@ class SwitchoverSettings:
     drain_timeout_s: float = 120.0
     groups_timeout_s: float = 60.0
     poll_s: float = 0.5
+    delay_levels: str = DEFAULT_MESSAGE_DELAY_LEVEL
+    """A's ``message_delay_level``: the due time of its waiting delayed messages (``jobs.dr.delayed``)."""
 
 
 Progress = Callable[[str], None]
@@ -306,8 +312,10 @@ class Switchover:
 
     def report(self, ctx: StepContext) -> Json:
         durations = {s.name: s.duration_s for s in ctx.operation.steps if s.name != "report"}
+        delayed = read_waiting(self.ends, DelayLevels.parse(self.settings.delay_levels)).to_json()
         report = {"queues": ctx.results["drain"]["queues"], "groups": ctx.results["commit"]["groups"],
-                  "durations_s": durations, "operator": operator_moves(self.ends)}
+                  "durations_s": durations, "operator": operator_moves(self.ends), "delayed": delayed,
+                  "delayed_next": keep_link_line(self.ends.link.name, delayed)}
         reverse = ctx.results.get("reverse")
         if reverse is not None:
             report["reverse"] = reverse

@@ -24,6 +24,9 @@ from broker_store.client import (
     StoredMessage,
     new_message,
 )
+from broker_store.protocol.codes import PERM_READ, PERM_WRITE
+from broker_store.protocol.errors import RocketMQError
+from broker_store.store.delay_levels import SCHEDULE_TOPIC
 from tests.support.processes import GroupSpec, LocalCluster
 from tests.support.waiting import eventually
 
@@ -110,3 +113,39 @@ def test_levels_above_the_last_wait_the_last_delay(cluster: LocalCluster) -> Non
         eventually(delivered, timeout=6.0, what="the capped message in its topic")
         assert time.time() - sent_at >= 1.9  # level 2's 2 s, the highest of "1s 2s"
         assert found[0].body == b"capped"
+
+
+def test_a_topic_fenced_read_only_still_gets_its_waiting_delayed_messages_when_due(cluster: LocalCluster) -> None:
+    """A switchover's fence (write permission removed from a topic) refuses clients' sends, not the schedule
+    service's delivery of a message accepted before it (its put goes through the store); the entry waits in the
+    schedule, where ``jobs.dr`` counts it from the delay offsets and the schedule queue's end (asked of the
+    primary: the schedule topic has no route). Giving the permission back changes nothing for it either."""
+    primary, _ = cluster.groups[GROUP]
+    mq = MessageQueue("Fenced", GROUP, 0)
+    with Producer(cluster.namesrv_addr, "dl-pg3", retry_times_when_send_failed=0) as producer, \
+            PullConsumer(cluster.namesrv_addr, "dl-cg3", heartbeat_interval=None) as consumer, \
+            Admin(cluster.namesrv_addr) as admin:
+        admin.create_topic("Fenced", 1, broker_names=[GROUP])
+        admin.wait_for_route("Fenced")
+        sent = producer.send(new_message("Fenced", b"accepted before the fence", properties={"DELAY": "2"}), mq)
+        admin.create_topic("Fenced", 1, PERM_READ, broker_names=[GROUP])  # the fence
+        eventually(lambda: admin.all_topic_config(primary.listen)["Fenced"].perm == PERM_READ, what="the fence")
+        with pytest.raises(RocketMQError):
+            producer.send(new_message("Fenced", b"refused"), mq)
+        waiting = admin.max_offset_at(primary.listen, SCHEDULE_TOPIC, 1) - admin.all_delay_offsets(primary.listen)[2]
+        assert waiting >= 1 or consumer.pull(mq, 0).messages  # waiting, unless already due (a slow machine)
+        found: list[StoredMessage] = []
+
+        def delivered() -> bool:
+            found[:] = consumer.pull(mq, 0).messages
+            return bool(found)
+
+        eventually(delivered, timeout=10.0, what="the delayed message in its fenced topic")
+        (msg,) = found
+        assert msg.msg_id == sent.msg_id and msg.store_timestamp >= msg.born_timestamp + 2000
+        assert admin.all_delay_offsets(primary.listen)[2] == sent.queue_offset + 1
+        assert admin.all_topic_config(primary.listen)["Fenced"].perm == PERM_READ  # still fenced
+        admin.create_topic("Fenced", 1, PERM_READ | PERM_WRITE, broker_names=[GROUP])  # given back
+        eventually(lambda: admin.all_topic_config(primary.listen)["Fenced"].perm == PERM_READ | PERM_WRITE,
+                   what="the permission given back")
+        assert consumer.pull(mq, 1).status is PullStatus.NO_NEW_MSG  # delivered once, not again

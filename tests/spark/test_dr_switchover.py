@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,11 +19,12 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from broker_store.client import MessageQueue, Producer, PullConsumer, new_message
+from broker_store.client import MessageQueue, Producer, PullConsumer, PullStatus, StoredMessage, new_message
 from broker_store.protocol.codes import PERM_READ, PERM_WRITE
 from broker_store.protocol.errors import RocketMQError
 from broker_store.protocol.topic import retry_topic
 from connectors.core.config import load_replicator_config
+from connectors.replication.tables import LinkTables
 from jobs.dr.journal import FileJournal
 from jobs.dr.operation import OperationRecord, OperationState, StepState
 from jobs.replicate import start_link
@@ -220,3 +222,59 @@ def test_kill_9_of_the_command_in_two_steps_then_the_same_command_finishes_each_
     assert all(perms == {setup.topic: PERM_READ | PERM_WRITE} for perms in fence["old_perms"].values())
     assert all("forbidden" in text or "no writable queue" in text for text in fence["probes"].values()), fence
     assert_moved_exactly(setup, consumed_on_a, set(ids))
+
+
+def messages_with(namesrv: str, queues: list[MessageQueue], msg_id: str) -> list[StoredMessage]:
+    """Every message of ``queues`` whose UNIQ_KEY is ``msg_id`` (read from offset 0, no group offset moved)."""
+    found: list[StoredMessage] = []
+    with PullConsumer(namesrv, unique("DrDelayReader"), heartbeat_interval=None) as consumer:
+        for mq in queues:
+            offset = 0
+            while (result := consumer.pull(mq, offset, 32)).status is PullStatus.FOUND:
+                found.extend(m for m in result.messages if m.msg_id == msg_id)
+                offset = result.next_begin_offset
+    return found
+
+
+def test_a_delayed_message_waiting_on_a_through_a_switchover_reaches_b_once_not_before_its_due_time(
+        spark: SparkSession, clusters: tuple[Cluster, Cluster], tmp_path: Path) -> None:
+    """A's schedule service delivers it into its fenced topic when due, the forward link copies that to B; the
+    switchover's report names it as waiting and tells the operator to keep the link's job running."""
+    src, dst = clusters
+    setup = Setup(src, dst, tmp_path, "DrDelay")
+    produce_random(src.producer, setup.topic, setup.queues, 20, max_body=64)
+    consume(src.namesrv, setup.group, setup.queues, {q: 2 for q in setup.queues}, start_from_group=False)
+    tables = LinkTables.for_link(load_replicator_config(setup.config).link(setup.link))
+
+    def caught_up() -> bool:
+        replicated = tables.latest_offsets()
+        return all(replicated.get(q, 0) >= src.admin.max_offset(q) for q in setup.queues)
+
+    with setup.replicating(spark):
+        before_ms = int(time.time() * 1000)  # the message's born time is later (one clock on this machine)
+        sent = src.producer.send(new_message(setup.topic, b"due in 30 s", properties={"DELAY": "4"}))  # level 4: 30 s
+        rc, out = setup.dr_done("switchover", "--max-lag", "100000")
+        assert rc == 0, out
+        delayed = setup.record().step("report").result["delayed"]
+        assert delayed["waiting"] >= 1, out  # read after the fence: the message was still waiting then
+        assert any(w["level"] == 4 and w["broker"] == sent.message_queue.broker_name for w in delayed["levels"])
+        lines = [line for line in out.splitlines() if line.strip()]
+        assert lines[-1].startswith(f"{delayed['waiting']} delayed message(s) wait on A"), out
+        assert f"keep the job of link {setup.link} running until" in lines[-1]
+        assert delayed["latest_due_ms"] >= before_ms + 30_000  # never earlier than its due time
+        assert setup.perms_on_a() == {PERM_READ}
+        rc, out = setup.dr_done("status", "--json", log="status.log")
+        assert rc == 0, out
+        status = json.loads(out[out.index("{"):])["delayed_waiting"]
+        assert status["read_at_ms"] >= delayed["read_at_ms"] and status["waiting"] <= delayed["waiting"] + 1
+        wait_for(lambda: bool(messages_with(dst.namesrv, dst.queues(setup.topic), sent.msg_id)), 120,
+                 "the delayed message on B")
+        on_a = messages_with(src.namesrv, setup.queues, sent.msg_id)
+        wait_for(caught_up, 60, "the link caught up with A")
+    assert setup.perms_on_a() == {PERM_READ}  # the fence held while A delivered it
+    (delivered_on_a,) = on_a
+    (on_b,) = messages_with(dst.namesrv, dst.queues(setup.topic), sent.msg_id)
+    assert on_b.body == b"due in 30 s" and "DELAY" not in on_b.properties
+    assert delivered_on_a.store_timestamp >= delivered_on_a.born_timestamp + 30_000  # A delivered it when due
+    # so B stores it no earlier (one clock on this machine; B's copy is born at the link's send)
+    assert on_b.store_timestamp >= delivered_on_a.store_timestamp

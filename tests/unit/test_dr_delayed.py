@@ -1,77 +1,88 @@
-"""The hand-over rule of delayed messages waiting on A (jobs/dr/delayed.py): the due time from A's levels, the
-level on B never earlier than what remains, the properties B's broker needs, the marker and the loop chain.
-What B's broker then does with the due time is tested in tests/unit/test_schedule.py."""
+"""The delayed messages waiting on A (jobs/dr/delayed.py): the waiting entries per broker group and level from the
+schedule service's delay offsets and the schedule queues' ends, and the bound of their latest due time that
+``switchover`` and ``status`` tell the operator to keep the forward link's job running until."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker_store.protocol.message import StoredMessage
-from broker_store.protocol.properties import encode_properties
-from broker_store.store.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels, schedule_tags_code
-from jobs.dr.delayed import WaitingEntry, due_ms, handover_message
+from broker_store.store.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels
+from jobs.dr.delayed import keep_link_line, waiting_on_a
 
-STORED_MS = 1_700_000_000_000
+READ_MS = 1_700_000_000_000
 
 
-def waiting(level: int, properties: dict[str, str], *, stored_ms: int = STORED_MS) -> WaitingEntry:
-    msg = StoredMessage(topic="SCHEDULE_TOPIC_XXXX", queue_id=level - 1, queue_offset=7, commit_log_offset=0,
-                        body=b"later", properties=properties, flag=3, sys_flag=0, born_timestamp=0,
-                        born_host="127.0.0.1:1", store_timestamp=stored_ms, store_host="127.0.0.1:10911",
-                        reconsume_times=0, prepared_tx_offset=0, body_crc=0, store_size=0)
-    return WaitingEntry("src-a", level, msg)
+def test_the_entries_past_each_levels_delay_offset_wait_and_the_longest_level_bounds_the_due_time() -> None:
+    waiting = waiting_on_a(READ_MS, DEFAULT_DELAY_LEVELS,
+                           {"a-0": {1: 5, 3: 2}, "a-1": {4: 9}},
+                           {"a-0": {1: 5, 2: 0, 3: 4}, "a-1": {1: 0, 4: 10}})
+    assert [(w.broker, w.level, w.waiting) for w in waiting.levels] == [("a-0", 3, 2), ("a-1", 4, 1)]
+    assert waiting.waiting == 3
+    assert waiting.latest_due_ms == READ_MS + 30_000  # level 4 (30 s): stored before the read, due before this
 
 
-def test_a_waiting_entry_is_handed_over_with_its_due_time_and_a_level_not_earlier() -> None:
-    entry = waiting(4, {"REAL_TOPIC": "Orders", "REAL_QID": "2", "DELAY": "4", "UNIQ_KEY": "u1", "KEYS": "k",
-                        "WAIT": "true"})
-    assert due_ms(entry, DEFAULT_DELAY_LEVELS) == STORED_MS + 30_000  # level 4: 30 s
-    out = handover_message(entry, "OrdersDR", source_cluster="A", a_levels=DEFAULT_DELAY_LEVELS,
-                           b_levels=DEFAULT_DELAY_LEVELS, now_ms=STORED_MS + 12_000)
-    assert out.due_ms == STORED_MS + 30_000 and out.level == 4 and not out.early  # 18 s left: level 4 (30 s)
-    props = dict(out.message.properties)
-    assert out.message.topic == "OrdersDR" and out.message.body == b"later" and out.message.flag == 3
-    assert props == {"DELAY": str(out.level), "UNIQ_KEY": "u1", "KEYS": "k",
-                     "ROCKETMQ_REPLICATOR_DUE_MS": str(STORED_MS + 30_000),
-                     "ROCKETMQ_REPLICATOR_DELAYED": "A/src-a/4/7", "ROCKETMQ_REPLICATOR_SOURCE": "A"}
+def test_a_level_without_a_delay_offset_has_delivered_nothing_yet() -> None:
+    waiting = waiting_on_a(READ_MS, DEFAULT_DELAY_LEVELS, {}, {"a-0": {2: 3}})
+    assert waiting.waiting == 3 and waiting.latest_due_ms == READ_MS + 5_000
 
 
-def test_an_entry_already_due_goes_at_the_first_level_and_is_due_at_once_on_our_brokers() -> None:
-    entry = waiting(1, {"REAL_TOPIC": "Orders", "REAL_QID": "0", "DELAY": "1"})
-    out = handover_message(entry, "Orders", source_cluster="A", a_levels=DEFAULT_DELAY_LEVELS,
-                           b_levels=DEFAULT_DELAY_LEVELS, now_ms=STORED_MS + 60_000)
-    assert out.level == 1 and not out.early
-    stored_on_b = STORED_MS + 60_000
-    props = encode_properties(dict(out.message.properties))
-    assert schedule_tags_code(props, stored_on_b, DEFAULT_DELAY_LEVELS) == STORED_MS + 1000  # past: due at once
+def test_nothing_waiting_has_no_due_time_and_says_so() -> None:
+    waiting = waiting_on_a(READ_MS, DEFAULT_DELAY_LEVELS, {"a-0": {1: 4}}, {"a-0": {1: 4, 2: 0}})
+    assert waiting.levels == () and waiting.latest_due_ms is None
+    line = keep_link_line("AtoB", waiting.to_json())
+    assert line.startswith("no delayed message waits on A") and "AtoB" in line
 
 
-def test_a_shorter_table_on_b_is_reported_early() -> None:
-    entry = waiting(18, {"REAL_TOPIC": "Orders", "REAL_QID": "0", "DELAY": "18"})  # 2 h on A
-    out = handover_message(entry, "Orders", source_cluster="A", a_levels=DEFAULT_DELAY_LEVELS,
-                           b_levels=DelayLevels.parse("1s 5s"), now_ms=STORED_MS)
-    assert out.level == 2 and out.early
+def test_a_delay_offset_past_the_queue_end_counts_nothing_never_negative() -> None:
+    waiting = waiting_on_a(READ_MS, DEFAULT_DELAY_LEVELS, {"a-0": {1: 9}}, {"a-0": {1: 4}})
+    assert waiting.waiting == 0 and waiting.latest_due_ms is None
 
 
-def test_an_entry_without_a_real_topic_is_refused() -> None:
-    with pytest.raises(ValueError, match="A/src-a/3/7 names no REAL_TOPIC"):
-        handover_message(waiting(3, {"DELAY": "3"}), "Orders", source_cluster="A", a_levels=DEFAULT_DELAY_LEVELS,
-                         b_levels=DEFAULT_DELAY_LEVELS, now_ms=STORED_MS)
+def test_the_operator_line_names_the_link_the_count_and_the_time() -> None:
+    waiting = waiting_on_a(READ_MS, DelayLevels.parse("1s 2m"), {"a-0": {}}, {"a-0": {2: 2}})
+    assert waiting.to_json() == {"read_at_ms": READ_MS, "waiting": 2, "latest_due_ms": READ_MS + 120_000,
+                                 "levels": [{"broker": "a-0", "level": 2, "delivered_up_to": 0, "end": 2,
+                                             "waiting": 2}]}
+    line = keep_link_line("AtoB", waiting.to_json())
+    assert line.startswith("2 delayed message(s) wait on A")
+    assert "keep the job of link AtoB running until 2023-11-14 22:15:20 UTC" in line
 
 
-@given(level=st.integers(1, 18), elapsed=st.integers(0, 8_000_000))
-def test_never_delivered_on_b_before_its_due_time_on_a(level: int, elapsed: int) -> None:
-    """Property: whatever the level and the time of the hand-over, B (ours, or an Apache broker that ignores
-    the due time) is due no earlier than A was, and ours exactly then (at once when it is already past)."""
-    entry = waiting(level, {"REAL_TOPIC": "Orders", "REAL_QID": "0", "DELAY": str(level)})
-    now = STORED_MS + elapsed
-    out = handover_message(entry, "Orders", source_cluster="A", a_levels=DEFAULT_DELAY_LEVELS,
-                           b_levels=DEFAULT_DELAY_LEVELS, now_ms=now)
-    props = encode_properties(dict(out.message.properties))
-    ours = schedule_tags_code(props, now, DEFAULT_DELAY_LEVELS)
-    apache = DEFAULT_DELAY_LEVELS.deliver_timestamp(out.level, now)
-    assert not out.early
-    assert apache >= out.due_ms
-    assert ours == out.due_ms
+@given(st.dictionaries(st.integers(1, 20), st.tuples(st.integers(0, 50), st.integers(0, 50)), max_size=20))
+def test_the_bound_is_never_earlier_than_any_waiting_entrys_due_time(table: dict[int, tuple[int, int]]) -> None:
+    """Every waiting entry of level L was stored before the read: due at most read + delay(L) (levels above the
+    table wait the longest delay, as the broker caps them)."""
+    levels = DEFAULT_DELAY_LEVELS
+    waiting = waiting_on_a(READ_MS, levels, {"a": {lv: off for lv, (off, _) in table.items()}},
+                           {"a": {lv: end for lv, (_, end) in table.items()}})
+    assert waiting.waiting == sum(max(0, end - off) for off, end in table.values())
+    for w in waiting.levels:
+        assert waiting.latest_due_ms is not None
+        assert waiting.latest_due_ms >= READ_MS + levels.delay_ms(levels.cap(w.level))
+
+
+def test_status_and_recover_print_what_waits_and_until_when(capsys: pytest.CaptureFixture[str]) -> None:
+    from jobs.dr.cli import print_recover_report, print_status
+    from jobs.dr.operation import OperationRecord, OperationState, StepRecord, StepState
+    from jobs.dr.status import link_status
+
+    delayed = waiting_on_a(READ_MS, DEFAULT_DELAY_LEVELS, {"a-0": {3: 1}}, {"a-0": {3: 3}}).to_json()
+    status = replace(link_status("L", READ_MS / 1000, [], {}, {}, {}, {}), delayed=delayed)
+    print_status(status)
+    out = capsys.readouterr().out
+    assert "a-0" in out and out.rstrip().splitlines()[-1] == keep_link_line("L", delayed)
+    assert status.to_json()["delayed_waiting"] == delayed
+    report = {"queues": [], "recovered": 0, "lost_to_retention": 0, "quarantine": False, "audited": None,
+              "delayed": delayed}
+    record = OperationRecord("op", "recover", "L", OperationState.DONE, 0.0,
+                             (StepRecord("report", StepState.DONE, result=report),))
+    print_recover_report(record)
+    last = capsys.readouterr().out.rstrip().splitlines()[-1]
+    assert last.startswith("2 delayed message(s) still wait on A") and "2023-11-14 22:13:30 UTC" in last
+    print_recover_report(replace(record, steps=(StepRecord("report", StepState.DONE, result={
+        **report, "delayed": waiting_on_a(READ_MS, DEFAULT_DELAY_LEVELS, {}, {}).to_json()}),)))
+    assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("no delayed message waits on A")

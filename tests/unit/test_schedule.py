@@ -92,26 +92,6 @@ def test_requested_level_and_the_schedule_tags_code() -> None:
     assert schedule_tags_code(b"DELAY\x01x\x02", 10_000, TWO_LEVELS) == 0
 
 
-def test_the_level_not_earlier_than_a_remaining_delay() -> None:
-    levels = DEFAULT_DELAY_LEVELS
-    assert [levels.level_not_earlier(ms) for ms in (-5, 0, 1, 1000, 1001, 9_999, 10_000, 45_000, 7_200_000)] == [
-        0, 0, 1, 1, 2, 3, 3, 5, 18]
-    assert levels.level_not_earlier(7_200_001) == 18 and not levels.reaches(7_200_001) and levels.reaches(7_200_000)
-    for remaining in range(1, 7_200_000, 77_777):  # never earlier, and the smallest level that is not
-        level = levels.level_not_earlier(remaining)
-        assert levels.delay_ms(level) >= remaining
-        assert level == 1 or levels.delay_ms(level - 1) < remaining
-
-
-def test_a_handed_over_due_time_bounds_the_schedule_tags_code() -> None:
-    """DUE_MS (a message's due time on the cluster it came from) wins when earlier than its level's end: it is
-    delivered at its original due time; a later or unreadable one leaves the level's time."""
-    assert schedule_tags_code(b"DELAY\x012\x02ROCKETMQ_REPLICATOR_DUE_MS\x0111500\x02", 10_000, TWO_LEVELS) == 11_500
-    assert schedule_tags_code(b"DELAY\x012\x02ROCKETMQ_REPLICATOR_DUE_MS\x0199999\x02", 10_000, TWO_LEVELS) == 12_000
-    assert schedule_tags_code(b"DELAY\x012\x02ROCKETMQ_REPLICATOR_DUE_MS\x01soon\x02", 10_000, TWO_LEVELS) == 12_000
-    assert schedule_tags_code(b"DELAY\x010\x02ROCKETMQ_REPLICATOR_DUE_MS\x015\x02", 10_000, TWO_LEVELS) == 0
-
-
 # -- delay offsets: file and wire --------------------------------------------------------------------
 
 
