@@ -182,6 +182,13 @@ class AsyncPullConsumer:
         """The broker id the next pull of ``mq`` goes to (the last suggestWhichBrokerId)."""
         return self._pull_from.get(mq, MASTER_ID)
 
+    def forget_route(self, topic: str) -> None:
+        """The next pull of ``topic`` asks the name servers for its route anew, and goes to the primary (an answer
+        that contradicts what the primary said before: a broker deposed by a failover, still on this route)."""
+        self._session.routes.invalidate(topic)
+        for mq in [mq for mq in self._pull_from if mq.topic == topic]:
+            del self._pull_from[mq]
+
     async def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, *, expression: str = SUB_ALL,
                    suspend_timeout_ms: int = 0, timeout: float | None = None,
                    commit_offset: int | None = None, decode: bool = True) -> PullResult:
@@ -458,6 +465,12 @@ class PullConsumer(SyncClient[AsyncPullConsumer]):
         is how long a caller should wait for the future at most."""
         return self._submit(lambda c: c.pull(mq, offset, max_nums, expression=expression, timeout=timeout,
                                              decode=decode))
+
+    def forget_route(self, topic: str) -> None:
+        """``AsyncPullConsumer.forget_route``."""
+        async def forget(c: AsyncPullConsumer) -> None:
+            c.forget_route(topic)
+        self._call(forget, self.request_timeout)
 
     def pull_wait_budget(self, timeout: float | None = None) -> float:
         """Seconds to wait for a ``pull_async`` future before giving up on the client itself."""

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from broker_store.client import MessageQueue, PullConsumer, PullResult, PullStatus, StoredMessage, TlsClientSettings
 from broker_store.clock import SYSTEM_CLOCK, ThreadClock
@@ -21,7 +21,7 @@ from broker_store.protocol.acl import SessionCredentials
 from broker_store.protocol.errors import RequestTimeoutError, RocketMQError, TopicNotExistError
 from broker_store.protocol.message import stored_record_spans
 from connectors.core.config import RetrySettings
-from connectors.core.errors import DataLossError
+from connectors.core.errors import DataLossError, SourceUnavailableError
 from connectors.core.executor import executor_admin, executor_consumer
 from connectors.core.offsets import queue_key
 from connectors.core.outage import OutagePolicy, OutageTimer, SourceOutage
@@ -66,6 +66,18 @@ class QueueNotServedError(RocketMQError):
     """A pull answered without data and without progress at an offset the queue holds (``_follow_pulls``)."""
 
     retriable = True
+
+
+class QueueBehindError(RocketMQError):
+    """A pull answered by a broker whose queue ends before the range's planned end (``_follow_pulls``)."""
+
+    retriable = True
+
+
+BEHIND_GRACE_MS = 30_000
+"""How long a queue that ends before its planned end is asked again, on a route fetched anew each time, before it
+is data loss (at most the link's ``retry_timeout_ms``): a failover's election and the route's refresh take
+seconds; a truncated queue stays short."""
 
 
 def source_outage(settings: PullSettings, clock: ThreadClock = SYSTEM_CLOCK) -> SourceOutage:
@@ -193,18 +205,25 @@ def pull_results(settings: PullSettings, partition: QueueRange, consumer: PullCo
         except RocketMQError:
             return False
 
+    def forget_route() -> None:
+        consumer.forget_route(mq.topic)
+
     return _follow_pulls(settings, partition, pull, wait, window, in_flight, outage or source_outage(settings),
-                         route_lists)
+                         route_lists, forget_route)
 
 
 def _follow_pulls(settings: PullSettings, partition: QueueRange, pull: Callable[[int], Future[PullResult]],
                   wait: Callable[[Future[PullResult]], PullResult], window: PullWindow,
                   in_flight: deque[Future[PullResult]], outage: SourceOutage,
-                  route_lists: Callable[[], bool]) -> Iterator[tuple[int, PullResult]]:
+                  route_lists: Callable[[], bool],
+                  forget_route: Callable[[], None]) -> Iterator[tuple[int, PullResult]]:
     """``pull_results`` from its first pulls on: ``in_flight`` holds the futures of ``window.in_flight``;
-    ``route_lists()``: whether the source's route lists the queue now."""
+    ``route_lists()``: whether the source's route lists the queue now; ``forget_route()``: the next pull asks the
+    name servers for the route anew."""
     mq = f"{partition.topic}/{partition.broker_name}/{partition.queue_id}"
     timer = OutageTimer(outage.policy, outage.clock)
+    behind = OutageTimer(replace(outage.policy, timeout_ms=min(outage.policy.timeout_ms, BEHIND_GRACE_MS)),
+                         outage.clock)
     new_route_asked = False
 
     def drop(stale: list[int]) -> None:
@@ -257,10 +276,30 @@ def _follow_pulls(settings: PullSettings, partition: QueueRange, pull: Callable[
                     f"{result.max_offset})"), f"pulling {mq} at offset {offset}")
                 restart(offset)
                 continue
-            if timer.waits:
+            if status is not PullStatus.OFFSET_ILLEGAL or offset >= result.min_offset:
+                if not found and result.max_offset < partition.end:
+                    # The queue ends before the planned end, which the source's primary gave: truncated or
+                    # re-created (data loss), or this broker is behind that primary -- one deposed by a failover,
+                    # answering on this worker's stale route (a replica now, catching up), or a replica. Ask the
+                    # route anew and wait like an outage; lost only if it still ends there after BEHIND_GRACE_MS.
+                    reason = (f"the queue ends at {result.max_offset}, before the planned end {partition.end} "
+                              "(truncated or re-created)")
+                    window.in_flight.popleft()
+                    drop(window.restart(offset))
+                    forget_route()
+                    try:
+                        outage.record_wait(behind, QueueBehindError(reason), f"pulling {mq} at offset {offset}")
+                    except SourceUnavailableError:
+                        _lost(settings, partition, f"{reason}, still after {behind.elapsed:.1f}s and "
+                                                   f"{behind.waits} route refresh(es)")
+                        return
+                    restart(offset)
+                    continue
+            if timer.waits or behind.waits:
                 log.info("link %s: source queue %s readable again after %.1fs (%d retries)", outage.link, mq,
-                         timer.elapsed, timer.waits)
+                         max(timer.elapsed, behind.elapsed), timer.waits + behind.waits)
                 timer.reset()
+                behind.reset()
             if found:
                 drop(window.answered(result.next_begin_offset))
                 in_flight.extend(pull(a) for a in window.fill())
@@ -271,9 +310,10 @@ def _follow_pulls(settings: PullSettings, partition: QueueRange, pull: Callable[
                                                f"(queue min offset is {result.min_offset})")
                 window.in_flight.popleft()
                 restart(result.min_offset)
-            else:  # NO_NEW_MSG, or OFFSET_ILLEGAL above the max offset: the queue lost its tail
-                _lost(settings, partition, f"the queue ends at {result.max_offset}, before the planned end "
-                                           f"{partition.end} (truncated or re-created)")
+            else:  # NO_NEW_MSG or OFFSET_ILLEGAL above the max offset with the queue's end past this range's:
+                # nothing to read at an offset below the planned end, yet the queue goes past it
+                _lost(settings, partition, f"no message at {offset} although the queue ends at {result.max_offset} "
+                                           f"({status.name})")
                 return
     finally:
         for future in in_flight:
