@@ -90,8 +90,16 @@ def hook_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def spark(hook_log: Path) -> Iterator[SparkSession]:
+def hold_marker(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The marker file of ``tests.spark.hooks.hold_first_call`` (set before Spark starts its workers, so a run of
+    the session's own queries finds the batch a killed spark-submit driver held, and dismisses)."""
+    return tmp_path_factory.mktemp("hold") / "held.json"
+
+
+@pytest.fixture(scope="session")
+def spark(hook_log: Path, hold_marker: Path) -> Iterator[SparkSession]:
     os.environ["RMQ_TEST_HOOK_LOG"] = str(hook_log)
+    os.environ["RMQ_TEST_HOLD_MARKER"] = str(hold_marker)
     # Spark's Python workers must run this interpreter (pyspark, the project) and find the tests
     # package (failure hooks live in tests/spark/hooks.py).
     # Local workers import pyspark from bytecode rather than Spark's pyspark.zip, as the jobs do
