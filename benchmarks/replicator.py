@@ -45,7 +45,13 @@ its cores, so the numbers are for the whole pipeline on one box):
    just this phase. Each launch's log dir (replicator.log, spark.log) is kept in
    ``run/logs/replicator-first/<link>`` for the timestamps of its steps (its data root is removed).
 
-8. (e) Per-queue costs, side by side at 8 and 512 queues (``--queue-scaling`` runs only this; it defines its
+8. (f) A restart's own RTO (after (d), also before this process starts Spark): ``--restart-runs`` (3; quick 1)
+   times, ``spark-submit jobs/replicate.py`` replicates a new link while a child produces ``--restart-rate`` (500)
+   msg/s; after 8 s of replication the job is killed with kill -9 (driver JVM, Python driver, workers) and
+   submitted again at once on the same checkpoints. Kill -> the first message the new job stores on the target,
+   and kill -> its "Spark session up" line; median, min and max. ``--restart-only`` runs just this phase.
+
+9. (e) Per-queue costs, side by side at 8 and 512 queues (``--queue-scaling`` runs only this; it defines its
    own last line, ``queue scaling: latestOffset p50 X ms at 512 idle queues (Y ms at 8), target <= 100 ms: ...;
    backlog 512/8 queues R, target >= 0.8: ...``). (e1) trigger overhead: ``jobs/replicate.py`` launched as in
    (d) on a topic of N queues without backlog, a producer trickling ``--idle-rate`` (20) msg/s round-robin so
@@ -56,8 +62,8 @@ its cores, so the numbers are for the whole pipeline on one box):
    sustained msg/s.
 
 Targets: (b)/(a) >= 0.5, (b) >= 30 MB/s (1 MB = 10^6 bytes of message body), (c) p99 <= trigger + 1 s,
-(d) session up -> first message <= 3 s, (e) latestOffset p50 at 512 idle queues <= 100 ms and 512/8-queue
-backlog throughput >= 0.8.
+(d) session up -> first message <= 3 s, (f) kill -9 -> first replicated message <= 15 s, (e) latestOffset p50
+at 512 idle queues <= 100 ms and 512/8-queue backlog throughput >= 0.8.
 Exit status 0 whether or not targets are met; 1 on a failed run. Every process and file is removed at
 exit (also on Ctrl-C).
 
@@ -65,7 +71,8 @@ Figures of past runs, and what each change moved: ``benchmarks/MEASUREMENTS.md``
 (results kept from its docstring ...)") and docs/benchmarks.md. The script is this command line over one module
 per part: ``replicator_cluster`` (the clusters, topics, replicator.yaml, read-back), ``replicator_children``
 (preload, (a), the paced producer), ``replicator_backlog`` ((b), (e2)), ``replicator_latency`` ((c)),
-``replicator_first`` ((d)), ``replicator_scaling`` ((e)) and ``replicator_report`` (CPU accounting, the summary).
+``replicator_first`` ((d)), ``replicator_restart`` ((f)), ``replicator_scaling`` ((e)) and ``replicator_report``
+(CPU accounting, the summary).
 """
 
 from __future__ import annotations
@@ -105,6 +112,7 @@ from benchmarks.replicator_cluster import (  # noqa: E402
 from benchmarks.replicator_first import first_message_run, first_message_summary, print_first_messages  # noqa: E402
 from benchmarks.replicator_latency import measure_latency  # noqa: E402
 from benchmarks.replicator_report import print_summary  # noqa: E402
+from benchmarks.replicator_restart import print_restarts, restart_run, restart_summary  # noqa: E402
 from benchmarks.replicator_scaling import (  # noqa: E402
     idle_trigger_run,
     print_backlog_run,
@@ -142,6 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--first-runs", type=int, default=None,
                    help="(d): launches of jobs/replicate.py timed to the first message (default 3; quick 1; 0 skips)")
     p.add_argument("--first-only", action="store_true", help="run only (d)")
+    p.add_argument("--restart-runs", type=int, default=None,
+                   help="(f): kill -9 + resubmissions of a running job (default 3; quick 1; 0 skips it)")
+    p.add_argument("--restart-only", action="store_true", help="run only (f)")
+    p.add_argument("--restart-rate", type=float, default=500.0, help="(f): msg/s produced while the job restarts")
     p.add_argument("--first-messages", type=int, default=1000, help="(d): messages waiting on the source")
     p.add_argument("--queue-scaling", action="store_true",
                    help="run only (e): trigger overhead and backlog throughput, 8 vs 512 queues")
@@ -157,8 +169,12 @@ def main(argv: list[str] | None = None) -> int:
                         "or during each (e2) run as FILE.<queues>")
     args = p.parse_args(argv)
     scaling = args.queue_scaling
-    n = 0 if args.latency_rate or args.first_only or scaling else args.messages or (40_000 if args.quick else 400_000)
-    first_runs = 0 if scaling else args.first_runs if args.first_runs is not None else (1 if args.quick else 3)
+    only = args.first_only or args.restart_only
+    n = 0 if args.latency_rate or only or scaling else args.messages or (40_000 if args.quick else 400_000)
+    first_runs = 0 if scaling or args.restart_only else (
+        args.first_runs if args.first_runs is not None else (1 if args.quick else 3))
+    restart_runs = 0 if scaling or args.first_only or args.latency_rate else (
+        args.restart_runs if args.restart_runs is not None else (1 if args.quick else 3))
     scaling_n = args.scaling_messages or (40_000 if args.quick else 200_000)
     idle_seconds = args.idle_seconds or (15.0 if args.quick else 30.0)
     per_trigger = args.per_trigger or (20_000 if args.quick else 100_000)
@@ -210,9 +226,13 @@ def main(argv: list[str] | None = None) -> int:
                   for i in range(first_runs)]
         if firsts:
             print_first_messages(firsts, args.first_messages, args.trigger)
-        if args.first_only:
+        restarts = [restart_run(i, work, src, dst, args.queues, args.body, args.trigger, args.restart_rate)
+                    for i in range(restart_runs)]
+        if restarts:
+            print_restarts(restarts, args.restart_rate)
+        if only:
             return 0
-        first_line = first_message_summary(firsts)
+        first_line = first_message_summary(firsts) + "\n" + restart_summary(restarts)
         idle_runs = [idle_trigger_run(work, src, dst, count, idle_seconds, args.trigger, args.idle_rate, args.body)
                      for count in (SCALING_QUEUES if scaling and not args.backlog_only else ())]
         for idle in idle_runs:

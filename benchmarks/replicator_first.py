@@ -45,7 +45,7 @@ class FirstMessage:
         return self.first_s - self.session_s
 
 
-def _log_time(line: str) -> float:
+def log_time(line: str) -> float:
     """Seconds since the epoch of a ``connectors.core.driver_log.LOG_FORMAT`` line (local time, ms)."""
     stamp, millis = line[:23].split(",")
     return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(millis) / 1000
@@ -80,7 +80,7 @@ def first_message_run(run: int, work: Path, src: Cluster, dst: Cluster, queues: 
     shutil.rmtree(kept, ignore_errors=True)
     shutil.copytree(log_dir, kept)
     with open(log_dir / "replicator.log") as f:
-        up = next(_log_time(line) for line in f if f"jobs.query_supervisor: {SESSION_UP} up" in line)
+        up = next(log_time(line) for line in f if f"jobs.query_supervisor: {SESSION_UP} up" in line)
     return FirstMessage(session_s=up - launched, first_s=first_ms / 1000 - launched)
 
 

@@ -59,6 +59,7 @@ from typing import TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.replicator_restart import first_message_after
 from benchmarks.soak_metrics import (
     BASELINE_S,
     FaultWindow,
@@ -150,6 +151,7 @@ class Soak:
     lags: list[LagSample] = field(default_factory=list)
     windows: list[FaultWindow] = field(default_factory=list)
     job_restarts: int = 0
+    restart_rtos: list[float] = field(default_factory=list)
     job_lock: threading.Lock = field(default_factory=threading.Lock)
     log: Log | None = None
 
@@ -333,9 +335,11 @@ class Soak:
         args = self.args
         group = next(iter(cluster.groups))
         if kind == "driver-kill":
+            killed = time.time()
             self.kill_job()
             self.job_restarts += 1
             self.submit()
+            threading.Thread(target=self.time_restart, args=(killed,), name="restart-rto", daemon=True).start()
             return "job"
         if kind == "source-restart":
             members = self.src.groups[next(iter(self.src.groups))]
@@ -355,6 +359,18 @@ class Soak:
             replica = next(b for b in cluster.groups[group] if b is not primary and b.running())
             return self._kill_restart(replica, args.down)
         raise SystemExit(f"--kinds: unknown fault {kind!r} ({', '.join(KINDS)})")
+
+    def time_restart(self, killed: float) -> None:
+        """The restart's own RTO (``benchmarks/replicator_restart.py``): the kill -> the first message the
+        resubmitted job stores on the target."""
+        try:
+            rto = first_message_after(self.dst.namesrv_addr, queues_of(self.dst.namesrv_addr), killed,
+                                      self.args.heal_timeout)
+        except Exception as exc:  # noqa: BLE001 - reported; the soak goes on
+            self.say(f"driver-kill: the first replicated message after the kill could not be timed: {exc!r}")
+            return
+        self.restart_rtos.append(rto)
+        self.say(f"driver-kill: first replicated message {rto:.1f} s after the kill -9 (target 15 s)")
 
     @staticmethod
     def _kill_restart(member: Broker, down: float) -> str:
@@ -483,6 +499,9 @@ def run(args: argparse.Namespace, out: Path) -> str:
          (soak.consumed_at, soak.consumed_n))
     log(f"faults by kind {dict(Counter(w.kind for w in soak.windows))}; failed sends {dict(soak.sends_failed)}; "
         f"consumer errors {dict(soak.consumer_errors)}; consumed {sum(soak.consumed_n)}")
+    if soak.restart_rtos:
+        log("restart RTO (driver kill -9 -> first replicated message): "
+            + ", ".join(f"{rto:.1f} s" for rto in soak.restart_rtos))
     log(f"source holds {sum(on_source.values())} ({source_dups} stored twice by producer retries), target "
         f"{sum(on_target.values())} ({duplicates} written twice by the replicator, {id_duplicates} copies beyond one "
         f"per message id); worst RSS growth {rss_name}, worst fd growth {fd_name} (from minute "
