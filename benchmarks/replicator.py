@@ -49,7 +49,8 @@ its cores, so the numbers are for the whole pipeline on one box):
    times, ``spark-submit jobs/replicate.py`` replicates a new link while a child produces ``--restart-rate`` (500)
    msg/s; after 8 s of replication the job is killed with kill -9 (driver JVM, Python driver, workers) and
    submitted again at once on the same checkpoints. Kill -> the first message the new job stores on the target,
-   and kill -> its "Spark session up" line; median, min and max. ``--restart-only`` runs just this phase.
+   and kill -> its "Spark session up" line; median, min and max. ``--restart-only`` runs just this phase;
+   ``--restart-job run_all.py`` restarts the whole product (checkpoints, config sync, heartbeat) instead.
 
 9. (e) Per-queue costs, side by side at 8 and 512 queues (``--queue-scaling`` runs only this; it defines its
    own last line, ``queue scaling: latestOffset p50 X ms at 512 idle queues (Y ms at 8), target <= 100 ms: ...;
@@ -154,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="(f): kill -9 + resubmissions of a running job (default 3; quick 1; 0 skips it)")
     p.add_argument("--restart-only", action="store_true", help="run only (f)")
     p.add_argument("--restart-rate", type=float, default=500.0, help="(f): msg/s produced while the job restarts")
+    p.add_argument("--restart-job", default="replicate.py", choices=("replicate.py", "run_all.py"),
+                   help="(f): the job killed and resubmitted (run_all.py: with checkpoints, config sync, heartbeat)")
     p.add_argument("--first-messages", type=int, default=1000, help="(d): messages waiting on the source")
     p.add_argument("--queue-scaling", action="store_true",
                    help="run only (e): trigger overhead and backlog throughput, 8 vs 512 queues")
@@ -226,10 +229,10 @@ def main(argv: list[str] | None = None) -> int:
                   for i in range(first_runs)]
         if firsts:
             print_first_messages(firsts, args.first_messages, args.trigger)
-        restarts = [restart_run(i, work, src, dst, args.queues, args.body, args.trigger, args.restart_rate)
-                    for i in range(restart_runs)]
+        restarts = [restart_run(i, work, src, dst, args.queues, args.body, args.trigger, args.restart_rate,
+                                args.restart_job) for i in range(restart_runs)]
         if restarts:
-            print_restarts(restarts, args.restart_rate)
+            print_restarts(restarts, args.restart_rate, args.restart_job)
         if only:
             return 0
         first_line = first_message_summary(firsts) + "\n" + restart_summary(restarts)

@@ -43,9 +43,12 @@ class Restart:
 
 
 def restart_run(run: int, work: Path, src: Cluster, dst: Cluster, queues: int, body: int, trigger: float,
-                rate: float = 500.0, flow_s: float = 8.0, timeout: float = 120.0) -> Restart:
-    """(f): a link under a steady ``rate`` (msg/s) replicated by a spark-submitted ``jobs/replicate.py``; after
-    ``flow_s`` of replication kill -9 it, submit it again at once, time the first new message on the target."""
+                rate: float = 500.0, script: str = "replicate.py", flow_s: float = 8.0,
+                timeout: float = 120.0) -> Restart:
+    """(f): a link under a steady ``rate`` (msg/s) replicated by a spark-submitted ``jobs/<script>``
+    (``replicate.py``, or ``run_all.py``: with the link's checkpoints and config sync and the heartbeat, at their
+    defaults); after ``flow_s`` of replication kill -9 it, submit it again at once, time the first new message on
+    the target."""
     from jobs.spark_session import SESSION_UP
     from tests.spark.spark_processes import python_driver_pid, submit_job
 
@@ -61,12 +64,12 @@ def restart_run(run: int, work: Path, src: Cluster, dst: Cluster, queues: int, b
     job = second = None
     try:
         with Admin(dst.addr) as admin:
-            job = submit_job("replicate.py", config, run_dir / "first.log", args=["--metrics-port", "0"])
+            job = submit_job(script, config, run_dir / "first.log", args=["--metrics-port", "0"])
             _wait_past(admin, target_queues, {mq: 0 for mq in target_queues}, timeout)
             time.sleep(flow_s)
             killed = time.time()
             job.kill()
-            second = submit_job("replicate.py", config, run_dir / "second.log", args=["--metrics-port", "0"])
+            second = submit_job(script, config, run_dir / "second.log", args=["--metrics-port", "0"])
         first_s = first_message_after(dst.addr, target_queues, killed, timeout)
         log = second.log_file.with_suffix(".logs") / "replicator.log"
         up = next(log_time(line) for line in log.read_text().splitlines()
@@ -78,7 +81,7 @@ def restart_run(run: int, work: Path, src: Cluster, dst: Cluster, queues: int, b
         for proc in (second, job):
             if proc is not None and proc.alive():
                 try:
-                    os.kill(python_driver_pid(proc, "replicate.py"), signal.SIGTERM)
+                    os.kill(python_driver_pid(proc, script), signal.SIGTERM)
                     proc.wait(60)
                 except Exception:  # noqa: BLE001 - whatever is left is killed below
                     pass
@@ -118,11 +121,11 @@ def _first_store_ms(namesrv: str, ends: dict[MessageQueue, int], admin: Admin) -
     return min(stamps)
 
 
-def print_restarts(runs: list[Restart], rate: float) -> None:
+def print_restarts(runs: list[Restart], rate: float, script: str) -> None:
     def spread(values: list[float]) -> str:
         return f"{statistics.median(values):.2f} s (min {min(values):.2f}, max {max(values):.2f})"
 
-    print(f"(f) restart, {len(runs)} kill -9 + resubmission(s) of spark-submit jobs/replicate.py under {rate:g} msg/s: "
+    print(f"(f) restart, {len(runs)} kill -9 + resubmission(s) of spark-submit jobs/{script} under {rate:g} msg/s: "
           f"kill -> first replicated message {spread([r.first_s for r in runs])}; kill -> session up "
           f"{spread([r.session_s for r in runs])}", flush=True)
 
