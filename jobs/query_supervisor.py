@@ -43,6 +43,7 @@ from jobs import job_logging
 from jobs.metrics import MetricsEndpoint, metrics_settings
 from jobs.progress import make_progress_listener
 from jobs.query_restart import QueryRestarts
+from jobs.query_waves import await_first_triggers
 from jobs.spark_session import SESSION_UP, build_spark
 
 log = logging.getLogger("jobs.query_supervisor")
@@ -103,12 +104,14 @@ call restarts it, ``jobs.query_restart``)."""
 
 def run_job(job: PreparedJob, starters: Sequence[QueryStarter], *, app_name: str,
             checkpoint_locations: Sequence[str], data_sources: Sequence[Any] = (), warm_up: bool = False,
-            progress: bool = False, summarize: Callable[[Sequence[Any], dict[str, str]], None] | None = None) -> int:
+            progress: bool = False, summarize: Callable[[Sequence[Any], dict[str, str]], None] | None = None,
+            later: Sequence[QueryStarter] = ()) -> int:
     """Run a prepared job to its end and return its exit code: install the signal handlers, build Spark
     (``app_name``, ``checkpoint_locations`` as ``build_spark`` takes them) and register ``data_sources``;
     with ``warm_up`` start the replication task daemon meanwhile (``connectors.replication.warmup``); with
     ``progress`` log every batch's progress; start the heartbeat monitor if the job has one; start the
-    queries (each of ``starters``, in order) and ``supervise`` them, restarting one that failed for a reason of
+    queries (each of ``starters``, in order; then each of ``later`` once those ended their first trigger,
+    ``jobs.query_waves``) and ``supervise`` them, restarting one that failed for a reason of
     Spark's own (``jobs.query_restart``). Then, whatever happened, stop the job's endpoint,
     monitor and stop marker, and Spark. ``summarize(queries, failures)`` runs after Spark stopped. 0 after
     a clean stop, 1 when a query failed, 2 on a ``ReplicatorError`` while starting."""
@@ -134,11 +137,14 @@ def run_job(job: PreparedJob, starters: Sequence[QueryStarter], *, app_name: str
         if job.monitor is not None:
             job.monitor.start()
         again: dict[str, Callable[[], Any]] = {}
-        for starter in starters:
-            query = starter(spark)
-            queries.append(query)
-            again[query.name] = functools.partial(starter, spark)
-        log.info("running %d quer(ies): %s", len(queries), ", ".join(q.name for q in queries))
+        for wave in (starters, later):
+            if wave is later and later and not await_first_triggers(queries, stop):
+                break  # stopped while the first wave started: start nothing more
+            for starter in wave:
+                query = starter(spark)
+                queries.append(query)
+                again[query.name] = functools.partial(starter, spark)
+            log.info("running %d quer(ies): %s", len(queries), ", ".join(q.name for q in queries))
         failures = supervise(spark, queries, stop, job.log_dir, storage, restarts=QueryRestarts(again))
     except ReplicatorError as exc:
         log.error("%s", exc)  # the console line is "HH:MM:SS ERROR <what>": no second "error"

@@ -5,11 +5,13 @@
 
 Per link: the replication query (``jobs.replicate.start_link``), the checkpoint query
 (``jobs.checkpoint.start_checkpoints``) when ``checkpoints.enabled`` and the config-sync query
-(``jobs.config_sync.start_config_sync``) when ``config_sync.enabled``, and then the replication query
-creates a missing target topic like its source before its first batch (``createTopicsLikeSource``), so
-config sync's rule decides its queue count, not the target's auto-create; for all the links together one
-heartbeat query (``jobs.heartbeat.start_heartbeat_query``) and one heartbeat monitor thread; one Prometheus
-endpoint with every metric of ``jobs.metrics``. Console, log dir, signals and exit codes are
+(``jobs.config_sync.start_config_sync``) when ``config_sync.enabled``, and then the replication query creates a
+missing target topic like its source before its first batch (``createTopicsLikeSource``), so config sync's rule
+decides its queue count, not the target's auto-create; for all the links together one heartbeat query
+(``jobs.heartbeat.start_heartbeat_query``) and one heartbeat monitor thread; one Prometheus endpoint with every
+metric of ``jobs.metrics``. The replication queries start first, the others once every replication query ended its
+first trigger (at most ``jobs.query_waves.FIRST_WAVE_MAX_S`` later): a start's or restart's first replicated message
+does not wait for the other queries' Python processes to start. Console, log dir, signals and exit codes are
 ``jobs/replicate.py``'s (``jobs.query_supervisor``): 0 after a clean stop (SIGTERM / SIGINT) or when every
 AvailableNow query finished, 1 when a query failed (one line naming it; the others are stopped), 2 on a
 configuration error (a metrics port in use included).
@@ -56,12 +58,13 @@ def checkpoint_locations(config: ReplicatorConfig, names: list[str], *, availabl
 
 
 def query_starters(config_path: str, config: ReplicatorConfig, names: list[str], *,
-                   available_now: bool = False) -> list[QueryStarter]:
-    """The queries of ``names`` (see the module docstring), each as its starter, in the order they start.
-    A link whose config sync runs replicates with ``createTopicsLikeSource``: a batch that would reach a
-    target topic config sync has not created yet (the topic held data at start, or was created on the
-    source between two rounds) has it created like the source first, never with the target's
-    auto-create default (``connectors.config_sync.creation``)."""
+                   available_now: bool = False) -> tuple[list[QueryStarter], list[QueryStarter]]:
+    """The queries of ``names`` (see the module docstring), each as its starter, in two waves: the replication
+    queries, then the others once those ended their first trigger (``jobs.query_waves``: a restart brings
+    replication back first). A link whose config sync runs replicates with ``createTopicsLikeSource``: a batch that
+    would reach a target topic config sync has not created yet (the topic held data at start, or was created on the
+    source between two rounds) has it created like the source first, never with the target's auto-create default
+    (``connectors.config_sync.creation``)."""
     syncing = set() if available_now else {n for n in names if config.link(n).config_sync.enabled}
 
     def config_sync(name: str) -> QueryStarter:
@@ -74,11 +77,11 @@ def query_starters(config_path: str, config: ReplicatorConfig, names: list[str],
     def checkpoints(name: str) -> QueryStarter:
         return lambda spark: start_checkpoints(spark, config_path, config, name)
 
-    starters = [config_sync(n) for n in names if n in syncing] + [replication(n) for n in names]
+    later = [config_sync(n) for n in names if n in syncing]
     if not available_now:
-        starters.append(lambda spark: start_heartbeat_query(spark, config_path, config, names))
-        starters += [checkpoints(n) for n in names if config.link(n).checkpoints.enabled]
-    return starters
+        later.append(lambda spark: start_heartbeat_query(spark, config_path, config, names))
+        later += [checkpoints(n) for n in names if config.link(n).checkpoints.enabled]
+    return [replication(n) for n in names], later
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -90,8 +93,8 @@ def run(argv: list[str] | None = None) -> int:
     config, names = job.config, job.names
     started_ms = int(time.time() * 1000)
 
-    return run_job(job, query_starters(args.config, config, names, available_now=args.available_now),
-                   app_name=APP_NAME,
+    first, later = query_starters(args.config, config, names, available_now=args.available_now)
+    return run_job(job, first, later=later, app_name=APP_NAME,
                    checkpoint_locations=checkpoint_locations(config, names, available_now=args.available_now),
                    data_sources=(HeartbeatDataSource, CheckpointDataSource, ConfigDataSource), warm_up=True,
                    progress=True, summarize=summaries(args.config, config, started_ms))
