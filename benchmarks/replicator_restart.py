@@ -3,11 +3,13 @@ link while a producer sends at a steady rate; once batches flow, the job is kill
 driver and workers at once) and submitted again at once on the same checkpoints, as a supervisor (systemd,
 Kubernetes) restarts it. The RTO is the kill -> the first message the new job stores on the target (its store
 timestamp). What the killed job had in flight lands within milliseconds of the kill; the target's queue ends are
-read 1 s after it, and only messages past them count."""
+read 1 s after it, and only messages past them count. Each run's job logs (both launches' console, replicator.log
+and spark.log) are kept in ``run/logs/replicator-restart/<link>``."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import statistics
 import time
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from benchmarks.replicator_children import start_child
 from benchmarks.replicator_cluster import (
+    PROJECT,
     TOPIC_FIRST,
     Cluster,
     config_yaml,
@@ -71,6 +74,9 @@ def restart_run(run: int, work: Path, src: Cluster, dst: Cluster, queues: int, b
             job.kill()
             second = submit_job(script, config, run_dir / "second.log", args=["--metrics-port", "0"])
         first_s = first_message_after(dst.addr, target_queues, killed, timeout)
+        kept = PROJECT / "run" / "logs" / "replicator-restart" / name  # kept after the run (its data root is removed)
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.copytree(run_dir, kept, ignore=shutil.ignore_patterns("checkpoints", "delta"))
         log = second.log_file.with_suffix(".logs") / "replicator.log"
         up = next(log_time(line) for line in log.read_text().splitlines()
                   if f"jobs.query_supervisor: {SESSION_UP} up" in line)
