@@ -84,6 +84,29 @@ def first_message_run(run: int, work: Path, src: Cluster, dst: Cluster, queues: 
     return FirstMessage(session_s=up - launched, first_s=first_ms / 1000 - launched)
 
 
+def ensure_jvm_archive(timeout: float = 900.0) -> str:
+    """Build the driver JVM's class-data archive now unless it exists (``jobs.jvm_archive``; a deployment has it
+    from ``make`` or its first launch): (d) and (f) time launches as they run once it is there, and a launch
+    without it would also start a background build competing with the job for the cores. What happened, as a
+    line."""
+    from jobs import jvm_archive
+
+    if not jvm_archive.enabled():
+        return "JVM class-data archive: off"
+    directory = jvm_archive.archive_dir()
+    key, why = jvm_archive.current_key()
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        decision = jvm_archive.decide(directory, key, why)
+        if decision.options:
+            return f"JVM class-data archive: ready after {time.monotonic() - started:.0f} s"
+        if not decision.build:
+            return decision.note
+        if jvm_archive.build(directory) is None:
+            time.sleep(2.0)  # another builder holds the lock
+    return f"JVM class-data archive: not ready after {timeout:g} s"
+
+
 def launch_job(script: str, config: Path, log_dir: Path, console: IO[bytes],
                env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
     """``python jobs/<script> --config <config>`` as its own process (its own JVM, as an operator starts it): logs
