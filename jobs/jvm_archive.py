@@ -341,6 +341,7 @@ def build(directory: Path, env: Mapping[str, str] | None = None) -> Path | None:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return None
+        remove_leftovers(directory)
         key, why = current_key(env)
         if key is None:
             raise BuildRefused(why)
@@ -364,7 +365,7 @@ def _build_locked(directory: Path, key: ArchiveKey, env: dict[str, str]) -> Path
     if actual != key.class_path:
         raise BuildRefused(f"Spark's launcher builds the class path {actual!r}, not the predicted "
                            f"{key.class_path!r}")
-    with tempfile.TemporaryDirectory(dir=directory, prefix="build-") as work:
+    with tempfile.TemporaryDirectory(dir=directory, prefix=BUILD_PREFIX) as work:
         class_list = Path(work) / "classes.list"
         started = time.monotonic()
         session = subprocess.run([sys.executable, "-c", CLASS_LIST_SESSION, str(class_list)], env=env,
@@ -401,6 +402,20 @@ def _last_line(output: bytes) -> str:
 def _count_lines(path: Path) -> int:
     with path.open("rb") as f:
         return sum(1 for _ in f)
+
+
+BUILD_PREFIX = "build-"
+"""A build's temporary directory in ``archive_dir()``: ``<prefix><random>``."""
+
+
+def remove_leftovers(directory: Path) -> list[Path]:
+    """Remove the temporary directories of builds that were killed (a job's whole process group or cgroup killed
+    with the background builder in it: its class list, or a partly dumped ~190 MB archive); the removed. Called by
+    the holder of ``build.lock``, so no build of this directory is running."""
+    removed = [d for d in directory.glob(f"{BUILD_PREFIX}*") if d.is_dir()]
+    for leftover in removed:
+        shutil.rmtree(leftover, ignore_errors=True)
+    return removed
 
 
 def prune(directory: Path, keep: int) -> list[Path]:

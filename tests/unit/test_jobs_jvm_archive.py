@@ -19,6 +19,7 @@ from jobs.jvm_archive import (
     java_binary,
     launcher_class_path,
     prune,
+    remove_leftovers,
 )
 
 
@@ -142,3 +143,12 @@ def test_prune_keeps_the_most_recently_used_archives(tmp_path: Path) -> None:
         os.utime(tmp_path / f"{name}.jsa", (1000 - age, 1000 - age))
     assert [p.name for p in prune(tmp_path, keep=2)] == ["old.jsa"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mid.jsa", "mid.json", "new.jsa", "new.json"]
+
+
+def test_a_killed_builds_temporary_directory_is_removed_by_the_next_build(tmp_path: Path) -> None:
+    (tmp_path / "build-x1y2").mkdir()
+    (tmp_path / "build-x1y2" / "archive.jsa").write_bytes(b"partial")
+    (tmp_path / "k.jsa").write_bytes(b"a")
+    (tmp_path / "build.lock").write_bytes(b"")
+    assert [p.name for p in remove_leftovers(tmp_path)] == ["build-x1y2"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build.lock", "k.jsa"]
