@@ -138,7 +138,9 @@ def run_job(job: PreparedJob, starters: Sequence[QueryStarter], *, app_name: str
             job.monitor.start()
         again: dict[str, Callable[[], Any]] = {}
         for wave in (starters, later):
-            if wave is later and later and not await_first_triggers(queries, stop):
+            if not wave:
+                continue
+            if wave is later and not await_first_triggers(queries, stop):
                 break  # stopped while the first wave started: start nothing more
             for starter in wave:
                 query = starter(spark)
