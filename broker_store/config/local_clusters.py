@@ -4,7 +4,7 @@ controllers; each cluster hands its brokers their ``BrokerConfig``."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from pydantic import Field, model_validator
@@ -38,21 +38,22 @@ class LocalClusterConfig(ConfigModel):
         dupes = [f"{n}/{i}" for (n, i), c in keys.items() if c > 1]
         if dupes:
             raise ValueError(f"cluster {self.name!r}: broker name/id {dupes} declared more than once")
-        modes: dict[str, set[bool]] = {}
-        for b in self.brokers:
-            modes.setdefault(b.broker_name, set()).add(b.enable_controller_mode)
-        mixed = sorted(name for name, seen in modes.items() if len(seen) > 1)
+        mixed = self._groups_disagreeing_on(lambda b: b.enable_controller_mode)
         if mixed:
             raise ValueError(f"cluster {self.name!r}: groups {mixed} mix brokers with and without "
                              "enable_controller_mode; a group is all static or all controlled")
-        addresses: dict[str, set[str | None]] = {}
-        for b in self.brokers:
-            addresses.setdefault(b.broker_name, set()).add(b.primary_address)
-        differ = sorted(name for name, seen in addresses.items() if len(seen) > 1)
+        differ = self._groups_disagreeing_on(lambda b: b.primary_address)
         if differ:
             raise ValueError(f"cluster {self.name!r}: the members of groups {differ} give different primary_address "
                              "values (or some none); it is the group's, the same on every member")
         return self
+
+    def _groups_disagreeing_on(self, setting: Callable[[BrokerSettings], object]) -> list[str]:
+        """The broker groups (by name) whose members give different values of a setting that is the group's."""
+        seen: dict[str, set[object]] = {}
+        for b in self.brokers:
+            seen.setdefault(b.broker_name, set()).add(setting(b))
+        return sorted(name for name, values in seen.items() if len(values) > 1)
 
     def primary_addresses(self) -> list[str]:
         """Each group's primary addresses (``BrokerSettings.primary_addresses``), once per group."""
