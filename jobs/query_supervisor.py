@@ -44,7 +44,7 @@ from jobs.metrics import MetricsEndpoint, metrics_settings
 from jobs.progress import make_progress_listener
 from jobs.query_restart import QueryRestarts
 from jobs.query_waves import await_first_triggers
-from jobs.spark_session import SESSION_UP, build_spark
+from jobs.spark_session import SESSION_UP, build_spark, register_data_sources
 
 log = logging.getLogger("jobs.query_supervisor")
 
@@ -123,15 +123,14 @@ def run_job(job: PreparedJob, starters: Sequence[QueryStarter], *, app_name: str
     failures: dict[str, str] = {}
     try:
         launched = time.monotonic()
-        spark = build_spark(app_name, checkpoint_locations=checkpoint_locations, log_dir=job.log_dir)
+        spark = build_spark(app_name, checkpoint_locations=checkpoint_locations, log_dir=job.log_dir, register=False)
         # benchmarks/replicator.py (d) reads this line's time: "session up -> first message" starts here
         log.info("%s up in %.1f s", SESSION_UP, time.monotonic() - launched)
         if warm_up:
             from connectors.replication.warmup import start_worker_warmup
 
-            warmup = start_worker_warmup(spark)  # overlaps the queries' start
-        for data_source in data_sources:
-            spark.dataSource.register(data_source)
+            warmup = start_worker_warmup(spark)  # overlaps the data sources' lookup and the queries' start
+        register_data_sources(spark, data_sources)
         if progress:
             spark.streams.addListener(make_progress_listener())
         if job.monitor is not None:

@@ -105,8 +105,9 @@ def choose_master(master: str | None, configured: str | None, env_master: str | 
 
 def build_spark(app_name: str = APP_NAME, master: str | None = None,
                 settings: dict[str, str] | None = None, checkpoint_locations: Sequence[str] = (),
-                log_dir: Path | None = None) -> Any:
-    """The SparkSession; ``master`` if given, else ``local[*]`` unless spark-submit / SPARK_MASTER /
+                log_dir: Path | None = None, register: bool = True) -> Any:
+    """The SparkSession, with the replication data source registered unless ``register`` is false (the caller then
+    calls ``register_data_sources``); ``master`` if given, else ``local[*]`` unless spark-submit / SPARK_MASTER /
     spark.master chose one. ``settings`` are Spark settings applied last (they win over the defaults here);
     ``checkpoint_locations``, the queries' checkpoints, choose ``LOCAL_CHECKPOINT_SETTINGS`` when all are
     local; ``log_dir`` (``jobs.job_logging.setup``'s) sends the driver JVM's log4j output to its spark.log
@@ -175,10 +176,20 @@ def build_spark(app_name: str = APP_NAME, master: str | None = None,
     elif not launching:
         jvm_archive.java_options_for_launch(start_build=True)  # spark-submit: build one for the next launches
     quiet_accumulator_server(spark)
+    if register:
+        register_data_sources(spark)
+    return spark
+
+
+def register_data_sources(spark: Any, data_sources: Sequence[Any] = ()) -> None:
+    """Register the replication data source (``format("rocketmq")``) and ``data_sources`` with ``spark``. The first
+    registration in a JVM makes Spark look up the Python data sources installed as packages, in a Python worker of
+    its own (~1-2 s on 2 loaded cores): ``jobs.query_supervisor.run_job`` starts its warm-up first, so the two
+    start-ups overlap."""
     from connectors.replication.data_source import RocketMQDataSource
 
-    spark.dataSource.register(RocketMQDataSource)
-    return spark
+    for data_source in (RocketMQDataSource, *data_sources):
+        spark.dataSource.register(data_source)
 
 
 def quiet_accumulator_server(spark: Any) -> None:
