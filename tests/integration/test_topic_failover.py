@@ -24,7 +24,7 @@ from broker_store.client import (
 )
 from broker_store.net.client import RemotingClient
 from broker_store.protocol.errors import RocketMQError
-from tests.support.controller_group import CP_HA, replicas_info, until
+from tests.support.controller_group import CP_HA, replicas_info, run_started, until
 from tests.support.processes import GroupSpec, LocalCluster
 
 pytestmark = pytest.mark.integration
@@ -104,12 +104,7 @@ def test_a_topic_created_a_moment_before_its_primary_is_killed_is_served_by_the_
             finally:
                 await client.close()
 
-    with cluster:
-        try:
-            asyncio.run(main())
-        except BaseException:
-            print(cluster.failure_logs())
-            raise
+    run_started(cluster, main)
 
 
 def test_a_static_replica_copies_a_new_topic_when_its_first_message_arrives(tmp_path: Path) -> None:
@@ -131,9 +126,4 @@ def test_a_static_replica_copies_a_new_topic_when_its_first_message_arrives(tmp_
                 (await admin.all_topic_config(primary.listen))[topic]
             assert f"messages of topic {topic} arrived" in replica.log_tail(200_000)
 
-    with cluster:
-        try:
-            asyncio.run(main())
-        except BaseException:
-            print(cluster.failure_logs())
-            raise
+    run_started(cluster, main)

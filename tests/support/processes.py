@@ -272,7 +272,7 @@ class LocalCluster:
                                                         f"{running if self.controlled else expected}, name server "
                                                         f"lists {seen}", interval=0.1)
             except TimeoutError as exc:
-                raise RuntimeError(f"{self.name}: {exc}\n{self.failure_logs()}") from exc
+                raise RuntimeError(f"{self.name}: {exc}\n{self.logs()}") from exc
 
     def wait_in_sync(self, timeout: float = 30.0) -> None:
         """Until every running primary counts each of its running replicas in sync (GET_BROKER_HA_STATUS):
@@ -286,7 +286,7 @@ class LocalCluster:
             try:
                 wait_in_sync(primary.listen, running, max(0.0, deadline - time.monotonic()))
             except TimeoutError as exc:
-                raise RuntimeError(f"{self.name}: {exc}\n{self.failure_logs()}") from exc
+                raise RuntimeError(f"{self.name}: {exc}\n{self.logs()}") from exc
 
     def stop(self) -> None:
         """SIGKILL every process (brokers first); safe to call twice."""
@@ -294,7 +294,8 @@ class LocalCluster:
             proc.kill()
         self.closed = True
 
-    def failure_logs(self, chars: int = LOG_TAIL_CHARS) -> str:
+    def logs(self, chars: int = LOG_TAIL_CHARS) -> str:
+        """Every process's log tail (``chars`` each), for a failure's report."""
         return "\n".join(f"--- {p.name} ({'running' if p.running() else 'down'}), {p.log_file}:\n{p.log_tail(chars)}"
                          for p in self.processes())
 
@@ -319,4 +320,4 @@ def forget_closed_clusters() -> None:
 
 def failure_logs() -> str:
     """Log tails of every cluster still running or closed during the current test."""
-    return "\n".join(c.failure_logs() for c in _registry.clusters)
+    return "\n".join(c.logs() for c in _registry.clusters)
