@@ -100,8 +100,9 @@ from connectors.replication.planning import (
     plan_ranges,
     skip_delivered,
 )
-from connectors.replication.pulling import PullSettings, pull_range, pull_range_raw
+from connectors.replication.pulling import BEHIND_GRACE_MS, PullSettings, pull_range, pull_range_raw
 from connectors.replication.reader_options import SourceOptions
+from connectors.replication.source_behind import BehindWatch, behind_warning
 from connectors.replication.source_maxes import SourceMaxRecorder
 
 if TYPE_CHECKING:
@@ -150,9 +151,11 @@ class _DriverState:
     """After a stop was lifted: the link's Delta resume point then (read again at every lift), which batches
     start at where the query's position is behind it (``link_stop.raised_to_floor``)."""
     planned: bool = False
+    """``partitions`` ran once (the first batch of a query resumed from its checkpoint may be a replay)."""
     rotation_after: MessageQueue | None = None
     """Where the next batch's turn-taking starts when the read limit makes queues take turns (``admit``)."""
-    """``partitions`` ran once (the first batch of a query resumed from its checkpoint may be a replay)."""
+    behind: BehindWatch = field(default_factory=lambda: BehindWatch(grace_s=BEHIND_GRACE_MS / 1000))
+    """Queues that end below the link's position (``source_behind``)."""
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -389,6 +392,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._record_source(location, bounds)  # at most one small write, only when a max offset changed
         first = {q: bounds[q][0] for q in new}
         maxes = {q: bounds[q][1] for q in queues}
+        for short in self._state.behind.check(self._state.clock.monotonic(), begin, maxes):
+            log.warning("%s", behind_warning(self.options.link or self.options.group, self.options.cluster, short,
+                                             self._state.behind.grace_s, self.options.config))
         self._state.latest = SourceOffset.of({**begin, **maxes})
         if target is not None:
             maxes = {q: min(m, target.queues[q]) for q, m in maxes.items()}
