@@ -43,10 +43,8 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,7 +61,6 @@ from pyspark.sql.streaming.datasource import (
 
 from broker_store.client import Admin, MessageQueue, PullConsumer
 from broker_store.client.route_cache import subscribe_queues
-from broker_store.clock import SYSTEM_CLOCK, ThreadClock
 from broker_store.protocol.errors import RocketMQError, TopicNotExistError
 from broker_store.protocol.route import TopicRouteData
 from connectors.core.driver_log import driver_logging
@@ -100,9 +97,10 @@ from connectors.replication.planning import (
     plan_ranges,
     skip_delivered,
 )
-from connectors.replication.pulling import BEHIND_GRACE_MS, PullSettings, pull_range, pull_range_raw
+from connectors.replication.pulling import PullSettings, pull_range, pull_range_raw
 from connectors.replication.reader_options import SourceOptions
-from connectors.replication.source_behind import BehindWatch, behind_warning
+from connectors.replication.reader_state import DriverState
+from connectors.replication.source_behind import behind_warning
 from connectors.replication.source_maxes import SourceMaxRecorder
 
 if TYPE_CHECKING:
@@ -117,45 +115,6 @@ log = logging.getLogger(__name__)
 
 MISSING_TOPIC_WARN_INTERVAL_S = 60.0
 """An explicitly named source topic that does not exist is warned about at most this often."""
-
-
-@dataclass
-class _DriverState:
-    """Mutable driver-only state of a reader; never shipped to executors (``__getstate__`` drops it)."""
-
-    admin: Admin | None = None
-    committer: PullConsumer | None = None
-    latest: SourceOffset | None = None
-    """Max offsets seen by the last ``latestOffset`` (what ``reportLatestOffset`` reports)."""
-    available_now_target: SourceOffset | None = None
-    committed: dict[MessageQueue, int] = field(default_factory=dict)
-    """Offsets mirrored to the source's consumer group (owned by the commit thread)."""
-    pending_commit: Mapping[MessageQueue, int] | None = None
-    """The newest end offsets ``commit`` was given that the commit thread has not taken yet."""
-    commit_thread: ThreadPoolExecutor | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    outage: SourceOutage | None = None
-    missing_warned: dict[str, float] = field(default_factory=dict)
-    """Explicit topics found missing -> ``clock`` time of their last WARNING."""
-    clock: ThreadClock = SYSTEM_CLOCK
-    """Rate-limits warnings and times the driver's outage retries (a fake in unit tests)."""
-    placer: RangesPlacementPlanner | None = None
-    """Queue placement of ``rowFormat=ranges`` batches with config+link (``placement_planner``)."""
-    initial: dict[str, Any] | None = None
-    """What ``initialOffset`` decided, returned again by its later calls (see there)."""
-    source_maxes: SourceMaxRecorder | None = None
-    """The durable record of the source's max offsets (with config+link's Delta location; ``source_maxes``)."""
-    stopped: bool = False
-    """The link's stop marker (``link_stop``) is set: seen (and said) once per stop, cleared when it is lifted."""
-    floor: dict[MessageQueue, int] | None = None
-    """After a stop was lifted: the link's Delta resume point then (read again at every lift), which batches
-    start at where the query's position is behind it (``link_stop.raised_to_floor``)."""
-    planned: bool = False
-    """``partitions`` ran once (the first batch of a query resumed from its checkpoint may be a replay)."""
-    rotation_after: MessageQueue | None = None
-    """Where the next batch's turn-taking starts when the read limit makes queues take turns (``admit``)."""
-    behind: BehindWatch = field(default_factory=lambda: BehindWatch(grace_s=BEHIND_GRACE_MS / 1000))
-    """Queues that end below the link's position (``source_behind``)."""
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -176,7 +135,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                      credentials=o.credentials, tls=o.tls, link=o.link or "", config_path=o.config,
                                      retry=OutagePolicy(o.retry_timeout_ms, o.retry_backoff_ms,
                                                         o.retry_backoff_max_ms))
-        self._state = _DriverState(placer=RangesPlacementPlanner.from_options(
+        self._state = DriverState(placer=RangesPlacementPlanner.from_options(
             options, create_topics_like_source=o.create_topics_like_source))
 
     def __getstate__(self) -> dict[str, Any]:
@@ -185,7 +144,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.options = state["options"]
         self.settings = state["settings"]
-        self._state = _DriverState()
+        self._state = DriverState()
 
     # -- driver helpers ------------------------------------------------------------------------
 
