@@ -92,8 +92,8 @@ def test_the_job_binds_no_metrics_port_and_keeps_a_stop_marker_while_it_runs(
     spark = _Spark()
     seen: dict[str, Any] = {}
 
-    def build_spark(app: str, *, log_dir: Path, checkpoint_locations: list[str]) -> _Spark:
-        seen.update(app=app, log_dir=log_dir, locations=checkpoint_locations)
+    def build_spark(app: str, *, log_dir: Path, checkpoint_locations: list[str], register: bool = True) -> _Spark:
+        seen.update(app=app, log_dir=log_dir, locations=checkpoint_locations, register=register)
         return spark
 
     def supervise(_spark: Any, queries: list[Any], stop: threading.Event, log_dir: Path,
@@ -115,5 +115,8 @@ def test_the_job_binds_no_metrics_port_and_keeps_a_stop_marker_while_it_runs(
     assert seen["app"] == f"rocketmq-replicator-{module.__name__.rsplit('.', 1)[-1]}"
     assert seen["log_dir"] == tmp_path / "logs" and seen["queries"] == [_Query("l1 query")]
     assert len(seen["locations"]) == 1 and seen["locations"][0].startswith(str(tmp_path / "cp" / "l1") + "-")
-    assert seen["marker"] is not None and spark.stopped and len(spark.registered) == 1
+    # the job registers the data sources itself, after the session is up (``register_data_sources``)
+    assert seen["register"] is False and [d.__name__ for d in spark.registered] == [
+        "RocketMQDataSource", {checkpoint: "CheckpointDataSource", config_sync: "ConfigDataSource"}[module]]
+    assert seen["marker"] is not None and spark.stopped
     assert job_stop.STOP_MARKER_ENV not in os.environ and not Path(seen["marker"]).parent.exists()
