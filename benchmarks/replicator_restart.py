@@ -29,7 +29,7 @@ from benchmarks.replicator_first import log_time
 from broker_store.client import Admin, MessageQueue, PullConsumer, PullStatus
 
 RESTART_TARGET_S = 15.0
-"""Target of (f) (issue #32 item 4): kill -9 and resubmission -> the first replicated message."""
+"""Target of (f): kill -9 and resubmission -> the first replicated message."""
 
 SETTLE_S = 1.0
 """After the kill, the target's queue ends are read this late: the killed job's sends in flight have landed."""

@@ -2,13 +2,13 @@
 checkpoint and config-sync queries once every replication query has ended its first trigger (or after
 ``FIRST_WAVE_MAX_S``).
 
-Why: every query Spark starts launches its own Python processes (the source's runner, the read and write
-planners, the sink's commit runner, the tasks' workers), each importing pyspark. Started together, a job's four
-queries per link put a dozen such start-ups on the machine at once, and each query's first trigger waits for all
-of them: on two cores under load the replication query's first batch after a restart ended 17 s after its start
-(``benchmarks/soak.py``, 2026-11-29). Replication is what a restart must bring back first (issue #32's RTO: the
-first replicated message); the other connectors only observe and translate what it did, and lose nothing by
-starting seconds later (the heartbeat's lag reads "starting" meanwhile, the checkpoint and config-sync rounds
+Why: every query Spark starts launches its own Python processes (the source's runner, the read and write planners,
+the sink's commit runner, the tasks' workers), each importing pyspark. Started together, a job's four queries per
+link put a dozen such start-ups on the machine at once, and each query's first trigger waits for all of them: on two
+cores under load the replication query's first batch after a restart ended 17 s after its start
+(``benchmarks/soak.py``, 2026-11-29). Replication is what a restart must bring back first (a restart's recovery time
+ends at the first replicated message); the other connectors only observe and translate what it did, and lose nothing
+by starting seconds later (the heartbeat's lag reads "starting" meanwhile, the checkpoint and config-sync rounds
 catch up on their first trigger). ``benchmarks/replicator.py --restart-only --restart-job run_all.py`` has the
 numbers (benchmarks/MEASUREMENTS.md).
 
