@@ -1,7 +1,8 @@
 """Replicator benchmark: raw pull rate, the Spark job's end-to-end throughput and its latency, in one run.
 
-    .venv/bin/python benchmarks/replicator.py            # 400k x 1 KiB messages, ~4 minutes
-    .venv/bin/python benchmarks/replicator.py --quick    # 40k messages, ~2 minutes
+    .venv/bin/python benchmarks/replicator.py            # 400k x 1 KiB messages, ~9 minutes with (d) and (f)
+    .venv/bin/python benchmarks/replicator.py --quick    # 40k messages, ~3.5 minutes
+    .venv/bin/python benchmarks/replicator.py --restart-only [--restart-job run_all.py]   # only (f), ~4 minutes
     .venv/bin/python benchmarks/replicator.py --queue-scaling   # only (e), 8 vs 512 queues, ~2 minutes
     .venv/bin/python benchmarks/replicator.py --queue-scaling --backlog-only   # only (e2), ~1.5 minutes
 
