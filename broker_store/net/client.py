@@ -21,7 +21,7 @@ from broker_store.net.framing import FrameReader
 from broker_store.net.tls import client_context
 from broker_store.net.tls_settings import TlsClientSettings
 from broker_store.protocol.codes import ResponseCode
-from broker_store.protocol.errors import TLS_REQUIRED_MARK, ProtocolError, RequestTimeoutError, TransportError
+from broker_store.protocol.errors import ProtocolError, RequestTimeoutError, TransportError, is_tls_refusal
 from broker_store.protocol.frame import FLAG_ONEWAY, RemotingCommand, encode_frame
 
 log = logging.getLogger(__name__)
@@ -227,8 +227,7 @@ class RemotingClient:
         finally:
             timer.cancel()
             conn.pending.pop(opaque, None)
-        if (resp.code == ResponseCode.SYSTEM_ERROR and resp.remark is not None
-                and resp.remark.startswith(TLS_REQUIRED_MARK) and self._conns.get(addr) is conn):
+        if is_tls_refusal(resp.code, resp.remark) and self._conns.get(addr) is conn:
             # a TLS-enforcing server answers a plain connection's first request so, then closes it: the connection
             # is never handed to another call, which would meet the close as a reset instead of this answer
             self.close_connection(addr)

@@ -191,6 +191,11 @@ def is_acl_refusal(code: int, remark: str | None) -> bool:
     return code == ResponseCode.SYSTEM_ERROR and remark is not None and ACL_EXCEPTION_MARK in remark
 
 
+def is_tls_refusal(code: int, remark: str | None) -> bool:
+    """A TLS-enforcing server's answer to a request on a plain connection (``TLS_REQUIRED_MARK``)."""
+    return code == ResponseCode.SYSTEM_ERROR and remark is not None and remark.startswith(TLS_REQUIRED_MARK)
+
+
 _REGISTRY: dict[int, type[BrokerResponseError]] = {
     ResponseCode.SYSTEM_ERROR: RetriableSystemError,
     ResponseCode.SYSTEM_BUSY: SystemBusyError,
@@ -211,6 +216,6 @@ def error_for_response(code: int, remark: str | None = None, *, addr: str | None
     naming ``access_key``)."""
     if is_acl_refusal(code, remark):
         return AclPermissionError(code, remark, addr=addr, access_key=access_key)
-    if code == ResponseCode.SYSTEM_ERROR and remark is not None and remark.startswith(TLS_REQUIRED_MARK):
+    if is_tls_refusal(code, remark):
         return TlsRequiredError(code, remark, addr=addr)
     return _REGISTRY.get(code, BrokerResponseError)(code, remark, addr=addr)
