@@ -193,6 +193,11 @@ def print_audit(audit: Mapping[str, Any]) -> None:
 def print_failover_report(record: OperationRecord) -> None:
     report: dict[str, Any] = record.step("report").result
     print(f"failover {record.id} of link {record.link}: done")
+    adopted = report.get("adopted") or {}
+    if adopted.get("adopted") or adopted.get("beyond_gap"):
+        print(f"{adopted['adopted']} message(s) a batch of the link sent to B without committing were found there and "
+              f"counted as replicated" + (f"; {adopted['beyond_gap']} more lie beyond a missing one (not counted: "
+                                          "recover copies the missing one)" if adopted.get("beyond_gap") else ""))
     print_audit(report["audit"])
     print_group_offsets(report["groups"])
     for low in report["lowered"]:

@@ -9,6 +9,9 @@
     stop       the link's stop marker is written (``connectors.replication.link_stop``: the replication job plans
                no new batch, so A coming back is not copied on unmarked), then the step waits until the link's
                committed point stops moving (a batch planned before the marker commits first).
+    adopt      what a batch that never committed (hung on A's death) sent to B: found on B by the position
+               property, beyond the committed point without a gap, committed to the link's tables
+               (``jobs.dr.unfinished_batch``), so the audit and the groups' translation count it as replicated.
     audit      per source queue: replicated up to X (the link's committed point), A last seen at Y at time T
                (the job's record, ``connectors.replication.source_maxes``): at least Y - X acknowledged messages
                are not on B; what A acknowledged after T is unknown (``jobs.dr.rpo``).
@@ -43,6 +46,8 @@ from jobs.dr.link_ends import LinkEnds, queue_of, triple
 from jobs.dr.operation import Json, Step, StepContext, StepRecord, StepRefusedError
 from jobs.dr.rpo import audit
 from jobs.dr.switchover import commit_on_b, operator_moves, refusing_client_errors
+from jobs.dr.unfinished_batch import QUERY_PREFIX as ADOPT_QUERY_PREFIX
+from jobs.dr.unfinished_batch import adopt_unfinished
 
 KIND = "failover"
 
@@ -117,6 +122,8 @@ class Failover:
             Step("preflight", self.preflight, "check B answers; choose the groups (newest translated checkpoints)"),
             Step("stop", self.stop, "stop the link (marker beside its tables); wait until its commits settle",
                  undo=self.unstop),
+            Step("adopt", self.adopt, "what a batch that never committed sent to B: found there by the position "
+                                      "property, committed to the link's tables"),
             Step("audit", self.audit, "per queue: replicated X, A last seen at Y at time T: at least Y - X lost"),
             Step("commit", self.commit, "commit each group's newest checkpoint on B (never past the replicated "
                                         "data) and verify it"),
@@ -214,6 +221,17 @@ class Failover:
     def unstop(self, record: StepRecord) -> None:
         resume_link(self.ends.link.tables_location)
 
+    # -- adopt -------------------------------------------------------------------------------------------
+
+    def adopt(self, ctx: StepContext) -> Json:
+        found = adopt_unfinished(self.ends, f"{ADOPT_QUERY_PREFIX}{ctx.operation.id}.{ctx.step.attempts}")
+        adopted = [a for a in found if a.adopted or a.beyond_gap]
+        if adopted:
+            self._progress(f"adopt: {sum(a.adopted for a in found)} message(s) a batch sent to B without committing "
+                           f"adopted into the link's committed point ({len(adopted)} queue(s))")
+        return {"queues": [a.to_json() for a in adopted], "adopted": sum(a.adopted for a in found),
+                "beyond_gap": sum(a.beyond_gap for a in found), "looked_at": len(found)}
+
     # -- audit ------------------------------------------------------------------------------------------
 
     def audit(self, ctx: StepContext) -> Json:
@@ -250,6 +268,7 @@ class Failover:
     def report(self, ctx: StepContext) -> Json:
         durations = {s.name: s.duration_s for s in ctx.operation.steps if s.name != "report"}
         return {"audit": ctx.results["audit"], "groups": ctx.results["commit"]["groups"],
+                "adopted": ctx.results["adopt"],
                 "lowered": ctx.results["commit"]["lowered"],
                 "without_checkpoint": ctx.results["preflight"]["without_checkpoint"],
                 "durations_s": durations, "operator": operator_moves(self.ends),

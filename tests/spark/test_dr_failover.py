@@ -13,11 +13,19 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from broker_store.client import MessageQueue
 from connectors.checkpoint.tables import CHECKPOINTS, CheckpointOutcome, CheckpointTables, newest_complete_snapshot_ms
 from connectors.core.config import load_replicator_config
+from connectors.core.offsets import queue_key
 from connectors.replication.link_stop import is_stopped
+from connectors.replication.partition_writer import PartitionWriter
+from connectors.replication.planning import QueueRange
+from connectors.replication.pulling import pull_range_raw
+from connectors.replication.reader import RocketMQStreamReader
 from connectors.replication.source_maxes import read_source_maxes
 from connectors.replication.tables import LinkTables
+from connectors.replication.writer_options import SinkOptions
+from jobs.dr.link_ends import triple
 from jobs.dr.operation import OperationState, StepState
 from tests.spark.conftest import SRC_MAX_MESSAGE_SIZE, Cluster, _start_cluster
 from tests.spark.helpers import produce_random
@@ -28,6 +36,8 @@ from tests.spark.test_dr_switchover import Setup
 pytestmark = pytest.mark.integration
 
 PHASE1, PHASE2 = 120, 600
+HUNG = 8
+"""Messages of a batch that sent to B and never committed (``send_without_committing``)."""
 
 
 def test_failover_after_a_is_killed_audits_what_did_not_cross_and_moves_the_group_exactly(
@@ -90,8 +100,10 @@ def test_failover_after_a_is_killed_audits_what_did_not_cross_and_moves_the_grou
     record = setup.record()
     assert record.state is OperationState.DONE
     assert {s.name: s.attempts for s in record.steps} == {
-        "preflight": 1, "stop": 2, "audit": 1, "commit": 1, "report": 1}
+        "preflight": 1, "stop": 2, "adopt": 1, "audit": 1, "commit": 1, "report": 1}
     replicated = tables.latest_offsets()
+    # nothing on B beyond the replicated point: what a batch sent without committing was adopted into it
+    assert sum(dst.admin.max_offset(q) for q in dst.queues(setup.topic)) == sum(replicated.values())
     audit = record.step("report").result["audit"]
     assert sum(q["last_seen"] for q in audit["queues"]) == PHASE1 + PHASE2
     assert audit["missing"] == PHASE1 + PHASE2 - sum(replicated.values()) > 0
@@ -109,6 +121,32 @@ def test_failover_after_a_is_killed_audits_what_did_not_cross_and_moves_the_grou
     assert set(consumed_on_b) <= phase2 and not set(consumed_on_b) & set(consumed_on_a)
 
 
+def send_without_committing(setup: Setup, most: int) -> tuple[MessageQueue, int]:
+    """Up to ``most`` messages of the link's most lagging source queue sent to B through the link's own sink,
+    from its committed point, without committing them (what a batch that hangs on A's death leaves). Every
+    send is checked against B's tail first, so a copy the stopped query left is not sent twice."""
+    link = load_replicator_config(setup.config).link(setup.link)
+    replicated = LinkTables.for_link(link).latest_offsets()
+    ends = {q: setup.src.admin.max_offset(q) for q in setup.queues}
+    queue = max(setup.queues, key=lambda q: (ends[q] - replicated.get(q, 0), queue_key(q)))
+    start = replicated.get(queue, 0)
+    end = min(ends[queue], start + most)
+    assert end > start, "no source queue lags the link"
+    reader = RocketMQStreamReader({"config": str(setup.config), "link": setup.link})
+    writer = PartitionWriter(SinkOptions.from_options({"config": str(setup.config), "link": setup.link}))
+    writer.check_all = True
+    try:
+        for raw in pull_range_raw(reader.settings, QueueRange(queue.topic, queue.broker_name, queue.queue_id,
+                                                              start, end)):
+            writer.add_pull(raw.records, queue.topic, queue.broker_name, queue.queue_id, setup.src.name,
+                            setup.topic, start, end)
+        result = writer.finish()
+    finally:
+        reader.stop()
+    assert not result.failures
+    return queue, end - start
+
+
 def _running(setup: Setup, step: str) -> bool:
     record = setup.journal.load()
     return record is not None and record.step(step).state is StepState.RUNNING
@@ -120,7 +158,9 @@ def test_a_group_reading_ahead_of_a_lagging_link_fails_over_from_its_fresh_parti
     (the group's queues translated up to the end of what crossed, not committed on B). A is killed while the
     link is still behind; the failover starts the group from its newest partial checkpoint, not from the old
     complete one: it is set to the end of the replicated data on B and reads nothing there twice (it read all
-    of it on A, and nothing after its checkpoint: at most one checkpoint interval's worth may be re-read)."""
+    of it on A, and nothing after its checkpoint: at most one checkpoint interval's worth may be re-read).
+    Before A dies, messages of the most lagging queue reach B without being committed (a batch that hangs on
+    A's death): the failover adopts them, and the group moves past them too."""
     _, dst = clusters
     a = _start_cluster("drP", tmp_path / "a", SRC_MAX_MESSAGE_SIZE)
     try:
@@ -156,13 +196,16 @@ def test_a_group_reading_ahead_of_a_lagging_link_fails_over_from_its_fresh_parti
                 wait_for(partial_at_the_end, 120, "a partial checkpoint of the group at A's end")
             finally:
                 query.stop()
-            a.processes.stop()  # kill -9 of every process of A, the link still behind the group
-            rows = checkpoints.read(CHECKPOINTS, columns=["group", "outcome", "snapshot_at"])
-            partial_ms = newest_complete_snapshot_ms(rows, partial=True)
-            complete_ms = checkpoints.newest_translated_ms(setup.group)  # of phase 1, before the group read on
-            assert partial_ms is not None and complete_ms is not None and partial_ms > complete_ms
-            assert sum(tables.latest_offsets().values()) < PHASE1 + PHASE2, "the link caught up: nothing to show"
-            rc, out = setup.dr_done("failover", log="failover.log")
+        # what a batch hung on A's death leaves: messages on B the link never committed (the stopped query may
+        # have left some of its own too)
+        hung, sent = send_without_committing(setup, HUNG)
+        a.processes.stop()  # kill -9 of every process of A, the link still behind the group
+        rows = checkpoints.read(CHECKPOINTS, columns=["group", "outcome", "snapshot_at"])
+        partial_ms = newest_complete_snapshot_ms(rows, partial=True)
+        complete_ms = checkpoints.newest_translated_ms(setup.group)  # of phase 1, before the group read on
+        assert partial_ms is not None and complete_ms is not None and partial_ms > complete_ms
+        assert sum(tables.latest_offsets().values()) < PHASE1 + PHASE2, "the link caught up: nothing to show"
+        rc, out = setup.dr_done("failover", log="failover.log")
         assert rc == 0, out
     finally:
         a.producer.close()
@@ -171,6 +214,9 @@ def test_a_group_reading_ahead_of_a_lagging_link_fails_over_from_its_fresh_parti
 
     record = setup.record()
     assert record.step("preflight").result["checkpoint_ms"] == {setup.group: partial_ms}
+    adopted = {tuple(q["queue"]): q for q in record.step("adopt").result["queues"]}
+    assert adopted[triple(hung)]["adopted"] >= sent and adopted[triple(hung)]["beyond_gap"] == 0
+    assert "counted as replicated" in out
     assert record.step("commit").result["lowered"]  # the group's A offsets lay beyond the replicated end
     ends = {(q.topic, q.broker_name, q.queue_id): dst.admin.max_offset(q) for q in dst.queues(setup.topic)}
     moved: dict[tuple[str, str, int], int] = {}
