@@ -100,6 +100,7 @@ from connectors.replication.planning import (
 from connectors.replication.pulling import PullSettings, pull_range, pull_range_raw
 from connectors.replication.reader_options import SourceOptions
 from connectors.replication.reader_state import DriverState
+from connectors.replication.run_ahead import RunAhead
 from connectors.replication.source_behind import behind_warning
 from connectors.replication.source_maxes import SourceMaxRecorder
 
@@ -334,7 +335,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """Driver, each trigger (not for a batch replayed from the offset log after a restart): the end of the
         next batch from ``start`` (raised to the floor of a lifted stop). Asks the source for every queue's min
-        and max offsets (one request per broker group), records A's max offsets for the DR audit, admits at most
+        and max offsets (one request per broker group) of the queues found while the previous batch ran
+        (``_queue_bounds``), records A's max offsets for the DR audit, admits at most
         ``limit`` messages across queues (``admit``: fair, rotating) and returns ``start`` unchanged while the
         link's stop marker is set. May block on the source; must not touch the target."""
         driver_logging()
@@ -342,12 +344,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._stopped(location):
             return start
         begin = raised_to_floor(SourceOffset.from_dict(start).queues, self._state.floor)
-        queues = self.discover_queues()
+        queues, bounds = self._queue_bounds()
         target = self._state.available_now_target
-        if target is not None:
-            queues = [q for q in queues if q in target.queues]
         new = [q for q in queues if q not in begin]
-        bounds = source_offsets.queue_offsets(self._admin, self.outage, queues)  # one request per group for both
         self._record_source(location, bounds)  # at most one small write, only when a max offset changed
         first = {q: bounds[q][0] for q in new}
         maxes = {q: bounds[q][1] for q in queues}
@@ -375,6 +374,28 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for q, n in take.items():
             end[q] = reading[q] + n  # a new queue joins the offset only once it has rows to read
         return SourceOffset.of(end).to_dict()
+
+    def _queue_bounds(self) -> tuple[list[MessageQueue], dict[MessageQueue, tuple[int, int]]]:
+        """The queues to plan (``discover_queues``, as found ahead of this trigger when it could be: ``run_ahead``)
+        and their (min, max) offsets now (one request per topic and broker group). A queue list found ahead that
+        the offsets request fails on (a topic deleted since) is found again now, once."""
+        if self._state.discovery is None:
+            self._state.discovery = RunAhead(self.discover_queues, "rocketmq-discovery-ahead")
+        ahead = self._state.discovery.take()
+        target = self._state.available_now_target
+        for found in ([ahead] if ahead is not None else []) + [None]:
+            queues = self.discover_queues() if found is None else found
+            if target is not None:
+                queues = [q for q in queues if q in target.queues]
+            try:
+                bounds = source_offsets.queue_offsets(self._admin, self.outage, queues)
+            except RocketMQError:
+                if found is None:
+                    raise
+                continue
+            self._state.discovery.start()  # the next trigger's queues, found while this batch runs
+            return queues, bounds
+        raise AssertionError("unreachable: the fresh list's failure is raised")
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """Driver, after ``latestOffset``: the source's newest offsets for the query's progress (its lag),
@@ -475,6 +496,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         """Driver, when the query stops (cleanly or failing): the last mirrored source offsets go out, then
         the driver-side clients close. Executors keep nothing of this object."""
+        if self._state.discovery is not None:
+            self._state.discovery.cancel()
         if self._state.commit_thread is not None:
             self._state.commit_thread.shutdown(wait=True)  # the last mirrored offsets go out first
             self._state.commit_thread = None

@@ -141,7 +141,8 @@ class SourceOptions(ReadSettings):
     """Fields no option of their name sets (the options below and config+link make them)."""
     OTHER_OPTIONS: ClassVar[Mapping[str, str]] = {
         "topics": "``A,B,C``: fixed topics. Exactly one of ``topics``, ``topicPattern`` or ``config`` + ``link`` "
-                  "selects the topics, again on every trigger.",
+                  "selects the topics, again for every trigger (found while the previous batch runs: a new topic "
+                  "or queue is read from the trigger after the one it appeared in).",
         "topicPattern": "Full-match regex over the source's non-system topics.",
         "topicExclude": "With ``topicPattern``: full-match regex of topics left out.",
         "accessKeyEnv": "NAME of the environment variable holding the source cluster's ACL access key (config+link: "

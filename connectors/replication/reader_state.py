@@ -15,6 +15,7 @@ from connectors.core.offsets import SourceOffset
 from connectors.core.outage import SourceOutage
 from connectors.replication.placement_planner import RangesPlacementPlanner
 from connectors.replication.pulling import BEHIND_GRACE_MS
+from connectors.replication.run_ahead import RunAhead
 from connectors.replication.source_behind import BehindWatch
 from connectors.replication.source_maxes import SourceMaxRecorder
 
@@ -56,3 +57,5 @@ class DriverState:
     """Where the next batch's turn-taking starts when the read limit makes queues take turns (``admit``)."""
     behind: BehindWatch = field(default_factory=lambda: BehindWatch(grace_s=BEHIND_GRACE_MS / 1000))
     """Queues that end below the link's position (``source_behind``)."""
+    discovery: RunAhead[list[MessageQueue]] | None = None
+    """The next trigger's queue discovery, run while a batch runs (``run_ahead``)."""
