@@ -9,7 +9,8 @@ would be lowered to it and read those messages twice on B, and their offsets wou
 
 Rule. Per source queue S of the link with committed next offset X whose target queue T is known (the link's
 placements table: the first decision stands, ``placement_table``): T's tail is read down to a message of S below
-X, or to T's first offset (``target_tail.TargetTails``, the sink's recovery-check reader), and the copies of S
+X, or to the highest target offset the link ever committed in T (batches write in commit order), or to T's
+first offset (``target_tail.TargetTails``, the sink's recovery-check reader), and the copies of S
 at X, X+1, ... without a gap are adopted: committed to the link's Delta tables as one batch per source queue
 (offsets to X + n, offset-map runs where each copy landed; query id ``dr-failover-adopt-<operation id>.<attempt>``,
 at most once each). Copies of S beyond a missing offset (a send of the batch that failed while later ones
@@ -30,10 +31,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
+import pyarrow.compute as pc
+
 from broker_store.client import MessageQueue
 from connectors.core.offsets import queue_key
 from connectors.replication.placement_table import PlacementTable
 from connectors.replication.records import BatchMetrics, OffsetMapping
+from connectors.replication.tables import OFFSET_MAP, LinkTables
 from connectors.replication.target_tail import TargetTails
 from connectors.replication.writer_options import SinkOptions
 from jobs.dr.link_ends import LinkEnds, triple
@@ -108,6 +112,20 @@ def _first(runs: Sequence[OffsetMapping], n: int) -> list[OffsetMapping]:
     return out
 
 
+def committed_target_ends(tables: LinkTables) -> dict[MessageQueue, int]:
+    """Per target queue, the offset after the highest one the link's committed offset map names: batches write
+    in commit order, so an unfinished batch's copies all lie at or above it (the tail is read no lower)."""
+    rows = tables.read(OFFSET_MAP, columns=["target_topic", "target_broker", "target_queue_id",
+                                            "target_last_offset", "messages"])
+    rows = rows.filter(pc.greater(rows["messages"], 0))
+    if rows.num_rows == 0:
+        return {}
+    top = rows.group_by(["target_topic", "target_broker", "target_queue_id"]).aggregate(
+        [("target_last_offset", "max")])
+    return {MessageQueue(r["target_topic"], r["target_broker"], int(r["target_queue_id"])):
+            int(r["target_last_offset_max"]) + 1 for r in top.to_pylist()}
+
+
 def adopt_unfinished(ends: LinkEnds, query_id: str) -> list[Adoption]:
     """Find, per source queue of the link, its copies on B beyond the committed point and commit them to the
     link's tables (see the module docstring). Returns every queue looked at, adopted or not."""
@@ -126,8 +144,11 @@ def adopt_unfinished(ends: LinkEnds, query_id: str) -> list[Adoption]:
         return []
     tails = TargetTails(SinkOptions.from_options({"config": ends.config_path, "link": ends.link.name}),
                         ends.source.name)
+    floors = committed_target_ends(ends.tables)
     found: dict[MessageQueue, list[Adoption]] = {}
     for target in sorted(wanted, key=queue_key):
+        if target in floors:  # nothing the unfinished batch sent lies below what the link committed there
+            tails.floors[target] = max(tails.admin.min_offset(target), floors[target])
         index = tails.index(target, wanted[target], refresh=False)
         for source, x in wanted[target].items():
             found.setdefault(source, []).append(adoption(source, x, target, index.landed))

@@ -3,11 +3,15 @@ adopts, as offset-map runs."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from broker_store.client import MessageQueue
-from jobs.dr.unfinished_batch import Adoption, adoption, common
+from connectors.replication.records import BatchMetrics, OffsetMapping
+from connectors.replication.tables import LinkTables
+from jobs.dr.unfinished_batch import Adoption, adoption, committed_target_ends, common
 
 SOURCE = MessageQueue("Orders", "a", 1)
 OTHER = MessageQueue("Orders", "a", 2)
@@ -65,3 +69,14 @@ def test_adopted_runs_map_consecutive_source_offsets_from_the_committed_point(co
         for i in range(r.messages):
             assert landed[(SOURCE, r.source_first_offset + i)] == r.target_first_offset + i
     assert a.beyond_gap == sum(1 for o in offsets if o > committed + a.adopted)
+
+
+def test_the_tail_is_read_no_lower_than_what_the_link_committed_in_each_target_queue(tmp_path: Path) -> None:
+    tables = LinkTables(tmp_path / "link", source_cluster="A")
+    assert committed_target_ends(tables) == {}  # nothing committed yet: each tail down to its first offset
+    runs = [OffsetMapping("Orders", "a", 1, 0, 9, "Orders", "b", 1, 100, 109, 10),
+            OffsetMapping("Orders", "a", 2, 0, 4, "Orders", "b", 1, 110, 114, 5),
+            OffsetMapping("Orders", "a", 3, 0, 2, "OrdersCopy", "b", 3, 7, 9, 3)]
+    tables.commit_batch("q", 0, {SOURCE: 10, OTHER: 5}, runs[:2], [], BatchMetrics(messages=15, bytes=0))
+    tables.commit_batch("q", 1, {MessageQueue("Orders", "a", 3): 3}, runs[2:], [], BatchMetrics(messages=3, bytes=0))
+    assert committed_target_ends(tables) == {TARGET: 115, RENAMED: 10}
