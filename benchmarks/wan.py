@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/wan.py                 # rtt 50 ms, 200k x 1 KiB messages per side, ~4 minutes
     .venv/bin/python benchmarks/wan.py --quick         # 60k messages per side, shorter lag phase, ~2.5 minutes
     .venv/bin/python benchmarks/wan.py --rtt-ms 100 --rate-mbps 125   # a 1 Gb/s path of 100 ms
+    .venv/bin/python benchmarks/wan.py --quick --lag-rate 12000       # the lag phase at a fixed rate (two builds)
 
 Disaster-recovery links cross regions and the replicator runs beside the target cluster, so every pull crosses
 the WAN. What one run does (every process on this machine, loopback only):
@@ -110,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=5000, help="messages of the warm-up link (from bsrc)")
     p.add_argument("--trigger", type=float, default=1.0, help="the lag link's trigger interval, seconds")
     p.add_argument("--latency-seconds", type=float, default=None, help="lag phase (default 30; quick 15)")
+    p.add_argument("--lag-rate", type=float, default=None,
+                   help="msg/s of the lag phase (default: half of the wan rate; a fixed rate compares two builds)")
     p.add_argument("--latency-batch", type=int, default=64, help="messages per send of the paced producer")
     p.add_argument("--max-in-flight", type=int, default=4, help="the links' max_in_flight")
     p.add_argument("--master", default="local[2]")
@@ -194,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
                       for k in ("triggerExecution", "latestOffset", "addBatch")), flush=True)
             print_cpu(run.total_s, run.cpu)
 
-        rate = 0.5 * runs["wan"].rate
+        rate = args.lag_rate or 0.5 * runs["wan"].rate
         q = start_link(spark, str(config_path), config, "wan-lag", available_now=False)
         queries.append(q)
         time.sleep(max(3.0, 2 * args.trigger))  # the first (empty) batches pass
@@ -208,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         stored = read_timestamps(dst.addr, qs[TOPIC_LAG][1], "store_timestamp")
         lag = [(stored[k] - born[k]) / 1000 for k in born if k in stored]
         p99 = pct(lag, 99)
-        print(f"(lag) at {rate:,.0f} msg/s (half of wan; achieved {paced['messages'] / paced['seconds']:,.0f}) for "
+        chosen = "given" if args.lag_rate else "half of wan"
+        print(f"(lag) at {rate:,.0f} msg/s ({chosen}; achieved {paced['messages'] / paced['seconds']:,.0f}) for "
               f"{lat_seconds:g} s, trigger {args.trigger:g} s: {len(lag)} msgs, p50 {statistics.median(lag):.2f} s, "
               f"p99 {p99:.2f} s, max {max(lag):.2f} s; {len(born) - len(lag)} not found on the target", flush=True)
         admin_dst.close()
