@@ -382,20 +382,22 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._state.discovery is None:
             self._state.discovery = RunAhead(self.discover_queues, "rocketmq-discovery-ahead")
         ahead = self._state.discovery.take()
-        target = self._state.available_now_target
-        for found in ([ahead] if ahead is not None else []) + [None]:
-            queues = self.discover_queues() if found is None else found
-            if target is not None:
-                queues = [q for q in queues if q in target.queues]
+        found = None
+        if ahead is not None:
             try:
-                bounds = source_offsets.queue_offsets(self._admin, self.outage, queues)
-            except RocketMQError:
-                if found is None:
-                    raise
-                continue
-            self._state.discovery.start()  # the next trigger's queues, found while this batch runs
-            return queues, bounds
-        raise AssertionError("unreachable: the fresh list's failure is raised")
+                found = self._bounds_of(ahead)
+            except RocketMQError as exc:
+                log.debug("offsets of the queues found ahead failed (%s); finding the queues again", exc)
+        if found is None:
+            found = self._bounds_of(self.discover_queues())
+        self._state.discovery.start()  # the next trigger's queues, found while this batch runs
+        return found
+
+    def _bounds_of(self, queues: list[MessageQueue]) -> tuple[list[MessageQueue], dict[MessageQueue, tuple[int, int]]]:
+        target = self._state.available_now_target
+        if target is not None:
+            queues = [q for q in queues if q in target.queues]
+        return queues, source_offsets.queue_offsets(self._admin, self.outage, queues)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """Driver, after ``latestOffset``: the source's newest offsets for the query's progress (its lag),
