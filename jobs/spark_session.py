@@ -72,15 +72,20 @@ IDLE_WORKER_POOL = "spark.python.factory.idleWorkerMaxPoolSize"
 """Spark keeps every Python worker it ever forked idle in a pool per worker kind (task workers, and on the
 driver each data source planner and streaming runner kind), so a pool grows to the most calls that ever ran at
 once and stays there: the queries of a job start together, so N queries left N idle workers of each planner
-kind behind. ``idle_worker_pool`` caps each pool at the cores that run tasks at once, so no task worker is
-evicted while the executors are busy (an evicted task worker's successor reconnects its clients).
-``benchmarks/links.py`` measures it (figures in benchmarks/MEASUREMENTS.md)."""
+kind behind. ``idle_worker_pool`` caps each pool at what the tasks running at once hold: a task of the
+replicator holds two Python workers (its data source read's and its write's), so twice the cores that run
+tasks. A smaller cap evicts a task worker at every batch: its successor is forked and set up anew (~130 ms
+before a batch's first message on this 2-core machine, and its clients reconnect). ``benchmarks/links.py``
+measures the memory, ``benchmarks/wan.py`` the lag (figures in benchmarks/MEASUREMENTS.md)."""
+
+WORKERS_PER_TASK = 2
+"""Python workers one task of a replication query holds at once: the data source read's and the write's."""
 
 
 def idle_worker_pool(master: str, executor_cores: str | None) -> str | None:
-    """``IDLE_WORKER_POOL`` for a job on ``master``: a local master's task slots (``local[N]``, ``local[*]``:
-    this machine's cores), otherwise ``spark.executor.cores`` when set; at least 2. None (Spark's unbounded
-    default) when neither is known."""
+    """``IDLE_WORKER_POOL`` for a job on ``master``: ``WORKERS_PER_TASK`` per task slot, a local master's slots
+    being ``local[N]`` (``local[*]``: this machine's cores), another's ``spark.executor.cores`` when set. None
+    (Spark's unbounded default) when neither is known."""
     match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
     if match:
         given = match.group(1)
@@ -89,7 +94,7 @@ def idle_worker_pool(master: str, executor_cores: str | None) -> str | None:
         slots = int(executor_cores)
     else:
         return None
-    return str(max(2, slots))
+    return str(WORKERS_PER_TASK * slots)
 
 
 def is_local_path(location: str) -> bool:
