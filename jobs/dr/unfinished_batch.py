@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from broker_store.client import MessageQueue
 from connectors.core.offsets import queue_key
 from connectors.replication.placement_table import PlacementTable
+from connectors.replication.queue_placement import LinkPlacements
 from connectors.replication.records import BatchMetrics, OffsetMapping
 from connectors.replication.tables import OFFSET_MAP, LinkTables
 from connectors.replication.target_tail import TargetTails
@@ -131,11 +132,9 @@ def adopt_unfinished(ends: LinkEnds, query_id: str) -> list[Adoption]:
     link's tables (see the module docstring). Returns every queue looked at, adopted or not."""
     committed = ends.replicated()
     targets: dict[MessageQueue, list[MessageQueue]] = {}
-    for p in PlacementTable(ends.link.tables_location, source_cluster=ends.source.name).load():
-        target = MessageQueue(p.target_topic, p.target.broker_name, p.target.queue_id)
-        known = targets.setdefault(p.source, [])
-        if all(t.topic != target.topic for t in known):  # the first decision per target topic stands
-            known.append(target)
+    decided = LinkPlacements(PlacementTable(ends.link.tables_location, source_cluster=ends.source.name).load())
+    for p in decided.decided():  # the first decision per (source queue, target topic) stands
+        targets.setdefault(p.source, []).append(MessageQueue(p.target_topic, p.target.broker_name, p.target.queue_id))
     wanted: dict[MessageQueue, dict[MessageQueue, int]] = {}
     for source, x in committed.items():
         for target in targets.get(source, []):
