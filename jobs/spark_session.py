@@ -4,7 +4,8 @@ Used by every entry point through ``jobs.query_supervisor.run_job`` and by the b
 chooses the master (spark-submit's, ``SPARK_MASTER``, else ``local[*]``), keeps local runs on loopback,
 applies ``TUNED_SETTINGS`` (and ``LOCAL_CHECKPOINT_SETTINGS``) unless spark-submit or spark-defaults set
 them, passes the job's environment to Spark's Python workers, and, when this process launches the driver
-JVM, launches it in a session of its own with the bytecode worker fix (``jobs.worker_python``).
+JVM, launches it in a session of its own with the bytecode worker fix (``jobs.worker_python``). A local job's
+Python workers start forked from the job's fork server (``jobs.worker_zygote``), under spark-submit too.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from typing import Any, BinaryIO, cast
 
 from connectors.core.driver_log import LOG_DIR_ENV, LOG_LEVEL_ENV, LOG_ROTATION_ENV
 from connectors.core.job_stop import STOP_MARKER_ENV
-from jobs import job_logging, jvm_archive
-from jobs.worker_python import bytecode_worker_environment
+from jobs import job_logging, jvm_archive, worker_zygote
+from jobs.worker_python import bytecode_worker_environment, submitted_worker_settings
 
 log = logging.getLogger(__name__)
 
@@ -167,8 +168,20 @@ def build_spark(app_name: str = APP_NAME, master: str | None = None,
         if name in os.environ:
             options.setdefault(f"spark.executorEnv.{name}", os.environ[name])
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        os.environ.update(bytecode_worker_environment(chosen, launching_jvm=SparkContext._gateway is None))
+        workers = bytecode_worker_environment(chosen, launching_jvm=SparkContext._gateway is None)
+        if workers:
+            workers.update(worker_zygote.environment())  # the workers' imports done once, while the JVM starts
+        os.environ.update(workers)
         _launch_jvm_in_own_session(options, log_dir)
+    elif SparkContext._active_spark_context is None:
+        # spark-submit started the JVM; the workers of the context about to be created are still routed so
+        driver_env, worker_settings = submitted_worker_settings(chosen)
+        if driver_env:
+            zygote = worker_zygote.environment()
+            worker_settings.update({f"spark.executorEnv.{name}": value for name, value in zygote.items()})
+            os.environ.update(driver_env)
+            for key, value in worker_settings.items():
+                options.setdefault(key, value)
     builder = SparkSession.builder
     for key, value in options.items():
         builder = builder.config(key, value)

@@ -12,4 +12,9 @@ done
 unset IFS
 PYTHONPATH=$kept
 export PYTHONPATH
+# `python -m <module>` through the job's fork server when it started one (jobs/worker_zygote.py): the worker starts
+# with pyspark and the connector modules already imported.
+if [ -n "$REPLICATOR_WORKER_ZYGOTE" ] && [ "$1" = "-m" ]; then
+    exec "$REPLICATOR_WORKER_PYTHON" -I -S "${0%/*}/worker_zygote_client.py" "$@"
+fi
 exec "$REPLICATOR_WORKER_PYTHON" "$@"

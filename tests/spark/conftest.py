@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from broker_store.client import Admin, MessageQueue, Producer, StoredMessage
+from jobs import worker_zygote
 from jobs.worker_python import bytecode_worker_environment
 from tests.spark.spark_processes import read_topic
 from tests.support.processes import LocalCluster
@@ -104,7 +105,10 @@ def spark(hook_log: Path, hold_marker: Path) -> Iterator[SparkSession]:
     # package (failure hooks live in tests/spark/hooks.py).
     # Local workers import pyspark from bytecode rather than Spark's pyspark.zip, as the jobs do
     # (jobs/worker_python.py): ~0.4 s less per Python worker Spark starts.
-    os.environ.update(bytecode_worker_environment("local[2]", launching_jvm=True))
+    workers = bytecode_worker_environment("local[2]", launching_jvm=True)
+    if workers:  # and they start forked from a zygote holding the imports, as the jobs' do (jobs/worker_zygote.py)
+        workers.update(worker_zygote.environment())
+    os.environ.update(workers)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     paths = [str(PROJECT_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]

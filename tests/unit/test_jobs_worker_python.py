@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from jobs import worker_python
-from jobs.worker_python import DROP_ENV, PYTHON_ENV, WRAPPER, bytecode_worker_environment, pip_spark_home
+from jobs.worker_python import (
+    DROP_ENV,
+    PYTHON_ENV,
+    WRAPPER,
+    bytecode_worker_environment,
+    pip_spark_home,
+    submitted_worker_settings,
+)
 
 
 def run_wrapper(pythonpath: str, drop: str) -> str:
@@ -56,3 +63,29 @@ def test_spark_distribution_left_alone(monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
     assert worker_python.pip_spark_home() is None
     assert bytecode_worker_environment("local[*]", launching_jvm=True) == {}
+
+
+def test_a_spark_submitted_driver_routes_its_contexts_workers_through_the_wrapper(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    spark_home = pip_spark_home()
+    if spark_home is None:
+        pytest.skip("pyspark is not a pip install here")
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    monkeypatch.setenv("SPARK_HOME", spark_home)
+    env, settings = submitted_worker_settings("local[2]")
+    assert env == {"PYSPARK_PYTHON": str(WRAPPER)}
+    assert settings == {f"spark.executorEnv.{PYTHON_ENV}": sys.executable,
+                        f"spark.executorEnv.{DROP_ENV}": f"{spark_home}/python/lib/pyspark.zip"}
+    assert submitted_worker_settings("spark://127.0.0.1:7077") == ({}, {})
+
+
+def test_spark_submits_own_pyspark_zip_counts_as_the_pip_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under spark-submit the driver imports pyspark from SPARK_HOME's zip (first on its PYTHONPATH)."""
+    import pyspark
+
+    spark_home = pip_spark_home()
+    if spark_home is None:
+        pytest.skip("pyspark is not a pip install here")
+    monkeypatch.setenv("SPARK_HOME", spark_home)
+    monkeypatch.setattr(pyspark, "__file__", f"{spark_home}/python/lib/pyspark.zip/pyspark/__init__.py")
+    assert pip_spark_home() == spark_home
