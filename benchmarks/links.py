@@ -75,6 +75,8 @@ def role_of(pid: int) -> str:
     for marker in ("pyspark.sql.streaming.", "pyspark.sql.worker."):
         if marker in cmd:
             return "python " + cmd.split(marker, 1)[1].split()[0]
+    if "jobs.worker_zygote" in cmd:
+        return "python worker fork server"
     if "daemon" in cmd:
         return "python daemon + task workers"
     return "other: " + cmd[:60]

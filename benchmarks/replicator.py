@@ -43,8 +43,9 @@ its cores, so the numbers are for the whole pipeline on one box):
    as its own process (its own JVM, as an operator starts it) and SIGTERMed once the target has a message.
    Launch -> the first message's store timestamp on the target, and the same from the job's "Spark session
    up" log line (``jobs.spark_session.SESSION_UP``) -> that message; median, min and max. ``--first-only`` runs
-   just this phase. Each launch's log dir (replicator.log, spark.log) is kept in
-   ``run/logs/replicator-first/<link>`` for the timestamps of its steps (its data root is removed). (d) and (f)
+   just this phase; ``--first-job run_all.py`` launches the whole product instead. Each launch's log dir
+   (replicator.log, spark.log) is kept in ``run/logs/replicator-first/<link>`` for the timestamps of its steps
+   (its data root is removed). (d) and (f)
    first build the driver JVM's class-data archive unless it exists (``jobs.jvm_archive``, as ``make`` does): a
    launch without it is slower and starts a background build beside the job.
 
@@ -159,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--first-runs", type=int, default=None,
                    help="(d): launches of jobs/replicate.py timed to the first message (default 3; quick 1; 0 skips)")
     p.add_argument("--first-only", action="store_true", help="run only (d)")
+    p.add_argument("--first-job", default="replicate.py", choices=("replicate.py", "run_all.py"),
+                   help="(d): the job launched (run_all.py: with checkpoints, config sync, heartbeat)")
     p.add_argument("--restart-runs", type=int, default=None,
                    help="(f): kill -9 + resubmissions of a running job (default 3; quick 1; 0 skips it)")
     p.add_argument("--restart-only", action="store_true", help="run only (f)")
@@ -235,10 +238,10 @@ def main(argv: list[str] | None = None) -> int:
             dict.fromkeys([str(PROJECT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))
         if first_runs or restart_runs:
             print(ensure_jvm_archive(), flush=True)
-        firsts = [first_message_run(i, work, src, dst, args.queues, args.body, args.first_messages, args.trigger)
-                  for i in range(first_runs)]
+        firsts = [first_message_run(i, work, src, dst, args.queues, args.body, args.first_messages, args.trigger,
+                                    script=args.first_job) for i in range(first_runs)]
         if firsts:
-            print_first_messages(firsts, args.first_messages, args.trigger)
+            print_first_messages(firsts, args.first_messages, args.trigger, args.first_job)
         restarts = [restart_run(i, work, src, dst, args.queues, args.body, args.trigger, args.restart_rate,
                                 args.restart_job) for i in range(restart_runs)]
         if restarts:

@@ -52,10 +52,11 @@ def log_time(line: str) -> float:
 
 
 def first_message_run(run: int, work: Path, src: Cluster, dst: Cluster, queues: int, body: int,
-                      messages: int, trigger: float, timeout: float = 120.0) -> FirstMessage:
-    """(d): launch ``python jobs/replicate.py`` as an operator does (its own process, JVM and all) on a
-    new link whose source topic already holds ``messages``; time the launch, the job's session-up log
-    line and the first message's store timestamp on the target; then SIGTERM the job."""
+                      messages: int, trigger: float, timeout: float = 120.0,
+                      script: str = "replicate.py") -> FirstMessage:
+    """(d): launch ``python jobs/<script>`` (replicate.py, or run_all.py: every connector) as an operator does (its
+    own process, JVM and all) on a new link whose source topic already holds ``messages``; time the launch, the
+    job's session-up log line and the first message's store timestamp on the target; then SIGTERM the job."""
     from jobs.spark_session import SESSION_UP
 
     topic, name = f"{TOPIC_FIRST}{run}", f"bench-first-{run}"
@@ -70,7 +71,7 @@ def first_message_run(run: int, work: Path, src: Cluster, dst: Cluster, queues: 
     log_dir = run_dir / "logs"
     with Admin(dst.addr) as admin, open(run_dir / "console.txt", "wb") as console:
         launched = time.time()
-        job = launch_job("replicate.py", config, log_dir, console)
+        job = launch_job(script, config, log_dir, console)
         try:
             wait_for(admin, target_queues, 1, timeout, None)
             first_ms = min(read_timestamps(dst.addr, target_queues, "store_timestamp").values())
@@ -127,11 +128,12 @@ def stop_job(job: subprocess.Popen[bytes], grace: float = 60.0) -> None:
         job.wait()
 
 
-def print_first_messages(runs: list[FirstMessage], messages: int, trigger: float) -> None:
+def print_first_messages(runs: list[FirstMessage], messages: int, trigger: float,
+                         script: str = "replicate.py") -> None:
     def spread(values: list[float]) -> str:
         return f"{statistics.median(values):.2f} s (min {min(values):.2f}, max {max(values):.2f})"
 
-    print(f"(d) time to first message, {len(runs)} launch(es) of jobs/replicate.py, {messages} messages waiting, "
+    print(f"(d) time to first message, {len(runs)} launch(es) of jobs/{script}, {messages} messages waiting, "
           f"trigger {trigger:g} s: launch -> first message {spread([r.first_s for r in runs])}; session up -> "
           f"first message {spread([r.after_session_s for r in runs])}; launch -> session up "
           f"{spread([r.session_s for r in runs])}", flush=True)

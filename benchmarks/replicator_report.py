@@ -75,6 +75,8 @@ def cpu_snapshot(labels: dict[int, str]) -> dict[str, float]:
                 add("python workers (tasks)", secs)
             elif "pyspark" in cmd:
                 add("python " + cmd.split("pyspark.", 1)[-1].split()[0], secs)
+            elif "jobs.worker_zygote" in cmd:
+                add("python worker fork server", secs)
             elif "multiprocessing" in cmd:
                 add("bench child (producer)", secs)
             else:
@@ -83,11 +85,13 @@ def cpu_snapshot(labels: dict[int, str]) -> dict[str, float]:
 
 
 def start_py_spy(out: str) -> Any:
-    """py-spy (not a project dependency: ``pip install py-spy`` into the venv) on the Spark JVM,
-    following its Python children (daemon, forked workers, data source runners)."""
+    """py-spy (not a project dependency: ``pip install py-spy`` into the venv) on Spark's Python workers (daemons,
+    forked workers, data source runners): the children of the job's worker fork server (jobs/worker_zygote.py), or
+    of the Spark JVM where there is none."""
     me = os.getpid()
-    jvm = next(pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
-               if _safe_stat(pid)[:2] == (me, "java"))
+    pids = list(map(int, filter(str.isdigit, os.listdir("/proc"))))
+    zygotes = [pid for pid in pids if _safe_stat(pid)[0] == me and "jobs.worker_zygote" in _cmdline(pid)]
+    jvm = zygotes[0] if zygotes else next(pid for pid in pids if _safe_stat(pid)[:2] == (me, "java"))
     spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
     if spy is None:
         raise RuntimeError("--py-spy needs py-spy (pip install py-spy)")

@@ -41,10 +41,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from jobs.worker_zygote_client import HEADER, SOCKET_ENV, STATUS, socket_address
+
 SWITCH_ENV = "RMQ_WORKER_ZYGOTE"
 """``off``: no zygote (every worker starts a new interpreter, as Spark does)."""
-SOCKET_ENV = "REPLICATOR_WORKER_ZYGOTE"
-"""The zygote's socket for ``worker_python.sh`` (an abstract socket name, written with a leading ``@``)."""
 PRELOAD = (
     "pyspark.daemon", "pyspark.worker", "pyspark.sql.worker.lookup_data_sources",
     "pyspark.sql.worker.create_data_source", "pyspark.sql.worker.plan_data_source_read",
@@ -66,8 +66,6 @@ sets one); the zygote starts with them so that its children match."""
 TITLE_ROOM = " " * 160
 """The zygote's last argument (blank): room in its command line for its children's titles (``setproctitle`` is told
 to leave /proc/<pid>/environ alone, where the tests look for their process tags)."""
-_HEADER = struct.Struct(">I")
-_STATUS = struct.Struct(">i")
 MAX_REQUEST = 1 << 22
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -97,16 +95,6 @@ def exit_status(wait_status: int) -> int:
     if os.WIFSIGNALED(wait_status):
         return -os.WTERMSIG(wait_status)
     return os.waitstatus_to_exitcode(wait_status)
-
-
-def encode_request(argv: Sequence[str], env: Mapping[str, str], cwd: str, umask: int) -> bytes:
-    body = json.dumps({"argv": list(argv), "env": dict(env), "cwd": cwd, "umask": umask}).encode()
-    return _HEADER.pack(len(body)) + body
-
-
-def socket_address(value: str) -> str:
-    """The address to bind or connect for ``SOCKET_ENV``'s value (``@name``: the abstract socket ``name``)."""
-    return "\0" + value[1:] if value.startswith("@") else value
 
 
 def environment(python: str = sys.executable) -> dict[str, str]:
@@ -177,7 +165,7 @@ class _Zygote:
             conn = self.children.pop(pid, None)
             if conn is not None:
                 with contextlib.suppress(OSError):
-                    conn.sendall(_STATUS.pack(exit_status(status)))
+                    conn.sendall(STATUS.pack(exit_status(status)))
                 conn.close()
 
     def _accept(self) -> None:
@@ -187,25 +175,25 @@ class _Zygote:
             conn.settimeout(5)
             uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
             data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 3)
-            if uid != os.getuid() or len(fds) != 3 or len(data) < _HEADER.size:
+            if uid != os.getuid() or len(fds) != 3 or len(data) < HEADER.size:
                 raise ValueError("a request without its streams")
-            size = _HEADER.unpack_from(data)[0]
-            while len(data) < _HEADER.size + size:
+            size = HEADER.unpack_from(data)[0]
+            while len(data) < HEADER.size + size:
                 chunk = conn.recv(MAX_REQUEST)
                 if not chunk:
                     raise ValueError("a request cut short")
                 data += chunk
-            request = json.loads(data[_HEADER.size:])
+            request = json.loads(data[HEADER.size:])
             why = refusal(request["argv"], request["env"], self.own_env)
             if why is not None:
-                conn.sendall(_STATUS.pack(0))
+                conn.sendall(STATUS.pack(0))
                 conn.close()
                 return
             pid = os.fork()
             if pid == 0:
                 self._become(request, fds, conn)
             try:
-                conn.sendall(_STATUS.pack(pid))
+                conn.sendall(STATUS.pack(pid))
             except OSError:  # its client is gone: so must the child be
                 os.kill(pid, signal.SIGTERM)
                 raise

@@ -1,4 +1,5 @@
-"""``python -m <module>`` for Spark's Python workers through the job's zygote (``jobs.worker_zygote``).
+"""``python -m <module>`` for Spark's Python workers through the job's zygote (``jobs.worker_zygote``), and the
+requests' format (the zygote imports it from here: this module needs nothing but the standard library).
 
 Run by ``worker_python.sh`` as ``<python> -I -S worker_zygote_client.py -m <module> ...`` when the job started a zygote:
 an interpreter with nothing imported but the standard library modules below (~10 ms). It hands its standard streams
@@ -17,8 +18,11 @@ import socket
 import struct
 import sys
 
-SOCKET_ENV = "REPLICATOR_WORKER_ZYGOTE"  # jobs.worker_zygote.SOCKET_ENV (not imported: this runs without site)
-PYTHON_ENV = "REPLICATOR_WORKER_PYTHON"  # jobs.worker_python.PYTHON_ENV
+SOCKET_ENV = "REPLICATOR_WORKER_ZYGOTE"
+"""The zygote's socket for ``worker_python.sh`` (an abstract socket name, written with a leading ``@``)."""
+PYTHON_ENV = "REPLICATOR_WORKER_PYTHON"  # jobs.worker_python.PYTHON_ENV (not imported: this runs without the project)
+HEADER = struct.Struct(">I")
+STATUS = struct.Struct(">i")
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -29,7 +33,7 @@ def _read_int(conn: socket.socket) -> int | None:
         if not chunk:
             return None
         data += chunk
-    value: int = struct.unpack(">i", data)[0]
+    value: int = STATUS.unpack(data)[0]
     return value
 
 
@@ -38,15 +42,26 @@ def _exec_directly(argv: list[str]) -> None:
     os.execv(python, [python, *argv])
 
 
+def encode_request(argv: list[str], env: dict[str, str], cwd: str, umask: int) -> bytes:
+    """A request as the zygote reads it: ``HEADER`` (the body's length), then the JSON body. It travels with the
+    client's standard streams (SCM_RIGHTS); the zygote answers ``STATUS``: the child's pid (0: not served), then
+    its ``jobs.worker_zygote.exit_status``."""
+    body = json.dumps({"argv": argv, "env": env, "cwd": cwd, "umask": umask}).encode()
+    return HEADER.pack(len(body)) + body
+
+
+def socket_address(value: str) -> str:
+    """The address to bind or connect for ``SOCKET_ENV``'s value (``@name``: the abstract socket ``name``)."""
+    return "\0" + value[1:] if value.startswith("@") else value
+
+
 def main(argv: list[str]) -> None:
-    name = os.environ.get(SOCKET_ENV, "")
     try:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.connect("\0" + name[1:] if name.startswith("@") else name)
+        conn.connect(socket_address(os.environ.get(SOCKET_ENV, "")))
         umask = os.umask(0)
         os.umask(umask)
-        body = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "umask": umask}).encode()
-        socket.send_fds(conn, [struct.pack(">I", len(body)) + body], [0, 1, 2])
+        socket.send_fds(conn, [encode_request(argv, dict(os.environ), os.getcwd(), umask)], [0, 1, 2])
         pid = _read_int(conn)
     except OSError:
         pid = None

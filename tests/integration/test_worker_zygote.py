@@ -18,6 +18,7 @@ import pytest
 
 from jobs import worker_zygote
 from jobs.worker_python import DROP_ENV, PYTHON_ENV, WRAPPER
+from jobs.worker_zygote_client import SOCKET_ENV, socket_address
 from tests.support.waiting import eventually
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -29,21 +30,21 @@ def zygote() -> Iterator[tuple[str, int]]:
     """A zygote of this test process (its socket name, its pid)."""
     env = worker_zygote.environment()
     assert env, "no zygote started"
-    name = env[worker_zygote.SOCKET_ENV]
+    name = env[SOCKET_ENV]
     eventually(lambda: _listening(name), 30, "the zygote's socket")
     yield name, worker_zygote._started[0][0].pid
 
 
 def _listening(name: str) -> bool:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        return probe.connect_ex(worker_zygote.socket_address(name)) == 0
+        return probe.connect_ex(socket_address(name)) == 0
 
 
 def _worker_env(name: str, **extra: str) -> dict[str, str]:
     """The environment Spark gives a local job's Python worker (jobs/worker_python.py's wrapper and the two settings
     Spark and pyspark add), with the zygote's socket."""
     return {**os.environ, PYTHON_ENV: sys.executable, DROP_ENV: "/nowhere/pyspark.zip", "PYTHONPATH": str(PROJECT),
-            "PYTHONUNBUFFERED": "YES", "PYTHONHASHSEED": "0", worker_zygote.SOCKET_ENV: name,
+            "PYTHONUNBUFFERED": "YES", "PYTHONHASHSEED": "0", SOCKET_ENV: name,
             "ZYGOTE_PROBE": "passed", **extra}
 
 
@@ -119,7 +120,7 @@ def test_a_client_killed_outright_takes_its_worker_with_it(zygote: tuple[str, in
     eventually(lambda: _gone(child), 10, "the worker's end after its client's SIGKILL")
 
 
-@pytest.mark.parametrize("extra", [{"PYTHONHASHSEED": "7"}, {worker_zygote.SOCKET_ENV: "@no-such-zygote"}],
+@pytest.mark.parametrize("extra", [{"PYTHONHASHSEED": "7"}, {SOCKET_ENV: "@no-such-zygote"}],
                          ids=["another-hash-seed", "no-zygote"])
 def test_what_the_zygote_cannot_serve_exactly_runs_in_a_new_interpreter(zygote: tuple[str, int], tmp_path: Path,
                                                                         extra: dict[str, str]) -> None:

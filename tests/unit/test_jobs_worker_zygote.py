@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.worker_zygote import STARTUP_SETTINGS, child_path, exit_status, refusal, socket_address
+from jobs import worker_python, worker_zygote_client
+from jobs.worker_zygote import STARTUP_SETTINGS, child_path, exit_status, refusal
+from jobs.worker_zygote_client import socket_address
 
 OWN = {"PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "YES", "PATH": "/bin"}
 
@@ -58,3 +60,8 @@ def test_a_status_is_the_exit_code_or_minus_the_signal() -> None:
 def test_an_at_name_is_an_abstract_socket() -> None:
     assert socket_address("@rmq-worker-zygote-1-ab") == "\0rmq-worker-zygote-1-ab"
     assert socket_address("/run/zygote.sock") == "/run/zygote.sock"
+
+
+def test_the_client_names_the_wrappers_interpreter_variable_as_its_owner_does() -> None:
+    """The client runs without the project on its path (``python -I -S``), so it spells the name itself."""
+    assert worker_zygote_client.PYTHON_ENV == worker_python.PYTHON_ENV
