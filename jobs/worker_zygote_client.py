@@ -61,15 +61,23 @@ def main(argv: list[str]) -> None:
         conn.connect(socket_address(os.environ.get(SOCKET_ENV, "")))
         umask = os.umask(0)
         os.umask(umask)
-        socket.send_fds(conn, [encode_request(argv, dict(os.environ), os.getcwd(), umask)], [0, 1, 2])
+        request = encode_request(argv, dict(os.environ), os.getcwd(), umask)
+        sent = socket.send_fds(conn, [request], [0, 1, 2])
+        conn.sendall(request[sent:])
         pid = _read_int(conn)
     except OSError:
         pid = None
     if not pid:  # no zygote, or it cannot serve this request exactly: the usual way
         _exec_directly(argv)
         return
+    def forward(received: int, _frame: object) -> None:
+        try:
+            os.kill(pid, received)
+        except OSError:  # it has just ended: its status follows
+            pass
+
     for number in FORWARDED:
-        signal.signal(number, lambda received, _frame: os.kill(pid, received))
+        signal.signal(number, forward)
     try:
         status = _read_int(conn)
     except OSError:
