@@ -6,15 +6,16 @@ daemon), each a new interpreter importing pyspark, pyarrow and this project's co
 core each on the machines these jobs are measured on, most of the time from "Spark session up" to the first
 replicated message (``benchmarks/replicator.py`` (d); figures in ``benchmarks/MEASUREMENTS.md``).
 
-``start`` (called by ``jobs.spark_session.build_spark`` when the bytecode wrapper of ``jobs.worker_python`` applies,
-before the driver JVM is launched) runs ``python -m jobs.worker_zygote``: it listens on an abstract Unix socket,
-imports ``PRELOAD`` (while the JVM starts), and serves. ``worker_python.sh`` then runs every ``python -m <module>``
-Spark asks for through ``jobs/worker_zygote_client.py``: the client passes its standard streams, arguments,
-environment, directory and umask; the zygote forks a child that takes them over and runs the module as ``python -m``
-would, already holding the imports. The client stays as the process Spark started: it forwards the signals Spark
-sends and exits with the child's status. Whatever the zygote cannot serve exactly as a new interpreter would
-(``refusal``: another interpreter setting such as PYTHONHASHSEED, not ``-m``) the client runs the usual way, and so
-it does when no zygote answers: the zygote is a shortcut, never a dependency.
+``environment`` (called by ``jobs.spark_session.build_spark`` where the wrapper of ``jobs.worker_python`` applies:
+before it launches the driver JVM, or under spark-submit before the SparkContext is created) runs ``python -m
+jobs.worker_zygote``: it listens on an abstract Unix socket, imports ``PRELOAD`` (while the JVM starts), and serves.
+``worker_python.sh`` then runs every ``python -m <module>`` Spark asks for through ``jobs/worker_zygote_client.py``:
+the client passes its standard streams, arguments, environment, directory and umask; the zygote forks a child that
+takes them over and runs the module as ``python -m`` would, already holding the imports. The client stays as the
+process Spark started: it forwards the signals Spark sends and exits with the child's status. Whatever the zygote
+cannot serve exactly as a new interpreter would (``refusal``: another interpreter setting such as PYTHONHASHSEED,
+not ``-m``) the client runs the usual way, and so it does when no zygote answers: the zygote is a shortcut, never a
+dependency.
 
 The zygote starts no threads (a forked child keeps only the forking thread); pyarrow's import starts jemalloc's
 purge threads, which jemalloc's own fork handlers make safe (as in ``connectors.replication.worker_daemon``). It exits
