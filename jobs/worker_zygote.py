@@ -61,9 +61,12 @@ STARTUP_SETTINGS = ("PYTHONHASHSEED", "PYTHONOPTIMIZE", "PYTHONUNBUFFERED", "PYT
                     "SPARK_TESTING", "PYSPARK_ENABLE_NAMEDTUPLE_PATCH")
 """Variables read once, at the interpreter's start or by a preloaded module's import (the last two, pyspark's):
 a request must agree with the zygote on each."""
-WORKER_SETTINGS = {"PYTHONUNBUFFERED": "YES", "PYTHONHASHSEED": "0"}
-"""Set for every Python worker by Spark (unbuffered) and pyspark (the hash seed, unless the driver's environment
-sets one); the zygote starts with them so that its children match."""
+def worker_settings(env: Mapping[str, str]) -> dict[str, str]:
+    """What Spark (unbuffered output) and pyspark (the hash seed: the driver's, else 0) set for every Python worker
+    of a driver with environment ``env``; the zygote starts with them so that its children match."""
+    return {"PYTHONUNBUFFERED": "YES", "PYTHONHASHSEED": env.get("PYTHONHASHSEED", "0")}
+
+
 TITLE_ROOM = " " * 160
 """The zygote's last argument (blank): room in its command line for its children's titles (``setproctitle`` is told
 to leave /proc/<pid>/environ alone, where the tests look for their process tags)."""
@@ -93,8 +96,6 @@ def child_path(cwd: str, pythonpath: str, base: Sequence[str]) -> list[str]:
 
 def exit_status(wait_status: int) -> int:
     """A child's ``waitpid`` status as sent to the client: its exit code, or minus the signal that ended it."""
-    if os.WIFSIGNALED(wait_status):
-        return -os.WTERMSIG(wait_status)
     return os.waitstatus_to_exitcode(wait_status)
 
 
@@ -105,9 +106,11 @@ def environment(python: str = sys.executable) -> dict[str, str]:
         return {}
     if _started and _started[0][0].poll() is None:
         return {SOCKET_ENV: _started[0][1]}
+    if _started:  # it ended: the pipe that would have ended it goes too
+        os.close(_started.pop()[2])
     name = f"@rmq-worker-zygote-{os.getpid()}-{secrets.token_hex(8)}"
     read_end, write_end = os.pipe()
-    env = {**os.environ, **WORKER_SETTINGS, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0"),
+    env = {**os.environ, **worker_settings(os.environ),
            "SPT_NOENV": "1"}  # setproctitle: titles in the arguments' room only, the environment left as it is
     try:
         # its own session, as the driver JVM's: a Ctrl-C at the job's terminal reaches neither it nor its children
